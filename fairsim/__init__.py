@@ -1,0 +1,14 @@
+"""fairsim: prefill scheduling policies for LLM serving with a prefix (KV) cache.
+
+Layers (dependencies point down only; see ``../shared/design/DESIGN.md``):
+
+- ``fairsim.cli``                 user-facing commands (``fairsim run``, ``compare``, ``bench``)
+- ``fairsim.sim``                 SimPy model of a chunked-prefill engine with a vLLM-style prefix cache
+- ``fairsim.policies``            pure orderings of the waiting queue (FCFS, LPM, Fairway, ...)
+- ``fairsim.costmodel``           step-time model and idle prefill time ``T_idle(L)``
+- ``fairsim.traces``              trace loading, generation and load shaping
+
+Units everywhere: time in seconds (float), lengths in tokens (int).
+"""
+
+__version__ = "0.1.0"

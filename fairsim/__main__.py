@@ -1,0 +1,7 @@
+"""``python -m fairsim`` = the ``fairsim`` command."""
+
+import sys
+
+from fairsim.cli import main
+
+sys.exit(main())

@@ -1,0 +1,131 @@
+"""Fairway: a Fast lane (cache reuse + relative wait) and a Fair lane (arrival) merged by work."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from fairsim.policies.base import arrival_key
+from fairsim.types import QueuedRequest
+
+
+class Fairway:
+    """Two virtual lanes over one waiting queue, merged by per-lane work charges.
+
+    Ordering contract (POLICIES.md "Fairway", recomputed from scratch every step; no state kept
+    across steps):
+
+    1. Fast lane: descending ``s = h / c + wait / SLO`` with ``SLO = max(slo_floor,
+       slo_multiplier * T_idle(L))`` seconds, ``T_idle`` taken at the full prompt length ``L``.
+       Ties by earlier arrival, then ``request_id``.
+    2. Fair lane: ascending ``arrival_time`` (ties by ``request_id``).
+    3. Merge: ``fast_ledger = fast_weight * c(front of Fast)``, ``fair_ledger = fair_weight *
+       c(front of Fair)``; the lane with the smaller ledger places its first not-yet-placed
+       request (tie -> Fast) and adds ``weight * c`` of that request to its ledger.
+
+    Consequence (quarter-work bound): with ``o`` the oldest request and ``A`` the requests placed
+    before it, ``sum(c(A)) <= fair_weight / fast_weight * c(o) + max(c(A))``.
+
+    Args:
+        idle_prefill_time: ``T_idle(L)``: seconds to prefill a cold ``L``-token prompt alone on an
+            idle engine (``Profile.idle_prefill_time``).
+        fast_weight: Work charge multiplier of the Fast lane (> 0). Paper default 4.
+        fair_weight: Work charge multiplier of the Fair lane (> 0). Paper default 1.
+        slo_multiplier: Patience multiplier on ``T_idle`` (>= 0). Paper default 3.
+        slo_floor: Minimum patience in seconds (> 0). Paper default 1.0.
+        wait_mode: ``"relative"`` (wait / SLO, the paper) or ``"absolute"`` (SLO = ``slo_floor``
+            for every request; ablation ``fairway-abswait``).
+        fair_lane: False drops the Fair lane (Fast lane order only; ablation ``fairway-nofair``).
+
+    Raises:
+        ValueError: On a non-positive weight or floor, a negative multiplier or an unknown
+            ``wait_mode``.
+    """
+
+    name = "fairway"
+
+    def __init__(
+        self,
+        idle_prefill_time: Callable[[int], float],
+        *,
+        fast_weight: float = 4.0,
+        fair_weight: float = 1.0,
+        slo_multiplier: float = 3.0,
+        slo_floor: float = 1.0,
+        wait_mode: Literal["relative", "absolute"] = "relative",
+        fair_lane: bool = True,
+    ) -> None:
+        if not fast_weight > 0 or not fair_weight > 0:
+            raise ValueError(
+                f"Fairway weights must be > 0, got fast_weight={fast_weight}, "
+                f"fair_weight={fair_weight}"
+            )
+        if not slo_floor > 0:
+            raise ValueError(f"Fairway slo_floor must be > 0 s, got {slo_floor}")
+        if slo_multiplier < 0:
+            raise ValueError(f"Fairway slo_multiplier must be >= 0, got {slo_multiplier}")
+        if wait_mode not in ("relative", "absolute"):
+            raise ValueError(f"Fairway wait_mode must be 'relative' or 'absolute', got {wait_mode!r}")
+        self.idle_prefill_time = idle_prefill_time
+        self.fast_weight = float(fast_weight)
+        self.fair_weight = float(fair_weight)
+        self.slo_multiplier = float(slo_multiplier)
+        self.slo_floor = float(slo_floor)
+        self.wait_mode = wait_mode
+        self.fair_lane = fair_lane
+        # SLO depends only on L; memoise per instance (never on the class: STYLE.md 2.9).
+        self._slo_by_len: dict[int, float] = {}
+
+    def slo(self, prompt_len: int) -> float:
+        """Patience of a request with ``prompt_len`` tokens, in seconds."""
+        slo = self._slo_by_len.get(prompt_len)
+        if slo is None:
+            if self.wait_mode == "absolute":
+                slo = self.slo_floor
+            else:
+                slo = max(self.slo_floor, self.slo_multiplier * self.idle_prefill_time(prompt_len))
+            self._slo_by_len[prompt_len] = slo
+        return slo
+
+    def fast_score(self, r: QueuedRequest, now: float) -> float:
+        """Fast-lane score ``h / max(c, 1) + wait / SLO`` (higher is served first)."""
+        return r.cached_len / max(r.uncached_len, 1) + (now - r.arrival_time) / self.slo(r.prompt_len)
+
+    def fast_lane(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
+        """The Fast lane alone: descending score, ties by arrival then ``request_id``."""
+        return sorted(
+            waiting,
+            key=lambda r: (-self.fast_score(r, now), r.arrival_time, r.request_id),
+        )
+
+    def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
+        """Merge the Fast and Fair lanes by work charges (a permutation of ``waiting``)."""
+        if not self.fair_lane or len(waiting) <= 1:
+            return self.fast_lane(waiting, now)
+        n = len(waiting)
+        # Lanes hold indices into `waiting`, so equal snapshots stay distinct.
+        fast = sorted(
+            range(n),
+            key=lambda x: (-self.fast_score(waiting[x], now), waiting[x].arrival_time,
+                           waiting[x].request_id),
+        )
+        fair = sorted(range(n), key=lambda x: arrival_key(waiting[x]))
+        placed = [False] * n
+        out: list[QueuedRequest] = []
+        i = j = 0
+        fast_ledger = self.fast_weight * waiting[fast[0]].uncached_len
+        fair_ledger = self.fair_weight * waiting[fair[0]].uncached_len
+        while len(out) < n:
+            while placed[fast[i]]:
+                i += 1
+            while placed[fair[j]]:
+                j += 1
+            if fast_ledger <= fair_ledger:  # tie -> Fast
+                x = fast[i]
+                fast_ledger += self.fast_weight * waiting[x].uncached_len
+            else:
+                x = fair[j]
+                fair_ledger += self.fair_weight * waiting[x].uncached_len
+            placed[x] = True
+            out.append(waiting[x])
+        return out

@@ -1,0 +1,23 @@
+"""FCFS: vLLM's default waiting-queue order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fairsim.policies.base import arrival_key
+from fairsim.types import QueuedRequest
+
+
+class FCFS:
+    """First come, first served.
+
+    Ordering contract: ascending ``arrival_time``, ties by ``request_id``. The prefix cache affects
+    cost, never order. Stateless. Source: vLLM ``FCFSRequestQueue``
+    (``vllm/v1/core/sched/request_queue.py``); POLICIES.md "FCFS".
+    """
+
+    name = "fcfs"
+
+    def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
+        """Return ``waiting`` sorted oldest first (a permutation of the input)."""
+        return sorted(waiting, key=arrival_key)

@@ -1,0 +1,67 @@
+"""Build the shipped prior profile for the Fairway paper's setting (A6000, Llama-3.1-8B, vLLM).
+
+Run ``python -m fairsim.profiles.build_prior`` to rewrite
+``fairsim/profiles/a6000-llama3.1-8b-vllm-prior.json``; ``tests/test_costmodel.py`` checks that the
+shipped file equals this construction.
+
+The coefficients are public figures (COSTMODEL.md), not measurements of ours:
+
+- ``a = 5.67 ms``, ``b = 0.131 ms/token``: Preble's fitted vLLM equation on an A6000 (Llama-2-7B),
+  ``0.131 ms/token * n + 5.67 ms``, i.e. about 274 ms for a cold 2,048-token chunk.
+- ``k = 2.3 ns`` per (new x context) token pair: middle of the 2.2-2.4 ns measured on an A6000 for
+  7-8B models.
+- ``d = 0``: no public figure separates a per-request term.
+
+``T_idle(L)`` is the model's own chunked cold prefill at a 2,048-token budget (no measured table
+exists for a prior).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fairsim.costmodel import PROFILE_DIR, Profile, model_idle_table, save_profile
+
+NAME = "a6000-llama3.1-8b-vllm-prior"
+COEFFICIENTS = dict(a_s=5.67e-3, b_s_per_token=1.31e-4, k_s_per_pair=2.3e-9, d_s_per_request=0.0)
+BUDGET_TOKENS = 2048
+# Powers of two from 16 to 256k tokens, plus the budget's multiples in between for long prompts.
+LENGTHS = sorted({2**e for e in range(4, 19)} | {BUDGET_TOKENS * m for m in range(1, 129)})
+
+
+def build_prior() -> Profile:
+    """The prior profile, built from the public figures listed in this module's docstring."""
+    seconds = model_idle_table(**COEFFICIENTS, lengths=LENGTHS, budget_tokens=BUDGET_TOKENS)
+    return Profile(
+        name=NAME,
+        kind="prior",
+        idle_prompt_tokens=tuple(LENGTHS),
+        idle_seconds=tuple(round(s, 9) for s in seconds),
+        budget_tokens=BUDGET_TOKENS,
+        metadata={
+            "label": "PRIOR built from public figures; not measured by fairsim",
+            "device": "NVIDIA RTX A6000",
+            "model": "meta-llama/Llama-3.1-8B",
+            "engine": "vLLM",
+            "block_size": 16,
+            "max_num_batched_tokens": BUDGET_TOKENS,
+            "sources": [
+                "Preble (ICLR 2025) fitted vLLM equation on A6000: 0.131 ms/token * n + 5.67 ms",
+                "attention slope 2.2-2.4 ns per (new x cached) pair on A6000, 7-8B models "
+                "(COSTMODEL.md public figures)",
+            ],
+            "idle_table": "cost-model chunked cold prefill at the budget (no measurement)",
+        },
+        **COEFFICIENTS,
+    )
+
+
+def main() -> None:
+    """Write the prior profile JSON into the package."""
+    path = Path(PROFILE_DIR) / f"{NAME}.json"
+    save_profile(build_prior(), path)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

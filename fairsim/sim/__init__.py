@@ -1,0 +1,7 @@
+"""Discrete-event simulator: a chunked-prefill engine with a vLLM-style prefix cache."""
+
+from fairsim.sim.block_pool import BlockPool
+from fairsim.sim.config import EngineConfig
+from fairsim.sim.engine import Engine, SimResult, resolve_capacity, simulate
+
+__all__ = ["BlockPool", "Engine", "EngineConfig", "SimResult", "resolve_capacity", "simulate"]

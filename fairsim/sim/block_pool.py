@@ -1,0 +1,169 @@
+"""vLLM-style block pool: hashed full blocks, reference counts and an LRU free queue.
+
+Mirrors ``vllm/v1/core/block_pool.py`` (``BlockPool``) and ``FreeKVCacheBlockQueue``
+(``vllm/v1/core/kv_cache_utils.py``):
+
+- All blocks start in the free queue in id order.
+- ``allocate(n)`` pops from the front of the free queue; a popped block that still holds a cached
+  hash is evicted (its hash leaves the lookup table) - ``BlockPool.get_new_blocks``.
+- ``touch(ids)`` takes a prefix-cache hit: ``ref_cnt += 1`` and a block at ``ref_cnt == 0`` leaves
+  the free queue (``BlockPool.touch``).
+- ``free(ids)`` decrements ``ref_cnt`` and appends blocks that reach 0 to the *back* of the free
+  queue in the order given. The engine passes a request's blocks deepest first
+  (``KVCacheManager.free`` reverses them), so a finished request's tail is evicted first.
+- Cached blocks are not de-duplicated: two blocks may carry the same hash (vLLM keeps block
+  tables append-only); a lookup returns the first one cached.
+
+The pool knows block ids, hash keys and counts only - never requests, policies or SimPy
+(STYLE.md 2.1). Keys are any hashable content identity of a full block's prefix.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable, Sequence
+
+
+class BlockPool:
+    """A fixed pool of KV-cache blocks with a prefix-hash lookup and LRU eviction.
+
+    Args:
+        num_blocks: Usable blocks (>= 1). (vLLM keeps one extra "null" block out of the pool; the
+            simulator counts usable blocks only.)
+
+    Raises:
+        ValueError: ``num_blocks < 1``.
+    """
+
+    def __init__(self, num_blocks: int) -> None:
+        if num_blocks < 1:
+            raise ValueError(f"num_blocks={num_blocks}: the pool needs at least 1 block")
+        self.num_blocks = num_blocks
+        self.ref_cnt: list[int] = [0] * num_blocks
+        self.block_key: list[Hashable | None] = [None] * num_blocks
+        # key -> {block_id: None}; insertion-ordered so the first cached block is returned.
+        self._cached: dict[Hashable, dict[int, None]] = {}
+        # LRU free queue: front = next to evict. OrderedDict gives O(1) removal from the middle,
+        # which vLLM gets from its hand-written doubly linked list.
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.num_evictions = 0
+        self._num_cached = 0
+
+    # -- queries (no side effects) ---------------------------------------------------------------
+    @property
+    def num_free(self) -> int:
+        """Blocks with ``ref_cnt == 0`` (empty or cached-but-evictable)."""
+        return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        """Blocks held by at least one request (``ref_cnt > 0``)."""
+        return self.num_blocks - len(self._free)
+
+    @property
+    def num_cached(self) -> int:
+        """Blocks that currently carry a hash (hittable)."""
+        return self._num_cached
+
+    def is_cached(self, key: Hashable) -> bool:
+        """True when some block holds ``key``."""
+        return key in self._cached
+
+    def lookup_prefix(self, keys: Sequence[Hashable], max_blocks: int) -> list[int]:
+        """Block ids of the longest run of leading ``keys`` present in the cache.
+
+        Args:
+            keys: Block keys of a prompt, in order.
+            max_blocks: Cap on the hit, in blocks (vLLM caps the hit at ``L - 1`` tokens so the
+                last token is recomputed for its logits: ``(L - 1) // block_size`` blocks).
+
+        Returns:
+            Up to ``max_blocks`` block ids, one per leading key found.
+        """
+        cached = self._cached
+        hit: list[int] = []
+        for key in keys[:max_blocks]:
+            ids = cached.get(key)
+            if ids is None:
+                break
+            hit.append(next(iter(ids)))
+        return hit
+
+    def count_prefix(self, keys: Sequence[Hashable], max_blocks: int) -> int:
+        """Length in blocks of ``lookup_prefix(keys, max_blocks)``, without building the list."""
+        cached = self._cached
+        n = 0
+        for key in keys[:max_blocks]:
+            if key not in cached:
+                break
+            n += 1
+        return n
+
+    def num_evictable(self, block_ids: Iterable[int]) -> int:
+        """How many of ``block_ids`` sit in the free queue (touching them uses free capacity)."""
+        ref = self.ref_cnt
+        return sum(1 for b in block_ids if ref[b] == 0)
+
+    # -- mutations -------------------------------------------------------------------------------
+    def touch(self, block_ids: Iterable[int]) -> None:
+        """Take a reference on cache-hit blocks, removing free ones from the free queue."""
+        ref = self.ref_cnt
+        free = self._free
+        for b in block_ids:
+            if ref[b] == 0:
+                del free[b]
+            ref[b] += 1
+
+    def allocate(self, n: int) -> list[int]:
+        """Take ``n`` blocks from the front of the free queue, evicting cached ones.
+
+        Raises:
+            ValueError: Fewer than ``n`` free blocks (the caller must check ``num_free`` first).
+        """
+        if n > len(self._free):
+            raise ValueError(f"cannot allocate {n} blocks: only {len(self._free)} free")
+        free = self._free
+        ref = self.ref_cnt
+        out = []
+        for _ in range(n):
+            b, _ = free.popitem(last=False)
+            key = self.block_key[b]
+            if key is not None:
+                self._evict(b, key)
+            ref[b] = 1
+            out.append(b)
+        return out
+
+    def _evict(self, block_id: int, key: Hashable) -> None:
+        ids = self._cached[key]
+        del ids[block_id]
+        if not ids:
+            del self._cached[key]
+        self.block_key[block_id] = None
+        self.num_evictions += 1
+        self._num_cached -= 1
+
+    def cache(self, block_id: int, key: Hashable) -> None:
+        """Register a full, scheduled block under ``key`` so later lookups hit it."""
+        assert self.block_key[block_id] is None, f"block {block_id} already cached"
+        self.block_key[block_id] = key
+        self._cached.setdefault(key, {})[block_id] = None
+        self._num_cached += 1
+
+    def free(self, block_ids: Iterable[int]) -> None:
+        """Drop one reference per block; blocks reaching 0 join the back of the free queue.
+
+        Pass a request's blocks deepest first (vLLM ``KVCacheManager.free``) so its tail is
+        evicted before its shared prefix.
+        """
+        ref = self.ref_cnt
+        free = self._free
+        for b in block_ids:
+            ref[b] -= 1
+            assert ref[b] >= 0, f"block {b}: ref_cnt went negative"
+            if ref[b] == 0:
+                free[b] = None
+
+    def free_queue(self) -> list[int]:
+        """Free block ids in eviction order (front first). For tests and debugging."""
+        return list(self._free)

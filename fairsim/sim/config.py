@@ -1,0 +1,46 @@
+"""Engine configuration (frozen; validated on construction)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Settings of the simulated chunked-prefill engine (vLLM v1 names where they exist).
+
+    Raises:
+        ValueError: On a value out of range; the message quotes it and says what to change.
+    """
+
+    budget_tokens: int = 2048
+    """Step token budget, vLLM ``max_num_batched_tokens`` (tokens per step, >= 1)."""
+
+    max_num_seqs: int = 256
+    """Most requests running at once, vLLM ``max_num_seqs`` (>= 1)."""
+
+    block_size: int | None = None
+    """Tokens per KV block. ``None`` = the trace's hash block size (512 for Mooncake). Must divide
+    the trace's hash block size or be a multiple of it."""
+
+    kv_blocks: int | None = None
+    """KV cache capacity in blocks. Mutually exclusive with ``kv_fraction``."""
+
+    kv_fraction: float | None = None
+    """KV cache capacity as a fraction (> 0) of the trace's reusable content: distinct blocks that
+    occur in two or more requests. The paper sizes the cache at a quarter to a third of it.
+    Used when ``kv_blocks`` is None; if both are None, 0.3."""
+
+    def __post_init__(self) -> None:
+        if self.budget_tokens < 1:
+            raise ValueError(f"budget_tokens={self.budget_tokens}: need >= 1 token per step")
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs={self.max_num_seqs}: need >= 1")
+        if self.block_size is not None and self.block_size < 1:
+            raise ValueError(f"block_size={self.block_size}: need >= 1 token")
+        if self.kv_blocks is not None and self.kv_fraction is not None:
+            raise ValueError("give kv_blocks or kv_fraction, not both")
+        if self.kv_blocks is not None and self.kv_blocks < 1:
+            raise ValueError(f"kv_blocks={self.kv_blocks}: need >= 1 block")
+        if self.kv_fraction is not None and not self.kv_fraction > 0:
+            raise ValueError(f"kv_fraction={self.kv_fraction}: need a fraction > 0")

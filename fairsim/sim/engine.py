@@ -1,0 +1,394 @@
+"""SimPy model of a vLLM-v1-style chunked-prefill engine with a prefix cache.
+
+SimPy time is seconds. One SimPy process drives the step loop; arrivals are drained from the
+(sorted) trace at the start of every step, so a request arriving exactly at a step's start time
+is waiting for that step - a fixed, deterministic order with no same-time event races.
+
+Each step (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule``):
+
+1. Running requests first, in admission order, each taking ``min(remaining, budget left)`` tokens.
+   Their new blocks are allocated per chunk; if the pool is short, the latest-admitted running
+   request is preempted (blocks freed, progress reset, put back at the front of waiting) until
+   the chunk fits or the request itself was preempted.
+2. If nothing was preempted: waiting requests, preempted ones first (in their order), then the
+   rest in the policy's order. For each, the prefix hit ``h`` is looked up now (leading full
+   blocks, capped at ``L - 1`` tokens), the chunk is ``min(L - h, budget left)``, and admission
+   needs free-or-evictable blocks for the *whole* remaining prompt (vLLM's
+   ``scheduler_reserve_full_isl``; only the chunk's blocks are allocated). On a misfit admission
+   stops for the step (head-of-line), unless the policy ``skips_misfits``.
+3. Blocks become hittable as soon as they are scheduled (vLLM caches them inside
+   ``allocate_slots``), so a later request in the same step can hit them.
+4. The step lasts ``Profile.step_time`` of its batch. A request whose last prompt token was
+   computed finishes at the step's end (prefill-only node: one output token); TTFT = that time
+   minus arrival. Its blocks are freed deepest first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import simpy
+
+from fairsim.costmodel import Profile
+from fairsim.errors import CapacityError
+from fairsim.policies.base import Policy
+from fairsim.sim.block_pool import BlockPool
+from fairsim.sim.config import EngineConfig
+from fairsim.sim.keys import blocks_for, block_keys, capacity_from_fraction, reusable_blocks
+from fairsim.types import QueuedRequest, Request
+
+DEFAULT_KV_FRACTION = 0.3
+
+
+class _Live:
+    """Mutable engine-side state of one request (never shown to policies)."""
+
+    __slots__ = (
+        "req", "keys", "max_hit_blocks", "num_prompt_blocks", "computed", "blocks",
+        "num_cached_blocks", "cached_at_admission", "first_scheduled_s", "first_scheduled_step",
+        "finish_s", "finish_step", "preemptions", "preempted",
+    )
+
+    def __init__(self, req: Request, keys: tuple[Hashable, ...], block_size: int) -> None:
+        self.req = req
+        self.keys = keys
+        # vLLM caps the hit at L - 1 tokens so the last token is recomputed for its logits
+        # (KVCacheManager.get_computed_blocks -> find_longest_cache_hit(max_length=L - 1)).
+        self.max_hit_blocks = min(len(keys), (req.prompt_len - 1) // block_size)
+        self.num_prompt_blocks = blocks_for(req.prompt_len, block_size)
+        self.computed = 0
+        self.blocks: list[int] = []
+        self.num_cached_blocks = 0
+        self.cached_at_admission: int | None = None
+        self.first_scheduled_s: float | None = None
+        self.first_scheduled_step: int | None = None
+        self.finish_s: float | None = None
+        self.finish_step: int | None = None
+        self.preemptions = 0
+        self.preempted = False
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Output of one simulation.
+
+    Attributes:
+        requests: One row per request: ``request_id``, ``arrival_s``, ``prompt_tokens``,
+            ``cached_tokens`` (prefix hit at first admission), ``first_scheduled_s``,
+            ``first_token_s``, ``ttft_s``, ``finish_s``, ``queue_delay_s`` (first scheduled minus
+            arrival), ``first_scheduled_step``, ``finish_step``, ``preemptions``, plus one column
+            per label (``klass``, ``doc_id``, ...).
+        steps: One row per engine step: ``step``, ``start_s``, ``duration_s``, ``tokens``,
+            ``requests`` (batch size), ``waiting`` (queue length at step start), ``running`` (after
+            admission), ``kv_blocks_used`` (``ref_cnt > 0``), ``kv_blocks_cached``, ``evictions``
+            (blocks evicted during the step), ``preemptions``.
+        policy: Policy name.
+        kv_blocks: KV capacity in blocks.
+        block_size: Tokens per block.
+        wall_time_s: Wall-clock seconds the simulation took.
+    """
+
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    policy: str
+    kv_blocks: int
+    block_size: int
+    wall_time_s: float
+
+
+def resolve_capacity(requests: Sequence[Request], config: EngineConfig) -> tuple[int, int]:
+    """``(block_size, kv_blocks)`` for ``requests`` under ``config``.
+
+    Raises:
+        CapacityError: A request needs more blocks than the whole cache (it could never run).
+        ValueError: Mixed hash block sizes with ``block_size=None``, or an incompatible size.
+    """
+    if config.block_size is not None:
+        block_size = config.block_size
+    else:
+        sizes = {r.hash_block_size for r in requests}
+        if len(sizes) > 1:
+            raise ValueError(f"trace mixes hash block sizes {sorted(sizes)}; set block_size")
+        block_size = sizes.pop() if sizes else 16
+    if config.kv_blocks is not None:
+        kv_blocks = config.kv_blocks
+    else:
+        fraction = config.kv_fraction if config.kv_fraction is not None else DEFAULT_KV_FRACTION
+        reusable = reusable_blocks(block_keys(r, block_size) for r in requests)
+        kv_blocks = capacity_from_fraction(fraction, reusable)
+    worst = max(requests, key=lambda r: r.prompt_len, default=None)
+    if worst is not None and blocks_for(worst.prompt_len, block_size) > kv_blocks:
+        raise CapacityError(
+            f"request {worst.request_id!r} needs {blocks_for(worst.prompt_len, block_size)} blocks "
+            f"of {block_size} tokens but the KV cache holds {kv_blocks}; raise kv_blocks/kv_fraction "
+            f"or drop requests longer than {kv_blocks * block_size} tokens"
+        )
+    return block_size, kv_blocks
+
+
+class Engine:
+    """Chunked-prefill engine driven by one SimPy process (see the module docstring).
+
+    Args:
+        requests: The trace, any order (sorted here by arrival, then ``request_id``).
+        policy: Orders the waiting queue each step (``fairsim.policies``).
+        profile: Cost model for step times.
+        config: Engine settings.
+        progress: Optional callable taking the number of requests finished in a step
+            (e.g. ``tqdm.update``).
+
+    Raises:
+        CapacityError, ValueError: See ``resolve_capacity``; duplicate request ids.
+    """
+
+    def __init__(
+        self,
+        requests: Sequence[Request],
+        policy: Policy,
+        profile: Profile,
+        config: EngineConfig = EngineConfig(),
+        progress: Callable[[int], Any] | None = None,
+    ) -> None:
+        ids = [r.request_id for r in requests]
+        if len(set(ids)) != len(ids):
+            raise ValueError("request ids must be unique within a trace")
+        self.policy = policy
+        self.profile = profile
+        self.config = config
+        self.block_size, self.kv_blocks = resolve_capacity(requests, config)
+        self.pool = BlockPool(self.kv_blocks)
+        self.progress = progress
+        ordered = sorted(requests, key=lambda r: (r.arrival_time, r.request_id))
+        self._pending = deque(_Live(r, block_keys(r, self.block_size), self.block_size) for r in ordered)
+        self._all = list(self._pending)
+        self._waiting: dict[int, _Live] = {}  # id(live) -> live, arrival order
+        self._preempted: deque[_Live] = deque()  # front of waiting, vLLM prepend order
+        self._running: list[_Live] = []  # admission order
+        self._step_rows: list[tuple] = []
+        self._skips_misfits = bool(getattr(policy, "skips_misfits", False))
+        self._on_admitted = getattr(policy, "on_admitted", None)
+        self.env = simpy.Environment()
+
+    # -- the step loop ---------------------------------------------------------------------------
+    def run(self) -> SimResult:
+        """Simulate until every request has finished; return the result tables."""
+        wall0 = time.perf_counter()
+        self.env.process(self._loop())
+        self.env.run()
+        assert all(r.finish_s is not None for r in self._all), "a request never finished"
+        return SimResult(
+            requests=self._request_table(),
+            steps=self._step_table(),
+            policy=getattr(self.policy, "name", type(self.policy).__name__),
+            kv_blocks=self.kv_blocks,
+            block_size=self.block_size,
+            wall_time_s=time.perf_counter() - wall0,
+        )
+
+    def _loop(self):
+        env = self.env
+        pending = self._pending
+        step = 0
+        while pending or self._waiting or self._preempted or self._running:
+            now = env.now
+            while pending and pending[0].req.arrival_time <= now:
+                live = pending.popleft()
+                self._waiting[id(live)] = live
+            if not (self._waiting or self._preempted or self._running):
+                yield env.timeout(pending[0].req.arrival_time - now)
+                continue
+            num_waiting = len(self._waiting) + len(self._preempted)
+            evictions0 = self.pool.num_evictions
+            batch, preempted = self._schedule(now)
+            assert batch, "a step scheduled nothing although requests are waiting"
+            new_tokens = 0
+            pair_sum = 0.0
+            for live, n, ctx in batch:
+                new_tokens += n
+                pair_sum += n * (ctx + n / 2)
+            duration = self.profile.step_time_from_sums(new_tokens, pair_sum, len(batch))
+            self._step_rows.append((
+                step, now, duration, new_tokens, len(batch), num_waiting, len(self._running),
+                self.pool.num_used, self.pool.num_cached, self.pool.num_evictions - evictions0,
+                preempted,
+            ))
+            yield env.timeout(duration)
+            self._finish_step(batch, step, now, env.now)
+            step += 1
+
+    def _schedule(self, now: float) -> tuple[list[tuple[_Live, int, int]], int]:
+        """Pick this step's batch: ``[(request, new_tokens, context_tokens)]`` and #preemptions."""
+        pool = self.pool
+        bs = self.block_size
+        budget = self.config.budget_tokens
+        batch: list[tuple[_Live, int, int]] = []
+        running = self._running
+        preempted = 0
+        idx = 0
+        while idx < len(running) and budget > 0:
+            live = running[idx]
+            n = min(live.req.prompt_len - live.computed, budget)
+            need = blocks_for(live.computed + n, bs) - len(live.blocks)
+            victim = None
+            while need > pool.num_free:
+                # vLLM preempts the latest-admitted running request (Scheduler.schedule).
+                victim = running.pop()
+                self._preempt(victim)
+                preempted += 1
+                if victim is live:
+                    break
+            if victim is live:
+                break
+            if need > 0:
+                live.blocks.extend(pool.allocate(need))
+            self._cache_blocks(live, live.computed + n)
+            batch.append((live, n, live.computed))
+            budget -= n
+            idx += 1
+        if preempted:
+            return batch, preempted  # vLLM admits no waiting request in a step that preempted
+        self._admit_waiting(now, budget, batch)
+        return batch, 0
+
+    def _admit_waiting(self, now: float, budget: int, batch: list) -> None:
+        pool = self.pool
+        bs = self.block_size
+        max_seqs = self.config.max_num_seqs
+        running = self._running
+        if budget <= 0 or len(running) >= max_seqs:
+            return
+        if not (self._waiting or self._preempted):
+            return
+        order = list(self._preempted)
+        if self._waiting:
+            snapshots = [self._snapshot(live) for live in self._waiting.values()]
+            ordered = self.policy.order(snapshots, now)
+            assert len(ordered) == len(snapshots), "policy.order() must return a permutation"
+            limit = getattr(self.policy, "admission_limit", None)
+            if limit is not None:
+                ordered = ordered[:limit]
+            order.extend(q.handle for q in ordered)
+        admitted: list[_Live] = []
+        for live in order:
+            if budget <= 0 or len(running) >= max_seqs:
+                break
+            hit = pool.lookup_prefix(live.keys, live.max_hit_blocks)
+            h = len(hit) * bs
+            L = live.req.prompt_len
+            # Admission gate: the whole remaining prompt must fit (scheduler_reserve_full_isl).
+            need_full = live.num_prompt_blocks - len(hit) + pool.num_evictable(hit)
+            if need_full > pool.num_free:
+                if self._skips_misfits:
+                    continue
+                break
+            n = min(L - h, budget)
+            pool.touch(hit)
+            live.blocks = hit + pool.allocate(blocks_for(h + n, bs) - len(hit))
+            live.num_cached_blocks = len(hit)
+            live.computed = h
+            if live.cached_at_admission is None:
+                live.cached_at_admission = h
+            self._cache_blocks(live, h + n)
+            if live.preempted:
+                live.preempted = False
+                self._preempted.remove(live)
+            else:
+                del self._waiting[id(live)]
+            running.append(live)
+            batch.append((live, n, h))
+            admitted.append(live)
+            budget -= n
+        if self._on_admitted is not None and admitted:
+            self._on_admitted([self._snapshot(live) for live in admitted], now)
+
+    def _snapshot(self, live: _Live) -> QueuedRequest:
+        req = live.req
+        h = self.pool.count_prefix(live.keys, live.max_hit_blocks) * self.block_size
+        return QueuedRequest(
+            req.request_id, req.arrival_time, req.prompt_len, h,
+            max(1, req.prompt_len - h - live.computed), live.computed, live,
+        )
+
+    def _cache_blocks(self, live: _Live, num_tokens: int) -> None:
+        """Register newly full blocks with known content (vLLM ``cache_blocks`` at scheduling)."""
+        full = min(num_tokens // self.block_size, len(live.keys))
+        for j in range(live.num_cached_blocks, full):
+            self.pool.cache(live.blocks[j], live.keys[j])
+        if full > live.num_cached_blocks:
+            live.num_cached_blocks = full
+
+    def _preempt(self, live: _Live) -> None:
+        self.pool.free(reversed(live.blocks))
+        live.blocks = []
+        live.num_cached_blocks = 0
+        live.computed = 0
+        live.preemptions += 1
+        live.preempted = True
+        self._preempted.appendleft(live)
+
+    def _finish_step(self, batch: list, step: int, start: float, end: float) -> None:
+        finished = 0
+        for live, n, _ in batch:
+            if live.first_scheduled_s is None:
+                live.first_scheduled_s = start
+                live.first_scheduled_step = step
+            live.computed += n
+            if live.computed >= live.req.prompt_len:
+                live.finish_s = end
+                live.finish_step = step
+                # Deepest block first, so the tail is evicted before the shared prefix.
+                self.pool.free(reversed(live.blocks))
+                live.blocks = []
+                finished += 1
+        if finished:
+            self._running = [r for r in self._running if r.finish_s is None]
+            if self.progress is not None:
+                self.progress(finished)
+
+    # -- result tables ---------------------------------------------------------------------------
+    def _request_table(self) -> pd.DataFrame:
+        rows = []
+        # Labels starting with "_" are private to generators (e.g. raw hash ids), not metrics.
+        label_keys = sorted({k for live in self._all for k in live.req.labels if not k.startswith("_")})
+        for live in self._all:
+            r = live.req
+            row = {
+                "request_id": r.request_id,
+                "arrival_s": r.arrival_time,
+                "prompt_tokens": r.prompt_len,
+                "cached_tokens": live.cached_at_admission,
+                "first_scheduled_s": live.first_scheduled_s,
+                "first_token_s": live.finish_s,
+                "ttft_s": live.finish_s - r.arrival_time,
+                "finish_s": live.finish_s,
+                "queue_delay_s": live.first_scheduled_s - r.arrival_time,
+                "first_scheduled_step": live.first_scheduled_step,
+                "finish_step": live.finish_step,
+                "preemptions": live.preemptions,
+            }
+            for k in label_keys:
+                row[k] = r.labels.get(k)
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def _step_table(self) -> pd.DataFrame:
+        return pd.DataFrame(self._step_rows, columns=[
+            "step", "start_s", "duration_s", "tokens", "requests", "waiting", "running",
+            "kv_blocks_used", "kv_blocks_cached", "evictions", "preemptions",
+        ])
+
+
+def simulate(
+    requests: Sequence[Request],
+    policy: Policy,
+    profile: Profile,
+    config: EngineConfig = EngineConfig(),
+    progress: Callable[[int], Any] | None = None,
+) -> SimResult:
+    """Replay ``requests`` through the engine under ``policy``; see ``Engine``."""
+    return Engine(requests, policy, profile, config, progress).run()

@@ -1,0 +1,39 @@
+"""Traces: load (Mooncake JSONL), generate (RAG default input), and shape load.
+
+No engine imports here (DESIGN.md layering).
+"""
+
+from fairsim.traces.mooncake import load_mooncake
+from fairsim.traces.rag import DEFAULT_RAG_PATH, RagSpec, generate_rag, write_mooncake
+from fairsim.traces.shaping import OfferedLoad, offered_load, scale_time, window
+from fairsim.traces.trace import Trace
+
+
+def load_trace(path: str | None = None, *, skip_bad: bool = False) -> Trace:
+    """Load a trace file, or the embedded default RAG input when ``path`` is None.
+
+    Raises:
+        TraceFormatError: A bad record (file:line:field), unless ``skip_bad``.
+        ValueError: An unsupported file type.
+    """
+    if path is None:
+        trace = load_mooncake(DEFAULT_RAG_PATH, skip_bad=skip_bad)
+        return Trace("rag-default", trace.source, trace.requests, trace.skipped)
+    if str(path).endswith(".jsonl"):
+        return load_mooncake(path, skip_bad=skip_bad)
+    raise ValueError(f"{path}: unsupported trace format (expected Mooncake .jsonl)")
+
+
+__all__ = [
+    "DEFAULT_RAG_PATH",
+    "OfferedLoad",
+    "RagSpec",
+    "Trace",
+    "generate_rag",
+    "load_mooncake",
+    "load_trace",
+    "offered_load",
+    "scale_time",
+    "window",
+    "write_mooncake",
+]

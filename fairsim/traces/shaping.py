@@ -1,0 +1,118 @@
+"""Load shaping: scale arrival times, take a window, and state the offered load."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fairsim.costmodel import Profile
+from fairsim.types import Request
+
+
+def scale_time(requests: Sequence[Request], factor: float) -> list[Request]:
+    """Multiply every arrival time by ``factor`` (> 1 stretches: lower load; < 1 compresses).
+
+    Raises:
+        ValueError: ``factor <= 0``.
+    """
+    if not factor > 0:
+        raise ValueError(f"time scale {factor} must be > 0")
+    if factor == 1:
+        return list(requests)
+    return [dataclasses.replace(r, arrival_time=r.arrival_time * factor) for r in requests]
+
+
+def window(requests: Sequence[Request], start_s: float = 0.0, end_s: float | None = None,
+           max_requests: int | None = None) -> list[Request]:
+    """Requests arriving in ``[start_s, end_s)`` (seconds), rebased so ``start_s`` becomes 0.
+
+    Args:
+        requests: Requests sorted by arrival.
+        start_s: Window start, seconds (>= 0).
+        end_s: Window end, seconds (None: to the end).
+        max_requests: Keep at most this many (the first ones).
+
+    Raises:
+        ValueError: ``start_s < 0``, ``end_s <= start_s`` or ``max_requests < 1``.
+    """
+    if start_s < 0 or (end_s is not None and end_s <= start_s):
+        raise ValueError(f"window [{start_s}, {end_s}) is empty or negative")
+    if max_requests is not None and max_requests < 1:
+        raise ValueError(f"max_requests={max_requests} must be >= 1")
+    out = [
+        dataclasses.replace(r, arrival_time=r.arrival_time - start_s) if start_s else r
+        for r in requests
+        if r.arrival_time >= start_s and (end_s is None or r.arrival_time < end_s)
+    ]
+    return out[:max_requests] if max_requests is not None else out
+
+
+@dataclass(frozen=True, slots=True)
+class OfferedLoad:
+    """What a trace asks of an engine, next to what the engine can give.
+
+    Attributes:
+        requests: Requests in the trace.
+        span_s: Last arrival minus first arrival, seconds.
+        prompt_tokens_per_s: Offered prompt tokens per second over the span.
+        ideal_uncached_tokens_per_s: Same, minus the prefix hits an infinite cache would give
+            (first-seen prefixes computed once).
+        capacity_tokens_per_s: Cold prefill throughput at full chunks (``Profile``).
+        load: ``prompt_tokens_per_s / capacity`` (no reuse).
+        ideal_load: ``ideal_uncached_tokens_per_s / capacity`` (perfect reuse): the real
+            utilisation lies between the two.
+    """
+
+    requests: int
+    span_s: float
+    prompt_tokens_per_s: float
+    ideal_uncached_tokens_per_s: float
+    capacity_tokens_per_s: float
+    load: float
+    ideal_load: float
+
+    def describe(self) -> str:
+        """One line for the CLI."""
+        return (
+            f"offered load: {self.requests} requests over {self.span_s:.1f} s, "
+            f"{self.prompt_tokens_per_s:,.0f} prompt tokens/s "
+            f"({self.ideal_uncached_tokens_per_s:,.0f} after ideal reuse) vs capacity "
+            f"{self.capacity_tokens_per_s:,.0f} tokens/s -> load {self.load:.2f} "
+            f"(ideal reuse {self.ideal_load:.2f})"
+        )
+
+
+def offered_load(requests: Sequence[Request], profile: Profile) -> OfferedLoad:
+    """Compute the ``OfferedLoad`` of ``requests`` on ``profile``'s engine.
+
+    Raises:
+        ValueError: An empty trace.
+    """
+    if not requests:
+        raise ValueError("offered_load of an empty trace")
+    arrivals = [r.arrival_time for r in requests]
+    span = max(arrivals) - min(arrivals)
+    seen: set[int] = set()
+    total = uncached = 0
+    for r in sorted(requests, key=lambda r: r.arrival_time):
+        hit = 0
+        for x in r.block_hashes:
+            if x not in seen:
+                break
+            hit += 1
+        hit_tokens = min(hit * r.hash_block_size, r.prompt_len - 1)
+        seen.update(r.block_hashes)
+        total += r.prompt_len
+        uncached += r.prompt_len - hit_tokens
+    span_eff = span if span > 0 else float("nan")
+    cap = profile.capacity_tokens_per_s()
+    return OfferedLoad(
+        requests=len(requests),
+        span_s=span,
+        prompt_tokens_per_s=total / span_eff,
+        ideal_uncached_tokens_per_s=uncached / span_eff,
+        capacity_tokens_per_s=cap,
+        load=total / span_eff / cap,
+        ideal_load=uncached / span_eff / cap,
+    )

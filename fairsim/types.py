@@ -1,0 +1,84 @@
+"""Core request types shared by traces, policies, the simulator and the live hook.
+
+``Request`` is one trace record. ``QueuedRequest`` is the read-only snapshot a policy sees for one
+waiting request at the start of one scheduling step (DESIGN.md, "Core types").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request of a trace.
+
+    Attributes:
+        request_id: Unique id within the trace.
+        arrival_time: Arrival time in seconds from the start of the trace (>= 0).
+        prompt_len: Prompt length in tokens (>= 1).
+        block_hashes: Content identity of each *full* hash block of the prompt, in order. Two
+            requests share a prefix of ``j`` hash blocks iff their first ``j`` entries are equal
+            (Mooncake ``hash_ids`` are prefix hashes). A trailing partial block carries no hash and
+            is never cacheable.
+        hash_block_size: Tokens per entry of ``block_hashes`` (512 for Mooncake traces).
+        output_len: Output tokens (>= 1). The default prefill-only engine produces one token.
+        labels: Free-form labels used only by metrics (``klass`` such as "hit"/"miss"/"flood",
+            ``doc_id``, ...). Never read by policies or the engine.
+
+    Raises:
+        ValueError: On a non-positive length, a negative arrival time, or more full hash blocks
+            than the prompt holds.
+    """
+
+    request_id: str
+    arrival_time: float
+    prompt_len: int
+    block_hashes: tuple[int, ...] = ()
+    hash_block_size: int = 512
+    output_len: int = 1
+    labels: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.prompt_len < 1:
+            raise ValueError(f"request {self.request_id!r}: prompt_len={self.prompt_len}, need >= 1")
+        if self.output_len < 1:
+            raise ValueError(f"request {self.request_id!r}: output_len={self.output_len}, need >= 1")
+        if self.arrival_time < 0:
+            raise ValueError(
+                f"request {self.request_id!r}: arrival_time={self.arrival_time}, need >= 0 s"
+            )
+        if self.hash_block_size < 1:
+            raise ValueError(f"request {self.request_id!r}: hash_block_size must be >= 1")
+        if len(self.block_hashes) * self.hash_block_size > self.prompt_len:
+            raise ValueError(
+                f"request {self.request_id!r}: {len(self.block_hashes)} full hash blocks of "
+                f"{self.hash_block_size} tokens exceed prompt_len={self.prompt_len}"
+            )
+
+
+class QueuedRequest(NamedTuple):
+    """Snapshot of one waiting request, as a policy sees it at the start of a step.
+
+    Immutable (a policy cannot change engine state, STYLE.md 2.8). Built fresh every step.
+
+    Attributes:
+        request_id: Request id.
+        arrival_time: Arrival time (s), on the same clock as the ``now`` passed to ``order()``.
+        prompt_len: ``L``, prompt tokens.
+        cached_len: ``h``, prompt tokens that would hit the prefix cache now (leading full blocks,
+            capped at ``L - 1``; vLLM ``KVCacheManager.get_computed_blocks``).
+        uncached_len: ``c = max(1, L - h - num_computed_tokens)``, tokens still to compute.
+        num_computed_tokens: Tokens already computed (0 unless the request was preempted and kept
+            its progress; vLLM resets it on preemption, so 0 in practice).
+        handle: Back-reference for the engine that built the snapshot. Policies must not use it.
+    """
+
+    request_id: str
+    arrival_time: float
+    prompt_len: int
+    cached_len: int
+    uncached_len: int
+    num_computed_tokens: int = 0
+    handle: Any = None

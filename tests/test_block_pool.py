@@ -1,0 +1,47 @@
+"""BlockPool: exact eviction order, hits, reference counts."""
+
+import pytest
+
+from fairsim.sim.block_pool import BlockPool
+
+
+class TestEvictionOrder:
+    """LRU free queue, deepest block of a finished request evicted first."""
+
+    def test_free_deepest_first_then_allocate_evicts_tail(self):
+        pool = BlockPool(4)
+        blocks = pool.allocate(3)  # ids 0,1,2 from the front of the free queue
+        assert blocks == [0, 1, 2]
+        for b, key in zip(blocks, ["a", "ab", "abc"]):
+            pool.cache(b, key)
+        pool.free(reversed(blocks))  # request finished: tail (2) first
+        # Free queue: 3 (never used), then 2, 1, 0.
+        assert pool.free_queue() == [3, 2, 1, 0]
+        got = pool.allocate(2)  # takes 3, then evicts 2 ("abc")
+        assert got == [3, 2]
+        assert pool.num_evictions == 1
+        assert not pool.is_cached("abc") and pool.is_cached("ab")
+        assert pool.lookup_prefix(["a", "ab", "abc"], 3) == [0, 1]
+
+    def test_touch_removes_from_free_queue(self):
+        pool = BlockPool(3)
+        b = pool.allocate(1)[0]
+        pool.cache(b, "x")
+        pool.free([b])
+        assert pool.num_free == 3
+        pool.touch([b])
+        assert pool.num_free == 2 and pool.ref_cnt[b] == 1
+        assert pool.allocate(2) == [1, 2]  # b is protected while referenced
+        pool.free([b])
+        assert pool.free_queue() == [b]
+
+    def test_hit_capped(self):
+        pool = BlockPool(4)
+        for b, k in zip(pool.allocate(3), "pqr"):
+            pool.cache(b, k)
+        assert pool.count_prefix(list("pqr"), 2) == 2
+        assert pool.count_prefix(list("pxr"), 3) == 1
+
+    def test_overallocate_raises(self):
+        with pytest.raises(ValueError, match="only 2 free"):
+            BlockPool(2).allocate(3)

@@ -1,0 +1,51 @@
+"""Fairway: the worked example of POLICIES.md and lane-level properties."""
+
+from fairsim.policies import Fairway, make_policy
+from tests.utils import make_queued
+
+
+def idle(L: int) -> float:
+    return 0.0  # SLO = slo_floor = 1 s for every request
+
+
+class TestWorkedExample:
+    """POLICIES.md: H1..H5 (h=6000, c=300, just arrived) and M (oldest, h=0, c=6000)."""
+
+    def test_order_and_quarter_work(self):
+        now = 10.0
+        hs = [make_queued(f"H{i}", 6000, 300, arrival=now) for i in range(1, 6)]
+        m = make_queued("M", 0, 6000, arrival=now - 1e-9)  # oldest, waited ~0
+        order = Fairway(idle).order([m] + hs, now)
+        # Fast starts at 4*300 = 1200, Fair at 1*6000: Fast places H1..H4 (ledger 2400..6000),
+        # H5 on the 6000 tie, then Fair places M.
+        assert [r.request_id for r in order] == ["H1", "H2", "H3", "H4", "H5", "M"]
+        ahead = sum(r.uncached_len for r in order[:5])
+        assert ahead == 1500 == 6000 // 4
+
+    def test_no_fair_lane_puts_miss_last_forever(self):
+        now = 0.0
+        reqs = [make_queued("M", 0, 6000, arrival=0.0)] + [
+            make_queued(f"H{i}", 6000, 300, arrival=0.0) for i in range(20)]
+        order = Fairway(idle, fair_lane=False).order(reqs, now)
+        assert order[-1].request_id == "M"
+
+
+class TestFastLane:
+    """The Fast-lane score h/c + wait/SLO."""
+
+    def test_score_value(self):
+        f = Fairway(lambda L: 2.0)  # SLO = max(1, 3*2) = 6 s
+        r = make_queued("a", 600, 200, arrival=0.0)
+        assert f.fast_score(r, now=3.0) == 600 / 200 + 3.0 / 6.0
+
+    def test_slo_uses_full_prompt_length(self):
+        seen = []
+        f = Fairway(lambda L: seen.append(L) or 0.5)
+        r = make_queued("a", 900, 100, arrival=0.0, prompt_len=1000)
+        f.fast_score(r, 1.0)
+        assert seen == [1000]
+        assert f.slo(1000) == 1.5
+
+    def test_absolute_wait_mode(self):
+        f = make_policy("fairway-abswait", profile=type("P", (), {"idle_prefill_time": staticmethod(lambda L: 100.0)})())
+        assert f.slo(5000) == 1.0

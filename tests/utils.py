@@ -1,0 +1,23 @@
+"""Small factories for tests (vLLM ``tests/v1/core/utils.py`` style)."""
+
+from __future__ import annotations
+
+from fairsim.costmodel import Profile
+from fairsim.types import QueuedRequest, Request
+
+
+def make_queued(rid: str, h: int, c: int, arrival: float = 0.0, prompt_len: int | None = None) -> QueuedRequest:
+    """A waiting-request snapshot with cached ``h`` and uncached ``c`` tokens."""
+    return QueuedRequest(rid, arrival, prompt_len if prompt_len is not None else h + c, h, c, 0, None)
+
+
+def make_request(rid: str, arrival: float, prompt_len: int, hashes=(), block: int = 4,
+                 **labels) -> Request:
+    """A request with prefix hashes of ``block``-token blocks."""
+    return Request(rid, arrival, prompt_len, tuple(hashes), block, 1, dict(labels))
+
+
+def constant_profile(step_s: float = 1.0, per_token_s: float = 0.0) -> Profile:
+    """Step time = ``step_s + per_token_s * tokens``; T_idle from the same model."""
+    return Profile("const", "prior", step_s, per_token_s, 0.0, 0.0, (1, 1_000_000),
+                   (step_s, step_s * 1e6), budget_tokens=2048)
