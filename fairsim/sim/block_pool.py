@@ -21,7 +21,7 @@ The pool knows block ids, hash keys and counts only - never requests, policies o
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 
 
 class BlockPool:
@@ -48,6 +48,9 @@ class BlockPool:
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.num_evictions = 0
         self._num_cached = 0
+        self.on_key_change: Callable[[Hashable], None] | None = None
+        """Called with a key each time a block holding it is cached or evicted (the engine uses it
+        to know which waiting requests' prefix hits may have changed)."""
 
     # -- queries (no side effects) ---------------------------------------------------------------
     @property
@@ -142,6 +145,8 @@ class BlockPool:
         self.block_key[block_id] = None
         self.num_evictions += 1
         self._num_cached -= 1
+        if self.on_key_change is not None:
+            self.on_key_change(key)
 
     def cache(self, block_id: int, key: Hashable) -> None:
         """Register a full, scheduled block under ``key`` so later lookups hit it."""
@@ -149,6 +154,8 @@ class BlockPool:
         self.block_key[block_id] = key
         self._cached.setdefault(key, {})[block_id] = None
         self._num_cached += 1
+        if self.on_key_change is not None:
+            self.on_key_change(key)
 
     def free(self, block_ids: Iterable[int]) -> None:
         """Drop one reference per block; blocks reaching 0 join the back of the free queue.

@@ -51,7 +51,7 @@ class _Live:
     __slots__ = (
         "req", "keys", "max_hit_blocks", "num_prompt_blocks", "computed", "blocks",
         "num_cached_blocks", "cached_at_admission", "first_scheduled_s", "first_scheduled_step",
-        "finish_s", "finish_step", "preemptions", "preempted",
+        "finish_s", "finish_step", "preemptions", "preempted", "snap",
     )
 
     def __init__(self, req: Request, keys: tuple[Hashable, ...], block_size: int) -> None:
@@ -71,6 +71,8 @@ class _Live:
         self.finish_step: int | None = None
         self.preemptions = 0
         self.preempted = False
+        # Cached policy snapshot; None when a key this request could hit changed state.
+        self.snap: QueuedRequest | None = None
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,10 @@ class Engine:
         self._preempted: deque[_Live] = deque()  # front of waiting, vLLM prepend order
         self._running: list[_Live] = []  # admission order
         self._step_rows: list[tuple] = []
+        # Which waiting requests may hit each key: a cached or evicted key invalidates only their
+        # snapshots, so a step rebuilds few snapshots instead of one per waiting request.
+        self._watchers: dict[Hashable, dict[int, _Live]] = {}
+        self.pool.on_key_change = self._key_changed
         self._skips_misfits = bool(getattr(policy, "skips_misfits", False))
         self._on_admitted = getattr(policy, "on_admitted", None)
         self.env = simpy.Environment()
@@ -199,6 +205,7 @@ class Engine:
             while pending and pending[0].req.arrival_time <= now:
                 live = pending.popleft()
                 self._waiting[id(live)] = live
+                self._watch(live)
             if not (self._waiting or self._preempted or self._running):
                 yield env.timeout(pending[0].req.arrival_time - now)
                 continue
@@ -299,6 +306,7 @@ class Engine:
                 self._preempted.remove(live)
             else:
                 del self._waiting[id(live)]
+                self._unwatch(live)
             running.append(live)
             batch.append((live, n, h))
             admitted.append(live)
@@ -307,12 +315,37 @@ class Engine:
             self._on_admitted([self._snapshot(live) for live in admitted], now)
 
     def _snapshot(self, live: _Live) -> QueuedRequest:
-        req = live.req
-        h = self.pool.count_prefix(live.keys, live.max_hit_blocks) * self.block_size
-        return QueuedRequest(
-            req.request_id, req.arrival_time, req.prompt_len, h,
-            max(1, req.prompt_len - h - live.computed), live.computed, live,
-        )
+        snap = live.snap
+        if snap is None:
+            req = live.req
+            h = self.pool.count_prefix(live.keys, live.max_hit_blocks) * self.block_size
+            snap = live.snap = QueuedRequest(
+                req.request_id, req.arrival_time, req.prompt_len, h,
+                max(1, req.prompt_len - h - live.computed), live.computed, live,
+            )
+        return snap
+
+    def _watch(self, live: _Live) -> None:
+        watchers = self._watchers
+        for key in live.keys[: live.max_hit_blocks]:
+            bucket = watchers.get(key)
+            if bucket is None:
+                bucket = watchers[key] = {}
+            bucket[id(live)] = live
+
+    def _unwatch(self, live: _Live) -> None:
+        watchers = self._watchers
+        for key in live.keys[: live.max_hit_blocks]:
+            bucket = watchers[key]
+            del bucket[id(live)]
+            if not bucket:
+                del watchers[key]
+
+    def _key_changed(self, key: Hashable) -> None:
+        bucket = self._watchers.get(key)
+        if bucket:
+            for live in bucket.values():
+                live.snap = None
 
     def _cache_blocks(self, live: _Live, num_tokens: int) -> None:
         """Register newly full blocks with known content (vLLM ``cache_blocks`` at scheduling)."""
@@ -329,6 +362,7 @@ class Engine:
         live.computed = 0
         live.preemptions += 1
         live.preempted = True
+        live.snap = None
         self._preempted.appendleft(live)
 
     def _finish_step(self, batch: list, step: int, start: float, end: float) -> None:
