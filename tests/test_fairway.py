@@ -49,3 +49,44 @@ class TestFastLane:
     def test_absolute_wait_mode(self):
         f = make_policy("fairway-abswait", profile=type("P", (), {"idle_prefill_time": staticmethod(lambda L: 100.0)})())
         assert f.slo(5000) == 1.0
+
+
+# -- properties ------------------------------------------------------------------------------
+from hypothesis import example, given, strategies as st  # noqa: E402
+
+from fairsim.types import QueuedRequest  # noqa: E402
+
+
+@st.composite
+def queues(draw):
+    """A waiting queue of 1-30 requests with arbitrary hits, work and waits (seconds)."""
+    n = draw(st.integers(1, 30))
+    out = []
+    for i in range(n):
+        h = draw(st.integers(0, 20_000))
+        c = draw(st.integers(1, 20_000))
+        arrival = draw(st.floats(0.0, 100.0, allow_nan=False))
+        out.append(QueuedRequest(f"r{i}", arrival, h + c, h, c, 0, None))
+    return out
+
+
+weights = st.floats(0.01, 100.0, allow_nan=False, allow_infinity=False)
+
+
+class TestQuarterWorkBound:
+    """Work placed ahead of the oldest request <= fair/fast x its work + one overshoot."""
+
+    @given(queue=queues(), fast_w=weights, fair_w=weights, now=st.floats(100.0, 200.0))
+    @example(  # the POLICIES.md worked example: 1,500 tokens ahead of M, exactly a quarter
+        queue=[QueuedRequest("M", 0.0, 6000, 0, 6000, 0, None)]
+        + [QueuedRequest(f"H{i}", 100.0, 6300, 6000, 300, 0, None) for i in range(5)],
+        fast_w=4.0, fair_w=1.0, now=100.0)
+    def test_bound(self, queue, fast_w, fair_w, now):
+        policy = Fairway(lambda L: L / 5000.0, fast_weight=fast_w, fair_weight=fair_w)
+        order = policy.order(queue, now)
+        assert sorted(map(id, order)) == sorted(map(id, queue))  # a permutation
+        oldest = min(queue, key=lambda r: (r.arrival_time, r.request_id))
+        ahead = order[: next(i for i, r in enumerate(order) if r is oldest)]
+        if ahead:
+            bound = fair_w / fast_w * oldest.uncached_len + max(r.uncached_len for r in ahead)
+            assert sum(r.uncached_len for r in ahead) <= bound + 1e-6 * bound

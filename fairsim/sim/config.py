@@ -29,7 +29,8 @@ class EngineConfig:
     kv_fraction: float | None = None
     """KV cache capacity as a fraction (> 0) of the trace's reusable content: distinct blocks that
     occur in two or more requests. The paper sizes the cache at a quarter to a third of it.
-    Used when ``kv_blocks`` is None; if both are None, 0.3."""
+    Used when ``kv_blocks`` is None. If both are None: 0.3, raised if needed to the blocks of the
+    longest prompt (an explicit size that is too small is an error instead)."""
 
     def __post_init__(self) -> None:
         if self.budget_tokens < 1:

@@ -117,13 +117,19 @@ def resolve_capacity(requests: Sequence[Request], config: EngineConfig) -> tuple
         if len(sizes) > 1:
             raise ValueError(f"trace mixes hash block sizes {sorted(sizes)}; set block_size")
         block_size = sizes.pop() if sizes else 16
+    worst = max(requests, key=lambda r: r.prompt_len, default=None)
     if config.kv_blocks is not None:
         kv_blocks = config.kv_blocks
-    else:
-        fraction = config.kv_fraction if config.kv_fraction is not None else DEFAULT_KV_FRACTION
+    elif config.kv_fraction is not None:
         reusable = reusable_blocks(block_keys(r, block_size) for r in requests)
-        kv_blocks = capacity_from_fraction(fraction, reusable)
-    worst = max(requests, key=lambda r: r.prompt_len, default=None)
+        kv_blocks = capacity_from_fraction(config.kv_fraction, reusable)
+    else:
+        # Default sizing: 0.3 of the reusable content, but never below the longest prompt, so a
+        # trace with little reuse still runs. An explicit size is never raised silently.
+        reusable = reusable_blocks(block_keys(r, block_size) for r in requests)
+        kv_blocks = capacity_from_fraction(DEFAULT_KV_FRACTION, reusable)
+        if worst is not None:
+            kv_blocks = max(kv_blocks, blocks_for(worst.prompt_len, block_size))
     if worst is not None and blocks_for(worst.prompt_len, block_size) > kv_blocks:
         raise CapacityError(
             f"request {worst.request_id!r} needs {blocks_for(worst.prompt_len, block_size)} blocks "

@@ -74,6 +74,9 @@ class OfferedLoad:
 
     def describe(self) -> str:
         """One line for the CLI."""
+        if not self.span_s > 0:
+            return (f"offered load: {self.requests} requests arriving at one instant "
+                    f"(no rate to state); capacity {self.capacity_tokens_per_s:,.0f} tokens/s")
         return (
             f"offered load: {self.requests} requests over {self.span_s:.1f} s, "
             f"{self.prompt_tokens_per_s:,.0f} prompt tokens/s "

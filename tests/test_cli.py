@@ -1,0 +1,86 @@
+"""The fairsim command: JSON keys, Parquet output, errors naming file, line and field."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from fairsim.cli import main, parse_params
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+class TestCompare:
+    """compare on the embedded input."""
+
+    def test_json_keys_and_shape(self, capsys):
+        code, out, err = run_cli(capsys, "compare", "--policies", "fcfs,lpm,fairway",
+                                 "--max-requests", "200", "--format", "json")
+        assert code == 0
+        data = json.loads(out)
+        assert list(data) == ["fcfs", "lpm", "fairway"]
+        for row in data.values():
+            for key in ("requests", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "ttft_max_s",
+                        "hit_rate", "sim_time_s", "wall_time_s"):
+                assert key in row
+            assert row["requests"] == 200
+            assert row["ttft_p50_s"] <= row["ttft_p90_s"] <= row["ttft_p99_s"] <= row["ttft_max_s"]
+        assert "offered load" in err
+
+    def test_out_writes_parquet(self, capsys, tmp_path):
+        code, _, _ = run_cli(capsys, "run", "--policy", "lpm", "--max-requests", "50",
+                             "--out", str(tmp_path))
+        assert code == 0
+        req = pd.read_parquet(tmp_path / "requests-lpm.parquet")
+        steps = pd.read_parquet(tmp_path / "steps-lpm.parquet")
+        assert len(req) == 50 and steps["tokens"].max() <= 2048
+        assert {"arrival_s", "prompt_tokens", "cached_tokens", "first_scheduled_s", "ttft_s",
+                "finish_s"} <= set(req.columns)
+        assert {"start_s", "tokens", "requests", "waiting", "kv_blocks_used", "evictions"} <= set(steps.columns)
+
+    def test_time_scale_lowers_load(self, capsys):
+        def p99(scale):
+            _, out, _ = run_cli(capsys, "run", "--policy", "fcfs", "--time-scale", str(scale),
+                                "--max-requests", "300", "--format", "json")
+            return json.loads(out)["fcfs"]["ttft_p99_s"]
+
+        assert p99(0.5) > p99(4.0)
+
+
+class TestErrors:
+    """Bad input exits 2 with a message naming the problem."""
+
+    def test_bad_trace_line(self, capsys, tmp_path):
+        path = tmp_path / "bad.jsonl"
+        path.write_text('{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}\n'
+                        '{"timestamp": 5, "input_length": -4, "output_length": 1, "hash_ids": []}\n')
+        code, _, err = run_cli(capsys, "run", "--trace", str(path))
+        assert code == 2
+        assert f"{path}:2: field 'input_length': negative" in err
+
+    def test_skip_bad(self, capsys, tmp_path):
+        path = tmp_path / "bad.jsonl"
+        path.write_text('{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}\n'
+                        'not json\n')
+        code, out, err = run_cli(capsys, "run", "--trace", str(path), "--skip-bad", "--format", "json")
+        assert code == 0 and json.loads(out)["fairway"]["requests"] == 1
+        assert "skipped 1 bad records" in err
+
+    def test_unknown_policy(self, capsys):
+        code, _, err = run_cli(capsys, "run", "--policy", "nope")
+        assert code == 2 and "unknown policy 'nope'; known policies: fcfs" in err
+
+    def test_bad_param(self, capsys):
+        code, _, err = run_cli(capsys, "run", "--param", "fast_weight=-1")
+        assert code == 2 and "weights must be > 0" in err
+
+
+def test_parse_params():
+    assert parse_params(["fast_weight=8", "fair_lane=false", "wait_mode=absolute"]) == {
+        "fast_weight": 8, "fair_lane": False, "wait_mode": "absolute"}
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        parse_params(["oops"])
