@@ -1,0 +1,53 @@
+"""Mapping trace hash blocks onto engine blocks; cache sizing from a trace."""
+
+import pytest
+
+from fairsim.errors import CapacityError
+from fairsim.policies import make_policy
+from fairsim.sim import EngineConfig, resolve_capacity, simulate
+from fairsim.sim.keys import block_keys, reusable_blocks
+from tests.utils import constant_profile, make_request
+
+
+class TestBlockKeys:
+    """Engine block size equal to, smaller than, or larger than the hash block."""
+
+    R = make_request("r", 0.0, 1300, [5, 6], block=512)  # 2 full hash blocks + 276 tokens
+
+    def test_same_size(self):
+        assert block_keys(self.R, 512) == (5, 6)
+
+    def test_smaller_blocks(self):
+        assert block_keys(self.R, 256) == ((5, 0), (5, 1), (6, 0), (6, 1))
+
+    def test_larger_blocks(self):
+        # One 1024-token engine block ends with hash block 6, whose prefix hash names it.
+        assert block_keys(self.R, 1024) == (6,)
+
+    def test_incompatible(self):
+        with pytest.raises(ValueError, match="must divide or be a multiple"):
+            block_keys(self.R, 300)
+
+
+class TestCapacity:
+    """Reusable content and the default sizing."""
+
+    def test_reusable_blocks(self):
+        assert reusable_blocks([(1, 2, 3), (1, 2, 4), (1, 5)]) == 2  # keys 1 and 2
+
+    def test_fraction_and_default_floor(self):
+        reqs = [make_request("a", 0, 40, range(10)), make_request("b", 1, 40, range(10))]
+        assert resolve_capacity(reqs, EngineConfig(block_size=4, kv_fraction=1.0)) == (4, 10)
+        with pytest.raises(CapacityError, match="needs 10 blocks of 4 tokens but the KV cache holds 5"):
+            resolve_capacity(reqs, EngineConfig(block_size=4, kv_fraction=0.5))  # explicit: no floor
+        # Default 0.3 x 10 = 3 blocks is raised to the 10 blocks of the longest prompt.
+        assert resolve_capacity(reqs, EngineConfig(block_size=4)) == (4, 10)
+
+    def test_finer_blocks_same_hits(self):
+        """Block size 128 on 512-token hashes gives the same hits when prompts are block-aligned."""
+        reqs = [make_request("a", 0.0, 2048 + 100, [1, 2, 3, 4], block=512),
+                make_request("b", 5.0, 1024 + 7, [1, 2], block=512)]
+        prof = constant_profile(1.0)
+        for bs in (128, 512):
+            t = simulate(reqs, make_policy("fcfs"), prof, EngineConfig(block_size=bs, kv_blocks=4096 // bs * 2))
+            assert t.requests.set_index("request_id").loc["b", "cached_tokens"] == 1024
