@@ -91,12 +91,19 @@ class Fairway:
         """Fast-lane score ``h / max(c, 1) + wait / SLO`` (higher is served first)."""
         return r.cached_len / max(r.uncached_len, 1) + (now - r.arrival_time) / self.slo(r.prompt_len)
 
+    def _fast_keys(self, waiting: Sequence[QueuedRequest], now: float) -> list[tuple[float, float, str]]:
+        # Inlined fast_score: this runs for every waiting request every step.
+        slo = self.slo
+        return [
+            (-(r.cached_len / max(r.uncached_len, 1) + (now - r.arrival_time) / slo(r.prompt_len)),
+             r.arrival_time, r.request_id)
+            for r in waiting
+        ]
+
     def fast_lane(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
         """The Fast lane alone: descending score, ties by arrival then ``request_id``."""
-        return sorted(
-            waiting,
-            key=lambda r: (-self.fast_score(r, now), r.arrival_time, r.request_id),
-        )
+        keys = self._fast_keys(waiting, now)
+        return [waiting[x] for x in sorted(range(len(waiting)), key=keys.__getitem__)]
 
     def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
         """Merge the Fast and Fair lanes by work charges (a permutation of ``waiting``)."""
@@ -104,28 +111,26 @@ class Fairway:
             return self.fast_lane(waiting, now)
         n = len(waiting)
         # Lanes hold indices into `waiting`, so equal snapshots stay distinct.
-        fast = sorted(
-            range(n),
-            key=lambda x: (-self.fast_score(waiting[x], now), waiting[x].arrival_time,
-                           waiting[x].request_id),
-        )
-        fair = sorted(range(n), key=lambda x: arrival_key(waiting[x]))
+        fast = sorted(range(n), key=self._fast_keys(waiting, now).__getitem__)
+        fair = sorted(range(n), key=[arrival_key(r) for r in waiting].__getitem__)
+        work = [r.uncached_len for r in waiting]
+        fast_w, fair_w = self.fast_weight, self.fair_weight
         placed = [False] * n
         out: list[QueuedRequest] = []
         i = j = 0
-        fast_ledger = self.fast_weight * waiting[fast[0]].uncached_len
-        fair_ledger = self.fair_weight * waiting[fair[0]].uncached_len
-        while len(out) < n:
-            while placed[fast[i]]:
-                i += 1
-            while placed[fair[j]]:
-                j += 1
+        fast_ledger = fast_w * work[fast[0]]
+        fair_ledger = fair_w * work[fair[0]]
+        for _ in range(n):
             if fast_ledger <= fair_ledger:  # tie -> Fast
+                while placed[fast[i]]:
+                    i += 1
                 x = fast[i]
-                fast_ledger += self.fast_weight * waiting[x].uncached_len
+                fast_ledger += fast_w * work[x]
             else:
+                while placed[fair[j]]:
+                    j += 1
                 x = fair[j]
-                fair_ledger += self.fair_weight * waiting[x].uncached_len
+                fair_ledger += fair_w * work[x]
             placed[x] = True
             out.append(waiting[x])
         return out
