@@ -1,4 +1,4 @@
-"""The ``fairsim`` command line: ``run``, ``compare`` and ``bench``.
+"""The ``fairsim`` command line: ``run``, ``compare``, ``bench``; live ``replay``, ``calibrate``, ...
 
 Every command reads a trace (default: the embedded RAG input), shapes its load, simulates it under
 one or more policies, and prints a table or JSON. Errors in the input exit with status 2 and a
@@ -85,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="speed and peak memory per policy (one process each)")
     bench.add_argument("--policies", default="fcfs,lpm,fairway")
     add_common(bench)
+    # Live vLLM commands (replay, equivalence, fidelity, hook-overhead) and calibrate; their
+    # modules import vLLM only when a command runs.
+    from calibration.cli import add_calibrate_command
+    from fairsim.live.cli import add_live_commands
+
+    add_live_commands(sub, add_common)
+    add_calibrate_command(sub)
     return parser
 
 
@@ -199,6 +206,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from fairsim.bench import cmd_bench
 
             return cmd_bench(args, resolve_policies(args.policies))
+        from fairsim.live.cli import LIVE_COMMANDS, run_live_command
+
+        if args.command in LIVE_COMMANDS:
+            return run_live_command(args)
+        if args.command == "calibrate":
+            from calibration.cli import cmd_calibrate
+
+            return cmd_calibrate(args)
     except (ValueError, FileNotFoundError) as exc:
         print(f"fairsim: error: {exc}", file=sys.stderr)
         return 2

@@ -45,3 +45,17 @@ class TestEvictionOrder:
     def test_overallocate_raises(self):
         with pytest.raises(ValueError, match="only 2 free"):
             BlockPool(2).allocate(3)
+
+
+class TestKeylessBlocksReusedFirst:
+    """Freed blocks without a hash go to the front of the free queue (vLLM ``free_blocks``)."""
+
+    def test_keyless_to_front_hashed_to_back(self):
+        pool = BlockPool(5)
+        blocks = pool.allocate(3)  # 0, 1, 2; a request whose last block (2) is partial
+        pool.cache(0, "a")
+        pool.cache(1, "ab")
+        pool.free(reversed(blocks))  # deepest first: 2 (keyless), 1, 0
+        # vLLM prepends keyless 2 (LIFO reuse), appends hashed 1 then 0 behind 3, 4.
+        assert pool.free_queue() == [2, 3, 4, 1, 0]
+        assert pool.allocate(1) == [2] and pool.num_evictions == 0

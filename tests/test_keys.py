@@ -5,7 +5,7 @@ import pytest
 from fairsim.errors import CapacityError
 from fairsim.policies import make_policy
 from fairsim.sim import EngineConfig, resolve_capacity, simulate
-from fairsim.sim.keys import block_keys, reusable_blocks
+from fairsim.sim.keys import block_keys, engine_block_keys, reusable_blocks
 from tests.utils import constant_profile, make_request
 
 
@@ -51,3 +51,19 @@ class TestCapacity:
         for bs in (128, 512):
             t = simulate(reqs, make_policy("fcfs"), prof, EngineConfig(block_size=bs, kv_blocks=4096 // bs * 2))
             assert t.requests.set_index("request_id").loc["b", "cached_tokens"] == 1024
+
+
+class TestEngineBlockKeys:
+    """Blocks past the trace's hashes get request-unique keys; the partial tail none."""
+
+    def test_unique_keys_for_full_tail_blocks(self):
+        # 4-token hash blocks, 2-token engine blocks; 11 tokens = 1 hash block (2 engine blocks)
+        # + 7 unidentified tokens = 3 more full engine blocks and a 1-token partial block.
+        r = make_request("r", 0.0, 11, hashes=[42], block=4)
+        assert block_keys(r, 2) == ((42, 0), (42, 1))
+        assert engine_block_keys(r, 2) == (
+            (42, 0), (42, 1), ("unique", "r", 2), ("unique", "r", 3), ("unique", "r", 4))
+
+    def test_no_extra_keys_when_hashes_cover_all_full_blocks(self):
+        r = make_request("r", 0.0, 9, hashes=[1, 2], block=4)
+        assert engine_block_keys(r, 4) == (1, 2)

