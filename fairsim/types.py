@@ -73,6 +73,10 @@ class QueuedRequest(NamedTuple):
         num_computed_tokens: Tokens already computed (0 unless the request was preempted and kept
             its progress; vLLM resets it on preemption, so 0 in practice).
         handle: Back-reference for the engine that built the snapshot. Policies must not use it.
+        block_keys: Content identity of each full KV block of the prompt, in order (equal
+            leading keys = shared prefix). Read-only; ``()`` when the engine does not provide
+            them. Used by LPM's optional SGLang in-batch de-duplication.
+        block_size: Tokens per entry of ``block_keys`` (0 when not provided).
     """
 
     request_id: str
@@ -82,3 +86,5 @@ class QueuedRequest(NamedTuple):
     uncached_len: int
     num_computed_tokens: int = 0
     handle: Any = None
+    block_keys: tuple[Any, ...] = ()
+    block_size: int = 0

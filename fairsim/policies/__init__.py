@@ -3,15 +3,23 @@
 from fairsim.policies.base import Policy, arrival_key
 from fairsim.policies.fairway import Fairway
 from fairsim.policies.fcfs import FCFS
+from fairsim.policies.klpm import KLPM
 from fairsim.policies.lpm import LPM
+from fairsim.policies.peek import PEEK
+from fairsim.policies.preble import Preble
+from fairsim.policies.ragcache import RAGCache
 from fairsim.policies.registry import POLICIES, make_policy, policy_names
 
 __all__ = [
     "FCFS",
+    "KLPM",
     "LPM",
+    "PEEK",
     "POLICIES",
     "Fairway",
     "Policy",
+    "Preble",
+    "RAGCache",
     "arrival_key",
     "make_policy",
     "policy_names",

@@ -13,7 +13,11 @@ from typing import Any
 from fairsim.policies.base import Policy
 from fairsim.policies.fairway import Fairway
 from fairsim.policies.fcfs import FCFS
+from fairsim.policies.klpm import KLPM
 from fairsim.policies.lpm import LPM
+from fairsim.policies.peek import PEEK
+from fairsim.policies.preble import Preble
+from fairsim.policies.ragcache import RAGCache
 
 
 def _needs_profile(name: str, profile: Any) -> Any:
@@ -40,9 +44,40 @@ def _no_params(cls: type) -> Callable[..., Policy]:
     return build
 
 
+def _named(name: str, build: Callable[..., Policy]) -> Callable[..., Policy]:
+    """Wrap ``build(profile, **params)`` so the instance carries its registered ``name``."""
+    def factory(profile: Any, **params: Any) -> Policy:
+        policy = build(profile, **params)
+        policy.name = name
+        return policy
+
+    return factory
+
+
+def _klpm(name: str, **defaults: Any) -> Callable[..., Policy]:
+    return _named(name, lambda profile, **params: KLPM(**{**defaults, **params}))
+
+
+def _ragcache(profile: Any, **params: Any) -> Policy:
+    if params.get("pgdsf"):
+        return RAGCache(_needs_profile("ragcache", profile).prefill_time, **params)
+    return RAGCache(**params)
+
+
+def _peek(profile: Any, **params: Any) -> Policy:
+    profile = _needs_profile("peek", profile)
+    return PEEK(profile.idle_prefill_time, profile.prefill_time, **params)
+
+
 POLICIES: dict[str, Callable[..., Policy]] = {
     "fcfs": _no_params(FCFS),
-    "lpm": _no_params(LPM),
+    "lpm": _named("lpm", lambda profile, **params: LPM(**params)),
+    "klpm": _klpm("klpm"),
+    "klpm4": _klpm("klpm4", k=4),
+    "klpm8": _klpm("klpm8", k=8),
+    "ragcache": _named("ragcache", _ragcache),
+    "preble": _no_params(Preble),
+    "peek": _named("peek", _peek),
     "fairway": _fairway("fairway"),
     "fairway-abswait": _fairway("fairway-abswait", wait_mode="absolute"),
     "fairway-nofair": _fairway("fairway-nofair", fair_lane=False),

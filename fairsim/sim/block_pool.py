@@ -22,7 +22,7 @@ The pool knows block ids, hash keys and counts only - never requests, policies o
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 
 
 class BlockPool:
@@ -188,3 +188,7 @@ class BlockPool:
     def free_queue(self) -> list[int]:
         """Free block ids in eviction order (front first). For tests and debugging."""
         return list(self._free)
+
+    def iter_free(self) -> Iterator[int]:
+        """Iterate free block ids in LRU order (front = next to evict), without copying."""
+        return iter(self._free)

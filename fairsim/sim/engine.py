@@ -38,6 +38,7 @@ from fairsim.costmodel import Profile
 from fairsim.errors import CapacityError
 from fairsim.policies.base import Policy
 from fairsim.sim.block_pool import BlockPool
+from fairsim.sim.hooked_pool import HookedBlockPool
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.keys import (
     blocks_for, block_keys, capacity_from_fraction, engine_block_keys, reusable_blocks,
@@ -171,12 +172,18 @@ class Engine:
         self.profile = profile
         self.config = config
         self.block_size, self.kv_blocks = resolve_capacity(requests, config)
-        self.pool = BlockPool(self.kv_blocks)
+        # A policy that changes eviction (PEEK, RAGCache+PGDSF) hands the pool a strategy object;
+        # without one the pool is the exact vLLM LRU BlockPool (DESIGN.md rule 2).
+        hook = getattr(policy, "eviction_hook", None)
+        self.pool = BlockPool(self.kv_blocks) if hook is None else HookedBlockPool(self.kv_blocks, hook)
+        self._protect = getattr(hook, "protect", None)
         self.progress = progress
         ordered = sorted(requests, key=lambda r: (r.arrival_time, r.request_id))
         # engine_block_keys: every full block is hashed, as in vLLM (not only the trace's).
         self._pending = deque(_Live(r, engine_block_keys(r, self.block_size), self.block_size) for r in ordered)
         self._all = list(self._pending)
+        if hook is not None and hasattr(hook, "attach"):
+            hook.attach(self.block_size, [live.keys for live in self._all])
         self._waiting: dict[int, _Live] = {}  # id(live) -> live, arrival order
         self._preempted: deque[_Live] = deque()  # front of waiting, vLLM prepend order
         self._running: list[_Live] = []  # admission order
@@ -289,6 +296,9 @@ class Engine:
             if limit is not None:
                 ordered = ordered[:limit]
             order.extend(q.handle for q in ordered)
+        if self._protect is not None:  # PEEK: protect what the next max_num_seqs would hit
+            self._protect([live.keys[:pool.count_prefix(live.keys, live.max_hit_blocks)]
+                           for live in order[:max_seqs]])
         admitted: list[_Live] = []
         for live in order:
             if budget <= 0 or len(running) >= max_seqs:
@@ -330,7 +340,8 @@ class Engine:
             h = self.pool.count_prefix(live.keys, live.max_hit_blocks) * self.block_size
             snap = live.snap = QueuedRequest(
                 req.request_id, req.arrival_time, req.prompt_len, h,
-                max(1, req.prompt_len - h - live.computed), live.computed, live,
+                max(1, req.prompt_len - h - live.computed), live.computed, live, live.keys,
+                self.block_size,
             )
         return snap
 

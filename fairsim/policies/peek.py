@@ -1,0 +1,72 @@
+"""PEEK: rank by prefill time saved by the cache; protect the blocks the next requests would hit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from fairsim.policies.eviction import ProtectWaitingHits
+from fairsim.types import QueuedRequest
+
+_MEMO_LIMIT = 1_000_000  # (c, h) pairs kept before the memo is cleared (bounds memory)
+
+
+class PEEK:
+    """Cache-aware ranking by prefill time saved, with soft block protection.
+
+    Ordering contract (POLICIES.md "PEEK"): descending ``saved = T_idle(L) - T(c | h)`` seconds,
+    where ``T_idle(L)`` is the idle prefill time of the full prompt cold and ``T(c | h)`` the time
+    to compute the ``c`` remaining tokens on top of ``h`` cached ones, both from the cost-model
+    profile. Ties by earlier ``arrival_time``, then ``request_id``. No ordering state across
+    steps (only a memo of ``T`` values).
+
+    Soft protection (simulator option, on by default): the policy's ``eviction_hook`` is a
+    ``ProtectWaitingHits``; when an allocation must evict, LRU free blocks that no request among
+    the first ``max_num_seqs`` waiting requests (in this order) would hit go first, protected ones
+    (LRU) only if still short. It never deadlocks. The live vLLM hook cannot protect blocks (it
+    only reorders) and must say so.
+
+    Source: no public source defines PEEK precisely; this is fairsim's specification
+    (POLICIES.md), stated here so results can be read against it.
+
+    Args:
+        idle_prefill_time: ``T_idle(L)`` in seconds (``Profile.idle_prefill_time``).
+        prefill_time: ``T(c | h)`` in seconds (``Profile.prefill_time(new_tokens, cached_tokens)``).
+        protect: Soft block protection on (default) or off (plain LRU).
+
+    Raises:
+        ValueError: ``protect`` is not a bool.
+    """
+
+    name = "peek"
+
+    def __init__(
+        self,
+        idle_prefill_time: Callable[[int], float],
+        prefill_time: Callable[[int, int], float],
+        *,
+        protect: bool = True,
+    ) -> None:
+        if not isinstance(protect, bool):
+            raise ValueError(f"PEEK protect={protect!r}: need true or false")
+        self.idle_prefill_time = idle_prefill_time
+        self.prefill_time = prefill_time
+        self.eviction_hook = ProtectWaitingHits() if protect else None
+        self._idle: dict[int, float] = {}
+        self._cost: dict[tuple[int, int], float] = {}
+
+    def saved(self, r: QueuedRequest) -> float:
+        """Prefill time the cache saves this request: ``T_idle(L) - T(c | h)``, seconds."""
+        idle = self._idle.get(r.prompt_len)
+        if idle is None:
+            idle = self._idle[r.prompt_len] = self.idle_prefill_time(r.prompt_len)
+        key = (r.uncached_len, r.cached_len)
+        cost = self._cost.get(key)
+        if cost is None:
+            if len(self._cost) >= _MEMO_LIMIT:
+                self._cost.clear()
+            cost = self._cost[key] = self.prefill_time(r.uncached_len, r.cached_len)
+        return idle - cost
+
+    def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
+        """Return ``waiting`` by descending time saved (a permutation of the input)."""
+        return sorted(waiting, key=lambda r: (-self.saved(r), r.arrival_time, r.request_id))

@@ -1,0 +1,94 @@
+"""A block pool whose eviction choice is delegated to a policy's eviction hook.
+
+``BlockPool`` stays the exact vLLM LRU pool and its ``allocate`` hot path is untouched; the engine
+builds a ``HookedBlockPool`` only when the policy exposes an ``eviction_hook`` (PEEK's soft
+protection, RAGCache's optional PGDSF). The hook protocol is documented in
+``fairsim.policies.eviction``. This is a simulator-only departure from vLLM (DESIGN.md rule 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from typing import Any
+
+from fairsim.sim.block_pool import BlockPool
+
+
+def _noop(*args: Any) -> None:
+    return None
+
+
+class HookedBlockPool(BlockPool):
+    """``BlockPool`` whose ``allocate(n)`` takes the free blocks chosen by ``hook.select``.
+
+    Everything else (lookups, reference counts, the free queue itself) is ``BlockPool``'s; the
+    hook only decides *which* free blocks an allocation takes, and is told about caching, hits,
+    frees and evictions through its optional ``on_*`` methods.
+
+    Args:
+        num_blocks: Usable blocks (>= 1).
+        hook: An eviction hook (see ``fairsim.policies.eviction``) with at least ``select``.
+
+    Raises:
+        ValueError: ``num_blocks < 1``, or a hook without a ``select(pool, n)`` method.
+    """
+
+    def __init__(self, num_blocks: int, hook: Any) -> None:
+        super().__init__(num_blocks)
+        if not callable(getattr(hook, "select", None)):
+            raise ValueError(f"eviction hook {hook!r} needs a select(pool, n) method")
+        self.hook = hook
+        self._on_cache = getattr(hook, "on_cache", _noop)
+        self._on_touch = getattr(hook, "on_touch", _noop)
+        self._on_free = getattr(hook, "on_free", _noop)
+        self._on_evict = getattr(hook, "on_evict", _noop)
+        bind = getattr(hook, "bind", None)
+        if bind is not None:
+            bind(self)
+
+    def allocate(self, n: int) -> list[int]:
+        """Take the ``n`` free blocks the hook selects, evicting cached ones.
+
+        Raises:
+            ValueError: Fewer than ``n`` free blocks (the caller must check ``num_free`` first).
+        """
+        free = self._free
+        if n > len(free):
+            raise ValueError(f"cannot allocate {n} blocks: only {len(free)} free")
+        if n <= 0:
+            return []
+        out = self.hook.select(self, n)
+        assert len(out) == n and len(set(out)) == n, f"hook selected {out} for {n} blocks"
+        ref = self.ref_cnt
+        for b in out:
+            del free[b]  # KeyError here = the hook picked a block that is not free (a hook bug)
+            key = self.block_key[b]
+            if key is not None:
+                self._evict(b, key)
+            ref[b] = 1
+        return out
+
+    def _evict(self, block_id: int, key: Hashable) -> None:
+        super()._evict(block_id, key)
+        self._on_evict(block_id, key)
+
+    def touch(self, block_ids: Iterable[int]) -> None:
+        """``BlockPool.touch``, then tell the hook about each hit block."""
+        block_ids = list(block_ids)
+        super().touch(block_ids)
+        for b in block_ids:
+            self._on_touch(b)
+
+    def cache(self, block_id: int, key: Hashable) -> None:
+        """``BlockPool.cache``, then tell the hook."""
+        super().cache(block_id, key)
+        self._on_cache(block_id, key)
+
+    def free(self, block_ids: Iterable[int]) -> None:
+        """``BlockPool.free``, then tell the hook which blocks joined the free queue (in order)."""
+        block_ids = list(block_ids)
+        super().free(block_ids)
+        ref = self.ref_cnt
+        for b in block_ids:
+            if ref[b] == 0:
+                self._on_free(b)

@@ -1,0 +1,89 @@
+"""Hypothesis strategies shared by the property tests (attrs ``tests/strategies.py`` style).
+
+Related values are drawn next to each other so failures shrink to small, readable cases.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from fairsim.costmodel import Profile
+from fairsim.sim import EngineConfig
+from fairsim.types import QueuedRequest, Request
+
+BLOCK = 4  # tokens per block in generated traces: small, so tiny prompts span several blocks
+
+
+@st.composite
+def waiting_queues(draw, min_size: int = 1, max_size: int = 12, zero_wait: bool = False):
+    """``(waiting, now)``: snapshots with unique ids, ``c >= 1``, arrivals at or before ``now``."""
+    n = draw(st.integers(min_size, max_size))
+    now = draw(st.floats(0.0, 100.0, allow_nan=False))
+    out = []
+    for i in range(n):
+        h = draw(st.integers(0, 20_000))
+        c = draw(st.integers(1, 20_000))
+        wait = 0.0 if zero_wait else draw(st.sampled_from([0.0, 0.5, 1.0]) | st.floats(0.0, 50.0))
+        out.append(QueuedRequest(f"r{i}", max(0.0, now - wait), h + c, h, c, 0, None))
+    order = draw(st.permutations(range(n)))  # the engine passes any order
+    return [out[i] for i in order], now
+
+
+weights = st.floats(0.01, 100.0, allow_nan=False, allow_infinity=False)
+"""Fairway lane weights (> 0, scale-free)."""
+
+
+@st.composite
+def profiles(draw):
+    """A small cost model: per-step, per-token, per-pair and per-request costs (seconds)."""
+    a = draw(st.sampled_from([0.0, 0.01, 1.0]))
+    b = draw(st.sampled_from([0.0, 1e-3, 0.1]))
+    k = draw(st.sampled_from([0.0, 1e-5]))
+    d = draw(st.sampled_from([0.0, 0.005]))
+    return Profile("prop", "prior", a, b, k, d, (1, 1000), (0.05, 5.0), budget_tokens=2048)
+
+
+@st.composite
+def traces(draw, max_requests: int = 8):
+    """Small traces with shared document prefixes (``BLOCK``-token blocks, prefix hash ids).
+
+    Each request takes the first ``j`` blocks of one of up to three documents, adds up to three
+    blocks of its own and up to ``BLOCK - 1`` trailing tokens (never cacheable).
+    """
+    num_docs = draw(st.integers(1, 3))
+    doc_len = [draw(st.integers(1, 6)) for _ in range(num_docs)]
+    n = draw(st.integers(1, max_requests))
+    t = 0.0
+    reqs = []
+    for i in range(n):
+        t += draw(st.sampled_from([0.0, 0.25, 1.0, 3.0]))
+        d = draw(st.integers(0, num_docs - 1))
+        shared = draw(st.integers(0, doc_len[d]))
+        own = draw(st.integers(0, 3))
+        tail = draw(st.integers(0, BLOCK - 1))
+        hashes = tuple(1000 * (d + 1) + j for j in range(shared))
+        hashes += tuple(1_000_000 + 100 * i + j for j in range(own))
+        prompt = len(hashes) * BLOCK + tail
+        if prompt == 0:
+            prompt = tail = 1
+        reqs.append(Request(f"q{i}", t, prompt, hashes, BLOCK, 1, {}))
+    return reqs
+
+
+@st.composite
+def engine_configs(draw, requests):
+    """An engine config that can run ``requests``: KV capacity >= the longest prompt."""
+    longest = max(-(-r.prompt_len // BLOCK) for r in requests)
+    return EngineConfig(
+        budget_tokens=draw(st.sampled_from([3, 4, 8, 16, 64])),
+        max_num_seqs=draw(st.integers(1, 6)),
+        block_size=BLOCK,
+        kv_blocks=longest + draw(st.integers(0, 12)),
+    )
+
+
+@st.composite
+def simulations(draw, max_requests: int = 8):
+    """``(requests, profile, config)`` for one small simulation."""
+    requests = draw(traces(max_requests))
+    return requests, draw(profiles()), draw(engine_configs(requests))

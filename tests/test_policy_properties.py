@@ -1,0 +1,123 @@
+"""Property tests of the orderings (hypothesis); each test states why the property must hold."""
+
+from __future__ import annotations
+
+from hypothesis import assume, example, given
+from hypothesis import strategies as st
+
+from fairsim.policies import KLPM, Fairway, RAGCache, make_policy, policy_names
+from fairsim.types import QueuedRequest
+from tests.strategies import profiles, waiting_queues, weights
+from tests.utils import make_queued
+
+
+def ids(order):
+    return [r.request_id for r in order]
+
+
+def fcfs_ids(waiting):
+    return ids(sorted(waiting, key=lambda r: (r.arrival_time, r.request_id)))
+
+
+class TestPermutation:
+    """Every registered policy returns a permutation of its input (POLICIES.md)."""
+
+    @given(data=st.data(), queue=waiting_queues(max_size=20), profile=profiles())
+    def test_every_policy(self, data, queue, profile):
+        # Reason: the engine maps the order back onto its queue; a dropped or added request would
+        # be lost or run twice.
+        waiting, now = queue
+        name = data.draw(st.sampled_from(policy_names()))
+        policy = make_policy(name, profile)
+        for step in range(3):  # stateful policies (k-LPM, Preble, LPM switches) over steps
+            order = policy.order(list(waiting), now + step)
+            assert sorted(ids(order)) == sorted(ids(waiting)), name
+            assert len(order) == len(waiting)
+            admitted = order[: data.draw(st.integers(0, len(order)), label="admitted")]
+            if hasattr(policy, "on_admitted"):
+                policy.on_admitted(admitted, now + step)
+            taken = {r.request_id for r in admitted}
+            waiting = [r for r in waiting if r.request_id not in taken]
+
+
+class TestFairwayBounds:
+    """The quarter-work bound and the limits of the Fairway merge."""
+
+    @given(queue=waiting_queues(max_size=25), fast_w=weights, fair_w=weights,
+           slo_mult=st.floats(0.0, 10.0), slo_floor=st.floats(0.01, 10.0))
+    @example(  # the worked example of POLICIES.md, at its 1,500-token boundary
+        queue=([make_queued("M", 0, 6000, arrival=0.0)]
+               + [make_queued(f"H{i}", 6000, 300, arrival=1e-9) for i in range(1, 6)], 1e-9),
+        fast_w=4.0, fair_w=1.0, slo_mult=3.0, slo_floor=1.0)
+    def test_quarter_work_bound(self, queue, fast_w, fair_w, slo_mult, slo_floor):
+        # Reason: before the oldest request o is placed only the Fast lane places, and it may do
+        # so only while fast_w * (its front's c + work placed) <= fair_w * c(o); the last placed
+        # request overshoots by at most one request's work.
+        waiting, now = queue
+        policy = Fairway(lambda L: L / 5000.0, fast_weight=fast_w, fair_weight=fair_w,
+                         slo_multiplier=slo_mult, slo_floor=slo_floor)
+        order = policy.order(waiting, now)
+        oldest = min(waiting, key=lambda r: (r.arrival_time, r.request_id))
+        ahead = order[: ids(order).index(oldest.request_id)]
+        assume(ahead)  # the bound says nothing when o goes first
+        work = sum(r.uncached_len for r in ahead)
+        bound = fair_w / fast_w * oldest.uncached_len + max(r.uncached_len for r in ahead)
+        assert work <= bound * (1 + 1e-9), (work, bound)
+
+    @given(queue=waiting_queues(max_size=25), fair_w=weights)
+    def test_huge_fast_weight_is_fcfs(self, queue, fair_w):
+        # Reason: the Fast ledger starts at fast_weight * c >= 1e15, above anything the Fair lane
+        # can accumulate here (fair_w * sum(c) <= 100 * 26 * 20,000), so Fair places everything.
+        waiting, now = queue
+        order = Fairway(lambda L: 0.1, fast_weight=1e15, fair_weight=fair_w).order(waiting, now)
+        assert ids(order) == fcfs_ids(waiting)
+
+    @given(queue=waiting_queues(max_size=25, zero_wait=True), slo_floor=st.floats(0.01, 10.0))
+    def test_no_fair_lane_zero_wait_is_ragcache(self, queue, slo_floor):
+        # Reason: with wait = 0 the Fast score is h / c, RAGCache's key, with the same tie-breaks.
+        waiting, now = queue
+        fast_only = Fairway(lambda L: 1.0, fair_lane=False, slo_floor=slo_floor)
+        assert ids(fast_only.order(waiting, now)) == ids(RAGCache().order(waiting, now))
+
+    @given(h=st.integers(0, 10_000), c1=st.integers(1, 10_000), c2=st.integers(1, 10_000))
+    def test_equal_cache_less_work_first(self, h, c1, c2):
+        # Reason: h / c decreases in c, so at equal h and wait the smaller remaining work leads.
+        assume(c1 != c2 and h > 0)
+        a, b = make_queued("a", h, c1), make_queued("b", h, c2)
+        first = Fairway(lambda L: 0.0, fair_lane=False).order([a, b], 0.0)[0]
+        assert first.uncached_len == min(c1, c2)
+
+
+class TestKLPM:
+    """k-LPM's interleaving."""
+
+    @given(queue=waiting_queues(max_size=20), turns=st.lists(st.integers(0, 5), max_size=4))
+    def test_k1_is_fcfs(self, queue, turns):
+        # Reason: with k = 1 every pick satisfies (t + i) % 1 == 0, so every pick is the oldest.
+        waiting, now = queue
+        policy = KLPM(k=1)
+        for t in turns:  # any turn-counter state
+            policy.on_admitted([None] * t, now)
+        assert ids(policy.order(waiting, now)) == fcfs_ids(waiting)
+
+    @given(queue=waiting_queues(max_size=20), k=st.integers(2, 9), t=st.integers(0, 20))
+    def test_oldest_every_kth_pick(self, queue, k, t):
+        # Reason: pick i is the oldest remaining exactly when (t + i) % k == 0 (POLICIES.md).
+        waiting, now = queue
+        policy = KLPM(k=k)
+        policy.on_admitted([None] * t, now)
+        order = policy.order(waiting, now)
+        remaining = list(waiting)
+        for i, r in enumerate(order):
+            oldest = min(remaining, key=lambda q: (q.arrival_time, q.request_id))
+            longest = min(remaining, key=lambda q: (-q.cached_len, q.arrival_time, q.request_id))
+            assert r is (oldest if (t + i) % k == 0 else longest)
+            remaining.remove(r)
+
+
+def test_ragcache_ratio_order():
+    """Descending h / c; equal ratios by arrival (hand-checked)."""
+    a = QueuedRequest("a", 0.0, 300, 100, 200, 0, None)   # 0.5
+    b = QueuedRequest("b", 1.0, 40, 30, 10, 0, None)      # 3.0
+    c = QueuedRequest("c", 0.5, 60, 20, 40, 0, None)      # 0.5, arrived after a
+    assert ids(RAGCache().order([c, a, b], 2.0)) == ["b", "a", "c"]
