@@ -1,6 +1,9 @@
 """The flood stress test: a backlog of cache misses, then a large stream of highly cached requests.
 
-At ``t`` in ``[0, backlog_s)`` arrive ``num_miss`` long prompts with nothing in common (``klass``
+At ``t = 0`` one warm-up request per flood prefix arrives (``klass`` = "warmup"), so the flood's
+prefixes are in the cache (without it the first flood requests would be misses too, and a policy
+ordering by hits would see nothing to prefer). At ``t`` in ``[0, backlog_s)`` arrive ``num_miss``
+long prompts with nothing in common (``klass``
 = "miss"): each must be computed in full. From ``flood_start_s`` on, ``num_flood`` requests arrive
 at ``flood_rate_per_s`` (``klass`` = "flood"): each is one of ``flood_docs`` long shared prefixes
 plus a unique short question, so after the first one per prefix almost all of a flood request is a
@@ -23,7 +26,7 @@ from fairsim.traces.trace import Trace
 class FloodSpec:
     """Parameters of the flood stress test (tokens, seconds)."""
 
-    num_miss: int = 30
+    num_miss: int = 20
     """Backlogged cache misses."""
     miss_tokens: tuple[int, int] = (6144, 12288)
     """Miss prompt length, inclusive range, tokens."""
@@ -63,11 +66,15 @@ def generate_flood(spec: FloodSpec = FloodSpec(), name: str = "flood") -> Trace:
     """Generate the flood trace of ``spec`` (deterministic in ``spec.seed``).
 
     Returns:
-        A ``Trace`` sorted by arrival; labels ``klass`` ("miss"/"flood") and ``doc_id``.
+        A ``Trace`` sorted by arrival; labels ``klass`` ("warmup"/"miss"/"flood") and ``doc_id``.
     """
     rng = np.random.default_rng(spec.seed)
     ids = PrefixIds()
     rows = []
+    per_doc = spec.flood_prefix_tokens // BLOCK
+    for d in range(spec.flood_docs):
+        rows.append((0.0, f"{name}-warm-{d:02d}", [("flood", d, b) for b in range(per_doc)], 1,
+                     {"klass": "warmup", "doc_id": d}))
     miss_t = np.sort(rng.uniform(0.0, spec.backlog_s, size=spec.num_miss))
     for i, t in enumerate(miss_t):
         total = int(rng.integers(spec.miss_tokens[0], spec.miss_tokens[1] + 1))
@@ -78,7 +85,6 @@ def generate_flood(spec: FloodSpec = FloodSpec(), name: str = "flood") -> Trace:
                                                              size=spec.num_flood))
     docs = rng.integers(spec.flood_docs, size=spec.num_flood)
     qs = rng.integers(spec.question_tokens[0], spec.question_tokens[1] + 1, size=spec.num_flood)
-    per_doc = spec.flood_prefix_tokens // BLOCK
     for i in range(spec.num_flood):
         d = int(docs[i])
         contents = [("flood", d, b) for b in range(per_doc)]
