@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="speed and peak memory per policy (one process each)")
     bench.add_argument("--policies", default="fcfs,lpm,fairway")
     add_common(bench)
+    from fairsim.sweep import add_parser as add_sweep_parser
+
+    add_sweep_parser(sub)
     return parser
 
 
@@ -199,6 +202,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from fairsim.bench import cmd_bench
 
             return cmd_bench(args, resolve_policies(args.policies))
+        if args.command == "sweep":
+            from fairsim.sweep import cmd_sweep
+
+            return cmd_sweep(args)
     except (ValueError, FileNotFoundError) as exc:
         print(f"fairsim: error: {exc}", file=sys.stderr)
         return 2
