@@ -92,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_live_commands(sub, add_common)
     add_calibrate_command(sub)
+    from fairsim.sweep import add_parser as add_sweep_parser
+
+    add_sweep_parser(sub)
     return parser
 
 
@@ -214,6 +217,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from calibration.cli import cmd_calibrate
 
             return cmd_calibrate(args)
+        if args.command == "sweep":
+            from fairsim.sweep import cmd_sweep
+
+            return cmd_sweep(args)
     except (ValueError, FileNotFoundError) as exc:
         print(f"fairsim: error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,135 @@
+"""Shared plumbing of the experiments: policy lists, runs, tables, output files.
+
+Every experiment is ``python -m experiments.eN_... [--out DIR] [--tiny] [--policies a,b]``; it
+writes ``requests.parquet`` (one row per request, all runs), ``steps.parquet``, its summary tables
+(Parquet and ``summary.json``) and PNG figures into ``--out`` (default ``results/eN``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fairsim.costmodel import Profile, load_profile
+from fairsim.policies import make_policy, policy_names
+from fairsim.sim import simulate
+from fairsim.traces.scenarios import Scenario
+
+PAPER_POLICIES = ["fcfs", "lpm", "klpm4", "klpm8", "ragcache", "preble", "peek", "fairway"]
+"""Policies of the paper's comparisons; names not registered yet are skipped with a note."""
+TINY_POLICIES = ["fcfs", "lpm", "fairway"]
+"""Policies of the ``--tiny`` configurations (fixed, so the golden summaries stay stable)."""
+BASELINE_EXCLUDE = ("fairway",)
+"""Name prefixes that are not baselines (Fairway and its variants)."""
+
+
+def available(names: Sequence[str]) -> list[str]:
+    """The registered subset of ``names``, printing a note for each one skipped."""
+    known = set(policy_names())
+    missing = [n for n in names if n not in known]
+    if missing:
+        print(f"note: skipping policies not registered in this build: {', '.join(missing)}",
+              file=sys.stderr)
+    return [n for n in names if n in known]
+
+
+def is_baseline(name: str) -> bool:
+    """True for a policy Fairway is compared against (not Fairway or one of its variants)."""
+    return not name.startswith(BASELINE_EXCLUDE)
+
+
+def run(scenario: Scenario, policy: str, profile: Profile, label: str | None = None,
+        **params: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Simulate ``scenario`` under ``policy`` (with ``params``).
+
+    Returns:
+        ``(requests, steps)`` tables with added columns ``scenario`` and ``policy`` (``label``
+        when given, e.g. an ablation variant's name).
+    """
+    result = simulate(scenario.requests, make_policy(policy, profile, **params), profile,
+                      scenario.engine)
+    name = label or policy
+    req = result.requests.assign(scenario=scenario.name, policy=name)
+    steps = result.steps.assign(scenario=scenario.name, policy=name)
+    return req, steps
+
+
+def pct(values: pd.Series | np.ndarray, q: float) -> float:
+    """Percentile ``q`` (0-100) of ``values``, NaN when empty (numpy linear interpolation)."""
+    arr = np.asarray(values, dtype=np.float64)
+    return float(np.percentile(arr, q)) if arr.size else math.nan
+
+
+def write_parquet(df: pd.DataFrame, path: Path) -> None:
+    """Write ``df`` to ``path`` atomically (tmp + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    df.to_parquet(tmp, index=False)
+    tmp.replace(path)
+
+
+def write_json(obj: Any, path: Path) -> None:
+    """Write ``obj`` as sorted, indented JSON (floats rounded to 6 significant digits)."""
+    def clean(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {str(k): clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        if isinstance(x, (bool, np.bool_)):
+            return bool(x)
+        if isinstance(x, (int, np.integer)):
+            return int(x)
+        if isinstance(x, (float, np.floating)):
+            return None if math.isnan(x) else float(f"{float(x):.6g}")
+        return x
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(clean(obj), indent=2, sort_keys=True) + "\n")
+
+
+def parser(description: str, default_out: str) -> argparse.ArgumentParser:
+    """The common command line of an experiment."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--out", type=Path, default=Path(default_out), help="output folder")
+    p.add_argument("--tiny", action="store_true",
+                   help="tiny configuration (seconds; used by the golden tests)")
+    p.add_argument("--policies", default=None,
+                   help="comma-separated policy names (default: the paper's list)")
+    p.add_argument("--profile", default=None, help="cost-model profile name or path")
+    return p
+
+
+def setup(args: argparse.Namespace, default: Sequence[str]) -> tuple[Profile, list[str]]:
+    """Profile and policy list from the parsed options."""
+    profile = load_profile(args.profile) if args.profile else load_profile()
+    if args.policies:
+        names = available([s.strip() for s in args.policies.split(",") if s.strip()])
+    else:
+        names = available(TINY_POLICIES if args.tiny else default)
+    if not names:
+        raise SystemExit("no registered policy to run")
+    return profile, names
+
+
+class Timer:
+    """Prints the wall time of an experiment on exit."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> "Timer":
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.elapsed = time.perf_counter() - self.t0
+        print(f"{self.name}: {self.elapsed:.1f} s wall", file=sys.stderr)
