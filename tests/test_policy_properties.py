@@ -87,6 +87,45 @@ class TestFairwayBounds:
         first = Fairway(lambda L: 0.0, fair_lane=False).order([a, b], 0.0)[0]
         assert first.uncached_len == min(c1, c2)
 
+    @given(h=st.integers(1, 10_000), c=st.integers(1, 10_000), wait=st.floats(0.01, 100.0),
+           idle_a=st.floats(0.5, 50.0), idle_b=st.floats(0.5, 50.0))
+    def test_equal_ratio_shorter_patience_first(self, h, c, wait, idle_a, idle_b):
+        # Reason: at equal h / c and equal wait, wait / SLO is larger for the smaller SLO.
+        assume(abs(idle_a - idle_b) > 0.01)
+        a = make_queued("a", h, c, arrival=0.0, prompt_len=h + c)
+        b = make_queued("b", h, c, arrival=0.0, prompt_len=h + c + 1)
+        idle = {h + c: idle_a, h + c + 1: idle_b}  # SLO = 3 x T_idle (> the 1 s floor)
+        first = Fairway(idle.__getitem__, fair_lane=False).order([a, b], wait)[0]
+        assert first.request_id == ("a" if idle_a < idle_b else "b")
+
+
+class TestFairwayMergeModel:
+    """The merge against a literal transcription of POLICIES.md's three steps."""
+
+    @staticmethod
+    def reference(policy, waiting, now):
+        fast = policy.fast_lane(waiting, now)
+        fair = sorted(waiting, key=lambda r: (r.arrival_time, r.request_id))
+        ledger = {"fast": policy.fast_weight * fast[0].uncached_len,
+                  "fair": policy.fair_weight * fair[0].uncached_len}
+        weight = {"fast": policy.fast_weight, "fair": policy.fair_weight}
+        lanes = {"fast": fast, "fair": fair}
+        placed: list = []
+        while len(placed) < len(waiting):
+            lane = "fast" if ledger["fast"] <= ledger["fair"] else "fair"
+            r = next(q for q in lanes[lane] if all(q is not p for p in placed))
+            placed.append(r)
+            ledger[lane] += weight[lane] * r.uncached_len
+        return placed
+
+    @given(queue=waiting_queues(max_size=15), fast_w=weights, fair_w=weights)
+    def test_merge_matches_spec(self, queue, fast_w, fair_w):
+        # Reason: the optimised merge must place exactly what the specification's ledgers place,
+        # request by request (this pins every weight and the tie rule, not only the bound).
+        waiting, now = queue
+        policy = Fairway(lambda L: L / 5000.0, fast_weight=fast_w, fair_weight=fair_w)
+        assert ids(policy.order(waiting, now)) == ids(self.reference(policy, waiting, now))
+
 
 class TestKLPM:
     """k-LPM's interleaving."""
