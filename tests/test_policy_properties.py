@@ -27,8 +27,10 @@ class TestPermutation:
         # Reason: the engine maps the order back onto its queue; a dropped or added request would
         # be lost or run twice.
         waiting, now = queue
-        name = data.draw(st.sampled_from(policy_names()))
-        policy = make_policy(name, profile)
+        name, params = data.draw(st.sampled_from(
+            [(n, {}) for n in policy_names()]
+            + [("lpm", {"sglang_sort_limit": True, "sglang_dedup": True}), ("klpm", {"k": 3})]))
+        policy = make_policy(name, profile, **params)
         for step in range(3):  # stateful policies (k-LPM, Preble, LPM switches) over steps
             order = policy.order(list(waiting), now + step)
             assert sorted(ids(order)) == sorted(ids(waiting)), name
