@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from hypothesis import assume, example, given
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from fairsim.policies import KLPM, Fairway, RAGCache, make_policy, policy_names
+from fairsim.policies import KLPM, LPM, Fairway, RAGCache, make_policy, policy_names
 from fairsim.types import QueuedRequest
 from tests.strategies import profiles, waiting_queues, weights
 from tests.utils import make_queued
@@ -40,6 +40,20 @@ class TestPermutation:
                 policy.on_admitted(admitted, now + step)
             taken = {r.request_id for r in admitted}
             waiting = [r for r in waiting if r.request_id not in taken]
+
+
+    @settings(max_examples=20)
+    @given(data=st.data(), queue=waiting_queues(min_size=120, max_size=140))
+    def test_lpm_sort_limit_large_queues(self, data, queue):
+        # Reason: above 128 waiting LPM keeps the previous order; requests admitted in between
+        # or arriving new must neither vanish nor repeat.
+        waiting, now = queue
+        lpm = LPM(sglang_sort_limit=True, sglang_dedup=True)
+        for step in range(3):
+            order = lpm.order(list(waiting), now + step)
+            assert sorted(ids(order)) == sorted(ids(waiting))
+            cut = data.draw(st.integers(0, 10), label="admitted")
+            waiting = [r for r in waiting if r.request_id not in set(ids(order[:cut]))]
 
 
 class TestFairwayBounds:
