@@ -11,12 +11,21 @@ from fairsim.sim import Engine
 from tests.strategies import simulations
 
 
-def run(requests, profile, config, name):
-    engine = Engine(requests, make_policy(name, profile), profile, config)
+# Every registered policy, plus the options that change engine-facing behaviour.
+CASES = [(name, {}) for name in policy_names()] + [
+    ("ragcache", {"pgdsf": True}),
+    ("peek", {"protect": False}),
+    ("lpm", {"sglang_sort_limit": True, "sglang_dedup": True}),
+]
+
+
+def run(requests, profile, config, case):
+    name, params = case
+    engine = Engine(requests, make_policy(name, profile, **params), profile, config)
     return engine, engine.run()
 
 
-@pytest.mark.parametrize("name", policy_names())
+@pytest.mark.parametrize("name", CASES, ids=lambda c: c[0] + "".join(f"-{k}" for k in c[1]))
 class TestEngineInvariants:
     """What must hold whatever the order: conservation, capacity, budget, causality, determinism."""
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from hypothesis import assume, example, given
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from fairsim.policies import KLPM, Fairway, RAGCache, make_policy, policy_names
+from fairsim.policies import KLPM, LPM, Fairway, RAGCache, make_policy, policy_names
 from fairsim.types import QueuedRequest
 from tests.strategies import profiles, waiting_queues, weights
 from tests.utils import make_queued
@@ -27,8 +27,10 @@ class TestPermutation:
         # Reason: the engine maps the order back onto its queue; a dropped or added request would
         # be lost or run twice.
         waiting, now = queue
-        name = data.draw(st.sampled_from(policy_names()))
-        policy = make_policy(name, profile)
+        name, params = data.draw(st.sampled_from(
+            [(n, {}) for n in policy_names()]
+            + [("lpm", {"sglang_sort_limit": True, "sglang_dedup": True}), ("klpm", {"k": 3})]))
+        policy = make_policy(name, profile, **params)
         for step in range(3):  # stateful policies (k-LPM, Preble, LPM switches) over steps
             order = policy.order(list(waiting), now + step)
             assert sorted(ids(order)) == sorted(ids(waiting)), name
@@ -38,6 +40,20 @@ class TestPermutation:
                 policy.on_admitted(admitted, now + step)
             taken = {r.request_id for r in admitted}
             waiting = [r for r in waiting if r.request_id not in taken]
+
+
+    @settings(max_examples=20)
+    @given(data=st.data(), queue=waiting_queues(min_size=120, max_size=140))
+    def test_lpm_sort_limit_large_queues(self, data, queue):
+        # Reason: above 128 waiting LPM keeps the previous order; requests admitted in between
+        # or arriving new must neither vanish nor repeat.
+        waiting, now = queue
+        lpm = LPM(sglang_sort_limit=True, sglang_dedup=True)
+        for step in range(3):
+            order = lpm.order(list(waiting), now + step)
+            assert sorted(ids(order)) == sorted(ids(waiting))
+            cut = data.draw(st.integers(0, 10), label="admitted")
+            waiting = [r for r in waiting if r.request_id not in set(ids(order[:cut]))]
 
 
 class TestFairwayBounds:
@@ -86,6 +102,45 @@ class TestFairwayBounds:
         a, b = make_queued("a", h, c1), make_queued("b", h, c2)
         first = Fairway(lambda L: 0.0, fair_lane=False).order([a, b], 0.0)[0]
         assert first.uncached_len == min(c1, c2)
+
+    @given(h=st.integers(1, 10_000), c=st.integers(1, 10_000), wait=st.floats(0.01, 100.0),
+           idle_a=st.floats(0.5, 50.0), idle_b=st.floats(0.5, 50.0))
+    def test_equal_ratio_shorter_patience_first(self, h, c, wait, idle_a, idle_b):
+        # Reason: at equal h / c and equal wait, wait / SLO is larger for the smaller SLO.
+        assume(abs(idle_a - idle_b) > 0.01)
+        a = make_queued("a", h, c, arrival=0.0, prompt_len=h + c)
+        b = make_queued("b", h, c, arrival=0.0, prompt_len=h + c + 1)
+        idle = {h + c: idle_a, h + c + 1: idle_b}  # SLO = 3 x T_idle (> the 1 s floor)
+        first = Fairway(idle.__getitem__, fair_lane=False).order([a, b], wait)[0]
+        assert first.request_id == ("a" if idle_a < idle_b else "b")
+
+
+class TestFairwayMergeModel:
+    """The merge against a literal transcription of POLICIES.md's three steps."""
+
+    @staticmethod
+    def reference(policy, waiting, now):
+        fast = policy.fast_lane(waiting, now)
+        fair = sorted(waiting, key=lambda r: (r.arrival_time, r.request_id))
+        ledger = {"fast": policy.fast_weight * fast[0].uncached_len,
+                  "fair": policy.fair_weight * fair[0].uncached_len}
+        weight = {"fast": policy.fast_weight, "fair": policy.fair_weight}
+        lanes = {"fast": fast, "fair": fair}
+        placed: list = []
+        while len(placed) < len(waiting):
+            lane = "fast" if ledger["fast"] <= ledger["fair"] else "fair"
+            r = next(q for q in lanes[lane] if all(q is not p for p in placed))
+            placed.append(r)
+            ledger[lane] += weight[lane] * r.uncached_len
+        return placed
+
+    @given(queue=waiting_queues(max_size=15), fast_w=weights, fair_w=weights)
+    def test_merge_matches_spec(self, queue, fast_w, fair_w):
+        # Reason: the optimised merge must place exactly what the specification's ledgers place,
+        # request by request (this pins every weight and the tie rule, not only the bound).
+        waiting, now = queue
+        policy = Fairway(lambda L: L / 5000.0, fast_weight=fast_w, fair_weight=fair_w)
+        assert ids(policy.order(waiting, now)) == ids(self.reference(policy, waiting, now))
 
 
 class TestKLPM:

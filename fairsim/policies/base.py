@@ -10,7 +10,9 @@ vLLM hook (DESIGN.md rule 1). Optional capabilities are discovered by attribute 
   (Preble). Default False: head-of-line stop, as vLLM.
 - ``admission_limit``: after ``order()``, the engine considers at most this many requests from the
   front of the order this step (``None`` = no limit; Preble admits only from one group).
-- ``eviction_hook``: a block-pool eviction chooser (PEEK protection, RAGCache PGDSF).
+- ``eviction_hook``: a block-pool eviction chooser (PEEK protection, RAGCache PGDSF); protocol
+  and implementations in ``fairsim.policies.eviction``. Simulator-only: the live hook keeps
+  vLLM's LRU and must refuse (or say so) rather than approximate.
 """
 
 from __future__ import annotations

@@ -16,8 +16,9 @@ class PEEK:
     Ordering contract (POLICIES.md "PEEK"): descending ``saved = T_idle(L) - T(c | h)`` seconds,
     where ``T_idle(L)`` is the idle prefill time of the full prompt cold and ``T(c | h)`` the time
     to compute the ``c`` remaining tokens on top of ``h`` cached ones, both from the cost-model
-    profile. Ties by earlier ``arrival_time``, then ``request_id``. No ordering state across
-    steps (only a memo of ``T`` values).
+    profile, rounded to 1 ns so float noise between the two is a tie. Ties by earlier
+    ``arrival_time``, then ``request_id``. No ordering state across steps (only a memo of ``T``
+    values).
 
     Soft protection (simulator option, on by default): the policy's ``eviction_hook`` is a
     ``ProtectWaitingHits``; when an allocation must evict, LRU free blocks that no request among
@@ -65,7 +66,10 @@ class PEEK:
             if len(self._cost) >= _MEMO_LIMIT:
                 self._cost.clear()
             cost = self._cost[key] = self.prefill_time(r.uncached_len, r.cached_len)
-        return idle - cost
+        # Quantised to 1 ns: T_idle and T(c | h) come from different computations (a table and
+        # the step model), so a cold request's saving is 0 up to float noise (~1e-16 s); without
+        # rounding that noise, not arrival, would break ties among cold requests.
+        return round(idle - cost, 9)
 
     def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
         """Return ``waiting`` by descending time saved (a permutation of the input)."""
