@@ -24,7 +24,7 @@ from typing import Any
 
 def bench_one(args: argparse.Namespace, name: str) -> dict[str, Any]:
     """Load, shape and simulate in this process; return the figures (run in a child)."""
-    from fairsim.cli import engine_config, load_requests, parse_params
+    from fairsim.cli import engine_config, load_requests, params_for, parse_params
     from fairsim.costmodel import load_profile
     from fairsim.metrics import summarize
     from fairsim.policies import make_policy
@@ -34,7 +34,7 @@ def bench_one(args: argparse.Namespace, name: str) -> dict[str, Any]:
     profile = load_profile(args.profile)
     _, requests = load_requests(args)
     load_s = time.perf_counter() - t0
-    result = simulate(requests, make_policy(name, profile, **parse_params(args.param)), profile,
+    result = simulate(requests, make_policy(name, profile, **params_for(name, parse_params(args.param))), profile,
                       engine_config(args))
     summary = summarize(result.requests, result.steps)
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux

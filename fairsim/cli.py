@@ -26,7 +26,9 @@ from fairsim.types import Request
 def parse_params(items: Sequence[str]) -> dict[str, Any]:
     """``["fast_weight=8", "fair_lane=false"]`` -> ``{"fast_weight": 8, "fair_lane": False}``.
 
-    Values are read as JSON when they parse (numbers, true/false), else kept as strings.
+    Values are read as JSON when they parse (numbers, true/false), else kept as strings. A key
+    may be scoped to one policy as ``POLICY.KEY`` (``fairway.fast_weight=8``); scoped keys are
+    kept as written and resolved by ``params_for``.
 
     Raises:
         ValueError: An item without ``=``.
@@ -35,11 +37,19 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ValueError(f"--param {item!r}: expected KEY=VALUE")
+            raise ValueError(f"--param {item!r}: expected KEY=VALUE or POLICY.KEY=VALUE")
         try:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
             out[key] = value
+    return out
+
+
+def params_for(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters of policy ``name``: unscoped keys plus its own ``NAME.KEY`` ones."""
+    out = {k: v for k, v in params.items() if "." not in k}
+    prefix = f"{name}."
+    out.update({k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)})
     return out
 
 
@@ -65,7 +75,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the generated default input (0 = the shipped file)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                   help="policy parameter, e.g. fast_weight=8 (repeatable)")
+                   help="policy parameter, e.g. fast_weight=8, or fairway.fast_weight=8 for one policy (repeatable)")
     p.add_argument("--out", type=Path, help="write per-request and per-step Parquet tables here")
     p.add_argument("--format", choices=("table", "json"), default="table")
 
@@ -123,7 +133,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
 
 def resolve_policies(spec: str) -> list[str]:
     """``"fcfs,lpm"`` -> names; ``"all"`` -> every registered policy."""
-    names = policy_names() if spec == "all" else [s.strip() for s in spec.split(",") if s.strip()]
+    names = policy_names(include_generic=False) if spec == "all" else [s.strip() for s in spec.split(",") if s.strip()]
     if not names:
         raise ValueError("no policies given")
     return names
@@ -172,14 +182,14 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     config = engine_config(args)
     params = parse_params(args.param)
     for name in names:  # fail on a bad name or parameter before any long run
-        make_policy(name, profile, **params)
+        make_policy(name, profile, **params_for(name, params))
     trace, requests = load_requests(args)
     load = offered_load(requests, profile)
     info = f"trace {trace.name}: {load.describe()}"
     print(info, file=sys.stderr if args.format == "json" else sys.stdout)
     rows: dict[str, dict[str, Any]] = {}
     for name in names:
-        result = run_one(name, requests, profile, config, params)
+        result = run_one(name, requests, profile, config, params_for(name, params))
         summary = summarize(result.requests, result.steps)
         summary["wall_time_s"] = result.wall_time_s
         summary["kv_blocks"] = result.kv_blocks

@@ -84,3 +84,19 @@ def test_parse_params():
         "fast_weight": 8, "fair_lane": False, "wait_mode": "absolute"}
     with pytest.raises(ValueError, match="KEY=VALUE"):
         parse_params(["oops"])
+
+
+def test_params_scoped_to_one_policy():
+    from fairsim.cli import params_for
+
+    params = parse_params(["fairway.fast_weight=8", "slo_floor=2"])
+    assert params_for("fairway", params) == {"fast_weight": 8, "slo_floor": 2}
+    assert params_for("fcfs", {"fairway.fast_weight": 8}) == {}
+
+
+def test_compare_all_with_scoped_param(capsys):
+    code, out, _ = run_cli(capsys, "compare", "--policies", "all", "--param", "fairway.fast_weight=8",
+                           "--max-requests", "60", "--format", "json")
+    assert code == 0
+    names = list(json.loads(out))
+    assert "klpm4" in names and "klpm" not in names and "fairway" in names

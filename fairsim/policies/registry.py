@@ -84,9 +84,18 @@ POLICIES: dict[str, Callable[..., Policy]] = {
 }
 
 
-def policy_names() -> list[str]:
-    """All registered policy names, in registry order."""
-    return list(POLICIES)
+# Generic entries kept for custom parameters but left out of "all" (klpm = klpm4 by default).
+GENERIC = frozenset({"klpm"})
+
+
+def policy_names(include_generic: bool = True) -> list[str]:
+    """Registered policy names, in registry order.
+
+    Args:
+        include_generic: False leaves out generic entries that duplicate a named variant with
+            default parameters (``klpm``, same as ``klpm4``); ``compare --policies all`` uses False.
+    """
+    return [n for n in POLICIES if include_generic or n not in GENERIC]
 
 
 def make_policy(name: str, profile: Any = None, **params: Any) -> Policy:
