@@ -14,7 +14,7 @@ files. Example spec (TOML)::
     profile = "a6000-llama3.1-8b-vllm-prior"   # optional
 
     [[scenarios]]
-    name = "rag"                     # fairsim.traces.scenarios name
+    name = "rag"                     # fairsim.scenarios name
     params = { num_requests = 300 }  # optional builder / generator parameters
 
     [[policies]]
@@ -122,7 +122,7 @@ def expand(spec: dict[str, Any]) -> list[RunSpec]:
         ValueError: A missing section, an unknown policy or scenario name, or two identical runs.
     """
     from fairsim.policies import policy_names
-    from fairsim.traces.scenarios import scenario_names
+    from fairsim.scenarios import scenario_names
 
     unknown_keys = set(spec) - {"out", "seeds", "profile", "scenarios", "policies", "engine", "name"}
     if unknown_keys:
@@ -162,7 +162,7 @@ def execute(run: RunSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
     from fairsim.costmodel import load_profile
     from fairsim.policies import make_policy
     from fairsim.sim import simulate
-    from fairsim.traces.scenarios import build_scenario
+    from fairsim.scenarios import build_scenario
 
     profile = load_profile(run.profile) if run.profile else load_profile()
     scenario = build_scenario(run.scenario, profile, run.seed, **run.scenario_params)

@@ -13,7 +13,7 @@ from fairsim.traces.mixed import MixedSpec, generate_mixed
 from fairsim.traces.multihop import MultiHopSpec, generate_multihop
 from fairsim.traces.prefix import PrefixIds, make_request
 from fairsim.traces.real import load_azure_csv, real_scenario, traces_dir
-from fairsim.traces.scenarios import build_scenario, scenario_names
+from fairsim.scenarios import build_scenario, scenario_names
 from fairsim.traces.sec import SecSpec, dynamic_sec_traces, generate_sec
 
 SMALL = poisson(2.0, 60.0)

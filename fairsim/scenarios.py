@@ -1,7 +1,9 @@
 """Named scenarios: a workload plus the engine settings it is meant to run with.
 
-The eleven scenarios of experiment E2 (and the inputs of E1, E3, E4 and of ``fairsim sweep``) are
-built here by name, so every caller gets the same requests for the same ``(name, seed, params)``.
+Sits above ``fairsim.traces`` (workloads) and ``fairsim.sim`` (engine settings), so the traces
+package keeps no engine imports (DESIGN.md layering). The eleven scenarios of experiment E2 (and
+the inputs of E1, E3, E4 and of ``fairsim sweep``) are built here by name, so every caller gets
+the same requests for the same ``(name, seed, params)``.
 Rates are chosen so that each scenario is loaded but (except the spike and the flood) not
 overloaded on the default A6000 prior profile; they were sized once from the offered load and a
 FCFS run, not tuned per policy.
