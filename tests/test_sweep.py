@@ -57,6 +57,23 @@ class TestExpand:
             expand({"scenarios": ["rag"], "policies": ["nope"]})
 
 
+class TestLocalExecutor:
+    """Local processes give the same results as one process, and a rerun computes nothing."""
+
+    def test_two_workers_match_one(self, tmp_path):
+        spec = {"scenarios": [{"name": "mixed", "params": {"duration_s": 30.0}}], "seeds": [0, 1],
+                "policies": ["fcfs", "lpm"], "engine": {"budget_tokens": [1024, 2048]}}
+        logs: list[str] = []
+        two = run_sweep(spec, tmp_path / "two", workers=2, progress=False, log=logs.append)
+        one = run_sweep(spec, tmp_path / "one", workers=1, progress=False, log=lambda s: None)
+        assert len(two) == 8
+        pd.testing.assert_frame_equal(two, one)
+        assert two["engine"].nunique() == 2
+        logs.clear()
+        run_sweep(spec, tmp_path / "two", workers=2, progress=False, log=logs.append)
+        assert "8 already done, 0 to run" in logs[0] and not any(l.startswith("computed") for l in logs)
+
+
 class TestResume:
     """A sweep killed halfway and restarted recomputes only the unfinished runs."""
 
