@@ -305,6 +305,8 @@ def run_sweep(spec: dict[str, Any], out: Path, executor: str = "local", workers:
     runs = expand(spec)
     out.mkdir(parents=True, exist_ok=True)
     (out / "spec.json").write_text(json.dumps(spec, indent=2, sort_keys=True, default=str) + "\n")
+    for stale in [*out.glob(f"{RUNS_DIR}/.*.tmp"), *out.glob(f"{STEPS_DIR}/.*.tmp")]:
+        stale.unlink()  # a write cut short by a kill; its run is not done and runs again
     todo = [r for r in runs if not is_done(out, r)]
     log(f"sweep: {len(runs)} runs, {len(runs) - len(todo)} already done, {len(todo)} to run "
         f"({executor})")

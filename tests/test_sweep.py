@@ -109,6 +109,7 @@ class TestResume:
             assert (runs_dir / f"{stem}.parquet").stat().st_mtime_ns == mtime
         summary = pd.read_parquet(out / "summary.parquet")
         assert len(summary) == total and summary["ttft_p99_s"].notna().all()
+        assert not list(out.glob("*/.*.tmp"))  # no half-written file survives the restart
 
 
 class TestRay:
