@@ -69,7 +69,7 @@ def load_spec(path: str | Path) -> dict[str, Any]:
     """Read a sweep spec (``.toml``, or ``.yaml``/``.yml``).
 
     Raises:
-        ValueError: Another file type, or YAML without PyYAML installed.
+        ValueError: Another file type, invalid TOML/YAML, or YAML without PyYAML installed.
         FileNotFoundError: ``path`` does not exist.
     """
     path = Path(path)
@@ -83,7 +83,10 @@ def load_spec(path: str | Path) -> dict[str, Any]:
             import yaml
         except ImportError:
             raise ValueError(f"{path}: YAML specs need PyYAML (pip install pyyaml), or use TOML") from None
-        return yaml.safe_load(text) or {}
+        try:
+            return yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: not valid YAML: {exc}") from None
     raise ValueError(f"{path}: sweep spec must be .toml, .yaml or .yml")
 
 
@@ -340,8 +343,12 @@ def cmd_sweep(args: Any) -> int:
     """``fairsim sweep``: run the spec; print the summary's headline columns."""
     spec = load_spec(args.spec)
     out = args.out or Path(spec.get("out") or f"results/sweep-{args.spec.stem}")
-    summary = run_sweep(spec, out, args.executor, args.workers, args.address,
-                        progress=not args.no_progress)
+    try:
+        summary = run_sweep(spec, out, args.executor, args.workers, args.address,
+                            progress=not args.no_progress)
+    except ImportError as exc:  # --executor ray without Ray installed
+        print(f"fairsim: error: {exc}", file=sys.stderr)
+        return 2
     cols = ["run_id", "ttft_p50_s", "ttft_p99_s", "ttft_max_s", "hit_rate"]
     if len(summary):
         print(summary[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
