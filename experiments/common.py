@@ -22,7 +22,7 @@ import pandas as pd
 from fairsim.costmodel import Profile, load_profile
 from fairsim.policies import make_policy, policy_names
 from fairsim.sim import simulate
-from fairsim.traces.scenarios import Scenario
+from fairsim.scenarios import Scenario
 
 PAPER_POLICIES = ["fcfs", "lpm", "klpm4", "klpm8", "ragcache", "preble", "peek", "fairway"]
 """Policies of the paper's comparisons; names not registered yet are skipped with a note."""

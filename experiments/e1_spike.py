@@ -16,7 +16,7 @@ import pandas as pd
 
 from experiments.common import PAPER_POLICIES, Timer, parser, pct, run, setup, write_json, write_parquet
 from fairsim import figures
-from fairsim.traces.scenarios import build_scenario
+from fairsim.scenarios import build_scenario
 
 TRACES = ("sec-dyn1", "sec-dyn2")
 WINDOWS = ("calm", "burst", "spike")

@@ -19,7 +19,7 @@ from experiments.common import (PAPER_POLICIES, Timer, is_baseline, parser, run,
                                 write_parquet)
 from fairsim import figures
 from fairsim.metrics import summarize
-from fairsim.traces.scenarios import build_scenario, scenario_names
+from fairsim.scenarios import build_scenario, scenario_names
 
 TINY = {  # three small generated scenarios (no real-trace files needed)
     "rag": {"num_requests": 150},

@@ -18,7 +18,7 @@ import pandas as pd
 
 from experiments.common import PAPER_POLICIES, Timer, parser, pct, run, setup, write_json, write_parquet
 from fairsim import figures
-from fairsim.traces.scenarios import build_scenario
+from fairsim.scenarios import build_scenario
 
 CONFIGS = {"default": {}, "short-misses": {"miss_tokens": (2048, 6144)}}
 TINY = {"default": {"num_miss": 4, "num_flood": 150}}

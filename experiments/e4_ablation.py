@@ -18,7 +18,7 @@ import pandas as pd
 
 from experiments.common import Timer, available, parser, pct, run, setup, write_json, write_parquet
 from fairsim import figures
-from fairsim.traces.scenarios import build_scenario
+from fairsim.scenarios import build_scenario
 
 LONG_TOKENS = 4096
 """Prompts of at least this many tokens count as long (mixed: short <= 2,048 < 6,144 <= long)."""

@@ -14,7 +14,7 @@ files. Example spec (TOML)::
     profile = "a6000-llama3.1-8b-vllm-prior"   # optional
 
     [[scenarios]]
-    name = "rag"                     # fairsim.traces.scenarios name
+    name = "rag"                     # fairsim.scenarios name
     params = { num_requests = 300 }  # optional builder / generator parameters
 
     [[policies]]
@@ -69,7 +69,7 @@ def load_spec(path: str | Path) -> dict[str, Any]:
     """Read a sweep spec (``.toml``, or ``.yaml``/``.yml``).
 
     Raises:
-        ValueError: Another file type, or YAML without PyYAML installed.
+        ValueError: Another file type, invalid TOML/YAML, or YAML without PyYAML installed.
         FileNotFoundError: ``path`` does not exist.
     """
     path = Path(path)
@@ -83,7 +83,10 @@ def load_spec(path: str | Path) -> dict[str, Any]:
             import yaml
         except ImportError:
             raise ValueError(f"{path}: YAML specs need PyYAML (pip install pyyaml), or use TOML") from None
-        return yaml.safe_load(text) or {}
+        try:
+            return yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: not valid YAML: {exc}") from None
     raise ValueError(f"{path}: sweep spec must be .toml, .yaml or .yml")
 
 
@@ -122,7 +125,7 @@ def expand(spec: dict[str, Any]) -> list[RunSpec]:
         ValueError: A missing section, an unknown policy or scenario name, or two identical runs.
     """
     from fairsim.policies import policy_names
-    from fairsim.traces.scenarios import scenario_names
+    from fairsim.scenarios import scenario_names
 
     unknown_keys = set(spec) - {"out", "seeds", "profile", "scenarios", "policies", "engine", "name"}
     if unknown_keys:
@@ -162,7 +165,7 @@ def execute(run: RunSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
     from fairsim.costmodel import load_profile
     from fairsim.policies import make_policy
     from fairsim.sim import simulate
-    from fairsim.traces.scenarios import build_scenario
+    from fairsim.scenarios import build_scenario
 
     profile = load_profile(run.profile) if run.profile else load_profile()
     scenario = build_scenario(run.scenario, profile, run.seed, **run.scenario_params)
@@ -305,6 +308,8 @@ def run_sweep(spec: dict[str, Any], out: Path, executor: str = "local", workers:
     runs = expand(spec)
     out.mkdir(parents=True, exist_ok=True)
     (out / "spec.json").write_text(json.dumps(spec, indent=2, sort_keys=True, default=str) + "\n")
+    for stale in [*out.glob(f"{RUNS_DIR}/.*.tmp"), *out.glob(f"{STEPS_DIR}/.*.tmp")]:
+        stale.unlink()  # a write cut short by a kill; its run is not done and runs again
     todo = [r for r in runs if not is_done(out, r)]
     log(f"sweep: {len(runs)} runs, {len(runs) - len(todo)} already done, {len(todo)} to run "
         f"({executor})")
@@ -338,8 +343,12 @@ def cmd_sweep(args: Any) -> int:
     """``fairsim sweep``: run the spec; print the summary's headline columns."""
     spec = load_spec(args.spec)
     out = args.out or Path(spec.get("out") or f"results/sweep-{args.spec.stem}")
-    summary = run_sweep(spec, out, args.executor, args.workers, args.address,
-                        progress=not args.no_progress)
+    try:
+        summary = run_sweep(spec, out, args.executor, args.workers, args.address,
+                            progress=not args.no_progress)
+    except ImportError as exc:  # --executor ray without Ray installed
+        print(f"fairsim: error: {exc}", file=sys.stderr)
+        return 2
     cols = ["run_id", "ttft_p50_s", "ttft_p99_s", "ttft_max_s", "hit_rate"]
     if len(summary):
         print(summary[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))

@@ -7,6 +7,11 @@ from fairsim.traces.mooncake import load_mooncake
 from fairsim.traces.rag import DEFAULT_RAG_PATH, RagSpec, generate_rag, write_mooncake
 from fairsim.traces.shaping import OfferedLoad, offered_load, scale_time, window
 from fairsim.traces.trace import Trace
+from fairsim.traces.flood import FloodSpec, generate_flood
+from fairsim.traces.loadshape import LoadShape, Phase, calm_burst_spike, poisson
+from fairsim.traces.mixed import MixedSpec, generate_mixed
+from fairsim.traces.multihop import MultiHopSpec, generate_multihop
+from fairsim.traces.sec import SecSpec, dynamic_sec_traces, generate_sec
 
 
 def load_trace(path: str | None = None, *, skip_bad: bool = False) -> Trace:
@@ -25,6 +30,19 @@ def load_trace(path: str | None = None, *, skip_bad: bool = False) -> Trace:
 
 
 __all__ = [
+    "FloodSpec",
+    "LoadShape",
+    "MixedSpec",
+    "MultiHopSpec",
+    "Phase",
+    "SecSpec",
+    "calm_burst_spike",
+    "dynamic_sec_traces",
+    "generate_flood",
+    "generate_mixed",
+    "generate_multihop",
+    "generate_sec",
+    "poisson",
     "DEFAULT_RAG_PATH",
     "OfferedLoad",
     "RagSpec",

@@ -53,8 +53,8 @@ class MixedSpec:
                              f"multiple of {BLOCK}")
         if not 1 <= self.short_tokens[0] <= self.short_tokens[1]:
             raise ValueError(f"short_tokens={self.short_tokens}: need 1 <= lo <= hi")
-        if not BLOCK < self.long_tokens[0] <= self.long_tokens[1]:
-            raise ValueError(f"long_tokens={self.long_tokens}: need {BLOCK} < lo <= hi")
+        if not BLOCK < self.long_tokens[0] <= self.long_tokens[1] - BLOCK:
+            raise ValueError(f"long_tokens={self.long_tokens}: need {BLOCK} < lo <= hi - {BLOCK}")
         if not 1 <= self.question_tokens[0] <= self.question_tokens[1] < BLOCK:
             raise ValueError(f"question_tokens={self.question_tokens}: need 1 <= lo <= hi < {BLOCK}")
 
@@ -82,7 +82,10 @@ def generate_mixed(spec: MixedSpec = MixedSpec(), name: str = "mixed") -> Trace:
             doc = int(rng.choice(spec.num_docs, p=doc_p))
             total = int(rng.integers(spec.long_tokens[0], spec.long_tokens[1] + 1))
             q = int(rng.integers(spec.question_tokens[0], spec.question_tokens[1] + 1))
-            contents = [("doc", doc, b) for b in range(max(1, (total - q) // BLOCK))]
+            lo, hi = spec.long_tokens
+            # m shared blocks + the question lands inside [lo, hi] (m rounded towards total).
+            m = min(max(round((total - q) / BLOCK), -(-(lo - q) // BLOCK)), (hi - q) // BLOCK)
+            contents = [("doc", doc, b) for b in range(m)]
             labels = {"length": "long", "doc_id": doc, "window": windows[i]}
         else:
             tpl = int(rng.integers(spec.short_templates))

@@ -1,13 +1,16 @@
 """Named scenarios: a workload plus the engine settings it is meant to run with.
 
-The eleven scenarios of experiment E2 (and the inputs of E1, E3, E4 and of ``fairsim sweep``) are
-built here by name, so every caller gets the same requests for the same ``(name, seed, params)``.
+Sits above ``fairsim.traces`` (workloads) and ``fairsim.sim`` (engine settings), so the traces
+package keeps no engine imports (DESIGN.md layering). The eleven scenarios of experiment E2 (and
+the inputs of E1, E3, E4 and of ``fairsim sweep``) are built here by name, so every caller gets
+the same requests for the same ``(name, seed, params)``.
 Rates are chosen so that each scenario is loaded but (except the spike and the flood) not
 overloaded on the default A6000 prior profile; they were sized once from the offered load and a
 FCFS run, not tuned per policy.
 
 KV capacity: ``kv_fraction = 0.3`` of the trace's reusable content (DESIGN.md) for the generated
-traces with reuse. Where a trace has little or no reusable content (the flood's misses, the Azure
+traces with reuse, but never less than two of the trace's longest prompts (which only binds for
+small test-sized traces; ``kv_capacity``). Where a trace has little or no reusable content (the flood's misses, the Azure
 traces) that would be smaller than one prompt, so those scenarios set ``kv_blocks = 480`` instead:
 about 245k tokens, roughly what an A6000 (48 GB) holds for Llama-3.1-8B in BF16 after the weights
 (128 KiB of KV per token).
@@ -54,6 +57,20 @@ class Scenario:
     windows: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
 
 
+def kv_capacity(requests: list[Request], fraction: float = 0.3, min_prompts: int = 2) -> EngineConfig:
+    """``EngineConfig`` with ``kv_blocks = max(fraction x reusable blocks, min_prompts x longest)``.
+
+    Block size is the requests' hash block (512). Keeps a small trace's cache from being smaller
+    than one prompt (which the engine rejects with ``CapacityError``).
+    """
+    from fairsim.sim.keys import blocks_for, block_keys, capacity_from_fraction, reusable_blocks
+
+    bs = requests[0].hash_block_size
+    reusable = reusable_blocks(block_keys(r, bs) for r in requests)
+    longest = max(blocks_for(r.prompt_len, bs) for r in requests)
+    return EngineConfig(kv_blocks=max(capacity_from_fraction(fraction, reusable), min_prompts * longest))
+
+
 def _replace(spec: Any, params: dict[str, Any]) -> Any:
     try:
         return dataclasses.replace(spec, **params)
@@ -70,32 +87,36 @@ def _sec_dynamic(which: int) -> Callable[..., Scenario]:
         # Seeds 1 and 2 are the paper's two dynamic traces; a sweep seed s shifts both by 100*s.
         spec = _replace(SecSpec(shape=shape, seed=which + 100 * seed), params)
         name = f"sec-dyn{which}"
-        return Scenario(name, list(generate_sec(spec, name).requests), EngineConfig(),
-                        shape.bounds())
+        requests = list(generate_sec(spec, name).requests)
+        return Scenario(name, requests, kv_capacity(requests), shape.bounds())
     return build
 
 
 def _sec_steady(profile: Profile, seed: int, rate_per_s: float = 1.0, duration_s: float = 300.0,
                 **params: Any) -> Scenario:
     spec = _replace(SecSpec(shape=poisson(rate_per_s, duration_s), seed=10 + seed), params)
-    return Scenario("sec-steady", list(generate_sec(spec, "sec-steady").requests), EngineConfig())
+    requests = list(generate_sec(spec, "sec-steady").requests)
+    return Scenario("sec-steady", requests, kv_capacity(requests))
 
 
 def _multihop(profile: Profile, seed: int, rate_per_s: float = 1.6, duration_s: float = 300.0,
               **params: Any) -> Scenario:
     spec = _replace(MultiHopSpec(shape=poisson(rate_per_s, duration_s), seed=seed), params)
-    return Scenario("multihop", list(generate_multihop(spec).requests), EngineConfig())
+    requests = list(generate_multihop(spec).requests)
+    return Scenario("multihop", requests, kv_capacity(requests))
 
 
 def _mixed(profile: Profile, seed: int, rate_per_s: float = 2.4, duration_s: float = 300.0,
            **params: Any) -> Scenario:
     spec = _replace(MixedSpec(shape=poisson(rate_per_s, duration_s), seed=seed), params)
-    return Scenario("mixed", list(generate_mixed(spec).requests), EngineConfig())
+    requests = list(generate_mixed(spec).requests)
+    return Scenario("mixed", requests, kv_capacity(requests))
 
 
 def _rag(profile: Profile, seed: int, **params: Any) -> Scenario:
     spec = _replace(RagSpec(seed=seed), params)
-    return Scenario("rag", list(generate_rag(spec).requests), EngineConfig())
+    requests = list(generate_rag(spec).requests)
+    return Scenario("rag", requests, kv_capacity(requests))
 
 
 def _flood(profile: Profile, seed: int, **params: Any) -> Scenario:
