@@ -178,3 +178,15 @@ class TestLPMSwitches:
         reqs = [q("A", 0, 0, (1, 2)), q("B", 1, 0, (1, 3)), q("C", 2, 64, (1, 2)), q("D", 3, 0, (9,))]
         assert [r.request_id for r in LPM(sglang_dedup=True).order(reqs, 5.0)] == ["C", "A", "D", "B"]
         assert [r.request_id for r in LPM().order(reqs, 5.0)] == ["C", "A", "B", "D"]
+
+
+def test_registered_peek_orders_cold_requests_by_arrival():
+    """Reason: with no hits every request saves 0 s, so PEEK must fall back to arrival order
+    (the table-vs-model mismatch once ordered cold requests by prompt length)."""
+    from fairsim.costmodel import load_profile
+    from fairsim.policies import make_policy
+    from tests.utils import make_queued
+
+    peek = make_policy("peek", load_profile())
+    cold = [make_queued(f"r{i}", 0, L, arrival=float(i)) for i, L in enumerate([3000, 700, 9100, 5123, 1900])]
+    assert [r.request_id for r in peek.order(cold[::-1], 10.0)] == ["r0", "r1", "r2", "r3", "r4"]

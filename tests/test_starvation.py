@@ -13,8 +13,8 @@ from tests.utils import constant_profile, make_request
 # - M1..M3 (t=0.1): 32 tokens each, no shared content: h = 0, c = 32 (two full steps alone).
 # - S_i (t=0.2 + i/4): D + 4 own tokens (36 tokens): once D is cached, h = 32 (the hit is capped at
 #   L - 1 = 35 tokens -> 8 blocks) and c = 4. Four arrive per second = 16 tokens/s = the budget.
-# LPM (h 32 vs 0), RAGCache (h/c 8 vs 0) and PEEK (saved T_idle(36) - T(4|32) = 36 - 1 = 35 s vs
-# T_idle(32) - T(32|0) = 32 - 1 = 31 s) put every waiting stream request ahead of the misses, and
+# LPM (h 32 vs 0), RAGCache (h/c 8 vs 0) and PEEK (saved T(36|0) - T(4|32) = 32 us vs 0 for a
+# miss, with 1 us per token in its model) put every waiting stream request ahead of the misses, and
 # the stream alone fills every step's budget, so the misses run only after the stream ends: their
 # worst wait grows by 1 s per 4 more stream requests. FCFS runs W then M1..M3 first (worst miss
 # TTFT 7.9 s: M3 runs at t=6,7). Fairway's merge places the oldest miss after at most
@@ -41,7 +41,10 @@ def trace(stream: int):
 def worst_miss_ttft(name: str, stream: int) -> float:
     profile = constant_profile(1.0)
     config = EngineConfig(budget_tokens=BUDGET, block_size=4, kv_blocks=1000)
-    res = simulate(trace(stream), make_policy(name, profile), profile, config)
+    # PEEK ranks by modelled time saved, which is 0 for everyone when tokens cost nothing; its
+    # ranking uses a model with a tiny per-token cost (1 us), the engine keeps exact 1 s steps.
+    policy_profile = constant_profile(1.0, per_token_s=1e-6) if name == "peek" else profile
+    res = simulate(trace(stream), make_policy(name, policy_profile), profile, config)
     return float(res.requests.loc[res.requests["klass"] == "miss", "ttft_s"].max())
 
 

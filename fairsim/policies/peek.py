@@ -16,7 +16,9 @@ class PEEK:
     Ordering contract (POLICIES.md "PEEK"): descending ``saved = T_idle(L) - T(c | h)`` seconds,
     where ``T_idle(L)`` is the idle prefill time of the full prompt cold and ``T(c | h)`` the time
     to compute the ``c`` remaining tokens on top of ``h`` cached ones, both from the cost-model
-    profile, rounded to 1 ns so float noise between the two is a tie. Ties by earlier
+    profile, rounded to 1 ns so float noise between the two is a tie. The registered ``peek``
+    takes ``T_idle(L) = T(L | 0)`` from the same step model, so a cold request saves exactly 0
+    (the profile's ``T_idle`` table differs from the model by interpolation error). Ties by earlier
     ``arrival_time``, then ``request_id``. No ordering state across steps (only a memo of ``T``
     values).
 

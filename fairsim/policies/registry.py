@@ -66,7 +66,10 @@ def _ragcache(profile: Any, **params: Any) -> Policy:
 
 def _peek(profile: Any, **params: Any) -> Policy:
     profile = _needs_profile("peek", profile)
-    return PEEK(profile.idle_prefill_time, profile.prefill_time, **params)
+    # T_idle(L) for PEEK's saving comes from the same step model as T(c | h) (= T(L | 0)), not
+    # from the measured/interpolated table: otherwise the table's interpolation error gives cold
+    # requests a length-dependent "saving" and orders them by it instead of by arrival.
+    return PEEK(lambda L: profile.prefill_time(L, 0), profile.prefill_time, **params)
 
 
 POLICIES: dict[str, Callable[..., Policy]] = {
