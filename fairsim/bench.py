@@ -3,11 +3,13 @@
 Each policy runs in a fresh process (spawned), so its peak resident memory (``ru_maxrss``) is its
 own: trace loading + engine + result tables. Figures printed per policy:
 
-- ``sim_s``: simulated span, first arrival to last finish (s);
-- ``wall_s``: wall time of the simulation itself, trace loading excluded (s);
-- ``speed_x``: ``sim_s / wall_s``, simulated seconds per wall second;
-- ``req_per_s``: requests simulated per wall second;
-- ``peak_mb``: peak resident memory of the process (MiB).
+- ``sim_time_s``: simulated span, first arrival to last finish (s);
+- ``wall_time_s``: wall time of the simulation itself, trace loading excluded (s);
+- ``speed_x``: ``sim_time_s / wall_time_s``, simulated seconds per wall second;
+- ``requests_per_wall_s``: requests simulated per wall second;
+- ``peak_mib``: peak resident memory of the process (MiB).
+
+With ``--out DIR`` the figures are also written to ``DIR/bench.json``.
 """
 
 from __future__ import annotations
@@ -41,12 +43,12 @@ def bench_one(args: argparse.Namespace, name: str) -> dict[str, Any]:
     return {
         "requests": summary["requests"],
         "steps": summary["steps"],
-        "sim_s": summary["sim_time_s"],
-        "wall_s": result.wall_time_s,
+        "sim_time_s": summary["sim_time_s"],
+        "wall_time_s": result.wall_time_s,
         "speed_x": summary["sim_time_s"] / result.wall_time_s,
-        "req_per_s": summary["requests"] / result.wall_time_s,
-        "peak_mb": peak_kb / 1024.0,
-        "load_s": load_s,
+        "requests_per_wall_s": summary["requests"] / result.wall_time_s,
+        "peak_mib": peak_kb / 1024.0,
+        "load_time_s": load_s,
         "ttft_p50_s": summary["ttft_p50_s"],
         "ttft_p99_s": summary["ttft_p99_s"],
     }
@@ -54,18 +56,26 @@ def bench_one(args: argparse.Namespace, name: str) -> dict[str, Any]:
 
 def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     """Run ``bench_one`` for each policy in its own spawned process and print the figures."""
+    from fairsim.cli import check_policies, parse_params
+    from fairsim.costmodel import load_profile
+
+    check_policies(names, load_profile(args.profile), parse_params(args.param))
     rows: dict[str, dict[str, Any]] = {}
     ctx = multiprocessing.get_context("spawn")
     for name in names:
         with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
             rows[name] = pool.submit(bench_one, args, name).result()
-        print(f"bench: {name} done in {rows[name]['wall_s']:.1f} s", file=sys.stderr)
+        print(f"bench: {name} done in {rows[name]['wall_time_s']:.1f} s", file=sys.stderr)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "bench.json").write_text(json.dumps(rows, indent=2) + "\n")
     if args.format == "json":
         print(json.dumps(rows, indent=2))
         return 0
     header = f"{'policy':<18}{'requests':>9}{'steps':>9}{'sim s':>11}{'wall s':>9}{'speed x':>10}{'req/s':>10}{'peak MiB':>10}"
     print(header)
     for name, r in rows.items():
-        print(f"{name:<18}{r['requests']:>9d}{r['steps']:>9d}{r['sim_s']:>11.1f}{r['wall_s']:>9.2f}"
-              f"{r['speed_x']:>10.0f}{r['req_per_s']:>10.0f}{r['peak_mb']:>10.0f}")
+        print(f"{name:<18}{r['requests']:>9d}{r['steps']:>9d}{r['sim_time_s']:>11.1f}"
+              f"{r['wall_time_s']:>9.2f}{r['speed_x']:>10.0f}{r['requests_per_wall_s']:>10.0f}"
+              f"{r['peak_mib']:>10.0f}")
     return 0

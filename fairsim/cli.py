@@ -53,14 +53,26 @@ def params_for(name: str, params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except empty ones and those the help text already states."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default in (None, [], False) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
 def add_common(p: argparse.ArgumentParser) -> None:
     """Options shared by every simulating command."""
     p.add_argument("--trace", help="Mooncake JSONL trace (default: the embedded RAG input)")
     p.add_argument("--skip-bad", action="store_true", help="skip bad trace records, counting them")
     p.add_argument("--profile", default=DEFAULT_PROFILE,
-                   help=f"cost-model profile: shipped name or JSON path (default {DEFAULT_PROFILE})")
-    p.add_argument("--budget", type=int, default=2048, help="step token budget (max_num_batched_tokens)")
-    p.add_argument("--max-num-seqs", type=int, default=256, help="most running requests")
+                   help="cost-model profile: shipped name or JSON path")
+    p.add_argument("--budget", type=int, default=2048,
+                   help="step token budget, tokens (vLLM max_num_batched_tokens)")
+    p.add_argument("--max-num-seqs", type=int, default=256,
+                   help="most requests running at once (vLLM max_num_seqs)")
     p.add_argument("--block-size", type=int, default=None,
                    help="tokens per KV block (default: the trace's hash block, 512)")
     cap = p.add_mutually_exclusive_group()
@@ -68,16 +80,20 @@ def add_common(p: argparse.ArgumentParser) -> None:
     cap.add_argument("--kv-fraction", type=float,
                      help="KV capacity as a fraction of the trace's reusable content (default 0.3)")
     p.add_argument("--time-scale", type=float, default=1.0,
-                   help="multiply arrival times by S (>1 stretches, lowering load)")
-    p.add_argument("--window-start", type=float, default=0.0, help="window start, trace seconds")
-    p.add_argument("--window-end", type=float, default=None, help="window end, trace seconds")
+                   help="multiply arrival times by S (>1 stretches the trace, lowering the load)")
+    p.add_argument("--window-start", type=float, default=0.0,
+                   help="window start, seconds of trace time (before --time-scale)")
+    p.add_argument("--window-end", type=float, default=None,
+                   help="window end, seconds of trace time (before --time-scale)")
     p.add_argument("--max-requests", type=int, default=None, help="keep the first N requests")
     p.add_argument("--seed", type=int, default=0,
-                   help="seed of the generated default input (0 = the shipped file)")
+                   help="seed of the generated default input when no --trace is given (0 = the shipped file)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="policy parameter, e.g. fast_weight=8, or fairway.fast_weight=8 for one policy (repeatable)")
-    p.add_argument("--out", type=Path, help="write per-request and per-step Parquet tables here")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--out", type=Path,
+                   help="folder for requests-POLICY.parquet, steps-POLICY.parquet, summary.json, run.json")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="table for people, json (one object keyed by policy) for scripts")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,15 +101,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fairsim", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"fairsim {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="simulate one policy")
+    fmt = HelpFormatter
+    run = sub.add_parser("run", help="simulate one policy", formatter_class=fmt)
     run.add_argument("--policy", default="fairway", help=f"one of: {', '.join(policy_names())}")
     add_common(run)
-    cmp = sub.add_parser("compare", help="simulate several policies on the same input, side by side")
+    cmp = sub.add_parser("compare", help="simulate several policies on the same input, side by side",
+                         formatter_class=fmt)
     cmp.add_argument("--policies", default="fcfs,lpm,fairway",
-                     help="comma-separated policy names, or 'all'")
+                     help="comma-separated policy names, or 'all' (every registered policy but the "
+                          "generic klpm, which klpm4 covers)")
     add_common(cmp)
-    bench = sub.add_parser("bench", help="speed and peak memory per policy (one process each)")
-    bench.add_argument("--policies", default="fcfs,lpm,fairway")
+    bench = sub.add_parser("bench", help="speed and peak memory per policy (one process each)",
+                           formatter_class=fmt)
+    bench.add_argument("--policies", default="fcfs,lpm,fairway",
+                       help="comma-separated policy names, or 'all'")
     add_common(bench)
     # Live vLLM commands (replay, equivalence, fidelity, hook-overhead) and calibrate; their
     # modules import vLLM only when a command runs.
@@ -110,17 +131,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def load_requests(args: argparse.Namespace) -> tuple[Trace, list[Request]]:
     """Load and shape the trace named by the options."""
+    if args.seed < 0:
+        raise ValueError(f"--seed {args.seed}: need an integer >= 0")
+    if args.trace is not None and args.seed != 0:
+        raise ValueError("--seed only seeds the generated default input; it has no effect with --trace")
     if args.trace is None and args.seed != 0:
         trace = generate_rag(RagSpec(seed=args.seed))
     else:
         trace = load_trace(args.trace, skip_bad=args.skip_bad)
+    if not trace.requests:
+        raise ValueError(f"{trace.source}: no valid requests in the trace")
     if trace.skipped:
         print(f"fairsim: skipped {len(trace.skipped)} bad records of {trace.source}; first: "
               f"{trace.skipped[0]}", file=sys.stderr)
     requests = window(list(trace.requests), args.window_start, args.window_end, args.max_requests)
     requests = scale_time(requests, args.time_scale)
     if not requests:
-        raise ValueError("no requests left after windowing")
+        raise ValueError("no requests left after --window-start/--window-end/--max-requests")
     return trace, requests
 
 
@@ -137,6 +164,21 @@ def resolve_policies(spec: str) -> list[str]:
     if not names:
         raise ValueError("no policies given")
     return names
+
+
+def check_policies(names: list[str], profile: Profile, params: dict[str, Any]) -> None:
+    """Fail fast, before any long run, on a bad policy name or parameter.
+
+    Raises:
+        ValueError: An unknown policy, a parameter it rejects, or a ``POLICY.KEY`` parameter
+            scoped to a policy that is not being run.
+    """
+    for key in params:
+        scope = key.partition(".")[0] if "." in key else None
+        if scope is not None and scope not in names:
+            raise ValueError(f"--param {key}: policy {scope!r} is not among those run ({', '.join(names)})")
+    for name in names:
+        make_policy(name, profile, **params_for(name, params))
 
 
 def run_one(name: str, requests: list[Request], profile: Profile, config: EngineConfig,
@@ -181,8 +223,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     profile = load_profile(args.profile)
     config = engine_config(args)
     params = parse_params(args.param)
-    for name in names:  # fail on a bad name or parameter before any long run
-        make_policy(name, profile, **params_for(name, params))
+    check_policies(names, profile, params)
     trace, requests = load_requests(args)
     load = offered_load(requests, profile)
     info = f"trace {trace.name}: {load.describe()}"
@@ -203,7 +244,21 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         print(format_table(rows))
     if args.out is not None:
         (args.out / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
+        write_run_info(args.out, args, trace, names, load)
     return 0
+
+
+def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: list[str], load: Any) -> None:
+    """``run.json``: what produced the tables in ``out`` (input, shaping, engine, policies)."""
+    info = {
+        "trace": trace.source, "policies": names, "params": parse_params(args.param),
+        "profile": args.profile, "budget_tokens": args.budget, "max_num_seqs": args.max_num_seqs,
+        "block_size": args.block_size, "kv_blocks": args.kv_blocks, "kv_fraction": args.kv_fraction,
+        "time_scale": args.time_scale, "window_start_s": args.window_start,
+        "window_end_s": args.window_end, "max_requests": args.max_requests, "seed": args.seed,
+        "offered_load": load.describe(), "fairsim_version": __version__,
+    }
+    (out / "run.json").write_text(json.dumps(info, indent=2) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -231,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from fairsim.sweep import cmd_sweep
 
             return cmd_sweep(args)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, OSError) as exc:  # bad input or an unusable path: message, no traceback
         print(f"fairsim: error: {exc}", file=sys.stderr)
         return 2
     parser.error(f"unknown command {args.command}")

@@ -84,6 +84,9 @@ class Profile:
             raise ProfileError(f"profile {self.name!r}: idle seconds must be >= 0 and non-decreasing")
         if self.budget_tokens < 1:
             raise ProfileError(f"profile {self.name!r}: budget_tokens={self.budget_tokens} must be >= 1")
+        if self.a_s == self.b_s_per_token == self.k_s_per_pair == 0:
+            raise ProfileError(f"profile {self.name!r}: a_s, b_s_per_token and k_s_per_pair are all 0: "
+                               f"steps would take no time")
         object.__setattr__(self, "_idle_x", np.asarray(x, dtype=np.float64))
         object.__setattr__(self, "_idle_y", np.asarray(y, dtype=np.float64))
 

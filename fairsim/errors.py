@@ -27,6 +27,11 @@ class TraceFormatError(ValueError):
         self.reason = reason
         super().__init__(f"{self.path}:{line}: field '{field}': {reason}")
 
+    def __reduce__(self):
+        # Picklable with its four arguments, so it crosses process boundaries (fairsim bench,
+        # sweeps) intact instead of breaking the worker pool.
+        return (type(self), (self.path, self.line, self.field, self.reason))
+
 
 class ProfileError(ValueError):
     """A cost-model profile file is missing, unreadable or does not match the schema.

@@ -100,3 +100,33 @@ def test_compare_all_with_scoped_param(capsys):
     assert code == 0
     names = list(json.loads(out))
     assert "klpm4" in names and "klpm" not in names and "fairway" in names
+
+
+class TestReviewFindings:
+    """Inputs a reviewer used to break the CLI: each must be a clear error, exit 2, no traceback."""
+
+    @pytest.mark.parametrize("argv, message", [
+        (["run", "--time-scale", "inf"], "--time-scale inf: need a finite factor > 0"),
+        (["run", "--param", "fair_lane=False"], "fair_lane='False': need true or false"),
+        (["run", "--policy", "klpm4", "--param", "k=8"], "'klpm4' fixes k=4"),
+        (["run", "--param", "nosuch=1"], "accepted: fast_weight, fair_weight"),
+        (["compare", "--policies", "fcfs,lpm", "--param", "nope.k=2"], "policy 'nope' is not among"),
+        (["run", "--seed", "-1"], "--seed -1: need an integer >= 0"),
+        (["run", "--max-requests", "5", "--out", "/dev/null/x"], "fairsim: error:"),
+    ])
+    def test_clear_error(self, capsys, argv, message):
+        code, _, err = run_cli(capsys, *argv)
+        assert code == 2 and message in err and "Traceback" not in err
+
+    def test_bench_bad_trace_reaches_the_user(self, capsys, tmp_path):
+        # The error crosses the spawned worker's process boundary (it must pickle).
+        path = tmp_path / "bad.jsonl"
+        path.write_text('{"timestamp": 0, "input_length": -5, "output_length": 1, "hash_ids": []}\n')
+        code, _, err = run_cli(capsys, "bench", "--policies", "fcfs", "--trace", str(path))
+        assert code == 2 and f"{path}:1: field 'input_length': negative" in err
+
+    def test_run_json_records_the_inputs(self, capsys, tmp_path):
+        code, _, _ = run_cli(capsys, "run", "--policy", "fcfs", "--max-requests", "30",
+                             "--time-scale", "2", "--out", str(tmp_path))
+        info = json.loads((tmp_path / "run.json").read_text())
+        assert code == 0 and info["time_scale"] == 2.0 and info["policies"] == ["fcfs"]

@@ -39,7 +39,6 @@ class TestMooncakeLoader:
         (json.dumps({**GOOD, "timestamp": "soon"}), "timestamp", "must be a number"),
         (json.dumps({**GOOD, "hash_ids": [1, 2]}), "hash_ids", "spans 3 blocks"),
         (json.dumps({**GOOD, "input_length": 10.5}), "input_length", "must be an integer"),
-        ("", "<json>", "empty line"),
     ])
     def test_bad_record_names_file_line_field(self, tmp_path, line, field, why):
         path = write_lines(tmp_path, [json.dumps(GOOD), line])
@@ -48,6 +47,20 @@ class TestMooncakeLoader:
         err = info.value
         assert (err.line, err.field) == (2, field)
         assert str(err).startswith(f"{path}:2: field '{field}'")
+
+    def test_blank_lines(self, tmp_path):
+        # Trailing blank lines carry nothing and are accepted; a blank line between records is not.
+        path = write_lines(tmp_path, [json.dumps(GOOD), "", "  "])
+        assert len(load_mooncake(path)) == 1
+        path = write_lines(tmp_path, [json.dumps(GOOD), "", json.dumps(GOOD)])
+        with pytest.raises(TraceFormatError, match=r":2: field '<json>': empty line before more records"):
+            load_mooncake(path)
+
+    def test_not_utf8_and_bom(self, tmp_path):
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(b"\xef\xbb\xbf" + json.dumps(GOOD).encode() + b"\n\xff\xfe\n")
+        with pytest.raises(TraceFormatError, match=r":2: field '<json>': not UTF-8 text"):
+            load_mooncake(path)
 
     def test_decreasing_timestamp(self, tmp_path):
         path = write_lines(tmp_path, [json.dumps({**GOOD, "timestamp": 500}), json.dumps({**GOOD, "timestamp": 400})])
@@ -119,4 +132,6 @@ class TestShaping:
         assert load.span_s == 1.0
         assert load.prompt_tokens_per_s == 2200
         assert load.ideal_uncached_tokens_per_s == 2200 - 1024
-        assert load.load == pytest.approx(2200 / prof.capacity_tokens_per_s())
+        # Capacity at these prompt lengths: 2 x 1100 tokens over 2 x T_idle(1100).
+        assert load.capacity_tokens_per_s == pytest.approx(1100 / prof.idle_prefill_time(1100))
+        assert load.load == pytest.approx(2200 / load.capacity_tokens_per_s)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Literal
 
@@ -38,8 +39,8 @@ class Fairway:
         fair_lane: False drops the Fair lane (Fast lane order only; ablation ``fairway-nofair``).
 
     Raises:
-        ValueError: On a non-positive weight or floor, a negative multiplier or an unknown
-            ``wait_mode``.
+        ValueError: On a non-number or non-finite weight/multiplier/floor, a non-positive weight
+            or floor, a negative multiplier, a non-bool ``fair_lane`` or an unknown ``wait_mode``.
     """
 
     name = "fairway"
@@ -55,6 +56,12 @@ class Fairway:
         wait_mode: Literal["relative", "absolute"] = "relative",
         fair_lane: bool = True,
     ) -> None:
+        for key, value in (("fast_weight", fast_weight), ("fair_weight", fair_weight),
+                           ("slo_multiplier", slo_multiplier), ("slo_floor", slo_floor)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"Fairway {key}={value!r}: need a finite number")
+        if not isinstance(fair_lane, bool):
+            raise ValueError(f"Fairway fair_lane={fair_lane!r}: need true or false")
         if not fast_weight > 0 or not fair_weight > 0:
             raise ValueError(
                 f"Fairway weights must be > 0, got fast_weight={fast_weight}, "

@@ -7,6 +7,7 @@ policy's keyword parameters.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -26,8 +27,18 @@ def _needs_profile(name: str, profile: Any) -> Any:
     return profile
 
 
+def _check_fixed(name: str, generic: str, fixed: dict[str, Any], params: dict[str, Any]) -> None:
+    """A named variant's defining parameters cannot be overridden (the name would then lie)."""
+    clash = sorted(set(fixed) & set(params))
+    if clash:
+        given = ", ".join(f"{k}={params[k]!r}" for k in clash)
+        raise ValueError(f"policy {name!r} fixes {', '.join(f'{k}={fixed[k]!r}' for k in clash)}; "
+                         f"to run {given}, use policy {generic!r} with --param")
+
+
 def _fairway(name: str, **defaults: Any) -> Callable[..., Policy]:
     def build(profile: Any, **params: Any) -> Policy:
+        _check_fixed(name, "fairway", defaults, params)
         policy = Fairway(_needs_profile(name, profile).idle_prefill_time, **{**defaults, **params})
         policy.name = name
         return policy
@@ -55,7 +66,11 @@ def _named(name: str, build: Callable[..., Policy]) -> Callable[..., Policy]:
 
 
 def _klpm(name: str, **defaults: Any) -> Callable[..., Policy]:
-    return _named(name, lambda profile, **params: KLPM(**{**defaults, **params}))
+    def build(profile: Any, **params: Any) -> Policy:
+        _check_fixed(name, "klpm", defaults, params)
+        return KLPM(**{**defaults, **params})
+
+    return _named(name, build)
 
 
 def _ragcache(profile: Any, **params: Any) -> Policy:
@@ -123,4 +138,27 @@ def make_policy(name: str, profile: Any = None, **params: Any) -> Policy:
     try:
         return factory(profile, **params)
     except TypeError as exc:  # unknown keyword parameter
-        raise ValueError(f"policy {name!r}: bad parameters {params}: {exc}") from exc
+        accepted = accepted_params(name)
+        raise ValueError(
+            f"policy {name!r}: bad parameters {params}; accepted: {', '.join(accepted) or 'none'}"
+        ) from exc
+
+
+# The class behind each name, for listing accepted parameters in error messages.
+_CLASSES: dict[str, type] = {
+    "fcfs": FCFS, "lpm": LPM, "klpm": KLPM, "klpm4": KLPM, "klpm8": KLPM, "ragcache": RAGCache,
+    "preble": Preble, "peek": PEEK, "fairway": Fairway, "fairway-abswait": Fairway,
+    "fairway-nofair": Fairway,
+}
+_FROM_PROFILE = {"idle_prefill_time", "prefill_time"}  # supplied by the registry, not the user
+
+
+def accepted_params(name: str) -> list[str]:
+    """Keyword parameters a user may pass to policy ``name`` (empty if none or unknown)."""
+    cls = _CLASSES.get(name)
+    if cls is None:
+        return []
+    sig = inspect.signature(cls.__init__)
+    return [p for p in sig.parameters if p not in ("self", *_FROM_PROFILE)
+            and sig.parameters[p].kind in (inspect.Parameter.KEYWORD_ONLY,
+                                           inspect.Parameter.POSITIONAL_OR_KEYWORD)]

@@ -19,14 +19,15 @@ def load_trace(path: str | None = None, *, skip_bad: bool = False) -> Trace:
 
     Raises:
         TraceFormatError: A bad record (file:line:field), unless ``skip_bad``.
-        ValueError: An unsupported file type.
+        ValueError: A CSV or compressed file (only Mooncake JSONL is read here), a directory.
     """
     if path is None:
         trace = load_mooncake(DEFAULT_RAG_PATH, skip_bad=skip_bad)
         return Trace("rag-default", trace.source, trace.requests, trace.skipped)
-    if str(path).endswith(".jsonl"):
-        return load_mooncake(path, skip_bad=skip_bad)
-    raise ValueError(f"{path}: unsupported trace format (expected Mooncake .jsonl)")
+    if str(path).lower().endswith((".csv", ".gz", ".zst", ".xz", ".parquet")):
+        raise ValueError(f"{path}: unsupported trace format (expected Mooncake JSONL: one JSON "
+                         f"object per line with timestamp, input_length, output_length, hash_ids)")
+    return load_mooncake(path, skip_bad=skip_bad)
 
 
 __all__ = [

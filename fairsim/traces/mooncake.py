@@ -107,16 +107,29 @@ def load_mooncake(path: str | Path, *, skip_bad: bool = False) -> Trace:
             (broken JSON, missing field, wrong type, negative length, decreasing timestamp,
             inconsistent ``hash_ids``), unless ``skip_bad``.
         FileNotFoundError: ``path`` does not exist.
+        ValueError: ``path`` is a directory.
     """
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path}: is a directory, expected a Mooncake .jsonl file")
     requests: list[Request] = []
     skipped: list[TraceFormatError] = []
     previous_ms = 0.0
-    with path.open("r", encoding="utf-8") as fh:
-        for line_no, text in enumerate(fh, start=1):
+    blank_line = 0  # first blank line not yet followed by a record (blank lines at the end are fine)
+    with path.open("rb") as fh:
+        for line_no, raw in enumerate(fh, start=1):
             try:
+                try:
+                    # utf-8-sig: a byte-order mark on the first line is not an error.
+                    text = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+                except UnicodeDecodeError as exc:
+                    raise TraceFormatError(str(path), line_no, "<json>", f"not UTF-8 text: {exc.reason}") from None
                 if not text.strip():
-                    raise TraceFormatError(str(path), line_no, "<json>", "empty line")
+                    blank_line = blank_line or line_no
+                    continue
+                if blank_line:
+                    line, blank_line = blank_line, 0
+                    raise TraceFormatError(str(path), line, "<json>", "empty line before more records")
                 try:
                     rec = json.loads(text)
                 except json.JSONDecodeError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -16,8 +17,8 @@ def scale_time(requests: Sequence[Request], factor: float) -> list[Request]:
     Raises:
         ValueError: ``factor <= 0``.
     """
-    if not factor > 0:
-        raise ValueError(f"time scale {factor} must be > 0")
+    if not (factor > 0 and math.isfinite(factor)):
+        raise ValueError(f"--time-scale {factor}: need a finite factor > 0")
     if factor == 1:
         return list(requests)
     return [dataclasses.replace(r, arrival_time=r.arrival_time * factor) for r in requests]
@@ -58,7 +59,8 @@ class OfferedLoad:
         prompt_tokens_per_s: Offered prompt tokens per second over the span.
         ideal_uncached_tokens_per_s: Same, minus the prefix hits an infinite cache would give
             (first-seen prefixes computed once).
-        capacity_tokens_per_s: Cold prefill throughput at full chunks (``Profile``).
+        capacity_tokens_per_s: Cold prefill throughput at this trace's prompt lengths:
+            ``sum(L) / sum(T_idle(L))`` (attention over earlier chunks included).
         load: ``prompt_tokens_per_s / capacity`` (no reuse).
         ideal_load: ``ideal_uncached_tokens_per_s / capacity`` (perfect reuse): the real
             utilisation lies between the two.
@@ -109,7 +111,7 @@ def offered_load(requests: Sequence[Request], profile: Profile) -> OfferedLoad:
         total += r.prompt_len
         uncached += r.prompt_len - hit_tokens
     span_eff = span if span > 0 else float("nan")
-    cap = profile.capacity_tokens_per_s()
+    cap = total / sum(profile.idle_prefill_time(r.prompt_len) for r in requests)
     return OfferedLoad(
         requests=len(requests),
         span_s=span,
