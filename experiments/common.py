@@ -45,12 +45,13 @@ FULL: dict[str, dict[str, Any]] = {
 }
 """Scenario parameters of the full (non ``--tiny``) runs, on top of the scenario's defaults."""
 REPLICAS: dict[str, int] = {
-    "sec-dyn1": 10, "sec-dyn2": 10, "sec-steady": 3, "multihop": 3, "mixed": 3, "rag": 3,
-    "flood": 3, "mooncake-conversation": 4, "mooncake-synthetic": 4, "azure-code": 4,
-    "azure-conv": 4,
+    "sec-dyn1": 20, "sec-dyn2": 20, "sec-steady": 8, "multihop": 8, "mixed": 8, "rag": 8,
+    "flood": 8, "mooncake-conversation": 6, "mooncake-synthetic": 4, "azure-code": 6,
+    "azure-conv": 6,
 }
 """Seeds per scenario in the full runs (seeds ``0..n-1``; for a real trace the seed picks a
-disjoint window). Statistics pool the requests of all seeds."""
+disjoint window: six fit in each file, four in the shorter ``synthetic_trace.jsonl``).
+Statistics pool the requests of all seeds."""
 
 
 def available(names: Sequence[str]) -> list[str]:

@@ -1,6 +1,6 @@
 """E1 - load spike: TTFT inside the calm, burst and spike windows of the two dynamic SEC traces.
 
-Full runs: calm and burst of 600 s each, the 60 s spike, ten seeds per trace (``FULL``,
+Full runs: calm and burst of 600 s each, the 60 s spike, twenty seeds per trace (``FULL``,
 ``REPLICAS`` in ``common``); the window statistics pool the seeds' requests (``windows_by_seed``
 keeps each seed's own). For each trace and policy: TTFT p50/p99 per arrival window, and the paper's six targets per trace
 (calm, burst, spike x [median <= 1.1 x LPM's median, p99 <= 1.1 x FCFS's p99]) with how many each

@@ -27,7 +27,7 @@ from fairsim import figures
 
 CONFIGS = {"default": {}, "short-misses": {"miss_tokens": (2048, 6144)},
            "flood-75s": {"num_flood": 1500}}
-"""Full runs: on top of ``common.FULL["flood"]`` (a 300 s flood), three seeds each."""
+"""Full runs: on top of ``common.FULL["flood"]`` (a 300 s flood), eight seeds each."""
 TINY = {"default": {"num_miss": 4, "num_flood": 150}}
 
 
