@@ -31,6 +31,28 @@ TINY_POLICIES = ["fcfs", "lpm", "fairway"]
 BASELINE_EXCLUDE = ("fairway",)
 """Name prefixes that are not baselines (Fairway and its variants)."""
 
+FULL: dict[str, dict[str, Any]] = {
+    # Same scenario definitions and rates as fairsim/scenarios.py; only the lengths grow.
+    "sec-dyn1": {"calm_s": 600.0, "burst_s": 600.0},  # the spike stays 60 s
+    "sec-dyn2": {"calm_s": 600.0, "burst_s": 600.0},
+    "sec-steady": {"duration_s": 1800.0},
+    "multihop": {"duration_s": 1800.0},
+    "mixed": {"duration_s": 1800.0},
+    "rag": {"num_requests": 6000},  # 20 minutes at RagSpec's 5 requests/s
+    "flood": {"num_flood": 6000},  # 300 s of flood at 20 requests/s
+    # Real traces: the scenario's own 600-request windows at ideal load 0.8 (more windows below).
+    "mooncake-synthetic": {"window_step_s": 250.0},  # the file holds four disjoint windows at 250 s
+}
+"""Scenario parameters of the full (non ``--tiny``) runs, on top of the scenario's defaults."""
+REPLICAS: dict[str, int] = {
+    "sec-dyn1": 20, "sec-dyn2": 20, "sec-steady": 8, "multihop": 8, "mixed": 8, "rag": 8,
+    "flood": 8, "mooncake-conversation": 6, "mooncake-synthetic": 4, "azure-code": 6,
+    "azure-conv": 6,
+}
+"""Seeds per scenario in the full runs (seeds ``0..n-1``; for a real trace the seed picks a
+disjoint window: six fit in each file, four in the shorter ``synthetic_trace.jsonl``).
+Statistics pool the requests of all seeds."""
+
 
 def available(names: Sequence[str]) -> list[str]:
     """The registered subset of ``names``, printing a note for each one skipped."""
@@ -61,6 +83,28 @@ def run(scenario: Scenario, policy: str, profile: Profile, label: str | None = N
     req = result.requests.assign(scenario=scenario.name, policy=name)
     steps = result.steps.assign(scenario=scenario.name, policy=name)
     return req, steps
+
+
+def replicas(name: str, tiny: bool) -> list[int]:
+    """Seeds to run scenario ``name`` with: ``[0]`` for ``--tiny``, else ``REPLICAS`` (default 1)."""
+    return [0] if tiny else list(range(REPLICAS.get(name, 1)))
+
+
+def build_all(name: str, profile: Profile, seeds: Sequence[int], **params: Any) -> list[Scenario]:
+    """``build_scenario(name, profile, seed, **params)`` for every seed in ``seeds``."""
+    from fairsim.scenarios import build_scenario
+    return [build_scenario(name, profile, seed=s, **params) for s in seeds]
+
+
+def run_all_seeds(scenarios: Sequence[Scenario], seeds: Sequence[int], policy: str, profile: Profile,
+                  label: str | None = None, **params: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``run`` on each replica of a scenario; tables concatenated with an added ``seed`` column."""
+    reqs, steps = [], []
+    for scenario, seed in zip(scenarios, seeds):
+        r, s = run(scenario, policy, profile, label, **params)
+        reqs.append(r.assign(seed=seed))
+        steps.append(s.assign(seed=seed))
+    return pd.concat(reqs, ignore_index=True), pd.concat(steps, ignore_index=True)
 
 
 def pct(values: pd.Series | np.ndarray, q: float) -> float:

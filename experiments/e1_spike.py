@@ -1,6 +1,8 @@
 """E1 - load spike: TTFT inside the calm, burst and spike windows of the two dynamic SEC traces.
 
-For each trace and policy: TTFT p50/p99 per arrival window, and the paper's six targets per trace
+Full runs: calm and burst of 600 s each, the 60 s spike, twenty seeds per trace (``FULL``,
+``REPLICAS`` in ``common``); the window statistics pool the seeds' requests (``windows_by_seed``
+keeps each seed's own). For each trace and policy: TTFT p50/p99 per arrival window, and the paper's six targets per trace
 (calm, burst, spike x [median <= 1.1 x LPM's median, p99 <= 1.1 x FCFS's p99]) with how many each
 policy meets.
 
@@ -14,9 +16,9 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from experiments.common import PAPER_POLICIES, Timer, parser, pct, run, setup, write_json, write_parquet
+from experiments.common import (FULL, PAPER_POLICIES, Timer, build_all, parser, pct, replicas,
+                                run_all_seeds, setup, write_json, write_parquet)
 from fairsim import figures
-from fairsim.scenarios import build_scenario
 
 TRACES = ("sec-dyn1", "sec-dyn2")
 WINDOWS = ("calm", "burst", "spike")
@@ -64,9 +66,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     with Timer("e1_spike"):
         reqs, steps = [], []
         for trace in TRACES:
-            scenario = build_scenario(trace, profile, **(TINY if args.tiny else {}))
+            seeds = replicas(trace, args.tiny)
+            scenarios = build_all(trace, profile, seeds, **(TINY if args.tiny else FULL[trace]))
             for pol in policies:
-                r, s = run(scenario, pol, profile)
+                r, s = run_all_seeds(scenarios, seeds, pol, profile)
                 reqs.append(r)
                 steps.append(s)
         requests = pd.concat(reqs, ignore_index=True)
@@ -78,6 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_parquet(steps_df, out / "steps.parquet")
         write_parquet(table, out / "windows.parquet")
         write_parquet(met, out / "targets.parquet")
+        by_seed = window_table(requests.assign(
+            scenario=requests["scenario"] + "/seed" + requests["seed"].astype(str)))
+        write_parquet(by_seed, out / "windows_by_seed.parquet")
         summary = {sc: {pol: {"targets_met": int(m)} for pol, m in zip(g["policy"], g["targets_met"])}
                    for sc, g in met.groupby("scenario", sort=False)}
         for row in table.itertuples():
@@ -91,8 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             figures.save(figures.ttft_cdf(sub[sub["window"] == "spike"],
                                           title=f"E1 {trace}: TTFT CDF, spike window"),
                          out / f"e1_{trace}_spike_cdf.png")
-            figures.save(figures.queue_and_kv(steps_df[steps_df["scenario"] == trace],
-                                              title=f"E1 {trace}: queue and KV"),
+            first = steps_df[(steps_df["scenario"] == trace) & (steps_df["seed"] == 0)]
+            figures.save(figures.queue_and_kv(first, title=f"E1 {trace} (seed 0): queue and KV"),
                          out / f"e1_{trace}_queue_kv.png")
     spike = table[table["window"] == "spike"].merge(met, on=["scenario", "policy"])
     print(spike[["scenario", "policy", "requests", "ttft_p50_s", "ttft_p99_s", "targets_met"]]

@@ -3,7 +3,9 @@
 For each scenario: every policy's TTFT p50/p99/max; ``starved`` when the worst TTFT exceeds
 3 x the policy's own p99 (the paper's criterion, ``fairsim.metrics.STARVATION_FACTOR``); the best
 baseline = the non-starving baseline (not Fairway or a variant) with the lowest p99; and Fairway's
-p99 relative to it (negative = Fairway lower).
+p99 relative to it (negative = Fairway lower). Full runs use the longer workloads and several
+seeds per scenario of ``common.FULL`` / ``common.REPLICAS``; the statistics pool the seeds'
+requests (``p99_by_seed`` keeps each seed's own p99).
 
 Run: ``python -m experiments.e2_scenarios [--out results/e2] [--tiny] [--policies ...]``
 """
@@ -15,11 +17,11 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from experiments.common import (PAPER_POLICIES, Timer, is_baseline, parser, run, setup, write_json,
-                                write_parquet)
+from experiments.common import (FULL, PAPER_POLICIES, Timer, build_all, is_baseline, parser,
+                                replicas, run_all_seeds, setup, write_json, write_parquet)
 from fairsim import figures
 from fairsim.metrics import summarize
-from fairsim.scenarios import build_scenario, scenario_names
+from fairsim.scenarios import scenario_names
 
 TINY = {  # three small generated scenarios (no real-trace files needed)
     "rag": {"num_requests": 150},
@@ -50,23 +52,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run E2; write tables, ``summary.json`` and figures to ``--out``."""
     args = parser(__doc__.splitlines()[0], "results/e2").parse_args(argv)
     profile, policies = setup(args, PAPER_POLICIES)
-    plan = TINY if args.tiny else {name: {} for name in scenario_names()}
+    plan = TINY if args.tiny else {name: FULL.get(name, {}) for name in scenario_names()}
+    keys = ("requests", "ttft_p50_s", "ttft_p99_s", "ttft_max_s", "hit_rate", "starved")
     with Timer("e2_scenarios"):
-        reqs, rows = [], []
+        reqs, rows, seed_rows = [], [], []
         for name, params in plan.items():
-            scenario = build_scenario(name, profile, **params)
+            seeds = replicas(name, args.tiny)
+            scenarios = build_all(name, profile, seeds, **params)
             for pol in policies:
-                r, s = run(scenario, pol, profile)
+                r, s = run_all_seeds(scenarios, seeds, pol, profile)
                 reqs.append(r)
-                summ = summarize(r, s)
-                rows.append({"scenario": name, "policy": pol, **{k: summ[k] for k in (
-                    "requests", "ttft_p50_s", "ttft_p99_s", "ttft_max_s", "hit_rate", "starved")}})
+                summ = summarize(r)
+                rows.append({"scenario": name, "policy": pol, **{k: summ[k] for k in keys}})
+                for seed, g in r.groupby("seed", sort=False):
+                    one = summarize(g)
+                    seed_rows.append({"scenario": name, "policy": pol, "seed": seed,
+                                      **{k: one[k] for k in keys}})
         requests = pd.concat(reqs, ignore_index=True)
         table = pd.DataFrame(rows)
         best = best_baselines(table)
         out = args.out
         write_parquet(requests, out / "requests.parquet")
         write_parquet(table, out / "p99.parquet")
+        write_parquet(pd.DataFrame(seed_rows), out / "p99_by_seed.parquet")
         write_parquet(best, out / "best_baseline.parquet")
         summary = {sc: {"policies": {r.policy: {"p50_s": r.ttft_p50_s, "p99_s": r.ttft_p99_s,
                                                 "max_s": r.ttft_max_s, "starved": r.starved}

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from experiments.common import Timer, available, parser, pct, run, setup, write_json, write_parquet
+from experiments.common import (FULL, Timer, available, build_all, parser, pct, replicas,
+                                run_all_seeds, setup, write_json, write_parquet)
 from fairsim import figures
-from fairsim.scenarios import build_scenario
 
 LONG_TOKENS = 4096
 """Prompts of at least this many tokens count as long (mixed: short <= 2,048 < 6,144 <= long)."""
@@ -28,7 +28,8 @@ VARIANTS = {  # label -> (policy, params)
     "no-fair-lane": ("fairway", {"fair_lane": False}),
     "abs-wait+no-fair-lane": ("fairway", {"wait_mode": "absolute", "fair_lane": False}),
 }
-SCENARIOS = {"mixed": {}, "sec-dyn1": {}, "sec-dyn2": {}}
+SCENARIOS = {name: FULL[name] for name in ("mixed", "sec-dyn1", "sec-dyn2")}
+"""Full runs: E2's workloads and seeds (``common.FULL``, ``common.REPLICAS``), requests pooled."""
 TINY = {"mixed": {"duration_s": 40.0}}
 
 
@@ -54,9 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     with Timer("e4_ablation"):
         reqs = []
         for name, params in plan.items():
-            scenario = build_scenario(name, profile, **params)
+            seeds = replicas(name, args.tiny)
+            scenarios = build_all(name, profile, seeds, **params)
             for label, (pol, kw) in runs.items():
-                reqs.append(run(scenario, pol, profile, label=label, **kw)[0])
+                reqs.append(run_all_seeds(scenarios, seeds, pol, profile, label=label, **kw)[0])
         requests = pd.concat(reqs, ignore_index=True)
         table = length_table(requests)
         out = args.out
