@@ -44,8 +44,6 @@ class TestReplayCommand:
 
     def test_realtime_replay_table(self, tmp_path):
         trace = Trace("t", "test", tuple(equivalence_trace(6, seed=2, rate_per_s=4.0)))
-        for r in trace.requests:
-            r.labels["_hash_ids"] = list(r.block_hashes) + [10_000 + int(r.request_id[-3:])]
         path = tmp_path / "t.jsonl"
         write_mooncake(trace, path)
         out = tmp_path / "out"

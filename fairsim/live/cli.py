@@ -72,6 +72,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     """``fairsim replay --engine vllm``."""
     from fairsim.cli import load_requests, parse_params
     from fairsim.costmodel import load_profile
+    from fairsim.errors import CapacityError
     from fairsim.live.engine import LiveConfig
     from fairsim.live.replay import replay_realtime, replay_virtual
     from fairsim.metrics import ttft_summary
@@ -84,9 +85,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
     make_policy(args.policy, profile, **params)  # fail fast on a bad name or parameter
     trace, requests = load_requests(args)
     block = args.block_size or 128
-    _, kv_blocks = resolve_capacity(requests, EngineConfig(
-        budget_tokens=args.budget, max_num_seqs=args.max_num_seqs, block_size=block,
-        kv_blocks=args.kv_blocks, kv_fraction=args.kv_fraction))
+    try:
+        _, kv_blocks = resolve_capacity(requests, EngineConfig(
+            budget_tokens=args.budget, max_num_seqs=args.max_num_seqs, block_size=block,
+            kv_blocks=args.kv_blocks, kv_fraction=args.kv_fraction))
+    except CapacityError:
+        if args.kv_blocks is not None:
+            raise
+        # A short window has little reusable content; never size the cache below one prompt.
+        kv_blocks = max(-(-(r.prompt_len + 1) // block) for r in requests)
+        print(f"replay: the KV fraction gives less than the longest prompt; using {kv_blocks} blocks",
+              file=sys.stderr)
     cfg = LiveConfig(policy=args.policy, params=params, profile=args.profile,
                      budget_tokens=args.budget, max_num_seqs=args.max_num_seqs, block_size=block,
                      kv_blocks=kv_blocks, scheduler=args.scheduler,

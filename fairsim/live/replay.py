@@ -194,10 +194,11 @@ def replay_realtime(requests: Sequence[Request], config: LiveConfig, time_scale:
             outputs = d.engine.step()
             end = time.time() - t0
             tokens, nreq = d.record_batch(step, start)
-            d.step_rows.append((step, start, end - start, tokens, nreq, num_waiting, len(d.sched.running)))
-            for out in outputs:
-                if not out.finished:
-                    continue
+            done = [out for out in outputs if out.finished]
+            # Running after admission (the simulator's column): finished ones already left vLLM's list.
+            d.step_rows.append((step, start, end - start, tokens, nreq, num_waiting,
+                                len(d.sched.running) + len(done)))
+            for out in done:
                 req, _ = d.finished(out)
                 m = out.metrics
                 arrival = req.arrival_time * time_scale
@@ -250,11 +251,11 @@ def replay_virtual(requests: Sequence[Request], config: LiveConfig, profile: Pro
             batch = d.sched.fairsim_last_batch
             duration = profile.step_time((n, ctx) for _, n, ctx in batch)
             tokens, nreq = d.record_batch(step, vt)
-            d.step_rows.append((step, vt, duration, tokens, nreq, num_waiting, len(d.sched.running)))
+            done = [out for out in outputs if out.finished]
+            d.step_rows.append((step, vt, duration, tokens, nreq, num_waiting,
+                                len(d.sched.running) + len(done)))
             end = vt + duration
-            for out in outputs:
-                if not out.finished:
-                    continue
+            for out in done:
                 req, vid = d.finished(out)
                 admitted = d.sched.fairsim_admissions.get(vid)
                 d.rows[req.request_id] = {
