@@ -37,6 +37,6 @@ class TestCalibrateCommand:
         profile = load_profile(str(out))
         assert profile.idle_prefill_time(256) > 0
         capsys.readouterr()
-        assert main(["run", "--profile", str(out), "--policy", "fcfs", "--max-requests", "20",
+        assert main(["run", "--profile", str(out), "--policy", "fcfs", "--max-requests", "20", "--kv-blocks", "64",
                      "--format", "json"]) == 0
         assert json.loads(capsys.readouterr().out)["fcfs"]["requests"] == 20

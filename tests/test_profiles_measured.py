@@ -19,5 +19,5 @@ class TestShippedMeasuredProfile:
 
     def test_run_uses_it(self, capsys):
         assert main(["run", "--profile", "cpu-tiny-llama-vllm-measured", "--policy", "fcfs",
-                     "--max-requests", "30", "--format", "json"]) == 0
+                     "--max-requests", "30", "--kv-blocks", "64", "--format", "json"]) == 0
         assert json.loads(capsys.readouterr().out)["fcfs"]["requests"] == 30
