@@ -178,9 +178,11 @@ class _PolicyMixin:
                 head.append(r)
         snaps = [self._fairsim_snapshot(r) for r in plain]
         self._fairsim_snapshots = {s.request_id: s for s in snaps}
-        if len(plain) < 2:
+        if not plain:
             self.fairsim_reorder_s.append(time.perf_counter() - t0)
             return
+        # order() is called whenever a request is plainly waiting, even one, exactly as the
+        # simulator calls it, so policies that keep state across calls evolve the same way.
         try:
             ordered = self.fairsim_policy.order(snaps, self.fairsim_clock())
             new_plain = [q.handle for q in ordered]
