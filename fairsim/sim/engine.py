@@ -11,12 +11,13 @@ Each step (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule``):
    request is preempted (blocks freed, progress reset, put back at the front of waiting) until
    the chunk fits or the request itself was preempted.
 2. If nothing was preempted: waiting requests, preempted ones first (in their order), then the
-   rest in the policy's order (computed at the start of the step, before step 1, from the cache as
-   it was then: vLLM's hook reorders the queue before ``Scheduler.schedule``). For each, the
+   rest in the policy's order (computed at the start of the step, before step 1, from the cache
+   as it was then: vLLM's hook reorders the queue before ``Scheduler.schedule``). For each, the
    prefix hit ``h`` is looked up now (leading full blocks, capped at ``L - 1`` tokens), the
-   chunk is ``min(L - h, budget left)``, and admission needs free-or-evictable blocks for the *whole* remaining prompt (vLLM's
-   ``scheduler_reserve_full_isl``; only the chunk's blocks are allocated). On a misfit admission
-   stops for the step (head-of-line), unless the policy ``skips_misfits``.
+   chunk is ``min(L - h, budget left)``, and admission needs free-or-evictable blocks for the
+   *whole* remaining prompt (vLLM's ``scheduler_reserve_full_isl``; only the chunk's blocks are
+   allocated). On a misfit admission stops for the step (head-of-line), unless the policy
+   ``skips_misfits``.
 3. Blocks become hittable as soon as they are scheduled (vLLM caches them inside
    ``allocate_slots``), so a later request in the same step can hit them.
 4. The step lasts ``Profile.step_time`` of its batch. A request whose last prompt token was
