@@ -150,10 +150,14 @@ class _PolicyMixin:
         if request.num_computed_tokens > 0:
             return 0
         manager = self.kv_cache_manager
-        if not manager.prefix_cache_lookup_enabled(request):
+        enabled = getattr(manager, "prefix_cache_lookup_enabled", None)
+        if not (enabled(request) if enabled is not None else getattr(manager, "enable_caching", True)):
             return 0
-        return int(manager.coordinator.find_longest_cache_hit(
-            request.block_hashes, request.num_tokens - 1)[1])
+        coordinator = getattr(manager, "coordinator", None)
+        if coordinator is None:  # older layouts: the public lookup (records no stats either)
+            return int(manager.get_computed_blocks(request)[1])
+        # The same lookup get_computed_blocks makes, minus its optional KV-event emission.
+        return int(coordinator.find_longest_cache_hit(request.block_hashes, request.num_tokens - 1)[1])
 
     def _fairsim_snapshot(self, request: Any) -> QueuedRequest:
         h = self.fairsim_cached_tokens(request)
