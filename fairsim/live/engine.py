@@ -13,11 +13,14 @@ from typing import Any
 
 from fairsim.live import TINY_LLAMA_DIR
 
-#: Environment the CPU engine needs here (VLLM.md): in-process core, 1 GiB KV space, offline.
+#: Environment the CPU engine needs here (VLLM.md): in-process core, 1 GiB KV space, offline;
+#: vLLM's log goes to stderr so fairsim's tables and JSON on stdout stay clean. Set with
+#: ``setdefault`` before vLLM is imported: values already in the environment win.
 ENGINE_ENV = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "HF_HUB_OFFLINE": "1",
+    "VLLM_LOGGING_STREAM": "ext://sys.stderr",
 }
 
 
