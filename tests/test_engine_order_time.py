@@ -13,6 +13,7 @@ class _Recording(LPM):
     """LPM that records the ``h`` it was shown per call time."""
 
     def __init__(self):
+        super().__init__()
         self.seen: dict[float, dict[str, int]] = {}
 
     def order(self, waiting, now):
