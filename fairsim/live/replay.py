@@ -93,15 +93,14 @@ class _Driver:
 
     def warm_up(self) -> None:
         """One short request so the first measured step does not pay start-up costs; then clear
-        the prefix cache and the hook's records."""
+        the prefix cache, the hook's records and the policy's state."""
         from vllm.inputs import TokensPrompt
 
         self.llm.generate([TokensPrompt(prompt_token_ids=list(range(3, 3 + 64)))],
                           self._params, use_tqdm=False)
         self.engine.reset_prefix_cache()
-        self.sched.fairsim_admissions.clear()
-        self.sched.fairsim_reorder_s.clear()
-        self.sched.fairsim_step = 0
+        # The warm-up request went through the policy: start it afresh (k-LPM counts turns).
+        self.sched.fairsim_reset()
 
     def submit(self, req: Request, arrival_time: float) -> None:
         from vllm.inputs import TokensPrompt

@@ -127,6 +127,7 @@ class _PolicyMixin:
                 f"fairsim's hook needs vLLM's FCFS waiting queue, got {type(waiting).__name__}; "
                 f"drop --scheduling-policy priority (the fairsim policy decides the order)"
             )
+        self._fairsim_settings = settings
         self.fairsim_policy = build_policy(settings)
         self.fairsim_clock: Callable[[], float] = time.time
         self.fairsim_reorder_s: collections.deque[float] = collections.deque(maxlen=100_000)
@@ -138,6 +139,16 @@ class _PolicyMixin:
         self._fairsim_snapshots: dict[str, QueuedRequest] = {}
         logger.info("fairsim: ordering the waiting queue with policy %r",
                     getattr(self.fairsim_policy, "name", type(self.fairsim_policy).__name__))
+
+    def fairsim_reset(self) -> None:
+        """A fresh policy object (state such as k-LPM's turn counter back to its start) and empty
+        records. Drivers call it after a warm-up request, so the run starts as a simulation does."""
+        self.fairsim_policy = build_policy(self._fairsim_settings)
+        self._fairsim_on_admitted = getattr(self.fairsim_policy, "on_admitted", None)
+        self.fairsim_admissions.clear()
+        self.fairsim_reorder_s.clear()
+        self.fairsim_policy_errors = 0
+        self.fairsim_step = 0
 
     # -- reading the prefix cache without side effects ------------------------------------------
     def fairsim_cached_tokens(self, request: Any) -> int:
