@@ -10,8 +10,9 @@ import pytest
 
 pytestmark = pytest.mark.live
 
-for _k, _v in {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
-               "HF_HUB_OFFLINE": "1"}.items():
+from fairsim.live.engine import ENGINE_ENV  # noqa: E402  (no vLLM import)
+
+for _k, _v in ENGINE_ENV.items():  # in-process core, small KV space, one bound OpenMP thread
     os.environ.setdefault(_k, _v)
 
 from fairsim.cli import main  # noqa: E402
