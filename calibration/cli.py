@@ -31,19 +31,33 @@ def add_calibrate_command(sub: Any) -> None:
     p = sub.add_parser("calibrate", help="profile a live vLLM engine and write a measured profile")
     p.add_argument("--model", default=None,
                    help="model folder or HF name (default: the shipped tiny Llama with dummy weights)")
-    p.add_argument("--load-format", default=None, help="vLLM load_format (default: dummy for the tiny Llama, else auto)")
+    p.add_argument("--load-format", default=None,
+                   help="vLLM load_format (default: dummy for the tiny Llama, else auto)")
     p.add_argument("--dtype", default="auto", help="vLLM dtype")
-    p.add_argument("--budget", type=int, default=2048, help="step token budget (max_num_batched_tokens)")
-    p.add_argument("--block-size", type=int, default=None, help="KV block size (default: 128 on CPU, 16 on GPU)")
-    p.add_argument("--max-model-len", type=int, default=None, help="default: longest grid prompt + 1")
-    p.add_argument("--new-tokens", type=_ints, default=g.new_tokens, help="grid: new tokens per step, comma-separated")
-    p.add_argument("--context-tokens", type=_ints, default=g.context_tokens, help="grid: cached context per request")
-    p.add_argument("--requests-per-step", type=_ints, default=g.requests_per_step, help="grid: requests per step")
-    p.add_argument("--idle-lengths", type=_ints, default=g.idle_lengths, help="T_idle prompt lengths")
-    p.add_argument("--repeats", type=int, default=g.repeats, help="measurements per point (median kept)")
-    p.add_argument("--max-mape", type=float, default=0.15, help="refuse a held-out MAPE above this (fraction)")
-    p.add_argument("--max-worst", type=float, default=0.5, help="refuse a held-out worst error above this (fraction)")
-    p.add_argument("--force", action="store_true", help="write the profile even if the fit is refused")
+    p.add_argument("--budget", type=int, default=2048,
+                   help="step token budget (max_num_batched_tokens)")
+    p.add_argument("--block-size", type=int, default=None,
+                   help="KV block size (default: 128 on CPU, 16 on GPU)")
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help="default: longest grid prompt + 1")
+    p.add_argument("--new-tokens", type=_ints, default=g.new_tokens,
+                   help="grid: new tokens per step, comma-separated")
+    p.add_argument("--context-tokens", type=_ints, default=g.context_tokens,
+                   help="grid: cached context per request")
+    p.add_argument("--requests-per-step", type=_ints, default=g.requests_per_step,
+                   help="grid: requests per step")
+    p.add_argument("--idle-lengths", type=_ints, default=g.idle_lengths,
+                   help="T_idle prompt lengths")
+    p.add_argument("--repeats", type=int, default=g.repeats,
+                   help="measurements per point, interleaved over the grid")
+    p.add_argument("--statistic", choices=("median", "min"), default="median",
+                   help="kept value of the repeats (min: intrinsic cost on a shared, noisy machine)")
+    p.add_argument("--max-mape", type=float, default=0.15,
+                   help="refuse a held-out MAPE above this (fraction)")
+    p.add_argument("--max-worst", type=float, default=0.5,
+                   help="refuse a held-out worst error above this (fraction)")
+    p.add_argument("--force", action="store_true",
+                   help="write the profile even if the fit is refused")
     p.add_argument("--name", default=None, help="profile name (default: the output file stem)")
     p.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), help="profile JSON to write")
 
@@ -76,7 +90,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from fairsim.costmodel import Profile, save_profile
     from fairsim.live.engine import LiveConfig, make_llm, vllm_version
 
-    grid = Grid(args.new_tokens, args.context_tokens, args.requests_per_step, args.idle_lengths, args.repeats)
+    grid = Grid(args.new_tokens, args.context_tokens, args.requests_per_step, args.idle_lengths, args.repeats,
+                args.statistic)
     on_gpu = _device().startswith("CPU") is False
     block = args.block_size or (16 if on_gpu else 128)
     longest = max(max(grid.context_tokens) + max(grid.new_tokens), max(grid.idle_lengths)) + 1
@@ -124,7 +139,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         "fit": fit.to_dict(),
         "fit_method": "scipy.optimize.nnls on relative error, column-scaled; every 4th point held out",
         "thresholds": {"max_mape": args.max_mape, "max_worst": args.max_worst, "forced": bool(refused)},
-        "idle_prefill_note": "median TTFT of a cold prompt alone on the idle engine; running max keeps it monotone",
+        "idle_prefill_note": f"{args.statistic} TTFT of a cold prompt alone on the idle engine; running max keeps it monotone",
         "raw_measurements": raw,
         "command": "fairsim " + " ".join(sys.argv[1:]),
     }

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from calibration.fit import StepSample
@@ -28,21 +28,35 @@ class Grid:
         context_tokens: Cached context per request ``k_i`` (multiples of the block size).
         requests_per_step: Requests sharing the step (the new tokens are split evenly).
         idle_lengths: Prompt lengths ``L`` for ``T_idle``.
-        repeats: Measurements per point (the median is kept).
+        repeats: Measurements per point.
+        statistic: ``"median"`` (COSTMODEL.md) or ``"min"`` of the repeats. ``min`` estimates
+            the intrinsic cost on a machine shared with other work, where interference only
+            ever adds time.
     """
 
     new_tokens: tuple[int, ...] = (64, 512, 1024, 2048)
-    context_tokens: tuple[int, ...] = (0, 2048, 6144)
+    context_tokens: tuple[int, ...] = (0, 1024, 4096)
     requests_per_step: tuple[int, ...] = (1, 4)
     idle_lengths: tuple[int, ...] = (128, 512, 1024, 2048, 4096, 8192)
     repeats: int = 3
-    raw: dict[str, Any] = field(default_factory=dict, compare=False)
+    statistic: str = "median"
+
+    def __post_init__(self) -> None:
+        if self.statistic not in ("median", "min"):
+            raise ValueError(f"statistic={self.statistic!r}: use 'median' or 'min'")
+        if self.repeats < 1:
+            raise ValueError(f"repeats={self.repeats}: need >= 1")
+
+    def reduce(self, times: Sequence[float]) -> float:
+        """The kept value of repeated measurements, seconds."""
+        return min(times) if self.statistic == "min" else statistics.median(times)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {"new_tokens": list(self.new_tokens), "context_tokens": list(self.context_tokens),
                 "requests_per_step": list(self.requests_per_step),
-                "idle_lengths": list(self.idle_lengths), "repeats": self.repeats}
+                "idle_lengths": list(self.idle_lengths), "repeats": self.repeats,
+                "statistic": self.statistic}
 
 
 class Profiler:
@@ -123,9 +137,13 @@ class Profiler:
         times = []
         for _ in range(repeats):
             self.engine.reset_prefix_cache()
-            out = self.llm.generate([self._prompt(prompt_token_ids=self._unique(length))],
-                                    self._params, use_tqdm=False)[0]
-            times.append(float(out.metrics.first_token_latency))
+            self.engine.add_request(f"idle-{self._serial}", self._prompt(prompt_token_ids=self._unique(length)),
+                                    self._params, arrival_time=time.time())
+            self._serial += 1
+            done = []
+            while self.engine.has_unfinished_requests():
+                done += [o for o in self.engine.step() if o.finished]
+            times.append(float(done[0].metrics.first_token_latency))
         return statistics.median(times), times
 
 
@@ -146,25 +164,36 @@ def measure(profiler: Profiler, grid: Grid, budget: int,
     for c in grid.context_tokens:
         if c % profiler.block_size:
             raise ValueError(f"grid context_tokens={c}: need a multiple of the block size {profiler.block_size}")
-    samples: list[StepSample] = []
-    raw_steps: list[dict[str, Any]] = []
     points = [(n, c, r) for c in grid.context_tokens for n in grid.new_tokens
               for r in grid.requests_per_step if r <= n]
-    for i, (n, c, r) in enumerate(points):
-        sample, times = profiler.step_sample(n, c, r, grid.repeats)
-        samples.append(sample)
-        raw_steps.append({"new_tokens": list(sample.new_tokens), "context_tokens": list(sample.context_tokens),
+    # Repeats are interleaved (one pass over the whole grid per repeat) rather than back to back,
+    # so a burst of interference from other work on the machine hits one repeat of many points
+    # instead of every repeat of one point.
+    step_times: list[list[float]] = [[] for _ in points]
+    batches: list[StepSample | None] = [None] * len(points)
+    idle_times: dict[int, list[float]] = {L: [] for L in grid.idle_lengths}
+    for rep in range(grid.repeats):
+        for i, (n, c, r) in enumerate(points):
+            sample, times = profiler.step_sample(n, c, r, 1)
+            step_times[i] += times
+            batches[i] = sample
+            if progress:
+                progress(f"pass {rep + 1}/{grid.repeats}, step {i + 1}/{len(points)}: n={n} k={c} r={r}: "
+                         f"{1e3 * times[0]:.1f} ms")
+        for L in grid.idle_lengths:
+            _, times = profiler.idle_prefill(L, 1)
+            idle_times[L] += times
+            if progress:
+                progress(f"pass {rep + 1}/{grid.repeats}, T_idle({L}): {1e3 * times[0]:.1f} ms")
+    samples: list[StepSample] = []
+    raw_steps: list[dict[str, Any]] = []
+    for b, times in zip(batches, step_times):
+        assert b is not None
+        samples.append(StepSample(b.new_tokens, b.context_tokens, grid.reduce(times)))
+        raw_steps.append({"new_tokens": list(b.new_tokens), "context_tokens": list(b.context_tokens),
                           "seconds": times})
-        if progress:
-            progress(f"step {i + 1}/{len(points)}: n={n} k={c} r={r}: {1e3 * sample.seconds:.1f} ms")
-    idle: dict[int, float] = {}
-    raw_idle: list[dict[str, Any]] = []
-    for L in grid.idle_lengths:
-        med, times = profiler.idle_prefill(L, grid.repeats)
-        idle[L] = med
-        raw_idle.append({"prompt_tokens": L, "seconds": times})
-        if progress:
-            progress(f"T_idle({L}) = {1e3 * med:.1f} ms")
+    idle = {L: grid.reduce(times) for L, times in idle_times.items()}
+    raw_idle = [{"prompt_tokens": L, "seconds": times} for L, times in idle_times.items()]
     return samples, idle, {"steps": raw_steps, "idle_prefill": raw_idle}
 
 

@@ -72,6 +72,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     """``fairsim replay --engine vllm``."""
     from fairsim.cli import load_requests, parse_params
     from fairsim.costmodel import load_profile
+    from fairsim.errors import CapacityError
     from fairsim.live.engine import LiveConfig
     from fairsim.live.replay import replay_realtime, replay_virtual
     from fairsim.metrics import ttft_summary
@@ -84,9 +85,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
     make_policy(args.policy, profile, **params)  # fail fast on a bad name or parameter
     trace, requests = load_requests(args)
     block = args.block_size or 128
-    _, kv_blocks = resolve_capacity(requests, EngineConfig(
-        budget_tokens=args.budget, max_num_seqs=args.max_num_seqs, block_size=block,
-        kv_blocks=args.kv_blocks, kv_fraction=args.kv_fraction))
+    try:
+        _, kv_blocks = resolve_capacity(requests, EngineConfig(
+            budget_tokens=args.budget, max_num_seqs=args.max_num_seqs, block_size=block,
+            kv_blocks=args.kv_blocks, kv_fraction=args.kv_fraction))
+    except CapacityError:
+        if args.kv_blocks is not None:
+            raise
+        # A short window has little reusable content; never size the cache below one prompt.
+        kv_blocks = max(-(-(r.prompt_len + 1) // block) for r in requests)
+        print(f"replay: the KV fraction gives less than the longest prompt; using {kv_blocks} blocks",
+              file=sys.stderr)
     cfg = LiveConfig(policy=args.policy, params=params, profile=args.profile,
                      budget_tokens=args.budget, max_num_seqs=args.max_num_seqs, block_size=block,
                      kv_blocks=kv_blocks, scheduler=args.scheduler,
@@ -149,7 +158,12 @@ def cmd_equivalence(args: argparse.Namespace) -> int:
 
 
 def cmd_fidelity(args: argparse.Namespace) -> int:
-    """``fairsim fidelity``: simulate with the CPU profile, replay live in real time, compare TTFT."""
+    """``fairsim fidelity``: simulate with the CPU profile, replay live in real time, compare TTFT.
+
+    Prints per policy TTFT p50/p99 of both and their relative error ``(sim - vllm) / vllm``, and
+    the median relative error of the profile's predicted step time against each measured live step
+    (``step err``): it separates cost-model error from queueing effects.
+    """
     from fairsim.costmodel import load_profile
     from fairsim.live.engine import LiveConfig
     from fairsim.live.equivalence import equivalence_trace
@@ -161,7 +175,8 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
     requests = equivalence_trace(args.requests, seed=args.seed, rate_per_s=args.rate)
     rows = {}
-    print(f"{'policy':8} {'sim p50':>8} {'vllm p50':>8} {'err p50':>8} {'sim p99':>8} {'vllm p99':>8} {'err p99':>8}")
+    print(f"{'policy':8} {'sim p50':>8} {'vllm p50':>8} {'err p50':>8} {'sim p99':>8} {'vllm p99':>8} "
+          f"{'err p99':>8} {'step err':>8}")
     for name in [s.strip() for s in args.policies.split(",") if s.strip()]:
         sim = simulate(requests, make_policy(name, profile), profile,
                        EngineConfig(budget_tokens=profile.budget_tokens, max_num_seqs=16,
@@ -174,9 +189,14 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
                "sim_p99_s": s["ttft_p99_s"], "vllm_p99_s": v["ttft_p99_s"]}
         row["rel_err_p50"] = (row["sim_p50_s"] - row["vllm_p50_s"]) / row["vllm_p50_s"]
         row["rel_err_p99"] = (row["sim_p99_s"] - row["vllm_p99_s"]) / row["vllm_p99_s"]
+        st = live.steps
+        pred = [profile.step_time_from_sums(t, p, r) for t, p, r in zip(st["tokens"], st["pair_tokens"], st["requests"])]
+        errs = [(pv - m) / m for pv, m in zip(pred, st["duration_s"])]
+        row["step_time_rel_err_median"] = float(sorted(errs)[len(errs) // 2]) if errs else float("nan")
         rows[name] = row
         print(f"{name:8} {row['sim_p50_s']:8.3f} {row['vllm_p50_s']:8.3f} {100 * row['rel_err_p50']:+7.1f}% "
-              f"{row['sim_p99_s']:8.3f} {row['vllm_p99_s']:8.3f} {100 * row['rel_err_p99']:+7.1f}%")
+              f"{row['sim_p99_s']:8.3f} {row['vllm_p99_s']:8.3f} {100 * row['rel_err_p99']:+7.1f}% "
+              f"{100 * row['step_time_rel_err_median']:+7.1f}%")
         if args.out is not None:
             _write_live(args.out, f"live-{name}", live)
             args.out.mkdir(parents=True, exist_ok=True)

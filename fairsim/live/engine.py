@@ -13,11 +13,20 @@ from typing import Any
 
 from fairsim.live import TINY_LLAMA_DIR
 
-#: Environment the CPU engine needs here (VLLM.md): in-process core, 1 GiB KV space, offline.
+#: Environment the CPU engine needs here (VLLM.md): in-process core, 1 GiB KV space, offline;
+#: vLLM's log goes to stderr so fairsim's tables and JSON on stdout stay clean; one OpenMP
+#: thread bound to core 0 (CPU backend only). With vLLM's default binding (one thread per core)
+#: any other busy process on a shared machine stalls every parallel region: on this project's
+#: 2-core machine a 2,000-token step took ~480 ms instead of ~55 ms, and varied 2x from step to
+#: step; one bound thread gave 49-66 ms. Set with ``setdefault`` before vLLM is imported, so
+#: values already in the environment win (e.g. ``VLLM_CPU_OMP_THREADS_BIND=auto`` on a
+#: dedicated many-core machine).
 ENGINE_ENV = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "HF_HUB_OFFLINE": "1",
+    "VLLM_LOGGING_STREAM": "ext://sys.stderr",
+    "VLLM_CPU_OMP_THREADS_BIND": "0",
 }
 
 

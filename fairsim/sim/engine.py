@@ -11,11 +11,15 @@ Each step (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule``):
    request is preempted (blocks freed, progress reset, put back at the front of waiting) until
    the chunk fits or the request itself was preempted.
 2. If nothing was preempted: waiting requests, preempted ones first (in their order), then the
-   rest in the policy's order. For each, the prefix hit ``h`` is looked up now (leading full
-   blocks, capped at ``L - 1`` tokens), the chunk is ``min(L - h, budget left)``, and admission
-   needs free-or-evictable blocks for the *whole* remaining prompt (vLLM's
-   ``scheduler_reserve_full_isl``; only the chunk's blocks are allocated). On a misfit admission
-   stops for the step (head-of-line), unless the policy ``skips_misfits``.
+   rest in the policy's order (computed at the start of the step, before step 1, from the cache
+   as it was then: vLLM's hook reorders the queue before ``Scheduler.schedule``). ``order()`` is
+   called only in steps where a waiting request could be admitted (stateful orders such as
+   Preble's group pointer advance once per such step). For each, the
+   prefix hit ``h`` is looked up now (leading full blocks, capped at ``L - 1`` tokens), the
+   chunk is ``min(L - h, budget left)``, and admission needs free-or-evictable blocks for the
+   *whole* remaining prompt (vLLM's ``scheduler_reserve_full_isl``; only the chunk's blocks are
+   allocated). On a misfit admission stops for the step (head-of-line), unless the policy
+   ``skips_misfits``.
 3. Blocks become hittable as soon as they are scheduled (vLLM caches them inside
    ``allocate_slots``), so a later request in the same step can hit them.
 4. The step lasts ``Profile.step_time`` of its batch. A request whose last prompt token was
@@ -253,6 +257,17 @@ class Engine:
         running = self._running
         preempted = 0
         idx = 0
+        # The policy orders the waiting queue at the START of the step, before running requests
+        # take their chunks (which can evict or register blocks): vLLM's hook point is before
+        # Scheduler.schedule(), so h is read from the cache as it was then. Found by the
+        # decision-equivalence check (LPM/Fairway orders differed when a running chunk evicted).
+        # Skip the order when no waiting request can be admitted this step (running chunks take
+        # the whole budget, or max_num_seqs is reached): the order could not change a decision,
+        # and long queues make it the simulator's hot spot. PEEK keeps it, since its block
+        # protection is refreshed from the order every step.
+        remaining = sum(r.req.prompt_len - r.computed for r in running)
+        can_admit = remaining < budget and len(running) < self.config.max_num_seqs
+        ordered = self._order_waiting(now) if can_admit or self._protect is not None else []
         while idx < len(running) and budget > 0:
             live = running[idx]
             n = min(live.req.prompt_len - live.computed, budget)
@@ -275,10 +290,22 @@ class Engine:
             idx += 1
         if preempted:
             return batch, preempted  # vLLM admits no waiting request in a step that preempted
-        self._admit_waiting(now, budget, batch)
+        self._admit_waiting(now, budget, batch, ordered)
         return batch, 0
 
-    def _admit_waiting(self, now: float, budget: int, batch: list) -> None:
+    def _order_waiting(self, now: float) -> list[_Live]:
+        """The waiting requests (not preempted ones) in the policy's order, from step-start snapshots."""
+        if not self._waiting:
+            return []
+        snapshots = [self._snapshot(live) for live in self._waiting.values()]
+        ordered = self.policy.order(snapshots, now)
+        assert len(ordered) == len(snapshots), "policy.order() must return a permutation"
+        limit = getattr(self.policy, "admission_limit", None)
+        if limit is not None:
+            ordered = ordered[:limit]
+        return [q.handle for q in ordered]
+
+    def _admit_waiting(self, now: float, budget: int, batch: list, ordered: list[_Live]) -> None:
         pool = self.pool
         bs = self.block_size
         max_seqs = self.config.max_num_seqs
@@ -287,15 +314,7 @@ class Engine:
             return
         if not (self._waiting or self._preempted):
             return
-        order = list(self._preempted)
-        if self._waiting:
-            snapshots = [self._snapshot(live) for live in self._waiting.values()]
-            ordered = self.policy.order(snapshots, now)
-            assert len(ordered) == len(snapshots), "policy.order() must return a permutation"
-            limit = getattr(self.policy, "admission_limit", None)
-            if limit is not None:
-                ordered = ordered[:limit]
-            order.extend(q.handle for q in ordered)
+        order = list(self._preempted) + ordered
         if self._protect is not None:  # PEEK: protect what the next max_num_seqs would hit
             self._protect([live.keys[:pool.count_prefix(live.keys, live.max_hit_blocks)]
                            for live in order[:max_seqs]])

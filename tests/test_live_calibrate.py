@@ -1,0 +1,43 @@
+"""`fairsim calibrate` against a real vLLM engine (tiny grid), and the profile it writes."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+pytestmark = pytest.mark.live
+
+from fairsim.live.engine import ENGINE_ENV  # noqa: E402  (no vLLM import)
+
+for _k, _v in ENGINE_ENV.items():  # in-process core, small KV space, one bound OpenMP thread
+    os.environ.setdefault(_k, _v)
+
+from fairsim.cli import main  # noqa: E402
+from fairsim.costmodel import load_profile  # noqa: E402
+
+
+class TestCalibrateCommand:
+    """A small grid runs end to end; the profile carries metadata and fit error; run uses it."""
+
+    def test_small_grid(self, tmp_path, capsys):
+        out = tmp_path / "p.json"
+        rc = main(["calibrate", "--new-tokens", "64,512", "--context-tokens", "0,256",
+                   "--requests-per-step", "1,2", "--idle-lengths", "128,256", "--repeats", "1",
+                   "--max-model-len", "1024", "--force", "--out", str(out)])
+        assert rc == 0
+        data = json.loads(out.read_text())
+        meta = data["metadata"]
+        assert data["kind"] == "measured" and data["schema_version"] == 1
+        for key in ("device", "model", "dtype", "vllm_version", "block_size", "budget_tokens", "date",
+                    "grid", "fit", "raw_measurements"):
+            assert key in meta, key
+        assert meta["fit"]["num_holdout"] == 2 and meta["fit"]["holdout_mape"] >= 0
+        assert len(meta["raw_measurements"]["steps"]) == 8
+        profile = load_profile(str(out))
+        assert profile.idle_prefill_time(256) > 0
+        capsys.readouterr()
+        assert main(["run", "--profile", str(out), "--policy", "fcfs", "--max-requests", "20", "--kv-blocks", "64",
+                     "--format", "json"]) == 0
+        assert json.loads(capsys.readouterr().out)["fcfs"]["requests"] == 20
