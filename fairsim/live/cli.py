@@ -78,7 +78,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from fairsim.metrics import ttft_summary
     from fairsim.policies import make_policy
     from fairsim.sim import EngineConfig
-    from fairsim.sim.engine import resolve_capacity
+    from fairsim.sim.capacity import resolve_capacity
 
     profile = load_profile(args.profile)
     params = parse_params(args.param)

@@ -32,25 +32,20 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 import simpy
 
 from fairsim.costmodel import Profile
-from fairsim.errors import CapacityError
 from fairsim.policies.base import Policy
 from fairsim.sim.block_pool import BlockPool
-from fairsim.sim.hooked_pool import HookedBlockPool
+from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
-from fairsim.sim.keys import (
-    blocks_for, block_keys, capacity_from_fraction, engine_block_keys, reusable_blocks,
-)
+from fairsim.sim.hooked_pool import HookedBlockPool
+from fairsim.sim.result import SimResult
+from fairsim.sim.keys import blocks_for, engine_block_keys
 from fairsim.types import QueuedRequest, Request
-
-DEFAULT_KV_FRACTION = 0.3
-
 
 class _Live:
     """Mutable engine-side state of one request (never shown to policies)."""
@@ -80,70 +75,6 @@ class _Live:
         self.preempted = False
         # Cached policy snapshot; None when a key this request could hit changed state.
         self.snap: QueuedRequest | None = None
-
-
-@dataclass(frozen=True)
-class SimResult:
-    """Output of one simulation.
-
-    Attributes:
-        requests: One row per request: ``request_id``, ``arrival_s``, ``prompt_tokens``,
-            ``cached_tokens`` (prefix hit at first admission), ``first_scheduled_s``,
-            ``first_token_s``, ``ttft_s``, ``finish_s``, ``queue_delay_s`` (first scheduled minus
-            arrival), ``first_scheduled_step``, ``finish_step``, ``preemptions``, plus one column
-            per label (``klass``, ``doc_id``, ...).
-        steps: One row per engine step: ``step``, ``start_s``, ``duration_s``, ``tokens``,
-            ``requests`` (batch size), ``waiting`` (queue length at step start), ``running`` (after
-            admission), ``kv_blocks_used`` (``ref_cnt > 0``), ``kv_blocks_cached``, ``evictions``
-            (blocks evicted during the step), ``preemptions``.
-        policy: Policy name.
-        kv_blocks: KV capacity in blocks.
-        block_size: Tokens per block.
-        wall_time_s: Wall-clock seconds the simulation took.
-    """
-
-    requests: pd.DataFrame
-    steps: pd.DataFrame
-    policy: str
-    kv_blocks: int
-    block_size: int
-    wall_time_s: float
-
-
-def resolve_capacity(requests: Sequence[Request], config: EngineConfig) -> tuple[int, int]:
-    """``(block_size, kv_blocks)`` for ``requests`` under ``config``.
-
-    Raises:
-        CapacityError: A request needs more blocks than the whole cache (it could never run).
-        ValueError: Mixed hash block sizes with ``block_size=None``, or an incompatible size.
-    """
-    if config.block_size is not None:
-        block_size = config.block_size
-    else:
-        sizes = {r.hash_block_size for r in requests}
-        if len(sizes) > 1:
-            raise ValueError(f"trace mixes hash block sizes {sorted(sizes)}; set block_size")
-        block_size = sizes.pop() if sizes else 16
-    worst = max(requests, key=lambda r: r.prompt_len, default=None)
-    if config.kv_blocks is not None:
-        kv_blocks = config.kv_blocks
-    elif config.kv_fraction is not None:
-        reusable = reusable_blocks(block_keys(r, block_size) for r in requests)
-        kv_blocks = capacity_from_fraction(config.kv_fraction, reusable)
-    else:
-        # Default sizing: 0.3 of the reusable content, but never below the longest prompt, so a
-        # trace with little reuse still runs. An explicit size is never raised silently.
-        reusable = reusable_blocks(block_keys(r, block_size) for r in requests)
-        kv_blocks = capacity_from_fraction(DEFAULT_KV_FRACTION, reusable)
-        if worst is not None:
-            kv_blocks = max(kv_blocks, blocks_for(worst.prompt_len, block_size))
-    if worst is not None and blocks_for(worst.prompt_len, block_size) > kv_blocks:
-        raise CapacityError(
-            f"request {worst.request_id!r} needs {blocks_for(worst.prompt_len, block_size)} blocks "
-            f"of {block_size} tokens but the KV cache holds {kv_blocks}; raise kv_blocks/kv_fraction "
-            f"or drop requests longer than {kv_blocks * block_size} tokens"
-        )
-    return block_size, kv_blocks
 
 
 class Engine:

@@ -1,0 +1,35 @@
+"""The result tables of one simulation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Output of one simulation.
+
+    Attributes:
+        requests: One row per request: ``request_id``, ``arrival_s``, ``prompt_tokens``,
+            ``cached_tokens`` (prefix hit at first admission), ``first_scheduled_s``,
+            ``first_token_s``, ``ttft_s``, ``finish_s``, ``queue_delay_s`` (first scheduled minus
+            arrival), ``first_scheduled_step``, ``finish_step``, ``preemptions``, plus one column
+            per label (``klass``, ``doc_id``, ...).
+        steps: One row per engine step: ``step``, ``start_s``, ``duration_s``, ``tokens``,
+            ``requests`` (batch size), ``waiting`` (queue length at step start), ``running`` (after
+            admission), ``kv_blocks_used`` (``ref_cnt > 0``), ``kv_blocks_cached``, ``evictions``
+            (blocks evicted during the step), ``preemptions``.
+        policy: Policy name.
+        kv_blocks: KV capacity in blocks.
+        block_size: Tokens per block.
+        wall_time_s: Wall-clock seconds the simulation took.
+    """
+
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    policy: str
+    kv_blocks: int
+    block_size: int
+    wall_time_s: float
