@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fairsim.traces.prefix import BLOCK, PrefixIds, make_request
+from fairsim.traces.prefix import BLOCK, check_block_multiples, check_tail_range, PrefixIds, make_request
 from fairsim.traces.trace import Trace
 
 
@@ -51,15 +51,12 @@ class FloodSpec:
         if self.num_miss < 0 or self.num_flood < 0 or self.num_miss + self.num_flood == 0:
             raise ValueError(f"num_miss={self.num_miss}, num_flood={self.num_flood}: need >= 0, "
                              "not both 0")
-        if self.flood_prefix_tokens <= 0 or self.flood_prefix_tokens % BLOCK:
-            raise ValueError(f"flood_prefix_tokens={self.flood_prefix_tokens}: need a positive "
-                             f"multiple of {BLOCK}")
+        check_block_multiples(self, "flood_prefix_tokens")
         if not BLOCK < self.miss_tokens[0] <= self.miss_tokens[1]:
             raise ValueError(f"miss_tokens={self.miss_tokens}: need {BLOCK} < lo <= hi")
         if not (self.backlog_s > 0 and self.flood_rate_per_s > 0 and self.flood_start_s >= 0):
             raise ValueError("backlog_s and flood_rate_per_s must be > 0, flood_start_s >= 0")
-        if not 1 <= self.question_tokens[0] <= self.question_tokens[1] < BLOCK:
-            raise ValueError(f"question_tokens={self.question_tokens}: need 1 <= lo <= hi < {BLOCK}")
+        check_tail_range("question_tokens", self.question_tokens)
 
 
 def generate_flood(spec: FloodSpec = FloodSpec(), name: str = "flood") -> Trace:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairsim.traces.loadshape import LoadShape, arrivals, poisson
-from fairsim.traces.prefix import BLOCK, PrefixIds, make_request, zipf_weights
+from fairsim.traces.prefix import BLOCK, check_block_multiples, check_tail_range, PrefixIds, make_request, zipf_weights
 from fairsim.traces.trace import Trace
 
 
@@ -48,15 +48,12 @@ class MixedSpec:
     def __post_init__(self) -> None:
         if not 0 <= self.long_fraction <= 1:
             raise ValueError(f"long_fraction={self.long_fraction}: need a fraction 0-1")
-        if self.short_system_tokens <= 0 or self.short_system_tokens % BLOCK:
-            raise ValueError(f"short_system_tokens={self.short_system_tokens}: need a positive "
-                             f"multiple of {BLOCK}")
+        check_block_multiples(self, "short_system_tokens")
         if not 1 <= self.short_tokens[0] <= self.short_tokens[1]:
             raise ValueError(f"short_tokens={self.short_tokens}: need 1 <= lo <= hi")
         if not BLOCK < self.long_tokens[0] <= self.long_tokens[1] - BLOCK:
             raise ValueError(f"long_tokens={self.long_tokens}: need {BLOCK} < lo <= hi - {BLOCK}")
-        if not 1 <= self.question_tokens[0] <= self.question_tokens[1] < BLOCK:
-            raise ValueError(f"question_tokens={self.question_tokens}: need 1 <= lo <= hi < {BLOCK}")
+        check_tail_range("question_tokens", self.question_tokens)
 
 
 def generate_mixed(spec: MixedSpec = MixedSpec(), name: str = "mixed") -> Trace:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairsim.traces.loadshape import LoadShape, arrivals, poisson
-from fairsim.traces.prefix import BLOCK, PrefixIds, make_request, zipf_weights
+from fairsim.traces.prefix import BLOCK, check_block_multiples, check_tail_range, PrefixIds, make_request, zipf_weights
 from fairsim.traces.trace import Trace
 
 
@@ -53,16 +53,12 @@ class MultiHopSpec:
     """Seed of the numpy Generator."""
 
     def __post_init__(self) -> None:
-        for name in ("excerpt_tokens", "system_tokens"):
-            value = getattr(self, name)
-            if value <= 0 or value % BLOCK:
-                raise ValueError(f"{name}={value}: need a positive multiple of {BLOCK}")
+        check_block_multiples(self, "excerpt_tokens", "system_tokens")
         if not 1 <= self.hops[0] <= self.hops[1]:
             raise ValueError(f"hops={self.hops}: need 1 <= lo <= hi")
         if not 1 <= self.links_per_doc < self.num_docs:
             raise ValueError(f"links_per_doc={self.links_per_doc}: need 1..num_docs-1")
-        if not 1 <= self.question_tokens[0] <= self.question_tokens[1] < BLOCK:
-            raise ValueError(f"question_tokens={self.question_tokens}: need 1 <= lo <= hi < {BLOCK}")
+        check_tail_range("question_tokens", self.question_tokens)
 
 
 def generate_multihop(spec: MultiHopSpec = MultiHopSpec(), name: str = "multihop") -> Trace:

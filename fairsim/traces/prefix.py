@@ -19,6 +19,23 @@ BLOCK = 512
 """Tokens per hash block (Mooncake's 512)."""
 
 
+def check_block_multiples(spec: Any, *names: str) -> None:
+    """Raise ``ValueError`` unless each named field of ``spec`` is a positive multiple of 512 tokens
+    (shared content must be block-aligned for prefix sharing to be block-aligned)."""
+    for name in names:
+        value = getattr(spec, name)
+        if value <= 0 or value % BLOCK:
+            raise ValueError(f"{name}={value}: need a positive multiple of {BLOCK}")
+
+
+def check_tail_range(name: str, bounds: tuple[int, int]) -> None:
+    """Raise ``ValueError`` unless ``1 <= lo <= hi < 512``: a unique tail (the question) stays a
+    partial block, so it is never cacheable."""
+    lo, hi = bounds
+    if not 1 <= lo <= hi < BLOCK:
+        raise ValueError(f"{name}={bounds}: need 1 <= lo <= hi < {BLOCK}")
+
+
 class PrefixIds:
     """Assigns prefix hash ids to chains of content blocks (state kept per instance, per trace)."""
 

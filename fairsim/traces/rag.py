@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
+from fairsim.traces.prefix import BLOCK, check_block_multiples, check_tail_range
 from fairsim.traces.trace import Trace
 from fairsim.types import Request
 
-BLOCK = 512
 DEFAULT_RAG_PATH = Path(__file__).parent / "data" / "rag_default.jsonl"
 
 
@@ -56,12 +56,8 @@ class RagSpec:
     """Seed of the numpy Generator."""
 
     def __post_init__(self) -> None:
-        for name in ("system_tokens", "excerpt_tokens"):
-            if getattr(self, name) % BLOCK or getattr(self, name) <= 0:
-                raise ValueError(f"{name}={getattr(self, name)} must be a positive multiple of {BLOCK}")
-        lo, hi = self.question_tokens
-        if not 1 <= lo <= hi < BLOCK:
-            raise ValueError(f"question_tokens={self.question_tokens}: need 1 <= lo <= hi < {BLOCK}")
+        check_block_multiples(self, "system_tokens", "excerpt_tokens")
+        check_tail_range("question_tokens", self.question_tokens)
         if self.num_requests < 1 or not self.rate_per_s > 0 or self.num_docs < 1 or self.max_excerpts < 1:
             raise ValueError("num_requests, rate_per_s, num_docs and max_excerpts must be positive")
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairsim.traces.loadshape import LoadShape, arrivals, calm_burst_spike, poisson
-from fairsim.traces.prefix import BLOCK, PrefixIds, make_request, zipf_weights
+from fairsim.traces.prefix import BLOCK, check_block_multiples, check_tail_range, PrefixIds, make_request, zipf_weights
 from fairsim.traces.trace import Trace
 
 
@@ -56,17 +56,12 @@ class SecSpec:
     """Seed of the numpy Generator."""
 
     def __post_init__(self) -> None:
-        for name in ("excerpt_tokens", "system_tokens"):
-            value = getattr(self, name)
-            if value <= 0 or value % BLOCK:
-                raise ValueError(f"{name}={value}: need a positive multiple of {BLOCK}")
+        check_block_multiples(self, "excerpt_tokens", "system_tokens")
         lo, hi = self.excerpts
         if not 1 <= lo <= hi <= self.excerpts_per_filing:
             raise ValueError(f"excerpts={self.excerpts}: need 1 <= lo <= hi <= "
                              f"excerpts_per_filing={self.excerpts_per_filing}")
-        qlo, qhi = self.question_tokens
-        if not 1 <= qlo <= qhi < BLOCK:
-            raise ValueError(f"question_tokens={self.question_tokens}: need 1 <= lo <= hi < {BLOCK}")
+        check_tail_range("question_tokens", self.question_tokens)
         if self.num_filings < 1 or self.topics_per_filing < 1:
             raise ValueError("num_filings and topics_per_filing must be >= 1")
 
