@@ -160,11 +160,6 @@ class Profile:
         scale = y[-1] / model_last if model_last > 0 else 1.0
         return float(self.prefill_time(prompt_len) * scale)
 
-    def capacity_tokens_per_s(self) -> float:
-        """Cold prefill throughput (tokens/s) at full chunks: ``budget / step_time(budget, 0)``."""
-        b = self.budget_tokens
-        return b / self.step_time_from_sums(b, b * b / 2, 1)
-
     # -- (de)serialisation -----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready form written by ``save_profile`` (schema version 1)."""
