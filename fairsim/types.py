@@ -26,6 +26,15 @@ class Request:
         output_len: Output tokens (>= 1). The default prefill-only engine produces one token.
         labels: Free-form labels used only by metrics (``klass`` such as "hit"/"miss"/"flood",
             ``doc_id``, ...). Never read by policies or the engine.
+        session_id: The session (conversation, agent run) this request is a turn of; ``None`` for
+            an independent request. Used by closed-loop replay and by session-aware policies.
+        after: ``request_id`` of the request this one waits for in closed-loop replay (the
+            previous turn of its session, or the parent turn that spawned a sub-agent); ``None``
+            for a session's first turn or an independent request. Several requests may follow the
+            same one (sub-agents run beside their parent).
+        delay_s: Closed loop only: seconds after ``after`` *finishes* at which this request is
+            sent (the recorded think/tool time, or a sub-agent's spawn offset). Open-loop replay
+            ignores it and uses ``arrival_time``.
 
     Raises:
         ValueError: On a non-positive length, a negative arrival time, or more full hash blocks
@@ -39,6 +48,9 @@ class Request:
     hash_block_size: int = 512
     output_len: int = 1
     labels: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    session_id: str | None = None
+    after: str | None = None
+    delay_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.prompt_len < 1:
@@ -49,6 +61,10 @@ class Request:
             raise ValueError(
                 f"request {self.request_id!r}: arrival_time={self.arrival_time}, need >= 0 s"
             )
+        if not self.delay_s >= 0:  # also refuses NaN
+            raise ValueError(f"request {self.request_id!r}: delay_s={self.delay_s}, need >= 0 s")
+        if self.after is not None and self.after == self.request_id:
+            raise ValueError(f"request {self.request_id!r}: 'after' names the request itself")
         if self.hash_block_size < 1:
             raise ValueError(f"request {self.request_id!r}: hash_block_size must be >= 1")
         if len(self.block_hashes) * self.hash_block_size > self.prompt_len:
