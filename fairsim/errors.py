@@ -1,7 +1,15 @@
 """Named errors for expected bad-input conditions.
 
 Each error subclasses a built-in so callers can catch ``ValueError`` generically (the attrs
-``exceptions.py`` pattern). Broken internal invariants use ``assert`` instead.
+``exceptions.py`` pattern). The command line (``fairsim.cli.main``) maps them to exit statuses:
+
+- ``ValueError`` and its subclasses here (bad input: a trace, profile, option or output path) ->
+  ``fairsim: error: MESSAGE``, exit 2;
+- ``RuntimeError`` subclasses here (``EngineInvariantError``, ``PolicyContractError``) are bugs in
+  fairsim or in a policy: a short message saying so, exit 1 (traceback only with ``--debug``).
+
+Broken internal invariants raise ``EngineInvariantError`` rather than ``assert``, which
+``python -O`` removes.
 """
 
 from __future__ import annotations
@@ -45,4 +53,44 @@ class CapacityError(ValueError):
 
     vLLM would reject such a request at submission; the simulator refuses to start instead of
     looping forever. The message names the request, the blocks it needs and the capacity.
+    """
+
+
+class OutputError(ValueError):
+    """An output path (``--out``) cannot be used, or writing a result file failed.
+
+    Raised by ``fairsim.io`` before any work (the folder or file is not writable: it is a file, a
+    folder, read-only, or under a missing parent that cannot be created) and when an atomic write
+    fails (disk full, permission lost). The message names the option (when known) and the file.
+
+    Attributes:
+        path: The output file or folder.
+    """
+
+    def __init__(self, path: object, reason: str, option: str | None = None) -> None:
+        self.path = str(path)
+        self.reason = reason
+        self.option = option
+        where = f"{option} {self.path}" if option else self.path
+        super().__init__(f"{where}: {reason}")
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.reason, self.option))
+
+
+class EngineInvariantError(RuntimeError):
+    """An internal invariant of the simulator broke: a bug in fairsim, not bad input.
+
+    Raised by the engine and the block pool where ``assert`` was used before (asserts vanish under
+    ``python -O``). The message says which invariant and with which values.
+    """
+
+
+class PolicyContractError(RuntimeError):
+    """A policy broke the policy contract (``fairsim/policies/base.py``).
+
+    Raised by ``check_permutation`` when ``order()`` returned something other than a permutation of
+    the waiting snapshots it was given (a duplicate, a missing or a foreign entry). The simulator
+    lets it propagate (the run stops with this message); the live vLLM hook logs the same message
+    and keeps vLLM's order for that step.
     """

@@ -46,7 +46,9 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import RequestStatus
 
 from fairsim.costmodel import DEFAULT_PROFILE, load_profile
+from fairsim.errors import PolicyContractError
 from fairsim.policies import make_policy
+from fairsim.policies.base import check_permutation
 from fairsim.types import QueuedRequest
 
 logger = logging.getLogger("fairsim.live")
@@ -137,6 +139,8 @@ class _PolicyMixin:
         self.fairsim_step = 0
         self._fairsim_on_admitted = getattr(self.fairsim_policy, "on_admitted", None)
         self._fairsim_snapshots: dict[str, QueuedRequest] = {}
+        self._fairsim_head_snapshots: dict[str, QueuedRequest] = {}
+        self._fairsim_now = 0.0
         logger.info("fairsim: ordering the waiting queue with policy %r",
                     getattr(self.fairsim_policy, "name", type(self.fairsim_policy).__name__))
 
@@ -182,6 +186,7 @@ class _PolicyMixin:
         """Reorder ``self.waiting`` in place by the policy (see the module docstring)."""
         waiting = self.waiting
         self._fairsim_snapshots = {}
+        self._fairsim_head_snapshots: dict[str, QueuedRequest] = {}
         if not waiting:
             return
         t0 = time.perf_counter()
@@ -195,19 +200,24 @@ class _PolicyMixin:
                 head.append(r)
         snaps = [self._fairsim_snapshot(r) for r in plain]
         self._fairsim_snapshots = {s.request_id: s for s in snaps}
+        now = self._fairsim_now = self.fairsim_clock()
+        if self._fairsim_on_admitted is not None:
+            # Start-of-step snapshots of the front (preempted) requests too: on_admitted gets
+            # them if they are re-admitted this step (policy contract, fairsim/policies/base.py).
+            self._fairsim_head_snapshots = {r.request_id: self._fairsim_snapshot(r) for r in head}
         if not plain:
             self.fairsim_reorder_s.append(time.perf_counter() - t0)
             return
-        # order() is called whenever a request is plainly waiting, even one, exactly as the
-        # simulator calls it, so policies that keep state across calls evolve the same way.
+        # order() is called whenever a request is plainly waiting, even one (policy contract).
+        name = getattr(self.fairsim_policy, "name", type(self.fairsim_policy).__name__)
         try:
-            ordered = self.fairsim_policy.order(snaps, self.fairsim_clock())
+            ordered = check_permutation(snaps, self.fairsim_policy.order(snaps, now), name)
             new_plain = [q.handle for q in ordered]
-            if len(new_plain) != len(plain) or {id(r) for r in new_plain} != {id(r) for r in plain}:
-                raise RuntimeError(
-                    f"policy.order() returned {len(new_plain)} requests for {len(plain)} waiting, "
-                    f"not a permutation"
-                )
+        except PolicyContractError as exc:  # same message as the simulator's, no traceback
+            self.fairsim_policy_errors += 1
+            logger.error("fairsim: %s; keeping vLLM's order for this step", exc)
+            self.fairsim_reorder_s.append(time.perf_counter() - t0)
+            return
         except Exception:  # noqa: BLE001 - a policy bug must not stop serving
             self.fairsim_policy_errors += 1
             logger.exception("fairsim: policy %r failed; keeping vLLM's order for this step",
@@ -228,6 +238,7 @@ class _PolicyMixin:
         batch = []
         admitted = []
         snaps = self._fairsim_snapshots
+        head_snaps = self._fairsim_head_snapshots
         # num_scheduled_tokens is filled in scheduling order: running first, then admissions.
         for rid, n in out.num_scheduled_tokens.items():
             req = self.requests.get(rid)
@@ -238,10 +249,12 @@ class _PolicyMixin:
                 admitted.append(snaps[rid])
                 if rid not in self.fairsim_admissions:
                     self.fairsim_admissions[rid] = (step, ctx)
+            elif rid in head_snaps:
+                admitted.append(head_snaps[rid])
         self.fairsim_last_batch = batch
         if self._fairsim_on_admitted is not None and admitted:
             try:
-                self._fairsim_on_admitted(admitted, self.fairsim_clock())
+                self._fairsim_on_admitted(admitted, self._fairsim_now)
             except Exception:  # noqa: BLE001
                 self.fairsim_policy_errors += 1
                 logger.exception("fairsim: policy on_admitted() failed; continuing")

@@ -1,11 +1,42 @@
-"""The ``Policy`` protocol and helpers shared by every ordering.
+"""The ``Policy`` protocol, the policy contract, and helpers shared by every ordering.
 
 A policy is pure: it sees ``QueuedRequest`` snapshots and a clock and returns an order. It never
 imports simpy, vllm or the simulator, so the same object runs in the simulator and in the live
-vLLM hook (DESIGN.md rule 1). Optional capabilities are discovered by attribute (``getattr``):
+vLLM hook (DESIGN.md rule 1).
 
-- ``on_admitted(admitted, now)``: feedback of the requests the engine admitted this step, in
-  admission order (k-LPM's turn counter).
+The policy contract (the one place it is written down; the simulator ``fairsim/sim/engine.py``
+and the live hook ``fairsim/live/scheduler.py`` both follow it):
+
+1. **When ``order(waiting, now)`` is called.** Once at the *start* of a scheduling step, before
+   running requests take their chunks (vLLM's hook point is before ``Scheduler.schedule()``), with
+   one fresh snapshot per *plainly waiting* request: waiting, never scheduled, not preempted.
+   Preempted (and, live, otherwise blocked) requests are not shown: they keep their place at the
+   front of the queue, in the engine's order. ``now`` is the engine's clock in seconds, the clock
+   of ``arrival_time``. The simulator calls ``order()`` only in steps where a waiting request can
+   be admitted (running chunks leave budget and ``max_num_seqs`` is not reached; PEEK: every step);
+   the hook calls it in every step with a plainly waiting request. So ``order()`` must not keep
+   state that changes the *decisions* of later calls merely because it was called (state that
+   should advance per admission belongs in ``on_admitted``); policies that do (Preble's group
+   pointer) need ``admission_limit`` and are simulator-only.
+2. **What ``order()`` may return.** A permutation of ``waiting``: the same snapshot objects,
+   each exactly once, nothing added or dropped (a list, or any iterable). Both engines check it
+   with ``check_permutation``; a violation raises ``PolicyContractError`` with one message. The
+   simulator stops the run with it; the hook logs it and keeps vLLM's order for that step.
+3. **When ``on_admitted(admitted, now)`` is called** (optional method). After the step's
+   admission loop, if at least one waiting request was admitted, with the *start-of-step*
+   snapshots of the admitted requests (the objects handed to ``order()``; for a preempted request
+   re-admitted this step, a snapshot taken at the start of the step too), in admission order, and
+   the same ``now`` as that step's ``order()``. Not called in a step that admitted nothing. Its
+   return value is ignored.
+4. **State rules.** Snapshots are read-only and valid for one step (never keep ``handle``; keep
+   ``request_id`` if you must remember a request). A policy must be deterministic: same
+   snapshots, ``now`` and internal state -> same order (ties by ``arrival_key``). One policy object
+   serves one engine run (``make_policy`` builds a fresh one per run).
+
+Optional capabilities, discovered by attribute (``getattr``):
+
+- ``on_admitted(admitted, now)``: feedback of the requests admitted this step (rule 3; k-LPM's
+  turn counter, Preble's group table).
 - ``skips_misfits = True``: a request that does not fit is skipped instead of stopping admission
   (Preble). Default False: head-of-line stop, as vLLM.
 - ``admission_limit``: after ``order()``, the engine considers at most this many requests from the
@@ -17,9 +48,10 @@ vLLM hook (DESIGN.md rule 1). Optional capabilities are discovered by attribute 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
+from fairsim.errors import PolicyContractError
 from fairsim.types import QueuedRequest
 
 
@@ -37,11 +69,13 @@ class Policy(Protocol):
         """Return ``waiting`` in the order the engine should try to admit it.
 
         Args:
-            waiting: Snapshots of all waiting requests, built at the start of the step.
+            waiting: Snapshots of the plainly waiting requests, built at the start of the step
+                (module docstring, rule 1); length n >= 1.
             now: Current time in seconds (the engine's clock; same clock as ``arrival_time``).
 
         Returns:
-            A permutation of ``waiting``: nothing added, nothing dropped.
+            A permutation of ``waiting``: the same n objects, nothing added, dropped or repeated
+            (rule 2; checked by ``check_permutation``).
         """
         ...
 
@@ -49,3 +83,60 @@ class Policy(Protocol):
 def arrival_key(r: QueuedRequest) -> tuple[float, str]:
     """Deterministic tie-break used by every policy: earlier ``arrival_time``, then ``request_id``."""
     return (r.arrival_time, r.request_id)
+
+
+def _ids(items: Iterable[Any], limit: int = 3) -> str:
+    names = [repr(getattr(q, "request_id", q)) for q in items]
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def check_permutation(waiting: Sequence[QueuedRequest], ordered: Any, policy_name: str) -> list[QueuedRequest]:
+    """Check that ``ordered`` (what ``order(waiting, now)`` returned) is a permutation of ``waiting``.
+
+    Entries are compared by identity: the policy must return the snapshot objects it was given.
+    O(n) for n waiting requests. Used by the simulator and by the live hook, so both report a
+    broken order with the same message.
+
+    Args:
+        waiting: The snapshots given to ``order()``.
+        ordered: Its return value (a list or any iterable).
+        policy_name: Named in the message.
+
+    Returns:
+        ``ordered`` as a list.
+
+    Raises:
+        PolicyContractError: ``ordered`` is not iterable, or has a duplicate, a missing or a
+            foreign entry; the message names the policy and the first offending request ids.
+    """
+    try:
+        out = list(ordered)
+    except TypeError:
+        raise PolicyContractError(
+            f"policy {policy_name!r}: order() returned {type(ordered).__name__}, not a list of the "
+            f"waiting requests") from None
+    given = {id(q) for q in waiting}
+    got = {id(q) for q in out}
+    if len(out) == len(waiting) and got == given:
+        return out
+    seen: set[int] = set()
+    duplicates = []
+    foreign = []
+    for q in out:
+        if id(q) not in given:
+            foreign.append(q)
+        elif id(q) in seen:
+            duplicates.append(q)
+        seen.add(id(q))
+    missing = [q for q in waiting if id(q) not in got]
+    problems = []
+    if duplicates:
+        problems.append(f"duplicate {_ids(duplicates)}")
+    if missing:
+        problems.append(f"missing {_ids(missing)}")
+    if foreign:
+        problems.append(f"foreign {_ids(foreign)} (not one of the snapshots it was given)")
+    raise PolicyContractError(
+        f"policy {policy_name!r}: order() must return a permutation of the {len(waiting)} waiting "
+        f"requests it was given, got {len(out)} entries: {'; '.join(problems)}")

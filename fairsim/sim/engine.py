@@ -38,7 +38,8 @@ import pandas as pd
 import simpy
 
 from fairsim.costmodel import Profile
-from fairsim.policies.base import Policy
+from fairsim.errors import EngineInvariantError
+from fairsim.policies.base import Policy, check_permutation
 from fairsim.sim.block_pool import BlockPool
 from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
@@ -129,6 +130,8 @@ class Engine:
         self.pool.on_key_change = self._key_changed
         self._skips_misfits = bool(getattr(policy, "skips_misfits", False))
         self._on_admitted = getattr(policy, "on_admitted", None)
+        # Start-of-step snapshots, id(live) -> snapshot, handed to on_admitted (policy contract).
+        self._step_snaps: dict[int, QueuedRequest] = {}
         self.env = simpy.Environment()
 
     # -- the step loop ---------------------------------------------------------------------------
@@ -137,7 +140,9 @@ class Engine:
         wall0 = time.perf_counter()
         self.env.process(self._loop())
         self.env.run()
-        assert all(r.finish_s is not None for r in self._all), "a request never finished"
+        unfinished = [r.req.request_id for r in self._all if r.finish_s is None]
+        if unfinished:
+            raise EngineInvariantError(f"{len(unfinished)} requests never finished, first {unfinished[0]!r}")
         return SimResult(
             requests=self._request_table(),
             steps=self._step_table(),
@@ -163,7 +168,10 @@ class Engine:
             num_waiting = len(self._waiting) + len(self._preempted)
             evictions0 = self.pool.num_evictions
             batch, preempted = self._schedule(now)
-            assert batch, "a step scheduled nothing although requests are waiting"
+            if not batch:
+                raise EngineInvariantError(
+                    f"step {step} at {now:.6f} s scheduled nothing although {num_waiting} requests "
+                    f"wait and {len(self._running)} run")
             new_tokens = 0
             pair_sum = 0.0
             for live, n, ctx in batch:
@@ -199,6 +207,12 @@ class Engine:
         remaining = sum(r.req.prompt_len - r.computed for r in running)
         can_admit = remaining < budget and len(running) < self.config.max_num_seqs
         ordered = self._order_waiting(now) if can_admit or self._protect is not None else []
+        if self._on_admitted is not None and can_admit:
+            # Re-admitted preempted requests get start-of-step snapshots too (policy contract);
+            # their snapshot is rebuilt, since their keys are not watched while preempted.
+            for live in self._preempted:
+                live.snap = None
+                self._step_snaps[id(live)] = self._snapshot(live)
         while idx < len(running) and budget > 0:
             live = running[idx]
             n = min(live.req.prompt_len - live.computed, budget)
@@ -229,8 +243,10 @@ class Engine:
         if not self._waiting:
             return []
         snapshots = [self._snapshot(live) for live in self._waiting.values()]
-        ordered = self.policy.order(snapshots, now)
-        assert len(ordered) == len(snapshots), "policy.order() must return a permutation"
+        ordered = check_permutation(snapshots, self.policy.order(snapshots, now),
+                                    getattr(self.policy, "name", type(self.policy).__name__))
+        if self._on_admitted is not None:
+            self._step_snaps = {id(q.handle): q for q in snapshots}
         limit = getattr(self.policy, "admission_limit", None)
         if limit is not None:
             ordered = ordered[:limit]
@@ -281,7 +297,8 @@ class Engine:
             admitted.append(live)
             budget -= n
         if self._on_admitted is not None and admitted:
-            self._on_admitted([self._snapshot(live) for live in admitted], now)
+            snaps = self._step_snaps
+            self._on_admitted([snaps[id(live)] for live in admitted], now)
 
     def _snapshot(self, live: _Live) -> QueuedRequest:
         snap = live.snap

@@ -1,0 +1,139 @@
+"""Output paths: check them before any work, write every file atomically.
+
+Every command that writes results checks its ``--out`` first (``check_writable_dir`` /
+``check_writable_file``), so a typo or a read-only folder fails in a second instead of after a
+long simulation or measurement. Every file is written atomically: to a temporary file in the same
+folder, then ``os.replace`` onto the final name (atomic on POSIX within one file system). A
+reader therefore sees the old file or the new one, never half of one; on an error the temporary
+file is removed and ``OutputError`` names the file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fairsim.errors import OutputError
+
+# mkstemp creates 0600 files; results get the usual 0666 & ~umask, like open() would give them.
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+def check_writable_dir(path: str | Path, option: str = "--out") -> Path:
+    """Make sure ``path`` is (or can become) a folder fairsim can write files in.
+
+    Creates the folder (and its parents) if missing, then creates and removes a probe file in it,
+    which is the only reliable test (permissions, read-only mounts, ACLs, a full disk for new
+    inodes).
+
+    Args:
+        path: The output folder.
+        option: The option that named it, quoted in the message (e.g. ``"--out"``).
+
+    Returns:
+        ``path`` as a ``Path``.
+
+    Raises:
+        OutputError: ``path`` is an existing non-folder, cannot be created, or is not writable.
+    """
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise OutputError(out, "exists and is not a folder", option)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(out, f"cannot create the folder: {exc.strerror or exc}", option) from exc
+    _probe(out, option, out)
+    return out
+
+
+def check_writable_file(path: str | Path, option: str = "--out") -> Path:
+    """Make sure a file can be written at ``path`` (atomically: the folder must be writable).
+
+    Creates the parent folder if missing. An existing file is left alone (it is replaced only when
+    the result is written).
+
+    Raises:
+        OutputError: ``path`` is a folder, its parent cannot be created or is not writable, or an
+            existing ``path`` is read-only.
+    """
+    target = Path(path)
+    if target.is_dir():
+        raise OutputError(target, "is a folder; give a file name", option)
+    parent = target.parent
+    if parent.exists() and not parent.is_dir():
+        raise OutputError(target, f"its parent {parent} is not a folder", option)
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(target, f"cannot create the folder {parent}: {exc.strerror or exc}", option) from exc
+    if target.exists() and not os.access(target, os.W_OK):
+        raise OutputError(target, "exists and is read-only", option)
+    _probe(parent, option, target)
+    return target
+
+
+def _probe(folder: Path, option: str | None, named: Path) -> None:
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".fairsim-probe-", dir=folder)
+    except OSError as exc:
+        raise OutputError(named, f"not writable: {exc.strerror or exc}", option) from exc
+    os.close(fd)
+    os.unlink(tmp)
+
+
+def atomic_write(path: str | Path, write: Callable[[Path], Any]) -> Path:
+    """Run ``write(tmp)`` on a temporary file next to ``path``, then rename it onto ``path``.
+
+    Args:
+        path: The final file.
+        write: Writes the whole content to the path it is given.
+
+    Returns:
+        ``path`` as a ``Path``.
+
+    Raises:
+        OutputError: Creating, writing or renaming failed (the temporary file is removed; the
+            message names ``path`` and the reason).
+    """
+    final = Path(path)
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+    except OSError as exc:
+        raise OutputError(final, f"cannot write: {exc.strerror or exc}") from exc
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        os.chmod(tmp, 0o666 & ~_UMASK)
+        write(tmp)
+        os.replace(tmp, final)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise OutputError(final, f"cannot write: {exc.strerror or exc}") from exc
+        raise
+    return final
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically; see ``atomic_write``."""
+    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically; see ``atomic_write``."""
+    return atomic_write(path, lambda tmp: tmp.write_bytes(data))
+
+
+def atomic_to_parquet(frame: Any, path: str | Path) -> Path:
+    """Write a pandas DataFrame to ``path`` as Parquet (no index) atomically; see ``atomic_write``."""
+    return atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False))
+
+
+def atomic_to_csv(frame: Any, path: str | Path) -> Path:
+    """Write a pandas DataFrame to ``path`` as CSV (no index) atomically; see ``atomic_write``."""
+    return atomic_write(path, lambda tmp: frame.to_csv(tmp, index=False))
