@@ -4,6 +4,12 @@ COSTMODEL.md's procedure: start the engine (prefix caching on, the target budget
 steps over a grid of new tokens x cached context x requests per step (``max_tokens=1``), measure
 ``T_idle(L)`` directly, fit ``a, b, k, d`` by non-negative least squares, report MAPE and the worst
 error on held-out points, and refuse a fit above the thresholds unless ``--force``.
+
+Before the engine starts, the grid, the thresholds and ``--out`` are checked (``check_grid``,
+``fairsim.io.check_writable_file``), so a typo costs a second, not a measurement. A refused fit
+(or a ``T_idle`` table that disagrees with the fitted coefficients beyond
+``fairsim.costmodel.IDLE_TABLE_TOLERANCE``) exits 3 and still writes every raw measurement to the
+sibling file ``OUT.raw.json`` (``raw_path``) with ``"fit_refused": true``.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import platform
 import sys
 from pathlib import Path
@@ -62,6 +69,57 @@ def add_calibrate_command(sub: Any) -> None:
     p.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), help="profile JSON to write")
 
 
+def raw_path(out: Path) -> Path:
+    """Where a refused calibration writes its raw measurements: ``OUT`` with suffix ``.raw.json``
+    (``my-profile.json`` -> ``my-profile.raw.json``)."""
+    return out.with_name(f"{out.stem}.raw.json")
+
+
+def check_grid(grid: Any, budget: int, block: int, args: argparse.Namespace) -> None:
+    """Refuse a grid or threshold that would fail (or fit nothing) only after measuring.
+
+    Raises:
+        ValueError: An empty list, a value < 1 (context: < 0), new tokens above ``--budget``,
+            context not a multiple of the block size, more requests per step than new tokens
+            everywhere, fewer than 5 grid points (4 fitted + 1 held out, ``fit_cost_model``), fewer
+            than 2 ``--idle-lengths``, or a threshold that is not a finite fraction > 0. Each
+            message names the option.
+    """
+    if budget < 1:
+        raise ValueError(f"--budget {budget}: need >= 1 token per step")
+    if block < 1:
+        raise ValueError(f"--block-size {block}: need >= 1 token")
+    for option, values, low in (("--new-tokens", grid.new_tokens, 1), ("--context-tokens", grid.context_tokens, 0),
+                                ("--requests-per-step", grid.requests_per_step, 1),
+                                ("--idle-lengths", grid.idle_lengths, 1)):
+        if not values:
+            raise ValueError(f"{option}: give at least one value")
+        bad = [v for v in values if v < low]
+        if bad:
+            raise ValueError(f"{option} {bad[0]}: need integers >= {low}")
+    over = [n for n in grid.new_tokens if n > budget]
+    if over:
+        raise ValueError(f"--new-tokens {over[0]}: above --budget {budget} (a step computes at most the budget)")
+    misaligned = [c for c in grid.context_tokens if c % block]
+    if misaligned:
+        raise ValueError(f"--context-tokens {misaligned[0]}: need a multiple of the block size {block} "
+                         f"(cached context is whole blocks)")
+    points = sum(1 for c in grid.context_tokens for n in grid.new_tokens for r in grid.requests_per_step if r <= n)
+    if points < 5:
+        raise ValueError(f"the grid (--new-tokens x --context-tokens x --requests-per-step, requests <= new "
+                         f"tokens) has {points} points; the fit needs >= 5 (4 fitted, 1 held out)")
+    if len(set(grid.idle_lengths)) < 2:
+        raise ValueError(f"--idle-lengths: need >= 2 distinct lengths for the T_idle table, got {list(grid.idle_lengths)}")
+    for option, value in (("--max-mape", args.max_mape), ("--max-worst", args.max_worst)):
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{option} {value}: need a finite fraction > 0 (0.15 = 15 %)")
+    if args.max_model_len is not None:
+        longest = max(max(grid.context_tokens) + max(grid.new_tokens), max(grid.idle_lengths)) + 1
+        if args.max_model_len < longest:
+            raise ValueError(f"--max-model-len {args.max_model_len}: the grid needs {longest} tokens "
+                             f"(longest context + new tokens, or longest idle length, + 1)")
+
+
 def _device() -> str:
     try:
         import torch
@@ -87,13 +145,20 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     """Run the calibration; exit 0 when a profile was written, 3 when the fit was refused."""
     from calibration.fit import fit_cost_model
     from calibration.measure import Grid, Profiler, measure, monotone
-    from fairsim.costmodel import Profile, save_profile
+    from fairsim.costmodel import IDLE_TABLE_TOLERANCE, Profile, check_idle_consistency, save_profile
+    from fairsim.deps import require
+    from fairsim.errors import ProfileError
+    from fairsim.io import atomic_write_text, check_writable_file
     from fairsim.live.engine import LiveConfig, make_llm, vllm_version
 
     grid = Grid(args.new_tokens, args.context_tokens, args.requests_per_step, args.idle_lengths, args.repeats,
                 args.statistic)
     on_gpu = _device().startswith("CPU") is False
     block = args.block_size or (16 if on_gpu else 128)
+    check_grid(grid, args.budget, block, args)
+    check_writable_file(args.out, "--out")
+    check_writable_file(raw_path(args.out), "--out")
+    require("vllm")
     longest = max(max(grid.context_tokens) + max(grid.new_tokens), max(grid.idle_lengths)) + 1
     kwargs: dict[str, Any] = {}
     if args.model:
@@ -119,13 +184,33 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
           f"held-out worst {100 * fit.holdout_worst:.1f}% ({fit.num_holdout} held-out of {len(samples)} points); "
           f"condition number {fit.condition_number:.3g}")
     print("T_idle: " + ", ".join(f"{L}: {1e3 * s:.1f} ms" for L, s in zip(lengths, seconds)))
-    if refused and not args.force:
-        print(f"fairsim: error: fit refused: held-out MAPE {100 * fit.holdout_mape:.1f}% "
-              f"(limit {100 * args.max_mape:.0f}%) or worst {100 * fit.holdout_worst:.1f}% "
-              f"(limit {100 * args.max_worst:.0f}%); rerun on a quieter machine, more --repeats, "
-              f"or --force to write it anyway", file=sys.stderr)
-        return 3
+    reasons = []
+    if refused:
+        reasons.append(f"held-out MAPE {100 * fit.holdout_mape:.1f}% (limit {100 * args.max_mape:.0f}%) or worst "
+                       f"{100 * fit.holdout_worst:.1f}% (limit {100 * args.max_worst:.0f}%)")
+    c = fit.coefficients
     name = args.name or args.out.stem
+    idle_tolerance = None
+    try:
+        probe = Profile(name, "measured", c["a_s"], c["b_s_per_token"], c["k_s_per_pair"], c["d_s_per_request"],
+                        tuple(lengths), tuple(seconds), args.budget)
+        check_idle_consistency(probe, str(args.out))
+    except ProfileError as exc:
+        reasons.append(str(exc).split(": ", 1)[1])
+        worst = check_idle_consistency(probe, str(args.out), tolerance=math.inf)
+        idle_tolerance = math.ceil(worst * 20 + 1e-9) / 20  # next 5 %, stated in the profile
+    if reasons and not args.force:
+        raw = {"fit_refused": True, "reasons": reasons, "device": _device(), "vllm_version": vllm_version(),
+               "block_size": block, "budget_tokens": args.budget, "grid": grid.to_dict(), "fit": fit.to_dict(),
+               "idle_prefill": {"prompt_tokens": lengths, "seconds": seconds},
+               "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+               "raw_measurements": raw, "command": "fairsim " + " ".join(sys.argv[1:])}
+        atomic_write_text(raw_path(args.out), json.dumps(raw, indent=2) + "\n")
+        print(f"fairsim: error: fit refused: {'; '.join(reasons)}; rerun on a quieter machine, more "
+              f"--repeats, or --force to write it anyway. Raw measurements: {raw_path(args.out)}",
+              file=sys.stderr)
+        return 3
+    refused = bool(reasons)
     metadata = {
         "label": "measured by `fairsim calibrate` on a real vLLM engine" + (" (fit refused, written with --force)" if refused else ""),
         "device": _device(),
@@ -143,10 +228,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         "raw_measurements": raw,
         "command": "fairsim " + " ".join(sys.argv[1:]),
     }
-    c = fit.coefficients
+    if idle_tolerance is not None:
+        metadata["idle_table_note"] = (f"the T_idle table differs from the fitted coefficients by more than "
+                                       f"{100 * IDLE_TABLE_TOLERANCE:.0f} %; written with --force and "
+                                       f"idle_table_tolerance={idle_tolerance}")
+    json.dumps(metadata)  # fail here, before writing, if metadata is not JSON-ready
     profile = Profile(name, "measured", c["a_s"], c["b_s_per_token"], c["k_s_per_pair"], c["d_s_per_request"],
                       tuple(lengths), tuple(seconds), args.budget, metadata)
-    save_profile(profile, args.out)
+    save_profile(profile, args.out, idle_table_tolerance=idle_tolerance)
     print(f"wrote {args.out}")
-    json.dumps(metadata)  # fail here, not later, if metadata is not JSON-ready
     return 0

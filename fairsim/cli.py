@@ -1,26 +1,39 @@
 """The ``fairsim`` command line: ``run``, ``compare``, ``bench``; live ``replay``, ``calibrate``, ...
 
 Every command reads a trace (default: the embedded RAG input), shapes its load, simulates it under
-one or more policies, and prints a table or JSON. Errors in the input exit with status 2 and a
-message naming the file, line and field; results already computed are kept (written to ``--out``
-as each policy finishes).
+one or more policies, and prints a table or JSON.
+
+Error contract (``main``): bad input (a trace, profile, option or output path) -> ``fairsim: error:
+...`` naming the file, line and field or the option, exit 2; a missing optional package -> the
+``pip install`` extra to use, exit 2; Ctrl-C -> one line, results already written kept, exit 130;
+anything else is a bug -> a short message with the exception, exit 1, and the traceback only
+with ``fairsim --debug``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from fairsim import __version__
 from fairsim.costmodel import DEFAULT_PROFILE, Profile, load_profile
+from fairsim.deps import MissingDependencyError, missing_message
+from fairsim.io import atomic_to_parquet, atomic_write_text, check_writable_dir
 from fairsim.policies import make_policy, policy_names
 from fairsim.sim import EngineConfig, SimResult, simulate
 from fairsim.traces import RagSpec, Trace, generate_rag, load_trace, offered_load, scale_time, window
 from fairsim.types import Request
+
+
+#: Latest (scaled) arrival accepted, seconds (~32 years). float64 resolves 1.2e-7 s at 1e9 s, so
+#: step times (>= 1e-6 s) and TTFTs keep their precision; beyond it they silently would not.
+MAX_ARRIVAL_S = 1e9
 
 
 def parse_params(items: Sequence[str]) -> dict[str, Any]:
@@ -100,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``fairsim`` argument parser."""
     parser = argparse.ArgumentParser(prog="fairsim", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"fairsim {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="on an internal error, print the full traceback (give it before the command)")
     sub = parser.add_subparsers(dest="command", required=True)
     fmt = HelpFormatter
     run = sub.add_parser("run", help="simulate one policy", formatter_class=fmt)
@@ -135,6 +150,9 @@ def load_requests(args: argparse.Namespace) -> tuple[Trace, list[Request]]:
         raise ValueError(f"--seed {args.seed}: need an integer >= 0")
     if args.trace is not None and args.seed != 0:
         raise ValueError("--seed only seeds the generated default input; it has no effect with --trace")
+    for option, value in (("--window-start", args.window_start), ("--window-end", args.window_end)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"{option} {value}: need a finite time >= 0 s")
     if args.trace is None and args.seed != 0:
         trace = generate_rag(RagSpec(seed=args.seed))
     else:
@@ -146,6 +164,13 @@ def load_requests(args: argparse.Namespace) -> tuple[Trace, list[Request]]:
               f"{trace.skipped[0]}", file=sys.stderr)
     requests = window(list(trace.requests), args.window_start, args.window_end, args.max_requests)
     requests = scale_time(requests, args.time_scale)
+    last = requests[-1].arrival_time if requests else 0.0
+    if not last <= MAX_ARRIVAL_S:
+        where = f"--time-scale {args.time_scale}" if args.time_scale != 1 else trace.source
+        raise ValueError(
+            f"{where}: the last arrival is at {last:.6g} s, beyond "
+            f"{MAX_ARRIVAL_S:.0e} s, where float64 time cannot resolve 1 us steps; use a smaller "
+            f"factor or a shorter window")
     if not requests:
         raise ValueError("no requests left after --window-start/--window-end/--max-requests")
     return trace, requests
@@ -193,13 +218,10 @@ def run_one(name: str, requests: list[Request], profile: Profile, config: Engine
 
 
 def write_tables(out: Path, name: str, result: SimResult) -> None:
-    """Write ``requests-NAME.parquet`` and ``steps-NAME.parquet`` atomically (tmp + rename)."""
+    """Write ``requests-NAME.parquet`` and ``steps-NAME.parquet`` atomically (``fairsim.io``)."""
     out.mkdir(parents=True, exist_ok=True)
     for kind, table in (("requests", result.requests), ("steps", result.steps)):
-        final = out / f"{kind}-{name}.parquet"
-        tmp = final.with_suffix(".parquet.tmp")
-        table.to_parquet(tmp, index=False)
-        tmp.replace(final)
+        atomic_to_parquet(table, out / f"{kind}-{name}.parquet")
 
 
 def format_table(rows: dict[str, dict[str, Any]]) -> str:
@@ -220,6 +242,8 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     """``run`` / ``compare``: simulate each policy, print a table or JSON."""
     from fairsim.metrics import summarize
 
+    if args.out is not None:
+        check_writable_dir(args.out)
     profile = load_profile(args.profile)
     config = engine_config(args)
     params = parse_params(args.param)
@@ -229,21 +253,28 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     info = f"trace {trace.name}: {load.describe()}"
     print(info, file=sys.stderr if args.format == "json" else sys.stdout)
     rows: dict[str, dict[str, Any]] = {}
-    for name in names:
-        result = run_one(name, requests, profile, config, params_for(name, params))
-        summary = summarize(result.requests, result.steps)
-        summary["wall_time_s"] = result.wall_time_s
-        summary["kv_blocks"] = result.kv_blocks
-        summary["block_size"] = result.block_size
-        rows[name] = summary
-        if args.out is not None:
-            write_tables(args.out, name, result)
+    try:
+        for name in names:
+            result = run_one(name, requests, profile, config, params_for(name, params))
+            summary = summarize(result.requests, result.steps)
+            summary["wall_time_s"] = result.wall_time_s
+            summary["kv_blocks"] = result.kv_blocks
+            summary["block_size"] = result.block_size
+            rows[name] = summary
+            if args.out is not None:
+                write_tables(args.out, name, result)
+    except KeyboardInterrupt:
+        # Keep what finished: its tables are written; summary.json lists the finished policies.
+        if args.out is not None and rows:
+            atomic_write_text(args.out / "summary.json", json.dumps(rows, indent=2) + "\n")
+            write_run_info(args.out, args, trace, list(rows), load)
+        raise
     if args.format == "json":
         print(json.dumps(rows, indent=2))
     else:
         print(format_table(rows))
     if args.out is not None:
-        (args.out / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
+        atomic_write_text(args.out / "summary.json", json.dumps(rows, indent=2) + "\n")
         write_run_info(args.out, args, trace, names, load)
     return 0
 
@@ -258,39 +289,79 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
         "window_end_s": args.window_end, "max_requests": args.max_requests, "seed": args.seed,
         "offered_load": load.describe(), "fairsim_version": __version__,
     }
-    (out / "run.json").write_text(json.dumps(info, indent=2) + "\n")
+    atomic_write_text(out / "run.json", json.dumps(info, indent=2) + "\n")
+
+
+def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Run the command named by ``args.command``; errors propagate to ``main``."""
+    if args.command == "run":
+        return cmd_simulate(args, [args.policy])
+    if args.command == "compare":
+        return cmd_simulate(args, resolve_policies(args.policies))
+    if args.command == "bench":
+        from fairsim.bench import cmd_bench
+
+        return cmd_bench(args, resolve_policies(args.policies))
+    from fairsim.live.cli import LIVE_COMMANDS, run_live_command
+
+    if args.command in LIVE_COMMANDS:
+        return run_live_command(args)
+    if args.command == "calibrate":
+        from calibration.cli import cmd_calibrate
+
+        return cmd_calibrate(args)
+    if args.command == "sweep":
+        from fairsim.sweep import cmd_sweep
+
+        return cmd_sweep(args)
+    parser.error(f"unknown command {args.command}")
+    return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``fairsim`` console script."""
+    """Entry point of the ``fairsim`` console script; applies the error contract (module docstring).
+
+    Returns:
+        The exit status: 0 success, 1 internal error (a bug), 2 bad input or a missing optional
+        package, 3 a refused calibration fit, 130 interrupted (Ctrl-C).
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
+    debug = bool(getattr(args, "debug", False))
+
+    def fail(message: str, status: int) -> int:
+        if debug:
+            traceback.print_exc()
+        print(f"fairsim: {message}", file=sys.stderr)
+        return status
+
     try:
-        if args.command == "run":
-            return cmd_simulate(args, [args.policy])
-        if args.command == "compare":
-            return cmd_simulate(args, resolve_policies(args.policies))
-        if args.command == "bench":
-            from fairsim.bench import cmd_bench
-
-            return cmd_bench(args, resolve_policies(args.policies))
-        from fairsim.live.cli import LIVE_COMMANDS, run_live_command
-
-        if args.command in LIVE_COMMANDS:
-            return run_live_command(args)
-        if args.command == "calibrate":
-            from calibration.cli import cmd_calibrate
-
-            return cmd_calibrate(args)
-        if args.command == "sweep":
-            from fairsim.sweep import cmd_sweep
-
-            return cmd_sweep(args)
+        return dispatch(parser, args)
+    except KeyboardInterrupt:
+        return fail("interrupted; results already written are kept", 130)
+    except MissingDependencyError as exc:
+        return fail(f"error: {exc}", 2)
+    except ImportError as exc:  # an optional package missing deep inside a command
+        hint = missing_message(exc.name or "")
+        if hint is not None:
+            return fail(f"error: {hint}", 2)
+        return _bug(exc, debug)
+    except MemoryError:
+        return fail("error: out of memory (MemoryError); use a smaller input (--max-requests, "
+                    "--window-end) or KV cache (--kv-blocks/--kv-fraction)", 2)
     except (ValueError, OSError) as exc:  # bad input or an unusable path: message, no traceback
-        print(f"fairsim: error: {exc}", file=sys.stderr)
-        return 2
-    parser.error(f"unknown command {args.command}")
-    return 2
+        return fail(f"error: {exc}", 2)
+    except Exception as exc:  # noqa: BLE001 - anything else is a bug: say so, briefly
+        return _bug(exc, debug)
+
+
+def _bug(exc: BaseException, debug: bool) -> int:
+    """Report an internal error (exit 1): the exception, and the traceback only with ``--debug``."""
+    if debug:
+        traceback.print_exception(exc)
+    print(f"fairsim: internal error (a bug in fairsim, please report it): {type(exc).__name__}: {exc}"
+          + ("" if debug else "\n(rerun with fairsim --debug ... for the traceback)"), file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -13,7 +13,10 @@ which keeps it monotone when the table is. Beyond the last table point it follow
 chunked-prefill estimate, scaled to meet the table's last point.
 
 Profiles are JSON files (schema version 1); the shipped ones live in ``fairsim/profiles/`` and load
-by their file stem, any other by path.
+by their file stem, any other by path. The loader (``profile_from_dict``) refuses NaN/inf, nulls,
+non-numbers and booleans where numbers belong, negative coefficients, a malformed or non-monotone
+``T_idle`` table, and a table that disagrees with the profile's own coefficients by more than
+``IDLE_TABLE_TOLERANCE`` (see ``check_idle_consistency``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,20 @@ from fairsim.errors import ProfileError
 SCHEMA_VERSION = 1
 PROFILE_DIR = Path(__file__).parent / "profiles"
 DEFAULT_PROFILE = "a6000-llama3.1-8b-vllm-prior"
+
+IDLE_TABLE_TOLERANCE = 0.25
+"""Largest accepted relative gap ``|T_idle(L) - prefill_time(L)| / prefill_time(L)`` at any table
+point, where ``prefill_time`` is the cost model's chunked cold prefill at the profile's budget.
+
+Why 0.25: a measured table and a fit of step times disagree by measurement error plus model error.
+On the shipped CPU profile (``cpu-tiny-llama-vllm-measured``, a noisy shared 2-core machine) the
+worst point is 7.6 % (1,024 tokens) and the fit's held-out worst step error is 17.8 %; 25 % leaves
+room for a noisier machine, while a gap beyond it means Fairway's patience (``T_idle``) and the
+simulator's step times describe different engines (a table from another device, budget or
+model), which would silently skew results. A prior built from the model (``model_idle_table``)
+agrees to rounding. A profile may state a wider bound of its own with the top-level key
+``idle_table_tolerance`` (a number > 0); ``fairsim calibrate --force`` writes it when the measured
+table exceeds 0.25."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,53 +212,139 @@ def model_idle_table(
     return [probe.prefill_time(L) for L in lengths]
 
 
-def save_profile(profile: Profile, path: str | Path) -> None:
-    """Write ``profile`` as JSON (schema version 1) to ``path``."""
-    Path(path).write_text(json.dumps(profile.to_dict(), indent=2, sort_keys=False) + "\n")
+def save_profile(profile: Profile, path: str | Path, idle_table_tolerance: float | None = None) -> None:
+    """Write ``profile`` as JSON (schema version 1) to ``path``, atomically (``fairsim.io``).
+
+    Args:
+        idle_table_tolerance: Written as the profile's own ``idle_table_tolerance`` when given
+            (see ``IDLE_TABLE_TOLERANCE``).
+
+    Raises:
+        OutputError: The file cannot be written (the message names it).
+    """
+    from fairsim.io import atomic_write_text
+
+    data = profile.to_dict()
+    if idle_table_tolerance is not None:
+        data["idle_table_tolerance"] = idle_table_tolerance
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
 def _require(d: dict[str, Any], key: str, where: str, source: str) -> Any:
-    if not isinstance(d, dict) or key not in d:
+    if not isinstance(d, dict):
+        raise ProfileError(f"{source}: '{where.rstrip('.') or '<top level>'}' must be a JSON object")
+    if key not in d:
         raise ProfileError(f"{source}: missing key '{where}{key}'")
     return d[key]
 
 
-def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> Profile:
-    """Build a ``Profile`` from its JSON form.
+def _number(value: Any, key: str, source: str, unit: str) -> float:
+    """``value`` as a finite float >= 0, else ``ProfileError`` naming ``key``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ProfileError(f"{source}: '{key}' must be a number ({unit}), got {json.dumps(value)}")
+    if not math.isfinite(value) or value < 0:
+        raise ProfileError(f"{source}: '{key}' must be a finite number >= 0 ({unit}), got {value!r}")
+    return float(value)
+
+
+def check_idle_consistency(profile: Profile, source: str, tolerance: float | None = None) -> float:
+    """Check the ``T_idle`` table against the profile's own cost model.
+
+    At each table point ``L`` the relative gap is ``(T_idle(L) - prefill_time(L)) / prefill_time(L)``
+    (``prefill_time``: chunked cold prefill at ``budget_tokens``, ``Profile.prefill_time``).
+
+    Args:
+        profile: The profile.
+        source: File named in the message.
+        tolerance: Largest accepted ``|gap|`` (fraction); default ``IDLE_TABLE_TOLERANCE``.
+
+    Returns:
+        The worst ``|gap|`` over the table (fraction).
 
     Raises:
-        ProfileError: Unknown schema version, or a missing/mistyped key (named in the message
-            together with ``source``).
+        ProfileError: The worst ``|gap|`` exceeds ``tolerance``; the message names the key, the
+            worst point (tokens, table seconds, model seconds) and the tolerance.
+    """
+    tol = IDLE_TABLE_TOLERANCE if tolerance is None else tolerance
+    worst, at = 0.0, None
+    for L, t in zip(profile.idle_prompt_tokens, profile.idle_seconds):
+        model = profile.prefill_time(L)
+        gap = abs(t - model) / model if model > 0 else (0.0 if t == 0 else math.inf)
+        if gap > worst:
+            worst, at = gap, (L, t, model)
+    if worst > tol:
+        L, t, model = at
+        raise ProfileError(
+            f"{source}: 'idle_prefill.seconds' disagrees with the profile's coefficients: at "
+            f"{L} tokens the table says {t:.6g} s, the cost model {model:.6g} s ({100 * worst:.1f} % "
+            f"apart, tolerance {100 * tol:.0f} %); the table and the coefficients describe different "
+            f"engines. Recalibrate, fix the table, or state a wider 'idle_table_tolerance'")
+    return worst
+
+
+def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> Profile:
+    """Build a ``Profile`` from its JSON form, validating every field.
+
+    Raises:
+        ProfileError: Unknown schema version; a missing key; a null, boolean, non-number, NaN,
+            infinite or negative value where a number belongs; a ``T_idle`` table that is not
+            two equal-length lists of >= 2 points with strictly increasing integer lengths >= 1
+            and non-decreasing seconds; a table inconsistent with the coefficients beyond the
+            tolerance (``check_idle_consistency``). The message names ``source`` and the key.
     """
     version = _require(data, "schema_version", "", source)
     if version != SCHEMA_VERSION:
         raise ProfileError(f"{source}: schema_version={version!r}, this fairsim reads {SCHEMA_VERSION}")
     coeffs = _require(data, "coefficients", "", source)
     idle = _require(data, "idle_prefill", "", source)
-    values = {}
-    for key in ("a_s", "b_s_per_token", "k_s_per_pair", "d_s_per_request"):
-        value = _require(coeffs, key, "coefficients.", source)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ProfileError(f"{source}: 'coefficients.{key}' must be a number, got {value!r}")
-        values[key] = float(value)
+    units = {"a_s": "s", "b_s_per_token": "s/token", "k_s_per_pair": "s/pair", "d_s_per_request": "s/request"}
+    values = {key: _number(_require(coeffs, key, "coefficients.", source), f"coefficients.{key}", source, unit)
+              for key, unit in units.items()}
     lengths = _require(idle, "prompt_tokens", "idle_prefill.", source)
     seconds = _require(idle, "seconds", "idle_prefill.", source)
-    if not isinstance(lengths, list) or not all(isinstance(v, int) for v in lengths):
-        raise ProfileError(f"{source}: 'idle_prefill.prompt_tokens' must be a list of integers")
-    if not isinstance(seconds, list) or not all(isinstance(v, (int, float)) for v in seconds):
-        raise ProfileError(f"{source}: 'idle_prefill.seconds' must be a list of numbers")
+    if not isinstance(lengths, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in lengths):
+        raise ProfileError(f"{source}: 'idle_prefill.prompt_tokens' must be a list of integers (tokens)")
+    if not isinstance(seconds, list):
+        raise ProfileError(f"{source}: 'idle_prefill.seconds' must be a list of numbers (s)")
+    seconds = [_number(v, f"idle_prefill.seconds[{i}]", source, "s") for i, v in enumerate(seconds)]
+    if len(lengths) < 2 or len(lengths) != len(seconds):
+        raise ProfileError(f"{source}: 'idle_prefill' needs >= 2 points and as many seconds as "
+                           f"prompt_tokens, got {len(lengths)} lengths and {len(seconds)} seconds")
+    for i in range(len(lengths)):
+        if lengths[i] < 1 or (i and lengths[i] <= lengths[i - 1]):
+            raise ProfileError(f"{source}: 'idle_prefill.prompt_tokens[{i}]'={lengths[i]}: lengths must "
+                               f"be >= 1 and strictly increasing")
+        if i and seconds[i] < seconds[i - 1]:
+            raise ProfileError(f"{source}: 'idle_prefill.seconds[{i}]'={seconds[i]!r} is below "
+                               f"[{i - 1}]={seconds[i - 1]!r}: T_idle must not decrease with length")
+    budget = data.get("budget_tokens", 2048)
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise ProfileError(f"{source}: 'budget_tokens' must be an integer >= 1 (tokens), got {json.dumps(budget)}")
+    metadata = data.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise ProfileError(f"{source}: 'metadata' must be a JSON object")
+    tolerance = data.get("idle_table_tolerance")
+    if tolerance is not None:
+        tolerance = _number(tolerance, "idle_table_tolerance", source, "fraction")
+        if tolerance <= 0:
+            raise ProfileError(f"{source}: 'idle_table_tolerance' must be > 0, got {tolerance!r}")
+    kind = _require(data, "kind", "", source)
+    if not isinstance(kind, str):
+        raise ProfileError(f"{source}: 'kind' must be a string (\"prior\" or \"measured\")")
     try:
-        return Profile(
+        profile = Profile(
             name=str(data.get("name", source)),
-            kind=str(_require(data, "kind", "", source)),
+            kind=kind,
             idle_prompt_tokens=tuple(lengths),
-            idle_seconds=tuple(float(v) for v in seconds),
-            budget_tokens=int(data.get("budget_tokens", 2048)),
-            metadata=dict(data.get("metadata", {})),
+            idle_seconds=tuple(seconds),
+            budget_tokens=budget,
+            metadata=dict(metadata),
             **values,
         )
     except ProfileError as exc:
         raise ProfileError(f"{source}: {exc}") from exc
+    check_idle_consistency(profile, source, tolerance)
+    return profile
 
 
 def builtin_profiles() -> list[str]:
@@ -269,7 +372,11 @@ def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> Profile:
             )
         path = shipped
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ProfileError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from exc
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"{path}: not UTF-8 text (a binary file?): {exc.reason}") from exc
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     return profile_from_dict(data, source=str(path))

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from fairsim.costmodel import Profile, builtin_profiles, load_profile, save_profile
+from fairsim.costmodel import Profile, builtin_profiles, load_profile, model_idle_table, save_profile
 from fairsim.errors import ProfileError
 from fairsim.profiles.build_prior import build_prior
 
@@ -68,8 +68,9 @@ class TestProfileErrors:
     """A malformed profile is a clear error naming the file and key."""
 
     def test_roundtrip(self, tmp_path):
-        save_profile(profile(), tmp_path / "p.json")
-        assert load_profile(tmp_path / "p.json") == profile()
+        consistent = profile(idle_seconds=tuple(model_idle_table(0.01, 1e-4, 2e-9, 1e-3, (100, 1000))))
+        save_profile(consistent, tmp_path / "p.json")
+        assert load_profile(tmp_path / "p.json") == consistent
 
     def test_missing_key(self, tmp_path):
         data = profile().to_dict()
@@ -87,7 +88,7 @@ class TestProfileErrors:
         data = profile().to_dict()
         data["coefficients"]["a_s"] = -1
         (tmp_path / "p.json").write_text(json.dumps(data))
-        with pytest.raises(ProfileError, match="a_s=-1.0 must be"):
+        with pytest.raises(ProfileError, match=r"p\.json: 'coefficients\.a_s' must be a finite number >= 0 \(s\), got -1"):
             load_profile(tmp_path / "p.json")
 
     def test_unknown_name(self):

@@ -72,6 +72,88 @@ class TestPolicyFailure:
             gc.collect()  # tear this engine down before the next test builds one
 
 
+class _BadOrder:
+    """FCFS whose order() breaks the permutation (as in tests/test_policy_contract.py) and which
+    records on_admitted calls."""
+
+    def __init__(self, how: str) -> None:
+        self.name = f"bad-{how}"
+        self.how = how
+        self.orders: list[tuple[float, list]] = []
+        self.admitted: list[tuple[float, list]] = []
+
+    def order(self, waiting, now):
+        self.orders.append((now, list(waiting)))
+        out = sorted(waiting, key=lambda q: (q.arrival_time, q.request_id))
+        if len(out) >= 2:
+            if self.how == "duplicate":
+                out[1] = out[0]
+            elif self.how == "drop":
+                out.pop()
+            elif self.how == "add":
+                out.append(out[0]._replace(request_id="intruder"))
+        return out
+
+    def on_admitted(self, admitted, now):
+        self.admitted.append((now, list(admitted)))
+
+
+class TestContract:
+    """The hook checks order() with the simulator's check_permutation: same message, logged, and
+    vLLM's order kept; on_admitted gets the snapshots order() was given, at the same now."""
+
+    @pytest.mark.parametrize("how, message", [
+        ("duplicate", r"policy 'bad-duplicate': order\(\) must return a permutation of the \d+ "
+                      r"waiting requests it was given, got \d+ entries: duplicate 'r\d[^']*'; missing"),
+        ("drop", r"policy 'bad-drop': order\(\) must return .* entries: missing 'r\d[^']*'"),
+        ("add", r"policy 'bad-add': order\(\) must return .* entries: foreign 'intruder' "
+                r"\(not one of the snapshots"),
+    ])
+    def test_broken_order_logged_with_the_simulator_message(self, how, message):
+        import logging
+        import re
+
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        records: list[logging.LogRecord] = []
+
+        class _Keep(logging.Handler):
+            def emit(self, record):
+                records.append(record)
+
+        handler = _Keep(level=logging.ERROR)
+        logging.getLogger("fairsim.live").addHandler(handler)
+        llm = make_llm(LiveConfig(policy="fcfs", kv_blocks=64, max_num_seqs=4, budget_tokens=512))
+        try:
+            engine = llm.llm_engine
+            sched = live_scheduler(llm)
+            policy = sched.fairsim_policy = _BadOrder(how)
+            sched._fairsim_on_admitted = policy.on_admitted
+            params = SamplingParams(max_tokens=1, detokenize=False)
+            ids = [engine.add_request(f"r{i}", TokensPrompt(prompt_token_ids=block_tokens(f"r{i}", 300)),
+                                      params, arrival_time=float(i)) for i in range(6)]
+            finished = []
+            while engine.has_unfinished_requests():
+                finished += [o.request_id for o in engine.step() if o.finished]
+            assert sorted(finished) == sorted(f"r{i}" for i in range(6))  # none lost or duplicated
+            assert sched.fairsim_policy_errors > 0
+            texts = [r.getMessage() for r in records]
+            assert any(re.search(message, t) for t in texts), texts
+            assert not any(r.exc_info for r in records)  # the message, no traceback
+            # on_admitted: the very snapshots given to order() in the same step, same now.
+            assert sorted(q.request_id for _, adm in policy.admitted for q in adm) == sorted(ids)
+            for now, adm in policy.admitted:
+                given = {id(q) for t, snaps in policy.orders if t == now for q in snaps}
+                assert {id(q) for q in adm} <= given
+        finally:
+            logging.getLogger("fairsim.live").removeHandler(handler)
+            del llm
+            import gc
+
+            gc.collect()
+
+
 class TestRefusal:
     """Policies whose behaviour needs more than an order are refused with a clear message."""
 

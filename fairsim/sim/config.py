@@ -43,5 +43,5 @@ class EngineConfig:
             raise ValueError("give kv_blocks or kv_fraction, not both")
         if self.kv_blocks is not None and self.kv_blocks < 1:
             raise ValueError(f"kv_blocks={self.kv_blocks}: need >= 1 block")
-        if self.kv_fraction is not None and not self.kv_fraction > 0:
-            raise ValueError(f"kv_fraction={self.kv_fraction}: need a fraction > 0")
+        if self.kv_fraction is not None and not 0 < self.kv_fraction < float("inf"):
+            raise ValueError(f"kv_fraction={self.kv_fraction}: need a finite fraction > 0")

