@@ -188,7 +188,8 @@ def measure(profiler: Profiler, grid: Grid, budget: int,
     samples: list[StepSample] = []
     raw_steps: list[dict[str, Any]] = []
     for b, times in zip(batches, step_times):
-        assert b is not None
+        if b is None:
+            raise RuntimeError("calibration bug: a grid point was never measured")
         samples.append(StepSample(b.new_tokens, b.context_tokens, grid.reduce(times)))
         raw_steps.append({"new_tokens": list(b.new_tokens), "context_tokens": list(b.context_tokens),
                           "seconds": times})

@@ -58,7 +58,10 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     """Run ``bench_one`` for each policy in its own spawned process and print the figures."""
     from fairsim.cli import check_policies, parse_params
     from fairsim.costmodel import load_profile
+    from fairsim.io import atomic_write_text, check_writable_dir
 
+    if args.out is not None:
+        check_writable_dir(args.out)
     check_policies(names, load_profile(args.profile), parse_params(args.param))
     rows: dict[str, dict[str, Any]] = {}
     ctx = multiprocessing.get_context("spawn")
@@ -67,8 +70,7 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
             rows[name] = pool.submit(bench_one, args, name).result()
         print(f"bench: {name} done in {rows[name]['wall_time_s']:.1f} s", file=sys.stderr)
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "bench.json").write_text(json.dumps(rows, indent=2) + "\n")
+        atomic_write_text(args.out / "bench.json", json.dumps(rows, indent=2) + "\n")
     if args.format == "json":
         print(json.dumps(rows, indent=2))
         return 0

@@ -63,9 +63,37 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
 
 
 def _write_live(out: Path, name: str, result: Any) -> None:
+    from fairsim.io import atomic_to_parquet
+
     out.mkdir(parents=True, exist_ok=True)
-    result.requests.to_parquet(out / f"requests-{name}.parquet", index=False)
-    result.steps.to_parquet(out / f"steps-{name}.parquet", index=False)
+    atomic_to_parquet(result.requests, out / f"requests-{name}.parquet")
+    atomic_to_parquet(result.steps, out / f"steps-{name}.parquet")
+
+
+def _check_first(args: argparse.Namespace) -> None:
+    """Before any work: ``--out`` writable, vLLM installed (``fairsim.deps``)."""
+    from fairsim.deps import require
+    from fairsim.io import check_writable_dir
+
+    import math
+
+    for option, attr in (("--requests", "requests"), ("--kv-blocks", "kv_blocks")):
+        value = getattr(args, attr, None)
+        if args.command in ("equivalence", "fidelity") and value is not None and value < 1:
+            raise ValueError(f"{option} {value}: need an integer >= 1")
+    rate = getattr(args, "rate", None)
+    if rate is not None and not (math.isfinite(rate) and rate > 0):
+        raise ValueError(f"--rate {rate}: need a finite arrival rate > 0 requests/s")
+    if args.command == "hook-overhead":
+        try:
+            sizes = [int(v) for v in args.sizes.split(",") if v.strip()]
+        except ValueError:
+            raise ValueError(f"--sizes {args.sizes!r}: need comma-separated integers >= 1") from None
+        if not sizes or min(sizes) < 1:
+            raise ValueError(f"--sizes {args.sizes!r}: need comma-separated integers >= 1")
+    if getattr(args, "out", None) is not None:
+        check_writable_dir(args.out)
+    require("vllm")
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -114,8 +142,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     summary["mode"] = result.mode
     rows = {args.policy: summary}
     if args.out is not None:
+        from fairsim.io import atomic_write_text
+
         _write_live(args.out, args.policy, result)
-        (args.out / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
+        atomic_write_text(args.out / "summary.json", json.dumps(rows, indent=2) + "\n")
     if args.format == "json":
         print(json.dumps(rows, indent=2))
     else:
@@ -152,8 +182,9 @@ def cmd_equivalence(args: argparse.Namespace) -> int:
         if diff is not None:
             print(f"  first difference: {diff.to_dict()}")
         if args.out is not None:
-            args.out.mkdir(parents=True, exist_ok=True)
-            eq.table.to_csv(args.out / f"equivalence-{name}.csv", index=False)
+            from fairsim.io import atomic_to_csv
+
+            atomic_to_csv(eq.table, args.out / f"equivalence-{name}.csv")
     return 0
 
 
@@ -198,11 +229,14 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
               f"{row['sim_p99_s']:8.3f} {row['vllm_p99_s']:8.3f} {100 * row['rel_err_p99']:+7.1f}% "
               f"{100 * row['step_time_rel_err_median']:+7.1f}%")
         if args.out is not None:
+            from fairsim.io import atomic_to_parquet
+
             _write_live(args.out, f"live-{name}", live)
-            args.out.mkdir(parents=True, exist_ok=True)
-            sim.requests.to_parquet(args.out / f"requests-sim-{name}.parquet", index=False)
+            atomic_to_parquet(sim.requests, args.out / f"requests-sim-{name}.parquet")
     if args.out is not None:
-        (args.out / "fidelity.json").write_text(json.dumps(rows, indent=2) + "\n")
+        from fairsim.io import atomic_write_text
+
+        atomic_write_text(args.out / "fidelity.json", json.dumps(rows, indent=2) + "\n")
     return 0
 
 
@@ -222,6 +256,7 @@ def cmd_hook_overhead(args: argparse.Namespace) -> int:
 
 def run_live_command(args: argparse.Namespace) -> int:
     """Dispatch a command named in ``LIVE_COMMANDS``."""
+    _check_first(args)
     t0 = time.perf_counter()
     handler = {"replay": cmd_replay, "equivalence": cmd_equivalence, "fidelity": cmd_fidelity,
                "hook-overhead": cmd_hook_overhead}[args.command]

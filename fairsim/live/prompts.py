@@ -14,6 +14,7 @@ import hashlib
 
 import numpy as np
 
+from fairsim.errors import EngineInvariantError
 from fairsim.types import Request
 
 #: Vocabulary of the shipped tiny Llama (token ids 0 .. VOCAB_SIZE - 1).
@@ -47,5 +48,7 @@ def prompt_tokens(request: Request, salt: int = 0) -> list[int]:
     if tail > 0:
         rng = np.random.default_rng(_seed(salt, f"r:{request.request_id}"))
         out.extend(rng.integers(LOW_ID, VOCAB_SIZE, size=tail).tolist())
-    assert len(out) == request.prompt_len, (len(out), request.prompt_len)
+    if len(out) != request.prompt_len:
+        raise EngineInvariantError(f"request {request.request_id!r}: built {len(out)} prompt tokens "
+                                   f"for prompt_len={request.prompt_len}")
     return out

@@ -30,6 +30,8 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from itertools import islice
 from typing import Any
 
+from fairsim.errors import EngineInvariantError
+
 
 class ProtectWaitingHits:
     """PEEK's soft protection: evict blocks that no soon-to-run request would hit first.
@@ -223,5 +225,6 @@ class PGDSFEviction:
             for entry in rest[: n - len(out)]:
                 out.append(entry[2])
                 self._ver[entry[2]] += 1
-        assert len(out) == n, f"PGDSF selected {len(out)} of {n} blocks"
+        if len(out) != n:
+            raise EngineInvariantError(f"PGDSF selected {len(out)} of {n} blocks")
         return out

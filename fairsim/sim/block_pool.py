@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 
+from fairsim.errors import EngineInvariantError
+
 
 class BlockPool:
     """A fixed pool of KV-cache blocks with a prefix-hash lookup and LRU eviction.
@@ -151,7 +153,8 @@ class BlockPool:
 
     def cache(self, block_id: int, key: Hashable) -> None:
         """Register a full, scheduled block under ``key`` so later lookups hit it."""
-        assert self.block_key[block_id] is None, f"block {block_id} already cached"
+        if self.block_key[block_id] is not None:
+            raise EngineInvariantError(f"block {block_id} is already cached under {self.block_key[block_id]!r}")
         self.block_key[block_id] = key
         self._cached.setdefault(key, {})[block_id] = None
         self._num_cached += 1
@@ -172,7 +175,8 @@ class BlockPool:
         keyless: list[int] = []
         for b in block_ids:
             ref[b] -= 1
-            assert ref[b] >= 0, f"block {b}: ref_cnt went negative"
+            if ref[b] < 0:
+                raise EngineInvariantError(f"block {b}: ref_cnt went negative (freed twice)")
             if ref[b] == 0:
                 if self.block_key[b] is None:
                     keyless.append(b)

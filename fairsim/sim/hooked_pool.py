@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import Any
 
+from fairsim.errors import EngineInvariantError
 from fairsim.sim.block_pool import BlockPool
 
 
@@ -58,7 +59,8 @@ class HookedBlockPool(BlockPool):
         if n <= 0:
             return []
         out = self.hook.select(self, n)
-        assert len(out) == n and len(set(out)) == n, f"hook selected {out} for {n} blocks"
+        if len(out) != n or len(set(out)) != n:
+            raise EngineInvariantError(f"eviction hook selected {out} for {n} blocks: need {n} distinct blocks")
         ref = self.ref_cnt
         for b in out:
             del free[b]  # KeyError here = the hook picked a block that is not free (a hook bug)
