@@ -392,3 +392,78 @@ class TestInterrupt:
         assert len(pd.read_parquet(out / "requests-fcfs.parquet")) == 3000
         assert not (out / "requests-fairway.parquet").exists()
         assert not any(p.name.endswith(".tmp") for p in out.iterdir())
+
+
+class TestCalibrateRefusal:
+    """A refused calibration keeps its raw measurements in OUT.raw.json (engine faked: the checks
+    and the files are what is tested; tests/test_live_calibrate.py runs the real engine)."""
+
+    COEF = dict(a_s=0.004, b_s_per_token=1e-5, k_s_per_pair=1e-8, d_s_per_request=1e-4)
+
+    @pytest.fixture
+    def fake_engine(self, monkeypatch):
+        import calibration.measure as measure_mod
+        import fairsim.live.engine as engine_mod
+        from calibration.fit import StepSample
+        from fairsim.costmodel import Profile
+
+        model = Profile("m", "prior", *self.COEF.values(), (1, 2), (0.0, 0.0), 2048)
+        state = {"idle_factor": 1.0}
+
+        class LLM:
+            class llm_engine:
+                class model_config:
+                    dtype = "float32"
+
+        class Profiler:
+            def __init__(self, llm, block):
+                pass
+
+            def warm_up(self):
+                pass
+
+        def measure(profiler, grid, budget, progress=None):
+            samples = []
+            for c in grid.context_tokens:
+                for n in grid.new_tokens:
+                    for r in grid.requests_per_step:
+                        if r <= n:
+                            batch = [(n // r, c)] * r
+                            samples.append(StepSample(tuple(x for x, _ in batch), tuple(y for _, y in batch),
+                                                      model.step_time(batch)))
+            idle = {L: state["idle_factor"] * model.prefill_time(L) for L in grid.idle_lengths}
+            raw = {"steps": [{"seconds": [s.seconds]} for s in samples],
+                   "idle_prefill": [{"prompt_tokens": L, "seconds": [t]} for L, t in idle.items()]}
+            return samples, idle, raw
+
+        monkeypatch.setattr(engine_mod, "make_llm", lambda cfg, dtype="auto": LLM())
+        monkeypatch.setattr(engine_mod, "vllm_version", lambda: "fake")
+        monkeypatch.setattr(measure_mod, "Profiler", Profiler)
+        monkeypatch.setattr(measure_mod, "measure", measure)
+        return state
+
+    def test_consistent_fit_writes_the_profile(self, capsys, tmp_path, fake_engine):
+        out = tmp_path / "p.json"
+        code, _, err = run_cli(capsys, "calibrate", "--out", str(out))
+        assert code == 0, err
+        assert load_profile(out).a_s == pytest.approx(0.004, rel=1e-6)
+        assert not (tmp_path / "p.raw.json").exists()
+
+    def test_inconsistent_idle_table_refused_raw_kept(self, capsys, tmp_path, fake_engine):
+        fake_engine["idle_factor"] = 2.0  # T_idle measured at twice the fitted model: 100 % apart
+        out = tmp_path / "p.json"
+        code, _, err = run_cli(capsys, "calibrate", "--out", str(out))
+        assert code == 3 and "fit refused" in err and "(100.0 % apart, tolerance 25 %)" in err
+        assert f"Raw measurements: {tmp_path / 'p.raw.json'}" in err
+        assert not out.exists()
+        raw = json.loads((tmp_path / "p.raw.json").read_text())
+        assert raw["fit_refused"] is True and len(raw["raw_measurements"]["steps"]) == 4 * 3 * 2
+        assert raw["fit"]["coefficients"]["a_s"] == pytest.approx(0.004, rel=1e-6)
+
+    def test_force_states_its_tolerance(self, capsys, tmp_path, fake_engine):
+        fake_engine["idle_factor"] = 1.32  # 32 % apart -> written with idle_table_tolerance 0.35
+        out = tmp_path / "p.json"
+        code, _, err = run_cli(capsys, "calibrate", "--force", "--out", str(out))
+        assert code == 0, err
+        assert json.loads(out.read_text())["idle_table_tolerance"] == 0.35
+        load_profile(out)

@@ -30,7 +30,8 @@ SIM_COLUMNS = ["request_id", "arrival_s", "prompt_tokens", "cached_tokens", "fir
 class TestDecisionEquivalence:
     """Simulator and vLLM (virtual clock) agree per request under eviction pressure."""
 
-    @pytest.mark.parametrize("policy", ["fcfs", "lpm", "fairway"])
+    # klpm4: on_admitted (its turn counter) is fed the same admissions in both engines.
+    @pytest.mark.parametrize("policy", ["fcfs", "lpm", "fairway", "klpm4"])
     def test_identical_decisions(self, policy):
         requests = equivalence_trace(40, seed=1, rate_per_s=8.0)
         eq = compare(requests, policy, load_profile("a6000-llama3.1-8b-vllm-prior"),
