@@ -46,3 +46,17 @@ class CapacityError(ValueError):
     vLLM would reject such a request at submission; the simulator refuses to start instead of
     looping forever. The message names the request, the blocks it needs and the capacity.
     """
+
+
+class SweepSpecError(ValueError):
+    """A sweep spec is unreadable or invalid (``fairsim.sweep``).
+
+    Raised before the first run for a TOML/YAML syntax error (``FILE:LINE``), an unknown key, a
+    value of the wrong type, or a grid point its policy, scenario, trace or ``EngineConfig``
+    refuses. The message reads ``FILE: KEY.PATH: why`` (e.g. ``spec.toml: policies[1].grd:
+    unknown key; expected name, params, grid``).
+    """
+
+
+class SweepLockedError(ValueError):
+    """Another sweep holds the output folder's lock (one sweep per folder at a time)."""
