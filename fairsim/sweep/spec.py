@@ -155,6 +155,10 @@ def load_spec(path: str | Path) -> dict[str, Any]:
 
 
 def _kind(value: Any) -> str:
+    import datetime
+
+    if isinstance(value, (datetime.date, datetime.time)):
+        return f"a {type(value).__name__} ({value.isoformat()})"
     return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
             list: "a list", dict: "a table"}.get(type(value), type(value).__name__)
 
@@ -195,7 +199,7 @@ class _Checker:
             return [self.json_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
         if isinstance(value, dict):
             return {k: self.json_value(v, f"{where}.{k}") for k, v in self.table(value, where).items()}
-        raise self.fail(where, f"{_kind(value)} {value!r} is not allowed (use numbers, strings, "
+        raise self.fail(where, f"{_kind(value)} is not allowed (use numbers, strings, "
                                "booleans, lists or tables)")
 
     def axis(self, value: Any, where: str) -> list[Any]:
