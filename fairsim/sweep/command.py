@@ -148,6 +148,10 @@ def cmd_sweep(args: Any) -> int:
     except ImportError as exc:  # --executor ray without Ray installed
         print(f"fairsim: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"fairsim: interrupted; the finished runs are kept in {out} (summary written); "
+              "run the same command to resume", file=sys.stderr)
+        return 130
     if len(summary):
         varying = [c for c in parameter_columns(summary)
                    if summary[c].astype(str).nunique() > 1 or c == "policy"]
