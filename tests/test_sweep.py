@@ -370,6 +370,12 @@ class TestLockAndDryRun:
         assert not (out / RUNS_DIR).exists()
         assert main(["sweep", str(spec), "--out", str(out), "--no-progress"]) == 0  # released
 
+    def test_out_not_a_folder(self, tmp_path, capsys):
+        spec = write(tmp_path, "s.toml", BASE + POL)
+        (tmp_path / "o").write_text("a file")
+        assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--no-progress"]) == 2
+        assert f"--out {tmp_path / 'o'}: cannot create the sweep folder" in capsys.readouterr().err
+
     def test_dry_run_lists_and_runs_nothing(self, tmp_path, capsys):
         spec = write(tmp_path, "s.toml", BASE + POL + '[[policies]]\nname = "fairway"\ngrid = { fast_weight = [2, 4] }\n')
         out = tmp_path / "o"

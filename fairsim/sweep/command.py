@@ -92,7 +92,7 @@ def run_sweep(spec: dict[str, Any] | SweepSpec, out: Path, executor: str = "loca
                 log(f"run {run.run_id} failed: {outcome[1]}")
 
         try:
-            if executor == "ray":
+            if executor == "ray" and todo:
                 run_ray(todo, on_result, address, workers, progress)
             elif todo:
                 run_local(todo, on_result, workers, progress)
