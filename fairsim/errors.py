@@ -94,3 +94,17 @@ class PolicyContractError(RuntimeError):
     lets it propagate (the run stops with this message); the live vLLM hook logs the same message
     and keeps vLLM's order for that step.
     """
+
+
+class SweepSpecError(ValueError):
+    """A sweep spec is unreadable or invalid (``fairsim.sweep``).
+
+    Raised before the first run for a TOML/YAML syntax error (``FILE:LINE``), an unknown key, a
+    value of the wrong type, or a grid point its policy, scenario, trace or ``EngineConfig``
+    refuses. The message reads ``FILE: KEY.PATH: why`` (e.g. ``spec.toml: policies[1].grd:
+    unknown key; expected name, params, grid``).
+    """
+
+
+class SweepLockedError(ValueError):
+    """Another sweep holds the output folder's lock (one sweep per folder at a time)."""

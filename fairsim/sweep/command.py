@@ -1,0 +1,168 @@
+"""``fairsim sweep``: plan (validate everything), lock the folder, run what is missing, summarise."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from fairsim.sweep.executors import Outcome, run_local, run_ray
+from fairsim.sweep.lock import SweepLock
+from fairsim.sweep.plan import expand
+from fairsim.sweep.runs import FAILED_DIR, atomic_text, remove_partial_files, write_failure, write_run
+from fairsim.sweep.runspec import RunSpec
+from fairsim.sweep.spec import SweepSpec, load_spec, parse_spec
+from fairsim.sweep.summary import (parameter_columns, status_of, summarize_runs, tidy_parameters,
+                                   write_summary)
+
+EXECUTORS = ("local", "ray")
+
+
+def plan_table(out: Path, runs: list[RunSpec]) -> pd.DataFrame:
+    """One row per run: ``run_id``, ``status`` (``done``, ``failed`` or ``to run`` in ``out``) and
+    the run's parameters (``RunSpec.parameters``); what ``--dry-run`` prints."""
+    label = {"ok": "done", "failed": "failed", "not run": "to run"}
+    rows = [{"run_id": r.run_id, "status": label[status_of(out, r)[0]], **r.parameters()}
+            for r in runs]
+    return tidy_parameters(pd.DataFrame(rows))
+
+
+def run_sweep(spec: dict[str, Any] | SweepSpec, out: Path, executor: str = "local",
+              workers: int | None = None, address: str | None = None, progress: bool = True,
+              log: Callable[[str], Any] = print, source: str = "sweep spec") -> pd.DataFrame:
+    """Validate ``spec``, then run what ``out`` does not hold yet; write and return the summary.
+
+    Every run is planned and validated before the folder is touched (``fairsim.sweep.plan``).
+    The folder is locked for the whole sweep. A run that raises is recorded in
+    ``OUT/failed/RUN_ID.json`` and the summary (``status = "failed"``, ``error``), and the
+    other runs go on; a later sweep retries it. On Ctrl-C the summary of the finished runs is
+    written before the interruption propagates.
+
+    Args:
+        spec: Spec dict (``load_spec``) or ``SweepSpec``.
+        out: Output folder.
+        executor: ``"local"`` (processes) or ``"ray"``.
+        workers: Local processes (1: in this process), or CPUs of a Ray started here.
+        address: Ray cluster address.
+        progress: Show a progress bar.
+        log: Where progress lines go.
+        source: The spec's file name, for messages.
+
+    Returns:
+        The summary table (``fairsim.sweep.summary``), one row per run of the spec.
+
+    Raises:
+        SweepSpecError: An invalid spec (nothing has run).
+        SweepLockedError: Another sweep is running in ``out``.
+        ValueError: An unknown executor or ``workers < 1``.
+        OSError: ``out`` is not writable (before any run) or a write fails (names the file).
+        ImportError: ``executor="ray"`` without Ray.
+    """
+    if executor not in EXECUTORS:
+        raise ValueError(f"--executor {executor!r}: use 'local' or 'ray'")
+    if workers is not None and workers < 1:
+        raise ValueError(f"--workers {workers}: need >= 1")
+    if executor == "ray":
+        try:
+            import ray  # noqa: F401  (checked before planning, not after)
+        except ImportError:
+            raise ImportError("the ray executor needs Ray: pip install 'fairsim[ray]'") from None
+    runs = expand(spec, source)
+    raw = spec.raw if isinstance(spec, SweepSpec) else spec
+    with SweepLock(out):
+        atomic_text(json.dumps(raw, indent=2, sort_keys=True, default=str) + "\n", out / "spec.json")
+        remove_partial_files(out)  # writes cut short by a kill; their runs are not done
+        todo = [r for r in runs if status_of(out, r)[0] != "ok"]
+        log(f"sweep: {len(runs)} runs, {len(runs) - len(todo)} already done, {len(todo)} to run "
+            f"({executor})")
+        computed: list[str] = []
+        failed: list[str] = []
+
+        def on_result(run: RunSpec, outcome: Outcome) -> None:
+            if outcome[0] == "ok":
+                write_run(out, run, outcome[1], outcome[2])
+                computed.append(run.run_id)
+            else:
+                write_failure(out, run, outcome[1], outcome[2])
+                failed.append(run.run_id)
+                log(f"run {run.run_id} failed: {outcome[1]}")
+
+        try:
+            if executor == "ray" and todo:
+                run_ray(todo, on_result, address, workers, progress)
+            elif todo:
+                run_local(todo, on_result, workers, progress)
+        except KeyboardInterrupt:
+            write_summary(out, summarize_runs(out, runs))
+            raise
+        if computed:
+            log("computed: " + " ".join(computed))
+        if failed:
+            log("failed: " + " ".join(failed))
+        summary = summarize_runs(out, runs)
+        write_summary(out, summary)
+    log(f"summary: {out / 'summary.parquet'} ({len(summary)} runs, "
+        f"{int((summary['status'] == 'failed').sum()) if len(summary) else 0} failed)")
+    return summary
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``fairsim sweep`` on the CLI's subparsers."""
+    p = sub.add_parser("sweep", help="run a grid of policies x parameters x seeds x scenarios/traces")
+    p.add_argument("spec", type=Path, help="sweep spec (.toml, .yaml or .yml)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="output folder (default: the spec's 'out', else results/sweep-SPECNAME)")
+    p.add_argument("--executor", choices=EXECUTORS, default="local")
+    p.add_argument("--address", default=None, help="Ray cluster address (with --executor ray)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="local processes, or CPUs of a Ray started here (default: all cores)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate the spec, list the runs (id, status, parameters) and exit")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def _show(table: pd.DataFrame, cols: list[str]) -> str:
+    shown = table[cols].astype(object)
+    shown = shown.where(shown.notna(), "-")
+    return shown.to_string(index=False, formatters={
+        c: (lambda v: v if isinstance(v, str) else f"{v:.3f}") for c in cols if c.endswith(("_s", "rate"))})
+
+
+def cmd_sweep(args: Any) -> int:
+    """``fairsim sweep``: 0 when every run succeeded, 1 when some failed (listed on stderr)."""
+    source = str(args.spec)
+    spec = parse_spec(load_spec(args.spec), source)
+    out = args.out or Path(spec.out or f"results/sweep-{args.spec.stem}")
+    if args.dry_run:
+        table = plan_table(out, expand(spec, source))
+        print(_show(table, list(table.columns)))
+        print(f"{len(table)} runs; {int((table['status'] == 'done').sum())} done in {out}")
+        return 0
+    try:
+        summary = run_sweep(spec, out, args.executor, args.workers, args.address,
+                            progress=not args.no_progress, source=source)
+    except ImportError as exc:  # --executor ray without Ray installed
+        print(f"fairsim: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"fairsim: interrupted; the finished runs are kept in {out} (summary written); "
+              "run the same command to resume", file=sys.stderr)
+        return 130
+    if len(summary):
+        varying = [c for c in parameter_columns(summary)
+                   if summary[c].astype(str).nunique() > 1 or c == "policy"]
+        metrics = [c for c in ("ttft_p50_s", "ttft_p99_s", "ttft_max_s", "hit_rate") if c in summary]
+        print(_show(summary, ["run_id", *varying, "status", *metrics]))
+    failed = summary[summary["status"] == "failed"] if len(summary) else summary
+    sys.stdout.flush()
+    if len(failed):
+        lines = "\n".join(f"  {r.run_id}: {r.error}" for r in failed.itertuples())
+        print(f"fairsim: {len(failed)} of {len(summary)} runs failed (details in "
+              f"{out / FAILED_DIR}/); run the same command again to retry them:\n{lines}",
+              file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,108 @@
+"""Per-run engine settings: a run's ``[engine]`` overrides on top of its workload's settings.
+
+The KV capacity is resolved for each run from its own settings, as a *token* capacity: when a
+run changes ``block_size`` but not the capacity, a workload capacity given in blocks (the
+scenarios' ``kv_blocks``, sized at the trace's 512-token hash block) is converted to tokens at the
+old block size and back to blocks at the new one, so a sweep over block sizes compares caches of
+the same size in tokens (vLLM sizes its cache in bytes, i.e. tokens, and derives the block count
+from the block size: ``vllm/v1/core/kv_cache_utils.py``, ``get_num_blocks``).
+
+``kv_tokens`` is accepted as a sweep engine key. Where ``EngineConfig`` has a ``kv_tokens``
+field it is passed through; otherwise it becomes ``kv_blocks = floor(kv_tokens / block_size)``
+at the run's block size (floor, like vLLM's block count from the memory it has).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from fairsim.sim.config import EngineConfig
+from fairsim.types import Request
+
+CAPACITY_KEYS = ("kv_blocks", "kv_fraction", "kv_tokens")
+"""Engine keys that set the KV capacity (one replaces the others)."""
+
+
+def engine_fields() -> dict[str, str]:
+    """``{name: annotation}`` of the keys a sweep's ``[engine]`` accepts.
+
+    ``EngineConfig``'s fields, plus ``kv_tokens`` (integer tokens) where it has no such field.
+    """
+    fields = {f.name: str(f.type) for f in dataclasses.fields(EngineConfig)}
+    fields.setdefault("kv_tokens", "int | None")
+    return fields
+
+
+def check_value(name: str, annotation: str, value: Any) -> str | None:
+    """Why ``value`` does not fit field ``name`` typed ``annotation``, or None when it does."""
+    if value is None:
+        return None if "None" in annotation else "needs a value"
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if "float" in annotation:
+        ok = is_int or isinstance(value, float)
+        want = "a number"
+    elif "int" in annotation:
+        ok, want = is_int, "an integer"
+    elif "bool" in annotation:
+        ok, want = isinstance(value, bool), "true or false"
+    elif "str" in annotation:
+        ok, want = isinstance(value, str), "a string"
+    else:
+        return None
+    return None if ok else f"{value!r}: {name} needs {want}"
+
+
+def block_size_of(config: EngineConfig, requests: Sequence[Request]) -> int:
+    """Tokens per KV block under ``config``: its ``block_size``, else the trace's hash block.
+
+    Same rule as ``fairsim.sim.capacity.resolve_capacity``.
+
+    Raises:
+        ValueError: ``block_size`` unset and the requests mix hash block sizes.
+    """
+    if config.block_size is not None:
+        return config.block_size
+    sizes = {r.hash_block_size for r in requests}
+    if len(sizes) > 1:
+        raise ValueError(f"trace mixes hash block sizes {sorted(sizes)}; set engine.block_size")
+    return sizes.pop() if sizes else 16
+
+
+def run_engine(base: EngineConfig, overrides: dict[str, Any], requests: Sequence[Request]) -> EngineConfig:
+    """The ``EngineConfig`` of one run: ``overrides`` applied to the workload's ``base``.
+
+    Args:
+        base: The scenario's engine settings (``EngineConfig()`` for a trace file).
+        overrides: The run's ``[engine]`` point (``EngineConfig`` fields, ``kv_tokens``).
+        requests: The run's requests (for the trace's hash block size).
+
+    Returns:
+        The run's settings. A capacity key in ``overrides`` replaces the base capacity; a
+        ``block_size`` change alone keeps the base capacity in tokens (see the module docstring).
+
+    Raises:
+        ValueError: A value ``EngineConfig`` refuses, or ``kv_tokens`` below one block.
+    """
+    fields = dataclasses.asdict(base)
+    over = dict(overrides)
+    if any(k in over for k in CAPACITY_KEYS):
+        for key in CAPACITY_KEYS:
+            if key in fields:
+                fields[key] = None
+    elif "block_size" in over and base.kv_blocks is not None:
+        old_bs = block_size_of(base, requests)
+        new_bs = block_size_of(dataclasses.replace(base, block_size=over["block_size"]), requests)
+        if new_bs != old_bs:
+            fields["kv_blocks"] = None
+            over["kv_tokens"] = base.kv_blocks * old_bs
+    tokens = over.pop("kv_tokens", None) if "kv_tokens" not in fields else None
+    fields.update(over)
+    if tokens is not None:
+        bs = fields["block_size"] if fields["block_size"] is not None else block_size_of(base, requests)
+        if bs >= 1:  # else EngineConfig refuses the block size below
+            if tokens // bs < 1:
+                raise ValueError(f"kv_tokens={tokens}: less than one block of {bs} tokens")
+            fields["kv_blocks"] = tokens // bs
+    return EngineConfig(**fields)

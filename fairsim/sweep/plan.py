@@ -1,0 +1,205 @@
+"""Expand a sweep spec into runs, validating every grid point before the first run.
+
+``expand`` checks the spec's structure (``fairsim.sweep.spec``), then everything a run needs:
+the profile loads; every policy grid point builds with ``make_policy``; every engine point is a
+valid ``EngineConfig``; every scenario point builds (for every seed) and every trace file loads
+and keeps requests after its shaping; and for every workload x engine point the KV cache holds
+the longest prompt (``resolve_capacity``). Any problem raises ``SweepSpecError`` naming the spec
+file and key path, so a sweep never stops halfway on a bad input.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from fairsim.errors import SweepSpecError
+from fairsim.sweep.engine import check_value, engine_fields, run_engine
+from fairsim.sweep.runspec import RunSpec, code_identity, file_sha256, run_id
+from fairsim.sweep.spec import SweepSpec, parse_spec
+from fairsim.sweep.workload import scenario_workload, shape, trace_requests
+
+USER_ERRORS = (ValueError, TypeError, ArithmeticError)
+"""What a builder raises for bad parameters (a wrong type fails as ``TypeError`` deep inside)."""
+
+
+def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Cartesian product of ``{key: [values]}`` in key order (``{}`` -> one empty point)."""
+    keys = list(grid)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
+
+
+def _point(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in values.items()) or "no parameters"
+
+
+def _resolve_profile(s: SweepSpec) -> tuple[str, Path, Any]:
+    from fairsim.costmodel import DEFAULT_PROFILE, PROFILE_DIR, load_profile
+
+    text = s.profile or DEFAULT_PROFILE
+    try:
+        profile = load_profile(text)
+    except ValueError as exc:
+        raise s.error("profile", str(exc)) from None
+    path = Path(text) if Path(text).is_file() else PROFILE_DIR / f"{text}.json"
+    return text, path.resolve(), profile
+
+
+def _check_policies(s: SweepSpec, profile: Any) -> list[tuple[str, str, dict[str, Any]]]:
+    from fairsim.policies import make_policy, policy_names
+
+    out = []
+    for entry in s.policies:
+        if entry.name not in policy_names():
+            raise s.error(f"{entry.where}.name", f"unknown policy {entry.name!r}; known: "
+                                                 f"{', '.join(policy_names())}")
+        for point in grid_points(entry.grid):
+            params = {**entry.params, **point}
+            try:
+                make_policy(entry.name, profile, **params)
+            except USER_ERRORS as exc:
+                where = f"{entry.where}.grid ({_point(point)})" if point else f"{entry.where}.params"
+                raise s.error(where, f"{type(exc).__name__}: {exc}" if not isinstance(exc, ValueError)
+                              else str(exc)) from None
+            out.append((entry.where, entry.name, params))
+    return out
+
+
+def _check_engine(s: SweepSpec) -> list[dict[str, Any]]:
+    from fairsim.sim.config import EngineConfig
+
+    fields = engine_fields()
+    for key, values in s.engine.items():
+        if key not in fields:
+            raise s.error(f"engine.{key}", f"unknown key; expected {', '.join(fields)}")
+        for i, value in enumerate(values):
+            why = check_value(key, fields[key], value)
+            if why:
+                raise s.error(f"engine.{key}" + (f"[{i}]" if len(values) > 1 else ""), why)
+    sizes = set(s.engine.get("block_size", []))
+    if "kv_blocks" in s.engine and len(sizes) > 1:
+        raise s.error("engine.kv_blocks", f"with several block sizes {sorted(sizes)} a block count "
+                      "gives each a different cache size in tokens; give engine.kv_tokens instead")
+    points = grid_points(s.engine)
+    for point in points:
+        static = {k: v for k, v in point.items() if k in EngineConfig.__dataclass_fields__}
+        try:
+            EngineConfig(**static)
+        except USER_ERRORS as exc:
+            raise s.error(f"engine ({_point(point)})", str(exc)) from None
+    return points
+
+
+def _check_capacity(s: SweepSpec, where: str, requests: list, base: Any,
+                    engines: list[dict[str, Any]]) -> None:
+    from fairsim.sim.capacity import resolve_capacity
+
+    for point in engines:
+        try:
+            resolve_capacity(requests, run_engine(base, point, requests))
+        except USER_ERRORS as exc:
+            at = f"{where}, engine ({_point(point)})" if point else where
+            raise s.error(at, str(exc)) from None
+
+
+def _scenario_inputs(name: str) -> dict[str, str]:
+    """Data files a scenario reads, with their content hashes (the real-trace scenarios)."""
+    from fairsim.traces.real import REAL_TRACES, traces_dir
+
+    if name not in REAL_TRACES:
+        return {}
+    path = (traces_dir() / REAL_TRACES[name]).resolve()
+    return {str(path): file_sha256(path)}
+
+
+def _workloads(s: SweepSpec, profile: Any, engines: list[dict[str, Any]]) -> Iterable[dict[str, Any]]:
+    """One dict of ``RunSpec`` workload fields per scenario point x seed and trace x shaping."""
+    from fairsim.scenarios import scenario_names
+
+    for entry in s.scenarios:
+        if entry.name not in scenario_names():
+            raise s.error(f"{entry.where}.name", f"unknown scenario {entry.name!r}; known: "
+                                                 f"{', '.join(scenario_names())}")
+        try:
+            inputs = _scenario_inputs(entry.name)
+        except OSError as exc:
+            raise s.error(f"{entry.where}.name", str(exc)) from None
+        for point in grid_points(entry.grid):
+            params = {**entry.params, **point}
+            for seed in s.seeds:
+                where = f"{entry.where} (seed {seed}" + (f", {_point(point)})" if point else ")")
+                try:
+                    requests, base = scenario_workload(entry.name, params, seed, profile)
+                except (*USER_ERRORS, OSError) as exc:
+                    raise s.error(where, str(exc)) from None
+                _check_capacity(s, where, requests, base, engines)
+                yield {"scenario": entry.name, "kind": "scenario", "scenario_params": params,
+                       "trace": None, "seed": seed, "inputs": inputs, "where": entry.where}
+    for entry in s.traces:
+        path = Path(entry.path).expanduser()
+        if not path.is_file():
+            raise s.error(f"{entry.where}.path", f"no such file {entry.path!r} (relative paths are "
+                                                 f"read from the current folder, {Path.cwd()})")
+        try:
+            sha = file_sha256(path)
+            requests = trace_requests(str(path))
+        except (ValueError, OSError) as exc:
+            raise s.error(f"{entry.where}.path", str(exc)) from None
+        for scale, (start, end), cap in itertools.product(entry.time_scales, entry.windows,
+                                                          entry.max_requests):
+            trace = {"path": str(path.resolve()), "sha256": sha, "time_scale": scale,
+                     "window_start_s": start, "window_end_s": end, "max_requests": cap}
+            where = f"{entry.where} (time_scale={scale}, window=[{start}, {end}), max_requests={cap})"
+            try:
+                shaped = shape(requests, trace)
+            except ValueError as exc:
+                raise s.error(where, str(exc)) from None
+            from fairsim.sim.config import EngineConfig
+
+            _check_capacity(s, where, shaped, EngineConfig(), engines)
+            yield {"scenario": entry.name, "kind": "trace", "scenario_params": {}, "trace": trace,
+                   "seed": None, "inputs": {}, "where": entry.where}
+
+
+def expand(spec: dict[str, Any] | SweepSpec, source: str = "sweep spec") -> list[RunSpec]:
+    """Every run of ``spec``, validated: workloads x policy points x engine points.
+
+    Workloads are every scenario point (``params`` + a ``grid`` point) for every seed, then every
+    trace file for every shaping combination (seeds do not apply to a file).
+
+    Args:
+        spec: A spec dict (``load_spec``) or an already parsed ``SweepSpec``.
+        source: The spec's file name, for messages.
+
+    Returns:
+        The runs, in expansion order.
+
+    Raises:
+        SweepSpecError: Any invalid key, value or grid point (module docstring), or two entries
+            that give the same run.
+    """
+    s = spec if isinstance(spec, SweepSpec) else parse_spec(spec, source)
+    profile_text, profile_path, profile = _resolve_profile(s)
+    profile_sha = file_sha256(profile_path)
+    policies = _check_policies(s, profile)
+    engines = _check_engine(s)
+    code = code_identity()
+    runs: list[RunSpec] = []
+    seen: dict[str, str] = {}
+    for work in _workloads(s, profile, engines):
+        for pol_where, policy, params in policies:
+            for eng in engines:
+                config = {k: v for k, v in work.items() if k != "where"}
+                config.update(policy=policy, policy_params=params, engine=eng,
+                              profile=profile_text, profile_path=str(profile_path),
+                              profile_sha256=profile_sha, code=code)
+                rid = run_id(config)
+                here = f"{work['where']} x {pol_where}"
+                if rid in seen:
+                    raise SweepSpecError(f"{s.source}: {here}: gives the same run as {seen[rid]} "
+                                         f"({rid}); remove the duplicate entry")
+                seen[rid] = here
+                runs.append(RunSpec(run_id=rid, **config))
+    return runs

@@ -1,0 +1,86 @@
+"""The sweep summary: one row per run of the spec, named by its parameters, with its status.
+
+Columns: ``run_id``, ``status`` (``ok``, ``failed`` or ``not run`` for a sweep cut short),
+``error`` (the failed run's ``Type: message``), the run's parameters (``RunSpec.parameters``:
+``scenario``, ``trace``, ``seed``, ``policy``, ``scenario.KEY``, ``trace.KEY``, ``policy.KEY``,
+``engine.KEY``), ``params`` and ``engine`` (the same as JSON text), ``profile``,
+``profile_sha256``, ``fairsim_version``, ``kv_blocks``, ``block_size``, ``kv_tokens`` (blocks x
+block size: the run's effective cache), then ``fairsim.metrics.summarize``'s figures (NaN for a
+run without results).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from fairsim.sweep.runs import RUNS_DIR, STEPS_DIR, atomic_parquet, atomic_text, failure, is_done
+from fairsim.sweep.runspec import RunSpec
+
+PARAMETER_PREFIXES = ("scenario.", "trace.", "policy.", "engine.")
+
+
+def status_of(out: Path, run: RunSpec) -> tuple[str, str | None]:
+    """``("ok", None)``, ``("failed", error)`` or ``("not run", None)`` from the run's files."""
+    if is_done(out, run):
+        return "ok", None
+    error = failure(out, run)
+    return ("failed", error) if error is not None else ("not run", None)
+
+
+def summarize_runs(out: Path, runs: Iterable[RunSpec]) -> pd.DataFrame:
+    """One row per run of ``runs`` (module docstring), read back from the run files.
+
+    Raises:
+        OSError: A run file cannot be read.
+    """
+    from fairsim.metrics import summarize
+
+    rows = []
+    for run in runs:
+        status, error = status_of(out, run)
+        row = {"run_id": run.run_id, "status": status, "error": error, **run.parameters(),
+               "params": json.dumps(run.policy_params, sort_keys=True),
+               "engine": json.dumps(run.engine, sort_keys=True), "profile": run.profile,
+               "profile_sha256": run.profile_sha256, "fairsim_version": run.code["version"]}
+        if status == "ok":
+            req = pd.read_parquet(out / RUNS_DIR / f"{run.run_id}.parquet")
+            steps_path = out / STEPS_DIR / f"{run.run_id}.parquet"
+            steps = pd.read_parquet(steps_path) if steps_path.is_file() else None
+            kv_blocks, block_size = int(req["kv_blocks"].iloc[0]), int(req["block_size"].iloc[0])
+            row.update(kv_blocks=kv_blocks, block_size=block_size, kv_tokens=kv_blocks * block_size,
+                       **summarize(req, steps))
+        rows.append(row)
+    table = tidy_parameters(pd.DataFrame(rows))
+    if len(table):
+        for col in ("kv_blocks", "block_size", "kv_tokens", "requests", "steps", "evictions",
+                    "preemptions"):
+            if col in table:
+                table[col] = table[col].astype("Int64")
+    return table
+
+
+def tidy_parameters(table: pd.DataFrame) -> pd.DataFrame:
+    """Parameter columns as nullable pandas types, so a missing value (a seed of a trace run, a
+    parameter another policy lacks) stays empty instead of turning integers into floats."""
+    cols = parameter_columns(table)
+    if cols:
+        table[cols] = table[cols].convert_dtypes()
+    front = [c for c in ("run_id", "status", "error") if c in table]
+    rest = [c for c in table.columns if c not in front and c not in cols]
+    return table[front + cols + rest]
+
+
+def parameter_columns(table: pd.DataFrame) -> list[str]:
+    """The summary's parameter columns (``scenario``, ``trace``, ``seed``, ``policy``, ``X.KEY``)."""
+    return [c for c in table.columns if c in ("scenario", "trace", "seed", "policy")
+            or c.startswith(PARAMETER_PREFIXES)]
+
+
+def write_summary(out: Path, table: pd.DataFrame) -> None:
+    """``OUT/summary.parquet`` and ``OUT/summary.csv``, each written atomically."""
+    atomic_parquet(table, out / "summary.parquet")
+    atomic_text(table.to_csv(index=False), out / "summary.csv")
