@@ -46,3 +46,13 @@ class CapacityError(ValueError):
     vLLM would reject such a request at submission; the simulator refuses to start instead of
     looping forever. The message names the request, the blocks it needs and the capacity.
     """
+
+
+class PromptTooLongError(ValueError):
+    """A prompt does not fit the model's context: ``prompt_len >= max_model_len``.
+
+    vLLM rejects such a request at submission (``_validate_prompt_len`` in
+    ``vllm/v1/engine/input_processor.py``: a prompt longer than ``max_model_len``, or exactly as long,
+    which leaves no room for an output token). The message names the trace file and line (or the
+    request id for a generated trace), the prompt length, the limit and ``--skip-long``.
+    """
