@@ -187,7 +187,7 @@ def offered_load(requests: Sequence[Request], profile: Profile, budget_tokens: i
     if not requests:
         raise ValueError("offered load of an empty trace")
     if not (window_s > 0 and math.isfinite(window_s)):
-        raise ValueError(f"--load-window {window_s}: need a finite number of seconds > 0")
+        raise ValueError(f"--load-window {window_s:g}: need a finite number of seconds > 0")
     cold = prefill_work(requests, budget_tokens, ideal_reuse=False)
     ideal = prefill_work(requests, budget_tokens, ideal_reuse=True)
     span = float(cold.arrival_s[-1] - cold.arrival_s[0])
@@ -222,11 +222,11 @@ def time_scale_for_load(requests: Sequence[Request], profile: Profile, budget_to
             (no span to scale).
     """
     if not (target > 0 and math.isfinite(target)):
-        raise ValueError(f"--target-load {target}: need a finite load > 0")
+        raise ValueError(f"--target-load {target:g}: need a finite load > 0")
     work = prefill_work(requests, budget_tokens, ideal_reuse=False)
     span = float(work.arrival_s[-1] - work.arrival_s[0]) if len(work.arrival_s) else 0.0
     if not span > 0:
-        raise ValueError(f"--target-load {target}: the {len(work.arrival_s)} requests kept arrive at "
+        raise ValueError(f"--target-load {target:g}: the {len(work.arrival_s)} requests kept arrive at "
                          f"one instant, so no time scale changes their load")
     busy = float(busy_time(profile, budget_tokens, work.new_tokens.sum(), work.pairs.sum(), work.chunks.sum()))
     return busy / span / target
