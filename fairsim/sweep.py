@@ -172,14 +172,16 @@ def execute(run: RunSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
     engine = scenario.engine
     if run.engine:
         base = dataclasses.asdict(engine)
-        if "kv_fraction" in run.engine or "kv_blocks" in run.engine:
-            base.update(kv_fraction=None, kv_blocks=None)
+        if {"kv_fraction", "kv_blocks", "kv_tokens"} & set(run.engine):
+            base.update(kv_fraction=None, kv_blocks=None, kv_tokens=None)
         engine = type(engine)(**{**base, **run.engine})
     result = simulate(scenario.requests, make_policy(run.policy, profile, **run.policy_params),
                       profile, engine)
     cols = {"run_id": run.run_id, "scenario": run.scenario, "seed": run.seed,
             "policy": run.policy, "params": json.dumps(run.policy_params, sort_keys=True),
-            "engine": json.dumps(run.engine, sort_keys=True), "kv_blocks": result.kv_blocks}
+            "engine": json.dumps(run.engine, sort_keys=True), "profile": profile.name,
+            "kv_tokens": result.kv_blocks * result.block_size, "kv_blocks": result.kv_blocks,
+            "block_size": result.block_size}
     return result.requests.assign(**cols), result.steps.assign(**cols)
 
 
@@ -291,7 +293,9 @@ def summarize_runs(out: Path, runs: Iterable[RunSpec]) -> pd.DataFrame:
                      "policy": run.policy,
                      "params": json.dumps(run.policy_params, sort_keys=True),
                      "engine": json.dumps(run.engine, sort_keys=True),
-                     "kv_blocks": int(req["kv_blocks"].iloc[0]), **summarize(req, steps)})
+                     **{k: req[k].iloc[0] for k in ("profile", "kv_tokens", "kv_blocks", "block_size")
+                        if k in req},
+                     **summarize(req, steps)})
     return pd.DataFrame(rows)
 
 

@@ -268,3 +268,16 @@ class TestCli:
     def test_bad_values(self, capsys, argv, message):
         code, _, err = run_cli(capsys, "run", "--max-requests", "20", *argv)
         assert code == 2 and message in err
+
+
+def test_sweep_grid_over_kv_tokens(tmp_path):
+    from fairsim.sweep import run_sweep
+
+    spec = {"scenarios": [{"name": "mixed", "params": {"duration_s": 20.0}}], "seeds": [0],
+            "policies": ["fcfs"], "engine": {"kv_tokens": [60_000, 120_000]}}
+    summary = run_sweep(spec, tmp_path / "s", workers=1, progress=False, log=lambda s: None)
+    asked = sorted(json.loads(e)["kv_tokens"] for e in summary["engine"])
+    got = summary.sort_values("kv_tokens")
+    assert list(got["kv_blocks"]) == [t // b for t, b in zip(asked, got["block_size"])]
+    assert list(got["kv_tokens"]) == list(got["kv_blocks"] * got["block_size"])
+    assert set(got["profile"]) == {"a6000-llama3.1-8b-vllm-prior"}
