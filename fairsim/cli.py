@@ -88,7 +88,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
     scale.add_argument("--time-scale", type=float, default=1.0,
                        help="multiply arrival times by S (>1 stretches the trace, lowering the load)")
     scale.add_argument("--target-load", type=float, default=None, metavar="X",
-                       help="choose the time scale that gives mean offered load X (printed)")
+                       help="choose the time scale that gives mean offered load X (no reuse; the scale is printed)")
     p.add_argument("--load-window", type=float, default=60.0, metavar="S",
                    help="length of the busiest window in the offered-load line, seconds")
     p.add_argument("--window-start", type=float, default=0.0,
