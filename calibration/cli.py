@@ -83,6 +83,16 @@ def _device() -> str:
     return f"CPU: {cpu} ({os.cpu_count()} logical cores)"
 
 
+def _total_device_bytes() -> int | None:
+    """Total memory of the current GPU, bytes, or None without CUDA."""
+    try:
+        import torch
+
+        return int(torch.cuda.mem_get_info()[1]) if torch.cuda.is_available() else None
+    except (ImportError, RuntimeError):
+        return None
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Run the calibration; exit 0 when a profile was written, 3 when the fit was refused."""
     from calibration.fit import fit_cost_model
@@ -106,6 +116,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     log(f"device {_device()}, model {cfg.model}, budget {args.budget}, block {block}")
     llm = make_llm(cfg, dtype=args.dtype)
     model_cfg = llm.llm_engine.model_config
+    from calibration.kv import engine_kv_capacity
+
+    kv_capacity, max_model_len, kv_notes = engine_kv_capacity(llm, _total_device_bytes() if on_gpu else None)
+    log(f"KV cache {kv_notes['kv_cache_tokens']:,} tokens ({kv_notes['kv_cache_blocks']} blocks of "
+        f"{kv_notes['kv_block_size']}), max_model_len {max_model_len}")
     profiler = Profiler(llm, block)
     profiler.warm_up()
     samples, idle, raw = measure(profiler, grid, args.budget, progress=log)
@@ -142,10 +157,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         "idle_prefill_note": f"{args.statistic} TTFT of a cold prompt alone on the idle engine; running max keeps it monotone",
         "raw_measurements": raw,
         "command": "fairsim " + " ".join(sys.argv[1:]),
+        **kv_notes,
     }
     c = fit.coefficients
     profile = Profile(name, "measured", c["a_s"], c["b_s_per_token"], c["k_s_per_pair"], c["d_s_per_request"],
-                      tuple(lengths), tuple(seconds), args.budget, metadata)
+                      tuple(lengths), tuple(seconds), args.budget, metadata,
+                      kv_capacity=kv_capacity, max_model_len=max_model_len)
     save_profile(profile, args.out)
     print(f"wrote {args.out}")
     json.dumps(metadata)  # fail here, not later, if metadata is not JSON-ready

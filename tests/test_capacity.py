@@ -281,3 +281,37 @@ def test_sweep_grid_over_kv_tokens(tmp_path):
     assert list(got["kv_blocks"]) == [t // b for t, b in zip(asked, got["block_size"])]
     assert list(got["kv_tokens"]) == list(got["kv_blocks"] * got["block_size"])
     assert set(got["profile"]) == {"a6000-llama3.1-8b-vllm-prior"}
+
+
+def fake_llm(blocks, block_size, kv_bytes=None, override=None, weights=None, util=0.92):
+    from types import SimpleNamespace as NS
+
+    model = NS(get_num_layers=lambda p: 32, get_num_kv_heads=lambda p: 8, get_head_size=lambda: 128,
+               dtype=NS(itemsize=2), max_model_len=131_072)
+    cache = NS(num_gpu_blocks=blocks, block_size=block_size, kv_cache_memory_bytes=kv_bytes,
+               num_gpu_blocks_override=override, gpu_memory_utilization=util, cache_dtype="auto")
+    runner = NS(model_memory_usage=weights) if weights is not None else None
+    core = NS(model_executor=NS(driver_worker=NS(worker=NS(model_runner=runner))))
+    return NS(llm_engine=NS(vllm_config=NS(cache_config=cache, model_config=model, parallel_config=None),
+                            engine_core=NS(engine_core=core)))
+
+
+class TestCalibrationCapacity:
+    """calibrate records the pool vLLM allocated, so the profile's capacity equals it."""
+
+    def test_gpu_memory_sized(self):
+        from calibration.kv import engine_kv_capacity
+
+        gib = 2**30
+        cap, max_len, notes = engine_kv_capacity(fake_llm(14_000, 16, weights=int(14.96 * gib)), 48 * gib)
+        assert cap.tokens == 14_000 * 16 == notes["kv_cache_tokens"] and max_len == 131_072
+        assert (cap.device_memory_gib, cap.gpu_memory_utilization) == (48.0, 0.92)
+        assert cap.weights_gib == pytest.approx(14.96, abs=1e-9)
+        # 48 x 0.92 - 14.96 GiB - 14,000 x 16 tokens x 128 KiB (27.34375 GiB) = 1.85625 GiB reserve.
+        assert cap.activation_reserve_gib == pytest.approx(1.85625, abs=1e-6)
+
+    def test_explicit_kv_space(self):
+        from calibration.kv import engine_kv_capacity
+
+        cap, _, notes = engine_kv_capacity(fake_llm(8192, 16, kv_bytes=2**34), None)
+        assert cap.tokens == 8192 * 16 and cap.weights_gib == 0 and "explicit" in notes["kv_capacity_source"]
