@@ -210,10 +210,14 @@ def long_trace(tmp_path):
 
 class TestCli:
     @pytest.mark.parametrize("max_requests", [500, 2000])
-    def test_target_load_and_capacity_independent_of_window(self, capsys, max_requests):
+    def test_target_load_and_capacity_independent_of_window(self, capsys, tmp_path, max_requests):
         code, out, err = run_cli(capsys, "run", "--trace", CONVERSATION, "--target-load", "0.9",
-                                 "--max-requests", max_requests, "--policy", "fcfs", "--format", "json")
+                                 "--max-requests", max_requests, "--policy", "fcfs", "--format", "json",
+                                 "--out", tmp_path)
         assert code == 0, err
+        run = json.loads((tmp_path / "run.json").read_text())
+        assert run["offered_load_figures"]["load"] == pytest.approx(0.9, abs=1e-6)
+        assert run["target_load"] == 0.9 and run["time_scale"] > 1
         assert "-> load 0.90 " in err and "--target-load 0.9: time scale" in err
         row = json.loads(out)["fcfs"]
         assert row["requests"] == max_requests
