@@ -141,6 +141,16 @@ def _device() -> str:
     return f"CPU: {cpu} ({os.cpu_count()} logical cores)"
 
 
+def _total_device_bytes() -> int | None:
+    """Total memory of the current GPU, bytes, or None without CUDA."""
+    try:
+        import torch
+
+        return int(torch.cuda.mem_get_info()[1]) if torch.cuda.is_available() else None
+    except (ImportError, RuntimeError):
+        return None
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Run the calibration; exit 0 when a profile was written, 3 when the fit was refused."""
     from calibration.fit import fit_cost_model
@@ -171,6 +181,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     log(f"device {_device()}, model {cfg.model}, budget {args.budget}, block {block}")
     llm = make_llm(cfg, dtype=args.dtype)
     model_cfg = llm.llm_engine.model_config
+    from calibration.kv import engine_kv_capacity
+
+    kv_capacity, max_model_len, kv_notes = engine_kv_capacity(llm, _total_device_bytes() if on_gpu else None)
+    log(f"KV cache {kv_notes['kv_cache_tokens']:,} tokens ({kv_notes['kv_cache_blocks']} blocks of "
+        f"{kv_notes['kv_block_size']}), max_model_len {max_model_len}")
     profiler = Profiler(llm, block)
     profiler.warm_up()
     samples, idle, raw = measure(profiler, grid, args.budget, progress=log)
@@ -227,6 +242,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         "idle_prefill_note": f"{args.statistic} TTFT of a cold prompt alone on the idle engine; running max keeps it monotone",
         "raw_measurements": raw,
         "command": "fairsim " + " ".join(sys.argv[1:]),
+        **kv_notes,
     }
     if idle_tolerance is not None:
         metadata["idle_table_note"] = (f"the T_idle table differs from the fitted coefficients by more than "
@@ -234,7 +250,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                                        f"idle_table_tolerance={idle_tolerance}")
     json.dumps(metadata)  # fail here, before writing, if metadata is not JSON-ready
     profile = Profile(name, "measured", c["a_s"], c["b_s_per_token"], c["k_s_per_pair"], c["d_s_per_request"],
-                      tuple(lengths), tuple(seconds), args.budget, metadata)
+                      tuple(lengths), tuple(seconds), args.budget, metadata,
+                      kv_capacity=kv_capacity, max_model_len=max_model_len)
     save_profile(profile, args.out, idle_table_tolerance=idle_tolerance)
     print(f"wrote {args.out}")
     return 0

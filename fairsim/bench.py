@@ -9,6 +9,8 @@ own: trace loading + engine + result tables. Figures printed per policy:
 - ``requests_per_wall_s``: requests simulated per wall second;
 - ``peak_mib``: peak resident memory of the process (MiB).
 
+A line above the table names the profile, the KV capacity (blocks, tokens) and the block size, which
+``bench.json`` also records per policy (``profile``, ``kv_tokens``, ``kv_blocks``, ``block_size``).
 With ``--out DIR`` the figures are also written to ``DIR/bench.json``.
 """
 
@@ -37,7 +39,7 @@ def bench_one(args: argparse.Namespace, name: str) -> dict[str, Any]:
     _, requests = load_requests(args)
     load_s = time.perf_counter() - t0
     result = simulate(requests, make_policy(name, profile, **params_for(name, parse_params(args.param))), profile,
-                      engine_config(args))
+                      engine_config(args, profile))
     summary = summarize(result.requests, result.steps)
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return {
@@ -51,6 +53,10 @@ def bench_one(args: argparse.Namespace, name: str) -> dict[str, Any]:
         "load_time_s": load_s,
         "ttft_p50_s": summary["ttft_p50_s"],
         "ttft_p99_s": summary["ttft_p99_s"],
+        "profile": profile.name,
+        "kv_tokens": result.kv_blocks * result.block_size,
+        "kv_blocks": result.kv_blocks,
+        "block_size": result.block_size,
     }
 
 
@@ -74,6 +80,9 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     if args.format == "json":
         print(json.dumps(rows, indent=2))
         return 0
+    first = next(iter(rows.values()))
+    print(f"profile {first['profile']}; KV cache {first['kv_blocks']:,} blocks x {first['block_size']} tokens = "
+          f"{first['kv_tokens']:,} tokens; block size {first['block_size']}")
     header = f"{'policy':<18}{'requests':>9}{'steps':>9}{'sim s':>11}{'wall s':>9}{'speed x':>10}{'req/s':>10}{'peak MiB':>10}"
     print(header)
     for name, r in rows.items():

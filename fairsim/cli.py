@@ -24,10 +24,10 @@ from typing import Any
 from fairsim import __version__
 from fairsim.costmodel import DEFAULT_PROFILE, Profile, load_profile
 from fairsim.deps import MissingDependencyError, missing_message
-from fairsim.io import atomic_to_parquet, atomic_write_text, check_writable_dir
+from fairsim.io import atomic_write, atomic_write_text, check_writable_dir
 from fairsim.policies import make_policy, policy_names
 from fairsim.sim import EngineConfig, SimResult, simulate
-from fairsim.traces import RagSpec, Trace, generate_rag, load_trace, offered_load, scale_time, window
+from fairsim.traces import RagSpec, Trace, generate_rag, load_trace, scale_time, window
 from fairsim.types import Request
 
 
@@ -89,11 +89,21 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=int, default=None,
                    help="tokens per KV block (default: the trace's hash block, 512)")
     cap = p.add_mutually_exclusive_group()
+    cap.add_argument("--kv-tokens", type=int,
+                     help="KV cache capacity in tokens (default: the profile's kv_capacity)")
     cap.add_argument("--kv-blocks", type=int, help="KV cache capacity in blocks")
     cap.add_argument("--kv-fraction", type=float,
-                     help="KV capacity as a fraction of the trace's reusable content (default 0.3)")
-    p.add_argument("--time-scale", type=float, default=1.0,
-                   help="multiply arrival times by S (>1 stretches the trace, lowering the load)")
+                     help="KV capacity as a fraction of the trace's reusable content (the paper's "
+                          "setting; the default for a profile without kv_capacity: 0.3)")
+    p.add_argument("--skip-long", action="store_true",
+                   help="drop and count requests whose prompt does not fit the profile's max_model_len")
+    scale = p.add_mutually_exclusive_group()
+    scale.add_argument("--time-scale", type=float, default=1.0,
+                       help="multiply arrival times by S (>1 stretches the trace, lowering the load)")
+    scale.add_argument("--target-load", type=float, default=None, metavar="X",
+                       help="choose the time scale that gives mean offered load X (no reuse; the scale is printed)")
+    p.add_argument("--load-window", type=float, default=60.0, metavar="S",
+                   help="length of the busiest window in the offered-load line, seconds")
     p.add_argument("--window-start", type=float, default=0.0,
                    help="window start, seconds of trace time (before --time-scale)")
     p.add_argument("--window-end", type=float, default=None,
@@ -144,8 +154,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_requests(args: argparse.Namespace) -> tuple[Trace, list[Request]]:
-    """Load and shape the trace named by the options."""
+def load_requests(args: argparse.Namespace, profile: Profile | None = None) -> tuple[Trace, list[Request]]:
+    """Load and shape the trace named by the options.
+
+    Order: load, window (``--window-start/--window-end/--max-requests``), drop or refuse prompts
+    that do not fit the profile's ``max_model_len`` (``--skip-long``), then scale time by
+    ``--time-scale`` or by the scale that gives ``--target-load`` (``fairsim.traces.offered``).
+    Sets ``args.time_scale`` to the scale used and ``args.skipped_long`` to the number dropped.
+
+    Raises:
+        ValueError: Bad options, an empty result, or (``PromptTooLongError``) a too-long prompt.
+    """
+    from fairsim.traces.limits import drop_too_long
+    from fairsim.traces.offered import time_scale_for_load
+
+    profile = profile or load_profile(args.profile)
     if args.seed < 0:
         raise ValueError(f"--seed {args.seed}: need an integer >= 0")
     if args.trace is not None and args.seed != 0:
@@ -163,6 +186,21 @@ def load_requests(args: argparse.Namespace) -> tuple[Trace, list[Request]]:
         print(f"fairsim: skipped {len(trace.skipped)} bad records of {trace.source}; first: "
               f"{trace.skipped[0]}", file=sys.stderr)
     requests = window(list(trace.requests), args.window_start, args.window_end, args.max_requests)
+    if not requests:
+        raise ValueError("no requests left after --window-start/--window-end/--max-requests")
+    limit = profile.max_model_len
+    requests, dropped = drop_too_long(requests, limit, trace.source, getattr(args, "skip_long", False),
+                                      f"max_model_len of profile {profile.name}")
+    args.skipped_long = len(dropped)
+    if dropped:
+        print(f"fairsim: --skip-long dropped {len(dropped)} requests with prompts of {limit:,} tokens or "
+              f"more (the profile's max_model_len); first: {dropped[0].request_id!r}", file=sys.stderr)
+        if not requests:
+            raise ValueError(f"--skip-long: every request kept has a prompt of {limit:,} tokens or more")
+    target = getattr(args, "target_load", None)
+    if target is not None:
+        args.time_scale = time_scale_for_load(requests, profile, args.budget, target)
+        print(f"fairsim: --target-load {target:g}: time scale {args.time_scale:.6g}", file=sys.stderr)
     requests = scale_time(requests, args.time_scale)
     last = requests[-1].arrival_time if requests else 0.0
     if not last <= MAX_ARRIVAL_S:
@@ -171,16 +209,17 @@ def load_requests(args: argparse.Namespace) -> tuple[Trace, list[Request]]:
             f"{where}: the last arrival is at {last:.6g} s, beyond "
             f"{MAX_ARRIVAL_S:.0e} s, where float64 time cannot resolve 1 us steps; use a smaller "
             f"factor or a shorter window")
-    if not requests:
-        raise ValueError("no requests left after --window-start/--window-end/--max-requests")
     return trace, requests
 
 
-def engine_config(args: argparse.Namespace) -> EngineConfig:
-    """``EngineConfig`` from the options."""
-    return EngineConfig(budget_tokens=args.budget, max_num_seqs=args.max_num_seqs,
-                        block_size=args.block_size, kv_blocks=args.kv_blocks,
-                        kv_fraction=args.kv_fraction)
+def engine_config(args: argparse.Namespace, profile: Profile | None = None) -> EngineConfig:
+    """``EngineConfig`` from the options; with ``profile``, its KV capacity when none is given."""
+    from fairsim.sim.capacity import with_profile_capacity
+
+    config = EngineConfig(budget_tokens=args.budget, max_num_seqs=args.max_num_seqs,
+                          block_size=args.block_size, kv_blocks=args.kv_blocks,
+                          kv_tokens=getattr(args, "kv_tokens", None), kv_fraction=args.kv_fraction)
+    return config if profile is None else with_profile_capacity(config, profile)[0]
 
 
 def resolve_policies(spec: str) -> list[str]:
@@ -217,11 +256,23 @@ def run_one(name: str, requests: list[Request], profile: Profile, config: Engine
         return simulate(requests, policy, profile, config, progress=bar.update)
 
 
-def write_tables(out: Path, name: str, result: SimResult) -> None:
-    """Write ``requests-NAME.parquet`` and ``steps-NAME.parquet`` atomically (``fairsim.io``)."""
+def write_tables(out: Path, name: str, result: SimResult, engine: dict[str, Any] | None = None) -> None:
+    """Write ``requests-NAME.parquet`` and ``steps-NAME.parquet`` atomically (``fairsim.io``).
+
+    ``engine`` (profile, KV capacity, block size) is stored as JSON in the Parquet schema
+    metadata under the key ``fairsim``.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     out.mkdir(parents=True, exist_ok=True)
-    for kind, table in (("requests", result.requests), ("steps", result.steps)):
-        atomic_to_parquet(table, out / f"{kind}-{name}.parquet")
+    for kind, frame in (("requests", result.requests), ("steps", result.steps)):
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        if engine is not None:
+            meta = dict(table.schema.metadata or {})
+            meta[b"fairsim"] = json.dumps({"policy": name, **engine}).encode()
+            table = table.replace_schema_metadata(meta)
+        atomic_write(out / f"{kind}-{name}.parquet", lambda tmp, table=table: pq.write_table(table, tmp))
 
 
 def format_table(rows: dict[str, dict[str, Any]]) -> str:
@@ -244,30 +295,40 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
 
     if args.out is not None:
         check_writable_dir(args.out)
+    from fairsim.sim.capacity import describe_capacity, resolve_capacity, with_profile_capacity
+    from fairsim.traces.offered import offered_load
+
     profile = load_profile(args.profile)
-    config = engine_config(args)
+    config, cap_source = with_profile_capacity(engine_config(args), profile)
     params = parse_params(args.param)
     check_policies(names, profile, params)
-    trace, requests = load_requests(args)
-    load = offered_load(requests, profile)
-    info = f"trace {trace.name}: {load.describe()}"
-    print(info, file=sys.stderr if args.format == "json" else sys.stdout)
+    trace, requests = load_requests(args, profile)
+    block_size, kv_blocks = resolve_capacity(requests, config)  # fails fast on a too-small cache
+    engine = {"profile": profile.name, "kv_tokens": kv_blocks * block_size, "kv_blocks": kv_blocks,
+              "block_size": block_size, "kv_capacity_source": cap_source}
+    load = offered_load(requests, profile, args.budget, args.load_window)
+    stream = sys.stderr if args.format == "json" else sys.stdout
+    scaled = f" (time scale {args.time_scale:.6g})" if args.time_scale != 1 else ""
+    print(f"trace {trace.name}{scaled}: {load.describe()}", file=stream)
+    print(describe_capacity(profile.name, block_size, kv_blocks, cap_source), file=stream)
     rows: dict[str, dict[str, Any]] = {}
     try:
         for name in names:
             result = run_one(name, requests, profile, config, params_for(name, params))
             summary = summarize(result.requests, result.steps)
             summary["wall_time_s"] = result.wall_time_s
+            summary["profile"] = profile.name
+            summary["kv_tokens"] = result.kv_blocks * result.block_size
             summary["kv_blocks"] = result.kv_blocks
             summary["block_size"] = result.block_size
             rows[name] = summary
             if args.out is not None:
-                write_tables(args.out, name, result)
+                write_tables(args.out, name, result, engine)
     except KeyboardInterrupt:
         # Keep what finished: its tables are written; summary.json lists the finished policies.
         if args.out is not None and rows:
             atomic_write_text(args.out / "summary.json", json.dumps(rows, indent=2) + "\n")
-            write_run_info(args.out, args, trace, list(rows), load)
+            write_run_info(args.out, args, trace, list(rows), load, engine)
         raise
     if args.format == "json":
         print(json.dumps(rows, indent=2))
@@ -275,19 +336,28 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         print(format_table(rows))
     if args.out is not None:
         atomic_write_text(args.out / "summary.json", json.dumps(rows, indent=2) + "\n")
-        write_run_info(args.out, args, trace, names, load)
+        write_run_info(args.out, args, trace, names, load, engine)
     return 0
 
 
-def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: list[str], load: Any) -> None:
-    """``run.json``: what produced the tables in ``out`` (input, shaping, engine, policies)."""
+def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: list[str], load: Any,
+                   engine: dict[str, Any] | None = None) -> None:
+    """``run.json``: what produced the tables in ``out`` (input, shaping, engine, policies).
+
+    The options as given, plus ``engine`` (the profile, KV capacity in tokens and blocks and the
+    block size actually simulated) and the offered-load figures.
+    """
     info = {
         "trace": trace.source, "policies": names, "params": parse_params(args.param),
         "profile": args.profile, "budget_tokens": args.budget, "max_num_seqs": args.max_num_seqs,
         "block_size": args.block_size, "kv_blocks": args.kv_blocks, "kv_fraction": args.kv_fraction,
-        "time_scale": args.time_scale, "window_start_s": args.window_start,
+        "kv_tokens": getattr(args, "kv_tokens", None),
+        "time_scale": args.time_scale, "target_load": getattr(args, "target_load", None),
+        "window_start_s": args.window_start,
         "window_end_s": args.window_end, "max_requests": args.max_requests, "seed": args.seed,
-        "offered_load": load.describe(), "fairsim_version": __version__,
+        "skip_long": getattr(args, "skip_long", False), "skipped_long": getattr(args, "skipped_long", 0),
+        "engine": engine, "offered_load": load.describe(), "offered_load_figures": load.to_dict(),
+        "fairsim_version": __version__,
     }
     atomic_write_text(out / "run.json", json.dumps(info, indent=2) + "\n")
 

@@ -16,7 +16,26 @@ Profiles are JSON files (schema version 1); the shipped ones live in ``fairsim/p
 by their file stem, any other by path. The loader (``profile_from_dict``) refuses NaN/inf, nulls,
 non-numbers and booleans where numbers belong, negative coefficients, a malformed or non-monotone
 ``T_idle`` table, and a table that disagrees with the profile's own coefficients by more than
-``IDLE_TABLE_TOLERANCE`` (see ``check_idle_consistency``).
+``IDLE_TABLE_TOLERANCE`` (see ``check_idle_consistency``). Keys::
+
+
+    schema_version   1
+    name, kind       profile name; "prior" or "measured"
+    coefficients     {"a_s", "b_s_per_token", "k_s_per_pair", "d_s_per_request"}
+    budget_tokens    step budget the idle table was measured at (default 2048)
+    idle_prefill     {"prompt_tokens": [...], "seconds": [...]}
+    kv_capacity      optional; the engine's KV cache memory (``fairsim.kvcapacity``):
+                     {"device_memory_gib": GiB, "gpu_memory_utilization": fraction (vLLM's
+                      default: 0.92 in vLLM 0.32, 0.9 before), "weights_gib": GiB,
+                      "activation_reserve_gib": GiB, "kv_bytes_per_token": bytes
+                      (2 x layers x kv_heads x head_dim x dtype bytes / TP)}
+                     -> ``Profile.kv_capacity_tokens`` =
+                     floor((memory x utilisation - weights - reserve) / kv_bytes_per_token)
+    max_model_len    optional; vLLM ``max_model_len`` in tokens: a longer prompt is rejected
+    metadata         free-form provenance
+
+A profile without ``kv_capacity`` (or ``max_model_len``) has ``kv_capacity_tokens`` (or
+``max_model_len``) ``None``; the CLI then sizes the cache as a fraction of the trace and says so.
 """
 
 from __future__ import annotations
@@ -31,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from fairsim.errors import ProfileError
+from fairsim.kvcapacity import KVCapacity, kv_capacity_from_dict
 
 SCHEMA_VERSION = 1
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -66,9 +86,13 @@ class Profile:
         idle_seconds: ``T_idle`` table values, seconds, non-decreasing, shape (m,).
         budget_tokens: Step token budget the table was measured at (chunk size of a cold prefill).
         metadata: Free-form provenance (device, model, sources, fit error, raw measurements).
+        kv_capacity: The engine's KV memory figures (``KVCapacity``), or None when unknown.
+        max_model_len: vLLM ``max_model_len``, tokens (a prompt of this length or longer is
+            rejected, since it leaves no room for one output token), or None when unknown.
 
     Raises:
-        ProfileError: On a negative coefficient or a malformed ``T_idle`` table.
+        ProfileError: On a negative coefficient, a malformed ``T_idle`` table or
+            ``max_model_len < 2``.
     """
 
     name: str
@@ -81,6 +105,8 @@ class Profile:
     idle_seconds: tuple[float, ...]
     budget_tokens: int = 2048
     metadata: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    kv_capacity: KVCapacity | None = None
+    max_model_len: int | None = None
     _idle_x: Any = field(default=None, init=False, repr=False, compare=False)
     _idle_y: Any = field(default=None, init=False, repr=False, compare=False)
 
@@ -104,8 +130,15 @@ class Profile:
         if self.a_s == self.b_s_per_token == self.k_s_per_pair == 0:
             raise ProfileError(f"profile {self.name!r}: a_s, b_s_per_token and k_s_per_pair are all 0: "
                                f"steps would take no time")
+        if self.max_model_len is not None and (isinstance(self.max_model_len, bool) or self.max_model_len < 2):
+            raise ProfileError(f"profile {self.name!r}: max_model_len={self.max_model_len!r} must be an integer >= 2")
         object.__setattr__(self, "_idle_x", np.asarray(x, dtype=np.float64))
         object.__setattr__(self, "_idle_y", np.asarray(y, dtype=np.float64))
+
+    @property
+    def kv_capacity_tokens(self) -> int | None:
+        """KV cache capacity in tokens from ``kv_capacity`` (``KVCapacity.tokens``), or None."""
+        return None if self.kv_capacity is None else self.kv_capacity.tokens
 
     # -- step time -------------------------------------------------------------------------------
     def step_time_from_sums(self, new_tokens: int, pair_sum: float, num_requests: int) -> float:
@@ -180,7 +213,7 @@ class Profile:
     # -- (de)serialisation -----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready form written by ``save_profile`` (schema version 1)."""
-        return {
+        out: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "name": self.name,
             "kind": self.kind,
@@ -195,8 +228,13 @@ class Profile:
                 "prompt_tokens": list(self.idle_prompt_tokens),
                 "seconds": list(self.idle_seconds),
             },
-            "metadata": self.metadata,
         }
+        if self.kv_capacity is not None:
+            out["kv_capacity"] = self.kv_capacity.to_dict()
+        if self.max_model_len is not None:
+            out["max_model_len"] = self.max_model_len
+        out["metadata"] = self.metadata
+        return out
 
 
 def model_idle_table(
@@ -331,6 +369,12 @@ def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> Profile:
     kind = _require(data, "kind", "", source)
     if not isinstance(kind, str):
         raise ProfileError(f"{source}: 'kind' must be a string (\"prior\" or \"measured\")")
+    kv_capacity = kv_capacity_from_dict(data["kv_capacity"], source) if "kv_capacity" in data else None
+    max_model_len = data.get("max_model_len")
+    if max_model_len is not None and (isinstance(max_model_len, bool) or not isinstance(max_model_len, int)):
+        raise ProfileError(f"{source}: 'max_model_len' must be an integer number of tokens, got {max_model_len!r}")
+    if max_model_len is not None and max_model_len < 1:
+        raise ProfileError(f"{source}: 'max_model_len' must be >= 1 token, got {max_model_len!r}")
     try:
         profile = Profile(
             name=str(data.get("name", source)),
@@ -339,6 +383,8 @@ def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> Profile:
             idle_seconds=tuple(seconds),
             budget_tokens=budget,
             metadata=dict(metadata),
+            kv_capacity=kv_capacity,
+            max_model_len=max_model_len,
             **values,
         )
     except ProfileError as exc:

@@ -108,3 +108,13 @@ class SweepSpecError(ValueError):
 
 class SweepLockedError(ValueError):
     """Another sweep holds the output folder's lock (one sweep per folder at a time)."""
+
+
+class PromptTooLongError(ValueError):
+    """A prompt does not fit the model's context: ``prompt_len >= max_model_len``.
+
+    vLLM rejects such a request at submission (``_validate_prompt_len`` in
+    ``vllm/v1/engine/input_processor.py``: a prompt longer than ``max_model_len``, or exactly as long,
+    which leaves no room for an output token). The message names the trace file and line (or the
+    request id for a generated trace), the prompt length, the limit and ``--skip-long``.
+    """

@@ -35,7 +35,10 @@ from fairsim.traces.sec import SecSpec, generate_sec
 from fairsim.types import Request
 
 A6000_KV_BLOCKS = 480
-"""KV blocks of 512 tokens for Llama-3.1-8B on a 48 GB A6000 (see the module docstring)."""
+"""KV blocks of 512 tokens for Llama-3.1-8B on a 48 GB A6000 (see the module docstring). The shipped
+prior's ``kv_capacity`` gives 231,014 tokens (451 blocks) once vLLM's 0.92 memory-utilisation cap
+and a 1 GiB activation reserve are counted; the experiments keep 480 so their results stay
+comparable."""
 SEC_BASE_RATE = 1.0
 """Requests/s the SEC workload roughly sustains on the A6000 prior (load 1.0 of the load shape)."""
 

@@ -37,7 +37,19 @@ class TestCalibrateCommand:
         assert len(meta["raw_measurements"]["steps"]) == 8
         profile = load_profile(str(out))
         assert profile.idle_prefill_time(256) > 0
+        # VLLM_CPU_KVCACHE_SPACE=1 GiB of 1 KiB tokens (tiny Llama): vLLM's pool of 8192 blocks of 128.
+        assert (meta["kv_cache_blocks"], meta["kv_block_size"]) == (8192, 128)
+        assert profile.kv_capacity_tokens == 8192 * 128 == meta["kv_cache_tokens"]
+        assert profile.max_model_len == 1024
         capsys.readouterr()
-        assert main(["run", "--profile", str(out), "--policy", "fcfs", "--max-requests", "20", "--kv-blocks", "64",
-                     "--format", "json"]) == 0
-        assert json.loads(capsys.readouterr().out)["fcfs"]["requests"] == 20
+        # The engine's max_model_len (1024) is the profile's: longer prompts of the input are
+        # refused, or dropped with --skip-long.
+        trace = tmp_path / "t.jsonl"
+        trace.write_text("".join(json.dumps({"timestamp": 100 * i, "input_length": n, "output_length": 1,
+                                             "hash_ids": list(range(10 * i, 10 * i + -(-n // 512)))}) + "\n"
+                                 for i, n in enumerate([300, 700, 1023, 1024, 900])))
+        assert main(["run", "--profile", str(out), "--trace", str(trace), "--policy", "fcfs", "--kv-blocks", "64",
+                     "--skip-long", "--format", "json"]) == 0
+        assert json.loads(capsys.readouterr().out)["fcfs"]["requests"] == 4
+        assert main(["run", "--profile", str(out), "--trace", str(trace), "--policy", "fcfs"]) == 2
+        assert f"{trace}:4: field 'input_length': prompt of 1,024 tokens" in capsys.readouterr().err

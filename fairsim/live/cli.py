@@ -106,19 +106,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from fairsim.metrics import ttft_summary
     from fairsim.policies import make_policy
     from fairsim.sim import EngineConfig
-    from fairsim.sim.capacity import resolve_capacity
+    from fairsim.sim.capacity import resolve_capacity, with_profile_capacity
 
     profile = load_profile(args.profile)
     params = parse_params(args.param)
     make_policy(args.policy, profile, **params)  # fail fast on a bad name or parameter
-    trace, requests = load_requests(args)
+    trace, requests = load_requests(args, profile)
     block = args.block_size or 128
+    config, _ = with_profile_capacity(EngineConfig(
+        budget_tokens=args.budget, max_num_seqs=args.max_num_seqs, block_size=block,
+        kv_blocks=args.kv_blocks, kv_tokens=args.kv_tokens, kv_fraction=args.kv_fraction), profile)
     try:
-        _, kv_blocks = resolve_capacity(requests, EngineConfig(
-            budget_tokens=args.budget, max_num_seqs=args.max_num_seqs, block_size=block,
-            kv_blocks=args.kv_blocks, kv_fraction=args.kv_fraction))
+        _, kv_blocks = resolve_capacity(requests, config)
     except CapacityError:
-        if args.kv_blocks is not None:
+        if config.kv_blocks is not None or config.kv_tokens is not None:
             raise
         # A short window has little reusable content; never size the cache below one prompt.
         kv_blocks = max(-(-(r.prompt_len + 1) // block) for r in requests)
@@ -128,8 +129,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
                      budget_tokens=args.budget, max_num_seqs=args.max_num_seqs, block_size=block,
                      kv_blocks=kv_blocks, scheduler=args.scheduler,
                      **_model_kwargs(args))
-    print(f"replay {trace.name}: {len(requests)} requests, policy {args.policy}, "
-          f"{kv_blocks} KV blocks of {block} tokens, "
+    print(f"replay {trace.name}: {len(requests)} requests, policy {args.policy}, profile {profile.name}, "
+          f"{kv_blocks} KV blocks of {block} tokens ({kv_blocks * block:,} tokens), "
           f"{'virtual clock' if args.virtual else f'real time x{args.time_scale}'}", file=sys.stderr)
     if args.virtual:
         result = replay_virtual(requests, cfg, profile)

@@ -14,6 +14,24 @@ The coefficients are public figures (COSTMODEL.md), not measurements of ours:
 
 ``T_idle(L)`` is the model's own chunked cold prefill at a 2,048-token budget (no measured table
 exists for a prior).
+
+KV capacity (``fairsim.kvcapacity``; vLLM's start-up sizing):
+
+- ``device_memory_gib = 48``: RTX A6000, 48 GB GDDR6 (NVIDIA spec sheet; ``nvidia-smi`` shows
+  49,140 MiB).
+- ``gpu_memory_utilization = 0.92``: vLLM's default (``vllm/config/cache.py``, vLLM 0.32; 0.9 in
+  earlier releases).
+- ``weights_gib = 14.96``: Llama-3.1-8B has 8,030,261,248 parameters (model card / safetensors
+  index), 2 bytes each in BF16: 16.06e9 bytes = 14.96 GiB.
+- ``activation_reserve_gib = 1.0``: an estimate, not a measurement: peak activations of a
+  2,048-token profile run of an 8B model plus non-torch memory (vLLM logs the real figure).
+- ``kv_bytes_per_token = 131,072``: 32 layers x 8 KV heads x 128 head dim x 2 bytes (BF16) x 2
+  (K, V) = 128 KiB (Llama-3.1-8B ``config.json``).
+
+That gives (48 x 0.92 - 14.96 - 1.0) GiB / 128 KiB = 231,014 tokens (451 blocks of 512), 6 % below
+the 480 x 512 = 245,760 tokens the experiments set explicitly (``fairsim.scenarios.A6000_KV_BLOCKS``,
+sized as 30 GiB of KV without the utilisation cap). ``max_model_len = 131,072``: Llama-3.1's
+``max_position_embeddings``, vLLM's default ``max_model_len``.
 """
 
 from __future__ import annotations
@@ -21,11 +39,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from fairsim.costmodel import PROFILE_DIR, Profile, model_idle_table, save_profile
+from fairsim.kvcapacity import GIB, KVCapacity, kv_bytes_per_token
 
 NAME = "a6000-llama3.1-8b-vllm-prior"
 COEFFICIENTS = dict(a_s=5.67e-3, b_s_per_token=1.31e-4, k_s_per_pair=2.3e-9, d_s_per_request=0.0)
 BUDGET_TOKENS = 2048
 # Powers of two from 16 to 256k tokens, plus the budget's multiples in between for long prompts.
+LLAMA31_8B_PARAMS = 8_030_261_248
+KV_CAPACITY = KVCapacity(
+    device_memory_gib=48.0,
+    gpu_memory_utilization=0.92,
+    weights_gib=round(LLAMA31_8B_PARAMS * 2 / GIB, 2),
+    activation_reserve_gib=1.0,
+    kv_bytes_per_token=kv_bytes_per_token(layers=32, kv_heads=8, head_dim=128, dtype_bytes=2),
+)
+MAX_MODEL_LEN = 131_072
 LENGTHS = sorted({2**e for e in range(4, 19)} | {BUDGET_TOKENS * m for m in range(1, 129)})
 
 
@@ -38,6 +66,8 @@ def build_prior() -> Profile:
         idle_prompt_tokens=tuple(LENGTHS),
         idle_seconds=tuple(round(s, 9) for s in seconds),
         budget_tokens=BUDGET_TOKENS,
+        kv_capacity=KV_CAPACITY,
+        max_model_len=MAX_MODEL_LEN,
         metadata={
             "label": "PRIOR built from public figures; not measured by fairsim",
             "device": "NVIDIA RTX A6000",
@@ -51,6 +81,14 @@ def build_prior() -> Profile:
                 "(COSTMODEL.md public figures)",
             ],
             "idle_table": "cost-model chunked cold prefill at the budget (no measurement)",
+            "kv_capacity_sources": [
+                "RTX A6000 48 GB (NVIDIA spec sheet)",
+                "gpu_memory_utilization 0.92: vLLM default (vllm/config/cache.py, vLLM 0.32)",
+                "Llama-3.1-8B 8,030,261,248 parameters x 2 bytes (BF16) = 14.96 GiB",
+                "activation reserve 1.0 GiB: estimate (peak activations + non-torch memory)",
+                "KV 2 x 32 layers x 8 KV heads x 128 dims x 2 bytes = 128 KiB per token",
+                "max_model_len 131,072: Llama-3.1 max_position_embeddings",
+            ],
         },
         **COEFFICIENTS,
     )

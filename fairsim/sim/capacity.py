@@ -1,13 +1,24 @@
-"""KV cache sizing for a trace: block size and capacity in blocks."""
+"""KV cache sizing for a trace: block size and capacity in blocks.
+
+The capacity comes from, in this order: an explicit ``kv_blocks``, ``kv_tokens`` (floored to whole
+blocks of the engine's block size) or ``kv_fraction`` of the trace's reusable content; else, in
+the CLI, the profile's ``kv_capacity`` (``with_profile_capacity``: tokens, from the device memory,
+weights and KV bytes per token, ``fairsim.kvcapacity``); else 0.3 of the reusable content.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from fairsim.errors import CapacityError
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.keys import block_keys, blocks_for, capacity_from_fraction, reusable_blocks
 from fairsim.types import Request
+
+if TYPE_CHECKING:
+    from fairsim.costmodel import Profile
 
 DEFAULT_KV_FRACTION = 0.3
 """Default KV capacity as a fraction of the trace's reusable content (the paper: 1/4 to 1/3)."""
@@ -36,6 +47,8 @@ def resolve_capacity(requests: Sequence[Request], config: EngineConfig) -> tuple
     worst = max(requests, key=lambda r: r.prompt_len, default=None)
     if config.kv_blocks is not None:
         kv_blocks = config.kv_blocks
+    elif config.kv_tokens is not None:
+        kv_blocks = config.kv_tokens // block_size
     elif config.kv_fraction is not None:
         reusable = reusable_blocks(block_keys(r, block_size) for r in requests)
         kv_blocks = capacity_from_fraction(config.kv_fraction, reusable)
@@ -57,7 +70,40 @@ def resolve_capacity(requests: Sequence[Request], config: EngineConfig) -> tuple
     if worst is not None and blocks_for(worst.prompt_len, block_size) > kv_blocks:
         raise CapacityError(
             f"request {worst.request_id!r} needs {blocks_for(worst.prompt_len, block_size)} blocks "
-            f"of {block_size} tokens but the KV cache holds {kv_blocks}; raise kv_blocks/kv_fraction "
+            f"of {block_size} tokens but the KV cache holds {kv_blocks}; raise the capacity "
+            f"(--kv-tokens, --kv-blocks or --kv-fraction; EngineConfig kv_tokens/kv_blocks/kv_fraction) "
             f"or drop requests longer than {kv_blocks * block_size} tokens"
         )
     return block_size, kv_blocks
+
+
+def with_profile_capacity(config: EngineConfig, profile: Profile) -> tuple[EngineConfig, str]:
+    """``config`` with the profile's KV capacity when it sets none, and where the size comes from.
+
+    Args:
+        config: Engine settings; an explicit ``kv_blocks``, ``kv_tokens`` or ``kv_fraction`` wins.
+        profile: The cost-model profile; its ``kv_capacity_tokens`` (None when the profile has no
+            ``kv_capacity`` object) becomes ``kv_tokens``.
+
+    Returns:
+        ``(config, source)``: the config to simulate with and a phrase naming the source of the
+        capacity, e.g. ``"profile kv_capacity 231,014 tokens"`` or, for a profile without
+        ``kv_capacity``, a note that the 0.3-of-reusable-content default is used.
+    """
+    if config.kv_blocks is not None:
+        return config, "set in blocks"
+    if config.kv_tokens is not None:
+        return config, f"set as {config.kv_tokens:,} tokens"
+    if config.kv_fraction is not None:
+        return config, f"kv_fraction {config.kv_fraction:g} of the trace's reusable content"
+    tokens = profile.kv_capacity_tokens
+    if tokens is None:
+        return config, (f"profile {profile.name!r} has no kv_capacity, so {DEFAULT_KV_FRACTION:g} x "
+                        f"the trace's reusable content (raised to the longest prompt)")
+    return dataclasses.replace(config, kv_tokens=tokens), f"profile kv_capacity {tokens:,} tokens"
+
+
+def describe_capacity(profile_name: str, block_size: int, kv_blocks: int, source: str) -> str:
+    """One line naming the profile, the KV capacity in blocks and tokens, and the block size."""
+    return (f"profile {profile_name}; KV cache {kv_blocks:,} blocks x {block_size} tokens = "
+            f"{kv_blocks * block_size:,} tokens ({source}); block size {block_size}")

@@ -24,13 +24,19 @@ class EngineConfig:
     the trace's hash block size or be a multiple of it."""
 
     kv_blocks: int | None = None
-    """KV cache capacity in blocks. Mutually exclusive with ``kv_fraction``."""
+    """KV cache capacity in blocks. Mutually exclusive with ``kv_tokens`` and ``kv_fraction``."""
+
+    kv_tokens: int | None = None
+    """KV cache capacity in tokens; the engine gets ``floor(kv_tokens / block_size)`` blocks, so a
+    change of ``block_size`` keeps the capacity. The CLI fills it from the profile's
+    ``kv_capacity`` (``fairsim.sim.capacity.with_profile_capacity``) when no size is given."""
 
     kv_fraction: float | None = None
     """KV cache capacity as a fraction (> 0) of the trace's reusable content: distinct blocks that
     occur in two or more requests. The paper sizes the cache at a quarter to a third of it.
-    Used when ``kv_blocks`` is None. If both are None: 0.3, raised if needed to the blocks of the
-    longest prompt (an explicit size that is too small is an error instead)."""
+    Used when ``kv_blocks`` and ``kv_tokens`` are None. If all three are None: 0.3, raised if
+    needed to the blocks of the longest prompt (an explicit size that is too small is an error
+    instead)."""
 
     def __post_init__(self) -> None:
         if self.budget_tokens < 1:
@@ -39,8 +45,11 @@ class EngineConfig:
             raise ValueError(f"max_num_seqs={self.max_num_seqs}: need >= 1")
         if self.block_size is not None and self.block_size < 1:
             raise ValueError(f"block_size={self.block_size}: need >= 1 token")
-        if self.kv_blocks is not None and self.kv_fraction is not None:
-            raise ValueError("give kv_blocks or kv_fraction, not both")
+        given = [k for k in ("kv_blocks", "kv_tokens", "kv_fraction") if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one of kv_blocks, kv_tokens, kv_fraction, not {' and '.join(given)}")
+        if self.kv_tokens is not None and self.kv_tokens < 1:
+            raise ValueError(f"kv_tokens={self.kv_tokens}: need >= 1 token")
         if self.kv_blocks is not None and self.kv_blocks < 1:
             raise ValueError(f"kv_blocks={self.kv_blocks}: need >= 1 block")
         if self.kv_fraction is not None and not 0 < self.kv_fraction < float("inf"):

@@ -86,7 +86,7 @@ def parse_record(
         block_hashes=tuple(hash_ids[: prompt_len // block_tokens]),  # partial last block: no hash
         hash_block_size=block_tokens,
         output_len=output_len,
-        labels={k: v for k, v in labels.items() if k != "request_id"},
+        labels={**{k: v for k, v in labels.items() if k != "request_id"}, "_line": line},
     )
 
 

@@ -1,0 +1,60 @@
+"""The model's context limit: requests whose prompt does not fit ``max_model_len``.
+
+vLLM rejects a prompt of ``max_model_len`` tokens or more when it is submitted (``_validate_prompt_len``
+in ``vllm/v1/engine/input_processor.py``: longer is refused, and exactly as long leaves no room for
+an output token). fairsim does the same before simulating: an error naming the request's source
+line, or, with ``skip_long``, the request is dropped and counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fairsim.errors import PromptTooLongError
+from fairsim.types import Request
+
+LINE_LABEL = "_line"
+"""Label a trace reader sets to the request's 1-based line in its file (underscore labels are not
+written to the per-request table)."""
+
+
+def _where(request: Request, source: str) -> str:
+    line = request.labels.get(LINE_LABEL)
+    if isinstance(line, int) and not isinstance(line, bool):
+        return f"{source}:{line}: field 'input_length'"
+    return f"{source}: request {request.request_id!r}"
+
+
+def drop_too_long(requests: Sequence[Request], max_model_len: int | None, source: str,
+                  skip_long: bool = False, limit_name: str = "max_model_len") -> tuple[list[Request], list[Request]]:
+    """Split ``requests`` into those vLLM accepts and those whose prompt is too long.
+
+    Args:
+        requests: The requests to submit.
+        max_model_len: The context limit, tokens; None = no limit known (nothing is dropped).
+        source: The trace file (or generator) for messages.
+        skip_long: Drop too-long requests instead of raising.
+        limit_name: How to name the limit in the message (e.g. "max_model_len 131072 of profile X").
+
+    Returns:
+        ``(kept, dropped)``, both in the input order.
+
+    Raises:
+        PromptTooLongError: The first too-long request, ``FILE:LINE: field 'input_length': ...``,
+            unless ``skip_long``.
+    """
+    if max_model_len is None:
+        return list(requests), []
+    kept: list[Request] = []
+    dropped: list[Request] = []
+    for r in requests:
+        if r.prompt_len < max_model_len:
+            kept.append(r)
+            continue
+        if not skip_long:
+            raise PromptTooLongError(
+                f"{_where(r, source)}: prompt of {r.prompt_len:,} tokens does not fit {limit_name} "
+                f"({max_model_len:,} tokens; vLLM rejects a prompt of max_model_len tokens or more); "
+                f"--skip-long drops such requests and counts them")
+        dropped.append(r)
+    return kept, dropped

@@ -1,0 +1,232 @@
+"""Offered load at the engine's token budget: mean, busiest window, and the time scale for a target.
+
+The load of a trace is the engine's best-case busy time for its prefill work divided by the time
+over which that work arrives. Best case: every step is filled to the token budget ``B`` (chunked
+prefill packs chunks of several requests into one step) and each request is split into as few
+chunks as its length allows. With the cost model's step time
+``a + b·Σn + k·Σn(k+n/2) + d·#requests`` (``fairsim.costmodel``) summed over those steps::
+
+    busy(R) = a · ceil(Σ c_i / B)  +  b · Σ c_i  +  k · Σ ((h_i + c_i)² − h_i²) / 2  +  d · Σ ceil(c_i / B)
+
+for requests ``R`` computing ``c_i`` new tokens on top of ``h_i`` cached ones. The attention term
+does not depend on how a request is chunked (the pairs of all its chunks sum to
+``((h + c)² − h²) / 2``); the per-step term ``a`` counts the fewest steps that can hold the tokens;
+the per-request term ``d`` counts each request once per step it needs at least. No real schedule is
+faster, so the load is a lower bound on the engine's utilisation by prefill (decode is not counted).
+
+- ``load = busy(all, h = 0) / span`` (no reuse), ``ideal_load`` the same with ``h_i`` the prefix an
+  infinite cache would hold (hash blocks seen earlier in the trace, at most ``L - 1`` tokens); the
+  real load with a finite cache lies between the two.
+- The busiest window: ``max over t of busy(requests arriving in [t, t + W)) / W`` (``W`` =
+  ``--load-window``, default 60 s; the maximum is reached at a window starting at an arrival).
+- Load is inversely proportional to the time scale, so the scale that gives load ``X`` is
+  ``load(scale 1) / X``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fairsim.costmodel import Profile
+from fairsim.types import Request
+
+DEFAULT_LOAD_WINDOW_S = 60.0
+"""Length of the busiest-window load, seconds."""
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillWork:
+    """Per-request prefill work of a trace, in arrival order (arrays of shape ``(n,)``).
+
+    Attributes:
+        arrival_s: Arrival times, seconds, non-decreasing.
+        new_tokens: Tokens to compute ``c_i``.
+        pairs: Attention pairs ``((h_i + c_i)² − h_i²) / 2``.
+        chunks: Fewest chunks ``ceil(c_i / B)`` at budget ``B``.
+    """
+
+    arrival_s: np.ndarray
+    new_tokens: np.ndarray
+    pairs: np.ndarray
+    chunks: np.ndarray
+
+
+def prefill_work(requests: Sequence[Request], budget_tokens: int, ideal_reuse: bool) -> PrefillWork:
+    """The ``PrefillWork`` of ``requests`` at budget ``budget_tokens``.
+
+    Args:
+        requests: The trace (any order; sorted by arrival here).
+        budget_tokens: Step token budget ``B`` (>= 1).
+        ideal_reuse: Subtract the prefix an infinite cache would hold (hash blocks seen in an
+            earlier request), at most ``L - 1`` tokens, as vLLM always computes the last token.
+
+    Raises:
+        ValueError: ``budget_tokens < 1``.
+    """
+    if budget_tokens < 1:
+        raise ValueError(f"--budget {budget_tokens}: need >= 1 token per step")
+    ordered = sorted(requests, key=lambda r: r.arrival_time)
+    seen: set[int] = set()
+    hits = np.zeros(len(ordered), dtype=np.float64)
+    lengths = np.fromiter((r.prompt_len for r in ordered), dtype=np.float64, count=len(ordered))
+    if ideal_reuse:
+        for i, r in enumerate(ordered):
+            hit = 0
+            for x in r.block_hashes:
+                if x not in seen:
+                    break
+                hit += 1
+            hits[i] = min(hit * r.hash_block_size, r.prompt_len - 1)
+            seen.update(r.block_hashes)
+    new = lengths - hits
+    return PrefillWork(
+        arrival_s=np.fromiter((r.arrival_time for r in ordered), dtype=np.float64, count=len(ordered)),
+        new_tokens=new,
+        pairs=(lengths**2 - hits**2) / 2.0,
+        chunks=np.ceil(new / budget_tokens),
+    )
+
+
+def busy_time(profile: Profile, budget_tokens: int, new_tokens: np.ndarray | float,
+              pairs: np.ndarray | float, chunks: np.ndarray | float) -> np.ndarray | float:
+    """Best-case busy seconds for work totals (scalars or arrays): the module docstring's ``busy``."""
+    steps = np.ceil(np.asarray(new_tokens, dtype=np.float64) / budget_tokens)
+    return (profile.a_s * steps + profile.b_s_per_token * new_tokens
+            + profile.k_s_per_pair * pairs + profile.d_s_per_request * chunks)
+
+
+def _busiest(work: PrefillWork, profile: Profile, budget: int, window_s: float) -> tuple[float, float]:
+    """``(load, start_s)`` of the busiest ``window_s``-second window."""
+    t = work.arrival_s
+    cum = [np.concatenate(([0.0], np.cumsum(x))) for x in (work.new_tokens, work.pairs, work.chunks)]
+    ends = np.searchsorted(t, t + window_s, side="left")
+    starts = np.arange(len(t))
+    busy = busy_time(profile, budget, *(c[ends] - c[starts] for c in cum))
+    best = int(np.argmax(busy))
+    return float(busy[best] / window_s), float(t[best])
+
+
+@dataclass(frozen=True, slots=True)
+class OfferedLoad:
+    """Prefill work a trace offers, next to the engine's best-case throughput at its budget.
+
+    Attributes:
+        requests: Requests in the trace.
+        span_s: Last arrival minus first arrival, seconds.
+        budget_tokens: Step token budget the load is computed at.
+        prompt_tokens_per_s: Prompt tokens per second over the span.
+        ideal_uncached_tokens_per_s: Same, minus the prefix hits of an infinite cache.
+        busy_s: Best-case busy seconds for all prompts computed cold (module docstring).
+        ideal_busy_s: Same with ideal reuse.
+        capacity_tokens_per_s: Best-case cold prefill throughput at this trace's prompt lengths:
+            prompt tokens / ``busy_s``.
+        load: ``busy_s / span_s`` (no reuse); NaN when all requests arrive at one instant.
+        ideal_load: ``ideal_busy_s / span_s`` (perfect reuse).
+        window_s: Length of the busiest window, seconds.
+        peak_load, peak_ideal_load: Load of the busiest window (no reuse / ideal reuse).
+        peak_start_s: Start of the busiest (no-reuse) window, seconds.
+    """
+
+    requests: int
+    span_s: float
+    budget_tokens: int
+    prompt_tokens_per_s: float
+    ideal_uncached_tokens_per_s: float
+    busy_s: float
+    ideal_busy_s: float
+    capacity_tokens_per_s: float
+    load: float
+    ideal_load: float
+    window_s: float
+    peak_load: float
+    peak_ideal_load: float
+    peak_start_s: float
+
+    def describe(self) -> str:
+        """One line for the CLI."""
+        cap = (f"best-case prefill capacity {self.capacity_tokens_per_s:,.0f} tokens/s "
+               f"(budget {self.budget_tokens})")
+        if not self.span_s > 0:
+            return f"offered load: {self.requests} requests arriving at one instant (no rate to state); {cap}"
+        short = " (trace shorter than the window)" if self.span_s < self.window_s else ""
+        return (
+            f"offered load: {self.requests} requests over {self.span_s:.1f} s, "
+            f"{self.prompt_tokens_per_s:,.0f} prompt tokens/s "
+            f"({self.ideal_uncached_tokens_per_s:,.0f} after ideal reuse) vs {cap} -> "
+            f"load {self.load:.2f} (ideal reuse {self.ideal_load:.2f}); busiest {self.window_s:g} s "
+            f"window from {self.peak_start_s:.1f} s: load {self.peak_load:.2f} "
+            f"(ideal reuse {self.peak_ideal_load:.2f}){short}"
+        )
+
+    def to_dict(self) -> dict[str, float | int]:
+        """The figures as a JSON-ready dict (NaN -> None)."""
+        out: dict[str, float | int] = {}
+        for name in self.__slots__:
+            value = getattr(self, name)
+            out[name] = None if isinstance(value, float) and math.isnan(value) else value
+        return out
+
+
+def offered_load(requests: Sequence[Request], profile: Profile, budget_tokens: int,
+                 window_s: float = DEFAULT_LOAD_WINDOW_S) -> OfferedLoad:
+    """The ``OfferedLoad`` of ``requests`` on ``profile``'s engine at ``budget_tokens``.
+
+    Args:
+        requests: The trace, arrival times in seconds (already windowed and scaled).
+        profile: Cost model (``a``, ``b``, ``k``, ``d``).
+        budget_tokens: Step token budget, tokens.
+        window_s: Length of the busiest window, seconds (> 0).
+
+    Raises:
+        ValueError: An empty trace, ``window_s <= 0`` or ``budget_tokens < 1``.
+    """
+    if not requests:
+        raise ValueError("offered load of an empty trace")
+    if not (window_s > 0 and math.isfinite(window_s)):
+        raise ValueError(f"--load-window {window_s:g}: need a finite number of seconds > 0")
+    cold = prefill_work(requests, budget_tokens, ideal_reuse=False)
+    ideal = prefill_work(requests, budget_tokens, ideal_reuse=True)
+    span = float(cold.arrival_s[-1] - cold.arrival_s[0])
+    total = float(cold.new_tokens.sum())
+
+    def busy(w: PrefillWork) -> float:
+        return float(busy_time(profile, budget_tokens, w.new_tokens.sum(), w.pairs.sum(), w.chunks.sum()))
+
+    busy_cold, busy_ideal = busy(cold), busy(ideal)
+    span_eff = span if span > 0 else float("nan")
+    peak, start = _busiest(cold, profile, budget_tokens, window_s)
+    peak_ideal, _ = _busiest(ideal, profile, budget_tokens, window_s)
+    return OfferedLoad(
+        requests=len(requests), span_s=span, budget_tokens=budget_tokens,
+        prompt_tokens_per_s=total / span_eff,
+        ideal_uncached_tokens_per_s=float(ideal.new_tokens.sum()) / span_eff,
+        busy_s=busy_cold, ideal_busy_s=busy_ideal, capacity_tokens_per_s=total / busy_cold,
+        load=busy_cold / span_eff, ideal_load=busy_ideal / span_eff, window_s=window_s,
+        peak_load=peak, peak_ideal_load=peak_ideal, peak_start_s=start,
+    )
+
+
+def time_scale_for_load(requests: Sequence[Request], profile: Profile, budget_tokens: int,
+                        target: float) -> float:
+    """The ``--time-scale`` at which ``requests`` offer mean load ``target`` (no reuse).
+
+    Load is ``busy / span`` and the span scales with the arrival times, so the scale is
+    ``load(scale 1) / target``.
+
+    Raises:
+        ValueError: ``target`` not a finite number > 0, or all requests arriving at one instant
+            (no span to scale).
+    """
+    if not (target > 0 and math.isfinite(target)):
+        raise ValueError(f"--target-load {target:g}: need a finite load > 0")
+    work = prefill_work(requests, budget_tokens, ideal_reuse=False)
+    span = float(work.arrival_s[-1] - work.arrival_s[0]) if len(work.arrival_s) else 0.0
+    if not span > 0:
+        raise ValueError(f"--target-load {target:g}: the {len(work.arrival_s)} requests kept arrive at "
+                         f"one instant, so no time scale changes their load")
+    busy = float(busy_time(profile, budget_tokens, work.new_tokens.sum(), work.pairs.sum(), work.chunks.sum()))
+    return busy / span / target
