@@ -283,7 +283,9 @@ class TestOutputs:
         def full(self, *a, **k):
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(pd.DataFrame, "to_parquet", full)
+        import pyarrow.parquet as pq
+
+        monkeypatch.setattr(pq, "write_table", full)  # the CLI writes Parquet with schema metadata
         code, _, err = run_cli(capsys, "run", "--policy", "fcfs", "--max-requests", "5", "--out", str(tmp_path))
         assert code == 2 and f"{tmp_path / 'requests-fcfs.parquet'}: cannot write: No space left" in err
         assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
@@ -440,6 +442,15 @@ class TestCalibrateRefusal:
         monkeypatch.setattr(engine_mod, "vllm_version", lambda: "fake")
         monkeypatch.setattr(measure_mod, "Profiler", Profiler)
         monkeypatch.setattr(measure_mod, "measure", measure)
+        import calibration.kv as kv_mod
+        from fairsim.kvcapacity import KVCapacity
+
+        # The engine's KV pool, as calibration.kv reads it from a real vLLM engine (faked here).
+        capacity = KVCapacity(device_memory_gib=1.0, gpu_memory_utilization=1.0, weights_gib=0.0,
+                              activation_reserve_gib=0.0, kv_bytes_per_token=1024)
+        notes = {"kv_cache_tokens": capacity.tokens, "kv_cache_blocks": capacity.tokens // 128,
+                 "kv_block_size": 128}
+        monkeypatch.setattr(kv_mod, "engine_kv_capacity", lambda llm, total=None: (capacity, 8193, notes))
         return state
 
     def test_consistent_fit_writes_the_profile(self, capsys, tmp_path, fake_engine):

@@ -171,7 +171,7 @@ BROKEN = {
     "kv_blocks over block sizes": (BASE + POL + "[engine]\nblock_size = [16, 128]\nkv_blocks = 100\n",
                                    "s.toml: engine.kv_blocks: with several block sizes [16, 128]"),
     "two capacities": (BASE + POL + "[engine]\nkv_blocks = 100\nkv_fraction = 0.3\n",
-                       "give kv_blocks or kv_fraction, not both"),
+                       "not kv_blocks and kv_fraction"),
     "cache too small": (BASE + POL + "[engine]\nkv_blocks = [400, 1]\n",
                         "s.toml: scenarios[0] (seed 0), engine (kv_blocks=1): request"),
     "bad scenario param": ('[[scenarios]]\nname = "rag"\nparams = { num_request = 5 }\n' + POL,
