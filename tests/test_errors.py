@@ -333,6 +333,22 @@ class TestInternalErrors:
         assert "PolicyContractError: policy 'dup': order() must return a permutation of the" in err
         assert "duplicate 'rag-" in err
 
+    def test_failure_in_a_later_policy_keeps_the_finished_ones(self, capsys, monkeypatch, tmp_path):
+        class Drop:
+            name = "drop"
+
+            def order(self, waiting, now):
+                return list(waiting)[1:]
+
+        monkeypatch.setitem(registry.POLICIES, "drop", lambda profile, **p: Drop())
+        code, _, err = run_cli(capsys, "compare", "--policies", "fcfs,drop", "--max-requests", "40",
+                               "--out", str(tmp_path))
+        assert code == 1 and "policy 'drop': order() must return a permutation" in err
+        assert json.loads((tmp_path / "summary.json").read_text()).keys() == {"fcfs"}
+        assert json.loads((tmp_path / "run.json").read_text())["policies"] == ["fcfs"]
+        assert len(pd.read_parquet(tmp_path / "requests-fcfs.parquet")) == 40
+        assert not (tmp_path / "requests-drop.parquet").exists()
+
     def test_missing_optional_package(self, capsys, monkeypatch):
         monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm now fails
         code, _, err = run_cli(capsys, "replay", "--engine", "vllm", "--max-requests", "5")
