@@ -367,6 +367,18 @@ class TestInternalErrors:
         assert code == 2 and 'pip install -e ".[ray]"' in err
 
 
+    def test_out_of_memory(self, capsys, monkeypatch):
+        import fairsim.cli as cli
+
+        def cmd(args, names):
+            raise MemoryError()
+
+        monkeypatch.setattr(cli, "cmd_simulate", cmd)
+        code, _, err = run_cli(capsys, "run")
+        assert code == 2 and "Traceback" not in err
+        assert err.startswith("fairsim: error: out of memory (MemoryError); use a smaller input")
+
+
 class TestNoAssertsInFairsim:
     """Engine invariants are explicit checks, not asserts that python -O removes."""
 
