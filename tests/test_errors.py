@@ -174,6 +174,10 @@ class TestBadProfiles:
         (_mutate(["metadata"], "x"), "'metadata' must be a JSON object"),
         (_mutate(["schema_version"], 2), "schema_version=2, this fairsim reads 1"),
         (_mutate(["idle_table_tolerance"], -1), "'idle_table_tolerance' must be a finite number >= 0"),
+        (_mutate(["idle_table_tolerence"], 0.4), "unknown key 'idle_table_tolerence'; known: schema_version, name"),
+        (_mutate(["coefficients", "e_s"], 0.1), "unknown key 'coefficients.e_s'; known: a_s, b_s_per_token"),
+        (_mutate(["idle_prefill", "sec"], []), "unknown key 'idle_prefill.sec'; known: prompt_tokens, seconds"),
+        (_mutate(["kind"], "guess"), "'kind' must be \"prior\" or \"measured\", got \"guess\""),
     ])
     def test_refused(self, capsys, tmp_path, mutate, message):
         path = tmp_path / "p.json"
