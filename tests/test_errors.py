@@ -323,6 +323,11 @@ class TestInternalErrors:
         assert code == 1 and "Traceback (most recent call last)" in err and "1 / 0" in err
         assert "ZeroDivisionError: division by zero" in err
 
+    def test_debug_on_a_user_error_adds_the_traceback(self, capsys):
+        code, _, err = run_cli(capsys, "--debug", "run", "--budget", "0")
+        assert code == 2 and "Traceback (most recent call last)" in err
+        assert err.strip().splitlines()[-1] == "fairsim: error: budget_tokens=0: need >= 1 token per step"
+
     def test_policy_contract_is_a_clean_message(self, capsys, monkeypatch):
         class Dup:
             name = "dup"
