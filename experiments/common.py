@@ -114,11 +114,11 @@ def pct(values: pd.Series | np.ndarray, q: float) -> float:
 
 
 def write_parquet(df: pd.DataFrame, path: Path) -> None:
-    """Write ``df`` to ``path`` atomically (tmp + rename)."""
+    """Write ``df`` to ``path`` atomically (``fairsim.io.atomic_to_parquet``)."""
+    from fairsim.io import atomic_to_parquet
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    df.to_parquet(tmp, index=False)
-    tmp.replace(path)
+    atomic_to_parquet(df, path)
 
 
 def write_json(obj: Any, path: Path) -> None:
@@ -136,8 +136,10 @@ def write_json(obj: Any, path: Path) -> None:
             return None if math.isnan(x) else float(f"{float(x):.6g}")
         return x
 
+    from fairsim.io import atomic_write_text
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(clean(obj), indent=2, sort_keys=True) + "\n")
+    atomic_write_text(path, json.dumps(clean(obj), indent=2, sort_keys=True) + "\n")
 
 
 def parser(description: str, default_out: str) -> argparse.ArgumentParser:

@@ -71,10 +71,15 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     check_policies(names, load_profile(args.profile), parse_params(args.param))
     rows: dict[str, dict[str, Any]] = {}
     ctx = multiprocessing.get_context("spawn")
-    for name in names:
-        with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-            rows[name] = pool.submit(bench_one, args, name).result()
-        print(f"bench: {name} done in {rows[name]['wall_time_s']:.1f} s", file=sys.stderr)
+    try:
+        for name in names:
+            with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+                rows[name] = pool.submit(bench_one, args, name).result()
+            print(f"bench: {name} done in {rows[name]['wall_time_s']:.1f} s", file=sys.stderr)
+    except KeyboardInterrupt:  # keep the policies that finished (fairsim.cli.main exits 130)
+        if args.out is not None and rows:
+            atomic_write_text(args.out / "bench.json", json.dumps(rows, indent=2) + "\n")
+        raise
     if args.out is not None:
         atomic_write_text(args.out / "bench.json", json.dumps(rows, indent=2) + "\n")
     if args.format == "json":

@@ -321,11 +321,12 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
             summary["kv_tokens"] = result.kv_blocks * result.block_size
             summary["kv_blocks"] = result.kv_blocks
             summary["block_size"] = result.block_size
-            rows[name] = summary
             if args.out is not None:
                 write_tables(args.out, name, result, engine)
-    except KeyboardInterrupt:
-        # Keep what finished: its tables are written; summary.json lists the finished policies.
+            rows[name] = summary  # only once its tables are written
+    except BaseException:
+        # Ctrl-C or an error in a later policy: keep what finished (its tables are written;
+        # summary.json and run.json list the finished policies), then report as usual.
         if args.out is not None and rows:
             atomic_write_text(args.out / "summary.json", json.dumps(rows, indent=2) + "\n")
             write_run_info(args.out, args, trace, list(rows), load, engine)

@@ -276,6 +276,10 @@ def _require(d: dict[str, Any], key: str, where: str, source: str) -> Any:
     return d[key]
 
 
+_TOP_KEYS = ("schema_version", "name", "kind", "coefficients", "budget_tokens", "idle_prefill", "metadata",
+             "idle_table_tolerance", "kv_capacity", "max_model_len")
+
+
 def _number(value: Any, key: str, source: str, unit: str) -> float:
     """``value`` as a finite float >= 0, else ``ProfileError`` naming ``key``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -324,7 +328,8 @@ def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> Profile:
     """Build a ``Profile`` from its JSON form, validating every field.
 
     Raises:
-        ProfileError: Unknown schema version; a missing key; a null, boolean, non-number, NaN,
+        ProfileError: Unknown schema version; a missing or unknown key; a ``kind`` other than
+            ``"prior"``/``"measured"``; a null, boolean, non-number, NaN,
             infinite or negative value where a number belongs; a ``T_idle`` table that is not
             two equal-length lists of >= 2 points with strictly increasing integer lengths >= 1
             and non-decreasing seconds; a table inconsistent with the coefficients beyond the
@@ -336,6 +341,13 @@ def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> Profile:
     coeffs = _require(data, "coefficients", "", source)
     idle = _require(data, "idle_prefill", "", source)
     units = {"a_s": "s", "b_s_per_token": "s/token", "k_s_per_pair": "s/pair", "d_s_per_request": "s/request"}
+    # A misspelt key (e.g. "idle_table_tolerence") must not be ignored silently.
+    for where, d, known in (("", data, _TOP_KEYS), ("coefficients.", coeffs, tuple(units)),
+                            ("idle_prefill.", idle, ("prompt_tokens", "seconds"))):
+        if isinstance(d, dict):
+            unknown = sorted(set(d) - set(known))
+            if unknown:
+                raise ProfileError(f"{source}: unknown key '{where}{unknown[0]}'; known: {', '.join(known)}")
     values = {key: _number(_require(coeffs, key, "coefficients.", source), f"coefficients.{key}", source, unit)
               for key, unit in units.items()}
     lengths = _require(idle, "prompt_tokens", "idle_prefill.", source)
@@ -367,8 +379,8 @@ def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> Profile:
         if tolerance <= 0:
             raise ProfileError(f"{source}: 'idle_table_tolerance' must be > 0, got {tolerance!r}")
     kind = _require(data, "kind", "", source)
-    if not isinstance(kind, str):
-        raise ProfileError(f"{source}: 'kind' must be a string (\"prior\" or \"measured\")")
+    if kind not in ("prior", "measured"):
+        raise ProfileError(f"{source}: 'kind' must be \"prior\" or \"measured\", got {json.dumps(kind)}")
     kv_capacity = kv_capacity_from_dict(data["kv_capacity"], source) if "kv_capacity" in data else None
     max_model_len = data.get("max_model_len")
     if max_model_len is not None and (isinstance(max_model_len, bool) or not isinstance(max_model_len, int)):

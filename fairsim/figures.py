@@ -136,9 +136,18 @@ def bars(table: pd.DataFrame, x: str, y: str, hue: str, title: str = "", ylabel:
 
 
 def save(fig: Figure, path: str | Path, dpi: int = 110) -> Path:
-    """Write ``fig`` as PNG to ``path`` (folders created) and close it."""
+    """Write ``fig`` to ``path`` (PNG, or the format its suffix names; folders created) atomically
+    (``fairsim.io.atomic_write``) and close it.
+
+    Raises:
+        OutputError: The file cannot be written (the message names it).
+    """
+    from fairsim.io import atomic_write
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    try:
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format=path.suffix.lstrip(".") or "png"))
+    finally:
+        plt.close(fig)
     return path

@@ -174,6 +174,10 @@ class TestBadProfiles:
         (_mutate(["metadata"], "x"), "'metadata' must be a JSON object"),
         (_mutate(["schema_version"], 2), "schema_version=2, this fairsim reads 1"),
         (_mutate(["idle_table_tolerance"], -1), "'idle_table_tolerance' must be a finite number >= 0"),
+        (_mutate(["idle_table_tolerence"], 0.4), "unknown key 'idle_table_tolerence'; known: schema_version, name"),
+        (_mutate(["coefficients", "e_s"], 0.1), "unknown key 'coefficients.e_s'; known: a_s, b_s_per_token"),
+        (_mutate(["idle_prefill", "sec"], []), "unknown key 'idle_prefill.sec'; known: prompt_tokens, seconds"),
+        (_mutate(["kind"], "guess"), "'kind' must be \"prior\" or \"measured\", got \"guess\""),
     ])
     def test_refused(self, capsys, tmp_path, mutate, message):
         path = tmp_path / "p.json"
@@ -321,6 +325,11 @@ class TestInternalErrors:
         assert code == 1 and "Traceback (most recent call last)" in err and "1 / 0" in err
         assert "ZeroDivisionError: division by zero" in err
 
+    def test_debug_on_a_user_error_adds_the_traceback(self, capsys):
+        code, _, err = run_cli(capsys, "--debug", "run", "--budget", "0")
+        assert code == 2 and "Traceback (most recent call last)" in err
+        assert err.strip().splitlines()[-1] == "fairsim: error: budget_tokens=0: need >= 1 token per step"
+
     def test_policy_contract_is_a_clean_message(self, capsys, monkeypatch):
         class Dup:
             name = "dup"
@@ -334,6 +343,22 @@ class TestInternalErrors:
         assert code == 1 and "Traceback" not in err and "simpy" not in err
         assert "PolicyContractError: policy 'dup': order() must return a permutation of the" in err
         assert "duplicate 'rag-" in err
+
+    def test_failure_in_a_later_policy_keeps_the_finished_ones(self, capsys, monkeypatch, tmp_path):
+        class Drop:
+            name = "drop"
+
+            def order(self, waiting, now):
+                return list(waiting)[1:]
+
+        monkeypatch.setitem(registry.POLICIES, "drop", lambda profile, **p: Drop())
+        code, _, err = run_cli(capsys, "compare", "--policies", "fcfs,drop", "--max-requests", "40",
+                               "--out", str(tmp_path))
+        assert code == 1 and "policy 'drop': order() must return a permutation" in err
+        assert json.loads((tmp_path / "summary.json").read_text()).keys() == {"fcfs"}
+        assert json.loads((tmp_path / "run.json").read_text())["policies"] == ["fcfs"]
+        assert len(pd.read_parquet(tmp_path / "requests-fcfs.parquet")) == 40
+        assert not (tmp_path / "requests-drop.parquet").exists()
 
     def test_missing_optional_package(self, capsys, monkeypatch):
         monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm now fails
@@ -351,6 +376,18 @@ class TestInternalErrors:
         monkeypatch.setattr(cli, "cmd_simulate", cmd)
         code, _, err = run_cli(capsys, "run")
         assert code == 2 and 'pip install -e ".[ray]"' in err
+
+
+    def test_out_of_memory(self, capsys, monkeypatch):
+        import fairsim.cli as cli
+
+        def cmd(args, names):
+            raise MemoryError()
+
+        monkeypatch.setattr(cli, "cmd_simulate", cmd)
+        code, _, err = run_cli(capsys, "run")
+        assert code == 2 and "Traceback" not in err
+        assert err.startswith("fairsim: error: out of memory (MemoryError); use a smaller input")
 
 
 class TestNoAssertsInFairsim:

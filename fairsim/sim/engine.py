@@ -19,7 +19,9 @@ Each step (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule``):
    chunk is ``min(L - h, budget left)``, and admission needs free-or-evictable blocks for the
    *whole* remaining prompt (vLLM's ``scheduler_reserve_full_isl``; only the chunk's blocks are
    allocated). On a misfit admission stops for the step (head-of-line), unless the policy
-   ``skips_misfits``.
+   ``skips_misfits``. ``order()`` must return a permutation (``check_permutation``); the
+   admitted requests go to ``on_admitted`` as their start-of-step snapshots (policy contract,
+   ``fairsim/policies/base.py``).
 3. Blocks become hittable as soon as they are scheduled (vLLM caches them inside
    ``allocate_slots``), so a later request in the same step can hit them.
 4. The step lasts ``Profile.step_time`` of its batch. A request whose last prompt token was

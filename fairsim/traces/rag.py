@@ -125,7 +125,9 @@ def write_mooncake(trace: Trace, path: str | Path) -> None:
         }
         rec.update({k: v for k, v in r.labels.items() if not k.startswith("_")})
         lines.append(json.dumps(rec))
-    Path(path).write_text("\n".join(lines) + "\n")
+    from fairsim.io import atomic_write_text
+
+    atomic_write_text(path, "\n".join(lines) + "\n")
 
 
 def main() -> None:
