@@ -73,6 +73,14 @@ def session_pids(sid: int) -> list[int]:
     return pids
 
 
+def wait_session_empty(sid: int, timeout_s: float = 20.0) -> list[int]:
+    """Wait until no process of session ``sid`` is left; return those still alive at the end."""
+    deadline = time.monotonic() + timeout_s
+    while session_pids(sid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return session_pids(sid)
+
+
 class TestExpand:
     """Spec -> runs."""
 
@@ -437,10 +445,7 @@ class TestResume:
         assert len(session_pids(proc.pid)) >= 3  # the sweep and its two workers
         os.kill(proc.pid, signal.SIGKILL)  # only the parent: its workers must end by themselves
         proc.wait()
-        deadline = time.monotonic() + 20
-        while session_pids(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert session_pids(proc.pid) == [], "orphaned workers survived their sweep"
+        assert wait_session_empty(proc.pid) == [], "orphaned workers survived their sweep"
         finished = {p.stem: p.stat().st_mtime_ns for p in runs_dir.glob("*.parquet")}
         total = len(expand(load_spec(spec_path)))
         assert 2 <= len(finished) < total, f"kill landed outside the sweep: {len(finished)}/{total}"
@@ -458,6 +463,33 @@ class TestResume:
         assert len(summary) == total and summary["run_id"].is_unique
         assert (summary["status"] == "ok").all() and summary["ttft_p99_s"].notna().all()
         assert not list(out.glob("*/.*.tmp"))  # no half-written file survives the restart
+
+
+class TestWorkerDeath:
+    """A worker killed mid-run (say by the OOM killer) costs no run: the sweep reruns its runs."""
+
+    def test_killed_worker(self, tmp_path):
+        spec_path = tmp_path / "slow.toml"
+        spec_path.write_text(SLOW_SPEC)
+        out = tmp_path / "out"
+        proc = subprocess.Popen([sys.executable, "-m", "fairsim", "sweep", str(spec_path), "--out",
+                                 str(out), "--workers", "2", "--no-progress"], cwd=tmp_path,
+                                env=env_with_repo(), start_new_session=True, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 180
+        workers: list[int] = []
+        while time.monotonic() < deadline and not workers:
+            assert proc.poll() is None, proc.stdout.read()
+            if (out / RUNS_DIR).is_dir() and list((out / RUNS_DIR).glob("*.parquet")):
+                workers = [p for p in session_pids(proc.pid)
+                           if "spawn_main" in Path(f"/proc/{p}/cmdline").read_text()]
+            time.sleep(0.01)
+        os.kill(workers[0], signal.SIGKILL)
+        output, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, output
+        summary = pd.read_parquet(out / "summary.parquet")
+        assert len(summary) == 8 and (summary["status"] == "ok").all()
+        assert wait_session_empty(proc.pid) == []
 
 
 class TestRay:
