@@ -255,10 +255,14 @@ class TestBrokenSpecs:
         assert res.stderr.strip().splitlines() == [
             f"fairsim: error: {spec}: policies[1].grd: unknown key; expected name, params, grid"]
 
-    def test_bad_workers(self, tmp_path, capsys):
+    @pytest.mark.parametrize("options,expected", [
+        (["--workers", "0"], "--workers 0: need >= 1"),
+        (["--address", "auto"], "--address auto: only used with --executor ray")])
+    def test_bad_options(self, tmp_path, capsys, options, expected):
         spec = write(tmp_path, "s.toml", BASE + POL)
-        assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--workers", "0"]) == 2
-        assert "--workers 0: need >= 1" in capsys.readouterr().err
+        assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), *options]) == 2
+        assert expected in capsys.readouterr().err
+        assert not (tmp_path / "o").exists()
 
 
 class TestCapacity:

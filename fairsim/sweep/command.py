@@ -66,6 +66,8 @@ def run_sweep(spec: dict[str, Any] | SweepSpec, out: Path, executor: str = "loca
         raise ValueError(f"--executor {executor!r}: use 'local' or 'ray'")
     if workers is not None and workers < 1:
         raise ValueError(f"--workers {workers}: need >= 1")
+    if address is not None and executor != "ray":
+        raise ValueError(f"--address {address}: only used with --executor ray")
     if executor == "ray":
         try:
             import ray  # noqa: F401  (checked before planning, not after)
