@@ -118,7 +118,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("spec", type=Path, help="sweep spec (.toml, .yaml or .yml)")
     p.add_argument("--out", type=Path, default=None,
                    help="output folder (default: the spec's 'out', else results/sweep-SPECNAME)")
-    p.add_argument("--executor", choices=EXECUTORS, default="local")
+    p.add_argument("--executor", choices=EXECUTORS, default="local",
+                   help="where runs go: local processes (default) or Ray tasks")
     p.add_argument("--address", default=None, help="Ray cluster address (with --executor ray)")
     p.add_argument("--workers", type=int, default=None,
                    help="local processes, or CPUs of a Ray started here (default: all cores)")
