@@ -194,7 +194,10 @@ BROKEN = {
     "bad trace record": ('[[traces]]\npath = "bad.jsonl"\n' + POL, "s.toml: traces[0].path: "),
     "no policies": (BASE, "s.toml: (top level): missing key 'policies'"),
     "nothing to run": (POL, "s.toml: (top level): nothing to run"),
-    "missing profile": ('profile = "nope.json"\n' + BASE + POL, "s.toml: profile: profile 'nope.json' is neither"),
+    "missing profile file": ('profile = "nope.json"\n' + BASE + POL, "s.toml: profile: no such file 'nope.json'"),
+    "unknown profile name": ('profile = "h100"\n' + BASE + POL, "s.toml: profile: profile 'h100' is neither a file nor a shipped profile"),
+    "trace is a folder": ('[[traces]]\npath = "."\n' + POL, "s.toml: traces[0].path: '.' is a folder, not a file"),
+    "empty trace": ('[[traces]]\npath = "empty.jsonl"\n' + POL, "s.toml: traces[0].path: empty.jsonl: no requests in the trace"),
     "empty grid axis": (BASE + '[[policies]]\nname = "fairway"\ngrid = { fast_weight = [] }\n',
                         "s.toml: policies[0].grid.fast_weight: empty list"),
     "nan param": (BASE + '[[policies]]\nname = "fairway"\nparams = { fast_weight = nan }\n',
@@ -218,6 +221,7 @@ class TestBrokenSpecs:
         small_trace(tmp_path / "t.jsonl")
         good = (tmp_path / "t.jsonl").read_text().splitlines()
         (tmp_path / "bad.jsonl").write_text(good[0] + "\n" + good[1].replace('"input_length"', '"input_len"') + "\n")
+        (tmp_path / "empty.jsonl").write_text("")
         spec = write(tmp_path, "s.toml", text)
         rc = main(["sweep", spec.name, "--out", "out", "--no-progress"])
         err = capsys.readouterr().err
@@ -233,6 +237,16 @@ class TestBrokenSpecs:
         (tmp_path / "bad.jsonl").write_text("\n".join(lines) + "\n")
         with pytest.raises(SweepSpecError, match=r"traces\[0\]\.path: .*bad\.jsonl:3: field 'input_length'"):
             expand({"traces": [{"path": str(tmp_path / "bad.jsonl")}], "policies": ["fcfs"]}, "s.toml")
+
+    def test_path_next_to_the_spec_is_named(self, tmp_path, monkeypatch, capsys):
+        (tmp_path / "specs").mkdir()
+        small_trace(tmp_path / "specs" / "t.jsonl")
+        spec = write(tmp_path / "specs", "s.toml", '[[traces]]\npath = "t.jsonl"\n' + POL)
+        monkeypatch.chdir(tmp_path)
+        assert main(["sweep", "specs/s.toml", "--dry-run"]) == 2
+        assert ("traces[0].path: no such file 't.jsonl' (relative paths are read from the current "
+                f"folder, {tmp_path}); there is one next to the spec: give 'specs/t.jsonl'") in capsys.readouterr().err
+        assert spec.is_file()
 
     def test_yaml_syntax_error_names_line(self, tmp_path, capsys):
         spec = write(tmp_path, "s.yaml", "policies: [fcfs]\nscenarios: [rag\nseeds: [0]\n")
