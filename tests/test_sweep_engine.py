@@ -46,6 +46,8 @@ class TestRunEngine:
         cfg = run_engine(EngineConfig(kv_blocks=100), {"kv_tokens": 2000, "block_size": 16}, REQS)
         assert blocks(cfg) == (16, 125)  # floor(2000 / 16)
         assert blocks(run_engine(EngineConfig(), {"kv_tokens": 2100}, REQS)) == (512, 4)  # floor
+        with pytest.raises(ValueError, match="give one KV capacity"):
+            run_engine(EngineConfig(), {"kv_tokens": 2000, "kv_blocks": 4}, REQS)
         with pytest.raises(ValueError, match="kv_tokens=10"):
             blocks(run_engine(EngineConfig(), {"kv_tokens": 10, "block_size": 16}, REQS))
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fairsim.errors import SweepSpecError
-from fairsim.sweep.engine import check_value, engine_fields, run_engine
+from fairsim.sweep.engine import CAPACITY_KEYS, check_value, engine_fields, run_engine
 from fairsim.sweep.runspec import RunSpec, code_identity, file_sha256, run_id
 from fairsim.sweep.spec import SweepSpec, parse_spec
 from fairsim.sweep.workload import scenario_workload, shape, trace_requests
@@ -93,6 +93,10 @@ def _check_engine(s: SweepSpec) -> list[dict[str, Any]]:
             why = check_value(key, fields[key], value)
             if why:
                 raise s.error(f"engine.{key}" + (f"[{i}]" if len(values) > 1 else ""), why)
+    given = [k for k in CAPACITY_KEYS if k in s.engine]
+    if len(given) > 1:
+        raise s.error(f"engine.{given[1]}", f"give one KV capacity key of {', '.join(CAPACITY_KEYS)}, "
+                                            f"not {' and '.join(given)}")
     sizes = set(s.engine.get("block_size", []))
     if "kv_blocks" in s.engine and len(sizes) > 1:
         raise s.error("engine.kv_blocks", f"with several block sizes {sorted(sizes)} a block count "
