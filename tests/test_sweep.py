@@ -73,6 +73,14 @@ def session_pids(sid: int) -> list[int]:
     return pids
 
 
+def wait_session_empty(sid: int, timeout_s: float = 20.0) -> list[int]:
+    """Wait until no process of session ``sid`` is left; return those still alive at the end."""
+    deadline = time.monotonic() + timeout_s
+    while session_pids(sid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return session_pids(sid)
+
+
 class TestExpand:
     """Spec -> runs."""
 
@@ -171,7 +179,9 @@ BROKEN = {
     "kv_blocks over block sizes": (BASE + POL + "[engine]\nblock_size = [16, 128]\nkv_blocks = 100\n",
                                    "s.toml: engine.kv_blocks: with several block sizes [16, 128]"),
     "two capacities": (BASE + POL + "[engine]\nkv_blocks = 100\nkv_fraction = 0.3\n",
-                       "not kv_blocks and kv_fraction"),
+                       "s.toml: engine.kv_fraction: give one KV capacity key of kv_blocks, kv_fraction, kv_tokens, not kv_blocks and kv_fraction"),
+    "tokens and blocks": (BASE + POL + "[engine]\nkv_tokens = [100000]\nkv_blocks = 100\n",
+                          "s.toml: engine.kv_tokens: give one KV capacity key"),
     "cache too small": (BASE + POL + "[engine]\nkv_blocks = [400, 1]\n",
                         "s.toml: scenarios[0] (seed 0), engine (kv_blocks=1): request"),
     "bad scenario param": ('[[scenarios]]\nname = "rag"\nparams = { num_request = 5 }\n' + POL,
@@ -186,7 +196,10 @@ BROKEN = {
     "bad trace record": ('[[traces]]\npath = "bad.jsonl"\n' + POL, "s.toml: traces[0].path: "),
     "no policies": (BASE, "s.toml: (top level): missing key 'policies'"),
     "nothing to run": (POL, "s.toml: (top level): nothing to run"),
-    "missing profile": ('profile = "nope.json"\n' + BASE + POL, "s.toml: profile: profile 'nope.json' is neither"),
+    "missing profile file": ('profile = "nope.json"\n' + BASE + POL, "s.toml: profile: no such file 'nope.json'"),
+    "unknown profile name": ('profile = "h100"\n' + BASE + POL, "s.toml: profile: profile 'h100' is neither a file nor a shipped profile"),
+    "trace is a folder": ('[[traces]]\npath = "."\n' + POL, "s.toml: traces[0].path: '.' is a folder, not a file"),
+    "empty trace": ('[[traces]]\npath = "empty.jsonl"\n' + POL, "s.toml: traces[0].path: empty.jsonl: no requests in the trace"),
     "empty grid axis": (BASE + '[[policies]]\nname = "fairway"\ngrid = { fast_weight = [] }\n',
                         "s.toml: policies[0].grid.fast_weight: empty list"),
     "nan param": (BASE + '[[policies]]\nname = "fairway"\nparams = { fast_weight = nan }\n',
@@ -210,6 +223,7 @@ class TestBrokenSpecs:
         small_trace(tmp_path / "t.jsonl")
         good = (tmp_path / "t.jsonl").read_text().splitlines()
         (tmp_path / "bad.jsonl").write_text(good[0] + "\n" + good[1].replace('"input_length"', '"input_len"') + "\n")
+        (tmp_path / "empty.jsonl").write_text("")
         spec = write(tmp_path, "s.toml", text)
         rc = main(["sweep", spec.name, "--out", "out", "--no-progress"])
         err = capsys.readouterr().err
@@ -225,6 +239,16 @@ class TestBrokenSpecs:
         (tmp_path / "bad.jsonl").write_text("\n".join(lines) + "\n")
         with pytest.raises(SweepSpecError, match=r"traces\[0\]\.path: .*bad\.jsonl:3: field 'input_length'"):
             expand({"traces": [{"path": str(tmp_path / "bad.jsonl")}], "policies": ["fcfs"]}, "s.toml")
+
+    def test_path_next_to_the_spec_is_named(self, tmp_path, monkeypatch, capsys):
+        (tmp_path / "specs").mkdir()
+        small_trace(tmp_path / "specs" / "t.jsonl")
+        spec = write(tmp_path / "specs", "s.toml", '[[traces]]\npath = "t.jsonl"\n' + POL)
+        monkeypatch.chdir(tmp_path)
+        assert main(["sweep", "specs/s.toml", "--dry-run"]) == 2
+        assert ("traces[0].path: no such file 't.jsonl' (relative paths are read from the current "
+                f"folder, {tmp_path}); there is one next to the spec: give 'specs/t.jsonl'") in capsys.readouterr().err
+        assert spec.is_file()
 
     def test_yaml_syntax_error_names_line(self, tmp_path, capsys):
         spec = write(tmp_path, "s.yaml", "policies: [fcfs]\nscenarios: [rag\nseeds: [0]\n")
@@ -247,10 +271,14 @@ class TestBrokenSpecs:
         assert res.stderr.strip().splitlines() == [
             f"fairsim: error: {spec}: policies[1].grd: unknown key; expected name, params, grid"]
 
-    def test_bad_workers(self, tmp_path, capsys):
+    @pytest.mark.parametrize("options,expected", [
+        (["--workers", "0"], "--workers 0: need >= 1"),
+        (["--address", "auto"], "--address auto: only used with --executor ray")])
+    def test_bad_options(self, tmp_path, capsys, options, expected):
         spec = write(tmp_path, "s.toml", BASE + POL)
-        assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--workers", "0"]) == 2
-        assert "--workers 0: need >= 1" in capsys.readouterr().err
+        assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), *options]) == 2
+        assert expected in capsys.readouterr().err
+        assert not (tmp_path / "o").exists()
 
 
 class TestCapacity:
@@ -437,10 +465,7 @@ class TestResume:
         assert len(session_pids(proc.pid)) >= 3  # the sweep and its two workers
         os.kill(proc.pid, signal.SIGKILL)  # only the parent: its workers must end by themselves
         proc.wait()
-        deadline = time.monotonic() + 20
-        while session_pids(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert session_pids(proc.pid) == [], "orphaned workers survived their sweep"
+        assert wait_session_empty(proc.pid) == [], "orphaned workers survived their sweep"
         finished = {p.stem: p.stat().st_mtime_ns for p in runs_dir.glob("*.parquet")}
         total = len(expand(load_spec(spec_path)))
         assert 2 <= len(finished) < total, f"kill landed outside the sweep: {len(finished)}/{total}"
@@ -458,6 +483,33 @@ class TestResume:
         assert len(summary) == total and summary["run_id"].is_unique
         assert (summary["status"] == "ok").all() and summary["ttft_p99_s"].notna().all()
         assert not list(out.glob("*/.*.tmp"))  # no half-written file survives the restart
+
+
+class TestWorkerDeath:
+    """A worker killed mid-run (say by the OOM killer) costs no run: the sweep reruns its runs."""
+
+    def test_killed_worker(self, tmp_path):
+        spec_path = tmp_path / "slow.toml"
+        spec_path.write_text(SLOW_SPEC)
+        out = tmp_path / "out"
+        proc = subprocess.Popen([sys.executable, "-m", "fairsim", "sweep", str(spec_path), "--out",
+                                 str(out), "--workers", "2", "--no-progress"], cwd=tmp_path,
+                                env=env_with_repo(), start_new_session=True, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 180
+        workers: list[int] = []
+        while time.monotonic() < deadline and not workers:
+            assert proc.poll() is None, proc.stdout.read()
+            if (out / RUNS_DIR).is_dir() and list((out / RUNS_DIR).glob("*.parquet")):
+                workers = [p for p in session_pids(proc.pid)
+                           if "spawn_main" in Path(f"/proc/{p}/cmdline").read_text()]
+            time.sleep(0.01)
+        os.kill(workers[0], signal.SIGKILL)
+        output, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, output
+        summary = pd.read_parquet(out / "summary.parquet")
+        assert len(summary) == 8 and (summary["status"] == "ok").all()
+        assert wait_session_empty(proc.pid) == []
 
 
 class TestRay:

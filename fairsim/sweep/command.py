@@ -66,6 +66,8 @@ def run_sweep(spec: dict[str, Any] | SweepSpec, out: Path, executor: str = "loca
         raise ValueError(f"--executor {executor!r}: use 'local' or 'ray'")
     if workers is not None and workers < 1:
         raise ValueError(f"--workers {workers}: need >= 1")
+    if address is not None and executor != "ray":
+        raise ValueError(f"--address {address}: only used with --executor ray")
     if executor == "ray":
         try:
             import ray  # noqa: F401  (checked before planning, not after)
@@ -116,7 +118,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("spec", type=Path, help="sweep spec (.toml, .yaml or .yml)")
     p.add_argument("--out", type=Path, default=None,
                    help="output folder (default: the spec's 'out', else results/sweep-SPECNAME)")
-    p.add_argument("--executor", choices=EXECUTORS, default="local")
+    p.add_argument("--executor", choices=EXECUTORS, default="local",
+                   help="where runs go: local processes (default) or Ray tasks")
     p.add_argument("--address", default=None, help="Ray cluster address (with --executor ray)")
     p.add_argument("--workers", type=int, default=None,
                    help="local processes, or CPUs of a Ray started here (default: all cores)")

@@ -83,26 +83,26 @@ def run_engine(base: EngineConfig, overrides: dict[str, Any], requests: Sequence
         ``block_size`` change alone keeps the base capacity in tokens (see the module docstring).
 
     Raises:
-        ValueError: A value ``EngineConfig`` refuses, or ``kv_tokens`` below one block.
+        ValueError: A value ``EngineConfig`` refuses, two capacity keys, or ``kv_tokens`` below
+            one block.
     """
-    fields = dataclasses.asdict(base)
-    over = dict(overrides)
-    if any(k in over for k in CAPACITY_KEYS):
-        for key in CAPACITY_KEYS:
-            if key in fields:
-                fields[key] = None
-    elif "block_size" in over and base.kv_blocks is not None:
+    fields = {f.name for f in dataclasses.fields(EngineConfig)}
+    changes = dict(overrides)
+    given = [k for k in CAPACITY_KEYS if changes.get(k) is not None]
+    if len(given) > 1:
+        raise ValueError(f"give one KV capacity of {', '.join(CAPACITY_KEYS)}, not {' and '.join(given)}")
+    if any(k in changes for k in CAPACITY_KEYS):
+        changes.update({k: None for k in CAPACITY_KEYS if k in fields and k not in changes})
+    elif "block_size" in changes and base.kv_blocks is not None:
         old_bs = block_size_of(base, requests)
-        new_bs = block_size_of(dataclasses.replace(base, block_size=over["block_size"]), requests)
+        new_bs = block_size_of(dataclasses.replace(base, block_size=changes["block_size"]), requests)
         if new_bs != old_bs:
-            fields["kv_blocks"] = None
-            over["kv_tokens"] = base.kv_blocks * old_bs
-    tokens = over.pop("kv_tokens", None) if "kv_tokens" not in fields else None
-    fields.update(over)
+            changes.update(kv_blocks=None, kv_tokens=base.kv_blocks * old_bs)
+    tokens = changes.pop("kv_tokens", None) if "kv_tokens" not in fields else None
     if tokens is not None:
-        bs = fields["block_size"] if fields["block_size"] is not None else block_size_of(base, requests)
-        if bs >= 1:  # else EngineConfig refuses the block size below
-            if tokens // bs < 1:
-                raise ValueError(f"kv_tokens={tokens}: less than one block of {bs} tokens")
-            fields["kv_blocks"] = tokens // bs
-    return EngineConfig(**fields)
+        bs = block_size_of(dataclasses.replace(
+            base, block_size=changes.get("block_size", base.block_size)), requests)
+        if tokens // bs < 1:
+            raise ValueError(f"kv_tokens={tokens}: less than one block of {bs} tokens")
+        changes.update(kv_blocks=tokens // bs, kv_fraction=None)
+    return dataclasses.replace(base, **changes)

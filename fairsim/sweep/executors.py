@@ -67,14 +67,14 @@ def run_local(todo: Sequence[RunSpec], on_result: OnResult, workers: int | None 
     """Run ``todo`` on ``workers`` local processes (1: in this process), in completion order.
 
     Workers are started with ``spawn`` (a fresh interpreter: no inherited locks, threads or
-    file descriptors) and die with this process.
+    file descriptors) and die with this process. If a worker process dies (killed, out of
+    memory), the runs without a result are run again one at a time in a fresh single-worker
+    pool, where the run whose worker dies is known (one in flight): it alone is reported
+    failed (``worker process died``), and the others go on.
 
     Raises:
         ValueError: ``workers < 1``.
     """
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from concurrent.futures.process import BrokenProcessPool
-
     workers = workers or os.cpu_count() or 1
     if workers < 1:
         raise ValueError(f"--workers {workers}: need >= 1")
@@ -84,25 +84,54 @@ def run_local(todo: Sequence[RunSpec], on_result: OnResult, workers: int | None 
                 on_result(run, execute_safely(run))
                 bar.update(1)
             return
-        pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)),
-                                   mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=worker_init, initargs=(os.getpid(),))
-        try:
-            futures = {pool.submit(execute_safely, run): run for run in todo}
-            for fut in as_completed(futures):
-                try:
-                    outcome = fut.result()
-                except BrokenProcessPool as exc:  # a worker was killed (e.g. out of memory)
-                    outcome = ("failed", f"worker process died: {exc}", "")
-                on_result(futures[fut], outcome)
+        remaining = list(todo)
+        isolate = False
+        while remaining:
+            size = 1 if isolate else min(workers, len(remaining))
+            done, broke = _pool_pass(remaining, size, on_result, bar)
+            remaining = [r for r in remaining if r.run_id not in done]
+            if broke and isolate:  # one worker, runs in order: the first without a result
+                culprit = remaining.pop(0)
+                on_result(culprit, ("failed", f"worker process died: {broke}", ""))
                 bar.update(1)
-        except BaseException:
-            # Ctrl-C or a write error: stop now rather than wait for the running simulations.
-            for proc in list(getattr(pool, "_processes", {}).values()):
-                proc.terminate()
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        pool.shutdown(wait=True)
+                isolate = False
+            elif broke:
+                isolate = True
+
+
+def _pool_pass(runs: Sequence[RunSpec], size: int, on_result: OnResult,
+               bar: Any) -> tuple[set[str], str | None]:
+    """Run ``runs`` on a fresh pool of ``size`` workers until done or a worker dies.
+
+    Returns:
+        The ids with an outcome, and the pool's error text if a worker died (else None).
+    """
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    done: set[str] = set()
+    pool = ProcessPoolExecutor(max_workers=size, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=worker_init, initargs=(os.getpid(),))
+    try:
+        futures = {pool.submit(execute_safely, run): run for run in runs}
+        for fut in as_completed(futures):
+            try:
+                outcome = fut.result()
+            except BrokenProcessPool as exc:  # a worker was killed (e.g. out of memory)
+                pool.shutdown(wait=True, cancel_futures=True)
+                return done, str(exc)
+            on_result(futures[fut], outcome)
+            done.add(futures[fut].run_id)
+            bar.update(1)
+    except BaseException:
+        # Ctrl-C or a write error: stop now rather than wait for the running simulations.
+        procs = getattr(pool, "_processes", None) or {}  # private, but no public way to stop
+        for proc in list(procs.values()):
+            proc.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return done, None
 
 
 def run_ray(todo: Sequence[RunSpec], on_result: OnResult, address: str | None = None,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fairsim.errors import SweepSpecError
-from fairsim.sweep.engine import check_value, engine_fields, run_engine
+from fairsim.sweep.engine import CAPACITY_KEYS, check_value, engine_fields, run_engine
 from fairsim.sweep.runspec import RunSpec, code_identity, file_sha256, run_id
 from fairsim.sweep.spec import SweepSpec, parse_spec
 from fairsim.sweep.workload import scenario_workload, shape, trace_requests
@@ -35,6 +35,19 @@ def _point(values: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in values.items()) or "no parameters"
 
 
+def _missing(s: SweepSpec, text: str) -> str:
+    """Why ``text`` is not a readable file, with a hint when it sits next to the spec instead."""
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return f"{text!r} is a folder, not a file"
+    why = f"no such file {text!r} (relative paths are read from the current folder, {Path.cwd()})"
+    spec_dir = Path(s.source).parent
+    if not path.is_absolute() and Path(s.source).is_file() and (spec_dir / path).is_file() \
+            and spec_dir.resolve() != Path.cwd().resolve():
+        why += f"; there is one next to the spec: give {str(spec_dir / path)!r}"
+    return why
+
+
 def _resolve_profile(s: SweepSpec) -> tuple[str, Path, Any]:
     from fairsim.costmodel import DEFAULT_PROFILE, PROFILE_DIR, load_profile
 
@@ -42,6 +55,8 @@ def _resolve_profile(s: SweepSpec) -> tuple[str, Path, Any]:
     try:
         profile = load_profile(text)
     except ValueError as exc:
+        if text.endswith(".json") and not Path(text).is_file():
+            raise s.error("profile", _missing(s, text)) from None
         raise s.error("profile", str(exc)) from None
     path = Path(text) if Path(text).is_file() else PROFILE_DIR / f"{text}.json"
     return text, path.resolve(), profile
@@ -78,6 +93,10 @@ def _check_engine(s: SweepSpec) -> list[dict[str, Any]]:
             why = check_value(key, fields[key], value)
             if why:
                 raise s.error(f"engine.{key}" + (f"[{i}]" if len(values) > 1 else ""), why)
+    given = [k for k in CAPACITY_KEYS if k in s.engine]
+    if len(given) > 1:
+        raise s.error(f"engine.{given[1]}", f"give one KV capacity key of {', '.join(CAPACITY_KEYS)}, "
+                                            f"not {' and '.join(given)}")
     sizes = set(s.engine.get("block_size", []))
     if "kv_blocks" in s.engine and len(sizes) > 1:
         raise s.error("engine.kv_blocks", f"with several block sizes {sorted(sizes)} a block count "
@@ -140,8 +159,7 @@ def _workloads(s: SweepSpec, profile: Any, engines: list[dict[str, Any]]) -> Ite
     for entry in s.traces:
         path = Path(entry.path).expanduser()
         if not path.is_file():
-            raise s.error(f"{entry.where}.path", f"no such file {entry.path!r} (relative paths are "
-                                                 f"read from the current folder, {Path.cwd()})")
+            raise s.error(f"{entry.where}.path", _missing(s, entry.path))
         try:
             sha = file_sha256(path)
             requests = trace_requests(str(path))
