@@ -20,6 +20,7 @@ from fairsim.costmodel import DEFAULT_PROFILE, Profile, load_profile
 from fairsim.policies import make_policy, policy_names
 from fairsim.sim import EngineConfig, SimResult, simulate
 from fairsim.traces import RagSpec, Trace, generate_rag, load_trace, offered_load, scale_time, window
+from fairsim.traces.sessions import detach_cut
 from fairsim.types import Request
 
 
@@ -87,7 +88,17 @@ def add_common(p: argparse.ArgumentParser) -> None:
                    help="window end, seconds of trace time (before --time-scale)")
     p.add_argument("--max-requests", type=int, default=None, help="keep the first N requests")
     p.add_argument("--seed", type=int, default=0,
-                   help="seed of the generated default input when no --trace is given (0 = the shipped file)")
+                   help="seed of the generated default input when no --trace is given (0 = the shipped "
+                        "file), and of the session starts placed by --session-rate")
+    p.add_argument("--replay", choices=("open", "closed"), default=None,
+                   help="open: requests arrive at their timestamps; closed: a turn is sent when the "
+                        "turn it follows finished in the simulation plus its think time (default: "
+                        "closed where the trace has sessions)")
+    p.add_argument("--think-scale", type=float, default=1.0,
+                   help="closed loop: multiply think/tool times (delays after a finished turn) by S")
+    p.add_argument("--session-rate", type=float, default=None,
+                   help="start sessions as a seeded Poisson process of R sessions/s (default: "
+                        "0.1 where the trace has no absolute time; otherwise keep its timestamps)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="policy parameter, e.g. fast_weight=8, or fairway.fast_weight=8 for one policy (repeatable)")
     p.add_argument("--out", type=Path,
@@ -133,8 +144,6 @@ def load_requests(args: argparse.Namespace) -> tuple[Trace, list[Request]]:
     """Load and shape the trace named by the options."""
     if args.seed < 0:
         raise ValueError(f"--seed {args.seed}: need an integer >= 0")
-    if args.trace is not None and args.seed != 0:
-        raise ValueError("--seed only seeds the generated default input; it has no effect with --trace")
     if args.trace is None and args.seed != 0:
         trace = generate_rag(RagSpec(seed=args.seed))
     else:
@@ -144,11 +153,44 @@ def load_requests(args: argparse.Namespace) -> tuple[Trace, list[Request]]:
     if trace.skipped:
         print(f"fairsim: skipped {len(trace.skipped)} bad records of {trace.source}; first: "
               f"{trace.skipped[0]}", file=sys.stderr)
-    requests = window(list(trace.requests), args.window_start, args.window_end, args.max_requests)
-    requests = scale_time(requests, args.time_scale)
-    if not requests:
+    requests = shape_sessions(args, trace)
+    if args.trace is not None and args.seed != 0 and args.session_rate is None:
+        raise ValueError("--seed seeds the generated default input and the session starts of "
+                         "--session-rate; it has no effect with this --trace")
+    kept = window(requests, args.window_start, args.window_end, args.max_requests)
+    if not kept:
         raise ValueError("no requests left after --window-start/--window-end/--max-requests")
-    return trace, requests
+    if args.replay == "closed":
+        kept, detached = detach_cut(kept, requests)
+        if detached:
+            print(f"fairsim: {detached} turns whose predecessor is outside the window are sent at "
+                  f"their own arrival times", file=sys.stderr)
+    return trace, scale_time(kept, args.time_scale)
+
+
+def shape_sessions(args: argparse.Namespace, trace: Trace) -> list[Request]:
+    """Resolve ``--replay``/``--session-rate`` for ``trace`` (stored back on ``args``) and place
+    session starts where asked or needed; return the requests sorted by arrival.
+
+    Raises:
+        ValueError: A bad ``--think-scale`` or ``--session-rate``.
+        SessionError: Closed loop: an ``after`` naming an unknown request, or a cycle.
+    """
+    from fairsim.sim.arrivals import check_sessions, resolve_replay
+    from fairsim.traces.sessions import DEFAULT_SESSION_RATE, place_sessions
+
+    if not (args.think_scale >= 0 and args.think_scale < float("inf")):
+        raise ValueError(f"--think-scale {args.think_scale}: need a finite factor >= 0")
+    args.replay = resolve_replay(trace.requests, args.replay)
+    if args.replay == "closed":
+        check_sessions(trace.requests)  # named error before any long work
+    requests = sorted(trace.requests, key=lambda r: (r.arrival_time, r.request_id))
+    # Formats without absolute time (Claude Code sessions) give offsets from the session start.
+    if not getattr(trace, "absolute_time", True) and args.session_rate is None:
+        args.session_rate = DEFAULT_SESSION_RATE
+    if args.session_rate is not None:
+        requests = place_sessions(requests, args.session_rate, args.seed)
+    return requests
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -182,14 +224,17 @@ def check_policies(names: list[str], profile: Profile, params: dict[str, Any]) -
 
 
 def run_one(name: str, requests: list[Request], profile: Profile, config: EngineConfig,
-            params: dict[str, Any], show_progress: bool = True) -> SimResult:
-    """Simulate ``requests`` under policy ``name`` with a progress bar after 2 s."""
+            params: dict[str, Any], show_progress: bool = True, *, replay: str | None = None,
+            think_scale: float = 1.0) -> SimResult:
+    """Simulate ``requests`` under policy ``name`` with a progress bar after 2 s (``replay`` and
+    ``think_scale``: see ``fairsim.sim.Engine``)."""
     from tqdm import tqdm
 
     policy = make_policy(name, profile, **params)
     with tqdm(total=len(requests), desc=name, unit="req", delay=2.0, leave=False,
               disable=not show_progress or None) as bar:
-        return simulate(requests, policy, profile, config, progress=bar.update)
+        return simulate(requests, policy, profile, config, progress=bar.update, replay=replay,
+                        think_scale=think_scale)
 
 
 def write_tables(out: Path, name: str, result: SimResult) -> None:
@@ -226,11 +271,12 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     check_policies(names, profile, params)
     trace, requests = load_requests(args)
     load = offered_load(requests, profile)
-    info = f"trace {trace.name}: {load.describe()}"
+    info = f"trace {trace.name}: {load.describe()}\n{replay_line(args)}"
     print(info, file=sys.stderr if args.format == "json" else sys.stdout)
     rows: dict[str, dict[str, Any]] = {}
     for name in names:
-        result = run_one(name, requests, profile, config, params_for(name, params))
+        result = run_one(name, requests, profile, config, params_for(name, params),
+                         replay=args.replay, think_scale=args.think_scale)
         summary = summarize(result.requests, result.steps)
         summary["wall_time_s"] = result.wall_time_s
         summary["kv_blocks"] = result.kv_blocks
@@ -256,9 +302,22 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
         "block_size": args.block_size, "kv_blocks": args.kv_blocks, "kv_fraction": args.kv_fraction,
         "time_scale": args.time_scale, "window_start_s": args.window_start,
         "window_end_s": args.window_end, "max_requests": args.max_requests, "seed": args.seed,
-        "offered_load": load.describe(), "fairsim_version": __version__,
+        "offered_load": load.describe(), "replay": args.replay, "think_scale": args.think_scale,
+        "session_rate_per_s": args.session_rate, "fairsim_version": __version__,
     }
     (out / "run.json").write_text(json.dumps(info, indent=2) + "\n")
+
+
+def replay_line(args: argparse.Namespace) -> str:
+    """One line saying how requests are sent (after ``load_requests`` resolved the options)."""
+    if args.replay == "open":
+        line = "replay: open loop (requests arrive at their timestamps"
+    else:
+        line = (f"replay: closed loop (a turn is sent when the turn it follows finished + its "
+                f"think time x{args.think_scale:g}; TTFT and queue delay from that send time")
+    if args.session_rate is not None:
+        line += f"; sessions start as a Poisson process of {args.session_rate:g}/s, seed {args.seed}"
+    return line + ")"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -46,3 +46,12 @@ class CapacityError(ValueError):
     vLLM would reject such a request at submission; the simulator refuses to start instead of
     looping forever. The message names the request, the blocks it needs and the capacity.
     """
+
+
+class SessionError(ValueError):
+    """The session links of a trace cannot be replayed closed-loop.
+
+    Raised before a run when a request's ``after`` names a request that is not in the trace, or
+    when ``after`` links form a cycle (no turn of it could ever be sent). The message names the
+    request ids involved.
+    """

@@ -139,8 +139,9 @@ def expand(spec: dict[str, Any]) -> list[RunSpec]:
         if p["name"] not in policy_names():
             raise ValueError(f"unknown policy {p['name']!r}; known: {', '.join(policy_names())}")
     for s in scenarios:
-        if s["name"] not in scenario_names():
-            raise ValueError(f"unknown scenario {s['name']!r}; known: {', '.join(scenario_names())}")
+        if s["name"] not in scenario_names(include_sessions=True):
+            known = ", ".join(scenario_names(include_sessions=True))
+            raise ValueError(f"unknown scenario {s['name']!r}; known: {known}")
     runs: list[RunSpec] = []
     for sc, seed, pol, eng in itertools.product(scenarios, seeds, policies, _grid(spec.get("engine"))):
         for params in _grid(pol.get("grid")):
