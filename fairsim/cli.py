@@ -94,9 +94,9 @@ def add_common(p: argparse.ArgumentParser) -> None:
                    help="open: requests arrive at their timestamps; closed: a turn is sent when the "
                         "turn it follows finished in the simulation plus its think time (default: "
                         "closed where the trace has sessions)")
-    p.add_argument("--think-scale", type=float, default=1.0,
+    p.add_argument("--think-scale", type=float, default=1.0, metavar="S",
                    help="closed loop: multiply think/tool times (delays after a finished turn) by S")
-    p.add_argument("--session-rate", type=float, default=None,
+    p.add_argument("--session-rate", type=float, default=None, metavar="R",
                    help="start sessions as a seeded Poisson process of R sessions/s (default: "
                         "0.1 where the trace has no absolute time; otherwise keep its timestamps)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
