@@ -94,3 +94,19 @@ class TestClosedLoopSessions:
                 assert row["released_s"] == pytest.approx(t.loc[r.after, "finish_s"] + 2 * r.delay_s)
             assert row["ttft_s"] == pytest.approx(row["finish_s"] - row["released_s"])
         assert json.loads((out / "summary.json").read_text())["lpm"]["replay"] == "closed"
+
+    def test_realtime_replay_follows_the_live_finish(self):
+        from fairsim.live.equivalence import session_trace
+        from fairsim.live.replay import replay_realtime
+
+        requests = session_trace(3, seed=4, session_rate_per_s=4.0)
+        res = replay_realtime(requests, LiveConfig(policy="fcfs", kv_blocks=64, max_num_seqs=16),
+                              time_scale=0.5, think_scale=0.5)
+        t = res.requests.set_index("request_id")
+        for r in requests:
+            row = t.loc[r.request_id]
+            if r.after is None:  # first turns at their scaled timestamps
+                assert row["released_s"] == pytest.approx(0.5 * r.arrival_time)
+            else:  # wall-clock finish of the predecessor in vLLM + half its think time
+                assert row["released_s"] == pytest.approx(t.loc[r.after, "finish_s"] + 0.5 * r.delay_s)
+            assert row["first_token_s"] >= row["released_s"] and row["ttft_s"] > 0
