@@ -313,3 +313,21 @@ class TestAgentScenario:
         t = res.requests.set_index("request_id")
         follow = t[t["after"].notna()]
         assert (follow["released_s"].to_numpy() >= t.loc[follow["after"], "finish_s"].to_numpy()).all()
+
+
+class TestPlacementProperties:
+    @given(st.lists(st.tuples(st.integers(0, 5), st.floats(0, 100, allow_nan=False)), min_size=1,
+                    max_size=30),
+           st.floats(0.01, 10), st.integers(0, 3))
+    def test_offsets_within_a_session_are_kept(self, rows, rate, seed):
+        reqs = [turn(f"r{i:02d}", t, 8, session=f"s{s}") for i, (s, t) in enumerate(rows)]
+        placed = {r.request_id: r for r in place_sessions(reqs, rate, seed)}
+        assert len(placed) == len(reqs)
+        starts = sorted({min(placed[q.request_id].arrival_time for q in g)
+                         for g in session_groups(reqs)})
+        assert starts[0] == 0.0
+        for g in session_groups(reqs):
+            base = g[0].arrival_time
+            new_base = placed[g[0].request_id].arrival_time
+            for r in g:
+                assert placed[r.request_id].arrival_time - new_base == pytest.approx(r.arrival_time - base)

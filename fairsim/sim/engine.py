@@ -134,7 +134,7 @@ class Engine:
         self._arrivals = Arrivals([(live.req, live) for live in self._all], self.replay, think_scale)
         if hook is not None and hasattr(hook, "attach"):
             hook.attach(self.block_size, [live.keys for live in self._all])
-        self._waiting: dict[int, _Live] = {}  # id(live) -> live, arrival order
+        self._waiting: dict[int, _Live] = {}  # id(live) -> live, release order
         self._preempted: deque[_Live] = deque()  # front of waiting, vLLM prepend order
         self._running: list[_Live] = []  # admission order
         self._step_rows: list[tuple] = []

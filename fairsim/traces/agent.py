@@ -103,6 +103,7 @@ class _Builder:
         self.rng = np.random.default_rng(spec.seed)
         self.ids = PrefixIds()
         self.requests: list[Request] = []
+        self.subagents: dict[str, int] = {}  # session id -> sub-agents spawned so far
 
     def uniform(self, bounds: tuple[int, int]) -> int:
         return int(self.rng.integers(bounds[0], bounds[1] + 1))
@@ -138,8 +139,8 @@ class _Builder:
             context += out_len + self.uniform(s.tool_result_tokens)
             if subagents and self.rng.random() < s.subagent_prob:
                 spawn = self.think()
-                n = sum(1 for r in self.requests if r.session_id.startswith(f"{sid}.sub") and
-                        r.labels["turn"] == 0)
+                n = self.subagents.get(sid, 0)
+                self.subagents[sid] = n + 1
                 self.session(f"{sid}.sub{n}", t + spawn, "subagent-system",
                              s.subagent_system_tokens, self.uniform(s.subagent_turns),
                              "subagent", rid, spawn, subagents=False)
