@@ -39,7 +39,7 @@ def bench_one(args: argparse.Namespace, name: str) -> dict[str, Any]:
     _, requests = load_requests(args)
     load_s = time.perf_counter() - t0
     result = simulate(requests, make_policy(name, profile, **params_for(name, parse_params(args.param))), profile,
-                      engine_config(args, profile))
+                      engine_config(args, profile), replay=args.replay, think_scale=args.think_scale)
     summary = summarize(result.requests, result.steps)
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return {

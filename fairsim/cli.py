@@ -28,6 +28,7 @@ from fairsim.io import atomic_write, atomic_write_text, check_writable_dir
 from fairsim.policies import make_policy, policy_names
 from fairsim.sim import EngineConfig, SimResult, simulate
 from fairsim.traces import RagSpec, Trace, generate_rag, load_trace, scale_time, window
+from fairsim.traces.sessions import detach_cut
 from fairsim.types import Request
 
 
@@ -110,7 +111,17 @@ def add_common(p: argparse.ArgumentParser) -> None:
                    help="window end, seconds of trace time (before --time-scale)")
     p.add_argument("--max-requests", type=int, default=None, help="keep the first N requests")
     p.add_argument("--seed", type=int, default=0,
-                   help="seed of the generated default input when no --trace is given (0 = the shipped file)")
+                   help="seed of the generated default input when no --trace is given (0 = the shipped "
+                        "file), and of the session starts placed by --session-rate")
+    p.add_argument("--replay", choices=("open", "closed"), default=None,
+                   help="open: requests arrive at their timestamps; closed: a turn is sent when the "
+                        "turn it follows finished in the simulation plus its think time (default: "
+                        "closed where the trace has sessions)")
+    p.add_argument("--think-scale", type=float, default=1.0, metavar="S",
+                   help="closed loop: multiply think/tool times (delays after a finished turn) by S")
+    p.add_argument("--session-rate", type=float, default=None, metavar="R",
+                   help="start sessions as a seeded Poisson process of R sessions/s (default: "
+                        "0.1 where the trace has no absolute time; otherwise keep its timestamps)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="policy parameter, e.g. fast_weight=8, or fairway.fast_weight=8 for one policy (repeatable)")
     p.add_argument("--out", type=Path,
@@ -171,8 +182,6 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None) -> t
     profile = profile or load_profile(args.profile)
     if args.seed < 0:
         raise ValueError(f"--seed {args.seed}: need an integer >= 0")
-    if args.trace is not None and args.seed != 0:
-        raise ValueError("--seed only seeds the generated default input; it has no effect with --trace")
     for option, value in (("--window-start", args.window_start), ("--window-end", args.window_end)):
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise ValueError(f"{option} {value}: need a finite time >= 0 s")
@@ -185,23 +194,32 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None) -> t
     if trace.skipped:
         print(f"fairsim: skipped {len(trace.skipped)} bad records of {trace.source}; first: "
               f"{trace.skipped[0]}", file=sys.stderr)
-    requests = window(list(trace.requests), args.window_start, args.window_end, args.max_requests)
-    if not requests:
+    requests = shape_sessions(args, trace)
+    if args.trace is not None and args.seed != 0 and args.session_rate is None:
+        raise ValueError("--seed seeds the generated default input and the session starts of "
+                         "--session-rate; it has no effect with this --trace")
+    kept = window(requests, args.window_start, args.window_end, args.max_requests)
+    if not kept:
         raise ValueError("no requests left after --window-start/--window-end/--max-requests")
     limit = profile.max_model_len
-    requests, dropped = drop_too_long(requests, limit, trace.source, getattr(args, "skip_long", False),
-                                      f"max_model_len of profile {profile.name}")
+    kept, dropped = drop_too_long(kept, limit, trace.source, getattr(args, "skip_long", False),
+                                  f"max_model_len of profile {profile.name}")
     args.skipped_long = len(dropped)
     if dropped:
         print(f"fairsim: --skip-long dropped {len(dropped)} requests with prompts of {limit:,} tokens or "
               f"more (the profile's max_model_len); first: {dropped[0].request_id!r}", file=sys.stderr)
-        if not requests:
+        if not kept:
             raise ValueError(f"--skip-long: every request kept has a prompt of {limit:,} tokens or more")
+    if args.replay == "closed":
+        kept, detached = detach_cut(kept, requests)
+        if detached:
+            print(f"fairsim: {detached} turns whose predecessor is outside the window (or dropped) are "
+                  f"sent at their own arrival times", file=sys.stderr)
     target = getattr(args, "target_load", None)
     if target is not None:
-        args.time_scale = time_scale_for_load(requests, profile, args.budget, target)
+        args.time_scale = time_scale_for_load(kept, profile, args.budget, target)
         print(f"fairsim: --target-load {target:g}: time scale {args.time_scale:.6g}", file=sys.stderr)
-    requests = scale_time(requests, args.time_scale)
+    requests = scale_time(kept, args.time_scale)
     last = requests[-1].arrival_time if requests else 0.0
     if not last <= MAX_ARRIVAL_S:
         where = f"--time-scale {args.time_scale}" if args.time_scale != 1 else trace.source
@@ -210,6 +228,31 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None) -> t
             f"{MAX_ARRIVAL_S:.0e} s, where float64 time cannot resolve 1 us steps; use a smaller "
             f"factor or a shorter window")
     return trace, requests
+
+
+def shape_sessions(args: argparse.Namespace, trace: Trace) -> list[Request]:
+    """Resolve ``--replay``/``--session-rate`` for ``trace`` (stored back on ``args``) and place
+    session starts where asked or needed; return the requests sorted by arrival.
+
+    Raises:
+        ValueError: A bad ``--think-scale`` or ``--session-rate``.
+        SessionError: Closed loop: an ``after`` naming an unknown request, or a cycle.
+    """
+    from fairsim.sim.arrivals import check_sessions, resolve_replay
+    from fairsim.traces.sessions import DEFAULT_SESSION_RATE, place_sessions
+
+    if not (args.think_scale >= 0 and args.think_scale < float("inf")):
+        raise ValueError(f"--think-scale {args.think_scale}: need a finite factor >= 0")
+    args.replay = resolve_replay(trace.requests, args.replay)
+    if args.replay == "closed":
+        check_sessions(trace.requests)  # named error before any long work
+    requests = sorted(trace.requests, key=lambda r: (r.arrival_time, r.request_id))
+    # Formats without absolute time (Claude Code sessions) give offsets from the session start.
+    if not getattr(trace, "absolute_time", True) and args.session_rate is None:
+        args.session_rate = DEFAULT_SESSION_RATE
+    if args.session_rate is not None:
+        requests = place_sessions(requests, args.session_rate, args.seed)
+    return requests
 
 
 def engine_config(args: argparse.Namespace, profile: Profile | None = None) -> EngineConfig:
@@ -246,14 +289,17 @@ def check_policies(names: list[str], profile: Profile, params: dict[str, Any]) -
 
 
 def run_one(name: str, requests: list[Request], profile: Profile, config: EngineConfig,
-            params: dict[str, Any], show_progress: bool = True) -> SimResult:
-    """Simulate ``requests`` under policy ``name`` with a progress bar after 2 s."""
+            params: dict[str, Any], show_progress: bool = True, *, replay: str | None = None,
+            think_scale: float = 1.0) -> SimResult:
+    """Simulate ``requests`` under policy ``name`` with a progress bar after 2 s (``replay`` and
+    ``think_scale``: see ``fairsim.sim.Engine``)."""
     from tqdm import tqdm
 
     policy = make_policy(name, profile, **params)
     with tqdm(total=len(requests), desc=name, unit="req", delay=2.0, leave=False,
               disable=not show_progress or None) as bar:
-        return simulate(requests, policy, profile, config, progress=bar.update)
+        return simulate(requests, policy, profile, config, progress=bar.update, replay=replay,
+                        think_scale=think_scale)
 
 
 def write_tables(out: Path, name: str, result: SimResult, engine: dict[str, Any] | None = None) -> None:
@@ -311,10 +357,12 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     scaled = f" (time scale {args.time_scale:.6g})" if args.time_scale != 1 else ""
     print(f"trace {trace.name}{scaled}: {load.describe()}", file=stream)
     print(describe_capacity(profile.name, block_size, kv_blocks, cap_source), file=stream)
+    print(replay_line(args), file=stream)
     rows: dict[str, dict[str, Any]] = {}
     try:
         for name in names:
-            result = run_one(name, requests, profile, config, params_for(name, params))
+            result = run_one(name, requests, profile, config, params_for(name, params),
+                             replay=args.replay, think_scale=args.think_scale)
             summary = summarize(result.requests, result.steps)
             summary["wall_time_s"] = result.wall_time_s
             summary["profile"] = profile.name
@@ -358,9 +406,22 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
         "window_end_s": args.window_end, "max_requests": args.max_requests, "seed": args.seed,
         "skip_long": getattr(args, "skip_long", False), "skipped_long": getattr(args, "skipped_long", 0),
         "engine": engine, "offered_load": load.describe(), "offered_load_figures": load.to_dict(),
-        "fairsim_version": __version__,
+        "replay": args.replay, "think_scale": args.think_scale,
+        "session_rate_per_s": args.session_rate, "fairsim_version": __version__,
     }
     atomic_write_text(out / "run.json", json.dumps(info, indent=2) + "\n")
+
+
+def replay_line(args: argparse.Namespace) -> str:
+    """One line saying how requests are sent (after ``load_requests`` resolved the options)."""
+    if args.replay == "open":
+        line = "replay: open loop (requests arrive at their timestamps"
+    else:
+        line = (f"replay: closed loop (a turn is sent when the turn it follows finished + its "
+                f"think time x{args.think_scale:g}; TTFT and queue delay from that send time")
+    if args.session_rate is not None:
+        line += f"; sessions start as a Poisson process of {args.session_rate:g}/s, seed {args.seed}"
+    return line + ")"
 
 
 def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

@@ -118,3 +118,12 @@ class PromptTooLongError(ValueError):
     which leaves no room for an output token). The message names the trace file and line (or the
     request id for a generated trace), the prompt length, the limit and ``--skip-long``.
     """
+
+
+class SessionError(ValueError):
+    """The session links of a trace cannot be replayed closed-loop.
+
+    Raised before a run when a request's ``after`` names a request that is not in the trace, or
+    when ``after`` links form a cycle (no turn of it could ever be sent). The message names the
+    request ids involved.
+    """

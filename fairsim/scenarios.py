@@ -25,6 +25,7 @@ from typing import Any
 
 from fairsim.costmodel import Profile
 from fairsim.sim.config import EngineConfig
+from fairsim.traces.agent import AgentSpec, generate_agent
 from fairsim.traces.flood import FloodSpec, generate_flood
 from fairsim.traces.loadshape import calm_burst_spike, poisson
 from fairsim.traces.mixed import MixedSpec, generate_mixed
@@ -128,6 +129,13 @@ def _flood(profile: Profile, seed: int, **params: Any) -> Scenario:
                     EngineConfig(kv_blocks=A6000_KV_BLOCKS))
 
 
+def _agent(profile: Profile, seed: int, **params: Any) -> Scenario:
+    # Closed-loop sessions: the engine replays them closed (``after`` links) by default.
+    spec = _replace(AgentSpec(seed=seed), params)
+    requests = list(generate_agent(spec).requests)
+    return Scenario("agent", requests, kv_capacity(requests))
+
+
 def _real(name: str) -> Callable[..., Scenario]:
     def build(profile: Profile, seed: int, load: float = 0.8, max_requests: int = 600,
               window_step_s: float = 600.0, max_prompt_tokens: int = 32768) -> Scenario:
@@ -151,12 +159,17 @@ SCENARIOS: dict[str, Callable[..., Scenario]] = {
     "azure-code": _real("azure-code"),
     "azure-conv": _real("azure-conv"),
 }
-"""Scenario name -> builder ``(profile, seed, **params) -> Scenario``."""
+"""Scenario name -> builder ``(profile, seed, **params) -> Scenario``: E2's eleven."""
+
+SESSION_SCENARIOS: dict[str, Callable[..., Scenario]] = {
+    "agent": _agent,
+}
+"""Closed-loop session scenarios (for E5 and session-aware policies; not part of E2)."""
 
 
-def scenario_names() -> list[str]:
-    """All scenario names, in E2's order."""
-    return list(SCENARIOS)
+def scenario_names(include_sessions: bool = False) -> list[str]:
+    """Scenario names: E2's eleven in E2's order, then (``include_sessions``) the session ones."""
+    return list(SCENARIOS) + (list(SESSION_SCENARIOS) if include_sessions else [])
 
 
 def build_scenario(name: str, profile: Profile, seed: int = 0, **params: Any) -> Scenario:
@@ -173,9 +186,10 @@ def build_scenario(name: str, profile: Profile, seed: int = 0, **params: Any) ->
         FileNotFoundError: A real trace is missing.
     """
     try:
-        builder = SCENARIOS[name]
+        builder = SCENARIOS[name] if name in SCENARIOS else SESSION_SCENARIOS[name]
     except KeyError:
-        raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}") from None
+        known = ", ".join(scenario_names(include_sessions=True))
+        raise ValueError(f"unknown scenario {name!r}; known: {known}") from None
     try:
         return builder(profile, seed, **params)
     except TypeError as exc:

@@ -81,7 +81,9 @@ class QueuedRequest(NamedTuple):
 
     Attributes:
         request_id: Request id.
-        arrival_time: Arrival time (s), on the same clock as the ``now`` passed to ``order()``.
+        arrival_time: Arrival time (s), on the same clock as the ``now`` passed to ``order()``:
+            when the request joined the waiting queue (in closed-loop replay, its release time:
+            the finish of the turn it follows plus its think time).
         prompt_len: ``L``, prompt tokens.
         cached_len: ``h``, prompt tokens that would hit the prefix cache now (leading full blocks,
             capped at ``L - 1``; vLLM ``KVCacheManager.get_computed_blocks``).

@@ -40,7 +40,11 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
     eq = sub.add_parser("equivalence", help="compare simulator and vLLM decisions per request")
     eq.add_argument("--policies", default="fcfs,lpm,fairway")
     eq.add_argument("--requests", type=int, default=200, help="requests in the generated trace")
-    eq.add_argument("--rate", type=float, default=8.0, help="arrival rate, requests/s (virtual time)")
+    eq.add_argument("--rate", type=float, default=8.0,
+                    help="arrival rate, requests/s (virtual time); with --sessions: session starts/s")
+    eq.add_argument("--sessions", type=int, default=0,
+                    help="N > 0: a closed-loop agent trace of N sessions (with sub-agents) instead "
+                         "of the RAG trace; --requests is then unused")
     eq.add_argument("--kv-blocks", type=int, default=48, help="usable KV blocks of 128 tokens")
     eq.add_argument("--seed", type=int, default=1)
     eq.add_argument("--profile", default="a6000-llama3.1-8b-vllm-prior",
@@ -132,15 +136,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
     print(f"replay {trace.name}: {len(requests)} requests, policy {args.policy}, profile {profile.name}, "
           f"{kv_blocks} KV blocks of {block} tokens ({kv_blocks * block:,} tokens), "
           f"{'virtual clock' if args.virtual else f'real time x{args.time_scale}'}", file=sys.stderr)
+    from fairsim.cli import replay_line
+
+    print(replay_line(args), file=sys.stderr)
+    sessions = {"replay": args.replay, "think_scale": args.think_scale}
     if args.virtual:
-        result = replay_virtual(requests, cfg, profile)
-    else:
-        result = replay_realtime(requests, cfg, time_scale=1.0)  # load_requests already scaled
+        result = replay_virtual(requests, cfg, profile, **sessions)
+    else:  # load_requests already scaled the arrival times
+        result = replay_realtime(requests, cfg, time_scale=1.0, **sessions)
     summary = ttft_summary(result.requests)
     summary["hit_rate"] = float(result.requests["cached_tokens"].sum() / result.requests["prompt_tokens"].sum())
     summary["steps"] = int(len(result.steps))
     summary["policy_errors"] = result.policy_errors
     summary["mode"] = result.mode
+    summary["replay"] = args.replay
     rows = {args.policy: summary}
     if args.out is not None:
         from fairsim.io import atomic_write_text
@@ -168,10 +177,16 @@ def cmd_equivalence(args: argparse.Namespace) -> int:
     """``fairsim equivalence``: the decision-equivalence figure per policy."""
     from fairsim.costmodel import load_profile
     from fairsim.live.engine import LiveConfig
-    from fairsim.live.equivalence import compare, equivalence_trace
+    from fairsim.live.equivalence import compare, equivalence_trace, session_trace
 
     profile = load_profile(args.profile)
-    requests = equivalence_trace(args.requests, seed=args.seed, rate_per_s=args.rate)
+    if args.sessions < 0:
+        raise ValueError(f"--sessions {args.sessions}: need >= 0 (0 = the RAG trace)")
+    if args.sessions:
+        requests = session_trace(args.sessions, seed=args.seed, session_rate_per_s=args.rate)
+        print(f"closed-loop agent trace: {args.sessions} sessions, {len(requests)} requests")
+    else:
+        requests = equivalence_trace(args.requests, seed=args.seed, rate_per_s=args.rate)
     print(f"{'policy':8} {'identical':>9} {'requests':>8} {'sim evictions':>13}")
     worst = 1.0
     for name in [s.strip() for s in args.policies.split(",") if s.strip()]:

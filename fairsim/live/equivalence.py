@@ -5,6 +5,10 @@ vLLM engine on a virtual clock driven by the same profile), with the same policy
 ``max_num_seqs``, block size and usable KV blocks. Per request three decisions are compared:
 cached tokens at first admission, the step in which it was first scheduled, and the step in
 which it finished. The figure is the share of requests for which all three are identical.
+
+Session traces (``session_trace``) replay closed-loop on both sides: a turn is released when its
+predecessor finished in *that* engine plus its think time, so a difference in one finish step
+would also show up in the release, first-scheduled and finish steps of every later turn.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from fairsim.live.replay import replay_virtual
 from fairsim.policies import make_policy
 from fairsim.sim import EngineConfig, simulate
 from fairsim.traces import RagSpec, generate_rag
+from fairsim.traces.agent import AgentSpec, generate_agent
 from fairsim.types import Request
 
 #: Decisions compared per request.
@@ -60,8 +65,25 @@ def equivalence_trace(num_requests: int = 40, seed: int = 1, rate_per_s: float =
     return list(generate_rag(spec).requests)
 
 
+def session_trace(num_sessions: int = 10, seed: int = 1, session_rate_per_s: float = 8.0) -> list[Request]:
+    """A small agent trace (``fairsim.traces.agent``) for live closed-loop comparisons.
+
+    Contexts stay short (a 512-token shared system prompt, at most ~3,300 tokens) and hash blocks
+    are 128 tokens (the CPU engine's block), so growing session prefixes hit at block granularity
+    and a 48-block cache is under eviction pressure. Think times: median 0.2 s (virtual).
+    """
+    spec = AgentSpec(num_sessions=num_sessions, session_rate_per_s=session_rate_per_s,
+                     system_tokens=512, task_tokens=(32, 256), turns=(2, 5),
+                     output_tokens=(16, 128), tool_result_tokens=(32, 384), think_median_s=0.2,
+                     think_sigma=1.0, think_max_s=5.0, subagent_prob=0.2,
+                     subagent_system_tokens=256, subagent_turns=(1, 3), hash_block_size=128,
+                     seed=seed)
+    return list(generate_agent(spec, "agent-equivalence").requests)
+
+
 def compare(requests: Sequence[Request], policy: str, profile: Profile, config: LiveConfig,
-            profile_ref: str | None = None) -> Equivalence:
+            profile_ref: str | None = None, *, replay: str | None = None,
+            think_scale: float = 1.0) -> Equivalence:
     """Run ``requests`` in the simulator and in vLLM (virtual clock) and compare decisions.
 
     Args:
@@ -70,9 +92,13 @@ def compare(requests: Sequence[Request], policy: str, profile: Profile, config: 
         profile: Cost model for step times (both sides) and ``T_idle``.
         config: Live engine settings; ``kv_blocks`` must be set (both sides use it).
         profile_ref: Name or path of ``profile`` for the hook (default: ``config.profile``).
+        replay: ``"open"``, ``"closed"`` or ``None`` (closed where the trace has sessions), on
+            both sides.
+        think_scale: Closed loop: multiplies ``delay_s`` on both sides.
 
     Raises:
         ValueError: ``config.kv_blocks`` is None.
+        SessionError: Closed loop: an unknown ``after`` or a cycle.
     """
     if config.kv_blocks is None:
         raise ValueError("set LiveConfig.kv_blocks so the simulator and vLLM have the same cache")
@@ -81,8 +107,9 @@ def compare(requests: Sequence[Request], policy: str, profile: Profile, config: 
     config = replace(config, policy=policy, profile=profile_ref or config.profile)
     sim = simulate(requests, make_policy(policy, profile, **config.params), profile,
                    EngineConfig(budget_tokens=config.budget_tokens, max_num_seqs=config.max_num_seqs,
-                                block_size=config.block_size, kv_blocks=config.kv_blocks))
-    live = replay_virtual(requests, config, profile)
+                                block_size=config.block_size, kv_blocks=config.kv_blocks),
+                   replay=replay, think_scale=think_scale)
+    live = replay_virtual(requests, config, profile, replay=replay, think_scale=think_scale)
     s = sim.requests.set_index("request_id")[list(DECISIONS)]
     v = live.requests.set_index("request_id")[list(DECISIONS)]
     table = s.add_prefix("sim_").join(v.add_prefix("vllm_"))

@@ -4,14 +4,20 @@ Both drivers build the engine with the fairsim hook (``fairsim.live.PolicySchedu
 step by step with ``LLMEngine.add_request`` / ``LLMEngine.step``, and return the simulator's
 per-request table (``fairsim.sim.SimResult.requests`` columns) plus a per-step table.
 
-- ``replay_realtime``: requests are submitted when the wall clock reaches their (scaled) arrival
-  time; TTFT is vLLM's own ``RequestOutput.metrics.first_token_latency`` (output time minus the
-  request's arrival time), cached tokens are ``RequestOutput.num_cached_tokens``.
+- ``replay_realtime``: requests are submitted when the wall clock reaches their release time;
+  TTFT is vLLM's own ``RequestOutput.metrics.first_token_latency`` (output time minus the
+  request's arrival time in vLLM, which is the release time), cached tokens are
+  ``RequestOutput.num_cached_tokens``.
 - ``replay_virtual``: decision-equivalence mode. Time is virtual: each step advances it by the
   profile's step time of the batch vLLM actually scheduled, requests are added when virtual time
-  reaches their arrival (arrival time <= step start, as in the simulator), and the policy reads
+  reaches their release (release time <= step start, as in the simulator), and the policy reads
   this clock. Simulator and vLLM then see the same inputs, so their decisions can be compared
   step for step (``fairsim.live.equivalence``).
+
+Release times come from the simulator's arrival process (``fairsim.sim.arrivals.Arrivals``): open
+loop = the (scaled) arrival time; closed loop (sessions) = when the request it follows finished
+*in this live engine* plus ``delay_s * think_scale`` (wall seconds in real time, virtual seconds
+with ``--virtual``).
 """
 
 from __future__ import annotations
@@ -25,8 +31,11 @@ from typing import Any
 import pandas as pd
 
 from fairsim.costmodel import Profile
+from fairsim.errors import EngineInvariantError
 from fairsim.live.engine import LiveConfig, live_scheduler, make_llm
 from fairsim.live.prompts import prompt_tokens
+from fairsim.sim.arrivals import Arrivals, resolve_replay
+from fairsim.traces.shaping import scale_time
 from fairsim.types import Request
 
 STEP_COLUMNS = ["step", "start_s", "duration_s", "tokens", "requests", "waiting", "running", "pair_tokens"]
@@ -40,8 +49,9 @@ class LiveResult:
         requests: One row per request, the simulator's columns (``request_id``, ``arrival_s``,
             ``prompt_tokens``, ``cached_tokens``, ``first_scheduled_s``, ``first_token_s``,
             ``ttft_s``, ``finish_s``, ``queue_delay_s``, ``first_scheduled_step``,
-            ``finish_step``, ``preemptions``) plus labels. Times in seconds from the trace start
-            (wall clock in real time, virtual in lockstep).
+            ``finish_step``, ``preemptions``, ``session_id``, ``after``, ``released_s``) plus
+            labels. Times in seconds from the trace start (wall clock in real time, virtual in
+            lockstep); TTFT and queue delay from ``released_s``.
         steps: One row per engine step: ``step``, ``start_s``, ``duration_s`` (measured wall
             seconds, or the profile's time in virtual mode), ``tokens``, ``requests``,
             ``waiting``, ``running``, ``pair_tokens`` (``sum n_i (k_i + n_i / 2)``, the cost
@@ -90,6 +100,7 @@ class _Driver:
         self.rows: dict[str, dict[str, Any]] = {}
         self.step_rows: list[tuple] = []
         self.first_step: dict[str, tuple[int, float]] = {}
+        self.released: dict[str, float] = {}
 
     def warm_up(self) -> None:
         """One short request so the first measured step does not pay start-up costs; then clear
@@ -102,9 +113,12 @@ class _Driver:
         # The warm-up request went through the policy: start it afresh (k-LPM counts turns).
         self.sched.fairsim_reset()
 
-    def submit(self, req: Request, arrival_time: float) -> None:
+    def submit(self, req: Request, arrival_time: float, released_s: float) -> None:
+        """Add ``req`` to vLLM with ``arrival_time`` (vLLM's clock) released at ``released_s``
+        (seconds from the trace start)."""
         from vllm.inputs import TokensPrompt
 
+        self.released[req.request_id] = released_s
         vid = self.engine.add_request(
             req.request_id, TokensPrompt(prompt_token_ids=prompt_tokens(req, self.salt)),
             self._params, arrival_time=arrival_time)
@@ -140,13 +154,16 @@ class _Driver:
             step, start = self.first_step.get(vid, (None, None))
             row["first_scheduled_step"] = step
             row["first_scheduled_s"] = start
-            row["queue_delay_s"] = None if start is None else start - r.arrival_time
+            row["queue_delay_s"] = None if start is None else start - self.released[r.request_id]
+            row["session_id"] = r.session_id
+            row["after"] = r.after
+            row["released_s"] = self.released[r.request_id]
             for k in label_keys:
                 row[k] = r.labels.get(k)
             rows.append(row)
         cols = ["request_id", "arrival_s", "prompt_tokens", "cached_tokens", "first_scheduled_s",
                 "first_token_s", "ttft_s", "finish_s", "queue_delay_s", "first_scheduled_step",
-                "finish_step", "preemptions"] + label_keys
+                "finish_step", "preemptions", "session_id", "after", "released_s"] + label_keys
         return pd.DataFrame(rows, columns=cols)
 
     def result(self, mode: str) -> LiveResult:
@@ -160,37 +177,45 @@ class _Driver:
 
 
 def replay_realtime(requests: Sequence[Request], config: LiveConfig, time_scale: float = 1.0,
-                    salt: int = 0) -> LiveResult:
-    """Submit ``requests`` at ``time_scale * arrival_time`` wall seconds after the start.
+                    salt: int = 0, *, replay: str | None = None,
+                    think_scale: float = 1.0) -> LiveResult:
+    """Submit ``requests`` at their release times, wall seconds after the start.
 
     Args:
         requests: The trace (arrival times in seconds from its start).
         config: Engine and policy settings.
-        time_scale: Multiplies arrival times (> 0; > 1 stretches the trace, lowering load).
+        time_scale: Multiplies arrival times (> 0; > 1 stretches the trace, lowering load); not
+            think times.
         salt: Prompt synthesis salt (``fairsim.live.prompts``).
+        replay: ``"open"``, ``"closed"`` or ``None`` (closed where the trace has sessions): a
+            closed-loop turn is submitted when its predecessor finished in this engine plus
+            ``delay_s * think_scale`` wall seconds.
+        think_scale: Closed loop: multiplies ``delay_s`` (>= 0).
 
     Returns:
         A ``LiveResult`` whose ``requests`` table has scaled arrival times and wall-clock times.
 
     Raises:
-        ValueError: Duplicate ids, a non-positive ``time_scale``, or a request the cache cannot hold.
+        ValueError: Duplicate ids, a non-positive ``time_scale``, a bad ``replay`` or
+            ``think_scale``, or a request the cache cannot hold.
+        SessionError: Closed loop: an unknown ``after`` or a cycle.
     """
-    if not time_scale > 0:
-        raise ValueError(f"time_scale={time_scale}: need > 0")
-    d = _Driver(requests, config, salt)
+    scaled = scale_time(requests, time_scale)
+    arrivals = Arrivals([(r, r) for r in scaled], resolve_replay(requests, replay), think_scale)
+    d = _Driver(scaled, config, salt)
     try:
         d.warm_up()
-        pending = list(d.requests)
-        i = 0
         step = 0
         t0 = time.time()
-        while i < len(pending) or d.engine.has_unfinished_requests():
+        while arrivals or d.engine.has_unfinished_requests():
             now = time.time() - t0
-            while i < len(pending) and pending[i].arrival_time * time_scale <= now:
-                d.submit(pending[i], t0 + pending[i].arrival_time * time_scale)
-                i += 1
+            for released, req, _ in arrivals.pop_due(now):
+                d.submit(req, t0 + released, released)
             if not d.engine.has_unfinished_requests():
-                time.sleep(max(0.0, pending[i].arrival_time * time_scale - (time.time() - t0)))
+                nxt = arrivals.next_time()
+                if nxt is None:
+                    raise EngineInvariantError("closed-loop turns are held but no request is queued or running")
+                time.sleep(max(0.0, nxt - (time.time() - t0)))
                 continue
             num_waiting = len(d.sched.waiting)
             start = time.time() - t0
@@ -204,14 +229,15 @@ def replay_realtime(requests: Sequence[Request], config: LiveConfig, time_scale:
             for out in done:
                 req, _ = d.finished(out)
                 m = out.metrics
-                arrival = req.arrival_time * time_scale
+                released = d.released[req.request_id]
                 ttft = float(m.first_token_latency)
                 d.rows[req.request_id] = {
-                    "request_id": req.request_id, "arrival_s": arrival,
+                    "request_id": req.request_id, "arrival_s": req.arrival_time,
                     "prompt_tokens": req.prompt_len, "cached_tokens": int(out.num_cached_tokens),
-                    "first_token_s": arrival + ttft, "ttft_s": ttft, "finish_s": end,
+                    "first_token_s": released + ttft, "ttft_s": ttft, "finish_s": end,
                     "finish_step": step, "preemptions": int(getattr(m, "num_preemptions", 0)),
                 }
+                arrivals.finished(req.request_id, end)
             step += 1
         return d.result("realtime")
     finally:
@@ -219,35 +245,41 @@ def replay_realtime(requests: Sequence[Request], config: LiveConfig, time_scale:
 
 
 def replay_virtual(requests: Sequence[Request], config: LiveConfig, profile: Profile,
-                   salt: int = 0) -> LiveResult:
+                   salt: int = 0, *, replay: str | None = None,
+                   think_scale: float = 1.0) -> LiveResult:
     """Run ``requests`` through a live engine on a virtual clock (decision-equivalence mode).
 
     Each step lasts ``profile.step_time`` of the batch vLLM scheduled (``(new, context)`` tokens
     per request); a request is added before the first step that starts at or after its arrival;
     the policy's ``now`` and vLLM's arrival times are on this clock. The engine's wall time does
-    not matter, so the run is deterministic.
+    not matter, so the run is deterministic. ``replay``/``think_scale``: as in
+    ``replay_realtime``, on the virtual clock (the simulator's ``Arrivals``, so release times
+    match the simulator's wherever finish times do).
 
     Returns:
         A ``LiveResult`` with virtual times; ``cached_tokens`` is the prefix hit at first admission
         (as the simulator's), ``first_scheduled_step``/``finish_step`` count engine steps.
 
     Raises:
-        ValueError: Duplicate ids or a request the cache cannot hold.
+        ValueError: Duplicate ids, a bad ``replay`` or ``think_scale``, or a request the cache
+            cannot hold.
+        SessionError: Closed loop: an unknown ``after`` or a cycle.
     """
+    arrivals = Arrivals([(r, r) for r in requests], resolve_replay(requests, replay), think_scale)
     d = _Driver(requests, config, salt)
     try:
         d.warm_up()
         vt = 0.0
         d.sched.fairsim_clock = lambda: vt
-        pending = d.requests
-        i = 0
         step = 0
-        while i < len(pending) or d.engine.has_unfinished_requests():
-            while i < len(pending) and pending[i].arrival_time <= vt:
-                d.submit(pending[i], pending[i].arrival_time)
-                i += 1
+        while arrivals or d.engine.has_unfinished_requests():
+            for released, req, _ in arrivals.pop_due(vt):
+                d.submit(req, released, released)
             if not d.engine.has_unfinished_requests():
-                vt = pending[i].arrival_time
+                nxt = arrivals.next_time()
+                if nxt is None:
+                    raise EngineInvariantError("closed-loop turns are held but no request is queued or running")
+                vt = nxt
                 continue
             num_waiting = len(d.sched.waiting)
             outputs = d.engine.step()
@@ -265,10 +297,11 @@ def replay_virtual(requests: Sequence[Request], config: LiveConfig, profile: Pro
                     "request_id": req.request_id, "arrival_s": req.arrival_time,
                     "prompt_tokens": req.prompt_len,
                     "cached_tokens": admitted[1] if admitted else int(out.num_cached_tokens),
-                    "first_token_s": end, "ttft_s": end - req.arrival_time, "finish_s": end,
-                    "finish_step": step,
+                    "first_token_s": end, "ttft_s": end - d.released[req.request_id],
+                    "finish_s": end, "finish_step": step,
                     "preemptions": int(getattr(out.metrics, "num_preemptions", 0) or 0),
                 }
+                arrivals.finished(req.request_id, end)
             vt = end
             step += 1
         return d.result("virtual")

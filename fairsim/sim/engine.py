@@ -1,8 +1,10 @@
 """SimPy model of a vLLM-v1-style chunked-prefill engine with a prefix cache.
 
-SimPy time is seconds. One SimPy process drives the step loop; arrivals are drained from the
-(sorted) trace at the start of every step, so a request arriving exactly at a step's start time
-is waiting for that step - a fixed, deterministic order with no same-time event races.
+SimPy time is seconds. One SimPy process drives the step loop; released requests are drained
+from the arrival process (``fairsim.sim.arrivals``: open loop = timestamps, closed loop = a turn
+is released when its predecessor finished plus its think time) at the start of every step, so a
+request released exactly at a step's start time is waiting for that step - a fixed,
+deterministic order, (release time, request_id), with no same-time event races.
 
 Each step (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule``):
 
@@ -26,7 +28,8 @@ Each step (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule``):
    ``allocate_slots``), so a later request in the same step can hit them.
 4. The step lasts ``Profile.step_time`` of its batch. A request whose last prompt token was
    computed finishes at the step's end (prefill-only node: one output token); TTFT = that time
-   minus arrival. Its blocks are freed deepest first.
+   minus release (= arrival in open loop). Its blocks are freed deepest first, and the arrival
+   process is told it finished (``_request_finished``: closed-loop followers are queued).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import simpy
 from fairsim.costmodel import Profile
 from fairsim.errors import EngineInvariantError
 from fairsim.policies.base import Policy, check_permutation
+from fairsim.sim.arrivals import Arrivals, resolve_replay
 from fairsim.sim.block_pool import BlockPool
 from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
@@ -56,7 +60,7 @@ class _Live:
     __slots__ = (
         "req", "keys", "max_hit_blocks", "num_prompt_blocks", "computed", "blocks",
         "num_cached_blocks", "cached_at_admission", "first_scheduled_s", "first_scheduled_step",
-        "finish_s", "finish_step", "preemptions", "preempted", "snap",
+        "finish_s", "finish_step", "preemptions", "preempted", "snap", "released_s",
     )
 
     def __init__(self, req: Request, keys: tuple[Hashable, ...], block_size: int) -> None:
@@ -76,6 +80,7 @@ class _Live:
         self.finish_step: int | None = None
         self.preemptions = 0
         self.preempted = False
+        self.released_s: float | None = None  # when the request joined the waiting queue
         # Cached policy snapshot; None when a key this request could hit changed state.
         self.snap: QueuedRequest | None = None
 
@@ -90,9 +95,15 @@ class Engine:
         config: Engine settings.
         progress: Optional callable taking the number of requests finished in a step
             (e.g. ``tqdm.update``).
+        replay: ``"open"`` (release at ``arrival_time``), ``"closed"`` (a request with ``after``
+            is released when that request finished plus ``delay_s * think_scale``) or ``None``:
+            closed where any request has ``after`` (``fairsim.sim.arrivals``).
+        think_scale: Closed loop: multiplies ``delay_s`` (>= 0).
 
     Raises:
-        CapacityError, ValueError: See ``resolve_capacity``; duplicate request ids.
+        CapacityError, ValueError: See ``resolve_capacity``; duplicate request ids; a bad replay
+            mode or think scale.
+        SessionError: Closed loop: ``after`` names an unknown request, or the links form a cycle.
     """
 
     def __init__(
@@ -102,6 +113,9 @@ class Engine:
         profile: Profile,
         config: EngineConfig = EngineConfig(),
         progress: Callable[[int], Any] | None = None,
+        *,
+        replay: str | None = None,
+        think_scale: float = 1.0,
     ) -> None:
         ids = [r.request_id for r in requests]
         if len(set(ids)) != len(ids):
@@ -118,11 +132,12 @@ class Engine:
         self.progress = progress
         ordered = sorted(requests, key=lambda r: (r.arrival_time, r.request_id))
         # engine_block_keys: every full block is hashed, as in vLLM (not only the trace's).
-        self._pending = deque(_Live(r, engine_block_keys(r, self.block_size), self.block_size) for r in ordered)
-        self._all = list(self._pending)
+        self._all = [_Live(r, engine_block_keys(r, self.block_size), self.block_size) for r in ordered]
+        self.replay = resolve_replay(requests, replay)
+        self._arrivals = Arrivals([(live.req, live) for live in self._all], self.replay, think_scale)
         if hook is not None and hasattr(hook, "attach"):
             hook.attach(self.block_size, [live.keys for live in self._all])
-        self._waiting: dict[int, _Live] = {}  # id(live) -> live, arrival order
+        self._waiting: dict[int, _Live] = {}  # id(live) -> live, release order
         self._preempted: deque[_Live] = deque()  # front of waiting, vLLM prepend order
         self._running: list[_Live] = []  # admission order
         self._step_rows: list[tuple] = []
@@ -156,16 +171,21 @@ class Engine:
 
     def _loop(self):
         env = self.env
-        pending = self._pending
+        arrivals = self._arrivals
         step = 0
-        while pending or self._waiting or self._preempted or self._running:
+        while arrivals or self._waiting or self._preempted or self._running:
             now = env.now
-            while pending and pending[0].req.arrival_time <= now:
-                live = pending.popleft()
+            for released, _, live in arrivals.pop_due(now):
+                live.released_s = released
                 self._waiting[id(live)] = live
                 self._watch(live)
             if not (self._waiting or self._preempted or self._running):
-                yield env.timeout(pending[0].req.arrival_time - now)
+                nxt = arrivals.next_time()
+                # Held turns wait for a request in the engine; none is, so one must be queued.
+                if nxt is None:
+                    raise EngineInvariantError(
+                        f"at {now:.6f} s closed-loop turns are held but no request is queued or running")
+                yield env.timeout(nxt - now)
                 continue
             num_waiting = len(self._waiting) + len(self._preempted)
             evictions0 = self.pool.num_evictions
@@ -308,7 +328,7 @@ class Engine:
             req = live.req
             h = self.pool.count_prefix(live.keys, live.max_hit_blocks) * self.block_size
             snap = live.snap = QueuedRequest(
-                req.request_id, req.arrival_time, req.prompt_len, h,
+                req.request_id, live.released_s, req.prompt_len, h,
                 max(1, req.prompt_len - h - live.computed), live.computed, live, live.keys,
                 self.block_size,
             )
@@ -362,8 +382,7 @@ class Engine:
                 live.first_scheduled_step = step
             live.computed += n
             if live.computed >= live.req.prompt_len:
-                live.finish_s = end
-                live.finish_step = step
+                self._request_finished(live, end, step)
                 # Deepest block first, so the tail is evicted before the shared prefix.
                 self.pool.free(reversed(live.blocks))
                 live.blocks = []
@@ -372,6 +391,14 @@ class Engine:
             self._running = [r for r in self._running if r.finish_s is None]
             if self.progress is not None:
                 self.progress(finished)
+
+    def _request_finished(self, live: _Live, t: float, step: int) -> None:
+        """``live`` produced its last token at ``t`` (s), in step ``step``: record it and release
+        its closed-loop followers (``Arrivals.finished``). Prefill-only mode calls it at the end
+        of the request's last prefill step; a decoding engine calls it at its last decode step."""
+        live.finish_s = t
+        live.finish_step = step
+        self._arrivals.finished(live.req.request_id, t)
 
     # -- result tables ---------------------------------------------------------------------------
     def _request_table(self) -> pd.DataFrame:
@@ -387,12 +414,15 @@ class Engine:
                 "cached_tokens": live.cached_at_admission,
                 "first_scheduled_s": live.first_scheduled_s,
                 "first_token_s": live.finish_s,
-                "ttft_s": live.finish_s - r.arrival_time,
+                "ttft_s": live.finish_s - live.released_s,
                 "finish_s": live.finish_s,
-                "queue_delay_s": live.first_scheduled_s - r.arrival_time,
+                "queue_delay_s": live.first_scheduled_s - live.released_s,
                 "first_scheduled_step": live.first_scheduled_step,
                 "finish_step": live.finish_step,
                 "preemptions": live.preemptions,
+                "released_s": live.released_s,
+                "session_id": r.session_id,
+                "after": r.after,
             }
             for k in label_keys:
                 row[k] = r.labels.get(k)
@@ -412,6 +442,10 @@ def simulate(
     profile: Profile,
     config: EngineConfig = EngineConfig(),
     progress: Callable[[int], Any] | None = None,
+    *,
+    replay: str | None = None,
+    think_scale: float = 1.0,
 ) -> SimResult:
     """Replay ``requests`` through the engine under ``policy``; see ``Engine``."""
-    return Engine(requests, policy, profile, config, progress).run()
+    return Engine(requests, policy, profile, config, progress, replay=replay,
+                  think_scale=think_scale).run()

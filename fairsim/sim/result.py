@@ -15,8 +15,10 @@ class SimResult:
         requests: One row per request: ``request_id``, ``arrival_s``, ``prompt_tokens``,
             ``cached_tokens`` (prefix hit at first admission), ``first_scheduled_s``,
             ``first_token_s``, ``ttft_s``, ``finish_s``, ``queue_delay_s`` (first scheduled minus
-            arrival), ``first_scheduled_step``, ``finish_step``, ``preemptions``, plus one column
-            per label (``klass``, ``doc_id``, ...).
+            release), ``first_scheduled_step``, ``finish_step``, ``preemptions``, ``session_id``,
+            ``after``, ``released_s`` (when the request joined the waiting queue: ``arrival_s`` in
+            open loop, predecessor's finish + think time in closed loop; TTFT and queue delay are
+            measured from it), plus one column per label (``klass``, ``doc_id``, ...).
         steps: One row per engine step: ``step``, ``start_s``, ``duration_s``, ``tokens``,
             ``requests`` (batch size), ``waiting`` (queue length at step start), ``running`` (after
             admission), ``kv_blocks_used`` (``ref_cnt > 0``), ``kv_blocks_cached``, ``evictions``

@@ -138,9 +138,9 @@ def _workloads(s: SweepSpec, profile: Any, engines: list[dict[str, Any]]) -> Ite
     from fairsim.scenarios import scenario_names
 
     for entry in s.scenarios:
-        if entry.name not in scenario_names():
+        if entry.name not in scenario_names(include_sessions=True):
             raise s.error(f"{entry.where}.name", f"unknown scenario {entry.name!r}; known: "
-                                                 f"{', '.join(scenario_names())}")
+                                                 f"{', '.join(scenario_names(include_sessions=True))}")
         try:
             inputs = _scenario_inputs(entry.name)
         except OSError as exc:
