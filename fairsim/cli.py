@@ -65,7 +65,15 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def add_common(p: argparse.ArgumentParser) -> None:
     """Options shared by every simulating command."""
-    p.add_argument("--trace", help="Mooncake JSONL trace (default: the embedded RAG input)")
+    from fairsim.traces.formats import FORMATS
+
+    p.add_argument("--trace", help="trace file or folder, any format of --trace-format "
+                                   "(default: the embedded RAG input)")
+    p.add_argument("--trace-format", default="auto", choices=("auto", *FORMATS),
+                   help="trace format; auto detects it from the content (gzip by its magic bytes)")
+    p.add_argument("--hash-block-size", type=int, default=None, metavar="TOKENS",
+                   help="tokens per hash id, for Mooncake-like files whose block is given out of band "
+                        "(default: what the format or file records; Mooncake 512)")
     p.add_argument("--skip-bad", action="store_true", help="skip bad trace records, counting them")
     p.add_argument("--profile", default=DEFAULT_PROFILE,
                    help="cost-model profile: shipped name or JSON path")
@@ -74,7 +82,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-num-seqs", type=int, default=256,
                    help="most requests running at once (vLLM max_num_seqs)")
     p.add_argument("--block-size", type=int, default=None,
-                   help="tokens per KV block (default: the trace's hash block, 512)")
+                   help="tokens per KV block, any size (default: the trace's hash block)")
     cap = p.add_mutually_exclusive_group()
     cap.add_argument("--kv-blocks", type=int, help="KV cache capacity in blocks")
     cap.add_argument("--kv-fraction", type=float,
@@ -126,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     from fairsim.sweep import add_parser as add_sweep_parser
 
     add_sweep_parser(sub)
+    from fairsim.convert import add_parser as add_convert_parser
+
+    add_convert_parser(sub)
     return parser
 
 
@@ -138,17 +149,33 @@ def load_requests(args: argparse.Namespace) -> tuple[Trace, list[Request]]:
     if args.trace is None and args.seed != 0:
         trace = generate_rag(RagSpec(seed=args.seed))
     else:
-        trace = load_trace(args.trace, skip_bad=args.skip_bad)
+        trace = load_trace(args.trace, args.trace_format, skip_bad=args.skip_bad,
+                           hash_block_size=args.hash_block_size)
+    skipped = trace.skipped_summary()
+    if skipped:
+        print(f"fairsim: {skipped}", file=sys.stderr)
     if not trace.requests:
-        raise ValueError(f"{trace.source}: no valid requests in the trace")
-    if trace.skipped:
-        print(f"fairsim: skipped {len(trace.skipped)} bad records of {trace.source}; first: "
-              f"{trace.skipped[0]}", file=sys.stderr)
+        raise ValueError(f"{trace.source}: no valid requests in the trace"
+                         + (f" ({skipped})" if skipped else ""))
     requests = window(list(trace.requests), args.window_start, args.window_end, args.max_requests)
     requests = scale_time(requests, args.time_scale)
     if not requests:
         raise ValueError("no requests left after --window-start/--window-end/--max-requests")
+    trace = add_mapping_warning(trace, requests, args.block_size)
+    for warning in trace.warnings:
+        print(f"fairsim: warning: {warning}", file=sys.stderr)
     return trace, requests
+
+
+def add_mapping_warning(trace: Trace, requests: list[Request], block_size: int | None) -> Trace:
+    """``trace`` with the warning of ``fairsim.sim.keys.mapping_loss`` added when
+    ``--block-size`` and the hash block neither divide the other."""
+    import dataclasses
+
+    from fairsim.sim.keys import mapping_loss
+
+    loss = mapping_loss(requests, block_size) if block_size else None
+    return dataclasses.replace(trace, warnings=trace.warnings + (loss,)) if loss else trace
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -257,6 +284,9 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
         "time_scale": args.time_scale, "window_start_s": args.window_start,
         "window_end_s": args.window_end, "max_requests": args.max_requests, "seed": args.seed,
         "offered_load": load.describe(), "fairsim_version": __version__,
+        "trace_format": trace.format, "hash_block_size": trace.hash_block_size,
+        "absolute_time": trace.absolute_time, "warnings": list(trace.warnings),
+        "skipped_records": len(trace.skipped),
     }
     (out / "run.json").write_text(json.dumps(info, indent=2) + "\n")
 
@@ -286,6 +316,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from fairsim.sweep import cmd_sweep
 
             return cmd_sweep(args)
+        if args.command == "convert":
+            from fairsim.convert import cmd_convert
+
+            return cmd_convert(args)
     except (ValueError, OSError) as exc:  # bad input or an unusable path: message, no traceback
         print(f"fairsim: error: {exc}", file=sys.stderr)
         return 2
