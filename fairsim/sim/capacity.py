@@ -43,7 +43,9 @@ def resolve_capacity(requests: Sequence[Request], config: EngineConfig) -> tuple
     if worst is not None and blocks_for(worst.prompt_len, block_size) > kv_blocks:
         raise CapacityError(
             f"request {worst.request_id!r} needs {blocks_for(worst.prompt_len, block_size)} blocks "
-            f"of {block_size} tokens but the KV cache holds {kv_blocks}; raise kv_blocks/kv_fraction "
-            f"or drop requests longer than {kv_blocks * block_size} tokens"
+            f"of {block_size} tokens but the KV cache holds {kv_blocks}; raise --kv-blocks (to at "
+            f"least {blocks_for(worst.prompt_len, block_size)}) or --kv-fraction, or keep a part of the "
+            f"trace without prompts over {kv_blocks * block_size} tokens (--window-start, "
+            f"--window-end, --max-requests)"
         )
     return block_size, kv_blocks

@@ -1,0 +1,443 @@
+"""Trace readers per public format: detection from content, hand-checked values, the block-size
+mapping against token-level prefix identity, the canonical round trip, and the error battery."""
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+
+from fairsim.cli import main
+from fairsim.errors import TraceFormatError
+from fairsim.policies import make_policy
+from fairsim.sim import EngineConfig, simulate
+from fairsim.sim.keys import block_keys, engine_block_keys
+from fairsim.traces import detect, load_trace
+from fairsim.traces.canonical import write_canonical
+from fairsim.traces.formats import FORMATS, claude_code, mooncake
+from fairsim.types import Request
+from tests.strategies import chained_token_traces, segment_traces
+from tests.utils import constant_profile
+
+DATA = Path(__file__).parent / "data" / "formats"
+FIXTURES = {
+    "mooncake.jsonl": "mooncake",
+    "mooncake_agentic.jsonl.gz": "mooncake",
+    "bailian.jsonl": "bailian",
+    "claude_code": "claude-code",
+    "claude_code/session_a.json": "claude-code",
+    "ragpulse": "ragpulse",
+    "ragpulse/0_trace.jsonl": "ragpulse",
+    "dynamo_trace.jsonl.gz": "dynamo",
+    "azure.csv": "azure",
+}
+
+
+def by_id(trace):
+    return {r.request_id: r for r in trace.requests}
+
+
+class TestDetection:
+    """Every fixture is recognised from its content, and the suffix plays no part."""
+
+    @pytest.mark.parametrize("name, fmt", FIXTURES.items())
+    def test_detect(self, name, fmt):
+        assert detect(DATA / name) == fmt
+        assert load_trace(DATA / name).format == fmt
+
+    def test_suffix_ignored(self, tmp_path):
+        # A gzip stream named .jsonl and a plain file named .gz both read.
+        gz = tmp_path / "trace.jsonl"
+        gz.write_bytes((DATA / "dynamo_trace.jsonl.gz").read_bytes())
+        assert detect(gz) == "dynamo"
+        plain = tmp_path / "trace.gz"
+        plain.write_text((DATA / "mooncake.jsonl").read_text())
+        assert len(load_trace(plain)) == 4
+
+    def test_unknown_content(self, tmp_path):
+        p = tmp_path / "x.jsonl"
+        p.write_text('{"prompt": "hello"}\n')
+        with pytest.raises(ValueError, match=r"cannot tell the trace format.*--trace-format"):
+            load_trace(p)
+
+    def test_named_format_and_unknown_name(self):
+        assert load_trace(DATA / "mooncake.jsonl", "mooncake").format == "mooncake"
+        with pytest.raises(ValueError, match="--trace-format 'parquet': unknown"):
+            load_trace(DATA / "mooncake.jsonl", "parquet")
+
+
+class TestMooncake:
+    """FAST25 rows (ceil count, 512) and Dynamo's agentic rows (64 out of band, aliases)."""
+
+    def test_ceil_count_and_output_zero(self):
+        r = list(load_trace(DATA / "mooncake.jsonl").requests)
+        assert [x.block_hashes for x in r] == [(0, 1), (0, 1), (0,), (5, 6, 7, 8)]
+        assert [x.arrival_time for x in r] == [0.0, 0.5, 1.5, 2.0]
+        # output_length 0: one token (vLLM samples one), the 0 kept as a label.
+        assert r[2].output_len == 1 and r[2].labels == {"observed_output_length": 0}
+
+    def test_floor_count_accepted(self, tmp_path):
+        p = tmp_path / "f.jsonl"
+        p.write_text(json.dumps({"timestamp": 0, "input_length": 1100, "output_length": 1, "hash_ids": [4, 5]}) + "\n")
+        assert load_trace(p).requests[0].block_hashes == (4, 5)
+
+    def test_agentic_rows(self):
+        t = load_trace(DATA / "mooncake_agentic.jsonl.gz")
+        assert t.hash_block_size == 64 and "fit 64-token hash blocks" in t.warnings[0]
+        r = by_id(t)
+        assert [x.request_id for x in t.requests] == ["s1-0", "s2-0", "s2-1", "s1-1"]
+        # delay 1500 ms after s1-0 (arrived 0 s): open-loop arrival 1.5 s; closed loop: 1.5 s after it finishes.
+        assert (r["s1-1"].after, r["s1-1"].delay_s, r["s1-1"].arrival_time) == ("s1-0", 1.5, 1.5)
+        assert (r["s2-1"].after, r["s2-1"].delay_s) == ("s2-0", 0.4)
+        assert r["s2-1"].arrival_time == pytest.approx(0.65)
+        assert r["s1-1"].block_hashes == (1, 2, 3, 5)  # 300 tokens: floor count of 64
+        assert r["s1-0"].block_hashes == (1, 2, 3)  # 200 tokens: ceil count, partial id dropped
+
+    def test_hash_block_size_given(self):
+        t = load_trace(DATA / "mooncake_agentic.jsonl.gz", hash_block_size=64)
+        assert t.hash_block_size == 64 and not t.warnings
+        with pytest.raises(TraceFormatError, match=r":1: field 'hash_ids': has 4 ids but 200 tokens"):
+            load_trace(DATA / "mooncake_agentic.jsonl.gz", hash_block_size=128)
+
+
+class TestBailian:
+    def test_sessions_and_blocks(self):
+        t = load_trace(DATA / "bailian.jsonl")
+        r = by_id(t)
+        assert t.hash_block_size == 16
+        assert r["159"].block_hashes == (101, 102)  # 40 tokens = 2 full 16-token blocks
+        assert r["161"].after == "159" and r["161"].session_id == "159"
+        assert r["161"].arrival_time == pytest.approx(70.25 - 61.114)
+        assert r["161"].delay_s == pytest.approx(70.25 - 61.114)  # gap to the parent's arrival
+        assert r["162"].after is None and r["162"].session_id == "162"  # parent 900 not in file
+        assert r["160"].labels == {"type": "search", "turn": 1}
+        assert any("upper bound" in w for w in t.warnings)
+
+
+class TestClaudeCode:
+    """Folder of sessions, local ids namespaced, sub-agents, think/api time."""
+
+    def test_folder(self):
+        t = load_trace(DATA / "claude_code")
+        assert not t.absolute_time and t.hash_block_size == 64 and len(t) == 7
+        r = by_id(t)
+        a0, a1 = r["session_a/requests[0]"], r["session_a/requests[1]"]
+        sa0, sa1 = r["session_a/requests[2].requests[0]"], r["session_a/requests[2].requests[1]"]
+        a3, b0 = r["session_a/requests[3]"], r["session_b/requests[0]"]
+        # Local scope: the same id 1 in two files is not the same block.
+        assert a0.block_hashes[0] != b0.block_hashes[0]
+        assert a1.block_hashes[:3] == a0.block_hashes  # chained within the file
+        # t[1] = t[0] + api_time[0] + think_time[1] = 0 + 2 + 1.
+        assert (a1.after, a1.delay_s, a1.output_len) == (a0.request_id, 1.0, 1)
+        assert a1.labels["observed_output_length"] == 0 and a0.labels["observed_ttft"] == 0.5
+        # The sub-agent spawns at 4.5 s beside its parent: 4.5 - (3.0 + api 1.0) after a1 ends.
+        assert (sa0.session_id, sa0.after, sa0.arrival_time) == ("session_a/requests[2]", a1.request_id, 4.5)
+        assert sa0.delay_s == pytest.approx(0.5)
+        assert (sa1.after, sa1.delay_s, sa1.arrival_time) == (sa0.request_id, 1.5, 6.5)
+        # The parent goes on after a1 (6.0 - 3.0 - 1.0), not after its sub-agent.
+        assert (a3.after, a3.delay_s) == (a1.request_id, 2.0)
+        assert sa0.block_hashes[0] == a0.block_hashes[0]  # sub-agent shares the parent's first block
+        assert r["session_b/requests[1]"].delay_s == 5.0 and "upper bound" in t.warnings[0]
+
+    def test_hash_id_scope_global(self, tmp_path):
+        for name in ("session_a.json", "session_b.json"):
+            doc = json.loads((DATA / "claude_code" / name).read_text())
+            doc["hash_id_scope"] = "global"
+            (tmp_path / name).write_text(json.dumps(doc))
+        r = by_id(load_trace(tmp_path))
+        assert r["session_a/requests[0]"].block_hashes[:2] == r["session_b/requests[0]"].block_hashes
+
+
+class TestRagPulse:
+    """Content ids + side files: exact prefix identity at any engine block."""
+
+    def test_segments(self):
+        t = load_trace(DATA / "ragpulse")
+        r0, r1, r2 = t.requests
+        assert r0.segments == ((1, 20), (2, 12), (10, 30), (11, 25), (30, 9))
+        assert r0.prompt_len == 100  # 96 chunk tokens + 4 template tokens, unique, at the end
+        assert (r2.session_id, r2.after, r2.delay_s) == ("u1", r0.request_id, 7.0)
+        assert r2.output_len == 1 and r2.labels == {"observed_output_length": 0}
+
+    @pytest.mark.parametrize("block, shared01, shared02", [
+        # r0/r1 share sys (32) + passage 10 (30) = 62 tokens; r0/r2 also passage 11: 87 tokens.
+        (16, 3, 5), (8, 7, 10), (32, 1, 2), (31, 2, 2), (64, 0, 1), (1, 62, 87)])
+    def test_shared_blocks_any_block_size(self, block, shared01, shared02):
+        r0, r1, r2 = load_trace(DATA / "ragpulse").requests
+
+        def shared(a, b):
+            n = 0
+            for x, y in zip(block_keys(a, block), block_keys(b, block)):
+                if x != y:
+                    break
+                n += 1
+            return n
+
+        assert (shared(r0, r1), shared(r0, r2)) == (shared01, shared02)
+
+    def test_missing_content_id(self, tmp_path):
+        shutil.copytree(DATA / "ragpulse", tmp_path / "rp")
+        p = tmp_path / "rp" / "0_trace.jsonl"
+        rec = json.loads(p.read_text().splitlines()[1])
+        rec["hash_ids"]["passages_ids"] = [10, 99]
+        p.write_text(p.read_text().splitlines()[0] + "\n" + json.dumps(rec) + "\n")
+        with pytest.raises(TraceFormatError, match=r"0_trace.jsonl:2: field 'hash_ids.passages_ids\[1\]': content id 99"):
+            load_trace(tmp_path / "rp")
+
+
+class TestDynamo:
+    def test_request_end_rows(self):
+        t = load_trace(DATA / "dynamo_trace.jsonl.gz")
+        assert [r.request_id for r in t.requests] == ["r1", "r2", "r3"]  # sorted by arrival
+        r1, r2, r3 = t.requests
+        assert r1.block_hashes == (18446744073709551557, 9007199254740993)  # u64, exact (2^53 + 1)
+        assert r2.block_hashes[:2] == r1.block_hashes
+        assert (r2.after, r2.delay_s) == ("r1", 1.0)  # arrives 2.0 s, r1 finished at 1.0 s
+        assert (r3.session_id, r3.after) == ("sub", "r2")  # sub-agent follows its parent's last turn
+        assert r3.delay_s == pytest.approx(0.2)
+        assert r2.labels["observed_cached_tokens"] == 32 and r2.labels["observed_ttft_ms"] == 40.0
+
+    def test_float_hash_refused(self, tmp_path):
+        rows = [json.loads(x) for x in gzip.open(DATA / "dynamo_trace.jsonl.gz", "rt")]
+        rows[1]["request"]["replay"]["input_sequence_hashes"][1] = 1.5e19
+        p = tmp_path / "d.jsonl"
+        p.write_text("".join(json.dumps(x) + "\n" for x in rows))
+        with pytest.raises(TraceFormatError, match=r"d.jsonl:2: field 'request.replay.input_sequence_hashes': entry 1"):
+            load_trace(p)
+
+
+class TestAzure:
+    def test_rows(self):
+        r = load_trace(DATA / "azure.csv").requests
+        assert [(x.arrival_time, x.prompt_len, x.output_len, x.block_hashes) for x in r] == [
+            (0.0, 4808, 10, ()), (0.052, 3180, 8, ()), (1.02, 100, 1, ())]
+
+
+def _lcp(a, b):
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _infinite_cache_hits(requests, block):
+    """Leading engine blocks of each request already cached by earlier ones (no eviction)."""
+    seen, out = set(), []
+    for r in requests:
+        keys = block_keys(r, block)
+        hit = 0
+        for k in keys:
+            if k not in seen:
+                break
+            hit += 1
+        out.append(hit)
+        seen.update(keys)
+    return out
+
+
+def _chained(prompts, h, ceil):
+    ids: dict[tuple, int] = {}
+    reqs = []
+    for i, tokens in enumerate(prompts):
+        n = -(-len(tokens) // h) if ceil else len(tokens) // h
+        hashes = [ids.setdefault(tuple(tokens[: (j + 1) * h]), len(ids)) for j in range(n)]
+        reqs.append(Request(f"r{i}", float(i), len(tokens), tuple(hashes[: len(tokens) // h]), h))
+    return reqs
+
+
+class TestBlockSizeMapping:
+    """Engine block B over hash block H: hits == those of the token-level prefix identity."""
+
+    @settings(max_examples=150)
+    @given(chained_token_traces())
+    def test_hits_match_token_prefix_identity(self, case):
+        prompts, h, ceil = case
+        reqs = _chained(prompts, h, ceil)
+        known = [len(t) // h * h for t in prompts]  # tokens with a recorded identity
+        for block in sorted({h // 4, h // 2, h, 2 * h, 3 * h, 4 * h, h + h // 2, 3, 5} - {0}):
+            hits = _infinite_cache_hits(reqs, block)
+            for i in range(len(reqs)):
+                shared = max((min(_lcp(prompts[i], prompts[j]), known[i], known[j]) for j in range(i)), default=0)
+                if block % h == 0:  # multiple of H (or H): exact at the token level
+                    assert hits[i] == shared // block
+                elif h % block == 0:  # divides H: exact at the trace's resolution
+                    assert hits[i] == shared // h * (h // block)
+                else:  # neither: conservative, never a false hit, never below whole hash blocks
+                    assert shared // h * h // block <= hits[i] <= shared // block
+
+    @settings(max_examples=150)
+    @given(segment_traces())
+    def test_segments_exact_at_any_block(self, case):
+        lib, seqs = case
+        reqs, tokens = [], []
+        for i, seq in enumerate(seqs):
+            segs = tuple((c, lib[c]) for c in seq)
+            toks = [(c, k) for c in seq for k in range(lib[c])]
+            reqs.append(Request(f"r{i}", float(i), max(1, len(toks)) + 2, segments=segs))
+            tokens.append(toks)
+        for block in (1, 3, 4, 7, 16, 32):
+            hits = _infinite_cache_hits(reqs, block)
+            for i in range(len(reqs)):
+                shared = max((_lcp(tokens[i], tokens[j]) for j in range(i)), default=0)
+                assert hits[i] == shared // block
+
+    @settings(max_examples=25, deadline=None)
+    @given(chained_token_traces(max_requests=6))
+    def test_engine_hits_with_16_token_hashes(self, case):
+        """Block 16 on a 16-token-hash trace: the simulator's cached tokens at admission are the
+        token-level prefix hits, in whole blocks, capped at L - 1 (vLLM recomputes the last token)."""
+        prompts, _, ceil = case
+        prompts = [p * 4 for p in prompts]  # longer prompts: several 16-token blocks
+        reqs = [Request(r.request_id, 100.0 * i, r.prompt_len, r.block_hashes, 16)
+                for i, r in enumerate(_chained(prompts, 16, ceil))]
+        res = simulate(reqs, make_policy("fcfs"), constant_profile(0.01),
+                       EngineConfig(block_size=16, kv_blocks=10_000))
+        cached = res.requests.set_index("request_id")["cached_tokens"]
+        known = [len(t) // 16 * 16 for t in prompts]
+        for i, r in enumerate(reqs):
+            shared = max((min(_lcp(prompts[i], prompts[j]), known[i], known[j]) for j in range(i)), default=0)
+            assert cached[r.request_id] == min(shared // 16, (r.prompt_len - 1) // 16) * 16
+
+    def test_engine_keys_unique_past_identity(self):
+        r = Request("x", 0.0, 100, (7,), 32)
+        assert engine_block_keys(r, 16) == ((7, 0), (7, 1), ("unique", "x", 2), ("unique", "x", 3),
+                                            ("unique", "x", 4), ("unique", "x", 5))
+
+
+class TestConvert:
+    """Canonical Mooncake-style JSONL + sidecar; reading it back gives the same requests."""
+
+    @pytest.mark.parametrize("name", [n for n in FIXTURES if "/" not in n])
+    def test_round_trip(self, tmp_path, name, capsys):
+        src = load_trace(DATA / name)
+        out = tmp_path / "out.jsonl"
+        assert main(["convert", str(DATA / name), str(out)]) == 0
+        assert "converted" in capsys.readouterr().out
+        meta = json.loads((tmp_path / "out.jsonl.meta.json").read_text())
+        assert meta["source_format"] == src.format and meta["absolute_time"] == src.absolute_time
+        # Every line is a plain Mooncake record (what other tools read).
+        for line in out.read_text().splitlines():
+            rec = json.loads(line)
+            assert len(rec["hash_ids"]) == -(-rec["input_length"] // meta["hash_block_size"])
+        back = load_trace(out)
+        assert back.format == "mooncake" and back.absolute_time == src.absolute_time
+        assert len(back) == len(src)
+        for a, b in zip(src.requests, back.requests):
+            assert (a.request_id, a.prompt_len, a.output_len, a.session_id, a.after, a.labels) == (
+                b.request_id, b.prompt_len, b.output_len, b.session_id, b.after, b.labels)
+            assert a.arrival_time == pytest.approx(b.arrival_time, abs=1e-6)
+            assert a.delay_s == pytest.approx(b.delay_s, abs=1e-6)
+            if not a.segments:
+                assert b.hash_block_size == a.hash_block_size
+                # Blocks without an identity get fresh, unused ids; recorded ones are kept.
+                assert b.block_hashes[: len(a.block_hashes)] == a.block_hashes
+        if not src.requests[0].segments:
+            assert _infinite_cache_hits(src.requests, meta["hash_block_size"]) == _infinite_cache_hits(
+                back.requests, meta["hash_block_size"])
+
+    def test_ragpulse_at_block_size(self, tmp_path):
+        src = load_trace(DATA / "ragpulse")
+        for block in (8, 16, 32):
+            out = tmp_path / f"rp{block}.jsonl.gz"
+            assert main(["convert", str(DATA / "ragpulse"), str(out), "--block-size", str(block)]) == 0
+            back = load_trace(out)
+            assert back.hash_block_size == block
+            assert _infinite_cache_hits(back.requests, block) == _infinite_cache_hits(src.requests, block)
+
+    def test_refuses_overwriting_input(self, tmp_path, capsys):
+        p = tmp_path / "t.jsonl"
+        shutil.copy(DATA / "mooncake.jsonl", p)
+        assert main(["convert", str(p), str(p)]) == 2
+        assert "would overwrite IN" in capsys.readouterr().err
+
+
+class TestErrors:
+    """Every reader error names file, line (or JSON path) and field."""
+
+    def test_duplicate_ids_name_both_lines(self, tmp_path):
+        p = tmp_path / "d.jsonl"
+        rows = [{"timestamp": i, "input_length": 10, "output_length": 1, "hash_ids": [], "request_id": rid}
+                for i, rid in enumerate(["a", "b", "a"])]
+        p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        with pytest.raises(TraceFormatError, match=r"d.jsonl:3: field 'request_id': 'a' duplicates line 1"):
+            load_trace(p)
+        t = load_trace(p, skip_bad=True)
+        assert [r.request_id for r in t.requests] == ["a", "b"] and t.skipped[0].line == 3
+
+    def test_mixed_label_types(self, tmp_path):
+        p = tmp_path / "m.jsonl"
+        rows = [{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [], "doc": d}
+                for d in (3, 4, "x")]
+        p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        with pytest.raises(TraceFormatError, match=r"m.jsonl:3: field 'doc': is a string, but a number at line 1"):
+            load_trace(p)
+
+    def test_claude_code_json_path(self, tmp_path):
+        doc = json.loads((DATA / "claude_code" / "session_a.json").read_text())
+        del doc["requests"][2]["requests"][1]["in"]
+        p = tmp_path / "s.json"
+        p.write_text(json.dumps(doc))
+        with pytest.raises(TraceFormatError) as info:
+            load_trace(p)
+        assert str(info.value) == f"{p}: requests[2].requests[1]: field 'in': missing"
+
+    def test_unknown_after(self, tmp_path):
+        p = tmp_path / "a.jsonl"
+        p.write_text(json.dumps({"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [],
+                                 "after": "nope"}) + "\n")
+        with pytest.raises(TraceFormatError, match=r"a.jsonl:1: field 'after': names 'nope'"):
+            load_trace(p)
+
+    @pytest.mark.parametrize("change, field, why", [
+        ({"parent_chat_id": None}, "parent_chat_id", "missing"),
+        ({"timestamp": "x"}, "timestamp", "must be a number of seconds"),
+        ({"hash_ids": [1]}, "hash_ids", "has 1 ids but 40 tokens span 3 blocks of 16"),
+    ])
+    def test_bailian_bad_record(self, tmp_path, change, field, why):
+        rec = json.loads((DATA / "bailian.jsonl").read_text().splitlines()[0])
+        bad = {k: v for k, v in {**rec, "chat_id": 5, **change}.items() if v is not None}
+        p = tmp_path / "b.jsonl"
+        p.write_text(json.dumps(rec) + "\n" + json.dumps(bad) + "\n")
+        with pytest.raises(TraceFormatError, match=rf"b.jsonl:2: field '{field}': {why}"):
+            load_trace(p, "bailian")
+
+    def test_skip_bad_reports_reasons_when_none_left(self, tmp_path, capsys):
+        p = tmp_path / "bad.jsonl"
+        p.write_text('{"timestamp": 0, "input_length": -1, "output_length": 1, "hash_ids": []}\n{broken\n')
+        assert main(["run", "--trace", str(p), "--skip-bad"]) == 2
+        err = capsys.readouterr().err
+        assert "skipped 2 bad records" in err and "no valid requests" in err
+        assert f"{p}:1: field 'input_length': negative" in err and f"{p}:2: field '<json>'" in err
+
+    def test_capacity_message_names_flags(self, capsys):
+        code = main(["run", "--trace", str(DATA / "mooncake.jsonl"), "--kv-blocks", "2", "--max-requests", "4"])
+        assert code == 2
+        assert "--kv-blocks" in capsys.readouterr().err
+
+
+class TestCompareOnEveryFixture:
+    """``fairsim compare --trace FILE --policies all`` runs with no other flag; every request ends."""
+
+    @pytest.mark.parametrize("name", ["mooncake.jsonl", "mooncake_agentic.jsonl.gz", "bailian.jsonl",
+                                      "claude_code", "ragpulse", "dynamo_trace.jsonl.gz", "azure.csv"])
+    def test_compare_all(self, name, capsys):
+        n = len(load_trace(DATA / name))
+        assert main(["compare", "--trace", str(DATA / name), "--policies", "all", "--format", "json"]) == 0
+        rows = json.loads(capsys.readouterr().out)
+        assert rows and all(row["requests"] == n for row in rows.values())
+
+    def test_odd_block_size_warns(self, capsys, tmp_path):
+        assert main(["run", "--trace", str(DATA / "claude_code"), "--block-size", "48", "--out", str(tmp_path)]) == 0
+        err = capsys.readouterr().err
+        assert "neither divides" in err
+        assert any("neither divides" in w for w in json.loads((tmp_path / "run.json").read_text())["warnings"])
+
+
+def test_registry_contract():
+    """Each registered reader has a name, a sniffer and a reader; names are unique."""
+    assert list(FORMATS) == ["dynamo", "ragpulse", "bailian", "claude-code", "mooncake", "azure"]
+    assert FORMATS["mooncake"].read is mooncake.read and FORMATS["claude-code"].sniff is claude_code.sniff
