@@ -103,11 +103,23 @@ class TestMooncake:
 
 
 class TestBailian:
+    def test_per_block_ids_get_prefix_identity(self, tmp_path):
+        # The same block id after different prefixes is not a shared prefix.
+        rows = [{"chat_id": i, "parent_chat_id": -1, "timestamp": float(i), "input_length": 32,
+                 "output_length": 1, "type": "text", "turn": 1, "hash_ids": ids}
+                for i, ids in enumerate([[1, 2], [3, 2], [1, 2]])]
+        p = tmp_path / "b.jsonl"
+        p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        a, b, c = load_trace(p).requests
+        assert a.block_hashes == c.block_hashes and a.block_hashes[1] != b.block_hashes[1]
+
     def test_sessions_and_blocks(self):
         t = load_trace(DATA / "bailian.jsonl")
         r = by_id(t)
         assert t.hash_block_size == 16
-        assert r["159"].block_hashes == (101, 102)  # 40 tokens = 2 full 16-token blocks
+        # 40 tokens = 2 full 16-token blocks; ids re-chained (interned prefixes of ids).
+        assert r["159"].block_hashes == (0, 1) and r["160"].block_hashes == (0, 2)
+        assert r["161"].block_hashes == (0, 1, 3, 4, 5)
         assert r["161"].after == "159" and r["161"].session_id == "159"
         assert r["161"].arrival_time == pytest.approx(70.25 - 61.114)
         assert r["161"].delay_s == pytest.approx(70.25 - 61.114)  # gap to the parent's arrival
@@ -176,6 +188,14 @@ class TestRagPulse:
             return n
 
         assert (shared(r0, r1), shared(r0, r2)) == (shared01, shared02)
+
+    def test_chunks_longer_than_prompt_are_cut(self, tmp_path):
+        shutil.copytree(DATA / "ragpulse", tmp_path / "rp")
+        p = tmp_path / "rp" / "0_trace.jsonl"
+        rec = json.loads(p.read_text().splitlines()[0])
+        p.write_text(json.dumps({**rec, "input_length": 40}) + "\n")
+        t = load_trace(tmp_path / "rp")
+        assert t.requests[0].segments == ((1, 20), (2, 12), (10, 8)) and "cut at input_length" in t.warnings[0]
 
     def test_missing_content_id(self, tmp_path):
         shutil.copytree(DATA / "ragpulse", tmp_path / "rp")

@@ -2,7 +2,13 @@
 
 JSONL: ``chat_id``, ``parent_chat_id`` (-1 for a first turn), ``timestamp`` (float seconds),
 ``input_length``, ``output_length``, ``type`` (text/image/search/file), ``turn``, ``hash_ids``
-(chained, salted SipHash over **16-token** blocks, remapped to ints).
+(salted SipHash over **16-token** blocks, remapped to ints).
+
+The ids are re-chained: block ``j`` is identified by the sequence ``hash_ids[0..j]`` (interned to
+small ints in order of first appearance). For chained ids (TRACES.md) this changes nothing in
+which blocks are equal; if the ids hash each block's content alone (as the dataset README's
+"apply SipHash to each block" can be read), it restores prefix identity: a block is a hit only
+after an identical prefix, as in vLLM.
 
 Sessions: ``parent_chat_id`` links a turn to the one it follows; a session is named by its
 first turn's ``chat_id``. The closed-loop think time of a turn is the gap from its parent's
@@ -72,6 +78,15 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     by_id = {}
     session_of: dict[int, str] = {}
     orphans = gaps = 0
+    chain: dict[tuple[int, int], int] = {}
+
+    def chained(ids: tuple[int, ...]) -> tuple[int, ...]:
+        out, parent = [], -1
+        for h in ids:
+            parent = chain.setdefault((parent, h), len(chain))
+            out.append(parent)
+        return tuple(out)
+
     for line, chat, parent, ts, prompt, output, ids, labels in sorted(rows, key=lambda r: r[3]):
         after = None
         delay = 0.0
@@ -85,7 +100,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             orphans += parent >= 0
             session = str(chat)
         session_of[chat] = session
-        req = Request(str(chat), ts - t0, prompt, full_block_ids(ids, prompt, block), block, output,
+        req = Request(str(chat), ts - t0, prompt, chained(full_block_ids(ids, prompt, block)), block, output,
                       labels, session_id=session, after=after, delay_s=delay)
         if chat not in by_id:
             by_id[chat] = req

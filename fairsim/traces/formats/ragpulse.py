@@ -13,7 +13,8 @@
 exact (chunk, offset) spans each block covers, at any block size (``fairsim.sim.keys``). The few
 template tokens by which ``input_length`` exceeds the chunks' sum are placed after the chunks, as
 request-unique tokens (their position is not recorded; at the end they can never create a false
-hit). ``block_hashes`` holds the same identity at 16-token blocks (vLLM's default block), as
+hit). Where the chunks hold more tokens than ``input_length`` (a truncated prompt), the spans
+are cut at ``input_length`` and a warning counts them. ``block_hashes`` holds the same identity at 16-token blocks (vLLM's default block), as
 small ints in order of first appearance, for tools that read only hashes.
 
 Sessions: turns of a ``session_id`` in time order; the closed-loop think time is the gap to the
@@ -86,8 +87,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
 
     Raises:
         TraceFormatError: Naming file, line and field, e.g. ``0_trace.jsonl:7: field
-            'hash_ids.passages_ids[2]': content id 99 is in no side file``, or chunks summing to
-            more than ``input_length``.
+            'hash_ids.passages_ids[2]': content id 99 is in no side file``.
         ValueError: No side file found.
     """
     path = Path(path)
@@ -103,6 +103,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         out.warnings.append(f"{folder}: side files {', '.join(missing)} are missing; ids that only they "
                             "define are bad records")
     rows = []
+    cut = 0
     for line, rec in iter_json_lines(trace_file):
         try:
             if isinstance(rec, TraceFormatError):
@@ -137,10 +138,9 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
                         raise TraceFormatError(name, line, fld, f"content id {cid} is in no side file")
                     if lengths[cid]:
                         segments.append((cid, lengths[cid]))
-            total = sum(n for _, n in segments)
-            if total > prompt:
-                raise TraceFormatError(name, line, "hash_ids",
-                                       f"chunks hold {total} tokens, more than input_length={prompt}")
+            if sum(n for _, n in segments) > prompt:
+                segments = _cut(segments, prompt)
+                cut += 1
             session = rec.get("session_id")
         except TraceFormatError as exc:
             out.bad(exc)
@@ -165,8 +165,23 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         if session is not None:
             last[session] = req
         out.add(req, line)
+    if cut:
+        out.warnings.append(
+            f"{trace_file}: the chunks of {cut} requests hold more tokens than their input_length; "
+            "their segments are cut at input_length (the prompt as sent; identity kept for its tokens)")
     if gaps:
         out.warnings.append(
             f"{trace_file}: think time of {gaps} follow-up turns taken as the gap to the previous "
             "turn's arrival (an upper bound: the file does not record when that turn finished)")
     return out.finish(folder.name if path.is_dir() else trace_file.stem, NAME, block)
+
+
+def _cut(segments: list[tuple[int, int]], tokens: int) -> list[tuple[int, int]]:
+    """The leading ``tokens`` tokens of ``segments`` (the last span shortened)."""
+    out = []
+    for cid, n in segments:
+        if tokens <= 0:
+            break
+        out.append((cid, min(n, tokens)))
+        tokens -= n
+    return out
