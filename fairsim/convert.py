@@ -41,6 +41,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
         raise ValueError(f"--block-size {args.block_size}: need >= 1 token")
     if args.output.resolve() == args.input.resolve() or args.output.resolve() == sidecar_path(args.input).resolve():
         raise ValueError(f"convert: OUT {args.output} would overwrite IN")
+    if not args.output.parent.is_dir():
+        raise ValueError(f"convert: folder {args.output.parent} of OUT does not exist")
     trace = load_trace(args.input, args.trace_format, skip_bad=args.skip_bad,
                        hash_block_size=args.hash_block_size)
     skipped = trace.skipped_summary()

@@ -457,6 +457,26 @@ class TestCompareOnEveryFixture:
         assert any("neither divides" in w for w in json.loads((tmp_path / "run.json").read_text())["warnings"])
 
 
+class TestCliOptions:
+    def test_hash_block_size_and_run_json(self, capsys, tmp_path):
+        args = ["run", "--trace", str(DATA / "mooncake_agentic.jsonl.gz"), "--policy", "fcfs", "--out", str(tmp_path)]
+        assert main(args + ["--hash-block-size", "64"]) == 0
+        info = json.loads((tmp_path / "run.json").read_text())
+        assert (info["trace_format"], info["hash_block_size"], info["warnings"]) == ("mooncake", 64, [])
+        assert main(args) == 0  # inferred, and said
+        assert "fit 64-token hash blocks" in capsys.readouterr().err
+        assert main(args + ["--hash-block-size", "0"]) == 2
+        assert "--hash-block-size 0: need >= 1" in capsys.readouterr().err
+
+    def test_wrong_named_format_names_field(self, capsys):
+        assert main(["run", "--trace", str(DATA / "mooncake.jsonl"), "--trace-format", "bailian"]) == 2
+        assert "mooncake.jsonl:1: field 'chat_id': missing" in capsys.readouterr().err
+
+    def test_convert_missing_out_folder(self, capsys, tmp_path):
+        assert main(["convert", str(DATA / "mooncake.jsonl"), str(tmp_path / "no" / "x.jsonl")]) == 2
+        assert "does not exist" in capsys.readouterr().err
+
+
 def test_registry_contract():
     """Each registered reader has a name, a sniffer and a reader; names are unique."""
     assert list(FORMATS) == ["dynamo", "ragpulse", "bailian", "claude-code", "mooncake", "azure"]

@@ -29,7 +29,8 @@ from fairsim.types import Request
 
 NAME = "bailian"
 BLOCK = 16
-_KNOWN = {"chat_id", "parent_chat_id", "timestamp", "input_length", "output_length", "hash_ids"}
+_KNOWN = ("chat_id", "parent_chat_id", "timestamp", "input_length", "output_length", "hash_ids")
+"""Required fields, checked in this order (so the first missing one is always the same)."""
 
 
 def sniff(head: Head) -> bool:

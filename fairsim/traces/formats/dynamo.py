@@ -49,6 +49,15 @@ def _request(rec: dict[str, Any]) -> Any:
     return ev.get("request") if isinstance(ev, dict) else None
 
 
+def _field(rec: dict[str, Any], req: dict[str, Any], name: str) -> Any:
+    """``name`` at the top level, else under ``event``, else under ``request``."""
+    ev = rec.get("event")
+    for where in (rec, ev if isinstance(ev, dict) else {}, req):
+        if where.get(name) is not None:
+            return where[name]
+    return None
+
+
 def sniff(head: Head) -> bool:
     """A JSON object line with the Dynamo schema, or an event carrying ``request_received_ms``."""
     rec = head.first_record
@@ -107,7 +116,9 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             if "input_sequence_hashes" in replay:
                 ids = need_ids(replay["input_sequence_hashes"], name, line, "request.replay.input_sequence_hashes")
                 check_hash_count(len(ids), prompt, block, name, line, "request.replay.input_sequence_hashes")
-            done_ms = rec.get("event_time_unix_ms")
+            done_ms = _field(rec, req, "event_time_unix_ms")
+            if done_ms is not None:
+                done_ms = need_number(done_ms, name, line, "event_time_unix_ms", "ms")
             if done_ms is None and isinstance(req.get("total_time_ms"), (int, float)):
                 done_ms = arrival_ms + req["total_time_ms"]
             for key in _OBSERVED:
@@ -118,7 +129,8 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             for key in _WORKER:
                 if worker.get(key) is not None:
                     labels[key] = str(worker[key])
-            ctx = rec.get("agent_context") if isinstance(rec.get("agent_context"), dict) else {}
+            ctx = _field(rec, req, "agent_context")
+            ctx = ctx if isinstance(ctx, dict) else {}
             session = ctx.get("session_id")
             parent = ctx.get("parent_session_id")
         except TraceFormatError as exc:
