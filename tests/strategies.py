@@ -123,3 +123,35 @@ def segment_traces(draw, max_requests: int = 8):
         seq = seq + draw(st.lists(st.integers(0, len(lib) - 1), min_size=0 if seq else 1, max_size=6))
         seqs.append(seq)
     return lib, seqs
+
+
+@st.composite
+def canonical_traces(draw, max_requests: int = 8):
+    """Requests as a reader would make them: unique ids, ms arrivals, full-block chained ids at
+    a drawn hash block, sessions with ``after``/``delay_s``, labels of one type per key."""
+    block = draw(st.sampled_from([16, 64, 512]))
+    n = draw(st.integers(1, max_requests))
+    label_kinds = draw(st.dictionaries(st.sampled_from(["doc", "klass", "score"]),
+                                       st.sampled_from(["int", "str", "float", "bool"]), max_size=2))
+    reqs: list[Request] = []
+    t = 0.0
+    for i in range(n):
+        t += draw(st.integers(0, 5000)) / 1000.0
+        prompt = draw(st.integers(1, 4 * block))
+        full = prompt // block
+        base = draw(st.sampled_from(reqs)).block_hashes if reqs and draw(st.booleans()) else ()
+        keep = draw(st.integers(0, min(len(base), full)))
+        hashes = tuple(base[:keep]) + tuple(10_000 * (i + 1) + j for j in range(full - keep))
+        labels = {}
+        for key, kind in label_kinds.items():
+            if draw(st.booleans()):
+                labels[key] = {"int": draw(st.integers(-5, 5)), "str": draw(st.sampled_from(["a", "b"])),
+                               "float": draw(st.sampled_from([0.5, 2.25])), "bool": draw(st.booleans())}[kind]
+        session = after = None
+        delay = 0.0
+        if reqs and draw(st.booleans()):
+            prev = draw(st.sampled_from(reqs))
+            session, after, delay = prev.session_id or f"s{i}", prev.request_id, draw(st.integers(0, 9000)) / 1000.0
+        reqs.append(Request(f"q{i}", round(t, 3), prompt, hashes, block, draw(st.integers(1, 50)), labels,
+                            session_id=session, after=after, delay_s=delay))
+    return reqs, block

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 
 from fairsim.cli import main
 from fairsim.errors import TraceFormatError
@@ -17,8 +17,9 @@ from fairsim.sim.keys import block_keys, engine_block_keys
 from fairsim.traces import detect, load_trace
 from fairsim.traces.canonical import write_canonical
 from fairsim.traces.formats import FORMATS, claude_code, mooncake
+from fairsim.traces.trace import Trace
 from fairsim.types import Request
-from tests.strategies import chained_token_traces, segment_traces
+from tests.strategies import canonical_traces, chained_token_traces, segment_traces
 from tests.utils import constant_profile
 
 DATA = Path(__file__).parent / "data" / "formats"
@@ -368,6 +369,19 @@ class TestConvert:
             assert back.hash_block_size == block
             assert _infinite_cache_hits(back.requests, block) == _infinite_cache_hits(src.requests, block)
 
+    @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(canonical_traces())
+    def test_round_trip_property(self, tmp_path, case):
+        reqs, block = case
+        out = tmp_path / "p.jsonl"
+        write_canonical(Trace("t", "mem", tuple(reqs), hash_block_size=block), out)
+        back = load_trace(out).requests
+        assert [(r.request_id, r.prompt_len, r.output_len, r.block_hashes, r.session_id, r.after, r.labels)
+                for r in back] == [(r.request_id, r.prompt_len, r.output_len, r.block_hashes, r.session_id,
+                                    r.after, r.labels) for r in reqs]
+        assert [r.arrival_time for r in back] == pytest.approx([r.arrival_time for r in reqs])
+        assert [r.delay_s for r in back] == pytest.approx([r.delay_s for r in reqs])
+
     def test_refuses_overwriting_input(self, tmp_path, capsys):
         p = tmp_path / "t.jsonl"
         shutil.copy(DATA / "mooncake.jsonl", p)
@@ -404,6 +418,12 @@ class TestErrors:
         with pytest.raises(TraceFormatError) as info:
             load_trace(p)
         assert str(info.value) == f"{p}: requests[2].requests[1]: field 'in': missing"
+
+    def test_broken_gzip(self, tmp_path, capsys):
+        p = tmp_path / "t.jsonl.gz"
+        p.write_bytes((DATA / "dynamo_trace.jsonl.gz").read_bytes()[:200])
+        assert main(["run", "--trace", str(p)]) == 2
+        assert f"{p}: cannot read (broken gzip stream?)" in capsys.readouterr().err
 
     def test_unknown_after(self, tmp_path):
         p = tmp_path / "a.jsonl"

@@ -11,6 +11,7 @@ import gzip
 import io
 import json
 import math
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,7 +84,7 @@ def read_head(path: Path) -> Head:
     try:
         with open_binary(path) as fh:
             data = fh.read(HEAD_BYTES)
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, zlib.error) as exc:
         raise OSError(f"{path}: cannot read (broken gzip stream?): {exc}") from None
     first = None
     for raw in data.splitlines():
@@ -123,7 +124,7 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
                     yield line_no, json.loads(text)
                 except json.JSONDecodeError as exc:
                     yield line_no, TraceFormatError(name, line_no, "<json>", f"not valid JSON: {exc.msg}")
-    except (EOFError, gzip.BadGzipFile) as exc:
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise OSError(f"{path}: broken gzip stream: {exc}") from None
 
 

@@ -9,7 +9,7 @@ is a cache miss (nothing is invented). Arrival times are rebased so the first re
 from __future__ import annotations
 
 import csv
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from fairsim.errors import TraceFormatError
@@ -32,13 +32,18 @@ def sniff(head: Head) -> bool:
 def parse_time(stamp: str) -> float:
     """``2023-11-16 18:17:03.9799600`` -> POSIX seconds (7 fractional digits kept as a float).
 
+    A time without a zone is taken as UTC, so results do not depend on the machine's zone.
+
     Raises:
         ValueError: Not a date-time.
     """
     head, _, frac = stamp.strip().partition(".")
     if frac and not frac.isdigit():
         raise ValueError(stamp)
-    return datetime.fromisoformat(head).timestamp() + float("0." + (frac or "0"))
+    when = datetime.fromisoformat(head)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp() + float("0." + (frac or "0"))
 
 
 def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | None = None,

@@ -14,7 +14,7 @@ Mapping: arrival = ``request_received_ms`` rebased to the first arrival; prompt 
 turn (by arrival), ``delay_s`` = this arrival - that turn's completion (``event_time_unix_ms`` of
 its ``request_end``, else arrival + ``total_time_ms``; clamped at 0); a sub-agent's first turn
 follows its parent session's latest turn that arrived before it. ``cached_tokens``,
-``ttft_ms``, ``total_time_ms``, ``queue_depth`` are the recording's outputs: labels with the
+``ttft_ms``, ``total_time_ms``, ``queue_depth`` and the worker ids are the recording's outputs: labels with the
 ``observed_`` prefix, never inputs.
 """
 
@@ -128,7 +128,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             worker = req.get("worker") if isinstance(req.get("worker"), dict) else req
             for key in _WORKER:
                 if worker.get(key) is not None:
-                    labels[key] = str(worker[key])
+                    labels[f"observed_{key}"] = str(worker[key])
             ctx = _field(rec, req, "agent_context")
             ctx = ctx if isinstance(ctx, dict) else {}
             session = ctx.get("session_id")
