@@ -154,6 +154,14 @@ class TestClaudeCode:
         assert sa0.block_hashes[0] == a0.block_hashes[0]  # sub-agent shares the parent's first block
         assert r["session_b/requests[1]"].delay_s == 5.0 and "upper bound" in t.warnings[0]
 
+    def test_parent_waiting_for_its_subagent(self, tmp_path):
+        doc = json.loads((DATA / "claude_code" / "session_a.json").read_text())
+        doc["requests"][3]["t"] = 8.0  # after the sub-agent's last request ended (6.5 + 0.5)
+        (tmp_path / "s.json").write_text(json.dumps(doc))
+        r = by_id(load_trace(tmp_path / "s.json"))
+        assert r["s/requests[3]"].after == "s/requests[2].requests[1]"
+        assert r["s/requests[3]"].delay_s == pytest.approx(1.0)
+
     def test_hash_id_scope_global(self, tmp_path):
         for name in ("session_a.json", "session_b.json"):
             doc = json.loads((DATA / "claude_code" / name).read_text())

@@ -20,7 +20,11 @@ Mapping onto ``Request``:
   ``think_time`` when recorded, else ``t[n] - t[n-1] - api_time[n-1]`` (the trace's identity
   ``t[n] = t[n-1] + api_time[n-1] + think_time[n]``), else the gap ``t[n] - t[n-1]`` (warned). A
   sub-agent's first request follows the parent request before the spawn, with the spawn offset
-  measured the same way.
+  measured the same way. The parent's next request follows the sub-agent request that ended last
+  (``t + api_time``) when the recording shows it started after that end (the parent waited for
+  its sub-agents, as a blocking Task call does); otherwise (a background sub-agent) it follows
+  the parent's previous request. One ``after`` per request: with several sub-agents the one that
+  ended last in the recording stands for all.
 - ``api_time`` and ``ttft`` are the recording's outputs: labels ``observed_api_time`` and
   ``observed_ttft`` (seconds), never inputs. ``type``, ``model``, ``stop`` are labels;
   ``input_types``/``output_types`` are labels joined by commas.
@@ -121,7 +125,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             raise ValueError(f"{fname}: block_size is {block}; --hash-block-size {hash_block_size} contradicts it")
         blocks.add(block)
         ns = fname if scope == "local" else "<global>"
-        gaps += _session(out, names, ns, file, doc["requests"], file.stem, "", 0.0, None, block)
+        gaps += _session(out, names, ns, file, doc["requests"], file.stem, "", 0.0, None, block)[0]
     if len(blocks) > 1:
         raise ValueError(f"{path}: files use different block_size values {sorted(blocks)}")
     if gaps:
@@ -134,14 +138,20 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
 
 def _session(out: Collector, names: _Namespace, ns: str, file: Path, items: list[Any],
              session: str, prefix: str, t0: float, parent: tuple[Request, float | None] | None,
-             block: int) -> int:
-    """Add the requests of one (sub-)session; returns how many delays fell back to the gap.
+             block: int) -> tuple[int, tuple[Request, float] | None]:
+    """Add the requests of one (sub-)session.
 
     ``parent`` is the request a sub-agent's first request follows, with that request's api_time.
+
+    Returns:
+        How many delays fell back to the gap, and the request of this session (sub-agents
+        included) whose recorded end (``t + api_time``) is latest, with that end, or None.
     """
     fname = str(file)
     prev = parent  # (request, its api_time or None)
     gaps = 0
+    last_end: tuple[Request, float] | None = None
+    join: tuple[Request, float] | None = None  # latest-ending sub-agent request since prev
     for i, item in enumerate(items):
         where = f"{prefix}requests[{i}]"
         try:
@@ -153,8 +163,11 @@ def _session(out: Collector, names: _Namespace, ns: str, file: Path, items: list
             if item.get("type") == "subagent":
                 if not isinstance(item.get("requests"), list):
                     raise TraceFormatError(fname, where, "requests", "a subagent needs a list of requests")
-                gaps += _session(out, names, ns, file, item["requests"], f"{session}/{where}",
-                                 f"{where}.", t0 + t, prev, block)
+                sub_gaps, sub_end = _session(out, names, ns, file, item["requests"], f"{session}/{where}",
+                                             f"{where}.", t0 + t, prev, block)
+                gaps += sub_gaps
+                if sub_end is not None and (join is None or sub_end[1] > join[1]):
+                    join = sub_end
                 continue
             for key in ("in", "out", "hash_ids"):
                 if key not in item:
@@ -185,7 +198,12 @@ def _session(out: Collector, names: _Namespace, ns: str, file: Path, items: list
             labels["observed_ttft"] = ttft
         arrival = t0 + t
         after, delay = None, 0.0
-        if prev is not None:
+        if join is not None and arrival >= join[1]:
+            # The recording shows this request waiting for its sub-agents (it starts after the
+            # last of them ended): follow the one that ended last.
+            after = join[0].request_id
+            delay = think if think is not None else arrival - join[1]
+        elif prev is not None:
             p, p_api = prev
             after = p.request_id
             if think is not None:
@@ -202,5 +220,10 @@ def _session(out: Collector, names: _Namespace, ns: str, file: Path, items: list
                       output, labels, session_id=session, after=after, delay_s=delay)
         out.add(req, where if file == out.path else f"{file.name}: {where}")
         prev = (req, api)
-    return gaps
+        join = None
+        if api is not None and (last_end is None or arrival + api > last_end[1]):
+            last_end = (req, arrival + api)
+    if join is not None and (last_end is None or join[1] > last_end[1]):
+        last_end = join
+    return gaps, last_end
 
