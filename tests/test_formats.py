@@ -57,6 +57,16 @@ class TestDetection:
         plain.write_text((DATA / "mooncake.jsonl").read_text())
         assert len(load_trace(plain)) == 4
 
+    def test_first_line_longer_than_head(self, tmp_path):
+        # A Dynamo row of a 200k-token prompt: 12,500 u64 hashes, ~250 KB on one line.
+        rows = [json.loads(x) for x in gzip.open(DATA / "dynamo_trace.jsonl.gz", "rt")][1:2]
+        n = 200_000 // 16
+        rows[0]["request"]["replay"].update(input_length=200_000, input_sequence_hashes=[2**63 + i for i in range(n)])
+        p = tmp_path / "long.jsonl.gz"
+        with gzip.open(p, "wt") as fh:
+            fh.write(json.dumps(rows[0]) + "\n")
+        assert detect(p) == "dynamo" and len(load_trace(p).requests[0].block_hashes) == n
+
     def test_unknown_content(self, tmp_path):
         p = tmp_path / "x.jsonl"
         p.write_text('{"prompt": "hello"}\n')

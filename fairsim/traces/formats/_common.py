@@ -25,7 +25,10 @@ GZIP_MAGIC = b"\x1f\x8b"
 """The first two bytes of a gzip stream (RFC 1952, section 2.3.1)."""
 
 HEAD_BYTES = 64 * 1024
-"""How much of a file (decompressed) the format sniffers see."""
+"""How much of a file (decompressed) the format sniffers see, at least."""
+
+FIRST_LINE_MAX = 256 * 1024 * 1024
+"""Longest first line read whole for sniffing (a one-line JSON session document can be MBs)."""
 
 OBSERVED_OUTPUT = "observed_output_length"
 """Label recording an output length of 0 in the file (the request itself gets ``output_len=1``:
@@ -39,8 +42,9 @@ class Head:
     Attributes:
         path: The path given by the user.
         is_dir: True for a folder (Claude Code session folders, RAGPulse data folders).
-        data: The first ``HEAD_BYTES`` bytes, gunzipped when the file starts with the gzip magic
-            (for a folder: of its first file the sniffer asks for itself; here empty).
+        data: The first ``HEAD_BYTES`` bytes, gunzipped when the file starts with the gzip magic,
+            extended to the end of the first line when that is longer (up to
+            ``FIRST_LINE_MAX``); empty for a folder.
         first_record: The first non-blank line decoded as JSON, or None when it does not parse.
     """
 
@@ -84,6 +88,13 @@ def read_head(path: Path) -> Head:
     try:
         with open_binary(path) as fh:
             data = fh.read(HEAD_BYTES)
+            # A first record longer than the head (a long hash_ids list, a one-line JSON
+            # document): read on to the end of that line so it can be decoded.
+            while b"\n" not in data.lstrip() and len(data) < FIRST_LINE_MAX:
+                more = fh.read(HEAD_BYTES * 16)
+                if not more:
+                    break
+                data += more
     except (OSError, EOFError, zlib.error) as exc:
         raise OSError(f"{path}: cannot read (broken gzip stream?): {exc}") from None
     first = None
