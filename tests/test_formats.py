@@ -172,6 +172,23 @@ class TestClaudeCode:
         assert r["s/requests[3]"].after == "s/requests[2].requests[1]"
         assert r["s/requests[3]"].delay_s == pytest.approx(1.0)
 
+    def test_lenient_where_the_file_is_consistent(self, tmp_path):
+        doc = json.loads((DATA / "claude_code" / "session_a.json").read_text())
+        del doc["requests"][0]["hash_ids"]  # no identity recorded: unique blocks, warned
+        sub = doc["requests"][2]
+        for x in sub["requests"]:
+            x["t"] += sub["t"]  # a writer that keeps session time in sub-agents
+        (tmp_path / "s.json").write_text(json.dumps(doc))
+        t = load_trace(tmp_path / "s.json")
+        r = by_id(t)
+        assert r["s/requests[0]"].block_hashes == ()
+        assert [r[f"s/requests[2].requests[{i}]"].arrival_time for i in (0, 1)] == [4.5, 6.5]
+        assert any("fewer hash_ids" in w for w in t.warnings) and any("session time" in w for w in t.warnings)
+        doc["requests"][0]["hash_ids"] = list(range(5))  # 200 tokens span at most 4 blocks
+        (tmp_path / "s.json").write_text(json.dumps(doc))
+        with pytest.raises(TraceFormatError, match=r"s.json: requests\[0\]: field 'hash_ids': has 5 ids but in=200 spans 4"):
+            load_trace(tmp_path / "s.json")
+
     def test_hash_id_scope_global(self, tmp_path):
         for name in ("session_a.json", "session_b.json"):
             doc = json.loads((DATA / "claude_code" / name).read_text())

@@ -12,6 +12,7 @@ import io
 import json
 import math
 import zlib
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -265,6 +266,8 @@ class Collector:
     where: list[int | str] = field(default_factory=list)
     skipped: list[TraceFormatError] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    stats: Counter = field(default_factory=Counter)
+    """Counts a reader keeps for its warnings (e.g. requests whose delay fell back to a gap)."""
 
     def bad(self, exc: TraceFormatError) -> None:
         """Record a bad record (``skip_bad``) or raise it."""

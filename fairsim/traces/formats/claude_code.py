@@ -39,7 +39,7 @@ from typing import Any
 
 from fairsim.errors import TraceFormatError
 from fairsim.traces.formats._common import (
-    Collector, Head, check_hash_count, full_block_ids, need_ids, need_int, need_number,
+    Collector, Head, full_block_ids, need_ids, need_int, need_number,
     open_binary, output_tokens)
 from fairsim.traces.trace import Trace
 from fairsim.types import Request
@@ -128,12 +128,25 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         gaps += _session(out, names, ns, file, doc["requests"], file.stem, "", 0.0, None, block)[0]
     if len(blocks) > 1:
         raise ValueError(f"{path}: files use different block_size values {sorted(blocks)}")
+    if out.stats["short_hash_ids"]:
+        out.warnings.append(
+            f"{path}: {out.stats['short_hash_ids']} requests have fewer hash_ids than full "
+            f"{block_note(blocks)} blocks (or none); their remaining blocks count as unique")
+    if out.stats["subagents_in_session_time"]:
+        out.warnings.append(
+            f"{path}: {out.stats['subagents_in_session_time']} sub-agents give their requests' t in "
+            "session time (every t at or after the spawn), not from the spawn; read as session time")
     if gaps:
         out.warnings.append(
             f"{path}: {gaps} requests have neither think_time nor the previous api_time; their "
             "closed-loop delay is the gap between recorded start times (an upper bound)")
     block = blocks.pop() if blocks else (hash_block_size or DEFAULT_BLOCK)
     return out.finish(path.stem if path.is_file() else path.name, NAME, block, absolute_time=False)
+
+
+def block_note(blocks: set[int]) -> str:
+    """``"64-token"`` for the message (the files' block size)."""
+    return "/".join(str(b) for b in sorted(blocks)) + "-token" if blocks else "hash"
 
 
 def _session(out: Collector, names: _Namespace, ns: str, file: Path, items: list[Any],
@@ -163,20 +176,32 @@ def _session(out: Collector, names: _Namespace, ns: str, file: Path, items: list
             if item.get("type") == "subagent":
                 if not isinstance(item.get("requests"), list):
                     raise TraceFormatError(fname, where, "requests", "a subagent needs a list of requests")
+                nested = [x.get("t") for x in item["requests"] if isinstance(x, dict)]
+                nested = [x for x in nested if isinstance(x, (int, float)) and not isinstance(x, bool)]
+                # Nested t restarts at 0 at the spawn (TRACES.md); some writers keep session
+                # time instead, recognisable as every nested t at or after a spawn t > 0.
+                session_time = bool(nested) and t > 0 and min(nested) >= t
+                out.stats["subagents_in_session_time"] += session_time
                 sub_gaps, sub_end = _session(out, names, ns, file, item["requests"], f"{session}/{where}",
-                                             f"{where}.", t0 + t, prev, block)
+                                             f"{where}.", t0 if session_time else t0 + t, prev, block)
                 gaps += sub_gaps
                 if sub_end is not None and (join is None or sub_end[1] > join[1]):
                     join = sub_end
                 continue
-            for key in ("in", "out", "hash_ids"):
+            for key in ("in", "out"):
                 if key not in item:
                     raise TraceFormatError(fname, where, key, "missing")
             prompt = need_int(item["in"], fname, where, "in", 1)
             labels: dict[str, Any] = {}
             output = output_tokens(item["out"], fname, where, "out", labels)
-            ids = need_ids(item["hash_ids"], fname, where, "hash_ids")
-            check_hash_count(len(ids), prompt, block, fname, where, "hash_ids")
+            ids = need_ids(item.get("hash_ids", []), fname, where, "hash_ids")
+            if len(ids) > -(-prompt // block):
+                raise TraceFormatError(fname, where, "hash_ids",
+                                       f"has {len(ids)} ids but in={prompt} spans {-(-prompt // block)} "
+                                       f"blocks of {block} tokens")
+            # Fewer ids than full blocks: the identity of the leading blocks is known, the rest
+            # is unique to the request (no id is invented).
+            out.stats["short_hash_ids"] += len(ids) < prompt // block
             api = item.get("api_time")
             api = None if api is None else need_number(api, fname, where, "api_time", "seconds")
             ttft = item.get("ttft")

@@ -67,6 +67,9 @@ def _chunk_lengths(folder: Path) -> tuple[dict[int, int], list[str]]:
             if not isinstance(rec, dict) or "token_length" not in rec:
                 raise TraceFormatError(str(path), line, "token_length", "missing")
             keys = [k for k in rec if k != "token_length" and k.endswith("id")]
+            if len(keys) > 1:  # prefer the file's own kind (2_passages.jsonl: passages_id), hash_id
+                kind = fname.split("_", 1)[1].removesuffix(".jsonl")
+                keys = [k for k in keys if k.startswith(kind) or k == "hash_id"][:1] or keys
             if len(keys) != 1:
                 raise TraceFormatError(str(path), line, "<id>", f"expected one '<kind>_id' field, got {sorted(rec)}")
             cid = need_int(rec[keys[0]], str(path), line, keys[0], 0)
