@@ -4,7 +4,9 @@ Each line is a Mooncake record (``timestamp`` ms, ``input_length``, ``output_len
 ``hash_ids`` with ``ceil(input_length / H)`` ids: the partial last block gets an id of its own,
 as in Mooncake's files), so any tool that reads Mooncake reads it, plus ``request_id``, and where
 present ``session_id``, ``after`` (the request this one waits for in closed loop) and ``delay``
-(ms after ``after`` finishes; Dynamo's agentic field), and one field per label. Blocks without a
+(ms after ``after`` finishes; Dynamo's agentic field), ``segments`` (``[[content_id, tokens],
+...]``, for traces with exact content spans such as RAGPulse: fairsim reads them back exact at any
+block, other tools use ``hash_ids``), and one field per label. Blocks without a
 recorded identity get fresh ids used nowhere else (they never hit).
 
 The hash block size, whether time is absolute, the source file and its format go to the sidecar
@@ -27,7 +29,7 @@ from fairsim.traces.segments import segment_block_keys
 from fairsim.traces.trace import Trace
 
 CANONICAL_KEYS = ("timestamp", "input_length", "output_length", "hash_ids", "request_id",
-                  "session_id", "after", "delay")
+                  "session_id", "after", "delay", "segments")
 
 
 def _ms(seconds: float) -> int | float:
@@ -90,6 +92,8 @@ def write_canonical(trace: Trace, out: str | Path, *, block_size: int | None = N
             if r.after is not None:
                 row["after"] = r.after
                 row["delay"] = _ms(r.delay_s)
+            if r.segments:
+                row["segments"] = [list(x) for x in r.segments]
             for key, value in labels.items():
                 if key.startswith("_"):
                     continue  # private generator bookkeeping (e.g. _hash_ids)

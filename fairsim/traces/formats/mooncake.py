@@ -9,7 +9,7 @@ Also read (TRACES.md): Dynamo's agentic rows ``session_id`` (rows of a session a
 order), ``delay`` / ``delay_ms`` (ms after the previous turn of the session *completes*, in place
 of or beside a ``timestamp``), ``request_id``; the aliases ``input_tokens``, ``output_tokens``,
 ``created_time`` (ms, like ``timestamp``); fairsim's canonical ``after`` (the request this one
-waits for) and the sidecar ``FILE.meta.json`` that ``fairsim convert`` writes (hash block size,
+waits for), ``segments`` (exact content spans, written for RAGPulse traces) and the sidecar ``FILE.meta.json`` that ``fairsim convert`` writes (hash block size,
 whether time is absolute). Any other field becomes a label.
 
 The hash block is, in order: the ``hash_block_size`` argument (``--hash-block-size``), the
@@ -40,7 +40,7 @@ _TIME = ("timestamp", "created_time")
 _INPUT = ("input_length", "input_tokens")
 _OUTPUT = ("output_length", "output_tokens")
 _DELAY = ("delay", "delay_ms")
-_KNOWN = set(_TIME + _INPUT + _OUTPUT + _DELAY) | {"hash_ids", "request_id", "session_id", "after"}
+_KNOWN = set(_TIME + _INPUT + _OUTPUT + _DELAY) | {"hash_ids", "request_id", "session_id", "after", "segments"}
 
 
 def sniff(head: Head) -> bool:
@@ -78,7 +78,7 @@ def read_sidecar(path: Path) -> dict[str, Any]:
 
 class _Row:
     __slots__ = ("line", "ts_ms", "delay_ms", "prompt_len", "output_len", "ids", "request_id",
-                 "session_id", "after", "labels")
+                 "session_id", "after", "labels", "segments")
 
 
 def _parse(rec: Any, path: str, line: int) -> _Row:
@@ -111,7 +111,21 @@ def _parse(rec: Any, path: str, line: int) -> _Row:
     row.request_id = None if rec.get("request_id") is None else str(rec["request_id"])
     row.session_id = None if rec.get("session_id") is None else str(rec["session_id"])
     row.after = None if rec.get("after") is None else str(rec["after"])
+    row.segments = _segments(rec.get("segments"), path, line, row.prompt_len)
     return row
+
+
+def _segments(value: Any, path: str, line: int, prompt_len: int) -> tuple[tuple[int, int], ...]:
+    """fairsim's canonical ``segments``: ``[[content_id, tokens], ...]`` (exact identity)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(x, list) and len(x) == 2 for x in value):
+        raise TraceFormatError(path, line, "segments", "must be a list of [content_id, tokens] pairs")
+    out = tuple((need_int(c, path, line, "segments", 0), need_int(n, path, line, "segments", 1))
+                for c, n in value)
+    if sum(n for _, n in out) > prompt_len:
+        raise TraceFormatError(path, line, "segments", f"hold more than input_length={prompt_len} tokens")
+    return out
 
 
 def _fits(block: int, row: _Row) -> bool:
@@ -208,7 +222,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
                 arrival_time=arrival, prompt_len=row.prompt_len,
                 block_hashes=full_block_ids(row.ids, row.prompt_len, block), hash_block_size=block,
                 output_len=row.output_len, labels=row.labels, session_id=row.session_id,
-                after=after, delay_s=delay_s)
+                after=after, delay_s=delay_s, segments=row.segments)
         except ValueError as exc:
             out.bad(TraceFormatError(name, row.line, "<record>", str(exc)))
             continue
