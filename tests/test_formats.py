@@ -1,5 +1,6 @@
-"""Trace readers per public format: detection from content, hand-checked values, the block-size
-mapping against token-level prefix identity, the canonical round trip, and the error battery."""
+"""Trace readers per public format: detection from content, hand-checked values, the error
+battery, and ``compare`` on every fixture with no flags (block mapping: test_block_mapping.py;
+convert: test_convert.py)."""
 
 import gzip
 import json
@@ -7,20 +8,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
 
 from fairsim.cli import main
 from fairsim.errors import TraceFormatError
-from fairsim.policies import make_policy
-from fairsim.sim import EngineConfig, simulate
-from fairsim.sim.keys import block_keys, engine_block_keys
+from fairsim.sim.keys import block_keys
 from fairsim.traces import detect, load_trace
-from fairsim.traces.canonical import write_canonical
 from fairsim.traces.formats import FORMATS, claude_code, mooncake
-from fairsim.traces.trace import Trace
-from fairsim.types import Request
-from tests.strategies import canonical_traces, chained_token_traces, segment_traces
-from tests.utils import constant_profile
 
 DATA = Path(__file__).parent / "data" / "formats"
 FIXTURES = {
@@ -269,165 +262,6 @@ class TestAzure:
         r = load_trace(DATA / "azure.csv").requests
         assert [(x.arrival_time, x.prompt_len, x.output_len, x.block_hashes) for x in r] == [
             (0.0, 4808, 10, ()), (0.052, 3180, 8, ()), (1.02, 100, 1, ())]
-
-
-def _lcp(a, b):
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-def _infinite_cache_hits(requests, block):
-    """Leading engine blocks of each request already cached by earlier ones (no eviction)."""
-    seen, out = set(), []
-    for r in requests:
-        keys = block_keys(r, block)
-        hit = 0
-        for k in keys:
-            if k not in seen:
-                break
-            hit += 1
-        out.append(hit)
-        seen.update(keys)
-    return out
-
-
-def _chained(prompts, h, ceil):
-    ids: dict[tuple, int] = {}
-    reqs = []
-    for i, tokens in enumerate(prompts):
-        n = -(-len(tokens) // h) if ceil else len(tokens) // h
-        hashes = [ids.setdefault(tuple(tokens[: (j + 1) * h]), len(ids)) for j in range(n)]
-        reqs.append(Request(f"r{i}", float(i), len(tokens), tuple(hashes[: len(tokens) // h]), h))
-    return reqs
-
-
-class TestBlockSizeMapping:
-    """Engine block B over hash block H: hits == those of the token-level prefix identity."""
-
-    @settings(max_examples=150)
-    @given(chained_token_traces())
-    def test_hits_match_token_prefix_identity(self, case):
-        prompts, h, ceil = case
-        reqs = _chained(prompts, h, ceil)
-        known = [len(t) // h * h for t in prompts]  # tokens with a recorded identity
-        for block in sorted({h // 4, h // 2, h, 2 * h, 3 * h, 4 * h, h + h // 2, 3, 5} - {0}):
-            hits = _infinite_cache_hits(reqs, block)
-            for i in range(len(reqs)):
-                shared = max((min(_lcp(prompts[i], prompts[j]), known[i], known[j]) for j in range(i)), default=0)
-                if block % h == 0:  # multiple of H (or H): exact at the token level
-                    assert hits[i] == shared // block
-                elif h % block == 0:  # divides H: exact at the trace's resolution
-                    assert hits[i] == shared // h * (h // block)
-                else:  # neither: conservative, never a false hit, never below whole hash blocks
-                    assert shared // h * h // block <= hits[i] <= shared // block
-
-    @settings(max_examples=150)
-    @given(segment_traces())
-    def test_segments_exact_at_any_block(self, case):
-        lib, seqs = case
-        reqs, tokens = [], []
-        for i, seq in enumerate(seqs):
-            segs = tuple((c, lib[c]) for c in seq)
-            toks = [(c, k) for c in seq for k in range(lib[c])]
-            reqs.append(Request(f"r{i}", float(i), max(1, len(toks)) + 2, segments=segs))
-            tokens.append(toks)
-        for block in (1, 3, 4, 7, 16, 32):
-            hits = _infinite_cache_hits(reqs, block)
-            for i in range(len(reqs)):
-                shared = max((_lcp(tokens[i], tokens[j]) for j in range(i)), default=0)
-                assert hits[i] == shared // block
-
-    @settings(max_examples=25, deadline=None)
-    @given(chained_token_traces(max_requests=6))
-    def test_engine_hits_with_16_token_hashes(self, case):
-        """Block 16 on a 16-token-hash trace: the simulator's cached tokens at admission are the
-        token-level prefix hits, in whole blocks, capped at L - 1 (vLLM recomputes the last token)."""
-        prompts, _, ceil = case
-        prompts = [p * 4 for p in prompts]  # longer prompts: several 16-token blocks
-        reqs = [Request(r.request_id, 100.0 * i, r.prompt_len, r.block_hashes, 16)
-                for i, r in enumerate(_chained(prompts, 16, ceil))]
-        res = simulate(reqs, make_policy("fcfs"), constant_profile(0.01),
-                       EngineConfig(block_size=16, kv_blocks=10_000))
-        cached = res.requests.set_index("request_id")["cached_tokens"]
-        known = [len(t) // 16 * 16 for t in prompts]
-        for i, r in enumerate(reqs):
-            shared = max((min(_lcp(prompts[i], prompts[j]), known[i], known[j]) for j in range(i)), default=0)
-            assert cached[r.request_id] == min(shared // 16, (r.prompt_len - 1) // 16) * 16
-
-    def test_engine_keys_unique_past_identity(self):
-        r = Request("x", 0.0, 100, (7,), 32)
-        assert engine_block_keys(r, 16) == ((7, 0), (7, 1), ("unique", "x", 2), ("unique", "x", 3),
-                                            ("unique", "x", 4), ("unique", "x", 5))
-
-
-class TestConvert:
-    """Canonical Mooncake-style JSONL + sidecar; reading it back gives the same requests."""
-
-    @pytest.mark.parametrize("name", [n for n in FIXTURES if "/" not in n])
-    def test_round_trip(self, tmp_path, name, capsys):
-        src = load_trace(DATA / name)
-        out = tmp_path / "out.jsonl"
-        assert main(["convert", str(DATA / name), str(out)]) == 0
-        assert "converted" in capsys.readouterr().out
-        meta = json.loads((tmp_path / "out.jsonl.meta.json").read_text())
-        assert meta["source_format"] == src.format and meta["absolute_time"] == src.absolute_time
-        # Every line is a plain Mooncake record (what other tools read).
-        for line in out.read_text().splitlines():
-            rec = json.loads(line)
-            assert len(rec["hash_ids"]) == -(-rec["input_length"] // meta["hash_block_size"])
-        back = load_trace(out)
-        assert back.format == "mooncake" and back.absolute_time == src.absolute_time
-        assert len(back) == len(src)
-        for a, b in zip(src.requests, back.requests):
-            assert (a.request_id, a.prompt_len, a.output_len, a.session_id, a.after, a.labels) == (
-                b.request_id, b.prompt_len, b.output_len, b.session_id, b.after, b.labels)
-            assert a.arrival_time == pytest.approx(b.arrival_time, abs=1e-6)
-            assert a.delay_s == pytest.approx(b.delay_s, abs=1e-6)
-            if not a.segments:
-                assert b.hash_block_size == a.hash_block_size
-                # Blocks without an identity get fresh, unused ids; recorded ones are kept.
-                assert b.block_hashes[: len(a.block_hashes)] == a.block_hashes
-        if not src.requests[0].segments:
-            assert _infinite_cache_hits(src.requests, meta["hash_block_size"]) == _infinite_cache_hits(
-                back.requests, meta["hash_block_size"])
-
-    def test_ragpulse_at_block_size(self, tmp_path):
-        src = load_trace(DATA / "ragpulse")
-        for block in (8, 16, 32):
-            out = tmp_path / f"rp{block}.jsonl.gz"
-            assert main(["convert", str(DATA / "ragpulse"), str(out), "--block-size", str(block)]) == 0
-            back = load_trace(out)
-            assert back.hash_block_size == block
-            assert [r.segments for r in back.requests] == [r.segments for r in src.requests]
-            # Exact at the written block from hash_ids alone (what other tools read) ...
-            plain = [Request(r.request_id, r.arrival_time, r.prompt_len, r.block_hashes, block) for r in back.requests]
-            assert _infinite_cache_hits(plain, block) == _infinite_cache_hits(src.requests, block)
-            # ... and at any block from the segments fairsim reads back.
-            for other in (8, 12, 64):
-                assert _infinite_cache_hits(back.requests, other) == _infinite_cache_hits(src.requests, other)
-
-    @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
-    @given(canonical_traces())
-    def test_round_trip_property(self, tmp_path, case):
-        reqs, block = case
-        out = tmp_path / "p.jsonl"
-        write_canonical(Trace("t", "mem", tuple(reqs), hash_block_size=block), out)
-        back = load_trace(out).requests
-        assert [(r.request_id, r.prompt_len, r.output_len, r.block_hashes, r.session_id, r.after, r.labels)
-                for r in back] == [(r.request_id, r.prompt_len, r.output_len, r.block_hashes, r.session_id,
-                                    r.after, r.labels) for r in reqs]
-        assert [r.arrival_time for r in back] == pytest.approx([r.arrival_time for r in reqs])
-        assert [r.delay_s for r in back] == pytest.approx([r.delay_s for r in reqs])
-
-    def test_refuses_overwriting_input(self, tmp_path, capsys):
-        p = tmp_path / "t.jsonl"
-        shutil.copy(DATA / "mooncake.jsonl", p)
-        assert main(["convert", str(p), str(p)]) == 2
-        assert "would overwrite IN" in capsys.readouterr().err
 
 
 class TestErrors:
