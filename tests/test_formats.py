@@ -149,13 +149,16 @@ class TestClaudeCode:
         assert (a1.after, a1.delay_s, a1.output_len) == (a0.request_id, 1.0, 1)
         assert a1.labels["observed_output_length"] == 0 and a0.labels["observed_ttft"] == 0.5
         # The sub-agent spawns at 4.5 s beside its parent: 4.5 - (3.0 + api 1.0) after a1 ends.
-        assert (sa0.session_id, sa0.after, sa0.arrival_time) == ("session_a/requests[2]", a1.request_id, 4.5)
+        # One session per file (its start is chosen by the replay); the label says which agent.
+        assert (sa0.session_id, sa0.labels["agent"], a0.labels["agent"]) == ("session_a", "requests[2]", "main")
+        assert (sa0.after, sa0.arrival_time) == (a1.request_id, 4.5)
         assert sa0.delay_s == pytest.approx(0.5)
         assert (sa1.after, sa1.delay_s, sa1.arrival_time) == (sa0.request_id, 1.5, 6.5)
         # The parent goes on after a1 (6.0 - 3.0 - 1.0), not after its sub-agent.
         assert (a3.after, a3.delay_s) == (a1.request_id, 2.0)
         assert sa0.block_hashes[0] == a0.block_hashes[0]  # sub-agent shares the parent's first block
         assert r["session_b/requests[1]"].delay_s == 5.0 and "upper bound" in t.warnings[0]
+        assert t.warnings[1].endswith("offsets from each session's start (2 sessions)")
 
     def test_parent_waiting_for_its_subagent(self, tmp_path):
         doc = json.loads((DATA / "claude_code" / "session_a.json").read_text())

@@ -13,10 +13,12 @@ spawn, and it runs beside its parent.
 
 Mapping onto ``Request``:
 
-- ``session_id``: the file's stem; a sub-agent gets ``STEM/requests[i]`` (its JSON path).
+- ``session_id``: the file's stem, for its sub-agents too: the file is one session whose start
+  the replay chooses, and its sub-agents keep their spawn offsets within it. The label ``agent``
+  says which agent sent a request: ``main`` or the sub-agent's JSON path (``requests[2]``).
 - ``arrival_time``: offset from the session's start (``absolute_time=False``: session starts are
   chosen by the replay); a sub-agent's requests at ``spawn t + nested t``.
-- Closed loop: ``after`` is the previous request of the same (sub-)session; ``delay_s`` is
+- Closed loop: ``after`` is the previous request of the same agent; ``delay_s`` is
   ``think_time`` when recorded, else ``t[n] - t[n-1] - api_time[n-1]`` (the trace's identity
   ``t[n] = t[n-1] + api_time[n-1] + think_time[n]``), else the gap ``t[n] - t[n-1]`` (warned). A
   sub-agent's first request follows the parent request before the spawn, with the spawn offset
@@ -140,6 +142,9 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         out.warnings.append(
             f"{path}: {gaps} requests have neither think_time nor the previous api_time; their "
             "closed-loop delay is the gap between recorded start times (an upper bound)")
+    sessions = len({r.session_id for r in out.requests})
+    out.warnings.append(f"{path}: the format has no absolute time; arrival times are offsets from "
+                        f"each session's start ({sessions} sessions)")
     block = blocks.pop() if blocks else (hash_block_size or DEFAULT_BLOCK)
     return out.finish(path.stem if path.is_file() else path.name, NAME, block, absolute_time=False)
 
@@ -182,7 +187,7 @@ def _session(out: Collector, names: _Namespace, ns: str, file: Path, items: list
                 # time instead, recognisable as every nested t at or after a spawn t > 0.
                 session_time = bool(nested) and t > 0 and min(nested) >= t
                 out.stats["subagents_in_session_time"] += session_time
-                sub_gaps, sub_end = _session(out, names, ns, file, item["requests"], f"{session}/{where}",
+                sub_gaps, sub_end = _session(out, names, ns, file, item["requests"], session,
                                              f"{where}.", t0 if session_time else t0 + t, prev, block)
                 gaps += sub_gaps
                 if sub_end is not None and (join is None or sub_end[1] > join[1]):
@@ -241,6 +246,7 @@ def _session(out: Collector, names: _Namespace, ns: str, file: Path, items: list
         elif think is not None:
             delay = think
         rid = f"{file.stem}/{where}"
+        labels["agent"] = prefix.rstrip(".") or "main"
         req = Request(rid, arrival, prompt, full_block_ids(names.map(ns, ids), prompt, block), block,
                       output, labels, session_id=session, after=after, delay_s=delay)
         out.add(req, where if file == out.path else f"{file.name}: {where}")
