@@ -79,7 +79,15 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def add_common(p: argparse.ArgumentParser) -> None:
     """Options shared by every simulating command."""
-    p.add_argument("--trace", help="Mooncake JSONL trace (default: the embedded RAG input)")
+    from fairsim.traces.formats import FORMATS
+
+    p.add_argument("--trace", help="trace file or folder, any format of --trace-format "
+                                   "(default: the embedded RAG input)")
+    p.add_argument("--trace-format", default="auto", choices=("auto", *FORMATS),
+                   help="trace format; auto detects it from the content (gzip by its magic bytes)")
+    p.add_argument("--hash-block-size", type=int, default=None, metavar="TOKENS",
+                   help="tokens per hash id, for Mooncake-like files whose block is given out of band "
+                        "(default: what the format or file records; Mooncake 512)")
     p.add_argument("--skip-bad", action="store_true", help="skip bad trace records, counting them")
     p.add_argument("--profile", default=DEFAULT_PROFILE,
                    help="cost-model profile: shipped name or JSON path")
@@ -88,7 +96,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-num-seqs", type=int, default=256,
                    help="most requests running at once (vLLM max_num_seqs)")
     p.add_argument("--block-size", type=int, default=None,
-                   help="tokens per KV block (default: the trace's hash block, 512)")
+                   help="tokens per KV block, any size (default: the trace's hash block)")
     cap = p.add_mutually_exclusive_group()
     cap.add_argument("--kv-tokens", type=int,
                      help="KV cache capacity in tokens (default: the profile's kv_capacity)")
@@ -162,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     from fairsim.sweep import add_parser as add_sweep_parser
 
     add_sweep_parser(sub)
+    from fairsim.convert import add_parser as add_convert_parser
+
+    add_convert_parser(sub)
     return parser
 
 
@@ -188,12 +199,14 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None) -> t
     if args.trace is None and args.seed != 0:
         trace = generate_rag(RagSpec(seed=args.seed))
     else:
-        trace = load_trace(args.trace, skip_bad=args.skip_bad)
+        trace = load_trace(args.trace, args.trace_format, skip_bad=args.skip_bad,
+                           hash_block_size=args.hash_block_size)
+    skipped = trace.skipped_summary()
+    if skipped:
+        print(f"fairsim: {skipped}", file=sys.stderr)
     if not trace.requests:
-        raise ValueError(f"{trace.source}: no valid requests in the trace")
-    if trace.skipped:
-        print(f"fairsim: skipped {len(trace.skipped)} bad records of {trace.source}; first: "
-              f"{trace.skipped[0]}", file=sys.stderr)
+        raise ValueError(f"{trace.source}: no valid requests in the trace"
+                         + (f" ({skipped})" if skipped else ""))
     requests = shape_sessions(args, trace)
     if args.trace is not None and args.seed != 0 and args.session_rate is None:
         raise ValueError("--seed seeds the generated default input and the session starts of "
@@ -203,7 +216,7 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None) -> t
         raise ValueError("no requests left after --window-start/--window-end/--max-requests")
     limit = profile.max_model_len
     kept, dropped = drop_too_long(kept, limit, trace.source, getattr(args, "skip_long", False),
-                                  f"max_model_len of profile {profile.name}")
+                                  f"max_model_len of profile {profile.name}", trace.locations)
     args.skipped_long = len(dropped)
     if dropped:
         print(f"fairsim: --skip-long dropped {len(dropped)} requests with prompts of {limit:,} tokens or "
@@ -227,7 +240,21 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None) -> t
             f"{where}: the last arrival is at {last:.6g} s, beyond "
             f"{MAX_ARRIVAL_S:.0e} s, where float64 time cannot resolve 1 us steps; use a smaller "
             f"factor or a shorter window")
+    trace = add_mapping_warning(trace, requests, args.block_size)
+    for warning in trace.warnings:
+        print(f"fairsim: warning: {warning}", file=sys.stderr)
     return trace, requests
+
+
+def add_mapping_warning(trace: Trace, requests: list[Request], block_size: int | None) -> Trace:
+    """``trace`` with the warning of ``fairsim.sim.keys.mapping_loss`` added when
+    ``--block-size`` and the hash block neither divide the other."""
+    import dataclasses
+
+    from fairsim.sim.keys import mapping_loss
+
+    loss = mapping_loss(requests, block_size) if block_size else None
+    return dataclasses.replace(trace, warnings=trace.warnings + (loss,)) if loss else trace
 
 
 def shape_sessions(args: argparse.Namespace, trace: Trace) -> list[Request]:
@@ -408,6 +435,9 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
         "engine": engine, "offered_load": load.describe(), "offered_load_figures": load.to_dict(),
         "replay": args.replay, "think_scale": args.think_scale,
         "session_rate_per_s": args.session_rate, "fairsim_version": __version__,
+        "trace_format": trace.format, "hash_block_size": trace.hash_block_size,
+        "absolute_time": trace.absolute_time, "warnings": list(trace.warnings),
+        "skipped_records": len(trace.skipped),
     }
     atomic_write_text(out / "run.json", json.dumps(info, indent=2) + "\n")
 
@@ -446,6 +476,10 @@ def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from fairsim.sweep import cmd_sweep
 
         return cmd_sweep(args)
+    if args.command == "convert":
+        from fairsim.convert import cmd_convert
+
+        return cmd_convert(args)
     parser.error(f"unknown command {args.command}")
     return 2
 

@@ -35,6 +35,13 @@ class Request:
         delay_s: Closed loop only: seconds after ``after`` *finishes* at which this request is
             sent (the recorded think/tool time, or a sub-agent's spawn offset). Open-loop replay
             ignores it and uses ``arrival_time``.
+        segments: Optional exact token-level prefix identity as ``(content_id, token_length)``
+            spans in prompt order (RAGPulse chunks). Two requests share their first ``t`` tokens
+            iff their span sequences agree on those ``t`` tokens (same ids at the same offsets).
+            Tokens past the spans' sum are unique to the request. When set, engine block keys are
+            built from the spans at any block size (``fairsim.sim.keys``), exactly;
+            ``block_hashes`` then holds the same identity at ``hash_block_size`` for consumers
+            that only read hashes.
 
     Raises:
         ValueError: On a non-positive length, a negative arrival time, or more full hash blocks
@@ -51,6 +58,7 @@ class Request:
     session_id: str | None = None
     after: str | None = None
     delay_s: float = 0.0
+    segments: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.prompt_len < 1:
@@ -72,6 +80,14 @@ class Request:
                 f"request {self.request_id!r}: {len(self.block_hashes)} full hash blocks of "
                 f"{self.hash_block_size} tokens exceed prompt_len={self.prompt_len}"
             )
+        if self.segments:
+            if any(n < 1 for _, n in self.segments):
+                raise ValueError(f"request {self.request_id!r}: a segment has length < 1 token")
+            if sum(n for _, n in self.segments) > self.prompt_len:
+                raise ValueError(
+                    f"request {self.request_id!r}: segments hold "
+                    f"{sum(n for _, n in self.segments)} tokens, more than prompt_len={self.prompt_len}"
+                )
 
 
 class QueuedRequest(NamedTuple):

@@ -88,3 +88,70 @@ def simulations(draw, max_requests: int = 8):
     """``(requests, profile, config)`` for one small simulation."""
     requests = draw(traces(max_requests))
     return requests, draw(profiles()), draw(engine_configs(requests))
+
+
+@st.composite
+def chained_token_traces(draw, max_requests: int = 8, max_len: int = 160):
+    """``(token_lists, hash_block, ceil)``: prompts as token sequences over a 3-letter alphabet
+    (so prefixes are shared both on purpose, by copying an earlier prompt's prefix, and by
+    chance), a hash block size, and whether the partial last block carries an id (Mooncake's
+    ceil count) or not (floor)."""
+    n = draw(st.integers(2, max_requests))
+    prompts: list[list[int]] = []
+    for _ in range(n):
+        tokens: list[int] = []
+        if prompts and draw(st.booleans()):
+            base = draw(st.sampled_from(prompts))
+            tokens = base[: draw(st.integers(0, len(base)))]
+        tokens = tokens + draw(st.lists(st.integers(0, 2), min_size=0 if tokens else 1, max_size=max_len))
+        prompts.append(tokens[:max_len] or [0])
+    return prompts, draw(st.sampled_from([4, 8, 16, 32])), draw(st.booleans())
+
+
+@st.composite
+def segment_traces(draw, max_requests: int = 8):
+    """``(chunk_lengths, chunk_id_lists)``: a chunk library (id -> 1..40 tokens) and each
+    request's chunk sequence, sharing leading chunks with earlier requests at random."""
+    lib = draw(st.lists(st.integers(1, 40), min_size=2, max_size=8))
+    n = draw(st.integers(2, max_requests))
+    seqs: list[list[int]] = []
+    for _ in range(n):
+        seq: list[int] = []
+        if seqs and draw(st.booleans()):
+            base = draw(st.sampled_from(seqs))
+            seq = base[: draw(st.integers(0, len(base)))]
+        seq = seq + draw(st.lists(st.integers(0, len(lib) - 1), min_size=0 if seq else 1, max_size=6))
+        seqs.append(seq)
+    return lib, seqs
+
+
+@st.composite
+def canonical_traces(draw, max_requests: int = 8):
+    """Requests as a reader would make them: unique ids, ms arrivals, full-block chained ids at
+    a drawn hash block, sessions with ``after``/``delay_s``, labels of one type per key."""
+    block = draw(st.sampled_from([16, 64, 512]))
+    n = draw(st.integers(1, max_requests))
+    label_kinds = draw(st.dictionaries(st.sampled_from(["doc", "klass", "score"]),
+                                       st.sampled_from(["int", "str", "float", "bool"]), max_size=2))
+    reqs: list[Request] = []
+    t = 0.0
+    for i in range(n):
+        t += draw(st.integers(0, 5000)) / 1000.0
+        prompt = draw(st.integers(1, 4 * block))
+        full = prompt // block
+        base = draw(st.sampled_from(reqs)).block_hashes if reqs and draw(st.booleans()) else ()
+        keep = draw(st.integers(0, min(len(base), full)))
+        hashes = tuple(base[:keep]) + tuple(10_000 * (i + 1) + j for j in range(full - keep))
+        labels = {}
+        for key, kind in label_kinds.items():
+            if draw(st.booleans()):
+                labels[key] = {"int": draw(st.integers(-5, 5)), "str": draw(st.sampled_from(["a", "b"])),
+                               "float": draw(st.sampled_from([0.5, 2.25])), "bool": draw(st.booleans())}[kind]
+        session = after = None
+        delay = 0.0
+        if reqs and draw(st.booleans()):
+            prev = draw(st.sampled_from(reqs))
+            session, after, delay = prev.session_id or f"s{i}", prev.request_id, draw(st.integers(0, 9000)) / 1000.0
+        reqs.append(Request(f"q{i}", round(t, 3), prompt, hashes, block, draw(st.integers(1, 50)), labels,
+                            session_id=session, after=after, delay_s=delay))
+    return reqs, block

@@ -106,7 +106,7 @@ class TestCapacityResolution:
             EngineConfig(kv_blocks=4, kv_tokens=100)
 
     def test_too_small_names_the_flags(self):
-        with pytest.raises(CapacityError, match="--kv-tokens, --kv-blocks or --kv-fraction"):
+        with pytest.raises(CapacityError, match="--kv-tokens, --kv-blocks to at least 4, or --kv-fraction"):
             resolve_capacity([req(0, 0.0, 2000)], EngineConfig(block_size=512, kv_tokens=1024))
 
     def test_profile_default_and_fallback(self):
@@ -186,7 +186,9 @@ class TestModelLen:
         path = tmp_path / "t.jsonl"
         path.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}\n'
                         '{"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": [2]}\n')
-        assert [r.labels["_line"] for r in load_mooncake(path).requests] == [1, 2]
+        trace = load_mooncake(path)
+        assert [trace.locations[r.request_id] for r in trace.requests] == [1, 2]
+        assert all("_line" not in r.labels for r in trace.requests)  # labels stay the trace's own
 
 
 @pytest.fixture

@@ -12,6 +12,8 @@ from fairsim.traces.loadshape import LoadShape, Phase, arrivals, calm_burst_spik
 from fairsim.traces.mixed import MixedSpec, generate_mixed
 from fairsim.traces.multihop import MultiHopSpec, generate_multihop
 from fairsim.traces.prefix import PrefixIds, make_request
+from fairsim.errors import TraceFormatError
+from fairsim.traces.formats import azure
 from fairsim.traces.real import load_azure_csv, real_scenario, traces_dir
 from fairsim.scenarios import build_scenario, scenario_names
 from fairsim.traces.sec import SecSpec, dynamic_sec_traces, generate_sec
@@ -147,6 +149,10 @@ class TestScenarios:
         p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
                      "2023-11-16 18:17:03.9799600,100,5\n2023-11-16 18:17:04.0000000,0,5\n"
                      "2023-11-16 18:17:05.5000000,2000,7\n")
-        trace = load_azure_csv(p)
+        # A prompt of 0 tokens is a bad row, named; --skip-bad skips and counts it.
+        with pytest.raises(TraceFormatError, match=r"a.csv:3: field 'ContextTokens': 0: need >= 1"):
+            load_azure_csv(p)
+        trace = azure.read(p, skip_bad=True)
         assert [(r.arrival_time, r.prompt_len, r.output_len) for r in trace.requests] == [
             (0.0, 100, 5), (1.52, 2000, 7)]
+        assert [(e.line, e.field) for e in trace.skipped] == [(3, "ContextTokens")]

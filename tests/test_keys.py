@@ -5,7 +5,7 @@ import pytest
 from fairsim.errors import CapacityError
 from fairsim.policies import make_policy
 from fairsim.sim import EngineConfig, resolve_capacity, simulate
-from fairsim.sim.keys import block_keys, engine_block_keys, reusable_blocks
+from fairsim.sim.keys import block_keys, engine_block_keys, mapping_loss, reusable_blocks
 from tests.utils import constant_profile, make_request
 
 
@@ -18,15 +18,27 @@ class TestBlockKeys:
         assert block_keys(self.R, 512) == (5, 6)
 
     def test_smaller_blocks(self):
-        assert block_keys(self.R, 256) == ((5, 0), (5, 1), (6, 0), (6, 1))
+        # Engine block k ends inside hash block ceil((k+1)*256/512) - 1: blocks 0,1 -> id 5.
+        assert block_keys(self.R, 256) == ((5, 0), (5, 1), (6, 2), (6, 3))
 
     def test_larger_blocks(self):
         # One 1024-token engine block ends with hash block 6, whose prefix hash names it.
-        assert block_keys(self.R, 1024) == (6,)
+        assert block_keys(self.R, 1024) == ((6, 0),)
 
-    def test_incompatible(self):
-        with pytest.raises(ValueError, match="must divide or be a multiple"):
-            block_keys(self.R, 300)
+    def test_neither_divides_is_conservative(self):
+        # 300-token blocks over 512-token hashes (1024 identified tokens): block 0 ends at 300
+        # (inside hash block 0), block 1 at 600 and block 2 at 900 (inside hash block 1); block 3
+        # would end at 1200, past the identified tokens, so it has no key here.
+        assert block_keys(self.R, 300) == ((5, 0), (6, 1), (6, 2))
+        assert block_keys(self.R, 1100) == ()
+
+    def test_mapping_loss_warning(self):
+        a = make_request("a", 0.0, 1024, [5, 6], block=512)
+        b = make_request("b", 1.0, 1024, [5, 7], block=512)  # shares the first 512 tokens
+        assert mapping_loss([a, b], 256) is None and mapping_loss([a, b], 1024) is None
+        # At 300: b's block 0 (ends at 300, inside shared hash block 0) hits: 300 of 512 tokens.
+        msg = mapping_loss([a, b], 300)
+        assert "neither divides" in msg and "of the 512 prompt tokens" in msg and "300 (58.6%)" in msg
 
 
 class TestCapacity:

@@ -37,7 +37,7 @@ class TestMooncakeLoader:
         (json.dumps({**GOOD, "output_length": -3}), "output_length", "negative"),
         (json.dumps({**GOOD, "input_length": -1100}), "input_length", "negative"),
         (json.dumps({**GOOD, "timestamp": "soon"}), "timestamp", "must be a number"),
-        (json.dumps({**GOOD, "hash_ids": [1, 2]}), "hash_ids", "spans 3 blocks"),
+        (json.dumps({**GOOD, "hash_ids": [1]}), "hash_ids", "span 3 blocks of 512 tokens"),
         (json.dumps({**GOOD, "input_length": 10.5}), "input_length", "must be an integer"),
     ])
     def test_bad_record_names_file_line_field(self, tmp_path, line, field, why):

@@ -21,3 +21,21 @@ def constant_profile(step_s: float = 1.0, per_token_s: float = 0.0) -> Profile:
     """Step time = ``step_s + per_token_s * tokens``; T_idle from the same model."""
     return Profile("const", "prior", step_s, per_token_s, 0.0, 0.0, (1, 1_000_000),
                    (step_s, step_s * 1e6), budget_tokens=2048)
+
+
+def infinite_cache_hits(requests, block):
+    """Leading engine blocks of each request (in list order) already cached by earlier ones:
+    an infinite cache, no eviction (``fairsim.sim.keys.block_keys`` at ``block``)."""
+    from fairsim.sim.keys import block_keys
+
+    seen, out = set(), []
+    for r in requests:
+        keys = block_keys(r, block)
+        hit = 0
+        for k in keys:
+            if k not in seen:
+                break
+            hit += 1
+        out.append(hit)
+        seen.update(keys)
+    return out

@@ -73,8 +73,10 @@ def resolve_capacity(requests: Sequence[Request], config: EngineConfig) -> tuple
         raise CapacityError(
             f"request {worst.request_id!r} needs {blocks_for(worst.prompt_len, block_size)} blocks "
             f"of {block_size} tokens but the KV cache holds {kv_blocks}; raise the capacity "
-            f"(--kv-tokens, --kv-blocks or --kv-fraction; EngineConfig kv_tokens/kv_blocks/kv_fraction) "
-            f"or drop requests longer than {kv_blocks * block_size} tokens"
+            f"(--kv-tokens, --kv-blocks to at least {blocks_for(worst.prompt_len, block_size)}, or "
+            f"--kv-fraction; EngineConfig kv_tokens/kv_blocks/kv_fraction), or keep a part of the "
+            f"trace without prompts over {kv_blocks * block_size} tokens (--window-start, "
+            f"--window-end, --max-requests, or --skip-long with the profile's max_model_len)"
         )
     return block_size, kv_blocks
 

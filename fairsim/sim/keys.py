@@ -6,39 +6,91 @@ import math
 from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
 
+from fairsim.traces.segments import segment_block_keys
 from fairsim.types import Request
 
 
 def block_keys(request: Request, block_size: int) -> tuple[Hashable, ...]:
     """Prefix-cache keys of the request's full engine blocks that have a known content identity.
 
-    ``block_hashes`` are prefix hashes of ``hash_block_size``-token blocks. With an engine block
-    size ``B``:
+    Chained ``block_hashes`` (hash block ``H = hash_block_size`` tokens; id ``j`` names tokens
+    ``[0, (j + 1) * H)``) are mapped onto engine blocks of ``B = block_size`` tokens by one rule:
+    engine block ``k`` (tokens ``[k * B, (k + 1) * B)``) is identified by the first hash block
+    whose end covers the engine block's end, ``j = ceil((k + 1) * B / H) - 1``, plus ``k``: key
+    ``(hash_ids[j], k)``. Equal keys mean the first ``(j + 1) * H >= (k + 1) * B`` tokens are
+    equal, so a key hit is always a true prefix hit.
 
-    - ``B == H``: the hashes themselves.
-    - ``B`` divides ``H``: engine block ``j`` is sub-block ``j % (H // B)`` of hash block
-      ``j // (H // B)``; key ``(hash, sub)``.
-    - ``B`` a multiple ``m`` of ``H``: engine block ``j`` ends with hash block ``(j + 1) * m - 1``,
-      whose prefix hash identifies the whole prefix; key = that hash.
+    - ``B == H``: the hashes themselves (``j == k``).
+    - ``B`` divides ``H`` or is a multiple of it: exact with respect to what the trace records
+      (``fairsim.sim.keys`` tests check it against the token-level prefix identity).
+    - Neither divides: conservative. An engine block that ends inside a hash block counts as a
+      hit only if that whole hash block is shared; ``mapping_loss`` says how much that loses.
 
-    Tokens of a trailing partial hash block have no identity, so no key: they are never cached.
+    Engine blocks past the last full hash block have no identity here (a partial hash block is
+    never a hit); ``engine_block_keys`` gives them request-unique keys.
+
+    With ``request.segments`` (exact token-level identity, RAGPulse) the keys are built from the
+    segments instead, exactly at any ``B`` (``segment_block_keys``).
 
     Raises:
-        ValueError: ``block_size`` neither divides nor is a multiple of ``hash_block_size``.
+        ValueError: ``block_size < 1``.
     """
+    if block_size < 1:
+        raise ValueError(f"block_size={block_size}: need >= 1 token")
+    if request.segments:
+        return segment_block_keys(request.segments, block_size)
     h = request.hash_block_size
     hashes = request.block_hashes
     if block_size == h:
         return hashes
-    if h % block_size == 0:
-        per = h // block_size
-        return tuple((x, s) for x in hashes for s in range(per))
-    if block_size % h == 0:
-        m = block_size // h
-        return tuple(hashes[(j + 1) * m - 1] for j in range(len(hashes) // m))
-    raise ValueError(
-        f"block_size={block_size} must divide or be a multiple of the trace's hash block size {h}"
-    )
+    n = len(hashes) * h // block_size  # engine blocks wholly inside the identified tokens
+    return tuple((hashes[((k + 1) * block_size - 1) // h], k) for k in range(n))
+
+
+def mapping_loss(requests: Sequence[Request], block_size: int) -> str | None:
+    """A warning when ``block_size`` and a trace's hash block neither divide the other.
+
+    The mapping of ``block_keys`` is then conservative: an engine block ending inside a hash
+    block is a hit only when the whole hash block is shared. The warning states the share of
+    the trace's infinite-cache prefix hits (in tokens, at its own hash block) that remain hits
+    at ``block_size``.
+
+    Returns:
+        The warning, or None when every request's hash block divides or is a multiple of
+        ``block_size`` (or it carries exact ``segments``).
+    """
+    odd = [r for r in requests if not r.segments and r.block_hashes
+           and r.hash_block_size % block_size and block_size % r.hash_block_size]
+    if not odd:
+        return None
+    h = sorted({r.hash_block_size for r in odd})
+    native = _bound_tokens(odd, None)
+    mapped = _bound_tokens(odd, block_size)
+    share = f"{mapped / native:.1%}" if native else "n/a"
+    return (f"--block-size {block_size} and the trace's {'/'.join(map(str, h))}-token hash blocks: "
+            f"neither divides the other, so an engine block that ends inside a hash block counts as "
+            f"cached only when that whole hash block is shared; of the {native:,} prompt tokens an "
+            f"infinite cache would reuse at the hash block, {mapped:,} ({share}) stay reusable at "
+            f"block {block_size}. Use a block size that divides or is a multiple of the hash block "
+            f"for exact prefix identity.")
+
+
+def _bound_tokens(requests: Sequence[Request], block_size: int | None) -> int:
+    """Tokens of leading blocks already seen in an earlier request (infinite cache, arrival
+    order); at the hash block itself when ``block_size`` is None."""
+    seen: set[Hashable] = set()
+    total = 0
+    for r in sorted(requests, key=lambda r: r.arrival_time):
+        keys = r.block_hashes if block_size is None else block_keys(r, block_size)
+        size = r.hash_block_size if block_size is None else block_size
+        hit = 0
+        for key in keys:
+            if key not in seen:
+                break
+            hit += 1
+        total += hit * size
+        seen.update(keys)
+    return total
 
 
 def engine_block_keys(request: Request, block_size: int) -> tuple[Hashable, ...]:

@@ -1,8 +1,12 @@
-"""Traces: load (Mooncake JSONL), generate (RAG default input), and shape load.
+"""Traces: load (every public format, ``formats/``), generate (RAG default input), and shape load.
 
 No engine imports here (DESIGN.md layering).
 """
 
+import dataclasses
+from pathlib import Path
+
+from fairsim.traces.formats import FORMATS, detect, read_trace
 from fairsim.traces.mooncake import load_mooncake
 from fairsim.traces.rag import DEFAULT_RAG_PATH, RagSpec, generate_rag, write_mooncake
 from fairsim.traces.shaping import OfferedLoad, offered_load, scale_time, window
@@ -14,20 +18,27 @@ from fairsim.traces.multihop import MultiHopSpec, generate_multihop
 from fairsim.traces.sec import SecSpec, dynamic_sec_traces, generate_sec
 
 
-def load_trace(path: str | None = None, *, skip_bad: bool = False) -> Trace:
-    """Load a trace file, or the embedded default RAG input when ``path`` is None.
+def load_trace(path: str | Path | None = None, format: str = "auto", *, skip_bad: bool = False,
+               hash_block_size: int | None = None) -> Trace:
+    """Load a trace file or folder, or the embedded default RAG input when ``path`` is None.
+
+    Args:
+        path: The trace (any format of ``fairsim.traces.formats.FORMATS``; gzip is read by its
+            magic bytes).
+        format: ``"auto"`` (detect from the content) or a format name.
+        skip_bad: Skip bad records (``Trace.skipped``) instead of raising.
+        hash_block_size: Tokens per hash id for Mooncake-like files whose block is given out of
+            band (default: what the format or the file records).
 
     Raises:
-        TraceFormatError: A bad record (file:line:field), unless ``skip_bad``.
-        ValueError: A CSV or compressed file (only Mooncake JSONL is read here), a directory.
+        TraceFormatError: A bad record (file, line or JSON path, field), unless ``skip_bad``.
+        ValueError: An unknown format or content no reader recognises.
+        FileNotFoundError: ``path`` does not exist.
     """
     if path is None:
         trace = load_mooncake(DEFAULT_RAG_PATH, skip_bad=skip_bad)
-        return Trace("rag-default", trace.source, trace.requests, trace.skipped)
-    if str(path).lower().endswith((".csv", ".gz", ".zst", ".xz", ".parquet")):
-        raise ValueError(f"{path}: unsupported trace format (expected Mooncake JSONL: one JSON "
-                         f"object per line with timestamp, input_length, output_length, hash_ids)")
-    return load_mooncake(path, skip_bad=skip_bad)
+        return dataclasses.replace(trace, name="rag-default")
+    return read_trace(path, format, skip_bad=skip_bad, hash_block_size=hash_block_size)
 
 
 __all__ = [
@@ -45,6 +56,9 @@ __all__ = [
     "generate_sec",
     "poisson",
     "DEFAULT_RAG_PATH",
+    "FORMATS",
+    "detect",
+    "read_trace",
     "OfferedLoad",
     "RagSpec",
     "Trace",

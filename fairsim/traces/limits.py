@@ -8,25 +8,29 @@ line, or, with ``skip_long``, the request is dropped and counted.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from fairsim.errors import PromptTooLongError
 from fairsim.types import Request
 
 LINE_LABEL = "_line"
-"""Label a trace reader sets to the request's 1-based line in its file (underscore labels are not
-written to the per-request table)."""
+"""Optional label naming a request's 1-based line in its file, used where no ``Trace.locations``
+is given (underscore labels are not written to the per-request table). The format readers record
+locations in ``Trace.locations`` instead, so labels stay what the trace says."""
 
 
-def _where(request: Request, source: str) -> str:
-    line = request.labels.get(LINE_LABEL)
+def _where(request: Request, source: str, locations: Mapping[str, int | str] | None = None) -> str:
+    line = (locations or {}).get(request.request_id, request.labels.get(LINE_LABEL))
     if isinstance(line, int) and not isinstance(line, bool):
         return f"{source}:{line}: field 'input_length'"
+    if isinstance(line, str) and line:  # a JSON path (session documents)
+        return f"{source}: {line}: prompt length"
     return f"{source}: request {request.request_id!r}"
 
 
 def drop_too_long(requests: Sequence[Request], max_model_len: int | None, source: str,
-                  skip_long: bool = False, limit_name: str = "max_model_len") -> tuple[list[Request], list[Request]]:
+                  skip_long: bool = False, limit_name: str = "max_model_len",
+                  locations: Mapping[str, int | str] | None = None) -> tuple[list[Request], list[Request]]:
     """Split ``requests`` into those vLLM accepts and those whose prompt is too long.
 
     Args:
@@ -35,6 +39,7 @@ def drop_too_long(requests: Sequence[Request], max_model_len: int | None, source
         source: The trace file (or generator) for messages.
         skip_long: Drop too-long requests instead of raising.
         limit_name: How to name the limit in the message (e.g. "max_model_len 131072 of profile X").
+        locations: ``Trace.locations`` (request id -> line or JSON path), to name the source.
 
     Returns:
         ``(kept, dropped)``, both in the input order.
@@ -53,7 +58,7 @@ def drop_too_long(requests: Sequence[Request], max_model_len: int | None, source
             continue
         if not skip_long:
             raise PromptTooLongError(
-                f"{_where(r, source)}: prompt of {r.prompt_len:,} tokens does not fit {limit_name} "
+                f"{_where(r, source, locations)}: prompt of {r.prompt_len:,} tokens does not fit {limit_name} "
                 f"({max_model_len:,} tokens; vLLM rejects a prompt of max_model_len tokens or more); "
                 f"--skip-long drops such requests and counts them")
         dropped.append(r)

@@ -17,12 +17,11 @@ The folder is found at ``$FAIRSIM_TRACES_DIR`` if set, else ``<repo root>/../sha
 
 from __future__ import annotations
 
-import csv
 import os
-from datetime import datetime
 from pathlib import Path
 
 from fairsim.costmodel import Profile
+from fairsim.traces.formats import azure
 from fairsim.traces.mooncake import load_mooncake
 from fairsim.traces.shaping import offered_load, scale_time, window
 from fairsim.traces.trace import Trace
@@ -52,41 +51,13 @@ def traces_dir() -> Path:
 
 
 def load_azure_csv(path: str | Path, max_requests: int | None = None) -> Trace:
-    """Read an Azure 2023 CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``).
-
-    Timestamps are rebased so the first request arrives at 0 s. Requests have no hash blocks (the
-    file has no prefix identity). Rows with a non-positive token count are skipped (counted).
+    """Read an Azure 2023 CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``); see
+    ``fairsim.traces.formats.azure.read``. Arrivals are rebased to 0 s; no request has hash blocks.
 
     Raises:
-        ValueError: A missing column or an unparsable timestamp, naming file and line.
+        TraceFormatError: A missing column or a bad row, naming file, line and field.
     """
-    path = Path(path)
-    requests: list[Request] = []
-    skipped = 0
-    t0 = None
-    with path.open(newline="") as fh:
-        for line, rec in enumerate(csv.DictReader(fh), start=2):
-            try:
-                stamp = rec["TIMESTAMP"]
-                ctx, gen = int(rec["ContextTokens"]), int(rec["GeneratedTokens"])
-            except (KeyError, ValueError, TypeError) as exc:
-                raise ValueError(f"{path}:{line}: need TIMESTAMP,ContextTokens,GeneratedTokens: {exc}") from None
-            # 7 fractional digits: datetime takes at most 6.
-            head, _, frac = stamp.partition(".")
-            try:
-                t = datetime.fromisoformat(head).timestamp() + float("0." + (frac or "0"))
-            except ValueError:
-                raise ValueError(f"{path}:{line}: field 'TIMESTAMP': cannot parse {stamp!r}") from None
-            if ctx < 1 or gen < 1:
-                skipped += 1
-                continue
-            t0 = t if t0 is None else t0
-            requests.append(Request(f"{path.stem}:{line}", round(max(0.0, t - t0), 3), ctx, (), 512,
-                                    gen, {}))
-            if max_requests is not None and len(requests) >= max_requests:
-                break
-    requests.sort(key=lambda r: r.arrival_time)
-    return Trace(name=path.stem, source=str(path), requests=tuple(requests))
+    return azure.read(path, max_requests=max_requests)
 
 
 def real_scenario(name: str, profile: Profile, load: float, start_s: float = 0.0,

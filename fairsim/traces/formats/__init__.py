@@ -1,0 +1,97 @@
+"""Trace readers, one module per public format, behind one registry.
+
+``FORMATS`` maps a format name to its ``TraceFormat``: ``sniff(head) -> bool`` says from the
+*content* (never the suffix; gzip is detected by its magic bytes) whether a path is in that
+format, and ``read(path, *, skip_bad=False, hash_block_size=None) -> Trace`` reads it. Detection
+tries the formats in registry order, most specific first, and the first match wins.
+
+Adding a format: write ``fairsim/traces/formats/NAME.py`` with ``NAME``, ``sniff`` and ``read``
+(use the helpers in ``_common.py`` so errors name file, line and field), add one line to
+``FORMATS`` below, a fixture in ``tests/data/formats/`` and a row in the README's formats table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from fairsim.traces.formats import azure, bailian, claude_code, dynamo, mooncake, ragpulse
+from fairsim.traces.formats._common import Head, read_head
+from fairsim.traces.trace import Trace
+
+
+@dataclass(frozen=True)
+class TraceFormat:
+    """One reader of the registry.
+
+    Attributes:
+        name: The ``--trace-format`` name.
+        sniff: True when a ``Head`` (first 64 KiB, decompressed, and the first JSON record) is
+            in this format.
+        read: ``read(path, *, skip_bad=False, hash_block_size=None) -> Trace``.
+        summary: One line for ``--help`` and the README.
+    """
+
+    name: str
+    sniff: Callable[[Head], bool]
+    read: Callable[..., Trace]
+    summary: str
+
+
+def _fmt(module, summary: str) -> TraceFormat:
+    return TraceFormat(module.NAME, module.sniff, module.read, summary)
+
+
+FORMATS: dict[str, TraceFormat] = {f.name: f for f in (
+    _fmt(dynamo, "Dynamo request traces: request_end events, u64 replay hashes, agent sessions"),
+    _fmt(ragpulse, "RAGPulse: content ids + side files, exact prefix identity at any block"),
+    _fmt(bailian, "Qwen-Bailian: 16-token chained hash_ids, parent_chat_id sessions"),
+    _fmt(claude_code, "Claude Code session JSON (a file or a folder): 64-token ids, sub-agents"),
+    _fmt(mooncake, "Mooncake JSONL: timestamp ms, hash_ids (ceil or floor count), Dynamo agentic rows"),
+    _fmt(azure, "Azure CSV TIMESTAMP,ContextTokens,GeneratedTokens: no prefix identity"),
+)}
+"""Registry, in detection order."""
+
+
+def detect(path: str | Path) -> str:
+    """The name of the format of ``path``, from its content.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: No format recognises it (the message lists the formats).
+    """
+    head = read_head(Path(path))
+    for fmt in FORMATS.values():
+        if fmt.sniff(head):
+            return fmt.name
+    what = "folder" if head.is_dir else "file"
+    if not head.is_dir and not head.data.strip():
+        raise ValueError(f"{path}: no requests in the trace (the file is empty)")
+    raise ValueError(
+        f"{path}: cannot tell the trace format of this {what} from its content; give "
+        f"--trace-format (one of: {', '.join(FORMATS)}). Expected e.g. Mooncake JSONL lines "
+        '{"timestamp": ms, "input_length": N, "output_length": N, "hash_ids": [...]}')
+
+
+def read_trace(path: str | Path, format: str = "auto", *, skip_bad: bool = False,
+               hash_block_size: int | None = None) -> Trace:
+    """Read ``path`` with the named reader, or the detected one (``format="auto"``).
+
+    Raises:
+        ValueError: Unknown format name, undetectable content, a bad ``hash_block_size``.
+        TraceFormatError: A bad record (file, line or JSON path, field), unless ``skip_bad``.
+        FileNotFoundError: ``path`` does not exist.
+    """
+    if hash_block_size is not None and hash_block_size < 1:
+        raise ValueError(f"--hash-block-size {hash_block_size}: need >= 1 token")
+    if format == "auto":
+        format = detect(path)
+    elif format not in FORMATS:
+        raise ValueError(f"--trace-format {format!r}: unknown; known: auto, {', '.join(FORMATS)}")
+    elif not Path(path).exists():
+        raise FileNotFoundError(f"{path}: no such trace file or folder")
+    return FORMATS[format].read(path, skip_bad=skip_bad, hash_block_size=hash_block_size)
+
+
+__all__ = ["FORMATS", "TraceFormat", "detect", "read_trace"]

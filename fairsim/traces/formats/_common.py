@@ -1,0 +1,346 @@
+"""Shared parts of the trace readers: opening (gzip by magic bytes), JSON lines, field checks,
+and the per-trace checks every format gets (duplicate ids, label types, ``after`` references).
+
+Nothing here knows a particular format; each reader module uses these helpers and keeps its own
+field names.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import math
+import zlib
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from fairsim.errors import TraceFormatError
+from fairsim.traces.trace import Trace
+from fairsim.types import Request
+
+GZIP_MAGIC = b"\x1f\x8b"
+"""The first two bytes of a gzip stream (RFC 1952, section 2.3.1)."""
+
+HEAD_BYTES = 64 * 1024
+"""How much of a file (decompressed) the format sniffers see, at least."""
+
+FIRST_LINE_MAX = 256 * 1024 * 1024
+"""Longest first line read whole for sniffing (a one-line JSON session document can be MBs)."""
+
+OBSERVED_OUTPUT = "observed_output_length"
+"""Label recording an output length of 0 in the file (the request itself gets ``output_len=1``:
+vLLM always samples at least one token, the one that ends the prefill)."""
+
+
+@dataclass(frozen=True)
+class Head:
+    """What a format's ``sniff`` sees of a path.
+
+    Attributes:
+        path: The path given by the user.
+        is_dir: True for a folder (Claude Code session folders, RAGPulse data folders).
+        data: The first ``HEAD_BYTES`` bytes, gunzipped when the file starts with the gzip magic,
+            extended to the end of the first line when that is longer (up to
+            ``FIRST_LINE_MAX``); empty for a folder.
+        first_record: The first non-blank line decoded as JSON, or None when it does not parse.
+    """
+
+    path: Path
+    is_dir: bool
+    data: bytes
+    first_record: Any = None
+
+    @property
+    def text(self) -> str:
+        """``data`` as text (undecodable bytes replaced)."""
+        return self.data.decode("utf-8-sig", errors="replace")
+
+
+def open_binary(path: Path) -> IO[bytes]:
+    """Open ``path`` for reading bytes, decompressing gzip when its first bytes are the magic.
+
+    The suffix is not consulted: a ``.jsonl`` that is gzip-compressed reads, and so does a
+    ``.gz`` that is not.
+    """
+    fh = path.open("rb")
+    magic = fh.read(2)
+    fh.seek(0)
+    if magic == GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
+    return fh
+
+
+def read_head(path: Path) -> Head:
+    """The ``Head`` of ``path`` (a file or a folder).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        OSError: A broken gzip stream (the message names the file).
+    """
+    path = Path(path)
+    if path.is_dir():
+        return Head(path, True, b"", None)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such trace file or folder")
+    try:
+        with open_binary(path) as fh:
+            data = fh.read(HEAD_BYTES)
+            # A first record longer than the head (a long hash_ids list, a one-line JSON
+            # document): read on to the end of that line so it can be decoded.
+            while b"\n" not in data.lstrip() and len(data) < FIRST_LINE_MAX:
+                more = fh.read(HEAD_BYTES * 16)
+                if not more:
+                    break
+                data += more
+    except (OSError, EOFError, zlib.error) as exc:
+        raise OSError(f"{path}: cannot read (broken gzip stream?): {exc}") from None
+    first = None
+    for raw in data.splitlines():
+        if raw.strip():
+            try:
+                first = json.loads(raw.decode("utf-8-sig"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                first = None
+            break
+    return Head(path, False, data, first)
+
+
+def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line_number, decoded JSON value or TraceFormatError)`` for each record line.
+
+    Blank lines at the end of the file are accepted (RAGPulse files end with several); a blank
+    line followed by more records is an error on the blank line. A byte-order mark on line 1 is
+    accepted. Errors are yielded, not raised, so a reader can skip them (``skip_bad``).
+    """
+    blank_line = 0
+    name = str(path)
+    try:
+        with open_binary(path) as fh:
+            for line_no, raw in enumerate(fh, start=1):
+                try:
+                    text = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+                except UnicodeDecodeError as exc:
+                    yield line_no, TraceFormatError(name, line_no, "<json>", f"not UTF-8 text: {exc.reason}")
+                    continue
+                if not text.strip():
+                    blank_line = blank_line or line_no
+                    continue
+                if blank_line:
+                    yield blank_line, TraceFormatError(name, blank_line, "<json>", "empty line before more records")
+                    blank_line = 0
+                try:
+                    yield line_no, json.loads(text)
+                except json.JSONDecodeError as exc:
+                    yield line_no, TraceFormatError(name, line_no, "<json>", f"not valid JSON: {exc.msg}")
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise OSError(f"{path}: broken gzip stream: {exc}") from None
+
+
+def first_of(rec: dict[str, Any], names: Sequence[str]) -> tuple[str, Any] | None:
+    """``(name, value)`` of the first of ``names`` present in ``rec`` (field aliases), else None."""
+    for name in names:
+        if name in rec:
+            return name, rec[name]
+    return None
+
+
+def need_int(value: Any, path: str, where: int | str, name: str, minimum: int) -> int:
+    """``value`` as an int >= ``minimum``.
+
+    Integral floats (``12.0``) are refused: a token count written as a float is a broken file.
+
+    Raises:
+        TraceFormatError: Naming the field.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TraceFormatError(path, where, name, f"must be an integer, got {value!r}")
+    if value < minimum:
+        kind = "negative" if value < 0 else "too small"
+        raise TraceFormatError(path, where, name, f"{kind}: {value} (need >= {minimum})")
+    return value
+
+
+def need_number(value: Any, path: str, where: int | str, name: str, unit: str) -> float:
+    """``value`` as a finite number >= 0 (``unit`` names it in the message).
+
+    Raises:
+        TraceFormatError: Naming the field.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TraceFormatError(path, where, name, f"must be a number of {unit}, got {value!r}")
+    if value < 0:
+        raise TraceFormatError(path, where, name, f"negative: {value}")
+    return float(value)
+
+
+def need_ids(value: Any, path: str, where: int | str, name: str) -> list[int]:
+    """A list of integer hash ids. Strings of decimal digits (u64 hashes written as text) are
+    parsed as integers; floats never are (a float loses bits of a 64-bit hash).
+
+    Raises:
+        TraceFormatError: Naming the field.
+    """
+    if not isinstance(value, list):
+        raise TraceFormatError(path, where, name, f"must be a list of integers, got {type(value).__name__}")
+    out = []
+    for i, h in enumerate(value):
+        if isinstance(h, int) and not isinstance(h, bool):
+            out.append(h)
+        elif isinstance(h, str) and h.isdigit():
+            out.append(int(h))
+        else:
+            raise TraceFormatError(path, where, name, f"entry {i} is {h!r}, not an integer")
+    return out
+
+
+def output_tokens(value: Any, path: str, where: int | str, name: str, labels: dict[str, Any]) -> int:
+    """The request's ``output_len`` from a recorded output length.
+
+    0 is accepted (a request that ended at its first token, or an aborted one): the request gets
+    1, since vLLM samples at least one token, and the 0 is kept as the label
+    ``observed_output_length``.
+
+    Raises:
+        TraceFormatError: Not an integer, or negative.
+    """
+    n = need_int(value, path, where, name, 0)
+    if n == 0:
+        labels[OBSERVED_OUTPUT] = 0
+        return 1
+    return n
+
+
+def check_hash_count(n_ids: int, prompt_len: int, block: int, path: str, where: int | str,
+                     name: str) -> None:
+    """Accept ``n_ids == ceil(prompt_len / block)`` (the partial last block has an id) or
+    ``floor(...)`` (it has none); both conventions are in public files.
+
+    Raises:
+        TraceFormatError: Any other count.
+    """
+    if n_ids not in (-(-prompt_len // block), prompt_len // block):
+        raise TraceFormatError(
+            path, where, name,
+            f"has {n_ids} ids but {prompt_len} tokens span {-(-prompt_len // block)} blocks of "
+            f"{block} tokens ({prompt_len // block} full); wrong hash block size? "
+            f"(--hash-block-size)")
+
+
+def full_block_ids(ids: Sequence[int], prompt_len: int, block: int) -> tuple[int, ...]:
+    """The ids of the *full* blocks (a partial last block is never a cache hit)."""
+    return tuple(ids[: prompt_len // block])
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+@dataclass
+class Collector:
+    """Collects one trace's requests and bad records, then runs the whole-trace checks.
+
+    Args:
+        path: The file (or folder) read, for messages.
+        skip_bad: Keep bad records in ``skipped`` instead of raising.
+    """
+
+    path: Path
+    skip_bad: bool
+    requests: list[Request] = field(default_factory=list)
+    where: list[int | str] = field(default_factory=list)
+    skipped: list[TraceFormatError] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    stats: Counter = field(default_factory=Counter)
+    """Counts a reader keeps for its warnings (e.g. requests whose delay fell back to a gap)."""
+
+    def bad(self, exc: TraceFormatError) -> None:
+        """Record a bad record (``skip_bad``) or raise it."""
+        if not self.skip_bad:
+            raise exc
+        self.skipped.append(exc)
+
+    def add(self, request: Request, where: int | str) -> None:
+        """Keep a good request and where it came from (line or JSON path)."""
+        self.requests.append(request)
+        self.where.append(where)
+
+    def finish(self, name: str, fmt: str, hash_block_size: int | None, *,
+               absolute_time: bool = True, sort: bool = True) -> Trace:
+        """Check the collected requests as a whole and build the ``Trace``.
+
+        Checks, each naming the file and both lines where two records are involved: duplicate
+        ``request_id``; a label whose JSON type (number, string, bool, list, object) differs from
+        the first record that has it; an ``after`` naming no request of the trace. With
+        ``skip_bad`` the later record of a pair is skipped instead.
+
+        Requests are then sorted by arrival time (stable: file order breaks ties).
+        """
+        path = str(self.path)
+        seen: dict[str, int | str] = {}
+        kinds: dict[str, tuple[str, int | str]] = {}
+        keep: list[tuple[Request, int | str]] = []
+        locations: dict[str, int | str] = {}
+        for req, where in zip(self.requests, self.where):
+            try:
+                if req.request_id in seen:
+                    raise TraceFormatError(path, where, "request_id",
+                                           f"{req.request_id!r} duplicates {_at(seen[req.request_id])}")
+                for key, value in req.labels.items():
+                    kind = _kind(value)
+                    if kind == "null":
+                        continue
+                    first = kinds.get(key)
+                    if first is not None and first[0] != kind:
+                        raise TraceFormatError(path, where, key,
+                                               f"is a {kind}, but a {first[0]} at {_at(first[1])}; "
+                                               "a label must keep one type")
+                for key, value in req.labels.items():
+                    if value is not None:
+                        kinds.setdefault(key, (_kind(value), where))
+            except TraceFormatError as exc:
+                self.bad(exc)
+                continue
+            seen[req.request_id] = where
+            keep.append((req, where))
+        ids = {r.request_id for r, _ in keep}
+        good = []
+        for req, where in keep:
+            if req.after is not None and req.after not in ids:
+                try:
+                    raise TraceFormatError(path, where, "after", f"names {req.after!r}, which is not a request of the trace")
+                except TraceFormatError as exc:
+                    self.bad(exc)
+                    continue
+            good.append(req)
+            locations[req.request_id] = where
+        if sort:
+            good.sort(key=lambda r: r.arrival_time)
+        return Trace(name=name, source=path,
+                     requests=tuple(good), skipped=tuple(self.skipped), absolute_time=absolute_time,
+                     hash_block_size=hash_block_size, format=fmt, warnings=tuple(self.warnings),
+                     locations=locations)
+
+
+def _at(where: int | str) -> str:
+    return f"line {where}" if isinstance(where, int) else str(where)
+
+
+def text_lines(path: Path) -> io.TextIOWrapper:
+    """``path`` as text lines (gzip by magic bytes), for CSV readers."""
+    return io.TextIOWrapper(open_binary(path), encoding="utf-8-sig", newline="")

@@ -1,0 +1,101 @@
+"""Azure LLM inference traces (Azure/AzurePublicDataset; Splitwise, Patel et al., ISCA 2024).
+
+CSV ``TIMESTAMP,ContextTokens,GeneratedTokens``; ``TIMESTAMP`` is a date-time with up to 7
+fractional digits. There is **no prefix identity**: no request has hash blocks, so every request
+is a cache miss (nothing is invented). Arrival times are rebased so the first request arrives at
+0 s and rounded to whole ms, as the other public traces store time. A ``GeneratedTokens`` of 0 becomes ``output_len=1`` with the label ``observed_output_length``.
+"""
+
+from __future__ import annotations
+
+import csv
+from datetime import datetime, timezone
+from pathlib import Path
+
+from fairsim.errors import TraceFormatError
+from fairsim.traces.formats._common import Collector, Head, output_tokens, text_lines
+from fairsim.traces.trace import Trace
+from fairsim.types import Request
+
+NAME = "azure"
+BLOCK = 512
+"""Nominal hash block of the (empty) identity; only the default engine block follows from it."""
+COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+
+
+def sniff(head: Head) -> bool:
+    """The first line is a CSV header naming the three columns."""
+    first = head.text.splitlines()[0] if head.data else ""
+    return all(c in first for c in COLUMNS)
+
+
+def parse_time(stamp: str) -> float:
+    """``2023-11-16 18:17:03.9799600`` -> POSIX seconds (7 fractional digits kept as a float).
+
+    A time without a zone is taken as UTC, so results do not depend on the machine's zone.
+
+    Raises:
+        ValueError: Not a date-time.
+    """
+    head, _, frac = stamp.strip().partition(".")
+    if frac and not frac.isdigit():
+        raise ValueError(stamp)
+    when = datetime.fromisoformat(head)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp() + float("0." + (frac or "0"))
+
+
+def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | None = None,
+         max_requests: int | None = None) -> Trace:
+    """Read an Azure CSV.
+
+    Args:
+        path: The file (plain or gzip).
+        skip_bad: Skip bad rows instead of raising.
+        hash_block_size: Ignored except as the nominal block (the file has no identity).
+        max_requests: Stop after this many good rows (for quick windows of large files).
+
+    Raises:
+        TraceFormatError: A missing column (line 1), an unparsable timestamp or count, a
+            ``ContextTokens`` below 1, a timestamp lower than the previous row's.
+    """
+    path = Path(path)
+    name = str(path)
+    block = hash_block_size or BLOCK
+    out = Collector(path, skip_bad)
+    t0 = None
+    previous = None
+    with text_lines(path) as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise TraceFormatError(name, 1, missing[0], f"missing column (header: {reader.fieldnames})")
+        for line, rec in enumerate(reader, start=2):
+            try:
+                try:
+                    t = parse_time(rec["TIMESTAMP"] or "")
+                except ValueError:
+                    raise TraceFormatError(name, line, "TIMESTAMP", f"cannot parse {rec['TIMESTAMP']!r}") from None
+                counts = {}
+                for col in COLUMNS[1:]:
+                    try:
+                        counts[col] = int(rec[col])
+                    except (TypeError, ValueError):
+                        raise TraceFormatError(name, line, col, f"must be an integer, got {rec[col]!r}") from None
+                if counts["ContextTokens"] < 1:
+                    raise TraceFormatError(name, line, "ContextTokens", f"{counts['ContextTokens']}: need >= 1")
+                labels: dict = {}
+                gen = output_tokens(counts["GeneratedTokens"], name, line, "GeneratedTokens", labels)
+                if previous is not None and t < previous:
+                    raise TraceFormatError(name, line, "TIMESTAMP", "decreases: earlier than the previous row")
+            except TraceFormatError as exc:
+                out.bad(exc)
+                continue
+            previous = t
+            t0 = t if t0 is None else t0
+            out.add(Request(f"{path.stem}:{line}", round(max(0.0, t - t0), 3), counts["ContextTokens"],
+                            (), block, gen, labels), line)
+            if max_requests is not None and len(out.requests) >= max_requests:
+                break
+    return out.finish(path.stem, NAME, block)

@@ -1,0 +1,116 @@
+"""Qwen-Bailian usage traces (alibaba-edu/qwen-bailian-usagetraces-anon, ATC'25).
+
+JSONL: ``chat_id``, ``parent_chat_id`` (-1 for a first turn), ``timestamp`` (float seconds),
+``input_length``, ``output_length``, ``type`` (text/image/search/file), ``turn``, ``hash_ids``
+(salted SipHash over **16-token** blocks, remapped to ints).
+
+The ids are re-chained: block ``j`` is identified by the sequence ``hash_ids[0..j]`` (interned to
+small ints in order of first appearance). For chained ids (TRACES.md) this changes nothing in
+which blocks are equal; if the ids hash each block's content alone (as the dataset README's
+"apply SipHash to each block" can be read), it restores prefix identity: a block is a hit only
+after an identical prefix, as in vLLM.
+
+Sessions: ``parent_chat_id`` links a turn to the one it follows; a session is named by its
+first turn's ``chat_id``. The closed-loop think time of a turn is the gap from its parent's
+arrival (the file does not record when the parent finished, so this is an upper bound; a warning
+says so). A turn whose parent is not in the file (a sampled trace) starts its own session.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fairsim.errors import TraceFormatError
+from fairsim.traces.formats._common import (
+    Collector, Head, check_hash_count, full_block_ids, iter_json_lines, need_ids, need_int,
+    need_number, output_tokens)
+from fairsim.traces.trace import Trace
+from fairsim.types import Request
+
+NAME = "bailian"
+BLOCK = 16
+_KNOWN = ("chat_id", "parent_chat_id", "timestamp", "input_length", "output_length", "hash_ids")
+"""Required fields, checked in this order (so the first missing one is always the same)."""
+
+
+def sniff(head: Head) -> bool:
+    """A JSON object line with ``chat_id``, ``parent_chat_id`` and ``hash_ids``."""
+    rec = head.first_record
+    return isinstance(rec, dict) and {"chat_id", "parent_chat_id", "hash_ids"} <= rec.keys()
+
+
+def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | None = None) -> Trace:
+    """Read a Bailian JSONL file (plain or gzip).
+
+    Arrival times are seconds from the first request (rebased). ``type`` and ``turn`` are kept as
+    labels.
+
+    Raises:
+        TraceFormatError: Naming file, line and field (missing or mistyped field, a ``hash_ids``
+            count that fits no ``hash_block_size``-token block, a duplicate ``chat_id``).
+    """
+    path = Path(path)
+    name = str(path)
+    block = hash_block_size or BLOCK
+    out = Collector(path, skip_bad)
+    rows = []
+    for line, rec in iter_json_lines(path):
+        try:
+            if isinstance(rec, TraceFormatError):
+                raise rec
+            if not isinstance(rec, dict):
+                raise TraceFormatError(name, line, "<json>", "expected an object")
+            for key in _KNOWN:
+                if key not in rec:
+                    raise TraceFormatError(name, line, key, "missing")
+            chat = need_int(rec["chat_id"], name, line, "chat_id", 0)
+            parent = need_int(rec["parent_chat_id"], name, line, "parent_chat_id", -1)
+            ts = need_number(rec["timestamp"], name, line, "timestamp", "seconds")
+            prompt = need_int(rec["input_length"], name, line, "input_length", 1)
+            labels = {k: v for k, v in rec.items() if k not in _KNOWN}
+            output = output_tokens(rec["output_length"], name, line, "output_length", labels)
+            ids = need_ids(rec["hash_ids"], name, line, "hash_ids")
+            check_hash_count(len(ids), prompt, block, name, line, "hash_ids")
+        except TraceFormatError as exc:
+            out.bad(exc)
+            continue
+        rows.append((line, chat, parent, ts, prompt, output, ids, labels))
+    t0 = min((r[3] for r in rows), default=0.0)
+    by_id = {}
+    session_of: dict[int, str] = {}
+    orphans = gaps = 0
+    chain: dict[tuple[int, int], int] = {}
+
+    def chained(ids: tuple[int, ...]) -> tuple[int, ...]:
+        out, parent = [], -1
+        for h in ids:
+            parent = chain.setdefault((parent, h), len(chain))
+            out.append(parent)
+        return tuple(out)
+
+    for line, chat, parent, ts, prompt, output, ids, labels in sorted(rows, key=lambda r: r[3]):
+        after = None
+        delay = 0.0
+        if parent >= 0 and parent in by_id:
+            prev = by_id[parent]
+            after = prev.request_id
+            delay = max(0.0, ts - t0 - prev.arrival_time)
+            session = session_of[parent]
+            gaps += 1
+        else:
+            orphans += parent >= 0
+            session = str(chat)
+        session_of[chat] = session
+        req = Request(str(chat), ts - t0, prompt, chained(full_block_ids(ids, prompt, block)), block, output,
+                      labels, session_id=session, after=after, delay_s=delay)
+        if chat not in by_id:
+            by_id[chat] = req
+        out.add(req, line)
+    if gaps:
+        out.warnings.append(
+            f"{path}: think time of {gaps} follow-up turns taken as the gap to the parent turn's "
+            "arrival (an upper bound: the file does not record when the parent finished)")
+    if orphans:
+        out.warnings.append(f"{path}: {orphans} turns name a parent_chat_id not in the file; "
+                            "each starts its own session")
+    return out.finish(path.stem, NAME, block)

@@ -1,0 +1,166 @@
+"""Dynamo request traces (ai-dynamo/dynamo ``DYN_REQUEST_TRACE``; schema ``dynamo.request.trace.v1``).
+
+gzip JSONL of events. Rows whose ``event_type`` (top level, or under ``event``) is
+``request_end`` carry ``request`` (top level, or under ``event``): ``request_received_ms`` (Unix
+ms: the arrival; rows are written at *completion*, so they are sorted by it), ``input_tokens``,
+``output_tokens``, ``cached_tokens``, ``ttft_ms``, ``total_time_ms``, ``queue_depth``, worker ids,
+and ``replay{trace_block_size, input_length, input_sequence_hashes}``: unsigned 64-bit chained
+hashes, parsed as integers (never floats). ``agent_context{session_id, parent_session_id}`` links
+turns into sessions and sub-agents to their parent. Other event types are not requests and are
+passed over.
+
+Mapping: arrival = ``request_received_ms`` rebased to the first arrival; prompt length =
+``replay.input_length`` (else ``input_tokens``). Closed loop: ``after`` is the session's previous
+turn (by arrival), ``delay_s`` = this arrival - that turn's completion (``event_time_unix_ms`` of
+its ``request_end``, else arrival + ``total_time_ms``; clamped at 0); a sub-agent's first turn
+follows its parent session's latest turn that arrived before it. ``cached_tokens``,
+``ttft_ms``, ``total_time_ms``, ``queue_depth`` and the worker ids are the recording's outputs: labels with the
+``observed_`` prefix, never inputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fairsim.errors import TraceFormatError
+from fairsim.traces.formats._common import (
+    Collector, Head, check_hash_count, full_block_ids, iter_json_lines, need_ids, need_int,
+    need_number, output_tokens)
+from fairsim.traces.trace import Trace
+from fairsim.types import Request
+
+NAME = "dynamo"
+DEFAULT_BLOCK = 16
+SCHEMA = "dynamo.request.trace.v1"
+_OBSERVED = ("cached_tokens", "ttft_ms", "total_time_ms", "queue_depth")
+_WORKER = ("prefill_worker_id", "decode_worker_id", "worker_id")
+
+
+def _event_type(rec: dict[str, Any]) -> Any:
+    ev = rec.get("event")
+    return rec.get("event_type", ev.get("event_type") if isinstance(ev, dict) else None)
+
+
+def _request(rec: dict[str, Any]) -> Any:
+    if "request" in rec:
+        return rec["request"]
+    ev = rec.get("event")
+    return ev.get("request") if isinstance(ev, dict) else None
+
+
+def _field(rec: dict[str, Any], req: dict[str, Any], name: str) -> Any:
+    """``name`` at the top level, else under ``event``, else under ``request``."""
+    ev = rec.get("event")
+    for where in (rec, ev if isinstance(ev, dict) else {}, req):
+        if where.get(name) is not None:
+            return where[name]
+    return None
+
+
+def sniff(head: Head) -> bool:
+    """A JSON object line with the Dynamo schema, or an event carrying ``request_received_ms``."""
+    rec = head.first_record
+    if not isinstance(rec, dict):
+        return False
+    if rec.get("schema") == SCHEMA:
+        return True
+    req = _request(rec)
+    return _event_type(rec) is not None and isinstance(req, dict) and "request_received_ms" in req
+
+
+def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | None = None) -> Trace:
+    """Read a Dynamo request trace (gzip or plain JSONL).
+
+    Raises:
+        TraceFormatError: Naming file, line and field (``request.replay.input_sequence_hashes``
+            with a float or a count that fits no block, a missing ``request_received_ms``, ...).
+    """
+    path = Path(path)
+    name = str(path)
+    out = Collector(path, skip_bad)
+    rows = []
+    blocks = set()
+    for line, rec in iter_json_lines(path):
+        try:
+            if isinstance(rec, TraceFormatError):
+                raise rec
+            if not isinstance(rec, dict):
+                raise TraceFormatError(name, line, "<json>", "expected an object")
+            if _event_type(rec) != "request_end":
+                continue
+            req = _request(rec)
+            if not isinstance(req, dict):
+                raise TraceFormatError(name, line, "request", "missing on a request_end event")
+            if "request_received_ms" not in req:
+                raise TraceFormatError(name, line, "request.request_received_ms", "missing")
+            arrival_ms = need_number(req["request_received_ms"], name, line, "request.request_received_ms", "ms")
+            replay = req.get("replay") if isinstance(req.get("replay"), dict) else {}
+            if "input_length" in replay:
+                prompt = need_int(replay["input_length"], name, line, "request.replay.input_length", 1)
+            elif "input_tokens" in req:
+                prompt = need_int(req["input_tokens"], name, line, "request.input_tokens", 1)
+            else:
+                raise TraceFormatError(name, line, "request.input_tokens", "missing (and no replay.input_length)")
+            labels: dict[str, Any] = {}
+            if "output_tokens" not in req:
+                raise TraceFormatError(name, line, "request.output_tokens", "missing")
+            output = output_tokens(req["output_tokens"], name, line, "request.output_tokens", labels)
+            block = hash_block_size or DEFAULT_BLOCK
+            if "trace_block_size" in replay:
+                block = need_int(replay["trace_block_size"], name, line, "request.replay.trace_block_size", 1)
+                if hash_block_size is not None and hash_block_size != block:
+                    raise TraceFormatError(name, line, "request.replay.trace_block_size",
+                                           f"{block} contradicts --hash-block-size {hash_block_size}")
+            ids: list[int] = []
+            if "input_sequence_hashes" in replay:
+                ids = need_ids(replay["input_sequence_hashes"], name, line, "request.replay.input_sequence_hashes")
+                check_hash_count(len(ids), prompt, block, name, line, "request.replay.input_sequence_hashes")
+            done_ms = _field(rec, req, "event_time_unix_ms")
+            if done_ms is not None:
+                done_ms = need_number(done_ms, name, line, "event_time_unix_ms", "ms")
+            if done_ms is None and isinstance(req.get("total_time_ms"), (int, float)):
+                done_ms = arrival_ms + req["total_time_ms"]
+            for key in _OBSERVED:
+                if req.get(key) is not None:
+                    need_number(req[key], name, line, f"request.{key}", "units")
+                    labels[f"observed_{key}"] = req[key]
+            worker = req.get("worker") if isinstance(req.get("worker"), dict) else req
+            for key in _WORKER:
+                if worker.get(key) is not None:
+                    labels[f"observed_{key}"] = str(worker[key])
+            ctx = _field(rec, req, "agent_context")
+            ctx = ctx if isinstance(ctx, dict) else {}
+            session = ctx.get("session_id")
+            parent = ctx.get("parent_session_id")
+        except TraceFormatError as exc:
+            out.bad(exc)
+            continue
+        blocks.add(block)
+        rid = req.get("request_id")
+        rows.append((arrival_ms, line, None if rid is None else str(rid), prompt, ids, block, output,
+                     labels, None if session is None else str(session),
+                     None if parent is None else str(parent), done_ms))
+    if len(blocks) > 1:
+        raise ValueError(f"{path}: rows use different trace_block_size values {sorted(blocks)}")
+    block = blocks.pop() if blocks else (hash_block_size or DEFAULT_BLOCK)
+    rows.sort(key=lambda r: (r[0], r[1]))
+    t0 = rows[0][0] if rows else 0.0
+    last: dict[str, tuple[Request, float | None]] = {}
+    for arrival_ms, line, rid, prompt, ids, _, output, labels, session, parent, done_ms in rows:
+        prev = last.get(session) if session is not None else None
+        if prev is None and parent is not None:
+            prev = last.get(parent)
+        after, delay = None, 0.0
+        if prev is not None:
+            p, p_done = prev
+            after = p.request_id
+            p_done_s = (p_done - t0) / 1000.0 if p_done is not None else p.arrival_time
+            delay = max(0.0, (arrival_ms - t0) / 1000.0 - p_done_s)
+        req = Request(rid or f"{path.stem}:{line}", (arrival_ms - t0) / 1000.0, prompt,
+                      full_block_ids(ids, prompt, block), block, output, labels, session_id=session,
+                      after=after, delay_s=delay)
+        if session is not None:
+            last[session] = (req, done_ms)
+        out.add(req, line)
+    return out.finish(path.stem, NAME, block)

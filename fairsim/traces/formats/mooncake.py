@@ -1,0 +1,237 @@
+"""Mooncake JSONL (kvcache-ai/Mooncake ``FAST25-release/``; also Dynamo, AIPerf, vLLM ``bench``).
+
+One object a line: ``timestamp`` (ms from trace start), ``input_length``, ``output_length``,
+``hash_ids`` (chained ids of ``hash_block_size``-token blocks, 512 in Mooncake's files). Both
+``len(hash_ids) == ceil(input_length / H)`` (the partial last block has an id, dropped here: a
+partial block is never a hit) and ``floor(...)`` are accepted.
+
+Also read (TRACES.md): Dynamo's agentic rows ``session_id`` (rows of a session are its turns in
+order), ``delay`` / ``delay_ms`` (ms after the previous turn of the session *completes*, in place
+of or beside a ``timestamp``), ``request_id``; the aliases ``input_tokens``, ``output_tokens``,
+``created_time`` (ms, like ``timestamp``); fairsim's canonical ``after`` (the request this one
+waits for), ``segments`` (exact content spans, written for RAGPulse traces) and the sidecar ``FILE.meta.json`` that ``fairsim convert`` writes (hash block size,
+whether time is absolute). Any other field becomes a label.
+
+The hash block is, in order: the ``hash_block_size`` argument (``--hash-block-size``), the
+sidecar's, 512; if 512 does not fit every record's id count but exactly one of 16, 32, ..., 2048
+does, that one is used and a warning says so.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from fairsim.errors import TraceFormatError
+from fairsim.traces.formats._common import (
+    Collector, Head, check_hash_count, first_of, full_block_ids, iter_json_lines, need_ids,
+    need_int, need_number, output_tokens)
+from fairsim.traces.trace import Trace
+from fairsim.types import Request
+
+NAME = "mooncake"
+DEFAULT_BLOCK = 512
+CANDIDATE_BLOCKS = (16, 32, 64, 128, 256, 512, 1024, 2048)
+"""Hash block sizes tried when the count of ``hash_ids`` does not fit 512 (powers of two, as
+vLLM block sizes and every public trace's hash block are)."""
+
+_TIME = ("timestamp", "created_time")
+_INPUT = ("input_length", "input_tokens")
+_OUTPUT = ("output_length", "output_tokens")
+_DELAY = ("delay", "delay_ms")
+_KNOWN = set(_TIME + _INPUT + _OUTPUT + _DELAY) | {"hash_ids", "request_id", "session_id", "after", "segments"}
+
+
+def sniff(head: Head) -> bool:
+    """A JSON object line with ``hash_ids`` as a list and an input length."""
+    rec = head.first_record
+    return (isinstance(rec, dict) and isinstance(rec.get("hash_ids"), list)
+            and first_of(rec, _INPUT) is not None)
+
+
+def sidecar_path(path: Path) -> Path:
+    """``FILE.meta.json`` beside ``FILE`` (written by ``fairsim convert``)."""
+    return path.with_name(path.name + ".meta.json")
+
+
+def read_sidecar(path: Path) -> dict[str, Any]:
+    """The sidecar's JSON object, or ``{}`` when there is none.
+
+    Raises:
+        TraceFormatError: The sidecar exists but is not a JSON object with a valid
+            ``hash_block_size``.
+    """
+    side = sidecar_path(path)
+    if not side.is_file():
+        return {}
+    try:
+        meta = json.loads(side.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TraceFormatError(str(side), 1, "<json>", f"not valid JSON: {exc}") from None
+    if not isinstance(meta, dict):
+        raise TraceFormatError(str(side), 1, "<json>", "expected a JSON object")
+    if "hash_block_size" in meta:
+        need_int(meta["hash_block_size"], str(side), 1, "hash_block_size", 1)
+    return meta
+
+
+class _Row:
+    __slots__ = ("line", "ts_ms", "delay_ms", "prompt_len", "output_len", "ids", "request_id",
+                 "session_id", "after", "labels", "segments")
+
+
+def _parse(rec: Any, path: str, line: int) -> _Row:
+    if not isinstance(rec, dict):
+        raise TraceFormatError(path, line, "<json>", f"expected an object, got {type(rec).__name__}")
+    row = _Row()
+    row.line = line
+    t = first_of(rec, _TIME)
+    row.ts_ms = None if t is None else need_number(t[1], path, line, t[0], "ms")
+    d = first_of(rec, _DELAY)
+    row.delay_ms = None if d is None else need_number(d[1], path, line, d[0], "ms")
+    if row.ts_ms is None and row.delay_ms is None:
+        raise TraceFormatError(path, line, "timestamp", "missing (and no delay)")
+    inp = first_of(rec, _INPUT)
+    if inp is None:
+        raise TraceFormatError(path, line, "input_length", "missing")
+    row.prompt_len = need_int(inp[1], path, line, inp[0], 1)
+    out = first_of(rec, _OUTPUT)
+    if out is None:
+        raise TraceFormatError(path, line, "output_length", "missing")
+    row.labels = {k: v for k, v in rec.items() if k not in _KNOWN}
+    row.output_len = output_tokens(out[1], path, line, out[0], row.labels)
+    if "hash_ids" not in rec:
+        raise TraceFormatError(path, line, "hash_ids", "missing")
+    row.ids = need_ids(rec["hash_ids"], path, line, "hash_ids")
+    for key in ("request_id", "session_id", "after"):
+        value = rec.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int))):
+            raise TraceFormatError(path, line, key, f"must be a string or an integer, got {value!r}")
+    row.request_id = None if rec.get("request_id") is None else str(rec["request_id"])
+    row.session_id = None if rec.get("session_id") is None else str(rec["session_id"])
+    row.after = None if rec.get("after") is None else str(rec["after"])
+    row.segments = _segments(rec.get("segments"), path, line, row.prompt_len)
+    return row
+
+
+def _segments(value: Any, path: str, line: int, prompt_len: int) -> tuple[tuple[int, int], ...]:
+    """fairsim's canonical ``segments``: ``[[content_id, tokens], ...]`` (exact identity)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(x, list) and len(x) == 2 for x in value):
+        raise TraceFormatError(path, line, "segments", "must be a list of [content_id, tokens] pairs")
+    out = tuple((need_int(c, path, line, "segments", 0), need_int(n, path, line, "segments", 1))
+                for c, n in value)
+    if sum(n for _, n in out) > prompt_len:
+        raise TraceFormatError(path, line, "segments", f"hold more than input_length={prompt_len} tokens")
+    return out
+
+
+def _fits(block: int, row: _Row) -> bool:
+    return len(row.ids) in (-(-row.prompt_len // block), row.prompt_len // block)
+
+
+def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | None = None) -> Trace:
+    """Read a Mooncake JSONL file (plain or gzip).
+
+    Args:
+        path: The file.
+        skip_bad: Skip bad records (kept in ``Trace.skipped``) instead of raising.
+        hash_block_size: Tokens per ``hash_ids`` entry, when the file's is not 512 and has no
+            sidecar.
+
+    Returns:
+        A ``Trace`` in arrival order. Arrival times are seconds from the file's time zero (not
+        rebased). A row with only a ``delay`` arrives at its predecessor's arrival plus the delay
+        (its closed-loop send time is the predecessor's *finish* plus the delay). When no row
+        has a timestamp, ``absolute_time`` is False and each session starts at 0.
+
+    Raises:
+        TraceFormatError: ``FILE:LINE: field 'NAME': reason`` for the first bad record (broken
+            JSON, missing field, wrong type, negative length, a timestamp lower than the
+            previous one, a ``hash_ids`` count that fits no block, a duplicate ``request_id``,
+            a label changing type, an ``after`` naming no request), unless ``skip_bad``.
+        ValueError: ``path`` is a folder.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path}: is a directory, expected a Mooncake .jsonl file")
+    name = str(path)
+    meta = read_sidecar(path)
+    out = Collector(path, skip_bad)
+    rows: list[_Row] = []
+    previous_ms = 0.0
+    for line, rec in iter_json_lines(path):
+        try:
+            if isinstance(rec, TraceFormatError):
+                raise rec
+            row = _parse(rec, name, line)
+            if row.ts_ms is not None and row.ts_ms < previous_ms:
+                raise TraceFormatError(name, line, "timestamp",
+                                       f"decreases: {rec.get('timestamp', rec.get('created_time'))} ms "
+                                       f"after {previous_ms:g} ms on an earlier line")
+        except TraceFormatError as exc:
+            out.bad(exc)
+            continue
+        if row.ts_ms is not None:
+            previous_ms = row.ts_ms
+        rows.append(row)
+
+    block = hash_block_size or meta.get("hash_block_size")
+    if block is None:
+        block = DEFAULT_BLOCK
+        if not all(_fits(block, r) for r in rows):
+            fits = [b for b in CANDIDATE_BLOCKS if all(_fits(b, r) for r in rows)]
+            if len(fits) == 1:
+                block = fits[0]
+                out.warnings.append(
+                    f"{path}: hash_ids counts fit {block}-token hash blocks, not Mooncake's 512; "
+                    f"using {block} (set --hash-block-size to override)")
+    absolute = bool(meta.get("absolute_time", any(r.ts_ms is not None for r in rows)))
+
+    last_of_session: dict[str, Request] = {}
+    gaps = 0
+    for row in rows:
+        try:
+            check_hash_count(len(row.ids), row.prompt_len, block, name, row.line, "hash_ids")
+        except TraceFormatError as exc:
+            out.bad(exc)
+            continue
+        prev = last_of_session.get(row.session_id) if row.session_id is not None else None
+        after = row.after if row.after is not None else (prev.request_id if prev else None)
+        delay_s = 0.0
+        if row.delay_ms is not None:
+            delay_s = row.delay_ms / 1000.0
+        elif prev is not None and row.ts_ms is not None:
+            delay_s = max(0.0, row.ts_ms / 1000.0 - prev.arrival_time)
+            gaps += 1
+        if row.ts_ms is not None:
+            arrival = row.ts_ms / 1000.0
+        elif prev is not None:
+            arrival = prev.arrival_time + delay_s
+        elif not absolute:
+            arrival = 0.0
+        else:
+            out.bad(TraceFormatError(name, row.line, "timestamp",
+                                     "missing on a session's first turn (only later turns may give just a delay)"))
+            continue
+        try:
+            req = Request(
+                request_id=row.request_id or f"{path.stem}:{row.line}",
+                arrival_time=arrival, prompt_len=row.prompt_len,
+                block_hashes=full_block_ids(row.ids, row.prompt_len, block), hash_block_size=block,
+                output_len=row.output_len, labels=row.labels, session_id=row.session_id,
+                after=after, delay_s=delay_s, segments=row.segments)
+        except ValueError as exc:
+            out.bad(TraceFormatError(name, row.line, "<record>", str(exc)))
+            continue
+        if row.session_id is not None:
+            last_of_session[row.session_id] = req
+        out.add(req, row.line)
+    if gaps:
+        out.warnings.append(
+            f"{path}: {gaps} session turns have a timestamp but no delay; their think time is taken "
+            "as the gap to the previous turn's arrival (an upper bound: the file does not record "
+            "when that turn finished)")
+    return out.finish(path.stem, NAME, block, absolute_time=absolute)

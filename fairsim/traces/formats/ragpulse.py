@@ -1,0 +1,190 @@
+"""RAGPulse (flashserve/RAGPulse ``data/``, arXiv 2511.12979).
+
+``0_trace.jsonl`` holds requests: ``timestamp`` (seconds from the trace start, written as a
+*string* of an integer; numbers are accepted too), ``input_length``, ``output_length``,
+``session_id``, and ``hash_ids`` as an object of component lists in prompt order
+``sys_prompt``, ``passages_ids``, ``history``, ``web_search``, ``user_input``. Each id is a
+**content** id of a chunk (at most 512 tokens) whose length is in the side files beside it,
+``1_sys_prompt.jsonl``, ``2_passages.jsonl``, ``3_history.jsonl``, ``4_user_input.jsonl``,
+``5_web_search.jsonl``: ``{"<kind>_id": int, "token_length": int}``.
+
+``--trace`` takes the data folder or its ``0_trace.jsonl``. Each request gets
+``segments = ((id, length), ...)`` in prompt order, so the engine's block keys are built from the
+exact (chunk, offset) spans each block covers, at any block size (``fairsim.sim.keys``). The few
+template tokens by which ``input_length`` exceeds the chunks' sum are placed after the chunks, as
+request-unique tokens (their position is not recorded; at the end they can never create a false
+hit). Where the chunks hold more tokens than ``input_length`` (a truncated prompt), the spans
+are cut at ``input_length`` and a warning counts them. ``block_hashes`` holds the same identity at 16-token blocks (vLLM's default block), as
+small ints in order of first appearance, for tools that read only hashes.
+
+Sessions: turns of a ``session_id`` in time order; the closed-loop think time is the gap to the
+previous turn's arrival (the file does not record completions; an upper bound, warned).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fairsim.errors import TraceFormatError
+from fairsim.traces.segments import segment_block_keys
+from fairsim.traces.formats._common import (
+    Collector, Head, iter_json_lines, need_int, need_number, output_tokens)
+from fairsim.traces.trace import Trace
+from fairsim.types import Request
+
+NAME = "ragpulse"
+BLOCK = 16
+"""Block of the ``block_hashes`` view (the identity itself is token-exact)."""
+TRACE_FILE = "0_trace.jsonl"
+SIDE_FILES = ("1_sys_prompt.jsonl", "2_passages.jsonl", "3_history.jsonl", "4_user_input.jsonl",
+              "5_web_search.jsonl")
+ORDER = ("sys_prompt", "passages_ids", "history", "web_search", "user_input")
+_KNOWN = {"timestamp", "input_length", "output_length", "hash_ids", "session_id", "request_id"}
+
+
+def sniff(head: Head) -> bool:
+    """A folder with ``0_trace.jsonl``, or a JSON line whose ``hash_ids`` is an object."""
+    if head.is_dir:
+        return (head.path / TRACE_FILE).is_file()
+    rec = head.first_record
+    return isinstance(rec, dict) and isinstance(rec.get("hash_ids"), dict)
+
+
+def _chunk_lengths(folder: Path) -> tuple[dict[int, int], list[str]]:
+    """Content id -> token length from the side files (missing side files are listed)."""
+    lengths: dict[int, int] = {}
+    where: dict[int, str] = {}
+    missing = []
+    for fname in SIDE_FILES:
+        path = folder / fname
+        if not path.is_file():
+            missing.append(fname)
+            continue
+        for line, rec in iter_json_lines(path):
+            if isinstance(rec, TraceFormatError):
+                raise rec
+            if not isinstance(rec, dict) or "token_length" not in rec:
+                raise TraceFormatError(str(path), line, "token_length", "missing")
+            keys = [k for k in rec if k != "token_length" and k.endswith("id")]
+            if len(keys) > 1:  # prefer the file's own kind (2_passages.jsonl: passages_id), hash_id
+                kind = fname.split("_", 1)[1].removesuffix(".jsonl")
+                keys = [k for k in keys if k.startswith(kind) or k == "hash_id"][:1] or keys
+            if len(keys) != 1:
+                raise TraceFormatError(str(path), line, "<id>", f"expected one '<kind>_id' field, got {sorted(rec)}")
+            cid = need_int(rec[keys[0]], str(path), line, keys[0], 0)
+            n = need_int(rec["token_length"], str(path), line, "token_length", 0)
+            if cid in lengths and lengths[cid] != n:
+                raise TraceFormatError(str(path), line, "token_length",
+                                       f"id {cid} has {n} tokens here but {lengths[cid]} at {where[cid]}")
+            lengths[cid] = n
+            where[cid] = f"{fname}:{line}"
+    return lengths, missing
+
+
+def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | None = None) -> Trace:
+    """Read a RAGPulse data folder (or its ``0_trace.jsonl`` with the side files beside it).
+
+    Args:
+        hash_block_size: Block of the ``block_hashes`` view (default 16); the segments stay exact.
+
+    Raises:
+        TraceFormatError: Naming file, line and field, e.g. ``0_trace.jsonl:7: field
+            'hash_ids.passages_ids[2]': content id 99 is in no side file``.
+        ValueError: No side file found.
+    """
+    path = Path(path)
+    trace_file = path / TRACE_FILE if path.is_dir() else path
+    folder = trace_file.parent
+    name = str(trace_file)
+    lengths, missing = _chunk_lengths(folder)
+    if len(missing) == len(SIDE_FILES):
+        raise ValueError(f"{folder}: no RAGPulse side files ({', '.join(SIDE_FILES)}) beside {trace_file.name}")
+    block = hash_block_size or BLOCK
+    out = Collector(trace_file, skip_bad)
+    if missing:
+        out.warnings.append(f"{folder}: side files {', '.join(missing)} are missing; ids that only they "
+                            "define are bad records")
+    rows = []
+    cut = 0
+    for line, rec in iter_json_lines(trace_file):
+        try:
+            if isinstance(rec, TraceFormatError):
+                raise rec
+            if not isinstance(rec, dict):
+                raise TraceFormatError(name, line, "<json>", "expected an object")
+            for key in ("timestamp", "input_length", "output_length", "hash_ids"):
+                if key not in rec:
+                    raise TraceFormatError(name, line, key, "missing")
+            ts = rec["timestamp"]
+            if isinstance(ts, str):
+                try:
+                    ts = float(ts)
+                except ValueError:
+                    raise TraceFormatError(name, line, "timestamp", f"not a number of seconds: {ts!r}") from None
+            ts = need_number(ts, name, line, "timestamp", "seconds")
+            prompt = need_int(rec["input_length"], name, line, "input_length", 1)
+            labels: dict[str, Any] = {k: v for k, v in rec.items() if k not in _KNOWN}
+            output = output_tokens(rec["output_length"], name, line, "output_length", labels)
+            comps = rec["hash_ids"]
+            if not isinstance(comps, dict):
+                raise TraceFormatError(name, line, "hash_ids", "must be an object of component id lists")
+            segments = []
+            for comp in [c for c in ORDER if c in comps] + [c for c in comps if c not in ORDER]:
+                ids = comps[comp]
+                if not isinstance(ids, list):
+                    raise TraceFormatError(name, line, f"hash_ids.{comp}", "must be a list of ids")
+                for i, cid in enumerate(ids):
+                    fld = f"hash_ids.{comp}[{i}]"
+                    cid = need_int(cid, name, line, fld, 0)
+                    if cid not in lengths:
+                        raise TraceFormatError(name, line, fld, f"content id {cid} is in no side file")
+                    if lengths[cid]:
+                        segments.append((cid, lengths[cid]))
+            if sum(n for _, n in segments) > prompt:
+                segments = _cut(segments, prompt)
+                cut += 1
+            session = rec.get("session_id")
+        except TraceFormatError as exc:
+            out.bad(exc)
+            continue
+        rid = rec.get("request_id")
+        rows.append((ts, line, prompt, output, tuple(segments), labels,
+                     None if session is None else str(session), None if rid is None else str(rid)))
+    rows.sort(key=lambda r: (r[0], r[1]))
+    t0 = rows[0][0] if rows else 0.0
+    small: dict[int, int] = {}
+    last: dict[str, Request] = {}
+    gaps = 0
+    for ts, line, prompt, output, segments, labels, session, rid in rows:
+        ids = tuple(small.setdefault(k, len(small)) for k in segment_block_keys(segments, block))
+        prev = last.get(session) if session is not None else None
+        after, delay = None, 0.0
+        if prev is not None:
+            after, delay = prev.request_id, max(0.0, ts - t0 - prev.arrival_time)
+            gaps += 1
+        req = Request(rid or f"{trace_file.stem}:{line}", ts - t0, prompt, ids, block, output, labels,
+                      session_id=session, after=after, delay_s=delay, segments=segments)
+        if session is not None:
+            last[session] = req
+        out.add(req, line)
+    if cut:
+        out.warnings.append(
+            f"{trace_file}: the chunks of {cut} requests hold more tokens than their input_length; "
+            "their segments are cut at input_length (the prompt as sent; identity kept for its tokens)")
+    if gaps:
+        out.warnings.append(
+            f"{trace_file}: think time of {gaps} follow-up turns taken as the gap to the previous "
+            "turn's arrival (an upper bound: the file does not record when that turn finished)")
+    return out.finish(folder.name if path.is_dir() else trace_file.stem, NAME, block)
+
+
+def _cut(segments: list[tuple[int, int]], tokens: int) -> list[tuple[int, int]]:
+    """The leading ``tokens`` tokens of ``segments`` (the last span shortened)."""
+    out = []
+    for cid, n in segments:
+        if tokens <= 0:
+            break
+        out.append((cid, min(n, tokens)))
+        tokens -= n
+    return out
