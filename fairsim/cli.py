@@ -126,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     from fairsim.sweep import add_parser as add_sweep_parser
 
     add_sweep_parser(sub)
+    from fairsim.analysis.cli import add_analyze_command
+
+    add_analyze_command(sub, add_common, fmt)
     return parser
 
 
@@ -286,6 +289,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from fairsim.sweep import cmd_sweep
 
             return cmd_sweep(args)
+        if args.command == "analyze":
+            from fairsim.analysis.cli import cmd_analyze
+
+            return cmd_analyze(args)
     except (ValueError, OSError) as exc:  # bad input or an unusable path: message, no traceback
         print(f"fairsim: error: {exc}", file=sys.stderr)
         return 2
