@@ -129,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     from fairsim.analysis.cli import add_analyze_command
 
     add_analyze_command(sub, add_common, fmt)
+    from fairsim.accept import add_accept_command
+
+    add_accept_command(sub, add_common, fmt)
     return parser
 
 
@@ -293,6 +296,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from fairsim.analysis.cli import cmd_analyze
 
             return cmd_analyze(args)
+        if args.command == "accept":
+            from fairsim.accept import cmd_accept
+
+            return cmd_accept(args)
     except (ValueError, OSError) as exc:  # bad input or an unusable path: message, no traceback
         print(f"fairsim: error: {exc}", file=sys.stderr)
         return 2
