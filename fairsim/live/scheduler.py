@@ -56,6 +56,8 @@ UNSUPPORTED_CAPABILITIES = ("skips_misfits", "admission_limit", "eviction_hook")
 
 #: Key of fairsim's settings inside vLLM's ``additional_config``.
 CONFIG_KEY = "fairsim"
+#: Keys of fairsim's settings (``record``: a trace file to write, ``fairsim.live.recorder``).
+SETTINGS = ("policy", "params", "profile", "record")
 
 
 def read_settings(additional_config: Any) -> dict[str, Any]:
@@ -63,7 +65,8 @@ def read_settings(additional_config: Any) -> dict[str, Any]:
 
     Accepts ``{"fairsim": {...}}`` (preferred) or the same keys at the top level. Keys:
     ``policy`` (registered name, default ``"fcfs"``), ``params`` (dict of policy parameters),
-    ``profile`` (shipped profile name or JSON path; default the shipped prior).
+    ``profile`` (shipped profile name or JSON path; default the shipped prior), ``record``
+    (a path: write every request to this trace file, ``fairsim.live.recorder``).
 
     Raises:
         ValueError: ``additional_config`` or its ``fairsim`` entry is not a dict, or an unknown key.
@@ -75,10 +78,13 @@ def read_settings(additional_config: Any) -> dict[str, Any]:
     if not isinstance(settings, dict):
         raise ValueError(f"additional_config[{CONFIG_KEY!r}] must be a dict, got {settings!r}")
     if CONFIG_KEY not in cfg:
-        settings = {k: v for k, v in settings.items() if k in ("policy", "params", "profile")}
-    unknown = set(settings) - {"policy", "params", "profile"}
+        settings = {k: v for k, v in settings.items() if k in SETTINGS}
+    unknown = set(settings) - set(SETTINGS)
     if unknown:
-        raise ValueError(f"unknown fairsim settings {sorted(unknown)}; known: policy, params, profile")
+        raise ValueError(f"unknown fairsim settings {sorted(unknown)}; known: {', '.join(SETTINGS)}")
+    record = settings.get("record")
+    if record is not None and (not isinstance(record, str) or not record):
+        raise ValueError(f"fairsim setting 'record': need a file path, got {record!r}")
     return settings
 
 
@@ -137,6 +143,15 @@ class _PolicyMixin:
         self.fairsim_step = 0
         self._fairsim_on_admitted = getattr(self.fairsim_policy, "on_admitted", None)
         self._fairsim_snapshots: dict[str, QueuedRequest] = {}
+        self.fairsim_recorder = None
+        if settings.get("record"):
+            from fairsim.live.recorder import TraceRecorder
+
+            self.fairsim_recorder = TraceRecorder(
+                settings["record"], getattr(self, "hash_block_size", None) or self.block_size,
+                lambda: self.fairsim_clock(),
+                source=f"vLLM {getattr(self.vllm_config.model_config, 'model', '?')}, policy {settings.get('policy', 'fcfs')}")
+            logger.info("fairsim: recording every request to %s", settings["record"])
         logger.info("fairsim: ordering the waiting queue with policy %r",
                     getattr(self.fairsim_policy, "name", type(self.fairsim_policy).__name__))
 
@@ -149,6 +164,28 @@ class _PolicyMixin:
         self.fairsim_reorder_s.clear()
         self.fairsim_policy_errors = 0
         self.fairsim_step = 0
+        if self.fairsim_recorder is not None:
+            self.fairsim_recorder.restart()
+
+    # -- recording (``"record": PATH``) ----------------------------------------------------------
+    def add_request(self, request: Any) -> None:
+        """vLLM's ``add_request``, and the recorder sees the request."""
+        super().add_request(request)
+        if self.fairsim_recorder is not None:
+            self.fairsim_recorder.add(request)
+
+    def update_from_output(self, *args: Any, **kwargs: Any) -> Any:
+        """vLLM's ``update_from_output``; then the recorder notes first tokens and finishes."""
+        out = super().update_from_output(*args, **kwargs)
+        if self.fairsim_recorder is not None:
+            self.fairsim_recorder.after_step(self.requests)
+        return out
+
+    def shutdown(self) -> None:
+        """Close the recording, then vLLM's ``shutdown``."""
+        if self.fairsim_recorder is not None:
+            self.fairsim_recorder.close()
+        super().shutdown()
 
     # -- reading the prefix cache without side effects ------------------------------------------
     def fairsim_cached_tokens(self, request: Any) -> int:
@@ -238,6 +275,8 @@ class _PolicyMixin:
                 admitted.append(snaps[rid])
                 if rid not in self.fairsim_admissions:
                     self.fairsim_admissions[rid] = (step, ctx)
+                    if self.fairsim_recorder is not None:
+                        self.fairsim_recorder.scheduled(rid, ctx, self.fairsim_clock())
         self.fairsim_last_batch = batch
         if self._fairsim_on_admitted is not None and admitted:
             try:

@@ -90,6 +90,25 @@ def parse_record(
     )
 
 
+def sidecar_block(path: Path) -> int:
+    """The hash block of ``PATH.meta.json`` (canonical traces, ``fairsim record``), else 512.
+
+    Raises:
+        TraceFormatError: A sidecar that is not JSON or has no positive integer ``hash_block_size``.
+    """
+    side = path.with_name(path.name + ".meta.json")
+    if not side.is_file():
+        return MOONCAKE_BLOCK_TOKENS
+    try:
+        meta = json.loads(side.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TraceFormatError(str(side), 1, "<json>", f"not valid JSON: {exc}") from None
+    block = meta.get("hash_block_size", MOONCAKE_BLOCK_TOKENS) if isinstance(meta, dict) else None
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise TraceFormatError(str(side), 1, "hash_block_size", f"need an integer >= 1, got {block!r}")
+    return block
+
+
 def load_mooncake(path: str | Path, *, skip_bad: bool = False) -> Trace:
     """Read a Mooncake JSONL trace.
 
@@ -112,6 +131,7 @@ def load_mooncake(path: str | Path, *, skip_bad: bool = False) -> Trace:
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{path}: is a directory, expected a Mooncake .jsonl file")
+    block = sidecar_block(path)
     requests: list[Request] = []
     skipped: list[TraceFormatError] = []
     previous_ms = 0.0
@@ -134,7 +154,7 @@ def load_mooncake(path: str | Path, *, skip_bad: bool = False) -> Trace:
                     rec = json.loads(text)
                 except json.JSONDecodeError as exc:
                     raise TraceFormatError(str(path), line_no, "<json>", f"not valid JSON: {exc.msg}") from None
-                req = parse_record(rec, str(path), line_no, previous_ms)
+                req = parse_record(rec, str(path), line_no, previous_ms, block)
             except TraceFormatError as exc:
                 if not skip_bad:
                     raise
