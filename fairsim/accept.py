@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from fairsim.analysis.load import Window, detect_windows, parse_windows
+from fairsim.analysis.load import Window, detect_windows, parse_windows, with_load
 from fairsim.costmodel import Profile
 from fairsim.metrics import STARVATION_FACTOR
 from fairsim.sim import EngineConfig, SimResult
@@ -37,6 +37,9 @@ MEDIAN_FACTOR = 1.1
 P99_FACTOR = 1.1
 """Tail target: candidate p99 <= 1.1 x FCFS's (the paper)."""
 BASELINES = ("fcfs", "lpm")
+OVERLOAD = 2.0
+"""Window load (prompt tokens/s over cold capacity) above which ``accept`` warns that the replay
+is far beyond what the engine could serve (a profile or time scale that does not fit the trace)."""
 
 
 @dataclass(frozen=True)
@@ -188,7 +191,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
     from fairsim.cli import check_policies, engine_config, load_requests, params_for, parse_params, run_one, write_tables
     from fairsim.costmodel import load_profile
     from fairsim.sim.capacity import resolve_capacity
-    from fairsim.traces import offered_load
+    from fairsim.traces import offered_load, scale_time
 
     merge_trace_arg(args)
     if args.warmup is not None and not args.warmup >= 0:
@@ -204,12 +207,19 @@ def cmd_accept(args: argparse.Namespace) -> int:
         raise ValueError(f"--time-scale {scale}: need a finite factor > 0")
     windows = (detect_windows(requests, profile, args.window_length) if args.windows == "auto"
                else parse_windows(args.windows))
+    windows = [with_load(requests, profile, w, scale) for w in windows]
     block_size, kv_blocks = resolve_capacity(requests, engine_config(args))
     config = dataclasses.replace(engine_config(args), block_size=block_size, kv_blocks=kv_blocks,
                                  kv_fraction=None)
-    info = (f"trace {trace.name}: {offered_load(requests, profile).describe()}; "
+    info = (f"trace {trace.name}: {offered_load(scale_time(requests, scale), profile).describe()}; "
             f"time scale {scale:g}; KV cache {kv_blocks} blocks of {block_size} tokens")
     print(info, file=sys.stderr if args.format == "json" else sys.stdout)
+    overloaded = [w.name for w in windows if w.load > OVERLOAD]
+    if overloaded:
+        print(f"fairsim: warning: offered load above {OVERLOAD:g} x the cold capacity of profile "
+              f"{args.profile} in {', '.join(overloaded)}: queues grow through the whole window "
+              f"whatever the order. Use your engine's profile (fairsim calibrate) or --time-scale "
+              f"to replay at a load the engine was sized for.", file=sys.stderr)
 
     def run(name: str, sub: list[Request]) -> SimResult:
         own = params_for(args.policy, params) if name == args.policy else {

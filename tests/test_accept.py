@@ -105,3 +105,22 @@ class TestErrors:
     def test_exit_2(self, argv, needle, capsys):
         assert main(["accept", *argv]) == 2
         assert needle in capsys.readouterr().err
+
+
+class TestLoad:
+    """Window loads are reported at the replayed (scaled) timing, with a warning when huge."""
+
+    def test_time_scale_divides_window_load(self, tmp_path, capsys):
+        path = no_reuse_trace(tmp_path / "t.jsonl")
+        loads = []
+        for scale in ("1", "2"):
+            main(["accept", str(path), "--policy", "fcfs", "--windows", "a:0-10",
+                  "--time-scale", scale, "--format", "json"])
+            loads.append(json.loads(capsys.readouterr().out)["windows"][0]["load"])
+        # 100 requests of ~2,700 tokens in 10 s; stretched 2x they arrive half as fast
+        assert loads[1] == pytest.approx(loads[0] / 2)
+
+    def test_overload_warning(self, tmp_path, capsys):
+        path = no_reuse_trace(tmp_path / "t.jsonl")
+        main(["accept", str(path), "--policy", "fcfs", "--windows", "a:0-10", "--time-scale", "0.01"])
+        assert "warning: offered load above 2" in capsys.readouterr().err

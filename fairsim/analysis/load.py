@@ -190,6 +190,14 @@ def detect_windows(requests: Sequence[Request], profile: Profile,
             Window("spike", spike.start_s, spike.end_s, spike.requests, spike.load)]
 
 
+def with_load(requests: Sequence[Request], profile: Profile, w: Window, time_scale: float = 1.0) -> Window:
+    """``w`` with its request count and offered load filled in (load divided by ``time_scale``:
+    arrivals stretched by S arrive S times slower)."""
+    inside = [r.prompt_len for r in requests if w.start_s <= r.arrival_time < w.end_s]
+    load = sum(inside) / (w.end_s - w.start_s) / cold_capacity(requests, profile) / time_scale
+    return Window(w.name, w.start_s, w.end_s, len(inside), load)
+
+
 def parse_windows(spec: str) -> list[Window]:
     """``"calm:0-120,spike:300-360"`` -> windows (seconds of trace time).
 
