@@ -46,6 +46,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import RequestStatus
 
 from fairsim.costmodel import DEFAULT_PROFILE, load_profile
+from fairsim.live.ops import ADMISSIONS_KEPT, BoundedDict, HookCounters, RateLimitFilter, profile_mismatch
 from fairsim.policies import make_policy
 from fairsim.types import QueuedRequest
 
@@ -120,7 +121,10 @@ class _PolicyMixin:
         fairsim_reorder_s: Recent per-step reorder times, seconds (a bounded deque).
         fairsim_policy_errors: Steps in which the policy failed and vLLM's order was kept.
         fairsim_last_batch: ``[(request_id, new_tokens, context_tokens)]`` of the last step.
-        fairsim_admissions: ``{request_id: (step, cached_tokens)}`` at first admission.
+        fairsim_admissions: ``{request_id: (step, cached_tokens)}`` at first admission, the most
+            recent ``ADMISSIONS_KEPT`` requests (bounded over an unbounded stream).
+        fairsim_counters: ``HookCounters`` (steps, steps reordered, time ordering), logged
+            once a minute; policy errors are logged at most once a minute per message.
         fairsim_step: Steps scheduled so far.
     """
 
@@ -139,7 +143,15 @@ class _PolicyMixin:
         self.fairsim_reorder_s: collections.deque[float] = collections.deque(maxlen=100_000)
         self.fairsim_policy_errors = 0
         self.fairsim_last_batch: list[tuple[str, int, int]] = []
-        self.fairsim_admissions: dict[str, tuple[int, int]] = {}
+        self.fairsim_admissions: dict[str, tuple[int, int]] = BoundedDict(ADMISSIONS_KEPT)
+        self.fairsim_counters = HookCounters(logger)
+        if not any(isinstance(f, RateLimitFilter) for f in logger.filters):
+            logger.addFilter(RateLimitFilter())  # a policy failing every step logs once a minute
+        warning = profile_mismatch(
+            load_profile(settings.get("profile") or DEFAULT_PROFILE).metadata,
+            getattr(self.vllm_config.model_config, "model", ""), self.block_size)
+        if warning:
+            logger.warning(warning)
         self.fairsim_step = 0
         self._fairsim_on_admitted = getattr(self.fairsim_policy, "on_admitted", None)
         self._fairsim_snapshots: dict[str, QueuedRequest] = {}
@@ -164,6 +176,7 @@ class _PolicyMixin:
         self.fairsim_reorder_s.clear()
         self.fairsim_policy_errors = 0
         self.fairsim_step = 0
+        self.fairsim_counters = HookCounters(logger)
         if self.fairsim_recorder is not None:
             self.fairsim_recorder.restart()
 
@@ -258,7 +271,11 @@ class _PolicyMixin:
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         """Reorder the waiting queue, then run vLLM's own ``schedule()``."""
+        before = [id(r) for r in self.waiting]
+        errors = self.fairsim_policy_errors
         self.fairsim_reorder()
+        self.fairsim_counters.step(before != [id(r) for r in self.waiting],
+                                   self.fairsim_reorder_s[-1] if before else 0.0, errors)
         out = super().schedule(*args, **kwargs)
         step = self.fairsim_step
         self.fairsim_step += 1
