@@ -177,6 +177,15 @@ def add_accept_command(sub: argparse._SubParsersAction, add_common: Callable, fm
     p.add_argument("--warmup", type=float, default=None,
                    help="seconds simulated before each window, not scored (default: the window's length)")
     p.add_argument("--plots", type=Path, help="folder for the figures (per window and overall)")
+    p.add_argument("--engine", choices=("sim", "vllm"), default="sim",
+                   help="sim: the simulator; vllm: replay each window live against a vLLM engine "
+                        "with the fairsim hook, in real time")
+    p.add_argument("--scheduler", choices=("sync", "async"), default="sync",
+                   help="--engine vllm: PolicyScheduler (sync, CPU) or AsyncPolicyScheduler (GPU)")
+    p.add_argument("--model", default=None,
+                   help="--engine vllm: model folder/name (default: the shipped tiny Llama, dummy weights)")
+    p.add_argument("--load-format", default=None,
+                   help="--engine vllm: vLLM load_format (default dummy for the tiny Llama, auto otherwise)")
     add_common(p)
     retitle(p, "--out", "folder for accept.json and requests-WINDOW-POLICY.parquet")
     retitle(p, "--format", "table for people, json for scripts (the verdicts)")
@@ -208,11 +217,14 @@ def cmd_accept(args: argparse.Namespace) -> int:
     windows = (detect_windows(requests, profile, args.window_length) if args.windows == "auto"
                else parse_windows(args.windows))
     windows = [with_load(requests, profile, w, scale) for w in windows]
+    if args.engine == "vllm" and args.block_size is None:
+        args.block_size = 128  # vLLM's CPU backend wants a multiple of 32; as fairsim replay
     block_size, kv_blocks = resolve_capacity(requests, engine_config(args))
     config = dataclasses.replace(engine_config(args), block_size=block_size, kv_blocks=kv_blocks,
                                  kv_fraction=None)
     info = (f"trace {trace.name}: {offered_load(scale_time(requests, scale), profile).describe()}; "
-            f"time scale {scale:g}; KV cache {kv_blocks} blocks of {block_size} tokens")
+            f"time scale {scale:g}; KV cache {kv_blocks} blocks of {block_size} tokens; "
+            f"engine {'vLLM (live, real time)' if args.engine == 'vllm' else 'simulator'}")
     print(info, file=sys.stderr if args.format == "json" else sys.stdout)
     overloaded = [w.name for w in windows if w.load > OVERLOAD]
     if overloaded:
@@ -224,6 +236,16 @@ def cmd_accept(args: argparse.Namespace) -> int:
     def run(name: str, sub: list[Request]) -> SimResult:
         own = params_for(args.policy, params) if name == args.policy else {
             k.partition(".")[2]: v for k, v in params.items() if k.startswith(f"{name}.")}
+        if args.engine == "vllm":
+            from fairsim.live.cli import _model_kwargs
+            from fairsim.live.engine import LiveConfig
+            from fairsim.live.replay import replay_realtime
+
+            live = LiveConfig(policy=name, params=own, profile=args.profile,
+                              budget_tokens=args.budget, max_num_seqs=args.max_num_seqs,
+                              block_size=block_size, kv_blocks=kv_blocks, scheduler=args.scheduler,
+                              **_model_kwargs(args))
+            return replay_realtime(sub, live, time_scale=1.0)  # already scaled
         return run_one(name, sub, profile, config, own)
 
     results: dict[str, dict[str, SimResult]] = {}
@@ -235,7 +257,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
 
     verdicts = evaluate(requests, windows, args.policy, run, args.warmup, scale, keep)
     ok = all(v.ok for v in verdicts)
-    payload = {"trace": trace.source, "candidate": args.policy, "time_scale": scale,
+    payload = {"trace": trace.source, "candidate": args.policy, "engine": args.engine, "time_scale": scale,
                "kv_blocks": kv_blocks, "block_size": block_size, "pass": ok,
                "targets": {"median_vs_lpm": MEDIAN_FACTOR, "p99_vs_fcfs": P99_FACTOR,
                            "starvation_max_vs_own_p99": STARVATION_FACTOR},

@@ -52,18 +52,24 @@ def queue_and_kv_cached(steps: pd.DataFrame, by: str = "policy", kv_blocks: int 
                         title: str = "Waiting queue and KV over time") -> Figure:
     """Waiting requests (top), KV blocks used (middle) and cached (bottom) against ``start_s``.
 
+    A step table without KV columns (a live replay's) gets the waiting-queue panel only.
+
     Raises:
-        ValueError: A missing column.
+        ValueError: A missing ``start_s``, ``waiting`` or ``by`` column.
     """
-    cols = ("start_s", "waiting", "kv_blocks_used", "kv_blocks_cached", by)
-    missing = [c for c in cols if c not in steps.columns]
+    missing = [c for c in ("start_s", "waiting", by) if c not in steps.columns]
     if missing:
         raise ValueError(f"queue_and_kv_cached: table lacks columns {missing}")
-    fig, axes = plt.subplots(3, 1, figsize=(8, 6.5), sharex=True)
+    panels = [c for c in ("waiting", "kv_blocks_used", "kv_blocks_cached") if c in steps.columns]
+    labels = {"waiting": "waiting requests", "kv_blocks_used": "KV blocks used",
+              "kv_blocks_cached": "KV blocks cached"}
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 1.2 + 1.8 * len(panels)), sharex=True,
+                             squeeze=False)
+    axes = list(axes[:, 0])
     for name, g in steps.groupby(by, sort=False):
-        for ax, col in zip(axes, ("waiting", "kv_blocks_used", "kv_blocks_cached")):
+        for ax, col in zip(axes, panels):
             ax.plot(g["start_s"], g[col], lw=1, label=str(name))
-    for ax, label in zip(axes, ("waiting requests", "KV blocks used", "KV blocks cached")):
+    for ax, label in zip(axes, [labels[c] for c in panels]):
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
         if kv_blocks is not None and ax is not axes[0]:
@@ -98,7 +104,7 @@ def write_run_plots(out: Path, results: Mapping[str, SimResult], prefix: str = "
     if not results:
         raise ValueError("write_run_plots: no results")
     reqs, steps = tables_of(results)
-    kv = next(iter(results.values())).kv_blocks
+    kv = getattr(next(iter(results.values())), "kv_blocks", None)
     suffix = f" ({title})" if title else ""
     log_x = bool((reqs["ttft_s"] > 0).all()) and float(np.ptp(reqs["ttft_s"])) > 0
     return [

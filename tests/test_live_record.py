@@ -69,3 +69,21 @@ def test_replay_command_records(tmp_path):
     assert len(recorded.requests) == 8
     assert json.loads((rec.parent / "recorded.jsonl.meta.json").read_text())["requests"] == 8
     assert all("observed_ttft_ms" in r.labels for r in recorded.requests)
+
+
+def test_accept_live_engine(tmp_path, capsys):
+    """accept --engine vllm replays each window live; the verdict table and exit code agree."""
+    from fairsim.traces import write_mooncake
+    from fairsim.traces.trace import Trace
+
+    trace = tmp_path / "t.jsonl"
+    write_mooncake(Trace("t", "test", tuple(equivalence_trace(24, seed=4, rate_per_s=6.0))), trace)
+    code = main(["accept", str(trace), "--engine", "vllm", "--policy", "fcfs", "--windows",
+                 "first:0-2,second:2-4", "--warmup", "0", "--kv-blocks", "64", "--format", "json",
+                 "--plots", str(tmp_path / "plots")])
+    data = json.loads(capsys.readouterr().out)
+    assert data["engine"] == "vllm" and [w["name"] for w in data["windows"]] == ["first", "second"]
+    for w in data["windows"]:
+        assert set(w["stats"]) == {"fcfs", "lpm"} and w["stats"]["fcfs"]["p50_s"] > 0
+    assert code == (0 if data["pass"] else 1)
+    assert (tmp_path / "plots" / "first-ttft_cdf.png").exists()
