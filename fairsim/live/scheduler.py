@@ -20,6 +20,18 @@ names used (``Scheduler.schedule``, ``self.waiting`` as a deque-based ``FCFSRequ
 ``kv_cache_manager.coordinator.find_longest_cache_hit``, ``SchedulerOutput.num_scheduled_tokens``)
 were read from that version's source; other versions are feature-checked at start-up.
 
+vLLM 0.33.0: read, not run (its wheel is a CUDA build; no GPU here). Compared with its
+``v1/core/sched/scheduler.py``, ``async_scheduler.py``, ``request_queue.py``, ``output.py``,
+``kv_cache_manager.py``, ``kv_cache_coordinator.py`` and ``v1/request.py``: ``schedule(*args)``,
+``add_request``, ``update_from_output``, ``shutdown``, ``requests``, ``block_size``,
+``hash_block_size``, the ``FCFSRequestQueue`` deque, ``RequestStatus.WAITING``,
+``SchedulerOutput.num_scheduled_tokens`` and ``Request`` (file identical) are unchanged;
+``AsyncScheduler`` still subclasses ``Scheduler`` (the hook's ``AsyncPolicyScheduler`` follows it);
+``KVCacheManager.get_computed_blocks`` gained an optional ``max_cache_hit_length`` and
+``coordinator.find_longest_cache_hit(block_hashes, max_cache_hit_length)`` returns
+``(blocks, hit_tokens, uncached_shared_prefix)`` in both versions: the hook reads element 1 of
+either, so its lookup works unchanged.
+
 What the hook changes: only the order of ``self.waiting`` before each ``schedule()``. Requests
 that are not plainly waiting (``PREEMPTED``, waiting for a grammar, remote KV or streaming input,
 or with computed tokens) keep their relative order at the front, where vLLM put them. The
