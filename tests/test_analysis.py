@@ -146,3 +146,17 @@ class TestAnalyzeCommand:
                        ' "observed_cached_tokens": "x", "observed_first_scheduled_ms": 1}\n')
         assert main(["analyze", str(bad)]) == 2
         assert "observed_cached_tokens" in capsys.readouterr().err
+
+
+def test_time_scale_keeps_windows_in_trace_time(capsys):
+    """Busiest windows stay in trace seconds (what accept --windows takes); loads are divided."""
+    def run(scale):
+        assert main(["analyze", "--max-requests", "300", "--format", "json", "--time-scale", scale]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    one, two = run("1"), run("2")
+    assert [(w["start_s"], w["end_s"]) for w in one["busiest_windows"]] == \
+        [(w["start_s"], w["end_s"]) for w in two["busiest_windows"]]
+    for a, b in zip(one["busiest_windows"], two["busiest_windows"]):
+        assert b["load"] == pytest.approx(a["load"] / 2)
+    assert two["spread"]["source"] == "FCFS simulation, arrivals x2"

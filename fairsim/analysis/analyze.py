@@ -12,6 +12,7 @@ Four measurements of one trace, each a function with its own module:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,11 +128,11 @@ def observed_spread_inputs(requests: list[Request]) -> tuple[np.ndarray, np.ndar
 def analyze(requests: list[Request], profile: Profile, config: EngineConfig, trace_name: str,
             offered: str, *, threshold: float = DEFAULT_SPREAD_THRESHOLD,
             window_s: float | None = None, bin_s: float | None = None,
-            use_observed: bool = True) -> Analysis:
-    """Measure ``requests`` (already windowed and time-scaled).
+            time_scale: float = 1.0) -> Analysis:
+    """Measure ``requests`` (already windowed, not time-scaled).
 
     Args:
-        requests: The trace's requests, arrival times in seconds.
+        requests: The trace's requests, arrival times in seconds of trace time.
         profile: Cost model (capacity, and the FCFS simulation when needed).
         config: Engine settings; its capacity options give the default capacity.
         trace_name: For the report.
@@ -139,8 +140,10 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
         threshold: Spread verdict threshold.
         window_s: Length of the busiest windows, seconds (default 60, or a third of the span).
         bin_s: Load bin width, seconds (default a sixth of the window length).
-        use_observed: Use observed scheduling times when every request has them (False when the
-            arrival times were rescaled, which invalidates them).
+        time_scale: Arrival-time multiplier of the FCFS simulation and of the offered load
+            (> 1 stretches: lower load). Observed scheduling times are used only at 1 (they
+            belong to the recorded load). Bins and windows stay in trace time, as
+            ``fairsim accept --windows`` takes them.
 
     Raises:
         ValueError: Bad options or observed fields; ``CapacityError`` from capacity sizing.
@@ -152,7 +155,7 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
         window_s = min(60.0, span / 3) if span > 0 else 1.0
     if bin_s is None:
         bin_s = window_s / 6
-    observed = observed_spread_inputs(requests) if use_observed else None
+    observed = observed_spread_inputs(requests) if time_scale == 1.0 else None
     fcfs_hit = None
     if observed is not None:
         spread = queue_spread(*observed, source="observed scheduling times", threshold=threshold)
@@ -161,15 +164,23 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
 
         cfg = EngineConfig(budget_tokens=config.budget_tokens, max_num_seqs=config.max_num_seqs,
                            block_size=block_size, kv_blocks=kv_blocks)
-        res = simulate(requests, make_policy("fcfs", profile), profile, cfg).requests
+        from fairsim.traces import scale_time
+
+        res = simulate(scale_time(requests, time_scale), make_policy("fcfs", profile), profile,
+                       cfg).requests
         fcfs_hit = float(res["cached_tokens"].sum() / res["prompt_tokens"].sum())
         work = np.maximum(1, res["prompt_tokens"] - res["cached_tokens"]).to_numpy(dtype=np.float64)
         spread = queue_spread(res["arrival_s"].to_numpy(), res["first_scheduled_s"].to_numpy(), work,
-                              source="FCFS simulation at the recorded load", threshold=threshold)
+                              source=("FCFS simulation at the trace's timing" if time_scale == 1.0 else
+                                      f"FCFS simulation, arrivals x{time_scale:g}"),
+                              threshold=threshold)
     curve = lru_hit_curve(requests, block_size)
     reusable = reusable_blocks(block_keys(r, block_size) for r in requests)
     series = load_series(requests, profile, bin_s)
-    busiest = busiest_windows(requests, profile, window_s, 3) if span > 0 else []
+    for col in ("load", "prompt_tokens_per_s", "ideal_uncached_tokens_per_s"):
+        series[col] /= time_scale  # per second of replayed time
+    busiest = [dataclasses.replace(w, load=w.load / time_scale)
+               for w in busiest_windows(requests, profile, window_s, 3)] if span > 0 else []
     return Analysis(trace=trace_name, requests=len(requests), spread=spread, curve=curve,
                     kv_blocks=kv_blocks, reusable_blocks=reusable, fcfs_hit_rate=fcfs_hit,
                     series=series, bin_s=bin_s, busiest=busiest, offered=offered)
@@ -256,7 +267,8 @@ L - 1 tokens); reusable content = {an.reusable_blocks:,} blocks seen in two or m
 
 ## 3. Offered load over time
 
-Load = prompt tokens per second / cold prefill capacity ({an.bin_s:g} s bins); mean
+Load = prompt tokens per second / cold prefill capacity ({an.bin_s:g} s bins of trace time,
+at the replayed time scale); mean
 {summary['mean_load']:.2f}, peak bin {summary['peak_bin_load']:.2f}. Busiest windows:
 
 | window | start s | end s | requests | load |

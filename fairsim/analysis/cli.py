@@ -10,6 +10,9 @@ from pathlib import Path
 
 from fairsim.analysis.spread import DEFAULT_SPREAD_THRESHOLD
 
+OVERLOAD = 2.0
+"""Offered load after ideal reuse above which ``analyze`` warns (as ``fairsim accept``)."""
+
 
 def retitle(p: argparse.ArgumentParser, option: str, help_text: str) -> None:
     """Replace the help of an option added by the shared ``add_common``."""
@@ -48,7 +51,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from fairsim.analysis.analyze import analyze, format_text, write_report
     from fairsim.cli import engine_config, load_requests
     from fairsim.costmodel import load_profile
-    from fairsim.traces import offered_load
+    from fairsim.traces import offered_load, scale_time
 
     merge_trace_arg(args)
     if args.param:
@@ -57,11 +60,20 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         raise ValueError(f"--window-length {args.window_length}: need > 0 s")
     profile = load_profile(args.profile)
     config = engine_config(args)
+    scale, args.time_scale = args.time_scale, 1.0  # bins and windows in trace time, as accept
     trace, requests = load_requests(args)
-    offered = offered_load(requests, profile).describe()
+    if not (scale > 0 and scale < float("inf")):
+        raise ValueError(f"--time-scale {scale}: need a finite factor > 0")
+    load = offered_load(scale_time(requests, scale), profile)
+    offered = load.describe()
+    if load.span_s > 0 and load.ideal_load > OVERLOAD:
+        print(f"fairsim: warning: offered load {load.ideal_load:.1f} x the cold capacity of profile "
+              f"{args.profile} even after ideal prefix reuse: the FCFS queue grows through the "
+              f"whole trace and the spread measures that backlog. Use your engine's profile "
+              f"(fairsim calibrate) or --time-scale.", file=sys.stderr)
     an = analyze(requests, profile, config, trace.name, offered,
                  threshold=args.spread_threshold, window_s=args.window_length, bin_s=args.bin,
-                 use_observed=args.time_scale == 1.0)
+                 time_scale=scale)
     if args.format == "json":
         print(json.dumps(an.summary(), indent=2))
     else:
