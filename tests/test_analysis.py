@@ -160,3 +160,26 @@ def test_time_scale_keeps_windows_in_trace_time(capsys):
     for a, b in zip(one["busiest_windows"], two["busiest_windows"]):
         assert b["load"] == pytest.approx(a["load"] / 2)
     assert two["spread"]["source"] == "FCFS simulation, arrivals x2"
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 10), st.integers(1, 1000)),
+                min_size=1, max_size=25))
+def test_spread_timeline_matches_brute_force(rows):
+    """At the midpoint of every interval, the timeline's queue and spread equal a direct count."""
+    a = np.array([float(r[0]) for r in rows])
+    s = a + np.array([float(r[1]) for r in rows])
+    w = np.array([float(r[2]) for r in rows])
+    sp = queue_spread(a, s, w, "prop")
+    for row in sp.timeline.itertuples():
+        t = row.start_s + row.duration_s / 2
+        queued = np.sort(w[(a <= t) & (s > t)])
+        assert row.waiting == queued.size
+        if queued.size >= 2:
+            n = queued.size
+            expect = queued[int(np.ceil(0.9 * n)) - 1] / queued[int(np.ceil(0.1 * n)) - 1]
+            assert row.spread == expect and row.spread >= 1
+    assert sp.timeline["duration_s"].sum() == pytest.approx(s.max() - a.min())
