@@ -138,6 +138,9 @@ def add_common(p: argparse.ArgumentParser) -> None:
                    help="table for people, json (one object keyed by policy) for scripts")
 
 
+PLOTS_HELP = "folder for ttft_cdf.png, ttft_vs_arrival.png, queue_kv.png (fairsim/run_plots.py)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``fairsim`` argument parser."""
     parser = argparse.ArgumentParser(prog="fairsim", description=__doc__.splitlines()[0])
@@ -149,12 +152,14 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="simulate one policy", formatter_class=fmt)
     run.add_argument("--policy", default="fairway", help=f"one of: {', '.join(policy_names())}")
     add_common(run)
+    run.add_argument("--plots", type=Path, help=PLOTS_HELP)
     cmp = sub.add_parser("compare", help="simulate several policies on the same input, side by side",
                          formatter_class=fmt)
     cmp.add_argument("--policies", default="fcfs,lpm,fairway",
                      help="comma-separated policy names, or 'all' (every registered policy but the "
                           "generic klpm, which klpm4 covers)")
     add_common(cmp)
+    cmp.add_argument("--plots", type=Path, help=PLOTS_HELP)
     bench = sub.add_parser("bench", help="speed and peak memory per policy (one process each)",
                            formatter_class=fmt)
     bench.add_argument("--policies", default="fcfs,lpm,fairway",
@@ -173,6 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
     from fairsim.convert import add_parser as add_convert_parser
 
     add_convert_parser(sub)
+    from fairsim.analysis.cli import add_analyze_command
+
+    add_analyze_command(sub, add_common, fmt)
+    from fairsim.accept import add_accept_command
+
+    add_accept_command(sub, add_common, fmt)
     return parser
 
 
@@ -352,10 +363,13 @@ def format_table(rows: dict[str, dict[str, Any]]) -> str:
     """Plain-text side-by-side table of per-policy summaries."""
     cols = [("requests", "requests", "{:d}"), ("ttft_p50_s", "p50 s", "{:.3f}"),
             ("ttft_p90_s", "p90 s", "{:.3f}"), ("ttft_p99_s", "p99 s", "{:.3f}"),
-            ("ttft_max_s", "max s", "{:.3f}"), ("hit_rate", "hit rate", "{:.3f}"),
+            ("ttft_max_s", "max s", "{:.3f}"), ("starved", "starved", "{}"),
+            ("hit_rate", "hit rate", "{:.3f}"), ("kv_blocks", "KV blocks", "{:d}"),
             ("sim_time_s", "sim s", "{:.1f}"), ("wall_time_s", "wall s", "{:.2f}")]
     header = ["policy"] + [c[1] for c in cols]
-    body = [[name] + [fmt.format(s[key]) for key, _, fmt in cols] for name, s in rows.items()]
+    show = {True: "yes", False: "no"}
+    body = [[name] + [show[s[key]] if key == "starved" else fmt.format(s[key])
+                      for key, _, fmt in cols] for name, s in rows.items()]
     widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
     lines = ["  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths)))
              for r in [header] + body]
@@ -368,6 +382,8 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
 
     if args.out is not None:
         check_writable_dir(args.out)
+    if getattr(args, "plots", None) is not None:
+        check_writable_dir(args.plots, "--plots")
     from fairsim.sim.capacity import describe_capacity, resolve_capacity, with_profile_capacity
     from fairsim.traces.offered import offered_load
 
@@ -386,10 +402,13 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     print(describe_capacity(profile.name, block_size, kv_blocks, cap_source), file=stream)
     print(replay_line(args), file=stream)
     rows: dict[str, dict[str, Any]] = {}
+    results: dict[str, SimResult] = {}
     try:
         for name in names:
             result = run_one(name, requests, profile, config, params_for(name, params),
                              replay=args.replay, think_scale=args.think_scale)
+            if getattr(args, "plots", None) is not None:
+                results[name] = result
             summary = summarize(result.requests, result.steps)
             summary["wall_time_s"] = result.wall_time_s
             summary["profile"] = profile.name
@@ -410,6 +429,10 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         print(json.dumps(rows, indent=2))
     else:
         print(format_table(rows))
+    if results:
+        from fairsim.run_plots import write_run_plots
+
+        write_run_plots(args.plots, results, title=trace.name)
     if args.out is not None:
         atomic_write_text(args.out / "summary.json", json.dumps(rows, indent=2) + "\n")
         write_run_info(args.out, args, trace, names, load, engine)
@@ -480,6 +503,14 @@ def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from fairsim.convert import cmd_convert
 
         return cmd_convert(args)
+    if args.command == "analyze":
+        from fairsim.analysis.cli import cmd_analyze
+
+        return cmd_analyze(args)
+    if args.command == "accept":
+        from fairsim.accept import cmd_accept
+
+        return cmd_accept(args)
     parser.error(f"unknown command {args.command}")
     return 2
 

@@ -34,6 +34,9 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
     rep.add_argument("--policy", default="fairway", help=f"one of: {', '.join(policy_names())}")
     rep.add_argument("--virtual", action="store_true",
                      help="virtual clock (decision-equivalence mode) instead of real time")
+    rep.add_argument("--record", type=Path, default=None,
+                     help="the hook writes every request the engine sees to this trace file "
+                          "(canonical JSONL + PATH.meta.json; fairsim/live/recorder.py)")
     add_common(rep)
     _engine_options(rep)
 
@@ -132,6 +135,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     cfg = LiveConfig(policy=args.policy, params=params, profile=args.profile,
                      budget_tokens=args.budget, max_num_seqs=args.max_num_seqs, block_size=block,
                      kv_blocks=kv_blocks, scheduler=args.scheduler,
+                     record=None if args.record is None else str(args.record),
                      **_model_kwargs(args))
     print(f"replay {trace.name}: {len(requests)} requests, policy {args.policy}, profile {profile.name}, "
           f"{kv_blocks} KV blocks of {block} tokens ({kv_blocks * block:,} tokens), "

@@ -62,6 +62,8 @@ class LiveConfig:
     """``"sync"`` (``PolicyScheduler``, CPU) or ``"async"`` (``AsyncPolicyScheduler``)."""
     seed: int = 0
     """vLLM seed."""
+    record: str | None = None
+    """Trace file the hook writes every request to (``fairsim.live.recorder``); None = none."""
 
     def __post_init__(self) -> None:
         if self.budget_tokens < 1 or self.max_num_seqs < 1:
@@ -105,6 +107,8 @@ def make_llm(config: LiveConfig = LiveConfig(), **overrides: Any) -> Any:
     settings: dict[str, Any] = {"policy": config.policy, "params": dict(config.params)}
     if config.profile is not None:
         settings["profile"] = config.profile
+    if config.record is not None:
+        settings["record"] = config.record
     kwargs.update(
         model=config.model,
         load_format=config.load_format,

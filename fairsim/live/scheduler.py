@@ -20,6 +20,18 @@ names used (``Scheduler.schedule``, ``self.waiting`` as a deque-based ``FCFSRequ
 ``kv_cache_manager.coordinator.find_longest_cache_hit``, ``SchedulerOutput.num_scheduled_tokens``)
 were read from that version's source; other versions are feature-checked at start-up.
 
+vLLM 0.33.0: read, not run (its wheel is a CUDA build; no GPU here). Compared with its
+``v1/core/sched/scheduler.py``, ``async_scheduler.py``, ``request_queue.py``, ``output.py``,
+``kv_cache_manager.py``, ``kv_cache_coordinator.py`` and ``v1/request.py``: ``schedule(*args)``,
+``add_request``, ``update_from_output``, ``shutdown``, ``requests``, ``block_size``,
+``hash_block_size``, the ``FCFSRequestQueue`` deque, ``RequestStatus.WAITING``,
+``SchedulerOutput.num_scheduled_tokens`` and ``Request`` (file identical) are unchanged;
+``AsyncScheduler`` still subclasses ``Scheduler`` (the hook's ``AsyncPolicyScheduler`` follows it);
+``KVCacheManager.get_computed_blocks`` gained an optional ``max_cache_hit_length`` and
+``coordinator.find_longest_cache_hit(block_hashes, max_cache_hit_length)`` returns
+``(blocks, hit_tokens, uncached_shared_prefix)`` in both versions: the hook reads element 1 of
+either, so its lookup works unchanged.
+
 What the hook changes: only the order of ``self.waiting`` before each ``schedule()``. Requests
 that are not plainly waiting (``PREEMPTED``, waiting for a grammar, remote KV or streaming input,
 or with computed tokens) keep their relative order at the front, where vLLM put them. The
@@ -47,6 +59,7 @@ from vllm.v1.request import RequestStatus
 
 from fairsim.costmodel import DEFAULT_PROFILE, load_profile
 from fairsim.errors import PolicyContractError
+from fairsim.live.ops import ADMISSIONS_KEPT, BoundedDict, HookCounters, RateLimitFilter, profile_mismatch
 from fairsim.policies import make_policy
 from fairsim.policies.base import check_permutation
 from fairsim.types import QueuedRequest
@@ -58,6 +71,8 @@ UNSUPPORTED_CAPABILITIES = ("skips_misfits", "admission_limit", "eviction_hook")
 
 #: Key of fairsim's settings inside vLLM's ``additional_config``.
 CONFIG_KEY = "fairsim"
+#: Keys of fairsim's settings (``record``: a trace file to write, ``fairsim.live.recorder``).
+SETTINGS = ("policy", "params", "profile", "record")
 
 
 def read_settings(additional_config: Any) -> dict[str, Any]:
@@ -65,7 +80,8 @@ def read_settings(additional_config: Any) -> dict[str, Any]:
 
     Accepts ``{"fairsim": {...}}`` (preferred) or the same keys at the top level. Keys:
     ``policy`` (registered name, default ``"fcfs"``), ``params`` (dict of policy parameters),
-    ``profile`` (shipped profile name or JSON path; default the shipped prior).
+    ``profile`` (shipped profile name or JSON path; default the shipped prior), ``record``
+    (a path: write every request to this trace file, ``fairsim.live.recorder``).
 
     Raises:
         ValueError: ``additional_config`` or its ``fairsim`` entry is not a dict, or an unknown key.
@@ -77,10 +93,13 @@ def read_settings(additional_config: Any) -> dict[str, Any]:
     if not isinstance(settings, dict):
         raise ValueError(f"additional_config[{CONFIG_KEY!r}] must be a dict, got {settings!r}")
     if CONFIG_KEY not in cfg:
-        settings = {k: v for k, v in settings.items() if k in ("policy", "params", "profile")}
-    unknown = set(settings) - {"policy", "params", "profile"}
+        settings = {k: v for k, v in settings.items() if k in SETTINGS}
+    unknown = set(settings) - set(SETTINGS)
     if unknown:
-        raise ValueError(f"unknown fairsim settings {sorted(unknown)}; known: policy, params, profile")
+        raise ValueError(f"unknown fairsim settings {sorted(unknown)}; known: {', '.join(SETTINGS)}")
+    record = settings.get("record")
+    if record is not None and (not isinstance(record, str) or not record):
+        raise ValueError(f"fairsim setting 'record': need a file path, got {record!r}")
     return settings
 
 
@@ -116,7 +135,10 @@ class _PolicyMixin:
         fairsim_reorder_s: Recent per-step reorder times, seconds (a bounded deque).
         fairsim_policy_errors: Steps in which the policy failed and vLLM's order was kept.
         fairsim_last_batch: ``[(request_id, new_tokens, context_tokens)]`` of the last step.
-        fairsim_admissions: ``{request_id: (step, cached_tokens)}`` at first admission.
+        fairsim_admissions: ``{request_id: (step, cached_tokens)}`` at first admission, the most
+            recent ``ADMISSIONS_KEPT`` requests (bounded over an unbounded stream).
+        fairsim_counters: ``HookCounters`` (steps, steps reordered, time ordering), logged
+            once a minute; policy errors are logged at most once a minute per message.
         fairsim_step: Steps scheduled so far.
     """
 
@@ -135,12 +157,29 @@ class _PolicyMixin:
         self.fairsim_reorder_s: collections.deque[float] = collections.deque(maxlen=100_000)
         self.fairsim_policy_errors = 0
         self.fairsim_last_batch: list[tuple[str, int, int]] = []
-        self.fairsim_admissions: dict[str, tuple[int, int]] = {}
+        self.fairsim_admissions: dict[str, tuple[int, int]] = BoundedDict(ADMISSIONS_KEPT)
+        self.fairsim_counters = HookCounters(logger)
+        if not any(isinstance(f, RateLimitFilter) for f in logger.filters):
+            logger.addFilter(RateLimitFilter())  # a policy failing every step logs once a minute
+        warning = profile_mismatch(
+            load_profile(settings.get("profile") or DEFAULT_PROFILE).metadata,
+            getattr(self.vllm_config.model_config, "model", ""), self.block_size)
+        if warning:
+            logger.warning(warning)
         self.fairsim_step = 0
         self._fairsim_on_admitted = getattr(self.fairsim_policy, "on_admitted", None)
         self._fairsim_snapshots: dict[str, QueuedRequest] = {}
         self._fairsim_head_snapshots: dict[str, QueuedRequest] = {}
         self._fairsim_now = 0.0
+        self.fairsim_recorder = None
+        if settings.get("record"):
+            from fairsim.live.recorder import TraceRecorder
+
+            self.fairsim_recorder = TraceRecorder(
+                settings["record"], getattr(self, "hash_block_size", None) or self.block_size,
+                lambda: self.fairsim_clock(),
+                source=f"vLLM {getattr(self.vllm_config.model_config, 'model', '?')}, policy {settings.get('policy', 'fcfs')}")
+            logger.info("fairsim: recording every request to %s", settings["record"])
         logger.info("fairsim: ordering the waiting queue with policy %r",
                     getattr(self.fairsim_policy, "name", type(self.fairsim_policy).__name__))
 
@@ -153,6 +192,29 @@ class _PolicyMixin:
         self.fairsim_reorder_s.clear()
         self.fairsim_policy_errors = 0
         self.fairsim_step = 0
+        self.fairsim_counters = HookCounters(logger)
+        if self.fairsim_recorder is not None:
+            self.fairsim_recorder.restart()
+
+    # -- recording (``"record": PATH``) ----------------------------------------------------------
+    def add_request(self, request: Any) -> None:
+        """vLLM's ``add_request``, and the recorder sees the request."""
+        super().add_request(request)
+        if self.fairsim_recorder is not None:
+            self.fairsim_recorder.add(request)
+
+    def update_from_output(self, *args: Any, **kwargs: Any) -> Any:
+        """vLLM's ``update_from_output``; then the recorder notes first tokens and finishes."""
+        out = super().update_from_output(*args, **kwargs)
+        if self.fairsim_recorder is not None:
+            self.fairsim_recorder.after_step(self.requests)
+        return out
+
+    def shutdown(self) -> None:
+        """Close the recording, then vLLM's ``shutdown``."""
+        if self.fairsim_recorder is not None:
+            self.fairsim_recorder.close()
+        super().shutdown()
 
     # -- reading the prefix cache without side effects ------------------------------------------
     def fairsim_cached_tokens(self, request: Any) -> int:
@@ -231,7 +293,11 @@ class _PolicyMixin:
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         """Reorder the waiting queue, then run vLLM's own ``schedule()``."""
+        before = [id(r) for r in self.waiting]
+        errors = self.fairsim_policy_errors
         self.fairsim_reorder()
+        self.fairsim_counters.step(before != [id(r) for r in self.waiting],
+                                   self.fairsim_reorder_s[-1] if before else 0.0, errors)
         out = super().schedule(*args, **kwargs)
         step = self.fairsim_step
         self.fairsim_step += 1
@@ -249,6 +315,8 @@ class _PolicyMixin:
                 admitted.append(snaps[rid])
                 if rid not in self.fairsim_admissions:
                     self.fairsim_admissions[rid] = (step, ctx)
+                    if self.fairsim_recorder is not None:
+                        self.fairsim_recorder.scheduled(rid, ctx, self.fairsim_clock())
             elif rid in head_snaps:
                 admitted.append(head_snaps[rid])
         self.fairsim_last_batch = batch

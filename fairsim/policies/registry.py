@@ -19,6 +19,7 @@ from fairsim.policies.lpm import LPM
 from fairsim.policies.peek import PEEK
 from fairsim.policies.preble import Preble
 from fairsim.policies.ragcache import RAGCache
+from fairsim.policies.user import is_user_spec, make_user_policy
 
 
 def _needs_profile(name: str, profile: Any) -> Any:
@@ -120,7 +121,8 @@ def make_policy(name: str, profile: Any = None, **params: Any) -> Policy:
     """Build a fresh policy instance by registered name.
 
     Args:
-        name: A registered name (see ``policy_names()``).
+        name: A registered name (see ``policy_names()``), or ``package.module:Class`` for a
+            user's own policy class (``fairsim.policies.user``).
         profile: A ``fairsim.costmodel.Profile``; required by policies that use ``T_idle``.
         **params: Policy keyword parameters (e.g. ``fast_weight=8`` for Fairway).
 
@@ -131,10 +133,13 @@ def make_policy(name: str, profile: Any = None, **params: Any) -> Policy:
         ValueError: Unknown name (the message lists the known names), a missing profile, or a
             parameter the policy rejects.
     """
+    if is_user_spec(name):  # a team's own class, package.module:Class (fairsim/policies/user.py)
+        return make_user_policy(name, profile, **params)
     try:
         factory = POLICIES[name]
     except KeyError:
-        raise ValueError(f"unknown policy {name!r}; known policies: {', '.join(POLICIES)}") from None
+        raise ValueError(f"unknown policy {name!r}; known policies: {', '.join(POLICIES)}, or "
+                         f"package.module:Class for your own class") from None
     try:
         return factory(profile, **params)
     except TypeError as exc:  # unknown keyword parameter

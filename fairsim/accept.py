@@ -1,0 +1,293 @@
+"""``fairsim accept``: accept a policy on a trace's calm, burst and spike windows (a CI gate).
+
+The Fairway paper's step 4: replay real traffic windows at their original timing and check both
+targets per window (DESIGN.md, "Metrics"; the paper's targets):
+
+- median TTFT <= ``MEDIAN_FACTOR`` x LPM's median (the candidate keeps hit-first's median);
+- p99 TTFT <= ``P99_FACTOR`` x FCFS's p99 (and FCFS's tail);
+- not starved: worst TTFT <= ``fairsim.metrics.STARVATION_FACTOR`` x its own p99.
+
+Each window is simulated from ``warmup`` seconds before its start (so it opens with the queue and
+cache the traffic before it leaves), with the same KV capacity for every window (sized on the
+whole trace, as ``fairsim run``), and only requests arriving inside the window are scored.
+Windows are in seconds of trace time, before ``--time-scale``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fairsim.analysis.load import Window, detect_windows, parse_windows, with_load
+from fairsim.costmodel import Profile
+from fairsim.metrics import STARVATION_FACTOR
+from fairsim.sim import EngineConfig, SimResult
+from fairsim.types import Request
+
+MEDIAN_FACTOR = 1.1
+"""Median target: candidate median <= 1.1 x LPM's (the paper)."""
+P99_FACTOR = 1.1
+"""Tail target: candidate p99 <= 1.1 x FCFS's (the paper)."""
+BASELINES = ("fcfs", "lpm")
+OVERLOAD = 2.0
+"""Window load (prompt tokens/s over cold capacity) above which ``accept`` warns that the replay
+is far beyond what the engine could serve (a profile or time scale that does not fit the trace)."""
+
+
+@dataclass(frozen=True)
+class WindowVerdict:
+    """The targets of one window.
+
+    Attributes:
+        window: The window (trace seconds).
+        stats: Policy name -> ``{"requests", "p50_s", "p99_s", "max_s", "starved", "hit_rate"}``
+            over the requests arriving in the window.
+        median_ok, p99_ok, starvation_ok: The three targets.
+    """
+
+    window: Window
+    stats: dict[str, dict[str, Any]]
+    candidate: str
+    median_ok: bool
+    p99_ok: bool
+    starvation_ok: bool
+
+    @property
+    def ok(self) -> bool:
+        """Every target holds."""
+        return self.median_ok and self.p99_ok and self.starvation_ok
+
+
+def window_stats(result: SimResult, scored: set[str]) -> dict[str, Any]:
+    """TTFT p50 / p99 / max (s), starvation and hit rate of the ``scored`` requests."""
+    t = result.requests[result.requests["request_id"].isin(scored)]
+    ttft = t["ttft_s"].to_numpy(dtype=np.float64)
+    p50, p99 = (float(v) for v in np.percentile(ttft, [50, 99]))
+    mx = float(ttft.max())
+    return {"requests": int(ttft.size), "p50_s": p50, "p99_s": p99, "max_s": mx,
+            "starved": bool(mx > STARVATION_FACTOR * p99),
+            "hit_rate": float(t["cached_tokens"].sum() / t["prompt_tokens"].sum())}
+
+
+def window_requests(requests: Sequence[Request], w: Window, warmup_s: float,
+                    time_scale: float) -> tuple[list[Request], set[str]]:
+    """Requests of ``[start - warmup, end)`` rebased to 0 and time-scaled, and the ids scored
+    (those arriving in ``[start, end)``)."""
+    t0 = max(0.0, w.start_s - warmup_s)
+    sub = [r for r in requests if t0 <= r.arrival_time < w.end_s]
+    scored = {r.request_id for r in sub if r.arrival_time >= w.start_s}
+    return ([dataclasses.replace(r, arrival_time=(r.arrival_time - t0) * time_scale) for r in sub],
+            scored)
+
+
+def evaluate(requests: Sequence[Request], windows: Sequence[Window], candidate: str,
+             run: Callable[[str, list[Request]], SimResult], warmup_s: float | None = None,
+             time_scale: float = 1.0,
+             on_result: Callable[[Window, str, SimResult], None] | None = None) -> list[WindowVerdict]:
+    """Simulate FCFS, LPM and ``candidate`` on every window and check the targets.
+
+    Args:
+        requests: The trace, arrival times in trace seconds.
+        windows: Windows in trace seconds.
+        candidate: Policy under test.
+        run: ``run(policy, requests) -> SimResult`` (same engine and capacity for every call).
+        warmup_s: Seconds simulated before each window; None = the window's own length.
+        time_scale: Arrival-time multiplier applied after cutting.
+        on_result: Called with every result (for tables and figures).
+
+    Raises:
+        ValueError: A window with no request in it.
+    """
+    names = list(dict.fromkeys([*BASELINES, candidate]))
+    out = []
+    for w in windows:
+        warm = (w.end_s - w.start_s) if warmup_s is None else warmup_s
+        sub, scored = window_requests(requests, w, warm, time_scale)
+        if not scored:
+            raise ValueError(f"window {w.name} [{w.start_s:g}, {w.end_s:g}) s holds no request")
+        stats = {}
+        for name in names:
+            res = run(name, sub)
+            stats[name] = window_stats(res, scored)
+            if on_result is not None:
+                on_result(w, name, res)
+        c, lpm, fcfs = stats[candidate], stats["lpm"], stats["fcfs"]
+        out.append(WindowVerdict(
+            window=dataclasses.replace(w, requests=len(scored)), stats=stats, candidate=candidate,
+            median_ok=c["p50_s"] <= MEDIAN_FACTOR * lpm["p50_s"],
+            p99_ok=c["p99_s"] <= P99_FACTOR * fcfs["p99_s"],
+            starvation_ok=not c["starved"]))
+    return out
+
+
+def format_verdicts(verdicts: Sequence[WindowVerdict]) -> str:
+    """The printed tables: per window and policy, then the targets per window."""
+    rows = [["window", "trace s", "requests", "load", "policy", "p50 s", "p99 s", "max s",
+             "hit rate", "starved"]]
+    for v in verdicts:
+        w = v.window
+        for name, s in v.stats.items():
+            rows.append([w.name, f"{w.start_s:g}-{w.end_s:g}", str(s["requests"]),
+                         "" if np.isnan(w.load) else f"{w.load:.2f}", name, f"{s['p50_s']:.3f}",
+                         f"{s['p99_s']:.3f}", f"{s['max_s']:.3f}", f"{s['hit_rate']:.3f}",
+                         "yes" if s["starved"] else "no"])
+    checks = [["window", f"p50 <= {MEDIAN_FACTOR:g} x LPM", f"p99 <= {P99_FACTOR:g} x FCFS",
+               f"max <= {STARVATION_FACTOR:g} x p99", "verdict"]]
+    for v in verdicts:
+        s, lpm, fcfs = v.stats[v.candidate], v.stats["lpm"], v.stats["fcfs"]
+        mark = lambda ok: "ok" if ok else "FAIL"  # noqa: E731
+        checks.append([
+            v.window.name,
+            f"{s['p50_s']:.3f} vs {MEDIAN_FACTOR * lpm['p50_s']:.3f} {mark(v.median_ok)}",
+            f"{s['p99_s']:.3f} vs {P99_FACTOR * fcfs['p99_s']:.3f} {mark(v.p99_ok)}",
+            f"{s['max_s']:.3f} vs {STARVATION_FACTOR * s['p99_s']:.3f} {mark(v.starvation_ok)}",
+            "pass" if v.ok else "FAIL"])
+    return _table(rows) + "\n\n" + _table(checks)
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(wd) for c, wd in zip(r, widths)).rstrip() for r in rows)
+
+
+def add_accept_command(sub: argparse._SubParsersAction, add_common: Callable, fmt: type) -> None:
+    """Register ``fairsim accept``."""
+    from fairsim.analysis.cli import retitle
+    from fairsim.policies import policy_names
+
+    p = sub.add_parser("accept", formatter_class=fmt,
+                       help="check a policy against the paper's targets on calm/burst/spike "
+                            "windows; exit 0 when all hold, 1 when not")
+    p.add_argument("trace_path", metavar="TRACE", nargs="?",
+                   help="trace file (same as --trace; default: the embedded RAG input)")
+    p.add_argument("--policy", required=True, help=f"candidate policy: one of {', '.join(policy_names())}")
+    p.add_argument("--windows", default="auto",
+                   help="'auto' (calm, burst, spike from the offered load) or "
+                        "NAME:START-END,... in seconds of trace time")
+    p.add_argument("--window-length", type=float, default=None,
+                   help="length of auto windows, s (default 60, or a third of a shorter trace)")
+    p.add_argument("--warmup", type=float, default=None,
+                   help="seconds simulated before each window, not scored (default: the window's length)")
+    p.add_argument("--plots", type=Path, help="folder for the figures (per window and overall)")
+    p.add_argument("--engine", choices=("sim", "vllm"), default="sim",
+                   help="sim: the simulator; vllm: replay each window live against a vLLM engine "
+                        "with the fairsim hook, in real time")
+    p.add_argument("--scheduler", choices=("sync", "async"), default="sync",
+                   help="--engine vllm: PolicyScheduler (sync, CPU) or AsyncPolicyScheduler (GPU)")
+    p.add_argument("--model", default=None,
+                   help="--engine vllm: model folder/name (default: the shipped tiny Llama, dummy weights)")
+    p.add_argument("--load-format", default=None,
+                   help="--engine vllm: vLLM load_format (default dummy for the tiny Llama, auto otherwise)")
+    add_common(p)
+    retitle(p, "--out", "folder for accept.json and requests-WINDOW-POLICY.parquet")
+    retitle(p, "--format", "table for people, json for scripts (the verdicts)")
+    retitle(p, "--param", "candidate policy parameter KEY=VALUE, or POLICY.KEY=VALUE for fcfs/lpm (repeatable)")
+
+
+def cmd_accept(args: argparse.Namespace) -> int:
+    """Run ``fairsim accept``: 0 when every target holds in every window, 1 when one fails."""
+    import pandas as pd
+
+    from fairsim.analysis.cli import merge_trace_arg
+    from fairsim.cli import check_policies, engine_config, load_requests, params_for, parse_params, run_one, write_tables
+    from fairsim.costmodel import load_profile
+    from fairsim.sim.capacity import resolve_capacity
+    from fairsim.traces import offered_load, scale_time
+
+    merge_trace_arg(args)
+    if args.warmup is not None and not args.warmup >= 0:
+        raise ValueError(f"--warmup {args.warmup}: need >= 0 s")
+    profile: Profile = load_profile(args.profile)
+    params = parse_params(args.param)
+    names = list(dict.fromkeys([*BASELINES, args.policy]))
+    check_policies(names, profile, {k: v for k, v in params.items() if "." in k})
+    check_policies([args.policy], profile, params_for(args.policy, params))
+    scale, args.time_scale = args.time_scale, 1.0  # windows are cut in trace time, scaled after
+    trace, requests = load_requests(args, profile)
+    if not (scale > 0 and np.isfinite(scale)):
+        raise ValueError(f"--time-scale {scale}: need a finite factor > 0")
+    windows = (detect_windows(requests, profile, args.window_length) if args.windows == "auto"
+               else parse_windows(args.windows))
+    windows = [with_load(requests, profile, w, scale) for w in windows]
+    if args.engine == "vllm" and args.block_size is None:
+        args.block_size = 128  # vLLM's CPU backend wants a multiple of 32; as fairsim replay
+    base = engine_config(args, profile)  # default capacity: the profile's, as fairsim run
+    block_size, kv_blocks = resolve_capacity(requests, base)
+    config = dataclasses.replace(base, block_size=block_size, kv_blocks=kv_blocks,
+                                 kv_fraction=None, kv_tokens=None)
+    info = (f"trace {trace.name}: {offered_load(scale_time(requests, scale), profile).describe()}; "
+            f"time scale {scale:g}; KV cache {kv_blocks} blocks of {block_size} tokens; "
+            f"engine {'vLLM (live, real time)' if args.engine == 'vllm' else 'simulator'}")
+    print(info, file=sys.stderr if args.format == "json" else sys.stdout)
+    overloaded = [w.name for w in windows if w.load > OVERLOAD]
+    if overloaded:
+        print(f"fairsim: warning: offered load above {OVERLOAD:g} x the cold capacity of profile "
+              f"{args.profile} in {', '.join(overloaded)}: queues grow through the whole window "
+              f"whatever the order. Use your engine's profile (fairsim calibrate) or --time-scale "
+              f"to replay at a load the engine was sized for.", file=sys.stderr)
+
+    def run(name: str, sub: list[Request]) -> SimResult:
+        own = params_for(args.policy, params) if name == args.policy else {
+            k.partition(".")[2]: v for k, v in params.items() if k.startswith(f"{name}.")}
+        if args.engine == "vllm":
+            from fairsim.live.cli import _model_kwargs
+            from fairsim.live.engine import LiveConfig
+            from fairsim.live.replay import replay_realtime
+
+            live = LiveConfig(policy=name, params=own, profile=args.profile,
+                              budget_tokens=args.budget, max_num_seqs=args.max_num_seqs,
+                              block_size=block_size, kv_blocks=kv_blocks, scheduler=args.scheduler,
+                              **_model_kwargs(args))
+            return replay_realtime(sub, live, time_scale=1.0)  # already scaled
+        return run_one(name, sub, profile, config, own, replay=args.replay, think_scale=args.think_scale)
+
+    results: dict[str, dict[str, SimResult]] = {}
+
+    def keep(w: Window, name: str, res: SimResult) -> None:
+        results.setdefault(w.name, {})[name] = res
+        if args.out is not None:
+            write_tables(args.out, f"{w.name}-{name}", res)
+
+    verdicts = evaluate(requests, windows, args.policy, run, args.warmup, scale, keep)
+    ok = all(v.ok for v in verdicts)
+    payload = {"trace": trace.source, "candidate": args.policy, "engine": args.engine, "time_scale": scale,
+               "kv_blocks": kv_blocks, "block_size": block_size, "pass": ok,
+               "targets": {"median_vs_lpm": MEDIAN_FACTOR, "p99_vs_fcfs": P99_FACTOR,
+                           "starvation_max_vs_own_p99": STARVATION_FACTOR},
+               "windows": [{**dataclasses.asdict(v.window), "stats": v.stats, "median_ok": v.median_ok,
+                            "p99_ok": v.p99_ok, "starvation_ok": v.starvation_ok, "pass": v.ok}
+                           for v in verdicts]}
+    if args.format == "json":
+        print(json.dumps(payload, indent=2))
+    else:
+        print(format_verdicts(verdicts))
+        print(f"\n{args.policy}: {'PASS' if ok else 'FAIL'} ({sum(v.ok for v in verdicts)} of "
+              f"{len(verdicts)} windows meet every target)")
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "accept.json").write_text(json.dumps(payload, indent=2) + "\n")
+    if args.plots is not None:
+        from fairsim.figures import save, window_bars
+        from fairsim.run_plots import write_run_plots
+
+        for wname, by_policy in results.items():
+            write_run_plots(args.plots, by_policy, prefix=f"{wname}-", title=wname)
+        scored = []
+        for v in verdicts:
+            for name, res in results[v.window.name].items():
+                t0 = max(0.0, v.window.start_s - (v.window.end_s - v.window.start_s
+                                                  if args.warmup is None else args.warmup))
+                r = res.requests
+                keep_rows = r["arrival_s"] >= (v.window.start_s - t0) * scale
+                scored.append(r[keep_rows].assign(policy=name, window=v.window.name))
+        save(window_bars(pd.concat(scored, ignore_index=True), title=f"TTFT per window ({args.policy})"),
+             args.plots / "windows.png")
+    return 0 if ok else 1

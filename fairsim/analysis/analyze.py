@@ -1,0 +1,282 @@
+"""``fairsim analyze``: measure a trace before changing the scheduler (the paper's step 1).
+
+Four measurements of one trace, each a function with its own module:
+
+- the work spread of concurrently queued requests over time and the paper's verdict
+  (``spread.py``), from the trace's observed scheduling times when it has them, else from an FCFS
+  simulation at its recorded load;
+- the infinite-cache prefix-hit bound and the LRU hit rate at every KV capacity (``reuse.py``);
+- offered load over time and the busiest windows (``load.py``);
+- figures and a one-page Markdown report (``write_report``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fairsim.analysis.load import Window, busiest_windows, load_series
+from fairsim.analysis.reuse import HitCurve, lru_hit_curve
+from fairsim.analysis.spread import DEFAULT_SPREAD_THRESHOLD, QueueSpread, queue_spread
+from fairsim.costmodel import Profile
+from fairsim.sim import EngineConfig, simulate
+from fairsim.sim.capacity import resolve_capacity
+from fairsim.sim.keys import block_keys, reusable_blocks
+from fairsim.types import Request
+
+OBSERVED_CACHED = "observed_cached_tokens"
+"""Trace field: prompt tokens the serving engine found cached at admission (``fairsim record``)."""
+OBSERVED_SCHEDULED_MS = "observed_first_scheduled_ms"
+"""Trace field: when the serving engine first scheduled the request, ms on the trace's clock."""
+CURVE_FRACTIONS = (0.1, 0.2, 0.3, 0.5, 1.0)
+"""Capacities listed in the report, as fractions of the trace's reusable content."""
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything ``fairsim analyze`` measured on one trace.
+
+    Attributes:
+        trace: Trace name.
+        requests: Requests analysed.
+        spread: Work spread of the waiting queue.
+        curve: LRU hit-rate curve.
+        kv_blocks: The capacity a ``fairsim run`` with the same options would use, blocks.
+        reusable_blocks: Distinct blocks seen in two or more requests.
+        fcfs_hit_rate: Hit rate of the FCFS simulation at the recorded load (None when the
+            spread came from observed times and no simulation ran).
+        series: Offered load per bin (``load_series``).
+        bin_s: Bin width, seconds.
+        busiest: The busiest non-overlapping windows.
+        offered: ``OfferedLoad.describe()`` of the whole trace.
+    """
+
+    trace: str
+    requests: int
+    spread: QueueSpread
+    curve: HitCurve
+    kv_blocks: int
+    reusable_blocks: int
+    fcfs_hit_rate: float | None
+    series: pd.DataFrame
+    bin_s: float
+    busiest: list[Window]
+    offered: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def curve_table(self) -> list[dict[str, Any]]:
+        """Hit rate at fractions of the reusable content and at the run's default capacity."""
+        rows = [{"capacity": f"{f:g} x reusable", "kv_blocks": max(1, int(np.ceil(f * self.reusable_blocks)))}
+                for f in CURVE_FRACTIONS]
+        rows.append({"capacity": "fairsim run default", "kv_blocks": self.kv_blocks})
+        for r in rows:
+            r["hit_rate"] = self.curve.hit_rate(r["kv_blocks"])
+        return rows
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready figures (``analysis.json``)."""
+        return {
+            "trace": self.trace, "requests": self.requests, "offered_load": self.offered,
+            "spread": self.spread.summary(),
+            "block_size": self.curve.block_size, "kv_blocks_default": self.kv_blocks,
+            "reusable_blocks": self.reusable_blocks,
+            "infinite_hit_rate": self.curve.infinite_hit_rate,
+            "lru_hit_rate_default": self.curve.hit_rate(self.kv_blocks),
+            "fcfs_sim_hit_rate": self.fcfs_hit_rate,
+            "capacity_for_90pct_of_bound": self.curve.capacity_for(0.9),
+            "curve": self.curve_table(),
+            "busiest_windows": [vars_window(w) for w in self.busiest],
+            "bin_s": self.bin_s, "peak_bin_load": float(self.series["load"].max()),
+            "mean_load": float(self.series["load"].mean()),
+        }
+
+
+def vars_window(w: Window) -> dict[str, Any]:
+    """A window as a JSON object."""
+    return {"name": w.name, "start_s": w.start_s, "end_s": w.end_s, "requests": w.requests,
+            "load": w.load}
+
+
+def observed_spread_inputs(requests: list[Request]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(arrival_s, first_scheduled_s, work)`` from the trace's observed fields, or None when any
+    request lacks them.
+
+    Raises:
+        ValueError: An observed field that is not a number, or a request scheduled before it
+            arrived, naming the request and field.
+    """
+    if not all(OBSERVED_CACHED in r.labels and OBSERVED_SCHEDULED_MS in r.labels for r in requests):
+        return None
+    a, s, w = [], [], []
+    for r in requests:
+        cached, sched = r.labels[OBSERVED_CACHED], r.labels[OBSERVED_SCHEDULED_MS]
+        for name, v in ((OBSERVED_CACHED, cached), (OBSERVED_SCHEDULED_MS, sched)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+                raise ValueError(f"request {r.request_id!r}: field '{name}': need a number, got {v!r}")
+        a.append(r.arrival_time)
+        s.append(sched / 1000.0)
+        w.append(max(1, r.prompt_len - int(cached)))
+    return np.array(a), np.array(s), np.array(w, dtype=np.float64)
+
+
+def analyze(requests: list[Request], profile: Profile, config: EngineConfig, trace_name: str,
+            offered: str, *, threshold: float = DEFAULT_SPREAD_THRESHOLD,
+            window_s: float | None = None, bin_s: float | None = None,
+            time_scale: float = 1.0) -> Analysis:
+    """Measure ``requests`` (already windowed, not time-scaled).
+
+    Args:
+        requests: The trace's requests, arrival times in seconds of trace time.
+        profile: Cost model (capacity, and the FCFS simulation when needed).
+        config: Engine settings; its capacity options give the default capacity.
+        trace_name: For the report.
+        offered: The offered-load line of the whole input.
+        threshold: Spread verdict threshold.
+        window_s: Length of the busiest windows, seconds (default 60, or a third of the span).
+        bin_s: Load bin width, seconds (default a sixth of the window length).
+        time_scale: Arrival-time multiplier of the FCFS simulation and of the offered load
+            (> 1 stretches: lower load). Observed scheduling times are used only at 1 (they
+            belong to the recorded load). Bins and windows stay in trace time, as
+            ``fairsim accept --windows`` takes them.
+
+    Raises:
+        ValueError: Bad options or observed fields; ``CapacityError`` from capacity sizing.
+    """
+    block_size, kv_blocks = resolve_capacity(requests, config)
+    t = [r.arrival_time for r in requests]
+    span = max(t) - min(t)
+    if window_s is None:
+        window_s = min(60.0, span / 3) if span > 0 else 1.0
+    if bin_s is None:
+        bin_s = window_s / 6
+    observed = observed_spread_inputs(requests) if time_scale == 1.0 else None
+    fcfs_hit = None
+    if observed is not None:
+        spread = queue_spread(*observed, source="observed scheduling times", threshold=threshold)
+    else:
+        from fairsim.policies import make_policy
+
+        cfg = EngineConfig(budget_tokens=config.budget_tokens, max_num_seqs=config.max_num_seqs,
+                           block_size=block_size, kv_blocks=kv_blocks)
+        from fairsim.traces import scale_time
+
+        res = simulate(scale_time(requests, time_scale), make_policy("fcfs", profile), profile,
+                       cfg).requests
+        fcfs_hit = float(res["cached_tokens"].sum() / res["prompt_tokens"].sum())
+        work = np.maximum(1, res["prompt_tokens"] - res["cached_tokens"]).to_numpy(dtype=np.float64)
+        spread = queue_spread(res["arrival_s"].to_numpy(), res["first_scheduled_s"].to_numpy(), work,
+                              source=("FCFS simulation at the trace's timing" if time_scale == 1.0 else
+                                      f"FCFS simulation, arrivals x{time_scale:g}"),
+                              threshold=threshold)
+    curve = lru_hit_curve(requests, block_size)
+    reusable = reusable_blocks(block_keys(r, block_size) for r in requests)
+    series = load_series(requests, profile, bin_s)
+    for col in ("load", "prompt_tokens_per_s", "ideal_uncached_tokens_per_s"):
+        series[col] /= time_scale  # per second of replayed time
+    busiest = [dataclasses.replace(w, load=w.load / time_scale)
+               for w in busiest_windows(requests, profile, window_s, 3)] if span > 0 else []
+    return Analysis(trace=trace_name, requests=len(requests), spread=spread, curve=curve,
+                    kv_blocks=kv_blocks, reusable_blocks=reusable, fcfs_hit_rate=fcfs_hit,
+                    series=series, bin_s=bin_s, busiest=busiest, offered=offered)
+
+
+def format_text(an: Analysis) -> str:
+    """The printed summary (a few lines)."""
+    sp = an.spread
+    lines = [
+        f"queue work spread ({sp.source}): p50 {sp.quantile(0.5):.1f}x, p90 {sp.quantile(0.9):.1f}x; "
+        f"two or more waiting {100 * sp.queued_share:.1f} % of the time",
+        f"verdict: {sp.verdict()}",
+        f"prefix hit rate: infinite cache {an.curve.infinite_hit_rate:.3f}; LRU at "
+        f"{an.kv_blocks} blocks of {an.curve.block_size} tokens (run default) "
+        f"{an.curve.hit_rate(an.kv_blocks):.3f}",
+        "busiest windows: " + ", ".join(f"{w.start_s:.0f}-{w.end_s:.0f} s load {w.load:.2f}"
+                                        for w in an.busiest),
+    ]
+    return "\n".join(lines)
+
+
+def write_report(an: Analysis, out: Path) -> list[Path]:
+    """Write ``load.png``, ``spread.png``, ``hit_curve.png``, ``analysis.json``, ``report.md``.
+
+    Returns:
+        The paths written.
+    """
+    from fairsim.analysis.figures import hit_curve_figure, load_figure, spread_figure
+    from fairsim.figures import save
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [
+        save(load_figure(an.series, an.bin_s, an.busiest), out / "load.png"),
+        save(spread_figure(an.spread), out / "spread.png"),
+        save(hit_curve_figure(an.curve, {"run default": an.kv_blocks}), out / "hit_curve.png"),
+    ]
+    summary = an.summary()
+    (out / "analysis.json").write_text(json.dumps(summary, indent=2) + "\n")
+    paths.append(out / "analysis.json")
+    sp = an.spread
+    curve_rows = "\n".join(f"| {r['capacity']} | {r['kv_blocks']:,} | {r['hit_rate']:.3f} |"
+                           for r in an.curve_table())
+    win_rows = "\n".join(f"| {w.name} | {w.start_s:.1f} | {w.end_s:.1f} | {w.requests} | {w.load:.2f} |"
+                         for w in an.busiest)
+    fcfs = ("" if an.fcfs_hit_rate is None else
+            f"The FCFS simulation at the recorded load hit {an.fcfs_hit_rate:.3f} at "
+            f"{an.kv_blocks:,} blocks: where requests overlap, running requests hold blocks and "
+            f"the cache differs from one-at-a-time replay.\n")
+    text = f"""# fairsim analyze: {an.trace}
+
+{an.requests} requests. {an.offered}.
+
+## 1. Does ordering matter? (the paper's step 1)
+
+Work = uncached prompt tokens at admission; spread = upper / lower decile (nearest rank; with ten
+or fewer waiting: largest / smallest) of the work of the requests waiting at the same time,
+weighted by time. Source: {sp.source}.
+
+| figure | value |
+|---|---|
+| time with two or more waiting | {100 * sp.queued_share:.1f} % |
+| spread p50 / p90 / max | {sp.quantile(0.5):.1f}x / {sp.quantile(0.9):.1f}x / {sp.quantile(1.0):.1f}x |
+| time at or above {sp.threshold:g}x | {100 * sp.share_above(sp.threshold):.1f} % |
+
+**Verdict: {sp.verdict()}.** Rule: if the work of concurrently queued requests differs only a few
+times, ordering matters little (the Fairway paper's advice to serving teams). The paper gives no
+number; fairsim's threshold is {sp.threshold:g}x (`--spread-threshold`), applied to the median.
+
+![spread](spread.png)
+
+## 2. Prefix reuse
+
+Infinite-cache bound (every block seen before is kept): **{an.curve.infinite_hit_rate:.3f}** of
+prompt tokens, at blocks of {an.curve.block_size} tokens. LRU hit rate by capacity (one pass over
+LRU stack distances, requests one at a time in arrival order, vLLM's leading-run hit capped at
+L - 1 tokens); reusable content = {an.reusable_blocks:,} blocks seen in two or more requests:
+
+| capacity | KV blocks | hit rate |
+|---|---|---|
+{curve_rows}
+
+{fcfs}
+![hit curve](hit_curve.png)
+
+## 3. Offered load over time
+
+Load = prompt tokens per second / cold prefill capacity ({an.bin_s:g} s bins of trace time,
+at the replayed time scale); mean
+{summary['mean_load']:.2f}, peak bin {summary['peak_bin_load']:.2f}. Busiest windows:
+
+| window | start s | end s | requests | load |
+|---|---|---|---|---|
+{win_rows}
+
+![load](load.png)
+"""
+    (out / "report.md").write_text(text)
+    paths.append(out / "report.md")
+    return paths

@@ -1,0 +1,85 @@
+"""Command-line parts of ``fairsim analyze`` (registered by ``fairsim/cli.py``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from fairsim.analysis.spread import DEFAULT_SPREAD_THRESHOLD
+
+OVERLOAD = 2.0
+"""Offered load after ideal reuse above which ``analyze`` warns (as ``fairsim accept``)."""
+
+
+def retitle(p: argparse.ArgumentParser, option: str, help_text: str) -> None:
+    """Replace the help of an option added by the shared ``add_common``."""
+    p._option_string_actions[option].help = help_text  # noqa: SLF001 - argparse has no public setter
+
+
+def add_analyze_command(sub: argparse._SubParsersAction, add_common: Callable, fmt: type) -> None:
+    """Register ``fairsim analyze``."""
+    p = sub.add_parser("analyze", formatter_class=fmt,
+                       help="measure a trace: queue work spread and verdict, prefix-hit bound, "
+                            "LRU hit rate by capacity, offered load over time")
+    p.add_argument("trace_path", metavar="TRACE", nargs="?",
+                   help="trace file (same as --trace; default: the embedded RAG input)")
+    add_common(p)
+    retitle(p, "--out", "folder for report.md, analysis.json, load.png, spread.png, hit_curve.png")
+    retitle(p, "--format", "table: a few lines for people; json: analysis.json on stdout")
+    p.add_argument("--spread-threshold", type=float, default=DEFAULT_SPREAD_THRESHOLD,
+                   help="work spread (x) at and above which ordering matters")
+    p.add_argument("--window-length", type=float, default=None,
+                   help="length of the busiest windows, s (default 60, or a third of a shorter trace)")
+    p.add_argument("--bin", type=float, default=None,
+                   help="offered-load bin width, s (default: a sixth of the window length)")
+
+
+def merge_trace_arg(args: argparse.Namespace) -> None:
+    """The positional ``TRACE`` and ``--trace`` name the same thing; refuse two different ones."""
+    pos = getattr(args, "trace_path", None)
+    if pos is not None:
+        if args.trace is not None and args.trace != pos:
+            raise ValueError(f"two traces given: {pos} and --trace {args.trace}")
+        args.trace = pos
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    """Run ``fairsim analyze``; returns the exit status."""
+    from fairsim.analysis.analyze import analyze, format_text, write_report
+    from fairsim.cli import engine_config, load_requests
+    from fairsim.costmodel import load_profile
+    from fairsim.traces import offered_load, scale_time
+
+    merge_trace_arg(args)
+    if args.param:
+        raise ValueError("--param: analyze runs no policy but FCFS; it takes no policy parameters")
+    if args.window_length is not None and not args.window_length > 0:
+        raise ValueError(f"--window-length {args.window_length}: need > 0 s")
+    profile = load_profile(args.profile)
+    config = engine_config(args, profile)  # default capacity: the profile's, as fairsim run
+    scale, args.time_scale = args.time_scale, 1.0  # bins and windows in trace time, as accept
+    trace, requests = load_requests(args, profile)
+    if not (scale > 0 and scale < float("inf")):
+        raise ValueError(f"--time-scale {scale}: need a finite factor > 0")
+    load = offered_load(scale_time(requests, scale), profile)
+    offered = load.describe()
+    if load.span_s > 0 and load.ideal_load > OVERLOAD:
+        print(f"fairsim: warning: offered load {load.ideal_load:.1f} x the cold capacity of profile "
+              f"{args.profile} even after ideal prefix reuse: the FCFS queue grows through the "
+              f"whole trace and the spread measures that backlog. Use your engine's profile "
+              f"(fairsim calibrate) or --time-scale.", file=sys.stderr)
+    an = analyze(requests, profile, config, trace.name, offered,
+                 threshold=args.spread_threshold, window_s=args.window_length, bin_s=args.bin,
+                 time_scale=scale)
+    if args.format == "json":
+        print(json.dumps(an.summary(), indent=2))
+    else:
+        print(f"trace {trace.name}: {offered}")
+        print(format_text(an))
+    if args.out is not None:
+        paths = write_report(an, Path(args.out))
+        print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    return 0

@@ -1,0 +1,98 @@
+"""A team's own policy class, named ``package.module:Class`` instead of a registered name.
+
+The class has the same contract as the shipped policies (``fairsim.policies.base.Policy``): an
+``order(waiting, now)`` method returning a permutation of ``waiting``, optional capabilities by
+attribute. It is built with the ``--param`` / ``"params"`` keyword arguments; if its constructor
+takes a ``profile`` argument, it also gets the cost-model ``Profile`` (for ``T_idle(L)``:
+``profile.idle_prefill_time``). Everything is checked when the policy is built, i.e. at start-up
+of a simulation or of the vLLM hook, with one ``ValueError`` naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+from fairsim.policies.base import Policy
+
+
+def is_user_spec(name: str) -> bool:
+    """True for ``package.module:Class`` (a colon; registered names have none)."""
+    return ":" in name
+
+
+def load_user_class(spec: str) -> type:
+    """Import ``package.module:Class`` and return the class.
+
+    Raises:
+        ValueError: A malformed spec, a module that is not importable (or fails while importing),
+            a missing attribute, or one that is not a class with a callable ``order``.
+    """
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr or ":" in attr:
+        raise ValueError(f"policy {spec!r}: expected package.module:Class")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module_name == exc.name or module_name.startswith(exc.name + ".")):  # a dependency it imports
+            raise ValueError(f"policy {spec!r}: importing module {module_name!r} failed: "
+                             f"ModuleNotFoundError: {exc}") from exc
+        raise ValueError(f"policy {spec!r}: module {module_name!r} not found ({exc}); install it "
+                         f"or put its folder on PYTHONPATH") from None
+    except Exception as exc:  # noqa: BLE001 - the user's module failed while importing: say how
+        raise ValueError(f"policy {spec!r}: importing module {module_name!r} failed: "
+                         f"{type(exc).__name__}: {exc}") from exc
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"policy {spec!r}: module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not inspect.isclass(obj):
+        raise ValueError(f"policy {spec!r}: {attr!r} is a {type(obj).__name__}, not a class")
+    if not callable(getattr(obj, "order", None)):
+        raise ValueError(f"policy {spec!r}: class {attr!r} is not a policy: it has no "
+                         f"order(waiting, now) method (fairsim.policies.base.Policy)")
+    return obj
+
+
+def user_params(cls: type) -> list[str]:
+    """Keyword parameters the class's constructor accepts (``profile`` excluded)."""
+    sig = inspect.signature(cls)
+    return [p.name for p in sig.parameters.values() if p.name != "profile" and p.kind in
+            (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+
+
+def make_user_policy(spec: str, profile: Any = None, **params: Any) -> Policy:
+    """Build the user's policy ``spec`` with ``params`` (and ``profile`` if it takes one).
+
+    Returns:
+        The instance; its ``name`` is set to ``spec`` when the class does not set one.
+
+    Raises:
+        ValueError: Anything ``load_user_class`` refuses, parameters the constructor does not
+            take (listing those it does), a missing required parameter, or a constructor that
+            raises ``ValueError``/``TypeError`` on the values given.
+    """
+    cls = load_user_class(spec)
+    sig = inspect.signature(cls)
+    kwargs = dict(params)
+    if "profile" in sig.parameters:
+        if "profile" in params:
+            raise ValueError(f"policy {spec!r}: 'profile' comes from --profile, not from --param")
+        kwargs["profile"] = profile
+    try:
+        sig.bind(**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"policy {spec!r}: bad parameters {params} ({exc}); accepted: "
+                         f"{', '.join(user_params(cls)) or 'none'}") from None
+    try:
+        policy = cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"policy {spec!r}: constructor refused {params}: {exc}") from exc
+    if not isinstance(getattr(policy, "name", None), str):
+        try:
+            policy.name = spec
+        except AttributeError:  # __slots__ without name: the tables use the spec anyway
+            pass
+    return policy

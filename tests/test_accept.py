@@ -1,0 +1,126 @@
+"""fairsim accept: targets per window, exit codes that match the verdict table, bad input -> 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fairsim.accept import MEDIAN_FACTOR, P99_FACTOR
+from fairsim.cli import main
+
+
+def write_trace(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def no_reuse_trace(path, n=150):
+    """Requests without shared prefixes: LPM has nothing to prefer, so it orders as FCFS."""
+    return write_trace(path, [{"timestamp": 100 * i, "input_length": 2600 + 37 * (i % 7),
+                               "output_length": 1, "hash_ids": [10 * i + j for j in range(6)]}
+                              for i in range(n)])
+
+
+def shared_prefix_trace(path, n=150):
+    """Bursts mixing long cold prompts and short ones sharing a long prefix with its predecessor."""
+    rows = []
+    for i in range(n):
+        doc = [1000 + j for j in range(12)]
+        cold = [100_000 + 100 * i + j for j in range(12)]
+        rows.append({"timestamp": 200 * (i // 5) * 5, "input_length": 12 * 512 + 100,
+                     "output_length": 1, "hash_ids": (doc if i % 2 else cold) + [900_000 + i]})
+    return write_trace(path, rows)
+
+
+class TestEvaluate:
+    """The targets on explicit windows."""
+
+    def test_factors_are_the_papers(self):
+        assert (MEDIAN_FACTOR, P99_FACTOR) == (1.1, 1.1)
+
+    def test_fcfs_against_itself_meets_p99(self, tmp_path, capsys):
+        path = no_reuse_trace(tmp_path / "t.jsonl")
+        code = main(["accept", str(path), "--policy", "fcfs", "--windows", "a:0-5,b:5-15",
+                     "--format", "json"])
+        data = json.loads(capsys.readouterr().out)
+        assert [w["name"] for w in data["windows"]] == ["a", "b"]
+        for w in data["windows"]:
+            s = w["stats"]
+            # with no reuse, LPM's order is FCFS's: identical figures, every target holds
+            assert s["lpm"]["p50_s"] == s["fcfs"]["p50_s"] and w["p99_ok"] and w["median_ok"]
+            assert w["stats"]["fcfs"]["requests"] == (50 if w["name"] == "a" else 100)
+        assert data["pass"] is True and code == 0
+
+
+class TestExitCodes:
+    """Exit status 0 iff every window passes; the printed table says the same."""
+
+    def test_pass_exits_0(self, tmp_path, capsys):
+        code = main(["accept", str(no_reuse_trace(tmp_path / "t.jsonl")), "--policy", "fairway",
+                     "--windows", "all:0-15"])
+        out = capsys.readouterr().out
+        assert code == 0
+        assert "fairway: PASS (1 of 1 windows" in out
+
+    def test_fail_exits_1(self, tmp_path, capsys):
+        # FCFS runs the cold prompts first inside each burst; LPM runs the cached ones first and
+        # has a much lower median, so FCFS misses the median target.
+        path = shared_prefix_trace(tmp_path / "t.jsonl")
+        code = main(["accept", str(path), "--policy", "fcfs", "--windows", "all:0-30",
+                     "--format", "json"])
+        data = json.loads(capsys.readouterr().out)
+        w = data["windows"][0]
+        assert w["stats"]["fcfs"]["p50_s"] > MEDIAN_FACTOR * w["stats"]["lpm"]["p50_s"]
+        assert w["median_ok"] is False and data["pass"] is False and code == 1
+
+    def test_auto_windows_and_outputs(self, tmp_path, capsys):
+        out, plots = tmp_path / "out", tmp_path / "plots"
+        code = main(["accept", "--policy", "fairway", "--max-requests", "400", "--window-length", "20",
+                     "--out", str(out), "--plots", str(plots)])
+        text = capsys.readouterr().out
+        data = json.loads((out / "accept.json").read_text())
+        assert [w["name"] for w in data["windows"]] == ["calm", "burst", "spike"]
+        assert code == (0 if data["pass"] else 1)
+        assert text.count("FAIL") == sum(
+            (not w["median_ok"]) + (not w["p99_ok"]) + (not w["starvation_ok"]) + (not w["pass"])
+            for w in data["windows"]) + (0 if data["pass"] else 1)
+        spike = next(w for w in data["windows"] if w["name"] == "spike")
+        assert spike["load"] >= max(w["load"] for w in data["windows"])
+        assert (out / "requests-spike-fairway.parquet").exists()
+        for name in ("windows.png", "spike-ttft_cdf.png", "calm-queue_kv.png", "burst-ttft_vs_arrival.png"):
+            assert (plots / name).read_bytes()[:4] == b"\x89PNG"
+
+
+class TestErrors:
+    """Bad options exit 2 with a message naming them, before any simulation."""
+
+    @pytest.mark.parametrize("argv,needle", [
+        (["--policy", "nope"], "unknown policy 'nope'"),
+        (["--policy", "fairway", "--windows", "spike:9-3"], "--windows"),
+        (["--policy", "fairway", "--param", "nope=1"], "bad parameters"),
+        (["--policy", "fairway", "--warmup", "-1"], "--warmup"),
+        (["--policy", "fairway", "--windows", "x:5000-6000"], "holds no request"),
+    ])
+    def test_exit_2(self, argv, needle, capsys):
+        assert main(["accept", *argv]) == 2
+        assert needle in capsys.readouterr().err
+
+
+class TestLoad:
+    """Window loads are reported at the replayed (scaled) timing, with a warning when huge."""
+
+    def test_time_scale_divides_window_load(self, tmp_path, capsys):
+        path = no_reuse_trace(tmp_path / "t.jsonl")
+        loads = []
+        for scale in ("1", "2"):
+            main(["accept", str(path), "--policy", "fcfs", "--windows", "a:0-10",
+                  "--time-scale", scale, "--format", "json"])
+            loads.append(json.loads(capsys.readouterr().out)["windows"][0]["load"])
+        # 100 requests of ~2,700 tokens in 10 s; stretched 2x they arrive half as fast
+        assert loads[1] == pytest.approx(loads[0] / 2)
+
+    def test_overload_warning(self, tmp_path, capsys):
+        path = no_reuse_trace(tmp_path / "t.jsonl")
+        main(["accept", str(path), "--policy", "fcfs", "--windows", "a:0-10", "--time-scale", "0.01"])
+        assert "warning: offered load above 2" in capsys.readouterr().err
