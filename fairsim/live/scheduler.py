@@ -47,6 +47,7 @@ from vllm.v1.request import RequestStatus
 
 from fairsim.costmodel import DEFAULT_PROFILE, load_profile
 from fairsim.policies import make_policy
+from fairsim.policies.clients import client_of_vllm
 from fairsim.types import QueuedRequest
 
 logger = logging.getLogger("fairsim.live")
@@ -175,7 +176,8 @@ class _PolicyMixin:
         L = request.num_prompt_tokens
         computed = request.num_computed_tokens
         return QueuedRequest(request.request_id, request.arrival_time, L, h,
-                             max(1, L - h - computed), computed, request)
+                             max(1, L - h - computed), computed, request,
+                             client=client_of_vllm(request))
 
     # -- the hook --------------------------------------------------------------------------------
     def fairsim_reorder(self) -> None:

@@ -39,6 +39,7 @@ import simpy
 
 from fairsim.costmodel import Profile
 from fairsim.policies.base import Policy
+from fairsim.policies.clients import client_of_request
 from fairsim.sim.block_pool import BlockPool
 from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
@@ -291,7 +292,7 @@ class Engine:
             snap = live.snap = QueuedRequest(
                 req.request_id, req.arrival_time, req.prompt_len, h,
                 max(1, req.prompt_len - h - live.computed), live.computed, live, live.keys,
-                self.block_size,
+                self.block_size, client_of_request(req, live.keys),
             )
         return snap
 
