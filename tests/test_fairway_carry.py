@@ -85,11 +85,11 @@ class TestMerge:
 
     def test_registry_and_errors(self):
         plus = make_policy("fairway-plus", PROFILE)
-        assert plus.fast_first and plus.wait_cap == 1.0 and plus.name == "fairway-plus"
+        assert plus.fast_first and plus.wait_cap is None and plus.name == "fairway-plus"
         carry = make_policy("fairway-carry", PROFILE)
         assert not carry.fast_first and carry.wait_cap is None
         with pytest.raises(ValueError, match="fixes"):
-            make_policy("fairway-plus", PROFILE, wait_cap=2.0)
+            make_policy("fairway-plus", PROFILE, fast_first=False)
         with pytest.raises(ValueError, match="Fair lane"):
             make_policy("fairway-carry", PROFILE, fair_lane=False)
         with pytest.raises(ValueError, match="wait_cap"):

@@ -104,7 +104,7 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "fairway-abswait": _fairway("fairway-abswait", wait_mode="absolute"),
     "fairway-nofair": _fairway("fairway-nofair", fair_lane=False),
     "fairway-carry": _fairway("fairway-carry", FairwayCarry, "fairway-carry"),
-    "fairway-plus": _fairway("fairway-plus", FairwayCarry, "fairway-carry", fast_first=True, wait_cap=1.0),
+    "fairway-plus": _fairway("fairway-plus", FairwayCarry, "fairway-carry", fast_first=True),
     "drr": _named("drr", lambda profile, **params: DRR(**params)),
     "vtc": _named("vtc", lambda profile, **params: VTC(**params)),
     "dlpm": _named("dlpm", lambda profile, **params: DLPM(**params)),
