@@ -55,24 +55,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     misses: list[str] = []
     e2 = pd.read_parquet(args.results / "e2_scenarios" / "p99.parquet").rename(
         columns={"ttft_p50_s": "p50", "ttft_p99_s": "p99", "ttft_max_s": "max"})
-    print("## E2 (TTFT p50 / p99 / worst in s, starved = worst > 3 x p99)\n")
-    for sc, g in e2.groupby("scenario", sort=False):
-        print(f"### {sc}\n\n| policy | p50 | p99 | worst | starved |\n|---|---|---|---|---|")
-        for r in g.itertuples():
-            print(_row(r.policy, r.p50, r.p99, r.max, r.starved))
-        print()
-        misses += check(g, f"E2 {sc}")
+    tables = [(f"E2 {sc}", g) for sc, g in e2.groupby("scenario", sort=False)]
     for scale_file in args.conv:
         scale, file = scale_file.split("=", 1)
         d = json.loads(Path(file).read_text())
-        g = pd.DataFrame([{"policy": k, "p50": v["ttft_p50_s"], "p99": v["ttft_p99_s"],
-                           "max": v["ttft_max_s"], "starved": v["starved"]} for k, v in d.items()])
-        print(f"### conversation trace, --time-scale {scale}\n\n"
-              "| policy | p50 | p99 | worst | starved |\n|---|---|---|---|---|")
-        for r in g.itertuples():
-            print(_row(r.policy, r.p50, r.p99, r.max, r.starved))
-        print()
-        misses += check(g, f"conversation x{scale}")
+        tables.append((f"conversation x{scale}", pd.DataFrame(
+            [{"policy": k, "p50": v["ttft_p50_s"], "p99": v["ttft_p99_s"], "max": v["ttft_max_s"],
+              "starved": v["starved"]} for k, v in d.items()])))
+    policies = list(dict.fromkeys(p for _, g in tables for p in g["policy"]))
+    print("TTFT p50 / p99 / worst (s); **bold** = starved (worst > 3 x p99)\n")
+    print("| scenario | " + " | ".join(policies) + " |")
+    print("|---|" + "---|" * len(policies))
+    for where, g in tables:
+        by = g.set_index("policy")
+        cells = []
+        for pol in policies:
+            if pol not in by.index:
+                cells.append("–")
+                continue
+            r = by.loc[pol]
+            cell = f"{r['p50']:.2f} / {r['p99']:.2f} / {r['max']:.1f}"
+            cells.append(f"**{cell}**" if r["starved"] else cell)
+        print(f"| {where.removeprefix('E2 ')} | " + " | ".join(cells) + " |")
+        misses += check(g, where)
+    print()
     e3 = pd.read_parquet(args.results / "e3_flood" / "flood.parquet")
     print("## E3 flood (worst miss TTFT, miss median, contended flood median; s)\n")
     print("| config | policy | worst miss | miss p50 | flood p50 | contended flood p50 |\n|---|---|---|---|---|---|")
