@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, Phase, find, given, settings, strategies as 
 from fairsim.costmodel import DEFAULT_PROFILE, load_profile
 from fairsim.policies import Fairway, FairwayCarry, make_policy
 from fairsim.policies.base import arrival_key
+from fairsim.policies.registry import accepted_params
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.engine import Engine
 from fairsim.types import Request
@@ -86,6 +87,7 @@ class TestMerge:
     def test_registry_and_errors(self):
         plus = make_policy("fairway-plus", PROFILE)
         assert plus.fast_first and plus.wait_cap is None and plus.name == "fairway-plus"
+        assert {"fast_first", "wait_cap", "fast_weight", "slo_floor"} <= set(accepted_params("fairway-plus"))
         carry = make_policy("fairway-carry", PROFILE)
         assert not carry.fast_first and carry.wait_cap is None
         with pytest.raises(ValueError, match="fixes"):

@@ -40,7 +40,8 @@ def _check_fixed(name: str, generic: str, fixed: dict[str, Any], params: dict[st
                          f"to run {given}, use policy {generic!r} with --param")
 
 
-def _fairway(name: str, cls: type = Fairway, generic: str = "fairway", **defaults: Any) -> Callable[..., Policy]:
+def _fairway(name: str, cls: type = Fairway, generic: str = "fairway",
+             **defaults: Any) -> Callable[..., Policy]:
     def build(profile: Any, **params: Any) -> Policy:
         _check_fixed(name, generic, defaults, params)
         policy = cls(_needs_profile(name, profile).idle_prefill_time, **{**defaults, **params})
