@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from experiments.common import (FULL, PAPER_POLICIES, Timer, build_all, parser, pct, replicas,
+from experiments.common import (ALL_POLICIES, FULL, Timer, build_all, parser, pct, replicas,
                                 run_all_seeds, setup, write_json, write_parquet)
 from fairsim import figures
 
@@ -62,7 +62,7 @@ def targets(table: pd.DataFrame) -> pd.DataFrame:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run E1; write tables, ``summary.json`` and figures to ``--out``."""
     args = parser(__doc__.splitlines()[0], "results/e1").parse_args(argv)
-    profile, policies = setup(args, PAPER_POLICIES)
+    profile, policies = setup(args, ALL_POLICIES)
     with Timer("e1_spike"):
         reqs, steps = [], []
         for trace in TRACES:

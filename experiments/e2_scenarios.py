@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from experiments.common import (FULL, PAPER_POLICIES, Timer, build_all, is_baseline, parser,
+from experiments.common import (ALL_POLICIES, FULL, Timer, build_all, is_baseline, parser,
                                 replicas, run_all_seeds, setup, write_json, write_parquet)
 from fairsim import figures
 from fairsim.metrics import summarize
@@ -51,7 +51,7 @@ def best_baselines(table: pd.DataFrame) -> pd.DataFrame:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run E2; write tables, ``summary.json`` and figures to ``--out``."""
     args = parser(__doc__.splitlines()[0], "results/e2").parse_args(argv)
-    profile, policies = setup(args, PAPER_POLICIES)
+    profile, policies = setup(args, ALL_POLICIES)
     plan = TINY if args.tiny else {name: FULL.get(name, {}) for name in scenario_names()}
     keys = ("requests", "ttft_p50_s", "ttft_p99_s", "ttft_max_s", "hit_rate", "starved")
     with Timer("e2_scenarios"):

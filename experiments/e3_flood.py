@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from experiments.common import (FULL, PAPER_POLICIES, Timer, build_all, parser, pct, replicas,
+from experiments.common import (ALL_POLICIES, FULL, Timer, build_all, parser, pct, replicas,
                                 run_all_seeds, setup, write_json, write_parquet)
 from fairsim import figures
 
@@ -58,7 +58,7 @@ def flood_table(requests: pd.DataFrame) -> pd.DataFrame:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run E3; write tables, ``summary.json`` and figures to ``--out``."""
     args = parser(__doc__.splitlines()[0], "results/e3").parse_args(argv)
-    profile, policies = setup(args, PAPER_POLICIES)
+    profile, policies = setup(args, ALL_POLICIES)
     with Timer("e3_flood"):
         reqs, steps = [], []
         plan = TINY if args.tiny else {c: {**FULL["flood"], **p} for c, p in CONFIGS.items()}

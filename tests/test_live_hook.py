@@ -163,10 +163,48 @@ class TestRefusal:
             build_policy({"policy": "skipper"})
 
     def test_order_only_policies_accepted(self):
-        for name in ("fcfs", "lpm", "fairway"):
+        for name in ("fcfs", "lpm", "fairway", "drr", "vtc", "dlpm", "fairway-carry", "fairway-plus"):
             assert build_policy({"policy": name}).name == name
 
     def test_settings(self):
         assert read_settings({"fairsim": {"policy": "lpm"}}) == {"policy": "lpm"}
         with pytest.raises(ValueError, match="unknown fairsim settings"):
             read_settings({"fairsim": {"polcy": "lpm"}})
+
+
+@pytest.mark.parametrize("name", ["drr", "vtc", "dlpm", "fairway-carry", "fairway-plus"])
+def test_credit_policies_order_live(name):
+    """The credit-carrying policies only order: in a real engine they serve every request once,
+    never fail, and get their admission feedback (``on_admitted``) every step that admits."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm = make_llm(LiveConfig(policy=name, kv_blocks=64, max_num_seqs=4, budget_tokens=512))
+    try:
+        engine = llm.llm_engine
+        sched = live_scheduler(llm)
+        assert sched.fairsim_policy.name == name
+        calls = []
+        inner = sched._fairsim_on_admitted
+        sched._fairsim_on_admitted = lambda admitted, now: (calls.append([a.request_id for a in admitted]),
+                                                           inner(admitted, now))
+        params = SamplingParams(max_tokens=1, detokenize=False)
+        doc = block_tokens("doc", 256)
+        for i in range(8):  # misses of 300 tokens and hits on a shared 256-token document
+            toks = block_tokens(f"m{i}", 300) if i % 2 else doc + block_tokens(f"q{i}", 40)
+            engine.add_request(f"r{i}", TokensPrompt(prompt_token_ids=toks), params, arrival_time=float(i))
+        finished = []
+        while engine.has_unfinished_requests():
+            finished += [o.request_id for o in engine.step() if o.finished]
+        assert sorted(finished) == sorted(f"r{i}" for i in range(8))
+        assert sched.fairsim_policy_errors == 0
+        # vLLM appends a suffix to each request id
+        assert sorted(r.split("-")[0] for c in calls for r in c) == sorted(f"r{i}" for i in range(8))
+        if name == "vtc":  # no tenant in vLLM: each request its own client, charged its c > 0
+            assert len(sched.fairsim_policy.counter) == 8
+            assert all(v >= 1 for v in sched.fairsim_policy.counter.values())
+    finally:
+        del llm
+        import gc
+
+        gc.collect()

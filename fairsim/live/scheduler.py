@@ -62,6 +62,7 @@ from fairsim.errors import PolicyContractError
 from fairsim.live.ops import ADMISSIONS_KEPT, BoundedDict, HookCounters, RateLimitFilter, profile_mismatch
 from fairsim.policies import make_policy
 from fairsim.policies.base import check_permutation
+from fairsim.policies.clients import client_of_vllm
 from fairsim.types import QueuedRequest
 
 logger = logging.getLogger("fairsim.live")
@@ -241,7 +242,8 @@ class _PolicyMixin:
         L = request.num_prompt_tokens
         computed = request.num_computed_tokens
         return QueuedRequest(request.request_id, request.arrival_time, L, h,
-                             max(1, L - h - computed), computed, request)
+                             max(1, L - h - computed), computed, request,
+                             client=client_of_vllm(request))
 
     # -- the hook --------------------------------------------------------------------------------
     def fairsim_reorder(self) -> None:

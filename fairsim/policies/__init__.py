@@ -1,17 +1,25 @@
 """Pure orderings of the waiting queue (no simpy, no vllm, no simulator imports)."""
 
 from fairsim.policies.base import Policy, arrival_key
+from fairsim.policies.dlpm import DLPM
+from fairsim.policies.drr import DRR
 from fairsim.policies.fairway import Fairway
+from fairsim.policies.fairway_carry import FairwayCarry
 from fairsim.policies.fcfs import FCFS
 from fairsim.policies.klpm import KLPM
 from fairsim.policies.lpm import LPM
 from fairsim.policies.peek import PEEK
 from fairsim.policies.preble import Preble
 from fairsim.policies.ragcache import RAGCache
+from fairsim.policies.vtc import VTC
 from fairsim.policies.registry import POLICIES, make_policy, policy_names
 
 __all__ = [
+    "DLPM",
+    "DRR",
     "FCFS",
+    "VTC",
+    "FairwayCarry",
     "KLPM",
     "LPM",
     "PEEK",

@@ -12,7 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 from fairsim.policies.base import Policy
+from fairsim.policies.dlpm import DLPM
+from fairsim.policies.drr import DRR
 from fairsim.policies.fairway import Fairway
+from fairsim.policies.fairway_carry import FairwayCarry
 from fairsim.policies.fcfs import FCFS
 from fairsim.policies.klpm import KLPM
 from fairsim.policies.lpm import LPM
@@ -20,6 +23,7 @@ from fairsim.policies.peek import PEEK
 from fairsim.policies.preble import Preble
 from fairsim.policies.ragcache import RAGCache
 from fairsim.policies.user import is_user_spec, make_user_policy
+from fairsim.policies.vtc import VTC
 
 
 def _needs_profile(name: str, profile: Any) -> Any:
@@ -37,10 +41,11 @@ def _check_fixed(name: str, generic: str, fixed: dict[str, Any], params: dict[st
                          f"to run {given}, use policy {generic!r} with --param")
 
 
-def _fairway(name: str, **defaults: Any) -> Callable[..., Policy]:
+def _fairway(name: str, cls: type = Fairway, generic: str = "fairway",
+             **defaults: Any) -> Callable[..., Policy]:
     def build(profile: Any, **params: Any) -> Policy:
-        _check_fixed(name, "fairway", defaults, params)
-        policy = Fairway(_needs_profile(name, profile).idle_prefill_time, **{**defaults, **params})
+        _check_fixed(name, generic, defaults, params)
+        policy = cls(_needs_profile(name, profile).idle_prefill_time, **{**defaults, **params})
         policy.name = name
         return policy
 
@@ -100,6 +105,11 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "fairway": _fairway("fairway"),
     "fairway-abswait": _fairway("fairway-abswait", wait_mode="absolute"),
     "fairway-nofair": _fairway("fairway-nofair", fair_lane=False),
+    "fairway-carry": _fairway("fairway-carry", FairwayCarry, "fairway-carry"),
+    "fairway-plus": _fairway("fairway-plus", FairwayCarry, "fairway-carry", fast_first=True),
+    "drr": _named("drr", lambda profile, **params: DRR(**params)),
+    "vtc": _named("vtc", lambda profile, **params: VTC(**params)),
+    "dlpm": _named("dlpm", lambda profile, **params: DLPM(**params)),
 }
 
 
@@ -153,7 +163,8 @@ def make_policy(name: str, profile: Any = None, **params: Any) -> Policy:
 _CLASSES: dict[str, type] = {
     "fcfs": FCFS, "lpm": LPM, "klpm": KLPM, "klpm4": KLPM, "klpm8": KLPM, "ragcache": RAGCache,
     "preble": Preble, "peek": PEEK, "fairway": Fairway, "fairway-abswait": Fairway,
-    "fairway-nofair": Fairway,
+    "fairway-nofair": Fairway, "fairway-carry": FairwayCarry, "fairway-plus": FairwayCarry,
+    "drr": DRR, "vtc": VTC, "dlpm": DLPM,
 }
 _FROM_PROFILE = {"idle_prefill_time", "prefill_time"}  # supplied by the registry, not the user
 
@@ -163,7 +174,15 @@ def accepted_params(name: str) -> list[str]:
     cls = _CLASSES.get(name)
     if cls is None:
         return []
-    sig = inspect.signature(cls.__init__)
-    return [p for p in sig.parameters if p not in ("self", *_FROM_PROFILE)
-            and sig.parameters[p].kind in (inspect.Parameter.KEYWORD_ONLY,
-                                           inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    out: list[str] = []
+    for klass in cls.__mro__:  # a subclass passing **kwargs on (FairwayCarry) accepts its base's
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        sig = inspect.signature(init)
+        out += [p for p in sig.parameters if p not in ("self", *_FROM_PROFILE, *out)
+                and sig.parameters[p].kind in (inspect.Parameter.KEYWORD_ONLY,
+                                               inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
+            break
+    return out

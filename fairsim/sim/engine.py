@@ -46,6 +46,7 @@ from fairsim.costmodel import Profile
 from fairsim.errors import EngineInvariantError
 from fairsim.policies.base import Policy, check_permutation
 from fairsim.sim.arrivals import Arrivals, resolve_replay
+from fairsim.policies.clients import client_of_request
 from fairsim.sim.block_pool import BlockPool
 from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
@@ -330,7 +331,7 @@ class Engine:
             snap = live.snap = QueuedRequest(
                 req.request_id, live.released_s, req.prompt_len, h,
                 max(1, req.prompt_len - h - live.computed), live.computed, live, live.keys,
-                self.block_size,
+                self.block_size, client_of_request(req, live.keys),
             )
         return snap
 

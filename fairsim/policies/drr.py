@@ -1,0 +1,162 @@
+"""DRR: deficit round robin over request classes, charged in uncached tokens (Dynamo's router queue)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+
+from fairsim.policies.base import arrival_key
+from fairsim.policies.clients import client_key
+from fairsim.policies.credit import Replay
+from fairsim.types import QueuedRequest
+
+
+def check_quantum(owner: str, quantum: object) -> float:
+    """``quantum`` as a float, or ``ValueError`` naming ``owner`` if it is not a finite number > 0."""
+    if isinstance(quantum, bool) or not isinstance(quantum, (int, float)) or not math.isfinite(quantum) \
+            or not quantum > 0:
+        raise ValueError(f"{owner} quantum={quantum!r}: need a finite number of tokens > 0")
+    return float(quantum)
+
+
+class DRR:
+    """Deficit round robin (Shreedhar & Varghese, SIGCOMM'95) over request classes.
+
+    Ordering contract (docs/POLICIES-more.md "DRR"):
+
+    - Classes: ``fairsim.policies.clients.client_key`` (tenant, else session, else prefix group,
+      else the request itself); each class is a FIFO queue (``arrival_time``, then
+      ``request_id``).
+    - Active classes form a ring; a class joins at the end when it gets a waiting request and
+      leaves (its deficit reset to 0) when it has none, as in DRR.
+    - The cursor visits the ring in order. A visit adds ``quantum`` tokens to the class's deficit,
+      then serves its head while ``charge(head) <= deficit``, subtracting the charge; then the
+      cursor moves on. ``charge = max(1, L - h)`` = ``uncached_len`` of the order-time snapshot
+      (Dynamo charges uncached prefill tokens).
+    - One ``order()`` runs this on scratch state until every waiting request is placed; the real
+      state (deficits, ring, cursor) advances only through the requests the engine admitted
+      (``on_admitted``; ``fairsim.policies.credit``).
+
+    Guarantee (DRR's): over any interval in which two classes stay backlogged, the uncached work
+    they are served differs by at most ``quantum + max charge``.
+
+    Source: NVIDIA Dynamo's router queue (deficit round robin in uncached tokens, charge
+    ``max(1, L - h)`` at admission). Our choices: one quantum for all classes (default 2,048
+    tokens = one step's budget), FIFO within a class, the class labels above.
+
+    Args:
+        quantum: Tokens added to a class's deficit per visit (> 0).
+
+    Raises:
+        ValueError: ``quantum`` is not a finite number > 0.
+    """
+
+    name = "drr"
+
+    def __init__(self, quantum: float = 2048) -> None:
+        self.quantum = check_quantum("DRR", quantum)
+        self.deficit: dict[Hashable, float] = {}
+        self.ring: list[Hashable] = []
+        self.cursor: dict[str, object] = {"pos": None, "credited": False}
+        self.emptied: dict[Hashable, bool] = {}
+        self._replay = Replay()
+
+    def _update_ring(self, classes: dict[Hashable, list[QueuedRequest]]) -> None:
+        """Drop classes with no waiting request (or emptied by admissions), append new ones."""
+        ring, pos = self.ring, self.cursor["pos"]
+        keep = [k for k in ring if k in classes and k not in self.emptied]
+        if pos is not None and pos not in keep:
+            # The cursor moves to the next surviving class after its old position.
+            nxt = None
+            if pos in ring:
+                i = ring.index(pos)
+                for k in ring[i + 1:] + ring[:i]:
+                    if k in keep:
+                        nxt = k
+                        break
+            self.cursor.update(pos=nxt, credited=False)
+        for k in list(self.deficit):
+            if k not in keep:
+                del self.deficit[k]
+        present = set(keep)
+        new = sorted((k for k in classes if k not in present), key=lambda k: arrival_key(classes[k][0]))
+        self.ring = keep + new
+        self.emptied.clear()
+        if self.cursor["pos"] is None and self.ring:
+            self.cursor.update(pos=self.ring[0], credited=False)
+
+    def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
+        """DRR over the waiting classes on scratch state (a permutation of ``waiting``)."""
+        self._replay.commit(0)
+        if not waiting:
+            return []
+        classes: dict[Hashable, list[QueuedRequest]] = {}
+        for r in sorted(waiting, key=arrival_key):
+            classes.setdefault(client_key(r), []).append(r)
+        self._update_ring(classes)
+        log = self._replay.log
+        deficit, cursor, q = self.deficit, self.cursor, self.quantum
+        d = {k: deficit.get(k, 0.0) for k in self.ring}
+        ring = list(self.ring)
+        head = dict.fromkeys(ring, 0)
+        idx = ring.index(cursor["pos"])
+        credited = bool(cursor["credited"])
+        out: list[QueuedRequest] = []
+        idle_visits = 0
+
+        def end_visit(k: Hashable) -> None:
+            # The visit of k ends: an emptied class leaves the ring (deficit reset, DRR), the
+            # cursor moves to the next class. Logged with the placement that ended it.
+            nonlocal idx, credited
+            if head[k] == len(classes[k]):
+                d[k] = 0.0
+                log(deficit, k, 0.0)
+                log(self.emptied, k, True)
+                ring.pop(idx)
+                if ring:
+                    idx %= len(ring)
+            else:
+                idx = (idx + 1) % len(ring)
+            credited = False
+            log(cursor, "pos", ring[idx] if ring else None)
+            log(cursor, "credited", False)
+
+        while ring:
+            k = ring[idx]
+            queue = classes[k]
+            if not credited:
+                d[k] += q
+                log(deficit, k, d[k])
+                credited = True
+                log(cursor, "credited", True)
+            if queue[head[k]].uncached_len > d[k]:
+                end_visit(k)
+                idle_visits += 1
+                if idle_visits >= len(ring):
+                    # A whole round served nobody: skip the further empty rounds at once (each
+                    # class would gain m - 1 quanta before the first one can serve).
+                    m = min(math.ceil((classes[c][head[c]].uncached_len - d[c]) / q) for c in ring)
+                    if m > 1:
+                        for c in ring:
+                            d[c] += (m - 1) * q
+                            log(deficit, c, d[c])
+                    idle_visits = 0
+                continue
+            idle_visits = 0
+            while True:
+                r = queue[head[k]]
+                d[k] -= r.uncached_len
+                log(deficit, k, d[k])
+                head[k] += 1
+                ends = head[k] == len(queue) or queue[head[k]].uncached_len > d[k]
+                if ends:
+                    end_visit(k)
+                self._replay.placed(r)
+                out.append(r)
+                if ends:
+                    break
+        return out
+
+    def on_admitted(self, admitted: Sequence[QueuedRequest], now: float) -> None:
+        """Advance deficits and cursor through the admitted prefix of the last order."""
+        self._replay.commit(self._replay.admitted_prefix(admitted))

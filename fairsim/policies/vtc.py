@@ -1,0 +1,95 @@
+"""VTC: the Virtual Token Counter (Sheng et al., "Fairness in Serving Large Language Models", OSDI'24)."""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Hashable, Sequence
+
+from fairsim.policies.base import arrival_key
+from fairsim.policies.clients import client_key
+from fairsim.types import QueuedRequest
+
+
+class VTC:
+    """Serve the backlogged client that has received the least service, counted in tokens.
+
+    Ordering contract (docs/POLICIES-more.md "VTC"):
+
+    - Each client (``fairsim.policies.clients.client_key``) has a counter ``c_u`` (tokens).
+    - Lift rule for a client that becomes backlogged (new, or returning after its queue emptied):
+      ``c_u = max(c_u, min over the clients that were and still are backlogged of c_v)``; when no
+      other client is backlogged, the minimum is taken over the counters of the clients that
+      last left the queue (VTC's ``l``; we take the largest of them). A returning client thus
+      gets no credit for its idle time.
+    - The order repeatedly takes the backlogged client with the smallest counter, plus the
+      charges of its requests already placed in this order (ties: its oldest request's
+      arrival), and places its oldest waiting request.
+    - At admission (``on_admitted``) the client's counter grows by ``input_weight x charge``,
+      ``charge = max(1, L - h)`` (``uncached_len`` of the order-time snapshot).
+
+    Source: VTC, Sheng et al., OSDI'24, Algorithm 2 (counter lift on arrival, min-counter
+    selection). Our choices: the counter charges *uncached* prompt tokens at admission (VTC
+    counts processed input and output tokens; fairsim's engine is prefill-only and a prefix hit
+    is work not done, as DLPM argues); output tokens are not charged; the client labels above.
+
+    Args:
+        input_weight: Counter increment per uncached prompt token (> 0; VTC's ``w_p``).
+
+    Raises:
+        ValueError: ``input_weight`` is not a finite number > 0.
+    """
+
+    name = "vtc"
+
+    def __init__(self, input_weight: float = 1.0) -> None:
+        if isinstance(input_weight, bool) or not isinstance(input_weight, (int, float)) \
+                or not math.isfinite(input_weight) or not input_weight > 0:
+            raise ValueError(f"VTC input_weight={input_weight!r}: need a finite number > 0")
+        self.input_weight = float(input_weight)
+        self.counter: dict[Hashable, float] = {}
+        self._backlogged: set[Hashable] = set()
+        self._last_left = 0.0
+        self._placed: dict[str, tuple[Hashable, int]] = {}
+
+    def _lift(self, active: set[Hashable]) -> None:
+        counter = self.counter
+        left = self._backlogged - active
+        if left:
+            self._last_left = max(counter.get(u, 0.0) for u in left)
+        stayed = self._backlogged & active
+        floor = min(counter.get(v, 0.0) for v in stayed) if stayed else self._last_left
+        for u in active - self._backlogged:
+            counter[u] = max(counter.get(u, 0.0), floor)
+        self._backlogged = active
+
+    def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
+        """Min-counter client first, its oldest request (a permutation of ``waiting``)."""
+        classes: dict[Hashable, list[QueuedRequest]] = {}
+        for r in sorted(waiting, key=arrival_key):
+            classes.setdefault(client_key(r), []).append(r)
+        self._lift(set(classes))
+        w = self.input_weight
+        # Heap of (counter incl. this order's placements, next request's arrival key, seq, class).
+        heap = [(self.counter[u], arrival_key(q[0]), i, u) for i, (u, q) in enumerate(classes.items())]
+        heapq.heapify(heap)
+        head = dict.fromkeys(classes, 0)
+        out: list[QueuedRequest] = []
+        self._placed = {}
+        while heap:
+            value, _, i, u = heapq.heappop(heap)
+            r = classes[u][head[u]]
+            head[u] += 1
+            out.append(r)
+            self._placed[r.request_id] = (u, r.uncached_len)
+            if head[u] < len(classes[u]):
+                heapq.heappush(heap, (value + w * r.uncached_len, arrival_key(classes[u][head[u]]), i, u))
+        return out
+
+    def on_admitted(self, admitted: Sequence[QueuedRequest], now: float) -> None:
+        """Charge each admitted request's client ``input_weight x max(1, L - h)`` (order time)."""
+        for a in admitted:
+            placed = self._placed.get(a.request_id)
+            if placed is not None:
+                u, charge = placed
+                self.counter[u] = self.counter.get(u, 0.0) + self.input_weight * charge
