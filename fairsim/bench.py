@@ -59,6 +59,8 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     from fairsim.cli import check_policies, parse_params
     from fairsim.costmodel import load_profile
 
+    if args.slo:
+        raise ValueError("--slo: bench measures simulator speed; use run/compare for goodput")
     check_policies(names, load_profile(args.profile), parse_params(args.param))
     rows: dict[str, dict[str, Any]] = {}
     ctx = multiprocessing.get_context("spawn")

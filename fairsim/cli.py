@@ -79,6 +79,11 @@ def add_common(p: argparse.ArgumentParser) -> None:
     cap.add_argument("--kv-blocks", type=int, help="KV cache capacity in blocks")
     cap.add_argument("--kv-fraction", type=float,
                      help="KV capacity as a fraction of the trace's reusable content (default 0.3)")
+    p.add_argument("--mode", choices=("prefill-only", "colocated"), default="prefill-only",
+                   help="prefill-only: a request ends with its first token (the paper's node); "
+                        "colocated: it decodes to the trace's output_length on the same engine")
+    p.add_argument("--slo", default=None, metavar="ttft=S,tpot=S",
+                   help="colocated: goodput = requests meeting these TTFT/TPOT SLOs (seconds)")
     p.add_argument("--time-scale", type=float, default=1.0,
                    help="multiply arrival times by S (>1 stretches the trace, lowering the load)")
     p.add_argument("--window-start", type=float, default=0.0,
@@ -155,7 +160,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     """``EngineConfig`` from the options."""
     return EngineConfig(budget_tokens=args.budget, max_num_seqs=args.max_num_seqs,
                         block_size=args.block_size, kv_blocks=args.kv_blocks,
-                        kv_fraction=args.kv_fraction)
+                        kv_fraction=args.kv_fraction, mode=args.mode)
 
 
 def resolve_policies(spec: str) -> list[str]:
@@ -203,11 +208,16 @@ def write_tables(out: Path, name: str, result: SimResult) -> None:
 
 
 def format_table(rows: dict[str, dict[str, Any]]) -> str:
-    """Plain-text side-by-side table of per-policy summaries."""
+    """Plain-text side-by-side table of per-policy summaries (plus decode columns, colocated)."""
     cols = [("requests", "requests", "{:d}"), ("ttft_p50_s", "p50 s", "{:.3f}"),
             ("ttft_p90_s", "p90 s", "{:.3f}"), ("ttft_p99_s", "p99 s", "{:.3f}"),
             ("ttft_max_s", "max s", "{:.3f}"), ("hit_rate", "hit rate", "{:.3f}"),
             ("sim_time_s", "sim s", "{:.1f}"), ("wall_time_s", "wall s", "{:.2f}")]
+    first = next(iter(rows.values()), {})
+    if "tpot_p50_s" in first:
+        from fairsim.cli_colocated import DECODE_COLUMNS
+
+        cols[-2:-2] = [c for c in DECODE_COLUMNS if c[0] in first]
     header = ["policy"] + [c[1] for c in cols]
     body = [[name] + [fmt.format(s[key]) for key, _, fmt in cols] for name, s in rows.items()]
     widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
@@ -220,8 +230,13 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     """``run`` / ``compare``: simulate each policy, print a table or JSON."""
     from fairsim.metrics import summarize
 
+    from fairsim.metrics import parse_slo
+
     profile = load_profile(args.profile)
     config = engine_config(args)
+    slo = parse_slo(args.slo)
+    if slo and config.mode != "colocated":
+        raise ValueError("--slo needs --mode colocated (prefill-only runs have no TPOT)")
     params = parse_params(args.param)
     check_policies(names, profile, params)
     trace, requests = load_requests(args)
@@ -232,6 +247,10 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     for name in names:
         result = run_one(name, requests, profile, config, params_for(name, params))
         summary = summarize(result.requests, result.steps)
+        if result.token_gaps is not None:
+            from fairsim.cli_colocated import colocated_summary
+
+            summary.update(colocated_summary(result, slo))
         summary["wall_time_s"] = result.wall_time_s
         summary["kv_blocks"] = result.kv_blocks
         summary["block_size"] = result.block_size
@@ -242,6 +261,12 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         print(json.dumps(rows, indent=2))
     else:
         print(format_table(rows))
+        if config.mode == "colocated":
+            from fairsim.cli_colocated import format_groups
+
+            groups = format_groups(rows)
+            if groups:
+                print(groups)
     if args.out is not None:
         (args.out / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
         write_run_info(args.out, args, trace, names, load)
@@ -254,7 +279,7 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
         "trace": trace.source, "policies": names, "params": parse_params(args.param),
         "profile": args.profile, "budget_tokens": args.budget, "max_num_seqs": args.max_num_seqs,
         "block_size": args.block_size, "kv_blocks": args.kv_blocks, "kv_fraction": args.kv_fraction,
-        "time_scale": args.time_scale, "window_start_s": args.window_start,
+        "mode": args.mode, "slo": args.slo, "time_scale": args.time_scale, "window_start_s": args.window_start,
         "window_end_s": args.window_end, "max_requests": args.max_requests, "seed": args.seed,
         "offered_load": load.describe(), "fairsim_version": __version__,
     }

@@ -8,6 +8,18 @@ for a step that computes ``n_i`` new tokens on top of ``k_i`` tokens already in 
 cache. ``a`` per-step overhead (s), ``b`` per new token (s/token), ``k`` attention per (new token x
 context token) pair (s/pair), ``d`` per request in the step (s/request).
 
+Colocated mode (decode on the same engine) adds the decode terms and a memory-bound floor
+(COSTMODEL.md "Decode, memory-bound steps and KV capacity")::
+
+    step_time = max(min_step_s, a + b*sum(n_i) + k*sum(n_i*(k_i + n_i/2)) + d*len(batch)
+                                + f*decodes + e*sum_decoding(ctx_j))
+
+``f`` per decoding sequence (s/sequence: sampling, per-sequence kernels), ``e`` per context token a
+decoding sequence's attention reads from KV memory (s/token; memory-bound, so not covered by
+``k``), ``min_step_s`` the time to read the weights once (``weights_bytes / memory_bandwidth``): no
+step is faster. All three default to 0, so a profile without them gives the prefill-only step
+times unchanged.
+
 ``T_idle(L)`` is stored as a measured table (prompt tokens -> seconds) and interpolated linearly,
 which keeps it monotone when the table is. Beyond the last table point it follows the cost model's
 chunked-prefill estimate, scaled to meet the table's last point.
@@ -30,6 +42,8 @@ import numpy as np
 from fairsim.errors import ProfileError
 
 SCHEMA_VERSION = 1
+DECODE_KEYS = ("e_s_per_decode_ctx_token", "f_s_per_decode", "min_step_s")
+"""Optional coefficients of the colocated (decode) form; 0 when a profile omits them."""
 PROFILE_DIR = Path(__file__).parent / "profiles"
 DEFAULT_PROFILE = "a6000-llama3.1-8b-vllm-prior"
 
@@ -48,6 +62,9 @@ class Profile:
         idle_prompt_tokens: ``T_idle`` table lengths, tokens, strictly increasing, shape (m,).
         idle_seconds: ``T_idle`` table values, seconds, non-decreasing, shape (m,).
         budget_tokens: Step token budget the table was measured at (chunk size of a cold prefill).
+        e_s_per_decode_ctx_token: Per context token read by a decoding sequence, s/token (>= 0).
+        f_s_per_decode: Per decoding sequence in the step, s/sequence (>= 0).
+        min_step_s: Floor of every step, seconds (>= 0): reading the weights once.
         metadata: Free-form provenance (device, model, sources, fit error, raw measurements).
 
     Raises:
@@ -64,11 +81,14 @@ class Profile:
     idle_seconds: tuple[float, ...]
     budget_tokens: int = 2048
     metadata: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    e_s_per_decode_ctx_token: float = 0.0
+    f_s_per_decode: float = 0.0
+    min_step_s: float = 0.0
     _idle_x: Any = field(default=None, init=False, repr=False, compare=False)
     _idle_y: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for key in ("a_s", "b_s_per_token", "k_s_per_pair", "d_s_per_request"):
+        for key in ("a_s", "b_s_per_token", "k_s_per_pair", "d_s_per_request") + DECODE_KEYS:
             value = getattr(self, key)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ProfileError(f"profile {self.name!r}: coefficient {key}={value!r} must be a finite number >= 0")
@@ -99,12 +119,33 @@ class Profile:
             pair_sum: ``sum(n_i * (k_i + n_i / 2))``, (new x context) token pairs.
             num_requests: Requests in the step.
         """
-        return (
+        t = (
             self.a_s
             + self.b_s_per_token * new_tokens
             + self.k_s_per_pair * pair_sum
             + self.d_s_per_request * num_requests
         )
+        return t if t >= self.min_step_s else self.min_step_s
+
+    def step_time_colocated(self, new_tokens: int, pair_sum: float, num_requests: int,
+                            decodes: int, decode_ctx: int) -> float:
+        """Step time (s) of a step that also decodes (see the module docstring's colocated form).
+
+        Args:
+            new_tokens, pair_sum, num_requests: As ``step_time_from_sums``, over the whole batch
+                (a decoding sequence counts 1 new token on top of its context).
+            decodes: Decoding sequences in the step (one generated token each).
+            decode_ctx: Sum of their context tokens (tokens already in KV).
+        """
+        t = (
+            self.a_s
+            + self.b_s_per_token * new_tokens
+            + self.k_s_per_pair * pair_sum
+            + self.d_s_per_request * num_requests
+            + self.f_s_per_decode * decodes
+            + self.e_s_per_decode_ctx_token * decode_ctx
+        )
+        return t if t >= self.min_step_s else self.min_step_s
 
     def step_time(self, batch: Iterable[tuple[int, int]]) -> float:
         """Time of one engine step, in seconds.
@@ -162,8 +203,11 @@ class Profile:
 
     # -- (de)serialisation -----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """The JSON-ready form written by ``save_profile`` (schema version 1)."""
-        return {
+        """The JSON-ready form written by ``save_profile`` (schema version 1).
+
+        The decode coefficients are written only when one is non-zero, so a prefill-only profile
+        keeps its original form."""
+        out = {
             "schema_version": SCHEMA_VERSION,
             "name": self.name,
             "kind": self.kind,
@@ -180,6 +224,9 @@ class Profile:
             },
             "metadata": self.metadata,
         }
+        if any(getattr(self, key) for key in DECODE_KEYS):
+            out["coefficients"].update({key: getattr(self, key) for key in DECODE_KEYS})
+        return out
 
 
 def model_idle_table(
@@ -224,6 +271,12 @@ def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> Profile:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ProfileError(f"{source}: 'coefficients.{key}' must be a number, got {value!r}")
         values[key] = float(value)
+    for key in DECODE_KEYS:  # optional: profiles from before colocated mode lack them
+        if key in coeffs:
+            value = coeffs[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ProfileError(f"{source}: 'coefficients.{key}' must be a number, got {value!r}")
+            values[key] = float(value)
     lengths = _require(idle, "prompt_tokens", "idle_prefill.", source)
     seconds = _require(idle, "seconds", "idle_prefill.", source)
     if not isinstance(lengths, list) or not all(isinstance(v, int) for v in lengths):

@@ -222,6 +222,9 @@ def cmd_hook_overhead(args: argparse.Namespace) -> int:
 
 def run_live_command(args: argparse.Namespace) -> int:
     """Dispatch a command named in ``LIVE_COMMANDS``."""
+    if getattr(args, "mode", "prefill-only") != "prefill-only" or getattr(args, "slo", None):
+        raise ValueError(f"--mode/--slo: '{args.command}' drives the live engine prefill-only "
+                         f"(max_tokens=1); colocated mode is simulator-only (run, compare, bench)")
     t0 = time.perf_counter()
     handler = {"replay": cmd_replay, "equivalence": cmd_equivalence, "fidelity": cmd_fidelity,
                "hook-overhead": cmd_hook_overhead}[args.command]
