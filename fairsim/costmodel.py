@@ -17,8 +17,9 @@ Colocated mode (decode on the same engine) adds the decode terms and a memory-bo
 ``f`` per decoding sequence (s/sequence: sampling, per-sequence kernels), ``e`` per context token a
 decoding sequence's attention reads from KV memory (s/token; memory-bound, so not covered by
 ``k``), ``min_step_s`` the time to read the weights once (``weights_bytes / memory_bandwidth``): no
-step is faster. All three default to 0, so a profile without them gives the prefill-only step
-times unchanged.
+step is faster. All three default to 0. The colocated form is used in colocated mode only (for
+every step there, decoding or not); prefill-only mode keeps the paper's form above unchanged, so
+its results do not depend on a profile's decode terms.
 
 ``T_idle(L)`` is stored as a measured table (prompt tokens -> seconds) and interpolated linearly,
 which keeps it monotone when the table is. Beyond the last table point it follows the cost model's
@@ -119,17 +120,16 @@ class Profile:
             pair_sum: ``sum(n_i * (k_i + n_i / 2))``, (new x context) token pairs.
             num_requests: Requests in the step.
         """
-        t = (
+        return (
             self.a_s
             + self.b_s_per_token * new_tokens
             + self.k_s_per_pair * pair_sum
             + self.d_s_per_request * num_requests
         )
-        return t if t >= self.min_step_s else self.min_step_s
 
     def step_time_colocated(self, new_tokens: int, pair_sum: float, num_requests: int,
                             decodes: int, decode_ctx: int) -> float:
-        """Step time (s) of a step that also decodes (see the module docstring's colocated form).
+        """Step time (s) in colocated mode (the module docstring's colocated form, with the floor).
 
         Args:
             new_tokens, pair_sum, num_requests: As ``step_time_from_sums``, over the whole batch

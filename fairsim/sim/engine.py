@@ -35,8 +35,8 @@ sampled at the step's end (``g += 1``; the first one is the TTFT token); the req
 ``g`` and recomputes all ``L + g`` tokens later (prefix hit capped at ``L + g - 1``; admission needs
 blocks for all of them). Full blocks of generated tokens are cached under keys unique to the
 request (``("unique", id, j)``, as ``engine_block_keys``): the trace hashes prompt blocks only, so
-only the request itself (after a preemption) can hit them. Decoding requests add the profile's
-decode terms to the step time (``Profile.step_time_colocated``).
+only the request itself (after a preemption) can hit them. Steps are costed by
+``Profile.step_time_colocated`` (decode terms and the weight-read floor).
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ class Engine:
                 if n == 1 and ctx >= live.req.prompt_len:  # one generated token: a decode
                     decodes += 1
                     decode_ctx += ctx
-            if decodes:
+            if self.colocated:
                 duration = self.profile.step_time_colocated(new_tokens, pair_sum, len(batch),
                                                             decodes, decode_ctx)
             else:
