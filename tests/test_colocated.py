@@ -229,13 +229,13 @@ class TestDecodeCostModel:
         return Profile("p", "prior", 0.01, 1e-4, 2e-9, 1e-3, (1, 2048), (0.01, 0.2), 2048, {}, **decode)
 
     def test_decode_terms_and_floor(self):
-        p = self._profile(e_s_per_decode_ctx_token=1e-7, f_s_per_decode=2e-4, min_step_s=0.02)
+        p = self._profile(e_s_per_decode_ctx_token=1e-7, f_s_per_decode=2e-4, min_step_s=0.012)
         # 3 decodes at contexts 1000, 2000, 3000: n = 3, pairs = sum(ctx + 0.5).
         pairs = 1000.5 + 2000.5 + 3000.5
         base = 0.01 + 1e-4 * 3 + 2e-9 * pairs + 1e-3 * 3
         assert p.step_time_colocated(3, pairs, 3, 3, 6000) == pytest.approx(base + 2e-4 * 3 + 1e-7 * 6000)
         # A tiny step is floored at the weight-read time; prefill-only times keep the old form.
-        assert p.step_time_colocated(1, 0.5, 1, 0, 0) == 0.02
+        assert p.step_time_colocated(1, 0.5, 1, 0, 0) == 0.012
         assert p.step_time_from_sums(1, 0.5, 1) == pytest.approx(0.01 + 1e-4 + 1e-9 + 1e-3)
 
     def test_json_roundtrip_and_old_profiles(self):
