@@ -46,6 +46,12 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
     eq.add_argument("--profile", default="a6000-llama3.1-8b-vllm-prior",
                     help="profile giving step times on the virtual clock")
     eq.add_argument("--out", type=Path, help="write equivalence-POLICY.csv tables here")
+    eq.add_argument("--mode", choices=("prefill-only", "colocated"), default="prefill-only",
+                    help="colocated: requests decode to their output length on both sides; "
+                         "preemptions are compared too")
+    eq.add_argument("--max-output", type=int, default=256,
+                    help="colocated: output lengths drawn uniformly from 1..N tokens")
+    eq.add_argument("--max-num-seqs", type=int, default=16, help="most running requests, both sides")
 
     fid = sub.add_parser("fidelity", help="TTFT p50/p99 of the simulator vs a real-time vLLM replay")
     fid.add_argument("--policies", default="fcfs,lpm,fairway")
@@ -139,15 +145,23 @@ def cmd_equivalence(args: argparse.Namespace) -> int:
     from fairsim.live.engine import LiveConfig
     from fairsim.live.equivalence import compare, equivalence_trace
 
+    from fairsim.live.equivalence import equivalence_trace_colocated
+
     profile = load_profile(args.profile)
-    requests = equivalence_trace(args.requests, seed=args.seed, rate_per_s=args.rate)
-    print(f"{'policy':8} {'identical':>9} {'requests':>8} {'sim evictions':>13}")
+    colocated = args.mode == "colocated"
+    if colocated:
+        requests = equivalence_trace_colocated(args.requests, seed=args.seed, rate_per_s=args.rate,
+                                               max_output=args.max_output)
+    else:
+        requests = equivalence_trace(args.requests, seed=args.seed, rate_per_s=args.rate)
+    print(f"{'policy':8} {'identical':>9} {'requests':>8} {'sim evictions':>13} {'sim preemptions':>15}")
     worst = 1.0
     for name in [s.strip() for s in args.policies.split(",") if s.strip()]:
-        eq = compare(requests, name, profile, LiveConfig(kv_blocks=args.kv_blocks, max_num_seqs=16),
-                     profile_ref=args.profile)
+        eq = compare(requests, name, profile, LiveConfig(kv_blocks=args.kv_blocks, max_num_seqs=args.max_num_seqs),
+                     profile_ref=args.profile, colocated=colocated)
         worst = min(worst, eq.fraction_identical)
-        print(f"{name:8} {100 * eq.fraction_identical:8.1f}% {len(eq.table):8d} {eq.evictions:13d}")
+        print(f"{name:8} {100 * eq.fraction_identical:8.1f}% {len(eq.table):8d} {eq.evictions:13d} "
+              f"{eq.preemptions:15d}")
         diff = eq.first_difference()
         if diff is not None:
             print(f"  first difference: {diff.to_dict()}")
@@ -222,9 +236,10 @@ def cmd_hook_overhead(args: argparse.Namespace) -> int:
 
 def run_live_command(args: argparse.Namespace) -> int:
     """Dispatch a command named in ``LIVE_COMMANDS``."""
-    if getattr(args, "mode", "prefill-only") != "prefill-only" or getattr(args, "slo", None):
+    if args.command != "equivalence" and (getattr(args, "mode", "prefill-only") != "prefill-only"
+                                          or getattr(args, "slo", None)):
         raise ValueError(f"--mode/--slo: '{args.command}' drives the live engine prefill-only "
-                         f"(max_tokens=1); colocated mode is simulator-only (run, compare, bench)")
+                         f"(max_tokens=1); colocated mode: run, compare, bench, equivalence")
     t0 = time.perf_counter()
     handler = {"replay": cmd_replay, "equivalence": cmd_equivalence, "fidelity": cmd_fidelity,
                "hook-overhead": cmd_hook_overhead}[args.command]

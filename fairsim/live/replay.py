@@ -12,6 +12,12 @@ per-request table (``fairsim.sim.SimResult.requests`` columns) plus a per-step t
   reaches their arrival (arrival time <= step start, as in the simulator), and the policy reads
   this clock. Simulator and vLLM then see the same inputs, so their decisions can be compared
   step for step (``fairsim.live.equivalence``).
+
+Both are prefill-only by default (``max_tokens=1``, as the simulator's default mode).
+``replay_virtual(..., colocated=True)`` instead decodes each request to its ``output_len``
+(``max_tokens=output_len``, ``ignore_eos``), costs steps with ``Profile.step_time_colocated`` (a
+decode = one new token on top of at least the prompt), and records the first-token step apart from
+the finish step - the simulator's colocated mode.
 """
 
 from __future__ import annotations
@@ -63,7 +69,8 @@ class LiveResult:
 class _Driver:
     """Shared engine set-up and bookkeeping of both replay modes."""
 
-    def __init__(self, requests: Sequence[Request], config: LiveConfig, salt: int = 0) -> None:
+    def __init__(self, requests: Sequence[Request], config: LiveConfig, salt: int = 0,
+                 colocated: bool = False) -> None:
         ids = [r.request_id for r in requests]
         if len(set(ids)) != len(ids):
             raise ValueError("request ids must be unique within a trace")
@@ -85,6 +92,8 @@ class _Driver:
 
         # Prefill-only node, as the simulator: one output token per request.
         self._params = SamplingParams(max_tokens=1, detokenize=False)
+        self.colocated = colocated
+        self._sampling = SamplingParams
         self.by_vllm_id: dict[str, Request] = {}
         self.by_output_id: dict[str, tuple[Request, str]] = {}
         self.rows: dict[str, dict[str, Any]] = {}
@@ -105,9 +114,12 @@ class _Driver:
     def submit(self, req: Request, arrival_time: float) -> None:
         from vllm.inputs import TokensPrompt
 
+        params = self._params
+        if self.colocated:  # decode to the trace's output length, never stopping early on EOS
+            params = self._sampling(max_tokens=req.output_len, ignore_eos=True, detokenize=False)
         vid = self.engine.add_request(
             req.request_id, TokensPrompt(prompt_token_ids=prompt_tokens(req, self.salt)),
-            self._params, arrival_time=arrival_time)
+            params, arrival_time=arrival_time)
         self.by_vllm_id[vid] = req
         self.by_output_id[req.request_id] = (req, vid)
 
@@ -219,7 +231,7 @@ def replay_realtime(requests: Sequence[Request], config: LiveConfig, time_scale:
 
 
 def replay_virtual(requests: Sequence[Request], config: LiveConfig, profile: Profile,
-                   salt: int = 0) -> LiveResult:
+                   salt: int = 0, colocated: bool = False) -> LiveResult:
     """Run ``requests`` through a live engine on a virtual clock (decision-equivalence mode).
 
     Each step lasts ``profile.step_time`` of the batch vLLM scheduled (``(new, context)`` tokens
@@ -231,10 +243,14 @@ def replay_virtual(requests: Sequence[Request], config: LiveConfig, profile: Pro
         A ``LiveResult`` with virtual times; ``cached_tokens`` is the prefix hit at first admission
         (as the simulator's), ``first_scheduled_step``/``finish_step`` count engine steps.
 
+        With ``colocated``: requests decode to ``output_len``; ``first_token_s`` is the end of the
+        step that produced the first token, ``finish_s``/``finish_step`` that of the last token.
+
     Raises:
         ValueError: Duplicate ids or a request the cache cannot hold.
     """
-    d = _Driver(requests, config, salt)
+    d = _Driver(requests, config, salt, colocated)
+    first_token: dict[str, float] = {}
     try:
         d.warm_up()
         vt = 0.0
@@ -252,12 +268,26 @@ def replay_virtual(requests: Sequence[Request], config: LiveConfig, profile: Pro
             num_waiting = len(d.sched.waiting)
             outputs = d.engine.step()
             batch = d.sched.fairsim_last_batch
-            duration = profile.step_time((n, ctx) for _, n, ctx in batch)
+            if colocated:
+                decodes = decode_ctx = 0
+                for vid, n, ctx in batch:
+                    if n == 1 and ctx >= d.by_vllm_id[vid].prompt_len:
+                        decodes += 1
+                        decode_ctx += ctx
+                duration = profile.step_time_colocated(sum(n for _, n, _ in batch),
+                                                       sum(n * (c + n / 2) for _, n, c in batch),
+                                                       len(batch), decodes, decode_ctx)
+            else:
+                duration = profile.step_time((n, ctx) for _, n, ctx in batch)
             tokens, nreq, pairs = d.record_batch(step, vt)
             done = [out for out in outputs if out.finished]
             d.step_rows.append((step, vt, duration, tokens, nreq, num_waiting,
                                 len(d.sched.running) + len(done), pairs))
             end = vt + duration
+            if colocated:
+                for out in outputs:
+                    if out.request_id not in first_token and out.outputs and out.outputs[0].token_ids:
+                        first_token[out.request_id] = end
             for out in done:
                 req, vid = d.finished(out)
                 admitted = d.sched.fairsim_admissions.get(vid)
@@ -269,6 +299,10 @@ def replay_virtual(requests: Sequence[Request], config: LiveConfig, profile: Pro
                     "finish_step": step,
                     "preemptions": int(getattr(out.metrics, "num_preemptions", 0) or 0),
                 }
+                if colocated:
+                    first = first_token.get(out.request_id, end)
+                    d.rows[req.request_id].update(first_token_s=first, ttft_s=first - req.arrival_time,
+                                                  output_tokens=len(out.outputs[0].token_ids))
             vt = end
             step += 1
         return d.result("virtual")
