@@ -61,6 +61,10 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
     fid.add_argument("--seed", type=int, default=1)
     fid.add_argument("--profile", default=CPU_PROFILE, help="profile of this engine (measured)")
     fid.add_argument("--out", type=Path)
+    fid.add_argument("--mode", choices=("prefill-only", "colocated"), default="prefill-only",
+                     help="colocated: requests decode to their output length; TPOT is compared too")
+    fid.add_argument("--max-output", type=int, default=64,
+                     help="colocated: output lengths drawn uniformly from 1..N tokens")
 
     ov = sub.add_parser("hook-overhead", help="time the hook's reordering next to the engine's step")
     ov.add_argument("--policies", default="fcfs,lpm,fairway")
@@ -186,31 +190,55 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     from fairsim.policies import make_policy
     from fairsim.sim import EngineConfig, simulate
 
+    from fairsim.live.equivalence import equivalence_trace_colocated
+
     profile = load_profile(args.profile)
-    requests = equivalence_trace(args.requests, seed=args.seed, rate_per_s=args.rate)
+    colocated = args.mode == "colocated"
+    if colocated:
+        requests = equivalence_trace_colocated(args.requests, seed=args.seed, rate_per_s=args.rate,
+                                               max_output=args.max_output)
+    else:
+        requests = equivalence_trace(args.requests, seed=args.seed, rate_per_s=args.rate)
     rows = {}
     print(f"{'policy':8} {'sim p50':>8} {'vllm p50':>8} {'err p50':>8} {'sim p99':>8} {'vllm p99':>8} "
-          f"{'err p99':>8} {'step err':>8}")
+          f"{'err p99':>8} {'step err':>8}" + ("   (TTFT; TPOT below)" if colocated else ""))
     for name in [s.strip() for s in args.policies.split(",") if s.strip()]:
         sim = simulate(requests, make_policy(name, profile), profile,
                        EngineConfig(budget_tokens=profile.budget_tokens, max_num_seqs=16,
-                                    block_size=128, kv_blocks=args.kv_blocks))
+                                    block_size=128, kv_blocks=args.kv_blocks, mode=args.mode))
         live = replay_realtime(requests, LiveConfig(policy=name, profile=args.profile,
                                                     budget_tokens=profile.budget_tokens,
-                                                    max_num_seqs=16, kv_blocks=args.kv_blocks))
+                                                    max_num_seqs=16, kv_blocks=args.kv_blocks),
+                               colocated=colocated)
         s, v = ttft_summary(sim.requests), ttft_summary(live.requests)
         row = {"sim_p50_s": s["ttft_p50_s"], "vllm_p50_s": v["ttft_p50_s"],
                "sim_p99_s": s["ttft_p99_s"], "vllm_p99_s": v["ttft_p99_s"]}
         row["rel_err_p50"] = (row["sim_p50_s"] - row["vllm_p50_s"]) / row["vllm_p50_s"]
         row["rel_err_p99"] = (row["sim_p99_s"] - row["vllm_p99_s"]) / row["vllm_p99_s"]
         st = live.steps
-        pred = [profile.step_time_from_sums(t, p, r) for t, p, r in zip(st["tokens"], st["pair_tokens"], st["requests"])]
+        if colocated:
+            pred = [profile.step_time_colocated(t, p, r, dn, dc) for t, p, r, dn, dc in
+                    zip(st["tokens"], st["pair_tokens"], st["requests"], st["decode_tokens"],
+                        st["decode_context_tokens"])]
+        else:
+            pred = [profile.step_time_from_sums(t, p, r) for t, p, r in zip(st["tokens"], st["pair_tokens"], st["requests"])]
         errs = [(pv - m) / m for pv, m in zip(pred, st["duration_s"])]
         row["step_time_rel_err_median"] = float(sorted(errs)[len(errs) // 2]) if errs else float("nan")
         rows[name] = row
         print(f"{name:8} {row['sim_p50_s']:8.3f} {row['vllm_p50_s']:8.3f} {100 * row['rel_err_p50']:+7.1f}% "
               f"{row['sim_p99_s']:8.3f} {row['vllm_p99_s']:8.3f} {100 * row['rel_err_p99']:+7.1f}% "
               f"{100 * row['step_time_rel_err_median']:+7.1f}%")
+        if colocated:
+            import numpy as np
+
+            for side, table in (("sim", sim.requests), ("vllm", live.requests)):
+                tpot = table["tpot_s"].dropna().to_numpy(dtype=float)
+                row[f"{side}_tpot_p50_s"], row[f"{side}_tpot_p99_s"] = (float(v) for v in np.percentile(tpot, [50, 99]))
+            for q in ("p50", "p99"):
+                row[f"tpot_rel_err_{q}"] = (row[f"sim_tpot_{q}_s"] - row[f"vllm_tpot_{q}_s"]) / row[f"vllm_tpot_{q}_s"]
+            print(f"{'  TPOT':8} {row['sim_tpot_p50_s']:8.4f} {row['vllm_tpot_p50_s']:8.4f} "
+                  f"{100 * row['tpot_rel_err_p50']:+7.1f}% {row['sim_tpot_p99_s']:8.4f} "
+                  f"{row['vllm_tpot_p99_s']:8.4f} {100 * row['tpot_rel_err_p99']:+7.1f}%")
         if args.out is not None:
             _write_live(args.out, f"live-{name}", live)
             args.out.mkdir(parents=True, exist_ok=True)
@@ -236,10 +264,10 @@ def cmd_hook_overhead(args: argparse.Namespace) -> int:
 
 def run_live_command(args: argparse.Namespace) -> int:
     """Dispatch a command named in ``LIVE_COMMANDS``."""
-    if args.command != "equivalence" and (getattr(args, "mode", "prefill-only") != "prefill-only"
+    if args.command not in ("equivalence", "fidelity") and (getattr(args, "mode", "prefill-only") != "prefill-only"
                                           or getattr(args, "slo", None)):
         raise ValueError(f"--mode/--slo: '{args.command}' drives the live engine prefill-only "
-                         f"(max_tokens=1); colocated mode: run, compare, bench, equivalence")
+                         f"(max_tokens=1); colocated mode: run, compare, bench, equivalence, fidelity")
     t0 = time.perf_counter()
     handler = {"replay": cmd_replay, "equivalence": cmd_equivalence, "fidelity": cmd_fidelity,
                "hook-overhead": cmd_hook_overhead}[args.command]

@@ -35,7 +35,8 @@ from fairsim.live.engine import LiveConfig, live_scheduler, make_llm
 from fairsim.live.prompts import prompt_tokens
 from fairsim.types import Request
 
-STEP_COLUMNS = ["step", "start_s", "duration_s", "tokens", "requests", "waiting", "running", "pair_tokens"]
+STEP_COLUMNS = ["step", "start_s", "duration_s", "tokens", "requests", "waiting", "running", "pair_tokens",
+                "decode_tokens", "decode_context_tokens"]
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,8 @@ class LiveResult:
         steps: One row per engine step: ``step``, ``start_s``, ``duration_s`` (measured wall
             seconds, or the profile's time in virtual mode), ``tokens``, ``requests``,
             ``waiting``, ``running``, ``pair_tokens`` (``sum n_i (k_i + n_i / 2)``, the cost
-            model's attention term).
+            model's attention term), ``decode_tokens`` and ``decode_context_tokens`` (decoding
+            requests - one token on top of at least their prompt - and their summed context).
         policy: Policy name.
         mode: ``"realtime"`` or ``"virtual"``.
         reorder_s: Per-step seconds spent in the hook's reordering.
@@ -130,17 +132,22 @@ class _Driver:
             return self.by_vllm_id[out.request_id], out.request_id
         return self.by_output_id[out.request_id]
 
-    def record_batch(self, step: int, start_s: float) -> tuple[int, int, float]:
-        """``(tokens, requests, pair_tokens)`` of the last step; remembers first-scheduled steps."""
+    def record_batch(self, step: int, start_s: float) -> tuple[int, int, float, int, int]:
+        """``(tokens, requests, pair_tokens, decodes, decode_context)`` of the last step;
+        remembers first-scheduled steps."""
         tokens = 0
         pairs = 0.0
+        decodes = decode_ctx = 0
         batch = self.sched.fairsim_last_batch
         for vid, n, ctx in batch:
             tokens += n
             pairs += n * (ctx + n / 2)
+            if n == 1 and ctx >= self.by_vllm_id[vid].prompt_len:
+                decodes += 1
+                decode_ctx += ctx
             if vid not in self.first_step:
                 self.first_step[vid] = (step, start_s)
-        return tokens, len(batch), pairs
+        return tokens, len(batch), pairs, decodes, decode_ctx
 
     def table(self) -> pd.DataFrame:
         rows = []
@@ -159,6 +166,7 @@ class _Driver:
         cols = ["request_id", "arrival_s", "prompt_tokens", "cached_tokens", "first_scheduled_s",
                 "first_token_s", "ttft_s", "finish_s", "queue_delay_s", "first_scheduled_step",
                 "finish_step", "preemptions"] + label_keys
+        cols += [c for c in ("output_tokens", "e2e_s", "tpot_s") if rows and c in rows[0]]
         return pd.DataFrame(rows, columns=cols)
 
     def result(self, mode: str) -> LiveResult:
@@ -172,7 +180,7 @@ class _Driver:
 
 
 def replay_realtime(requests: Sequence[Request], config: LiveConfig, time_scale: float = 1.0,
-                    salt: int = 0) -> LiveResult:
+                    salt: int = 0, colocated: bool = False) -> LiveResult:
     """Submit ``requests`` at ``time_scale * arrival_time`` wall seconds after the start.
 
     Args:
@@ -183,13 +191,15 @@ def replay_realtime(requests: Sequence[Request], config: LiveConfig, time_scale:
 
     Returns:
         A ``LiveResult`` whose ``requests`` table has scaled arrival times and wall-clock times.
+        With ``colocated`` requests decode to ``output_len`` and the table also has
+        ``output_tokens``, ``e2e_s`` and ``tpot_s`` (vLLM's ``(e2e - ttft) / (output_tokens - 1)``).
 
     Raises:
         ValueError: Duplicate ids, a non-positive ``time_scale``, or a request the cache cannot hold.
     """
     if not time_scale > 0:
         raise ValueError(f"time_scale={time_scale}: need > 0")
-    d = _Driver(requests, config, salt)
+    d = _Driver(requests, config, salt, colocated)
     try:
         d.warm_up()
         pending = list(d.requests)
@@ -208,11 +218,11 @@ def replay_realtime(requests: Sequence[Request], config: LiveConfig, time_scale:
             start = time.time() - t0
             outputs = d.engine.step()
             end = time.time() - t0
-            tokens, nreq, pairs = d.record_batch(step, start)
+            tokens, nreq, pairs, decodes, decode_ctx = d.record_batch(step, start)
             done = [out for out in outputs if out.finished]
             # Running after admission (the simulator's column): finished ones already left vLLM's list.
             d.step_rows.append((step, start, end - start, tokens, nreq, num_waiting,
-                                len(d.sched.running) + len(done), pairs))
+                                len(d.sched.running) + len(done), pairs, decodes, decode_ctx))
             for out in done:
                 req, _ = d.finished(out)
                 m = out.metrics
@@ -224,6 +234,12 @@ def replay_realtime(requests: Sequence[Request], config: LiveConfig, time_scale:
                     "first_token_s": arrival + ttft, "ttft_s": ttft, "finish_s": end,
                     "finish_step": step, "preemptions": int(getattr(m, "num_preemptions", 0)),
                 }
+                if colocated:
+                    o = len(out.outputs[0].token_ids)
+                    e2e = end - arrival
+                    d.rows[req.request_id].update(
+                        output_tokens=o, e2e_s=e2e,
+                        tpot_s=(e2e - ttft) / (o - 1) if o > 1 else float("nan"))
             step += 1
         return d.result("realtime")
     finally:
@@ -268,21 +284,14 @@ def replay_virtual(requests: Sequence[Request], config: LiveConfig, profile: Pro
             num_waiting = len(d.sched.waiting)
             outputs = d.engine.step()
             batch = d.sched.fairsim_last_batch
+            tokens, nreq, pairs, decodes, decode_ctx = d.record_batch(step, vt)
             if colocated:
-                decodes = decode_ctx = 0
-                for vid, n, ctx in batch:
-                    if n == 1 and ctx >= d.by_vllm_id[vid].prompt_len:
-                        decodes += 1
-                        decode_ctx += ctx
-                duration = profile.step_time_colocated(sum(n for _, n, _ in batch),
-                                                       sum(n * (c + n / 2) for _, n, c in batch),
-                                                       len(batch), decodes, decode_ctx)
+                duration = profile.step_time_colocated(tokens, pairs, nreq, decodes, decode_ctx)
             else:
                 duration = profile.step_time((n, ctx) for _, n, ctx in batch)
-            tokens, nreq, pairs = d.record_batch(step, vt)
             done = [out for out in outputs if out.finished]
             d.step_rows.append((step, vt, duration, tokens, nreq, num_waiting,
-                                len(d.sched.running) + len(done), pairs))
+                                len(d.sched.running) + len(done), pairs, decodes, decode_ctx))
             end = vt + duration
             if colocated:
                 for out in outputs:
