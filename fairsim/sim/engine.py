@@ -246,22 +246,27 @@ class Engine:
         ordered = self._order_waiting(now) if can_admit or self._protect is not None else []
         while idx < len(running) and budget > 0:
             live = running[idx]
-            n = min(live.req.prompt_len + live.generated - live.computed, budget)
-            need = blocks_for(live.computed + n, bs) - len(live.blocks)
-            victim = None
-            while need > pool.num_free:
-                # vLLM preempts the latest-admitted running request (Scheduler.schedule).
-                victim = running.pop()
-                self._preempt(victim)
-                preempted += 1
+            computed = live.computed
+            n = live.req.prompt_len + live.generated - computed
+            if n > budget:
+                n = budget
+            end = computed + n
+            need = -(-end // bs) - len(live.blocks)  # blocks_for(end): a decode mostly needs 0
+            if need > 0:
+                victim = None
+                while need > pool.num_free:
+                    # vLLM preempts the latest-admitted running request (Scheduler.schedule).
+                    victim = running.pop()
+                    self._preempt(victim)
+                    preempted += 1
+                    if victim is live:
+                        break
                 if victim is live:
                     break
-            if victim is live:
-                break
-            if need > 0:
                 live.blocks.extend(pool.allocate(need))
-            self._cache_blocks(live, live.computed + n)
-            batch.append((live, n, live.computed))
+            if end // bs > live.num_cached_blocks < len(live.keys):  # a block became full
+                self._cache_blocks(live, end)
+            batch.append((live, n, computed))
             budget -= n
             idx += 1
         if preempted:
