@@ -245,10 +245,14 @@ class TestDecodeCostModel:
         d = p.to_dict()
         assert d["coefficients"]["min_step_s"] == 0.02 and d["coefficients"]["f_s_per_decode"] == 0.0
         assert profile_from_dict(d).to_dict() == d
-        # A profile written before colocated mode has no decode keys and loads with zeros.
-        old = load_profile("a6000-llama3.1-8b-vllm-prior")
-        assert "min_step_s" not in old.to_dict()["coefficients"]
+        # A profile written before colocated mode has no decode keys and loads with zeros, and
+        # writes itself back without them.
+        data = load_profile("a6000-llama3.1-8b-vllm-prior").to_dict()
+        for key in ("min_step_s", "e_s_per_decode_ctx_token", "f_s_per_decode"):
+            del data["coefficients"][key]
+        old = profile_from_dict(data)
         assert old.min_step_s == old.e_s_per_decode_ctx_token == old.f_s_per_decode == 0.0
+        assert old.to_dict() == data
         d["coefficients"]["min_step_s"] = "fast"
         with pytest.raises(ProfileError, match="coefficients.min_step_s"):
             profile_from_dict(d, "x.json")
