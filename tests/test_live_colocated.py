@@ -28,3 +28,21 @@ def test_colocated_decisions_with_preemptions(policy):
     assert eq.preemptions > 0 and eq.table["vllm_preemptions"].sum() > 0
     assert eq.table["sim_cached_tokens"].sum() > 0
     assert eq.fraction_identical >= 0.99, eq.first_difference()
+
+
+def test_colocated_fidelity_reports_tpot(tmp_path):
+    import json
+
+    from fairsim.cli import main
+
+    rc = main(["fidelity", "--mode", "colocated", "--requests", "6", "--rate", "4", "--max-output", "8",
+               "--policies", "fcfs", "--out", str(tmp_path)])
+    assert rc == 0
+    row = json.loads((tmp_path / "fidelity.json").read_text())["fcfs"]
+    for side in ("sim", "vllm"):
+        assert row[f"{side}_tpot_p99_s"] >= row[f"{side}_tpot_p50_s"] > 0
+    import pandas as pd
+
+    live = pd.read_parquet(tmp_path / "requests-live-fcfs.parquet")
+    assert {"output_tokens", "e2e_s", "tpot_s"} <= set(live.columns)
+    assert (live["output_tokens"] >= 1).all() and (live["e2e_s"] >= live["ttft_s"]).all()
