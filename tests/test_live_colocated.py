@@ -20,9 +20,9 @@ from fairsim.live.equivalence import compare, equivalence_trace_colocated  # noq
 
 @pytest.mark.parametrize("policy", ["fcfs", "lpm", "fairway"])
 def test_colocated_decisions_with_preemptions(policy):
-    # 24 requests decoding up to 96 tokens each into 24 blocks of 128 tokens: running decodes
+    # 24 requests decoding up to 128 tokens each into 24 blocks of 128 tokens: running decodes
     # outgrow the cache and preempt one another.
-    requests = equivalence_trace_colocated(24, seed=3, rate_per_s=8.0, max_output=96)
+    requests = equivalence_trace_colocated(24, seed=3, rate_per_s=8.0, max_output=128)
     eq = compare(requests, policy, load_profile("a6000-llama3.1-8b-vllm-prior"),
                  LiveConfig(kv_blocks=24, max_num_seqs=16), colocated=True)
     assert eq.preemptions > 0 and eq.table["vllm_preemptions"].sum() > 0
