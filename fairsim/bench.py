@@ -68,6 +68,8 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
 
     if args.out is not None:
         check_writable_dir(args.out)
+    if args.slo:
+        raise ValueError("--slo: bench measures simulator speed; use run/compare for goodput")
     check_policies(names, load_profile(args.profile), parse_params(args.param))
     rows: dict[str, dict[str, Any]] = {}
     ctx = multiprocessing.get_context("spawn")
