@@ -246,7 +246,8 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None) -> t
                   f"sent at their own arrival times", file=sys.stderr)
     target = getattr(args, "target_load", None)
     if target is not None:
-        args.time_scale = time_scale_for_load(kept, profile, args.budget, target)
+        args.time_scale = time_scale_for_load(kept, profile, args.budget, target,
+                                              colocated=getattr(args, "mode", None) == "colocated")
         print(f"fairsim: --target-load {target:g}: time scale {args.time_scale:.6g}", file=sys.stderr)
     requests = scale_time(kept, args.time_scale)
     last = requests[-1].arrival_time if requests else 0.0
@@ -411,7 +412,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     block_size, kv_blocks = resolve_capacity(requests, config)  # fails fast on a too-small cache
     engine = {"profile": profile.name, "kv_tokens": kv_blocks * block_size, "kv_blocks": kv_blocks,
               "block_size": block_size, "kv_capacity_source": cap_source}
-    load = offered_load(requests, profile, args.budget, args.load_window)
+    load = offered_load(requests, profile, args.budget, args.load_window, colocated=config.mode == "colocated")
     stream = sys.stderr if args.format == "json" else sys.stdout
     scaled = f" (time scale {args.time_scale:.6g})" if args.time_scale != 1 else ""
     print(f"trace {trace.name}{scaled}: {load.describe()}", file=stream)
