@@ -103,8 +103,8 @@ def vars_window(w: Window) -> dict[str, Any]:
             "load": w.load}
 
 
-def observed_spread_inputs(requests: list[Request]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """``(arrival_s, first_scheduled_s, work)`` from the trace's observed fields, or None when any
+def observed_spread_inputs(requests: list[Request]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]] | None:
+    """``(arrival_s, first_scheduled_s, work, request_ids)`` from the trace's observed fields, or None when any
     request lacks them.
 
     Raises:
@@ -122,13 +122,14 @@ def observed_spread_inputs(requests: list[Request]) -> tuple[np.ndarray, np.ndar
         a.append(r.arrival_time)
         s.append(sched / 1000.0)
         w.append(max(1, r.prompt_len - int(cached)))
-    return np.array(a), np.array(s), np.array(w, dtype=np.float64)
+    return np.array(a), np.array(s), np.array(w, dtype=np.float64), [r.request_id for r in requests]
 
 
 def analyze(requests: list[Request], profile: Profile, config: EngineConfig, trace_name: str,
             offered: str, *, threshold: float = DEFAULT_SPREAD_THRESHOLD,
             window_s: float | None = None, bin_s: float | None = None,
-            time_scale: float = 1.0) -> Analysis:
+            time_scale: float = 1.0, replay: str | None = None,
+            think_scale: float = 1.0) -> Analysis:
     """Measure ``requests`` (already windowed, not time-scaled).
 
     Args:
@@ -144,6 +145,9 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
             (> 1 stretches: lower load). Observed scheduling times are used only at 1 (they
             belong to the recorded load). Bins and windows stay in trace time, as
             ``fairsim accept --windows`` takes them.
+        replay, think_scale: How the FCFS simulation sends session turns, as ``fairsim run``
+            (``fairsim.sim.Engine``). In a closed-loop replay a turn joins the waiting queue when
+            it is released (its ``released_s``), not at its timestamp; the spread uses that time.
 
     Raises:
         ValueError: Bad options or observed fields; ``CapacityError`` from capacity sizing.
@@ -158,7 +162,8 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
     observed = observed_spread_inputs(requests) if time_scale == 1.0 else None
     fcfs_hit = None
     if observed is not None:
-        spread = queue_spread(*observed, source="observed scheduling times", threshold=threshold)
+        a, s, w, ids = observed
+        spread = queue_spread(a, s, w, source="observed scheduling times", threshold=threshold, ids=ids)
     else:
         from fairsim.policies import make_policy
 
@@ -167,10 +172,13 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
         from fairsim.traces import scale_time
 
         res = simulate(scale_time(requests, time_scale), make_policy("fcfs", profile), profile,
-                       cfg).requests
+                       cfg, replay=replay, think_scale=think_scale).requests
         fcfs_hit = float(res["cached_tokens"].sum() / res["prompt_tokens"].sum())
         work = np.maximum(1, res["prompt_tokens"] - res["cached_tokens"]).to_numpy(dtype=np.float64)
-        spread = queue_spread(res["arrival_s"].to_numpy(), res["first_scheduled_s"].to_numpy(), work,
+        entry = res["released_s"] if "released_s" in res else res["arrival_s"]
+        entry = entry.fillna(res["arrival_s"]).to_numpy(dtype=np.float64)  # queue entry: the send time
+        spread = queue_spread(entry, res["first_scheduled_s"].to_numpy(), work,
+                              ids=res["request_id"].astype(str).tolist(),
                               source=("FCFS simulation at the trace's timing" if time_scale == 1.0 else
                                       f"FCFS simulation, arrivals x{time_scale:g}"),
                               threshold=threshold)

@@ -73,7 +73,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
               f"(fairsim calibrate) or --time-scale.", file=sys.stderr)
     an = analyze(requests, profile, config, trace.name, offered,
                  threshold=args.spread_threshold, window_s=args.window_length, bin_s=args.bin,
-                 time_scale=scale)
+                 time_scale=scale, replay=args.replay, think_scale=args.think_scale)
     if args.format == "json":
         print(json.dumps(an.summary(), indent=2))
     else:

@@ -18,6 +18,7 @@ time-weighted median spread with it.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,15 +94,18 @@ class QueueSpread:
 
 
 def queue_spread(arrival_s: np.ndarray, first_scheduled_s: np.ndarray, work_tokens: np.ndarray,
-                 source: str, threshold: float = DEFAULT_SPREAD_THRESHOLD) -> QueueSpread:
+                 source: str, threshold: float = DEFAULT_SPREAD_THRESHOLD,
+                 ids: Sequence[str] | None = None) -> QueueSpread:
     """Sweep the queue intervals ``[arrival, first scheduled)`` and record the spread over time.
 
     Args:
-        arrival_s: Arrival times, seconds, shape (n,).
+        arrival_s: Queue entry times, seconds, shape (n,): the arrival, or in a closed-loop replay
+            the time the turn was released (sent), the ``released_s`` of a simulation.
         first_scheduled_s: First-scheduled times, seconds, shape (n,), each >= its arrival.
         work_tokens: Uncached prompt tokens at admission, shape (n,), each >= 1.
         source: Where the scheduling times come from (for the report).
         threshold: Verdict threshold (> 1).
+        ids: Request ids, shape (n,), named in error messages (default: the row index).
 
     Raises:
         ValueError: Mismatched shapes, a request scheduled before it arrived, work < 1, NaN, or
@@ -116,7 +120,8 @@ def queue_spread(arrival_s: np.ndarray, first_scheduled_s: np.ndarray, work_toke
         raise ValueError("queue_spread: missing arrival, first-scheduled time or work")
     if (s < a - 1e-9).any():
         i = int(np.argmax(s < a - 1e-9))
-        raise ValueError(f"request {i}: first scheduled at {s[i]} s, before its arrival {a[i]} s")
+        who = f"request {ids[i]!r}" if ids is not None else f"request #{i}"
+        raise ValueError(f"{who}: first scheduled at {s[i]} s, before its arrival {a[i]} s")
     if (w < 1).any():
         raise ValueError("queue_spread: work below 1 token")
     if not threshold > 1:
