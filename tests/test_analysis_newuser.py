@@ -31,3 +31,63 @@ class TestClosedLoopQueueEntry:
         with pytest.raises(ValueError, match="request 'r7': first scheduled at 0.5 s"):
             queue_spread(np.array([0.0, 1.0]), np.array([0.0, 0.5]), np.array([3.0, 3.0]), "x",
                          ids=["r1", "r7"])
+
+
+def write_rows(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+class TestNoFigureIsNull:
+    """Defect 9: a spread quantile with no queue is NaN: null in JSON, n/a in text."""
+
+    def test_json_and_text(self, tmp_path, capsys):
+        trace = DATA / "bailian.jsonl"  # four requests that never wait together
+        assert main(["analyze", str(trace), "--format", "json"]) == 0
+        out = capsys.readouterr().out
+        assert "NaN" not in out
+        data = json.loads(out)
+        assert data["spread"]["spread_p50"] is None and data["spread"]["queued_share"] == 0.0
+        assert main(["analyze", str(trace), "--out", str(tmp_path / "rep")]) == 0
+        out = capsys.readouterr().out
+        assert "p50 n/a, p90 n/a" in out and "nan" not in out
+        text = (tmp_path / "rep" / "analysis.json").read_text()
+        assert "NaN" not in text and json.loads(text)["spread"]["spread_max"] is None
+        report = (tmp_path / "rep" / "report.md").read_text()
+        assert "n/a / n/a / n/a" in report and "nan" not in report
+
+
+class TestWindowOptions:
+    """Defect 10: a non-finite --window-length names --window-length, not --bin."""
+
+    @pytest.mark.parametrize("option", ["--window-length", "--bin"])
+    @pytest.mark.parametrize("value", ["inf", "nan", "0", "-1"])
+    def test_names_the_option(self, option, value, capsys):
+        assert main(["analyze", "--max-requests", "20", option, value]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"fairsim: error: {option} {value if value != '0' else '0.0'}"), err
+
+
+class TestBusiestWindowsPrinted:
+    """Defect 13: windows print with the precision of their length, and n/a when none exist."""
+
+    def test_one_instant(self, tmp_path, capsys):
+        path = write_rows(tmp_path / "t.jsonl", [
+            {"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]},
+            {"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 3]}])
+        assert main(["analyze", str(path)]) == 0
+        line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("busiest windows")]
+        assert line == ["busiest windows: n/a (all 2 requests arrive at one instant)"]
+
+    def test_sub_second_windows_are_distinct(self, capsys):
+        # azure.csv: 3 requests over 1.0 s -> windows of a third of the span, 0.34 s
+        assert main(["analyze", str(DATA / "azure.csv"), "--format", "json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert main(["analyze", str(DATA / "azure.csv")]) == 0
+        line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("busiest windows"))
+        shown = [part.split(" s load")[0] for part in line.removeprefix("busiest windows: ").split(", ")]
+        expect = [f"{w['start_s']:.2f}-{w['end_s']:.2f}" for w in data["busiest_windows"]]
+        assert shown == expect and len(set(shown)) == len(shown)
+        assert all(w["requests"] >= 1 for w in data["busiest_windows"])  # no empty "busiest" window
+        assert data["window_s"] == pytest.approx(data["busiest_windows"][0]["end_s"]
+                                                 - data["busiest_windows"][0]["start_s"])

@@ -53,7 +53,8 @@ class Analysis:
             spread came from observed times and no simulation ran).
         series: Offered load per bin (``load_series``).
         bin_s: Bin width, seconds.
-        busiest: The busiest non-overlapping windows.
+        busiest: The busiest non-overlapping windows (empty when every request arrives at one
+            instant).
         offered: ``OfferedLoad.describe()`` of the whole trace.
     """
 
@@ -68,6 +69,7 @@ class Analysis:
     bin_s: float
     busiest: list[Window]
     offered: str
+    window_s: float = 60.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def curve_table(self) -> list[dict[str, Any]]:
@@ -92,9 +94,50 @@ class Analysis:
             "capacity_for_90pct_of_bound": self.curve.capacity_for(0.9),
             "curve": self.curve_table(),
             "busiest_windows": [vars_window(w) for w in self.busiest],
-            "bin_s": self.bin_s, "peak_bin_load": float(self.series["load"].max()),
+            "window_s": self.window_s, "bin_s": self.bin_s, "peak_bin_load": float(self.series["load"].max()),
             "mean_load": float(self.series["load"].mean()),
         }
+
+    def summary_json(self) -> str:
+        """``summary()`` as strict JSON (non-finite figures as ``null``)."""
+        return json.dumps(json_safe(self.summary()), indent=2, allow_nan=False)
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, inf: "no figure", e.g. a spread quantile when
+    two requests never wait together) replaced by ``None``, so ``json.dumps`` writes ``null``
+    (bare ``NaN`` is not JSON). Recurses into dicts, lists and tuples."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return float(value) if np.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def fmt_num(value: float | None, spec: str, suffix: str = "") -> str:
+    """``value`` formatted with ``spec`` plus ``suffix``, or ``n/a`` when it is None or NaN."""
+    if value is None or not np.isfinite(value):
+        return "n/a"
+    return format(value, spec) + suffix
+
+
+def seconds_decimals(length_s: float) -> int:
+    """Decimals that show times to a tenth of ``length_s`` (so windows of that length, which
+    slide on a grid of a tenth of it, print distinct bounds): 0 for 60 s, 2 for 0.33 s."""
+    return int(min(9, max(0, 1 - np.floor(np.log10(length_s))))) if length_s > 0 else 3
+
+
+def format_windows(windows: list[Window], length_s: float, requests: int) -> str:
+    """``START-END s load X`` for each window (``n/a`` when there are none: every request arrives
+    at one instant, so no window has a length to divide by)."""
+    if not windows:
+        return f"n/a (all {requests} requests arrive at one instant)"
+    d = seconds_decimals(length_s)
+    return ", ".join(f"{w.start_s:.{d}f}-{w.end_s:.{d}f} s load {fmt_num(w.load, '.2f')}" for w in windows)
 
 
 def vars_window(w: Window) -> dict[str, Any]:
@@ -191,21 +234,21 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
                for w in busiest_windows(requests, profile, window_s, 3)] if span > 0 else []
     return Analysis(trace=trace_name, requests=len(requests), spread=spread, curve=curve,
                     kv_blocks=kv_blocks, reusable_blocks=reusable, fcfs_hit_rate=fcfs_hit,
-                    series=series, bin_s=bin_s, busiest=busiest, offered=offered)
+                    series=series, bin_s=bin_s, busiest=busiest, offered=offered, window_s=window_s)
 
 
 def format_text(an: Analysis) -> str:
     """The printed summary (a few lines)."""
     sp = an.spread
     lines = [
-        f"queue work spread ({sp.source}): p50 {sp.quantile(0.5):.1f}x, p90 {sp.quantile(0.9):.1f}x; "
+        f"queue work spread ({sp.source}): p50 {fmt_num(sp.quantile(0.5), '.1f', 'x')}, "
+        f"p90 {fmt_num(sp.quantile(0.9), '.1f', 'x')}; "
         f"two or more waiting {100 * sp.queued_share:.1f} % of the time",
         f"verdict: {sp.verdict()}",
         f"prefix hit rate: infinite cache {an.curve.infinite_hit_rate:.3f}; LRU at "
         f"{an.kv_blocks} blocks of {an.curve.block_size} tokens (run default) "
         f"{an.curve.hit_rate(an.kv_blocks):.3f}",
-        "busiest windows: " + ", ".join(f"{w.start_s:.0f}-{w.end_s:.0f} s load {w.load:.2f}"
-                                        for w in an.busiest),
+        "busiest windows: " + format_windows(an.busiest, an.window_s, an.requests),
     ]
     return "\n".join(lines)
 
@@ -226,13 +269,15 @@ def write_report(an: Analysis, out: Path) -> list[Path]:
         save(hit_curve_figure(an.curve, {"run default": an.kv_blocks}), out / "hit_curve.png"),
     ]
     summary = an.summary()
-    (out / "analysis.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "analysis.json").write_text(an.summary_json() + "\n")
     paths.append(out / "analysis.json")
     sp = an.spread
     curve_rows = "\n".join(f"| {r['capacity']} | {r['kv_blocks']:,} | {r['hit_rate']:.3f} |"
                            for r in an.curve_table())
-    win_rows = "\n".join(f"| {w.name} | {w.start_s:.1f} | {w.end_s:.1f} | {w.requests} | {w.load:.2f} |"
-                         for w in an.busiest)
+    d = seconds_decimals(an.window_s)
+    win_rows = "\n".join(f"| {w.name} | {w.start_s:.{d}f} | {w.end_s:.{d}f} | {w.requests} | "
+                         f"{fmt_num(w.load, '.2f')} |" for w in an.busiest) or \
+        f"| n/a | | | {an.requests} | all requests arrive at one instant |"
     fcfs = ("" if an.fcfs_hit_rate is None else
             f"The FCFS simulation at the recorded load hit {an.fcfs_hit_rate:.3f} at "
             f"{an.kv_blocks:,} blocks: where requests overlap, running requests hold blocks and "
@@ -250,7 +295,7 @@ weighted by time. Source: {sp.source}.
 | figure | value |
 |---|---|
 | time with two or more waiting | {100 * sp.queued_share:.1f} % |
-| spread p50 / p90 / max | {sp.quantile(0.5):.1f}x / {sp.quantile(0.9):.1f}x / {sp.quantile(1.0):.1f}x |
+| spread p50 / p90 / max | {" / ".join(fmt_num(sp.quantile(q), ".1f", "x") for q in (0.5, 0.9, 1.0))} |
 | time at or above {sp.threshold:g}x | {100 * sp.share_above(sp.threshold):.1f} % |
 
 **Verdict: {sp.verdict()}.** Rule: if the work of concurrently queued requests differs only a few
@@ -277,7 +322,8 @@ L - 1 tokens); reusable content = {an.reusable_blocks:,} blocks seen in two or m
 
 Load = prompt tokens per second / cold prefill capacity ({an.bin_s:g} s bins of trace time,
 at the replayed time scale); mean
-{summary['mean_load']:.2f}, peak bin {summary['peak_bin_load']:.2f}. Busiest windows:
+{fmt_num(summary['mean_load'], '.2f')}, peak bin {fmt_num(summary['peak_bin_load'], '.2f')}. Busiest
+windows of {an.window_s:g} s:
 
 | window | start s | end s | requests | load |
 |---|---|---|---|---|

@@ -56,8 +56,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     merge_trace_arg(args)
     if args.param:
         raise ValueError("--param: analyze runs no policy but FCFS; it takes no policy parameters")
-    if args.window_length is not None and not args.window_length > 0:
-        raise ValueError(f"--window-length {args.window_length}: need > 0 s")
+    for option, value in (("--window-length", args.window_length), ("--bin", args.bin)):
+        if value is not None and not (0 < value < float("inf")):
+            raise ValueError(f"{option} {value}: need a finite number of seconds > 0")
     profile = load_profile(args.profile)
     config = engine_config(args, profile)  # default capacity: the profile's, as fairsim run
     scale, args.time_scale = args.time_scale, 1.0  # bins and windows in trace time, as accept
@@ -75,7 +76,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                  threshold=args.spread_threshold, window_s=args.window_length, bin_s=args.bin,
                  time_scale=scale, replay=args.replay, think_scale=args.think_scale)
     if args.format == "json":
-        print(json.dumps(an.summary(), indent=2))
+        print(an.summary_json())
     else:
         print(f"trace {trace.name}: {offered}")
         print(format_text(an))

@@ -122,14 +122,15 @@ def busiest_windows(requests: Sequence[Request], profile: Profile, length_s: flo
     """The ``count`` busiest non-overlapping windows of ``length_s`` seconds, busiest first.
 
     Windows slide on a grid of a tenth of their length; the busiest is taken, windows that
-    overlap it are dropped, and so on (greedy).
+    overlap it are dropped, and so on (greedy). Windows with no arrival are never listed (fewer
+    than ``count`` come back when the trace has no more busy stretches).
     """
     stats = _window_stats(requests, profile, length_s, length_s / 10)
     out: list[Window] = []
     for row in stats.sort_values(["load", "start_s"], ascending=[False, True]).itertuples():
         w = Window(f"busy{len(out) + 1}", float(row.start_s), float(row.end_s), int(row.requests),
                    float(row.load))
-        if not any(w.overlaps(o) for o in out):
+        if w.requests > 0 and not any(w.overlaps(o) for o in out):
             out.append(w)
             if len(out) == count:
                 break
