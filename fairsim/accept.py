@@ -202,7 +202,13 @@ def cmd_accept(args: argparse.Namespace) -> int:
     from fairsim.sim.capacity import resolve_capacity
     from fairsim.traces import offered_load, scale_time
 
+    from fairsim.io import check_writable_dir
+
     merge_trace_arg(args)
+    if args.out is not None:  # created and test-written before any simulation, as fairsim run
+        check_writable_dir(args.out)
+    if args.plots is not None:
+        check_writable_dir(args.plots, "--plots")
     if args.warmup is not None and not args.warmup >= 0:
         raise ValueError(f"--warmup {args.warmup}: need >= 0 s")
     profile: Profile = load_profile(args.profile)

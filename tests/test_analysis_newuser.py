@@ -91,3 +91,28 @@ class TestBusiestWindowsPrinted:
         assert all(w["requests"] >= 1 for w in data["busiest_windows"])  # no empty "busiest" window
         assert data["window_s"] == pytest.approx(data["busiest_windows"][0]["end_s"]
                                                  - data["busiest_windows"][0]["start_s"])
+
+
+class TestOutCheckedFirst:
+    """Defect 5: --out (and accept's --plots) are created and test-written before any work."""
+
+    @pytest.mark.parametrize("argv, option", [
+        (["analyze", "--max-requests", "50", "--out", "{bad}"], "--out"),
+        (["accept", "--max-requests", "50", "--policy", "fcfs", "--windows", "a:0-5",
+          "--out", "{bad}"], "--out"),
+        (["accept", "--max-requests", "50", "--policy", "fcfs", "--windows", "a:0-5",
+          "--plots", "{bad}"], "--plots"),
+        (["run", "--max-requests", "50", "--policy", "fcfs", "--plots", "{bad}"], "--plots"),
+        (["compare", "--max-requests", "50", "--policies", "fcfs,lpm", "--plots", "{bad}"], "--plots"),
+    ])
+    @pytest.mark.parametrize("kind", ["a file", "/proc/self"])
+    def test_refused_before_running(self, argv, option, kind, tmp_path, capsys):
+        if kind == "a file":
+            bad = tmp_path / "taken"
+            bad.write_text("x")
+        else:
+            bad = Path("/proc/self")
+        assert main([a.replace("{bad}", str(bad)) for a in argv]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""  # nothing measured or simulated first
+        assert captured.err.startswith(f"fairsim: error: {option} {bad}"), captured.err

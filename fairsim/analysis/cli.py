@@ -53,7 +53,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from fairsim.costmodel import load_profile
     from fairsim.traces import offered_load, scale_time
 
+    from fairsim.io import check_writable_dir
+
     merge_trace_arg(args)
+    if args.out is not None:  # created and test-written before any work, as fairsim run
+        check_writable_dir(args.out)
     if args.param:
         raise ValueError("--param: analyze runs no policy but FCFS; it takes no policy parameters")
     for option, value in (("--window-length", args.window_length), ("--bin", args.bin)):
