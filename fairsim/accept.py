@@ -38,8 +38,9 @@ P99_FACTOR = 1.1
 """Tail target: candidate p99 <= 1.1 x FCFS's (the paper)."""
 BASELINES = ("fcfs", "lpm")
 OVERLOAD = 2.0
-"""Window load (prompt tokens/s over cold capacity) above which ``accept`` warns that the replay
-is far beyond what the engine could serve (a profile or time scale that does not fit the trace)."""
+"""Window load (best-case busy seconds over the window's length, ``fairsim.analysis.load``) above
+which ``accept`` warns that the replay is far beyond what the engine could serve (a profile or time
+scale that does not fit the trace)."""
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,8 @@ def cmd_accept(args: argparse.Namespace) -> int:
     from fairsim.cli import check_policies, engine_config, load_requests, params_for, parse_params, run_one, write_tables
     from fairsim.costmodel import load_profile
     from fairsim.sim.capacity import resolve_capacity
-    from fairsim.traces import offered_load, scale_time
+    from fairsim.traces import scale_time
+    from fairsim.traces.offered import offered_load
 
     from fairsim.io import check_writable_dir
 
@@ -220,16 +222,20 @@ def cmd_accept(args: argparse.Namespace) -> int:
     trace, requests = load_requests(args, profile)
     if not (scale > 0 and np.isfinite(scale)):
         raise ValueError(f"--time-scale {scale}: need a finite factor > 0")
-    windows = (detect_windows(requests, profile, args.window_length) if args.windows == "auto"
-               else parse_windows(args.windows))
-    windows = [with_load(requests, profile, w, scale) for w in windows]
     if args.engine == "vllm" and args.block_size is None:
         args.block_size = 128  # vLLM's CPU backend wants a multiple of 32; as fairsim replay
     base = engine_config(args, profile)  # default capacity: the profile's, as fairsim run
+    colocated = base.mode == "colocated"
+    windows = (detect_windows(requests, profile, args.window_length, budget_tokens=base.budget_tokens,
+                              colocated=colocated) if args.windows == "auto"
+               else parse_windows(args.windows))
+    windows = [with_load(requests, profile, w, scale, base.budget_tokens, colocated) for w in windows]
     block_size, kv_blocks = resolve_capacity(requests, base)
     config = dataclasses.replace(base, block_size=block_size, kv_blocks=kv_blocks,
                                  kv_fraction=None, kv_tokens=None)
-    info = (f"trace {trace.name}: {offered_load(scale_time(requests, scale), profile).describe()}; "
+    load = offered_load(scale_time(requests, scale), profile, base.budget_tokens, args.load_window,
+                        colocated=colocated)  # the figures of fairsim run
+    info = (f"trace {trace.name}: {load.describe()}; "
             f"time scale {scale:g}; KV cache {kv_blocks} blocks of {block_size} tokens; "
             f"engine {'vLLM (live, real time)' if args.engine == 'vllm' else 'simulator'}")
     print(info, file=sys.stderr if args.format == "json" else sys.stdout)

@@ -8,8 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fairsim.analysis.load import Window, busiest_windows, load_series, with_load
 from fairsim.analysis.spread import queue_spread
 from fairsim.cli import main
+from fairsim.costmodel import Profile
+from fairsim.traces.offered import offered_load
+from fairsim.types import Request
 
 DATA = Path(__file__).parent / "data" / "formats"
 
@@ -116,3 +120,45 @@ class TestOutCheckedFirst:
         captured = capsys.readouterr()
         assert captured.out == ""  # nothing measured or simulated first
         assert captured.err.startswith(f"fairsim: error: {option} {bad}"), captured.err
+
+
+# a = 10 ms per step, b = 1 ms per token, budget 100: 50-token prompts pack two to a step.
+STEPPY = Profile("steppy", "prior", 0.01, 1e-3, 0.0, 0.0, (1, 100_000), (0.011, 100.01),
+                 budget_tokens=100)
+
+
+class TestOneOfferedLoad:
+    """Defect 7: analyze and accept print the budget-aware load of fairsim run (fairsim.traces.offered)."""
+
+    def test_bins_pack_prompts_into_budget_steps(self):
+        # 10 requests of 50 tokens in each 10 s bin: ceil(500 / 100) = 5 steps -> 5 x 10 ms + 500 x
+        # 1 ms = 0.55 s busy per bin -> load 0.055 (the per-prompt cold figure would be 0.06).
+        trace = [Request(f"r{i}", float(i), 50, (), 16, 1, {}) for i in range(20)]
+        s = load_series(trace, STEPPY, 10.0)
+        assert s["load"].tolist() == pytest.approx([0.055, 0.055])
+        whole = offered_load(trace, STEPPY, 100, window_s=10.0)
+        assert whole.peak_load == pytest.approx(0.055)
+        # the busiest window of analyze is offered_load's busiest window
+        (b1, *_) = busiest_windows(trace, STEPPY, 10.0, 3)
+        assert b1.load == pytest.approx(whole.peak_load) and b1.start_s == whole.peak_start_s
+        assert with_load(trace, STEPPY, Window("w", 0.0, 10.0)).load == pytest.approx(0.055)
+
+    @pytest.mark.parametrize("trace", [str(DATA / "bailian.jsonl"),
+                                       str(DATA / "mooncake.jsonl"), None])
+    def test_same_figures_as_run(self, trace, tmp_path, capsys):
+        src = ([trace] if trace else []) + ["--max-requests", "300"]
+        assert main(["run", "--policy", "fcfs", "--format", "json", "--budget", "1024",
+                     *([f"--trace={trace}"] if trace else []), "--max-requests", "300",
+                     "--out", str(tmp_path)]) == 0
+        capsys.readouterr()
+        run = json.loads((tmp_path / "run.json").read_text())
+        line = run["offered_load"]
+        assert main(["analyze", *src, "--budget", "1024", "--window-length", "60",
+                     "--format", "json"]) == 0
+        an = json.loads(capsys.readouterr().out)
+        assert an["offered_load"] == line
+        if an["busiest_windows"] and run["offered_load_figures"]["span_s"] >= 60:
+            assert an["busiest_windows"][0]["load"] == pytest.approx(run["offered_load_figures"]["peak_load"])
+        assert main(["accept", *src, "--budget", "1024", "--policy", "fcfs",
+                     "--windows", "all:0-1000000"]) in (0, 1)
+        assert f"{line};" in capsys.readouterr().out

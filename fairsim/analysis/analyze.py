@@ -227,11 +227,13 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
                               threshold=threshold)
     curve = lru_hit_curve(requests, block_size)
     reusable = reusable_blocks(block_keys(r, block_size) for r in requests)
-    series = load_series(requests, profile, bin_s)
+    colocated = config.mode == "colocated"
+    series = load_series(requests, profile, bin_s, config.budget_tokens, colocated)
     for col in ("load", "prompt_tokens_per_s", "ideal_uncached_tokens_per_s"):
         series[col] /= time_scale  # per second of replayed time
     busiest = [dataclasses.replace(w, load=w.load / time_scale)
-               for w in busiest_windows(requests, profile, window_s, 3)] if span > 0 else []
+               for w in busiest_windows(requests, profile, window_s, 3, config.budget_tokens, colocated)
+               ] if span > 0 else []
     return Analysis(trace=trace_name, requests=len(requests), spread=spread, curve=curve,
                     kv_blocks=kv_blocks, reusable_blocks=reusable, fcfs_hit_rate=fcfs_hit,
                     series=series, bin_s=bin_s, busiest=busiest, offered=offered, window_s=window_s)
@@ -320,8 +322,9 @@ L - 1 tokens); reusable content = {an.reusable_blocks:,} blocks seen in two or m
 
 ## 3. Offered load over time
 
-Load = prompt tokens per second / cold prefill capacity ({an.bin_s:g} s bins of trace time,
-at the replayed time scale); mean
+Load = the engine's best-case busy seconds for the prompts arriving in a stretch of time (every
+step filled to the token budget, cold cache) / its length, as in `fairsim run`'s offered-load
+line ({an.bin_s:g} s bins of trace time, at the replayed time scale); mean
 {fmt_num(summary['mean_load'], '.2f')}, peak bin {fmt_num(summary['peak_bin_load'], '.2f')}. Busiest
 windows of {an.window_s:g} s:
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from fairsim.analysis.spread import DEFAULT_SPREAD_THRESHOLD
 
 OVERLOAD = 2.0
-"""Offered load after ideal reuse above which ``analyze`` warns (as ``fairsim accept``)."""
+"""Offered load after ideal reuse (``fairsim.traces.offered``) above which ``analyze`` warns (as
+``fairsim accept``)."""
 
 
 def retitle(p: argparse.ArgumentParser, option: str, help_text: str) -> None:
@@ -51,7 +52,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from fairsim.analysis.analyze import analyze, format_text, write_report
     from fairsim.cli import engine_config, load_requests
     from fairsim.costmodel import load_profile
-    from fairsim.traces import offered_load, scale_time
+    from fairsim.traces import scale_time
+    from fairsim.traces.offered import offered_load
 
     from fairsim.io import check_writable_dir
 
@@ -69,7 +71,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     trace, requests = load_requests(args, profile)
     if not (scale > 0 and scale < float("inf")):
         raise ValueError(f"--time-scale {scale}: need a finite factor > 0")
-    load = offered_load(scale_time(requests, scale), profile)
+    load = offered_load(scale_time(requests, scale), profile, config.budget_tokens, args.load_window,
+                        colocated=config.mode == "colocated")  # the figures of fairsim run
     offered = load.describe()
     if load.span_s > 0 and load.ideal_load > OVERLOAD:
         print(f"fairsim: warning: offered load {load.ideal_load:.1f} x the cold capacity of profile "

@@ -1,9 +1,12 @@
 """Offered load over time, the busiest windows, and calm / burst / spike window detection.
 
-Offered load of a stretch of time = prompt tokens arriving per second / the engine's cold prefill
-throughput at the trace's own prompt lengths (``sum(L) / sum(T_idle(L))`` over the whole trace,
-the same capacity as ``fairsim.traces.offered_load``). 1.0 means the engine, running cold, would
-just keep up; prefix hits let it carry more.
+Offered load of a stretch of time = the engine's best-case busy seconds for the prefill work of
+the requests arriving in it, divided by its length: ``busy(R) / W`` with ``busy`` the budget-aware
+bound of ``fairsim.traces.offered`` (every step filled to the token budget ``B``, each prompt in
+the fewest chunks; cost model ``a + b·Σn + k·Σn(k+n/2) + d·#requests``). It is the same figure as
+the offered-load line of ``fairsim run``: over the whole trace it is ``OfferedLoad.load``, and
+the busiest window of length ``W`` is ``OfferedLoad.peak_load`` at ``--load-window W``. 1.0 means
+the engine, running cold, would just keep up; prefix hits let it carry more.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from fairsim.costmodel import Profile
+from fairsim.traces.offered import PrefillWork, busy_time, prefill_work
 from fairsim.types import Request
 
 DEFAULT_WINDOW_S = 60.0
@@ -46,86 +50,131 @@ class Window:
         return self.start_s < other.end_s and other.start_s < self.end_s
 
 
-def cold_capacity(requests: Sequence[Request], profile: Profile) -> float:
-    """Cold prefill throughput at these prompt lengths, tokens/s: ``sum(L) / sum(T_idle(L))``."""
-    return sum(r.prompt_len for r in requests) / sum(profile.idle_prefill_time(r.prompt_len)
-                                                    for r in requests)
+def budget_of(profile: Profile, budget_tokens: int | None) -> int:
+    """``budget_tokens``, or the profile's own budget when None (tokens per step)."""
+    return int(profile.budget_tokens if budget_tokens is None else budget_tokens)
 
 
-def load_series(requests: Sequence[Request], profile: Profile, bin_s: float) -> pd.DataFrame:
+class WorkSums:
+    """Prefix sums of a trace's ``PrefillWork`` (arrival order), for the busy seconds of any run
+    of consecutive arrivals in O(1).
+
+    Args:
+        requests: The trace.
+        profile: Cost model.
+        budget_tokens: Step token budget ``B``, tokens (None: the profile's).
+        colocated: Count decode work too (``fairsim.traces.offered``, colocated mode).
+    """
+
+    def __init__(self, requests: Sequence[Request], profile: Profile, budget_tokens: int | None = None,
+                 colocated: bool = False) -> None:
+        self.profile = profile
+        self.budget = budget_of(profile, budget_tokens)
+        work: PrefillWork = prefill_work(requests, self.budget, ideal_reuse=False, profile=profile,
+                                         colocated=colocated)
+        self.arrival_s = work.arrival_s
+        self.tokens = np.concatenate(([0.0], np.cumsum(work.new_tokens)))
+        self._cum = [np.concatenate(([0.0], np.cumsum(x))) for x in
+                     (work.new_tokens, work.pairs, work.chunks, work.decode_tokens, work.decode_s)]
+
+    def busy(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Best-case busy seconds of arrivals ``lo[j] .. hi[j] - 1`` (indices in arrival order)."""
+        return np.asarray(busy_time(self.profile, self.budget, *(c[hi] - c[lo] for c in self._cum)),
+                          dtype=np.float64)
+
+    def between(self, start_s: np.ndarray, end_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(lo, hi)`` index bounds of the arrivals in ``[start_s, end_s)``."""
+        return (np.searchsorted(self.arrival_s, start_s, side="left"),
+                np.searchsorted(self.arrival_s, end_s, side="left"))
+
+
+def load_series(requests: Sequence[Request], profile: Profile, bin_s: float,
+                budget_tokens: int | None = None, colocated: bool = False) -> pd.DataFrame:
     """Offered load per time bin.
 
     Args:
         requests: The trace (any order).
-        profile: Cost model giving the capacity.
+        profile: Cost model.
         bin_s: Bin width, seconds (> 0).
+        budget_tokens: Step token budget, tokens (None: the profile's ``budget_tokens``).
+        colocated: Count decode work too.
 
     Returns:
         One row per bin from the first arrival to the last: ``start_s``, ``requests``,
         ``prompt_tokens_per_s``, ``ideal_uncached_tokens_per_s`` (minus the hits of an infinite
-        prefix cache, first-seen blocks computed once), ``load`` (prompt tokens/s over capacity).
+        prefix cache, first-seen blocks computed once), ``load`` (best-case busy seconds of the
+        bin's arrivals over ``bin_s``, module docstring).
 
     Raises:
-        ValueError: No requests or ``bin_s <= 0``.
+        ValueError: No requests or ``bin_s`` not a finite number > 0.
     """
     if not requests:
         raise ValueError("load_series: no requests")
     if not (bin_s > 0 and math.isfinite(bin_s)):
         raise ValueError(f"--bin {bin_s}: need a bin width > 0 s")
     ordered = sorted(requests, key=lambda r: r.arrival_time)
-    seen: set = set()
-    uncached = []
-    for r in ordered:
-        hit = 0
-        for x in r.block_hashes:
-            if x not in seen:
-                break
-            hit += 1
-        seen.update(r.block_hashes)
-        uncached.append(r.prompt_len - min(hit * r.hash_block_size, r.prompt_len - 1))
-    t = np.array([r.arrival_time for r in ordered])
+    sums = WorkSums(ordered, profile, budget_tokens, colocated)
+    ideal = prefill_work(ordered, sums.budget, ideal_reuse=True).new_tokens
+    t = sums.arrival_s
     t0 = float(t[0])
     idx = np.floor((t - t0) / bin_s).astype(np.int64)
     n = int(idx[-1]) + 1
     count = np.bincount(idx, minlength=n)
     tokens = np.bincount(idx, weights=[r.prompt_len for r in ordered], minlength=n)
-    ideal = np.bincount(idx, weights=uncached, minlength=n)
-    cap = cold_capacity(ordered, profile)
+    ideal_tokens = np.bincount(idx, weights=ideal, minlength=n)
+    hi = np.cumsum(count)
+    busy = sums.busy(hi - count, hi)
     return pd.DataFrame({
         "start_s": t0 + np.arange(n) * bin_s,
         "requests": count,
         "prompt_tokens_per_s": tokens / bin_s,
-        "ideal_uncached_tokens_per_s": ideal / bin_s,
-        "load": tokens / bin_s / cap,
+        "ideal_uncached_tokens_per_s": ideal_tokens / bin_s,
+        "load": busy / bin_s,
     })
 
 
 def _window_stats(requests: Sequence[Request], profile: Profile, length_s: float,
-                  step_s: float) -> pd.DataFrame:
-    """Every window ``[s, s + length_s)`` for ``s`` on a grid of ``step_s`` from the first arrival
-    to the last arrival minus ``length_s``: ``start_s``, ``end_s``, ``requests``, ``load``."""
-    t = np.sort(np.array([r.arrival_time for r in requests]))
-    tokens = np.array([r.prompt_len for r in sorted(requests, key=lambda r: r.arrival_time)],
-                      dtype=np.float64)
-    csum = np.concatenate([[0.0], np.cumsum(tokens)])
-    last_start = max(float(t[0]), float(t[-1]) - length_s)
-    starts = np.arange(float(t[0]), last_start + step_s / 2, step_s)
-    lo = np.searchsorted(t, starts, side="left")
-    hi = np.searchsorted(t, starts + length_s, side="left")
-    cap = cold_capacity(requests, profile)
+                  starts: np.ndarray | None = None, budget_tokens: int | None = None,
+                  colocated: bool = False) -> pd.DataFrame:
+    """Windows ``[s, s + length_s)`` for ``s`` in ``starts`` (default: every arrival, where the
+    busiest window is reached, as ``fairsim.traces.offered``): ``start_s``, ``end_s``,
+    ``requests``, ``load``."""
+    sums = WorkSums(requests, profile, budget_tokens, colocated)
+    if starts is None:
+        starts = np.unique(sums.arrival_s)
+    lo, hi = sums.between(starts, starts + length_s)
     return pd.DataFrame({"start_s": starts, "end_s": starts + length_s, "requests": hi - lo,
-                         "load": (csum[hi] - csum[lo]) / length_s / cap})
+                         "load": sums.busy(lo, hi) / length_s})
+
+
+def _grid(requests: Sequence[Request], length_s: float) -> np.ndarray:
+    """Window starts on a grid of a tenth of ``length_s`` from the first arrival to the last
+    arrival minus ``length_s``."""
+    t = [r.arrival_time for r in requests]
+    first, last = min(t), max(t)
+    step = length_s / 10
+    return np.arange(first, max(first, last - length_s) + step / 2, step)
 
 
 def busiest_windows(requests: Sequence[Request], profile: Profile, length_s: float,
-                    count: int = 3) -> list[Window]:
+                    count: int = 3, budget_tokens: int | None = None,
+                    colocated: bool = False) -> list[Window]:
     """The ``count`` busiest non-overlapping windows of ``length_s`` seconds, busiest first.
 
-    Windows slide on a grid of a tenth of their length; the busiest is taken, windows that
-    overlap it are dropped, and so on (greedy). Windows with no arrival are never listed (fewer
-    than ``count`` come back when the trace has no more busy stretches).
+    Candidate windows start at every arrival (the busiest of all windows starts at one, so the
+    first equals ``OfferedLoad.peak_load`` at ``--load-window length_s``); the busiest is taken,
+    windows that overlap it are dropped, and so on (greedy). Windows with no arrival are never
+    listed (fewer than ``count`` come back when the trace has no more busy stretches).
+
+    Args:
+        requests: The trace.
+        profile: Cost model.
+        length_s: Window length, seconds (> 0).
+        count: Windows wanted.
+        budget_tokens: Step token budget, tokens (None: the profile's).
+        colocated: Count decode work too.
     """
-    stats = _window_stats(requests, profile, length_s, length_s / 10)
+    stats = _window_stats(requests, profile, length_s, None, budget_tokens, colocated)
     out: list[Window] = []
     for row in stats.sort_values(["load", "start_s"], ascending=[False, True]).itertuples():
         w = Window(f"busy{len(out) + 1}", float(row.start_s), float(row.end_s), int(row.requests),
@@ -139,7 +188,8 @@ def busiest_windows(requests: Sequence[Request], profile: Profile, length_s: flo
 
 def detect_windows(requests: Sequence[Request], profile: Profile,
                    length_s: float | None = None,
-                   min_requests: int = MIN_WINDOW_REQUESTS) -> list[Window]:
+                   min_requests: int = MIN_WINDOW_REQUESTS, budget_tokens: int | None = None,
+                   colocated: bool = False) -> list[Window]:
     """Calm, burst and spike windows of a trace, from its offered load.
 
     Rule (ours; the paper's dynamic traces are calm, then a burst, then a spike above capacity):
@@ -153,6 +203,8 @@ def detect_windows(requests: Sequence[Request], profile: Profile,
         length_s: Window length, seconds. Default ``DEFAULT_WINDOW_S``, or a third of the trace's
             span when the trace is shorter than three such windows.
         min_requests: Fewest requests a calm window may hold.
+        budget_tokens: Step token budget of the load, tokens (None: the profile's).
+        colocated: Count decode work too.
 
     Returns:
         ``[calm, burst, spike]``, each with its request count and load.
@@ -172,7 +224,8 @@ def detect_windows(requests: Sequence[Request], profile: Profile,
         length_s = min(DEFAULT_WINDOW_S, span / 3)
     if not (length_s > 0 and math.isfinite(length_s)):
         raise ValueError(f"--window-length {length_s}: need > 0 s")
-    stats = _window_stats(requests, profile, length_s, length_s / 10)
+    stats = _window_stats(requests, profile, length_s, _grid(requests, length_s), budget_tokens,
+                          colocated)
     rows = [Window("", float(r.start_s), float(r.end_s), int(r.requests), float(r.load))
             for r in stats.itertuples()]
     by_load = sorted(rows, key=lambda w: (-w.load, w.start_s))
@@ -191,12 +244,15 @@ def detect_windows(requests: Sequence[Request], profile: Profile,
             Window("spike", spike.start_s, spike.end_s, spike.requests, spike.load)]
 
 
-def with_load(requests: Sequence[Request], profile: Profile, w: Window, time_scale: float = 1.0) -> Window:
-    """``w`` with its request count and offered load filled in (load divided by ``time_scale``:
-    arrivals stretched by S arrive S times slower)."""
-    inside = [r.prompt_len for r in requests if w.start_s <= r.arrival_time < w.end_s]
-    load = sum(inside) / (w.end_s - w.start_s) / cold_capacity(requests, profile) / time_scale
-    return Window(w.name, w.start_s, w.end_s, len(inside), load)
+def with_load(requests: Sequence[Request], profile: Profile, w: Window, time_scale: float = 1.0,
+              budget_tokens: int | None = None, colocated: bool = False) -> Window:
+    """``w`` with its request count and offered load filled in: best-case busy seconds of the
+    requests arriving in it over its length (module docstring), divided by ``time_scale``
+    (arrivals stretched by S arrive S times slower)."""
+    sums = WorkSums(requests, profile, budget_tokens, colocated)
+    lo, hi = sums.between(np.array([w.start_s]), np.array([w.end_s]))
+    load = float(sums.busy(lo, hi)[0]) / (w.end_s - w.start_s) / time_scale
+    return Window(w.name, w.start_s, w.end_s, int(hi[0] - lo[0]), load)
 
 
 def parse_windows(spec: str) -> list[Window]:
