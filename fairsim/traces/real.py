@@ -23,8 +23,7 @@ from pathlib import Path
 from fairsim.costmodel import Profile
 from fairsim.traces.formats import azure
 from fairsim.traces.mooncake import load_mooncake
-from fairsim.traces.offered import offered_load
-from fairsim.traces.shaping import scale_time, window
+from fairsim.traces.shaping import offered_load, scale_time, window
 from fairsim.traces.trace import Trace
 from fairsim.types import Request
 
@@ -62,28 +61,21 @@ def load_azure_csv(path: str | Path, max_requests: int | None = None) -> Trace:
 
 
 def real_scenario(name: str, profile: Profile, load: float, start_s: float = 0.0,
-                  max_requests: int | None = 600, max_prompt_tokens: int | None = None,
-                  budget_tokens: int = 2048) -> list[Request]:
+                  max_requests: int | None = 600, max_prompt_tokens: int | None = None) -> list[Request]:
     """A window of a real trace, time-scaled to an offered load.
 
     Args:
         name: A key of ``REAL_TRACES``.
-        profile: Cost model whose best-case prefill throughput defines load 1.0.
-        load: Target offered load after ideal prefix reuse (``fairsim.traces.offered``'s
-            budget-aware ``OfferedLoad.ideal_load``, the figure ``fairsim run`` prints; equal to
-            the plain load for the Azure traces), e.g. 0.8.
+        profile: Cost model whose cold capacity defines load 1.0.
+        load: Target offered load after ideal prefix reuse (``OfferedLoad.ideal_load``; equal to the
+            plain load for the Azure traces), e.g. 0.8.
         start_s: Window start in trace seconds.
         max_requests: Keep the first N requests of the window.
         max_prompt_tokens: Drop longer prompts (None keeps all).
-        budget_tokens: Step token budget of the load, tokens (default 2048, ``EngineConfig``'s
-            default, at which the scenarios run).
 
     Returns:
         Requests rebased to 0 s with labels ``trace``; arrival times scaled so that
-        ``offered_load(requests, profile, budget_tokens).ideal_load == load``. (Until this
-        version the scale used the per-prompt idle capacity ``sum(L) / sum(T_idle(L))`` of
-        ``fairsim.traces.shaping``; the budget-aware figure differs by up to 3 % on the public
-        traces at 600 requests; the tiny golden runs use no real trace and are unchanged.)
+        ``offered_load(requests).ideal_load == load``.
 
     Raises:
         ValueError: Unknown name, ``load <= 0``, or no request left.
@@ -109,5 +101,5 @@ def real_scenario(name: str, profile: Profile, load: float, start_s: float = 0.0
     requests = [Request(r.request_id, r.arrival_time - t0, r.prompt_len, r.block_hashes,
                         r.hash_block_size, r.output_len, {**r.labels, "trace": name})
                 for r in requests]
-    current = offered_load(requests, profile, budget_tokens).ideal_load
+    current = offered_load(requests, profile).ideal_load
     return scale_time(requests, current / load)

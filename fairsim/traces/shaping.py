@@ -91,10 +91,10 @@ class OfferedLoad:
 def offered_load(requests: Sequence[Request], profile: Profile) -> OfferedLoad:
     """Compute the ``OfferedLoad`` of ``requests`` on ``profile``'s engine.
 
-    Capacity here is ``sum(L) / sum(T_idle(L))``: each prompt alone on an idle engine. No command
-    prints this figure any more: ``fairsim run``, ``analyze``, ``accept`` and the named real-trace
-    scenarios (``fairsim.traces.real``) all use ``fairsim.traces.offered``, which packs prompts into
-    budget-sized steps (best-case batching). Kept for callers of the library API.
+    Capacity here is ``sum(L) / sum(T_idle(L))``: each prompt alone on an idle engine. The named
+    real-trace scenarios (``fairsim.traces.real``, experiments E1-E4) are scaled with it. The CLI's
+    offered-load line uses ``fairsim.traces.offered`` instead, which packs prompts into
+    budget-sized steps (best-case batching).
 
     Raises:
         ValueError: An empty trace.
