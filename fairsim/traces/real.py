@@ -75,7 +75,10 @@ def real_scenario(name: str, profile: Profile, load: float, start_s: float = 0.0
 
     Returns:
         Requests rebased to 0 s with labels ``trace``; arrival times scaled so that
-        ``offered_load(requests).ideal_load == load``.
+        ``fairsim.traces.shaping.offered_load(requests).ideal_load == load``. That is the load the
+        paper's experiments were scaled to (tokens/s over the cold idle-prefill capacity), kept so
+        that the published E2/E5 figures reproduce; the CLI's budget-aware figure
+        (``fairsim.traces.offered``) differs from it by up to 3 % on these traces.
 
     Raises:
         ValueError: Unknown name, ``load <= 0``, or no request left.
