@@ -21,3 +21,8 @@ class FCFS:
     def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
         """Return ``waiting`` sorted oldest first (a permutation of the input)."""
         return sorted(waiting, key=arrival_key)
+
+    def incremental_order(self):
+        """Fast path (``fairsim.policies.incremental``): the waiting queue in arrival order."""
+        from fairsim.policies.incremental import ArrivalOrder
+        return ArrivalOrder()

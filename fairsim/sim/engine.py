@@ -36,17 +36,19 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from itertools import chain, islice
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 import pandas as pd
 import simpy
 
 from fairsim.costmodel import Profile
-from fairsim.errors import EngineInvariantError
+from fairsim.errors import EngineInvariantError, PolicyContractError
 from fairsim.policies.base import Policy, check_permutation
 from fairsim.sim.arrivals import Arrivals, resolve_replay
 from fairsim.policies.clients import client_of_request
+from fairsim.policies.incremental import fast_path_of
 from fairsim.sim.block_pool import BlockPool
 from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
@@ -100,6 +102,10 @@ class Engine:
             is released when that request finished plus ``delay_s * think_scale``) or ``None``:
             closed where any request has ``after`` (``fairsim.sim.arrivals``).
         think_scale: Closed loop: multiplies ``delay_s`` (>= 0).
+        fast_order: Use the policy's fast path (``incremental_order()``, see
+            ``fairsim.policies.incremental``) when it has one: the waiting queue's order is kept
+            across steps and read lazily up to the budget or the first misfit. False: call
+            ``order()`` on every waiting snapshot each step (the reference; same decisions).
 
     Raises:
         CapacityError, ValueError: See ``resolve_capacity``; duplicate request ids; a bad replay
@@ -117,6 +123,7 @@ class Engine:
         *,
         replay: str | None = None,
         think_scale: float = 1.0,
+        fast_order: bool = True,
     ) -> None:
         ids = [r.request_id for r in requests]
         if len(set(ids)) != len(ids):
@@ -150,6 +157,11 @@ class Engine:
         self._on_admitted = getattr(policy, "on_admitted", None)
         # Start-of-step snapshots, id(live) -> snapshot, handed to on_admitted (policy contract).
         self._step_snaps: dict[int, QueuedRequest] = {}
+        # Fast path: the policy's incremental order, fed with new and changed snapshots
+        # (``_dirty``: waiting requests whose snapshot a cache event invalidated).
+        self._inc = fast_path_of(policy) if fast_order else None
+        self._in_inc: set[int] = set()  # id(live) of the waiting requests the fast path holds
+        self._dirty: dict[int, _Live] = {}
         self.env = simpy.Environment()
 
     # -- the step loop ---------------------------------------------------------------------------
@@ -261,10 +273,15 @@ class Engine:
         self._admit_waiting(now, budget, batch, ordered)
         return batch, 0
 
-    def _order_waiting(self, now: float) -> list[_Live]:
-        """The waiting requests (not preempted ones) in the policy's order, from step-start snapshots."""
+    def _order_waiting(self, now: float) -> list[_Live] | Iterator[_Live]:
+        """The waiting requests (not preempted ones) in the policy's order, from step-start snapshots.
+
+        With the policy's fast path (``self._inc``) an iterator read lazily by ``_admit_waiting``,
+        else a list."""
         if not self._waiting:
             return []
+        if self._inc is not None:
+            return self._fast_order(now)
         snapshots = [self._snapshot(live) for live in self._waiting.values()]
         ordered = check_permutation(snapshots, self.policy.order(snapshots, now),
                                     getattr(self.policy, "name", type(self.policy).__name__))
@@ -275,7 +292,49 @@ class Engine:
             ordered = ordered[:limit]
         return [q.handle for q in ordered]
 
-    def _admit_waiting(self, now: float, budget: int, batch: list, ordered: list[_Live]) -> None:
+    def _fast_order(self, now: float) -> Iterator[_Live]:
+        """Sync the fast path with this step's snapshots, then read its order lazily."""
+        inc, held, waiting = self._inc, self._in_inc, self._waiting
+        if self._dirty:
+            for key, live in self._dirty.items():
+                if key in held and key in waiting:
+                    inc.add(self._snapshot(live))
+            self._dirty = {}
+        new = []
+        for key in reversed(waiting):  # newly released requests are at the end (release order)
+            if key in held:
+                break
+            new.append(waiting[key])
+        for live in reversed(new):
+            inc.add(self._snapshot(live))
+            held.add(id(live))
+        self._step_snaps = {}
+        ordered = self._checked(inc.iter_order(now), len(waiting))
+        limit = getattr(self.policy, "admission_limit", None)
+        return ordered if limit is None else islice(ordered, limit)
+
+    def _checked(self, snaps: Iterator[QueuedRequest], n: int) -> Iterator[_Live]:
+        """Lazy ``check_permutation``: each item a waiting snapshot, none twice, ``n`` in all."""
+        name = getattr(self.policy, "name", type(self.policy).__name__)
+        seen: set[int] = set()
+        keep = self._on_admitted is not None
+        for q in snaps:
+            live = getattr(q, "handle", None)
+            key = id(live)
+            if key in seen or key not in self._in_inc or live.snap is not q and live.snap is not None:
+                raise PolicyContractError(
+                    f"policy {name!r}: incremental_order() yielded "
+                    f"{'a duplicate' if key in seen else 'a foreign or stale'} entry "
+                    f"{getattr(q, 'request_id', q)!r}")
+            seen.add(key)
+            if keep:
+                self._step_snaps[key] = q
+            yield live
+        if len(seen) != n:
+            raise PolicyContractError(
+                f"policy {name!r}: incremental_order() yielded {len(seen)} of the {n} waiting requests")
+
+    def _admit_waiting(self, now: float, budget: int, batch: list, ordered: list[_Live] | Iterator[_Live]) -> None:
         pool = self.pool
         bs = self.block_size
         max_seqs = self.config.max_num_seqs
@@ -284,11 +343,15 @@ class Engine:
             return
         if not (self._waiting or self._preempted):
             return
-        order = list(self._preempted) + ordered
+        order = chain(self._preempted, ordered) if self._inc is not None else list(self._preempted) + ordered
         if self._protect is not None:  # PEEK: protect what the next max_num_seqs would hit
+            rest = iter(order)
+            head = list(islice(rest, max_seqs))
+            order = chain(head, rest)
             self._protect([live.keys[:pool.count_prefix(live.keys, live.max_hit_blocks)]
-                           for live in order[:max_seqs]])
+                           for live in head])
         admitted: list[_Live] = []
+        left: list[_Live] = []  # admitted from the waiting queue (fast path: removed after the loop)
         for live in order:
             if budget <= 0 or len(running) >= max_seqs:
                 break
@@ -315,6 +378,7 @@ class Engine:
             else:
                 del self._waiting[id(live)]
                 self._unwatch(live)
+                left.append(live)
             running.append(live)
             batch.append((live, n, h))
             admitted.append(live)
@@ -322,6 +386,10 @@ class Engine:
         if self._on_admitted is not None and admitted:
             snaps = self._step_snaps
             self._on_admitted([snaps[id(live)] for live in admitted], now)
+        if self._inc is not None:
+            for live in left:
+                self._inc.remove(live.req.request_id)
+                self._in_inc.discard(id(live))
 
     def _snapshot(self, live: _Live) -> QueuedRequest:
         snap = live.snap
@@ -356,6 +424,8 @@ class Engine:
         if bucket:
             for live in bucket.values():
                 live.snap = None
+            if self._inc is not None:
+                self._dirty.update(bucket)
 
     def _cache_blocks(self, live: _Live, num_tokens: int) -> None:
         """Register newly full blocks with known content (vLLM ``cache_blocks`` at scheduling)."""
@@ -446,7 +516,8 @@ def simulate(
     *,
     replay: str | None = None,
     think_scale: float = 1.0,
+    fast_order: bool = True,
 ) -> SimResult:
     """Replay ``requests`` through the engine under ``policy``; see ``Engine``."""
     return Engine(requests, policy, profile, config, progress, replay=replay,
-                  think_scale=think_scale).run()
+                  think_scale=think_scale, fast_order=fast_order).run()
