@@ -85,7 +85,7 @@ def test_fast_path_same_tables_conversation_native_rate(name):
 
 
 def test_every_hot_policy_has_a_fast_path():
-    for name in ("fcfs", "lpm", "klpm4", "klpm8", "peek", "fairway", "fairway-abswait",
+    for name in ("fcfs", "lpm", "klpm4", "klpm8", "peek", "ragcache", "fairway", "fairway-abswait",
                  "fairway-nofair", "fairway-carry", "fairway-plus"):
         assert make_policy(name, PROFILE).incremental_order() is not None, name
     assert make_policy("lpm", PROFILE, sglang_dedup=True).incremental_order() is None
@@ -152,7 +152,7 @@ def _snap(rid, arrival, L, h):
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), name=st.sampled_from(
-    ["fcfs", "lpm", "klpm4", "klpm8", "peek", "fairway", "fairway-abswait", "fairway-nofair",
+    ["fcfs", "lpm", "klpm4", "klpm8", "peek", "ragcache", "fairway", "fairway-abswait", "fairway-nofair",
      "fairway-carry", "fairway-plus"]),
     n=st.integers(1, 120), ties=st.booleans())
 def test_incremental_equals_order(seed, name, n, ties):
