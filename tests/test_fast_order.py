@@ -85,7 +85,7 @@ def test_fast_path_same_tables_conversation_native_rate(name):
 
 
 def test_every_hot_policy_has_a_fast_path():
-    for name in ("fcfs", "lpm", "klpm4", "klpm8", "peek", "ragcache", "fairway", "fairway-abswait",
+    for name in ("fcfs", "lpm", "klpm4", "klpm8", "peek", "ragcache", "preble", "fairway", "fairway-abswait",
                  "fairway-nofair", "fairway-carry", "fairway-plus"):
         assert make_policy(name, PROFILE).incremental_order() is not None, name
     assert make_policy("lpm", PROFILE, sglang_dedup=True).incremental_order() is None
@@ -152,7 +152,7 @@ def _snap(rid, arrival, L, h):
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), name=st.sampled_from(
-    ["fcfs", "lpm", "klpm4", "klpm8", "peek", "ragcache", "fairway", "fairway-abswait", "fairway-nofair",
+    ["fcfs", "lpm", "klpm4", "klpm8", "peek", "ragcache", "preble", "fairway", "fairway-abswait", "fairway-nofair",
      "fairway-carry", "fairway-plus"]),
     n=st.integers(1, 120), ties=st.booleans())
 def test_incremental_equals_order(seed, name, n, ties):
@@ -164,7 +164,14 @@ def test_incremental_equals_order(seed, name, n, ties):
     t = 0.0
     next_id = 0
     for step in range(6):
-        # Arrivals (in arrival order), cache changes, then one order and some admissions.
+        # As the engine: cache changes of queued requests, arrivals (in arrival order), then
+        # one order and some admissions.
+        for rid in rng.sample(sorted(waiting), k=min(len(waiting), rng.randint(0, 5))):
+            old = waiting[rid]
+            h = rng.randint(0, old.prompt_len - 1)
+            q = old._replace(cached_len=h, uncached_len=max(1, old.prompt_len - h))
+            waiting[rid] = q
+            inc.add(q)
         for _ in range(rng.randint(0, n)):
             t += 0.0 if ties and rng.random() < 0.5 else rng.random()
             L = rng.choice([512, 1024, 4096]) if ties else rng.randint(2, 16_000)
@@ -174,12 +181,6 @@ def test_incremental_equals_order(seed, name, n, ties):
             next_id += 1
             waiting[q.request_id] = q
             inc.add(q)
-        for rid in rng.sample(sorted(waiting), k=min(len(waiting), rng.randint(0, 5))):
-            old = waiting[rid]
-            h = rng.randint(0, old.prompt_len - 1)
-            q = old._replace(cached_len=h, uncached_len=max(1, old.prompt_len - h))
-            waiting[rid] = q
-            inc.add(q)
         if not waiting:
             continue
         now = t + rng.random() * 10
@@ -187,6 +188,7 @@ def test_incremental_equals_order(seed, name, n, ties):
         expected = ref.order(snaps, now)
         got = list(inc.iter_order(now))
         assert [q.request_id for q in got] == [q.request_id for q in expected]
+        assert getattr(fast, "admission_limit", None) == getattr(ref, "admission_limit", None)
         admitted = expected[: rng.randint(0, 3)]
         for policy in (ref, fast):
             if admitted and hasattr(policy, "on_admitted"):

@@ -419,3 +419,45 @@ def _klpm_picks(oldest: Iterator[QueuedRequest], longest: Iterator[QueuedRequest
 def longest_key(q: QueuedRequest) -> tuple[int, float, str]:
     """LPM's key: longest cached prefix first, ties by arrival then ``request_id``."""
     return (-q.cached_len, q.arrival_time, q.request_id)
+
+
+class PrebleOrder:
+    """The fast path of ``Preble``: one arrival-ordered lane per hit group.
+
+    A request's group is fixed by ``Preble.group_of`` when it is first added (the first step whose
+    order sees it, as in ``Preble.order``); ``iter_order`` moves the pointer and sets
+    ``admission_limit`` at once, as ``order()`` does, and yields the served group, then the other
+    groups 9..0, each in arrival order.
+    """
+
+    def __init__(self, policy: Any, num_groups: int, quota: int) -> None:
+        self.policy = policy
+        self.num_groups = num_groups
+        self.quota = quota
+        self.lanes = [ArrivalOrder() for _ in range(num_groups)]
+        self._lane_of: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._lane_of)
+
+    def add(self, q: QueuedRequest) -> None:
+        g = self._lane_of.get(q.request_id)
+        if g is None:
+            g = self._lane_of[q.request_id] = self.policy.group_of(q)
+        self.lanes[g].add(q)
+
+    def remove(self, request_id: str) -> None:
+        self.lanes[self._lane_of.pop(request_id)].remove(request_id)
+
+    def iter_order(self, now: float) -> Iterator[QueuedRequest]:
+        policy, lanes, groups = self.policy, self.lanes, self.num_groups
+        if not self._lane_of:
+            policy.admission_limit = 0
+            return iter(())
+        g = policy.pointer
+        while not len(lanes[g]):
+            g = (g - 1) % groups
+        policy.pointer = (g - 1) % groups
+        policy.admission_limit = min(len(lanes[g]), (g + 1) * self.quota)
+        order = [g] + [x for x in range(groups - 1, -1, -1) if x != g]
+        return (q for x in order for q in lanes[x].iter_order(now))
