@@ -165,6 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--policies", default="fcfs,lpm,fairway",
                        help="comma-separated policy names, or 'all'")
     add_common(bench)
+    bench.add_argument("--compare", metavar="PATH",
+                       help="also run this peer simulator (sched-sim's executable) on the same requests")
+    bench.add_argument("--repeat", type=int, default=1, help="runs per policy; the median is kept")
+    bench.add_argument("--tile", type=int, default=1, metavar="N",
+                       help="concatenate N time-shifted copies of the trace")
     # Live vLLM commands (replay, equivalence, fidelity, hook-overhead) and calibrate; their
     # modules import vLLM only when a command runs.
     from calibration.cli import add_calibrate_command
