@@ -414,7 +414,8 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
                              replay=args.replay, think_scale=args.think_scale)
             if getattr(args, "plots", None) is not None:
                 results[name] = result
-            summary = summarize(result.requests, result.steps)
+            # Columns, not DataFrames: pandas is imported only to write --out tables (issue 13).
+            summary = summarize(result.columns("requests"), result.columns("steps"))
             summary["wall_time_s"] = result.wall_time_s
             summary["profile"] = profile.name
             summary["kv_tokens"] = result.kv_blocks * result.block_size

@@ -12,8 +12,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # imported where a frame is built: the CLI's parser reads this module (issue 13)
+    import pandas as pd
 
 from fairsim.costmodel import Profile
 from fairsim.types import Request
@@ -91,6 +95,8 @@ def load_series(requests: Sequence[Request], profile: Profile, bin_s: float) -> 
     tokens = np.bincount(idx, weights=[r.prompt_len for r in ordered], minlength=n)
     ideal = np.bincount(idx, weights=uncached, minlength=n)
     cap = cold_capacity(ordered, profile)
+    import pandas as pd
+
     return pd.DataFrame({
         "start_s": t0 + np.arange(n) * bin_s,
         "requests": count,
@@ -113,6 +119,8 @@ def _window_stats(requests: Sequence[Request], profile: Profile, length_s: float
     lo = np.searchsorted(t, starts, side="left")
     hi = np.searchsorted(t, starts + length_s, side="left")
     cap = cold_capacity(requests, profile)
+    import pandas as pd
+
     return pd.DataFrame({"start_s": starts, "end_s": starts + length_s, "requests": hi - lo,
                          "load": (csum[hi] - csum[lo]) / length_s / cap})
 

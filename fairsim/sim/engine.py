@@ -40,7 +40,6 @@ from itertools import chain, islice
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
-import pandas as pd
 import simpy
 
 from fairsim.costmodel import Profile
@@ -53,7 +52,7 @@ from fairsim.sim.block_pool import BlockPool
 from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.hooked_pool import HookedBlockPool
-from fairsim.sim.result import SimResult
+from fairsim.sim.result import Columns, SimResult
 from fairsim.sim.keys import blocks_for, engine_block_keys
 from fairsim.types import QueuedRequest, Request
 
@@ -472,7 +471,7 @@ class Engine:
         self._arrivals.finished(live.req.request_id, t)
 
     # -- result tables ---------------------------------------------------------------------------
-    def _request_table(self) -> pd.DataFrame:
+    def _request_table(self) -> Columns:
         rows = []
         # Labels starting with "_" are private to generators (e.g. raw hash ids), not metrics.
         label_keys = sorted({k for live in self._all for k in live.req.labels if not k.startswith("_")})
@@ -498,10 +497,10 @@ class Engine:
             for k in label_keys:
                 row[k] = r.labels.get(k)
             rows.append(row)
-        return pd.DataFrame(rows)
+        return Columns.from_records(rows)
 
-    def _step_table(self) -> pd.DataFrame:
-        return pd.DataFrame(self._step_rows, columns=[
+    def _step_table(self) -> Columns:
+        return Columns.from_tuples(self._step_rows, [
             "step", "start_s", "duration_s", "tokens", "requests", "waiting", "running",
             "kv_blocks_used", "kv_blocks_cached", "evictions", "preemptions",
         ])
