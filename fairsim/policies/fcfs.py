@@ -17,6 +17,7 @@ class FCFS:
     """
 
     name = "fcfs"
+    uses_prefix_hits = False  # the order reads no h: the live hook skips the prefix lookups
 
     def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
         """Return ``waiting`` sorted oldest first (a permutation of the input)."""
