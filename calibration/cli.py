@@ -1,9 +1,11 @@
 """``fairsim calibrate``: profile a live vLLM engine, fit the cost model, write a profile JSON.
 
 COSTMODEL.md's procedure: start the engine (prefix caching on, the target budget), warm up, time
-steps over a grid of new tokens x cached context x requests per step (``max_tokens=1``), measure
-``T_idle(L)`` directly, fit ``a, b, k, d`` by non-negative least squares, report MAPE and the worst
-error on held-out points, and refuse a fit above the thresholds unless ``--force``.
+steps over a grid of new tokens x cached context x requests per step (``max_tokens=1``), then
+decode-heavy and mixed steps (decoding requests x their context x an added cold prompt), measure
+``T_idle(L)`` directly, fit ``a, b, k, d`` and the decode terms ``f, e`` by non-negative least
+squares, report MAPE and the worst error on held-out points (also over the decode points alone),
+and refuse a fit above the thresholds unless ``--force``.
 
 Before the engine starts, the grid, the thresholds and ``--out`` are checked (``check_grid``,
 ``fairsim.io.check_writable_file``), so a typo costs a second, not a measurement. A refused fit
@@ -55,6 +57,12 @@ def add_calibrate_command(sub: Any) -> None:
                    help="grid: requests per step")
     p.add_argument("--idle-lengths", type=_ints, default=g.idle_lengths,
                    help="T_idle prompt lengths")
+    p.add_argument("--decodes", type=_ints, default=g.decodes,
+                   help="decode grid: decoding requests per step (empty: no decode grid)")
+    p.add_argument("--decode-contexts", type=_ints, default=g.decode_contexts,
+                   help="decode grid: prompt tokens of each decoding request")
+    p.add_argument("--mixed-new-tokens", type=_ints, default=g.mixed_new_tokens,
+                   help="decode grid: cold prefill tokens added to a decode step (0 = decode only)")
     p.add_argument("--repeats", type=int, default=g.repeats,
                    help="measurements per point, interleaved over the grid")
     p.add_argument("--statistic", choices=("median", "min"), default="median",
@@ -162,7 +170,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from fairsim.live.engine import LiveConfig, make_llm, vllm_version
 
     grid = Grid(args.new_tokens, args.context_tokens, args.requests_per_step, args.idle_lengths, args.repeats,
-                args.statistic)
+                args.statistic, args.decodes, args.decode_contexts, args.mixed_new_tokens)
     on_gpu = _device().startswith("CPU") is False
     block = args.block_size or (16 if on_gpu else 128)
     check_grid(grid, args.budget, block, args)
@@ -170,12 +178,15 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     check_writable_file(raw_path(args.out), "--out")
     require("vllm")
     longest = max(max(grid.context_tokens) + max(grid.new_tokens), max(grid.idle_lengths)) + 1
+    if grid.decodes:  # a decoding request's prompt plus the tokens it generates while measured
+        r, c = max(grid.decodes), max(grid.decode_contexts)
+        longest = max(longest, c + -(-r * c // max(1, args.budget - r)) + 17)
     kwargs: dict[str, Any] = {}
     if args.model:
         kwargs = {"model": args.model, "load_format": args.load_format or "auto"}
     elif args.load_format:
         kwargs = {"load_format": args.load_format}
-    cfg = LiveConfig(policy="fcfs", budget_tokens=args.budget, max_num_seqs=max(16, max(grid.requests_per_step)),
+    cfg = LiveConfig(policy="fcfs", budget_tokens=args.budget, max_num_seqs=max(16, max(grid.requests_per_step), max(grid.decodes, default=0) + 1),
                      block_size=block, max_model_len=args.max_model_len or longest, **kwargs)
     log = lambda msg: print(f"calibrate: {msg}", file=sys.stderr, flush=True)  # noqa: E731
     log(f"device {_device()}, model {cfg.model}, budget {args.budget}, block {block}")
@@ -194,7 +205,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     seconds = monotone([idle[L] for L in lengths])
     refused = fit.holdout_mape > args.max_mape or fit.holdout_worst > args.max_worst
     print(f"fit: a={fit.coefficients['a_s']:.4g} s, b={fit.coefficients['b_s_per_token']:.4g} s/token, "
-          f"k={fit.coefficients['k_s_per_pair']:.4g} s/pair, d={fit.coefficients['d_s_per_request']:.4g} s/request")
+          f"k={fit.coefficients['k_s_per_pair']:.4g} s/pair, d={fit.coefficients['d_s_per_request']:.4g} s/request, "
+          f"f={fit.coefficients['f_s_per_decode']:.4g} s/decode, "
+          f"e={fit.coefficients['e_s_per_decode_ctx_token']:.4g} s/decode context token")
+    if fit.num_holdout_decode:
+        print(f"decode/mixed steps: held-out MAPE {100 * fit.holdout_decode_mape:.1f}% "
+              f"({fit.num_holdout_decode} held-out points)")
     print(f"fit error: train MAPE {100 * fit.train_mape:.1f}%, held-out MAPE {100 * fit.holdout_mape:.1f}%, "
           f"held-out worst {100 * fit.holdout_worst:.1f}% ({fit.num_holdout} held-out of {len(samples)} points); "
           f"condition number {fit.condition_number:.3g}")
@@ -248,10 +264,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         metadata["idle_table_note"] = (f"the T_idle table differs from the fitted coefficients by more than "
                                        f"{100 * IDLE_TABLE_TOLERANCE:.0f} %; written with --force and "
                                        f"idle_table_tolerance={idle_tolerance}")
+    # The weight-read floor is not fitted (min_step_s = 0): the fitted a covers the smallest step.
     json.dumps(metadata)  # fail here, before writing, if metadata is not JSON-ready
     profile = Profile(name, "measured", c["a_s"], c["b_s_per_token"], c["k_s_per_pair"], c["d_s_per_request"],
                       tuple(lengths), tuple(seconds), args.budget, metadata,
-                      kv_capacity=kv_capacity, max_model_len=max_model_len)
+                      kv_capacity=kv_capacity, max_model_len=max_model_len,
+                      e_s_per_decode_ctx_token=c["e_s_per_decode_ctx_token"], f_s_per_decode=c["f_s_per_decode"])
     save_profile(profile, args.out, idle_table_tolerance=idle_tolerance)
     print(f"wrote {args.out}")
     return 0

@@ -3,6 +3,11 @@
 Model (COSTMODEL.md)::
 
     step_time = a + b * sum(n_i) + k * sum(n_i * (k_i + n_i / 2)) + d * len(batch)
+                + f * decodes + e * sum_decoding(k_j)
+
+The last two (per decoding sequence, per context token a decoding sequence reads) are the
+colocated-mode decode terms; samples without decoding requests leave their columns zero, and NNLS
+then fits them as 0, so a prefill-only grid gives the prefill-only fit.
 
 No vLLM import here: the fit works on plain measurement rows, so it can be redone from the raw
 measurements stored in a profile's metadata.
@@ -17,7 +22,8 @@ import numpy as np
 
 
 #: Names of the fitted coefficients, in design-matrix column order.
-COEFFICIENTS = ("a_s", "b_s_per_token", "k_s_per_pair", "d_s_per_request")
+COEFFICIENTS = ("a_s", "b_s_per_token", "k_s_per_pair", "d_s_per_request", "f_s_per_decode",
+                "e_s_per_decode_ctx_token")
 
 
 @dataclass(frozen=True)
@@ -28,17 +34,27 @@ class StepSample:
         new_tokens: ``n_i`` per scheduled request, tokens, shape (r,).
         context_tokens: ``k_i`` per scheduled request (tokens already in its KV cache), shape (r,).
         seconds: Measured step time, seconds (median of repeats).
+        decoding: Per scheduled request, whether it is a decode (one generated token on top of
+            its context), shape (r,); ``()`` = none is.
     """
 
     new_tokens: tuple[int, ...]
     context_tokens: tuple[int, ...]
     seconds: float
+    decoding: tuple[bool, ...] = ()
 
-    def features(self) -> tuple[float, float, float, float]:
-        """``(1, sum n, sum n (k + n/2), r)``: one row of the design matrix."""
+    @property
+    def num_decodes(self) -> int:
+        """Decoding requests in the step."""
+        return sum(1 for d in self.decoding if d)
+
+    def features(self) -> tuple[float, ...]:
+        """``(1, sum n, sum n (k + n/2), r, decodes, sum decoding k)``: one design-matrix row."""
         n = np.asarray(self.new_tokens, dtype=np.float64)
         k = np.asarray(self.context_tokens, dtype=np.float64)
-        return 1.0, float(n.sum()), float((n * (k + n / 2)).sum()), float(len(n))
+        dec = np.asarray(self.decoding or [False] * len(n), dtype=bool)
+        return (1.0, float(n.sum()), float((n * (k + n / 2)).sum()), float(len(n)),
+                float(dec.sum()), float(k[dec].sum()))
 
 
 @dataclass(frozen=True)
@@ -46,7 +62,8 @@ class FitResult:
     """Fitted coefficients and diagnostics.
 
     Attributes:
-        coefficients: ``{a_s, b_s_per_token, k_s_per_pair, d_s_per_request}``, each >= 0.
+        coefficients: ``{a_s, b_s_per_token, k_s_per_pair, d_s_per_request, f_s_per_decode,
+            e_s_per_decode_ctx_token}``, each >= 0.
         train_mape: Mean absolute percentage error on the fitted points (fraction, 0.05 = 5 %).
         holdout_mape: The same on held-out points (never used by the fit).
         holdout_worst: Largest absolute relative error on held-out points (fraction).
@@ -54,6 +71,8 @@ class FitResult:
         condition_number: Condition number of the column-scaled training design matrix.
         num_train: Points fitted.
         num_holdout: Points held out.
+        holdout_decode_mape: Held-out MAPE over the points with decoding requests (NaN if none).
+        num_holdout_decode: Held-out points with decoding requests.
     """
 
     coefficients: dict[str, float]
@@ -64,6 +83,8 @@ class FitResult:
     condition_number: float
     num_train: int
     num_holdout: int
+    holdout_decode_mape: float = float("nan")
+    num_holdout_decode: int = 0
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form (stored in the profile's metadata)."""
@@ -76,13 +97,15 @@ class FitResult:
             "condition_number": self.condition_number,
             "num_train": self.num_train,
             "num_holdout": self.num_holdout,
+            "holdout_decode_mape": self.holdout_decode_mape,
+            "num_holdout_decode": self.num_holdout_decode,
         }
 
 
 def predict(coefficients: dict[str, float], samples: Sequence[StepSample]) -> np.ndarray:
     """Predicted step times, seconds, shape (len(samples),), float64."""
-    x = np.array([s.features() for s in samples], dtype=np.float64).reshape(-1, 4)
-    c = np.array([coefficients[name] for name in COEFFICIENTS], dtype=np.float64)
+    x = np.array([s.features() for s in samples], dtype=np.float64).reshape(-1, len(COEFFICIENTS))
+    c = np.array([coefficients.get(name, 0.0) for name in COEFFICIENTS], dtype=np.float64)
     return x @ c
 
 
@@ -92,7 +115,7 @@ def _relative_errors(coefficients: dict[str, float], samples: Sequence[StepSampl
 
 
 def fit_cost_model(samples: Sequence[StepSample], holdout_every: int = 4) -> FitResult:
-    """Fit ``a, b, k, d >= 0`` by non-negative least squares on relative error.
+    """Fit ``a, b, k, d, f, e >= 0`` by non-negative least squares on relative error.
 
     Every ``holdout_every``-th sample (0-based index 1, 1 + holdout_every, ...) is held out and
     only used to report the error.
@@ -136,6 +159,7 @@ def fit_cost_model(samples: Sequence[StepSample], holdout_every: int = 4) -> Fit
     train_err = _relative_errors(coefficients, train)
     hold_err = _relative_errors(coefficients, holdout)
     residuals = predict(coefficients, holdout) - np.array([s.seconds for s in holdout])
+    dec = np.array([s.num_decodes > 0 for s in holdout], dtype=bool)
     return FitResult(
         coefficients=coefficients,
         train_mape=float(train_err.mean()),
@@ -145,4 +169,6 @@ def fit_cost_model(samples: Sequence[StepSample], holdout_every: int = 4) -> Fit
         condition_number=float(np.linalg.cond(scaled)),
         num_train=len(train),
         num_holdout=len(holdout),
+        holdout_decode_mape=float(hold_err[dec].mean()) if dec.any() else float("nan"),
+        num_holdout_decode=int(dec.sum()),
     )

@@ -28,6 +28,10 @@ class Grid:
         context_tokens: Cached context per request ``k_i`` (multiples of the block size).
         requests_per_step: Requests sharing the step (the new tokens are split evenly).
         idle_lengths: Prompt lengths ``L`` for ``T_idle``.
+        decodes: Decoding requests per decode-heavy step (``()`` = no decode grid).
+        decode_contexts: Prompt length of each decoding request, tokens (its context).
+        mixed_new_tokens: New prefill tokens added to a decode step (0 = decode only, else a
+            mixed step: the decodes plus one cold prompt of that many tokens).
         repeats: Measurements per point.
         statistic: ``"median"`` (COSTMODEL.md) or ``"min"`` of the repeats. ``min`` estimates
             the intrinsic cost on a machine shared with other work, where interference only
@@ -40,6 +44,9 @@ class Grid:
     idle_lengths: tuple[int, ...] = (128, 512, 1024, 2048, 4096, 8192)
     repeats: int = 3
     statistic: str = "median"
+    decodes: tuple[int, ...] = (1, 8, 32)
+    decode_contexts: tuple[int, ...] = (128, 1024, 4096)
+    mixed_new_tokens: tuple[int, ...] = (0, 512)
 
     def __post_init__(self) -> None:
         if self.statistic not in ("median", "min"):
@@ -56,7 +63,9 @@ class Grid:
         return {"new_tokens": list(self.new_tokens), "context_tokens": list(self.context_tokens),
                 "requests_per_step": list(self.requests_per_step),
                 "idle_lengths": list(self.idle_lengths), "repeats": self.repeats,
-                "statistic": self.statistic}
+                "statistic": self.statistic, "decodes": list(self.decodes),
+                "decode_contexts": list(self.decode_contexts),
+                "mixed_new_tokens": list(self.mixed_new_tokens)}
 
 
 class Profiler:
@@ -132,6 +141,56 @@ class Profiler:
             self._run_to_completion()
         return StepSample(tuple(per), tuple([context] * requests), statistics.median(times)), times
 
+    def decode_sample(self, decodes: int, context: int, new_tokens: int, budget: int) -> tuple[StepSample, float]:
+        """Time one step holding ``decodes`` decoding requests (``context``-token prompts) and,
+        if ``new_tokens`` > 0, one cold prompt of ``new_tokens`` tokens (a mixed step).
+
+        The decoding requests are prefilled first (unique prompts, ``ignore_eos``) and stepped
+        until a step holds exactly them, all decoding; then the cold prompt is added and the next
+        step is timed. The sample's contexts are those the engine reported for the timed step.
+
+        Raises:
+            RuntimeError: The timed step did not hold exactly the intended batch.
+        """
+        from vllm import SamplingParams
+
+        self.engine.reset_prefix_cache()
+        # Enough output tokens to stay decoding until the last prompt's prefill is done.
+        max_tokens = -(-decodes * context // max(1, budget - decodes)) + 16
+        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, detokenize=False)
+        ids = []
+        for _ in range(decodes):
+            rid = f"dec-{self._serial}"
+            self._serial += 1
+            self.engine.add_request(rid, self._prompt(prompt_token_ids=self._unique(context)), params)
+            ids.append(rid)
+        for _ in range(max_tokens):
+            self.engine.step()
+            last = self.sched.fairsim_last_batch
+            if len(last) == decodes and all(n == 1 for _, n, _ in last):
+                break
+        else:
+            raise RuntimeError(f"{decodes} requests of {context} tokens never all decoded in one step")
+        if new_tokens:
+            self.engine.add_request(f"mix-{self._serial}", self._prompt(prompt_token_ids=self._unique(new_tokens)),
+                                    self._params)
+            self._serial += 1
+        t0 = time.perf_counter()
+        self.engine.step()
+        seconds = time.perf_counter() - t0
+        batch = list(self.sched.fairsim_last_batch)
+        dec = [(n, ctx) for _, n, ctx in batch if n == 1 and ctx >= context]
+        rest = sorted((n, ctx) for _, n, ctx in batch if not (n == 1 and ctx >= context))
+        want_rest = [(new_tokens, 0)] if new_tokens else []
+        self.engine.abort_request(ids)
+        self._run_to_completion()
+        if len(dec) != decodes or rest != want_rest:
+            raise RuntimeError(f"measured decode step held {sorted(dec)} + {rest}, wanted {decodes} decodes "
+                               f"+ {want_rest}: raise the budget/max_num_seqs or shrink the grid")
+        ns = tuple([1] * decodes + [n for n, _ in rest])
+        ks = tuple([ctx for _, ctx in dec] + [ctx for _, ctx in rest])
+        return StepSample(ns, ks, seconds, tuple([True] * decodes + [False] * len(rest))), seconds
+
     def idle_prefill(self, length: int, repeats: int) -> tuple[float, list[float]]:
         """Median TTFT (s) of a cold ``length``-token prompt alone on the idle engine."""
         times = []
@@ -164,8 +223,17 @@ def measure(profiler: Profiler, grid: Grid, budget: int,
     for c in grid.context_tokens:
         if c % profiler.block_size:
             raise ValueError(f"grid context_tokens={c}: need a multiple of the block size {profiler.block_size}")
+    if grid.decodes and max(grid.decodes) + 1 > budget:
+        raise ValueError(f"grid decodes={max(grid.decodes)}: need decodes + 1 <= budget ({budget})")
+    for m in grid.mixed_new_tokens:
+        if m < 0 or (grid.decodes and m + max(grid.decodes) > budget):
+            raise ValueError(f"grid mixed_new_tokens={m}: need 0..budget - decodes")
     points = [(n, c, r) for c in grid.context_tokens for n in grid.new_tokens
               for r in grid.requests_per_step if r <= n]
+    decode_points = [(r, c, m) for c in grid.decode_contexts for r in grid.decodes
+                     for m in grid.mixed_new_tokens]
+    decode_times: list[list[float]] = [[] for _ in decode_points]
+    decode_batches: list[StepSample | None] = [None] * len(decode_points)
     # Repeats are interleaved (one pass over the whole grid per repeat) rather than back to back,
     # so a burst of interference from other work on the machine hits one repeat of many points
     # instead of every repeat of one point.
@@ -180,6 +248,13 @@ def measure(profiler: Profiler, grid: Grid, budget: int,
             if progress:
                 progress(f"pass {rep + 1}/{grid.repeats}, step {i + 1}/{len(points)}: n={n} k={c} r={r}: "
                          f"{1e3 * times[0]:.1f} ms")
+        for i, (r, c, m) in enumerate(decode_points):
+            sample, seconds = profiler.decode_sample(r, c, m, budget)
+            decode_times[i].append(seconds)
+            decode_batches[i] = sample  # contexts of the last repeat (they differ by a token or two)
+            if progress:
+                progress(f"pass {rep + 1}/{grid.repeats}, decode step {i + 1}/{len(decode_points)}: "
+                         f"{r} decodes at {c} + {m} new: {1e3 * seconds:.1f} ms")
         for L in grid.idle_lengths:
             _, times = profiler.idle_prefill(L, 1)
             idle_times[L] += times
@@ -193,6 +268,11 @@ def measure(profiler: Profiler, grid: Grid, budget: int,
         samples.append(StepSample(b.new_tokens, b.context_tokens, grid.reduce(times)))
         raw_steps.append({"new_tokens": list(b.new_tokens), "context_tokens": list(b.context_tokens),
                           "seconds": times})
+    for b, times in zip(decode_batches, decode_times):
+        assert b is not None
+        samples.append(StepSample(b.new_tokens, b.context_tokens, grid.reduce(times), b.decoding))
+        raw_steps.append({"new_tokens": list(b.new_tokens), "context_tokens": list(b.context_tokens),
+                          "decoding": list(b.decoding), "seconds": times})
     idle = {L: grid.reduce(times) for L, times in idle_times.items()}
     raw_idle = [{"prompt_tokens": L, "seconds": times} for L, times in idle_times.items()]
     return samples, idle, {"steps": raw_steps, "idle_prefill": raw_idle}

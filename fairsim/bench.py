@@ -209,6 +209,8 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
         raise ValueError(f"--tile {args.tile}: need an integer >= 1")
     if args.out is not None:
         check_writable_dir(args.out)
+    if getattr(args, "slo", None):
+        raise ValueError("--slo: bench measures simulator speed; use run/compare for goodput")
     peer = find_peer(args.compare) if args.compare is not None else None
     profile = load_profile(args.profile)
     check_policies(names, profile, parse_params(args.param))

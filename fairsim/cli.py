@@ -113,6 +113,11 @@ def add_common(p: argparse.ArgumentParser) -> None:
                        help="choose the time scale that gives mean offered load X (no reuse; the scale is printed)")
     p.add_argument("--load-window", type=float, default=60.0, metavar="S",
                    help="length of the busiest window in the offered-load line, seconds")
+    p.add_argument("--mode", choices=("prefill-only", "colocated"), default="prefill-only",
+                   help="prefill-only: a request ends with its first token (the paper's node); "
+                        "colocated: it decodes to the trace's output_length on the same engine")
+    p.add_argument("--slo", default=None, metavar="ttft=S,tpot=S",
+                   help="colocated: goodput = requests meeting these TTFT/TPOT SLOs (seconds)")
     p.add_argument("--window-start", type=float, default=0.0,
                    help="window start, seconds of trace time (before --time-scale)")
     p.add_argument("--window-end", type=float, default=None,
@@ -246,7 +251,8 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None) -> t
                   f"sent at their own arrival times", file=sys.stderr)
     target = getattr(args, "target_load", None)
     if target is not None:
-        args.time_scale = time_scale_for_load(kept, profile, args.budget, target)
+        args.time_scale = time_scale_for_load(kept, profile, args.budget, target,
+                                              colocated=getattr(args, "mode", None) == "colocated")
         print(f"fairsim: --target-load {target:g}: time scale {args.time_scale:.6g}", file=sys.stderr)
     requests = scale_time(kept, args.time_scale)
     last = requests[-1].arrival_time if requests else 0.0
@@ -304,7 +310,8 @@ def engine_config(args: argparse.Namespace, profile: Profile | None = None) -> E
 
     config = EngineConfig(budget_tokens=args.budget, max_num_seqs=args.max_num_seqs,
                           block_size=args.block_size, kv_blocks=args.kv_blocks,
-                          kv_tokens=getattr(args, "kv_tokens", None), kv_fraction=args.kv_fraction)
+                          kv_tokens=getattr(args, "kv_tokens", None), kv_fraction=args.kv_fraction,
+                          mode=getattr(args, "mode", "prefill-only"))
     return config if profile is None else with_profile_capacity(config, profile)[0]
 
 
@@ -365,12 +372,17 @@ def write_tables(out: Path, name: str, result: SimResult, engine: dict[str, Any]
 
 
 def format_table(rows: dict[str, dict[str, Any]]) -> str:
-    """Plain-text side-by-side table of per-policy summaries."""
+    """Plain-text side-by-side table of per-policy summaries (plus decode columns, colocated)."""
     cols = [("requests", "requests", "{:d}"), ("ttft_p50_s", "p50 s", "{:.3f}"),
             ("ttft_p90_s", "p90 s", "{:.3f}"), ("ttft_p99_s", "p99 s", "{:.3f}"),
             ("ttft_max_s", "max s", "{:.3f}"), ("starved", "starved", "{}"),
             ("hit_rate", "hit rate", "{:.3f}"), ("kv_blocks", "KV blocks", "{:d}"),
             ("sim_time_s", "sim s", "{:.1f}"), ("wall_time_s", "wall s", "{:.2f}")]
+    first = next(iter(rows.values()), {})
+    if "tpot_p50_s" in first:
+        from fairsim.cli_colocated import DECODE_COLUMNS
+
+        cols[-2:-2] = [c for c in DECODE_COLUMNS if c[0] in first]
     header = ["policy"] + [c[1] for c in cols]
     show = {True: "yes", False: "no"}
     body = [[name] + [show[s[key]] if key == "starved" else fmt.format(s[key])
@@ -394,13 +406,18 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
 
     profile = load_profile(args.profile)
     config, cap_source = with_profile_capacity(engine_config(args), profile)
+    from fairsim.metrics import parse_slo
+
+    slo = parse_slo(args.slo)
+    if slo and config.mode != "colocated":
+        raise ValueError("--slo needs --mode colocated (prefill-only runs have no TPOT)")
     params = parse_params(args.param)
     check_policies(names, profile, params)
     trace, requests = load_requests(args, profile)
     block_size, kv_blocks = resolve_capacity(requests, config)  # fails fast on a too-small cache
     engine = {"profile": profile.name, "kv_tokens": kv_blocks * block_size, "kv_blocks": kv_blocks,
               "block_size": block_size, "kv_capacity_source": cap_source}
-    load = offered_load(requests, profile, args.budget, args.load_window)
+    load = offered_load(requests, profile, args.budget, args.load_window, colocated=config.mode == "colocated")
     stream = sys.stderr if args.format == "json" else sys.stdout
     scaled = f" (time scale {args.time_scale:.6g})" if args.time_scale != 1 else ""
     print(f"trace {trace.name}{scaled}: {load.describe()}", file=stream)
@@ -416,6 +433,10 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
                 results[name] = result
             # Columns, not DataFrames: pandas is imported only to write --out tables (issue 13).
             summary = summarize(result.columns("requests"), result.columns("steps"))
+            if result.token_gaps is not None:
+                from fairsim.cli_colocated import colocated_summary
+
+                summary.update(colocated_summary(result, slo))
             summary["wall_time_s"] = result.wall_time_s
             summary["profile"] = profile.name
             summary["kv_tokens"] = result.kv_blocks * result.block_size
@@ -435,6 +456,12 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         print(json.dumps(rows, indent=2))
     else:
         print(format_table(rows))
+        if config.mode == "colocated":
+            from fairsim.cli_colocated import format_groups
+
+            groups = format_groups(rows)
+            if groups:
+                print(groups)
     if results:
         from fairsim.run_plots import write_run_plots
 
@@ -459,6 +486,7 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
         "kv_tokens": getattr(args, "kv_tokens", None),
         "time_scale": args.time_scale, "target_load": getattr(args, "target_load", None),
         "window_start_s": args.window_start,
+        "mode": args.mode, "slo": args.slo,
         "window_end_s": args.window_end, "max_requests": args.max_requests, "seed": args.seed,
         "skip_long": getattr(args, "skip_long", False), "skipped_long": getattr(args, "skipped_long", 0),
         "engine": engine, "offered_load": load.describe(), "offered_load_figures": load.to_dict(),

@@ -65,3 +65,123 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame | None = None) -> dict
         out["evictions"] = int(steps["evictions"].sum())
         out["preemptions"] = int(steps["preemptions"].sum())
     return out
+
+
+# -- colocated mode (decode on the same engine) ------------------------------------------------
+
+GROUP_LABELS = ("window", "klass", "length", "hops")
+"""Label columns that metrics are broken down by when a trace carries them (arrival window,
+request class, length class, hop count); free-form labels such as ``doc_id`` are not groups."""
+
+
+def parse_slo(text: str | None) -> dict[str, float]:
+    """``"ttft=2,tpot=0.1"`` -> ``{"ttft": 2.0, "tpot": 0.1}`` (seconds; ``--slo``).
+
+    Both SLOs are optional; a missing one is not checked. ``None`` or ``""`` -> ``{}``.
+
+    Raises:
+        ValueError: An unknown key, a missing ``=``, or a value that is not a number > 0 (the
+            message names ``--slo``).
+    """
+    out: dict[str, float] = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in ("ttft", "tpot"):
+            raise ValueError(f"--slo {text!r}: expected ttft=SECONDS,tpot=SECONDS, got {item!r}")
+        try:
+            seconds = float(value)
+        except ValueError:
+            raise ValueError(f"--slo {text!r}: {key}={value!r} is not a number of seconds") from None
+        if not (np.isfinite(seconds) and seconds > 0):
+            raise ValueError(f"--slo {text!r}: {key}={value!r} must be a number of seconds > 0")
+        out[key] = seconds
+    return out
+
+
+def _pcts(values: np.ndarray, name: str) -> dict[str, float]:
+    """``{name}_p50_s``, ``_p90_s``, ``_p99_s``, ``_max_s`` of ``values`` (NaN when empty)."""
+    if values.size == 0:
+        return {f"{name}_{q}_s": float("nan") for q in ("p50", "p90", "p99", "max")}
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    return {f"{name}_p50_s": float(p50), f"{name}_p90_s": float(p90), f"{name}_p99_s": float(p99),
+            f"{name}_max_s": float(values.max())}
+
+
+def meets_slo(requests: pd.DataFrame, slo: dict[str, float]) -> np.ndarray:
+    """Boolean per request: TTFT <= ``slo["ttft"]`` and TPOT <= ``slo["tpot"]`` (where given).
+
+    A one-token request has no TPOT and meets a TPOT SLO trivially (vLLM's benchmark counts
+    goodput the same way: TPOT is undefined for it).
+    """
+    ok = np.ones(len(requests), dtype=bool)
+    if "ttft" in slo:
+        ok &= requests["ttft_s"].to_numpy(dtype=np.float64) <= slo["ttft"]
+    if "tpot" in slo:
+        tpot = requests["tpot_s"].to_numpy(dtype=np.float64)
+        ok &= np.isnan(tpot) | (tpot <= slo["tpot"])
+    return ok
+
+
+def decode_summary(requests: pd.DataFrame, token_gaps: pd.DataFrame | None,
+                   slo: dict[str, float] | None = None) -> dict[str, Any]:
+    """Decode-side figures of a colocated run (seconds; rates per simulated second).
+
+    Args:
+        requests: Request table with ``tpot_s``, ``e2e_s``, ``output_tokens``, ``ttft_s``,
+            ``arrival_s``, ``finish_s`` (``SimResult.requests`` in colocated mode).
+        token_gaps: ``SimResult.token_gaps`` (``request_row``, ``itl_s``), or ``None``; the rows
+            of ``requests`` must be those the gaps index (pass ``requests.index`` intact).
+        slo: ``parse_slo`` output; with it, goodput is reported.
+
+    Returns:
+        ``tpot_{p50,p90,p99,max}_s`` (requests with >= 2 output tokens; TPOT = (e2e - ttft) /
+        (output_tokens - 1), vLLM's definition), ``itl_*_s`` (every gap between consecutive tokens
+        of a request, vLLM's ITL), ``e2e_*_s``, ``output_tokens``, ``output_tokens_per_s`` (output
+        tokens / (last finish - first arrival)), and with an SLO ``goodput_share`` (share of
+        requests meeting every given SLO) and ``goodput_rps`` (such requests per second).
+    """
+    out: dict[str, Any] = {}
+    tpot = requests["tpot_s"].to_numpy(dtype=np.float64)
+    out.update(_pcts(tpot[~np.isnan(tpot)], "tpot"))
+    if token_gaps is not None:
+        rows = requests.index.to_numpy()
+        gaps = token_gaps["itl_s"].to_numpy(dtype=np.float64)[np.isin(token_gaps["request_row"].to_numpy(), rows)]
+    else:
+        gaps = np.empty(0)
+    out.update(_pcts(gaps, "itl"))
+    out.update(_pcts(requests["e2e_s"].to_numpy(dtype=np.float64), "e2e"))
+    span = float(requests["finish_s"].max() - requests["arrival_s"].min())
+    total = int(requests["output_tokens"].sum())
+    out["output_tokens"] = total
+    out["output_tokens_per_s"] = total / span if span > 0 else float("nan")
+    if slo:
+        ok = meets_slo(requests, slo)
+        out["goodput_share"] = float(ok.mean())
+        out["goodput_rps"] = float(ok.sum() / span) if span > 0 else float("nan")
+    return out
+
+
+def group_summaries(requests: pd.DataFrame, token_gaps: pd.DataFrame | None = None,
+                    slo: dict[str, float] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per label value of each ``GROUP_LABELS`` column present: ``{label: {value: summary}}``.
+
+    Each summary is ``ttft_summary`` plus, for a colocated table (with ``tpot_s``),
+    ``decode_summary``. Values are keyed by their string form, in sorted order.
+    """
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for label in GROUP_LABELS:
+        if label not in requests.columns:
+            continue
+        groups: dict[str, dict[str, Any]] = {}
+        for value, part in sorted(requests.groupby(label, dropna=True), key=lambda kv: str(kv[0])):
+            row: dict[str, Any] = ttft_summary(part)
+            if "tpot_s" in part.columns:
+                row.update(decode_summary(part, token_gaps, slo))
+            groups[str(value)] = row
+        if groups:
+            out[label] = groups
+    return out

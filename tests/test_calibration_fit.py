@@ -38,3 +38,26 @@ class TestFit:
     def test_too_few_samples(self):
         with pytest.raises(ValueError, match="need at least 4"):
             fit_cost_model(synthetic()[:3])
+
+
+def test_recovers_decode_terms():
+    # Prefill grid plus decode-heavy and mixed steps: f per decode, e per decoding context token.
+    a, b, k, d, f, e = 0.01, 1e-4, 2e-9, 0.002, 3e-4, 5e-8
+    out = synthetic(a, b, k, d)
+    for r in (1, 8, 32):
+        for ctx in (128, 1024, 4096):
+            for mixed in (0, 512):
+                ns = [1] * r + ([mixed] if mixed else [])
+                ks = [ctx] * r + ([0] if mixed else [])
+                dec = (True,) * r + ((False,) if mixed else ())
+                t = (a + b * sum(ns) + k * sum(x * (c + x / 2) for x, c in zip(ns, ks)) + d * len(ns)
+                     + f * r + e * ctx * r)
+                out.append(StepSample(tuple(ns), tuple(ks), t, dec))
+    fit = fit_cost_model(out)
+    assert fit.coefficients["f_s_per_decode"] == pytest.approx(f, rel=1e-5)
+    assert fit.coefficients["e_s_per_decode_ctx_token"] == pytest.approx(e, rel=1e-5)
+    assert fit.coefficients["a_s"] == pytest.approx(a, rel=1e-5)
+    assert fit.num_holdout_decode > 0 and fit.holdout_decode_mape < 1e-6
+    # Without decode samples the decode columns are zero and fitted as 0.
+    plain = fit_cost_model(synthetic(a, b, k, d))
+    assert plain.coefficients["f_s_per_decode"] == 0 and plain.coefficients["e_s_per_decode_ctx_token"] == 0

@@ -165,6 +165,23 @@ class TestOfferedLoad:
         scale = time_scale_for_load(TOY, toy_profile(), budget, target)
         assert offered_load(scale_time(TOY, scale), toy_profile(), budget).load == pytest.approx(target, abs=1e-6)
 
+    def test_colocated_counts_decode_by_hand(self):
+        import dataclasses
+
+        prof = dataclasses.replace(toy_profile(), e_s_per_decode_ctx_token=1e-7, f_s_per_decode=1e-4)
+        reqs = [dataclasses.replace(req(0, 0.0, 100), output_len=3), dataclasses.replace(req(1, 10.0, 100), output_len=3)]
+        load = offered_load(reqs, prof, budget_tokens=100, window_s=30.0, colocated=True)
+        # Prefill: 200 tokens + 4 decode tokens -> ceil(204 / 100) = 3 steps (0.03 s), 0.2 s per-token,
+        # pairs 2 x 5,000 (0.01 s), chunks 2 (0.004 s). Decode per request (o - 1 = 2, L = 100):
+        # 2 x (0.001 + 0.002 + 1e-4 + 0.5e-6) + (1e-6 + 1e-7) x (2 x 100 + 1) = 0.0066221 s.
+        decode = 2 * (0.001 + 0.002 + 1e-4 + 0.5e-6) + (1e-6 + 1e-7) * 201
+        assert load.busy_s == pytest.approx(0.03 + 0.2 + 0.01 + 0.004 + 2 * decode)
+        assert load.colocated and "decode counted" in load.describe()
+        prefill_only = offered_load(reqs, prof, budget_tokens=100, window_s=30.0)
+        assert prefill_only.busy_s == pytest.approx(0.02 + 0.2 + 0.01 + 0.004)  # 200 tokens: 2 steps
+        scale = time_scale_for_load(reqs, prof, 100, 0.5, colocated=True)
+        assert offered_load(scale_time(reqs, scale), prof, 100, colocated=True).load == pytest.approx(0.5)
+
     def test_target_load_needs_a_span(self):
         with pytest.raises(ValueError, match="arrive at one instant"):
             time_scale_for_load([req(0, 1.0, 10), req(1, 1.0, 20)], toy_profile(), 100, 0.5)

@@ -43,6 +43,11 @@ def _traces():
     out["rag-evicting"] = (rag.requests[:300], EngineConfig(kv_tokens=3 * longest))
     agent = build_scenario("agent", PROFILE, seed=3, num_sessions=12)
     out["agent-sessions"] = (agent.requests, agent.engine)
+    # Colocated (decode in the running list) with a cache so small that running requests are
+    # preempted and re-admitted from the front of the queue.
+    out["rag-colocated-preempting"] = (
+        [dataclasses.replace(r, output_len=1 + (i * 37) % 200) for i, r in enumerate(rag.requests[:200])],
+        EngineConfig(kv_tokens=4 * longest, mode="colocated", max_num_seqs=16))
     return out
 
 
@@ -73,7 +78,9 @@ TRACES = _traces()
 @pytest.mark.parametrize("name", policy_names())
 def test_fast_path_same_tables(name, trace):
     requests, engine = TRACES[trace]
-    _assert_same(requests, engine, name)
+    result = _assert_same(requests, engine, name)
+    if trace.endswith("preempting"):
+        assert result.requests["preemptions"].sum() > 0  # the re-admission path is exercised
 
 
 @pytest.mark.skipif(not CONVERSATION.exists(), reason="shared conversation trace not present")

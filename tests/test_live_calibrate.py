@@ -25,6 +25,7 @@ class TestCalibrateCommand:
         out = tmp_path / "p.json"
         rc = main(["calibrate", "--new-tokens", "64,512", "--context-tokens", "0,256",
                    "--requests-per-step", "1,2", "--idle-lengths", "128,256", "--repeats", "1",
+                   "--decodes", "1,4", "--decode-contexts", "128", "--mixed-new-tokens", "0,64",
                    "--max-model-len", "1024", "--force", "--out", str(out)])
         assert rc == 0
         data = json.loads(out.read_text())
@@ -33,8 +34,17 @@ class TestCalibrateCommand:
         for key in ("device", "model", "dtype", "vllm_version", "block_size", "budget_tokens", "date",
                     "grid", "fit", "raw_measurements"):
             assert key in meta, key
-        assert meta["fit"]["num_holdout"] == 2 and meta["fit"]["holdout_mape"] >= 0
-        assert len(meta["raw_measurements"]["steps"]) == 8
+        assert meta["fit"]["num_holdout"] == 3 and meta["fit"]["holdout_mape"] >= 0
+        steps = meta["raw_measurements"]["steps"]
+        assert len(steps) == 8 + 4
+        # Decode-heavy and mixed steps: 1 or 4 decodes at >= 128 tokens of context, + 0 or 64 new.
+        decode_steps = [s for s in steps if any(s.get("decoding", []))]
+        assert sorted((sum(s["decoding"]), sum(s["new_tokens"]) - sum(s["decoding"])) for s in decode_steps) == \
+            [(1, 0), (1, 64), (4, 0), (4, 64)]
+        assert all(min(k for k, d in zip(s["context_tokens"], s["decoding"]) if d) >= 128 for s in decode_steps)
+        assert meta["fit"]["num_holdout_decode"] >= 1
+        assert "e_s_per_decode_ctx_token" in data["coefficients"] or "f_s_per_decode" in data["coefficients"] \
+            or data["coefficients"]["a_s"] > 0
         profile = load_profile(str(out))
         assert profile.idle_prefill_time(256) > 0
         # VLLM_CPU_KVCACHE_SPACE=1 GiB of 1 KiB tokens (tiny Llama): vLLM's pool of 8192 blocks of 128.

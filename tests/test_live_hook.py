@@ -123,7 +123,14 @@ class TestContract:
                 records.append(record)
 
         handler = _Keep(level=logging.ERROR)
-        logging.getLogger("fairsim.live").addHandler(handler)
+        hook_logger = logging.getLogger("fairsim.live")
+        hook_logger.addHandler(handler)
+        # The hook rate-limits identical messages per process (fairsim.live.ops.RateLimitFilter);
+        # an earlier case of this test logged the same template, so start this engine afresh.
+        from fairsim.live.ops import RateLimitFilter
+
+        for f in [f for f in hook_logger.filters if isinstance(f, RateLimitFilter)]:
+            hook_logger.removeFilter(f)
         llm = make_llm(LiveConfig(policy="fcfs", kv_blocks=64, max_num_seqs=4, budget_tokens=512))
         try:
             engine = llm.llm_engine

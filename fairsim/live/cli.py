@@ -53,6 +53,12 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
     eq.add_argument("--profile", default="a6000-llama3.1-8b-vllm-prior",
                     help="profile giving step times on the virtual clock")
     eq.add_argument("--out", type=Path, help="write equivalence-POLICY.csv tables here")
+    eq.add_argument("--mode", choices=("prefill-only", "colocated"), default="prefill-only",
+                    help="colocated: requests decode to their output length on both sides; "
+                         "preemptions are compared too")
+    eq.add_argument("--max-output", type=int, default=256,
+                    help="colocated: output lengths drawn uniformly from 1..N tokens")
+    eq.add_argument("--max-num-seqs", type=int, default=16, help="most running requests, both sides")
 
     fid = sub.add_parser("fidelity", help="TTFT p50/p99 of the simulator vs a real-time vLLM replay")
     fid.add_argument("--policies", default="fcfs,lpm,fairway")
@@ -62,6 +68,10 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
     fid.add_argument("--seed", type=int, default=1)
     fid.add_argument("--profile", default=CPU_PROFILE, help="profile of this engine (measured)")
     fid.add_argument("--out", type=Path)
+    fid.add_argument("--mode", choices=("prefill-only", "colocated"), default="prefill-only",
+                     help="colocated: requests decode to their output length; TPOT is compared too")
+    fid.add_argument("--max-output", type=int, default=64,
+                     help="colocated: output lengths drawn uniformly from 1..N tokens")
 
     ov = sub.add_parser("hook-overhead", help="time the hook's reordering next to the engine's step")
     ov.add_argument("--policies", default="fcfs,lpm,fairway")
@@ -183,21 +193,28 @@ def cmd_equivalence(args: argparse.Namespace) -> int:
     from fairsim.live.engine import LiveConfig
     from fairsim.live.equivalence import compare, equivalence_trace, session_trace
 
+    from fairsim.live.equivalence import equivalence_trace_colocated
+
     profile = load_profile(args.profile)
+    colocated = args.mode == "colocated"
     if args.sessions < 0:
         raise ValueError(f"--sessions {args.sessions}: need >= 0 (0 = the RAG trace)")
     if args.sessions:
         requests = session_trace(args.sessions, seed=args.seed, session_rate_per_s=args.rate)
         print(f"closed-loop agent trace: {args.sessions} sessions, {len(requests)} requests")
+    elif colocated:
+        requests = equivalence_trace_colocated(args.requests, seed=args.seed, rate_per_s=args.rate,
+                                               max_output=args.max_output)
     else:
         requests = equivalence_trace(args.requests, seed=args.seed, rate_per_s=args.rate)
-    print(f"{'policy':8} {'identical':>9} {'requests':>8} {'sim evictions':>13}")
+    print(f"{'policy':8} {'identical':>9} {'requests':>8} {'sim evictions':>13} {'sim preemptions':>15}")
     worst = 1.0
     for name in [s.strip() for s in args.policies.split(",") if s.strip()]:
-        eq = compare(requests, name, profile, LiveConfig(kv_blocks=args.kv_blocks, max_num_seqs=16),
-                     profile_ref=args.profile)
+        eq = compare(requests, name, profile, LiveConfig(kv_blocks=args.kv_blocks, max_num_seqs=args.max_num_seqs),
+                     profile_ref=args.profile, colocated=colocated)
         worst = min(worst, eq.fraction_identical)
-        print(f"{name:8} {100 * eq.fraction_identical:8.1f}% {len(eq.table):8d} {eq.evictions:13d}")
+        print(f"{name:8} {100 * eq.fraction_identical:8.1f}% {len(eq.table):8d} {eq.evictions:13d} "
+              f"{eq.preemptions:15d}")
         diff = eq.first_difference()
         if diff is not None:
             print(f"  first difference: {diff.to_dict()}")
@@ -223,31 +240,55 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     from fairsim.policies import make_policy
     from fairsim.sim import EngineConfig, simulate
 
+    from fairsim.live.equivalence import equivalence_trace_colocated
+
     profile = load_profile(args.profile)
-    requests = equivalence_trace(args.requests, seed=args.seed, rate_per_s=args.rate)
+    colocated = args.mode == "colocated"
+    if colocated:
+        requests = equivalence_trace_colocated(args.requests, seed=args.seed, rate_per_s=args.rate,
+                                               max_output=args.max_output)
+    else:
+        requests = equivalence_trace(args.requests, seed=args.seed, rate_per_s=args.rate)
     rows = {}
     print(f"{'policy':8} {'sim p50':>8} {'vllm p50':>8} {'err p50':>8} {'sim p99':>8} {'vllm p99':>8} "
-          f"{'err p99':>8} {'step err':>8}")
+          f"{'err p99':>8} {'step err':>8}" + ("   (TTFT; TPOT below)" if colocated else ""))
     for name in [s.strip() for s in args.policies.split(",") if s.strip()]:
         sim = simulate(requests, make_policy(name, profile), profile,
                        EngineConfig(budget_tokens=profile.budget_tokens, max_num_seqs=16,
-                                    block_size=128, kv_blocks=args.kv_blocks))
+                                    block_size=128, kv_blocks=args.kv_blocks, mode=args.mode))
         live = replay_realtime(requests, LiveConfig(policy=name, profile=args.profile,
                                                     budget_tokens=profile.budget_tokens,
-                                                    max_num_seqs=16, kv_blocks=args.kv_blocks))
+                                                    max_num_seqs=16, kv_blocks=args.kv_blocks),
+                               colocated=colocated)
         s, v = ttft_summary(sim.requests), ttft_summary(live.requests)
         row = {"sim_p50_s": s["ttft_p50_s"], "vllm_p50_s": v["ttft_p50_s"],
                "sim_p99_s": s["ttft_p99_s"], "vllm_p99_s": v["ttft_p99_s"]}
         row["rel_err_p50"] = (row["sim_p50_s"] - row["vllm_p50_s"]) / row["vllm_p50_s"]
         row["rel_err_p99"] = (row["sim_p99_s"] - row["vllm_p99_s"]) / row["vllm_p99_s"]
         st = live.steps
-        pred = [profile.step_time_from_sums(t, p, r) for t, p, r in zip(st["tokens"], st["pair_tokens"], st["requests"])]
+        if colocated:
+            pred = [profile.step_time_colocated(t, p, r, dn, dc) for t, p, r, dn, dc in
+                    zip(st["tokens"], st["pair_tokens"], st["requests"], st["decode_tokens"],
+                        st["decode_context_tokens"])]
+        else:
+            pred = [profile.step_time_from_sums(t, p, r) for t, p, r in zip(st["tokens"], st["pair_tokens"], st["requests"])]
         errs = [(pv - m) / m for pv, m in zip(pred, st["duration_s"])]
         row["step_time_rel_err_median"] = float(sorted(errs)[len(errs) // 2]) if errs else float("nan")
         rows[name] = row
         print(f"{name:8} {row['sim_p50_s']:8.3f} {row['vllm_p50_s']:8.3f} {100 * row['rel_err_p50']:+7.1f}% "
               f"{row['sim_p99_s']:8.3f} {row['vllm_p99_s']:8.3f} {100 * row['rel_err_p99']:+7.1f}% "
               f"{100 * row['step_time_rel_err_median']:+7.1f}%")
+        if colocated:
+            import numpy as np
+
+            for side, table in (("sim", sim.requests), ("vllm", live.requests)):
+                tpot = table["tpot_s"].dropna().to_numpy(dtype=float)
+                row[f"{side}_tpot_p50_s"], row[f"{side}_tpot_p99_s"] = (float(v) for v in np.percentile(tpot, [50, 99]))
+            for q in ("p50", "p99"):
+                row[f"tpot_rel_err_{q}"] = (row[f"sim_tpot_{q}_s"] - row[f"vllm_tpot_{q}_s"]) / row[f"vllm_tpot_{q}_s"]
+            print(f"{'  TPOT':8} {row['sim_tpot_p50_s']:8.4f} {row['vllm_tpot_p50_s']:8.4f} "
+                  f"{100 * row['tpot_rel_err_p50']:+7.1f}% {row['sim_tpot_p99_s']:8.4f} "
+                  f"{row['vllm_tpot_p99_s']:8.4f} {100 * row['tpot_rel_err_p99']:+7.1f}%")
         if args.out is not None:
             from fairsim.io import atomic_to_parquet
 
@@ -278,6 +319,10 @@ def cmd_hook_overhead(args: argparse.Namespace) -> int:
 
 def run_live_command(args: argparse.Namespace) -> int:
     """Dispatch a command named in ``LIVE_COMMANDS``."""
+    if args.command not in ("equivalence", "fidelity") and (getattr(args, "mode", "prefill-only") != "prefill-only"
+                                          or getattr(args, "slo", None)):
+        raise ValueError(f"--mode/--slo: '{args.command}' drives the live engine prefill-only "
+                         f"(max_tokens=1); colocated mode: run, compare, bench, equivalence, fidelity")
     _check_first(args)
     t0 = time.perf_counter()
     handler = {"replay": cmd_replay, "equivalence": cmd_equivalence, "fidelity": cmd_fidelity,

@@ -9,6 +9,11 @@ which it finished. The figure is the share of requests for which all three are i
 Session traces (``session_trace``) replay closed-loop on both sides: a turn is released when its
 predecessor finished in *that* engine plus its think time, so a difference in one finish step
 would also show up in the release, first-scheduled and finish steps of every later turn.
+
+Colocated mode (``compare(..., colocated=True)``): both sides decode every request to its
+``output_len`` (``equivalence_trace_colocated`` draws them), the finish step is that of the last
+token, and the preemption count is compared too (``DECISIONS_COLOCATED``); a small KV cache makes
+running decodes preempt one another.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from fairsim.types import Request
 
 #: Decisions compared per request.
 DECISIONS = ("cached_tokens", "first_scheduled_step", "finish_step")
+#: Decisions compared per request in colocated mode.
+DECISIONS_COLOCATED = DECISIONS + ("preemptions",)
 
 
 @dataclass(frozen=True)
@@ -40,11 +47,13 @@ class Equivalence:
         table: One row per request: ``request_id``, ``sim_<d>`` and ``vllm_<d>`` for each decision
             ``d`` in ``DECISIONS``, and ``same`` (all three equal).
         evictions: Blocks the simulator evicted (evidence of eviction pressure).
+        preemptions: Preemptions in the simulator (evidence of KV pressure in colocated mode).
     """
 
     policy: str
     table: pd.DataFrame
     evictions: int
+    preemptions: int = 0
 
     @property
     def fraction_identical(self) -> float:
@@ -81,8 +90,27 @@ def session_trace(num_sessions: int = 10, seed: int = 1, session_rate_per_s: flo
     return list(generate_agent(spec, "agent-equivalence").requests)
 
 
+def equivalence_trace_colocated(num_requests: int = 40, seed: int = 1, rate_per_s: float = 4.0,
+                                max_output: int = 256) -> list[Request]:
+    """``equivalence_trace`` with output lengths drawn uniformly from 1..``max_output`` tokens
+    (numpy ``default_rng(seed)``), for colocated comparisons.
+
+    Raises:
+        ValueError: ``max_output < 1``.
+    """
+    import numpy as np
+    from dataclasses import replace
+
+    if max_output < 1:
+        raise ValueError(f"max_output={max_output}: need >= 1 token")
+    rng = np.random.default_rng(seed)
+    reqs = equivalence_trace(num_requests, seed, rate_per_s)
+    outs = rng.integers(1, max_output + 1, size=len(reqs))
+    return [replace(r, output_len=int(o)) for r, o in zip(reqs, outs)]
+
+
 def compare(requests: Sequence[Request], policy: str, profile: Profile, config: LiveConfig,
-            profile_ref: str | None = None, *, replay: str | None = None,
+            profile_ref: str | None = None, colocated: bool = False, *, replay: str | None = None,
             think_scale: float = 1.0) -> Equivalence:
     """Run ``requests`` in the simulator and in vLLM (virtual clock) and compare decisions.
 
@@ -92,6 +120,7 @@ def compare(requests: Sequence[Request], policy: str, profile: Profile, config: 
         profile: Cost model for step times (both sides) and ``T_idle``.
         config: Live engine settings; ``kv_blocks`` must be set (both sides use it).
         profile_ref: Name or path of ``profile`` for the hook (default: ``config.profile``).
+        colocated: Decode to ``output_len`` on both sides and compare preemptions too.
         replay: ``"open"``, ``"closed"`` or ``None`` (closed where the trace has sessions), on
             both sides.
         think_scale: Closed loop: multiplies ``delay_s`` on both sides.
@@ -107,14 +136,18 @@ def compare(requests: Sequence[Request], policy: str, profile: Profile, config: 
     config = replace(config, policy=policy, profile=profile_ref or config.profile)
     sim = simulate(requests, make_policy(policy, profile, **config.params), profile,
                    EngineConfig(budget_tokens=config.budget_tokens, max_num_seqs=config.max_num_seqs,
-                                block_size=config.block_size, kv_blocks=config.kv_blocks),
+                                block_size=config.block_size, kv_blocks=config.kv_blocks,
+                                mode="colocated" if colocated else "prefill-only"),
                    replay=replay, think_scale=think_scale)
-    live = replay_virtual(requests, config, profile, replay=replay, think_scale=think_scale)
-    s = sim.requests.set_index("request_id")[list(DECISIONS)]
-    v = live.requests.set_index("request_id")[list(DECISIONS)]
+    live = replay_virtual(requests, config, profile, replay=replay, think_scale=think_scale,
+                          colocated=colocated)
+    decisions = list(DECISIONS_COLOCATED if colocated else DECISIONS)
+    s = sim.requests.set_index("request_id")[decisions]
+    v = live.requests.set_index("request_id")[decisions]
     table = s.add_prefix("sim_").join(v.add_prefix("vllm_"))
     same = pd.Series(True, index=table.index)
-    for d in DECISIONS:
+    for d in decisions:
         same &= table[f"sim_{d}"].astype("Int64") == table[f"vllm_{d}"].astype("Int64")
     table["same"] = same.fillna(False).astype(bool)
-    return Equivalence(policy, table.reset_index(), int(sim.steps["evictions"].sum()))
+    return Equivalence(policy, table.reset_index(), int(sim.steps["evictions"].sum()),
+                       int(sim.steps["preemptions"].sum()))

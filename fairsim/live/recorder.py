@@ -106,8 +106,10 @@ class TraceRecorder:
         self._write_sidecar()
 
     def _write_sidecar(self) -> None:
+        # Timestamps are arrivals on the engine clock from the first request (absolute trace time),
+        # not offsets from a session start: replay them as they are, no Poisson session placement.
         meta = {"canonical": "fairsim/mooncake-jsonl", "hash_block_size": self.block_size,
-                "absolute_time": False, "requests": self.written, "source": self.source,
+                "absolute_time": True, "requests": self.written, "source": self.source,
                 "source_format": "fairsim record", "time_origin_unix_s": self._t0,
                 "reordered_timestamps": self.reordered, "fairsim_version": __version__}
         side = sidecar_path(self.path)

@@ -18,6 +18,12 @@ Release times come from the simulator's arrival process (``fairsim.sim.arrivals.
 loop = the (scaled) arrival time; closed loop (sessions) = when the request it follows finished
 *in this live engine* plus ``delay_s * think_scale`` (wall seconds in real time, virtual seconds
 with ``--virtual``).
+
+Both are prefill-only by default (``max_tokens=1``, as the simulator's default mode).
+``replay_virtual(..., colocated=True)`` instead decodes each request to its ``output_len``
+(``max_tokens=output_len``, ``ignore_eos``), costs steps with ``Profile.step_time_colocated`` (a
+decode = one new token on top of at least the prompt), and records the first-token step apart from
+the finish step - the simulator's colocated mode.
 """
 
 from __future__ import annotations
@@ -38,7 +44,8 @@ from fairsim.sim.arrivals import Arrivals, resolve_replay
 from fairsim.traces.shaping import scale_time
 from fairsim.types import Request
 
-STEP_COLUMNS = ["step", "start_s", "duration_s", "tokens", "requests", "waiting", "running", "pair_tokens"]
+STEP_COLUMNS = ["step", "start_s", "duration_s", "tokens", "requests", "waiting", "running", "pair_tokens",
+                "decode_tokens", "decode_context_tokens"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +62,8 @@ class LiveResult:
         steps: One row per engine step: ``step``, ``start_s``, ``duration_s`` (measured wall
             seconds, or the profile's time in virtual mode), ``tokens``, ``requests``,
             ``waiting``, ``running``, ``pair_tokens`` (``sum n_i (k_i + n_i / 2)``, the cost
-            model's attention term).
+            model's attention term), ``decode_tokens`` and ``decode_context_tokens`` (decoding
+            requests - one token on top of at least their prompt - and their summed context).
         policy: Policy name.
         mode: ``"realtime"`` or ``"virtual"``.
         reorder_s: Per-step seconds spent in the hook's reordering.
@@ -73,7 +81,8 @@ class LiveResult:
 class _Driver:
     """Shared engine set-up and bookkeeping of both replay modes."""
 
-    def __init__(self, requests: Sequence[Request], config: LiveConfig, salt: int = 0) -> None:
+    def __init__(self, requests: Sequence[Request], config: LiveConfig, salt: int = 0,
+                 colocated: bool = False) -> None:
         ids = [r.request_id for r in requests]
         if len(set(ids)) != len(ids):
             raise ValueError("request ids must be unique within a trace")
@@ -95,6 +104,8 @@ class _Driver:
 
         # Prefill-only node, as the simulator: one output token per request.
         self._params = SamplingParams(max_tokens=1, detokenize=False)
+        self.colocated = colocated
+        self._sampling = SamplingParams
         self.by_vllm_id: dict[str, Request] = {}
         self.by_output_id: dict[str, tuple[Request, str]] = {}
         self.rows: dict[str, dict[str, Any]] = {}
@@ -119,9 +130,12 @@ class _Driver:
         from vllm.inputs import TokensPrompt
 
         self.released[req.request_id] = released_s
+        params = self._params
+        if self.colocated:  # decode to the trace's output length, never stopping early on EOS
+            params = self._sampling(max_tokens=req.output_len, ignore_eos=True, detokenize=False)
         vid = self.engine.add_request(
             req.request_id, TokensPrompt(prompt_token_ids=prompt_tokens(req, self.salt)),
-            self._params, arrival_time=arrival_time)
+            params, arrival_time=arrival_time)
         self.by_vllm_id[vid] = req
         self.by_output_id[req.request_id] = (req, vid)
 
@@ -132,17 +146,22 @@ class _Driver:
             return self.by_vllm_id[out.request_id], out.request_id
         return self.by_output_id[out.request_id]
 
-    def record_batch(self, step: int, start_s: float) -> tuple[int, int, float]:
-        """``(tokens, requests, pair_tokens)`` of the last step; remembers first-scheduled steps."""
+    def record_batch(self, step: int, start_s: float) -> tuple[int, int, float, int, int]:
+        """``(tokens, requests, pair_tokens, decodes, decode_context)`` of the last step;
+        remembers first-scheduled steps."""
         tokens = 0
         pairs = 0.0
+        decodes = decode_ctx = 0
         batch = self.sched.fairsim_last_batch
         for vid, n, ctx in batch:
             tokens += n
             pairs += n * (ctx + n / 2)
+            if n == 1 and ctx >= self.by_vllm_id[vid].prompt_len:
+                decodes += 1
+                decode_ctx += ctx
             if vid not in self.first_step:
                 self.first_step[vid] = (step, start_s)
-        return tokens, len(batch), pairs
+        return tokens, len(batch), pairs, decodes, decode_ctx
 
     def table(self) -> pd.DataFrame:
         rows = []
@@ -164,6 +183,7 @@ class _Driver:
         cols = ["request_id", "arrival_s", "prompt_tokens", "cached_tokens", "first_scheduled_s",
                 "first_token_s", "ttft_s", "finish_s", "queue_delay_s", "first_scheduled_step",
                 "finish_step", "preemptions", "session_id", "after", "released_s"] + label_keys
+        cols += [c for c in ("output_tokens", "e2e_s", "tpot_s") if rows and c in rows[0]]
         return pd.DataFrame(rows, columns=cols)
 
     def result(self, mode: str) -> LiveResult:
@@ -177,7 +197,7 @@ class _Driver:
 
 
 def replay_realtime(requests: Sequence[Request], config: LiveConfig, time_scale: float = 1.0,
-                    salt: int = 0, *, replay: str | None = None,
+                    salt: int = 0, colocated: bool = False, *, replay: str | None = None,
                     think_scale: float = 1.0) -> LiveResult:
     """Submit ``requests`` at their release times, wall seconds after the start.
 
@@ -194,6 +214,8 @@ def replay_realtime(requests: Sequence[Request], config: LiveConfig, time_scale:
 
     Returns:
         A ``LiveResult`` whose ``requests`` table has scaled arrival times and wall-clock times.
+        With ``colocated`` requests decode to ``output_len`` and the table also has
+        ``output_tokens``, ``e2e_s`` and ``tpot_s`` (vLLM's ``(e2e - ttft) / (output_tokens - 1)``).
 
     Raises:
         ValueError: Duplicate ids, a non-positive ``time_scale``, a bad ``replay`` or
@@ -202,7 +224,7 @@ def replay_realtime(requests: Sequence[Request], config: LiveConfig, time_scale:
     """
     scaled = scale_time(requests, time_scale)
     arrivals = Arrivals([(r, r) for r in scaled], resolve_replay(requests, replay), think_scale)
-    d = _Driver(scaled, config, salt)
+    d = _Driver(scaled, config, salt, colocated)
     try:
         d.warm_up()
         step = 0
@@ -221,11 +243,11 @@ def replay_realtime(requests: Sequence[Request], config: LiveConfig, time_scale:
             start = time.time() - t0
             outputs = d.engine.step()
             end = time.time() - t0
-            tokens, nreq, pairs = d.record_batch(step, start)
+            tokens, nreq, pairs, decodes, decode_ctx = d.record_batch(step, start)
             done = [out for out in outputs if out.finished]
             # Running after admission (the simulator's column): finished ones already left vLLM's list.
             d.step_rows.append((step, start, end - start, tokens, nreq, num_waiting,
-                                len(d.sched.running) + len(done), pairs))
+                                len(d.sched.running) + len(done), pairs, decodes, decode_ctx))
             for out in done:
                 req, _ = d.finished(out)
                 m = out.metrics
@@ -237,6 +259,12 @@ def replay_realtime(requests: Sequence[Request], config: LiveConfig, time_scale:
                     "first_token_s": released + ttft, "ttft_s": ttft, "finish_s": end,
                     "finish_step": step, "preemptions": int(getattr(m, "num_preemptions", 0)),
                 }
+                if colocated:
+                    o = len(out.outputs[0].token_ids)
+                    e2e = end - released
+                    d.rows[req.request_id].update(
+                        output_tokens=o, e2e_s=e2e,
+                        tpot_s=(e2e - ttft) / (o - 1) if o > 1 else float("nan"))
                 arrivals.finished(req.request_id, end)
             step += 1
         return d.result("realtime")
@@ -245,7 +273,7 @@ def replay_realtime(requests: Sequence[Request], config: LiveConfig, time_scale:
 
 
 def replay_virtual(requests: Sequence[Request], config: LiveConfig, profile: Profile,
-                   salt: int = 0, *, replay: str | None = None,
+                   salt: int = 0, colocated: bool = False, *, replay: str | None = None,
                    think_scale: float = 1.0) -> LiveResult:
     """Run ``requests`` through a live engine on a virtual clock (decision-equivalence mode).
 
@@ -260,13 +288,17 @@ def replay_virtual(requests: Sequence[Request], config: LiveConfig, profile: Pro
         A ``LiveResult`` with virtual times; ``cached_tokens`` is the prefix hit at first admission
         (as the simulator's), ``first_scheduled_step``/``finish_step`` count engine steps.
 
+        With ``colocated``: requests decode to ``output_len``; ``first_token_s`` is the end of the
+        step that produced the first token, ``finish_s``/``finish_step`` that of the last token.
+
     Raises:
         ValueError: Duplicate ids, a bad ``replay`` or ``think_scale``, or a request the cache
             cannot hold.
         SessionError: Closed loop: an unknown ``after`` or a cycle.
     """
     arrivals = Arrivals([(r, r) for r in requests], resolve_replay(requests, replay), think_scale)
-    d = _Driver(requests, config, salt)
+    d = _Driver(requests, config, salt, colocated)
+    first_token: dict[str, float] = {}
     try:
         d.warm_up()
         vt = 0.0
@@ -284,12 +316,19 @@ def replay_virtual(requests: Sequence[Request], config: LiveConfig, profile: Pro
             num_waiting = len(d.sched.waiting)
             outputs = d.engine.step()
             batch = d.sched.fairsim_last_batch
-            duration = profile.step_time((n, ctx) for _, n, ctx in batch)
-            tokens, nreq, pairs = d.record_batch(step, vt)
+            tokens, nreq, pairs, decodes, decode_ctx = d.record_batch(step, vt)
+            if colocated:
+                duration = profile.step_time_colocated(tokens, pairs, nreq, decodes, decode_ctx)
+            else:
+                duration = profile.step_time((n, ctx) for _, n, ctx in batch)
             done = [out for out in outputs if out.finished]
             d.step_rows.append((step, vt, duration, tokens, nreq, num_waiting,
-                                len(d.sched.running) + len(done), pairs))
+                                len(d.sched.running) + len(done), pairs, decodes, decode_ctx))
             end = vt + duration
+            if colocated:
+                for out in outputs:
+                    if out.request_id not in first_token and out.outputs and out.outputs[0].token_ids:
+                        first_token[out.request_id] = end
             for out in done:
                 req, vid = d.finished(out)
                 admitted = d.sched.fairsim_admissions.get(vid)
@@ -301,6 +340,10 @@ def replay_virtual(requests: Sequence[Request], config: LiveConfig, profile: Pro
                     "finish_s": end, "finish_step": step,
                     "preemptions": int(getattr(out.metrics, "num_preemptions", 0) or 0),
                 }
+                if colocated:
+                    first = first_token.get(out.request_id, end)
+                    d.rows[req.request_id].update(first_token_s=first, ttft_s=first - d.released[req.request_id],
+                                                  output_tokens=len(out.outputs[0].token_ids))
                 arrivals.finished(req.request_id, end)
             vt = end
             step += 1

@@ -11,6 +11,11 @@ The coefficients are public figures (COSTMODEL.md), not measurements of ours:
 - ``k = 2.3 ns`` per (new x context) token pair: middle of the 2.2-2.4 ns measured on an A6000 for
   7-8B models.
 - ``d = 0``: no public figure separates a per-request term.
+- Decode terms (colocated mode only; ``fairsim.costmodel``): ``min_step_s`` = the BF16 weights
+  (8,030,261,248 parameters x 2 bytes = 16.06 GB) / 768 GB/s (NVIDIA RTX A6000 datasheet) =
+  20.9 ms; ``e`` = 128 KiB of KV per token (32 layers x 8 KV heads x 128 x 2 x 2 bytes) / 768 GB/s
+  = 0.171 us per decoding context token; ``f = 0`` (no public figure). Prefill-only results do
+  not use them.
 
 ``T_idle(L)`` is the model's own chunked cold prefill at a 2,048-token budget (no measured table
 exists for a prior).
@@ -57,6 +62,10 @@ MAX_MODEL_LEN = 131_072
 LENGTHS = sorted({2**e for e in range(4, 19)} | {BUDGET_TOKENS * m for m in range(1, 129)})
 
 
+DECODE = dict(min_step_s=round(8_030_261_248 * 2 / 768e9, 9),
+              e_s_per_decode_ctx_token=float(f"{131_072 / 768e9:.6g}"), f_s_per_decode=0.0)
+
+
 def build_prior() -> Profile:
     """The prior profile, built from the public figures listed in this module's docstring."""
     seconds = model_idle_table(**COEFFICIENTS, lengths=LENGTHS, budget_tokens=BUDGET_TOKENS)
@@ -79,6 +88,9 @@ def build_prior() -> Profile:
                 "Preble (ICLR 2025) fitted vLLM equation on A6000: 0.131 ms/token * n + 5.67 ms",
                 "attention slope 2.2-2.4 ns per (new x cached) pair on A6000, 7-8B models "
                 "(COSTMODEL.md public figures)",
+                "min_step_s: 16.06e9 weight bytes (Llama-3.1-8B BF16) / 768 GB/s (RTX A6000 "
+                "datasheet); e_s_per_decode_ctx_token: 131,072 KV bytes per token / 768 GB/s; "
+                "f_s_per_decode: 0, no public figure",
             ],
             "idle_table": "cost-model chunked cold prefill at the budget (no measurement)",
             "kv_capacity_sources": [
@@ -91,6 +103,7 @@ def build_prior() -> Profile:
             ],
         },
         **COEFFICIENTS,
+        **DECODE,
     )
 
 

@@ -44,7 +44,10 @@ def resolve_capacity(requests: Sequence[Request], config: EngineConfig) -> tuple
         if len(sizes) > 1:
             raise ValueError(f"trace mixes hash block sizes {sorted(sizes)}; set block_size")
         block_size = sizes.pop() if sizes else 16
-    worst = max(requests, key=lambda r: r.prompt_len, default=None)
+    # Tokens a request holds in KV at its largest: the prompt, plus in colocated mode every
+    # generated token but the last (which is sampled, never computed).
+    extra = (lambda r: r.output_len - 1) if config.mode == "colocated" else (lambda r: 0)
+    worst = max(requests, key=lambda r: r.prompt_len + extra(r), default=None)
     if config.kv_blocks is not None:
         kv_blocks = config.kv_blocks
     elif config.kv_tokens is not None:
@@ -60,20 +63,22 @@ def resolve_capacity(requests: Sequence[Request], config: EngineConfig) -> tuple
         reusable = reusable_blocks(block_keys(r, block_size) for r in requests)
         kv_blocks = capacity_from_fraction(DEFAULT_KV_FRACTION, reusable)
         if worst is not None:
-            kv_blocks = max(kv_blocks, blocks_for(worst.prompt_len, block_size))
+            kv_blocks = max(kv_blocks, blocks_for(worst.prompt_len + extra(worst), block_size))
     if kv_blocks > MAX_KV_BLOCKS:
-        total = sum(blocks_for(r.prompt_len, block_size) for r in requests)
+        total = sum(blocks_for(r.prompt_len + extra(r), block_size) for r in requests)
         source = f"kv_blocks={kv_blocks}" if config.kv_blocks is not None else \
             f"kv_fraction={config.kv_fraction} gives {float(kv_blocks):.3g} blocks, which"
         raise CapacityError(
             f"{source} is above the simulator's limit of {MAX_KV_BLOCKS} blocks; every prompt of "
             f"this trace together fills {total} blocks of {block_size} tokens, so kv_blocks={total} "
             f"already never evicts")
-    if worst is not None and blocks_for(worst.prompt_len, block_size) > kv_blocks:
+    if worst is not None and blocks_for(worst.prompt_len + extra(worst), block_size) > kv_blocks:
+        need = blocks_for(worst.prompt_len + extra(worst), block_size)
+        what = " for its prompt and output" if config.mode == "colocated" else ""
         raise CapacityError(
-            f"request {worst.request_id!r} needs {blocks_for(worst.prompt_len, block_size)} blocks "
-            f"of {block_size} tokens but the KV cache holds {kv_blocks}; raise the capacity "
-            f"(--kv-tokens, --kv-blocks to at least {blocks_for(worst.prompt_len, block_size)}, or "
+            f"request {worst.request_id!r} needs {need} blocks of {block_size} tokens{what} "
+            f"but the KV cache holds {kv_blocks}; raise the capacity "
+            f"(--kv-tokens, --kv-blocks to at least {need}, or "
             f"--kv-fraction; EngineConfig kv_tokens/kv_blocks/kv_fraction), or keep a part of the "
             f"trace without prompts over {kv_blocks * block_size} tokens (--window-start, "
             f"--window-end, --max-requests, or --skip-long with the profile's max_model_len)"

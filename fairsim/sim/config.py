@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+MODES = ("prefill-only", "colocated")
+"""Engine modes: ``prefill-only`` (one output token per request, the paper's setting; default) and
+``colocated`` (prefill and decode share each step's budget until ``output_len`` tokens, vLLM's usual
+deployment; DESIGN.md "Colocated mode")."""
+
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
@@ -38,7 +43,13 @@ class EngineConfig:
     needed to the blocks of the longest prompt (an explicit size that is too small is an error
     instead)."""
 
+    mode: str = "prefill-only"
+    """``prefill-only`` (a request finishes with its first token) or ``colocated`` (it decodes to
+    ``output_len`` tokens on the same engine; see ``MODES``)."""
+
     def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode={self.mode!r}: choose one of {', '.join(MODES)}")
         if self.budget_tokens < 1:
             raise ValueError(f"budget_tokens={self.budget_tokens}: need >= 1 token per step")
         if self.max_num_seqs < 1:

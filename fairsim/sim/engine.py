@@ -30,6 +30,18 @@ Each step (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule``):
    computed finishes at the step's end (prefill-only node: one output token); TTFT = that time
    minus release (= arrival in open loop). Its blocks are freed deepest first, and the arrival
    process is told it finished (``_request_finished``: closed-loop followers are queued).
+
+Colocated mode (``EngineConfig.mode == "colocated"``, DESIGN.md "Colocated mode"): the same loop
+with vLLM's uniform token accounting. A request holds ``num_tokens = L + g`` tokens (``g`` generated
+so far) of which ``computed`` are in KV; every step gives it ``min(num_tokens - computed, budget
+left)`` (a decoding request: exactly 1). When a step brings ``computed`` to ``num_tokens`` a token is
+sampled at the step's end (``g += 1``; the first one is the TTFT token, measured from the release); the request finishes when
+``g == output_len``. So it computes ``L + output_len - 1`` tokens in all. A preempted request keeps
+``g`` and recomputes all ``L + g`` tokens later (prefix hit capped at ``L + g - 1``; admission needs
+blocks for all of them). Full blocks of generated tokens are cached under keys unique to the
+request (``("unique", id, j)``, as ``engine_block_keys``): the trace hashes prompt blocks only, so
+only the request itself (after a preemption) can hit them. Steps are costed by
+``Profile.step_time_colocated`` (decode terms and the weight-read floor).
 """
 
 from __future__ import annotations
@@ -53,7 +65,7 @@ from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.hooked_pool import HookedBlockPool
 from fairsim.sim.result import Columns, SimResult
-from fairsim.sim.keys import blocks_for, engine_block_keys
+from fairsim.sim.keys import blocks_for, engine_block_keys, generated_block_keys
 from fairsim.types import QueuedRequest, Request
 
 class _Live:
@@ -62,10 +74,12 @@ class _Live:
     __slots__ = (
         "req", "keys", "max_hit_blocks", "num_prompt_blocks", "computed", "blocks",
         "num_cached_blocks", "cached_at_admission", "first_scheduled_s", "first_scheduled_step",
-        "finish_s", "finish_step", "preemptions", "preempted", "snap", "released_s",
+        "finish_s", "finish_step", "preemptions", "preempted", "snap", "released_s", "out_len",
+        "generated", "first_token_s", "last_token_s", "discarded", "resume_cached", "index",
     )
 
-    def __init__(self, req: Request, keys: tuple[Hashable, ...], block_size: int) -> None:
+    def __init__(self, req: Request, keys: tuple[Hashable, ...], block_size: int,
+                 out_len: int = 1) -> None:
         self.req = req
         self.keys = keys
         # vLLM caps the hit at L - 1 tokens so the last token is recomputed for its logits
@@ -85,6 +99,13 @@ class _Live:
         self.released_s: float | None = None  # when the request joined the waiting queue
         # Cached policy snapshot; None when a key this request could hit changed state.
         self.snap: QueuedRequest | None = None
+        self.out_len = out_len  # tokens to generate (1 in prefill-only mode)
+        self.generated = 0  # tokens sampled so far
+        self.first_token_s: float | None = None
+        self.last_token_s: float | None = None
+        self.discarded = 0  # computed tokens dropped by preemptions (recomputed later)
+        self.resume_cached = 0  # prefix-hit tokens at re-admissions after a preemption
+        self.index = 0  # row in the request table (set by the engine)
 
 
 class Engine:
@@ -137,11 +158,21 @@ class Engine:
         self.pool = BlockPool(self.kv_blocks) if hook is None else HookedBlockPool(self.kv_blocks, hook)
         self._protect = getattr(hook, "protect", None)
         self.progress = progress
+        self.colocated = config.mode == "colocated"
         ordered = sorted(requests, key=lambda r: (r.arrival_time, r.request_id))
         # engine_block_keys: every full block is hashed, as in vLLM (not only the trace's).
-        self._all = [_Live(r, engine_block_keys(r, self.block_size), self.block_size) for r in ordered]
+        bs = self.block_size
+        if self.colocated:
+            self._all = [_Live(r, generated_block_keys(r, bs), bs, r.output_len) for r in ordered]
+        else:
+            self._all = [_Live(r, engine_block_keys(r, bs), bs) for r in ordered]
         self.replay = resolve_replay(requests, replay)
         self._arrivals = Arrivals([(live.req, live) for live in self._all], self.replay, think_scale)
+        # Inter-token gaps (colocated): request index into self._all, gap seconds.
+        self._gap_rows: list[int] = []
+        self._gap_s: list[float] = []
+        for i, live in enumerate(self._all):
+            live.index = i
         if hook is not None and hasattr(hook, "attach"):
             hook.attach(self.block_size, [live.keys for live in self._all])
         self._waiting: dict[int, _Live] = {}  # id(live) -> live, release order
@@ -175,6 +206,7 @@ class Engine:
         return SimResult(
             requests=self._request_table(),
             steps=self._step_table(),
+            token_gaps=self._gap_table() if self.colocated else None,
             policy=getattr(self.policy, "name", type(self.policy).__name__),
             kv_blocks=self.kv_blocks,
             block_size=self.block_size,
@@ -203,17 +235,30 @@ class Engine:
             evictions0 = self.pool.num_evictions
             batch, preempted = self._schedule(now)
             if not batch:
-                raise EngineInvariantError(
-                    f"step {step} at {now:.6f} s scheduled nothing although {num_waiting} requests "
-                    f"wait and {len(self._running)} run")
+                # Colocated: every running request was preempted by its own growth (vLLM then runs
+                # a step with nothing scheduled and admits in the next one).
+                if not preempted:
+                    raise EngineInvariantError(
+                        f"step {step} at {now:.6f} s scheduled nothing although {num_waiting} requests "
+                        f"wait and {len(self._running)} run")
+                continue
             new_tokens = 0
             pair_sum = 0.0
+            decodes = 0
+            decode_ctx = 0
             for live, n, ctx in batch:
                 new_tokens += n
                 pair_sum += n * (ctx + n / 2)
-            duration = self.profile.step_time_from_sums(new_tokens, pair_sum, len(batch))
+                if n == 1 and ctx >= live.req.prompt_len:  # one generated token: a decode
+                    decodes += 1
+                    decode_ctx += ctx
+            if self.colocated:
+                duration = self.profile.step_time_colocated(new_tokens, pair_sum, len(batch),
+                                                            decodes, decode_ctx)
+            else:
+                duration = self.profile.step_time_from_sums(new_tokens, pair_sum, len(batch))
             self._step_rows.append((
-                step, now, duration, new_tokens, len(batch), num_waiting, len(self._running),
+                step, now, duration, new_tokens, decodes, len(batch), num_waiting, len(self._running),
                 self.pool.num_used, self.pool.num_cached, self.pool.num_evictions - evictions0,
                 preempted,
             ))
@@ -238,7 +283,7 @@ class Engine:
         # the whole budget, or max_num_seqs is reached): the order could not change a decision,
         # and long queues make it the simulator's hot spot. PEEK keeps it, since its block
         # protection is refreshed from the order every step.
-        remaining = sum(r.req.prompt_len - r.computed for r in running)
+        remaining = sum(r.req.prompt_len + r.generated - r.computed for r in running)
         can_admit = remaining < budget and len(running) < self.config.max_num_seqs
         ordered = self._order_waiting(now) if can_admit or self._protect is not None else []
         if self._on_admitted is not None and can_admit:
@@ -249,22 +294,27 @@ class Engine:
                 self._step_snaps[id(live)] = self._snapshot(live)
         while idx < len(running) and budget > 0:
             live = running[idx]
-            n = min(live.req.prompt_len - live.computed, budget)
-            need = blocks_for(live.computed + n, bs) - len(live.blocks)
-            victim = None
-            while need > pool.num_free:
-                # vLLM preempts the latest-admitted running request (Scheduler.schedule).
-                victim = running.pop()
-                self._preempt(victim)
-                preempted += 1
+            computed = live.computed
+            n = live.req.prompt_len + live.generated - computed
+            if n > budget:
+                n = budget
+            end = computed + n
+            need = -(-end // bs) - len(live.blocks)  # blocks_for(end): a decode mostly needs 0
+            if need > 0:
+                victim = None
+                while need > pool.num_free:
+                    # vLLM preempts the latest-admitted running request (Scheduler.schedule).
+                    victim = running.pop()
+                    self._preempt(victim)
+                    preempted += 1
+                    if victim is live:
+                        break
                 if victim is live:
                     break
-            if victim is live:
-                break
-            if need > 0:
                 live.blocks.extend(pool.allocate(need))
-            self._cache_blocks(live, live.computed + n)
-            batch.append((live, n, live.computed))
+            if end // bs > live.num_cached_blocks < len(live.keys):  # a block became full
+                self._cache_blocks(live, end)
+            batch.append((live, n, computed))
             budget -= n
             idx += 1
         if preempted:
@@ -342,7 +392,8 @@ class Engine:
             return
         if not (self._waiting or self._preempted):
             return
-        order = chain(self._preempted, ordered) if self._inc is not None else list(self._preempted) + ordered
+        # A copy of the preempted front: re-admitting one removes it from the deque.
+        order = chain(list(self._preempted), ordered) if self._inc is not None else list(self._preempted) + ordered
         if self._protect is not None:  # PEEK: protect what the next max_num_seqs would hit
             rest = iter(order)
             head = list(islice(rest, max_seqs))
@@ -354,11 +405,19 @@ class Engine:
         for live in order:
             if budget <= 0 or len(running) >= max_seqs:
                 break
-            hit = pool.lookup_prefix(live.keys, live.max_hit_blocks)
+            if live.generated:
+                # Resumed after a preemption: recompute prompt and generated tokens, hit capped at
+                # num_tokens - 1 (vLLM: the request's num_tokens grew with its outputs).
+                L = live.req.prompt_len + live.generated
+                hit = pool.lookup_prefix(live.keys, min(len(live.keys), (L - 1) // bs))
+                full_blocks = blocks_for(L, bs)
+            else:
+                L = live.req.prompt_len
+                hit = pool.lookup_prefix(live.keys, live.max_hit_blocks)
+                full_blocks = live.num_prompt_blocks
             h = len(hit) * bs
-            L = live.req.prompt_len
             # Admission gate: the whole remaining prompt must fit (scheduler_reserve_full_isl).
-            need_full = live.num_prompt_blocks - len(hit) + pool.num_evictable(hit)
+            need_full = full_blocks - len(hit) + pool.num_evictable(hit)
             if need_full > pool.num_free:
                 if self._skips_misfits:
                     continue
@@ -370,6 +429,8 @@ class Engine:
             live.computed = h
             if live.cached_at_admission is None:
                 live.cached_at_admission = h
+            else:
+                live.resume_cached += h
             self._cache_blocks(live, h + n)
             if live.preempted:
                 live.preempted = False
@@ -436,6 +497,7 @@ class Engine:
 
     def _preempt(self, live: _Live) -> None:
         self.pool.free(reversed(live.blocks))
+        live.discarded += live.computed
         live.blocks = []
         live.num_cached_blocks = 0
         live.computed = 0
@@ -451,7 +513,17 @@ class Engine:
                 live.first_scheduled_s = start
                 live.first_scheduled_step = step
             live.computed += n
-            if live.computed >= live.req.prompt_len:
+            if live.computed < live.req.prompt_len + live.generated:
+                continue  # a chunk of a longer prefill: no token sampled
+            # All tokens computed: one token is sampled at the step's end.
+            live.generated += 1
+            if live.first_token_s is None:
+                live.first_token_s = end
+            else:
+                self._gap_rows.append(live.index)
+                self._gap_s.append(end - live.last_token_s)
+            live.last_token_s = end
+            if live.generated >= live.out_len:
                 self._request_finished(live, end, step)
                 # Deepest block first, so the tail is evicted before the shared prefix.
                 self.pool.free(reversed(live.blocks))
@@ -483,8 +555,8 @@ class Engine:
                 "prompt_tokens": r.prompt_len,
                 "cached_tokens": live.cached_at_admission,
                 "first_scheduled_s": live.first_scheduled_s,
-                "first_token_s": live.finish_s,
-                "ttft_s": live.finish_s - live.released_s,
+                "first_token_s": live.first_token_s,
+                "ttft_s": live.first_token_s - live.released_s,
                 "finish_s": live.finish_s,
                 "queue_delay_s": live.first_scheduled_s - live.released_s,
                 "first_scheduled_step": live.first_scheduled_step,
@@ -494,6 +566,15 @@ class Engine:
                 "session_id": r.session_id,
                 "after": r.after,
             }
+            if self.colocated:
+                e2e = live.finish_s - live.released_s
+                o = live.out_len
+                row["output_tokens"] = o
+                row["e2e_s"] = e2e
+                # vLLM's TPOT: (e2e - ttft) / (output_tokens - 1); undefined for one token.
+                row["tpot_s"] = (live.finish_s - live.first_token_s) / (o - 1) if o > 1 else float("nan")
+                row["discarded_tokens"] = live.discarded
+                row["resume_cached_tokens"] = live.resume_cached
             for k in label_keys:
                 row[k] = r.labels.get(k)
             rows.append(row)
@@ -501,9 +582,19 @@ class Engine:
 
     def _step_table(self) -> Columns:
         return Columns.from_tuples(self._step_rows, [
-            "step", "start_s", "duration_s", "tokens", "requests", "waiting", "running",
+            "step", "start_s", "duration_s", "tokens", "decode_tokens", "requests", "waiting", "running",
             "kv_blocks_used", "kv_blocks_cached", "evictions", "preemptions",
         ])
+
+
+    def _gap_table(self) -> pd.DataFrame:
+        import numpy as np
+        import pandas as pd  # colocated mode only (start-up of prefill-only runs: issue 13)
+
+        return pd.DataFrame({
+            "request_row": np.asarray(self._gap_rows, dtype=np.int64),
+            "itl_s": np.asarray(self._gap_s, dtype=np.float64),
+        })
 
 
 def simulate(

@@ -109,6 +109,23 @@ def engine_block_keys(request: Request, block_size: int) -> tuple[Hashable, ...]
     return keys + tuple(("unique", rid, j) for j in range(len(keys), full))
 
 
+def generated_block_keys(request: Request, block_size: int) -> tuple[Hashable, ...]:
+    """``engine_block_keys`` extended over the request's output (colocated mode).
+
+    vLLM hashes every full block of ``prompt + output`` tokens as tokens are appended and caches
+    it when scheduled. A trace hashes prompt blocks only, so blocks past the prompt's known hashes
+    (prompt tails and generated tokens) get request-unique keys ``("unique", id, j)``: they are
+    cached and freed like any block, and the request can hit them after a preemption, but another
+    request never does. Covers the ``prompt_len + output_len - 1`` tokens that are ever computed.
+    """
+    keys = block_keys(request, block_size)
+    full = (request.prompt_len + request.output_len - 1) // block_size
+    if full <= len(keys):
+        return keys
+    rid = request.request_id
+    return keys + tuple(("unique", rid, j) for j in range(len(keys), full))
+
+
 def reusable_blocks(keys_per_request: Iterable[Sequence[Hashable]]) -> int:
     """Distinct block keys that occur in two or more requests (the trace's reusable content)."""
     counts: Counter[Hashable] = Counter()

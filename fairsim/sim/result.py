@@ -69,13 +69,23 @@ class SimResult:
             open loop, predecessor's finish + think time in closed loop; TTFT and queue delay are
             measured from it), plus one column per label (``klass``, ``doc_id``, ...).
         steps: One row per engine step: ``step``, ``start_s``, ``duration_s``, ``tokens``,
-            ``requests`` (batch size), ``waiting`` (queue length at step start), ``running`` (after
+            ``decode_tokens`` (of ``tokens``, one per decoding request), ``requests`` (batch size), ``waiting`` (queue length at step start), ``running`` (after
             admission), ``kv_blocks_used`` (``ref_cnt > 0``), ``kv_blocks_cached``, ``evictions``
             (blocks evicted during the step), ``preemptions``.
         policy: Policy name.
         kv_blocks: KV capacity in blocks.
         block_size: Tokens per block.
         wall_time_s: Wall-clock seconds the simulation took.
+        token_gaps: Colocated mode only (else ``None``): one row per inter-token gap,
+            ``request_row`` (row of ``requests``) and ``itl_s`` (seconds between two consecutive
+            tokens of that request, vLLM's inter-token latency).
+
+    In colocated mode ``requests`` also has ``output_tokens``, ``e2e_s`` (finish minus arrival),
+    ``tpot_s`` (vLLM's ``(e2e - ttft) / (output_tokens - 1)``, NaN for one token),
+    ``discarded_tokens`` (computed tokens dropped by preemptions) and ``resume_cached_tokens``
+    (prefix hits at re-admissions); ``first_token_s`` is the end of the last prefill step and
+    ``finish_s`` that of the step sampling the last token. ``steps.decode_tokens`` counts decoding
+    requests (one token each) in a step.
     """
 
     requests: pd.DataFrame | Columns
@@ -84,6 +94,7 @@ class SimResult:
     kv_blocks: int
     block_size: int
     wall_time_s: float
+    token_gaps: pd.DataFrame | None = None
     _frames: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __getattribute__(self, name: str) -> Any:

@@ -12,7 +12,16 @@ for requests ``R`` computing ``c_i`` new tokens on top of ``h_i`` cached ones. T
 does not depend on how a request is chunked (the pairs of all its chunks sum to
 ``((h + c)² − h²) / 2``); the per-step term ``a`` counts the fewest steps that can hold the tokens;
 the per-request term ``d`` counts each request once per step it needs at least. No real schedule is
-faster, so the load is a lower bound on the engine's utilisation by prefill (decode is not counted).
+faster, so the load is a lower bound on the engine's utilisation by prefill.
+
+Colocated mode (``--mode colocated``) adds each request's decode work: ``o_i - 1`` decode tokens
+(the first output token comes from the last prefill step) share the step budget, so they join the
+``ceil(Σ / B)`` step count, and cost, from ``Profile.step_time_colocated`` summed over the decode
+steps of request ``i`` (context ``L_i + g - 1`` at its ``g``-th decode)::
+
+    decode_s(i) = (o_i - 1)·(b + d + f + k/2) + (k + e) · ((o_i - 1)·L_i + (o_i - 1)(o_i - 2) / 2)
+
+The weight-read floor ``min_step_s`` is not counted (the bound stays a lower bound).
 
 - ``load = busy(all, h = 0) / span`` (no reuse), ``ideal_load`` the same with ``h_i`` the prefix an
   infinite cache would hold (hash blocks seen earlier in the trace, at most ``L - 1`` tokens); the
@@ -47,15 +56,20 @@ class PrefillWork:
         new_tokens: Tokens to compute ``c_i``.
         pairs: Attention pairs ``((h_i + c_i)² − h_i²) / 2``.
         chunks: Fewest chunks ``ceil(c_i / B)`` at budget ``B``.
+        decode_tokens: Decode tokens ``o_i - 1`` (zeros unless colocated).
+        decode_s: Decode seconds ``decode_s(i)`` of the module docstring (zeros unless colocated).
     """
 
     arrival_s: np.ndarray
     new_tokens: np.ndarray
     pairs: np.ndarray
     chunks: np.ndarray
+    decode_tokens: np.ndarray
+    decode_s: np.ndarray
 
 
-def prefill_work(requests: Sequence[Request], budget_tokens: int, ideal_reuse: bool) -> PrefillWork:
+def prefill_work(requests: Sequence[Request], budget_tokens: int, ideal_reuse: bool,
+                 profile: Profile | None = None, colocated: bool = False) -> PrefillWork:
     """The ``PrefillWork`` of ``requests`` at budget ``budget_tokens``.
 
     Args:
@@ -63,6 +77,8 @@ def prefill_work(requests: Sequence[Request], budget_tokens: int, ideal_reuse: b
         budget_tokens: Step token budget ``B`` (>= 1).
         ideal_reuse: Subtract the prefix an infinite cache would hold (hash blocks seen in an
             earlier request), at most ``L - 1`` tokens, as vLLM always computes the last token.
+        profile: The cost model, needed for the decode seconds when ``colocated``.
+        colocated: Count each request's decode work too (module docstring).
 
     Raises:
         ValueError: ``budget_tokens < 1``.
@@ -83,26 +99,42 @@ def prefill_work(requests: Sequence[Request], budget_tokens: int, ideal_reuse: b
             hits[i] = min(hit * r.hash_block_size, r.prompt_len - 1)
             seen.update(r.block_hashes)
     new = lengths - hits
+    decode_tokens = np.zeros(len(ordered), dtype=np.float64)
+    decode_s = np.zeros(len(ordered), dtype=np.float64)
+    if colocated:
+        if profile is None:
+            raise ValueError("prefill_work(colocated=True) needs the profile")
+        o1 = np.fromiter((r.output_len - 1 for r in ordered), dtype=np.float64, count=len(ordered))
+        p = profile
+        ctx = o1 * lengths + o1 * (o1 - 1) / 2.0  # sum over g = 1..o-1 of L + g - 1
+        decode_tokens = o1
+        decode_s = (o1 * (p.b_s_per_token + p.d_s_per_request + p.f_s_per_decode + p.k_s_per_pair / 2)
+                    + (p.k_s_per_pair + p.e_s_per_decode_ctx_token) * ctx)
     return PrefillWork(
         arrival_s=np.fromiter((r.arrival_time for r in ordered), dtype=np.float64, count=len(ordered)),
         new_tokens=new,
         pairs=(lengths**2 - hits**2) / 2.0,
         chunks=np.ceil(new / budget_tokens),
+        decode_tokens=decode_tokens,
+        decode_s=decode_s,
     )
 
 
 def busy_time(profile: Profile, budget_tokens: int, new_tokens: np.ndarray | float,
-              pairs: np.ndarray | float, chunks: np.ndarray | float) -> np.ndarray | float:
-    """Best-case busy seconds for work totals (scalars or arrays): the module docstring's ``busy``."""
-    steps = np.ceil(np.asarray(new_tokens, dtype=np.float64) / budget_tokens)
+              pairs: np.ndarray | float, chunks: np.ndarray | float,
+              decode_tokens: np.ndarray | float = 0.0, decode_s: np.ndarray | float = 0.0) -> np.ndarray | float:
+    """Best-case busy seconds for work totals (scalars or arrays): the module docstring's ``busy``
+    (plus the decode work in colocated mode)."""
+    steps = np.ceil((np.asarray(new_tokens, dtype=np.float64) + decode_tokens) / budget_tokens)
     return (profile.a_s * steps + profile.b_s_per_token * new_tokens
-            + profile.k_s_per_pair * pairs + profile.d_s_per_request * chunks)
+            + profile.k_s_per_pair * pairs + profile.d_s_per_request * chunks + decode_s)
 
 
 def _busiest(work: PrefillWork, profile: Profile, budget: int, window_s: float) -> tuple[float, float]:
     """``(load, start_s)`` of the busiest ``window_s``-second window."""
     t = work.arrival_s
-    cum = [np.concatenate(([0.0], np.cumsum(x))) for x in (work.new_tokens, work.pairs, work.chunks)]
+    cum = [np.concatenate(([0.0], np.cumsum(x)))
+           for x in (work.new_tokens, work.pairs, work.chunks, work.decode_tokens, work.decode_s)]
     ends = np.searchsorted(t, t + window_s, side="left")
     starts = np.arange(len(t))
     busy = busy_time(profile, budget, *(c[ends] - c[starts] for c in cum))
@@ -129,6 +161,7 @@ class OfferedLoad:
         window_s: Length of the busiest window, seconds.
         peak_load, peak_ideal_load: Load of the busiest window (no reuse / ideal reuse).
         peak_start_s: Start of the busiest (no-reuse) window, seconds.
+        colocated: True when decode work is counted (``--mode colocated``).
     """
 
     requests: int
@@ -145,10 +178,12 @@ class OfferedLoad:
     peak_load: float
     peak_ideal_load: float
     peak_start_s: float
+    colocated: bool = False
 
     def describe(self) -> str:
         """One line for the CLI."""
-        cap = (f"best-case prefill capacity {self.capacity_tokens_per_s:,.0f} tokens/s "
+        what = "prefill capacity (decode counted)" if self.colocated else "prefill capacity"
+        cap = (f"best-case {what} {self.capacity_tokens_per_s:,.0f} tokens/s "
                f"(budget {self.budget_tokens})")
         if not self.span_s > 0:
             return f"offered load: {self.requests} requests arriving at one instant (no rate to state); {cap}"
@@ -172,7 +207,7 @@ class OfferedLoad:
 
 
 def offered_load(requests: Sequence[Request], profile: Profile, budget_tokens: int,
-                 window_s: float = DEFAULT_LOAD_WINDOW_S) -> OfferedLoad:
+                 window_s: float = DEFAULT_LOAD_WINDOW_S, colocated: bool = False) -> OfferedLoad:
     """The ``OfferedLoad`` of ``requests`` on ``profile``'s engine at ``budget_tokens``.
 
     Args:
@@ -180,6 +215,8 @@ def offered_load(requests: Sequence[Request], profile: Profile, budget_tokens: i
         profile: Cost model (``a``, ``b``, ``k``, ``d``).
         budget_tokens: Step token budget, tokens.
         window_s: Length of the busiest window, seconds (> 0).
+        colocated: Count decode work too (module docstring); ``capacity_tokens_per_s`` is then
+            prompt tokens per second of prefill-and-decode busy time.
 
     Raises:
         ValueError: An empty trace, ``window_s <= 0`` or ``budget_tokens < 1``.
@@ -188,13 +225,14 @@ def offered_load(requests: Sequence[Request], profile: Profile, budget_tokens: i
         raise ValueError("offered load of an empty trace")
     if not (window_s > 0 and math.isfinite(window_s)):
         raise ValueError(f"--load-window {window_s:g}: need a finite number of seconds > 0")
-    cold = prefill_work(requests, budget_tokens, ideal_reuse=False)
-    ideal = prefill_work(requests, budget_tokens, ideal_reuse=True)
+    cold = prefill_work(requests, budget_tokens, ideal_reuse=False, profile=profile, colocated=colocated)
+    ideal = prefill_work(requests, budget_tokens, ideal_reuse=True, profile=profile, colocated=colocated)
     span = float(cold.arrival_s[-1] - cold.arrival_s[0])
     total = float(cold.new_tokens.sum())
 
     def busy(w: PrefillWork) -> float:
-        return float(busy_time(profile, budget_tokens, w.new_tokens.sum(), w.pairs.sum(), w.chunks.sum()))
+        return float(busy_time(profile, budget_tokens, w.new_tokens.sum(), w.pairs.sum(), w.chunks.sum(),
+                               w.decode_tokens.sum(), w.decode_s.sum()))
 
     busy_cold, busy_ideal = busy(cold), busy(ideal)
     span_eff = span if span > 0 else float("nan")
@@ -206,13 +244,14 @@ def offered_load(requests: Sequence[Request], profile: Profile, budget_tokens: i
         ideal_uncached_tokens_per_s=float(ideal.new_tokens.sum()) / span_eff,
         busy_s=busy_cold, ideal_busy_s=busy_ideal, capacity_tokens_per_s=total / busy_cold,
         load=busy_cold / span_eff, ideal_load=busy_ideal / span_eff, window_s=window_s,
-        peak_load=peak, peak_ideal_load=peak_ideal, peak_start_s=start,
+        peak_load=peak, peak_ideal_load=peak_ideal, peak_start_s=start, colocated=colocated,
     )
 
 
 def time_scale_for_load(requests: Sequence[Request], profile: Profile, budget_tokens: int,
-                        target: float) -> float:
-    """The ``--time-scale`` at which ``requests`` offer mean load ``target`` (no reuse).
+                        target: float, colocated: bool = False) -> float:
+    """The ``--time-scale`` at which ``requests`` offer mean load ``target`` (no reuse; decode
+    work counted when ``colocated``).
 
     Load is ``busy / span`` and the span scales with the arrival times, so the scale is
     ``load(scale 1) / target``.
@@ -223,10 +262,11 @@ def time_scale_for_load(requests: Sequence[Request], profile: Profile, budget_to
     """
     if not (target > 0 and math.isfinite(target)):
         raise ValueError(f"--target-load {target:g}: need a finite load > 0")
-    work = prefill_work(requests, budget_tokens, ideal_reuse=False)
+    work = prefill_work(requests, budget_tokens, ideal_reuse=False, profile=profile, colocated=colocated)
     span = float(work.arrival_s[-1] - work.arrival_s[0]) if len(work.arrival_s) else 0.0
     if not span > 0:
         raise ValueError(f"--target-load {target:g}: the {len(work.arrival_s)} requests kept arrive at "
                          f"one instant, so no time scale changes their load")
-    busy = float(busy_time(profile, budget_tokens, work.new_tokens.sum(), work.pairs.sum(), work.chunks.sum()))
+    busy = float(busy_time(profile, budget_tokens, work.new_tokens.sum(), work.pairs.sum(), work.chunks.sum(),
+                           work.decode_tokens.sum(), work.decode_s.sum()))
     return busy / span / target

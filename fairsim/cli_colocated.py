@@ -1,0 +1,56 @@
+"""Colocated-mode additions to ``run``/``compare`` output: decode summary, columns and groups.
+
+Kept apart from ``fairsim/cli.py`` so the shared command module only calls in here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fairsim.metrics import decode_summary, group_summaries
+from fairsim.sim import SimResult
+
+DECODE_COLUMNS = [
+    ("tpot_p50_s", "TPOT p50 s", "{:.4f}"), ("tpot_p99_s", "TPOT p99 s", "{:.4f}"),
+    ("itl_p99_s", "ITL p99 s", "{:.4f}"), ("e2e_p99_s", "E2E p99 s", "{:.2f}"),
+    ("output_tokens_per_s", "out tok/s", "{:.1f}"), ("goodput_share", "goodput", "{:.3f}"),
+    ("preemptions", "preempt", "{:d}"),
+]
+"""Extra columns of the printed table in colocated mode: (summary key, header, format)."""
+
+
+def colocated_summary(result: SimResult, slo: dict[str, float]) -> dict[str, Any]:
+    """``decode_summary`` of a colocated run plus ``decode_tokens`` and ``groups``.
+
+    ``groups`` is ``metrics.group_summaries`` (per window/class label present in the trace);
+    ``decode_tokens`` is the step table's sum of decoding requests' tokens.
+    """
+    out = decode_summary(result.requests, result.token_gaps, slo)
+    out["decode_tokens"] = int(result.steps["decode_tokens"].sum())
+    if slo:
+        out["slo"] = {f"{k}_s": v for k, v in slo.items()}
+    groups = group_summaries(result.requests, result.token_gaps, slo)
+    if groups:
+        out["groups"] = groups
+    return out
+
+
+def format_groups(rows: dict[str, dict[str, Any]]) -> str:
+    """One plain-text block per grouping label: policy x value with TTFT, TPOT and goodput."""
+    lines: list[str] = []
+    labels = sorted({label for s in rows.values() for label in s.get("groups", {})})
+    for label in labels:
+        lines.append(f"\nby {label}:")
+        header = ["policy", label, "requests", "TTFT p50 s", "TTFT p99 s", "TPOT p50 s",
+                  "TPOT p99 s", "goodput"]
+        body = []
+        for name, s in rows.items():
+            for value, g in s.get("groups", {}).get(label, {}).items():
+                good = g.get("goodput_share")
+                body.append([name, value, f"{g['requests']:d}", f"{g['ttft_p50_s']:.3f}",
+                             f"{g['ttft_p99_s']:.3f}", f"{g['tpot_p50_s']:.4f}",
+                             f"{g['tpot_p99_s']:.4f}", "-" if good is None else f"{good:.3f}"])
+        widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
+        lines += ["  ".join(v.rjust(w) if i > 1 else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths)))
+                  for r in [header] + body]
+    return "\n".join(lines)
