@@ -174,6 +174,8 @@ class _PolicyMixin:
         from fairsim.live.hitcache import HitCache
 
         self.fairsim_hits = HitCache(self.kv_cache_manager)
+        # Snapshots of plainly waiting requests, reused while their hit is unchanged.
+        self._fairsim_snap_cache: dict[str, QueuedRequest] = {}
         self._fairsim_snapshots: dict[str, QueuedRequest] = {}
         self._fairsim_head_snapshots: dict[str, QueuedRequest] = {}
         self._fairsim_now = 0.0
@@ -195,6 +197,7 @@ class _PolicyMixin:
         self.fairsim_policy = build_policy(self._fairsim_settings)
         self._fairsim_on_admitted = getattr(self.fairsim_policy, "on_admitted", None)
         self.fairsim_hits.clear()
+        self._fairsim_snap_cache = {}
         self.fairsim_admissions.clear()
         self.fairsim_reorder_s.clear()
         self.fairsim_policy_errors = 0
@@ -250,11 +253,19 @@ class _PolicyMixin:
             h = self.fairsim_hits.get(request, self.fairsim_cached_tokens)
         else:
             h = self.fairsim_cached_tokens(request)
-        L = request.num_prompt_tokens
         computed = request.num_computed_tokens
-        return QueuedRequest(request.request_id, request.arrival_time, L, h,
-                             max(1, L - h - computed), computed, request,
-                             client=client_of_vllm(request))
+        if plain:
+            q = self._fairsim_snap_cache.get(request.request_id)
+            if (q is not None and q.cached_len == h and q.handle is request and computed == 0
+                    and q.arrival_time == request.arrival_time):
+                return q
+        L = request.num_prompt_tokens
+        q = QueuedRequest(request.request_id, request.arrival_time, L, h,
+                          max(1, L - h - computed), computed, request,
+                          client=client_of_vllm(request))
+        if plain:
+            self._fairsim_snap_cache[request.request_id] = q
+        return q
 
     # -- the hook --------------------------------------------------------------------------------
     def fairsim_reorder(self) -> None:
@@ -279,6 +290,8 @@ class _PolicyMixin:
         self._fairsim_snapshots = {s.request_id: s for s in snaps}
         if len(hits) > len(snaps):  # some cached hits belong to requests no longer waiting
             hits.keep_only(set(self._fairsim_snapshots))
+        if len(self._fairsim_snap_cache) > len(snaps):
+            self._fairsim_snap_cache = dict(self._fairsim_snapshots)
         now = self._fairsim_now = self.fairsim_clock()
         if self._fairsim_on_admitted is not None:
             # Start-of-step snapshots of the front (preempted) requests too: on_admitted gets
