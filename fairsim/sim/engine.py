@@ -46,6 +46,7 @@ only the request itself (after a preemption) can hit them. Steps are costed by
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import deque
 from itertools import chain, islice
@@ -198,8 +199,15 @@ class Engine:
     def run(self) -> SimResult:
         """Simulate until every request has finished; return the result tables."""
         wall0 = time.perf_counter()
-        self.env.process(self._loop())
-        self.env.run()
+        # The trace and the per-request state live for the whole run: move them out of the
+        # cyclic GC's generations, so its full collections do not rescan them (those scans grow
+        # with the trace and made cost per request grow with its length; issue 13).
+        gc.freeze()
+        try:
+            self.env.process(self._loop())
+            self.env.run()
+        finally:
+            gc.unfreeze()
         unfinished = [r.req.request_id for r in self._all if r.finish_s is None]
         if unfinished:
             raise EngineInvariantError(f"{len(unfinished)} requests never finished, first {unfinished[0]!r}")
