@@ -46,6 +46,9 @@ def ttft_summary(requests: pd.DataFrame) -> dict[str, float]:
 def summarize(requests: pd.DataFrame, steps: pd.DataFrame | None = None) -> dict[str, Any]:
     """Headline figures of one run.
 
+    ``requests``/``steps`` are DataFrames or the engine's ``fairsim.sim.result.Columns``
+    (``SimResult.columns``): only ``t[column]`` and ``len(t)`` are used, so no pandas is needed.
+
     Returns:
         ``ttft_summary`` plus ``hit_rate`` (cached tokens at admission / prompt tokens),
         ``queue_delay_p50_s``, ``queue_delay_p99_s``, ``starved`` (max TTFT > 3 x p99),
