@@ -19,7 +19,8 @@ cost per request grows with the trace length.
 same call and prints fairsim's requests per wall-second over the peer's. Supported peer:
 sched-sim (``pip install sched-sim``, or the ``bench`` extra); PATH is its executable (or just
 ``sched-sim``). The peer gets a JSON trace of the same arrival times and prompt lengths with one
-output token per request (fairsim's default engine is prefill-only), its ``chunked`` scheduler
+output token per request (fairsim's default engine is prefill-only; with ``--mode colocated`` the
+trace's output lengths), its ``chunked`` scheduler
 with the same token budget; it has no prefix identity, so it computes every prompt cold.
 """
 
@@ -162,15 +163,19 @@ def find_peer(path: str) -> str:
     return found
 
 
-def bench_peer(peer: str, requests: list, budget: int, tmp: Path) -> dict[str, Any]:
-    """Run sched-sim's ``trace`` command on ``requests`` (one output token each); its figures.
+def bench_peer(peer: str, requests: list, budget: int, tmp: Path, decode: bool = False) -> dict[str, Any]:
+    """Run sched-sim's ``trace`` command on ``requests``; its figures.
+
+    Each request gets one output token, or with ``decode`` (fairsim's ``--mode colocated``) its
+    trace ``output_len``.
 
     Raises:
         ValueError: The peer failed.
     """
     path = tmp / "sched-sim-trace.json"
     path.write_text(json.dumps([
-        {"id": r.request_id, "timestamp": r.arrival_time, "prompt_tokens": r.prompt_len, "output_tokens": 1}
+        {"id": r.request_id, "timestamp": r.arrival_time, "prompt_tokens": r.prompt_len,
+         "output_tokens": r.output_len if decode else 1}
         for r in requests]))
     cmd = [peer, "trace", str(path), "--scheduler", "chunked", "--token-budget", str(budget), "--no-gantt"]
     wall, peak, code, _, err = _timed(cmd)
@@ -237,7 +242,8 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
                 print(f"bench: {name} done in {r['process_s']:.2f} s (loop {r['loop_s']:.2f} s)",
                       file=sys.stderr)
             if peer is not None:
-                rows["sched-sim"] = bench_peer(peer, requests, args.budget, tmp)
+                rows["sched-sim"] = bench_peer(peer, requests, args.budget, tmp,
+                                               getattr(args, "mode", "prefill-only") == "colocated")
         except KeyboardInterrupt:  # keep the policies that finished (fairsim.cli.main exits 130)
             if args.out is not None and rows:
                 atomic_write_text(args.out / "bench.json", json.dumps(rows, indent=2) + "\n")
@@ -267,6 +273,8 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
         s = rows["sched-sim"]
         print(f"{'sched-sim':<16}{'':>8}{'':>10}{s['process_s']:>11.2f}{s['requests_per_s']:>9.0f}"
               f"{'':>9}{'':>12}{s['peak_mib']:>10.0f}{1.0:>13.2f}")
-        print(f"sched-sim: {s['command']} (chunked prefill, same arrivals and prompt lengths, one "
-              f"output token, no prefix cache)")
+        tokens = ("the trace's output lengths" if getattr(args, "mode", "") == "colocated"
+                  else "one output token")
+        print(f"sched-sim: {s['command']} (chunked prefill, same arrivals and prompt lengths, "
+              f"{tokens}, no prefix cache)")
     return 0
