@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import nnls
+
 
 #: Names of the fitted coefficients, in design-matrix column order.
 COEFFICIENTS = ("a_s", "b_s_per_token", "k_s_per_pair", "d_s_per_request", "f_s_per_decode",
@@ -151,6 +151,8 @@ def fit_cost_model(samples: Sequence[StepSample], holdout_every: int = 4) -> Fit
     norms = np.linalg.norm(xw, axis=0)
     norms[norms == 0] = 1.0
     scaled = xw / norms
+    from scipy.optimize import nnls  # here, not at import: fairsim's start-up (issue 13)
+
     sol, _ = nnls(scaled, yw)
     coef = sol / norms
     coefficients = {name: float(v) for name, v in zip(COEFFICIENTS, coef)}

@@ -1,99 +1,280 @@
-"""``fairsim bench``: simulator speed and peak memory per policy.
+"""``fairsim bench``: simulator speed and peak memory per policy, whole process and loop alone.
 
-Each policy runs in a fresh process (spawned), so its peak resident memory (``ru_maxrss``) is its
-own: trace loading + engine + result tables. Figures printed per policy:
+Each policy runs as its own fresh process, ``python -m fairsim run ... --policy NAME --format
+json`` with the same trace, shaping and engine options, so every figure is that of a user's run:
 
-- ``sim_time_s``: simulated span, first arrival to last finish (s);
-- ``wall_time_s``: wall time of the simulation itself, trace loading excluded (s);
-- ``speed_x``: ``sim_time_s / wall_time_s``, simulated seconds per wall second;
-- ``requests_per_wall_s``: requests simulated per wall second;
-- ``peak_mib``: peak resident memory of the process (MiB).
+- ``process_s``: wall seconds of the whole process (interpreter start, imports, trace loading,
+  simulation, summary); ``requests_per_s``: requests / ``process_s``;
+- ``loop_s``: wall seconds of the simulation loop alone (``SimResult.wall_time_s``);
+  ``loop_requests_per_s``: requests / ``loop_s``;
+- ``peak_mib``: peak resident memory of that process (``ru_maxrss`` from ``os.wait4``, MiB);
+- ``sim_time_s``, ``steps``, ``requests``: from the run's summary.
 
-A line above the table names the profile, the KV capacity (blocks, tokens) and the block size, which
-``bench.json`` also records per policy (``profile``, ``kv_tokens``, ``kv_blocks``, ``block_size``).
-With ``--out DIR`` the figures are also written to ``DIR/bench.json``.
+``--repeat N`` runs each policy N times and keeps the run with the median process time.
+``--tile N`` concatenates N copies of the trace, each shifted by the trace's span plus its mean
+gap and with its own request ids, sessions and prefix content (hash ids offset), to measure how
+cost per request grows with the trace length.
+
+``--compare PATH`` also runs an installed peer simulator on the same (shaped) requests in the
+same call and prints fairsim's requests per wall-second over the peer's. Supported peer:
+sched-sim (``pip install sched-sim``, or the ``bench`` extra); PATH is its executable (or just
+``sched-sim``). The peer gets a JSON trace of the same arrival times and prompt lengths with one
+output token per request (fairsim's default engine is prefill-only; with ``--mode colocated`` the
+trace's output lengths), its ``chunked`` scheduler
+with the same token budget; it has no prefix identity, so it computes every prompt cold.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
-import resource
+import os
+import shutil
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+#: Options of ``bench`` that a ``run`` child does not take.
+BENCH_ONLY = ("policies", "out", "format", "compare", "repeat", "tile")
 
-def bench_one(args: argparse.Namespace, name: str) -> dict[str, Any]:
-    """Load, shape and simulate in this process; return the figures (run in a child)."""
-    from fairsim.cli import engine_config, load_requests, params_for, parse_params
-    from fairsim.costmodel import load_profile
-    from fairsim.metrics import summarize
-    from fairsim.policies import make_policy
-    from fairsim.sim import simulate
+SCHED_SIM_INSTALL = 'pip install sched-sim (or pip install -e ".[bench]")'
 
-    t0 = time.perf_counter()
-    profile = load_profile(args.profile)
-    _, requests = load_requests(args)
-    load_s = time.perf_counter() - t0
-    result = simulate(requests, make_policy(name, profile, **params_for(name, parse_params(args.param))), profile,
-                      engine_config(args, profile), replay=args.replay, think_scale=args.think_scale)
-    summary = summarize(result.requests, result.steps)
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+
+def run_argv(args: argparse.Namespace) -> list[str]:
+    """The ``fairsim run`` options that reproduce ``args``' trace, shaping and engine settings.
+
+    Every option of ``fairsim.cli.add_common`` whose value differs from its default is passed on
+    (``--time-scale`` as the scale in use, so a ``--target-load`` is resolved once).
+    """
+    from fairsim.cli import add_common
+
+    probe = argparse.ArgumentParser(add_help=False)
+    add_common(probe)
+    argv: list[str] = []
+    for action in probe._actions:
+        if not action.option_strings or action.dest in BENCH_ONLY:
+            continue
+        value = getattr(args, action.dest, action.default)
+        if value == action.default or value is None:
+            continue
+        opt = max(action.option_strings, key=len)
+        if isinstance(action, argparse._StoreTrueAction):
+            argv.append(opt)
+        elif isinstance(action, argparse._AppendAction):
+            for item in value:
+                argv += [opt, str(item)]
+        else:
+            argv += [opt, str(value)]
+    return argv
+
+
+def tile_trace(trace: Any, copies: int) -> Any:
+    """``copies`` concatenated copies of ``trace`` (a ``Trace``), each shifted in time.
+
+    Copy ``k`` (0-based) arrives ``k x (span + mean gap)`` seconds later, its request ids, session
+    ids and ``after`` links get the suffix ``#k``, and its hash ids / segment ids are offset past
+    the previous copy's, so copies share no prefix content (copy 0 is the trace itself).
+
+    Raises:
+        ValueError: ``copies`` < 1.
+    """
+    if copies < 1:
+        raise ValueError(f"--tile {copies}: need an integer >= 1")
+    reqs = trace.requests
+    if copies == 1:
+        return trace
+    times = [r.arrival_time for r in reqs]
+    span = max(times) - min(times)
+    gap = span / max(len(reqs) - 1, 1)
+    shift = span + (gap if gap > 0 else 1.0)
+    top = 1 + max((h for r in reqs for h in r.block_hashes), default=0)
+    top = max(top, 1 + max((c for r in reqs for c, _ in r.segments), default=0))
+    out = []
+    for k in range(copies):
+        sfx = "" if k == 0 else f"#{k}"
+        for r in reqs:
+            if k == 0:
+                out.append(r)
+                continue
+            out.append(replace(
+                r, request_id=r.request_id + sfx, arrival_time=r.arrival_time + k * shift,
+                block_hashes=tuple(h + k * top for h in r.block_hashes),
+                segments=tuple((c + k * top, n) for c, n in r.segments),
+                session_id=None if r.session_id is None else r.session_id + sfx,
+                after=None if r.after is None else r.after + sfx, labels=dict(r.labels)))
+    return replace(trace, name=f"{trace.name}x{copies}", requests=tuple(out), locations={})
+
+
+def _timed(cmd: list[str]) -> tuple[float, float, int, str, str]:
+    """Run ``cmd``; return (wall s, peak MiB, exit status, stdout, stderr)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return (wall, usage.ru_maxrss / 1024.0, proc.returncode,
+                out.read().decode(errors="replace"), err.read().decode(errors="replace"))
+
+
+def bench_policy(argv: list[str], name: str) -> dict[str, Any]:
+    """One fresh ``fairsim run`` process for policy ``name``; its figures (module docstring).
+
+    Raises:
+        ValueError: The run failed (its error message is passed on).
+    """
+    cmd = [sys.executable, "-m", "fairsim", "run", *argv, "--policy", name, "--format", "json"]
+    wall, peak, code, out, err = _timed(cmd)
+    if code != 0:
+        raise ValueError(f"bench: policy {name!r}: fairsim run exited {code}: {err.strip()[-800:]}")
+    summary = json.loads(out)[name]
+    n = summary["requests"]
+    loop = summary["wall_time_s"]
     return {
-        "requests": summary["requests"],
-        "steps": summary["steps"],
-        "sim_time_s": summary["sim_time_s"],
-        "wall_time_s": result.wall_time_s,
-        "speed_x": summary["sim_time_s"] / result.wall_time_s,
-        "requests_per_wall_s": summary["requests"] / result.wall_time_s,
-        "peak_mib": peak_kb / 1024.0,
-        "load_time_s": load_s,
-        "ttft_p50_s": summary["ttft_p50_s"],
-        "ttft_p99_s": summary["ttft_p99_s"],
-        "profile": profile.name,
-        "kv_tokens": result.kv_blocks * result.block_size,
-        "kv_blocks": result.kv_blocks,
-        "block_size": result.block_size,
+        "requests": n, "steps": summary["steps"], "sim_time_s": summary["sim_time_s"],
+        "process_s": wall, "requests_per_s": n / wall,
+        "loop_s": loop, "loop_requests_per_s": n / loop if loop > 0 else float("inf"),
+        "peak_mib": peak, "ttft_p50_s": summary["ttft_p50_s"], "ttft_p99_s": summary["ttft_p99_s"],
+        "profile": summary["profile"], "kv_tokens": summary["kv_tokens"],
+        "kv_blocks": summary["kv_blocks"], "block_size": summary["block_size"],
     }
 
 
+def find_peer(path: str) -> str:
+    """The peer's executable: ``path`` itself or found on ``PATH``.
+
+    Raises:
+        MissingDependencyError: Not found or not executable (exit 2 with the install command).
+    """
+    from fairsim.deps import MissingDependencyError
+
+    found = path if os.sep in path and os.access(path, os.X_OK) else shutil.which(path)
+    if found is None or not os.path.isfile(found):
+        raise MissingDependencyError(
+            f"--compare {path}: no such executable; the peer simulator sched-sim is installed with "
+            f"{SCHED_SIM_INSTALL}")
+    return found
+
+
+def bench_peer(peer: str, requests: list, budget: int, tmp: Path, decode: bool = False) -> dict[str, Any]:
+    """Run sched-sim's ``trace`` command on ``requests``; its figures.
+
+    Each request gets one output token, or with ``decode`` (fairsim's ``--mode colocated``) its
+    trace ``output_len``.
+
+    Raises:
+        ValueError: The peer failed.
+    """
+    path = tmp / "sched-sim-trace.json"
+    path.write_text(json.dumps([
+        {"id": r.request_id, "timestamp": r.arrival_time, "prompt_tokens": r.prompt_len,
+         "output_tokens": r.output_len if decode else 1}
+        for r in requests]))
+    cmd = [peer, "trace", str(path), "--scheduler", "chunked", "--token-budget", str(budget), "--no-gantt"]
+    wall, peak, code, _, err = _timed(cmd)
+    if code != 0:
+        raise ValueError(f"bench: --compare: {' '.join(cmd)} exited {code}: {err.strip()[-800:]}")
+    n = len(requests)
+    return {"requests": n, "process_s": wall, "requests_per_s": n / wall, "peak_mib": peak,
+            "command": " ".join(cmd)}
+
+
+def _median_run(argv: list[str], name: str, repeat: int) -> dict[str, Any]:
+    runs = [bench_policy(argv, name) for _ in range(repeat)]
+    runs.sort(key=lambda r: r["process_s"])
+    row = runs[(len(runs) - 1) // 2]
+    if repeat > 1:
+        row["process_s_runs"] = [r["process_s"] for r in runs]
+        row["process_s_median"] = statistics.median(r["process_s"] for r in runs)
+    return row
+
+
 def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
-    """Run ``bench_one`` for each policy in its own spawned process and print the figures."""
-    from fairsim.cli import check_policies, parse_params
+    """Bench each policy in a fresh process (and the peer with ``--compare``); print the figures.
+
+    Raises:
+        ValueError: Bad ``--repeat``/``--tile``, a bad trace or option (checked here, before any
+            child runs), a failed child.
+        MissingDependencyError: ``--compare`` names no installed executable.
+    """
+    from fairsim.cli import check_policies, load_requests, parse_params
     from fairsim.costmodel import load_profile
     from fairsim.io import atomic_write_text, check_writable_dir
 
+    if args.repeat < 1:
+        raise ValueError(f"--repeat {args.repeat}: need an integer >= 1")
+    if args.tile < 1:
+        raise ValueError(f"--tile {args.tile}: need an integer >= 1")
     if args.out is not None:
         check_writable_dir(args.out)
-    if args.slo:
+    if getattr(args, "slo", None):
         raise ValueError("--slo: bench measures simulator speed; use run/compare for goodput")
-    check_policies(names, load_profile(args.profile), parse_params(args.param))
+    peer = find_peer(args.compare) if args.compare is not None else None
+    profile = load_profile(args.profile)
+    check_policies(names, profile, parse_params(args.param))
     rows: dict[str, dict[str, Any]] = {}
-    ctx = multiprocessing.get_context("spawn")
-    try:
+    with tempfile.TemporaryDirectory(prefix="fairsim-bench-") as tmpdir:
+        tmp = Path(tmpdir)
+        if args.tile > 1:
+            from fairsim.traces import load_trace
+            from fairsim.traces.canonical import write_canonical
+
+            trace = load_trace(args.trace, args.trace_format, skip_bad=args.skip_bad,
+                               hash_block_size=args.hash_block_size)
+            tiled = tmp / "tiled.jsonl"
+            write_canonical(tile_trace(trace, args.tile), tiled)
+            args.trace, args.trace_format = str(tiled), "auto"
+        # Load and shape once here: bad input fails before any child runs, and --target-load
+        # is resolved to one --time-scale for every child (and the peer).
+        _, requests = load_requests(args, profile)
+        argv = run_argv(args)
+        try:
+            for name in names:
+                rows[name] = _median_run(argv, name, args.repeat)
+                r = rows[name]
+                print(f"bench: {name} done in {r['process_s']:.2f} s (loop {r['loop_s']:.2f} s)",
+                      file=sys.stderr)
+            if peer is not None:
+                rows["sched-sim"] = bench_peer(peer, requests, args.budget, tmp,
+                                               getattr(args, "mode", "prefill-only") == "colocated")
+        except KeyboardInterrupt:  # keep the policies that finished (fairsim.cli.main exits 130)
+            if args.out is not None and rows:
+                atomic_write_text(args.out / "bench.json", json.dumps(rows, indent=2) + "\n")
+            raise
+    if peer is not None:
+        base = rows["sched-sim"]["requests_per_s"]
         for name in names:
-            with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-                rows[name] = pool.submit(bench_one, args, name).result()
-            print(f"bench: {name} done in {rows[name]['wall_time_s']:.1f} s", file=sys.stderr)
-    except KeyboardInterrupt:  # keep the policies that finished (fairsim.cli.main exits 130)
-        if args.out is not None and rows:
-            atomic_write_text(args.out / "bench.json", json.dumps(rows, indent=2) + "\n")
-        raise
+            rows[name]["vs_sched_sim"] = rows[name]["requests_per_s"] / base
     if args.out is not None:
         atomic_write_text(args.out / "bench.json", json.dumps(rows, indent=2) + "\n")
     if args.format == "json":
         print(json.dumps(rows, indent=2))
         return 0
-    first = next(iter(rows.values()))
-    print(f"profile {first['profile']}; KV cache {first['kv_blocks']:,} blocks x {first['block_size']} tokens = "
-          f"{first['kv_tokens']:,} tokens; block size {first['block_size']}")
-    header = f"{'policy':<18}{'requests':>9}{'steps':>9}{'sim s':>11}{'wall s':>9}{'speed x':>10}{'req/s':>10}{'peak MiB':>10}"
+    first = rows[names[0]]
+    print(f"profile {first['profile']}; KV cache {first['kv_blocks']:,} blocks x {first['block_size']} "
+          f"tokens = {first['kv_tokens']:,} tokens; {first['requests']:,} requests; time scale "
+          f"{args.time_scale:g}" + (f"; trace x{args.tile}" if args.tile > 1 else ""))
+    header = (f"{'policy':<16}{'steps':>8}{'sim s':>10}{'process s':>11}{'req/s':>9}"
+              f"{'loop s':>9}{'loop req/s':>12}{'peak MiB':>10}" + (f"{'x sched-sim':>13}" if peer else ""))
     print(header)
-    for name, r in rows.items():
-        print(f"{name:<18}{r['requests']:>9d}{r['steps']:>9d}{r['sim_time_s']:>11.1f}"
-              f"{r['wall_time_s']:>9.2f}{r['speed_x']:>10.0f}{r['requests_per_wall_s']:>10.0f}"
-              f"{r['peak_mib']:>10.0f}")
+    for name in names:
+        r = rows[name]
+        print(f"{name:<16}{r['steps']:>8d}{r['sim_time_s']:>10.1f}{r['process_s']:>11.2f}"
+              f"{r['requests_per_s']:>9.0f}{r['loop_s']:>9.2f}{r['loop_requests_per_s']:>12.0f}"
+              f"{r['peak_mib']:>10.0f}" + (f"{r['vs_sched_sim']:>13.2f}" if peer else ""))
+    if peer is not None:
+        s = rows["sched-sim"]
+        print(f"{'sched-sim':<16}{'':>8}{'':>10}{s['process_s']:>11.2f}{s['requests_per_s']:>9.0f}"
+              f"{'':>9}{'':>12}{s['peak_mib']:>10.0f}{1.0:>13.2f}")
+        tokens = ("the trace's output lengths" if getattr(args, "mode", "") == "colocated"
+                  else "one output token")
+        print(f"sched-sim: {s['command']} (chunked prefill, same arrivals and prompt lengths, "
+              f"{tokens}, no prefix cache)")
     return 0

@@ -170,6 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--policies", default="fcfs,lpm,fairway",
                        help="comma-separated policy names, or 'all'")
     add_common(bench)
+    bench.add_argument("--compare", metavar="PATH",
+                       help="also run this peer simulator (sched-sim's executable) on the same requests")
+    bench.add_argument("--repeat", type=int, default=1, help="runs per policy; the median is kept")
+    bench.add_argument("--tile", type=int, default=1, metavar="N",
+                       help="concatenate N time-shifted copies of the trace")
     # Live vLLM commands (replay, equivalence, fidelity, hook-overhead) and calibrate; their
     # modules import vLLM only when a command runs.
     from calibration.cli import add_calibrate_command
@@ -426,7 +431,8 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
                              replay=args.replay, think_scale=args.think_scale)
             if getattr(args, "plots", None) is not None:
                 results[name] = result
-            summary = summarize(result.requests, result.steps)
+            # Columns, not DataFrames: pandas is imported only to write --out tables (issue 13).
+            summary = summarize(result.columns("requests"), result.columns("steps"))
             if result.token_gaps is not None:
                 from fairsim.cli_colocated import colocated_summary
 

@@ -16,6 +16,7 @@ OPTIONAL: dict[str, tuple[str, str]] = {
              'torchcodec, see README), or pip install -e . vllm on a GPU machine'),
     "torch": ("the live vLLM commands", 'pip install -e ".[live-cpu]"'),
     "ray": ("fairsim sweep --executor ray", 'pip install -e ".[ray]"'),
+    "sched_sim": ("fairsim bench --compare", 'pip install sched-sim or pip install -e ".[bench]"'),
     "yaml": ("YAML sweep specs (TOML needs nothing extra)", 'pip install -e ".[test]" or pip install pyyaml'),
 }
 

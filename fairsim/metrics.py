@@ -5,10 +5,12 @@ Percentiles use numpy's default linear interpolation between order statistics.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # tables may be DataFrames or the engine's ``Columns``; pandas is not needed here
+    import pandas as pd
 
 STARVATION_FACTOR = 3.0  # the paper's criterion: worst TTFT above 3 x the policy's own p99
 
@@ -25,7 +27,7 @@ def ttft_summary(requests: pd.DataFrame) -> dict[str, float]:
     Raises:
         ValueError: An empty table or a missing TTFT (a request that never finished).
     """
-    ttft = requests["ttft_s"].to_numpy(dtype=np.float64)
+    ttft = np.asarray(requests["ttft_s"], dtype=np.float64)
     if ttft.size == 0:
         raise ValueError("no requests to summarise")
     if np.isnan(ttft).any():
@@ -44,6 +46,9 @@ def ttft_summary(requests: pd.DataFrame) -> dict[str, float]:
 def summarize(requests: pd.DataFrame, steps: pd.DataFrame | None = None) -> dict[str, Any]:
     """Headline figures of one run.
 
+    ``requests``/``steps`` are DataFrames or the engine's ``fairsim.sim.result.Columns``
+    (``SimResult.columns``): only ``t[column]`` and ``len(t)`` are used, so no pandas is needed.
+
     Returns:
         ``ttft_summary`` plus ``hit_rate`` (cached tokens at admission / prompt tokens),
         ``queue_delay_p50_s``, ``queue_delay_p99_s``, ``starved`` (max TTFT > 3 x p99),
@@ -52,7 +57,7 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame | None = None) -> dict
     """
     out: dict[str, Any] = ttft_summary(requests)
     out["hit_rate"] = float(requests["cached_tokens"].sum() / requests["prompt_tokens"].sum())
-    qd = requests["queue_delay_s"].to_numpy(dtype=np.float64)
+    qd = np.asarray(requests["queue_delay_s"], dtype=np.float64)
     out["queue_delay_p50_s"], out["queue_delay_p99_s"] = (float(v) for v in np.percentile(qd, [50, 99]))
     out["starved"] = bool(out["ttft_max_s"] > STARVATION_FACTOR * out["ttft_p99_s"])
     sim_time = float(requests["finish_s"].max() - requests["arrival_s"].min())

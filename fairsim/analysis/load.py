@@ -15,8 +15,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # imported where a frame is built: the CLI's parser reads this module (issue 13)
+    import pandas as pd
 
 from fairsim.costmodel import Profile
 from fairsim.traces.offered import PrefillWork, busy_time, prefill_work
@@ -124,6 +128,8 @@ def load_series(requests: Sequence[Request], profile: Profile, bin_s: float,
     ideal_tokens = np.bincount(idx, weights=ideal, minlength=n)
     hi = np.cumsum(count)
     busy = sums.busy(hi - count, hi)
+    import pandas as pd
+
     return pd.DataFrame({
         "start_s": t0 + np.arange(n) * bin_s,
         "requests": count,
@@ -143,6 +149,8 @@ def _window_stats(requests: Sequence[Request], profile: Profile, length_s: float
     if starts is None:
         starts = np.unique(sums.arrival_s)
     lo, hi = sums.between(starts, starts + length_s)
+    import pandas as pd
+
     return pd.DataFrame({"start_s": starts, "end_s": starts + length_s, "requests": hi - lo,
                          "load": sums.busy(lo, hi) / length_s})
 

@@ -21,9 +21,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 from sortedcontainers import SortedList
+
+if TYPE_CHECKING:  # imported where the timeline is built: the CLI's parser reads this module
+    import pandas as pd
 
 DEFAULT_SPREAD_THRESHOLD = 4.0
 """Spread (upper / lower decile of queued work) below which ordering "matters little" (our reading of the
@@ -150,6 +154,8 @@ def queue_spread(arrival_s: np.ndarray, first_scheduled_s: np.ndarray, work_toke
         rows_d.append(events[k][0] - t)
         rows_n.append(n)
         rows_s.append(decile_ratio(queue) if n >= 2 else float("nan"))
+    import pandas as pd
+
     timeline = pd.DataFrame({"start_s": rows_t, "duration_s": rows_d, "waiting": rows_n,
                              "spread": rows_s})
     return QueueSpread(timeline=timeline, span_s=float(s.max() - a.min()), source=source,

@@ -4,8 +4,11 @@ For each waiting-queue length ``N`` a live engine (tiny Llama, CPU) gets ``N`` q
 (short prompts; a quarter share a prefix already in the cache, so ``h`` varies), then:
 
 - ``reorder_s``: median wall time of ``PolicyScheduler.fairsim_reorder()`` over repeated calls
-  with all ``N`` waiting: snapshotting (one prefix-cache lookup per request), ``policy.order()``
-  and rebuilding the queue; exactly what the hook adds to every ``schedule()``.
+  with all ``N`` waiting: snapshotting (a prefix-cache lookup only for requests whose watched
+  blocks changed, ``fairsim.live.hitcache``), ``policy.order()`` and rebuilding the queue;
+  exactly what the hook adds to a ``schedule()`` whose step changed no watched block.
+- ``reorder_cold_s``: the first call, which looks every request's hit up (as in a step where
+  every watched block changed); ``lookups_per_step``: mean lookups of the repeated calls.
 - ``step_s``: median wall time of ``LLMEngine.step()`` for the full-budget steps that follow
   (schedule + model forward + output processing).
 
@@ -30,7 +33,8 @@ def measure_overhead(policies: list[str], sizes: list[int], profile: str | None 
     """Measure ``reorder_s`` and ``step_s`` (see the module docstring) per policy and size.
 
     Returns:
-        One dict per (policy, size): ``policy``, ``waiting``, ``reorder_s``, ``step_s`` (seconds).
+        One dict per (policy, size): ``policy``, ``waiting``, ``reorder_s``, ``reorder_cold_s``,
+        ``step_s`` (seconds), ``lookups_per_step``.
 
     Raises:
         ValueError: A size < 1.
@@ -58,10 +62,14 @@ def measure_overhead(policies: list[str], sizes: list[int], profile: str | None 
                     ids.append(engine.add_request(f"{name}-{n}-{i}", TokensPrompt(prompt_token_ids=head + tail),
                                        params, arrival_time=time.time() - 1e-3 * i))
                 times = []
+                sched.fairsim_hits.clear()
+                lookups0 = None
                 for _ in range(repeats):
                     t0 = time.perf_counter()
                     sched.fairsim_reorder()
                     times.append(time.perf_counter() - t0)
+                    if lookups0 is None:
+                        lookups0 = sched.fairsim_hits.lookups
                 step_times = []
                 while engine.has_unfinished_requests() and len(step_times) < steps:
                     t0 = time.perf_counter()
@@ -70,7 +78,10 @@ def measure_overhead(policies: list[str], sizes: list[int], profile: str | None 
                 engine.abort_request(ids, internal=True)  # the rest is not needed for the figures
                 while engine.has_unfinished_requests():
                     engine.step()
-                rows.append({"policy": name, "waiting": n, "reorder_s": statistics.median(times),
+                warm = times[1:] or times
+                rows.append({"policy": name, "waiting": n, "reorder_s": statistics.median(warm),
+                             "reorder_cold_s": times[0],
+                             "lookups_per_step": (sched.fairsim_hits.lookups - lookups0) / max(1, len(times) - 1),
                              "step_s": statistics.median(step_times)})
         finally:
             # Drop every reference before the next engine is built: a late teardown of this one

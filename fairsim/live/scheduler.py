@@ -169,6 +169,13 @@ class _PolicyMixin:
             logger.warning(warning)
         self.fairsim_step = 0
         self._fairsim_on_admitted = getattr(self.fairsim_policy, "on_admitted", None)
+        # Hits of plainly waiting requests, refreshed only when their blocks change (issue 13);
+        # a policy with uses_prefix_hits = False (FCFS) gets h = 0 and no lookup at all.
+        from fairsim.live.hitcache import HitCache
+
+        self.fairsim_hits = HitCache(self.kv_cache_manager)
+        # Snapshots of plainly waiting requests, reused while their hit is unchanged.
+        self._fairsim_snap_cache: dict[str, QueuedRequest] = {}
         self._fairsim_snapshots: dict[str, QueuedRequest] = {}
         self._fairsim_head_snapshots: dict[str, QueuedRequest] = {}
         self._fairsim_now = 0.0
@@ -189,6 +196,8 @@ class _PolicyMixin:
         records. Drivers call it after a warm-up request, so the run starts as a simulation does."""
         self.fairsim_policy = build_policy(self._fairsim_settings)
         self._fairsim_on_admitted = getattr(self.fairsim_policy, "on_admitted", None)
+        self.fairsim_hits.clear()
+        self._fairsim_snap_cache = {}
         self.fairsim_admissions.clear()
         self.fairsim_reorder_s.clear()
         self.fairsim_policy_errors = 0
@@ -237,13 +246,26 @@ class _PolicyMixin:
         # The same lookup get_computed_blocks makes, minus its optional KV-event emission.
         return int(coordinator.find_longest_cache_hit(request.block_hashes, request.num_tokens - 1)[1])
 
-    def _fairsim_snapshot(self, request: Any) -> QueuedRequest:
-        h = self.fairsim_cached_tokens(request)
-        L = request.num_prompt_tokens
+    def _fairsim_snapshot(self, request: Any, plain: bool = False) -> QueuedRequest:
+        if plain and not getattr(self.fairsim_policy, "uses_prefix_hits", True):
+            h = 0  # the policy's order reads no hit (FCFS): no lookup
+        elif plain:
+            h = self.fairsim_hits.get(request, self.fairsim_cached_tokens)
+        else:
+            h = self.fairsim_cached_tokens(request)
         computed = request.num_computed_tokens
-        return QueuedRequest(request.request_id, request.arrival_time, L, h,
-                             max(1, L - h - computed), computed, request,
-                             client=client_of_vllm(request))
+        if plain:
+            q = self._fairsim_snap_cache.get(request.request_id)
+            if (q is not None and q.cached_len == h and q.handle is request and computed == 0
+                    and q.arrival_time == request.arrival_time):
+                return q
+        L = request.num_prompt_tokens
+        q = QueuedRequest(request.request_id, request.arrival_time, L, h,
+                          max(1, L - h - computed), computed, request,
+                          client=client_of_vllm(request))
+        if plain:
+            self._fairsim_snap_cache[request.request_id] = q
+        return q
 
     # -- the hook --------------------------------------------------------------------------------
     def fairsim_reorder(self) -> None:
@@ -262,8 +284,14 @@ class _PolicyMixin:
                 plain.append(r)
             else:
                 head.append(r)
-        snaps = [self._fairsim_snapshot(r) for r in plain]
+        hits = self.fairsim_hits
+        hits.refresh()
+        snaps = [self._fairsim_snapshot(r, True) for r in plain]
         self._fairsim_snapshots = {s.request_id: s for s in snaps}
+        if len(hits) > len(snaps):  # some cached hits belong to requests no longer waiting
+            hits.keep_only(set(self._fairsim_snapshots))
+        if len(self._fairsim_snap_cache) > len(snaps):
+            self._fairsim_snap_cache = dict(self._fairsim_snapshots)
         now = self._fairsim_now = self.fairsim_clock()
         if self._fairsim_on_admitted is not None:
             # Start-of-step snapshots of the front (preempted) requests too: on_admitted gets

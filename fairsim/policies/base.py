@@ -41,6 +41,10 @@ Optional capabilities, discovered by attribute (``getattr``):
   (Preble). Default False: head-of-line stop, as vLLM.
 - ``admission_limit``: after ``order()``, the engine considers at most this many requests from the
   front of the order this step (``None`` = no limit; Preble admits only from one group).
+- ``uses_prefix_hits = False``: ``order()`` reads neither ``cached_len`` nor ``uncached_len``
+  (FCFS); the live hook then skips the prefix-cache lookups and shows ``cached_len = 0``.
+- ``incremental_order()``: the simulator's fast path, the same order kept across steps and read
+  lazily (``fairsim.policies.incremental``; ``order()`` stays the reference).
 - ``eviction_hook``: a block-pool eviction chooser (PEEK protection, RAGCache PGDSF); protocol
   and implementations in ``fairsim.policies.eviction``. Simulator-only: the live hook keeps
   vLLM's LRU and must refuse (or say so) rather than approximate.

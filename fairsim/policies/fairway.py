@@ -112,6 +112,11 @@ class Fairway:
         keys = self._fast_keys(waiting, now)
         return [waiting[x] for x in sorted(range(len(waiting)), key=keys.__getitem__)]
 
+    def incremental_order(self):
+        """Fast path (``fairsim.policies.incremental``): vectorised Fast-lane scores, lazy merge."""
+        from fairsim.policies.incremental import fairway_order
+        return fairway_order(self)
+
     def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
         """Merge the Fast and Fair lanes by work charges (a permutation of ``waiting``)."""
         if not self.fair_lane or len(waiting) <= 1:

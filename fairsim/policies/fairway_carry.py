@@ -129,6 +129,11 @@ class FairwayCarry(Fairway):
                 carried = 0.0
         return out
 
+    def incremental_order(self):
+        """Fast path (``fairsim.policies.incremental``): as ``Fairway``'s, with the carried debt."""
+        from fairsim.policies.incremental import fairway_carry_order
+        return fairway_carry_order(self)
+
     def on_admitted(self, admitted: Sequence[QueuedRequest], now: float) -> None:
         """Add the order-time ``max(1, L - h)`` of requests admitted ahead of the oldest to ``debt``."""
         for a in admitted:

@@ -17,7 +17,13 @@ class FCFS:
     """
 
     name = "fcfs"
+    uses_prefix_hits = False  # the order reads no h: the live hook skips the prefix lookups
 
     def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
         """Return ``waiting`` sorted oldest first (a permutation of the input)."""
         return sorted(waiting, key=arrival_key)
+
+    def incremental_order(self):
+        """Fast path (``fairsim.policies.incremental``): the waiting queue in arrival order."""
+        from fairsim.policies.incremental import ArrivalOrder
+        return ArrivalOrder()

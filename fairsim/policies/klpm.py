@@ -69,6 +69,11 @@ class KLPM:
             out.append(waiting[x])
         return out
 
+    def incremental_order(self):
+        """Fast path (``fairsim.policies.incremental``): both lanes kept across steps, picked lazily."""
+        from fairsim.policies.incremental import klpm_order
+        return klpm_order(self)
+
     def on_admitted(self, admitted: Sequence[QueuedRequest], now: float) -> None:
         """Advance the turn counter by the number of requests admitted this step."""
         self.turn += len(admitted)

@@ -72,6 +72,14 @@ class LPM:
             self._previous = {r.request_id: i for i, r in enumerate(out)}
         return out
 
+    def incremental_order(self):
+        """Fast path (``fairsim.policies.incremental``): keys kept sorted across steps; ``None``
+        (no fast path) with an SGLang-fidelity switch on."""
+        if self.sglang_sort_limit or self.sglang_dedup:
+            return None
+        from fairsim.policies.incremental import SortedKeyOrder, longest_key
+        return SortedKeyOrder(longest_key)
+
     def _dedup_order(self, waiting: Sequence[QueuedRequest]) -> list[QueuedRequest]:
         seen: set[tuple] = set()
         keep: list[QueuedRequest] = []

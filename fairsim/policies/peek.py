@@ -76,3 +76,9 @@ class PEEK:
     def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
         """Return ``waiting`` by descending time saved (a permutation of the input)."""
         return sorted(waiting, key=lambda r: (-self.saved(r), r.arrival_time, r.request_id))
+
+    def incremental_order(self):
+        """Fast path (``fairsim.policies.incremental``): the saving is a function of the snapshot,
+        so the keys are kept sorted across steps."""
+        from fairsim.policies.incremental import SortedKeyOrder
+        return SortedKeyOrder(lambda r: (-self.saved(r), r.arrival_time, r.request_id))

@@ -85,6 +85,11 @@ class Preble:
                 for r in sorted(groups[grp], key=arrival_key)]
         return served + rest
 
+    def incremental_order(self):
+        """Fast path (``fairsim.policies.incremental``): one arrival-ordered lane per group."""
+        from fairsim.policies.incremental import PrebleOrder
+        return PrebleOrder(self, NUM_GROUPS, PER_GROUP_QUOTA)
+
     def on_admitted(self, admitted: Sequence[QueuedRequest], now: float) -> None:
         """Forget the groups of admitted requests (their group is never needed again)."""
         for r in admitted:

@@ -46,24 +46,26 @@ only the request itself (after a preemption) can hit them. Steps are costed by
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from itertools import chain, islice
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
-import pandas as pd
 import simpy
 
 from fairsim.costmodel import Profile
-from fairsim.errors import EngineInvariantError
+from fairsim.errors import EngineInvariantError, PolicyContractError
 from fairsim.policies.base import Policy, check_permutation
 from fairsim.sim.arrivals import Arrivals, resolve_replay
 from fairsim.policies.clients import client_of_request
+from fairsim.policies.incremental import fast_path_of
 from fairsim.sim.block_pool import BlockPool
 from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.hooked_pool import HookedBlockPool
-from fairsim.sim.result import SimResult
+from fairsim.sim.result import Columns, SimResult
 from fairsim.sim.keys import blocks_for, engine_block_keys, generated_block_keys
 from fairsim.types import QueuedRequest, Request
 
@@ -121,6 +123,10 @@ class Engine:
             is released when that request finished plus ``delay_s * think_scale``) or ``None``:
             closed where any request has ``after`` (``fairsim.sim.arrivals``).
         think_scale: Closed loop: multiplies ``delay_s`` (>= 0).
+        fast_order: Use the policy's fast path (``incremental_order()``, see
+            ``fairsim.policies.incremental``) when it has one: the waiting queue's order is kept
+            across steps and read lazily up to the budget or the first misfit. False: call
+            ``order()`` on every waiting snapshot each step (the reference; same decisions).
 
     Raises:
         CapacityError, ValueError: See ``resolve_capacity``; duplicate request ids; a bad replay
@@ -138,6 +144,7 @@ class Engine:
         *,
         replay: str | None = None,
         think_scale: float = 1.0,
+        fast_order: bool = True,
     ) -> None:
         ids = [r.request_id for r in requests]
         if len(set(ids)) != len(ids):
@@ -181,14 +188,26 @@ class Engine:
         self._on_admitted = getattr(policy, "on_admitted", None)
         # Start-of-step snapshots, id(live) -> snapshot, handed to on_admitted (policy contract).
         self._step_snaps: dict[int, QueuedRequest] = {}
+        # Fast path: the policy's incremental order, fed with new and changed snapshots
+        # (``_dirty``: waiting requests whose snapshot a cache event invalidated).
+        self._inc = fast_path_of(policy) if fast_order else None
+        self._in_inc: set[int] = set()  # id(live) of the waiting requests the fast path holds
+        self._dirty: dict[int, _Live] = {}
         self.env = simpy.Environment()
 
     # -- the step loop ---------------------------------------------------------------------------
     def run(self) -> SimResult:
         """Simulate until every request has finished; return the result tables."""
         wall0 = time.perf_counter()
-        self.env.process(self._loop())
-        self.env.run()
+        # The trace and the per-request state live for the whole run: move them out of the
+        # cyclic GC's generations, so its full collections do not rescan them (those scans grow
+        # with the trace and made cost per request grow with its length; issue 13).
+        gc.freeze()
+        try:
+            self.env.process(self._loop())
+            self.env.run()
+        finally:
+            gc.unfreeze()
         unfinished = [r.req.request_id for r in self._all if r.finish_s is None]
         if unfinished:
             raise EngineInvariantError(f"{len(unfinished)} requests never finished, first {unfinished[0]!r}")
@@ -311,10 +330,15 @@ class Engine:
         self._admit_waiting(now, budget, batch, ordered)
         return batch, 0
 
-    def _order_waiting(self, now: float) -> list[_Live]:
-        """The waiting requests (not preempted ones) in the policy's order, from step-start snapshots."""
+    def _order_waiting(self, now: float) -> list[_Live] | Iterator[_Live]:
+        """The waiting requests (not preempted ones) in the policy's order, from step-start snapshots.
+
+        With the policy's fast path (``self._inc``) an iterator read lazily by ``_admit_waiting``,
+        else a list."""
         if not self._waiting:
             return []
+        if self._inc is not None:
+            return self._fast_order(now)
         snapshots = [self._snapshot(live) for live in self._waiting.values()]
         ordered = check_permutation(snapshots, self.policy.order(snapshots, now),
                                     getattr(self.policy, "name", type(self.policy).__name__))
@@ -325,7 +349,49 @@ class Engine:
             ordered = ordered[:limit]
         return [q.handle for q in ordered]
 
-    def _admit_waiting(self, now: float, budget: int, batch: list, ordered: list[_Live]) -> None:
+    def _fast_order(self, now: float) -> Iterator[_Live]:
+        """Sync the fast path with this step's snapshots, then read its order lazily."""
+        inc, held, waiting = self._inc, self._in_inc, self._waiting
+        if self._dirty:
+            for key, live in self._dirty.items():
+                if key in held and key in waiting:
+                    inc.add(self._snapshot(live))
+            self._dirty = {}
+        new = []
+        for key in reversed(waiting):  # newly released requests are at the end (release order)
+            if key in held:
+                break
+            new.append(waiting[key])
+        for live in reversed(new):
+            inc.add(self._snapshot(live))
+            held.add(id(live))
+        self._step_snaps = {}
+        ordered = self._checked(inc.iter_order(now), len(waiting))
+        limit = getattr(self.policy, "admission_limit", None)
+        return ordered if limit is None else islice(ordered, limit)
+
+    def _checked(self, snaps: Iterator[QueuedRequest], n: int) -> Iterator[_Live]:
+        """Lazy ``check_permutation``: each item a waiting snapshot, none twice, ``n`` in all."""
+        name = getattr(self.policy, "name", type(self.policy).__name__)
+        seen: set[int] = set()
+        keep = self._on_admitted is not None
+        for q in snaps:
+            live = getattr(q, "handle", None)
+            key = id(live)
+            if key in seen or key not in self._in_inc or live.snap is not q and live.snap is not None:
+                raise PolicyContractError(
+                    f"policy {name!r}: incremental_order() yielded "
+                    f"{'a duplicate' if key in seen else 'a foreign or stale'} entry "
+                    f"{getattr(q, 'request_id', q)!r}")
+            seen.add(key)
+            if keep:
+                self._step_snaps[key] = q
+            yield live
+        if len(seen) != n:
+            raise PolicyContractError(
+                f"policy {name!r}: incremental_order() yielded {len(seen)} of the {n} waiting requests")
+
+    def _admit_waiting(self, now: float, budget: int, batch: list, ordered: list[_Live] | Iterator[_Live]) -> None:
         pool = self.pool
         bs = self.block_size
         max_seqs = self.config.max_num_seqs
@@ -334,11 +400,16 @@ class Engine:
             return
         if not (self._waiting or self._preempted):
             return
-        order = list(self._preempted) + ordered
+        # A copy of the preempted front: re-admitting one removes it from the deque.
+        order = chain(list(self._preempted), ordered) if self._inc is not None else list(self._preempted) + ordered
         if self._protect is not None:  # PEEK: protect what the next max_num_seqs would hit
+            rest = iter(order)
+            head = list(islice(rest, max_seqs))
+            order = chain(head, rest)
             self._protect([live.keys[:pool.count_prefix(live.keys, live.max_hit_blocks)]
-                           for live in order[:max_seqs]])
+                           for live in head])
         admitted: list[_Live] = []
+        left: list[_Live] = []  # admitted from the waiting queue (fast path: removed after the loop)
         for live in order:
             if budget <= 0 or len(running) >= max_seqs:
                 break
@@ -375,6 +446,7 @@ class Engine:
             else:
                 del self._waiting[id(live)]
                 self._unwatch(live)
+                left.append(live)
             running.append(live)
             batch.append((live, n, h))
             admitted.append(live)
@@ -382,6 +454,10 @@ class Engine:
         if self._on_admitted is not None and admitted:
             snaps = self._step_snaps
             self._on_admitted([snaps[id(live)] for live in admitted], now)
+        if self._inc is not None:
+            for live in left:
+                self._inc.remove(live.req.request_id)
+                self._in_inc.discard(id(live))
 
     def _snapshot(self, live: _Live) -> QueuedRequest:
         snap = live.snap
@@ -416,6 +492,8 @@ class Engine:
         if bucket:
             for live in bucket.values():
                 live.snap = None
+            if self._inc is not None:
+                self._dirty.update(bucket)
 
     def _cache_blocks(self, live: _Live, num_tokens: int) -> None:
         """Register newly full blocks with known content (vLLM ``cache_blocks`` at scheduling)."""
@@ -473,7 +551,7 @@ class Engine:
         self._arrivals.finished(live.req.request_id, t)
 
     # -- result tables ---------------------------------------------------------------------------
-    def _request_table(self) -> pd.DataFrame:
+    def _request_table(self) -> Columns:
         rows = []
         # Labels starting with "_" are private to generators (e.g. raw hash ids), not metrics.
         label_keys = sorted({k for live in self._all for k in live.req.labels if not k.startswith("_")})
@@ -508,10 +586,10 @@ class Engine:
             for k in label_keys:
                 row[k] = r.labels.get(k)
             rows.append(row)
-        return pd.DataFrame(rows)
+        return Columns.from_records(rows)
 
-    def _step_table(self) -> pd.DataFrame:
-        return pd.DataFrame(self._step_rows, columns=[
+    def _step_table(self) -> Columns:
+        return Columns.from_tuples(self._step_rows, [
             "step", "start_s", "duration_s", "tokens", "decode_tokens", "requests", "waiting", "running",
             "kv_blocks_used", "kv_blocks_cached", "evictions", "preemptions",
         ])
@@ -519,6 +597,7 @@ class Engine:
 
     def _gap_table(self) -> pd.DataFrame:
         import numpy as np
+        import pandas as pd  # colocated mode only (start-up of prefill-only runs: issue 13)
 
         return pd.DataFrame({
             "request_row": np.asarray(self._gap_rows, dtype=np.int64),
@@ -535,7 +614,8 @@ def simulate(
     *,
     replay: str | None = None,
     think_scale: float = 1.0,
+    fast_order: bool = True,
 ) -> SimResult:
     """Replay ``requests`` through the engine under ``policy``; see ``Engine``."""
     return Engine(requests, policy, profile, config, progress, replay=replay,
-                  think_scale=think_scale).run()
+                  think_scale=think_scale, fast_order=fast_order).run()

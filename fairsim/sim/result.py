@@ -2,9 +2,58 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+class Columns:
+    """A result table as named columns of equal length, before (or without) pandas.
+
+    The engine builds its tables as columns; ``pandas`` is imported only when a caller asks for
+    a DataFrame (``to_pandas``, ``SimResult.requests``), so a ``fairsim run`` that writes no
+    tables starts without it (issue 13). ``table[name]`` is the column as a numpy array
+    (converted once, then cached); ``len(table)`` is the number of rows.
+
+    Args:
+        columns: ``name -> list of values``, in column order, all of one length.
+    """
+
+    def __init__(self, columns: dict[str, list[Any]]) -> None:
+        self.columns = columns
+        self._arrays: dict[str, Any] = {}
+        self._rows = len(next(iter(columns.values()))) if columns else 0
+
+    @classmethod
+    def from_records(cls, rows: list[dict[str, Any]]) -> Columns:
+        """From one dict per row, all with the same keys (column order: the first row's)."""
+        names = list(rows[0]) if rows else []
+        return cls({k: [row[k] for row in rows] for k in names})
+
+    @classmethod
+    def from_tuples(cls, rows: list[tuple], names: list[str]) -> Columns:
+        """From one tuple per row, values in ``names`` order."""
+        cols = list(zip(*rows)) if rows else [()] * len(names)
+        return cls({k: list(v) for k, v in zip(names, cols)})
+
+    def __len__(self) -> int:
+        return self._rows
+
+    def __getitem__(self, name: str) -> Any:
+        arr = self._arrays.get(name)
+        if arr is None:
+            import numpy as np
+
+            arr = self._arrays[name] = np.asarray(self.columns[name])
+        return arr
+
+    def to_pandas(self) -> pd.DataFrame:
+        """The table as a ``pandas.DataFrame`` (the same frame the column lists infer)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.columns)
 
 
 @dataclass(frozen=True)
@@ -39,10 +88,30 @@ class SimResult:
     requests (one token each) in a step.
     """
 
-    requests: pd.DataFrame
-    steps: pd.DataFrame
+    requests: pd.DataFrame | Columns
+    steps: pd.DataFrame | Columns
     policy: str
     kv_blocks: int
     block_size: int
     wall_time_s: float
     token_gaps: pd.DataFrame | None = None
+    _frames: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __getattribute__(self, name: str) -> Any:
+        # ``requests``/``steps`` read as DataFrames: the engine stores ``Columns`` and the frame
+        # is built (importing pandas) on first access, then kept.
+        if name in ("requests", "steps"):
+            frames = object.__getattribute__(self, "_frames")
+            frame = frames.get(name)
+            if frame is None:
+                value = object.__getattribute__(self, name)
+                frame = frames[name] = value.to_pandas() if isinstance(value, Columns) else value
+            return frame
+        return object.__getattribute__(self, name)
+
+    def columns(self, name: str) -> Any:
+        """Table ``name`` (``"requests"`` or ``"steps"``) without pandas when the engine built it:
+        a ``Columns`` (or the DataFrame if one was given); both support ``t[col]`` and ``len``."""
+        if name not in ("requests", "steps"):
+            raise ValueError(f"SimResult has tables 'requests' and 'steps', not {name!r}")
+        return object.__getattribute__(self, name)

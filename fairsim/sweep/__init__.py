@@ -34,16 +34,29 @@ Modules: ``spec`` (read, check keys and types), ``plan`` (expand and validate ev
 processes, Ray), ``lock`` (one sweep per folder), ``summary``, ``command`` (the CLI).
 """
 
-from fairsim.sweep.command import add_parser, cmd_sweep, plan_table, run_sweep
-from fairsim.sweep.executors import run_local, run_ray
-from fairsim.sweep.plan import expand
-from fairsim.sweep.runs import FAILED_DIR, RUNS_DIR, STEPS_DIR, execute, is_done, write_run
-from fairsim.sweep.runspec import RunSpec, run_id
-from fairsim.sweep.spec import SweepSpec, load_spec, parse_spec
-from fairsim.sweep.summary import summarize_runs
+import importlib
+from typing import Any
 
-__all__ = [
-    "FAILED_DIR", "RUNS_DIR", "STEPS_DIR", "RunSpec", "SweepSpec", "add_parser", "cmd_sweep",
-    "execute", "expand", "is_done", "load_spec", "parse_spec", "plan_table", "run_id",
-    "run_local", "run_ray", "run_sweep", "summarize_runs", "write_run",
-]
+# Exports are imported on first use (PEP 562), so ``fairsim`` builds its parser without pandas
+# (issue 13: start-up); ``from fairsim.sweep import run_sweep`` works as before.
+_EXPORTS = {
+    "add_parser": "fairsim.sweep.args", "cmd_sweep": "fairsim.sweep.command",
+    "plan_table": "fairsim.sweep.command", "run_sweep": "fairsim.sweep.command",
+    "run_local": "fairsim.sweep.executors", "run_ray": "fairsim.sweep.executors",
+    "expand": "fairsim.sweep.plan", "FAILED_DIR": "fairsim.sweep.runs",
+    "RUNS_DIR": "fairsim.sweep.runs", "STEPS_DIR": "fairsim.sweep.runs",
+    "execute": "fairsim.sweep.runs", "is_done": "fairsim.sweep.runs",
+    "write_run": "fairsim.sweep.runs", "RunSpec": "fairsim.sweep.runspec",
+    "run_id": "fairsim.sweep.runspec", "SweepSpec": "fairsim.sweep.spec",
+    "load_spec": "fairsim.sweep.spec", "parse_spec": "fairsim.sweep.spec",
+    "summarize_runs": "fairsim.sweep.summary",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fairsim.sweep' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

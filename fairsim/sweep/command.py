@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from fairsim.sweep.args import EXECUTORS, add_parser  # noqa: F401 (re-exported)
 from fairsim.sweep.executors import Outcome, run_local, run_ray
 from fairsim.sweep.lock import SweepLock
 from fairsim.sweep.plan import expand
@@ -18,9 +19,6 @@ from fairsim.sweep.runspec import RunSpec
 from fairsim.sweep.spec import SweepSpec, load_spec, parse_spec
 from fairsim.sweep.summary import (parameter_columns, status_of, summarize_runs, tidy_parameters,
                                    write_summary)
-
-EXECUTORS = ("local", "ray")
-
 
 def plan_table(out: Path, runs: list[RunSpec]) -> pd.DataFrame:
     """One row per run: ``run_id``, ``status`` (``done``, ``failed`` or ``to run`` in ``out``) and
@@ -110,22 +108,6 @@ def run_sweep(spec: dict[str, Any] | SweepSpec, out: Path, executor: str = "loca
     log(f"summary: {out / 'summary.parquet'} ({len(summary)} runs, "
         f"{int((summary['status'] == 'failed').sum()) if len(summary) else 0} failed)")
     return summary
-
-
-def add_parser(sub: Any) -> None:
-    """Register ``fairsim sweep`` on the CLI's subparsers."""
-    p = sub.add_parser("sweep", help="run a grid of policies x parameters x seeds x scenarios/traces")
-    p.add_argument("spec", type=Path, help="sweep spec (.toml, .yaml or .yml)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="output folder (default: the spec's 'out', else results/sweep-SPECNAME)")
-    p.add_argument("--executor", choices=EXECUTORS, default="local",
-                   help="where runs go: local processes (default) or Ray tasks")
-    p.add_argument("--address", default=None, help="Ray cluster address (with --executor ray)")
-    p.add_argument("--workers", type=int, default=None,
-                   help="local processes, or CPUs of a Ray started here (default: all cores)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="validate the spec, list the runs (id, status, parameters) and exit")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
 def _show(table: pd.DataFrame, cols: list[str]) -> str:

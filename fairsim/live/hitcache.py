@@ -1,0 +1,155 @@
+"""Cached prefix hits of waiting requests for the live hook, refreshed only when their blocks change.
+
+The hook shows every plainly waiting request to the policy each step with its prefix hit ``h``.
+Looking ``h`` up for every request every step (``find_longest_cache_hit``) was most of the hook's
+4-6 ms per step at 1,000 waiting (issue 13). vLLM's block pool emits no per-request events, so
+``HitCache`` watches the pool's hash map itself: it wraps ``BlockPool.cached_block_hash_to_block``
+(every cached block is added with ``insert`` and removed with ``pop``; vLLM
+``vllm/v1/core/block_pool.py``) and records the block hashes that changed. A request's hit of
+``k`` blocks can only change when one of its first ``k`` hashes is removed or its ``k + 1``-th is
+added, so it is watched on those ``k + 1`` hashes (as the simulator's ``_watchers``) and looked
+up again only after one of them changed. Changes are conservative: a ``pop``/``insert`` of a
+hash that keeps another copy cached still refreshes its watchers, which costs a lookup, never a
+wrong ``h``.
+
+Used only where the hit is the plain longest run of cached leading hashes: one KV cache group of
+full attention (``UnitaryKVCacheCoordinator`` + ``FullAttentionManager``), no EAGLE block drop, no
+decode/prefill context parallelism. Elsewhere ``HitCache.enabled`` is False and the hook looks
+every request up as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any
+
+
+class _Watched:
+    """Wraps a vLLM ``BlockHashToBlockMap``: every method passes through; ``insert``/``pop``
+    also record the changed key's block hash in ``changed``."""
+
+    def __init__(self, inner: Any, changed: set[bytes]) -> None:
+        self._inner = inner
+        self._changed = changed
+
+    def insert(self, key: Any, block: Any) -> None:
+        self._changed.add(key[:-4])  # BlockHashWithGroupId = hash bytes + 4-byte group id
+        self._inner.insert(key, block)
+
+    def pop(self, key: Any, block_id: int) -> Any:
+        out = self._inner.pop(key, block_id)
+        if out is not None:
+            self._changed.add(key[:-4])
+        return out
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class HitCache:
+    """Per-request cached hits (tokens), invalidated by the block pool's hash-map changes.
+
+    Args:
+        manager: vLLM's ``KVCacheManager`` of the scheduler.
+
+    Attributes:
+        enabled: False where the hit is not a plain prefix run (module docstring): ``get``
+            then always calls ``lookup``.
+        lookups: Number of real lookups made (for tests and ``hook-overhead``).
+    """
+
+    def __init__(self, manager: Any) -> None:
+        self.enabled = False
+        self.lookups = 0
+        self._hits: dict[str, int] = {}
+        self._keys: dict[str, tuple[Hashable, ...]] = {}
+        self._watchers: dict[Hashable, set[str]] = {}
+        self._changed: set[bytes] = set()
+        coordinator = getattr(manager, "coordinator", None)
+        pool = getattr(coordinator, "block_pool", None)
+        managers = getattr(coordinator, "single_type_managers", ())
+        if (type(coordinator).__name__ == "UnitaryKVCacheCoordinator" and pool is not None
+                and len(managers) == 1 and type(managers[0]).__name__ == "FullAttentionManager"
+                and not getattr(managers[0], "use_eagle", False)
+                and getattr(coordinator, "dcp_world_size", 1) == 1
+                and getattr(coordinator, "pcp_world_size", 1) == 1
+                and hasattr(pool, "cached_block_hash_to_block")):
+            self.enabled = True
+            self._pool = pool
+            self._block_size = int(coordinator.block_size)
+            self._wrap()
+
+    def _wrap(self) -> None:
+        self._map = _Watched(self._pool.cached_block_hash_to_block, self._changed)
+        self._pool.cached_block_hash_to_block = self._map
+
+    def refresh(self) -> None:
+        """Drop the hits whose watched hashes changed since the last call (call once per step)."""
+        if not self.enabled:
+            return
+        if self._pool.cached_block_hash_to_block is not self._map:  # reset_prefix_cache: new map
+            self._wrap()
+            self.clear()
+            return
+        if not self._changed:
+            return
+        watchers = self._watchers
+        for h in self._changed:
+            rids = watchers.pop(h, None)
+            if rids:
+                for rid in list(rids):
+                    self.forget(rid)
+        self._changed.clear()
+
+    def clear(self) -> None:
+        """Forget every cached hit."""
+        self._hits.clear()
+        self._keys.clear()
+        self._watchers.clear()
+        self._changed.clear()
+
+    def forget(self, rid: str) -> None:
+        """Forget one request's hit (it left the queue, or a watched hash changed)."""
+        if self._hits.pop(rid, None) is None:
+            return
+        watchers = self._watchers
+        for h in self._keys.pop(rid, ()):
+            bucket = watchers.get(h)
+            if bucket is not None:
+                bucket.discard(rid)
+                if not bucket:
+                    del watchers[h]
+
+    def keep_only(self, rids: set[str]) -> None:
+        """Forget the hits of requests not in ``rids`` (those no longer plainly waiting)."""
+        for rid in [r for r in self._hits if r not in rids]:
+            self.forget(rid)
+
+    def __len__(self) -> int:
+        return len(self._hits)
+
+    def get(self, request: Any, lookup: Callable[[Any], int]) -> int:
+        """``h`` of ``request`` in tokens: the cached value, or ``lookup(request)`` (then cached)."""
+        if not self.enabled:
+            self.lookups += 1
+            return lookup(request)
+        rid = request.request_id
+        h = self._hits.get(rid)
+        if h is not None:
+            return h
+        self.lookups += 1
+        h = lookup(request)
+        hashes = request.block_hashes
+        watch = tuple(hashes[: h // self._block_size + 1])
+        self._hits[rid] = h
+        self._keys[rid] = watch
+        watchers = self._watchers
+        for key in watch:
+            bucket = watchers.get(key)
+            if bucket is None:
+                bucket = watchers[key] = set()
+            bucket.add(rid)
+        return h

@@ -1,0 +1,73 @@
+"""``fairsim bench``: tiling, the options passed to each ``fairsim run`` child, the peer check, a run."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+from fairsim.bench import run_argv, tile_trace
+from fairsim.cli import build_parser, main
+from fairsim.traces.trace import Trace
+from tests.utils import make_request
+
+
+def _cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_tile_shifts_renames_and_separates_content():
+    reqs = (make_request("a", 0.0, 8, hashes=[1, 2]), make_request("b", 3.0, 8, hashes=[1, 5]))
+    trace = Trace("t", "test", reqs)
+    tiled = tile_trace(trace, 3).requests
+    assert [r.request_id for r in tiled] == ["a", "b", "a#1", "b#1", "a#2", "b#2"]
+    # span 3 s + mean gap 3 s: copies start 6 s apart.
+    assert [r.arrival_time for r in tiled] == [0.0, 3.0, 6.0, 9.0, 12.0, 15.0]
+    # hash ids offset past the largest (5): copies share no prefix content.
+    assert tiled[2].block_hashes == (7, 8) and tiled[5].block_hashes == (13, 17)
+    assert tile_trace(trace, 1) is trace
+
+
+def test_run_argv_passes_shaping_and_engine_options_but_not_bench_ones():
+    args = build_parser().parse_args([
+        "bench", "--policies", "fcfs", "--trace", "x.jsonl", "--time-scale", "8", "--kv-blocks", "99",
+        "--param", "fast_weight=8", "--skip-long", "--compare", "sched-sim", "--repeat", "3"])
+    argv = run_argv(args)
+    assert argv[argv.index("--trace") + 1] == "x.jsonl"
+    assert argv[argv.index("--time-scale") + 1] == "8.0"
+    assert argv[argv.index("--kv-blocks") + 1] == "99"
+    assert argv[argv.index("--param") + 1] == "fast_weight=8"
+    assert "--skip-long" in argv
+    for bench_only in ("--policies", "--compare", "--repeat", "--tile", "--out"):
+        assert bench_only not in argv
+    again = build_parser().parse_args(["run", *argv])
+    assert (again.trace, again.time_scale, again.kv_blocks, again.param) == ("x.jsonl", 8.0, 99, ["fast_weight=8"])
+
+
+def test_missing_peer_exits_2_with_the_install_command(capsys, tmp_path):
+    code, _, err = _cli(capsys, "bench", "--policies", "fcfs", "--compare", str(tmp_path / "no-such-sim"))
+    assert code == 2
+    assert "pip install sched-sim" in err and "no-such-sim" in err
+
+
+def test_bench_runs_each_policy_and_the_peer(capsys, tmp_path):
+    # A stand-in peer: reads its trace argument and exits 0 (sched-sim's CLI shape).
+    peer = tmp_path / "peer"
+    peer.write_text("#!/bin/sh\ntest -s \"$2\"\n")
+    peer.chmod(peer.stat().st_mode | stat.S_IEXEC)
+    code, out, _ = _cli(capsys, "bench", "--policies", "fcfs,lpm", "--max-requests", "40",
+                        "--compare", str(peer), "--format", "json")
+    assert code == 0
+    rows = json.loads(out)
+    assert set(rows) == {"fcfs", "lpm", "sched-sim"}
+    for name in ("fcfs", "lpm"):
+        r = rows[name]
+        assert r["requests"] == 40 and r["steps"] > 0
+        assert 0 < r["loop_s"] < r["process_s"]
+        assert abs(r["requests_per_s"] * r["process_s"] - 40) < 1e-6
+        assert r["peak_mib"] > 10
+        assert abs(r["vs_sched_sim"] - r["requests_per_s"] / rows["sched-sim"]["requests_per_s"]) < 1e-9
+    assert rows["sched-sim"]["requests"] == 40
+    assert os.path.basename(rows["sched-sim"]["command"].split()[0]) == "peer"
