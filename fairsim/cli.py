@@ -250,6 +250,10 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None) -> t
                                               colocated=getattr(args, "mode", None) == "colocated")
         print(f"fairsim: --target-load {target:g}: time scale {args.time_scale:.6g}", file=sys.stderr)
     requests = scale_time(kept, args.time_scale)
+    if args.replay == "closed":  # before the last-arrival check, to name the record and field
+        from fairsim.sim.release import check_release_times
+
+        check_release_times(requests, args.think_scale, MAX_ARRIVAL_S, trace.source, trace.locations)
     last = requests[-1].arrival_time if requests else 0.0
     if not last <= MAX_ARRIVAL_S:
         where = f"--time-scale {args.time_scale}" if args.time_scale != 1 else trace.source

@@ -1,0 +1,72 @@
+"""Regressions for the defects a new user reported (``/work/briefs/newuser-report.md``, fixb part):
+each test failed before its fix."""
+
+import gzip
+import json
+
+import pytest
+
+from fairsim.cli import MAX_ARRIVAL_S, main
+from fairsim.sim.release import earliest_releases
+from fairsim.types import Request
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def write_agentic(path, delay_ms):
+    """A two-turn Mooncake agentic session: root at 0 ms, the second turn ``delay_ms`` after it."""
+    rows = [{"session_id": "s1", "request_id": "s1-0", "created_time": 0, "input_tokens": 200,
+             "output_length": 8, "hash_ids": [1, 2, 3, 4]},
+            {"session_id": "s1", "request_id": "s1-1", "delay": delay_ms, "input_tokens": 300,
+             "output_length": 8, "hash_ids": [1, 2, 3, 5]}]
+    with gzip.open(path, "wt") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    return str(path)
+
+
+class TestClosedLoopReleaseRange:
+    """Defect 1: closed-loop release times beyond MAX_ARRIVAL_S are refused before the run."""
+
+    def test_earliest_release_hand_computed(self):
+        reqs = [Request("a", 10.0, 4, (), 1), Request("b", 0.0, 4, (), 1, after="a", delay_s=2.0),
+                Request("c", 0.0, 4, (), 1, after="b", delay_s=3.0), Request("d", 5.0, 4, (), 1)]
+        assert earliest_releases(reqs, 1.0) == {"a": 10.0, "b": 12.0, "c": 15.0, "d": 5.0}
+        assert earliest_releases(reqs, 2.0) == {"a": 10.0, "b": 14.0, "c": 20.0, "d": 5.0}
+        # order of the list does not matter
+        assert earliest_releases(reqs[::-1], 0.0)["c"] == 10.0
+
+    def test_huge_delay_names_record_and_field(self, capsys, tmp_path):
+        path = write_agentic(tmp_path / "a.jsonl.gz", 1e308)
+        code, out, err = run_cli(capsys, "run", "--policy", "fcfs", "--trace", path,
+                                 "--trace-format", "mooncake")
+        assert code == 2, err
+        assert "a.jsonl.gz:2: field 'delay'" in err and "'s1-1'" in err and "1e+09" in err
+        assert "Traceback" not in err and out == ""
+
+    @pytest.mark.parametrize("scale", ["1e12", "1e300"])
+    def test_huge_think_scale_names_option(self, capsys, tmp_path, scale):
+        path = write_agentic(tmp_path / "a.jsonl.gz", 1500)
+        code, _, err = run_cli(capsys, "run", "--policy", "fcfs", "--trace", path,
+                               "--think-scale", scale)
+        assert code == 2, err
+        assert f"--think-scale {float(scale):g}" in err and "field 'delay'" in err
+
+    def test_at_the_limit_still_runs(self, capsys, tmp_path):
+        # 1500 ms x 1e5 = 1.5e5 s: far below the limit, runs and releases the turn after it
+        path = write_agentic(tmp_path / "a.jsonl.gz", 1500)
+        code, out, err = run_cli(capsys, "run", "--policy", "fcfs", "--trace", path,
+                                 "--think-scale", "1e5", "--format", "json")
+        assert code == 0, err
+        assert json.loads(out)["fcfs"]["sim_time_s"] >= 1.5e5
+        assert 1.5e5 < MAX_ARRIVAL_S
+
+    def test_huge_time_scale_still_blames_time_scale(self, capsys, tmp_path):
+        path = write_agentic(tmp_path / "a.jsonl.gz", 1500)
+        code, _, err = run_cli(capsys, "run", "--policy", "fcfs", "--trace", path,
+                               "--time-scale", "1e300")
+        assert code == 2 and "--time-scale 1e+300" in err and "delay" not in err
