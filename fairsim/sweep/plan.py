@@ -133,6 +133,26 @@ def _scenario_inputs(name: str) -> dict[str, str]:
     return {str(path): file_sha256(path)}
 
 
+def _check_arrival_range(requests: list[Any], scale: float, source: str) -> None:
+    """The arrival-range checks of ``fairsim run`` (``fairsim.cli.load_requests``) on a shaped trace.
+
+    Raises:
+        ValueError: The last arrival, or (sessions, replayed closed loop) a turn's earliest
+            release (``fairsim.sim.release``), beyond ``MAX_ARRIVAL_S`` (1e9 s).
+    """
+    from fairsim.cli import MAX_ARRIVAL_S
+    from fairsim.sim.arrivals import has_sessions
+    from fairsim.sim.release import check_release_times
+
+    if has_sessions(requests):  # the sweep's runs use the engine's default replay: closed here
+        check_release_times(requests, 1.0, MAX_ARRIVAL_S, source)
+    last = max((r.arrival_time for r in requests), default=0.0)
+    if not last <= MAX_ARRIVAL_S:
+        raise ValueError(f"time_scale {scale:g}: the last arrival is at {last:.6g} s, beyond "
+                         f"{MAX_ARRIVAL_S:.0e} s, where float64 time cannot resolve 1 us steps; "
+                         f"use a smaller factor or a shorter window")
+
+
 def _workloads(s: SweepSpec, profile: Any, engines: list[dict[str, Any]]) -> Iterable[dict[str, Any]]:
     """One dict of ``RunSpec`` workload fields per scenario point x seed and trace x shaping."""
     from fairsim.scenarios import scenario_names
@@ -172,6 +192,7 @@ def _workloads(s: SweepSpec, profile: Any, engines: list[dict[str, Any]]) -> Ite
             where = f"{entry.where} (time_scale={scale}, window=[{start}, {end}), max_requests={cap})"
             try:
                 shaped = shape(requests, trace)
+                _check_arrival_range(shaped, scale, str(path))
             except ValueError as exc:
                 raise s.error(where, str(exc)) from None
             from fairsim.sim.config import EngineConfig
