@@ -24,6 +24,7 @@ from typing import Any
 from fairsim import __version__
 from fairsim.costmodel import DEFAULT_PROFILE, Profile, load_profile
 from fairsim.deps import MissingDependencyError, missing_message
+from fairsim.errors import PolicyContractError, PolicyError
 from fairsim.io import atomic_write, atomic_write_text, check_writable_dir
 from fairsim.policies import make_policy, policy_names
 from fairsim.sim import EngineConfig, SimResult, simulate
@@ -580,8 +581,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "--window-end) or KV cache (--kv-blocks/--kv-fraction)", 2)
     except (ValueError, OSError) as exc:  # bad input or an unusable path: message, no traceback
         return fail(f"error: {exc}", 2)
+    except PolicyError as exc:  # the policy's own code raised: name it, not "a bug in fairsim"
+        return fail(f"{exc}" + ("" if debug else _DEBUG_HINT), 1)
+    except PolicyContractError as exc:  # the policy returned a bad order (message names it)
+        return fail(f"error: policy contract broken (fairsim/policies/base.py): {exc}"
+                    + ("" if debug else _DEBUG_HINT), 1)
     except Exception as exc:  # noqa: BLE001 - anything else is a bug: say so, briefly
         return _bug(exc, debug)
+
+
+_DEBUG_HINT = "\n(rerun with fairsim --debug ... for the traceback)"
 
 
 def _bug(exc: BaseException, debug: bool) -> int:

@@ -70,3 +70,66 @@ class TestClosedLoopReleaseRange:
         code, _, err = run_cli(capsys, "run", "--policy", "fcfs", "--trace", path,
                                "--time-scale", "1e300")
         assert code == 2 and "--time-scale 1e+300" in err and "delay" not in err
+
+
+BOOM = '''
+from fairsim.policies.base import arrival_key
+
+
+class Boom:
+    """order() raises a ValueError of its own."""
+
+    def order(self, waiting, now):
+        raise ValueError("boom")
+
+
+class LateBoom:
+    """on_admitted() raises after the first admission."""
+
+    def order(self, waiting, now):
+        return sorted(waiting, key=arrival_key)
+
+    def on_admitted(self, admitted, now):
+        raise KeyError("k")
+'''
+
+
+@pytest.fixture
+def mypol(tmp_path, monkeypatch):
+    (tmp_path / "mypol.py").write_text(BOOM)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "mypol"
+
+
+class TestPolicyExceptions:
+    """Defect 4: an exception escaping a policy is the policy's error, exit 1, not bad input."""
+
+    def test_value_error_in_order(self, capsys, mypol):
+        code, out, err = run_cli(capsys, "run", "--policy", "mypol:Boom", "--max-requests", "5")
+        assert code == 1, err
+        assert "fairsim: error in policy 'mypol:Boom' (Boom): ValueError: boom" in err
+        assert "Traceback" not in err and "bug in fairsim" not in err and "fairsim: error: boom" not in err
+
+    def test_on_admitted(self, capsys, mypol):
+        code, _, err = run_cli(capsys, "run", "--policy", "mypol:LateBoom", "--max-requests", "5")
+        assert code == 1 and "fairsim: error in policy 'mypol:LateBoom' (LateBoom): KeyError: 'k'" in err
+
+    def test_debug_traceback_goes_through_the_policy(self, capsys, mypol):
+        code, _, err = run_cli(capsys, "--debug", "run", "--policy", "mypol:Boom", "--max-requests", "5")
+        assert code == 1 and "Traceback (most recent call last)" in err
+        assert 'raise ValueError("boom")' in err
+
+    def test_simulate_raises_policy_error_with_cause(self, mypol):
+        from fairsim.costmodel import load_profile
+        from fairsim.errors import PolicyError
+        from fairsim.policies import make_policy
+        from fairsim.sim import simulate
+
+        profile = load_profile("h100-80g-llama3.1-8b-vllm-prior")
+        reqs = [Request("a", 0.0, 40, (), 1)]
+        with pytest.raises(PolicyError) as info:
+            simulate(reqs, make_policy("mypol:Boom", profile), profile)
+        assert isinstance(info.value.__cause__, ValueError) and info.value.policy == "mypol:Boom"
+        import pickle
+
+        assert str(pickle.loads(pickle.dumps(info.value))) == str(info.value)
