@@ -133,3 +133,25 @@ class TestPolicyExceptions:
         import pickle
 
         assert str(pickle.loads(pickle.dumps(info.value))) == str(info.value)
+
+
+class TestKvTokensNamed:
+    """Defect 6: a too-large --kv-tokens is named as kv_tokens, not 'kv_fraction=None'."""
+
+    def test_cli(self, capsys):
+        code, _, err = run_cli(capsys, "run", "--policy", "fcfs", "--max-requests", "5",
+                               "--kv-tokens", "99999999999999")
+        assert code == 2 and "kv_fraction" not in err
+        # 99999999999999 // 512 = 195312499999 blocks
+        assert "error: kv_tokens=99999999999999 gives 1.95e+11 blocks of 512 tokens" in err
+        assert "4194304 blocks" in err
+
+    def test_resolve_capacity(self):
+        from fairsim.errors import CapacityError
+        from fairsim.sim.capacity import resolve_capacity
+        from fairsim.sim.config import EngineConfig
+
+        reqs = [Request("a", 0.0, 33, (), 16)]  # 3 blocks of 16
+        with pytest.raises(CapacityError, match=r"kv_tokens=1000000000 gives 6.25e\+07 blocks of 16 "
+                                                r"tokens.*kv_blocks=3 \(kv_tokens=48\)"):
+            resolve_capacity(reqs, EngineConfig(block_size=16, kv_tokens=10**9))
