@@ -155,3 +155,45 @@ class TestKvTokensNamed:
         with pytest.raises(CapacityError, match=r"kv_tokens=1000000000 gives 6.25e\+07 blocks of 16 "
                                                 r"tokens.*kv_blocks=3 \(kv_tokens=48\)"):
             resolve_capacity(reqs, EngineConfig(block_size=16, kv_tokens=10**9))
+
+
+class TestBusiestWindow:
+    """Defect 8: the busiest window of a trace shorter than the window is the whole trace."""
+
+    @staticmethod
+    def profile():
+        from fairsim.costmodel import Profile
+
+        return Profile("toy", "prior", a_s=0.01, b_s_per_token=0.001, k_s_per_pair=1e-6,
+                       d_s_per_request=0.002, idle_prompt_tokens=(1, 2), idle_seconds=(0.0, 0.0),
+                       budget_tokens=100)
+
+    def test_short_trace_peak_is_its_mean(self):
+        from fairsim.traces.offered import offered_load
+
+        reqs = [Request("a", 0.0, 100, (), 50), Request("b", 2.0, 100, (), 50)]
+        load = offered_load(reqs, self.profile(), budget_tokens=100, window_s=60.0)
+        # each: 1 step 0.01 + 100 x 0.001 + 5,000 pairs x 1e-6 + 1 chunk 0.002 = 0.117 s; 0.234 s / 2 s
+        assert load.load == pytest.approx(0.117)
+        assert load.peak_load == pytest.approx(0.117) and load.peak_start_s == 0.0
+        assert load.peak_ideal_load == pytest.approx(load.ideal_load)
+        assert "shorter than the window: the whole 2 s trace" in load.describe()
+
+    def test_longer_trace_unchanged(self):
+        from fairsim.traces.offered import offered_load
+
+        reqs = [Request("a", 0.0, 100, (), 50), Request("b", 2.0, 100, (), 50)]
+        load = offered_load(reqs, self.profile(), budget_tokens=100, window_s=1.0)
+        assert load.peak_load == pytest.approx(0.117 / 1.0)  # one request per 1 s window
+
+    def test_azure_peak_not_below_mean(self, capsys):
+        code, out, err = run_cli(capsys, "run", "--policy", "fcfs", "--trace",
+                                 "tests/data/formats/azure.csv", "--format", "json")
+        assert code == 0
+        assert "load 1.10 (ideal reuse 1.10); busiest 60 s window from 0.0 s: load 1.10" in err
+
+    @pytest.mark.parametrize("value", ["1e-9", "0", "-1", "nan", "inf"])
+    def test_bad_load_window_named(self, capsys, value):
+        code, _, err = run_cli(capsys, "run", "--policy", "fcfs", "--max-requests", "5",
+                               "--load-window", value)
+        assert code == 2 and "fairsim: error: --load-window" in err and ">= 0.001" in err
