@@ -257,11 +257,12 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None) -> t
         check_release_times(requests, args.think_scale, MAX_ARRIVAL_S, trace.source, trace.locations)
     last = requests[-1].arrival_time if requests else 0.0
     if not last <= MAX_ARRIVAL_S:
-        where = f"--time-scale {args.time_scale}" if args.time_scale != 1 else trace.source
+        where = (f"--target-load {target:g} (time scale {args.time_scale:.6g})" if target is not None
+                 else f"--time-scale {args.time_scale}" if args.time_scale != 1 else trace.source)
         raise ValueError(
             f"{where}: the last arrival is at {last:.6g} s, beyond "
-            f"{MAX_ARRIVAL_S:.0e} s, where float64 time cannot resolve 1 us steps; use a smaller "
-            f"factor or a shorter window")
+            f"{MAX_ARRIVAL_S:.0e} s, where float64 time cannot resolve 1 us steps; use "
+            + ("a larger --target-load" if target is not None else "a smaller factor or a shorter window"))
     trace = add_mapping_warning(trace, requests, args.block_size)
     for warning in trace.warnings:
         print(f"fairsim: warning: {warning}", file=sys.stderr)

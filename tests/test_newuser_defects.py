@@ -197,3 +197,12 @@ class TestBusiestWindow:
         code, _, err = run_cli(capsys, "run", "--policy", "fcfs", "--max-requests", "5",
                                "--load-window", value)
         assert code == 2 and "fairsim: error: --load-window" in err and ">= 0.001" in err
+
+
+def test_tiny_target_load_names_target_load(capsys):
+    """Defect 11: --target-load 1e-300 is named, not the --time-scale it implied."""
+    code, _, err = run_cli(capsys, "run", "--policy", "fcfs", "--max-requests", "20",
+                           "--target-load", "1e-300")
+    assert code == 2
+    assert "fairsim: error: --target-load 1e-300 (time scale" in err and "beyond 1e+09 s" in err
+    assert "--time-scale" not in err and "use a larger --target-load" in err
