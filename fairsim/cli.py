@@ -210,6 +210,8 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None) -> t
     profile = profile or load_profile(args.profile)
     if args.seed < 0:
         raise ValueError(f"--seed {args.seed}: need an integer >= 0")
+    if args.hash_block_size is not None and args.hash_block_size < 1:  # with or without --trace
+        raise ValueError(f"--hash-block-size {args.hash_block_size}: need >= 1 token")
     for option, value in (("--window-start", args.window_start), ("--window-end", args.window_end)):
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise ValueError(f"{option} {value}: need a finite time >= 0 s")

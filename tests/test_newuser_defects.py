@@ -206,3 +206,35 @@ def test_tiny_target_load_names_target_load(capsys):
     assert code == 2
     assert "fairsim: error: --target-load 1e-300 (time scale" in err and "beyond 1e+09 s" in err
     assert "--time-scale" not in err and "use a larger --target-load" in err
+
+
+class TestConvertAndHashBlock:
+    """Defect 12: convert names OUT before reading; dynamo on another format; --hash-block-size 0."""
+
+    def test_out_is_a_folder(self, capsys, tmp_path):
+        code, _, err = run_cli(capsys, "convert", "tests/data/formats/mooncake.jsonl", str(tmp_path))
+        assert code == 2 and f"fairsim: error: convert: OUT {tmp_path}: is a folder" in err
+        assert "Errno" not in err
+
+    def test_out_not_writable(self, capsys):
+        code, _, err = run_cli(capsys, "convert", "tests/data/formats/mooncake.jsonl", "/proc/self/x.jsonl")
+        assert code == 2 and "fairsim: error: convert: OUT /proc/self/x.jsonl: not writable" in err
+
+    def test_out_checked_before_reading(self, capsys, tmp_path):
+        # IN does not parse, but the unusable OUT is reported first
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text("{not json\n")
+        code, _, err = run_cli(capsys, "convert", str(bad), str(tmp_path))
+        assert code == 2 and "is a folder" in err
+
+    def test_dynamo_format_on_mooncake_file(self, capsys, tmp_path):
+        code, _, err = run_cli(capsys, "convert", "tests/data/formats/mooncake.jsonl",
+                               str(tmp_path / "o.jsonl"), "--trace-format", "dynamo")
+        assert code == 2 and "no request_end events found in" in err
+        assert "no valid requests" not in err and not (tmp_path / "o.jsonl").exists()
+
+    @pytest.mark.parametrize("trace", [[], ["--trace", "tests/data/formats/mooncake.jsonl"]])
+    def test_hash_block_size_zero_refused(self, capsys, trace):
+        code, out, err = run_cli(capsys, "run", "--policy", "fcfs", "--max-requests", "3",
+                                 "--hash-block-size", "0", *trace)
+        assert code == 2 and "fairsim: error: --hash-block-size 0: need >= 1 token" in err and out == ""
