@@ -25,7 +25,7 @@ from fairsim import __version__
 from fairsim.costmodel import DEFAULT_PROFILE, Profile, load_profile
 from fairsim.deps import MissingDependencyError, missing_message
 from fairsim.errors import PolicyContractError, PolicyError
-from fairsim.io import atomic_write, atomic_write_text, check_writable_dir
+from fairsim.io import atomic_write, atomic_write_text, check_file_stems, check_writable_dir, file_stem
 from fairsim.policies import make_policy, policy_names
 from fairsim.sim import EngineConfig, SimResult, simulate
 from fairsim.traces import RagSpec, Trace, generate_rag, load_trace, scale_time, window
@@ -356,7 +356,8 @@ def run_one(name: str, requests: list[Request], profile: Profile, config: Engine
 
 
 def write_tables(out: Path, name: str, result: SimResult, engine: dict[str, Any] | None = None) -> None:
-    """Write ``requests-NAME.parquet`` and ``steps-NAME.parquet`` atomically (``fairsim.io``).
+    """Write ``requests-NAME.parquet`` and ``steps-NAME.parquet`` atomically (``fairsim.io``);
+    ``NAME`` is the policy name through ``fairsim.io.file_stem`` (``mypol:Rev`` -> ``mypol_Rev``).
 
     ``engine`` (profile, KV capacity, block size) is stored as JSON in the Parquet schema
     metadata under the key ``fairsim``.
@@ -371,7 +372,7 @@ def write_tables(out: Path, name: str, result: SimResult, engine: dict[str, Any]
             meta = dict(table.schema.metadata or {})
             meta[b"fairsim"] = json.dumps({"policy": name, **engine}).encode()
             table = table.replace_schema_metadata(meta)
-        atomic_write(out / f"{kind}-{name}.parquet", lambda tmp, table=table: pq.write_table(table, tmp))
+        atomic_write(out / f"{kind}-{file_stem(name)}.parquet", lambda tmp, table=table: pq.write_table(table, tmp))
 
 
 def format_table(rows: dict[str, dict[str, Any]]) -> str:
@@ -401,6 +402,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     from fairsim.metrics import summarize
 
     if args.out is not None:
+        check_file_stems(names)
         check_writable_dir(args.out)
     if getattr(args, "plots", None) is not None:
         check_writable_dir(args.plots, "--plots")

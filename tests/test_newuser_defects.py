@@ -238,3 +238,50 @@ class TestConvertAndHashBlock:
         code, out, err = run_cli(capsys, "run", "--policy", "fcfs", "--max-requests", "3",
                                  "--hash-block-size", "0", *trace)
         assert code == 2 and "fairsim: error: --hash-block-size 0: need >= 1 token" in err and out == ""
+
+
+REV = '''
+from fairsim.policies.base import arrival_key
+
+
+class Rev:
+    """Newest first."""
+
+    def order(self, waiting, now):
+        return sorted(waiting, key=arrival_key, reverse=True)
+'''
+
+
+class TestTableFileNames:
+    """Defect 14: per-policy tables get portable file names (``:`` -> ``_``)."""
+
+    def test_file_stem(self):
+        from fairsim.io import file_stem
+
+        assert file_stem("mypol:Rev") == "mypol_Rev"
+        assert file_stem("pkg.mod:Cls") == "pkg.mod_Cls"
+        assert file_stem("fairway-carry") == "fairway-carry"
+        assert file_stem("a/b c") == "a_b_c"
+
+    def test_compare_user_policy(self, capsys, tmp_path, monkeypatch):
+        import pandas as pd
+
+        (tmp_path / "revpol.py").write_text(REV)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        out = tmp_path / "out"
+        code, _, err = run_cli(capsys, "compare", "--policies", "fcfs,revpol:Rev", "--max-requests", "20",
+                               "--out", str(out))
+        assert code == 0, err
+        names = sorted(p.name for p in out.iterdir())
+        assert names == ["requests-fcfs.parquet", "requests-revpol_Rev.parquet", "run.json",
+                         "steps-fcfs.parquet", "steps-revpol_Rev.parquet", "summary.json"]
+        assert list(json.loads((out / "summary.json").read_text())) == ["fcfs", "revpol:Rev"]
+        assert len(pd.read_parquet(out / "requests-revpol_Rev.parquet")) == 20
+
+    def test_colliding_stems_refused(self):
+        from fairsim.io import check_file_stems
+
+        check_file_stems(["fcfs", "a:b", "a:b"])  # the same name twice is not a collision
+
+        with pytest.raises(ValueError, match="'a:b' and 'a_b' would both write requests-a_b.parquet"):
+            check_file_stems(["a:b", "a_b"])
