@@ -266,8 +266,11 @@ class TestTableFileNames:
     def test_compare_user_policy(self, capsys, tmp_path, monkeypatch):
         import pandas as pd
 
+        import sys
+
         (tmp_path / "revpol.py").write_text(REV)
         monkeypatch.syspath_prepend(str(tmp_path))
+        monkeypatch.delitem(sys.modules, "revpol", raising=False)
         out = tmp_path / "out"
         code, _, err = run_cli(capsys, "compare", "--policies", "fcfs,revpol:Rev", "--max-requests", "20",
                                "--out", str(out))
@@ -285,3 +288,41 @@ class TestTableFileNames:
 
         with pytest.raises(ValueError, match="'a:b' and 'a_b' would both write requests-a_b.parquet"):
             check_file_stems(["a:b", "a_b"])
+
+
+class TestSweepUserPolicy:
+    """Defect 15: sweeps accept ``package.module:Class`` policy names, as --policy does."""
+
+    @pytest.fixture
+    def revpol(self, tmp_path, monkeypatch):
+        import sys
+
+        (tmp_path / "revpol.py").write_text(REV)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        monkeypatch.delitem(sys.modules, "revpol", raising=False)  # imported by an earlier test
+        return tmp_path / "revpol.py"
+
+    SPEC = {"scenarios": [{"name": "rag", "params": {"num_requests": 20}}],
+            "policies": ["fcfs", "revpol:Rev"]}
+
+    def test_runs_on_two_workers(self, revpol, tmp_path):
+        from fairsim.sweep.command import run_sweep
+
+        summary = run_sweep(self.SPEC, tmp_path / "out", workers=2, progress=False, log=lambda _: None)
+        assert summary["policy"].tolist() == ["fcfs", "revpol:Rev"]
+        assert (summary["status"] == "ok").all() and (summary["requests"] == 20).all()
+
+    def test_module_edit_changes_run_id(self, revpol):
+        from fairsim.sweep.plan import expand
+
+        before = [r.run_id for r in expand(self.SPEC)]
+        revpol.write_text(REV + "\n# edited\n")
+        after = [r.run_id for r in expand(self.SPEC)]
+        assert before[0] == after[0] and before[1] != after[1]
+        assert str(revpol.resolve()) in expand(self.SPEC)[1].inputs
+
+    def test_missing_module_named(self, capsys, tmp_path, monkeypatch):
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / "s.toml").write_text('[[scenarios]]\nname = "rag"\n[[policies]]\nname = "nopol_xyz:Cls"\n')
+        code, _, err = run_cli(capsys, "sweep", "s.toml", "--out", "out", "--no-progress")
+        assert code == 2 and "s.toml: policies[0].name: policy 'nopol_xyz:Cls': module 'nopol_xyz' not found" in err

@@ -62,14 +62,44 @@ def _resolve_profile(s: SweepSpec) -> tuple[str, Path, Any]:
     return text, path.resolve(), profile
 
 
+def _policy_inputs(name: str) -> dict[str, str]:
+    """``{source file: sha256}`` of a user policy ``package.module:Class`` (``{}`` for a registered
+    name), so that editing the policy's module changes the ids of its runs."""
+    import inspect
+
+    from fairsim.policies.user import is_user_spec, load_user_class
+
+    if not is_user_spec(name):
+        return {}
+    try:
+        source = inspect.getsourcefile(load_user_class(name))
+    except TypeError:  # a class without a Python source file (built in C)
+        source = None
+    return {} if source is None else {str(Path(source).resolve()): file_sha256(Path(source))}
+
+
 def _check_policies(s: SweepSpec, profile: Any) -> list[tuple[str, str, dict[str, Any]]]:
+    """Every ``(where, policy, params)`` of the spec's policy entries x grid points, each built
+    once. Names are registered policies or user classes ``package.module:Class`` (imported here,
+    so an import error is named before the first run).
+
+    Raises:
+        SweepSpecError: An unknown name, a user class that does not import, a bad parameter.
+    """
     from fairsim.policies import make_policy, policy_names
+    from fairsim.policies.user import is_user_spec
 
     out = []
     for entry in s.policies:
-        if entry.name not in policy_names():
+        if entry.name not in policy_names() and not is_user_spec(entry.name):
             raise s.error(f"{entry.where}.name", f"unknown policy {entry.name!r}; known: "
-                                                 f"{', '.join(policy_names())}")
+                                                 f"{', '.join(policy_names())}, or a class of your own "
+                                                 f"as package.module:Class")
+        if is_user_spec(entry.name):
+            try:
+                _policy_inputs(entry.name)
+            except (ValueError, OSError) as exc:
+                raise s.error(f"{entry.where}.name", str(exc)) from None
         for point in grid_points(entry.grid):
             params = {**entry.params, **point}
             try:
@@ -223,6 +253,7 @@ def expand(spec: dict[str, Any] | SweepSpec, source: str = "sweep spec") -> list
     profile_text, profile_path, profile = _resolve_profile(s)
     profile_sha = file_sha256(profile_path)
     policies = _check_policies(s, profile)
+    pol_inputs = {name: _policy_inputs(name) for _, name, _ in policies}
     engines = _check_engine(s)
     code = code_identity()
     runs: list[RunSpec] = []
@@ -231,6 +262,7 @@ def expand(spec: dict[str, Any] | SweepSpec, source: str = "sweep spec") -> list
         for pol_where, policy, params in policies:
             for eng in engines:
                 config = {k: v for k, v in work.items() if k != "where"}
+                config["inputs"] = {**config["inputs"], **pol_inputs[policy]}
                 config.update(policy=policy, policy_params=params, engine=eng,
                               profile=profile_text, profile_path=str(profile_path),
                               profile_sha256=profile_sha, code=code)
