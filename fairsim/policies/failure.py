@@ -40,8 +40,8 @@ def policy_failure(exc: BaseException, policy: object) -> tuple[PolicyError, Bas
     inside ``policy``'s ``order()`` or ``on_admitted()`` (a frame of its traceback runs one of
     them); else ``None``. ``original`` is the exception the policy raised, with its traceback.
 
-    ``KeyboardInterrupt``/``SystemExit``, ``PolicyContractError`` and ``EngineInvariantError``
-    are never wrapped.
+    ``KeyboardInterrupt``/``SystemExit``, ``PolicyContractError``, ``EngineInvariantError`` and
+    ``MemoryError`` (the CLI's out-of-memory advice applies) are never wrapped.
     """
     codes = _codes(policy)
     seen: set[int] = set()
@@ -49,7 +49,7 @@ def policy_failure(exc: BaseException, policy: object) -> tuple[PolicyError, Bas
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
         if not isinstance(cur, Exception) or isinstance(
-                cur, (PolicyContractError, EngineInvariantError, PolicyError)):
+                cur, (PolicyContractError, EngineInvariantError, PolicyError, MemoryError)):
             return None
         tb = cur.__traceback__
         while tb is not None:

@@ -78,7 +78,7 @@ def check_release_times(requests: Sequence[Request], think_scale: float, limit_s
                  else f"{source}: {line}" if line else source)
         scaled = f" x --think-scale {think_scale:g}" if think_scale != 1 else ""
         shown = "overflows float64" if math.isinf(bound) else f"{bound:.6g} s"
-        fix = "a smaller --think-scale" if think_scale != 1 else "smaller delays or --replay open"
+        fix = "a smaller --think-scale" if think_scale != 1 else "smaller delays (or fix the record)"
         raise ValueError(
             f"{where}: field 'delay': request {r.request_id!r} (delay {r.delay_s:g} s{scaled}) "
             f"would be released closed loop at {shown} or later (its session's first arrival plus "
