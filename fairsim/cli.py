@@ -24,7 +24,8 @@ from typing import Any
 from fairsim import __version__
 from fairsim.costmodel import DEFAULT_PROFILE, Profile, load_profile
 from fairsim.deps import MissingDependencyError, missing_message
-from fairsim.io import atomic_write, atomic_write_text, check_writable_dir
+from fairsim.errors import PolicyContractError, PolicyError
+from fairsim.io import atomic_write, atomic_write_text, check_file_stems, check_writable_dir, file_stem
 from fairsim.policies import make_policy, policy_names
 from fairsim.sim import EngineConfig, SimResult, simulate
 from fairsim.traces import RagSpec, Trace, generate_rag, load_trace, scale_time, window
@@ -214,6 +215,8 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None) -> t
     profile = profile or load_profile(args.profile)
     if args.seed < 0:
         raise ValueError(f"--seed {args.seed}: need an integer >= 0")
+    if args.hash_block_size is not None and args.hash_block_size < 1:  # with or without --trace
+        raise ValueError(f"--hash-block-size {args.hash_block_size}: need >= 1 token")
     for option, value in (("--window-start", args.window_start), ("--window-end", args.window_end)):
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise ValueError(f"{option} {value}: need a finite time >= 0 s")
@@ -255,13 +258,18 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None) -> t
                                               colocated=getattr(args, "mode", None) == "colocated")
         print(f"fairsim: --target-load {target:g}: time scale {args.time_scale:.6g}", file=sys.stderr)
     requests = scale_time(kept, args.time_scale)
+    if args.replay == "closed":  # before the last-arrival check, to name the record and field
+        from fairsim.sim.release import check_release_times
+
+        check_release_times(requests, args.think_scale, MAX_ARRIVAL_S, trace.source, trace.locations)
     last = requests[-1].arrival_time if requests else 0.0
     if not last <= MAX_ARRIVAL_S:
-        where = f"--time-scale {args.time_scale}" if args.time_scale != 1 else trace.source
+        where = (f"--target-load {target:g} (time scale {args.time_scale:.6g})" if target is not None
+                 else f"--time-scale {args.time_scale}" if args.time_scale != 1 else trace.source)
         raise ValueError(
             f"{where}: the last arrival is at {last:.6g} s, beyond "
-            f"{MAX_ARRIVAL_S:.0e} s, where float64 time cannot resolve 1 us steps; use a smaller "
-            f"factor or a shorter window")
+            f"{MAX_ARRIVAL_S:.0e} s, where float64 time cannot resolve 1 us steps; use "
+            + ("a larger --target-load" if target is not None else "a smaller factor or a shorter window"))
     trace = add_mapping_warning(trace, requests, args.block_size)
     for warning in trace.warnings:
         print(f"fairsim: warning: {warning}", file=sys.stderr)
@@ -353,7 +361,8 @@ def run_one(name: str, requests: list[Request], profile: Profile, config: Engine
 
 
 def write_tables(out: Path, name: str, result: SimResult, engine: dict[str, Any] | None = None) -> None:
-    """Write ``requests-NAME.parquet`` and ``steps-NAME.parquet`` atomically (``fairsim.io``).
+    """Write ``requests-NAME.parquet`` and ``steps-NAME.parquet`` atomically (``fairsim.io``);
+    ``NAME`` is the policy name through ``fairsim.io.file_stem`` (``mypol:Rev`` -> ``mypol_Rev``).
 
     ``engine`` (profile, KV capacity, block size) is stored as JSON in the Parquet schema
     metadata under the key ``fairsim``.
@@ -368,7 +377,7 @@ def write_tables(out: Path, name: str, result: SimResult, engine: dict[str, Any]
             meta = dict(table.schema.metadata or {})
             meta[b"fairsim"] = json.dumps({"policy": name, **engine}).encode()
             table = table.replace_schema_metadata(meta)
-        atomic_write(out / f"{kind}-{name}.parquet", lambda tmp, table=table: pq.write_table(table, tmp))
+        atomic_write(out / f"{kind}-{file_stem(name)}.parquet", lambda tmp, table=table: pq.write_table(table, tmp))
 
 
 def format_table(rows: dict[str, dict[str, Any]]) -> str:
@@ -398,6 +407,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     from fairsim.metrics import summarize
 
     if args.out is not None:
+        check_file_stems(names)
         check_writable_dir(args.out)
     if getattr(args, "plots", None) is not None:
         check_writable_dir(args.plots, "--plots")
@@ -582,8 +592,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "--window-end) or KV cache (--kv-blocks/--kv-fraction)", 2)
     except (ValueError, OSError) as exc:  # bad input or an unusable path: message, no traceback
         return fail(f"error: {exc}", 2)
+    except PolicyError as exc:  # the policy's own code raised: name it, not "a bug in fairsim"
+        return fail(f"{exc}" + ("" if debug else _DEBUG_HINT), 1)
+    except PolicyContractError as exc:  # the policy returned a bad order (message names it)
+        return fail(f"error: policy contract broken (fairsim/policies/base.py): {exc}"
+                    + ("" if debug else _DEBUG_HINT), 1)
     except Exception as exc:  # noqa: BLE001 - anything else is a bug: say so, briefly
         return _bug(exc, debug)
+
+
+_DEBUG_HINT = "\n(rerun with fairsim --debug ... for the traceback)"
 
 
 def _bug(exc: BaseException, debug: bool) -> int:

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from fairsim.io import check_writable_file
 from fairsim.traces import load_trace
 from fairsim.traces.canonical import write_canonical
 from fairsim.traces.formats import FORMATS
@@ -35,6 +36,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
     Raises:
         ValueError: OUT is IN or its sidecar, a bad block size, no valid request.
+        OutputError: OUT is a folder or cannot be written (checked before IN is read).
         TraceFormatError: A bad record of IN (unless ``--skip-bad``).
     """
     if args.block_size is not None and args.block_size < 1:
@@ -43,6 +45,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         raise ValueError(f"convert: OUT {args.output} would overwrite IN")
     if not args.output.parent.is_dir():
         raise ValueError(f"convert: folder {args.output.parent} of OUT does not exist")
+    check_writable_file(args.output, "convert: OUT")  # a folder, or not writable: before reading IN
     trace = load_trace(args.input, args.trace_format, skip_bad=args.skip_bad,
                        hash_block_size=args.hash_block_size)
     skipped = trace.skipped_summary()

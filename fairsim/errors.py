@@ -5,8 +5,11 @@ Each error subclasses a built-in so callers can catch ``ValueError`` generically
 
 - ``ValueError`` and its subclasses here (bad input: a trace, profile, option or output path) ->
   ``fairsim: error: MESSAGE``, exit 2;
-- ``RuntimeError`` subclasses here (``EngineInvariantError``, ``PolicyContractError``) are bugs in
-  fairsim or in a policy: a short message saying so, exit 1 (traceback only with ``--debug``).
+- ``RuntimeError`` subclasses here are bugs, exit 1 (traceback only with ``--debug``):
+  ``EngineInvariantError`` in fairsim (``fairsim: internal error (a bug in fairsim ...)``);
+  ``PolicyError`` (an exception escaping a policy's ``order()``/``on_admitted()``:
+  ``fairsim: error in policy 'NAME' (CLASS): TYPE: message``) and ``PolicyContractError`` (a bad
+  order, the message names the policy) in the policy.
 
 Broken internal invariants raise ``EngineInvariantError`` rather than ``assert``, which
 ``python -O`` removes.
@@ -131,3 +134,29 @@ class SessionError(ValueError):
     when ``after`` links form a cycle (no turn of it could ever be sent). The message names the
     request ids involved.
     """
+
+
+class PolicyError(RuntimeError):
+    """An exception escaped a policy's ``order()`` or ``on_admitted()`` during a simulation.
+
+    Not bad input to fairsim and not a bug in fairsim: the policy's own code failed (a team's
+    ``--policy package.module:Class``, or a registered one). ``fairsim.cli.main`` prints the
+    message with exit status 1 (the traceback, through the policy's code, with ``--debug``). The
+    original exception is chained as ``__cause__``.
+
+    The message reads ``error in policy 'NAME' (CLASS): TYPE: message``.
+
+    Attributes:
+        policy: The policy's name (``--policy`` value or its ``name`` attribute).
+        policy_class: The policy's class name.
+    """
+
+    def __init__(self, policy: str, policy_class: str, exc_type: str, message: str) -> None:
+        self.policy = policy
+        self.policy_class = policy_class
+        self.exc_type = exc_type
+        self.message = message
+        super().__init__(f"error in policy {policy!r} ({policy_class}): {exc_type}: {message}")
+
+    def __reduce__(self):
+        return (type(self), (self.policy, self.policy_class, self.exc_type, self.message))

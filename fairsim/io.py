@@ -11,6 +11,7 @@ file is removed and ``OutputError`` names the file.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,28 @@ from fairsim.errors import OutputError
 # mkstemp creates 0600 files; results get the usual 0666 & ~umask, like open() would give them.
 _UMASK = os.umask(0)
 os.umask(_UMASK)
+
+
+def file_stem(name: str) -> str:
+    """``name`` (a policy name) as a portable file-name part: every character other than a letter,
+    digit, ``.``, ``-`` or ``_`` becomes ``_`` (``mypol:Rev`` -> ``mypol_Rev``; ``:`` is not allowed
+    in Windows file names and ``/`` would name a folder)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def check_file_stems(names: list[str]) -> None:
+    """Refuse policy names whose ``file_stem`` coincide (their tables would overwrite each other).
+
+    Raises:
+        ValueError: Two names with the same file stem, naming both.
+    """
+    seen: dict[str, str] = {}
+    for name in names:
+        stem = file_stem(name)
+        if stem in seen and seen[stem] != name:
+            raise ValueError(f"--policies: {seen[stem]!r} and {name!r} would both write "
+                             f"requests-{stem}.parquet; rename one of the policies")
+        seen[stem] = name
 
 
 def check_writable_dir(path: str | Path, option: str = "--out") -> Path:

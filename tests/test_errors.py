@@ -320,11 +320,23 @@ class TestInternalErrors:
 
         monkeypatch.setitem(registry.POLICIES, "buggy", lambda profile, **p: Buggy())
 
-    def test_short_message(self, capsys, buggy):
-        code, _, err = run_cli(capsys, "run", "--policy", "buggy", "--max-requests", "5")
+    def test_short_message(self, capsys, monkeypatch):
+        import fairsim.metrics
+
+        def broken(*_a, **_k):
+            return 1 / 0
+
+        monkeypatch.setattr(fairsim.metrics, "summarize", broken)
+        code, _, err = run_cli(capsys, "run", "--policy", "fcfs", "--max-requests", "5")
         assert code == 1 and "Traceback" not in err
         assert ("fairsim: internal error (a bug in fairsim, please report it): ZeroDivisionError: "
                 "division by zero\n(rerun with fairsim --debug ... for the traceback)") in err
+
+    def test_error_inside_a_policy_names_the_policy(self, capsys, buggy):
+        code, _, err = run_cli(capsys, "run", "--policy", "buggy", "--max-requests", "5")
+        assert code == 1 and "Traceback" not in err and "bug in fairsim" not in err
+        assert ("fairsim: error in policy 'buggy' (Buggy): ZeroDivisionError: division by zero\n"
+                "(rerun with fairsim --debug ... for the traceback)") in err
 
     def test_debug_shows_the_traceback(self, capsys, buggy):
         code, _, err = run_cli(capsys, "--debug", "run", "--policy", "buggy", "--max-requests", "5")
@@ -347,7 +359,9 @@ class TestInternalErrors:
         monkeypatch.setitem(registry.POLICIES, "dup", lambda profile, **p: Dup())
         code, _, err = run_cli(capsys, "run", "--policy", "dup", "--max-requests", "40")
         assert code == 1 and "Traceback" not in err and "simpy" not in err
-        assert "PolicyContractError: policy 'dup': order() must return a permutation of the" in err
+        assert "bug in fairsim" not in err
+        assert ("fairsim: error: policy contract broken (fairsim/policies/base.py): policy 'dup': "
+                "order() must return a permutation of the") in err
         assert "duplicate 'rag-" in err
 
     def test_failure_in_a_later_policy_keeps_the_finished_ones(self, capsys, monkeypatch, tmp_path):

@@ -191,6 +191,9 @@ BROKEN = {
     "missing trace": ('[[traces]]\npath = "nowhere.jsonl"\n' + POL, "s.toml: traces[0].path: no such file 'nowhere.jsonl'"),
     "trace key": ('[[traces]]\npath = "t.jsonl"\ntimescale = 2\n' + POL, "s.toml: traces[0].timescale: unknown key"),
     "trace scale": ('[[traces]]\npath = "t.jsonl"\ntime_scale = [1, 0]\n' + POL, "s.toml: traces[0].time_scale[1]: 0: need a factor > 0"),
+    "huge trace scale": ('[[traces]]\npath = "t.jsonl"\ntime_scale = [1, 1e300]\n' + POL,
+                         "s.toml: traces[0] (time_scale=1e+300, window=[0.0, None), max_requests=None): "
+                         "time_scale 1e+300: the last arrival is at"),
     "trace window": ('[[traces]]\npath = "t.jsonl"\nwindow = [10.0, 5.0]\n' + POL, "s.toml: traces[0].window: window [10.0, 5.0) is empty"),
     "empty window": ('[[traces]]\npath = "t.jsonl"\nwindow = [1e6, 2e6]\n' + POL, "s.toml: traces[0] (time_scale=1.0, window=[1000000.0, 2000000.0)"),
     "bad trace record": ('[[traces]]\npath = "bad.jsonl"\n' + POL, "s.toml: traces[0].path: "),

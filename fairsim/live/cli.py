@@ -80,11 +80,11 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
 
 
 def _write_live(out: Path, name: str, result: Any) -> None:
-    from fairsim.io import atomic_to_parquet
+    from fairsim.io import atomic_to_parquet, file_stem
 
     out.mkdir(parents=True, exist_ok=True)
-    atomic_to_parquet(result.requests, out / f"requests-{name}.parquet")
-    atomic_to_parquet(result.steps, out / f"steps-{name}.parquet")
+    atomic_to_parquet(result.requests, out / f"requests-{file_stem(name)}.parquet")
+    atomic_to_parquet(result.steps, out / f"steps-{file_stem(name)}.parquet")
 
 
 def _check_first(args: argparse.Namespace) -> None:
@@ -290,10 +290,10 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
                   f"{100 * row['tpot_rel_err_p50']:+7.1f}% {row['sim_tpot_p99_s']:8.4f} "
                   f"{row['vllm_tpot_p99_s']:8.4f} {100 * row['tpot_rel_err_p99']:+7.1f}%")
         if args.out is not None:
-            from fairsim.io import atomic_to_parquet
+            from fairsim.io import atomic_to_parquet, file_stem
 
             _write_live(args.out, f"live-{name}", live)
-            atomic_to_parquet(sim.requests, args.out / f"requests-sim-{name}.parquet")
+            atomic_to_parquet(sim.requests, args.out / f"requests-sim-{file_stem(name)}.parquet")
     if args.out is not None:
         from fairsim.io import atomic_write_text
 

@@ -66,12 +66,17 @@ def resolve_capacity(requests: Sequence[Request], config: EngineConfig) -> tuple
             kv_blocks = max(kv_blocks, blocks_for(worst.prompt_len + extra(worst), block_size))
     if kv_blocks > MAX_KV_BLOCKS:
         total = sum(blocks_for(r.prompt_len + extra(r), block_size) for r in requests)
-        source = f"kv_blocks={kv_blocks}" if config.kv_blocks is not None else \
-            f"kv_fraction={config.kv_fraction} gives {float(kv_blocks):.3g} blocks, which"
+        if config.kv_blocks is not None:
+            source = f"kv_blocks={kv_blocks}"
+        elif config.kv_tokens is not None:
+            source = (f"kv_tokens={config.kv_tokens} gives {float(kv_blocks):.3g} blocks of "
+                      f"{block_size} tokens, which")
+        else:
+            source = f"kv_fraction={config.kv_fraction} gives {float(kv_blocks):.3g} blocks, which"
         raise CapacityError(
             f"{source} is above the simulator's limit of {MAX_KV_BLOCKS} blocks; every prompt of "
             f"this trace together fills {total} blocks of {block_size} tokens, so kv_blocks={total} "
-            f"already never evicts")
+            f"(kv_tokens={total * block_size}) already never evicts")
     if worst is not None and blocks_for(worst.prompt_len + extra(worst), block_size) > kv_blocks:
         need = blocks_for(worst.prompt_len + extra(worst), block_size)
         what = " for its prompt and output" if config.mode == "colocated" else ""

@@ -616,6 +616,20 @@ def simulate(
     think_scale: float = 1.0,
     fast_order: bool = True,
 ) -> SimResult:
-    """Replay ``requests`` through the engine under ``policy``; see ``Engine``."""
-    return Engine(requests, policy, profile, config, progress, replay=replay,
-                  think_scale=think_scale, fast_order=fast_order).run()
+    """Replay ``requests`` through the engine under ``policy``; see ``Engine``.
+
+    Raises:
+        PolicyError: An exception escaped the policy's ``order()``/``on_admitted()``
+            (``fairsim.policies.failure``; the original is its ``__cause__``).
+    """
+    engine = Engine(requests, policy, profile, config, progress, replay=replay,
+                    think_scale=think_scale, fast_order=fast_order)
+    try:
+        return engine.run()
+    except Exception as exc:
+        from fairsim.policies.failure import policy_failure
+
+        found = policy_failure(exc, policy)
+        if found is None:
+            raise
+        raise found[0] from found[1]

@@ -62,14 +62,44 @@ def _resolve_profile(s: SweepSpec) -> tuple[str, Path, Any]:
     return text, path.resolve(), profile
 
 
+def _policy_inputs(name: str) -> dict[str, str]:
+    """``{source file: sha256}`` of a user policy ``package.module:Class`` (``{}`` for a registered
+    name), so that editing the policy's module changes the ids of its runs."""
+    import inspect
+
+    from fairsim.policies.user import is_user_spec, load_user_class
+
+    if not is_user_spec(name):
+        return {}
+    try:
+        source = inspect.getsourcefile(load_user_class(name))
+    except TypeError:  # a class without a Python source file (built in C)
+        source = None
+    return {} if source is None else {str(Path(source).resolve()): file_sha256(Path(source))}
+
+
 def _check_policies(s: SweepSpec, profile: Any) -> list[tuple[str, str, dict[str, Any]]]:
+    """Every ``(where, policy, params)`` of the spec's policy entries x grid points, each built
+    once. Names are registered policies or user classes ``package.module:Class`` (imported here,
+    so an import error is named before the first run).
+
+    Raises:
+        SweepSpecError: An unknown name, a user class that does not import, a bad parameter.
+    """
     from fairsim.policies import make_policy, policy_names
+    from fairsim.policies.user import is_user_spec
 
     out = []
     for entry in s.policies:
-        if entry.name not in policy_names():
+        if entry.name not in policy_names() and not is_user_spec(entry.name):
             raise s.error(f"{entry.where}.name", f"unknown policy {entry.name!r}; known: "
-                                                 f"{', '.join(policy_names())}")
+                                                 f"{', '.join(policy_names())}, or a class of your own "
+                                                 f"as package.module:Class")
+        if is_user_spec(entry.name):
+            try:
+                _policy_inputs(entry.name)
+            except (ValueError, OSError) as exc:
+                raise s.error(f"{entry.where}.name", str(exc)) from None
         for point in grid_points(entry.grid):
             params = {**entry.params, **point}
             try:
@@ -133,6 +163,26 @@ def _scenario_inputs(name: str) -> dict[str, str]:
     return {str(path): file_sha256(path)}
 
 
+def _check_arrival_range(requests: list[Any], scale: float, source: str) -> None:
+    """The arrival-range checks of ``fairsim run`` (``fairsim.cli.load_requests``) on a shaped trace.
+
+    Raises:
+        ValueError: The last arrival, or (sessions, replayed closed loop) a turn's earliest
+            release (``fairsim.sim.release``), beyond ``MAX_ARRIVAL_S`` (1e9 s).
+    """
+    from fairsim.cli import MAX_ARRIVAL_S
+    from fairsim.sim.arrivals import has_sessions
+    from fairsim.sim.release import check_release_times
+
+    if has_sessions(requests):  # the sweep's runs use the engine's default replay: closed here
+        check_release_times(requests, 1.0, MAX_ARRIVAL_S, source)
+    last = max((r.arrival_time for r in requests), default=0.0)
+    if not last <= MAX_ARRIVAL_S:
+        raise ValueError(f"time_scale {scale:g}: the last arrival is at {last:.6g} s, beyond "
+                         f"{MAX_ARRIVAL_S:.0e} s, where float64 time cannot resolve 1 us steps; "
+                         f"use a smaller factor or a shorter window")
+
+
 def _workloads(s: SweepSpec, profile: Any, engines: list[dict[str, Any]]) -> Iterable[dict[str, Any]]:
     """One dict of ``RunSpec`` workload fields per scenario point x seed and trace x shaping."""
     from fairsim.scenarios import scenario_names
@@ -172,6 +222,7 @@ def _workloads(s: SweepSpec, profile: Any, engines: list[dict[str, Any]]) -> Ite
             where = f"{entry.where} (time_scale={scale}, window=[{start}, {end}), max_requests={cap})"
             try:
                 shaped = shape(requests, trace)
+                _check_arrival_range(shaped, scale, str(path))
             except ValueError as exc:
                 raise s.error(where, str(exc)) from None
             from fairsim.sim.config import EngineConfig
@@ -202,6 +253,7 @@ def expand(spec: dict[str, Any] | SweepSpec, source: str = "sweep spec") -> list
     profile_text, profile_path, profile = _resolve_profile(s)
     profile_sha = file_sha256(profile_path)
     policies = _check_policies(s, profile)
+    pol_inputs = {name: _policy_inputs(name) for _, name, _ in policies}
     engines = _check_engine(s)
     code = code_identity()
     runs: list[RunSpec] = []
@@ -210,6 +262,7 @@ def expand(spec: dict[str, Any] | SweepSpec, source: str = "sweep spec") -> list
         for pol_where, policy, params in policies:
             for eng in engines:
                 config = {k: v for k, v in work.items() if k != "where"}
+                config["inputs"] = {**config["inputs"], **pol_inputs[policy]}
                 config.update(policy=policy, policy_params=params, engine=eng,
                               profile=profile_text, profile_path=str(profile_path),
                               profile_sha256=profile_sha, code=code)

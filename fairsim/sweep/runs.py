@@ -71,8 +71,8 @@ def execute(run: RunSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
         base = EngineConfig()
     else:
         requests, base = scenario_workload(run.scenario, run.scenario_params, run.seed or 0, profile)
-        for path, sha in run.inputs.items():
-            _check_unchanged(path, sha, "data file")
+    for path, sha in run.inputs.items():  # a scenario's data files, a user policy's module
+        _check_unchanged(path, sha, "data file")
     engine = run_engine(base, run.engine, requests)
     result = simulate(requests, make_policy(run.policy, profile, **run.policy_params), profile, engine)
     cols = {"run_id": run.run_id, "scenario": run.scenario,

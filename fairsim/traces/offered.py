@@ -27,7 +27,10 @@ The weight-read floor ``min_step_s`` is not counted (the bound stays a lower bou
   infinite cache would hold (hash blocks seen earlier in the trace, at most ``L - 1`` tokens); the
   real load with a finite cache lies between the two.
 - The busiest window: ``max over t of busy(requests arriving in [t, t + W)) / W`` (``W`` =
-  ``--load-window``, default 60 s; the maximum is reached at a window starting at an arrival).
+  ``--load-window``, default 60 s, at least ``MIN_LOAD_WINDOW_S`` = 1 ms; the maximum is reached
+  at a window starting at an arrival). A trace whose span is shorter than ``W`` is its own busiest
+  window: its peak load is the mean load (its work over its span, not over ``W``, which would
+  dilute it below the mean).
 - Load is inversely proportional to the time scale, so the scale that gives load ``X`` is
   ``load(scale 1) / X``.
 """
@@ -45,6 +48,10 @@ from fairsim.types import Request
 
 DEFAULT_LOAD_WINDOW_S = 60.0
 """Length of the busiest-window load, seconds."""
+
+MIN_LOAD_WINDOW_S = 1e-3
+"""Shortest ``--load-window`` accepted, seconds: below about one engine step (milliseconds on the
+shipped profiles) a window holds a fraction of a step's work and its "load" measures nothing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +166,8 @@ class OfferedLoad:
         load: ``busy_s / span_s`` (no reuse); NaN when all requests arrive at one instant.
         ideal_load: ``ideal_busy_s / span_s`` (perfect reuse).
         window_s: Length of the busiest window, seconds.
-        peak_load, peak_ideal_load: Load of the busiest window (no reuse / ideal reuse).
+        peak_load, peak_ideal_load: Load of the busiest window (no reuse / ideal reuse); the
+            mean load when the trace is shorter than the window.
         peak_start_s: Start of the busiest (no-reuse) window, seconds.
         colocated: True when decode work is counted (``--mode colocated``).
     """
@@ -187,7 +195,8 @@ class OfferedLoad:
                f"(budget {self.budget_tokens})")
         if not self.span_s > 0:
             return f"offered load: {self.requests} requests arriving at one instant (no rate to state); {cap}"
-        short = " (trace shorter than the window)" if self.span_s < self.window_s else ""
+        short = (f" (the trace is shorter than the window: the whole {self.span_s:.3g} s trace)"
+                 if self.span_s < self.window_s else "")
         return (
             f"offered load: {self.requests} requests over {self.span_s:.1f} s, "
             f"{self.prompt_tokens_per_s:,.0f} prompt tokens/s "
@@ -219,12 +228,14 @@ def offered_load(requests: Sequence[Request], profile: Profile, budget_tokens: i
             prompt tokens per second of prefill-and-decode busy time.
 
     Raises:
-        ValueError: An empty trace, ``window_s <= 0`` or ``budget_tokens < 1``.
+        ValueError: An empty trace, ``window_s`` below ``MIN_LOAD_WINDOW_S`` or not finite, or
+            ``budget_tokens < 1``.
     """
     if not requests:
         raise ValueError("offered load of an empty trace")
-    if not (window_s > 0 and math.isfinite(window_s)):
-        raise ValueError(f"--load-window {window_s:g}: need a finite number of seconds > 0")
+    if not (window_s >= MIN_LOAD_WINDOW_S and math.isfinite(window_s)):
+        raise ValueError(f"--load-window {window_s:g}: need a finite number of seconds >= "
+                         f"{MIN_LOAD_WINDOW_S:g} (about one engine step)")
     cold = prefill_work(requests, budget_tokens, ideal_reuse=False, profile=profile, colocated=colocated)
     ideal = prefill_work(requests, budget_tokens, ideal_reuse=True, profile=profile, colocated=colocated)
     span = float(cold.arrival_s[-1] - cold.arrival_s[0])
@@ -236,8 +247,11 @@ def offered_load(requests: Sequence[Request], profile: Profile, budget_tokens: i
 
     busy_cold, busy_ideal = busy(cold), busy(ideal)
     span_eff = span if span > 0 else float("nan")
-    peak, start = _busiest(cold, profile, budget_tokens, window_s)
-    peak_ideal, _ = _busiest(ideal, profile, budget_tokens, window_s)
+    if 0 < span < window_s:  # the whole trace is the busiest window (module docstring)
+        peak, start, peak_ideal = busy_cold / span, float(cold.arrival_s[0]), busy_ideal / span
+    else:
+        peak, start = _busiest(cold, profile, budget_tokens, window_s)
+        peak_ideal, _ = _busiest(ideal, profile, budget_tokens, window_s)
     return OfferedLoad(
         requests=len(requests), span_s=span, budget_tokens=budget_tokens,
         prompt_tokens_per_s=total / span_eff,

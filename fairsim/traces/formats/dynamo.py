@@ -81,6 +81,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     out = Collector(path, skip_bad)
     rows = []
     blocks = set()
+    others = 0  # JSON objects that are not request_end events
     for line, rec in iter_json_lines(path):
         try:
             if isinstance(rec, TraceFormatError):
@@ -88,6 +89,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             if not isinstance(rec, dict):
                 raise TraceFormatError(name, line, "<json>", "expected an object")
             if _event_type(rec) != "request_end":
+                others += 1
                 continue
             req = _request(rec)
             if not isinstance(req, dict):
@@ -141,6 +143,10 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         rows.append((arrival_ms, line, None if rid is None else str(rid), prompt, ids, block, output,
                      labels, None if session is None else str(session),
                      None if parent is None else str(parent), done_ms))
+    if not rows and others and not out.skipped:
+        raise ValueError(f"{path}: no request_end events found in {others} JSON records (a Dynamo trace "
+                         f"has one per request, with \"event_type\": \"request_end\"); is it another "
+                         f"format? --trace-format auto detects it from the content")
     if len(blocks) > 1:
         raise ValueError(f"{path}: rows use different trace_block_size values {sorted(blocks)}")
     block = blocks.pop() if blocks else (hash_block_size or DEFAULT_BLOCK)

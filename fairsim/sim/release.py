@@ -1,0 +1,86 @@
+"""Earliest closed-loop release times, to refuse out-of-range session timings before a run.
+
+In closed-loop replay (``fairsim.sim.arrivals``) a turn with ``after = X`` is released at
+``finish(X) + delay_s * think_scale``. ``finish(X)`` is known only once the simulation ran, but it
+is never earlier than ``X``'s own release, so::
+
+    earliest(r) = arrival_time(r)                              if r.after is None
+    earliest(r) = earliest(r.after) + delay_s(r) * think_scale  otherwise
+
+is a lower bound of every release time (the chain's root arrival plus the scaled think/tool times
+along it). ``check_release_times`` refuses a trace whose bound passes a limit (``MAX_ARRIVAL_S`` of
+``fairsim.cli``: past it float64 seconds no longer resolve a 1 us step, and a run would print a
+made-up ``sim s`` and TTFT 0).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from fairsim.types import Request
+
+
+def earliest_releases(requests: Sequence[Request], think_scale: float) -> dict[str, float]:
+    """``request_id -> earliest release time`` (s) under closed-loop replay (module docstring).
+
+    Args:
+        requests: The trace (``after`` links checked acyclic by ``check_sessions``; an ``after``
+            naming a request outside ``requests`` counts as a root).
+        think_scale: Factor on every ``delay_s`` (>= 0).
+
+    Returns:
+        The bound per request id; ``inf`` where the sum overflows float64.
+    """
+    by_id = {r.request_id: r for r in requests}
+    out: dict[str, float] = {}
+    for r in requests:
+        chain: list[Request] = []
+        cur: Request | None = r
+        while cur is not None and cur.request_id not in out:
+            chain.append(cur)
+            cur = by_id.get(cur.after) if cur.after is not None else None
+        base = out[cur.request_id] if cur is not None else None
+        for q in reversed(chain):
+            if base is None or q.after is None or q.after not in by_id:
+                base = q.arrival_time
+            else:
+                base = base + q.delay_s * think_scale
+            out[q.request_id] = base
+            base = out[q.request_id]
+    return out
+
+
+def check_release_times(requests: Sequence[Request], think_scale: float, limit_s: float, source: str,
+                        locations: Mapping[str, int | str] | None = None) -> None:
+    """Refuse a closed-loop trace whose earliest release of some turn is beyond ``limit_s``.
+
+    Args:
+        requests: The requests to replay closed loop (already windowed and time-scaled).
+        think_scale: The ``--think-scale`` factor.
+        limit_s: Latest release time accepted, seconds.
+        source: The trace file, named in the message.
+        locations: ``Trace.locations`` (request id -> line or JSON path), to name the record.
+
+    Raises:
+        ValueError: The first follower turn (``after`` set; in trace order) whose bound is not
+            ``<= limit_s`` (roots are released at their arrival times, which the caller checks); the
+            message names its record and the ``delay`` field, and ``--think-scale`` when it is
+            not 1.
+    """
+    bounds = earliest_releases(requests, think_scale)
+    for r in requests:
+        bound = bounds[r.request_id]
+        if bound <= limit_s or r.after is None:  # a session root: the caller's arrival check
+            continue
+        line = (locations or {}).get(r.request_id)
+        where = (f"{source}:{line}" if isinstance(line, int) and not isinstance(line, bool)
+                 else f"{source}: {line}" if line else source)
+        scaled = f" x --think-scale {think_scale:g}" if think_scale != 1 else ""
+        shown = "overflows float64" if math.isinf(bound) else f"{bound:.6g} s"
+        fix = "a smaller --think-scale" if think_scale != 1 else "smaller delays (or fix the record)"
+        raise ValueError(
+            f"{where}: field 'delay': request {r.request_id!r} (delay {r.delay_s:g} s{scaled}) "
+            f"would be released closed loop at {shown} or later (its session's first arrival plus "
+            f"the think/tool delays before it), beyond {limit_s:.0e} s, where float64 time cannot "
+            f"resolve 1 us steps; use {fix}")
