@@ -428,14 +428,18 @@ class TestInterrupt:
     """Ctrl-C: one line, exit 130, the policies that finished kept in --out."""
 
     def test_sigint_keeps_finished_results(self, tmp_path):
-        # 3,000 overloaded requests: each policy runs for seconds, so the second one is interrupted.
+        # 3,000 overloaded requests; the second policy, DRR, reorders the whole queue every step
+        # (no fast path), so it runs for many seconds and is surely interrupted.
         trace = tmp_path / "t.jsonl"
         trace.write_text("".join(json.dumps({"timestamp": i * 5, "input_length": 1024, "output_length": 1,
                                              "hash_ids": [i % 50, 10_000 + i]}) + "\n" for i in range(3000)))
         out = tmp_path / "out"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "fairsim", "compare", "--policies", "fcfs,fairway", "--trace", str(trace),
-             "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            [sys.executable, "-m", "fairsim", "compare", "--policies", "fcfs,drr", "--trace", str(trace),
+             "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            # A shell's background job inherits SIGINT ignored, and Python then installs no
+            # KeyboardInterrupt handler: restore the default so the child sees Ctrl-C as a user would.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.monotonic() + 240
         while not (out / "steps-fcfs.parquet").exists():
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
