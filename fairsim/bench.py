@@ -26,6 +26,8 @@ with the same token budget; it has no prefix identity, so it computes every prom
 
 from __future__ import annotations
 
+import dataclasses
+
 import argparse
 import json
 import os
@@ -40,6 +42,9 @@ from pathlib import Path
 from typing import Any
 
 #: Options of ``bench`` that a ``run`` child does not take.
+MAX_TILED_REQUESTS = 10_000_000
+"""Most requests ``--tile`` may build (memory: a request costs about 1 KB in the simulator)."""
+
 BENCH_ONLY = ("policies", "out", "format", "compare", "repeat", "tile")
 
 SCHED_SIM_INSTALL = 'pip install sched-sim (or pip install -e ".[bench]")'
@@ -206,7 +211,7 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     """
     from fairsim.cli import check_policies, load_requests, parse_params
     from fairsim.costmodel import load_profile
-    from fairsim.io import atomic_write_text, check_writable_dir
+    from fairsim.io import atomic_write_text, check_writable_dir, strict_json
 
     if args.repeat < 1:
         raise ValueError(f"--repeat {args.repeat}: need an integer >= 1")
@@ -226,11 +231,22 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
             from fairsim.traces import load_trace
             from fairsim.traces.canonical import write_canonical
 
+            from fairsim.traces import window
+
             trace = load_trace(args.trace, args.trace_format, skip_bad=args.skip_bad,
                                hash_block_size=args.hash_block_size)
+            # Cut first, then tile the part kept (the children then get the tiled file uncut).
+            kept = window(list(trace.requests), args.window_start, args.window_end, args.max_requests)
+            if not kept:
+                raise ValueError("no requests left after --window-start/--window-end/--max-requests")
+            if len(kept) * args.tile > MAX_TILED_REQUESTS:
+                raise ValueError(f"--tile {args.tile}: {len(kept):,} requests x {args.tile} copies is above "
+                                 f"{MAX_TILED_REQUESTS:,} requests; use fewer copies or a shorter trace")
+            trace = dataclasses.replace(trace, requests=tuple(kept), locations={})
             tiled = tmp / "tiled.jsonl"
             write_canonical(tile_trace(trace, args.tile), tiled)
             args.trace, args.trace_format = str(tiled), "auto"
+            args.window_start, args.window_end, args.max_requests = 0.0, None, None
         # Load and shape once here: bad input fails before any child runs, and --target-load
         # is resolved to one --time-scale for every child (and the peer).
         _, requests = load_requests(args, profile)
@@ -246,16 +262,16 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
                                                getattr(args, "mode", "prefill-only") == "colocated")
         except KeyboardInterrupt:  # keep the policies that finished (fairsim.cli.main exits 130)
             if args.out is not None and rows:
-                atomic_write_text(args.out / "bench.json", json.dumps(rows, indent=2) + "\n")
+                atomic_write_text(args.out / "bench.json", strict_json(rows) + "\n")
             raise
     if peer is not None:
         base = rows["sched-sim"]["requests_per_s"]
         for name in names:
             rows[name]["vs_sched_sim"] = rows[name]["requests_per_s"] / base
     if args.out is not None:
-        atomic_write_text(args.out / "bench.json", json.dumps(rows, indent=2) + "\n")
+        atomic_write_text(args.out / "bench.json", strict_json(rows) + "\n")
     if args.format == "json":
-        print(json.dumps(rows, indent=2))
+        print(strict_json(rows))
         return 0
     first = rows[names[0]]
     print(f"profile {first['profile']}; KV cache {first['kv_blocks']:,} blocks x {first['block_size']} "

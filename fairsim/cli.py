@@ -25,7 +25,7 @@ from fairsim import __version__
 from fairsim.costmodel import DEFAULT_PROFILE, Profile, load_profile
 from fairsim.deps import MissingDependencyError, missing_message
 from fairsim.errors import PolicyContractError, PolicyError
-from fairsim.io import atomic_write, atomic_write_text, check_file_stems, check_writable_dir, file_stem
+from fairsim.io import atomic_write, atomic_write_text, check_file_stems, check_writable_dir, file_stem, strict_json
 from fairsim.policies import make_policy, policy_names
 from fairsim.sim import EngineConfig, SimResult, simulate
 from fairsim.traces import RagSpec, Trace, generate_rag, load_trace, scale_time, window
@@ -312,14 +312,25 @@ def shape_sessions(args: argparse.Namespace, trace: Trace) -> list[Request]:
     return requests
 
 
+ENGINE_OPTIONS = {"budget_tokens": "--budget", "max_num_seqs": "--max-num-seqs", "block_size": "--block-size",
+                  "kv_blocks": "--kv-blocks", "kv_tokens": "--kv-tokens", "kv_fraction": "--kv-fraction"}
+"""``EngineConfig`` field -> the command-line option that sets it (for error messages)."""
+
+
 def engine_config(args: argparse.Namespace, profile: Profile | None = None) -> EngineConfig:
     """``EngineConfig`` from the options; with ``profile``, its KV capacity when none is given."""
     from fairsim.sim.capacity import with_profile_capacity
 
-    config = EngineConfig(budget_tokens=args.budget, max_num_seqs=args.max_num_seqs,
-                          block_size=args.block_size, kv_blocks=args.kv_blocks,
-                          kv_tokens=getattr(args, "kv_tokens", None), kv_fraction=args.kv_fraction,
-                          mode=getattr(args, "mode", "prefill-only"))
+    try:
+        config = EngineConfig(budget_tokens=args.budget, max_num_seqs=args.max_num_seqs,
+                              block_size=args.block_size, kv_blocks=args.kv_blocks,
+                              kv_tokens=getattr(args, "kv_tokens", None), kv_fraction=args.kv_fraction,
+                              mode=getattr(args, "mode", "prefill-only"))
+    except ValueError as exc:  # name the option the user typed, not the EngineConfig field
+        message = str(exc)
+        for field, option in ENGINE_OPTIONS.items():
+            message = message.replace(f"{field}=", f"{option} ")
+        raise ValueError(message) from None
     return config if profile is None else with_profile_capacity(config, profile)[0]
 
 
@@ -394,7 +405,14 @@ def format_table(rows: dict[str, dict[str, Any]]) -> str:
         cols[-2:-2] = [c for c in DECODE_COLUMNS if c[0] in first]
     header = ["policy"] + [c[1] for c in cols]
     show = {True: "yes", False: "no"}
-    body = [[name] + [show[s[key]] if key == "starved" else fmt.format(s[key])
+
+    def cell(value: Any, fmt: str) -> str:
+        # A figure that does not exist (None/NaN: e.g. TPOT when no request decoded twice) is n/a.
+        if value is None or (isinstance(value, float) and value != value):
+            return "n/a"
+        return fmt.format(value)
+
+    body = [[name] + [show[s[key]] if key == "starved" else cell(s[key], fmt)
                       for key, _, fmt in cols] for name, s in rows.items()]
     widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
     lines = ["  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths)))
@@ -459,11 +477,11 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         # Ctrl-C or an error in a later policy: keep what finished (its tables are written;
         # summary.json and run.json list the finished policies), then report as usual.
         if args.out is not None and rows:
-            atomic_write_text(args.out / "summary.json", json.dumps(rows, indent=2) + "\n")
+            atomic_write_text(args.out / "summary.json", strict_json(rows) + "\n")
             write_run_info(args.out, args, trace, list(rows), load, engine)
         raise
     if args.format == "json":
-        print(json.dumps(rows, indent=2))
+        print(strict_json(rows))
     else:
         print(format_table(rows))
         if config.mode == "colocated":
@@ -477,7 +495,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
 
         write_run_plots(args.plots, results, title=trace.name)
     if args.out is not None:
-        atomic_write_text(args.out / "summary.json", json.dumps(rows, indent=2) + "\n")
+        atomic_write_text(args.out / "summary.json", strict_json(rows) + "\n")
         write_run_info(args.out, args, trace, names, load, engine)
     return 0
 
@@ -576,8 +594,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fairsim: {message}", file=sys.stderr)
         return status
 
+    from fairsim import interrupt
+
+    interrupt.install()
     try:
-        return dispatch(parser, args)
+        status = dispatch(parser, args)
+        if interrupt.REQUESTED:  # Ctrl-C arrived in a finaliser after the last step
+            raise KeyboardInterrupt
+        return status
     except KeyboardInterrupt:
         return fail("interrupted; results already written are kept", 130)
     except MissingDependencyError as exc:

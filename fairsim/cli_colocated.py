@@ -47,10 +47,17 @@ def format_groups(rows: dict[str, dict[str, Any]]) -> str:
         for name, s in rows.items():
             for value, g in s.get("groups", {}).get(label, {}).items():
                 good = g.get("goodput_share")
-                body.append([name, value, f"{g['requests']:d}", f"{g['ttft_p50_s']:.3f}",
-                             f"{g['ttft_p99_s']:.3f}", f"{g['tpot_p50_s']:.4f}",
-                             f"{g['tpot_p99_s']:.4f}", "-" if good is None else f"{good:.3f}"])
+                body.append([name, value, f"{g['requests']:d}", _num(g['ttft_p50_s'], ".3f"),
+                             _num(g['ttft_p99_s'], ".3f"), _num(g['tpot_p50_s'], ".4f"),
+                             _num(g['tpot_p99_s'], ".4f"), "-" if good is None else _num(good, ".3f")])
         widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
         lines += ["  ".join(v.rjust(w) if i > 1 else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths)))
                   for r in [header] + body]
     return "\n".join(lines)
+
+
+def _num(value: Any, spec: str) -> str:
+    """``value`` formatted, or ``n/a`` for a figure that does not exist (None or NaN)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "n/a"
+    return format(value, spec)

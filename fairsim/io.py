@@ -160,3 +160,29 @@ def atomic_to_parquet(frame: Any, path: str | Path) -> Path:
 def atomic_to_csv(frame: Any, path: str | Path) -> Path:
     """Write a pandas DataFrame to ``path`` as CSV (no index) atomically; see ``atomic_write``."""
     return atomic_write(path, lambda tmp: frame.to_csv(tmp, index=False))
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, inf: "no figure", e.g. a TPOT when no request
+    generated two tokens) replaced by ``None``, so ``json.dumps`` writes ``null`` (bare ``NaN`` is
+    not JSON). Recurses into dicts, lists and tuples; numpy scalars become Python numbers."""
+    import math
+
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if hasattr(value, "item") and not isinstance(value, (list, dict)):  # numpy scalar
+        value = value.item()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return value
+
+
+def strict_json(value: Any) -> str:
+    """``value`` as indented, strict JSON (non-finite figures as ``null``; see ``json_safe``)."""
+    import json
+
+    return json.dumps(json_safe(value), indent=2, allow_nan=False)

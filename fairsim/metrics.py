@@ -80,14 +80,18 @@ request class, length class, hop count); free-form labels such as ``doc_id`` are
 def parse_slo(text: str | None) -> dict[str, float]:
     """``"ttft=2,tpot=0.1"`` -> ``{"ttft": 2.0, "tpot": 0.1}`` (seconds; ``--slo``).
 
-    Both SLOs are optional; a missing one is not checked. ``None`` or ``""`` -> ``{}``.
+    Both SLOs are optional; a missing one is not checked. ``None`` -> ``{}``.
 
     Raises:
-        ValueError: An unknown key, a missing ``=``, or a value that is not a number > 0 (the
-            message names ``--slo``).
+        ValueError: An empty text, an unknown or repeated key, a missing ``=``, or a value that
+            is not a number > 0 (the message names ``--slo``).
     """
     out: dict[str, float] = {}
-    for item in (text or "").split(","):
+    if text is None:
+        return out
+    if not text.strip():
+        raise ValueError("--slo '': expected ttft=SECONDS,tpot=SECONDS (either may be left out)")
+    for item in text.split(","):
         item = item.strip()
         if not item:
             continue
@@ -101,6 +105,8 @@ def parse_slo(text: str | None) -> dict[str, float]:
             raise ValueError(f"--slo {text!r}: {key}={value!r} is not a number of seconds") from None
         if not (np.isfinite(seconds) and seconds > 0):
             raise ValueError(f"--slo {text!r}: {key}={value!r} must be a number of seconds > 0")
+        if key in out:
+            raise ValueError(f"--slo {text!r}: {key} given twice")
         out[key] = seconds
     return out
 

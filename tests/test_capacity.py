@@ -286,7 +286,7 @@ class TestCli:
     @pytest.mark.parametrize("argv, message", [
         (["--target-load", "0"], "--target-load 0: need a finite load > 0"),
         (["--load-window", "-1"], "--load-window -1: need a finite number of seconds >= 0.001"),
-        (["--kv-tokens", "0"], "kv_tokens=0: need >= 1 token"),
+        (["--kv-tokens", "0"], "--kv-tokens 0: need >= 1 token"),
     ])
     def test_bad_values(self, capsys, argv, message):
         code, _, err = run_cli(capsys, "run", "--max-requests", "20", *argv)

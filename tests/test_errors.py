@@ -43,17 +43,17 @@ class TestBadOptions:
     """Absurd options: each a named error at the option, exit 2, no traceback, before any run."""
 
     @pytest.mark.parametrize("argv, message", [
-        (["--budget", "0"], "budget_tokens=0: need >= 1"),
+        (["--budget", "0"], "--budget 0: need >= 1"),
         (["--time-scale", "0"], "--time-scale 0.0: need a finite factor > 0"),
         (["--time-scale", "1e308"], "--time-scale 1e+308: the last arrival is at"),
         (["--kv-fraction", "1e300"], "kv_fraction=1e+300 gives 1.7e+301 blocks, which is above the simulator's limit"),
-        (["--kv-fraction", "inf"], "kv_fraction=inf: need a finite fraction > 0"),
+        (["--kv-fraction", "inf"], "--kv-fraction inf: need a finite fraction > 0"),
         (["--kv-blocks", "100000000000000000000"], "kv_blocks=100000000000000000000 is above the simulator's limit of 4194304"),
         (["--window-start", "10", "--window-end", "5"], "window [10.0, 5.0) is empty"),
         (["--window-start", "nan"], "--window-start nan: need a finite time >= 0 s"),
         (["--window-end=-inf"], "--window-end -inf: need a finite time >= 0 s"),
         (["--max-requests", "0"], "max_requests=0 must be >= 1"),
-        (["--max-num-seqs", "0"], "max_num_seqs=0: need >= 1"),
+        (["--max-num-seqs", "0"], "--max-num-seqs 0: need >= 1"),
         (["--param", "fast_weight=abc"], "fast_weight='abc': need a finite number"),
         (["--param", "fast_weight=[1]"], "fast_weight=[1]: need a finite number"),
         (["--param", "fast_weight=1e400"], "fast_weight=inf: need a finite number"),
@@ -346,7 +346,7 @@ class TestInternalErrors:
     def test_debug_on_a_user_error_adds_the_traceback(self, capsys):
         code, _, err = run_cli(capsys, "--debug", "run", "--budget", "0")
         assert code == 2 and "Traceback (most recent call last)" in err
-        assert err.strip().splitlines()[-1] == "fairsim: error: budget_tokens=0: need >= 1 token per step"
+        assert err.strip().splitlines()[-1] == "fairsim: error: --budget 0: need >= 1 token per step"
 
     def test_policy_contract_is_a_clean_message(self, capsys, monkeypatch):
         class Dup:

@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fairsim.io import json_safe
+
 from fairsim.analysis.load import Window, busiest_windows, load_series
 from fairsim.analysis.reuse import HitCurve, lru_hit_curve
 from fairsim.analysis.spread import DEFAULT_SPREAD_THRESHOLD, QueueSpread, queue_spread
@@ -101,21 +103,6 @@ class Analysis:
     def summary_json(self) -> str:
         """``summary()`` as strict JSON (non-finite figures as ``null``)."""
         return json.dumps(json_safe(self.summary()), indent=2, allow_nan=False)
-
-
-def json_safe(value: Any) -> Any:
-    """``value`` with every non-finite float (NaN, inf: "no figure", e.g. a spread quantile when
-    two requests never wait together) replaced by ``None``, so ``json.dumps`` writes ``null``
-    (bare ``NaN`` is not JSON). Recurses into dicts, lists and tuples."""
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, (float, np.floating)):
-        return float(value) if np.isfinite(value) else None
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
 
 
 def fmt_num(value: float | None, spec: str, suffix: str = "") -> str:

@@ -85,7 +85,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(an.summary_json())
     else:
-        print(f"trace {trace.name}: {offered}")
+        scaled = f" (time scale {scale:.6g})" if scale != 1 else ""
+        print(f"trace {trace.name}{scaled}: {offered}")
         print(format_text(an))
     if args.out is not None:
         paths = write_report(an, Path(args.out))

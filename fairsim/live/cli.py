@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fairsim.io import strict_json
+
 #: Commands added to the ``fairsim`` parser by ``add_live_commands``.
 LIVE_COMMANDS = ("replay", "equivalence", "fidelity", "hook-overhead")
 #: Profile measured on this project's CPU machine with the tiny Llama (``fairsim calibrate``).
@@ -169,9 +171,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from fairsim.io import atomic_write_text
 
         _write_live(args.out, args.policy, result)
-        atomic_write_text(args.out / "summary.json", json.dumps(rows, indent=2) + "\n")
+        atomic_write_text(args.out / "summary.json", strict_json(rows) + "\n")
     if args.format == "json":
-        print(json.dumps(rows, indent=2))
+        print(strict_json(rows))
     else:
         print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
     return 0
@@ -297,7 +299,7 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     if args.out is not None:
         from fairsim.io import atomic_write_text
 
-        atomic_write_text(args.out / "fidelity.json", json.dumps(rows, indent=2) + "\n")
+        atomic_write_text(args.out / "fidelity.json", strict_json(rows) + "\n")
     return 0
 
 

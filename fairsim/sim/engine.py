@@ -55,6 +55,7 @@ from typing import Any
 
 import simpy
 
+from fairsim import interrupt
 from fairsim.costmodel import Profile
 from fairsim.errors import EngineInvariantError, PolicyContractError
 from fairsim.policies.base import Policy, check_permutation
@@ -226,6 +227,8 @@ class Engine:
         arrivals = self._arrivals
         step = 0
         while arrivals or self._waiting or self._preempted or self._running:
+            if interrupt.REQUESTED:  # a Ctrl-C swallowed by a finaliser still stops the run
+                raise KeyboardInterrupt
             now = env.now
             for released, _, live in arrivals.pop_due(now):
                 live.released_s = released

@@ -163,7 +163,7 @@ def _scenario_inputs(name: str) -> dict[str, str]:
     return {str(path): file_sha256(path)}
 
 
-def _check_arrival_range(requests: list[Any], scale: float, source: str) -> None:
+def _check_arrival_range(requests: list[Any], scale: float | None, source: str) -> None:
     """The arrival-range checks of ``fairsim run`` (``fairsim.cli.load_requests``) on a shaped trace.
 
     Raises:
@@ -178,7 +178,8 @@ def _check_arrival_range(requests: list[Any], scale: float, source: str) -> None
         check_release_times(requests, 1.0, MAX_ARRIVAL_S, source)
     last = max((r.arrival_time for r in requests), default=0.0)
     if not last <= MAX_ARRIVAL_S:
-        raise ValueError(f"time_scale {scale:g}: the last arrival is at {last:.6g} s, beyond "
+        what = f"time_scale {scale:g}" if scale is not None else f"{source} (its parameters)"
+        raise ValueError(f"{what}: the last arrival is at {last:.6g} s, beyond "
                          f"{MAX_ARRIVAL_S:.0e} s, where float64 time cannot resolve 1 us steps; "
                          f"use a smaller factor or a shorter window")
 
@@ -201,6 +202,7 @@ def _workloads(s: SweepSpec, profile: Any, engines: list[dict[str, Any]]) -> Ite
                 where = f"{entry.where} (seed {seed}" + (f", {_point(point)})" if point else ")")
                 try:
                     requests, base = scenario_workload(entry.name, params, seed, profile)
+                    _check_arrival_range(requests, None, f"scenario {entry.name!r}")
                 except (*USER_ERRORS, OSError) as exc:
                     raise s.error(where, str(exc)) from None
                 _check_capacity(s, where, requests, base, engines)

@@ -53,6 +53,13 @@ def summarize_runs(out: Path, runs: Iterable[RunSpec]) -> pd.DataFrame:
             kv_blocks, block_size = int(req["kv_blocks"].iloc[0]), int(req["block_size"].iloc[0])
             row.update(kv_blocks=kv_blocks, block_size=block_size, kv_tokens=kv_blocks * block_size,
                        **summarize(req, steps))
+            if "tpot_s" in req:  # a colocated run: its decode figures too (ITL needs the token gaps,
+                # which a sweep does not store, so those columns are empty)
+                from fairsim.metrics import decode_summary
+
+                row.update(decode_summary(req, None))
+                if steps is not None and "decode_tokens" in steps:
+                    row["decode_tokens"] = int(steps["decode_tokens"].sum())
         rows.append(row)
     table = tidy_parameters(pd.DataFrame(rows))
     if len(table):
