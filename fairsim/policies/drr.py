@@ -157,6 +157,12 @@ class DRR:
                     break
         return out
 
+    def incremental_order(self):
+        """Fast path (``fairsim.policies.incremental``): the ring kept across steps, visits read
+        lazily (``fairsim.policies.credit_fast.DRROrder``)."""
+        from fairsim.policies.credit_fast import DRROrder
+        return DRROrder(self)
+
     def on_admitted(self, admitted: Sequence[QueuedRequest], now: float) -> None:
         """Advance deficits and cursor through the admitted prefix of the last order."""
         self._replay.commit(self._replay.admitted_prefix(admitted))

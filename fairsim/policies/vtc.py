@@ -86,6 +86,12 @@ class VTC:
                 heapq.heappush(heap, (value + w * r.uncached_len, arrival_key(classes[u][head[u]]), i, u))
         return out
 
+    def incremental_order(self):
+        """Fast path (``fairsim.policies.incremental``): classes kept sorted by counter across
+        steps, merged lazily (``fairsim.policies.credit_fast.VTCOrder``)."""
+        from fairsim.policies.credit_fast import VTCOrder
+        return VTCOrder(self)
+
     def on_admitted(self, admitted: Sequence[QueuedRequest], now: float) -> None:
         """Charge each admitted request's client ``input_weight x max(1, L - h)`` (order time)."""
         for a in admitted:
