@@ -223,14 +223,14 @@ def test_subclass_overriding_order_gets_no_fast_path():
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 10_000), name=st.sampled_from(["drr", "vtc"]),
+@given(seed=st.integers(0, 10_000), name=st.sampled_from(["drr", "vtc", "dlpm"]),
        n=st.integers(1, 60), num_clients=st.sampled_from([0, 1, 3, 8]), quantum=st.sampled_from([300, 2048]))
 def test_credit_incremental_equals_order(seed, name, n, num_clients, quantum):
-    """DRR/VTC fast paths == order() over random clients (0: each request its own class), cache
+    """DRR/VTC/DLPM fast paths == order() over random clients (0: each request its own class), cache
     changes, arrivals, and admissions of a prefix read lazily (the engine reads the admitted
     requests and the first misfit only)."""
     rng = random.Random(seed)
-    params = {"quantum": quantum} if name == "drr" else {"input_weight": quantum / 1000}
+    params = {"quantum": quantum} if name in ("drr", "dlpm") else {"input_weight": quantum / 1000}
     ref = make_policy(name, PROFILE, **params)
     fast = make_policy(name, PROFILE, **params)
     inc = fast.incremental_order()
@@ -273,5 +273,7 @@ def test_credit_incremental_equals_order(seed, name, n, num_clients, quantum):
             inc.remove(q.request_id)
     if name == "drr":
         assert (ref.deficit, ref.cursor) == (fast.deficit, fast.cursor)
+    elif name == "dlpm":
+        assert ref.deficit == fast.deficit
     else:
         assert (ref.counter, ref._backlogged, ref._last_left) == (fast.counter, fast._backlogged, fast._last_left)

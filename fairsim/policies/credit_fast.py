@@ -314,3 +314,133 @@ class DRROrder(ClassQueues):
                 if ends:
                     k = nk
                     break
+
+
+def _lpm_key(q: QueuedRequest) -> tuple[int, float, str]:
+    return (-q.cached_len, q.arrival_time, q.request_id)
+
+
+class DLPMOrder:
+    """``DLPM.order`` kept across steps: per-client LPM queues, the clients with credit sorted.
+
+    The first pass of ``DLPM.order`` places, in LPM order, the requests of the clients whose
+    deficit is positive, each until its deficit drops to <= 0: a merge of those clients' LPM
+    queues. The clients with a positive deficit are kept sorted by their head's LPM key
+    (``SortedList``), refreshed for the clients whose queue or deficit changed since the last
+    call, so the first pass is read in O(log n) per item. After the first pass every backlogged
+    client has a deficit <= 0; the refill and the later passes then run as in the reference
+    (O(clients) per refill), logging into the policy's ``Replay`` so ``DLPM.on_admitted``
+    commits the same state.
+    """
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+        self.queues: dict[Hashable, SortedList] = {}  # client -> SortedList of LPM keys
+        self.items: dict[str, tuple[Hashable, QueuedRequest, tuple]] = {}
+        self.touched: set[Hashable] = set()
+        self._logged: set[Hashable] = set()  # clients whose deficit the last order logged
+        self._pos = SortedList()  # head LPM key of each waiting client with a deficit > 0
+        self._pos_key: dict[Hashable, tuple] = {}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def add(self, q: QueuedRequest) -> None:
+        rid = q.request_id
+        key = _lpm_key(q)
+        old = self.items.get(rid)
+        if old is not None:
+            u = old[0]
+            if old[2] != key:
+                self.queues[u].remove(old[2])
+                self.queues[u].add(key)
+                self.touched.add(u)
+        else:
+            u = client_key(q)
+            queue = self.queues.get(u)
+            if queue is None:
+                queue = self.queues[u] = SortedList()
+            queue.add(key)
+            self.touched.add(u)
+        self.items[rid] = (u, q, key)
+
+    def remove(self, request_id: str) -> None:
+        u, _, key = self.items.pop(request_id)
+        queue = self.queues[u]
+        queue.remove(key)
+        if not queue:
+            del self.queues[u]
+        self.touched.add(u)
+
+    def _refresh(self, u: Hashable) -> None:
+        old = self._pos_key.pop(u, None)
+        if old is not None:
+            self._pos.remove(old)
+        queue = self.queues.get(u)
+        if queue and self.policy.deficit.get(u, 0.0) > 0:
+            key = self._pos_key[u] = queue[0]
+            self._pos.add(key)
+
+    def iter_order(self, now: float) -> Iterator[QueuedRequest]:
+        policy = self.policy
+        policy._replay.commit(0)
+        deficit, queues = policy.deficit, self.queues
+        for u in self.touched:
+            if u not in queues:  # a client with no waiting request leaves (deficit reset)
+                deficit.pop(u, None)
+        for u in self.touched | self._logged:
+            self._refresh(u)
+        self.touched.clear()
+        self._logged = set()
+        if not self.items:
+            return iter(())
+        return self._passes()
+
+    def _passes(self) -> Iterator[QueuedRequest]:
+        policy = self.policy
+        replay = policy._replay
+        real, log, q = policy.deficit, replay.log, policy.quantum
+        queues, items, logged = self.queues, self.items, self._logged
+        d: dict[Hashable, float] = {}
+        head: dict[Hashable, int] = {}
+        left = len(items)
+
+        def dget(u):
+            return d[u] if u in d else real.get(u, 0.0)
+
+        source: Iterator[tuple] | None = iter(self._pos)  # pass 1: the persistent sorted heads
+        heap: list[tuple] = []
+        while left:
+            nxt = next(source, None) if source is not None else None
+            while True:  # one pass: merge of the clients with credit, in LPM order
+                if heap and (nxt is None or heap[0][0] < nxt):
+                    key, u = heapq.heappop(heap)
+                elif nxt is None:
+                    break
+                else:
+                    key = nxt
+                    u = items[key[2]][0]
+                    nxt = next(source, None)
+                r = items[key[2]][1]
+                d[u] = dget(u) - r.uncached_len
+                log(real, u, d[u])
+                logged.add(u)
+                i = head[u] = head.get(u, 0) + 1
+                replay.placed(r)
+                left -= 1
+                yield r
+                queue = queues[u]
+                if d[u] > 0 and i < len(queue):
+                    heapq.heappush(heap, (queue[i], u))
+            source = None
+            if not left:
+                return
+            # Every backlogged client now has a deficit <= 0: refill (DLPM.order), next pass.
+            backlogged = [u for u, queue in queues.items() if head.get(u, 0) < len(queue)]
+            m = min(int(-dget(u) // q) + 1 for u in backlogged)
+            for u in backlogged:
+                d[u] = dget(u) + m * q
+                log(real, u, d[u])
+                logged.add(u)
+            heap = [(queues[u][head.get(u, 0)], u) for u in backlogged if d[u] > 0]
+            heapq.heapify(heap)

@@ -85,6 +85,12 @@ class DLPM:
             rest = keep
         return out
 
+    def incremental_order(self):
+        """Fast path (``fairsim.policies.incremental``): per-client LPM queues and the clients
+        with credit kept sorted across steps (``fairsim.policies.credit_fast.DLPMOrder``)."""
+        from fairsim.policies.credit_fast import DLPMOrder
+        return DLPMOrder(self)
+
     def on_admitted(self, admitted: Sequence[QueuedRequest], now: float) -> None:
         """Advance the deficits through the admitted prefix of the last order."""
         self._replay.commit(self._replay.admitted_prefix(admitted))
