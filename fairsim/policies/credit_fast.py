@@ -234,7 +234,12 @@ class DRROrder(ClassQueues):
     def _visits(self) -> Iterator[QueuedRequest]:
         policy = self.policy
         replay = policy._replay
-        log = replay.log
+        # Replay.log / Replay.placed inlined (seven log entries per placement; the hot loop).
+        changes, marks, ids = replay._changes, replay._marks, replay.ids
+        append = changes.append
+
+        def log(target, key, value):
+            append((target, key, value))
         deficit, cursor, emptied, q = policy.deficit, policy.cursor, policy.emptied, policy.quantum
         queues, items = self.queues, self.items
         rnxt, rprv = self._nxt, self._prv
@@ -272,16 +277,16 @@ class DRROrder(ClassQueues):
                 if size == 0:
                     n = None
             credited = False
-            log(cursor, "pos", n)
-            log(cursor, "credited", False)
+            append((cursor, "pos", n))
+            append((cursor, "credited", False))
             return n
 
         while size:
             if not credited:
-                d[k] = dget(k) + q
-                log(deficit, k, d[k])
+                d[k] = v = dget(k) + q
+                append((deficit, k, v))
                 credited = True
-                log(cursor, "credited", True)
+                append((cursor, "credited", True))
             if charge(k) > dget(k):
                 k = end_visit(k)
                 idle_visits += 1
@@ -303,13 +308,14 @@ class DRROrder(ClassQueues):
             while True:
                 i = head.get(k, 0)
                 r = items[queue[i][1]][1]
-                d[k] = dget(k) - r.uncached_len
-                log(deficit, k, d[k])
+                d[k] = v = dget(k) - r.uncached_len
+                append((deficit, k, v))
                 head[k] = i + 1
                 ends = i + 1 == len(queue) or items[queue[i + 1][1]][1].uncached_len > d[k]
                 if ends:
                     nk = end_visit(k)
-                replay.placed(r)
+                ids.append(r.request_id)
+                marks.append(len(changes))
                 yield r
                 if ends:
                     k = nk
