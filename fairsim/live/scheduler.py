@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import operator
 import time
 from collections.abc import Callable
 from typing import Any
@@ -69,6 +70,8 @@ logger = logging.getLogger("fairsim.live")
 
 #: Policy attributes that change more than the order; the hook refuses such policies.
 UNSUPPORTED_CAPABILITIES = ("skips_misfits", "admission_limit", "eviction_hook")
+
+_HANDLE = operator.attrgetter("handle")
 
 #: Key of fairsim's settings inside vLLM's ``additional_config``.
 CONFIG_KEY = "fairsim"
@@ -320,29 +323,30 @@ class _PolicyMixin:
         t0 = time.perf_counter()
         head: list[Any] = []
         plain: list[Any] = []
-        for r in waiting:
-            # Preempted and blocked requests stay at the front in vLLM's order.
-            if r.status == RequestStatus.WAITING and r.num_computed_tokens == 0:
-                plain.append(r)
-            else:
-                head.append(r)
         hits = self.fairsim_hits
         hits.refresh()
         # A snapshot is reused while its request and hit are unchanged (the common case): the
         # check of _fairsim_snapshot, inlined, as it runs for every waiting request every step.
         cache = self._fairsim_snap_cache
-        known = hits.known if hits.enabled and getattr(self.fairsim_policy, "uses_prefix_hits", True) else None
-        no_hits = not getattr(self.fairsim_policy, "uses_prefix_hits", True)
+        uses_hits = getattr(self.fairsim_policy, "uses_prefix_hits", True)
+        known = hits.known if hits.enabled and uses_hits else None
         snaps = []
-        append = snaps.append
-        for r in plain:
-            q = cache.get(r.request_id)
-            if q is not None and q.handle is r and q.arrival_time == r.arrival_time and (
-                    q.cached_len == 0 if no_hits else known is not None and known.get(r.request_id) == q.cached_len):
-                append(q)
-            else:
-                append(self._fairsim_snapshot(r, True))
-        self._fairsim_snapshots = {s.request_id: s for s in snaps}
+        by_id: dict[str, QueuedRequest] = {}
+        WAITING = RequestStatus.WAITING
+        for r in waiting:
+            # Preempted and blocked requests stay at the front in vLLM's order.
+            if r.status != WAITING or r.num_computed_tokens != 0:
+                head.append(r)
+                continue
+            plain.append(r)
+            rid = r.request_id
+            q = cache.get(rid)
+            if q is None or q.handle is not r or q.arrival_time != r.arrival_time or (
+                    q.cached_len != 0 if not uses_hits else known is None or known.get(rid) != q.cached_len):
+                q = self._fairsim_snapshot(r, True)
+            snaps.append(q)
+            by_id[rid] = q
+        self._fairsim_snapshots = by_id
         if len(hits) > len(snaps):  # some cached hits belong to requests no longer waiting
             hits.keep_only(set(self._fairsim_snapshots))
         if len(self._fairsim_snap_cache) > len(snaps):
@@ -359,7 +363,7 @@ class _PolicyMixin:
         name = getattr(self.fairsim_policy, "name", type(self.fairsim_policy).__name__)
         try:
             ordered = check_permutation(snaps, self._fairsim_order(snaps, now), name)
-            new_plain = [q.handle for q in ordered]
+            new_plain = list(map(_HANDLE, ordered))
         except PolicyContractError as exc:  # same message as the simulator's, no traceback
             self.fairsim_policy_errors += 1
             logger.error("fairsim: %s; keeping vLLM's order for this step", exc)

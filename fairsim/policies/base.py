@@ -120,8 +120,8 @@ def check_permutation(waiting: Sequence[QueuedRequest], ordered: Any, policy_nam
         raise PolicyContractError(
             f"policy {policy_name!r}: order() returned {type(ordered).__name__}, not a list of the "
             f"waiting requests") from None
-    given = {id(q) for q in waiting}
-    got = {id(q) for q in out}
+    given = set(map(id, waiting))
+    got = set(map(id, out))
     if len(out) == len(waiting) and got == given:
         return out
     seen: set[int] = set()
