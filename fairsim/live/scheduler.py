@@ -223,12 +223,32 @@ class _PolicyMixin:
 
         self._fairsim_inc = fast_path_of(self.fairsim_policy)
         self._fairsim_inc_of = self.fairsim_policy
+        self._fairsim_last_order: list[QueuedRequest] | None = None
+        policy = self.fairsim_policy
+        mro = type(policy).__mro__
+        owner = next((k for k in mro if "clock_free_order" in k.__dict__), None)
+        defined = next((k for k in mro if "order" in k.__dict__), None)
+        self._fairsim_clock_free = (getattr(policy, "clock_free_order", False) is True and owner is not None
+                                    and defined is not None and issubclass(owner, defined))
         self._fairsim_inc_held: dict[str, QueuedRequest] = {}
 
     def _fairsim_order(self, snaps: list[QueuedRequest], now: float) -> Any:
         """The policy's order of ``snaps``: its incremental order when it has one, else ``order()``."""
         if self._fairsim_inc_of is not self.fairsim_policy:  # a driver swapped the policy object
             self._fairsim_fast_path()
+        last = self._fairsim_last_order
+        self._fairsim_last_order = None
+        if (last is not None and self._fairsim_clock_free and len(last) == len(snaps)
+                and all(map(operator.is_, snaps, last))):
+            # Nothing changed since the last order, and the policy declares its order clock-free.
+            self._fairsim_last_order = last
+            return last
+        out = self._fairsim_order_new(snaps, now)
+        if self._fairsim_clock_free:
+            out = self._fairsim_last_order = list(out)
+        return out
+
+    def _fairsim_order_new(self, snaps: list[QueuedRequest], now: float) -> Any:
         inc = self._fairsim_inc
         if inc is None:
             return self.fairsim_policy.order(snaps, now)
@@ -410,6 +430,7 @@ class _PolicyMixin:
                 admitted.append(head_snaps[rid])
         self.fairsim_last_batch = batch
         if self._fairsim_on_admitted is not None and admitted:
+            self._fairsim_last_order = None  # the policy's state moves on: order again
             try:
                 self._fairsim_on_admitted(admitted, self._fairsim_now)
             except Exception:  # noqa: BLE001

@@ -48,6 +48,7 @@ class DLPM:
     """
 
     name = "dlpm"
+    clock_free_order = True  # same snapshots, no on_admitted since: same order (base.py)
 
     def __init__(self, quantum: float = 2048) -> None:
         self.quantum = check_quantum("DLPM", quantum)

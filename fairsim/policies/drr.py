@@ -52,6 +52,7 @@ class DRR:
     """
 
     name = "drr"
+    clock_free_order = True  # same snapshots, no on_admitted since: same order (base.py)
 
     def __init__(self, quantum: float = 2048) -> None:
         self.quantum = check_quantum("DRR", quantum)

@@ -41,6 +41,7 @@ class VTC:
     """
 
     name = "vtc"
+    clock_free_order = True  # same snapshots, no on_admitted since: same order (base.py)
 
     def __init__(self, input_weight: float = 1.0) -> None:
         if isinstance(input_weight, bool) or not isinstance(input_weight, (int, float)) \
