@@ -220,3 +220,60 @@ def test_subclass_overriding_order_gets_no_fast_path():
     assert fast_path_of(Recording()) is None
     assert fast_path_of(LPM()) is not None
     assert fast_path_of(make_policy("fairway-carry", PROFILE)) is not None
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), name=st.sampled_from(["drr", "vtc", "dlpm"]),
+       n=st.integers(1, 60), num_clients=st.sampled_from([0, 1, 3, 8]), quantum=st.sampled_from([300, 2048]))
+def test_credit_incremental_equals_order(seed, name, n, num_clients, quantum):
+    """DRR/VTC/DLPM fast paths == order() over random clients (0: each request its own class), cache
+    changes, arrivals, and admissions of a prefix read lazily (the engine reads the admitted
+    requests and the first misfit only)."""
+    rng = random.Random(seed)
+    params = {"quantum": quantum} if name in ("drr", "dlpm") else {"input_weight": quantum / 1000}
+    ref = make_policy(name, PROFILE, **params)
+    fast = make_policy(name, PROFILE, **params)
+    inc = fast.incremental_order()
+    waiting: dict[str, QueuedRequest] = {}
+    t = 0.0
+    next_id = 0
+    for step in range(10):
+        for rid in rng.sample(sorted(waiting), k=min(len(waiting), rng.randint(0, 5))):
+            old = waiting[rid]
+            h = rng.randint(0, old.prompt_len - 1)
+            q = old._replace(cached_len=h, uncached_len=max(1, old.prompt_len - h))
+            waiting[rid] = q
+            inc.add(q)
+        for _ in range(rng.randint(0, n)):
+            t += rng.choice([0.0, rng.random()])
+            L = rng.randint(2, 6_000)
+            h = rng.randint(0, L - 1)
+            client = ("tenant", rng.randrange(num_clients)) if num_clients else None
+            q = QueuedRequest(f"r{rng.randrange(10**6):06d}-{next_id}", t, L, h, max(1, L - h), 0, None,
+                              client=client)
+            next_id += 1
+            waiting[q.request_id] = q
+            inc.add(q)
+        if not waiting:
+            continue
+        now = t + rng.random()
+        expected = ref.order(list(waiting.values()), now)
+        k = rng.randint(0, min(4, len(expected)))
+        it = inc.iter_order(now)
+        got = [next(it) for _ in range(min(len(expected), k + 1))]
+        assert [q.request_id for q in got] == [q.request_id for q in expected[:len(got)]]
+        if rng.random() < 0.3:
+            assert [q.request_id for q in got + list(it)] == [q.request_id for q in expected]
+        admitted = expected[:k]
+        for policy in (ref, fast):
+            if admitted:
+                policy.on_admitted(admitted, now)
+        for q in admitted:
+            del waiting[q.request_id]
+            inc.remove(q.request_id)
+    if name == "drr":
+        assert (ref.deficit, ref.cursor) == (fast.deficit, fast.cursor)
+    elif name == "dlpm":
+        assert ref.deficit == fast.deficit
+    else:
+        assert (ref.counter, ref._backlogged, ref._last_left) == (fast.counter, fast._backlogged, fast._last_left)

@@ -59,12 +59,15 @@ class HitCache:
         enabled: False where the hit is not a plain prefix run (module docstring): ``get``
             then always calls ``lookup``.
         lookups: Number of real lookups made (for tests and ``hook-overhead``).
+        known: ``request_id -> h`` (tokens) of the hits cached now (read-only for callers; the
+            hook's fast check of a reused snapshot). Empty when not ``enabled``.
     """
 
     def __init__(self, manager: Any) -> None:
         self.enabled = False
         self.lookups = 0
         self._hits: dict[str, int] = {}
+        self.known = self._hits
         self._keys: dict[str, tuple[Hashable, ...]] = {}
         self._watchers: dict[Hashable, set[str]] = {}
         self._changed: set[bytes] = set()

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import operator
 import time
 from collections.abc import Callable
 from typing import Any
@@ -69,6 +70,8 @@ logger = logging.getLogger("fairsim.live")
 
 #: Policy attributes that change more than the order; the hook refuses such policies.
 UNSUPPORTED_CAPABILITIES = ("skips_misfits", "admission_limit", "eviction_hook")
+
+_HANDLE = operator.attrgetter("handle")
 
 #: Key of fairsim's settings inside vLLM's ``additional_config``.
 CONFIG_KEY = "fairsim"
@@ -169,6 +172,7 @@ class _PolicyMixin:
             logger.warning(warning)
         self.fairsim_step = 0
         self._fairsim_on_admitted = getattr(self.fairsim_policy, "on_admitted", None)
+        self._fairsim_fast_path()
         # Hits of plainly waiting requests, refreshed only when their blocks change (issue 13);
         # a policy with uses_prefix_hits = False (FCFS) gets h = 0 and no lookup at all.
         from fairsim.live.hitcache import HitCache
@@ -196,6 +200,7 @@ class _PolicyMixin:
         records. Drivers call it after a warm-up request, so the run starts as a simulation does."""
         self.fairsim_policy = build_policy(self._fairsim_settings)
         self._fairsim_on_admitted = getattr(self.fairsim_policy, "on_admitted", None)
+        self._fairsim_fast_path()
         self.fairsim_hits.clear()
         self._fairsim_snap_cache = {}
         self.fairsim_admissions.clear()
@@ -205,6 +210,66 @@ class _PolicyMixin:
         self.fairsim_counters = HookCounters(logger)
         if self.fairsim_recorder is not None:
             self.fairsim_recorder.restart()
+
+    def _fairsim_fast_path(self) -> None:
+        """The policy's incremental order (``fairsim.policies.incremental``), or ``None``.
+
+        Fed like the simulator's: ``add`` for a new or changed snapshot (new ones in arrival
+        order), ``remove`` for a request no longer plainly waiting, one full read per step, which
+        ``check_permutation`` checks as it checks ``order()``. Its order equals ``order()``'s
+        (``tests/test_fast_order.py``), at a lower cost per step for the sorted-key policies.
+        """
+        from fairsim.policies.incremental import fast_path_of
+
+        self._fairsim_inc = fast_path_of(self.fairsim_policy)
+        self._fairsim_inc_of = self.fairsim_policy
+        self._fairsim_last_order: list[QueuedRequest] | None = None
+        policy = self.fairsim_policy
+        mro = type(policy).__mro__
+        owner = next((k for k in mro if "clock_free_order" in k.__dict__), None)
+        defined = next((k for k in mro if "order" in k.__dict__), None)
+        self._fairsim_clock_free = (getattr(policy, "clock_free_order", False) is True and owner is not None
+                                    and defined is not None and issubclass(owner, defined))
+        self._fairsim_inc_held: dict[str, QueuedRequest] = {}
+
+    def _fairsim_order(self, snaps: list[QueuedRequest], now: float) -> Any:
+        """The policy's order of ``snaps``: its incremental order when it has one, else ``order()``."""
+        if self._fairsim_inc_of is not self.fairsim_policy:  # a driver swapped the policy object
+            self._fairsim_fast_path()
+        last = self._fairsim_last_order
+        self._fairsim_last_order = None
+        if (last is not None and self._fairsim_clock_free and len(last) == len(snaps)
+                and all(map(operator.is_, snaps, last))):
+            # Nothing changed since the last order, and the policy declares its order clock-free.
+            self._fairsim_last_order = last
+            return last
+        out = self._fairsim_order_new(snaps, now)
+        if self._fairsim_clock_free:
+            out = self._fairsim_last_order = list(out)
+        return out
+
+    def _fairsim_order_new(self, snaps: list[QueuedRequest], now: float) -> Any:
+        inc = self._fairsim_inc
+        if inc is None:
+            return self.fairsim_policy.order(snaps, now)
+        held, current = self._fairsim_inc_held, self._fairsim_snapshots
+        try:
+            if len(held) != len(current) or held.keys() != current.keys():
+                for rid in held.keys() - current.keys():
+                    inc.remove(rid)
+                    del held[rid]
+            new = [q for q in snaps if held.get(q.request_id) is not q]
+            if new:
+                new.sort(key=lambda q: (q.arrival_time, q.request_id))
+                for q in new:
+                    inc.add(q)
+                    held[q.request_id] = q
+            return list(inc.iter_order(now))
+        except Exception:
+            # Its state is no longer known to match the queue: order() from now on.
+            self._fairsim_inc = None
+            self._fairsim_inc_held = {}
+            raise
 
     # -- recording (``"record": PATH``) ----------------------------------------------------------
     def add_request(self, request: Any) -> None:
@@ -278,16 +343,30 @@ class _PolicyMixin:
         t0 = time.perf_counter()
         head: list[Any] = []
         plain: list[Any] = []
-        for r in waiting:
-            # Preempted and blocked requests stay at the front in vLLM's order.
-            if r.status == RequestStatus.WAITING and r.num_computed_tokens == 0:
-                plain.append(r)
-            else:
-                head.append(r)
         hits = self.fairsim_hits
         hits.refresh()
-        snaps = [self._fairsim_snapshot(r, True) for r in plain]
-        self._fairsim_snapshots = {s.request_id: s for s in snaps}
+        # A snapshot is reused while its request and hit are unchanged (the common case): the
+        # check of _fairsim_snapshot, inlined, as it runs for every waiting request every step.
+        cache = self._fairsim_snap_cache
+        uses_hits = getattr(self.fairsim_policy, "uses_prefix_hits", True)
+        known = hits.known if hits.enabled and uses_hits else None
+        snaps = []
+        by_id: dict[str, QueuedRequest] = {}
+        WAITING = RequestStatus.WAITING
+        for r in waiting:
+            # Preempted and blocked requests stay at the front in vLLM's order.
+            if r.status != WAITING or r.num_computed_tokens != 0:
+                head.append(r)
+                continue
+            plain.append(r)
+            rid = r.request_id
+            q = cache.get(rid)
+            if q is None or q.handle is not r or q.arrival_time != r.arrival_time or (
+                    q.cached_len != 0 if not uses_hits else known is None or known.get(rid) != q.cached_len):
+                q = self._fairsim_snapshot(r, True)
+            snaps.append(q)
+            by_id[rid] = q
+        self._fairsim_snapshots = by_id
         if len(hits) > len(snaps):  # some cached hits belong to requests no longer waiting
             hits.keep_only(set(self._fairsim_snapshots))
         if len(self._fairsim_snap_cache) > len(snaps):
@@ -303,8 +382,8 @@ class _PolicyMixin:
         # order() is called whenever a request is plainly waiting, even one (policy contract).
         name = getattr(self.fairsim_policy, "name", type(self.fairsim_policy).__name__)
         try:
-            ordered = check_permutation(snaps, self.fairsim_policy.order(snaps, now), name)
-            new_plain = [q.handle for q in ordered]
+            ordered = check_permutation(snaps, self._fairsim_order(snaps, now), name)
+            new_plain = list(map(_HANDLE, ordered))
         except PolicyContractError as exc:  # same message as the simulator's, no traceback
             self.fairsim_policy_errors += 1
             logger.error("fairsim: %s; keeping vLLM's order for this step", exc)
@@ -351,6 +430,7 @@ class _PolicyMixin:
                 admitted.append(head_snaps[rid])
         self.fairsim_last_batch = batch
         if self._fairsim_on_admitted is not None and admitted:
+            self._fairsim_last_order = None  # the policy's state moves on: order again
             try:
                 self._fairsim_on_admitted(admitted, self._fairsim_now)
             except Exception:  # noqa: BLE001

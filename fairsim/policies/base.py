@@ -43,6 +43,11 @@ Optional capabilities, discovered by attribute (``getattr``):
   front of the order this step (``None`` = no limit; Preble admits only from one group).
 - ``uses_prefix_hits = False``: ``order()`` reads neither ``cached_len`` nor ``uncached_len``
   (FCFS); the live hook then skips the prefix-cache lookups and shows ``cached_len = 0``.
+- ``clock_free_order = True``: ``order()`` ignores ``now`` and changes state only as a repeated
+  call would (its result and state after a second call with the same snapshots, with no
+  ``on_admitted`` in between, are those of the first): the live hook then reuses the last order
+  in a step whose plainly waiting snapshots are the same objects in the same order as the last
+  order's output. Honoured only where ``order`` is defined by the class that sets it or a base.
 - ``incremental_order()``: the simulator's fast path, the same order kept across steps and read
   lazily (``fairsim.policies.incremental``; ``order()`` stays the reference).
 - ``eviction_hook``: a block-pool eviction chooser (PEEK protection, RAGCache PGDSF); protocol
@@ -120,8 +125,8 @@ def check_permutation(waiting: Sequence[QueuedRequest], ordered: Any, policy_nam
         raise PolicyContractError(
             f"policy {policy_name!r}: order() returned {type(ordered).__name__}, not a list of the "
             f"waiting requests") from None
-    given = {id(q) for q in waiting}
-    got = {id(q) for q in out}
+    given = set(map(id, waiting))
+    got = set(map(id, out))
     if len(out) == len(waiting) and got == given:
         return out
     seen: set[int] = set()

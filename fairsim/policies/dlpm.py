@@ -48,6 +48,7 @@ class DLPM:
     """
 
     name = "dlpm"
+    clock_free_order = True  # same snapshots, no on_admitted since: same order (base.py)
 
     def __init__(self, quantum: float = 2048) -> None:
         self.quantum = check_quantum("DLPM", quantum)
@@ -84,6 +85,12 @@ class DLPM:
                     log(real, u, d[u])
             rest = keep
         return out
+
+    def incremental_order(self):
+        """Fast path (``fairsim.policies.incremental``): per-client LPM queues and the clients
+        with credit kept sorted across steps (``fairsim.policies.credit_fast.DLPMOrder``)."""
+        from fairsim.policies.credit_fast import DLPMOrder
+        return DLPMOrder(self)
 
     def on_admitted(self, admitted: Sequence[QueuedRequest], now: float) -> None:
         """Advance the deficits through the admitted prefix of the last order."""

@@ -52,6 +52,7 @@ class DRR:
     """
 
     name = "drr"
+    clock_free_order = True  # same snapshots, no on_admitted since: same order (base.py)
 
     def __init__(self, quantum: float = 2048) -> None:
         self.quantum = check_quantum("DRR", quantum)
@@ -156,6 +157,12 @@ class DRR:
                 if ends:
                     break
         return out
+
+    def incremental_order(self):
+        """Fast path (``fairsim.policies.incremental``): the ring kept across steps, visits read
+        lazily (``fairsim.policies.credit_fast.DRROrder``)."""
+        from fairsim.policies.credit_fast import DRROrder
+        return DRROrder(self)
 
     def on_admitted(self, admitted: Sequence[QueuedRequest], now: float) -> None:
         """Advance deficits and cursor through the admitted prefix of the last order."""

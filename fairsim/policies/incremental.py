@@ -38,7 +38,7 @@ from fairsim.types import QueuedRequest
 
 #: Methods an ``incremental_order`` mirrors: a subclass overriding one of them without its own
 #: ``incremental_order`` gets no fast path (its ``order()`` would be bypassed).
-MIRRORED = ("order", "_fast_keys", "fast_lane", "saved")
+MIRRORED = ("order", "_fast_keys", "fast_lane", "saved", "_lift", "_update_ring")
 
 
 def fast_path_of(policy: Any) -> IncrementalOrder | None:

@@ -41,6 +41,7 @@ class VTC:
     """
 
     name = "vtc"
+    clock_free_order = True  # same snapshots, no on_admitted since: same order (base.py)
 
     def __init__(self, input_weight: float = 1.0) -> None:
         if isinstance(input_weight, bool) or not isinstance(input_weight, (int, float)) \
@@ -85,6 +86,12 @@ class VTC:
             if head[u] < len(classes[u]):
                 heapq.heappush(heap, (value + w * r.uncached_len, arrival_key(classes[u][head[u]]), i, u))
         return out
+
+    def incremental_order(self):
+        """Fast path (``fairsim.policies.incremental``): classes kept sorted by counter across
+        steps, merged lazily (``fairsim.policies.credit_fast.VTCOrder``)."""
+        from fairsim.policies.credit_fast import VTCOrder
+        return VTCOrder(self)
 
     def on_admitted(self, admitted: Sequence[QueuedRequest], now: float) -> None:
         """Charge each admitted request's client ``input_weight x max(1, L - h)`` (order time)."""
