@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings, strategies as st
 
-from fairsim.policies import Fairway, FairwayPatience, make_policy
+from fairsim.policies import Fairway, FairwayCarry, FairwayPatience, make_policy
 from fairsim.policies.base import arrival_key
 from fairsim.types import Request
 from tests.test_fairway_carry import BUDGET, PROFILE, const_slo, ids, long_miss_traces, run_recorded
@@ -86,6 +86,20 @@ def test_within_patience_it_is_the_paper(q, debt):
     p.oldest, p.debt = min(w, key=arrival_key).request_id, debt
     assert ids(p.order(w, now)) == ids(Fairway(const_slo).order(w, now))
     assert p.debt == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(q=young_queues(), late=st.floats(0.001, 50.0), debt=st.floats(0, 1e5))
+def test_past_patience_it_is_the_carry(q, late, debt):
+    """Once the oldest is past its patience the order is ``fairway-carry``'s with the same debt."""
+    w, now = q
+    o = min(w, key=arrival_key)
+    now = o.arrival_time + 3.0 + late  # SLO = 3 s
+    p, c = FairwayPatience(const_slo), FairwayCarry(const_slo)
+    p.oldest = c.oldest = o.request_id
+    p.debt = c.debt = debt
+    assert ids(p.order(w, now)) == ids(c.order(w, now))
+    assert p.armed and p.debt == debt
 
 
 # -- the cross-step bound from the patience on, over engine runs ------------------------------
