@@ -26,7 +26,7 @@ from fairsim.scenarios import Scenario
 
 PAPER_POLICIES = ["fcfs", "lpm", "klpm4", "klpm8", "ragcache", "preble", "peek", "fairway"]
 """Policies of the paper's comparisons; names not registered yet are skipped with a note."""
-CREDIT_POLICIES = ["drr", "vtc", "dlpm", "fairway-carry", "fairway-plus"]
+CREDIT_POLICIES = ["drr", "vtc", "dlpm", "fairway-carry", "fairway-plus", "fairway-patience"]
 """Policies beyond the paper (issue 11): baselines carrying credit across steps and the Fairway
 variants whose protection of the oldest request persists across steps."""
 ALL_POLICIES = PAPER_POLICIES + CREDIT_POLICIES

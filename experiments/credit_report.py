@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-VARIANTS = ("fairway-carry", "fairway-plus")
+VARIANTS = ("fairway-carry", "fairway-plus", "fairway-patience")
 WORST_SLACK = 1.25
 MEDIAN_SLACK = 1.10
 

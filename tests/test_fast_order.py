@@ -93,7 +93,7 @@ def test_fast_path_same_tables_conversation_native_rate(name):
 
 def test_every_hot_policy_has_a_fast_path():
     for name in ("fcfs", "lpm", "klpm4", "klpm8", "peek", "ragcache", "preble", "fairway", "fairway-abswait",
-                 "fairway-nofair", "fairway-carry", "fairway-plus"):
+                 "fairway-nofair", "fairway-carry", "fairway-plus", "fairway-patience"):
         assert make_policy(name, PROFILE).incremental_order() is not None, name
     assert make_policy("lpm", PROFILE, sglang_dedup=True).incremental_order() is None
 
@@ -160,7 +160,7 @@ def _snap(rid, arrival, L, h):
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), name=st.sampled_from(
     ["fcfs", "lpm", "klpm4", "klpm8", "peek", "ragcache", "preble", "fairway", "fairway-abswait", "fairway-nofair",
-     "fairway-carry", "fairway-plus"]),
+     "fairway-carry", "fairway-plus", "fairway-patience"]),
     n=st.integers(1, 120), ties=st.booleans())
 def test_incremental_equals_order(seed, name, n, ties):
     rng = random.Random(seed)

@@ -170,7 +170,7 @@ class TestRefusal:
             build_policy({"policy": "skipper"})
 
     def test_order_only_policies_accepted(self):
-        for name in ("fcfs", "lpm", "fairway", "drr", "vtc", "dlpm", "fairway-carry", "fairway-plus"):
+        for name in ("fcfs", "lpm", "fairway", "drr", "vtc", "dlpm", "fairway-carry", "fairway-plus", "fairway-patience"):
             assert build_policy({"policy": name}).name == name
 
     def test_settings(self):
@@ -179,7 +179,7 @@ class TestRefusal:
             read_settings({"fairsim": {"polcy": "lpm"}})
 
 
-@pytest.mark.parametrize("name", ["drr", "vtc", "dlpm", "fairway-carry", "fairway-plus"])
+@pytest.mark.parametrize("name", ["drr", "vtc", "dlpm", "fairway-carry", "fairway-plus", "fairway-patience"])
 def test_credit_policies_order_live(name):
     """The credit-carrying policies only order: in a real engine they serve every request once,
     never fail, and get their admission feedback (``on_admitted``) every step that admits."""

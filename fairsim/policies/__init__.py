@@ -5,6 +5,7 @@ from fairsim.policies.dlpm import DLPM
 from fairsim.policies.drr import DRR
 from fairsim.policies.fairway import Fairway
 from fairsim.policies.fairway_carry import FairwayCarry
+from fairsim.policies.fairway_patience import FairwayPatience
 from fairsim.policies.fcfs import FCFS
 from fairsim.policies.klpm import KLPM
 from fairsim.policies.lpm import LPM
@@ -20,6 +21,7 @@ __all__ = [
     "FCFS",
     "VTC",
     "FairwayCarry",
+    "FairwayPatience",
     "KLPM",
     "LPM",
     "PEEK",
