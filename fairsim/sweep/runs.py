@@ -7,20 +7,20 @@ Layout of a sweep folder ``OUT``:
 - ``OUT/failed/RUN_ID.json``: ``{"run_id", "error", "traceback", "run"}`` of a run that raised;
   removed when the run later succeeds (a resumed sweep retries failed runs).
 
-Every file is written to a temporary name in the same folder and renamed (``os.replace``, atomic
-on POSIX), so a kill never leaves a half-written file under a final name.
+Every file is written to a temporary name in the same folder and renamed (``fairsim.io.atomic_write``,
+atomic on POSIX), so a kill never leaves a half-written file under a final name.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import traceback
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from fairsim.io import atomic_to_parquet, atomic_write_text
 from fairsim.sweep.runspec import RunSpec, code_identity, file_sha256
 
 RUNS_DIR = "runs"
@@ -93,26 +93,16 @@ def execute_safely(run: RunSpec) -> tuple[str, Any, Any]:
         return "failed", f"{type(exc).__name__}: {exc}", traceback.format_exc()
 
 
-def _atomic(path: Path, write: Any) -> None:
-    """Write through ``write(tmp_path)`` then rename onto ``path``; OSError names ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise OSError(f"{path}: cannot write: {exc.strerror or exc}") from exc
-
-
 def atomic_parquet(df: pd.DataFrame, path: Path) -> None:
-    """``df.to_parquet(path)`` atomically (tmp file + rename)."""
-    _atomic(path, lambda tmp: df.to_parquet(tmp, index=False))
+    """``df.to_parquet(path)`` atomically, creating the run folder (``fairsim.io.atomic_write``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_to_parquet(df, path)
 
 
 def atomic_text(text: str, path: Path) -> None:
-    """Write ``text`` to ``path`` atomically (tmp file + rename)."""
-    _atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    """Write ``text`` to ``path`` atomically, creating its folder (``fairsim.io.atomic_write``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, text)
 
 
 def write_run(out: Path, run: RunSpec, requests: pd.DataFrame, steps: pd.DataFrame) -> None:
