@@ -223,20 +223,27 @@ class _Checker:
             raise self.fail(where, f"expected a finite number, got {_kind(value)} {value!r}")
         return float(value)
 
-    def entries(self, value: Any, where: str) -> list[Entry]:
+    def items(self, value: Any, where: str, required: str, allowed: Any,
+              expected: str) -> list[tuple[str, dict]]:
+        """A list of tables, each as ``(where, table)``: a lone string or table is a list of one,
+        a string is ``{required: string}``; unknown keys and a missing ``required`` are refused."""
         if isinstance(value, (str, dict)):
             value = [value]
         if not isinstance(value, list):
-            raise self.fail(where, f"expected a list of names or tables, got {_kind(value)}")
+            raise self.fail(where, f"expected {expected}, got {_kind(value)}")
         out = []
         for i, item in enumerate(value):
             at = f"{where}[{i}]"
-            if isinstance(item, str):
-                item = {"name": item}
-            item = self.table(item, at)
-            self.keys(item, ENTRY_KEYS, at)
-            if "name" not in item:
-                raise self.fail(at, "missing key 'name'")
+            item = self.table({required: item} if isinstance(item, str) else item, at)
+            self.keys(item, allowed, at)
+            if required not in item:
+                raise self.fail(at, f"missing key '{required}'")
+            out.append((at, item))
+        return out
+
+    def entries(self, value: Any, where: str) -> list[Entry]:
+        out = []
+        for at, item in self.items(value, where, "name", ENTRY_KEYS, "a list of names or tables"):
             name = self.string(item["name"], f"{at}.name")
             params = self.json_value(self.table(item.get("params", {}), f"{at}.params"), f"{at}.params")
             grid_in = self.table(item.get("grid", {}), f"{at}.grid")
@@ -248,19 +255,8 @@ class _Checker:
         return out
 
     def traces(self, value: Any, where: str) -> list[TraceEntry]:
-        if isinstance(value, dict):
-            value = [value]
-        if not isinstance(value, list):
-            raise self.fail(where, f"expected a list of tables with a path, got {_kind(value)}")
         out = []
-        for i, item in enumerate(value):
-            at = f"{where}[{i}]"
-            if isinstance(item, str):
-                item = {"path": item}
-            item = self.table(item, at)
-            self.keys(item, TRACE_KEYS, at)
-            if "path" not in item:
-                raise self.fail(at, "missing key 'path'")
+        for at, item in self.items(value, where, "path", TRACE_KEYS, "a list of tables with a path"):
             path = self.string(item["path"], f"{at}.path")
             name = self.string(item.get("name", Path(path).name.split(".")[0] or path), f"{at}.name")
             scales = []
