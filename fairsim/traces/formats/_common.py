@@ -230,6 +230,30 @@ def check_hash_count(n_ids: int, prompt_len: int, block: int, path: str, where: 
             f"(--hash-block-size)")
 
 
+def check_chained(ids: Sequence[int], path: str, where: int | str, name: str) -> None:
+    """Refuse an id that stands at two positions of one prompt.
+
+    Chained ids (Mooncake, Dynamo, Claude Code; ``../shared/design/TRACES.md``) name a block
+    together with everything before it, so equal ids mean equal prefixes and one id cannot name
+    two prefixes of different lengths. Ids that repeat are content hashes of single blocks.
+
+    Raises:
+        TraceFormatError: Naming the id and its first two positions.
+    """
+    if len(set(ids)) == len(ids):
+        return
+    first: dict[int, int] = {}
+    for i, h in enumerate(ids):
+        if h in first:
+            raise TraceFormatError(
+                path, where, name,
+                f"id {h} stands at positions {first[h]} and {i}; this format's ids are chained (an "
+                "id names its block together with everything before it), so one id cannot stand at "
+                "two positions of a prompt. Ids that name a block's content alone must be chained "
+                "first (id of block i = hash of ids 0..i)")
+        first[h] = i
+
+
 def full_block_ids(ids: Sequence[int], prompt_len: int, block: int) -> tuple[int, ...]:
     """The ids of the *full* blocks (a partial last block is never a cache hit)."""
     return tuple(ids[: prompt_len // block])

@@ -41,7 +41,7 @@ from typing import Any
 
 from fairsim.errors import TraceFormatError
 from fairsim.traces.formats._common import (
-    Collector, Head, full_block_ids, need_ids, need_int, need_number,
+    Collector, Head, check_chained, full_block_ids, need_ids, need_int, need_number,
     open_binary, output_tokens)
 from fairsim.traces.trace import Trace
 from fairsim.types import Request
@@ -204,6 +204,7 @@ def _session(out: Collector, names: _Namespace, ns: str, file: Path, items: list
                 raise TraceFormatError(fname, where, "hash_ids",
                                        f"has {len(ids)} ids but in={prompt} spans {-(-prompt // block)} "
                                        f"blocks of {block} tokens")
+            check_chained(ids, fname, where, "hash_ids")
             # Fewer ids than full blocks: the identity of the leading blocks is known, the rest
             # is unique to the request (no id is invented).
             out.stats["short_hash_ids"] += len(ids) < prompt // block

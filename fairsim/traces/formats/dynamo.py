@@ -25,7 +25,7 @@ from typing import Any
 
 from fairsim.errors import TraceFormatError
 from fairsim.traces.formats._common import (
-    Collector, Head, check_hash_count, full_block_ids, iter_json_lines, need_ids, need_int,
+    Collector, Head, check_chained, check_hash_count, full_block_ids, iter_json_lines, need_ids, need_int,
     need_number, output_tokens)
 from fairsim.traces.trace import Trace
 from fairsim.types import Request
@@ -118,6 +118,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             if "input_sequence_hashes" in replay:
                 ids = need_ids(replay["input_sequence_hashes"], name, line, "request.replay.input_sequence_hashes")
                 check_hash_count(len(ids), prompt, block, name, line, "request.replay.input_sequence_hashes")
+                check_chained(ids, name, line, "request.replay.input_sequence_hashes")
             done_ms = _field(rec, req, "event_time_unix_ms")
             if done_ms is not None:
                 done_ms = need_number(done_ms, name, line, "event_time_unix_ms", "ms")

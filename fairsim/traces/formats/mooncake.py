@@ -25,7 +25,7 @@ from typing import Any
 
 from fairsim.errors import TraceFormatError
 from fairsim.traces.formats._common import (
-    Collector, Head, check_hash_count, first_of, full_block_ids, iter_json_lines, need_ids,
+    Collector, Head, check_chained, check_hash_count, first_of, full_block_ids, iter_json_lines, need_ids,
     need_int, need_number, output_tokens)
 from fairsim.traces.trace import Trace
 from fairsim.types import Request
@@ -195,6 +195,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     for row in rows:
         try:
             check_hash_count(len(row.ids), row.prompt_len, block, name, row.line, "hash_ids")
+            check_chained(row.ids, name, row.line, "hash_ids")
         except TraceFormatError as exc:
             out.bad(exc)
             continue
