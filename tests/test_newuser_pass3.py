@@ -29,3 +29,20 @@ def test_repeated_chained_id_is_refused_at_load(tmp_path, capsys, ids, first, se
     code, _, err = run_cli(capsys, "run", "--trace", trace)
     assert code == 2
     assert f"{trace}:2: field 'hash_ids': id {ids[first]} stands at positions {first} and {second}" in err
+
+
+@pytest.fixture
+def exit_policy(tmp_path, monkeypatch):
+    pkg = tmp_path / "exitpol"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "p.py").write_text("class Exit:\n    def order(self, waiting, now):\n        raise SystemExit(0)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "exitpol.p:Exit"
+
+
+@pytest.mark.parametrize("argv", [["run", "--policy", "{p}"], ["compare", "--policies", "fcfs,{p}"]])
+def test_sys_exit_in_a_policy_is_its_failure(capsys, exit_policy, argv):
+    # Was: exit 0 with no table (SystemExit passed through the engine and the CLI).
+    code, _, err = run_cli(capsys, *[a.format(p=exit_policy) for a in argv], "--max-requests", 20)
+    assert code == 1 and f"error in policy '{exit_policy}' (Exit): SystemExit: 0" in err

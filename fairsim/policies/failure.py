@@ -40,15 +40,17 @@ def policy_failure(exc: BaseException, policy: object) -> tuple[PolicyError, Bas
     inside ``policy``'s ``order()`` or ``on_admitted()`` (a frame of its traceback runs one of
     them); else ``None``. ``original`` is the exception the policy raised, with its traceback.
 
-    ``KeyboardInterrupt``/``SystemExit``, ``PolicyContractError``, ``EngineInvariantError`` and
-    ``MemoryError`` (the CLI's out-of-memory advice applies) are never wrapped.
+    A ``SystemExit`` raised in the policy (``sys.exit()`` in a team's code) is wrapped like any
+    other exception: it must not end a run, a sweep or ``accept`` with exit status 0 and no result.
+    ``KeyboardInterrupt``, ``PolicyContractError``, ``EngineInvariantError`` and ``MemoryError``
+    (the CLI's out-of-memory advice applies) are never wrapped.
     """
     codes = _codes(policy)
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
-        if not isinstance(cur, Exception) or isinstance(
+        if not isinstance(cur, (Exception, SystemExit)) or isinstance(
                 cur, (PolicyContractError, EngineInvariantError, PolicyError, MemoryError)):
             return None
         tb = cur.__traceback__

@@ -629,7 +629,7 @@ def simulate(
                     think_scale=think_scale, fast_order=fast_order)
     try:
         return engine.run()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # SystemExit: a policy's sys.exit() is its failure
         from fairsim.policies.failure import policy_failure
 
         found = policy_failure(exc, policy)
