@@ -47,7 +47,7 @@ class TestFastLane:
         assert f.slo(1000) == 1.5
 
     def test_absolute_wait_mode(self):
-        f = make_policy("fairway-abswait", profile=type("P", (), {"idle_prefill_time": staticmethod(lambda L: 100.0)})())
+        f = make_policy("fairway-abswait", type("P", (), {"idle_prefill_time": staticmethod(lambda L: 100.0)})())
         assert f.slo(5000) == 1.0
 
 

@@ -46,3 +46,13 @@ def test_sys_exit_in_a_policy_is_its_failure(capsys, exit_policy, argv):
     # Was: exit 0 with no table (SystemExit passed through the engine and the CLI).
     code, _, err = run_cli(capsys, *[a.format(p=exit_policy) for a in argv], "--max-requests", 20)
     assert code == 1 and f"error in policy '{exit_policy}' (Exit): SystemExit: 0" in err
+
+
+@pytest.mark.parametrize("param, message", [
+    ("profile=3", "policy 'fairway': 'profile' comes from --profile, not from --param"),
+    ("name=x", "policy 'fairway': bad parameters {'name': 'x'}; accepted: fast_weight"),
+])
+def test_reserved_param_names_exit_2(capsys, param, message):
+    # Was: TypeError "make_policy() got multiple values for argument 'profile'" (exit 1).
+    code, _, err = run_cli(capsys, "run", "--policy", "fairway", "--param", param, "--max-requests", 5)
+    assert code == 2 and message in err

@@ -129,7 +129,7 @@ def policy_names(include_generic: bool = True) -> list[str]:
     return [n for n in POLICIES if include_generic or n not in GENERIC]
 
 
-def make_policy(name: str, profile: Any = None, **params: Any) -> Policy:
+def make_policy(name: str, profile: Any = None, /, **params: Any) -> Policy:
     """Build a fresh policy instance by registered name.
 
     Args:
@@ -145,6 +145,8 @@ def make_policy(name: str, profile: Any = None, **params: Any) -> Policy:
         ValueError: Unknown name (the message lists the known names), a missing profile, or a
             parameter the policy rejects.
     """
+    if "profile" in params:  # positional-only above, so a --param profile=... lands here
+        raise ValueError(f"policy {name!r}: 'profile' comes from --profile, not from --param")
     if is_user_spec(name):  # a team's own class, package.module:Class (fairsim/policies/user.py)
         return make_user_policy(name, profile, **params)
     try:

@@ -63,7 +63,7 @@ def user_params(cls: type) -> list[str]:
             (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
 
 
-def make_user_policy(spec: str, profile: Any = None, **params: Any) -> Policy:
+def make_user_policy(spec: str, profile: Any = None, /, **params: Any) -> Policy:
     """Build the user's policy ``spec`` with ``params`` (and ``profile`` if it takes one).
 
     Returns:
