@@ -198,7 +198,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from fairsim.analysis.cli import merge_trace_arg
-    from fairsim.cli import check_policies, engine_config, load_requests, params_for, parse_params, run_one, write_tables
+    from fairsim.cli import check_policies, engine_config, load_requests, params_for, parse_params, run_one, scoped_params, write_tables
     from fairsim.costmodel import load_profile
     from fairsim.sim.capacity import resolve_capacity
     from fairsim.traces import scale_time
@@ -247,8 +247,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
               f"to replay at a load the engine was sized for.", file=sys.stderr)
 
     def run(name: str, sub: list[Request]) -> SimResult:
-        own = params_for(args.policy, params) if name == args.policy else {
-            k.partition(".")[2]: v for k, v in params.items() if k.startswith(f"{name}.")}
+        own = params_for(args.policy, params) if name == args.policy else scoped_params(name, params)
         if args.engine == "vllm":
             from fairsim.live.cli import _model_kwargs
             from fairsim.live.engine import LiveConfig

@@ -60,12 +60,21 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def param_scope(key: str) -> str | None:
+    """The policy a ``--param`` key is scoped to: what stands before its last dot (a keyword
+    never has one; a policy may, ``package.module:Class``), or ``None`` for an unscoped key."""
+    scope, dot, _ = key.rpartition(".")
+    return scope if dot else None
+
+
+def scoped_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Only the ``NAME.KEY`` parameters of policy ``name``, as ``KEY``."""
+    return {k.rpartition(".")[2]: v for k, v in params.items() if param_scope(k) == name}
+
+
 def params_for(name: str, params: dict[str, Any]) -> dict[str, Any]:
     """The parameters of policy ``name``: unscoped keys plus its own ``NAME.KEY`` ones."""
-    out = {k: v for k, v in params.items() if "." not in k}
-    prefix = f"{name}."
-    out.update({k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)})
-    return out
+    return {**{k: v for k, v in params.items() if param_scope(k) is None}, **scoped_params(name, params)}
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -350,7 +359,7 @@ def check_policies(names: list[str], profile: Profile, params: dict[str, Any]) -
             scoped to a policy that is not being run.
     """
     for key in params:
-        scope = key.partition(".")[0] if "." in key else None
+        scope = param_scope(key)
         if scope is not None and scope not in names:
             raise ValueError(f"--param {key}: policy {scope!r} is not among those run ({', '.join(names)})")
     for name in names:
