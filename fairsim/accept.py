@@ -235,7 +235,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
                                  kv_fraction=None, kv_tokens=None)
     load = offered_load(scale_time(requests, scale), profile, base.budget_tokens, args.load_window,
                         colocated=colocated)  # the figures of fairsim run
-    info = (f"trace {trace.name}: {load.describe()}; "
+    info = (f"trace {trace.label}: {load.describe()}; "
             f"time scale {scale:g}; KV cache {kv_blocks} blocks of {block_size} tokens; "
             f"engine {'vLLM (live, real time)' if args.engine == 'vllm' else 'simulator'}")
     print(info, file=sys.stderr if args.format == "json" else sys.stdout)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -457,7 +458,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     load = offered_load(requests, profile, args.budget, args.load_window, colocated=config.mode == "colocated")
     stream = sys.stderr if args.format == "json" else sys.stdout
     scaled = f" (time scale {args.time_scale:.6g})" if args.time_scale != 1 else ""
-    print(f"trace {trace.name}{scaled}: {load.describe()}", file=stream)
+    print(f"trace {trace.label}{scaled}: {load.describe()}", file=stream)
     print(describe_capacity(profile.name, block_size, kv_blocks, cap_source), file=stream)
     print(replay_line(args), file=stream)
     rows: dict[str, dict[str, Any]] = {}
@@ -623,6 +624,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemoryError:
         return fail("error: out of memory (MemoryError); use a smaller input (--max-requests, "
                     "--window-end) or KV cache (--kv-blocks/--kv-fraction)", 2)
+    except BrokenPipeError:  # the reader of stdout left (`| head`): stop quietly, as `cat` does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no 2nd error at exit
+        return 141  # 128 + SIGPIPE, the shell's status for a writer whose reader left
     except (ValueError, OSError) as exc:  # bad input or an unusable path: message, no traceback
         return fail(f"error: {exc}", 2)
     except PolicyError as exc:  # the policy's own code raised: name it, not "a bug in fairsim"

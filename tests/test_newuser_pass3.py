@@ -74,3 +74,17 @@ def test_param_scoped_to_a_user_class(tmp_path, monkeypatch, capsys):
     code, _, err = run_cli(capsys, "compare", "--policies", "fcfs,revpol:Rev", "--param", "other:X.flip=1",
                            "--max-requests", 5)
     assert code == 2 and "--param other:X.flip: policy 'other:X' is not among those run" in err
+
+
+def test_detected_format_is_named(tmp_path, capsys):
+    # Was: a Mooncake file with chat_id labels was read as Bailian and nothing said so.
+    rows = [{"timestamp": 0, "input_length": 1100, "output_length": 20, "hash_ids": [0, 1, 2],
+             "chat_id": 5, "parent_chat_id": -1},
+            {"timestamp": 500, "input_length": 1300, "output_length": 10, "hash_ids": [0, 1, 3],
+             "chat_id": 6, "parent_chat_id": -1}]
+    trace = write_lines(tmp_path / "mc.jsonl", rows)
+    code, _, err = run_cli(capsys, "run", "--trace", trace)
+    assert code == 2 and f"{trace}:1: field 'hash_ids': has 3 ids" in err
+    assert "[read as bailian, detected from the content; it also looks like mooncake: give --trace-format mooncake" in err
+    code, out, _ = run_cli(capsys, "run", "--trace", trace, "--trace-format", "mooncake")
+    assert code == 0 and out.startswith("trace mc (mooncake format): offered load: 2 requests over 0.5 s")

@@ -86,7 +86,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         print(an.summary_json())
     else:
         scaled = f" (time scale {scale:.6g})" if scale != 1 else ""
-        print(f"trace {trace.name}{scaled}: {offered}")
+        print(f"trace {trace.label}{scaled}: {offered}")
         print(format_text(an))
     if args.out is not None:
         paths = write_report(an, Path(args.out))

@@ -42,6 +42,12 @@ class Trace:
     def __len__(self) -> int:
         return len(self.requests)
 
+    @property
+    def label(self) -> str:
+        """``NAME (FORMAT format)`` for a trace read from a file, else ``NAME``: the reader in use
+        is always printed, so a file taken for another format than meant is seen at once."""
+        return f"{self.name} ({self.format} format)" if self.format else self.name
+
     def skipped_summary(self, first: int = 3) -> str | None:
         """``"skipped N bad records of SOURCE; first: REASON; REASON; ..."`` or None when none
         were skipped (the reasons name file, line and field)."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fairsim.traces.formats import azure, bailian, claude_code, dynamo, mooncake, ragpulse
+from fairsim.errors import TraceFormatError
 from fairsim.traces.formats._common import Head, read_head
 from fairsim.traces.trace import Trace
 
@@ -87,6 +88,17 @@ def read_trace(path: str | Path, format: str = "auto", *, skip_bad: bool = False
         raise ValueError(f"--hash-block-size {hash_block_size}: need >= 1 token")
     if format == "auto":
         format = detect(path)
+        try:
+            return FORMATS[format].read(path, skip_bad=skip_bad, hash_block_size=hash_block_size)
+        except TraceFormatError as exc:
+            head = read_head(Path(path))
+            also = [f.name for f in FORMATS.values() if f.name != format and f.sniff(head)]
+            if not also:
+                raise
+            # The content fits more than one reader: say which one was used and how to choose.
+            raise TraceFormatError(exc.path, exc.line, exc.field, (
+                f"{exc.reason} [read as {format}, detected from the content; it also looks like "
+                f"{' or '.join(also)}: give --trace-format {also[0]} to read it so]")) from None
     elif format not in FORMATS:
         raise ValueError(f"--trace-format {format!r}: unknown; known: auto, {', '.join(FORMATS)}")
     elif not Path(path).exists():
