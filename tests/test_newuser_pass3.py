@@ -88,3 +88,35 @@ def test_detected_format_is_named(tmp_path, capsys):
     assert "[read as bailian, detected from the content; it also looks like mooncake: give --trace-format mooncake" in err
     code, out, _ = run_cli(capsys, "run", "--trace", trace, "--trace-format", "mooncake")
     assert code == 0 and out.startswith("trace mc (mooncake format): offered load: 2 requests over 0.5 s")
+
+
+def bailian_row(chat, parent, ts):
+    return {"chat_id": chat, "parent_chat_id": parent, "timestamp": ts, "input_length": 40,
+            "output_length": 5, "type": "text", "turn": 1, "hash_ids": [chat * 10, chat * 10 + 1, chat * 10 + 2]}
+
+
+@pytest.mark.parametrize("rows, message", [
+    ([bailian_row(1, 2, 0.0), bailian_row(2, 1, 1.0)],
+     ":1: field 'parent_chat_id': 2: names chat 2 (line 2, timestamp 1 s), which does not arrive before this turn"),
+    ([bailian_row(1, -1, 0.0), bailian_row(2, 3, 1.0), bailian_row(3, -1, 2.0)],
+     ":2: field 'parent_chat_id': 3: names chat 3 (line 3, timestamp 2 s), which does not arrive"),
+    ([bailian_row(1, 1, 0.0)], ":1: field 'parent_chat_id': 1: names the turn itself"),
+])
+def test_bailian_parent_in_file_but_not_before_is_refused(tmp_path, capsys, rows, message):
+    # Was: "1 turns name a parent_chat_id not in the file" (false: the parent is in the file), exit 0.
+    trace = write_lines(tmp_path / "b.jsonl", rows)
+    code, _, err = run_cli(capsys, "run", "--trace", trace, "--trace-format", "bailian")
+    assert code == 2 and f"{trace}{message}" in err
+
+
+def test_bailian_skip_bad_drops_the_whole_cycle(tmp_path):
+    from fairsim.traces.formats import read_trace
+
+    trace = read_trace(write_lines(tmp_path / "b.jsonl", [bailian_row(1, 2, 0.0), bailian_row(2, 1, 1.0),
+                                                         bailian_row(3, -1, 2.0)]), "bailian", skip_bad=True)
+    assert [r.request_id for r in trace.requests] == ["3"]
+    assert [str(e).split(": ", 1)[1] for e in trace.skipped] == [
+        "field 'parent_chat_id': 2: names chat 2 (line 2, timestamp 1 s), which does not arrive before "
+        "this turn (timestamp 0 s); a parent must come first",
+        "field 'parent_chat_id': 1: names chat 1 (line 1), skipped as a bad record"]
+    assert not any("not in the file" in w for w in trace.warnings)

@@ -88,9 +88,25 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             out.append(parent)
         return tuple(out)
 
+    first_row, refused = {}, set()
+    for row in rows:
+        first_row.setdefault(row[1], row)
     for line, chat, parent, ts, prompt, output, ids, labels in sorted(rows, key=lambda r: r[3]):
         after = None
         delay = 0.0
+        if parent >= 0 and parent not in by_id and parent in first_row:
+            # The parent is in the file but not before this turn: itself, later, or a cycle.
+            p_line, _, _, p_ts = first_row[parent][:4]
+            if parent == chat:
+                why = "names the turn itself"
+            elif parent in refused:  # only with --skip-bad
+                why = f"names chat {parent} (line {p_line}), skipped as a bad record"
+            else:
+                why = (f"names chat {parent} (line {p_line}, timestamp {p_ts:g} s), which does not "
+                       f"arrive before this turn (timestamp {ts:g} s); a parent must come first")
+            refused.add(chat)
+            out.bad(TraceFormatError(name, line, "parent_chat_id", f"{parent}: {why}"))
+            continue
         if parent >= 0 and parent in by_id:
             prev = by_id[parent]
             after = prev.request_id
