@@ -45,7 +45,7 @@ class TestClosedLoopReleaseRange:
         code, out, err = run_cli(capsys, "run", "--policy", "fcfs", "--trace", path,
                                  "--trace-format", "mooncake")
         assert code == 2, err
-        assert "a.jsonl.gz:2: field 'delay'" in err and "'s1-1'" in err and "1e+09" in err
+        assert "a.jsonl.gz:2: request 's1-1' (think/tool delay" in err and "1e+09" in err
         assert "Traceback" not in err and out == ""
 
     @pytest.mark.parametrize("scale", ["1e12", "1e300"])
@@ -54,7 +54,7 @@ class TestClosedLoopReleaseRange:
         code, _, err = run_cli(capsys, "run", "--policy", "fcfs", "--trace", path,
                                "--think-scale", scale)
         assert code == 2, err
-        assert f"--think-scale {float(scale):g}" in err and "field 'delay'" in err
+        assert f"--think-scale {float(scale):g}" in err and "think/tool delay" in err
 
     def test_at_the_limit_still_runs(self, capsys, tmp_path):
         # 1500 ms x 1e5 = 1.5e5 s: far below the limit, runs and releases the turn after it

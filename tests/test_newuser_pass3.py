@@ -120,3 +120,23 @@ def test_bailian_skip_bad_drops_the_whole_cycle(tmp_path):
         "this turn (timestamp 0 s); a parent must come first",
         "field 'parent_chat_id': 1: names chat 1 (line 1), skipped as a bad record"]
     assert not any("not in the file" in w for w in trace.warnings)
+
+
+def test_dynamo_duplicate_request_end_names_both_lines(tmp_path, capsys):
+    # Was: "request 'r2': 'after' names the request itself".
+    import gzip
+
+    lines = gzip.decompress(open("tests/data/formats/dynamo_trace.jsonl.gz", "rb").read()).decode().splitlines()
+    r2 = next(i for i, t in enumerate(lines) if '"request_end"' in t and '"request_id": "r2"' in t)
+    trace = tmp_path / "d.jsonl"
+    trace.write_text("\n".join(lines + [lines[r2]]) + "\n")
+    code, _, err = run_cli(capsys, "run", "--trace", trace)
+    assert code == 2
+    assert f"{trace}:{len(lines) + 1}: field 'request.request_id': 'r2' duplicates line {r2 + 1}" in err
+
+
+def test_bailian_duplicate_chat_id_names_the_field(tmp_path, capsys):
+    # Was: field 'request_id' (not a Bailian field).
+    trace = write_lines(tmp_path / "b.jsonl", [bailian_row(1, -1, 0.0), bailian_row(1, -1, 1.0)])
+    code, _, err = run_cli(capsys, "run", "--trace", trace, "--trace-format", "bailian")
+    assert code == 2 and f"{trace}:2: field 'chat_id': 1 duplicates line 1" in err

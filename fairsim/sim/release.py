@@ -65,8 +65,8 @@ def check_release_times(requests: Sequence[Request], think_scale: float, limit_s
     Raises:
         ValueError: The first follower turn (``after`` set; in trace order) whose bound is not
             ``<= limit_s`` (roots are released at their arrival times, which the caller checks); the
-            message names its record and the ``delay`` field, and ``--think-scale`` when it is
-            not 1.
+            message names its record and its delay (which the format derives from its own
+            fields: ``delay``, ``t``, timestamps), and ``--think-scale`` when it is not 1.
     """
     bounds = earliest_releases(requests, think_scale)
     for r in requests:
@@ -80,7 +80,8 @@ def check_release_times(requests: Sequence[Request], think_scale: float, limit_s
         shown = "overflows float64" if math.isinf(bound) else f"{bound:.6g} s"
         fix = "a smaller --think-scale" if think_scale != 1 else "smaller delays (or fix the record)"
         raise ValueError(
-            f"{where}: field 'delay': request {r.request_id!r} (delay {r.delay_s:g} s{scaled}) "
+            f"{where}: request {r.request_id!r} (think/tool delay {r.delay_s:g} s{scaled}, from the "
+            f"record's delay or time fields) "
             f"would be released closed loop at {shown} or later (its session's first arrival plus "
             f"the think/tool delays before it), beyond {limit_s:.0e} s, where float64 time cannot "
             f"resolve 1 us steps; use {fix}")

@@ -54,6 +54,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     block = hash_block_size or BLOCK
     out = Collector(path, skip_bad)
     rows = []
+    chat_line: dict[int, int] = {}
     for line, rec in iter_json_lines(path):
         try:
             if isinstance(rec, TraceFormatError):
@@ -64,6 +65,8 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
                 if key not in rec:
                     raise TraceFormatError(name, line, key, "missing")
             chat = need_int(rec["chat_id"], name, line, "chat_id", 0)
+            if chat in chat_line:
+                raise TraceFormatError(name, line, "chat_id", f"{chat} duplicates line {chat_line[chat]}")
             parent = need_int(rec["parent_chat_id"], name, line, "parent_chat_id", -1)
             ts = need_number(rec["timestamp"], name, line, "timestamp", "seconds")
             prompt = need_int(rec["input_length"], name, line, "input_length", 1)
@@ -74,6 +77,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         except TraceFormatError as exc:
             out.bad(exc)
             continue
+        chat_line[chat] = line
         rows.append((line, chat, parent, ts, prompt, output, ids, labels))
     t0 = min((r[3] for r in rows), default=0.0)
     by_id = {}

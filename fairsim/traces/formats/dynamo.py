@@ -154,7 +154,13 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     rows.sort(key=lambda r: (r[0], r[1]))
     t0 = rows[0][0] if rows else 0.0
     last: dict[str, tuple[Request, float | None]] = {}
+    line_of: dict[str, int] = {}
     for arrival_ms, line, rid, prompt, ids, _, output, labels, session, parent, done_ms in rows:
+        if rid is not None and rid in line_of:  # before linking: a repeat would follow itself
+            out.bad(TraceFormatError(name, line, "request.request_id", f"{rid!r} duplicates line {line_of[rid]}"))
+            continue
+        if rid is not None:
+            line_of[rid] = line
         prev = last.get(session) if session is not None else None
         if prev is None and parent is not None:
             prev = last.get(parent)
