@@ -140,3 +140,12 @@ def test_bailian_duplicate_chat_id_names_the_field(tmp_path, capsys):
     trace = write_lines(tmp_path / "b.jsonl", [bailian_row(1, -1, 0.0), bailian_row(1, -1, 1.0)])
     code, _, err = run_cli(capsys, "run", "--trace", trace, "--trace-format", "bailian")
     assert code == 2 and f"{trace}:2: field 'chat_id': 1 duplicates line 1" in err
+
+
+def test_analyze_refuses_more_cached_than_the_prompt(tmp_path, capsys):
+    rows = [{"timestamp": i * 100, "input_length": 1100, "output_length": 5, "hash_ids": [0, 1, 2 + i],
+             "request_id": f"q{i}", "observed_cached_tokens": 1024, "observed_first_scheduled_ms": i * 100 + 500,
+             "observed_ttft_ms": 600} for i in range(30)]
+    rows[4]["observed_cached_tokens"] = 5000
+    code, _, err = run_cli(capsys, "analyze", write_lines(tmp_path / "r.jsonl", rows))
+    assert code == 2 and "request 'q4': field 'observed_cached_tokens': 5000 is outside 0..1100" in err

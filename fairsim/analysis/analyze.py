@@ -138,8 +138,8 @@ def observed_spread_inputs(requests: list[Request]) -> tuple[np.ndarray, np.ndar
     request lacks them.
 
     Raises:
-        ValueError: An observed field that is not a number, or a request scheduled before it
-            arrived, naming the request and field.
+        ValueError: An observed field that is not a number, cached tokens outside ``0..prompt``,
+            or a request scheduled before it arrived, naming the request and field.
     """
     if not all(OBSERVED_CACHED in r.labels and OBSERVED_SCHEDULED_MS in r.labels for r in requests):
         return None
@@ -149,6 +149,9 @@ def observed_spread_inputs(requests: list[Request]) -> tuple[np.ndarray, np.ndar
         for name, v in ((OBSERVED_CACHED, cached), (OBSERVED_SCHEDULED_MS, sched)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
                 raise ValueError(f"request {r.request_id!r}: field '{name}': need a number, got {v!r}")
+        if not 0 <= cached <= r.prompt_len:  # an engine cannot find more cached than it was sent
+            raise ValueError(f"request {r.request_id!r}: field '{OBSERVED_CACHED}': {cached:g} is outside "
+                             f"0..{r.prompt_len} (the prompt's tokens)")
         a.append(r.arrival_time)
         s.append(sched / 1000.0)
         w.append(max(1, r.prompt_len - int(cached)))
