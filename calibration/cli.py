@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fairsim.io import path_arg
+
 DEFAULT_OUT = "cpu-tiny-llama-vllm-measured.json"
 
 
@@ -74,7 +76,7 @@ def add_calibrate_command(sub: Any) -> None:
     p.add_argument("--force", action="store_true",
                    help="write the profile even if the fit is refused")
     p.add_argument("--name", default=None, help="profile name (default: the output file stem)")
-    p.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), help="profile JSON to write")
+    p.add_argument("--out", type=path_arg, default=Path(DEFAULT_OUT), help="profile JSON to write")
 
 
 def raw_path(out: Path) -> Path:

@@ -21,13 +21,13 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fairsim.analysis.load import Window, detect_windows, parse_windows, with_load
 from fairsim.costmodel import Profile
+from fairsim.io import path_arg
 from fairsim.metrics import STARVATION_FACTOR
 from fairsim.sim import EngineConfig, SimResult
 from fairsim.types import Request
@@ -177,7 +177,7 @@ def add_accept_command(sub: argparse._SubParsersAction, add_common: Callable, fm
                    help="length of auto windows, s (default 60, or a third of a shorter trace)")
     p.add_argument("--warmup", type=float, default=None,
                    help="seconds simulated before each window, not scored (default: the window's length)")
-    p.add_argument("--plots", type=Path, help="folder for the figures (per window and overall)")
+    p.add_argument("--plots", type=path_arg, help="folder for the figures (per window and overall)")
     p.add_argument("--engine", choices=("sim", "vllm"), default="sim",
                    help="sim: the simulator; vllm: replay each window live against a vLLM engine "
                         "with the fairsim hook, in real time")

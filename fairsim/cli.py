@@ -26,7 +26,8 @@ from fairsim import __version__
 from fairsim.costmodel import DEFAULT_PROFILE, Profile, load_profile
 from fairsim.deps import MissingDependencyError, missing_message
 from fairsim.errors import PolicyContractError, PolicyError
-from fairsim.io import atomic_write, atomic_write_text, check_file_stems, check_writable_dir, file_stem, strict_json
+from fairsim.io import (atomic_write, atomic_write_text, check_file_stems, check_writable_dir, file_stem, path_arg,
+                        strict_json)
 from fairsim.policies import make_policy, policy_names
 from fairsim.sim import EngineConfig, SimResult, simulate
 from fairsim.traces import RagSpec, Trace, generate_rag, load_trace, scale_time, window
@@ -148,7 +149,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
                         "0.1 where the trace has no absolute time; otherwise keep its timestamps)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="policy parameter, e.g. fast_weight=8, or fairway.fast_weight=8 for one policy (repeatable)")
-    p.add_argument("--out", type=Path,
+    p.add_argument("--out", type=path_arg,
                    help="folder for requests-POLICY.parquet, steps-POLICY.parquet, summary.json, run.json")
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="table for people, json (one object keyed by policy) for scripts")
@@ -168,14 +169,14 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="simulate one policy", formatter_class=fmt)
     run.add_argument("--policy", default="fairway", help=f"one of: {', '.join(policy_names())}")
     add_common(run)
-    run.add_argument("--plots", type=Path, help=PLOTS_HELP)
+    run.add_argument("--plots", type=path_arg, help=PLOTS_HELP)
     cmp = sub.add_parser("compare", help="simulate several policies on the same input, side by side",
                          formatter_class=fmt)
     cmp.add_argument("--policies", default="fcfs,lpm,fairway",
                      help="comma-separated policy names, or 'all' (every registered policy but the "
                           "generic klpm, which klpm4 covers)")
     add_common(cmp)
-    cmp.add_argument("--plots", type=Path, help=PLOTS_HELP)
+    cmp.add_argument("--plots", type=path_arg, help=PLOTS_HELP)
     bench = sub.add_parser("bench", help="speed and peak memory per policy (one process each)",
                            formatter_class=fmt)
     bench.add_argument("--policies", default="fcfs,lpm,fairway",

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from fairsim.io import check_writable_file
+from fairsim.io import check_writable_file, path_arg
 from fairsim.traces import load_trace
 from fairsim.traces.canonical import write_canonical
 from fairsim.traces.formats import FORMATS
@@ -20,8 +19,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Read IN (any supported format, detected from its content) and write OUT as "
                     "Mooncake-style JSONL plus session fields and labels, with OUT.meta.json "
                     "recording the hash block size and the source.")
-    p.add_argument("input", type=Path, metavar="IN", help="trace file or folder")
-    p.add_argument("output", type=Path, metavar="OUT", help="output .jsonl (gzip when it ends with .gz)")
+    p.add_argument("input", type=path_arg, metavar="IN", help="trace file or folder")
+    p.add_argument("output", type=path_arg, metavar="OUT", help="output .jsonl (gzip when it ends with .gz)")
     p.add_argument("--trace-format", default="auto", choices=("auto", *FORMATS),
                    help="format of IN (default: auto, from the content)")
     p.add_argument("--hash-block-size", type=int, default=None, metavar="TOKENS",

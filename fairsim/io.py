@@ -61,8 +61,10 @@ def check_writable_dir(path: str | Path, option: str = "--out") -> Path:
         ``path`` as a ``Path``.
 
     Raises:
-        OutputError: ``path`` is an existing non-folder, cannot be created, or is not writable.
+        OutputError: ``path`` is empty, an existing non-folder, cannot be created, or is not
+            writable.
     """
+    _not_empty(path, option)
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise OutputError(out, "exists and is not a folder", option)
@@ -81,9 +83,10 @@ def check_writable_file(path: str | Path, option: str = "--out") -> Path:
     the result is written).
 
     Raises:
-        OutputError: ``path`` is a folder, its parent cannot be created or is not writable, or an
-            existing ``path`` is read-only.
+        OutputError: ``path`` is empty or a folder, its parent cannot be created or is not
+            writable, or an existing ``path`` is read-only.
     """
+    _not_empty(path, option)
     target = Path(path)
     if target.is_dir():
         raise OutputError(target, "is a folder; give a file name", option)
@@ -98,6 +101,28 @@ def check_writable_file(path: str | Path, option: str = "--out") -> Path:
         raise OutputError(target, "exists and is read-only", option)
     _probe(parent, option, target)
     return target
+
+
+def path_arg(text: str) -> Path:
+    """``argparse`` type for a path option: refuses an empty or blank value, which ``Path("")``
+    would turn into the working folder (an unset shell variable writing results there).
+
+    Raises:
+        argparse.ArgumentTypeError: The value is empty or blank (argparse: usage, exit 2).
+    """
+    import argparse
+
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"empty path {text!r} (an unset shell variable?); give a "
+                                         "folder or file name, '.' for the working folder")
+    return Path(text)
+
+
+def _not_empty(path: str | Path, option: str | None) -> None:
+    # Path("") is ".": an unset shell variable must not send results into the working folder.
+    if isinstance(path, str) and not path.strip():
+        raise OutputError(repr(path), "empty path (an unset shell variable?); give a folder or file "
+                          "name, '.' for the working folder", option)
 
 
 def _probe(folder: Path, option: str | None, named: Path) -> None:

@@ -149,3 +149,15 @@ def test_analyze_refuses_more_cached_than_the_prompt(tmp_path, capsys):
     rows[4]["observed_cached_tokens"] = 5000
     code, _, err = run_cli(capsys, "analyze", write_lines(tmp_path / "r.jsonl", rows))
     assert code == 2 and "request 'q4': field 'observed_cached_tokens': 5000 is outside 0..1100" in err
+
+
+@pytest.mark.parametrize("argv", [["run", "--out", ""], ["compare", "--plots", " "], ["convert", "x", ""],
+                                  ["sweep", ""]])
+def test_empty_path_options_are_refused(tmp_path, monkeypatch, capsys, argv):
+    # Was: `--out ''` (an unset shell variable) wrote the result files into the working folder.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:  # an argparse usage error
+        main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "empty path" in err and "(an unset shell variable?)" in err
+    assert list(tmp_path.iterdir()) == []

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fairsim.io import strict_json
+from fairsim.io import path_arg, strict_json
 
 #: Commands added to the ``fairsim`` parser by ``add_live_commands``.
 LIVE_COMMANDS = ("replay", "equivalence", "fidelity", "hook-overhead")
@@ -36,7 +36,7 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
     rep.add_argument("--policy", default="fairway", help=f"one of: {', '.join(policy_names())}")
     rep.add_argument("--virtual", action="store_true",
                      help="virtual clock (decision-equivalence mode) instead of real time")
-    rep.add_argument("--record", type=Path, default=None,
+    rep.add_argument("--record", type=path_arg, default=None,
                      help="the hook writes every request the engine sees to this trace file "
                           "(canonical JSONL + PATH.meta.json; fairsim/live/recorder.py)")
     add_common(rep)
@@ -54,7 +54,7 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
     eq.add_argument("--seed", type=int, default=1)
     eq.add_argument("--profile", default="a6000-llama3.1-8b-vllm-prior",
                     help="profile giving step times on the virtual clock")
-    eq.add_argument("--out", type=Path, help="write equivalence-POLICY.csv tables here")
+    eq.add_argument("--out", type=path_arg, help="write equivalence-POLICY.csv tables here")
     eq.add_argument("--mode", choices=("prefill-only", "colocated"), default="prefill-only",
                     help="colocated: requests decode to their output length on both sides; "
                          "preemptions are compared too")
@@ -69,7 +69,7 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
     fid.add_argument("--kv-blocks", type=int, default=48)
     fid.add_argument("--seed", type=int, default=1)
     fid.add_argument("--profile", default=CPU_PROFILE, help="profile of this engine (measured)")
-    fid.add_argument("--out", type=Path)
+    fid.add_argument("--out", type=path_arg)
     fid.add_argument("--mode", choices=("prefill-only", "colocated"), default="prefill-only",
                      help="colocated: requests decode to their output length; TPOT is compared too")
     fid.add_argument("--max-output", type=int, default=64,
