@@ -67,8 +67,9 @@ def queue_and_kv_cached(steps: pd.DataFrame, by: str = "policy", kv_blocks: int 
                              squeeze=False)
     axes = list(axes[:, 0])
     for name, g in steps.groupby(by, sort=False):
+        g = _with_idle_gaps(g.sort_values("start_s"))
         for ax, col in zip(axes, panels):
-            ax.plot(g["start_s"], g[col], lw=1, label=str(name))
+            ax.plot(g["start_s"], g[col], lw=1, label=str(name), drawstyle="steps-post")
     for ax, label in zip(axes, [labels[c] for c in panels]):
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
@@ -79,6 +80,29 @@ def queue_and_kv_cached(steps: pd.DataFrame, by: str = "policy", kv_blocks: int 
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def _with_idle_gaps(g: pd.DataFrame) -> pd.DataFrame:
+    """Steps as a step function over time, with the engine's idle gaps shown as such.
+
+    Each row holds from its ``start_s`` to the next row's. Where the engine idles after a step
+    (the next step starts after this one ends, ``start_s + duration_s``), a row at the step's end
+    says nothing waits and no KV is held by a running request (cached blocks stay cached): joining
+    the samples across the gap would draw a queue through an idle engine. A table without
+    ``duration_s`` (a live replay's) is drawn as sampled.
+    """
+    if "duration_s" not in g.columns or len(g) == 0:
+        return g
+    end = g["start_s"].to_numpy() + g["duration_s"].to_numpy()
+    nxt = np.append(g["start_s"].to_numpy()[1:], np.inf)
+    idle = g[nxt > end + 1e-12].copy()
+    if idle.empty:
+        return g
+    idle["start_s"] = end[nxt > end + 1e-12]
+    for col in ("waiting", "kv_blocks_used"):
+        if col in idle.columns:
+            idle[col] = 0
+    return pd.concat([g, idle]).sort_values("start_s", kind="stable")
 
 
 def tables_of(results: Mapping[str, SimResult]) -> tuple[pd.DataFrame, pd.DataFrame]:

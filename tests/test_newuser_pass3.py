@@ -161,3 +161,20 @@ def test_empty_path_options_are_refused(tmp_path, monkeypatch, capsys, argv):
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "empty path" in err and "(an unset shell variable?)" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_queue_plot_shows_idle_gaps():
+    # Was: samples joined across idle gaps, drawing one waiting request through an idle engine.
+    import pandas as pd
+
+    from fairsim.run_plots import _with_idle_gaps
+
+    steps = pd.DataFrame({"start_s": [0.0, 0.5, 2.0], "duration_s": [0.5, 0.25, 0.5], "waiting": [2, 1, 1],
+                          "kv_blocks_used": [3, 4, 2], "kv_blocks_cached": [3, 5, 6]})
+    out = _with_idle_gaps(steps)
+    # Step 2 ends at 0.75 s and the engine idles until 2.0 s; step 3 ends at 2.5 s, the last.
+    assert out["start_s"].tolist() == [0.0, 0.5, 0.75, 2.0, 2.5]
+    assert out["waiting"].tolist() == [2, 1, 0, 1, 0]
+    assert out["kv_blocks_used"].tolist() == [3, 4, 0, 2, 0]
+    assert out["kv_blocks_cached"].tolist() == [3, 5, 5, 6, 6]
+    assert _with_idle_gaps(steps.drop(columns="duration_s")).equals(steps.drop(columns="duration_s"))
