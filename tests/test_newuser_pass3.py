@@ -178,3 +178,23 @@ def test_queue_plot_shows_idle_gaps():
     assert out["kv_blocks_used"].tolist() == [3, 4, 0, 2, 0]
     assert out["kv_blocks_cached"].tolist() == [3, 5, 5, 6, 6]
     assert _with_idle_gaps(steps.drop(columns="duration_s")).equals(steps.drop(columns="duration_s"))
+
+
+def test_two_aliases_of_one_field_are_refused(tmp_path, capsys):
+    trace = write_lines(tmp_path / "a.jsonl", [
+        {"session_id": "s", "timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]},
+        {"session_id": "s", "delay": 5, "delay_ms": 7, "input_length": 600, "output_length": 5, "hash_ids": [1, 3]}])
+    code, _, err = run_cli(capsys, "run", "--trace", trace, "--trace-format", "mooncake")
+    assert code == 2 and f"{trace}:2: field 'delay_ms': given together with 'delay'" in err
+
+
+def test_claude_code_folder_names_the_files_it_ignores(tmp_path):
+    import shutil
+
+    from fairsim.traces.formats import read_trace
+
+    shutil.copy("tests/data/formats/claude_code/session_a.json", tmp_path)
+    shutil.copy("tests/data/formats/mooncake.jsonl", tmp_path)
+    trace = read_trace(tmp_path)
+    assert trace.format == "claude-code" and len(trace.requests) == 5
+    assert f"{tmp_path}: read the *.json session files only; ignored mooncake.jsonl" in trace.warnings

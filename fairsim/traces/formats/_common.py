@@ -140,12 +140,19 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
         raise OSError(f"{path}: broken gzip stream: {exc}") from None
 
 
-def first_of(rec: dict[str, Any], names: Sequence[str]) -> tuple[str, Any] | None:
-    """``(name, value)`` of the first of ``names`` present in ``rec`` (field aliases), else None."""
-    for name in names:
-        if name in rec:
-            return name, rec[name]
-    return None
+def first_of(rec: dict[str, Any], names: Sequence[str], path: str | None = None,
+             where: int | str = 0) -> tuple[str, Any] | None:
+    """``(name, value)`` of the one of ``names`` (field aliases) present in ``rec``, else None.
+
+    Raises:
+        TraceFormatError: With ``path``: two aliases are both present (the record would say two
+            things; neither is taken silently). Without ``path`` (sniffing) the first one wins.
+    """
+    present = [name for name in names if name in rec]
+    if len(present) > 1 and path is not None:
+        raise TraceFormatError(path, where, present[1], f"given together with '{present[0]}' (aliases "
+                               "of one field); give one")
+    return (present[0], rec[present[0]]) if present else None
 
 
 def need_int(value: Any, path: str, where: int | str, name: str, minimum: int) -> int:

@@ -101,6 +101,12 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     names = _Namespace()
     blocks = set()
     gaps = 0
+    if path.is_dir():  # say what the folder holds besides sessions, rather than pass it by
+        other = sorted(p.name for p in path.iterdir() if not p.name.startswith(".") and (
+            not p.is_file() or not p.name.endswith(".json") or p.name.endswith(".meta.json")))
+        if other:
+            shown = ", ".join(other[:5]) + (f" and {len(other) - 5} more" if len(other) > 5 else "")
+            out.warnings.append(f"{path}: read the *.json session files only; ignored {shown}")
     for file in _files(path):
         fname = str(file)
         try:

@@ -86,17 +86,17 @@ def _parse(rec: Any, path: str, line: int) -> _Row:
         raise TraceFormatError(path, line, "<json>", f"expected an object, got {type(rec).__name__}")
     row = _Row()
     row.line = line
-    t = first_of(rec, _TIME)
+    t = first_of(rec, _TIME, path, line)
     row.ts_ms = None if t is None else need_number(t[1], path, line, t[0], "ms")
-    d = first_of(rec, _DELAY)
+    d = first_of(rec, _DELAY, path, line)
     row.delay_ms = None if d is None else need_number(d[1], path, line, d[0], "ms")
     if row.ts_ms is None and row.delay_ms is None:
         raise TraceFormatError(path, line, "timestamp", "missing (and no delay)")
-    inp = first_of(rec, _INPUT)
+    inp = first_of(rec, _INPUT, path, line)
     if inp is None:
         raise TraceFormatError(path, line, "input_length", "missing")
     row.prompt_len = need_int(inp[1], path, line, inp[0], 1)
-    out = first_of(rec, _OUTPUT)
+    out = first_of(rec, _OUTPUT, path, line)
     if out is None:
         raise TraceFormatError(path, line, "output_length", "missing")
     row.labels = {k: v for k, v in rec.items() if k not in _KNOWN}
