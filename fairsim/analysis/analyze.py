@@ -51,13 +51,15 @@ class Analysis:
         curve: LRU hit-rate curve.
         kv_blocks: The capacity a ``fairsim run`` with the same options would use, blocks.
         reusable_blocks: Distinct blocks seen in two or more requests.
-        fcfs_hit_rate: Hit rate of the FCFS simulation at the recorded load (None when the
+        fcfs_hit_rate: Hit rate of the FCFS simulation at the replayed load (None when the
             spread came from observed times and no simulation ran).
         series: Offered load per bin (``load_series``).
         bin_s: Bin width, seconds.
         busiest: The busiest non-overlapping windows (empty when every request arrives at one
             instant).
         offered: ``OfferedLoad.describe()`` of the whole trace.
+        window_s: Length of the busiest windows, seconds.
+        time_scale: Arrival-time multiplier the FCFS simulation replayed (``--time-scale``).
     """
 
     trace: str
@@ -72,6 +74,7 @@ class Analysis:
     busiest: list[Window]
     offered: str
     window_s: float = 60.0
+    time_scale: float = 1.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def curve_table(self) -> list[dict[str, Any]]:
@@ -226,7 +229,8 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
                ] if span > 0 else []
     return Analysis(trace=trace_name, requests=len(requests), spread=spread, curve=curve,
                     kv_blocks=kv_blocks, reusable_blocks=reusable, fcfs_hit_rate=fcfs_hit,
-                    series=series, bin_s=bin_s, busiest=busiest, offered=offered, window_s=window_s)
+                    series=series, bin_s=bin_s, busiest=busiest, offered=offered, window_s=window_s,
+                    time_scale=time_scale)
 
 
 def format_text(an: Analysis) -> str:
@@ -271,7 +275,8 @@ def write_report(an: Analysis, out: Path) -> list[Path]:
                          f"{fmt_num(w.load, '.2f')} |" for w in an.busiest) or \
         f"| n/a | | | {an.requests} | all requests arrive at one instant |"
     fcfs = ("" if an.fcfs_hit_rate is None else
-            f"The FCFS simulation at the recorded load hit {an.fcfs_hit_rate:.3f} at "
+            f"The FCFS simulation ({'at the recorded load' if an.time_scale == 1 else f'arrivals x{an.time_scale:g}'}) "
+            f"hit {an.fcfs_hit_rate:.3f} at "
             f"{an.kv_blocks:,} blocks: where requests overlap, running requests hold blocks and "
             f"the cache differs from one-at-a-time replay.\n")
     text = f"""# fairsim analyze: {an.trace}
