@@ -198,3 +198,19 @@ def test_claude_code_folder_names_the_files_it_ignores(tmp_path):
     trace = read_trace(tmp_path)
     assert trace.format == "claude-code" and len(trace.requests) == 5
     assert f"{tmp_path}: read the *.json session files only; ignored mooncake.jsonl" in trace.warnings
+
+
+@pytest.mark.parametrize("window", [60.0, 1e9])
+def test_analyze_busiest_window_equals_runs_on_a_short_trace(window):
+    # Was: analyze divided a 2 s trace's work by the 60 s window (load 0.01 vs run's 0.34).
+    from fairsim.analysis.load import busiest_windows
+    from fairsim.costmodel import load_profile
+    from fairsim.traces.formats import read_trace
+    from fairsim.traces.offered import offered_load
+
+    requests = list(read_trace("tests/data/formats/mooncake.jsonl").requests)
+    profile = load_profile("a6000-llama3.1-8b-vllm-prior")
+    load = offered_load(requests, profile, 2048, window)
+    (w,) = busiest_windows(requests, profile, window, 3, 2048)
+    assert (w.start_s, w.end_s, w.requests) == (0.0, 2.0, 4)
+    assert w.load == pytest.approx(load.peak_load, rel=1e-12) and load.peak_load == pytest.approx(load.load)

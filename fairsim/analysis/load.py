@@ -172,7 +172,9 @@ def busiest_windows(requests: Sequence[Request], profile: Profile, length_s: flo
     Candidate windows start at every arrival (the busiest of all windows starts at one, so the
     first equals ``OfferedLoad.peak_load`` at ``--load-window length_s``); the busiest is taken,
     windows that overlap it are dropped, and so on (greedy). Windows with no arrival are never
-    listed (fewer than ``count`` come back when the trace has no more busy stretches).
+    listed (fewer than ``count`` come back when the trace has no more busy stretches). A trace
+    shorter than ``length_s`` is one window, the whole trace, with its load over its own span
+    (``OfferedLoad.peak_load``'s rule, so ``analyze`` and ``run`` state the same figure).
 
     Args:
         requests: The trace.
@@ -182,6 +184,13 @@ def busiest_windows(requests: Sequence[Request], profile: Profile, length_s: flo
         budget_tokens: Step token budget, tokens (None: the profile's).
         colocated: Count decode work too.
     """
+    t = [r.arrival_time for r in requests]
+    span = max(t) - min(t) if t else 0.0
+    if 0 < span < length_s:  # the whole trace is the busiest window, load over its span (as run's)
+        sums = WorkSums(requests, profile, budget_tokens, colocated)
+        lo, hi = sums.between(np.array([min(t)]), np.array([np.inf]))
+        return [Window("busy1", float(min(t)), float(max(t)), len(requests),
+                       float(sums.busy(lo, hi)[0]) / span)]
     stats = _window_stats(requests, profile, length_s, None, budget_tokens, colocated)
     out: list[Window] = []
     for row in stats.sort_values(["load", "start_s"], ascending=[False, True]).itertuples():
