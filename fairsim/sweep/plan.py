@@ -242,7 +242,8 @@ def _workloads(s: SweepSpec, profile: Any, engines: list[dict[str, Any]]) -> Ite
                 raise s.error(where, spec_terms(str(exc))) from None
             reader = {f"fairsim: warning: {w}" for w in inp.trace.warnings}  # alike for every point
             for note in inp.notes:  # what `fairsim run` says: the reader's once, a point's with it
-                line = f"{entry.where if note in reader else where}: {note.removeprefix('fairsim: ')}"
+                text = spec_terms(note.removeprefix("fairsim: "))
+                line = f"{entry.where if note in reader else where}: {text}"
                 if line not in notes:
                     notes.append(line)
             for point in engines:
