@@ -183,3 +183,18 @@ class TestFolders:
         assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--no-progress", "--workers", "1"]) == 0
         summary = pd.read_parquet(tmp_path / "o" / "summary.parquet")
         assert summary["scenario"].tolist() == ["claude_code"] and summary["requests"].tolist() == [7]
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", ["sweep-demo.toml", "sweep-traces.toml"])
+def test_shipped_examples_validate(name, monkeypatch):
+    """The README's example specs pass validation from the repository root (so they run)."""
+    from fairsim.sweep import load_spec
+
+    monkeypatch.chdir(REPO)
+    if name == "sweep-traces.toml" and not Path("../shared/data/traces/synthetic_trace.jsonl").is_file():
+        pytest.skip("needs the public traces in ../shared/data/traces")
+    runs = expand(load_spec(Path("examples") / name), name)
+    assert len(runs) == {"sweep-demo.toml": 20, "sweep-traces.toml": 24}[name]
