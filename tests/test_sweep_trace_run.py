@@ -92,6 +92,18 @@ class TestSameAsRun:
         assert summary["kv_blocks"].tolist() == [11]  # floor(6000 / 512)
 
 
+    def test_block_size_mapping_warning_as_run(self, capsys):
+        # `fairsim run --block-size 48` warns that 48 and the 512-token hash block do not divide;
+        # the sweep says it once, for the point it concerns (128 divides 512: no warning).
+        expand({"traces": [{"path": str(FORMATS / "mooncake.jsonl")}], "policies": ["fcfs"],
+                "engine": {"block_size": [128, 48]}}, "s.toml")
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith(
+            "fairsim: s.toml: traces[0] (time_scale=1.0, window=[0.0, None), max_requests=None), "
+            "engine (block_size=48): warning: engine.block_size 48 and the trace's 512-token hash "
+            "blocks: neither divides the other"), err
+
+
 class TestCutSessions:
     """Defect 6: a window that cuts a session runs as in `fairsim run`, and validation sees it."""
 
@@ -155,7 +167,11 @@ class TestFolders:
         second = expand(spec)[0].run_id
         assert second != first
         shutil.copy(folder / "session_b.json", folder / "session_c.json")  # a new session file
-        assert expand(spec)[0].run_id not in (first, second)
+        third = expand(spec)[0].run_id
+        assert third not in (first, second)
+        (folder / "results").mkdir()  # a subfolder (e.g. the sweep's output) is not read
+        (folder / "results" / "summary.csv").write_text("run_id\n")
+        assert expand(spec)[0].run_id == third
 
     def test_ragpulse_side_file_is_part_of_the_id(self, tmp_path):
         folder = self.copy(tmp_path, "ragpulse")

@@ -196,6 +196,7 @@ def _workloads(s: SweepSpec, profile: Any, engines: list[dict[str, Any]]) -> Ite
     """
     from fairsim.scenarios import scenario_names
     from fairsim.sim.capacity import resolve_capacity
+    from fairsim.sim.keys import mapping_loss
 
     for entry in s.scenarios:
         if entry.name not in scenario_names(include_sessions=True):
@@ -247,12 +248,15 @@ def _workloads(s: SweepSpec, profile: Any, engines: list[dict[str, Any]]) -> Ite
                 if line not in notes:
                     notes.append(line)
             for point in engines:
+                at = f"{where}, engine ({_point(point)})" if point else where
                 try:
                     config, _ = trace_engine(inp, point, profile)
                     resolve_capacity(inp.requests, config)
                 except USER_ERRORS as exc:
-                    at = f"{where}, engine ({_point(point)})" if point else where
                     raise s.error(at, spec_terms(str(exc))) from None
+                loss = mapping_loss(inp.requests, config.block_size) if config.block_size else None
+                if loss and f"{at}: warning: {spec_terms(loss)}" not in notes:  # run's warning
+                    notes.append(f"{at}: warning: {spec_terms(loss)}")
             yield {"scenario": entry.name, "kind": "trace", "scenario_params": {}, "trace": trace,
                    "seed": None, "inputs": {}, "where": entry.where}
         for line in notes:

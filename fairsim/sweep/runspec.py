@@ -111,18 +111,19 @@ def trace_sha256(path: str | Path, format: str = "auto") -> str:
 
     A file: its bytes (``file_sha256``), and for a RAGPulse trace file also the side files beside
     it that the reader reads (``fairsim.traces.formats.ragpulse.SIDE_FILES``; ``format`` as
-    ``--trace-format``, ``"auto"``: detected from the content). A folder (Claude
-    Code sessions, a RAGPulse data folder): every regular file under it, as the SHA-256 of the
-    sorted lines ``RELATIVE_PATH NUL FILE_SHA256``, so editing, adding, removing or renaming a
-    file changes it.
+    ``--trace-format``, ``"auto"``: detected from the content). A folder (Claude Code sessions,
+    a RAGPulse data folder): every regular file directly in it (the folder readers read no
+    subfolder, so a sweep's output folder kept inside does not count), as the SHA-256 of the
+    sorted lines ``NAME NUL FILE_SHA256``, so editing, adding, removing or renaming a file
+    changes it.
 
     Raises:
         OSError: A file cannot be read.
     """
     path = Path(path)
     if path.is_dir():
-        files = sorted((p for p in path.rglob("*") if p.is_file()), key=lambda p: p.as_posix())
-        return _listing_sha256([(p.relative_to(path).as_posix(), p) for p in files])
+        files = sorted((p for p in path.iterdir() if p.is_file()), key=lambda p: p.name)
+        return _listing_sha256([(p.name, p) for p in files])
     from fairsim.traces.formats import detect, ragpulse
 
     try:
