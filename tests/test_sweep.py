@@ -201,7 +201,12 @@ BROKEN = {
     "nothing to run": (POL, "s.toml: (top level): nothing to run"),
     "missing profile file": ('profile = "nope.json"\n' + BASE + POL, "s.toml: profile: no such file 'nope.json'"),
     "unknown profile name": ('profile = "h100"\n' + BASE + POL, "s.toml: profile: profile 'h100' is neither a file nor a shipped profile"),
-    "trace is a folder": ('[[traces]]\npath = "."\n' + POL, "s.toml: traces[0].path: '.' is a folder, not a file"),
+    "folder of no format": ('[[traces]]\npath = "."\n' + POL,
+                            "s.toml: traces[0].path: .: cannot tell the trace format of this folder from its "
+                            "content; give format (one of: dynamo, "),
+    "unknown format": ('[[traces]]\npath = "t.jsonl"\nformat = "csv"\n' + POL,
+                       "s.toml: traces[0].format: unknown format 'csv'; known: auto, dynamo, "),
+    "wrong format": ('[[traces]]\npath = "t.jsonl"\nformat = "azure"\n' + POL, "s.toml: traces[0].path: "),
     "empty trace": ('[[traces]]\npath = "empty.jsonl"\n' + POL, "s.toml: traces[0].path: empty.jsonl: no requests in the trace"),
     "empty grid axis": (BASE + '[[policies]]\nname = "fairway"\ngrid = { fast_weight = [] }\n',
                         "s.toml: policies[0].grid.fast_weight: empty list"),

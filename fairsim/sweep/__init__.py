@@ -1,6 +1,7 @@
 """Parameter sweeps: validate a grid, run it on local processes or Ray, resume, summarise.
 
-A spec file (TOML, or YAML with PyYAML) names scenarios and/or trace files, policies with
+A spec file (TOML, or YAML with PyYAML) names scenarios and/or traces (files or folders, each
+point run as the ``fairsim run`` of the same options: ``tracerun``), policies with
 optional parameter grids, seeds and an optional engine grid. ``expand`` validates all of it and
 turns it into one ``RunSpec`` per combination (workloads x policy points x engine points);
 ``run_sweep`` runs what the output folder does not hold yet and writes the summary. Example::
@@ -30,6 +31,7 @@ turns it into one ``RunSpec`` per combination (workloads x policy points x engin
 
 Modules: ``spec`` (read, check keys and types), ``plan`` (expand and validate every point),
 ``runspec`` (``RunSpec`` and run ids), ``engine`` (per-run engine settings and capacity),
+``tracerun`` (a trace point through ``fairsim run``'s loading, shaping and sizing),
 ``workload`` (a run's requests), ``runs`` (execute one run, its files), ``executors`` (local
 processes, Ray), ``lock`` (one sweep per folder), ``summary``, ``command`` (the CLI).
 """

@@ -1,4 +1,5 @@
-"""Per-run engine settings: a run's ``[engine]`` overrides on top of its workload's settings.
+"""Per-run engine settings: a run's ``[engine]`` overrides on top of its workload's settings
+(a scenario's own, or ``fairsim run``'s defaults for a trace file: ``fairsim.sweep.tracerun``).
 
 The KV capacity is resolved for each run from its own settings, as a *token* capacity: when a
 run changes ``block_size`` but not the capacity, a workload capacity given in blocks (the
@@ -74,7 +75,9 @@ def run_engine(base: EngineConfig, overrides: dict[str, Any], requests: Sequence
     """The ``EngineConfig`` of one run: ``overrides`` applied to the workload's ``base``.
 
     Args:
-        base: The scenario's engine settings (``EngineConfig()`` for a trace file).
+        base: The workload's engine settings: a scenario's, or for a trace file ``fairsim
+            run``'s defaults (``fairsim.sweep.tracerun.trace_engine``, which then adds the
+            profile's ``kv_capacity`` when neither sets a capacity).
         overrides: The run's ``[engine]`` point (``EngineConfig`` fields, ``kv_tokens``).
         requests: The run's requests (for the trace's hash block size).
 

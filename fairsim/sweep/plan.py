@@ -2,24 +2,27 @@
 
 ``expand`` checks the spec's structure (``fairsim.sweep.spec``), then everything a run needs:
 the profile loads; every policy grid point builds with ``make_policy``; every engine point is a
-valid ``EngineConfig``; every scenario point builds (for every seed) and every trace file loads
-and keeps requests after its shaping; and for every workload x engine point the KV cache holds
-the longest prompt (``resolve_capacity``). Any problem raises ``SweepSpecError`` naming the spec
+valid ``EngineConfig``; every scenario point builds (for every seed); every trace point (a file
+or folder) is loaded, shaped and sized by the code its run uses, which is ``fairsim run``'s
+(``fairsim.sweep.tracerun``); and for every workload x engine point the KV cache holds the
+longest prompt (``resolve_capacity``). Any problem raises ``SweepSpecError`` naming the spec
 file and key path, so a sweep never stops halfway on a bad input.
 """
 
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from fairsim.errors import SweepSpecError
 from fairsim.sweep.engine import CAPACITY_KEYS, check_value, engine_fields, run_engine
-from fairsim.sweep.runspec import RunSpec, code_identity, file_sha256, run_id
+from fairsim.sweep.runspec import RunSpec, code_identity, file_sha256, run_id, trace_sha256
 from fairsim.sweep.spec import SweepSpec, parse_spec
-from fairsim.sweep.workload import scenario_workload, shape, trace_requests
+from fairsim.sweep.tracerun import load_trace_input, spec_terms, trace_engine
+from fairsim.sweep.workload import scenario_workload, trace_requests
 
 USER_ERRORS = (ValueError, TypeError, ArithmeticError)
 """What a builder raises for bad parameters (a wrong type fails as ``TypeError`` deep inside)."""
@@ -36,13 +39,14 @@ def _point(values: dict[str, Any]) -> str:
 
 
 def _missing(s: SweepSpec, text: str) -> str:
-    """Why ``text`` is not a readable file, with a hint when it sits next to the spec instead."""
+    """Why ``text`` is not a readable file (or trace folder), with a hint when it sits next to the
+    spec instead."""
     path = Path(text).expanduser()
     if path.is_dir():
         return f"{text!r} is a folder, not a file"
     why = f"no such file {text!r} (relative paths are read from the current folder, {Path.cwd()})"
     spec_dir = Path(s.source).parent
-    if not path.is_absolute() and Path(s.source).is_file() and (spec_dir / path).is_file() \
+    if not path.is_absolute() and Path(s.source).is_file() and (spec_dir / path).exists() \
             and spec_dir.resolve() != Path.cwd().resolve():
         why += f"; there is one next to the spec: give {str(spec_dir / path)!r}"
     return why
@@ -185,8 +189,14 @@ def _check_arrival_range(requests: list[Any], scale: float | None, source: str) 
 
 
 def _workloads(s: SweepSpec, profile: Any, engines: list[dict[str, Any]]) -> Iterable[dict[str, Any]]:
-    """One dict of ``RunSpec`` workload fields per scenario point x seed and trace x shaping."""
+    """One dict of ``RunSpec`` workload fields per scenario point x seed and trace x shaping.
+
+    A trace point is loaded, shaped and sized by the functions its run uses
+    (``fairsim.sweep.tracerun``: ``fairsim run``'s own code), so what passes here runs.
+    """
     from fairsim.scenarios import scenario_names
+    from fairsim.sim.capacity import resolve_capacity
+    from fairsim.sim.keys import mapping_loss
 
     for entry in s.scenarios:
         if entry.name not in scenario_names(include_sessions=True):
@@ -210,28 +220,47 @@ def _workloads(s: SweepSpec, profile: Any, engines: list[dict[str, Any]]) -> Ite
                        "trace": None, "seed": seed, "inputs": inputs, "where": entry.where}
     for entry in s.traces:
         path = Path(entry.path).expanduser()
-        if not path.is_file():
+        if not path.exists():
             raise s.error(f"{entry.where}.path", _missing(s, entry.path))
-        try:
-            sha = file_sha256(path)
-            requests = trace_requests(str(path))
+        try:  # read once as the file or folder it is, so its own errors name the path
+            sha = trace_sha256(path, entry.format)
+            trace_requests(str(path), entry.format)
         except (ValueError, OSError) as exc:
-            raise s.error(f"{entry.where}.path", str(exc)) from None
+            raise s.error(f"{entry.where}.path", spec_terms(str(exc))) from None
+        notes: list[str] = []
         for scale, (start, end), cap in itertools.product(entry.time_scales, entry.windows,
                                                           entry.max_requests):
             trace = {"path": str(path.resolve()), "sha256": sha, "time_scale": scale,
                      "window_start_s": start, "window_end_s": end, "max_requests": cap}
+            if entry.format != "auto":
+                trace["format"] = entry.format
+            if entry.skip_long:
+                trace["skip_long"] = True
             where = f"{entry.where} (time_scale={scale}, window=[{start}, {end}), max_requests={cap})"
-            try:
-                shaped = shape(requests, trace)
-                _check_arrival_range(shaped, scale, str(path))
-            except ValueError as exc:
-                raise s.error(where, str(exc)) from None
-            from fairsim.sim.config import EngineConfig
-
-            _check_capacity(s, where, shaped, EngineConfig(), engines)
+            try:  # what the run itself does (fairsim.sweep.runs.execute)
+                inp = load_trace_input(trace, profile)
+            except (ValueError, OSError) as exc:
+                raise s.error(where, spec_terms(str(exc))) from None
+            reader = {f"fairsim: warning: {w}" for w in inp.trace.warnings}  # alike for every point
+            for note in inp.notes:  # what `fairsim run` says: the reader's once, a point's with it
+                text = spec_terms(note.removeprefix("fairsim: "))
+                line = f"{entry.where if note in reader else where}: {text}"
+                if line not in notes:
+                    notes.append(line)
+            for point in engines:
+                at = f"{where}, engine ({_point(point)})" if point else where
+                try:
+                    config, _ = trace_engine(inp, point, profile)
+                    resolve_capacity(inp.requests, config)
+                except USER_ERRORS as exc:
+                    raise s.error(at, spec_terms(str(exc))) from None
+                loss = mapping_loss(inp.requests, config.block_size) if config.block_size else None
+                if loss and f"{at}: warning: {spec_terms(loss)}" not in notes:  # run's warning
+                    notes.append(f"{at}: warning: {spec_terms(loss)}")
             yield {"scenario": entry.name, "kind": "trace", "scenario_params": {}, "trace": trace,
                    "seed": None, "inputs": {}, "where": entry.where}
+        for line in notes:
+            print(f"fairsim: {s.source}: {line}", file=sys.stderr)
 
 
 def expand(spec: dict[str, Any] | SweepSpec, source: str = "sweep spec") -> list[RunSpec]:

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from fairsim.io import atomic_to_parquet, atomic_write_text
-from fairsim.sweep.runspec import RunSpec, code_identity, file_sha256
+from fairsim.sweep.runspec import RunSpec, code_identity, file_sha256, trace_sha256
 
 RUNS_DIR = "runs"
 STEPS_DIR = "steps"
@@ -32,8 +32,8 @@ class StaleInputError(ValueError):
     """A profile or data file changed between planning a run and executing it."""
 
 
-def _check_unchanged(path: str, sha: str, what: str) -> None:
-    if file_sha256(path) != sha:
+def _check_unchanged(path: str, sha: str, what: str, digest: Any = file_sha256) -> None:
+    if digest(path) != sha:
         raise StaleInputError(f"{what} {path} changed after the sweep was planned; run the sweep "
                               "again to plan it with the new content")
 
@@ -41,7 +41,9 @@ def _check_unchanged(path: str, sha: str, what: str) -> None:
 def execute(run: RunSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Simulate one run; returns its ``(requests, steps)`` tables with run columns added.
 
-    Deterministic: the same ``RunSpec`` gives identical tables on any worker. The profile and
+    A trace run is the ``fairsim run`` of the same options (``fairsim.sweep.tracerun``): the
+    same loading and shaping, KV capacity, replay mode and simulation. Deterministic: the same
+    ``RunSpec`` gives identical tables on any worker. The profile and
     any data file are checked against the content hashes in the run id, and the worker's fairsim
     code against the planner's, so a result is never stored under an id it does not match.
 
@@ -50,31 +52,34 @@ def execute(run: RunSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
             the run id was computed from.
         ValueError: The simulation refuses the input (e.g. ``CapacityError``).
     """
+    from fairsim.cli import run_one
     from fairsim.costmodel import load_profile
-    from fairsim.policies import make_policy
-    from fairsim.sim import simulate
     from fairsim.sweep.engine import run_engine
-    from fairsim.sweep.workload import scenario_workload, shape, trace_requests
+    from fairsim.sweep.tracerun import load_trace_input, trace_engine
+    from fairsim.sweep.workload import scenario_workload
 
     if code_identity() != run.code:
         raise StaleInputError(f"this worker runs fairsim {code_identity()}, the sweep was planned "
                               f"with {run.code}; use the same fairsim code on every worker")
     _check_unchanged(run.profile_path, run.profile_sha256, "profile")
     profile = load_profile(run.profile_path)
+    replay, think_scale = None, 1.0
     if run.kind == "trace":
         if run.trace is None:
             raise RuntimeError(f"run {run.run_id}: a trace run without trace settings (a bug)")
-        requests = shape(trace_requests(run.trace["path"]), run.trace)
-        _check_unchanged(run.trace["path"], run.trace["sha256"], "trace")
-        from fairsim.sim.config import EngineConfig
-
-        base = EngineConfig()
+        inp = load_trace_input(run.trace, profile)  # `fairsim run`'s loading and shaping
+        _check_unchanged(run.trace["path"], run.trace["sha256"], "trace",
+                         lambda p: trace_sha256(p, run.trace.get("format", "auto")))
+        requests = inp.requests
+        engine, _ = trace_engine(inp, run.engine, profile)  # `fairsim run`'s capacity
+        replay, think_scale = inp.args.replay, inp.args.think_scale
     else:
         requests, base = scenario_workload(run.scenario, run.scenario_params, run.seed or 0, profile)
+        engine = run_engine(base, run.engine, requests)
     for path, sha in run.inputs.items():  # a scenario's data files, a user policy's module
         _check_unchanged(path, sha, "data file")
-    engine = run_engine(base, run.engine, requests)
-    result = simulate(requests, make_policy(run.policy, profile, **run.policy_params), profile, engine)
+    result = run_one(run.policy, requests, profile, engine, run.policy_params, show_progress=False,
+                     replay=replay, think_scale=think_scale)
     cols = {"run_id": run.run_id, "scenario": run.scenario,
             "seed": run.seed if run.seed is not None else float("nan"), "policy": run.policy,
             "params": json.dumps(run.policy_params, sort_keys=True),

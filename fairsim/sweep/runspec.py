@@ -1,11 +1,12 @@
 """One run of a sweep (``RunSpec``) and its id, which covers everything its result depends on.
 
 A run id is ``WORKLOAD[-sSEED]-POLICY-HASH``; ``HASH`` (12 hex digits of SHA-256) covers the
-canonical JSON of: the workload (scenario name and parameters, or the trace file's *content* hash
-and its shaping), the seed, the policy and its parameters, the engine overrides, the profile
-file's *content* hash, the content hash of any data file the scenario reads, fairsim's version
-and a digest of fairsim's source code. So a resumed sweep reuses a result only when nothing it
-was computed from has changed; an edited profile, trace or policy gives a new id and a new run.
+canonical JSON of: the workload (scenario name and parameters, or the trace's *content* hash,
+every file of a trace folder included: ``trace_sha256``, and its shaping), the seed, the policy
+and its parameters, the engine overrides, the profile file's *content* hash, the content hash
+of any data file the scenario reads, fairsim's version and a digest of fairsim's source code.
+So a resumed sweep reuses a result only when nothing it was computed from has changed; an edited
+profile, trace or policy gives a new id and a new run.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ class RunSpec:
         scenario: The workload's name: a ``fairsim.scenarios`` name, or the trace's label.
         kind: ``"scenario"`` or ``"trace"``.
         scenario_params: Scenario builder parameters (empty for a trace).
-        trace: For a trace run: ``path`` (absolute), ``sha256``, ``time_scale``,
+        trace: For a trace run: ``path`` (absolute; a file or folder), ``format`` (only when
+            not ``auto``), ``skip_long`` (only when true), ``sha256`` (``trace_sha256``), ``time_scale``,
             ``window_start_s``, ``window_end_s`` (None = to the end), ``max_requests`` (None =
             all); else None.
         seed: Workload seed (None for a trace run: a file has no seed).
@@ -68,7 +70,9 @@ class RunSpec:
 
         ``scenario``, ``trace`` (path), ``seed``, ``policy``, then ``scenario.KEY``,
         ``trace.time_scale`` / ``trace.window_start_s`` / ``trace.window_end_s`` /
-        ``trace.max_requests``, ``policy.KEY`` and ``engine.KEY`` for every value the run sets.
+        ``trace.max_requests`` (and ``trace.format``, ``trace.skip_long`` when given),
+        ``policy.KEY`` and
+        ``engine.KEY`` for every value the run sets.
         """
         out: dict[str, Any] = {"scenario": self.scenario,
                                "trace": self.trace["path"] if self.trace else None,
@@ -76,7 +80,9 @@ class RunSpec:
         out.update({f"scenario.{k}": _cell(v) for k, v in self.scenario_params.items()})
         if self.trace:
             out.update({f"trace.{k}": self.trace[k] for k in
-                        ("time_scale", "window_start_s", "window_end_s", "max_requests")})
+                        ("format", "time_scale", "window_start_s", "window_end_s", "max_requests",
+                         "skip_long")
+                        if k in self.trace})
         out.update({f"policy.{k}": _cell(v) for k, v in self.policy_params.items()})
         out.update({f"engine.{k}": _cell(v) for k, v in self.engine.items()})
         return out
@@ -97,6 +103,44 @@ def file_sha256(path: str | Path) -> str:
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
+    return h.hexdigest()
+
+
+def trace_sha256(path: str | Path, format: str = "auto") -> str:
+    """SHA-256 hex digest of everything a trace reader reads at ``path`` (``fairsim run --trace``).
+
+    A file: its bytes (``file_sha256``), and for a RAGPulse trace file also the side files beside
+    it that the reader reads (``fairsim.traces.formats.ragpulse.SIDE_FILES``; ``format`` as
+    ``--trace-format``, ``"auto"``: detected from the content). A folder (Claude Code sessions,
+    a RAGPulse data folder): every regular file directly in it (the folder readers read no
+    subfolder, so a sweep's output folder kept inside does not count), as the SHA-256 of the
+    sorted lines ``NAME NUL FILE_SHA256``, so editing, adding, removing or renaming a file
+    changes it.
+
+    Raises:
+        OSError: A file cannot be read.
+    """
+    path = Path(path)
+    if path.is_dir():
+        files = sorted((p for p in path.iterdir() if p.is_file()), key=lambda p: p.name)
+        return _listing_sha256([(p.name, p) for p in files])
+    from fairsim.traces.formats import detect, ragpulse
+
+    try:
+        side = (detect(path) if format == "auto" else format) == ragpulse.NAME
+    except ValueError:  # no format recognised: the reader refuses it, the bytes stand for it
+        side = False
+    if not side:
+        return file_sha256(path)
+    files = [(path.name, path)] + [(name, path.parent / name) for name in ragpulse.SIDE_FILES
+                                   if (path.parent / name).is_file()]
+    return _listing_sha256(files)
+
+
+def _listing_sha256(files: list[tuple[str, Path]]) -> str:
+    h = hashlib.sha256()
+    for name, file in files:
+        h.update(f"{name}\0{file_sha256(file)}\n".encode())
     return h.hexdigest()
 
 

@@ -31,7 +31,7 @@ from fairsim.errors import SweepSpecError
 
 TOP_KEYS = ("out", "name", "profile", "seeds", "scenarios", "traces", "policies", "engine")
 ENTRY_KEYS = ("name", "params", "grid")
-TRACE_KEYS = ("path", "name", "time_scale", "window", "max_requests")
+TRACE_KEYS = ("path", "name", "format", "time_scale", "window", "max_requests", "skip_long")
 
 
 @dataclass(frozen=True)
@@ -56,19 +56,26 @@ class TraceEntry:
     """A trace file of the spec, with its load-shaping values (one run per combination).
 
     Attributes:
-        path: The file as written in the spec (relative paths: from the current folder).
+        path: The file or folder as written in the spec (relative paths: from the current
+            folder), anything ``fairsim run --trace`` reads.
         name: Label used in run ids and tables (default: the file name without suffix).
+        format: ``fairsim run --trace-format``: ``"auto"`` (detect from the content) or a name
+            of ``fairsim.traces.formats.FORMATS``.
         time_scales: Arrival-time factors (> 0; > 1 stretches the trace, lowering the load).
         windows: ``(start_s, end_s)`` pairs of trace time, seconds, ``end_s`` None = to the end.
         max_requests: Request caps (None = all).
+        skip_long: ``fairsim run --skip-long``: drop (and count) prompts that do not fit the
+            profile's ``max_model_len`` instead of refusing the trace.
         where: Key path in the spec (``"traces[0]"``).
     """
 
     path: str
     name: str
+    format: str
     time_scales: list[float]
     windows: list[tuple[float, float | None]]
     max_requests: list[int | None]
+    skip_long: bool
     where: str
 
 
@@ -211,6 +218,11 @@ class _Checker:
             return value
         return [value]
 
+    def boolean(self, value: Any, where: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(where, f"expected true or false, got {_kind(value)} {value!r}")
+        return value
+
     def integer(self, value: Any, where: str, minimum: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(where, f"expected an integer >= {minimum}, got {_kind(value)} {value!r}")
@@ -259,6 +271,11 @@ class _Checker:
         for at, item in self.items(value, where, "path", TRACE_KEYS, "a list of tables with a path"):
             path = self.string(item["path"], f"{at}.path")
             name = self.string(item.get("name", Path(path).name.split(".")[0] or path), f"{at}.name")
+            fmt = self.string(item.get("format", "auto"), f"{at}.format")
+            from fairsim.traces.formats import FORMATS
+
+            if fmt != "auto" and fmt not in FORMATS:
+                raise self.fail(f"{at}.format", f"unknown format {fmt!r}; known: auto, {', '.join(FORMATS)}")
             scales = []
             for j, v in enumerate(self.axis(item.get("time_scale", 1.0), f"{at}.time_scale")):
                 s = self.number(v, f"{at}.time_scale[{j}]")
@@ -267,8 +284,9 @@ class _Checker:
                 scales.append(s)
             caps = [None if v is None else self.integer(v, f"{at}.max_requests[{j}]", 1)
                     for j, v in enumerate(self.axis(item.get("max_requests"), f"{at}.max_requests"))]
-            out.append(TraceEntry(path, name, scales, self.windows(item.get("window"), f"{at}.window"),
-                                  caps, at))
+            skip_long = self.boolean(item.get("skip_long", False), f"{at}.skip_long")
+            out.append(TraceEntry(path, name, fmt, scales, self.windows(item.get("window"), f"{at}.window"),
+                                  caps, skip_long, at))
         return out
 
     def windows(self, value: Any, where: str) -> list[tuple[float, float | None]]:
