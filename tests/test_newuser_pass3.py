@@ -60,18 +60,18 @@ def test_reserved_param_names_exit_2(capsys, param, message):
 
 def test_param_scoped_to_a_user_class(tmp_path, monkeypatch, capsys):
     # Was: "--param tpol.p:Rev.flip: policy 'tpol' is not among those run" (the first dot was the scope).
-    (tmp_path / "revpol.py").write_text(
+    (tmp_path / "revpol3.py").write_text(
         "class Rev:\n    def __init__(self, flip=True):\n        self.flip = flip\n"
         "    def order(self, waiting, now):\n"
         "        w = sorted(waiting, key=lambda q: (q.arrival_time, q.request_id))\n"
         "        return w[::-1] if self.flip else w\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    code, out, _ = run_cli(capsys, "compare", "--policies", "fcfs,revpol:Rev", "--param", "revpol:Rev.flip=false",
+    code, out, _ = run_cli(capsys, "compare", "--policies", "fcfs,revpol3:Rev", "--param", "revpol3:Rev.flip=false",
                            "--max-requests", 40, "--format", "json")
-    assert code == 0
+    assert code == 0, _
     rows = json.loads(out)
-    assert rows["revpol:Rev"]["ttft_p99_s"] == rows["fcfs"]["ttft_p99_s"]  # flip=false is FCFS's order
-    code, _, err = run_cli(capsys, "compare", "--policies", "fcfs,revpol:Rev", "--param", "other:X.flip=1",
+    assert rows["revpol3:Rev"]["ttft_p99_s"] == rows["fcfs"]["ttft_p99_s"]  # flip=false is FCFS's order
+    code, _, err = run_cli(capsys, "compare", "--policies", "fcfs,revpol3:Rev", "--param", "other:X.flip=1",
                            "--max-requests", 5)
     assert code == 2 and "--param other:X.flip: policy 'other:X' is not among those run" in err
 
