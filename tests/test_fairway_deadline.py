@@ -1,9 +1,9 @@
 """Fairway-deadline: hand-computed deadlines and merges, and the cross-step bound over engine runs.
 
 The bound (docs/POLICIES-more.md "Fairway-deadline"): from the first step at which a request
-``r`` is late (``now >= D(r)``; with ``lookahead``: urgent, ``now + work of the requests up to r
-in deadline order >= D(r)``), the engine admits ahead of ``r`` only requests that were waiting at
-that step with an earlier ``(D, arrival, request_id)``; none that arrives later. The property runs
+``r`` is due (``lookahead="queue"``: ``now +`` the work of the requests up to ``r`` in deadline
+order ``>= D(r)``; ``"none"``: ``now >= D(r)``) until its admission, the engine admits ahead of
+``r`` only requests with an earlier ``(D, arrival, request_id)``. The property runs
 random traces (tests/engine_bound.py), records every step's snapshots and the policy's deadlines,
 and checks it for every request. With deadlines computed by a shadow policy from the same
 snapshots, the paper's ``fairway`` (no deadline) and a variant that recomputes the deadline every
@@ -178,30 +178,29 @@ def shadow_state(**params):
 
 
 def deadline_excess(steps, states) -> list[tuple[str, float]]:
-    """Requests overtaken after their deadline by a request with a later deadline.
+    """Requests overtaken, once due, by a request with a later deadline.
 
-    From the first step at which ``r`` is in the recorded urgent set, every request the engine
-    admits ahead of ``r`` must have been waiting then with an earlier ``(D, arrival, id)``.
+    From the first step at which ``r`` is in the recorded urgent (due) set until its admission,
+    every request the engine admits ahead of ``r`` must have a smaller ``(D, arrival, id)``.
     Returns ``(request_id, uncached work of the others admitted ahead)`` per violation.
     """
-    watch: dict[str, tuple[set, float]] = {}  # r -> (ids allowed ahead, intruding work)
+    watch: dict[str, tuple[tuple, float]] = {}  # r -> (its key, intruding work)
     bad = []
     for (now, waiting, admitted), (deadline, urgent) in zip(steps, states):
         snaps = {r.request_id: r for r in waiting}
         key = lambda r: (deadline[r.request_id], r.arrival_time, r.request_id)  # noqa: E731
         for rid in urgent:
             if rid not in watch and rid in snaps:
-                k = key(snaps[rid])
-                watch[rid] = ({q.request_id for q in waiting if key(q) < k}, 0.0)
+                watch[rid] = (key(snaps[rid]), 0.0)
         for a in admitted:
             for rid in list(watch):
-                allowed, extra = watch[rid]
+                k, extra = watch[rid]
                 if rid == a:
                     del watch[rid]
                     if extra > 0:
                         bad.append((rid, extra))
-                elif a in snaps and a not in allowed:  # resumed preempted: not the order's
-                    watch[rid] = (allowed, extra + snaps[a].uncached_len)
+                elif a in snaps and key(snaps[a]) > k:  # resumed preempted: not the order's
+                    watch[rid] = (k, extra + snaps[a].uncached_len)
     return bad
 
 
@@ -257,8 +256,8 @@ def test_checker_sees_a_hand_made_violation():
     a = make_queued("a", 900, 3000, arrival=1.0)
     b = make_queued("b", 900, 3000, arrival=1.0)
     d = {"o": 5.0, "a": 9.0, "b": 9.0}
-    steps = [(5.0, [o, a, b], ["a"]), (6.0, [o, b], ["o"])]
-    assert deadline_excess(steps, [(d, {"o"}), (d, {"o"})]) == [("o", 3000.0)]
-    assert deadline_excess(steps, [(d, set()), (d, {"o"})]) == []  # not late yet when a went
-    d2 = {"o": 5.0, "a": 4.0, "b": 9.0}  # a's deadline earlier: allowed ahead
+    steps = [(5.0, [o, a, b], ["a"]), (6.0, [o, b], ["b", "o"])]
+    assert deadline_excess(steps, [(d, {"o"}), (d, {"o"})]) == [("o", 6000.0)]
+    assert deadline_excess(steps, [(d, set()), (d, {"o"})]) == [("o", 3000.0)]  # due from step 2
+    d2 = {"o": 5.0, "a": 4.0, "b": 4.5}  # earlier deadlines: allowed ahead
     assert deadline_excess(steps, [(d2, {"o"}), (d2, {"o"})]) == []
