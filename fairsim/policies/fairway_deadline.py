@@ -1,4 +1,4 @@
-"""Fairway-deadline: Fairway's order until a request passes a deadline set once from the backlog."""
+"""Fairway-deadline: Fairway's order until a request is due for a deadline set once from the backlog."""
 
 from __future__ import annotations
 
@@ -16,42 +16,50 @@ LOOKAHEADS = ("none", "own", "queue")
 class FairwayDeadline(Fairway):
     """Fairway whose tail protection is a deadline fixed at a request's first sight.
 
-    Ordering contract (docs/POLICIES-more.md "Fairway-deadline"):
+    Ordering contract (docs/POLICIES-more.md "Fairway-deadline"; all times in seconds):
 
-    - **Drain estimate.** ``work(q) = T_idle(L_q) x c_q / L_q`` seconds: ``q``'s uncached tokens
-      at the cold per-token time of a prompt of its length (``T_idle`` from the cost model).
-      ``drain(t) = sum of work(q)`` over the waiting queue at step ``t``: the time the engine
-      needs to prefill what is waiting, i.e. what FCFS would make a request arriving now wait
-      (running requests' remaining chunks are not visible to a policy and not counted).
-    - **Horizon.** ``H(t)`` = the largest ``drain`` seen at any step up to ``t`` at which a
-      request was seen for the first time (a running maximum: an online estimate of FCFS's
-      worst wait so far). ``horizon="own"`` (ablation) uses that step's own ``drain`` instead.
-    - **Deadline**, fixed once, at the first step ``t_r`` at which ``r`` is in the waiting queue:
-      ``D(r) = arrival(r) + max(SLO(r), H(t_r))`` with ``SLO(r) = max(slo_floor,
-      slo_multiplier x T_idle(L_r))``, the paper's patience. It is never recomputed (a request
-      that leaves and comes back, e.g. preempted, gets a new one then).
-    - **Order.** First the *late* requests (``now >= D(r)``), by ascending ``(D, arrival,
-      request_id)``; then the others in Fairway's merge of its Fast and Fair lanes
-      (``fast_first``: the Fast ledger starts at 0 instead of ``fast_weight x c(front)``, as in
-      ``fairway-plus``).
+    - **Work estimate.** ``work(q) = T_idle(L_q) x c_q / L_q``: ``q``'s uncached tokens at the
+      cold per-token time of a prompt of its length (``T_idle`` from the cost model). Running
+      requests' remaining chunks are not visible to a policy and not counted.
+    - **FCFS estimates**, at the first step at which ``r`` is waiting: ``W_r`` = the sum of
+      ``work`` over the waiting requests ahead of ``r`` in arrival order (``arrival_time``, then
+      ``request_id``), ``w_r = work(r)``, ``E_r = W_r + w_r``; ``H_r`` = the largest ``E`` of the
+      requests first seen before ``r`` (a running maximum, ``horizon_s``).
+    - **Deadline**, fixed then, never recomputed (a request that leaves and comes back, e.g.
+      preempted, gets a new one): ``D(r) = arrival(r) + max(SLO(r), slack x W_r + w_r, H_r)``,
+      ``SLO(r) = max(slo_floor, slo_multiplier x T_idle(L_r))`` (the paper's patience), ``slack
+      = 1 + fair_weight / fast_weight`` (1.25 with the paper's weights). ``horizon="own"``
+      (ablation) drops ``H_r``.
+    - **Due** at a step with clock ``now``, the waiting requests in deadline order ``(D, arrival,
+      request_id)``: ``lookahead="queue"`` (default) -- the ``k``-th is due iff ``now +`` the
+      ``work`` of the first ``k`` ``>= D``; ``"own"`` -- iff ``now + w >= D``; ``"none"`` -- iff
+      ``now >= D``. A due request stays due until it is admitted (``urgent``).
+    - **Order.** The requests in deadline order up to the last due one; then the others in
+      Fairway's lane merge (``fast_first``: the Fast ledger starts at 0 instead of
+      ``fast_weight x c(front)``, as in ``fairway-plus``).
 
     Cross-step bound (proof in docs/POLICIES-more.md; property over engine runs in
-    tests/test_fairway_deadline.py): with ``A`` the requests the engine admits ahead of ``r`` in
-    steps with ``now >= D(r)`` (resumed preempted requests excluded), every ``a`` in ``A`` was
-    waiting at ``r``'s first late step with ``(D(a), arrival, id) < (D(r), arrival, id)``, so
-    ``sum(c(A)) <= sum of c over those requests (+ one step's budget of slack in the live
-    hook)``. A request arriving after ``D(r)`` cannot overtake ``r``: its deadline is later.
+    tests/test_fairway_deadline.py): from the first step at which ``r`` is due until its
+    admission, the engine admits ahead of ``r`` only requests with a smaller ``(D, arrival,
+    request_id)`` (plus, in the live hook, up to one step's budget of others, when vLLM skips a
+    request it cannot schedule). With ``lookahead="none"`` these were all waiting at that step.
+
+    No incremental fast path: ``order()`` runs every step, ``O(n log n)`` in the queue length.
 
     Args:
         idle_prefill_time: ``T_idle(L)`` in seconds (``Profile.idle_prefill_time``).
-        horizon: ``"max"`` (the running maximum of the drain, default) or ``"own"`` (the drain at
-            the request's first sight).
-        fast_first: Do not pre-charge the Fast lane with its front in the merge.
+        horizon: ``"max"`` (default: the deadline is at least the largest FCFS estimate so far)
+            or ``"own"`` (only the request's own estimate).
+        fast_first: Do not pre-charge the Fast lane with its front in the merge (default true).
+        slack: Multiplier on the FCFS wait estimate ``W`` (>= 1; default ``1 + fair_weight /
+            fast_weight``).
+        lookahead: ``"queue"`` (default), ``"own"`` or ``"none"``: when a request is due.
         **fairway: The ``Fairway`` parameters (``fast_weight``, ``fair_weight``,
             ``slo_multiplier``, ``slo_floor``, ``wait_mode``, ``fair_lane``).
 
     Raises:
-        ValueError: As ``Fairway``; an unknown ``horizon``; a non-bool ``fast_first``.
+        ValueError: As ``Fairway``; an unknown ``horizon`` or ``lookahead``; a non-bool
+            ``fast_first``; a ``slack`` that is not a finite number >= 1.
     """
 
     name = "fairway-deadline"
