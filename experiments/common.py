@@ -26,7 +26,8 @@ from fairsim.scenarios import Scenario
 
 PAPER_POLICIES = ["fcfs", "lpm", "klpm4", "klpm8", "ragcache", "preble", "peek", "fairway"]
 """Policies of the paper's comparisons; names not registered yet are skipped with a note."""
-CREDIT_POLICIES = ["drr", "vtc", "dlpm", "fairway-carry", "fairway-plus", "fairway-patience"]
+CREDIT_POLICIES = ["drr", "vtc", "dlpm", "fairway-carry", "fairway-plus", "fairway-patience",
+                   "fairway-deadline"]
 """Policies beyond the paper (issue 11): baselines carrying credit across steps and the Fairway
 variants whose protection of the oldest request persists across steps."""
 ALL_POLICIES = PAPER_POLICIES + CREDIT_POLICIES
@@ -59,14 +60,29 @@ disjoint window: six fit in each file, four in the shorter ``synthetic_trace.jso
 Statistics pool the requests of all seeds."""
 
 
+def split_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"NAME@KEY=VALUE+KEY=VALUE"`` -> ``(NAME, params)``: a registered policy with parameters,
+    for ablations on the command line (``--policies fairway-deadline@lookahead=none``); values are
+    read as ``fairsim --param`` reads them (JSON when they parse, else strings).
+
+    Raises:
+        ValueError: A parameter without ``=``.
+    """
+    from fairsim.cli import parse_params
+
+    name, _, rest = spec.partition("@")
+    return name, (parse_params(rest.split("+")) if rest else {})
+
+
 def available(names: Sequence[str]) -> list[str]:
-    """The registered subset of ``names``, printing a note for each one skipped."""
+    """The registered subset of ``names`` (``NAME@...`` specs by their name), printing a note for
+    each one skipped."""
     known = set(policy_names())
-    missing = [n for n in names if n not in known]
+    missing = [n for n in names if split_spec(n)[0] not in known]
     if missing:
         print(f"note: skipping policies not registered in this build: {', '.join(missing)}",
               file=sys.stderr)
-    return [n for n in names if n in known]
+    return [n for n in names if split_spec(n)[0] in known]
 
 
 def is_baseline(name: str) -> bool:
@@ -76,14 +92,16 @@ def is_baseline(name: str) -> bool:
 
 def run(scenario: Scenario, policy: str, profile: Profile, label: str | None = None,
         **params: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Simulate ``scenario`` under ``policy`` (with ``params``).
+    """Simulate ``scenario`` under ``policy`` (a name or a ``NAME@KEY=VALUE+...`` spec, with
+    ``params`` on top).
 
     Returns:
         ``(requests, steps)`` tables with added columns ``scenario`` and ``policy`` (``label``
-        when given, e.g. an ablation variant's name).
+        when given, e.g. an ablation variant's name; else ``policy`` as written).
     """
-    result = simulate(scenario.requests, make_policy(policy, profile, **params), profile,
-                      scenario.engine)
+    name, spec_params = split_spec(policy)
+    result = simulate(scenario.requests, make_policy(name, profile, **{**spec_params, **params}),
+                      profile, scenario.engine)
     name = label or policy
     req = result.requests.assign(scenario=scenario.name, policy=name)
     steps = result.steps.assign(scenario=scenario.name, policy=name)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-VARIANTS = ("fairway-carry", "fairway-plus", "fairway-patience")
+VARIANTS = ("fairway-carry", "fairway-plus", "fairway-patience", "fairway-deadline")
 WORST_SLACK = 1.25
 MEDIAN_SLACK = 1.10
 

@@ -11,28 +11,12 @@ random traces and checks it from per-step records of an instrumented policy; it 
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, Phase, find, given, settings, strategies as st
+from hypothesis import HealthCheck, Phase, find, given, settings
 
-from fairsim.costmodel import DEFAULT_PROFILE, load_profile
 from fairsim.policies import Fairway, FairwayCarry, make_policy
-from fairsim.policies.base import arrival_key
 from fairsim.policies.registry import accepted_params
-from fairsim.sim.config import EngineConfig
-from fairsim.sim.engine import Engine
-from fairsim.types import Request
+from tests.engine_bound import PROFILE, bound_excess, const_slo, ids, long_miss_traces, run_recorded
 from tests.utils import make_queued
-
-PROFILE = load_profile(DEFAULT_PROFILE)
-BUDGET = 2048
-
-
-def const_slo(L: int) -> float:
-    return 1.0  # SLO = max(1, 3 x 1) = 3 s for every request
-
-
-def ids(order):
-    return [r.request_id for r in order]
-
 
 class TestMerge:
     """o: oldest miss, c = 1000; hits x1..x4, c = 100, h = 900 (Fast front)."""
@@ -100,82 +84,7 @@ class TestMerge:
             make_policy("fairway-carry", PROFILE, fast_first="yes")
 
 
-# -- the cross-step bound over engine runs ----------------------------------------------------
-
-class Recorder:
-    """Wraps a policy; records, per step, the waiting snapshots it ordered and what was admitted."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.name = inner.name
-        self.steps: list[tuple[float, list, list]] = []  # (now, waiting snapshots, admitted ids)
-
-    def order(self, waiting, now):
-        self.steps.append((now, list(waiting), []))
-        return self.inner.order(waiting, now)
-
-    def on_admitted(self, admitted, now):
-        if self.steps and self.steps[-1][0] == now:
-            self.steps[-1][2].extend(a.request_id for a in admitted)
-        inner = getattr(self.inner, "on_admitted", None)
-        if inner is not None:
-            inner(admitted, now)
-
-
-def bound_excess(steps, ratio: float, budget: int = BUDGET) -> list[tuple[str, float, float]]:
-    """Requests whose work admitted ahead (since they became the oldest) exceeds the bound.
-
-    Returns ``(request_id, work_ahead, bound)`` per violation; the bound is
-    ``ratio x max_t c_t(o) + max c(A) + budget``.
-    """
-    bad = []
-    oldest = None
-    ahead = max_c = max_own = 0.0
-    for _, waiting, admitted in steps:
-        if not waiting:
-            continue
-        snaps = {r.request_id: r for r in waiting}
-        o = min(waiting, key=arrival_key)
-        if o.request_id != oldest:
-            oldest, ahead, max_c, max_own = o.request_id, 0.0, 0.0, 0.0
-        max_own = max(max_own, o.uncached_len)
-        for rid in admitted:
-            if rid == oldest:
-                bound = ratio * max_own + max_c + budget
-                if ahead > bound:
-                    bad.append((oldest, ahead, bound))
-                oldest = None
-                break
-            if rid in snaps:  # resumed preempted requests are not the order's
-                ahead += snaps[rid].uncached_len
-                max_c = max(max_c, snaps[rid].uncached_len)
-    return bad
-
-
-@st.composite
-def long_miss_traces(draw):
-    """Long misses among bursts of short cache hits on a few documents (512-token blocks)."""
-    reqs = []
-    for i in range(draw(st.integers(1, 3))):
-        L = draw(st.integers(2048, 16384))
-        reqs.append(Request(f"m{i}", draw(st.floats(0.0, 1.0)), L,
-                            tuple(10_000 + 100 * i + b for b in range(L // 512)), 512))
-    n_docs = draw(st.integers(1, 4))
-    doc_blocks = [draw(st.integers(1, 6)) for _ in range(n_docs)]
-    for j in range(draw(st.integers(5, 60))):
-        d = draw(st.integers(0, n_docs - 1))
-        q = draw(st.integers(16, 1024))
-        L = doc_blocks[d] * 512 + q
-        hashes = tuple(d * 100 + b for b in range(doc_blocks[d])) + tuple(
-            20_000 + 10 * j + b for b in range(q // 512))
-        reqs.append(Request(f"h{j}", draw(st.floats(0.0, 4.0)), L, hashes, 512))
-    return reqs
-
-
-def run_recorded(name: str, requests) -> Recorder:
-    rec = Recorder(make_policy(name, PROFILE))
-    Engine(requests, rec, PROFILE, EngineConfig(kv_blocks=400)).run()
-    return rec
+# -- the cross-step bound over engine runs (harness: tests/engine_bound.py) -------------------
 
 
 @pytest.mark.parametrize("name", ["fairway-carry", "fairway-plus"])

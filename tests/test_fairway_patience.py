@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, Phase, find, given, settings, strategies as 
 
 from fairsim.policies import Fairway, FairwayCarry, FairwayPatience, make_policy
 from fairsim.policies.base import arrival_key
-from fairsim.types import Request
-from tests.test_fairway_carry import BUDGET, PROFILE, const_slo, ids, long_miss_traces, run_recorded
+from tests.engine_bound import (BUDGET, PROFILE, bound_excess, const_slo, ids, long_miss_traces,
+                                overload_traces, run_recorded)
 from tests.utils import make_queued
 
 
@@ -108,59 +108,9 @@ SLO = make_policy("fairway", PROFILE).slo
 
 
 def bound_excess_after_patience(steps, ratio: float, budget: int = BUDGET) -> list[tuple[str, float, float]]:
-    """Requests whose work admitted ahead, from the first step at which they are the oldest and
-    ``now - arrival > SLO``, exceeds ``ratio x max_t c_t(o) + max c(A) + budget``.
-
-    Returns ``(request_id, work_ahead, bound)`` per violation.
-    """
-    bad = []
-    oldest = None
-    ahead = max_c = max_own = 0.0
-    for now, waiting, admitted in steps:
-        if not waiting:
-            continue
-        snaps = {r.request_id: r for r in waiting}
-        o = min(waiting, key=arrival_key)
-        if o.request_id != oldest:
-            oldest, ahead, max_c, max_own = o.request_id, 0.0, 0.0, 0.0
-        if now - o.arrival_time <= SLO(o.prompt_len):
-            if oldest in admitted:
-                oldest = None
-            continue  # within its patience: only the paper's per-step bound is claimed
-        max_own = max(max_own, o.uncached_len)
-        for rid in admitted:
-            if rid == oldest:
-                bound = ratio * max_own + max_c + budget
-                if ahead > bound:
-                    bad.append((oldest, ahead, bound))
-                oldest = None
-                break
-            if rid in snaps:  # resumed preempted requests are not the order's
-                ahead += snaps[rid].uncached_len
-                max_c = max(max_c, snaps[rid].uncached_len)
-    return bad
-
-
-@st.composite
-def overload_traces(draw):
-    """Long misses at t <= 1 s, then short hits on a few documents arriving for 5-20 s, often
-    faster than the engine serves them, so the backlog outlasts a miss's patience (512-token blocks)."""
-    reqs = []
-    for i in range(draw(st.integers(1, 3))):
-        L = draw(st.integers(8192, 16384))
-        reqs.append(Request(f"m{i}", draw(st.floats(0.0, 1.0)), L,
-                            tuple(10_000 + 100 * i + b for b in range(L // 512)), 512))
-    n_docs = draw(st.integers(1, 4))
-    doc_blocks = [draw(st.integers(1, 6)) for _ in range(n_docs)]
-    span = draw(st.floats(5.0, 20.0))
-    for j in range(draw(st.integers(40, 160))):
-        d = draw(st.integers(0, n_docs - 1))
-        q = draw(st.integers(256, 2048))
-        L = doc_blocks[d] * 512 + q
-        hashes = tuple(d * 100 + b for b in range(doc_blocks[d])) + tuple(
-            20_000 + 10 * j + b for b in range(q // 512))
-        reqs.append(Request(f"h{j}", draw(st.floats(0.0, span)), L, hashes, 512))
-    return reqs
+    """``bound_excess`` counted from the first step at which the oldest request ``o`` is past its
+    patience (``now - arrival > SLO``): ``(request_id, work_ahead, bound)`` per violation."""
+    return bound_excess(steps, ratio, budget, armed=lambda now, o: now - o.arrival_time > SLO(o.prompt_len))
 
 
 TRACES = st.one_of(long_miss_traces(), overload_traces())

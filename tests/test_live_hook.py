@@ -179,6 +179,48 @@ class TestRefusal:
             read_settings({"fairsim": {"polcy": "lpm"}})
 
 
+def test_fairway_deadline_orders_live():
+    """fairway-deadline only orders (no admission feedback): in a real engine it serves every
+    request once, never fails, and fixes one deadline per request at its first sight."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm = make_llm(LiveConfig(policy="fairway-deadline", kv_blocks=64, max_num_seqs=4, budget_tokens=512))
+    try:
+        engine = llm.llm_engine
+        sched = live_scheduler(llm)
+        policy = sched.fairsim_policy
+        assert policy.name == "fairway-deadline"
+        first: dict[str, float] = {}
+        inner = policy.order
+
+        def order(waiting, now):
+            out = inner(waiting, now)
+            for r in waiting:
+                d = first.setdefault(r.request_id, policy.deadline[r.request_id])
+                assert policy.deadline[r.request_id] == d  # fixed at first sight
+            return out
+
+        policy.order = order
+        params = SamplingParams(max_tokens=1, detokenize=False)
+        doc = block_tokens("doc", 256)
+        for i in range(8):  # misses of 300 tokens and hits on a shared 256-token document
+            toks = block_tokens(f"m{i}", 300) if i % 2 else doc + block_tokens(f"q{i}", 40)
+            engine.add_request(f"r{i}", TokensPrompt(prompt_token_ids=toks), params, arrival_time=float(i))
+        finished = []
+        while engine.has_unfinished_requests():
+            finished += [o.request_id for o in engine.step() if o.finished]
+        assert sorted(finished) == sorted(f"r{i}" for i in range(8))
+        assert sched.fairsim_policy_errors == 0
+        assert sorted(r.split("-")[0] for r in first) == sorted(f"r{i}" for i in range(8))
+        assert policy.horizon_s > 0
+    finally:
+        del llm
+        import gc
+
+        gc.collect()
+
+
 @pytest.mark.parametrize("name", ["drr", "vtc", "dlpm", "fairway-carry", "fairway-plus", "fairway-patience"])
 def test_credit_policies_order_live(name):
     """The credit-carrying policies only order: in a real engine they serve every request once,

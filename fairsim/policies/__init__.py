@@ -5,6 +5,7 @@ from fairsim.policies.dlpm import DLPM
 from fairsim.policies.drr import DRR
 from fairsim.policies.fairway import Fairway
 from fairsim.policies.fairway_carry import FairwayCarry
+from fairsim.policies.fairway_deadline import FairwayDeadline
 from fairsim.policies.fairway_patience import FairwayPatience
 from fairsim.policies.fcfs import FCFS
 from fairsim.policies.klpm import KLPM
@@ -21,6 +22,7 @@ __all__ = [
     "FCFS",
     "VTC",
     "FairwayCarry",
+    "FairwayDeadline",
     "FairwayPatience",
     "KLPM",
     "LPM",

@@ -16,6 +16,7 @@ from fairsim.policies.dlpm import DLPM
 from fairsim.policies.drr import DRR
 from fairsim.policies.fairway import Fairway
 from fairsim.policies.fairway_carry import FairwayCarry
+from fairsim.policies.fairway_deadline import FairwayDeadline
 from fairsim.policies.fairway_patience import FairwayPatience
 from fairsim.policies.fcfs import FCFS
 from fairsim.policies.klpm import KLPM
@@ -109,6 +110,7 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "fairway-carry": _fairway("fairway-carry", FairwayCarry, "fairway-carry"),
     "fairway-plus": _fairway("fairway-plus", FairwayCarry, "fairway-carry", fast_first=True),
     "fairway-patience": _fairway("fairway-patience", FairwayPatience, "fairway-patience"),
+    "fairway-deadline": _fairway("fairway-deadline", FairwayDeadline, "fairway-deadline"),
     "drr": _named("drr", lambda profile, **params: DRR(**params)),
     "vtc": _named("vtc", lambda profile, **params: VTC(**params)),
     "dlpm": _named("dlpm", lambda profile, **params: DLPM(**params)),
@@ -168,7 +170,7 @@ _CLASSES: dict[str, type] = {
     "fcfs": FCFS, "lpm": LPM, "klpm": KLPM, "klpm4": KLPM, "klpm8": KLPM, "ragcache": RAGCache,
     "preble": Preble, "peek": PEEK, "fairway": Fairway, "fairway-abswait": Fairway,
     "fairway-nofair": Fairway, "fairway-carry": FairwayCarry, "fairway-plus": FairwayCarry,
-    "fairway-patience": FairwayPatience,
+    "fairway-patience": FairwayPatience, "fairway-deadline": FairwayDeadline,
     "drr": DRR, "vtc": VTC, "dlpm": DLPM,
 }
 _FROM_PROFILE = {"idle_prefill_time", "prefill_time"}  # supplied by the registry, not the user

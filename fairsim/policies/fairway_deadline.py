@@ -1,0 +1,184 @@
+"""Fairway-deadline: Fairway's order until a request is due for a deadline set once from the backlog."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from fairsim.policies.base import arrival_key
+from fairsim.policies.fairway import Fairway
+from fairsim.types import QueuedRequest
+
+HORIZONS = ("max", "own")
+LOOKAHEADS = ("none", "own", "queue")
+
+
+class FairwayDeadline(Fairway):
+    """Fairway whose tail protection is a deadline fixed at a request's first sight.
+
+    Ordering contract (docs/POLICIES-more.md "Fairway-deadline"; all times in seconds):
+
+    - **Work estimate.** ``work(q) = T_idle(L_q) x c_q / L_q``: ``q``'s uncached tokens at the
+      cold per-token time of a prompt of its length (``T_idle`` from the cost model). Running
+      requests' remaining chunks are not visible to a policy and not counted.
+    - **FCFS estimates**, at the first step at which ``r`` is waiting: ``W_r`` = the sum of
+      ``work`` over the waiting requests ahead of ``r`` in arrival order (``arrival_time``, then
+      ``request_id``), ``w_r = work(r)``, ``E_r = W_r + w_r``; ``H_r`` = the largest ``E`` of the
+      requests first seen before ``r`` (a running maximum, ``horizon_s``).
+    - **Deadline**, fixed then, never recomputed (a request that leaves and comes back, e.g.
+      preempted, gets a new one): ``D(r) = arrival(r) + max(SLO(r), slack x W_r + w_r, H_r)``,
+      ``SLO(r) = max(slo_floor, slo_multiplier x T_idle(L_r))`` (the paper's patience), ``slack
+      = 1 + fair_weight / fast_weight`` (1.25 with the paper's weights). ``horizon="own"``
+      (ablation) drops ``H_r``.
+    - **Due** at a step with clock ``now``, the waiting requests in deadline order ``(D, arrival,
+      request_id)``: ``lookahead="queue"`` (default) -- the ``k``-th is due iff ``now +`` the
+      ``work`` of the first ``k`` ``>= D``; ``"own"`` -- iff ``now + w >= D``; ``"none"`` -- iff
+      ``now >= D``. A due request stays due until it is admitted (``urgent``).
+    - **Order.** The requests in deadline order up to the last due one; then the others in
+      Fairway's lane merge (``fast_first``: the Fast ledger starts at 0 instead of
+      ``fast_weight x c(front)``, as in ``fairway-plus``).
+
+    Cross-step bound (proof in docs/POLICIES-more.md; property over engine runs in
+    tests/test_fairway_deadline.py): from the first step at which ``r`` is due until its
+    admission, the engine admits ahead of ``r`` only requests with a smaller ``(D, arrival,
+    request_id)`` (plus, in the live hook, up to one step's budget of others, when vLLM skips a
+    request it cannot schedule). With ``lookahead="none"`` these were all waiting at that step.
+
+    No incremental fast path: ``order()`` runs every step, ``O(n log n)`` in the queue length.
+
+    Args:
+        idle_prefill_time: ``T_idle(L)`` in seconds (``Profile.idle_prefill_time``).
+        horizon: ``"max"`` (default: the deadline is at least the largest FCFS estimate so far)
+            or ``"own"`` (only the request's own estimate).
+        fast_first: Do not pre-charge the Fast lane with its front in the merge (default true).
+        slack: Multiplier on the FCFS wait estimate ``W`` (>= 1; default ``1 + fair_weight /
+            fast_weight``).
+        lookahead: ``"queue"`` (default), ``"own"`` or ``"none"``: when a request is due.
+        **fairway: The ``Fairway`` parameters (``fast_weight``, ``fair_weight``,
+            ``slo_multiplier``, ``slo_floor``, ``wait_mode``, ``fair_lane``).
+
+    Raises:
+        ValueError: As ``Fairway``; an unknown ``horizon`` or ``lookahead``; a non-bool
+            ``fast_first``; a ``slack`` that is not a finite number >= 1.
+    """
+
+    name = "fairway-deadline"
+
+    def __init__(
+        self,
+        idle_prefill_time: Callable[[int], float],
+        *,
+        horizon: str = "max",
+        fast_first: bool = True,
+        slack: float | None = None,
+        lookahead: str = "queue",
+        **fairway: object,
+    ) -> None:
+        super().__init__(idle_prefill_time, **fairway)  # type: ignore[arg-type]
+        if horizon not in HORIZONS:
+            raise ValueError(f"Fairway-deadline horizon={horizon!r}: need one of {', '.join(HORIZONS)}")
+        if not isinstance(fast_first, bool):
+            raise ValueError(f"Fairway-deadline fast_first={fast_first!r}: need true or false")
+        if lookahead not in LOOKAHEADS:
+            raise ValueError(f"Fairway-deadline lookahead={lookahead!r}: need one of {', '.join(LOOKAHEADS)}")
+        if slack is not None and (isinstance(slack, bool) or not isinstance(slack, (int, float))
+                                  or not math.isfinite(slack) or slack < 1):
+            raise ValueError(f"Fairway-deadline slack={slack!r}: need a finite number >= 1")
+        self.horizon = horizon
+        self.slack = 1.0 + self.fair_weight / self.fast_weight if slack is None else float(slack)
+        self.lookahead = lookahead
+        self.fast_first = fast_first
+        self.horizon_s = 0.0  # H: running maximum of the drain at first sights (s)
+        self.deadline: dict[str, float] = {}  # request_id -> D(r) (s), for waiting requests
+        self.urgent: set[str] = set()  # waiting requests found urgent at some step (kept)
+        self._rate: dict[int, float] = {}  # L -> T_idle(L) / L (s per token)
+
+    def work(self, r: QueuedRequest) -> float:
+        """``T_idle(L) x c / L``: seconds of cold prefill for ``r``'s uncached tokens."""
+        rate = self._rate.get(r.prompt_len)
+        if rate is None:
+            rate = self._rate[r.prompt_len] = self.idle_prefill_time(r.prompt_len) / r.prompt_len
+        return rate * r.uncached_len
+
+    def _assign(self, waiting: Sequence[QueuedRequest]) -> None:
+        """Fix ``D(r)`` for requests seen for the first time; forget those that left."""
+        deadline = self.deadline
+        new = [r for r in waiting if r.request_id not in deadline]
+        if len(deadline) + len(new) > len(waiting):  # some left the queue: forget them
+            keep = {r.request_id for r in waiting}
+            self.deadline = deadline = {k: v for k, v in deadline.items() if k in keep}
+            self.urgent &= keep
+        if not new:
+            return
+        fresh = {r.request_id for r in new}
+        ahead = 0.0  # FCFS estimate: work of the requests ahead in arrival order
+        slo, work, slack = self.slo, self.work, self.slack
+        for r in sorted(waiting, key=arrival_key):
+            own = work(r)
+            if r.request_id in fresh:
+                wait = slack * ahead + own
+                if self.horizon == "max" and self.horizon_s > wait:
+                    wait = self.horizon_s
+                deadline[r.request_id] = r.arrival_time + max(slo(r.prompt_len), wait)
+                if ahead + own > self.horizon_s:
+                    self.horizon_s = ahead + own
+            ahead += own
+
+    def merge(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
+        """Fairway's lane merge of ``waiting`` (``fast_first``: the Fast ledger starts at 0)."""
+        if not self.fast_first or not self.fair_lane or len(waiting) <= 1:
+            return super().order(waiting, now)
+        n = len(waiting)
+        fast = sorted(range(n), key=self._fast_keys(waiting, now).__getitem__)
+        fair = sorted(range(n), key=[arrival_key(r) for r in waiting].__getitem__)
+        work = [r.uncached_len for r in waiting]
+        fast_w, fair_w = self.fast_weight, self.fair_weight
+        placed = [False] * n
+        out: list[QueuedRequest] = []
+        i = j = 0
+        fast_ledger, fair_ledger = 0.0, fair_w * work[fair[0]]
+        for _ in range(n):
+            if fast_ledger <= fair_ledger:  # tie -> Fast
+                while placed[fast[i]]:
+                    i += 1
+                x = fast[i]
+                fast_ledger += fast_w * work[x]
+            else:
+                while placed[fair[j]]:
+                    j += 1
+                x = fair[j]
+                fair_ledger += fair_w * work[x]
+            placed[x] = True
+            out.append(waiting[x])
+        return out
+
+    def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
+        """Urgent requests and those with earlier deadlines first (by deadline), then Fairway's merge."""
+        if not waiting:
+            self.deadline, self.urgent = {}, set()
+            return []
+        self._assign(waiting)
+        deadline, urgent, work = self.deadline, self.urgent, self.work
+        edf = sorted(waiting, key=lambda r: (deadline[r.request_id], r.arrival_time, r.request_id))
+        cut = 0  # EDF prefix up to the last urgent request
+        finish = now
+        mode = self.lookahead
+        for k, r in enumerate(edf):
+            rid = r.request_id
+            if mode == "queue":
+                finish += work(r)
+                due = finish >= deadline[rid]
+            elif mode == "own":
+                due = now + work(r) >= deadline[rid]
+            else:
+                due = now >= deadline[rid]
+                if not due:
+                    break  # EDF: no later request is due either
+            if due or rid in urgent:
+                urgent.add(rid)
+                cut = k + 1
+        if cut == 0:
+            return self.merge(waiting, now)
+        if cut == len(edf):
+            return edf
+        return edf[:cut] + self.merge(edf[cut:], now)
