@@ -42,6 +42,7 @@ identical request, step and token-gap tables.
 from __future__ import annotations
 
 import heapq
+from array import array
 from itertools import repeat
 
 from fairsim import interrupt
@@ -77,8 +78,9 @@ class DecodeFastEngine(Engine):
         self._seq = 0  # registration counter: admission order among decoders
         self._m = 0  # registered decoders
         self._ctx = 0  # sum of their computed tokens at the current step's start
-        # Step table columns (the step number is the row number).
-        self._cols: list[list] = [[] for _ in _STEP_COLUMNS[1:]]
+        # Step table columns (the step number is the row number): start and duration in seconds,
+        # then counts; typed arrays, so the table needs no per-value conversion at the end.
+        self._cols: list[array] = [array("d"), array("d")] + [array("q") for _ in _STEP_COLUMNS[3:]]
         # Token gaps: explicit rows (request row, step, seconds) and decoder segments (request
         # row, first step, last step), each step of a segment one gap between consecutive ends.
         self._xg: tuple[list[int], list[int], list[float]] = ([], [], [])
@@ -420,35 +422,34 @@ class DecodeFastEngine(Engine):
 
     # -- result tables ---------------------------------------------------------------------------
     def _step_table(self) -> Columns:
+        import numpy as np
+
         cols = self._cols
-        data = {"step": list(range(len(cols[0])))}
-        data.update(zip(_STEP_COLUMNS[1:], cols))
+        data = {"step": np.arange(len(cols[0]), dtype=np.int64)}
+        for name, col in zip(_STEP_COLUMNS[1:], cols):
+            data[name] = np.frombuffer(col, dtype=np.float64 if col.typecode == "d" else np.int64)
         return Columns(data)
 
     def _gap_table(self):
         import numpy as np
         import pandas as pd
 
-        starts = np.asarray(self._cols[0], dtype=np.float64)
-        ends = starts + np.asarray(self._cols[1], dtype=np.float64)  # the loop's now + duration
+        starts = np.frombuffer(self._cols[0], dtype=np.float64)
+        ends = starts + np.frombuffer(self._cols[1], dtype=np.float64)  # the loop's now + duration
+        gap_at = np.full_like(ends, np.nan)  # a token at the end of step j after one at j - 1's
+        np.subtract(ends[1:], ends[:-1], out=gap_at[1:])
         srow, sfirst, slast = (np.asarray(x, dtype=np.int64) for x in self._sg)
         xrow, xstep, xval = self._xg
-        xrow, xstep = np.asarray(xrow, dtype=np.int64), np.asarray(xstep, dtype=np.int64)
-        # Pieces (segments, then explicit rows) in (request row, first step) order.
-        prow = np.concatenate([srow, xrow])
-        pfirst = np.concatenate([sfirst, xstep])
+        # Pieces (segments, then explicit rows) in (request row, first step) order; each piece
+        # is a run of consecutive steps.
+        prow = np.concatenate([srow, np.asarray(xrow, dtype=np.int64)])
+        pfirst = np.concatenate([sfirst, np.asarray(xstep, dtype=np.int64)])
         plen = np.concatenate([slast - sfirst + 1, np.ones(len(xrow), dtype=np.int64)])
         order = np.lexsort((pfirst, prow))
         prow, pfirst, plen = prow[order], pfirst[order], plen[order]
-        is_seg = order < len(srow)
-        total = int(plen.sum())
-        starts_of = np.repeat(np.cumsum(plen) - plen, plen)
-        steps = np.repeat(pfirst, plen) + (np.arange(total, dtype=np.int64) - starts_of)
-        piece = np.repeat(np.arange(len(plen)), plen)
-        vals = np.empty(total, dtype=np.float64)
-        seg_rows = is_seg[piece]
-        st = steps[seg_rows]
-        vals[seg_rows] = ends[st] - ends[st - 1]
-        xv = np.asarray(xval, dtype=np.float64)
-        vals[~seg_rows] = xv[order[~is_seg] - len(srow)]
+        at = np.cumsum(plen) - plen  # first output row of each piece
+        steps = np.arange(int(plen.sum()), dtype=np.int64) + np.repeat(pfirst - at, plen)
+        vals = gap_at[steps]
+        explicit = order >= len(srow)
+        vals[at[explicit]] = np.asarray(xval, dtype=np.float64)[order[explicit] - len(srow)]
         return pd.DataFrame({"request_row": np.repeat(prow, plen), "itl_s": vals})
