@@ -85,6 +85,9 @@ class DecodeFastEngine(Engine):
         # row, first step, last step), each step of a segment one gap between consecutive ends.
         self._xg: tuple[list[int], list[int], list[float]] = ([], [], [])
         self._sg: tuple[list[int], list[int], list[int]] = ([], [], [])
+        self._append = [col.append for col in self._cols]
+        self._budget = self.config.budget_tokens
+        self._max_seqs = self.config.max_num_seqs
         self.stretched_steps = 0
         self.reference_steps = 0
 
@@ -198,7 +201,7 @@ class DecodeFastEngine(Engine):
         running = self._running
         m = self._m
         ctx = self._ctx
-        budget = self.config.budget_tokens - m
+        budget = self._budget - m
         num_waiting = len(self._waiting) + len(self._preempted)
         evictions0 = pool.num_evictions
         tail = running[-1] if len(running) > m else None
@@ -206,8 +209,8 @@ class DecodeFastEngine(Engine):
         if tail is not None:
             remaining += tail.req.prompt_len + tail.generated - tail.computed
         # Engine._schedule: the order at the step's start, where a waiting request could be admitted.
-        can_admit = remaining < self.config.budget_tokens and len(running) < self.config.max_num_seqs
-        ordered = self._order_waiting(now) if can_admit or self._protect is not None else []
+        can_admit = remaining < self._budget and len(running) < self._max_seqs
+        ordered = self._order_waiting(now) if (can_admit or self._protect is not None) and self._waiting else []
         if self._on_admitted is not None and can_admit:
             for live in self._preempted:
                 live.snap = None
@@ -245,7 +248,7 @@ class DecodeFastEngine(Engine):
                     self._cache_blocks(tail, end)
                 batch.append((tail, n, computed))
                 budget -= n
-        if not preempted:
+        if not preempted and (self._waiting or self._preempted):
             self._admit_waiting(now, budget, batch, ordered)
         new_tokens = m
         pair_sum = ctx + 0.5 * m  # = the reference's sum of (ctx_i + 1/2), exactly (module docstring)
@@ -259,11 +262,18 @@ class DecodeFastEngine(Engine):
                 decode_ctx += c
         size = m + len(batch)
         duration = self.profile.step_time_colocated(new_tokens, pair_sum, size, decodes, decode_ctx)
-        cols = self._cols
-        for col, value in zip(cols, (now, duration, new_tokens, decodes, size, num_waiting, len(running),
-                                     pool.num_used, pool.num_cached, pool.num_evictions - evictions0,
-                                     preempted)):
-            col.append(value)
+        a = self._append
+        a[0](now)
+        a[1](duration)
+        a[2](new_tokens)
+        a[3](decodes)
+        a[4](size)
+        a[5](num_waiting)
+        a[6](len(running))
+        a[7](pool.num_used)
+        a[8](pool.num_cached)
+        a[9](pool.num_evictions - evictions0)
+        a[10](preempted)
         end_s = now + duration
         # Step end: every decoder samples a token; the due ones may finish (in admission order,
         # before the batch's other requests, as Engine._finish_step frees them).
