@@ -201,7 +201,7 @@ class Engine:
         self._inc = fast_path_of(policy) if fast_order else None
         self._in_inc: set[int] = set()  # id(live) of the waiting requests the fast path holds
         self._dirty: dict[int, _Live] = {}
-        self.env = simpy.Environment()
+        self.env = simpy.Environment(initial_time=0.0)  # float clock: start_s is float64 even for one step
 
     # -- the step loop ---------------------------------------------------------------------------
     def run(self) -> SimResult:
