@@ -106,10 +106,27 @@ def colocated_runs(draw):
 
 
 @settings(max_examples=200, deadline=None)
-@given(colocated_runs())
-def test_same_tables_as_step_by_step(run):
+@given(colocated_runs(), st.sampled_from([1, 2, DecodeFastEngine.vector_min_steps]))
+def test_same_tables_as_step_by_step(run, vector_min_steps):
+    # vector_min_steps 1: every pure decode stretch goes through numpy (step_times_colocated and
+    # the cumulative sum); the default mixes both loops.
     reqs, profile, config, policy = run
-    _both(reqs, policy, profile, config)
+    saved = DecodeFastEngine.vector_min_steps
+    DecodeFastEngine.vector_min_steps = vector_min_steps
+    try:
+        _both(reqs, policy, profile, config)
+    finally:
+        DecodeFastEngine.vector_min_steps = saved
+
+
+@settings(max_examples=300, deadline=None)
+@given(profiles(), st.integers(1, 300), st.lists(st.integers(0, 10**7), min_size=1, max_size=40),
+       st.sampled_from([0.0, 0.004, 0.02]), st.sampled_from([0.0, 3e-4]), st.sampled_from([0.0, 1e-8]))
+def test_vector_step_times_equal_the_scalar_ones(profile, m, ctxs, floor, f, e):
+    profile = dataclasses.replace(profile, min_step_s=floor, f_s_per_decode=f, e_s_per_decode_ctx_token=e)
+    c = np.asarray(ctxs, dtype=np.int64)
+    got = profile.step_times_colocated(m, c + 0.5 * m, m, m, c).tolist()
+    assert got == [profile.step_time_colocated(m, x + 0.5 * m, m, m, x) for x in ctxs]
 
 
 def _rag_preempting():
@@ -145,8 +162,9 @@ def test_conversation_real_output_lengths(name):
     reqs = [dataclasses.replace(r, arrival_time=8 * r.arrival_time)
             for r in list(read_trace(CONVERSATION).requests)[:400]]
     config = EngineConfig(kv_blocks=451, mode="colocated")
-    engine, _ = _engine(reqs, name, PROFILE, config)
+    engine, fast = _engine(reqs, name, PROFILE, config)
     res = _both(reqs, name, PROFILE, config)
+    pd.testing.assert_frame_equal(fast.steps, res.steps, check_exact=True)
     assert res.requests["preemptions"].sum() > 0 and res.requests["output_tokens"].max() > 500
     assert engine.stretched_steps > 0 and engine.reference_steps < len(res.steps) / 10
 
