@@ -370,8 +370,9 @@ class DecodeFastEngine(Engine):
             self._running = [r for r in self._running if r.finish_s is None]
             if self.progress is not None:
                 self.progress(finished)
-        for live in self._running:
-            self._register(live, step + 1, end_s)
+        if len(self._running) < self._budget:  # else decoders beyond the budget wait: keep all explicit
+            for live in self._running:
+                self._register(live, step + 1, end_s)
         return end_s
 
     # -- decoders in aggregate -------------------------------------------------------------------
