@@ -141,7 +141,7 @@ class DecodeFastEngine(Engine):
                     _, seq, live = heapq.heappop(events)
                     if live.dec_seq == seq:
                         due.append(live)
-                if self._blocks_needed(due, step) <= pool.num_free:
+                if not due or self._blocks_needed(due, step) <= pool.num_free:
                     now = self._fast_step(step, now, due)
                     step += 1
                     continue
@@ -324,7 +324,8 @@ class DecodeFastEngine(Engine):
             else:
                 self._push_event(live, step + 1)
         self._ctx = ctx + self._m
-        finished += self._finish_explicit(batch, step, now, end_s)
+        if batch:
+            finished += self._finish_explicit(batch, step, now, end_s)
         if finished:
             self._running = [r for r in self._running if r.finish_s is None]
             if self.progress is not None:
