@@ -56,6 +56,20 @@ _STEP_COLUMNS = [
 ]
 
 
+def _batch_sums(batch: list, new_tokens: int, pair_sum: float, decodes: int,
+                decode_ctx: int) -> tuple[int, float, int, int]:
+    """The step-time arguments of ``batch`` (``[(request, new tokens, context tokens)]``) added to
+    the given sums, as ``Engine._loop`` adds them: tokens, ``n * (ctx + n / 2)`` pairs, and the
+    decodes (one generated token on top of the prompt) with their context."""
+    for live, n, ctx in batch:
+        new_tokens += n
+        pair_sum += n * (ctx + n / 2)
+        if n == 1 and ctx >= live.req.prompt_len:
+            decodes += 1
+            decode_ctx += ctx
+    return new_tokens, pair_sum, decodes, decode_ctx
+
+
 class DecodeFastEngine(Engine):
     """``Engine`` in colocated mode with running decodes kept in aggregate (module docstring).
 
@@ -279,16 +293,8 @@ class DecodeFastEngine(Engine):
                 budget -= n
         if not preempted and (self._waiting or self._preempted):
             self._admit_waiting(now, budget, batch, ordered)
-        new_tokens = m
-        pair_sum = ctx + 0.5 * m  # = the reference's sum of (ctx_i + 1/2), exactly (module docstring)
-        decodes = m
-        decode_ctx = ctx
-        for live, n, c in batch:
-            new_tokens += n
-            pair_sum += n * (c + n / 2)
-            if n == 1 and c >= live.req.prompt_len:
-                decodes += 1
-                decode_ctx += c
+        # ctx + m / 2 = the reference's sum of (ctx_i + 1/2) over the decoders, exactly (module docstring)
+        new_tokens, pair_sum, decodes, decode_ctx = _batch_sums(batch, m, ctx + 0.5 * m, m, ctx)
         size = m + len(batch)
         duration = self.profile.step_time_colocated(new_tokens, pair_sum, size, decodes, decode_ctx)
         a = self._append
@@ -325,7 +331,7 @@ class DecodeFastEngine(Engine):
                 self._push_event(live, step + 1)
         self._ctx = ctx + self._m
         if batch:
-            finished += self._finish_explicit(batch, step, now, end_s)
+            finished += self._finish_batch(batch, step, now, end_s)
         if finished:
             self._running = [r for r in self._running if r.finish_s is None]
             if self.progress is not None:
@@ -350,23 +356,14 @@ class DecodeFastEngine(Engine):
                     f"step {step} at {now:.6f} s scheduled nothing although {num_waiting} requests "
                     f"wait and {len(self._running)} run")
             return None
-        new_tokens = 0
-        pair_sum = 0.0
-        decodes = 0
-        decode_ctx = 0
-        for live, n, ctx in batch:
-            new_tokens += n
-            pair_sum += n * (ctx + n / 2)
-            if n == 1 and ctx >= live.req.prompt_len:
-                decodes += 1
-                decode_ctx += ctx
+        new_tokens, pair_sum, decodes, decode_ctx = _batch_sums(batch, 0, 0.0, 0, 0)
         duration = self.profile.step_time_colocated(new_tokens, pair_sum, len(batch), decodes, decode_ctx)
         for col, value in zip(self._cols, (now, duration, new_tokens, decodes, len(batch), num_waiting,
                                            len(self._running), pool.num_used, pool.num_cached,
                                            pool.num_evictions - evictions0, preempted)):
             col.append(value)
         end_s = now + duration
-        finished = self._finish_explicit(batch, step, now, end_s)
+        finished = self._finish_batch(batch, step, now, end_s)
         if finished:
             self._running = [r for r in self._running if r.finish_s is None]
             if self.progress is not None:
@@ -434,32 +431,12 @@ class DecodeFastEngine(Engine):
         self._m = 0
         self._ctx = 0
 
-    def _finish_explicit(self, batch: list, step: int, start: float, end: float) -> int:
-        """``Engine._finish_step`` for the requests not kept in aggregate, gaps with their step;
-        returns how many finished (the caller filters the running list)."""
-        finished = 0
-        xrows, xsteps, xvals = self._xg
-        for live, n, _ in batch:
-            if live.first_scheduled_s is None:
-                live.first_scheduled_s = start
-                live.first_scheduled_step = step
-            live.computed += n
-            if live.computed < live.req.prompt_len + live.generated:
-                continue  # a chunk of a longer prefill: no token sampled
-            live.generated += 1
-            if live.first_token_s is None:
-                live.first_token_s = end
-            else:
-                xrows.append(live.index)
-                xsteps.append(step)
-                xvals.append(end - live.last_token_s)
-            live.last_token_s = end
-            if live.generated >= live.out_len:
-                self._request_finished(live, end, step)
-                self.pool.free(reversed(live.blocks))
-                live.blocks = []
-                finished += 1
-        return finished
+    def _record_gap(self, live: _Live, step: int, gap_s: float) -> None:
+        """A gap of a request not kept in aggregate, with its step (``_gap_table`` orders them)."""
+        rows, steps, vals = self._xg
+        rows.append(live.index)
+        steps.append(step)
+        vals.append(gap_s)
 
     # -- result tables ---------------------------------------------------------------------------
     def _step_table(self) -> Columns:

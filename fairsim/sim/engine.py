@@ -525,6 +525,15 @@ class Engine:
         self._preempted.appendleft(live)
 
     def _finish_step(self, batch: list, step: int, start: float, end: float) -> None:
+        finished = self._finish_batch(batch, step, start, end)
+        if finished:
+            self._running = [r for r in self._running if r.finish_s is None]
+            if self.progress is not None:
+                self.progress(finished)
+
+    def _finish_batch(self, batch: list, step: int, start: float, end: float) -> int:
+        """Step ``step`` ran from ``start`` to ``end`` (s): advance each scheduled request, sample
+        the tokens due, finish requests; returns how many finished (still in ``_running``)."""
         finished = 0
         for live, n, _ in batch:
             if live.first_scheduled_s is None:
@@ -538,8 +547,7 @@ class Engine:
             if live.first_token_s is None:
                 live.first_token_s = end
             else:
-                self._gap_rows.append(live.index)
-                self._gap_s.append(end - live.last_token_s)
+                self._record_gap(live, step, end - live.last_token_s)
             live.last_token_s = end
             if live.generated >= live.out_len:
                 self._request_finished(live, end, step)
@@ -547,10 +555,12 @@ class Engine:
                 self.pool.free(reversed(live.blocks))
                 live.blocks = []
                 finished += 1
-        if finished:
-            self._running = [r for r in self._running if r.finish_s is None]
-            if self.progress is not None:
-                self.progress(finished)
+        return finished
+
+    def _record_gap(self, live: _Live, step: int, gap_s: float) -> None:
+        """An inter-token gap of ``live`` (s) ending at step ``step``'s end (colocated mode)."""
+        self._gap_rows.append(live.index)
+        self._gap_s.append(gap_s)
 
     def _request_finished(self, live: _Live, t: float, step: int) -> None:
         """``live`` produced its last token at ``t`` (s), in step ``step``: record it and release
