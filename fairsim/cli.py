@@ -158,9 +158,29 @@ def add_common(p: argparse.ArgumentParser) -> None:
 PLOTS_HELP = "folder for ttft_cdf.png, ttft_vs_arrival.png, queue_kv.png (fairsim/run_plots.py)"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``fairsim`` argument parser."""
-    parser = argparse.ArgumentParser(prog="fairsim", description=__doc__.splitlines()[0])
+#: Commands registered first; ``main`` builds a parser with only these when one of them is run.
+CORE_COMMANDS = ("run", "compare", "bench")
+
+
+class _CoreParseError(Exception):
+    """A parse error of the core-only parser: ``main`` parses again with the full one."""
+
+
+class _CoreParser(argparse.ArgumentParser):
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        raise _CoreParseError(message)
+
+
+def build_parser(full: bool = True) -> argparse.ArgumentParser:
+    """The ``fairsim`` argument parser.
+
+    Args:
+        full: Register every command. False: only ``CORE_COMMANDS``, without importing the other
+            commands' modules (start-up of ``fairsim run``, issue 13); a parse error then raises
+            ``_CoreParseError`` instead of exiting, so the caller can parse with the full parser.
+    """
+    cls = argparse.ArgumentParser if full else _CoreParser
+    parser = cls(prog="fairsim", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"fairsim {__version__}")
     parser.add_argument("--debug", action="store_true",
                         help="on an internal error, print the full traceback (give it before the command)")
@@ -187,6 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeat", type=int, default=1, help="runs per policy; the median is kept")
     bench.add_argument("--tile", type=int, default=1, metavar="N",
                        help="concatenate N time-shifted copies of the trace")
+    if not full:
+        return parser
     # Live vLLM commands (replay, equivalence, fidelity, hook-overhead) and calibrate; their
     # modules import vLLM only when a command runs.
     from calibration.cli import add_calibrate_command
@@ -373,9 +395,11 @@ def run_one(name: str, requests: list[Request], profile: Profile, config: Engine
             think_scale: float = 1.0) -> SimResult:
     """Simulate ``requests`` under policy ``name`` with a progress bar after 2 s (``replay`` and
     ``think_scale``: see ``fairsim.sim.Engine``)."""
+    policy = make_policy(name, profile, **params)
+    if not show_progress or not sys.stderr.isatty():  # tqdm(disable=None) would not draw either
+        return simulate(requests, policy, profile, config, replay=replay, think_scale=think_scale)
     from tqdm import tqdm
 
-    policy = make_policy(name, profile, **params)
     with tqdm(total=len(requests), desc=name, unit="req", delay=2.0, leave=False,
               disable=not show_progress or None) as bar:
         return simulate(requests, policy, profile, config, progress=bar.update, replay=replay,
@@ -595,8 +619,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         The exit status: 0 success, 1 internal error (a bug), 2 bad input or a missing optional
         package, 3 a refused calibration fit, 130 interrupted (Ctrl-C).
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    try:
+        if command not in CORE_COMMANDS:
+            raise _CoreParseError(command)
+        parser = build_parser(full=False)
+        args = parser.parse_args(argv)
+    except _CoreParseError:  # another command, or a mistake: the full parser says it
+        parser = build_parser()
+        args = parser.parse_args(argv)
     debug = bool(getattr(args, "debug", False))
 
     def fail(message: str, status: int) -> int:

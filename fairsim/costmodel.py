@@ -205,6 +205,25 @@ class Profile:
         )
         return t if t >= self.min_step_s else self.min_step_s
 
+    def step_times_colocated(self, new_tokens: Any, pair_sum: Any, num_requests: Any,
+                             decodes: Any, decode_ctx: Any) -> np.ndarray:
+        """``step_time_colocated`` of many steps at once (s, float64 array of the arguments' shape).
+
+        Arguments as ``step_time_colocated``, each a scalar or an array (broadcast). The same
+        IEEE operations in the same order, so each entry equals the scalar method's float
+        exactly (``tests/test_decode_fast.py`` checks it); keep the two in step. Used by the
+        colocated engine's decode loop (``fairsim.sim.decode_fast``).
+        """
+        t = (
+            self.a_s
+            + self.b_s_per_token * new_tokens
+            + self.k_s_per_pair * np.asarray(pair_sum, dtype=np.float64)
+            + self.d_s_per_request * num_requests
+            + self.f_s_per_decode * decodes
+            + self.e_s_per_decode_ctx_token * np.asarray(decode_ctx, dtype=np.float64)
+        )
+        return np.where(t >= self.min_step_s, t, self.min_step_s)
+
     def step_time(self, batch: Iterable[tuple[int, int]]) -> float:
         """Time of one engine step, in seconds.
 

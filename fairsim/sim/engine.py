@@ -78,6 +78,7 @@ class _Live:
         "num_cached_blocks", "cached_at_admission", "first_scheduled_s", "first_scheduled_step",
         "finish_s", "finish_step", "preemptions", "preempted", "snap", "released_s", "out_len",
         "generated", "first_token_s", "last_token_s", "discarded", "resume_cached", "index",
+        "dec_seq", "dec_step", "dec_c0", "dec_g0",
     )
 
     def __init__(self, req: Request, keys: tuple[Hashable, ...], block_size: int,
@@ -108,6 +109,12 @@ class _Live:
         self.discarded = 0  # computed tokens dropped by preemptions (recomputed later)
         self.resume_cached = 0  # prefix-hit tokens at re-admissions after a preemption
         self.index = 0  # row in the request table (set by the engine)
+        # Aggregated decode (``fairsim.sim.decode_fast``): while ``dec_seq`` is set, ``computed``
+        # and ``generated`` are ``dec_c0``/``dec_g0`` plus the steps run since step ``dec_step``.
+        self.dec_seq: int | None = None
+        self.dec_step = 0
+        self.dec_c0 = 0
+        self.dec_g0 = 0
 
 
 class Engine:
@@ -194,7 +201,7 @@ class Engine:
         self._inc = fast_path_of(policy) if fast_order else None
         self._in_inc: set[int] = set()  # id(live) of the waiting requests the fast path holds
         self._dirty: dict[int, _Live] = {}
-        self.env = simpy.Environment()
+        self.env = simpy.Environment(initial_time=0.0)  # float clock: start_s is float64 even for one step
 
     # -- the step loop ---------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -518,6 +525,15 @@ class Engine:
         self._preempted.appendleft(live)
 
     def _finish_step(self, batch: list, step: int, start: float, end: float) -> None:
+        finished = self._finish_batch(batch, step, start, end)
+        if finished:
+            self._running = [r for r in self._running if r.finish_s is None]
+            if self.progress is not None:
+                self.progress(finished)
+
+    def _finish_batch(self, batch: list, step: int, start: float, end: float) -> int:
+        """Step ``step`` ran from ``start`` to ``end`` (s): advance each scheduled request, sample
+        the tokens due, finish requests; returns how many finished (still in ``_running``)."""
         finished = 0
         for live, n, _ in batch:
             if live.first_scheduled_s is None:
@@ -531,8 +547,7 @@ class Engine:
             if live.first_token_s is None:
                 live.first_token_s = end
             else:
-                self._gap_rows.append(live.index)
-                self._gap_s.append(end - live.last_token_s)
+                self._record_gap(live, step, end - live.last_token_s)
             live.last_token_s = end
             if live.generated >= live.out_len:
                 self._request_finished(live, end, step)
@@ -540,10 +555,12 @@ class Engine:
                 self.pool.free(reversed(live.blocks))
                 live.blocks = []
                 finished += 1
-        if finished:
-            self._running = [r for r in self._running if r.finish_s is None]
-            if self.progress is not None:
-                self.progress(finished)
+        return finished
+
+    def _record_gap(self, live: _Live, step: int, gap_s: float) -> None:
+        """An inter-token gap of ``live`` (s) ending at step ``step``'s end (colocated mode)."""
+        self._gap_rows.append(live.index)
+        self._gap_s.append(gap_s)
 
     def _request_finished(self, live: _Live, t: float, step: int) -> None:
         """``live`` produced its last token at ``t`` (s), in step ``step``: record it and release
@@ -602,9 +619,12 @@ class Engine:
         import numpy as np
         import pandas as pd  # colocated mode only (start-up of prefill-only runs: issue 13)
 
+        # Grouped by request (its row), each request's gaps in token order.
+        rows = np.asarray(self._gap_rows, dtype=np.int64)
+        order = np.argsort(rows, kind="stable")
         return pd.DataFrame({
-            "request_row": np.asarray(self._gap_rows, dtype=np.int64),
-            "itl_s": np.asarray(self._gap_s, dtype=np.float64),
+            "request_row": rows[order],
+            "itl_s": np.asarray(self._gap_s, dtype=np.float64)[order],
         })
 
 
@@ -618,15 +638,23 @@ def simulate(
     replay: str | None = None,
     think_scale: float = 1.0,
     fast_order: bool = True,
+    fast_decode: bool = True,
 ) -> SimResult:
     """Replay ``requests`` through the engine under ``policy``; see ``Engine``.
+
+    ``fast_decode`` (colocated mode): keep running decodes in aggregate and run pure decode
+    steps in a tight loop (``fairsim.sim.decode_fast.DecodeFastEngine``; same tables as the
+    step-by-step ``Engine``, which ``fast_decode=False`` runs).
 
     Raises:
         PolicyError: An exception escaped the policy's ``order()``/``on_admitted()``
             (``fairsim.policies.failure``; the original is its ``__cause__``).
     """
-    engine = Engine(requests, policy, profile, config, progress, replay=replay,
-                    think_scale=think_scale, fast_order=fast_order)
+    cls = Engine
+    if fast_decode and config.mode == "colocated":
+        from fairsim.sim.decode_fast import DecodeFastEngine as cls
+    engine = cls(requests, policy, profile, config, progress, replay=replay,
+                 think_scale=think_scale, fast_order=fast_order)
     try:
         return engine.run()
     except (Exception, SystemExit) as exc:  # SystemExit: a policy's sys.exit() is its failure

@@ -78,7 +78,8 @@ class SimResult:
         wall_time_s: Wall-clock seconds the simulation took.
         token_gaps: Colocated mode only (else ``None``): one row per inter-token gap,
             ``request_row`` (row of ``requests``) and ``itl_s`` (seconds between two consecutive
-            tokens of that request, vLLM's inter-token latency).
+            tokens of that request, vLLM's inter-token latency); rows grouped by request in
+            ``request_row`` order, each request's gaps in token order.
 
     In colocated mode ``requests`` also has ``output_tokens``, ``e2e_s`` (finish minus arrival),
     ``tpot_s`` (vLLM's ``(e2e - ttft) / (output_tokens - 1)``, NaN for one token),

@@ -1,0 +1,473 @@
+"""Colocated engine with aggregated decodes: the same decisions and floats, far fewer Python steps.
+
+In colocated mode most steps are full of decoding requests, each taking one token. The reference
+loop (``fairsim.sim.engine.Engine``) touches every running request in every step (its chunk, its
+block growth, its sampled token, its inter-token gap) and yields one SimPy timeout per step.
+``DecodeFastEngine`` keeps the running *decoders* in aggregate instead (their count ``m`` and the
+sum of their context lengths) and touches a decoder only at its own events, kept in a heap keyed
+by ``(step, admission order)``:
+
+- it needs a new KV block (its context crosses a block boundary: ``computed % block_size == 0``),
+- a block of its becomes full and is cached (``(computed + 1) % block_size == 0``),
+- it samples its last token (``generated + 1 == output_len``) and finishes.
+
+A decoder's ``computed``/``generated`` are ``dec_c0``/``dec_g0`` plus the steps run since step
+``dec_step``; its inter-token gaps are kept as one segment of consecutive steps (each gap the
+difference of two consecutive step ends) and expanded into ``SimResult.token_gaps`` at the end.
+
+Per step, in vLLM's order (``Engine._schedule``): the policy's order is taken at the step's start
+where a waiting request could be admitted (the same calls as the reference, so stateful policies
+see the same sequence of calls); the decoders' due events run in admission order; the last
+running request, if it is not a decoder (a chunked prefill: every other running request is a
+decoder, since a prefill that does not finish in a step takes the rest of its budget), takes
+its chunk; then waiting requests are admitted (``Engine._admit_waiting``). When no waiting or
+preempted request exists, no request is prefilling and no decoder event or arrival is due, steps
+run in one tight loop without a SimPy event per step ("stretch"); ``now`` accumulates with the
+same float operation as the reference (``now + duration``).
+
+Where the aggregate would not be exact the step falls back to the reference: every decoder is
+written back to its explicit state and ``Engine._schedule`` runs the step. That happens when the
+decoders' block needs in a step exceed the free blocks (a preemption: vLLM preempts the newest
+running request, which may be any decoder), when ``m >= budget`` (decoders beyond the budget
+wait a step), or when more than the last running request is not a decoder.
+
+Exactness: a step's ``pair_sum`` is a sum of terms ``n * (ctx + n / 2)``, all multiples of 1/2 far
+below 2**52, so every partial sum is exact and the aggregate ``ctx_sum + m / 2`` equals the
+reference's sequential float sum bit for bit; the step time is the same
+``Profile.step_time_colocated`` call on the same arguments. ``tests/test_decode_fast.py`` runs
+both engines on traces with preemptions, long outputs and arrivals during decode and requires
+identical request, step and token-gap tables.
+"""
+
+from __future__ import annotations
+
+import heapq
+from array import array
+from itertools import repeat
+
+from fairsim import interrupt
+from fairsim.errors import EngineInvariantError
+from fairsim.sim.engine import Engine, _Live
+from fairsim.sim.result import Columns
+
+_STEP_COLUMNS = [
+    "step", "start_s", "duration_s", "tokens", "decode_tokens", "requests", "waiting", "running",
+    "kv_blocks_used", "kv_blocks_cached", "evictions", "preemptions",
+]
+
+
+def _batch_sums(batch: list, new_tokens: int, pair_sum: float, decodes: int,
+                decode_ctx: int) -> tuple[int, float, int, int]:
+    """The step-time arguments of ``batch`` (``[(request, new tokens, context tokens)]``) added to
+    the given sums, as ``Engine._loop`` adds them: tokens, ``n * (ctx + n / 2)`` pairs, and the
+    decodes (one generated token on top of the prompt) with their context."""
+    for live, n, ctx in batch:
+        new_tokens += n
+        pair_sum += n * (ctx + n / 2)
+        if n == 1 and ctx >= live.req.prompt_len:
+            decodes += 1
+            decode_ctx += ctx
+    return new_tokens, pair_sum, decodes, decode_ctx
+
+
+class DecodeFastEngine(Engine):
+    """``Engine`` in colocated mode with running decodes kept in aggregate (module docstring).
+
+    Same arguments, errors and results as ``Engine``; only for ``EngineConfig.mode ==
+    "colocated"`` (``simulate(..., fast_decode=True)`` picks it there).
+
+    Attributes:
+        stretched_steps: Steps run by the tight decode loop (no SimPy event, no policy call).
+        reference_steps: Steps that fell back to ``Engine._schedule`` (all decoders written back).
+
+    Raises:
+        ValueError: A prefill-only config (nothing decodes; use ``Engine``).
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if not self.colocated:
+            raise ValueError("DecodeFastEngine models colocated mode only; use Engine for prefill-only")
+        self._events: list[tuple[int, int, _Live]] = []  # (step, dec_seq, decoder)
+        self._seq = 0  # registration counter: admission order among decoders
+        self._m = 0  # registered decoders
+        self._ctx = 0  # sum of their computed tokens at the current step's start
+        # Step table columns (the step number is the row number): start and duration in seconds,
+        # then counts; typed arrays, so the table needs no per-value conversion at the end.
+        self._cols: list[array] = [array("d"), array("d")] + [array("q") for _ in _STEP_COLUMNS[3:]]
+        # Token gaps: explicit rows (request row, step, seconds) and decoder segments (request
+        # row, first step, last step), each step of a segment one gap between consecutive ends.
+        self._xg: tuple[list[int], list[int], list[float]] = ([], [], [])
+        self._sg: tuple[list[int], list[int], list[int]] = ([], [], [])
+        self._append = [col.append for col in self._cols]
+        self._budget = self.config.budget_tokens
+        self._max_seqs = self.config.max_num_seqs
+        self.stretched_steps = 0
+        self.reference_steps = 0
+
+    # -- the step loop ---------------------------------------------------------------------------
+    def _loop(self):
+        env = self.env
+        arrivals = self._arrivals
+        waiting, preempted_q = self._waiting, self._preempted
+        pool = self.pool
+        budget_tokens = self.config.budget_tokens
+        events = self._events
+        intr = interrupt
+        now = env.now
+        synced = now  # the SimPy clock follows ``now`` at idle waits and stretch ends
+        step = 0
+        while arrivals or waiting or preempted_q or self._running:
+            if intr.REQUESTED:  # a Ctrl-C swallowed by a finaliser still stops the run
+                raise KeyboardInterrupt
+            for released, _, live in arrivals.pop_due(now):
+                live.released_s = released
+                waiting[id(live)] = live
+                self._watch(live)
+            running = self._running
+            if not (waiting or preempted_q or running):
+                nxt = arrivals.next_time()
+                if nxt is None:
+                    raise EngineInvariantError(
+                        f"at {now:.6f} s closed-loop turns are held but no request is queued or running")
+                now = now + (nxt - now)  # the reference's env.now after timeout(nxt - now)
+                yield env.timeout(now - synced)
+                synced = now
+                continue
+            m = self._m
+            tail = len(running) - m
+            if m and m < budget_tokens and (
+                    tail == 0 or (tail == 1 and running[-1].dec_seq is None)):
+                while events and events[0][2].dec_seq != events[0][1]:
+                    heapq.heappop(events)  # stale: the decoder left or was written back
+                # Every decoder has a finish event, so the heap is never empty here.
+                due_step = events[0][0]
+                if due_step < step:
+                    raise EngineInvariantError(f"step {step}: a decoder event of step {due_step} was missed")
+                if tail == 0 and due_step != step and not waiting and not preempted_q:
+                    step, now = self._stretch(step, now, due_step)
+                    if now != synced:
+                        yield env.timeout(now - synced)
+                        synced = now
+                    continue
+                due = []
+                while events and events[0][0] == step:
+                    _, seq, live = heapq.heappop(events)
+                    if live.dec_seq == seq:
+                        due.append(live)
+                if not due or self._blocks_needed(due, step) <= pool.num_free:
+                    now = self._fast_step(step, now, due)
+                    step += 1
+                    continue
+            done = self._reference_step(step, now)
+            if done is None:
+                continue  # every running request preempted itself: vLLM schedules nothing
+            now = done
+            step += 1
+        if now != synced:
+            yield env.timeout(now - synced)
+
+    #: Stretches of at least this many steps are computed with numpy (below it, a Python loop
+    #: is cheaper than the array set-up); the floats are the same either way.
+    vector_min_steps = 48
+
+    def _stretch(self, step: int, now: float, stop: int) -> tuple[int, float]:
+        """Pure decode steps from ``step`` until step ``stop`` (the next decoder event) or an
+        arrival is due; returns the next step and its start time (s).
+
+        Step ``i`` of the stretch has ``ctx + i * m`` context tokens and lasts
+        ``step_time_colocated(m, ctx_i + m / 2, m, m, ctx_i)``; it starts at the previous start
+        plus the previous duration, the reference's ``env.now`` after each timeout. Long
+        stretches take those durations from ``Profile.step_times_colocated`` and the starts from
+        a sequential ``np.cumsum`` (the same float additions in the same order)."""
+        m = self._m
+        ctx = self._ctx
+        half = 0.5 * m
+        nxt = self._arrivals.next_time()
+        starts, durs = self._cols[0], self._cols[1]
+        intr = interrupt
+        k0 = step
+        chunk = 256
+        while step < stop and not intr.REQUESTED and (nxt is None or nxt > now):
+            left = stop - step
+            if left < self.vector_min_steps:
+                cost = self.profile.step_time_colocated
+                while step < stop:
+                    if nxt is not None and nxt <= now:
+                        break
+                    d = cost(m, ctx + half, m, m, ctx)
+                    starts.append(now)
+                    durs.append(d)
+                    now = now + d
+                    ctx += m
+                    step += 1
+                break
+            import numpy as np
+
+            k = min(left, chunk)
+            chunk *= 2
+            c = ctx + m * np.arange(k, dtype=np.int64)
+            d = self.profile.step_times_colocated(m, c + half, m, m, c)
+            acc = np.empty(k + 1, dtype=np.float64)
+            acc[0] = now
+            acc[1:] = d
+            np.cumsum(acc, out=acc)  # acc[i] = start of step i; sequential, as now + d
+            n = k if nxt is None else int(np.searchsorted(acc[:k], nxt, side="left"))
+            starts.frombytes(acc[:n].tobytes())
+            durs.frombytes(d[:n].tobytes())
+            now = float(acc[n])
+            ctx += m * n
+            step += n
+        count = step - k0
+        if count:
+            self.stretched_steps += count
+            self._ctx = ctx
+            pool = self.pool
+            cols = self._cols
+            for col, value in zip(cols[2:], (m, m, m, 0, m, pool.num_used, pool.num_cached, 0, 0)):
+                col.extend(repeat(value, count))
+        return step, now
+
+    def _blocks_needed(self, due: list[_Live], step: int) -> int:
+        """New blocks the due decoders take this step (each crossing a block boundary)."""
+        bs = self.block_size
+        need = 0
+        for live in due:
+            c = live.dec_c0 + step - live.dec_step
+            need += -(-(c + 1) // bs) - len(live.blocks)
+        return need
+
+    def _fast_step(self, step: int, now: float, due: list[_Live]) -> float:
+        """One step with the decoders in aggregate; returns its end (s)."""
+        pool = self.pool
+        bs = self.block_size
+        running = self._running
+        m = self._m
+        ctx = self._ctx
+        budget = self._budget - m
+        num_waiting = len(self._waiting) + len(self._preempted)
+        evictions0 = pool.num_evictions
+        tail = running[-1] if len(running) > m else None
+        remaining = m
+        if tail is not None:
+            remaining += tail.req.prompt_len + tail.generated - tail.computed
+        # Engine._schedule: the order at the step's start, where a waiting request could be admitted.
+        can_admit = remaining < self._budget and len(running) < self._max_seqs
+        ordered = self._order_waiting(now) if (can_admit or self._protect is not None) and self._waiting else []
+        if self._on_admitted is not None and can_admit:
+            for live in self._preempted:
+                live.snap = None
+                self._step_snaps[id(live)] = self._snapshot(live)
+        # Running requests in admission order: the due decoders' block growth and caching ...
+        for live in due:
+            c = live.dec_c0 + step - live.dec_step
+            end = c + 1
+            need = -(-end // bs) - len(live.blocks)
+            if need > 0:
+                live.blocks.extend(pool.allocate(need))  # _blocks_needed checked they are free
+            if end // bs > live.num_cached_blocks < len(live.keys):
+                self._cache_blocks(live, end)
+        # ... then the chunk of the last running request, if it prefills (it can preempt only
+        # itself: vLLM preempts from the end of the running list).
+        batch: list[tuple[_Live, int, int]] = []
+        preempted = 0
+        if tail is not None and budget > 0:
+            computed = tail.computed
+            n = tail.req.prompt_len + tail.generated - computed
+            if n > budget:
+                n = budget
+            end = computed + n
+            need = -(-end // bs) - len(tail.blocks)
+            if need > 0 and need > pool.num_free:
+                victim = running.pop()
+                if victim is not tail:
+                    raise EngineInvariantError(f"step {step}: the prefilling request is not the last running one")
+                self._preempt(victim)
+                preempted = 1
+            else:
+                if need > 0:
+                    tail.blocks.extend(pool.allocate(need))
+                if end // bs > tail.num_cached_blocks < len(tail.keys):
+                    self._cache_blocks(tail, end)
+                batch.append((tail, n, computed))
+                budget -= n
+        if not preempted and (self._waiting or self._preempted):
+            self._admit_waiting(now, budget, batch, ordered)
+        # ctx + m / 2 = the reference's sum of (ctx_i + 1/2) over the decoders, exactly (module docstring)
+        new_tokens, pair_sum, decodes, decode_ctx = _batch_sums(batch, m, ctx + 0.5 * m, m, ctx)
+        size = m + len(batch)
+        duration = self.profile.step_time_colocated(new_tokens, pair_sum, size, decodes, decode_ctx)
+        a = self._append
+        a[0](now)
+        a[1](duration)
+        a[2](new_tokens)
+        a[3](decodes)
+        a[4](size)
+        a[5](num_waiting)
+        a[6](len(running))
+        a[7](pool.num_used)
+        a[8](pool.num_cached)
+        a[9](pool.num_evictions - evictions0)
+        a[10](preempted)
+        end_s = now + duration
+        # Step end: every decoder samples a token; the due ones may finish (in admission order,
+        # before the batch's other requests, as Engine._finish_step frees them).
+        finished = 0
+        for live in due:
+            c = live.dec_c0 + step - live.dec_step
+            g = live.dec_g0 + step - live.dec_step + 1
+            if g >= live.out_len:
+                live.computed = c + 1
+                live.generated = g
+                live.last_token_s = end_s
+                self._close_segment(live, step)
+                self._m -= 1
+                ctx -= c  # the others' contexts grow by one below
+                self._request_finished(live, end_s, step)
+                self.pool.free(reversed(live.blocks))
+                live.blocks = []
+                finished += 1
+            else:
+                self._push_event(live, step + 1)
+        self._ctx = ctx + self._m
+        if batch:
+            finished += self._finish_batch(batch, step, now, end_s)
+        if finished:
+            self._running = [r for r in self._running if r.finish_s is None]
+            if self.progress is not None:
+                self.progress(finished)
+        for live, _, _ in batch:
+            if live.finish_s is None:
+                self._register(live, step + 1, end_s)
+        return end_s
+
+    def _reference_step(self, step: int, now: float) -> float | None:
+        """One step by ``Engine._schedule`` with every decoder written back; returns its end (s),
+        or None when it scheduled nothing (every running request preempted by its own growth)."""
+        self._write_back(step, now)
+        self.reference_steps += 1
+        num_waiting = len(self._waiting) + len(self._preempted)
+        pool = self.pool
+        evictions0 = pool.num_evictions
+        batch, preempted = self._schedule(now)
+        if not batch:
+            if not preempted:
+                raise EngineInvariantError(
+                    f"step {step} at {now:.6f} s scheduled nothing although {num_waiting} requests "
+                    f"wait and {len(self._running)} run")
+            return None
+        new_tokens, pair_sum, decodes, decode_ctx = _batch_sums(batch, 0, 0.0, 0, 0)
+        duration = self.profile.step_time_colocated(new_tokens, pair_sum, len(batch), decodes, decode_ctx)
+        for col, value in zip(self._cols, (now, duration, new_tokens, decodes, len(batch), num_waiting,
+                                           len(self._running), pool.num_used, pool.num_cached,
+                                           pool.num_evictions - evictions0, preempted)):
+            col.append(value)
+        end_s = now + duration
+        finished = self._finish_batch(batch, step, now, end_s)
+        if finished:
+            self._running = [r for r in self._running if r.finish_s is None]
+            if self.progress is not None:
+                self.progress(finished)
+        if len(self._running) < self._budget:  # else decoders beyond the budget wait: keep all explicit
+            for live in self._running:
+                self._register(live, step + 1, end_s)
+        return end_s
+
+    # -- decoders in aggregate -------------------------------------------------------------------
+    def _register(self, live: _Live, step: int, last_end: float) -> None:
+        """Keep ``live`` in aggregate from ``step`` on if it decodes: all its tokens but the one
+        sampled at ``last_end`` (the previous step's end) computed, its blocks as the events
+        predict."""
+        if live.dec_seq is not None or live.generated < 1 or live.last_token_s != last_end:
+            return
+        c = live.computed
+        if live.req.prompt_len + live.generated - c != 1:
+            return
+        bs = self.block_size
+        if len(live.blocks) != -(-c // bs) or live.num_cached_blocks != min(c // bs, len(live.keys)):
+            return
+        self._seq += 1
+        live.dec_seq = self._seq
+        live.dec_step = step
+        live.dec_c0 = c
+        live.dec_g0 = live.generated
+        self._m += 1
+        self._ctx += c
+        self._push_event(live, step)
+
+    def _push_event(self, live: _Live, step: int) -> None:
+        """Queue the decoder's first event at or after ``step`` (new block, full block, last token)."""
+        bs = self.block_size
+        c = live.dec_c0 + step - live.dec_step
+        g = live.dec_g0 + step - live.dec_step
+        k = step + min((-c) % bs, live.out_len - g - 1)
+        if live.num_cached_blocks < len(live.keys):
+            k = min(k, step + (-c - 1) % bs)
+        heapq.heappush(self._events, (k, live.dec_seq, live))
+
+    def _close_segment(self, live: _Live, last_step: int) -> None:
+        """Record the decoder's gaps of steps ``dec_step .. last_step`` and leave the aggregate."""
+        if last_step >= live.dec_step:
+            rows, first, last = self._sg
+            rows.append(live.index)
+            first.append(live.dec_step)
+            last.append(last_step)
+        live.dec_seq = None
+
+    def _write_back(self, step: int, now: float) -> None:
+        """Give every decoder its explicit state at the start of ``step`` (at ``now``, s)."""
+        if not self._m:
+            return
+        for live in self._running:
+            if live.dec_seq is None:
+                continue
+            k = step - live.dec_step
+            live.computed = live.dec_c0 + k
+            live.generated = live.dec_g0 + k
+            if k > 0:
+                live.last_token_s = now  # the end of step - 1, when it sampled its last token
+            self._close_segment(live, step - 1)
+        self._events.clear()
+        self._m = 0
+        self._ctx = 0
+
+    def _record_gap(self, live: _Live, step: int, gap_s: float) -> None:
+        """A gap of a request not kept in aggregate, with its step (``_gap_table`` orders them)."""
+        rows, steps, vals = self._xg
+        rows.append(live.index)
+        steps.append(step)
+        vals.append(gap_s)
+
+    # -- result tables ---------------------------------------------------------------------------
+    def _step_table(self) -> Columns:
+        import numpy as np
+
+        cols = self._cols
+        data = {"step": np.arange(len(cols[0]), dtype=np.int64)}
+        for name, col in zip(_STEP_COLUMNS[1:], cols):
+            data[name] = np.frombuffer(col, dtype=np.float64 if col.typecode == "d" else np.int64)
+        return Columns(data)
+
+    def _gap_table(self):
+        import numpy as np
+        import pandas as pd
+
+        starts = np.frombuffer(self._cols[0], dtype=np.float64)
+        ends = starts + np.frombuffer(self._cols[1], dtype=np.float64)  # the loop's now + duration
+        gap_at = np.full_like(ends, np.nan)  # a token at the end of step j after one at j - 1's
+        np.subtract(ends[1:], ends[:-1], out=gap_at[1:])
+        srow, sfirst, slast = (np.asarray(x, dtype=np.int64) for x in self._sg)
+        xrow, xstep, xval = self._xg
+        # Pieces (segments, then explicit rows) in (request row, first step) order; each piece
+        # is a run of consecutive steps.
+        prow = np.concatenate([srow, np.asarray(xrow, dtype=np.int64)])
+        pfirst = np.concatenate([sfirst, np.asarray(xstep, dtype=np.int64)])
+        plen = np.concatenate([slast - sfirst + 1, np.ones(len(xrow), dtype=np.int64)])
+        order = np.lexsort((pfirst, prow))
+        prow, pfirst, plen = prow[order], pfirst[order], plen[order]
+        at = np.cumsum(plen) - plen  # first output row of each piece
+        steps = np.arange(int(plen.sum()), dtype=np.int64) + np.repeat(pfirst - at, plen)
+        vals = gap_at[steps]
+        explicit = order >= len(srow)
+        vals[at[explicit]] = np.asarray(xval, dtype=np.float64)[order[explicit] - len(srow)]
+        return pd.DataFrame({"request_row": np.repeat(prow, plen), "itl_s": vals})

@@ -1,0 +1,68 @@
+"""Start-up of ``fairsim run``: only what the command uses is imported (issue 13).
+
+Each check runs a fresh interpreter (the test process has imported everything already) and
+reads ``sys.modules`` after ``fairsim.cli.main`` returned.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PROBE = """
+import io, json, sys, contextlib
+from fairsim.cli import main
+out, err = io.StringIO(), io.StringIO()
+with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    try:
+        status = main(sys.argv[1:])
+    except SystemExit as exc:
+        status = exc.code
+print(json.dumps({"status": status, "err": err.getvalue(), "out": out.getvalue(),
+                  "modules": sorted(sys.modules)}))
+"""
+
+
+def _probe(*argv: str) -> dict:
+    res = subprocess.run([sys.executable, "-c", PROBE, *argv], cwd=ROOT, capture_output=True,
+                         text=True, check=True, timeout=120)
+    return json.loads(res.stdout.splitlines()[-1])
+
+
+@pytest.fixture
+def one_request(tmp_path):
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps({"timestamp": 0, "input_length": 600, "output_length": 4,
+                                "hash_ids": [0]}) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("mode", ["prefill-only", "colocated"])
+def test_run_imports_only_what_it_uses(one_request, mode):
+    got = _probe("run", "--trace", str(one_request), "--mode", mode)
+    assert got["status"] == 0 and "fairway" in got["out"]
+    mods = set(got["modules"])
+    # Other commands' modules, the live hook, figures and the progress bar (not a terminal).
+    for name in ("calibration.cli", "fairsim.accept", "fairsim.live.cli", "fairsim.sweep",
+                 "fairsim.analysis.cli", "fairsim.convert", "vllm", "ray", "matplotlib", "tqdm"):
+        assert name not in mods, name
+    # Decode figures use pandas (the gap table; pandas itself loads pyarrow where installed).
+    assert ("pandas" in mods) == (mode == "colocated")
+
+
+def test_core_parser_errors_match_the_full_parser():
+    # A mistake before or inside a core command is reported by the full parser (same usage
+    # line and message as before the core-only parser existed).
+    for argv in (["--bogus", "run"], ["run", "--bogus"], ["nosuch"], []):
+        got = _probe(*argv)
+        assert got["status"] == 2
+        assert "{run,compare,bench," in got["err"] or "usage: fairsim run" in got["err"], argv
+    assert "unrecognized arguments: --bogus" in _probe("--bogus", "run")["err"]
+    other = _probe("sweep", "--help")
+    assert other["status"] == 0 and "sweep" in other["out"]
