@@ -67,6 +67,7 @@ class PolicyQueue(FCFSRequestQueue):
         self.tail: dict[Any, None] = {}
         self._source: Iterator[Any] | None = None
         self._changes: dict[Any, None] = {}
+        self._dropped: set[Any] = set()  # removed before the order reached them
         self.read: list[Any] = []
         self.read_s = 0.0
         self.on_error: Callable[[BaseException], None] = _reraise
@@ -107,6 +108,7 @@ class PolicyQueue(FCFSRequestQueue):
         self.tail = {}
         self.plain = plain
         self.read = []
+        self._dropped: set[Any] = set()
         self._source = source
         if source is None:
             self._drain()
@@ -132,32 +134,36 @@ class PolicyQueue(FCFSRequestQueue):
             return False
         t0 = time.perf_counter()
         try:
-            try:
-                r = next(src)
-            except StopIteration:
-                if plain:
-                    n = len(plain)
-                    missing = ", ".join(repr(getattr(x, "request_id", x)) for x in list(plain)[:3])
-                    more = f" and {n - 3} more" if n > 3 else ""
-                    self.on_error(PolicyContractError(
-                        f"policy {self.policy_name!r}: its order ended before {n} waiting requests "
-                        f"were placed: missing {missing}{more}"))
-                self._fallback()
-                return True
-            except Exception as exc:  # noqa: BLE001 - a policy bug must not stop serving
-                self.on_error(exc)
-                self._fallback()
-                return True
-            if r not in plain:
+            while True:
+                try:
+                    r = next(src)
+                except StopIteration:
+                    if plain:
+                        n = len(plain)
+                        missing = ", ".join(repr(getattr(x, "request_id", x)) for x in list(plain)[:3])
+                        more = f" and {n - 3} more" if n > 3 else ""
+                        self.on_error(PolicyContractError(
+                            f"policy {self.policy_name!r}: its order ended before {n} waiting requests "
+                            f"were placed: missing {missing}{more}"))
+                    self._fallback()
+                    return True
+                except Exception as exc:  # noqa: BLE001 - a policy bug must not stop serving
+                    self.on_error(exc)
+                    self._fallback()
+                    return True
+                if r in plain:
+                    del plain[r]
+                    _deque.append(self, r)
+                    self.read.append(r)
+                    return True
+                if r in self._dropped:  # removed (finished, aborted) since the order was made
+                    self._dropped.discard(r)
+                    continue
                 self.on_error(PolicyContractError(
-                    f"policy {self.policy_name!r}: its order gave {getattr(r, 'request_id', r)!r}, which is "
-                    f"not (or no longer) a waiting request it was given (duplicate or foreign)"))
+                    f"policy {self.policy_name!r}: its order gave {getattr(r, 'request_id', r)!r} "
+                    f"again (duplicate), or a request it was not given (foreign)"))
                 self._fallback()
                 return True
-            del plain[r]
-            _deque.append(self, r)
-            self.read.append(r)
-            return True
         finally:
             self.read_s += time.perf_counter() - t0
 
@@ -215,6 +221,7 @@ class PolicyQueue(FCFSRequestQueue):
         """
         if request in self.plain:
             del self.plain[request]
+            self._dropped.add(request)
         elif request in self.tail:
             del self.tail[request]
         else:
@@ -227,8 +234,11 @@ class PolicyQueue(FCFSRequestQueue):
         if not gone:
             return
         front = list(_deque.__iter__(self))
+        plain = self.plain
         for r in gone:
-            self.plain.pop(r, None)
+            if r in plain:
+                del plain[r]
+                self._dropped.add(r)
             self.tail.pop(r, None)
         if any(r in gone for r in front):
             _deque.clear(self)
