@@ -35,9 +35,22 @@ either, so its lookup works unchanged.
 What the hook changes: only the order of ``self.waiting`` before each ``schedule()``. Requests
 that are not plainly waiting (``PREEMPTED``, waiting for a grammar, remote KV or streaming input,
 or with computed tokens) keep their relative order at the front, where vLLM put them. The
-``kv_holding_waiting`` queue is left alone. If the policy raises or returns something that is not a
-permutation, the error is logged, vLLM's own order is kept for that step, and serving goes on;
-the queue is rebuilt only from a checked permutation, so no request is lost or duplicated.
+``kv_holding_waiting`` queue is left alone.
+
+How (issue 13): ``self.waiting`` is replaced at start-up by a ``fairsim.live.waiting.PolicyQueue``
+(a ``FCFSRequestQueue``), which vLLM's admission loop reads lazily in the policy's order: a step
+that admits ``k`` requests reads about ``k`` items of the policy's incremental order
+(``incremental_order()``, ``fairsim.policies.incremental``), and the hook re-examines only the
+requests that entered or left the queue, its front and those whose watched blocks changed
+(``fairsim.live.hitcache``), so its work per step follows what changed, not the queue length.
+A policy without ``incremental_order`` is ordered in full by ``order()`` each step.
+
+Errors: if ``order()`` raises or returns something that is not a permutation
+(``check_permutation``), the error is logged and the plainly waiting requests keep the order
+in which they joined the queue (vLLM's FCFS) for that step. The incremental order is checked as
+it is read: a duplicate, foreign or missing request, or an exception, is logged, the rest of
+the queue keeps that join order for the step, and the hook uses ``order()`` from then on. Serving
+goes on in every case, and no request is lost or duplicated.
 
 Policies that need more than an order (``skips_misfits``, ``admission_limit``, ``eviction_hook``)
 are refused at start-up with a ``ValueError``: vLLM's admission loop and block pool would not honour
@@ -137,8 +150,11 @@ class _PolicyMixin:
         fairsim_policy: The policy object.
         fairsim_clock: Zero-argument callable giving ``now`` in seconds on the clock of
             ``Request.arrival_time`` (default ``time.time``; the virtual-clock driver replaces it).
-        fairsim_reorder_s: Recent per-step reorder times, seconds (a bounded deque).
-        fairsim_policy_errors: Steps in which the policy failed and vLLM's order was kept.
+        fairsim_reorder_s: The hook's own time in each recent step with a waiting request,
+            seconds (a bounded deque): ordering, the lazy reads of the order inside vLLM's
+            ``schedule()``, and the admission feedback.
+        fairsim_policy_errors: Steps in which the policy failed (vLLM's FCFS order kept for
+            the rest of that step).
         fairsim_last_batch: ``[(request_id, new_tokens, context_tokens)]`` of the last step.
         fairsim_admissions: ``{request_id: (step, cached_tokens)}`` at first admission, the most
             recent ``ADMISSIONS_KEPT`` requests (bounded over an unbounded stream).
