@@ -361,6 +361,13 @@ class DLPMOrder:
     client has a deficit <= 0; the refill and the later passes then run as in the reference
     (O(clients) per refill), logging into the policy's ``Replay`` so ``DLPM.on_admitted``
     commits the same state.
+
+    A read that admitted nothing leaves the real state as it was, so the next read repeats it:
+    the first refill's result (deficits, log entries, heap) is kept and reused while no request
+    was added or removed and no admission was committed (``Replay.applied``), and the clients
+    the last read logged are re-sorted only after a commit. The live hook reads the order in
+    every step, also in steps that admit nothing (the head does not fit), where this turns the
+    O(clients) Python refill into C-level copies.
     """
 
     def __init__(self, policy: Any) -> None:
@@ -371,6 +378,10 @@ class DLPMOrder:
         self._logged: set[Hashable] = set()  # clients whose deficit the last order logged
         self._pos = SortedList()  # head LPM key of each waiting client with a deficit > 0
         self._pos_key: dict[Hashable, tuple] = {}
+        self._version = 0  # add/remove calls so far
+        self._applied = -1  # Replay.applied at the last iter_order
+        self._key: tuple[int, int] = (-1, -1)
+        self._refill: tuple | None = None  # (key, deficits, log entries, heap) of the first refill
 
     def __len__(self) -> int:
         return len(self.items)
@@ -378,6 +389,7 @@ class DLPMOrder:
     def add(self, q: QueuedRequest) -> None:
         rid = q.request_id
         key = _lpm_key(q)
+        self._version += 1
         old = self.items.get(rid)
         if old is not None:
             u = old[0]
@@ -398,6 +410,7 @@ class DLPMOrder:
 
     def remove(self, request_id: str) -> None:
         u, _, key = self.items.pop(request_id)
+        self._version += 1
         queue = self.queues[u]
         del queue[bisect_left(queue, key)]
         if not queue:
@@ -420,8 +433,13 @@ class DLPMOrder:
         for u in self.touched:
             if u not in queues:  # a client with no waiting request leaves (deficit reset)
                 deficit.pop(u, None)
-        for u in self.touched | self._logged:
+        applied = policy._replay.applied
+        # Real deficits change only by a commit: without one since the last read, only the
+        # clients whose queue changed need re-sorting.
+        for u in (self.touched | self._logged) if applied != self._applied else self.touched:
             self._refresh(u)
+        self._applied = applied
+        self._key = (self._version, applied)
         self.touched.clear()
         self._logged = set()
         if not self.items:
@@ -442,6 +460,7 @@ class DLPMOrder:
 
         source: Iterator[tuple] | None = iter(self._pos)  # pass 1: the persistent sorted heads
         heap: list[tuple] = []
+        state_key, first = self._key, True
         while left:
             nxt = next(source, None) if source is not None else None
             while True:  # one pass: merge of the clients with credit, in LPM order
@@ -468,11 +487,23 @@ class DLPMOrder:
             if not left:
                 return
             # Every backlogged client now has a deficit <= 0: refill (DLPM.order), next pass.
-            backlogged = [u for u, queue in queues.items() if head.get(u, 0) < len(queue)]
-            m = min(int(-dget(u) // q) + 1 for u in backlogged)
-            for u in backlogged:
-                d[u] = dget(u) + m * q
-                log(real, u, d[u])
-                logged.add(u)
-            heap = [(queues[u][head.get(u, 0)], u) for u in backlogged if d[u] > 0]
-            heapq.heapify(heap)
+            cached = self._refill if first else None
+            if cached is not None and cached[0] == state_key:
+                _, dvals, entries, heap0 = cached  # the same state as the last read's refill
+                d.update(dvals)
+                replay._changes.extend(entries)
+                logged.update(dvals)
+                heap = list(heap0)
+            else:
+                backlogged = [u for u, queue in queues.items() if head.get(u, 0) < len(queue)]
+                m = min(int(-dget(u) // q) + 1 for u in backlogged)
+                n0 = len(replay._changes)
+                for u in backlogged:
+                    d[u] = dget(u) + m * q
+                    log(real, u, d[u])
+                    logged.add(u)
+                heap = [(queues[u][head.get(u, 0)], u) for u in backlogged if d[u] > 0]
+                heapq.heapify(heap)
+                if first:
+                    self._refill = (state_key, {u: d[u] for u in backlogged}, replay._changes[n0:], list(heap))
+            first = False
