@@ -89,23 +89,33 @@ class HitCache:
         self._map = _Watched(self._pool.cached_block_hash_to_block, self._changed)
         self._pool.cached_block_hash_to_block = self._map
 
-    def refresh(self) -> None:
-        """Drop the hits whose watched hashes changed since the last call (call once per step)."""
+    def refresh(self) -> list[str] | None:
+        """Drop the hits whose watched hashes changed since the last call (call once per step).
+
+        Returns:
+            The ids of the requests whose hit was dropped (each once), or ``None`` when every
+            hit was dropped (the pool's hash map was replaced: ``reset_prefix_cache``). ``[]``
+            when not ``enabled``.
+        """
         if not self.enabled:
-            return
+            return []
         if self._pool.cached_block_hash_to_block is not self._map:  # reset_prefix_cache: new map
             self._wrap()
             self.clear()
-            return
+            return None
         if not self._changed:
-            return
+            return []
         watchers = self._watchers
+        dropped: list[str] = []
         for h in self._changed:
             rids = watchers.pop(h, None)
             if rids:
                 for rid in list(rids):
+                    if rid in self._hits:
+                        dropped.append(rid)
                     self.forget(rid)
         self._changed.clear()
+        return dropped
 
     def clear(self) -> None:
         """Forget every cached hit."""

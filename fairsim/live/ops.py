@@ -79,7 +79,8 @@ class HookCounters:
 
     Attributes:
         steps: ``schedule()`` calls.
-        reordered: Steps in which the policy changed vLLM's order of the waiting queue.
+        reordered: Steps in which vLLM read the plainly waiting requests in another order than
+            the one in which they joined the queue (the policy changed what vLLM considered).
         ordering_s: Seconds spent in the hook's reordering, in total.
     """
 

@@ -1,16 +1,22 @@
-"""Hook overhead: seconds the hook spends reordering per step, next to the engine's own step time.
+"""Hook overhead: seconds the hook spends per step, next to the engine's own step time.
 
 For each waiting-queue length ``N`` a live engine (tiny Llama, CPU) gets ``N`` queued requests
-(short prompts; a quarter share a prefix already in the cache, so ``h`` varies), then:
+(prompts of 256 tokens; a quarter share a 128-token prefix already in the cache, so ``h``
+varies), then:
 
-- ``reorder_s``: median wall time of ``PolicyScheduler.fairsim_reorder()`` over repeated calls
-  with all ``N`` waiting: snapshotting (a prefix-cache lookup only for requests whose watched
-  blocks changed, ``fairsim.live.hitcache``), ``policy.order()`` and rebuilding the queue;
-  exactly what the hook adds to a ``schedule()`` whose step changed no watched block.
-- ``reorder_cold_s``: the first call, which looks every request's hit up (as in a step where
-  every watched block changed); ``lookups_per_step``: mean lookups of the repeated calls.
-- ``step_s``: median wall time of ``LLMEngine.step()`` for the full-budget steps that follow
-  (schedule + model forward + output processing).
+- ``reorder_cold_s``: the first ``fairsim_reorder()`` and a read of the queue's head: every
+  request is new to the hook, every hit is looked up.
+- ``reorder_s``: median over repeated calls of ``fairsim_reorder()`` plus a read of the head, with
+  nothing changed in between (a step that admits nothing, e.g. the batch is full).
+- ``changed_s``: median over ``steps`` real engine steps of the hook's whole time in
+  ``schedule()`` (``PolicyScheduler.fairsim_reorder_s``: ordering, the lazy reads of the order
+  by vLLM's admission loop, the admission feedback). Before each step new requests arrive so
+  that ``N`` are waiting again, so in every such step the queue changed: requests were admitted,
+  finished and arrived, and the new prefills cached blocks. ``admitted_per_step``,
+  ``arrived_per_step`` and ``lookups_per_step`` (prefix-cache lookups, ``fairsim.live.hitcache``)
+  say how much.
+- ``step_s``: median wall time of ``LLMEngine.step()`` over the same steps (schedule + model
+  forward + output processing), for the share.
 
 A benchmark that prints figures, not a timed unit test.
 """
@@ -29,18 +35,21 @@ PREFIX_TOKENS = 128
 
 
 def measure_overhead(policies: list[str], sizes: list[int], profile: str | None = None,
-                     repeats: int = 20, steps: int = 5) -> list[dict[str, Any]]:
-    """Measure ``reorder_s`` and ``step_s`` (see the module docstring) per policy and size.
+                     repeats: int = 20, steps: int = 20) -> list[dict[str, Any]]:
+    """Measure the hook's time per step (module docstring) per policy and waiting-queue size.
 
     Returns:
         One dict per (policy, size): ``policy``, ``waiting``, ``reorder_s``, ``reorder_cold_s``,
-        ``step_s`` (seconds), ``lookups_per_step``.
+        ``changed_s``, ``step_s`` (seconds), ``admitted_per_step``, ``arrived_per_step``,
+        ``lookups_per_step``.
 
     Raises:
-        ValueError: A size < 1.
+        ValueError: A size < 1, or ``repeats``/``steps`` < 1.
     """
     if any(n < 1 for n in sizes):
         raise ValueError(f"sizes={sizes}: need >= 1 waiting request")
+    if repeats < 1 or steps < 1:
+        raise ValueError(f"repeats={repeats}, steps={steps}: need >= 1")
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
@@ -55,34 +64,48 @@ def measure_overhead(policies: list[str], sizes: list[int], profile: str | None 
             sched = live_scheduler(llm)
             llm.generate([TokensPrompt(prompt_token_ids=prefix + [5] * 8)], params, use_tqdm=False)
             for n in sizes:
+                made = 0
                 ids = []
-                for i in range(n):
-                    tail = block_tokens(f"{name}-{n}-{i}", PROMPT_TOKENS - PREFIX_TOKENS)
-                    head = prefix if i % 4 == 0 else block_tokens(f"{name}-{n}-{i}-h", PREFIX_TOKENS)
-                    ids.append(engine.add_request(f"{name}-{n}-{i}", TokensPrompt(prompt_token_ids=head + tail),
-                                       params, arrival_time=time.time() - 1e-3 * i))
+
+                def arrive(count: int) -> None:
+                    nonlocal made
+                    for _ in range(count):
+                        i = made
+                        made += 1
+                        tail = block_tokens(f"{name}-{n}-{i}", PROMPT_TOKENS - PREFIX_TOKENS)
+                        head = prefix if i % 4 == 0 else block_tokens(f"{name}-{n}-{i}-h", PREFIX_TOKENS)
+                        ids.append(engine.add_request(f"{name}-{n}-{i}", TokensPrompt(prompt_token_ids=head + tail),
+                                                      params, arrival_time=time.time() - 1e-3 * (n - i)))
+
+                arrive(n)
                 times = []
-                sched.fairsim_hits.clear()
-                lookups0 = None
-                for _ in range(repeats):
+                for _ in range(repeats + 1):
                     t0 = time.perf_counter()
                     sched.fairsim_reorder()
+                    sched.waiting.peek_request()
                     times.append(time.perf_counter() - t0)
-                    if lookups0 is None:
-                        lookups0 = sched.fairsim_hits.lookups
-                step_times = []
-                while engine.has_unfinished_requests() and len(step_times) < steps:
+                lookups0 = sched.fairsim_hits.lookups
+                k0 = len(sched.fairsim_reorder_s)
+                step_times, admitted, arrived = [], 0, 0
+                for _ in range(steps):
+                    if len(sched.waiting) < n:
+                        arrived += n - len(sched.waiting)
+                        arrive(n - len(sched.waiting))
                     t0 = time.perf_counter()
                     engine.step()
                     step_times.append(time.perf_counter() - t0)
+                    admitted += sum(1 for rid, _, ctx in sched.fairsim_last_batch if rid in sched.fairsim_admissions
+                                    and sched.fairsim_admissions[rid][0] == sched.fairsim_step - 1)
+                hook = list(sched.fairsim_reorder_s)[k0:]
+                lookups = sched.fairsim_hits.lookups - lookups0
                 engine.abort_request(ids, internal=True)  # the rest is not needed for the figures
                 while engine.has_unfinished_requests():
                     engine.step()
-                warm = times[1:] or times
-                rows.append({"policy": name, "waiting": n, "reorder_s": statistics.median(warm),
-                             "reorder_cold_s": times[0],
-                             "lookups_per_step": (sched.fairsim_hits.lookups - lookups0) / max(1, len(times) - 1),
-                             "step_s": statistics.median(step_times)})
+                rows.append({"policy": name, "waiting": n, "reorder_s": statistics.median(times[1:]),
+                             "reorder_cold_s": times[0], "changed_s": statistics.median(hook),
+                             "step_s": statistics.median(step_times),
+                             "admitted_per_step": admitted / steps, "arrived_per_step": arrived / steps,
+                             "lookups_per_step": lookups / steps})
         finally:
             # Drop every reference before the next engine is built: a late teardown of this one
             # would destroy the process-wide parallel state the next engine uses.

@@ -35,9 +35,22 @@ either, so its lookup works unchanged.
 What the hook changes: only the order of ``self.waiting`` before each ``schedule()``. Requests
 that are not plainly waiting (``PREEMPTED``, waiting for a grammar, remote KV or streaming input,
 or with computed tokens) keep their relative order at the front, where vLLM put them. The
-``kv_holding_waiting`` queue is left alone. If the policy raises or returns something that is not a
-permutation, the error is logged, vLLM's own order is kept for that step, and serving goes on;
-the queue is rebuilt only from a checked permutation, so no request is lost or duplicated.
+``kv_holding_waiting`` queue is left alone.
+
+How (issue 13): ``self.waiting`` is replaced at start-up by a ``fairsim.live.waiting.PolicyQueue``
+(a ``FCFSRequestQueue``), which vLLM's admission loop reads lazily in the policy's order: a step
+that admits ``k`` requests reads about ``k`` items of the policy's incremental order
+(``incremental_order()``, ``fairsim.policies.incremental``), and the hook re-examines only the
+requests that entered or left the queue, its front and those whose watched blocks changed
+(``fairsim.live.hitcache``), so its work per step follows what changed, not the queue length.
+A policy without ``incremental_order`` is ordered in full by ``order()`` each step.
+
+Errors: if ``order()`` raises or returns something that is not a permutation
+(``check_permutation``), the error is logged and the plainly waiting requests keep the order
+in which they joined the queue (vLLM's FCFS) for that step. The incremental order is checked as
+it is read: a duplicate, foreign or missing request, or an exception, is logged, the rest of
+the queue keeps that join order for the step, and the hook uses ``order()`` from then on. Serving
+goes on in every case, and no request is lost or duplicated.
 
 Policies that need more than an order (``skips_misfits``, ``admission_limit``, ``eviction_hook``)
 are refused at start-up with a ``ValueError``: vLLM's admission loop and block pool would not honour
@@ -61,6 +74,7 @@ from vllm.v1.request import RequestStatus
 from fairsim.costmodel import DEFAULT_PROFILE, load_profile
 from fairsim.errors import PolicyContractError
 from fairsim.live.ops import ADMISSIONS_KEPT, BoundedDict, HookCounters, RateLimitFilter, profile_mismatch
+from fairsim.live.waiting import PolicyQueue
 from fairsim.policies import make_policy
 from fairsim.policies.base import check_permutation
 from fairsim.policies.clients import client_of_vllm
@@ -136,8 +150,11 @@ class _PolicyMixin:
         fairsim_policy: The policy object.
         fairsim_clock: Zero-argument callable giving ``now`` in seconds on the clock of
             ``Request.arrival_time`` (default ``time.time``; the virtual-clock driver replaces it).
-        fairsim_reorder_s: Recent per-step reorder times, seconds (a bounded deque).
-        fairsim_policy_errors: Steps in which the policy failed and vLLM's order was kept.
+        fairsim_reorder_s: The hook's own time in each recent step with a waiting request,
+            seconds (a bounded deque): ordering, the lazy reads of the order inside vLLM's
+            ``schedule()``, and the admission feedback.
+        fairsim_policy_errors: Steps in which the policy failed (vLLM's FCFS order kept for
+            the rest of that step).
         fairsim_last_batch: ``[(request_id, new_tokens, context_tokens)]`` of the last step.
         fairsim_admissions: ``{request_id: (step, cached_tokens)}`` at first admission, the most
             recent ``ADMISSIONS_KEPT`` requests (bounded over an unbounded stream).
@@ -172,16 +189,15 @@ class _PolicyMixin:
             logger.warning(warning)
         self.fairsim_step = 0
         self._fairsim_on_admitted = getattr(self.fairsim_policy, "on_admitted", None)
-        self._fairsim_fast_path()
         # Hits of plainly waiting requests, refreshed only when their blocks change (issue 13);
         # a policy with uses_prefix_hits = False (FCFS) gets h = 0 and no lookup at all.
         from fairsim.live.hitcache import HitCache
 
         self.fairsim_hits = HitCache(self.kv_cache_manager)
-        # Snapshots of plainly waiting requests, reused while their hit is unchanged.
-        self._fairsim_snap_cache: dict[str, QueuedRequest] = {}
-        self._fairsim_snapshots: dict[str, QueuedRequest] = {}
-        self._fairsim_head_snapshots: dict[str, QueuedRequest] = {}
+        # vLLM's waiting queue, replaced (still empty) by one read lazily in the policy's order
+        # that records which requests entered or left it (fairsim.live.waiting).
+        self.waiting = PolicyQueue(waiting)
+        self._fairsim_fast_path()
         self._fairsim_now = 0.0
         self.fairsim_recorder = None
         if settings.get("record"):
@@ -202,7 +218,6 @@ class _PolicyMixin:
         self._fairsim_on_admitted = getattr(self.fairsim_policy, "on_admitted", None)
         self._fairsim_fast_path()
         self.fairsim_hits.clear()
-        self._fairsim_snap_cache = {}
         self.fairsim_admissions.clear()
         self.fairsim_reorder_s.clear()
         self.fairsim_policy_errors = 0
@@ -212,12 +227,13 @@ class _PolicyMixin:
             self.fairsim_recorder.restart()
 
     def _fairsim_fast_path(self) -> None:
-        """The policy's incremental order (``fairsim.policies.incremental``), or ``None``.
+        """Start ordering with a new policy object: its incremental order (or ``None``) and the
+        hook's state, rebuilt from a full read of the queue at the next reorder.
 
-        Fed like the simulator's: ``add`` for a new or changed snapshot (new ones in arrival
-        order), ``remove`` for a request no longer plainly waiting, one full read per step, which
-        ``check_permutation`` checks as it checks ``order()``. Its order equals ``order()``'s
-        (``tests/test_fast_order.py``), at a lower cost per step for the sorted-key policies.
+        The incremental order (``fairsim.policies.incremental``) is fed like the simulator's:
+        ``add`` for a new or changed snapshot (new ones in arrival order), ``remove`` for a
+        request no longer plainly waiting, one lazy read per step, checked as it is read
+        (``fairsim.live.waiting``). Its order equals ``order()``'s (``tests/test_fast_order.py``).
         """
         from fairsim.policies.incremental import fast_path_of
 
@@ -230,46 +246,37 @@ class _PolicyMixin:
         defined = next((k for k in mro if "order" in k.__dict__), None)
         self._fairsim_clock_free = (getattr(policy, "clock_free_order", False) is True and owner is not None
                                     and defined is not None and issubclass(owner, defined))
-        self._fairsim_inc_held: dict[str, QueuedRequest] = {}
+        # request_id -> snapshot of every plainly waiting request (join order), what the policy
+        # (and its incremental order) holds; the same requests as an ordered set of handles.
+        self._fairsim_snapshots: dict[str, QueuedRequest] = {}
+        self._fairsim_plain: dict[Any, None] = {}
+        self._fairsim_head_snapshots: dict[str, QueuedRequest] = {}
+        self._fairsim_rebuild = True
 
-    def _fairsim_order(self, snaps: list[QueuedRequest], now: float) -> Any:
-        """The policy's order of ``snaps``: its incremental order when it has one, else ``order()``."""
-        if self._fairsim_inc_of is not self.fairsim_policy:  # a driver swapped the policy object
-            self._fairsim_fast_path()
+    def _fairsim_order_error(self, exc: BaseException) -> None:
+        """The lazily read order failed inside ``schedule()``: log, count, order() from now on
+        (the queue keeps FCFS for the rest of this step, ``fairsim.live.waiting``)."""
+        self.fairsim_policy_errors += 1
+        self._fairsim_inc = None
+        if isinstance(exc, PolicyContractError):
+            logger.error("fairsim: %s; the rest of the queue keeps vLLM's order for this step", exc)
+        else:
+            logger.error("fairsim: policy %r failed; the rest of the queue keeps vLLM's order for this step",
+                         getattr(self.fairsim_policy, "name", "?"), exc_info=exc)
+
+    def _fairsim_order_list(self, snaps: list[QueuedRequest], now: float) -> Any:
+        """``order(snaps, now)``, or the last order when the policy is clock-free and nothing
+        changed since (``clock_free_order``, ``fairsim/policies/base.py``)."""
         last = self._fairsim_last_order
         self._fairsim_last_order = None
         if (last is not None and self._fairsim_clock_free and len(last) == len(snaps)
-                and all(map(operator.is_, snaps, last))):
-            # Nothing changed since the last order, and the policy declares its order clock-free.
+                and set(map(id, last)) == set(map(id, snaps))):
             self._fairsim_last_order = last
             return last
-        out = self._fairsim_order_new(snaps, now)
+        out = self.fairsim_policy.order(snaps, now)
         if self._fairsim_clock_free:
             out = self._fairsim_last_order = list(out)
         return out
-
-    def _fairsim_order_new(self, snaps: list[QueuedRequest], now: float) -> Any:
-        inc = self._fairsim_inc
-        if inc is None:
-            return self.fairsim_policy.order(snaps, now)
-        held, current = self._fairsim_inc_held, self._fairsim_snapshots
-        try:
-            if len(held) != len(current) or held.keys() != current.keys():
-                for rid in held.keys() - current.keys():
-                    inc.remove(rid)
-                    del held[rid]
-            new = [q for q in snaps if held.get(q.request_id) is not q]
-            if new:
-                new.sort(key=lambda q: (q.arrival_time, q.request_id))
-                for q in new:
-                    inc.add(q)
-                    held[q.request_id] = q
-            return list(inc.iter_order(now))
-        except Exception:
-            # Its state is no longer known to match the queue: order() from now on.
-            self._fairsim_inc = None
-            self._fairsim_inc_held = {}
-            raise
 
     # -- recording (``"record": PATH``) ----------------------------------------------------------
     def add_request(self, request: Any) -> None:
@@ -319,95 +326,160 @@ class _PolicyMixin:
         else:
             h = self.fairsim_cached_tokens(request)
         computed = request.num_computed_tokens
-        if plain:
-            q = self._fairsim_snap_cache.get(request.request_id)
-            if (q is not None and q.cached_len == h and q.handle is request and computed == 0
-                    and q.arrival_time == request.arrival_time):
-                return q
         L = request.num_prompt_tokens
-        q = QueuedRequest(request.request_id, request.arrival_time, L, h,
-                          max(1, L - h - computed), computed, request,
-                          client=client_of_vllm(request))
-        if plain:
-            self._fairsim_snap_cache[request.request_id] = q
-        return q
+        return QueuedRequest(request.request_id, request.arrival_time, L, h,
+                             max(1, L - h - computed), computed, request,
+                             client=client_of_vllm(request))
 
     # -- the hook --------------------------------------------------------------------------------
-    def fairsim_reorder(self) -> None:
-        """Reorder ``self.waiting`` in place by the policy (see the module docstring)."""
-        waiting = self.waiting
-        self._fairsim_snapshots = {}
-        self._fairsim_head_snapshots: dict[str, QueuedRequest] = {}
-        if not waiting:
-            return
+    def fairsim_reorder(self) -> float:
+        """Order ``self.waiting`` by the policy (module docstring); returns the seconds it took.
+
+        Work per step is proportional to what changed, not to the queue: the requests that
+        entered or left the queue (``PolicyQueue.take_changes``), its materialised front (the
+        requests at the front, the ones read but not admitted last step, the new ones) and the
+        requests whose watched blocks changed (``HitCache.refresh``) are re-examined; everything
+        else keeps its snapshot. The queue then reads the policy's order lazily as vLLM's
+        admission loop consumes it. A full read of the queue happens only after a new policy
+        object, ``reset_prefix_cache``, or every step where hits cannot be cached
+        (``HitCache.enabled`` False and the policy reads hits).
+        """
         t0 = time.perf_counter()
-        head: list[Any] = []
-        plain: list[Any] = []
+        waiting = self.waiting
+        if not isinstance(waiting, PolicyQueue):  # replaced from outside: adopt its order
+            waiting = self.waiting = PolicyQueue(list(waiting))
+            self._fairsim_rebuild = True
+        if self._fairsim_inc_of is not self.fairsim_policy:  # a driver swapped the policy object
+            self._fairsim_on_admitted = getattr(self.fairsim_policy, "on_admitted", None)
+            self._fairsim_fast_path()
+        held, plain_set = self._fairsim_snapshots, self._fairsim_plain
+        inc = self._fairsim_inc
         hits = self.fairsim_hits
-        hits.refresh()
-        # A snapshot is reused while its request and hit are unchanged (the common case): the
-        # check of _fairsim_snapshot, inlined, as it runs for every waiting request every step.
-        cache = self._fairsim_snap_cache
         uses_hits = getattr(self.fairsim_policy, "uses_prefix_hits", True)
-        known = hits.known if hits.enabled and uses_hits else None
-        snaps = []
-        by_id: dict[str, QueuedRequest] = {}
+        dropped = hits.refresh()
+        changes = waiting.take_changes()
+        if self._fairsim_rebuild:
+            self._fairsim_rebuild = False
+            for q in held.values():
+                hits.forget(q.request_id)
+            held.clear()
+            plain_set.clear()
+            examine = waiting.front() + list(waiting.plain)
+            changes = []
+            refresh = ()
+        else:
+            examine = waiting.front()
+            if uses_hits and not hits.enabled:
+                refresh = list(held)  # no cached hits: every request looked up every step
+            elif dropped is None:
+                refresh = list(held)  # reset_prefix_cache: every hit anew
+            else:
+                refresh = dropped if uses_hits else ()
         WAITING = RequestStatus.WAITING
-        for r in waiting:
+        heads: list[Any] = []
+        new: list[Any] = []
+        removed: list[str] = []
+        for r in examine:
+            rid = r.request_id
+            q = held.get(rid)
             # Preempted and blocked requests stay at the front in vLLM's order.
             if r.status != WAITING or r.num_computed_tokens != 0:
-                head.append(r)
+                heads.append(r)
+                if q is not None and q.handle is r:
+                    removed.append(rid)
+            elif q is None or q.handle is not r:
+                if q is not None:
+                    removed.append(rid)  # same id, another request object
+                new.append(r)
+            elif q.arrival_time != r.arrival_time or q.prompt_len != r.num_prompt_tokens:
+                removed.append(rid)  # changed in place (a streaming update): a new snapshot
+                new.append(r)
+        for r in changes:
+            q = held.get(r.request_id)
+            if q is not None and q.handle is r and not waiting.contains(r):
+                removed.append(r.request_id)
+        for rid in removed:
+            q = held.pop(rid, None)
+            if q is None:
                 continue
-            plain.append(r)
-            rid = r.request_id
-            q = cache.get(rid)
-            if q is None or q.handle is not r or q.arrival_time != r.arrival_time or (
-                    q.cached_len != 0 if not uses_hits else known is None or known.get(rid) != q.cached_len):
-                q = self._fairsim_snapshot(r, True)
-            snaps.append(q)
-            by_id[rid] = q
-        self._fairsim_snapshots = by_id
-        if len(hits) > len(snaps):  # some cached hits belong to requests no longer waiting
-            hits.keep_only(set(self._fairsim_snapshots))
-        if len(self._fairsim_snap_cache) > len(snaps):
-            self._fairsim_snap_cache = dict(self._fairsim_snapshots)
+            plain_set.pop(q.handle, None)
+            hits.forget(rid)
+            if inc is not None:
+                inc.remove(rid)
+        try:
+            for rid in refresh:
+                old = held.get(rid)
+                if old is None:
+                    continue
+                q = self._fairsim_snapshot(old.handle, True)
+                if q.cached_len != old.cached_len:
+                    held[rid] = q
+                    if inc is not None:
+                        inc.add(q)
+            if new:
+                snaps_new = [self._fairsim_snapshot(r, True) for r in new]
+                snaps_new.sort(key=lambda q: (q.arrival_time, q.request_id))
+                for q in snaps_new:
+                    held[q.request_id] = q
+                    plain_set[q.handle] = None
+                    if inc is not None:
+                        inc.add(q)
+        except Exception:
+            # The incremental order no longer matches the queue: order() from now on.
+            if inc is not None:
+                self._fairsim_inc = inc = None
+                self.fairsim_policy_errors += 1
+                logger.exception("fairsim: the policy's incremental order failed; using order() from now on")
+            else:
+                raise
         now = self._fairsim_now = self.fairsim_clock()
-        if self._fairsim_on_admitted is not None:
+        self._fairsim_head_snapshots = {}
+        if self._fairsim_on_admitted is not None and heads:
             # Start-of-step snapshots of the front (preempted) requests too: on_admitted gets
             # them if they are re-admitted this step (policy contract, fairsim/policies/base.py).
-            self._fairsim_head_snapshots = {r.request_id: self._fairsim_snapshot(r) for r in head}
-        if not plain:
-            self.fairsim_reorder_s.append(time.perf_counter() - t0)
-            return
+            self._fairsim_head_snapshots = {r.request_id: self._fairsim_snapshot(r) for r in heads}
+        waiting.policy_name = name = getattr(self.fairsim_policy, "name", type(self.fairsim_policy).__name__)
+        waiting.on_error = self._fairsim_order_error
+        if not held:
+            waiting.set_order(heads, {}, None)
+            return time.perf_counter() - t0
         # order() is called whenever a request is plainly waiting, even one (policy contract).
-        name = getattr(self.fairsim_policy, "name", type(self.fairsim_policy).__name__)
+        if inc is not None:
+            try:
+                source = _handles(inc.iter_order(now), held, name)
+            except Exception as exc:  # noqa: BLE001 - a policy bug must not stop serving
+                self._fairsim_order_error(exc)
+                waiting.set_order(heads, plain_set.copy(), None)
+                return time.perf_counter() - t0
+            waiting.set_order(heads, plain_set.copy(), source)
+            return time.perf_counter() - t0
+        snaps = list(held.values())
         try:
-            ordered = check_permutation(snaps, self._fairsim_order(snaps, now), name)
-            new_plain = list(map(_HANDLE, ordered))
+            ordered = check_permutation(snaps, self._fairsim_order_list(snaps, now), name)
         except PolicyContractError as exc:  # same message as the simulator's, no traceback
             self.fairsim_policy_errors += 1
+            self._fairsim_last_order = None
             logger.error("fairsim: %s; keeping vLLM's order for this step", exc)
-            self.fairsim_reorder_s.append(time.perf_counter() - t0)
-            return
+            waiting.set_order(heads, plain_set.copy(), None)
+            return time.perf_counter() - t0
         except Exception:  # noqa: BLE001 - a policy bug must not stop serving
             self.fairsim_policy_errors += 1
-            logger.exception("fairsim: policy %r failed; keeping vLLM's order for this step",
-                             getattr(self.fairsim_policy, "name", "?"))
-            self.fairsim_reorder_s.append(time.perf_counter() - t0)
-            return
-        waiting.clear()
-        waiting.extend(head)
-        waiting.extend(new_plain)
-        self.fairsim_reorder_s.append(time.perf_counter() - t0)
+            self._fairsim_last_order = None
+            logger.exception("fairsim: policy %r failed; keeping vLLM's order for this step", name)
+            waiting.set_order(heads, plain_set.copy(), None)
+            return time.perf_counter() - t0
+        waiting.set_order(heads, plain_set.copy(), iter(list(map(_HANDLE, ordered))))
+        return time.perf_counter() - t0
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         """Reorder the waiting queue, then run vLLM's own ``schedule()``."""
-        before = [id(r) for r in self.waiting]
         errors = self.fairsim_policy_errors
-        self.fairsim_reorder()
-        self.fairsim_counters.step(before != [id(r) for r in self.waiting],
-                                   self.fairsim_reorder_s[-1] if before else 0.0, errors)
+        had_waiting = bool(self.waiting)
+        spent = self.fairsim_reorder()
+        waiting = self.waiting
+        waiting.take_read_s()
         out = super().schedule(*args, **kwargs)
+        t0 = time.perf_counter()
         step = self.fairsim_step
         self.fairsim_step += 1
         batch = []
@@ -436,7 +508,24 @@ class _PolicyMixin:
             except Exception:  # noqa: BLE001
                 self.fairsim_policy_errors += 1
                 logger.exception("fairsim: policy on_admitted() failed; continuing")
+        # Reordered: vLLM read the plainly waiting requests in another order than they joined.
+        reordered = any(map(operator.is_not, waiting.read, self._fairsim_plain))
+        spent += waiting.take_read_s() + (time.perf_counter() - t0)
+        if had_waiting:
+            self.fairsim_reorder_s.append(spent)
+        self.fairsim_counters.step(reordered, spent if had_waiting else 0.0, errors)
         return out
+
+
+def _handles(order: Any, held: dict[str, QueuedRequest], name: str) -> Any:
+    """The handles (vLLM requests) of the snapshots ``order`` yields, each checked to be one of
+    the snapshots given this step (``held``), as ``check_permutation`` checks a full order."""
+    for q in order:
+        if held.get(q.request_id) is not q:
+            raise PolicyContractError(
+                f"policy {name!r}: its order gave {getattr(q, 'request_id', q)!r}, which is not one "
+                f"of the snapshots it was given (foreign)")
+        yield q.handle
 
 
 class PolicyScheduler(_PolicyMixin, Scheduler):

@@ -35,6 +35,9 @@ class Replay:
         self._changes: list[tuple[dict, Hashable, Any]] = []
         self._marks: list[int] = []
         self.ids: list[str] = []
+        #: Number of ``commit(k)`` calls with ``k > 0`` so far: the real state changed (a fast
+        #: path's caches of scratch results are valid while it stays the same).
+        self.applied = 0
 
     def log(self, target: dict, key: Hashable, value: Any) -> None:
         """Record ``target[key] = value`` (performed only by ``commit``)."""
@@ -60,6 +63,7 @@ class Replay:
         if k > 0:
             for target, key, value in self._changes[: self._marks[k - 1]]:
                 target[key] = value
+            self.applied += 1
         self._changes.clear()
         self._marks.clear()
         self.ids.clear()

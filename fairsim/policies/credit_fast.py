@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from bisect import bisect_left, insort
 from collections.abc import Hashable, Iterator
 from typing import Any
 
@@ -32,11 +33,13 @@ class ClassQueues:
     """Waiting snapshots grouped by class (``client_key``), each class in ``arrival_key`` order.
 
     ``touched`` collects the classes whose membership changed (a request joined or left) since
-    the owner last cleared it. ``add``/``remove`` O(log n).
+    the owner last cleared it. Each class is a plain sorted list (``bisect``): most classes hold
+    a few requests, where a list is several times cheaper to build, index and update than a
+    ``SortedList``; ``add``/``remove`` O(log n) comparisons plus a C ``memmove`` of the class.
     """
 
     def __init__(self) -> None:
-        self.queues: dict[Hashable, SortedList] = {}  # class -> SortedList of (arrival, rid)
+        self.queues: dict[Hashable, list] = {}  # class -> sorted list of (arrival, rid)
         self.items: dict[str, tuple[Hashable, QueuedRequest]] = {}
         self.touched: set[Hashable] = set()
 
@@ -53,14 +56,15 @@ class ClassQueues:
         self.items[rid] = (u, q)
         queue = self.queues.get(u)
         if queue is None:
-            queue = self.queues[u] = SortedList()
-        queue.add((q.arrival_time, rid))
+            self.queues[u] = [(q.arrival_time, rid)]
+        else:
+            insort(queue, (q.arrival_time, rid))
         self.touched.add(u)
 
     def remove(self, request_id: str) -> None:
         u, q = self.items.pop(request_id)
         queue = self.queues[u]
-        queue.remove((q.arrival_time, request_id))
+        del queue[bisect_left(queue, (q.arrival_time, request_id))]
         if not queue:
             del self.queues[u]
         self.touched.add(u)
@@ -234,29 +238,20 @@ class DRROrder(ClassQueues):
     def _visits(self) -> Iterator[QueuedRequest]:
         policy = self.policy
         replay = policy._replay
-        # Replay.log / Replay.placed inlined (seven log entries per placement; the hot loop).
+        # Replay.log / Replay.placed inlined, and the scratch lookups (next class, head charge,
+        # deficit) too: this loop runs for every visit, served or idle, of every step.
         changes, marks, ids = replay._changes, replay._marks, replay.ids
         append = changes.append
-
-        def log(target, key, value):
-            append((target, key, value))
         deficit, cursor, emptied, q = policy.deficit, policy.cursor, policy.emptied, policy.quantum
+        dreal = deficit.get
         queues, items = self.queues, self.items
         rnxt, rprv = self._nxt, self._prv
         snxt: dict[Hashable, Hashable] = {}
         sprv: dict[Hashable, Hashable] = {}
         d: dict[Hashable, float] = {}
         head: dict[Hashable, int] = {}
+        ch: dict[Hashable, int] = {}  # class -> charge of its current head
         size = len(rnxt)
-
-        def nxt_of(u):
-            return snxt[u] if u in snxt else rnxt[u]
-
-        def charge(u):
-            return items[queues[u][head.get(u, 0)][1]][1].uncached_len
-
-        def dget(u):
-            return d[u] if u in d else deficit.get(u, 0.0)
 
         k = cursor["pos"]
         credited = bool(cursor["credited"])
@@ -265,11 +260,11 @@ class DRROrder(ClassQueues):
         def end_visit(k):
             # DRR.order's end_visit: an emptied class leaves the scratch ring, the cursor moves on.
             nonlocal size, credited
-            n = nxt_of(k)
+            n = snxt[k] if k in snxt else rnxt[k]
             if head.get(k, 0) == len(queues[k]):
                 d[k] = 0.0
-                log(deficit, k, 0.0)
-                log(emptied, k, True)
+                append((deficit, k, 0.0))
+                append((emptied, k, True))
                 p = sprv[k] if k in sprv else rprv[k]
                 snxt[p] = n
                 sprv[n] = p
@@ -282,36 +277,65 @@ class DRROrder(ClassQueues):
             return n
 
         while size:
+            dk = d[k] if k in d else dreal(k, 0.0)
+            c = ch.get(k)
+            if c is None:
+                c = ch[k] = items[queues[k][head.get(k, 0)][1]][1].uncached_len
             if not credited:
-                d[k] = v = dget(k) + q
-                append((deficit, k, v))
-                credited = True
-                append((cursor, "credited", True))
-            if charge(k) > dget(k):
+                dk += q
+                d[k] = dk
+                append((deficit, k, dk))
+                if c > dk:
+                    # An idle visit (its head still waits, so the class stays): the cursor
+                    # moves on. Its "credited = True" entry is left out of the log: no placement
+                    # mark falls before the "credited = False" that follows, so every commit
+                    # applies both or neither.
+                    k = snxt[k] if k in snxt else rnxt[k]
+                    append((cursor, "pos", k))
+                    append((cursor, "credited", False))
+                else:
+                    credited = True
+                    append((cursor, "credited", True))
+            elif c > dk:
                 k = end_visit(k)
+            if c > dk:
                 idle_visits += 1
                 if idle_visits >= size:
                     ring = [k]
-                    c = nxt_of(k)
-                    while c != k:
-                        ring.append(c)
-                        c = nxt_of(c)
-                    m = min(math.ceil((charge(c) - dget(c)) / q) for c in ring)
+                    x = snxt[k] if k in snxt else rnxt[k]
+                    while x != k:
+                        ring.append(x)
+                        x = snxt[x] if x in snxt else rnxt[x]
+                    m = None
+                    for x in ring:
+                        cx = ch.get(x)
+                        if cx is None:
+                            cx = ch[x] = items[queues[x][head.get(x, 0)][1]][1].uncached_len
+                        mx = math.ceil((cx - (d[x] if x in d else dreal(x, 0.0))) / q)
+                        if m is None or mx < m:
+                            m = mx
                     if m > 1:
-                        for c in ring:
-                            d[c] = dget(c) + (m - 1) * q
-                            log(deficit, c, d[c])
+                        for x in ring:
+                            d[x] = v = (d[x] if x in d else dreal(x, 0.0)) + (m - 1) * q
+                            append((deficit, x, v))
                     idle_visits = 0
                 continue
             idle_visits = 0
             queue = queues[k]
+            last = len(queue) - 1
+            i = head.get(k, 0)
             while True:
-                i = head.get(k, 0)
                 r = items[queue[i][1]][1]
-                d[k] = v = dget(k) - r.uncached_len
-                append((deficit, k, v))
-                head[k] = i + 1
-                ends = i + 1 == len(queue) or items[queue[i + 1][1]][1].uncached_len > d[k]
+                dk -= r.uncached_len
+                d[k] = dk
+                append((deficit, k, dk))
+                i += 1
+                head[k] = i
+                if i > last:
+                    ends = True
+                else:
+                    c = ch[k] = items[queue[i][1]][1].uncached_len
+                    ends = c > dk
                 if ends:
                     nk = end_visit(k)
                 ids.append(r.request_id)
@@ -337,16 +361,27 @@ class DLPMOrder:
     client has a deficit <= 0; the refill and the later passes then run as in the reference
     (O(clients) per refill), logging into the policy's ``Replay`` so ``DLPM.on_admitted``
     commits the same state.
+
+    A read that admitted nothing leaves the real state as it was, so the next read repeats it:
+    the first refill's result (deficits, log entries, heap) is kept and reused while no request
+    was added or removed and no admission was committed (``Replay.applied``), and the clients
+    the last read logged are re-sorted only after a commit. The live hook reads the order in
+    every step, also in steps that admit nothing (the head does not fit), where this turns the
+    O(clients) Python refill into C-level copies.
     """
 
     def __init__(self, policy: Any) -> None:
         self.policy = policy
-        self.queues: dict[Hashable, SortedList] = {}  # client -> SortedList of LPM keys
+        self.queues: dict[Hashable, list] = {}  # client -> sorted list of LPM keys (bisect)
         self.items: dict[str, tuple[Hashable, QueuedRequest, tuple]] = {}
         self.touched: set[Hashable] = set()
         self._logged: set[Hashable] = set()  # clients whose deficit the last order logged
         self._pos = SortedList()  # head LPM key of each waiting client with a deficit > 0
         self._pos_key: dict[Hashable, tuple] = {}
+        self._version = 0  # add/remove calls so far
+        self._applied = -1  # Replay.applied at the last iter_order
+        self._key: tuple[int, int] = (-1, -1)
+        self._refill: tuple | None = None  # (key, deficits, log entries, heap) of the first refill
 
     def __len__(self) -> int:
         return len(self.items)
@@ -354,26 +389,30 @@ class DLPMOrder:
     def add(self, q: QueuedRequest) -> None:
         rid = q.request_id
         key = _lpm_key(q)
+        self._version += 1
         old = self.items.get(rid)
         if old is not None:
             u = old[0]
             if old[2] != key:
-                self.queues[u].remove(old[2])
-                self.queues[u].add(key)
+                queue = self.queues[u]
+                del queue[bisect_left(queue, old[2])]
+                insort(queue, key)
                 self.touched.add(u)
         else:
             u = client_key(q)
             queue = self.queues.get(u)
             if queue is None:
-                queue = self.queues[u] = SortedList()
-            queue.add(key)
+                self.queues[u] = [key]
+            else:
+                insort(queue, key)
             self.touched.add(u)
         self.items[rid] = (u, q, key)
 
     def remove(self, request_id: str) -> None:
         u, _, key = self.items.pop(request_id)
+        self._version += 1
         queue = self.queues[u]
-        queue.remove(key)
+        del queue[bisect_left(queue, key)]
         if not queue:
             del self.queues[u]
         self.touched.add(u)
@@ -394,8 +433,13 @@ class DLPMOrder:
         for u in self.touched:
             if u not in queues:  # a client with no waiting request leaves (deficit reset)
                 deficit.pop(u, None)
-        for u in self.touched | self._logged:
+        applied = policy._replay.applied
+        # Real deficits change only by a commit: without one since the last read, only the
+        # clients whose queue changed need re-sorting.
+        for u in (self.touched | self._logged) if applied != self._applied else self.touched:
             self._refresh(u)
+        self._applied = applied
+        self._key = (self._version, applied)
         self.touched.clear()
         self._logged = set()
         if not self.items:
@@ -416,6 +460,7 @@ class DLPMOrder:
 
         source: Iterator[tuple] | None = iter(self._pos)  # pass 1: the persistent sorted heads
         heap: list[tuple] = []
+        state_key, first = self._key, True
         while left:
             nxt = next(source, None) if source is not None else None
             while True:  # one pass: merge of the clients with credit, in LPM order
@@ -442,11 +487,23 @@ class DLPMOrder:
             if not left:
                 return
             # Every backlogged client now has a deficit <= 0: refill (DLPM.order), next pass.
-            backlogged = [u for u, queue in queues.items() if head.get(u, 0) < len(queue)]
-            m = min(int(-dget(u) // q) + 1 for u in backlogged)
-            for u in backlogged:
-                d[u] = dget(u) + m * q
-                log(real, u, d[u])
-                logged.add(u)
-            heap = [(queues[u][head.get(u, 0)], u) for u in backlogged if d[u] > 0]
-            heapq.heapify(heap)
+            cached = self._refill if first else None
+            if cached is not None and cached[0] == state_key:
+                _, dvals, entries, heap0 = cached  # the same state as the last read's refill
+                d.update(dvals)
+                replay._changes.extend(entries)
+                logged.update(dvals)
+                heap = list(heap0)
+            else:
+                backlogged = [u for u, queue in queues.items() if head.get(u, 0) < len(queue)]
+                m = min(int(-dget(u) // q) + 1 for u in backlogged)
+                n0 = len(replay._changes)
+                for u in backlogged:
+                    d[u] = dget(u) + m * q
+                    log(real, u, d[u])
+                    logged.add(u)
+                heap = [(queues[u][head.get(u, 0)], u) for u in backlogged if d[u] > 0]
+                heapq.heapify(heap)
+                if first:
+                    self._refill = (state_key, {u: d[u] for u in backlogged}, replay._changes[n0:], list(heap))
+            first = False

@@ -1,0 +1,65 @@
+"""The credit fast paths read twice without an admission in between (the live hook reads the
+order in every step, also when the head does not fit and nothing is admitted): each read equals
+``order()`` of the reference policy, and the state after the admissions equals the reference's.
+DLPM keeps its first refill across such reads (``DLPMOrder``), so this checks that cache."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fairsim.costmodel import load_profile
+from fairsim.policies import make_policy
+from fairsim.types import QueuedRequest
+
+PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 10_000), name=st.sampled_from(["drr", "vtc", "dlpm"]),
+       n=st.integers(1, 40), num_clients=st.sampled_from([0, 1, 3, 8]), quantum=st.sampled_from([300, 2048]))
+def test_reads_without_admission_change_nothing(seed, name, n, num_clients, quantum):
+    rng = random.Random(seed)
+    params = {"quantum": quantum} if name in ("drr", "dlpm") else {"input_weight": quantum / 1000}
+    ref = make_policy(name, PROFILE, **params)
+    fast = make_policy(name, PROFILE, **params)
+    inc = fast.incremental_order()
+    waiting: dict[str, QueuedRequest] = {}
+    t = 0.0
+    for step in range(12):
+        for _ in range(rng.randint(0, n) if step % 3 == 0 else rng.randint(0, 2)):
+            t += rng.random()
+            L = rng.randint(2, 6_000)
+            h = rng.randint(0, L - 1)
+            client = ("tenant", rng.randrange(num_clients)) if num_clients else None
+            q = QueuedRequest(f"r{step}-{len(waiting)}-{rng.randrange(10**6)}", t, L, h, max(1, L - h), 0, None,
+                              client=client)
+            waiting[q.request_id] = q
+            inc.add(q)
+        if not waiting:
+            continue
+        now = t + rng.random()
+        expected = [q.request_id for q in ref.order(list(waiting.values()), now)]
+        for _ in range(rng.randint(1, 3)):  # reads of different lengths, none admitted
+            k = rng.randint(1, len(expected))
+            it = inc.iter_order(now)
+            assert [next(it).request_id for _ in range(k)] == expected[:k]
+        it = inc.iter_order(now)
+        k = rng.randint(0, min(4, len(expected)))
+        got = [next(it) for _ in range(min(len(expected), k + 1))]
+        assert [q.request_id for q in got] == expected[:len(got)]
+        admitted = [waiting[rid] for rid in expected[:k]]
+        if admitted:
+            ref.on_admitted(admitted, now)
+            fast.on_admitted(admitted, now)
+        for q in admitted:
+            del waiting[q.request_id]
+            inc.remove(q.request_id)
+    if name == "drr":
+        assert (ref.deficit, ref.cursor) == (fast.deficit, fast.cursor)
+    elif name == "dlpm":
+        assert ref.deficit == fast.deficit
+    else:
+        assert ref.counter == fast.counter
