@@ -292,11 +292,11 @@ class Engine:
         # decision-equivalence check (LPM/Fairway orders differed when a running chunk evicted).
         # Skip the order when no waiting request can be admitted this step (running chunks take
         # the whole budget, or max_num_seqs is reached): the order could not change a decision,
-        # and long queues make it the simulator's hot spot. PEEK keeps it, since its block
-        # protection is refreshed from the order every step.
+        # and long queues make it the simulator's hot spot. PEEK's block protection is refreshed
+        # from the order only in steps that can admit too (_admit_waiting returns first).
         remaining = sum(r.req.prompt_len + r.generated - r.computed for r in running)
         can_admit = remaining < budget and len(running) < self.config.max_num_seqs
-        ordered = self._order_waiting(now) if can_admit or self._protect is not None else []
+        ordered = self._order_waiting(now) if can_admit else []
         if self._on_admitted is not None and can_admit:
             # Re-admitted preempted requests get start-of-step snapshots too (policy contract);
             # their snapshot is rebuilt, since their keys are not watched while preempted.
