@@ -64,6 +64,18 @@ _EMPTY_BOUND = -1e299
 _INV_LOG = 1.0 / math.log1p(DELTA)
 
 
+def _hc_bound(q: QueuedRequest) -> float:
+    """The largest ``h / max(c, 1)`` any cache state could give ``q``: every full block that
+    can hit (at most ``L - 1`` tokens, as the engine) cached; ``L - 1`` when no keys are given.
+    ``h / max(L - h - computed, 1)`` rises with ``h``, and so does its rounded quotient."""
+    L = q.prompt_len
+    if q.block_size > 0:
+        h = min(len(q.block_keys), (L - 1) // q.block_size) * q.block_size
+    else:
+        h = max(L - 1, 0)
+    return h / max(L - h - q.num_computed_tokens, 1)
+
+
 class _Bucket:
     """Requests with slopes within ``1 + DELTA`` of each other, sorted by score at ``t0``."""
 
@@ -92,8 +104,10 @@ class FastLane:
         self.slo = slo
         self.wait_cap = wait_cap
         # request_id -> [snapshot, h/max(c,1), arrival, SLO, slope, bucket, key tuple, the h/max(c,1)
-        # the key was made with (>= the current one: the key is an upper bound)]
+        # the key was made with (>= the current one: the key is an upper bound), stale (lazy
+        # hits: the snapshot is out of date), the largest h/max(c,1) any cache could give]
         self._items: dict[str, list] = {}
+        self._resolve: Callable[[QueuedRequest], QueuedRequest] | None = None
         self._buckets: dict[int, _Bucket] = {}  # log-slope index -> bucket
         self._by_slot: list[_Bucket] = []
         cap = 16
@@ -154,7 +168,7 @@ class FastLane:
                 self._shi[b.slot] = s
             arr = q.arrival_time
             kt = (-self._key(hc, arr, slo, b.t0), arr, rid)
-            self._items[rid] = [q, hc, arr, slo, s, b, kt, hc]
+            self._items[rid] = [q, hc, arr, slo, s, b, kt, hc, False, max(hc, _hc_bound(q))]
         elif q.arrival_time != item[2] or q.prompt_len != item[0].prompt_len:
             self.remove(rid)  # not a cache change: a different request under the same id
             self.add(q)
@@ -162,6 +176,7 @@ class FastLane:
         else:
             item[0] = q
             item[1] = hc
+            item[8] = False
             if hc <= item[7]:
                 return  # the key (made with h/c = item[7]) still bounds the score
             b = item[5]
@@ -174,7 +189,7 @@ class FastLane:
     def _rekey(self, rid: str) -> None:
         """Tighten a key made with a higher ``h / c`` than the request's current one."""
         item = self._items.get(rid)
-        if item is None or item[7] == item[1]:
+        if item is None or item[7] == item[1] or item[8]:
             return
         b = item[5]
         b.keys.remove(item[6])
@@ -182,6 +197,36 @@ class FastLane:
         kt = item[6] = (-self._key(item[1], item[2], item[3], b.t0), item[2], rid)
         b.keys.add(kt)
         self._set_head(b)
+
+    # -- lazy hits (fairsim.sim.lazy_hits) -------------------------------------------------------
+    def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
+        """Take lazy hits: ``resolve(q)`` gives this step's snapshot of ``q``'s request."""
+        self._resolve = resolve
+
+    def stale(self, request_ids: list[str]) -> None:
+        """These requests' snapshots are out of date (a hit changed): key each by the largest
+        ``h / max(c, 1)`` any cache could give it (an upper bound of its score) until it is read.
+        A request already keyed so costs one flag test, so a prefix block shared by thousands of
+        waiting requests that is cached and evicted again and again costs no re-keying."""
+        items = self._items
+        for rid in request_ids:
+            item = items[rid]
+            if item[8]:
+                continue
+            item[8] = True
+            if item[7] < item[9]:
+                b = item[5]
+                b.keys.remove(item[6])
+                item[7] = item[9]
+                kt = item[6] = (-self._key(item[9], item[2], item[3], b.t0), item[2], rid)
+                b.keys.add(kt)
+                self._set_head(b)
+
+    def _fresh(self, item: list) -> None:
+        """Read a stale request's snapshot of this step (its key, an upper bound, stays)."""
+        q = item[0] = self._resolve(item[0])
+        item[1] = q.cached_len / max(q.uncached_len, 1)
+        item[8] = False
 
     def remove(self, request_id: str) -> None:
         """The request left the waiting queue."""
@@ -197,8 +242,8 @@ class FastLane:
         s_hi = 0.0
         for _, _, rid in b.keys:
             item = items[rid]
-            item[7] = item[1]
-            kt = item[6] = (-key(item[1], item[2], item[3], now), item[2], rid)
+            item[7] = item[9] if item[8] else item[1]
+            kt = item[6] = (-key(item[7], item[2], item[3], now), item[2], rid)
             fresh.append(kt)
             if item[4] > s_hi:
                 s_hi = item[4]
@@ -235,6 +280,10 @@ class FastLane:
         cap = self.wait_cap
         if n <= self._SMALL:
             keys = []
+            if self._resolve is not None:
+                for item in items.values():
+                    if item[8]:
+                        self._fresh(item)
             for q, hc, arr, slo, *_ in items.values():
                 wait = (now - arr) / slo
                 if cap is not None:
@@ -282,19 +331,28 @@ class FastLane:
                     b = by_slot[slot]
                 rid = kt[2]
                 item = items[rid]
-                if item[7] != item[1]:
+                if item[8]:
+                    # Stale (keyed by its largest possible h/c): read now, re-keyed by _settle.
+                    # Not waste: a rebuild could not tighten a stale key.
+                    self._fresh(item)
                     loose.append(rid)
+                    counted = -1
+                else:
+                    if item[7] != item[1]:
+                        loose.append(rid)
+                    counted = slot
+                    pulled[slot] = pulled.get(slot, 0) + 1
                 wait = (now - item[2]) / item[3]
                 if cap is not None:
                     wait = min(wait, cap)
-                heappush(cand, (-(item[1] + wait), item[2], rid, slot))
-                pulled[slot] = pulled.get(slot, 0) + 1
+                heappush(cand, (-(item[1] + wait), item[2], rid, counted))
                 nk = next(it, None)
                 if nk is not None:
                     d = now - b.t0
                     g = d * b.s_hi if d > 0.0 else 0.0
                     k = -nk[0]
                     heappush(opened, (-(k + g + MARGIN * (1.0 + abs(k) + g)), slot, nk, it))
-            _, _, rid, slot = heappop(cand)
-            pulled[slot] -= 1
+            _, _, rid, counted = heappop(cand)
+            if counted >= 0:
+                pulled[counted] -= 1
             yield items[rid][0]

@@ -95,6 +95,14 @@ class ArrivalOrder:
         self.items: dict[str, QueuedRequest] = {}
         self._last: tuple[float, str] | None = None
         self._sorted = True
+        self.resolve: Callable[[QueuedRequest], QueuedRequest] | None = None
+
+    def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
+        """Lazy hits (``fairsim.sim.lazy_hits``): yield ``resolve(q)``, this step's snapshot."""
+        self.resolve = resolve
+
+    def stale(self, request_ids: Any) -> None:
+        """Lazy hits: these snapshots are out of date; the arrival order does not depend on them."""
 
     def __len__(self) -> int:
         return len(self.items)
@@ -117,7 +125,17 @@ class ArrivalOrder:
         if not self._sorted:
             self.items = dict(sorted(self.items.items(), key=lambda kv: (kv[1].arrival_time, kv[0])))
             self._sorted = True
-        return iter(self.items.values())
+        if self.resolve is None:
+            return iter(self.items.values())
+        return self._resolved(self.resolve)
+
+    def _resolved(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> Iterator[QueuedRequest]:
+        items = self.items
+        for rid, q in items.items():
+            r = resolve(q)
+            if r is not q:
+                items[rid] = r  # a value change, not a size change: the iteration stays valid
+            yield r
 
 
 class SortedKeyOrder:
@@ -202,7 +220,8 @@ def merge_lanes(fast: Iterator[QueuedRequest], fair: Iterator[QueuedRequest], n:
 class Lanes:
     """Several incremental orders fed the same changes (k-LPM's two lanes, Fairway's two lanes).
 
-    ``iter_order`` is given by ``combine(now, *lanes)``.
+    ``iter_order`` is given by ``combine(now, *lanes)``. ``LazyLanes``: lanes that all take lazy
+    hits (``set_resolver``/``stale``).
     """
 
     def __init__(self, combine: Callable[..., Iterator[QueuedRequest]], *lanes: Any) -> None:
@@ -224,15 +243,31 @@ class Lanes:
         return self.combine(now, *self.lanes)
 
 
+class LazyLanes(Lanes):
+    """``Lanes`` whose lanes all take lazy hits (``fairsim.sim.lazy_hits``): Fairway's two."""
+
+    def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
+        for lane in self.lanes:
+            lane.set_resolver(resolve)
+
+    def stale(self, request_ids: list[str]) -> None:
+        for lane in self.lanes:
+            lane.stale(request_ids)
+
+
 class _UncachedView:
-    """``request_id -> uncached_len`` over an ``ArrivalOrder`` (Fairway-carry's ``_work``)."""
+    """``request_id -> uncached_len`` over an ``ArrivalOrder`` (Fairway-carry's ``_work``), from
+    this step's snapshots (resolved, with lazy hits)."""
 
     def __init__(self, lane: ArrivalOrder) -> None:
         self._items = lane.items
+        self._resolve = lane.resolve
 
     def get(self, request_id: str, default: Any = None) -> Any:
         q = self._items.get(request_id)
-        return default if q is None else q.uncached_len
+        if q is None:
+            return default
+        return (q if self._resolve is None else self._resolve(q)).uncached_len
 
 
 def fairway_order(policy: Any) -> Lanes:
@@ -245,7 +280,7 @@ def fairway_order(policy: Any) -> Lanes:
             return fast.iter_order(now)
         return merge_lanes(fast.iter_order(now), fair.iter_order(now), n, fast_w, fair_w)
 
-    return Lanes(combine, FastLane(policy.slo), ArrivalOrder())
+    return LazyLanes(combine, FastLane(policy.slo), ArrivalOrder())
 
 
 def fairway_carry_order(policy: Any) -> Lanes:
@@ -264,11 +299,11 @@ def fairway_carry_order(policy: Any) -> Lanes:
         if o.request_id != policy.oldest:
             policy.oldest, policy.debt = o.request_id, 0.0
         if n == 1:
-            return iter([o])
+            return fair_it  # o alone (this step's snapshot of it)
         return merge_lanes(fast.iter_order(now), fair_it, n, fast_w, fair_w,
                            0.0 if policy.fast_first else None, fast_w * policy.debt, o.request_id)
 
-    return Lanes(combine, FastLane(policy.slo, policy.wait_cap), ArrivalOrder())
+    return LazyLanes(combine, FastLane(policy.slo, policy.wait_cap), ArrivalOrder())
 
 
 def klpm_order(policy: Any) -> Lanes:
