@@ -69,3 +69,78 @@ def test_hooked_pool_calls_only_the_hooks_it_has():
     (b,) = observed.allocate(1)
     observed.cache(b, "k0")
     assert observed.hook.cached == ["k0"] and observed.is_cached("k0")
+
+
+def _conversation_or_flood():
+    from pathlib import Path
+
+    from fairsim.traces.formats import read_trace
+
+    path = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
+    if path.exists():
+        return list(read_trace(path).requests)[:900], EngineConfig(kv_blocks=300)
+    flood = build_scenario("flood", PROFILE, seed=1, num_flood=300, num_miss=8)
+    return flood.requests, flood.engine
+
+
+def test_lazy_snapshots_are_those_of_the_step_start(monkeypatch):
+    """Every snapshot the lazy resolver hands out has the hit the cache gave at the step's start
+    (recorded here before running chunks and admissions change it), and computed 0."""
+    from fairsim.sim import lazy_hits
+
+    starts = {}
+    fast_order = engine_mod.Engine._fast_order
+
+    def recording(self, now):
+        starts["cached"] = set(self.pool._cached)
+        return fast_order(self, now)
+
+    resolve = lazy_hits.LazyHits.resolve
+    seen = {"journal": 0, "n": 0}
+
+    def checked(self, q):
+        snap = resolve(self, q)
+        live = q.handle
+        cached = starts["cached"]
+        n = 0
+        for key in live.keys[: live.max_hit_blocks]:
+            if key not in cached:
+                break
+            n += 1
+        assert snap.cached_len == n * self.engine.block_size, q.request_id
+        assert snap.num_computed_tokens == 0 and snap.request_id == q.request_id
+        seen["n"] += 1
+        seen["journal"] += bool(self.journal)
+        return snap
+
+    monkeypatch.setattr(engine_mod.Engine, "_fast_order", recording)
+    monkeypatch.setattr(lazy_hits.LazyHits, "resolve", checked)
+    requests, engine = _conversation_or_flood()
+    for name in ("fairway", "fairway-carry", "fcfs"):
+        simulate(requests, make_policy(name, PROFILE), PROFILE, engine)
+    assert seen["n"] > 1000 and seen["journal"] > 100  # resolves after cache changes in the step
+
+
+def test_lazy_path_is_used_where_offered():
+    requests, engine = _rag(50)
+    for name, lazy in (("fairway", True), ("fairway-patience", True), ("fcfs", True), ("lpm", False),
+                       ("klpm4", False), ("peek", False)):
+        e = engine_mod.Engine(requests, make_policy(name, PROFILE), PROFILE, engine)
+        assert (e._lazy is not None) is lazy, name
+        assert engine_mod.Engine(requests, make_policy(name, PROFILE), PROFILE, engine,
+                                 fast_order=False)._lazy is None
+
+
+def test_key_change_fires_only_when_hittability_changes():
+    pool = BlockPool(4)
+    events = []
+    pool.on_key_change = events.append
+    a, b, c = pool.allocate(3)
+    pool.cache(a, "k")
+    pool.cache(b, "k")  # a duplicate block: hits do not change
+    assert events == ["k"]
+    pool.free([a, b, c])
+    pool.allocate(3)  # evicts c (no key), then a: "k" still hittable through b
+    assert events == ["k"] and pool.is_cached("k")
+    pool.allocate(1)  # evicts b: "k" is gone
+    assert events == ["k", "k"] and not pool.is_cached("k")
