@@ -126,3 +126,49 @@ def test_small_and_empty_queues(n):
     for q in qs:
         lane.add(q)
     assert _ids(lane.iter_order(10.0)) == _ids(policy.fast_lane(qs, 10.0))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 100_000), cap=st.sampled_from([None, 1.0]))
+def test_stale_requests_are_bounded_then_read(seed, cap):
+    """Lazy hits: stale() without the new snapshot, the lane reads it through the resolver."""
+    rng = random.Random(seed)
+    policy = make_policy("fairway-carry", PROFILE, **({} if cap is None else {"wait_cap": cap}))
+    lane = FastLane(policy.slo, policy.wait_cap)
+    truth: dict[str, QueuedRequest] = {}
+    reads = []
+
+    def resolve(q):
+        reads.append(q.request_id)
+        return truth[q.request_id]
+
+    lane.set_resolver(resolve)
+    t = 0.0
+    for step in range(20):
+        for _ in range(rng.randint(0, 30)):
+            t += rng.expovariate(4.0)
+            L = int(rng.lognormvariate(7.5, 1.2)) + 2
+            keys = tuple(range(L // 16))
+            h = rng.randint(0, len(keys)) * 16 if rng.random() < 0.5 else 0
+            h = min(h, (L - 1) // 16 * 16)
+            q = QueuedRequest(f"q{step}-{len(truth)}", t, L, h, max(1, L - h), 0, None, keys, 16)
+            truth[q.request_id] = q
+            lane.add(q)
+        changed = rng.sample(sorted(truth), k=min(len(truth), rng.randint(0, 15)))
+        for rid in changed:  # hits change; the lane is only told they are stale
+            q = truth[rid]
+            h = rng.randint(0, (q.prompt_len - 1) // 16) * 16
+            truth[rid] = q._replace(cached_len=h, uncached_len=max(1, q.prompt_len - h))
+        lane.stale(changed)
+        if not truth:
+            continue
+        now = t + rng.random()
+        expected = _ids(policy.fast_lane(list(truth.values()), now))
+        it = lane.iter_order(now)
+        got = [next(it) for _ in range(min(rng.choice([1, 3, 100]), len(expected)))]
+        assert [q.request_id for q in got] == expected[:len(got)]
+        assert all(q is truth[q.request_id] for q in got)  # this step's snapshots, read through
+        for q in got[: rng.randint(0, 2)]:
+            del truth[q.request_id]
+            lane.remove(q.request_id)
+    assert reads  # the resolver was used

@@ -60,6 +60,8 @@ MARGIN = 1e-9
 #: Front key of an empty bucket: far below any score (|score| < 1e200 for any real queue).
 EMPTY = -1e300
 _EMPTY_BOUND = -1e299
+#: After this many items a read sorts the rest at once (a full read: the live hook's).
+_LONG_READ = 64
 
 _INV_LOG = 1.0 / math.log1p(DELTA)
 
@@ -79,10 +81,11 @@ def _hc_bound(q: QueuedRequest) -> float:
 class _Bucket:
     """Requests with slopes within ``1 + DELTA`` of each other, sorted by score at ``t0``."""
 
-    __slots__ = ("keys", "t0", "s_hi", "waste", "slot")
+    __slots__ = ("keys", "t0", "s_hi", "waste", "slot", "front")
 
     def __init__(self, slot: int, t0: float) -> None:
         self.keys = SortedList()  # (-key, arrival_time, request_id)
+        self.front: tuple | None = None  # keys[0], or None when empty
         self.t0 = t0
         self.s_hi = 0.0  # bound on the slopes of the members (max slope added since the rebuild)
         self.waste = 0
@@ -131,7 +134,19 @@ class FastLane:
 
     def _set_head(self, b: _Bucket) -> None:
         keys = b.keys
-        self._head[b.slot] = -keys[0][0] if keys else EMPTY
+        b.front = keys[0] if keys else None
+        self._head[b.slot] = -b.front[0] if keys else EMPTY
+
+    def _insert(self, b: _Bucket, kt: tuple) -> None:
+        b.keys.add(kt)
+        if b.front is None or kt < b.front:
+            b.front = kt
+            self._head[b.slot] = -kt[0]
+
+    def _delete(self, b: _Bucket, kt: tuple) -> None:
+        b.keys.remove(kt)
+        if kt == b.front:
+            self._set_head(b)
 
     def _bucket(self, s: float) -> _Bucket:
         idx = math.floor(math.log(s) * _INV_LOG) if s > 0 else -(1 << 62)
@@ -180,11 +195,10 @@ class FastLane:
             if hc <= item[7]:
                 return  # the key (made with h/c = item[7]) still bounds the score
             b = item[5]
-            b.keys.remove(item[6])
+            self._delete(b, item[6])
             item[7] = hc
             kt = item[6] = (-self._key(hc, item[2], item[3], b.t0), item[2], rid)
-        b.keys.add(kt)
-        self._set_head(b)
+        self._insert(b, kt)
 
     def _rekey(self, rid: str) -> None:
         """Tighten a key made with a higher ``h / c`` than the request's current one."""
@@ -192,11 +206,10 @@ class FastLane:
         if item is None or item[7] == item[1] or item[8]:
             return
         b = item[5]
-        b.keys.remove(item[6])
+        self._delete(b, item[6])
         item[7] = item[1]
         kt = item[6] = (-self._key(item[1], item[2], item[3], b.t0), item[2], rid)
-        b.keys.add(kt)
-        self._set_head(b)
+        self._insert(b, kt)
 
     # -- lazy hits (fairsim.sim.lazy_hits) -------------------------------------------------------
     def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
@@ -216,11 +229,10 @@ class FastLane:
             item[8] = True
             if item[7] < item[9]:
                 b = item[5]
-                b.keys.remove(item[6])
+                self._delete(b, item[6])
                 item[7] = item[9]
                 kt = item[6] = (-self._key(item[9], item[2], item[3], b.t0), item[2], rid)
-                b.keys.add(kt)
-                self._set_head(b)
+                self._insert(b, kt)
 
     def _fresh(self, item: list) -> None:
         """Read a stale request's snapshot of this step (its key, an upper bound, stays)."""
@@ -231,9 +243,7 @@ class FastLane:
     def remove(self, request_id: str) -> None:
         """The request left the waiting queue."""
         item = self._items.pop(request_id)
-        b = item[5]
-        b.keys.remove(item[6])
-        self._set_head(b)
+        self._delete(item[5], item[6])
 
     def _rebuild(self, b: _Bucket, now: float) -> None:
         """Re-key bucket ``b`` at ``t0 = now`` and tighten its slope bound to its members'."""
@@ -305,12 +315,18 @@ class FastLane:
         by_slot = self._by_slot
         pulled = self._pulled
         loose = self._loose
-        cand: list = []  # heap of exact keys (-score, arrival, request_id, slot)
+        out: list[QueuedRequest] = []  # yielded so far
+        cand: list = []  # heap of exact keys (-score, arrival, request_id, slot or -1)
         opened: list = []  # heap of (-bound, slot, key tuple of the bucket's next, iterator)
         nxt = int(bound.argmax())  # the unopened bucket with the highest bound
         nxt_bound = float(bound[nxt])
         ninf = -math.inf
-        for _ in range(n):
+        for i in range(n):
+            if i == _LONG_READ and n - i > _LONG_READ:
+                # A long read (the live hook reads the whole order): sort the rest at once.
+                pulled.clear()
+                yield from self._rest(now, {q.request_id for q in out})
+                return
             while True:
                 top = -opened[0][0] if opened else ninf
                 fresh = nxt_bound > top
@@ -355,4 +371,25 @@ class FastLane:
             _, _, rid, counted = heappop(cand)
             if counted >= 0:
                 pulled[counted] -= 1
-            yield items[rid][0]
+            q = items[rid][0]
+            out.append(q)
+            yield q
+
+    def _rest(self, now: float, done: set[str]) -> Iterator[QueuedRequest]:
+        """Every request not in ``done`` by the exact key: the rest of the order once ``done``
+        holds its first requests."""
+        cap = self.wait_cap
+        keys = []
+        for rid, item in self._items.items():
+            if rid in done:
+                continue
+            if item[8]:
+                self._fresh(item)  # its key stays an upper bound
+            wait = (now - item[2]) / item[3]
+            if cap is not None:
+                wait = min(wait, cap)
+            keys.append((-(item[1] + wait), item[2], rid))
+        keys.sort()
+        items = self._items
+        for k in keys:
+            yield items[k[2]][0]
