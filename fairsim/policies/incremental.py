@@ -19,6 +19,13 @@ The engine's side of the contract (``fairsim/sim/engine.py``):
 - ``remove(request_id)`` after the step's admission loop, for each request admitted from the
   waiting queue.
 - ``iter_order(now)`` is read at most once per step and only before the next ``add``/``remove``.
+- Lazy hits (optional, ``fairsim.sim.lazy_hits``): an order with ``set_resolver(fn)`` and
+  ``stale(request_ids)`` gets ``set_resolver`` once; then a snapshot changed by a cache event is
+  not re-added: at the start of a step ``stale(ids)`` names the requests whose stored snapshot is
+  out of date, and ``fn(q)`` gives the current step's snapshot of ``q``'s request (the same
+  object for every call in a step). Everything yielded must be ``fn``'s result or a snapshot
+  never marked stale since it was added or resolved. ``ArrivalOrder`` and Fairway's lanes
+  (``LazyLanes``: ``FastLane`` + ``ArrivalOrder``) take them.
 
 Cost: ``add``/``remove`` are O(log n) (``sortedcontainers``) or O(1); ``iter_order`` yields the
 first ``k`` items in O(k log n) (sorted keys; Fairway's time-dependent Fast-lane score: slope
