@@ -19,10 +19,18 @@ The engine's side of the contract (``fairsim/sim/engine.py``):
 - ``remove(request_id)`` after the step's admission loop, for each request admitted from the
   waiting queue.
 - ``iter_order(now)`` is read at most once per step and only before the next ``add``/``remove``.
+- Lazy hits (optional, ``fairsim.sim.lazy_hits``): an order with ``set_resolver(fn)`` and
+  ``stale(request_ids)`` gets ``set_resolver`` once; then a snapshot changed by a cache event is
+  not re-added: at the start of a step ``stale(ids)`` names the requests whose stored snapshot is
+  out of date, and ``fn(q)`` gives the current step's snapshot of ``q``'s request (the same
+  object for every call in a step). Everything yielded must be ``fn``'s result or a snapshot
+  never marked stale since it was added or resolved. ``ArrivalOrder`` and Fairway's lanes
+  (``LazyLanes``: ``FastLane`` + ``ArrivalOrder``) take them.
 
 Cost: ``add``/``remove`` are O(log n) (``sortedcontainers``) or O(1); ``iter_order`` yields the
-first ``k`` items in O(k log n) (sorted keys) or O(n) numpy work plus O(k log k) (Fairway's
-time-dependent score), instead of an O(n log n) Python sort per step.
+first ``k`` items in O(k log n) (sorted keys; Fairway's time-dependent Fast-lane score: slope
+buckets with bounds, ``fairsim.policies.fast_lane``), instead of an O(n log n) Python sort per
+step.
 """
 
 from __future__ import annotations
@@ -30,9 +38,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-import numpy as np
 from sortedcontainers import SortedList
 
+from fairsim.policies.fast_lane import FastLane  # noqa: F401  (Fairway's Fast lane)
 from fairsim.types import QueuedRequest
 
 
@@ -94,6 +102,14 @@ class ArrivalOrder:
         self.items: dict[str, QueuedRequest] = {}
         self._last: tuple[float, str] | None = None
         self._sorted = True
+        self.resolve: Callable[[QueuedRequest], QueuedRequest] | None = None
+
+    def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
+        """Lazy hits (``fairsim.sim.lazy_hits``): yield ``resolve(q)``, this step's snapshot."""
+        self.resolve = resolve
+
+    def stale(self, request_ids: Any) -> None:
+        """Lazy hits: these snapshots are out of date; the arrival order does not depend on them."""
 
     def __len__(self) -> int:
         return len(self.items)
@@ -116,7 +132,17 @@ class ArrivalOrder:
         if not self._sorted:
             self.items = dict(sorted(self.items.items(), key=lambda kv: (kv[1].arrival_time, kv[0])))
             self._sorted = True
-        return iter(self.items.values())
+        if self.resolve is None:
+            return iter(self.items.values())
+        return self._resolved(self.resolve)
+
+    def _resolved(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> Iterator[QueuedRequest]:
+        items = self.items
+        for rid, q in items.items():
+            r = resolve(q)
+            if r is not q:
+                items[rid] = r  # a value change, not a size change: the iteration stays valid
+            yield r
 
 
 class SortedKeyOrder:
@@ -157,118 +183,6 @@ class SortedKeyOrder:
     def iter_order(self, now: float = 0.0) -> Iterator[QueuedRequest]:
         by_key = self._by_key
         return (by_key[k] for k in self._keys)
-
-
-class FastLane:
-    """Fairway's Fast lane: descending ``h / max(c, 1) + wait / SLO``, ties by arrival then id.
-
-    The score grows with ``now`` at a per-request rate, so no order is kept; instead the terms are
-    kept in numpy columns (one slot per waiting request) and each ``iter_order(now)`` computes
-    every score in one vectorised pass (the same IEEE operations as ``Fairway._fast_keys``, so
-    the same floats) and yields the lane in chunks: the ``k`` lowest negated scores found with
-    ``np.partition`` (all ties at the boundary included), sorted exactly by the full key in
-    Python, then the next ``2k``, and so on.
-
-    Args:
-        slo: ``Fairway.slo``, patience in seconds of a prompt of ``L`` tokens.
-        wait_cap: Cap on ``wait / SLO`` (Fairway-carry's ``wait_cap``), or ``None``.
-    """
-
-    _SMALL = 24  # below this many waiting requests a plain Python sort is cheaper than numpy
-
-    def __init__(self, slo: Callable[[int], float], wait_cap: float | None = None) -> None:
-        self.slo = slo
-        self.wait_cap = wait_cap
-        cap = 64
-        self._hc = np.full(cap, -np.inf)  # h / max(c, 1); -inf marks a free slot
-        self._arr = np.zeros(cap)
-        self._slo = np.ones(cap)
-        self._q: list[QueuedRequest | None] = [None] * cap
-        self._slot: dict[str, int] = {}
-        self._free: list[int] = list(range(cap - 1, -1, -1))
-
-    def __len__(self) -> int:
-        return len(self._slot)
-
-    def _grow(self) -> None:
-        cap = len(self._q)
-        self._hc = np.concatenate([self._hc, np.full(cap, -np.inf)])
-        self._arr = np.concatenate([self._arr, np.zeros(cap)])
-        self._slo = np.concatenate([self._slo, np.ones(cap)])
-        self._q.extend([None] * cap)
-        self._free.extend(range(2 * cap - 1, cap - 1, -1))
-
-    def add(self, q: QueuedRequest) -> None:
-        s = self._slot.get(q.request_id)
-        if s is None:
-            if not self._free:
-                self._grow()
-            s = self._slot[q.request_id] = self._free.pop()
-            self._arr[s] = q.arrival_time
-            self._slo[s] = self.slo(q.prompt_len)
-        self._hc[s] = q.cached_len / max(q.uncached_len, 1)
-        self._q[s] = q
-
-    def remove(self, request_id: str) -> None:
-        s = self._slot.pop(request_id)
-        self._hc[s] = -np.inf
-        self._arr[s] = 0.0
-        self._slo[s] = 1.0
-        self._q[s] = None
-        self._free.append(s)
-
-    def _key(self, s: int, neg: float) -> tuple[float, float, str]:
-        q = self._q[s]
-        return (neg, q.arrival_time, q.request_id)
-
-    def iter_order(self, now: float) -> Iterator[QueuedRequest]:
-        n = len(self._slot)
-        if n == 0:
-            return
-        qs = self._q
-        slo = self.slo
-        cap = self.wait_cap
-        if n <= self._SMALL:
-            keys = []
-            for s in self._slot.values():
-                q = qs[s]
-                wait = (now - q.arrival_time) / slo(q.prompt_len)
-                if cap is not None:
-                    wait = min(wait, cap)
-                keys.append((-(q.cached_len / max(q.uncached_len, 1) + wait), q.arrival_time, q.request_id, s))
-            keys.sort()
-            for k in keys:
-                yield qs[k[3]]
-            return
-        wait = (now - self._arr) / self._slo
-        if cap is not None:
-            wait = np.minimum(wait, cap)
-        neg = -(self._hc + wait)  # free slots: +inf
-        done = 0
-        k = 16
-        rest = neg
-        rest_idx = None  # None: `rest` is the whole column
-        while done < n:
-            take = min(k, n - done)
-            if take >= n - done:
-                thr = np.inf
-            else:
-                thr = np.partition(rest, take - 1)[take - 1]
-            sel = rest <= thr
-            idx = np.flatnonzero(sel)
-            if rest_idx is not None:
-                idx = rest_idx[idx]
-            chunk = sorted((float(neg[s]), qs[s].arrival_time, qs[s].request_id, int(s))
-                           for s in idx if qs[s] is not None)
-            for c in chunk:
-                yield qs[c[3]]
-            done += len(chunk)
-            if done >= n:
-                return
-            keep = np.flatnonzero(~sel)
-            rest_idx = keep if rest_idx is None else rest_idx[keep]
-            rest = neg[rest_idx]
-            k *= 2
 
 
 def merge_lanes(fast: Iterator[QueuedRequest], fair: Iterator[QueuedRequest], n: int,
@@ -313,7 +227,8 @@ def merge_lanes(fast: Iterator[QueuedRequest], fair: Iterator[QueuedRequest], n:
 class Lanes:
     """Several incremental orders fed the same changes (k-LPM's two lanes, Fairway's two lanes).
 
-    ``iter_order`` is given by ``combine(now, *lanes)``.
+    ``iter_order`` is given by ``combine(now, *lanes)``. ``LazyLanes``: lanes that all take lazy
+    hits (``set_resolver``/``stale``).
     """
 
     def __init__(self, combine: Callable[..., Iterator[QueuedRequest]], *lanes: Any) -> None:
@@ -335,15 +250,31 @@ class Lanes:
         return self.combine(now, *self.lanes)
 
 
+class LazyLanes(Lanes):
+    """``Lanes`` whose lanes all take lazy hits (``fairsim.sim.lazy_hits``): Fairway's two."""
+
+    def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
+        for lane in self.lanes:
+            lane.set_resolver(resolve)
+
+    def stale(self, request_ids: list[str]) -> None:
+        for lane in self.lanes:
+            lane.stale(request_ids)
+
+
 class _UncachedView:
-    """``request_id -> uncached_len`` over an ``ArrivalOrder`` (Fairway-carry's ``_work``)."""
+    """``request_id -> uncached_len`` over an ``ArrivalOrder`` (Fairway-carry's ``_work``), from
+    this step's snapshots (resolved, with lazy hits)."""
 
     def __init__(self, lane: ArrivalOrder) -> None:
         self._items = lane.items
+        self._resolve = lane.resolve
 
     def get(self, request_id: str, default: Any = None) -> Any:
         q = self._items.get(request_id)
-        return default if q is None else q.uncached_len
+        if q is None:
+            return default
+        return (q if self._resolve is None else self._resolve(q)).uncached_len
 
 
 def fairway_order(policy: Any) -> Lanes:
@@ -356,7 +287,7 @@ def fairway_order(policy: Any) -> Lanes:
             return fast.iter_order(now)
         return merge_lanes(fast.iter_order(now), fair.iter_order(now), n, fast_w, fair_w)
 
-    return Lanes(combine, FastLane(policy.slo), ArrivalOrder())
+    return LazyLanes(combine, FastLane(policy.slo), ArrivalOrder())
 
 
 def fairway_carry_order(policy: Any) -> Lanes:
@@ -375,11 +306,11 @@ def fairway_carry_order(policy: Any) -> Lanes:
         if o.request_id != policy.oldest:
             policy.oldest, policy.debt = o.request_id, 0.0
         if n == 1:
-            return iter([o])
+            return fair_it  # o alone (this step's snapshot of it)
         return merge_lanes(fast.iter_order(now), fair_it, n, fast_w, fair_w,
                            0.0 if policy.fast_first else None, fast_w * policy.debt, o.request_id)
 
-    return Lanes(combine, FastLane(policy.slo, policy.wait_cap), ArrivalOrder())
+    return LazyLanes(combine, FastLane(policy.slo, policy.wait_cap), ArrivalOrder())
 
 
 def klpm_order(policy: Any) -> Lanes:

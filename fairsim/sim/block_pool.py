@@ -52,8 +52,10 @@ class BlockPool:
         self.num_evictions = 0
         self._num_cached = 0
         self.on_key_change: Callable[[Hashable], None] | None = None
-        """Called with a key each time a block holding it is cached or evicted (the engine uses it
-        to know which waiting requests' prefix hits may have changed)."""
+        """Called with a key each time it becomes hittable (its first block is cached) or stops
+        being hittable (its last block is evicted): the engine uses it to know which waiting
+        requests' prefix hits changed. A duplicate block of a cached key changes no hit and is
+        not reported."""
 
     # -- queries (no side effects) ---------------------------------------------------------------
     @property
@@ -143,22 +145,26 @@ class BlockPool:
     def _evict(self, block_id: int, key: Hashable) -> None:
         ids = self._cached[key]
         del ids[block_id]
-        if not ids:
-            del self._cached[key]
         self.block_key[block_id] = None
         self.num_evictions += 1
         self._num_cached -= 1
-        if self.on_key_change is not None:
-            self.on_key_change(key)
+        if not ids:
+            del self._cached[key]
+            if self.on_key_change is not None:  # the key is no longer hittable
+                self.on_key_change(key)
 
     def cache(self, block_id: int, key: Hashable) -> None:
         """Register a full, scheduled block under ``key`` so later lookups hit it."""
         if self.block_key[block_id] is not None:
             raise EngineInvariantError(f"block {block_id} is already cached under {self.block_key[block_id]!r}")
         self.block_key[block_id] = key
-        self._cached.setdefault(key, {})[block_id] = None
+        ids = self._cached.get(key)
         self._num_cached += 1
-        if self.on_key_change is not None:
+        if ids is not None:
+            ids[block_id] = None  # another block with the same content: hits do not change
+            return
+        self._cached[key] = {block_id: None}
+        if self.on_key_change is not None:  # the key became hittable
             self.on_key_change(key)
 
     def free(self, block_ids: Iterable[int]) -> None:

@@ -66,6 +66,7 @@ from fairsim.sim.block_pool import BlockPool
 from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.hooked_pool import HookedBlockPool
+from fairsim.sim.lazy_hits import LazyHits
 from fairsim.sim.result import Columns, SimResult
 from fairsim.sim.keys import blocks_for, engine_block_keys, generated_block_keys
 from fairsim.types import QueuedRequest, Request
@@ -201,6 +202,9 @@ class Engine:
         self._inc = fast_path_of(policy) if fast_order else None
         self._in_inc: set[int] = set()  # id(live) of the waiting requests the fast path holds
         self._dirty: dict[int, _Live] = {}
+        # Lazy hits (a fast path with ``set_resolver``; fairsim.sim.lazy_hits): invalidated
+        # snapshots are not rebuilt at the step's start but when the order reads them.
+        self._lazy = LazyHits(self) if self._inc is not None and hasattr(self._inc, "set_resolver") else None
         self.env = simpy.Environment(initial_time=0.0)  # float clock: start_s is float64 even for one step
 
     # -- the step loop ---------------------------------------------------------------------------
@@ -299,11 +303,11 @@ class Engine:
         # decision-equivalence check (LPM/Fairway orders differed when a running chunk evicted).
         # Skip the order when no waiting request can be admitted this step (running chunks take
         # the whole budget, or max_num_seqs is reached): the order could not change a decision,
-        # and long queues make it the simulator's hot spot. PEEK keeps it, since its block
-        # protection is refreshed from the order every step.
+        # and long queues make it the simulator's hot spot. PEEK's block protection is refreshed
+        # from the order only in steps that can admit too (_admit_waiting returns first).
         remaining = sum(r.req.prompt_len + r.generated - r.computed for r in running)
         can_admit = remaining < budget and len(running) < self.config.max_num_seqs
-        ordered = self._order_waiting(now) if can_admit or self._protect is not None else []
+        ordered = self._order_waiting(now) if can_admit else []
         if self._on_admitted is not None and can_admit:
             # Re-admitted preempted requests get start-of-step snapshots too (policy contract);
             # their snapshot is rebuilt, since their keys are not watched while preempted.
@@ -362,7 +366,9 @@ class Engine:
     def _fast_order(self, now: float) -> Iterator[_Live]:
         """Sync the fast path with this step's snapshots, then read its order lazily."""
         inc, held, waiting = self._inc, self._in_inc, self._waiting
-        if self._dirty:
+        if self._lazy is not None:
+            self._lazy.start_step()
+        elif self._dirty:
             for key, live in self._dirty.items():
                 if key in held and key in waiting:
                     inc.add(self._snapshot(live))
@@ -472,14 +478,19 @@ class Engine:
     def _snapshot(self, live: _Live) -> QueuedRequest:
         snap = live.snap
         if snap is None:
-            req = live.req
-            h = self.pool.count_prefix(live.keys, live.max_hit_blocks) * self.block_size
-            snap = live.snap = QueuedRequest(
-                req.request_id, live.released_s, req.prompt_len, h,
-                max(1, req.prompt_len - h - live.computed), live.computed, live, live.keys,
-                self.block_size, client_of_request(req, live.keys),
-            )
+            snap = live.snap = self._make_snapshot(
+                live, self.pool.count_prefix(live.keys, live.max_hit_blocks) * self.block_size,
+                live.computed)
         return snap
+
+    def _make_snapshot(self, live: _Live, h: int, computed: int) -> QueuedRequest:
+        """The policy's view of ``live`` with a prefix hit of ``h`` tokens, ``computed`` done."""
+        req = live.req
+        return QueuedRequest(
+            req.request_id, live.released_s, req.prompt_len, h,
+            max(1, req.prompt_len - h - computed), computed, live, live.keys,
+            self.block_size, client_of_request(req, live.keys),
+        )
 
     def _watch(self, live: _Live) -> None:
         watchers = self._watchers
@@ -500,10 +511,22 @@ class Engine:
     def _key_changed(self, key: Hashable) -> None:
         bucket = self._watchers.get(key)
         if bucket:
-            for live in bucket.values():
-                live.snap = None
-            if self._inc is not None:
-                self._dirty.update(bucket)
+            if self._lazy is not None:
+                # A waiting request without a snapshot is already pending (dirty) or stale in the
+                # order: only those that had one need telling (a block shared by thousands of
+                # waiting requests flips again and again under overload).
+                dirty = self._dirty
+                for k, live in bucket.items():
+                    if live.snap is not None:
+                        live.snap = None
+                        dirty[k] = live
+            else:
+                for live in bucket.values():
+                    live.snap = None
+                if self._inc is not None:
+                    self._dirty.update(bucket)
+        if self._lazy is not None:  # every key: an admitted request's are no longer watched
+            self._lazy.key_changed(key)
 
     def _cache_blocks(self, live: _Live, num_tokens: int) -> None:
         """Register newly full blocks with known content (vLLM ``cache_blocks`` at scheduling)."""

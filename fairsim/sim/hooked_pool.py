@@ -46,6 +46,12 @@ class HookedBlockPool(BlockPool):
         bind = getattr(hook, "bind", None)
         if bind is not None:
             bind(self)
+        # A hook without an on_* method (PEEK's protection has none) leaves that operation to
+        # BlockPool's own method: no wrapper and no no-op call per block on the hot path.
+        for name, method in (("on_cache", "cache"), ("on_touch", "touch"), ("on_free", "free"),
+                             ("on_evict", "_evict")):
+            if not hasattr(hook, name):
+                setattr(self, method, getattr(super(), method))
 
     def allocate(self, n: int) -> list[int]:
         """Take the ``n`` free blocks the hook selects, evicting cached ones.

@@ -1,0 +1,395 @@
+"""Fairway's Fast lane kept across steps: slope buckets with upper bounds, read lazily (issue 13).
+
+The Fast-lane score of a waiting request ``i`` at clock ``t`` (seconds) is
+
+    score_i(t) = h_i / max(c_i, 1) + min((t - arrival_i) / SLO_i, wait_cap)
+
+(``Fairway.fast_score``; no cap unless Fairway-carry's ``wait_cap`` is set), a line in ``t`` of
+slope ``s_i = 1 / SLO_i`` (capped: flat once the cap is reached). The lane is the waiting queue by
+descending score, ties by earlier arrival, then ``request_id``. Because every request's score moves
+at its own rate, no order can be kept as such; re-scoring the whole queue at every step (what the
+first fast path did, in numpy) makes a step cost O(queue), which at deep overload (tens of
+thousands waiting) dominates although a step admits one or two requests.
+
+Scheme (a kinetic bound, exact; our own design after the issue's sketch):
+
+- Requests are grouped in **buckets** by slope: bucket ``floor(log(s) / log(1 + DELTA))``, so the
+  slopes in a bucket lie within a factor ``1 + DELTA`` of each other, and requests with the same
+  SLO (all the prompts whose patience is the floor) share one bucket whose slopes are equal.
+- A bucket has a reference time ``t0`` and keeps its requests sorted by their score at ``t0``,
+  ``key_i = score_i(t0)`` (a ``SortedList``). For ``t >= t0``, ``score_i(t) <= key_i + (t - t0) *
+  s_hi`` where ``s_hi`` bounds the bucket's slopes (for ``t < t0``, ``score_i(t) <= key_i``: the
+  score never falls with time). So the best request not yet taken from a bucket scores at most
+  ``bound = key(first not taken) + max(t - t0, 0) * s_hi``, plus a float margin of
+  ``1e-9 x (1 + |key| + (t - t0) s_hi)`` (the rounding of these few operations is ~1e-16 relative).
+- ``iter_order(now)`` computes every bucket's bound of its front (numpy, one value per bucket, not
+  per request), then repeatedly takes the front of the bucket with the highest bound, scores it
+  **exactly** (the same float operations as ``Fairway._fast_keys``, so the same floats as the
+  reference) into a heap of candidates, and yields the best candidate once its exact score is
+  strictly above every remaining bound (so a request tied in score, which may win on arrival or
+  id, is always taken before the decision). The yielded sequence is therefore exactly the sorted
+  order by ``(-score, arrival, request_id)``.
+- Taken but not yielded requests are **waste**: they grow as ``t - t0`` widens a bucket's bounds.
+  At the start of the next ``iter_order`` a bucket whose waste since its last rebuild reaches a
+  quarter of its size (at least ``MIN_WASTE``) is rebuilt: keys recomputed at ``t0 = now`` and
+  re-sorted. A rebuild costs O(m log m) for ``m`` requests and happens after at least ``m / 4``
+  wasted takes, so it is amortised against work already done.
+
+Cost: ``add``/``remove`` O(log n); ``iter_order`` O(B) numpy for ``B`` non-empty buckets plus
+O((k + waste) log n) Python for ``k`` items read, independent of the queue's length for a fixed
+slope spread. ``order()`` stays the reference; ``tests/test_fast_order.py`` checks identity.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from heapq import heappop, heappush
+
+import numpy as np
+from sortedcontainers import SortedList
+
+from fairsim.types import QueuedRequest
+
+#: Relative slope width of a bucket: slopes within a bucket differ by at most this factor - 1.
+DELTA = 1.0 / 64.0
+#: Least waste (taken, not yielded) before a bucket is rebuilt, whatever its size.
+MIN_WASTE = 32
+#: Relative float margin on a bound (rounding of a few double operations is ~1e-16 relative).
+MARGIN = 1e-9
+#: Front key of an empty bucket: far below any score (|score| < 1e200 for any real queue).
+EMPTY = -1e300
+_EMPTY_BOUND = -1e299
+#: After this many items a read sorts the rest at once (a full read: the live hook's).
+_LONG_READ = 64
+
+_INV_LOG = 1.0 / math.log1p(DELTA)
+
+
+def _hc_bound(q: QueuedRequest) -> float:
+    """The largest ``h / max(c, 1)`` any cache state could give ``q``: every full block that
+    can hit (at most ``L - 1`` tokens, as the engine) cached; ``L - 1`` when no keys are given.
+    ``h / max(L - h - computed, 1)`` rises with ``h``, and so does its rounded quotient."""
+    L = q.prompt_len
+    if q.block_size > 0:
+        h = min(len(q.block_keys), (L - 1) // q.block_size) * q.block_size
+    else:
+        h = max(L - 1, 0)
+    return h / max(L - h - q.num_computed_tokens, 1)
+
+
+class _Bucket:
+    """Requests with slopes within ``1 + DELTA`` of each other, sorted by score at ``t0``."""
+
+    __slots__ = ("keys", "t0", "s_hi", "waste", "slot", "front")
+
+    def __init__(self, slot: int, t0: float) -> None:
+        self.keys = SortedList()  # (-key, arrival_time, request_id)
+        self.front: tuple | None = None  # keys[0], or None when empty
+        self.t0 = t0
+        self.s_hi = 0.0  # bound on the slopes of the members (max slope added since the rebuild)
+        self.waste = 0
+        self.slot = slot
+
+
+class FastLane:
+    """Fairway's Fast lane as an incremental order (module docstring): descending
+    ``h / max(c, 1) + wait / SLO``, ties by arrival then ``request_id``, read lazily.
+
+    Args:
+        slo: ``Fairway.slo``: patience in seconds of a prompt of ``L`` tokens (> 0).
+        wait_cap: Cap on ``wait / SLO`` (Fairway-carry's ``wait_cap``), or ``None``.
+    """
+
+    _SMALL = 24  # at most this many waiting: a plain Python sort of exact keys is cheaper
+
+    def __init__(self, slo: Callable[[int], float], wait_cap: float | None = None) -> None:
+        self.slo = slo
+        self.wait_cap = wait_cap
+        # request_id -> [snapshot, h/max(c,1), arrival, SLO, slope, bucket, key tuple, the h/max(c,1)
+        # the key was made with (>= the current one: the key is an upper bound), stale (lazy
+        # hits: the snapshot is out of date), the largest h/max(c,1) any cache could give]
+        self._items: dict[str, list] = {}
+        self._resolve: Callable[[QueuedRequest], QueuedRequest] | None = None
+        self._buckets: dict[int, _Bucket] = {}  # log-slope index -> bucket
+        self._by_slot: list[_Bucket] = []
+        cap = 16
+        self._head = np.full(cap, EMPTY)  # key of each bucket's front (EMPTY: empty)
+        self._t0 = np.zeros(cap)
+        self._shi = np.zeros(cap)
+        self._pulled: dict[int, int] = {}  # slot -> taken minus yielded in the last iter_order
+        self._loose: list[str] = []  # taken requests whose key was made with a higher h/c
+        self._clock = 0.0  # the last iter_order's now (reference time of new buckets)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    # -- keys ------------------------------------------------------------------------------------
+    def _key(self, hc: float, arr: float, slo: float, t0: float) -> float:
+        wait = (t0 - arr) / slo
+        cap = self.wait_cap
+        if cap is not None and wait > cap:
+            wait = cap
+        return hc + wait
+
+    def _set_head(self, b: _Bucket) -> None:
+        keys = b.keys
+        b.front = keys[0] if keys else None
+        self._head[b.slot] = -b.front[0] if keys else EMPTY
+
+    def _insert(self, b: _Bucket, kt: tuple) -> None:
+        b.keys.add(kt)
+        if b.front is None or kt < b.front:
+            b.front = kt
+            self._head[b.slot] = -kt[0]
+
+    def _delete(self, b: _Bucket, kt: tuple) -> None:
+        b.keys.remove(kt)
+        if kt == b.front:
+            self._set_head(b)
+
+    def _bucket(self, s: float) -> _Bucket:
+        idx = math.floor(math.log(s) * _INV_LOG) if s > 0 else -(1 << 62)
+        b = self._buckets.get(idx)
+        if b is None:
+            slot = len(self._by_slot)
+            if slot == len(self._head):
+                grow = len(self._head)
+                self._head = np.concatenate([self._head, np.full(grow, EMPTY)])
+                self._t0 = np.concatenate([self._t0, np.zeros(grow)])
+                self._shi = np.concatenate([self._shi, np.zeros(grow)])
+            b = self._buckets[idx] = _Bucket(slot, self._clock)
+            self._by_slot.append(b)
+            self._t0[slot] = b.t0
+        return b
+
+    # -- the incremental-order interface ---------------------------------------------------------
+    def add(self, q: QueuedRequest) -> None:
+        """A request joined the queue, or its snapshot changed (same ``request_id``: replace).
+
+        A cache change that lowers ``h / max(c, 1)`` below the value its key was made with keeps
+        the key (still an upper bound: the score rises with ``h / c``); only a rise above it
+        re-keys, so a hit that flips between two values costs one re-key, not one per flip.
+        """
+        rid = q.request_id
+        hc = q.cached_len / max(q.uncached_len, 1)
+        item = self._items.get(rid)
+        if item is None:
+            slo = self.slo(q.prompt_len)
+            s = 1.0 / slo
+            b = self._bucket(s)
+            if s > b.s_hi:
+                b.s_hi = s
+                self._shi[b.slot] = s
+            arr = q.arrival_time
+            kt = (-self._key(hc, arr, slo, b.t0), arr, rid)
+            self._items[rid] = [q, hc, arr, slo, s, b, kt, hc, False, max(hc, _hc_bound(q))]
+        elif q.arrival_time != item[2] or q.prompt_len != item[0].prompt_len:
+            self.remove(rid)  # not a cache change: a different request under the same id
+            self.add(q)
+            return
+        else:
+            item[0] = q
+            item[1] = hc
+            item[8] = False
+            if hc <= item[7]:
+                return  # the key (made with h/c = item[7]) still bounds the score
+            b = item[5]
+            self._delete(b, item[6])
+            item[7] = hc
+            kt = item[6] = (-self._key(hc, item[2], item[3], b.t0), item[2], rid)
+        self._insert(b, kt)
+
+    def _rekey(self, rid: str) -> None:
+        """Tighten a key made with a higher ``h / c`` than the request's current one."""
+        item = self._items.get(rid)
+        if item is None or item[7] == item[1] or item[8]:
+            return
+        b = item[5]
+        self._delete(b, item[6])
+        item[7] = item[1]
+        kt = item[6] = (-self._key(item[1], item[2], item[3], b.t0), item[2], rid)
+        self._insert(b, kt)
+
+    # -- lazy hits (fairsim.sim.lazy_hits) -------------------------------------------------------
+    def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
+        """Take lazy hits: ``resolve(q)`` gives this step's snapshot of ``q``'s request."""
+        self._resolve = resolve
+
+    def stale(self, request_ids: list[str]) -> None:
+        """These requests' snapshots are out of date (a hit changed): key each by the largest
+        ``h / max(c, 1)`` any cache could give it (an upper bound of its score) until it is read.
+        A request already keyed so costs one flag test, so a prefix block shared by thousands of
+        waiting requests that is cached and evicted again and again costs no re-keying."""
+        items = self._items
+        for rid in request_ids:
+            item = items[rid]
+            if item[8]:
+                continue
+            item[8] = True
+            if item[7] < item[9]:
+                b = item[5]
+                self._delete(b, item[6])
+                item[7] = item[9]
+                kt = item[6] = (-self._key(item[9], item[2], item[3], b.t0), item[2], rid)
+                self._insert(b, kt)
+
+    def _fresh(self, item: list) -> None:
+        """Read a stale request's snapshot of this step (its key, an upper bound, stays)."""
+        q = item[0] = self._resolve(item[0])
+        item[1] = q.cached_len / max(q.uncached_len, 1)
+        item[8] = False
+
+    def remove(self, request_id: str) -> None:
+        """The request left the waiting queue."""
+        item = self._items.pop(request_id)
+        self._delete(item[5], item[6])
+
+    def _rebuild(self, b: _Bucket, now: float) -> None:
+        """Re-key bucket ``b`` at ``t0 = now`` and tighten its slope bound to its members'."""
+        items, key = self._items, self._key
+        fresh = []
+        s_hi = 0.0
+        for _, _, rid in b.keys:
+            item = items[rid]
+            item[7] = item[9] if item[8] else item[1]
+            kt = item[6] = (-key(item[7], item[2], item[3], now), item[2], rid)
+            fresh.append(kt)
+            if item[4] > s_hi:
+                s_hi = item[4]
+        b.keys = SortedList(fresh)
+        b.t0 = now
+        b.s_hi = s_hi
+        b.waste = 0
+        self._t0[b.slot] = now
+        self._shi[b.slot] = s_hi
+        self._set_head(b)
+
+    def _settle(self, now: float) -> None:
+        """Tighten the loose keys the last read took; charge its waste to its buckets and rebuild
+        those that wasted enough."""
+        if self._loose:
+            for rid in self._loose:
+                self._rekey(rid)
+            self._loose = []
+        for slot, w in self._pulled.items():
+            if w <= 0:
+                continue
+            b = self._by_slot[slot]
+            b.waste += w
+            if b.waste >= max(MIN_WASTE, len(b.keys) >> 2):
+                self._rebuild(b, now)
+        self._pulled = {}
+
+    def iter_order(self, now: float) -> Iterator[QueuedRequest]:
+        """Yield the waiting snapshots by descending score at ``now``, ties by arrival then id."""
+        items = self._items
+        n = len(items)
+        if n == 0:
+            return
+        cap = self.wait_cap
+        if n <= self._SMALL:
+            keys = []
+            if self._resolve is not None:
+                for item in items.values():
+                    if item[8]:
+                        self._fresh(item)
+            for q, hc, arr, slo, *_ in items.values():
+                wait = (now - arr) / slo
+                if cap is not None:
+                    wait = min(wait, cap)
+                keys.append((-(hc + wait), arr, q.request_id, q))
+            keys.sort(key=lambda k: k[:3])
+            for k in keys:
+                yield k[3]
+            return
+        self._settle(now)
+        self._clock = now
+        nb = len(self._by_slot)
+        head = self._head[:nb]
+        dt = now - self._t0[:nb]
+        np.maximum(dt, 0.0, out=dt)
+        grow = dt * self._shi[:nb]
+        bound = head + grow
+        bound += MARGIN * (1.0 + np.abs(head) + grow)  # empty buckets: about EMPTY
+        by_slot = self._by_slot
+        pulled = self._pulled
+        loose = self._loose
+        out: list[QueuedRequest] = []  # yielded so far
+        cand: list = []  # heap of exact keys (-score, arrival, request_id, slot or -1)
+        opened: list = []  # heap of (-bound, slot, key tuple of the bucket's next, iterator)
+        nxt = int(bound.argmax())  # the unopened bucket with the highest bound
+        nxt_bound = float(bound[nxt])
+        ninf = -math.inf
+        for i in range(n):
+            if i == _LONG_READ and n - i > _LONG_READ:
+                # A long read (the live hook reads the whole order): sort the rest at once.
+                pulled.clear()
+                yield from self._rest(now, {q.request_id for q in out})
+                return
+            while True:
+                top = -opened[0][0] if opened else ninf
+                fresh = nxt_bound > top
+                if fresh:
+                    top = nxt_bound
+                if top <= _EMPTY_BOUND or (cand and -cand[0][0] > top):
+                    break
+                if fresh:
+                    slot = nxt
+                    b = by_slot[slot]
+                    bound[slot] = EMPTY
+                    nxt = int(bound.argmax())
+                    nxt_bound = float(bound[nxt])
+                    it = iter(b.keys)
+                    kt = next(it)
+                else:
+                    _, slot, kt, it = heappop(opened)
+                    b = by_slot[slot]
+                rid = kt[2]
+                item = items[rid]
+                if item[8]:
+                    # Stale (keyed by its largest possible h/c): read now, re-keyed by _settle.
+                    # Not waste: a rebuild could not tighten a stale key.
+                    self._fresh(item)
+                    loose.append(rid)
+                    counted = -1
+                else:
+                    if item[7] != item[1]:
+                        loose.append(rid)
+                    counted = slot
+                    pulled[slot] = pulled.get(slot, 0) + 1
+                wait = (now - item[2]) / item[3]
+                if cap is not None:
+                    wait = min(wait, cap)
+                heappush(cand, (-(item[1] + wait), item[2], rid, counted))
+                nk = next(it, None)
+                if nk is not None:
+                    d = now - b.t0
+                    g = d * b.s_hi if d > 0.0 else 0.0
+                    k = -nk[0]
+                    heappush(opened, (-(k + g + MARGIN * (1.0 + abs(k) + g)), slot, nk, it))
+            _, _, rid, counted = heappop(cand)
+            if counted >= 0:
+                pulled[counted] -= 1
+            q = items[rid][0]
+            out.append(q)
+            yield q
+
+    def _rest(self, now: float, done: set[str]) -> Iterator[QueuedRequest]:
+        """Every request not in ``done`` by the exact key: the rest of the order once ``done``
+        holds its first requests."""
+        cap = self.wait_cap
+        keys = []
+        for rid, item in self._items.items():
+            if rid in done:
+                continue
+            if item[8]:
+                self._fresh(item)  # its key stays an upper bound
+            wait = (now - item[2]) / item[3]
+            if cap is not None:
+                wait = min(wait, cap)
+            keys.append((-(item[1] + wait), item[2], rid))
+        keys.sort()
+        items = self._items
+        for k in keys:
+            yield items[k[2]][0]

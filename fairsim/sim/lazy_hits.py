@@ -1,0 +1,107 @@
+"""Lazy prefix hits for the simulator's fast path: snapshots rebuilt when read, not when a block changes.
+
+Under deep overload thousands of waiting requests can share a prefix block (a system prompt, a
+long conversation); each time that block is cached or evicted every one of them gets a new
+prefix hit ``h``. The eager fast path rebuilt all their snapshots at the next step and fed each
+to the policy's incremental order (``add``), so a step cost O(queue) although it admits one or
+two requests (issue 13: 261 snapshot rebuilds per request on the conversation trace tiled 10x,
+3 at 1x).
+
+With an incremental order that offers ``set_resolver(fn)`` and ``stale(request_ids)``
+(``fairsim.policies.incremental``: FCFS's arrival order, Fairway's lanes) the engine instead:
+
+- at the start of each ordering step calls ``stale(ids)`` with the waiting requests whose
+  snapshot was invalidated since the last one (the order must then treat their stored snapshot
+  as out of date: an upper bound of their score, not their score), and rebuilds none;
+- gives the order ``resolve(q)``: the snapshot of ``q``'s request *as of the start of the current
+  step* (policy contract rule 1), the same object for every call in a step. The order calls it
+  for every request it yields or scores exactly. Reads happen lazily during the admission loop,
+  after running chunks and earlier admissions changed the cache, so the hit is counted against
+  the cache as it was at the step's start: a journal keeps, for each key whose hittability
+  changed since then, whether it was hittable at the start (``BlockPool.on_key_change`` fires
+  exactly on those changes).
+
+A snapshot built from the journal is as of the step's start but may be out of date for the next
+step (a key changed after the start); it is dropped at the next step's start (``recheck``). The
+decisions are those of the eager path; ``tests/test_fast_order.py`` compares every policy's
+tables with the reference (``order()`` over fresh snapshots each step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+from fairsim.types import QueuedRequest
+
+
+class LazyHits:
+    """The engine's side of lazy snapshots (module docstring) for one run.
+
+    Args:
+        engine: The ``fairsim.sim.engine.Engine``; its fast path must have ``set_resolver``.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.pool = engine.pool
+        self.journal: dict[Hashable, bool] = {}  # key -> hittable at the start of this step
+        self.recheck: list[Any] = []  # requests with a journal-built snapshot this step
+        self.resolved: dict[int, QueuedRequest] = {}  # id(live) -> this step's snapshot
+        engine._inc.set_resolver(self.resolve)
+
+    def start_step(self) -> None:
+        """Start of an ordering step: hand the invalidated waiting requests to the order as stale,
+        drop journal-built snapshots, and start a new journal."""
+        e = self.engine
+        dirty = e._dirty
+        for live in self.recheck:
+            live.snap = None
+            dirty[id(live)] = live
+        self.recheck = []
+        if dirty:
+            held = e._in_inc
+            e._inc.stale([live.req.request_id for key, live in dirty.items() if key in held])
+            e._dirty = {}
+        self.journal = {}
+        self.resolved = {}
+
+    def key_changed(self, key: Hashable) -> None:
+        """A key became hittable or stopped being so: remember its state at the start of the step."""
+        journal = self.journal
+        if key not in journal:
+            journal[key] = not self.pool.is_cached(key)
+
+    def resolve(self, q: QueuedRequest) -> QueuedRequest:
+        """The snapshot of ``q``'s request as of the start of the current step (see the module)."""
+        live = q.handle
+        key = id(live)
+        snap = self.resolved.get(key)
+        if snap is not None:
+            return snap
+        snap = live.snap
+        if snap is None:
+            journal = self.journal
+            n = 0
+            touched = False
+            if journal:
+                is_cached = self.pool.is_cached
+                for k in live.keys[: live.max_hit_blocks]:
+                    present = journal.get(k)
+                    if present is None:
+                        present = is_cached(k)
+                    else:
+                        touched = True
+                    if not present:
+                        break
+                    n += 1
+            else:
+                n = self.pool.count_prefix(live.keys, live.max_hit_blocks)
+            e = self.engine
+            # Computed tokens 0: at the step's start the request was plainly waiting (preempted
+            # ones are not in the order); it may have been admitted since (on_admitted reads).
+            snap = live.snap = e._make_snapshot(live, n * e.block_size, 0)
+            if touched:
+                self.recheck.append(live)
+        self.resolved[key] = snap
+        return snap

@@ -1,0 +1,174 @@
+"""Fairway's bucketed Fast lane (``fairsim.policies.fast_lane``) == ``Fairway.fast_lane``.
+
+Random queues over many steps: arrivals, hits that rise and fall (keys kept as upper bounds),
+removals, partial reads (the engine stops at the budget), clocks that jump, wait caps, slopes
+spread over many buckets and exact ties; rebuilds forced by a tiny waste threshold.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fairsim.policies.fast_lane as fast_lane
+from fairsim.costmodel import load_profile
+from fairsim.policies import make_policy
+from fairsim.policies.fast_lane import FastLane
+from fairsim.types import QueuedRequest
+
+PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
+
+
+def _ids(qs):
+    return [q.request_id for q in qs]
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 100_000), cap=st.sampled_from([None, 0.0, 0.5, 3.0]),
+       min_waste=st.sampled_from([1, 32]), ties=st.booleans(), jumpy=st.booleans())
+def test_bucketed_lane_equals_reference(seed, cap, min_waste, ties, jumpy):
+    rng = random.Random(seed)
+    policy = make_policy("fairway-carry", PROFILE, **({} if cap is None else {"wait_cap": cap}))
+    old = fast_lane.MIN_WASTE
+    fast_lane.MIN_WASTE = min_waste
+    try:
+        lane = FastLane(policy.slo, policy.wait_cap)
+        waiting: dict[str, QueuedRequest] = {}
+        t = 0.0
+        now = 0.0
+        for step in range(25):
+            for rid in rng.sample(sorted(waiting), k=min(len(waiting), rng.randint(0, 12))):
+                q = waiting[rid]
+                h = rng.choice([0, q.prompt_len // 2, q.prompt_len - 1]) if ties else rng.randint(0, q.prompt_len - 1)
+                q = q._replace(cached_len=h, uncached_len=max(1, q.prompt_len - h))
+                waiting[rid] = q
+                lane.add(q)
+            for _ in range(rng.randint(0, 40)):
+                t += 0.0 if ties and rng.random() < 0.5 else rng.expovariate(3.0)
+                L = rng.choice([100, 6000, 30000]) if ties else int(rng.lognormvariate(8.0, 1.2)) + 2
+                h = rng.randint(0, L - 1) if rng.random() < 0.5 else 0
+                q = QueuedRequest(f"r{rng.randrange(10**6):06d}-{step}-{len(waiting)}", t, L, h,
+                                  max(1, L - h), 0, None)
+                waiting[q.request_id] = q
+                lane.add(q)
+            if not waiting:
+                continue
+            # The engine's clock only grows; the lane must also hold for a clock that goes back.
+            now = (t + rng.random() * 50) if jumpy else max(now, t) + rng.random()
+            expected = _ids(policy.fast_lane(list(waiting.values()), now))
+            it = lane.iter_order(now)
+            k = rng.choice([1, 2, 5, len(expected)])
+            got = [next(it).request_id for _ in range(min(k, len(expected)))]
+            assert got == expected[:len(got)]
+            if rng.random() < 0.2:
+                assert got + _ids(it) == expected
+            for rid in got[: rng.randint(0, len(got))]:
+                del waiting[rid]
+                lane.remove(rid)
+        assert len(lane) == len(waiting)
+    finally:
+        fast_lane.MIN_WASTE = old
+
+
+def test_many_buckets_and_a_long_queue():
+    """3,000 waiting over a wide range of SLOs, read a few at a time over 200 steps."""
+    rng = random.Random(7)
+    policy = make_policy("fairway", PROFILE)
+    lane = FastLane(policy.slo)
+    waiting = {}
+    t = 0.0
+    for i in range(3000):
+        t += rng.expovariate(5.0)
+        L = int(rng.lognormvariate(8.5, 1.3)) + 2
+        h = rng.choice([0, (L - 1) // 512 * 512])
+        q = QueuedRequest(f"q{i}", t, L, h, max(1, L - h), 0, None)
+        waiting[q.request_id] = q
+        lane.add(q)
+    assert len({id(b) for b in lane._by_slot if b.keys}) > 50  # really many slope buckets
+    now = t
+    for step in range(200):
+        now += 0.4
+        expected = _ids(policy.fast_lane(list(waiting.values()), now))
+        it = lane.iter_order(now)
+        got = [next(it).request_id for _ in range(3)]
+        assert got == expected[:3]
+        for rid in got[:2]:
+            del waiting[rid]
+            lane.remove(rid)
+        for rid in rng.sample(sorted(waiting), 20):  # hits flip up and down
+            q = waiting[rid]
+            h = 0 if q.cached_len else (q.prompt_len - 1) // 512 * 512
+            waiting[rid] = q = q._replace(cached_len=h, uncached_len=max(1, q.prompt_len - h))
+            lane.add(q)
+    assert _ids(lane.iter_order(now)) == _ids(policy.fast_lane(list(waiting.values()), now))
+
+
+def test_readding_under_the_same_id_with_another_arrival():
+    policy = make_policy("fairway", PROFILE)
+    lane = FastLane(policy.slo)
+    qs = [QueuedRequest(f"r{i}", float(i), 1000 + 500 * i, 0, 1000 + 500 * i, 0, None) for i in range(40)]
+    for q in qs:
+        lane.add(q)
+    moved = qs[3]._replace(arrival_time=-5.0, prompt_len=20_000, uncached_len=20_000)
+    lane.add(moved)
+    qs[3] = moved
+    assert _ids(lane.iter_order(50.0)) == _ids(policy.fast_lane(qs, 50.0))
+
+
+@pytest.mark.parametrize("n", [0, 1, 24, 25])
+def test_small_and_empty_queues(n):
+    policy = make_policy("fairway", PROFILE)
+    lane = FastLane(policy.slo)
+    qs = [QueuedRequest(f"r{i}", float(i % 3), 500 * (1 + i % 4), 0, 500 * (1 + i % 4), 0, None) for i in range(n)]
+    for q in qs:
+        lane.add(q)
+    assert _ids(lane.iter_order(10.0)) == _ids(policy.fast_lane(qs, 10.0))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 100_000), cap=st.sampled_from([None, 1.0]))
+def test_stale_requests_are_bounded_then_read(seed, cap):
+    """Lazy hits: stale() without the new snapshot, the lane reads it through the resolver."""
+    rng = random.Random(seed)
+    policy = make_policy("fairway-carry", PROFILE, **({} if cap is None else {"wait_cap": cap}))
+    lane = FastLane(policy.slo, policy.wait_cap)
+    truth: dict[str, QueuedRequest] = {}
+    reads = []
+
+    def resolve(q):
+        reads.append(q.request_id)
+        return truth[q.request_id]
+
+    lane.set_resolver(resolve)
+    t = 0.0
+    for step in range(20):
+        for _ in range(rng.randint(0, 30)):
+            t += rng.expovariate(4.0)
+            L = int(rng.lognormvariate(7.5, 1.2)) + 2
+            keys = tuple(range(L // 16))
+            h = rng.randint(0, len(keys)) * 16 if rng.random() < 0.5 else 0
+            h = min(h, (L - 1) // 16 * 16)
+            q = QueuedRequest(f"q{step}-{len(truth)}", t, L, h, max(1, L - h), 0, None, keys, 16)
+            truth[q.request_id] = q
+            lane.add(q)
+        changed = rng.sample(sorted(truth), k=min(len(truth), rng.randint(0, 15)))
+        for rid in changed:  # hits change; the lane is only told they are stale
+            q = truth[rid]
+            h = rng.randint(0, (q.prompt_len - 1) // 16) * 16
+            truth[rid] = q._replace(cached_len=h, uncached_len=max(1, q.prompt_len - h))
+        lane.stale(changed)
+        if not truth:
+            continue
+        now = t + rng.random()
+        expected = _ids(policy.fast_lane(list(truth.values()), now))
+        it = lane.iter_order(now)
+        got = [next(it) for _ in range(min(rng.choice([1, 3, 100]), len(expected)))]
+        assert [q.request_id for q in got] == expected[:len(got)]
+        assert all(q is truth[q.request_id] for q in got)  # this step's snapshots, read through
+        for q in got[: rng.randint(0, 2)]:
+            del truth[q.request_id]
+            lane.remove(q.request_id)
+    assert reads  # the resolver was used
