@@ -44,7 +44,9 @@ class FairwayDeadline(Fairway):
     request_id)`` (plus, in the live hook, up to one step's budget of others, when vLLM skips a
     request it cannot schedule). With ``lookahead="none"`` these were all waiting at that step.
 
-    No incremental fast path: ``order()`` runs every step, ``O(n log n)`` in the queue length.
+    Fast path: ``incremental_order()`` (``fairsim/policies/deadline_fast.py``) keeps the
+    deadlines sorted across steps and vectorises the due test; it yields ``order()``'s sequence
+    exactly (``tests/test_fast_order.py``). ``order()`` stays the reference, ``O(n log n)``.
 
     Args:
         idle_prefill_time: ``T_idle(L)`` in seconds (``Profile.idle_prefill_time``).
@@ -151,6 +153,15 @@ class FairwayDeadline(Fairway):
             placed[x] = True
             out.append(waiting[x])
         return out
+
+    def incremental_order(self):
+        """Fast path (``fairsim.policies.deadline_fast.DeadlineOrder``), or ``None`` for a subclass
+        that overrides a method it mirrors (``work``, ``_assign``, ``merge``)."""
+        cls = type(self)
+        if any(getattr(cls, m) is not getattr(FairwayDeadline, m) for m in ("work", "_assign", "merge")):
+            return None
+        from fairsim.policies.deadline_fast import DeadlineOrder
+        return DeadlineOrder(self)
 
     def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
         """Urgent requests and those with earlier deadlines first (by deadline), then Fairway's merge."""
