@@ -46,6 +46,8 @@ class DeadlineOrder:
             ``slack``, ``horizon``, ``lookahead``, ``fast_first``, weights and its state).
     """
 
+    _SMALL = 32  # up to this many waiting requests the due test runs in plain Python
+
     def __init__(self, policy: Any) -> None:
         self.policy = policy
         self.fast = FastLane(policy.slo)
@@ -183,6 +185,9 @@ class DeadlineOrder:
         if self._pending:
             self._assign()
         mode = p.lookahead
+        if n <= self._SMALL:
+            cut = self._due_small(now, n, mode)
+            return self._read(now, n, cut)
         dl, urg, ework = self._edl[:n], self._eurg[:n], self._ework[:n]
         if mode == "none":
             late = now >= dl
@@ -202,6 +207,35 @@ class DeadlineOrder:
             keys = self._keys
             p.urgent.update(keys[int(i)][2] for i in newly)
         return self._read(now, n, cut)
+
+    def _due_small(self, now: float, n: int, mode: str) -> int:
+        """The due test in Python floats for a short queue (numpy's per-call cost dominates)."""
+        urg = self._eurg
+        work = self._ework[:n].tolist()
+        dl = self._edl[:n].tolist()
+        flags = urg[:n].tolist()
+        newly = []
+        cut = 0
+        finish = now
+        for k in range(n):
+            if mode == "queue":
+                finish += work[k]
+                due = finish >= dl[k]
+            elif mode == "own":
+                due = now + work[k] >= dl[k]
+            else:
+                due = now >= dl[k]
+                if not due:
+                    break
+            if due or flags[k]:
+                if not flags[k]:
+                    newly.append(k)
+                cut = k + 1
+        if newly:
+            keys = self._keys
+            urg[newly] = True
+            self.policy.urgent.update(keys[k][2] for k in newly)
+        return cut
 
     def _read(self, now: float, n: int, cut: int) -> Iterator[QueuedRequest]:
         items = self.fair.items
