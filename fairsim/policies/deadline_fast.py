@@ -249,11 +249,14 @@ class DeadlineOrder:
         if rest == 1:
             yield items[keys[cut][2]]
             return
-        skip = {k[2] for k in keys.islice(0, cut)}
-        fast = (q for q in self.fast.iter_order(now) if q.request_id not in skip)
+        if cut:
+            skip = {k[2] for k in keys.islice(0, cut)}
+            fast = (q for q in self.fast.iter_order(now) if q.request_id not in skip)
+            fair = (q for q in self.fair.iter_order(now) if q.request_id not in skip)
+        else:  # nobody due: the merge of the whole queue
+            fast, fair = iter(self.fast.iter_order(now)), self.fair.iter_order(now)
         if not p.fair_lane:
             yield from fast
             return
-        fair = (q for q in self.fair.iter_order(now) if q.request_id not in skip)
         yield from merge_lanes(fast, fair, rest, p.fast_weight, p.fair_weight,
                                0.0 if p.fast_first else None)
