@@ -42,7 +42,8 @@ PARAMS = [
 
 @st.composite
 def histories(draw):
-    """Steps of (new requests, snapshot changes, admissions, clock advance)."""
+    """Steps of (new requests, snapshot changes, admissions, clock advance); from the second step on,
+    new requests may be added newest first (the fast path then rebuilds its arrival column)."""
     steps = []
     t = 0.0
     for s in range(draw(st.integers(1, 14))):
@@ -58,6 +59,7 @@ def histories(draw):
             "admit": draw(st.lists(st.integers(0, 10**6), max_size=4)),
             "admit_front": draw(st.integers(0, 3)),
             "dt": draw(st.sampled_from([0.0, 0.01, 0.3, 2.0, 25.0])),
+            "reverse": draw(st.booleans()) if s else False,  # added out of arrival order
         })
     return steps
 
@@ -72,12 +74,14 @@ def _replay(params, history):
     seq = 0
     max_waiting = 0
     for step in history:
+        new = []
         for t, L, h in step["new"]:
-            q = make_queued(f"r{seq:04d}", h, L - h, arrival=t, prompt_len=L)
+            new.append(make_queued(f"r{seq:04d}", h, L - h, arrival=t, prompt_len=L))
             seq += 1
+            now = max(now, t)
+        for q in reversed(new) if step.get("reverse") else new:
             snaps[q.request_id] = q
             inc.add(q)
-            now = max(now, t)
         waiting_ids = sorted(snaps)
         for pick, frac in step["changes"]:
             if waiting_ids:
