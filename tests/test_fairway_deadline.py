@@ -92,6 +92,29 @@ class TestDeadlines:
         p.order([y], 2.0)
         assert p.deadline["y"] == pytest.approx(2.0 + 0.1)  # its own queue only: w 0.01 < SLO
 
+    def test_now_horizon_extends_waiting_deadlines(self):
+        """``horizon="now"`` (ablation): ``D_t = a + max(SLO, 1.25 W + w, H_t)`` with the current ``H``."""
+        p = quick(horizon="now")
+        assert ids(p.order(self.queue(), 0.9)) == ["o", "x1", "x2"]
+        assert p.urgent == {"o", "x1", "x2"}  # o: 0.9 + 1.0 >= 1.02; x1: 0.9 + 1.01 >= 1.76; x2 too
+        assert p.horizon_s == pytest.approx(1.02)  # this step's first sights included
+        assert p.deadline["o"] == pytest.approx(1.02)  # H_t = 1.02 > its own 1.0
+        assert p.deadline["x1"] == pytest.approx(0.5 + 1.25 * 1.0 + 0.01)  # own estimate > H_t
+        big = make_queued("big", 0, 100_000, arrival=1.1)
+        out = p.order(self.queue() + [big], 1.1)
+        assert p.horizon_s == pytest.approx(101.02)
+        assert p.deadline["o"] == pytest.approx(101.02)  # extended with the backlog ...
+        assert p.deadline["x1"] == pytest.approx(0.5 + 101.02)
+        assert p.deadline["big"] == pytest.approx(1.1 + 1.25 * 1.02 + 100.0)
+        # ... but a due request stays due (none is due at 1.1 s against its new deadline).
+        assert p.urgent == {"o", "x1", "x2"} and ids(out) == ["o", "x1", "x2", "big"]
+        # With the default (H fixed at first sight) nothing moves.
+        q = quick()
+        q.order(self.queue(), 0.9)
+        q.order(self.queue() + [big], 1.1)
+        assert q.deadline["o"] == pytest.approx(1.0)
+        assert p.incremental_order() is None and q.incremental_order() is not None
+
     @pytest.mark.parametrize("lookahead", ["queue", "own"])
     def test_lookahead_urgency_persists(self, lookahead):
         p = quick(lookahead=lookahead)

@@ -93,7 +93,7 @@ def test_fast_path_same_tables_conversation_native_rate(name):
 
 def test_every_hot_policy_has_a_fast_path():
     for name in ("fcfs", "lpm", "klpm4", "klpm8", "peek", "ragcache", "preble", "fairway", "fairway-abswait",
-                 "fairway-nofair", "fairway-carry", "fairway-plus", "fairway-patience"):
+                 "fairway-nofair", "fairway-carry", "fairway-plus", "fairway-patience", "fairway-deadline"):
         assert make_policy(name, PROFILE).incremental_order() is not None, name
     assert make_policy("lpm", PROFILE, sglang_dedup=True).incremental_order() is None
 

@@ -9,7 +9,7 @@ from fairsim.policies.base import arrival_key
 from fairsim.policies.fairway import Fairway
 from fairsim.types import QueuedRequest
 
-HORIZONS = ("max", "own")
+HORIZONS = ("max", "own", "now")
 LOOKAHEADS = ("none", "own", "queue")
 
 
@@ -29,7 +29,11 @@ class FairwayDeadline(Fairway):
       preempted, gets a new one): ``D(r) = arrival(r) + max(SLO(r), slack x W_r + w_r, H_r)``,
       ``SLO(r) = max(slo_floor, slo_multiplier x T_idle(L_r))`` (the paper's patience), ``slack
       = 1 + fair_weight / fast_weight`` (1.25 with the paper's weights). ``horizon="own"``
-      (ablation) drops ``H_r``.
+      (ablation) drops ``H_r``. ``horizon="now"`` (ablation, issue 11) re-reads ``H`` at every
+      step: ``D_t(r) = arrival(r) + max(SLO(r), slack x W_r + w_r, H_t)``, ``H_t`` the running
+      maximum as of step ``t`` (first sights of this step included), so the deadlines of waiting
+      requests extend while a backlog grows (never shrink: ``H`` is monotone); a due request
+      stays due. No fast path for this ablation (``order()`` runs every step).
     - **Due** at a step with clock ``now``, the waiting requests in deadline order ``(D, arrival,
       request_id)``: ``lookahead="queue"`` (default) -- the ``k``-th is due iff ``now +`` the
       ``work`` of the first ``k`` ``>= D``; ``"own"`` -- iff ``now + w >= D``; ``"none"`` -- iff
@@ -44,12 +48,15 @@ class FairwayDeadline(Fairway):
     request_id)`` (plus, in the live hook, up to one step's budget of others, when vLLM skips a
     request it cannot schedule). With ``lookahead="none"`` these were all waiting at that step.
 
-    No incremental fast path: ``order()`` runs every step, ``O(n log n)`` in the queue length.
+    Fast path: ``incremental_order()`` (``fairsim/policies/deadline_fast.py``) keeps the
+    deadlines sorted across steps and vectorises the due test; it yields ``order()``'s sequence
+    exactly (``tests/test_fast_order.py``). ``order()`` stays the reference, ``O(n log n)``.
 
     Args:
         idle_prefill_time: ``T_idle(L)`` in seconds (``Profile.idle_prefill_time``).
-        horizon: ``"max"`` (default: the deadline is at least the largest FCFS estimate so far)
-            or ``"own"`` (only the request's own estimate).
+        horizon: ``"max"`` (default: the deadline is at least the largest FCFS estimate seen
+            before the request's first sight), ``"own"`` (only the request's own estimate) or
+            ``"now"`` (at least the largest FCFS estimate seen so far, re-read every step).
         fast_first: Do not pre-charge the Fast lane with its front in the merge (default true).
         slack: Multiplier on the FCFS wait estimate ``W`` (>= 1; default ``1 + fair_weight /
             fast_weight``).
@@ -91,6 +98,7 @@ class FairwayDeadline(Fairway):
         self.horizon_s = 0.0  # H: running maximum of the drain at first sights (s)
         self.deadline: dict[str, float] = {}  # request_id -> D(r) (s), for waiting requests
         self.urgent: set[str] = set()  # waiting requests found urgent at some step (kept)
+        self._own: dict[str, float] = {}  # horizon="now": max(SLO, slack W + w) (s), H left out
         self._rate: dict[int, float] = {}  # L -> T_idle(L) / L (s per token)
 
     def work(self, r: QueuedRequest) -> float:
@@ -108,6 +116,8 @@ class FairwayDeadline(Fairway):
             keep = {r.request_id for r in waiting}
             self.deadline = deadline = {k: v for k, v in deadline.items() if k in keep}
             self.urgent &= keep
+            if self._own:
+                self._own = {k: v for k, v in self._own.items() if k in keep}
         if not new:
             return
         fresh = {r.request_id for r in new}
@@ -120,9 +130,18 @@ class FairwayDeadline(Fairway):
                 if self.horizon == "max" and self.horizon_s > wait:
                     wait = self.horizon_s
                 deadline[r.request_id] = r.arrival_time + max(slo(r.prompt_len), wait)
+                if self.horizon == "now":
+                    self._own[r.request_id] = max(slo(r.prompt_len), wait)
                 if ahead + own > self.horizon_s:
                     self.horizon_s = ahead + own
             ahead += own
+
+    def _extend(self, waiting: Sequence[QueuedRequest]) -> None:
+        """``horizon="now"``: every waiting request's deadline at least ``arrival + H`` (current ``H``)."""
+        h = self.horizon_s
+        own, deadline = self._own, self.deadline
+        for r in waiting:
+            deadline[r.request_id] = r.arrival_time + max(own[r.request_id], h)
 
     def merge(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
         """Fairway's lane merge of ``waiting`` (``fast_first``: the Fast ledger starts at 0)."""
@@ -152,12 +171,23 @@ class FairwayDeadline(Fairway):
             out.append(waiting[x])
         return out
 
+    def incremental_order(self):
+        """Fast path (``fairsim.policies.deadline_fast.DeadlineOrder``), or ``None`` for a subclass
+        that overrides a method it mirrors (``work``, ``_assign``, ``merge``)."""
+        cls = type(self)
+        if self.horizon == "now" or any(getattr(cls, m) is not getattr(FairwayDeadline, m) for m in ("work", "_assign", "merge")):
+            return None
+        from fairsim.policies.deadline_fast import DeadlineOrder
+        return DeadlineOrder(self)
+
     def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
         """Urgent requests and those with earlier deadlines first (by deadline), then Fairway's merge."""
         if not waiting:
-            self.deadline, self.urgent = {}, set()
+            self.deadline, self.urgent, self._own = {}, set(), {}
             return []
         self._assign(waiting)
+        if self.horizon == "now":
+            self._extend(waiting)
         deadline, urgent, work = self.deadline, self.urgent, self.work
         edf = sorted(waiting, key=lambda r: (deadline[r.request_id], r.arrival_time, r.request_id))
         cut = 0  # EDF prefix up to the last urgent request

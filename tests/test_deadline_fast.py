@@ -1,0 +1,157 @@
+"""``fairway-deadline``'s fast path (``fairsim/policies/deadline_fast.py``) equals ``order()``.
+
+A hypothesis property drives two copies of the policy through the same random history -- new
+requests (added in arrival order), snapshot changes after cache events, admissions of arbitrary
+waiting requests, a clock that moves on -- one read through ``order()`` (the reference), the
+other through ``incremental_order()``; every step's full order and the policy state (deadlines,
+urgent set, horizon) must be equal, exactly, for every parameter combination. The engine-level
+identity over traces is tests/test_fast_order.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fairsim.policies import FairwayDeadline, make_policy
+from fairsim.policies.deadline_fast import DeadlineOrder
+from fairsim.policies.incremental import fast_path_of
+from tests.engine_bound import PROFILE
+from tests.utils import make_queued
+
+
+def odd_idle(L: int) -> float:
+    """A ``T_idle`` with inexact floats (so summation order would show in the last bit)."""
+    return 0.0123 + 1.37e-4 * L + 3.1e-9 * L * L
+
+
+PARAMS = [
+    {},
+    {"lookahead": "own"},
+    {"lookahead": "none"},
+    {"horizon": "own"},
+    {"fast_first": False},
+    {"fair_lane": False},
+    {"slack": 1.0, "slo_multiplier": 0.5, "slo_floor": 0.05},
+]
+
+
+@st.composite
+def histories(draw):
+    """Steps of (new requests, snapshot changes, admissions, clock advance); from the second step on,
+    new requests may be added newest first (the fast path then rebuilds its arrival column)."""
+    steps = []
+    t = 0.0
+    for s in range(draw(st.integers(1, 14))):
+        new = []
+        for _ in range(draw(st.integers(0, 45))):
+            t += draw(st.sampled_from([0.0, 0.001, 0.013, 0.2, 1.7]))
+            L = draw(st.integers(2, 9000))
+            h = draw(st.integers(0, L - 1))
+            new.append((t, L, h))
+        steps.append({
+            "new": new,
+            "changes": draw(st.lists(st.tuples(st.integers(0, 10**6), st.floats(0, 1)), max_size=6)),
+            "admit": draw(st.lists(st.integers(0, 10**6), max_size=4)),
+            "admit_front": draw(st.integers(0, 3)),
+            "dt": draw(st.sampled_from([0.0, 0.01, 0.3, 2.0, 25.0])),
+            "reverse": draw(st.booleans()) if s else False,  # added out of arrival order
+        })
+    return steps
+
+
+def _replay(params, history):
+    ref = FairwayDeadline(odd_idle, **params)
+    fast_policy = FairwayDeadline(odd_idle, **params)
+    inc = fast_policy.incremental_order()
+    assert isinstance(inc, DeadlineOrder)
+    snaps: dict[str, object] = {}
+    now = 0.0
+    seq = 0
+    max_waiting = 0
+    for step in history:
+        new = []
+        for t, L, h in step["new"]:
+            new.append(make_queued(f"r{seq:04d}", h, L - h, arrival=t, prompt_len=L))
+            seq += 1
+            now = max(now, t)
+        for q in reversed(new) if step.get("reverse") else new:
+            snaps[q.request_id] = q
+            inc.add(q)
+        waiting_ids = sorted(snaps)
+        for pick, frac in step["changes"]:
+            if waiting_ids:
+                rid = waiting_ids[pick % len(waiting_ids)]
+                old = snaps[rid]
+                h = min(old.prompt_len - 1, int(frac * old.prompt_len))
+                q = old._replace(cached_len=h, uncached_len=max(1, old.prompt_len - h))
+                snaps[rid] = q
+                inc.add(q)
+        waiting = list(snaps.values())
+        max_waiting = max(max_waiting, len(waiting))
+        expect = [q.request_id for q in ref.order(waiting, now)]
+        got = [q.request_id for q in inc.iter_order(now)]
+        assert got == expect
+        assert fast_policy.deadline == ref.deadline
+        assert fast_policy.urgent == ref.urgent
+        assert fast_policy.horizon_s == ref.horizon_s
+        # Admissions: the front of the order (as the engine admits) and arbitrary others.
+        gone = set(expect[:step["admit_front"]])
+        if expect:
+            gone |= {expect[a % len(expect)] for a in step["admit"]}
+        for rid in sorted(gone):
+            del snaps[rid]
+            inc.remove(rid)
+        now += step["dt"]
+    return max_waiting
+
+
+@pytest.mark.parametrize("params", PARAMS, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()) or "default")
+@settings(max_examples=60, deadline=None)
+@given(history=histories())
+def test_incremental_equals_order(params, history):
+    _replay(params, history)
+
+
+def test_long_queue_uses_the_vectorised_path():
+    """Several hundred waiting (above ``DeadlineOrder._SMALL``), all three due modes."""
+    rng = np.random.default_rng(7)
+    t = 0.0
+    history = []
+    for _ in range(6):
+        new = []
+        for _ in range(120):
+            t += float(rng.choice([0.0, 0.004, 0.05]))
+            L = int(rng.integers(2, 9000))
+            new.append((t, L, int(rng.integers(0, L))))
+        history.append({"new": new, "changes": [(int(rng.integers(10**6)), float(rng.random())) for _ in range(20)],
+                        "admit": [int(x) for x in rng.integers(0, 10**6, 5)], "admit_front": 2, "dt": 3.0})
+    for params in PARAMS:
+        assert _replay(params, history) > 5 * DeadlineOrder._SMALL
+
+
+def test_cumsum_is_sequential_like_the_reference_loop():
+    """The due test relies on ``np.cumsum`` adding left to right, as ``order()``'s loop does
+    (numpy's ``sum`` is pairwise and may differ in the last bit)."""
+    rng = np.random.default_rng(3)
+    x = rng.random(5000) * 10.0 ** rng.integers(-6, 3, 5000)
+    acc, loop = 0.0, []
+    for v in x.tolist():
+        acc += v
+        loop.append(acc)
+    assert np.cumsum(x).tolist() == loop
+    assert math.fsum(x) != loop[-1] or np.sum(x) != loop[-1]  # the order does matter for such data
+
+
+def test_registered_policy_has_the_fast_path_and_subclasses_opt_out():
+    assert isinstance(fast_path_of(make_policy("fairway-deadline", PROFILE)), DeadlineOrder)
+
+    class OwnWork(FairwayDeadline):
+        def work(self, r):
+            return 2.0 * super().work(r)
+
+    assert OwnWork(odd_idle).incremental_order() is None
