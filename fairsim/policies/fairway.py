@@ -127,22 +127,46 @@ class Fairway:
         fair = sorted(range(n), key=[arrival_key(r) for r in waiting].__getitem__)
         work = [r.uncached_len for r in waiting]
         fast_w, fair_w = self.fast_weight, self.fair_weight
-        placed = [False] * n
-        out: list[QueuedRequest] = []
-        i = j = 0
-        fast_ledger = fast_w * work[fast[0]]
-        fair_ledger = fair_w * work[fair[0]]
-        for _ in range(n):
-            if fast_ledger <= fair_ledger:  # tie -> Fast
-                while placed[fast[i]]:
-                    i += 1
-                x = fast[i]
-                fast_ledger += fast_w * work[x]
-            else:
-                while placed[fair[j]]:
-                    j += 1
-                x = fair[j]
-                fair_ledger += fair_w * work[x]
-            placed[x] = True
-            out.append(waiting[x])
-        return out
+        return charge_merge(waiting, fast, fair, work, fast_w, fair_w,
+                            fast_w * work[fast[0]], fair_w * work[fair[0]])
+
+
+def charge_merge(waiting: Sequence[QueuedRequest], fast: Sequence[int], fair: Sequence[int],
+                 work: Sequence[int], fast_w: float, fair_w: float, fast_ledger: float,
+                 fair_ledger: float, carried: float = 0.0, oldest: int | None = None) -> list[QueuedRequest]:
+    """Fairway's merge of two lane orders by work charges (POLICIES.md, "Fairway").
+
+    Each pick is charged ``weight x work`` (uncached tokens) to its lane's ledger; the lane with
+    the smaller ledger picks next (a tie goes to Fast), skipping what the other lane placed.
+
+    Args:
+        waiting: The requests; ``fast`` and ``fair`` are permutations of their indices.
+        work: Uncached tokens per index.
+        fast_ledger, fair_ledger: Starting ledgers (the paper pre-charges each lane's head).
+        carried: Extra Fast-lane charge until ``oldest`` (an index) is placed, then taken off
+            (``fairway-carry``'s debt; 0 for the paper's merge).
+
+    Returns:
+        ``waiting`` in merged order (a permutation).
+    """
+    n = len(waiting)
+    placed = [False] * n
+    out: list[QueuedRequest] = []
+    i = j = 0
+    for _ in range(n):
+        if fast_ledger <= fair_ledger:  # tie -> Fast
+            while placed[fast[i]]:
+                i += 1
+            x = fast[i]
+            fast_ledger += fast_w * work[x]
+        else:
+            while placed[fair[j]]:
+                j += 1
+            x = fair[j]
+            fair_ledger += fair_w * work[x]
+        placed[x] = True
+        out.append(waiting[x])
+        if x == oldest:  # past the oldest: the debt only ever moves the oldest forward
+            fast_ledger -= carried
+            carried = 0.0
+    return out

@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from fairsim.policies.base import arrival_key
-from fairsim.policies.fairway import Fairway
+from fairsim.policies.fairway import Fairway, charge_merge
 from fairsim.types import QueuedRequest
 
 
@@ -106,28 +106,9 @@ class FairwayCarry(Fairway):
         work = [r.uncached_len for r in waiting]
         fast_w, fair_w = self.fast_weight, self.fair_weight
         carried = fast_w * self.debt
-        placed = [False] * n
-        out: list[QueuedRequest] = []
-        i = j = 0
         fast_ledger = (0.0 if self.fast_first else fast_w * work[fast[0]]) + carried
-        fair_ledger = fair_w * work[o]
-        for _ in range(n):
-            if fast_ledger <= fair_ledger:  # tie -> Fast, as the paper
-                while placed[fast[i]]:
-                    i += 1
-                x = fast[i]
-                fast_ledger += fast_w * work[x]
-            else:
-                while placed[fair[j]]:
-                    j += 1
-                x = fair[j]
-                fair_ledger += fair_w * work[x]
-            placed[x] = True
-            out.append(waiting[x])
-            if x == o:  # past the oldest: the debt only ever moves the oldest forward
-                fast_ledger -= carried
-                carried = 0.0
-        return out
+        return charge_merge(waiting, fast, fair, work, fast_w, fair_w, fast_ledger, fair_w * work[o],
+                            carried, o)
 
     def incremental_order(self):
         """Fast path (``fairsim.policies.incremental``): as ``Fairway``'s, with the carried debt."""

@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from fairsim.policies.base import arrival_key
-from fairsim.policies.fairway import Fairway
+from fairsim.policies.fairway import Fairway, charge_merge
 from fairsim.types import QueuedRequest
 
 HORIZONS = ("max", "own", "now")
@@ -152,24 +152,7 @@ class FairwayDeadline(Fairway):
         fair = sorted(range(n), key=[arrival_key(r) for r in waiting].__getitem__)
         work = [r.uncached_len for r in waiting]
         fast_w, fair_w = self.fast_weight, self.fair_weight
-        placed = [False] * n
-        out: list[QueuedRequest] = []
-        i = j = 0
-        fast_ledger, fair_ledger = 0.0, fair_w * work[fair[0]]
-        for _ in range(n):
-            if fast_ledger <= fair_ledger:  # tie -> Fast
-                while placed[fast[i]]:
-                    i += 1
-                x = fast[i]
-                fast_ledger += fast_w * work[x]
-            else:
-                while placed[fair[j]]:
-                    j += 1
-                x = fair[j]
-                fair_ledger += fair_w * work[x]
-            placed[x] = True
-            out.append(waiting[x])
-        return out
+        return charge_merge(waiting, fast, fair, work, fast_w, fair_w, 0.0, fair_w * work[fair[0]])
 
     def incremental_order(self):
         """Fast path (``fairsim.policies.deadline_fast.DeadlineOrder``), or ``None`` for a subclass
