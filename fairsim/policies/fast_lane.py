@@ -282,7 +282,10 @@ class FastLane:
         self._pulled = {}
 
     def iter_order(self, now: float) -> Iterator[QueuedRequest]:
-        """Yield the waiting snapshots by descending score at ``now``, ties by arrival then id."""
+        """Yield the waiting snapshots by descending score at ``now`` (seconds), ties by arrival
+        then id. Generator: the lane settles (re-keys, rebuilds) at the first ``next()``, not at
+        the call. With lazy hits each item is ``resolve``d before it is yielded, so the engine
+        gets its snapshot object of this step (``fairsim.sim.lazy_hits``)."""
         items = self._items
         n = len(items)
         if n == 0:
@@ -300,8 +303,9 @@ class FastLane:
                     wait = min(wait, cap)
                 keys.append((-(hc + wait), arr, q.request_id, q))
             keys.sort(key=lambda k: k[:3])
+            res = self._resolve
             for k in keys:
-                yield k[3]
+                yield k[3] if res is None else res(k[3])
             return
         self._settle(now)
         self._clock = now
@@ -323,8 +327,8 @@ class FastLane:
         ninf = -math.inf
         for i in range(n):
             if i == _LONG_READ and n - i > _LONG_READ:
-                # A long read (the live hook reads the whole order): sort the rest at once.
-                pulled.clear()
+                # A long read (the live hook reads the whole order): sort the rest at once. The
+                # taken counts stay: charged at the next read, they rebuild buckets whose keys aged.
                 yield from self._rest(now, {q.request_id for q in out})
                 return
             while True:
@@ -373,7 +377,9 @@ class FastLane:
                 pulled[counted] -= 1
             q = items[rid][0]
             out.append(q)
-            yield q
+            # The engine's current snapshot object (same hit as ``q``, whose key was exact at the
+            # step's start): admitting preempted requests may have made the engine rebuild it.
+            yield q if self._resolve is None else self._resolve(q)
 
     def _rest(self, now: float, done: set[str]) -> Iterator[QueuedRequest]:
         """Every request not in ``done`` by the exact key: the rest of the order once ``done``
@@ -384,12 +390,14 @@ class FastLane:
             if rid in done:
                 continue
             if item[8]:
-                self._fresh(item)  # its key stays an upper bound
+                self._fresh(item)  # its key stays an upper bound, tightened at the next read
+                self._loose.append(rid)
             wait = (now - item[2]) / item[3]
             if cap is not None:
                 wait = min(wait, cap)
             keys.append((-(item[1] + wait), item[2], rid))
         keys.sort()
-        items = self._items
+        items, res = self._items, self._resolve
         for k in keys:
-            yield items[k[2]][0]
+            q = items[k[2]][0]
+            yield q if res is None else res(q)
