@@ -37,6 +37,56 @@ class _Skipper:
         return list(waiting)
 
 
+class _AddFails:
+    """FCFS whose fast path raises on its third ``add`` (a bug in a team's incremental order)."""
+    name = "add-fails"
+
+    def order(self, waiting, now):
+        return sorted(waiting, key=lambda q: (q.arrival_time, q.request_id))
+
+    def incremental_order(self):
+        from fairsim.policies.incremental import ArrivalOrder
+
+        class Failing(ArrivalOrder):
+            adds = 0
+
+            def add(self, q):
+                Failing.adds += 1
+                if Failing.adds == 3:
+                    raise RuntimeError("broken add")
+                super().add(q)
+        return Failing()
+
+
+class TestIncrementalAddFailure:
+    def test_new_requests_are_kept_when_add_raises(self):
+        # Found in review: requests not yet in the hook's held set when add() raised were
+        # dropped from vLLM's waiting queue and never scheduled.
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        llm = make_llm(LiveConfig(policy="fcfs", kv_blocks=64, max_num_seqs=4, budget_tokens=512))
+        try:
+            engine = llm.llm_engine
+            sched = live_scheduler(llm)
+            sched.fairsim_policy = _AddFails()
+            params = SamplingParams(max_tokens=1, detokenize=False)
+            for i in range(6):
+                engine.add_request(f"r{i}", TokensPrompt(prompt_token_ids=block_tokens(f"r{i}", 300)),
+                                   params, arrival_time=float(i))
+            finished, steps = [], 0
+            while engine.has_unfinished_requests() and steps < 100:
+                finished += [o.request_id for o in engine.step() if o.finished]
+                steps += 1
+            assert sorted(finished) == sorted(f"r{i}" for i in range(6))  # none lost
+            assert sched.fairsim_policy_errors == 1
+        finally:
+            del llm
+            import gc
+
+            gc.collect()
+
+
 class TestPolicyFailure:
     """The policy raises every step: each request is still served exactly once, in FCFS order."""
 

@@ -406,32 +406,33 @@ class _PolicyMixin:
             hits.forget(rid)
             if inc is not None:
                 inc.remove(rid)
-        try:
-            for rid in refresh:
-                old = held.get(rid)
-                if old is None:
-                    continue
-                q = self._fairsim_snapshot(old.handle, True)
-                if q.cached_len != old.cached_len:
-                    held[rid] = q
-                    if inc is not None:
-                        inc.add(q)
-            if new:
-                snaps_new = [self._fairsim_snapshot(r, True) for r in new]
-                snaps_new.sort(key=lambda q: (q.arrival_time, q.request_id))
-                for q in snaps_new:
-                    held[q.request_id] = q
-                    plain_set[q.handle] = None
-                    if inc is not None:
-                        inc.add(q)
-        except Exception:
-            # The incremental order no longer matches the queue: order() from now on.
-            if inc is not None:
+        # Snapshots first, for every changed and new request, so the queue keeps them whatever
+        # the policy's incremental order does with them below.
+        feed = []
+        for rid in refresh:
+            old = held.get(rid)
+            if old is None:
+                continue
+            q = self._fairsim_snapshot(old.handle, True)
+            if q.cached_len != old.cached_len:
+                held[rid] = q
+                feed.append(q)
+        if new:
+            snaps_new = [self._fairsim_snapshot(r, True) for r in new]
+            snaps_new.sort(key=lambda q: (q.arrival_time, q.request_id))
+            for q in snaps_new:
+                held[q.request_id] = q
+                plain_set[q.handle] = None
+            feed.extend(snaps_new)
+        if inc is not None:
+            try:
+                for q in feed:
+                    inc.add(q)
+            except Exception:
+                # The incremental order no longer matches the queue: order() from now on.
                 self._fairsim_inc = inc = None
                 self.fairsim_policy_errors += 1
                 logger.exception("fairsim: the policy's incremental order failed; using order() from now on")
-            else:
-                raise
         now = self._fairsim_now = self.fairsim_clock()
         self._fairsim_head_snapshots = {}
         if self._fairsim_on_admitted is not None and heads:
