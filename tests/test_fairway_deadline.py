@@ -51,6 +51,16 @@ class TestDeadlines:
         assert p.deadline["x1"] == pytest.approx(0.5 + 1.25 * 1.0 + 0.01)  # > H_prev = 1.0
         assert p.deadline["x2"] == pytest.approx(0.5 + 1.25 * 1.01 + 0.01)
 
+    def test_changed_in_place_is_a_new_request(self):
+        # The live hook feeds a request whose prompt changed in place (a streaming update) to the
+        # fast path as a new request; order() gives it a new deadline too (found in review).
+        p = quick()
+        p.order(self.queue(), 0.9)
+        grown = make_queued("x2", 990, 510, arrival=0.5)  # 500 more uncached tokens: w = 0.51 s
+        p.order(self.queue()[:2] + [grown], 0.95)
+        assert p.deadline["x2"] == pytest.approx(0.5 + 1.25 * 1.01 + 0.51)  # W still o + x1
+        assert p.deadline["x1"] == pytest.approx(0.5 + 1.25 * 1.0 + 0.01)  # unchanged
+
     def test_not_late_is_the_fast_first_merge(self):
         # At 0.9 s nobody is late or urgent (o: 0.9 + 1.0 >= 1.0 is urgent with the queue
         # lookahead, so this uses lookahead "none"). Fast scores: x 990/10 + 0.4/0.1 = 103, o 9.

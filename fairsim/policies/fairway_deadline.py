@@ -100,6 +100,7 @@ class FairwayDeadline(Fairway):
         self.urgent: set[str] = set()  # waiting requests found urgent at some step (kept)
         self._own: dict[str, float] = {}  # horizon="now": max(SLO, slack W + w) (s), H left out
         self._rate: dict[int, float] = {}  # L -> T_idle(L) / L (s per token)
+        self._shape: dict[str, tuple[float, int]] = {}  # request -> (arrival, prompt) at its deadline
 
     def work(self, r: QueuedRequest) -> float:
         """``T_idle(L) x c / L``: seconds of cold prefill for ``r``'s uncached tokens."""
@@ -110,16 +111,23 @@ class FairwayDeadline(Fairway):
 
     def _assign(self, waiting: Sequence[QueuedRequest]) -> None:
         """Fix ``D(r)`` for requests seen for the first time; forget those that left."""
-        deadline = self.deadline
-        new = [r for r in waiting if r.request_id not in deadline]
-        if len(deadline) + len(new) > len(waiting):  # some left the queue: forget them
+        deadline, shape = self.deadline, self._shape
+        # New requests, and (live hook: a streaming update) a request whose arrival or prompt
+        # changed in place, which the hook feeds to the fast path as a new request too.
+        new = [r for r in waiting if r.request_id not in deadline
+               or shape.get(r.request_id, (r.arrival_time, r.prompt_len)) != (r.arrival_time, r.prompt_len)]
+        if len(deadline) + len(new) > len(waiting):  # some left the queue (or changed): forget them
             keep = {r.request_id for r in waiting}
             self.deadline = deadline = {k: v for k, v in deadline.items() if k in keep}
             self.urgent &= keep
+            self._shape = shape = {k: v for k, v in shape.items() if k in keep}
             if self._own:
                 self._own = {k: v for k, v in self._own.items() if k in keep}
         if not new:
             return
+        self.urgent -= {r.request_id for r in new}
+        for r in new:
+            shape[r.request_id] = (r.arrival_time, r.prompt_len)
         fresh = {r.request_id for r in new}
         ahead = 0.0  # FCFS estimate: work of the requests ahead in arrival order
         slo, work, slack = self.slo, self.work, self.slack
