@@ -254,17 +254,21 @@ class PolicyQueue(FCFSRequestQueue):
         return self.__len__() > 0
 
     def __iter__(self) -> Iterator[Any]:
+        """Every request in queue order (reads the policy's order to its end first)."""
         self._drain()
         return _deque.__iter__(self)
 
     def __reversed__(self) -> Iterator[Any]:
+        """Every request, back to front (reads the whole order first)."""
         self._drain()
         return _deque.__reversed__(self)
 
     def __contains__(self, r: object) -> bool:
+        """Whether ``r`` is in the queue (O(1); reads nothing)."""
         return self.contains(r)
 
     def __getitem__(self, i: Any) -> Any:
+        """Item ``i``; an index past the materialised front reads the whole order first."""
         if not (isinstance(i, int) and 0 <= i < _deque.__len__(self)):
             self._drain()
         return _deque.__getitem__(self, i)
@@ -274,35 +278,43 @@ class PolicyQueue(FCFSRequestQueue):
 
     # -- plain deque mutators: the whole order first, then the deque's semantics ------------
     def append(self, request: Any) -> None:
+        """``deque.append`` after reading the whole order; recorded as a change."""
         self._drain()
         _deque.append(self, request)
         self._changes[request] = None
 
     def appendleft(self, request: Any) -> None:
+        """``prepend_request`` (vLLM's own way to put a request at the front)."""
         self.prepend_request(request)
 
     def extend(self, requests: Iterable[Any]) -> None:
+        """``deque.extend`` after reading the whole order; each request recorded as a change."""
         self._drain()
         requests = list(requests)
         _deque.extend(self, requests)
         self._changes.update(dict.fromkeys(requests))
 
     def extendleft(self, requests: Iterable[Any]) -> None:
+        """``prepend_requests``."""
         self.prepend_requests(requests)
 
     def popleft(self) -> Any:
+        """``pop_request``: the next request of the order (reads one item)."""
         return self.pop_request()
 
     def pop(self) -> Any:
+        """``deque.pop`` (the last request) after reading the whole order; recorded."""
         self._drain()
         r = _deque.pop(self)
         self._changes[r] = None
         return r
 
     def remove(self, request: Any) -> None:
+        """``remove_request``."""
         self.remove_request(request)
 
     def clear(self) -> None:
+        """Empty the queue; every request in it is recorded as a change."""
         self._changes.update(dict.fromkeys(self.front()))
         self._changes.update(dict.fromkeys(self.plain))
         _deque.clear(self)
@@ -310,6 +322,7 @@ class PolicyQueue(FCFSRequestQueue):
         self.tail = {}
         self._source = None
         self.read = []
+        self._dropped = set()
 
 
 def _reraise(exc: BaseException) -> None:

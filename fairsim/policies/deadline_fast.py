@@ -238,6 +238,8 @@ class DeadlineOrder:
         return cut
 
     def _read(self, now: float, n: int, cut: int) -> Iterator[QueuedRequest]:
+        """The first ``cut`` requests in deadline order (the due prefix), then the other
+        ``n - cut`` in the merge of ``FairwayDeadline.merge`` (``now`` in seconds)."""
         items = self.fair.items
         keys = self._keys
         for k in keys.islice(0, cut):

@@ -142,7 +142,9 @@ def charge_merge(waiting: Sequence[QueuedRequest], fast: Sequence[int], fair: Se
     Args:
         waiting: The requests; ``fast`` and ``fair`` are permutations of their indices.
         work: Uncached tokens per index.
-        fast_ledger, fair_ledger: Starting ledgers (the paper pre-charges each lane's head).
+        fast_w, fair_w: Lane weights (charge per uncached token).
+        fast_ledger, fair_ledger: Starting ledgers, weight x tokens (the paper pre-charges each
+            lane's head).
         carried: Extra Fast-lane charge until ``oldest`` (an index) is placed, then taken off
             (``fairway-carry``'s debt; 0 for the paper's merge).
 

@@ -115,6 +115,7 @@ class ArrivalOrder:
         return len(self.items)
 
     def add(self, q: QueuedRequest) -> None:
+        """A request joined (kept in arrival order), or its snapshot changed (replaced in place)."""
         rid = q.request_id
         items = self.items
         if rid not in items:
@@ -126,9 +127,11 @@ class ArrivalOrder:
         items[rid] = q
 
     def remove(self, request_id: str) -> None:
+        """The request left the queue."""
         del self.items[request_id]
 
     def iter_order(self, now: float = 0.0) -> Iterator[QueuedRequest]:
+        """The snapshots by ``(arrival_time, request_id)`` (``now`` unused; resolved when lazy)."""
         if not self._sorted:
             self.items = dict(sorted(self.items.items(), key=lambda kv: (kv[1].arrival_time, kv[0])))
             self._sorted = True
