@@ -69,20 +69,6 @@ class FairwayPatience(FairwayCarry):
 
     def incremental_order(self):
         """Fast path (``fairsim.policies.incremental``): ``fairway-carry``'s, armed at the patience."""
-        from fairsim.policies.incremental import ArrivalOrder, FastLane, LazyLanes, _UncachedView, merge_lanes
-        fast_w, fair_w = self.fast_weight, self.fair_weight
+        from fairsim.policies.incremental import fairway_carry_order
 
-        def combine(now, fast, fair):
-            n = len(fast)
-            self._work = _UncachedView(fair)
-            if n == 0:
-                return iter(())
-            fair_it = fair.iter_order(now)
-            o = next(iter(fair.items.values()))
-            self.arm(o, now)
-            if n == 1:
-                return fair_it  # o alone (this step's snapshot of it)
-            return merge_lanes(fast.iter_order(now), fair_it, n, fast_w, fair_w,
-                               0.0 if self.fast_first else None, fast_w * self.debt, o.request_id)
-
-        return LazyLanes(combine, FastLane(self.slo, self.wait_cap), ArrivalOrder())
+        return fairway_carry_order(self, self.arm)

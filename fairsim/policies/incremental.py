@@ -293,10 +293,11 @@ def fairway_order(policy: Any) -> Lanes:
     return LazyLanes(combine, FastLane(policy.slo), ArrivalOrder())
 
 
-def fairway_carry_order(policy: Any) -> Lanes:
+def fairway_carry_order(policy: Any, see_oldest: Callable[[QueuedRequest, float], None] | None = None) -> Lanes:
     """The fast path of ``FairwayCarry`` (``fairway-carry``, ``fairway-plus``): same state updates
     as ``FairwayCarry.order`` (the oldest and its debt, ``_work``), made when ``iter_order`` is
-    called, not when it is read."""
+    called, not when it is read. ``see_oldest(oldest, now)`` replaces the carry's rule for a new
+    oldest request (a new oldest starts with no debt): ``fairway-patience`` passes its ``arm``."""
     fast_w, fair_w = policy.fast_weight, policy.fair_weight
 
     def combine(now: float, fast: FastLane, fair: ArrivalOrder) -> Iterator[QueuedRequest]:
@@ -306,7 +307,9 @@ def fairway_carry_order(policy: Any) -> Lanes:
             return iter(())
         fair_it = fair.iter_order(now)
         o = next(iter(fair.items.values()))
-        if o.request_id != policy.oldest:
+        if see_oldest is not None:
+            see_oldest(o, now)
+        elif o.request_id != policy.oldest:
             policy.oldest, policy.debt = o.request_id, 0.0
         if n == 1:
             return fair_it  # o alone (this step's snapshot of it)
