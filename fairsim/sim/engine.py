@@ -193,6 +193,7 @@ class Engine:
         # snapshots, so a step rebuilds few snapshots instead of one per waiting request.
         self._watchers: dict[Hashable, dict[int, _Live]] = {}
         self.pool.on_key_change = self._key_changed
+        self.pool.watched = self._watchers  # only keys some waiting request may hit call back
         self._skips_misfits = bool(getattr(policy, "skips_misfits", False))
         self._on_admitted = getattr(policy, "on_admitted", None)
         # Start-of-step snapshots, id(live) -> snapshot, handed to on_admitted (policy contract).
@@ -509,31 +510,33 @@ class Engine:
                 del watchers[key]
 
     def _key_changed(self, key: Hashable) -> None:
-        bucket = self._watchers.get(key)
-        if bucket:
-            if self._lazy is not None:
-                # A waiting request without a snapshot is already pending (dirty) or stale in the
-                # order: only those that had one need telling (a block shared by thousands of
-                # waiting requests flips again and again under overload).
-                dirty = self._dirty
-                for k, live in bucket.items():
-                    if live.snap is not None:
-                        live.snap = None
-                        dirty[k] = live
-            else:
-                for live in bucket.values():
+        """A key some waiting request may hit changed hittability (``BlockPool.watched`` filters
+        the others out; the lazy journal records every key in the pool itself)."""
+        bucket = self._watchers[key]
+        if self._lazy is not None:
+            # A waiting request without a snapshot is already pending (dirty) or stale in the
+            # order: only those that had one need telling (a block shared by thousands of
+            # waiting requests flips again and again under overload).
+            dirty = self._dirty
+            for k, live in bucket.items():
+                if live.snap is not None:
                     live.snap = None
-                if self._inc is not None:
-                    self._dirty.update(bucket)
-        if self._lazy is not None:  # every key: an admitted request's are no longer watched
-            self._lazy.key_changed(key)
+                    dirty[k] = live
+        else:
+            for live in bucket.values():
+                live.snap = None
+            if self._inc is not None:
+                self._dirty.update(bucket)
 
     def _cache_blocks(self, live: _Live, num_tokens: int) -> None:
         """Register newly full blocks with known content (vLLM ``cache_blocks`` at scheduling)."""
-        full = min(num_tokens // self.block_size, len(live.keys))
-        for j in range(live.num_cached_blocks, full):
-            self.pool.cache(live.blocks[j], live.keys[j])
-        if full > live.num_cached_blocks:
+        full = num_tokens // self.block_size
+        keys = live.keys
+        if full > len(keys):
+            full = len(keys)
+        start = live.num_cached_blocks
+        if full > start:
+            self.pool.cache_blocks(live.blocks, keys, start, full)
             live.num_cached_blocks = full
 
     def _preempt(self, live: _Live) -> None:
