@@ -235,28 +235,40 @@ class Engine:
         )
 
     def _loop(self):
+        # Attributes read every step are bound to locals (the loop runs once per step; issue 13).
         env = self.env
         arrivals = self._arrivals
+        waiting = self._waiting
+        preempted_q = self._preempted
+        pool = self.pool
+        rows = self._step_rows
+        schedule = self._schedule
+        finish_step = self._finish_step
+        watch = self._watch
+        timeout = env.timeout
+        colocated = self.colocated
+        step_time = (self.profile.step_time_colocated if colocated
+                     else self.profile.step_time_from_sums)
         step = 0
-        while arrivals or self._waiting or self._preempted or self._running:
+        while arrivals or waiting or preempted_q or self._running:
             if interrupt.REQUESTED:  # a Ctrl-C swallowed by a finaliser still stops the run
                 raise KeyboardInterrupt
             now = env.now
             for released, _, live in arrivals.pop_due(now):
                 live.released_s = released
-                self._waiting[id(live)] = live
-                self._watch(live)
-            if not (self._waiting or self._preempted or self._running):
+                waiting[id(live)] = live
+                watch(live)
+            if not (waiting or preempted_q or self._running):
                 nxt = arrivals.next_time()
                 # Held turns wait for a request in the engine; none is, so one must be queued.
                 if nxt is None:
                     raise EngineInvariantError(
                         f"at {now:.6f} s closed-loop turns are held but no request is queued or running")
-                yield env.timeout(nxt - now)
+                yield timeout(nxt - now)
                 continue
-            num_waiting = len(self._waiting) + len(self._preempted)
-            evictions0 = self.pool.num_evictions
-            batch, preempted = self._schedule(now)
+            num_waiting = len(waiting) + len(preempted_q)
+            evictions0 = pool.num_evictions
+            batch, preempted = schedule(now)
             if not batch:
                 # Colocated: every running request was preempted by its own growth (vLLM then runs
                 # a step with nothing scheduled and admits in the next one).
@@ -275,18 +287,17 @@ class Engine:
                 if n == 1 and ctx >= live.req.prompt_len:  # one generated token: a decode
                     decodes += 1
                     decode_ctx += ctx
-            if self.colocated:
-                duration = self.profile.step_time_colocated(new_tokens, pair_sum, len(batch),
-                                                            decodes, decode_ctx)
+            if colocated:
+                duration = step_time(new_tokens, pair_sum, len(batch), decodes, decode_ctx)
             else:
-                duration = self.profile.step_time_from_sums(new_tokens, pair_sum, len(batch))
-            self._step_rows.append((
+                duration = step_time(new_tokens, pair_sum, len(batch))
+            rows.append((
                 step, now, duration, new_tokens, decodes, len(batch), num_waiting, len(self._running),
-                self.pool.num_used, self.pool.num_cached, self.pool.num_evictions - evictions0,
+                pool.num_used, pool.num_cached, pool.num_evictions - evictions0,
                 preempted,
             ))
-            yield env.timeout(duration)
-            self._finish_step(batch, step, now, env.now)
+            yield timeout(duration)
+            finish_step(batch, step, now, env.now)
             step += 1
 
     def _schedule(self, now: float) -> tuple[list[tuple[_Live, int, int]], int]:

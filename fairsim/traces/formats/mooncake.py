@@ -104,14 +104,17 @@ def _parse(rec: Any, path: str, line: int) -> _Row:
     if "hash_ids" not in rec:
         raise TraceFormatError(path, line, "hash_ids", "missing")
     row.ids = need_ids(rec["hash_ids"], path, line, "hash_ids")
+    get = rec.get
+    ident = []
     for key in ("request_id", "session_id", "after"):
-        value = rec.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int))):
-            raise TraceFormatError(path, line, key, f"must be a string or an integer, got {value!r}")
-    row.request_id = None if rec.get("request_id") is None else str(rec["request_id"])
-    row.session_id = None if rec.get("session_id") is None else str(rec["session_id"])
-    row.after = None if rec.get("after") is None else str(rec["after"])
-    row.segments = _segments(rec.get("segments"), path, line, row.prompt_len)
+        value = get(key)
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, (str, int)):
+                raise TraceFormatError(path, line, key, f"must be a string or an integer, got {value!r}")
+            value = str(value)
+        ident.append(value)
+    row.request_id, row.session_id, row.after = ident
+    row.segments = _segments(get("segments"), path, line, row.prompt_len)
     return row
 
 
