@@ -133,8 +133,8 @@ class BlockPool:
     def allocate(self, n: int) -> list[int]:
         """Take ``n`` blocks from the front of the free queue, evicting cached ones.
 
-        Evictions are handled in bulk, in pop order, with the same effects as ``_evict`` per
-        block (lookup table, ``num_evictions``, ``journal``, ``on_key_change``).
+        Evictions are inlined, in pop order, with the same effects as ``_evict`` per block
+        (lookup table, ``num_evictions``, ``journal``, ``on_key_change``).
 
         Raises:
             ValueError: Fewer than ``n`` free blocks (the caller must check ``num_free`` first).
@@ -145,28 +145,29 @@ class BlockPool:
         ref = self.ref_cnt
         block_key = self.block_key
         popitem = free.popitem
-        out = [popitem(False)[0] for _ in range(n)]
-        evicted = [b for b in out if block_key[b] is not None]
-        for b in out:
+        out = []
+        evicted = 0
+        for _ in range(n):
+            b = popitem(False)[0]
             ref[b] = 1
-        if evicted:
-            cached = self._cached
-            journal = self.journal
-            notify = self.on_key_change
-            watched = self.watched
-            for b in evicted:
-                key = block_key[b]
+            out.append(b)
+            key = block_key[b]
+            if key is not None:  # evict: _evict inlined
                 block_key[b] = None
-                ids = cached[key]
+                evicted += 1
+                ids = self._cached[key]
                 del ids[b]
                 if not ids:  # the key is no longer hittable
-                    del cached[key]
+                    del self._cached[key]
+                    journal = self.journal
                     if journal is not None and key not in journal:
                         journal[key] = True
-                    if notify is not None and (watched is None or key in watched):
-                        notify(key)
-            self.num_evictions += len(evicted)
-            self._num_cached -= len(evicted)
+                    watched = self.watched
+                    if self.on_key_change is not None and (watched is None or key in watched):
+                        self.on_key_change(key)
+        if evicted:
+            self.num_evictions += evicted
+            self._num_cached -= evicted
         return out
 
     def _evict(self, block_id: int, key: Hashable) -> None:
@@ -225,7 +226,7 @@ class BlockPool:
             if block_key[b] is not None:
                 raise EngineInvariantError(f"block {b} is already cached under {block_key[b]!r}")
             block_key[b] = key
-            self._num_cached += 1
+            self._num_cached += 1  # per block: an error above leaves the earlier ones counted
             ids = cached.get(key)
             if ids is not None:
                 ids[b] = None  # another block with the same content: hits do not change

@@ -195,6 +195,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
 
     last_of_session: dict[str, Request] = {}
     gaps = 0
+    stem = path.stem
     for row in rows:
         try:
             check_hash_count(len(row.ids), row.prompt_len, block, name, row.line, "hash_ids")
@@ -222,7 +223,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             continue
         try:
             req = Request(
-                request_id=row.request_id or f"{path.stem}:{row.line}",
+                request_id=row.request_id or f"{stem}:{row.line}",
                 arrival_time=arrival, prompt_len=row.prompt_len,
                 block_hashes=full_block_ids(row.ids, row.prompt_len, block), hash_block_size=block,
                 output_len=row.output_len, labels=row.labels, session_id=row.session_id,
