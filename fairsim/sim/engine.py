@@ -346,8 +346,14 @@ class Engine:
                 if victim is live:
                     break
                 live.blocks.extend(pool.allocate(need))
-            if end // bs > live.num_cached_blocks < len(live.keys):  # a block became full
-                self._cache_blocks(live, end)
+            full = end // bs
+            start = live.num_cached_blocks
+            if full > start < len(live.keys):  # a block became full: _cache_blocks inlined
+                keys = live.keys
+                if full > len(keys):
+                    full = len(keys)
+                pool.cache_blocks(live.blocks, keys, start, full)
+                live.num_cached_blocks = full
             batch.append((live, n, computed))
             budget -= n
             idx += 1
@@ -506,17 +512,21 @@ class Engine:
 
     def _watch(self, live: _Live) -> None:
         watchers = self._watchers
+        get = watchers.get
+        lid = id(live)
         for key in live.keys[: live.max_hit_blocks]:
-            bucket = watchers.get(key)
+            bucket = get(key)
             if bucket is None:
-                bucket = watchers[key] = {}
-            bucket[id(live)] = live
+                watchers[key] = {lid: live}
+            else:
+                bucket[lid] = live
 
     def _unwatch(self, live: _Live) -> None:
         watchers = self._watchers
+        lid = id(live)
         for key in live.keys[: live.max_hit_blocks]:
             bucket = watchers[key]
-            del bucket[id(live)]
+            del bucket[lid]
             if not bucket:
                 del watchers[key]
 
