@@ -81,22 +81,35 @@ class _Row:
                  "session_id", "after", "labels", "segments")
 
 
+def _pick(rec: dict[str, Any], names: tuple[str, str], path: str, line: int) -> tuple[str, Any] | None:
+    """``first_of(rec, names, path, line)`` for a pair of aliases, without building a list per call
+    (the per-line hot path of a large trace; ``first_of`` raises on both present)."""
+    a, b = names
+    if a in rec:
+        if b in rec:
+            first_of(rec, names, path, line)  # raises: both aliases given
+        return a, rec[a]
+    if b in rec:
+        return b, rec[b]
+    return None
+
+
 def _parse(rec: Any, path: str, line: int) -> _Row:
     if not isinstance(rec, dict):
         raise TraceFormatError(path, line, "<json>", f"expected an object, got {type(rec).__name__}")
     row = _Row()
     row.line = line
-    t = first_of(rec, _TIME, path, line)
+    t = _pick(rec, _TIME, path, line)
     row.ts_ms = None if t is None else need_number(t[1], path, line, t[0], "ms")
-    d = first_of(rec, _DELAY, path, line)
+    d = _pick(rec, _DELAY, path, line)
     row.delay_ms = None if d is None else need_number(d[1], path, line, d[0], "ms")
     if row.ts_ms is None and row.delay_ms is None:
         raise TraceFormatError(path, line, "timestamp", "missing (and no delay)")
-    inp = first_of(rec, _INPUT, path, line)
+    inp = _pick(rec, _INPUT, path, line)
     if inp is None:
         raise TraceFormatError(path, line, "input_length", "missing")
     row.prompt_len = need_int(inp[1], path, line, inp[0], 1)
-    out = first_of(rec, _OUTPUT, path, line)
+    out = _pick(rec, _OUTPUT, path, line)
     if out is None:
         raise TraceFormatError(path, line, "output_length", "missing")
     row.labels = {k: v for k, v in rec.items() if k not in _KNOWN}
