@@ -59,3 +59,49 @@ class TestKeylessBlocksReusedFirst:
         # vLLM prepends keyless 2 (LIFO reuse), appends hashed 1 then 0 behind 3, 4.
         assert pool.free_queue() == [2, 3, 4, 1, 0]
         assert pool.allocate(1) == [2] and pool.num_evictions == 0
+
+
+class TestBulkPaths:
+    """``cache_blocks`` / bulk eviction in ``allocate``: the per-block effects, in order."""
+
+    def test_cache_blocks_equals_per_block_cache(self):
+        keys = ["a", "ab", "a", "abc"]  # a duplicate key: reported once
+        bulk, single = BlockPool(6), BlockPool(6)
+        events_bulk, events_single = [], []
+        bulk.on_key_change, single.on_key_change = events_bulk.append, events_single.append
+        blocks = bulk.allocate(4)
+        assert single.allocate(4) == blocks == [0, 1, 2, 3]
+        bulk.cache_blocks(blocks, keys, 1, 4)
+        for j in range(1, 4):
+            single.cache(blocks[j], keys[j])
+        assert events_bulk == events_single == ["ab", "a", "abc"]
+        assert bulk.block_key == single.block_key == [None, "ab", "a", "abc", None, None]
+        assert bulk.num_cached == 3
+        assert bulk.lookup_prefix(["a", "ab", "abc"], 3) == [2, 1, 3]
+
+    def test_cache_blocks_rejects_a_cached_block(self):
+        from fairsim.errors import EngineInvariantError
+
+        pool = BlockPool(2)
+        a, b = pool.allocate(2)
+        pool.cache(b, "x")
+        with pytest.raises(EngineInvariantError, match="block 1 is already cached"):
+            pool.cache_blocks([a, b], ["y", "z"], 0, 2)
+        assert pool.is_cached("y") and not pool.is_cached("z")
+
+    def test_watched_filters_callbacks_and_journal_records_every_key(self):
+        pool = BlockPool(3)
+        events = []
+        pool.on_key_change = events.append
+        pool.watched = {"b": None}
+        pool.journal = {}
+        blocks = pool.allocate(3)
+        pool.cache_blocks(blocks, ["a", "b", "c"], 0, 3)
+        assert events == ["b"]
+        assert pool.journal == {"a": False, "b": False, "c": False}
+        pool.journal = {}
+        pool.free(reversed(blocks))  # free queue: c, b, a
+        assert pool.allocate(2) == [2, 1]  # evicts "c" then "b"
+        assert events == ["b", "b"]
+        assert pool.journal == {"c": True, "b": True}
+        assert pool.num_evictions == 2 and pool.num_cached == 1 and pool.is_cached("a")

@@ -144,3 +144,13 @@ def test_key_change_fires_only_when_hittability_changes():
     assert events == ["k"] and pool.is_cached("k")
     pool.allocate(1)  # evicts b: "k" is gone
     assert events == ["k", "k"] and not pool.is_cached("k")
+
+
+def test_hooked_pool_cache_blocks_tells_the_hook_each_block():
+    plain = HookedBlockPool(8, ProtectWaitingHits())
+    assert plain.cache_blocks.__func__ is BlockPool.cache_blocks  # no on_cache: the bulk path
+    observed = HookedBlockPool(8, _Observer())
+    assert observed.cache_blocks.__func__ is HookedBlockPool.cache_blocks
+    blocks = observed.allocate(3)
+    observed.cache_blocks(blocks, ["k0", "k1", "k0"], 0, 3)
+    assert observed.hook.cached == ["k0", "k1", "k0"] and observed.num_cached == 3

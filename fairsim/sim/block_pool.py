@@ -22,7 +22,7 @@ The pool knows block ids, hash keys and counts only - never requests, policies o
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Hashable, Iterable, Iterator, Sequence
 
 from fairsim.errors import EngineInvariantError
 
@@ -55,7 +55,15 @@ class BlockPool:
         """Called with a key each time it becomes hittable (its first block is cached) or stops
         being hittable (its last block is evicted): the engine uses it to know which waiting
         requests' prefix hits changed. A duplicate block of a cached key changes no hit and is
-        not reported."""
+        not reported. With ``watched`` set, only keys in ``watched`` are reported."""
+        self.watched: Container[Hashable] | None = None
+        """Optional filter of ``on_key_change``: when set (the engine passes its key -> waiting
+        requests map), a change of a key not in it calls nothing - most evicted or cached keys
+        are watched by no waiting request, and a Python call per block was the hot path."""
+        self.journal: dict[Hashable, bool] | None = None
+        """Optional change journal: when set, the first change of each key since it was set
+        records ``key -> hittable before the change`` (``True`` for an eviction, ``False`` for a
+        first cached block), for every key, watched or not (``fairsim.sim.lazy_hits``)."""
 
     # -- queries (no side effects) ---------------------------------------------------------------
     @property
@@ -125,21 +133,41 @@ class BlockPool:
     def allocate(self, n: int) -> list[int]:
         """Take ``n`` blocks from the front of the free queue, evicting cached ones.
 
+        Evictions are inlined, in pop order, with the same effects as ``_evict`` per block
+        (lookup table, ``num_evictions``, ``journal``, ``on_key_change``).
+
         Raises:
             ValueError: Fewer than ``n`` free blocks (the caller must check ``num_free`` first).
         """
-        if n > len(self._free):
-            raise ValueError(f"cannot allocate {n} blocks: only {len(self._free)} free")
         free = self._free
+        if n > len(free):
+            raise ValueError(f"cannot allocate {n} blocks: only {len(free)} free")
         ref = self.ref_cnt
+        block_key = self.block_key
+        popitem = free.popitem
         out = []
+        evicted = 0
         for _ in range(n):
-            b, _ = free.popitem(last=False)
-            key = self.block_key[b]
-            if key is not None:
-                self._evict(b, key)
+            b = popitem(False)[0]
             ref[b] = 1
             out.append(b)
+            key = block_key[b]
+            if key is not None:  # evict: _evict inlined
+                block_key[b] = None
+                evicted += 1
+                ids = self._cached[key]
+                del ids[b]
+                if not ids:  # the key is no longer hittable
+                    del self._cached[key]
+                    journal = self.journal
+                    if journal is not None and key not in journal:
+                        journal[key] = True
+                    watched = self.watched
+                    if self.on_key_change is not None and (watched is None or key in watched):
+                        self.on_key_change(key)
+        if evicted:
+            self.num_evictions += evicted
+            self._num_cached -= evicted
         return out
 
     def _evict(self, block_id: int, key: Hashable) -> None:
@@ -150,11 +178,18 @@ class BlockPool:
         self._num_cached -= 1
         if not ids:
             del self._cached[key]
-            if self.on_key_change is not None:  # the key is no longer hittable
-                self.on_key_change(key)
+            journal = self.journal
+            if journal is not None and key not in journal:
+                journal[key] = True  # hittable before the eviction
+            if self.on_key_change is not None and (self.watched is None or key in self.watched):
+                self.on_key_change(key)  # the key is no longer hittable
 
     def cache(self, block_id: int, key: Hashable) -> None:
-        """Register a full, scheduled block under ``key`` so later lookups hit it."""
+        """Register a full, scheduled block under ``key`` so later lookups hit it.
+
+        Raises:
+            EngineInvariantError: The block already holds a key.
+        """
         if self.block_key[block_id] is not None:
             raise EngineInvariantError(f"block {block_id} is already cached under {self.block_key[block_id]!r}")
         self.block_key[block_id] = key
@@ -164,8 +199,43 @@ class BlockPool:
             ids[block_id] = None  # another block with the same content: hits do not change
             return
         self._cached[key] = {block_id: None}
-        if self.on_key_change is not None:  # the key became hittable
-            self.on_key_change(key)
+        journal = self.journal
+        if journal is not None and key not in journal:
+            journal[key] = False  # not hittable before
+        if self.on_key_change is not None and (self.watched is None or key in self.watched):
+            self.on_key_change(key)  # the key became hittable
+
+    def cache_blocks(self, block_ids: Sequence[int], keys: Sequence[Hashable], start: int, stop: int) -> None:
+        """``cache(block_ids[j], keys[j])`` for ``j`` in ``range(start, stop)``, in one call.
+
+        vLLM ``BlockPool.cache_full_blocks(request, blocks, num_cached_blocks, num_full_blocks)``:
+        a request's newly full blocks are registered as one run. Same effects, in the same order,
+        as the per-block calls.
+
+        Raises:
+            EngineInvariantError: A block already holds a key (blocks before it are cached).
+        """
+        block_key = self.block_key
+        cached = self._cached
+        journal = self.journal
+        notify = self.on_key_change
+        watched = self.watched
+        for j in range(start, stop):
+            b = block_ids[j]
+            key = keys[j]
+            if block_key[b] is not None:
+                raise EngineInvariantError(f"block {b} is already cached under {block_key[b]!r}")
+            block_key[b] = key
+            self._num_cached += 1  # per block: an error above leaves the earlier ones counted
+            ids = cached.get(key)
+            if ids is not None:
+                ids[b] = None  # another block with the same content: hits do not change
+                continue
+            cached[key] = {b: None}
+            if journal is not None and key not in journal:
+                journal[key] = False
+            if notify is not None and (watched is None or key in watched):
+                notify(key)
 
     def free(self, block_ids: Iterable[int]) -> None:
         """Drop one reference per block; blocks reaching 0 join the free queue.

@@ -193,6 +193,7 @@ class Engine:
         # snapshots, so a step rebuilds few snapshots instead of one per waiting request.
         self._watchers: dict[Hashable, dict[int, _Live]] = {}
         self.pool.on_key_change = self._key_changed
+        self.pool.watched = self._watchers  # only keys some waiting request may hit call back
         self._skips_misfits = bool(getattr(policy, "skips_misfits", False))
         self._on_admitted = getattr(policy, "on_admitted", None)
         # Start-of-step snapshots, id(live) -> snapshot, handed to on_admitted (policy contract).
@@ -234,28 +235,40 @@ class Engine:
         )
 
     def _loop(self):
+        # Attributes read every step are bound to locals (the loop runs once per step; issue 13).
         env = self.env
         arrivals = self._arrivals
+        waiting = self._waiting
+        preempted_q = self._preempted
+        pool = self.pool
+        rows = self._step_rows
+        schedule = self._schedule
+        finish_step = self._finish_step
+        watch = self._watch
+        timeout = env.timeout
+        colocated = self.colocated
+        step_time = (self.profile.step_time_colocated if colocated
+                     else self.profile.step_time_from_sums)
         step = 0
-        while arrivals or self._waiting or self._preempted or self._running:
+        while arrivals or waiting or preempted_q or self._running:
             if interrupt.REQUESTED:  # a Ctrl-C swallowed by a finaliser still stops the run
                 raise KeyboardInterrupt
             now = env.now
             for released, _, live in arrivals.pop_due(now):
                 live.released_s = released
-                self._waiting[id(live)] = live
-                self._watch(live)
-            if not (self._waiting or self._preempted or self._running):
+                waiting[id(live)] = live
+                watch(live)
+            if not (waiting or preempted_q or self._running):
                 nxt = arrivals.next_time()
                 # Held turns wait for a request in the engine; none is, so one must be queued.
                 if nxt is None:
                     raise EngineInvariantError(
                         f"at {now:.6f} s closed-loop turns are held but no request is queued or running")
-                yield env.timeout(nxt - now)
+                yield timeout(nxt - now)
                 continue
-            num_waiting = len(self._waiting) + len(self._preempted)
-            evictions0 = self.pool.num_evictions
-            batch, preempted = self._schedule(now)
+            num_waiting = len(waiting) + len(preempted_q)
+            evictions0 = pool.num_evictions
+            batch, preempted = schedule(now)
             if not batch:
                 # Colocated: every running request was preempted by its own growth (vLLM then runs
                 # a step with nothing scheduled and admits in the next one).
@@ -274,18 +287,17 @@ class Engine:
                 if n == 1 and ctx >= live.req.prompt_len:  # one generated token: a decode
                     decodes += 1
                     decode_ctx += ctx
-            if self.colocated:
-                duration = self.profile.step_time_colocated(new_tokens, pair_sum, len(batch),
-                                                            decodes, decode_ctx)
+            if colocated:
+                duration = step_time(new_tokens, pair_sum, len(batch), decodes, decode_ctx)
             else:
-                duration = self.profile.step_time_from_sums(new_tokens, pair_sum, len(batch))
-            self._step_rows.append((
+                duration = step_time(new_tokens, pair_sum, len(batch))
+            rows.append((
                 step, now, duration, new_tokens, decodes, len(batch), num_waiting, len(self._running),
-                self.pool.num_used, self.pool.num_cached, self.pool.num_evictions - evictions0,
+                pool.num_used, pool.num_cached, pool.num_evictions - evictions0,
                 preempted,
             ))
-            yield env.timeout(duration)
-            self._finish_step(batch, step, now, env.now)
+            yield timeout(duration)
+            finish_step(batch, step, now, env.now)
             step += 1
 
     def _schedule(self, now: float) -> tuple[list[tuple[_Live, int, int]], int]:
@@ -334,8 +346,14 @@ class Engine:
                 if victim is live:
                     break
                 live.blocks.extend(pool.allocate(need))
-            if end // bs > live.num_cached_blocks < len(live.keys):  # a block became full
-                self._cache_blocks(live, end)
+            full = end // bs
+            start = live.num_cached_blocks
+            if full > start < len(live.keys):  # a block became full: _cache_blocks inlined
+                keys = live.keys
+                if full > len(keys):
+                    full = len(keys)
+                pool.cache_blocks(live.blocks, keys, start, full)
+                live.num_cached_blocks = full
             batch.append((live, n, computed))
             budget -= n
             idx += 1
@@ -494,46 +512,52 @@ class Engine:
 
     def _watch(self, live: _Live) -> None:
         watchers = self._watchers
+        get = watchers.get
+        lid = id(live)
         for key in live.keys[: live.max_hit_blocks]:
-            bucket = watchers.get(key)
+            bucket = get(key)
             if bucket is None:
-                bucket = watchers[key] = {}
-            bucket[id(live)] = live
+                watchers[key] = {lid: live}
+            else:
+                bucket[lid] = live
 
     def _unwatch(self, live: _Live) -> None:
         watchers = self._watchers
+        lid = id(live)
         for key in live.keys[: live.max_hit_blocks]:
             bucket = watchers[key]
-            del bucket[id(live)]
+            del bucket[lid]
             if not bucket:
                 del watchers[key]
 
     def _key_changed(self, key: Hashable) -> None:
-        bucket = self._watchers.get(key)
-        if bucket:
-            if self._lazy is not None:
-                # A waiting request without a snapshot is already pending (dirty) or stale in the
-                # order: only those that had one need telling (a block shared by thousands of
-                # waiting requests flips again and again under overload).
-                dirty = self._dirty
-                for k, live in bucket.items():
-                    if live.snap is not None:
-                        live.snap = None
-                        dirty[k] = live
-            else:
-                for live in bucket.values():
+        """A key some waiting request may hit changed hittability (``BlockPool.watched`` filters
+        the others out; the lazy journal records every key in the pool itself)."""
+        bucket = self._watchers[key]
+        if self._lazy is not None:
+            # A waiting request without a snapshot is already pending (dirty) or stale in the
+            # order: only those that had one need telling (a block shared by thousands of
+            # waiting requests flips again and again under overload).
+            dirty = self._dirty
+            for k, live in bucket.items():
+                if live.snap is not None:
                     live.snap = None
-                if self._inc is not None:
-                    self._dirty.update(bucket)
-        if self._lazy is not None:  # every key: an admitted request's are no longer watched
-            self._lazy.key_changed(key)
+                    dirty[k] = live
+        else:
+            for live in bucket.values():
+                live.snap = None
+            if self._inc is not None:
+                self._dirty.update(bucket)
 
     def _cache_blocks(self, live: _Live, num_tokens: int) -> None:
         """Register newly full blocks with known content (vLLM ``cache_blocks`` at scheduling)."""
-        full = min(num_tokens // self.block_size, len(live.keys))
-        for j in range(live.num_cached_blocks, full):
-            self.pool.cache(live.blocks[j], live.keys[j])
-        if full > live.num_cached_blocks:
+        full = num_tokens // self.block_size
+        keys = live.keys
+        if full > len(keys):
+            full = len(keys)
+        start = live.num_cached_blocks
+        if full > start:
+            self.pool.cache_blocks(live.blocks, keys, start, full)
             live.num_cached_blocks = full
 
     def _preempt(self, live: _Live) -> None:

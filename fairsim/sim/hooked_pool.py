@@ -8,7 +8,7 @@ protection, RAGCache's optional PGDSF). The hook protocol is documented in
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
 from fairsim.errors import EngineInvariantError
@@ -48,10 +48,11 @@ class HookedBlockPool(BlockPool):
             bind(self)
         # A hook without an on_* method (PEEK's protection has none) leaves that operation to
         # BlockPool's own method: no wrapper and no no-op call per block on the hot path.
-        for name, method in (("on_cache", "cache"), ("on_touch", "touch"), ("on_free", "free"),
-                             ("on_evict", "_evict")):
+        for name, methods in (("on_cache", ("cache", "cache_blocks")), ("on_touch", ("touch",)),
+                              ("on_free", ("free",)), ("on_evict", ("_evict",))):
             if not hasattr(hook, name):
-                setattr(self, method, getattr(super(), method))
+                for method in methods:
+                    setattr(self, method, getattr(super(), method))
 
     def allocate(self, n: int) -> list[int]:
         """Take the ``n`` free blocks the hook selects, evicting cached ones.
@@ -91,6 +92,12 @@ class HookedBlockPool(BlockPool):
         """``BlockPool.cache``, then tell the hook."""
         super().cache(block_id, key)
         self._on_cache(block_id, key)
+
+    def cache_blocks(self, block_ids: Sequence[int], keys: Sequence[Hashable], start: int, stop: int) -> None:
+        """``cache`` per block (the hook hears each block right after it is cached)."""
+        cache = self.cache
+        for j in range(start, stop):
+            cache(block_ids[j], keys[j])
 
     def free(self, block_ids: Iterable[int]) -> None:
         """``BlockPool.free``, then tell the hook which blocks joined the free queue (in order)."""

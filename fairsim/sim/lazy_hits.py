@@ -18,8 +18,8 @@ With an incremental order that offers ``set_resolver(fn)`` and ``stale(request_i
   for every request it yields or scores exactly. Reads happen lazily during the admission loop,
   after running chunks and earlier admissions changed the cache, so the hit is counted against
   the cache as it was at the step's start: a journal keeps, for each key whose hittability
-  changed since then, whether it was hittable at the start (``BlockPool.on_key_change`` fires
-  exactly on those changes).
+  changed since then, whether it was hittable at the start (``BlockPool.journal``: the pool records
+  exactly those changes, for every key).
 
 A snapshot built from the journal is as of the step's start but may be out of date for the next
 step (a key changed after the start); it is dropped at the next step's start (``recheck``). The
@@ -46,6 +46,8 @@ class LazyHits:
         self.engine = engine
         self.pool = engine.pool
         self.journal: dict[Hashable, bool] = {}  # key -> hittable at the start of this step
+        # The pool writes the journal itself (BlockPool.journal): no Python call per changed key.
+        self.pool.journal = self.journal
         self.recheck: list[Any] = []  # requests with a journal-built snapshot this step
         self.resolved: dict[int, QueuedRequest] = {}  # id(live) -> this step's snapshot
         engine._inc.set_resolver(self.resolve)
@@ -63,14 +65,8 @@ class LazyHits:
             held = e._in_inc
             e._inc.stale([live.req.request_id for key, live in dirty.items() if key in held])
             e._dirty = {}
-        self.journal = {}
+        self.journal = self.pool.journal = {}
         self.resolved = {}
-
-    def key_changed(self, key: Hashable) -> None:
-        """A key became hittable or stopped being so: remember its state at the start of the step."""
-        journal = self.journal
-        if key not in journal:
-            journal[key] = not self.pool.is_cached(key)
 
     def resolve(self, q: QueuedRequest) -> QueuedRequest:
         """The snapshot of ``q``'s request as of the start of the current step (see the module)."""

@@ -184,6 +184,9 @@ def need_number(value: Any, path: str, where: int | str, name: str, unit: str) -
     return float(value)
 
 
+_INT_ONLY = frozenset({int})
+
+
 def need_ids(value: Any, path: str, where: int | str, name: str) -> list[int]:
     """A list of integer hash ids. Strings of decimal digits (u64 hashes written as text) are
     parsed as integers; floats never are (a float loses bits of a 64-bit hash).
@@ -193,6 +196,8 @@ def need_ids(value: Any, path: str, where: int | str, name: str) -> list[int]:
     """
     if not isinstance(value, list):
         raise TraceFormatError(path, where, name, f"must be a list of integers, got {type(value).__name__}")
+    if set(map(type, value)) <= _INT_ONLY:  # the common case, checked at C speed (bool is not int here)
+        return list(value)
     out = []
     for i, h in enumerate(value):
         if isinstance(h, int) and not isinstance(h, bool):

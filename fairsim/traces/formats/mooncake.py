@@ -81,22 +81,35 @@ class _Row:
                  "session_id", "after", "labels", "segments")
 
 
+def _pick(rec: dict[str, Any], names: tuple[str, str], path: str, line: int) -> tuple[str, Any] | None:
+    """``first_of(rec, names, path, line)`` for a pair of aliases, without building a list per call
+    (the per-line hot path of a large trace; ``first_of`` raises on both present)."""
+    a, b = names
+    if a in rec:
+        if b in rec:
+            first_of(rec, names, path, line)  # raises: both aliases given
+        return a, rec[a]
+    if b in rec:
+        return b, rec[b]
+    return None
+
+
 def _parse(rec: Any, path: str, line: int) -> _Row:
     if not isinstance(rec, dict):
         raise TraceFormatError(path, line, "<json>", f"expected an object, got {type(rec).__name__}")
     row = _Row()
     row.line = line
-    t = first_of(rec, _TIME, path, line)
+    t = _pick(rec, _TIME, path, line)
     row.ts_ms = None if t is None else need_number(t[1], path, line, t[0], "ms")
-    d = first_of(rec, _DELAY, path, line)
+    d = _pick(rec, _DELAY, path, line)
     row.delay_ms = None if d is None else need_number(d[1], path, line, d[0], "ms")
     if row.ts_ms is None and row.delay_ms is None:
         raise TraceFormatError(path, line, "timestamp", "missing (and no delay)")
-    inp = first_of(rec, _INPUT, path, line)
+    inp = _pick(rec, _INPUT, path, line)
     if inp is None:
         raise TraceFormatError(path, line, "input_length", "missing")
     row.prompt_len = need_int(inp[1], path, line, inp[0], 1)
-    out = first_of(rec, _OUTPUT, path, line)
+    out = _pick(rec, _OUTPUT, path, line)
     if out is None:
         raise TraceFormatError(path, line, "output_length", "missing")
     row.labels = {k: v for k, v in rec.items() if k not in _KNOWN}
@@ -104,14 +117,17 @@ def _parse(rec: Any, path: str, line: int) -> _Row:
     if "hash_ids" not in rec:
         raise TraceFormatError(path, line, "hash_ids", "missing")
     row.ids = need_ids(rec["hash_ids"], path, line, "hash_ids")
+    get = rec.get
+    ident = []
     for key in ("request_id", "session_id", "after"):
-        value = rec.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int))):
-            raise TraceFormatError(path, line, key, f"must be a string or an integer, got {value!r}")
-    row.request_id = None if rec.get("request_id") is None else str(rec["request_id"])
-    row.session_id = None if rec.get("session_id") is None else str(rec["session_id"])
-    row.after = None if rec.get("after") is None else str(rec["after"])
-    row.segments = _segments(rec.get("segments"), path, line, row.prompt_len)
+        value = get(key)
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, (str, int)):
+                raise TraceFormatError(path, line, key, f"must be a string or an integer, got {value!r}")
+            value = str(value)
+        ident.append(value)
+    row.request_id, row.session_id, row.after = ident
+    row.segments = _segments(get("segments"), path, line, row.prompt_len)
     return row
 
 
@@ -192,6 +208,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
 
     last_of_session: dict[str, Request] = {}
     gaps = 0
+    stem = path.stem
     for row in rows:
         try:
             check_hash_count(len(row.ids), row.prompt_len, block, name, row.line, "hash_ids")
@@ -219,7 +236,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             continue
         try:
             req = Request(
-                request_id=row.request_id or f"{path.stem}:{row.line}",
+                request_id=row.request_id or f"{stem}:{row.line}",
                 arrival_time=arrival, prompt_len=row.prompt_len,
                 block_hashes=full_block_ids(row.ids, row.prompt_len, block), hash_block_size=block,
                 output_len=row.output_len, labels=row.labels, session_id=row.session_id,
