@@ -58,22 +58,28 @@ class _AddFails:
         return Failing()
 
 
+def _six_requests(policy):
+    """A tiny engine whose hook runs ``policy``, with six 300-token requests arriving 1 s apart:
+    ``(llm, engine, scheduler, request ids)``."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm = make_llm(LiveConfig(policy="fcfs", kv_blocks=64, max_num_seqs=4, budget_tokens=512))
+    engine = llm.llm_engine
+    sched = live_scheduler(llm)
+    sched.fairsim_policy = policy
+    params = SamplingParams(max_tokens=1, detokenize=False)
+    ids = [engine.add_request(f"r{i}", TokensPrompt(prompt_token_ids=block_tokens(f"r{i}", 300)),
+                              params, arrival_time=float(i)) for i in range(6)]
+    return llm, engine, sched, ids
+
+
 class TestIncrementalAddFailure:
     def test_new_requests_are_kept_when_add_raises(self):
         # Found in review: requests not yet in the hook's held set when add() raised were
         # dropped from vLLM's waiting queue and never scheduled.
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-
-        llm = make_llm(LiveConfig(policy="fcfs", kv_blocks=64, max_num_seqs=4, budget_tokens=512))
+        llm, engine, sched, _ = _six_requests(_AddFails())
         try:
-            engine = llm.llm_engine
-            sched = live_scheduler(llm)
-            sched.fairsim_policy = _AddFails()
-            params = SamplingParams(max_tokens=1, detokenize=False)
-            for i in range(6):
-                engine.add_request(f"r{i}", TokensPrompt(prompt_token_ids=block_tokens(f"r{i}", 300)),
-                                   params, arrival_time=float(i))
             finished, steps = [], 0
             while engine.has_unfinished_requests() and steps < 100:
                 finished += [o.request_id for o in engine.step() if o.finished]
@@ -91,17 +97,8 @@ class TestPolicyFailure:
     """The policy raises every step: each request is still served exactly once, in FCFS order."""
 
     def test_serves_everything_in_vllm_order(self):
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-
-        llm = make_llm(LiveConfig(policy="fcfs", kv_blocks=64, max_num_seqs=4, budget_tokens=512))
+        llm, engine, sched, ids = _six_requests(_Broken())
         try:
-            engine = llm.llm_engine
-            sched = live_scheduler(llm)
-            sched.fairsim_policy = _Broken()
-            params = SamplingParams(max_tokens=1, detokenize=False)
-            ids = [engine.add_request(f"r{i}", TokensPrompt(prompt_token_ids=block_tokens(f"r{i}", 300)),
-                                      params, arrival_time=float(i)) for i in range(6)]
             finished = []
             first = {}
             step = 0
