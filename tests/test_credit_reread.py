@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from fairsim.costmodel import load_profile
 from fairsim.policies import make_policy
 from fairsim.types import QueuedRequest
+from tests.utils import admit
 
 PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 
@@ -54,9 +55,7 @@ def test_reads_without_admission_change_nothing(seed, name, n, num_clients, quan
         if admitted:
             ref.on_admitted(admitted, now)
             fast.on_admitted(admitted, now)
-        for q in admitted:
-            del waiting[q.request_id]
-            inc.remove(q.request_id)
+        admit(waiting, inc, admitted)
     if name == "drr":
         assert (ref.deficit, ref.cursor) == (fast.deficit, fast.cursor)
     elif name == "dlpm":

@@ -18,6 +18,7 @@ from fairsim.costmodel import load_profile
 from fairsim.policies import make_policy
 from fairsim.policies.fast_lane import FastLane
 from fairsim.types import QueuedRequest
+from tests.utils import change_hits
 
 PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 
@@ -40,12 +41,8 @@ def test_bucketed_lane_equals_reference(seed, cap, min_waste, ties, jumpy):
         t = 0.0
         now = 0.0
         for step in range(25):
-            for rid in rng.sample(sorted(waiting), k=min(len(waiting), rng.randint(0, 12))):
-                q = waiting[rid]
-                h = rng.choice([0, q.prompt_len // 2, q.prompt_len - 1]) if ties else rng.randint(0, q.prompt_len - 1)
-                q = q._replace(cached_len=h, uncached_len=max(1, q.prompt_len - h))
-                waiting[rid] = q
-                lane.add(q)
+            change_hits(rng, waiting, lane, 12, (lambda r, q: r.choice([0, q.prompt_len // 2, q.prompt_len - 1]))
+                        if ties else None)
             for _ in range(rng.randint(0, 40)):
                 t += 0.0 if ties and rng.random() < 0.5 else rng.expovariate(3.0)
                 L = rng.choice([100, 6000, 30000]) if ties else int(rng.lognormvariate(8.0, 1.2)) + 2

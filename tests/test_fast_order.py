@@ -28,6 +28,7 @@ from fairsim.scenarios import build_scenario
 from fairsim.sim import simulate
 from fairsim.sim.config import EngineConfig
 from fairsim.types import QueuedRequest, Request
+from tests.utils import admit, change_hits
 
 PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
@@ -187,12 +188,7 @@ def test_incremental_equals_order(seed, name, n, ties):
     for step in range(6):
         # As the engine: cache changes of queued requests, arrivals (in arrival order), then
         # one order and some admissions.
-        for rid in rng.sample(sorted(waiting), k=min(len(waiting), rng.randint(0, 5))):
-            old = waiting[rid]
-            h = rng.randint(0, old.prompt_len - 1)
-            q = old._replace(cached_len=h, uncached_len=max(1, old.prompt_len - h))
-            waiting[rid] = q
-            inc.add(q)
+        change_hits(rng, waiting, inc, 5)
         for _ in range(rng.randint(0, n)):
             t += 0.0 if ties and rng.random() < 0.5 else rng.random()
             L = rng.choice([512, 1024, 4096]) if ties else rng.randint(2, 16_000)
@@ -214,9 +210,7 @@ def test_incremental_equals_order(seed, name, n, ties):
         for policy in (ref, fast):
             if admitted and hasattr(policy, "on_admitted"):
                 policy.on_admitted(admitted, now)
-        for q in admitted:
-            del waiting[q.request_id]
-            inc.remove(q.request_id)
+        admit(waiting, inc, admitted)
     if hasattr(ref, "turn"):
         assert ref.turn == fast.turn
     if hasattr(ref, "debt"):
@@ -252,12 +246,7 @@ def test_credit_incremental_equals_order(seed, name, n, num_clients, quantum):
     t = 0.0
     next_id = 0
     for step in range(10):
-        for rid in rng.sample(sorted(waiting), k=min(len(waiting), rng.randint(0, 5))):
-            old = waiting[rid]
-            h = rng.randint(0, old.prompt_len - 1)
-            q = old._replace(cached_len=h, uncached_len=max(1, old.prompt_len - h))
-            waiting[rid] = q
-            inc.add(q)
+        change_hits(rng, waiting, inc, 5)
         for _ in range(rng.randint(0, n)):
             t += rng.choice([0.0, rng.random()])
             L = rng.randint(2, 6_000)
@@ -282,9 +271,7 @@ def test_credit_incremental_equals_order(seed, name, n, num_clients, quantum):
         for policy in (ref, fast):
             if admitted:
                 policy.on_admitted(admitted, now)
-        for q in admitted:
-            del waiting[q.request_id]
-            inc.remove(q.request_id)
+        admit(waiting, inc, admitted)
     if name == "drr":
         assert (ref.deficit, ref.cursor) == (fast.deficit, fast.cursor)
     elif name == "dlpm":

@@ -39,3 +39,21 @@ def infinite_cache_hits(requests, block):
         out.append(hit)
         seen.update(keys)
     return out
+
+
+def change_hits(rng, waiting: dict, order, max_changed: int, new_hit=None) -> None:
+    """As the engine after cache events: give up to ``max_changed`` random waiting requests a new
+    hit (``new_hit(rng, q)`` tokens, default uniform in ``0..L-1``) and feed each new snapshot to
+    the incremental ``order`` (``add``)."""
+    for rid in rng.sample(sorted(waiting), k=min(len(waiting), rng.randint(0, max_changed))):
+        q = waiting[rid]
+        h = new_hit(rng, q) if new_hit is not None else rng.randint(0, q.prompt_len - 1)
+        q = waiting[rid] = q._replace(cached_len=h, uncached_len=max(1, q.prompt_len - h))
+        order.add(q)
+
+
+def admit(waiting: dict, order, admitted) -> None:
+    """As the engine after a step: the admitted requests leave ``waiting`` and the ``order``."""
+    for q in admitted:
+        del waiting[q.request_id]
+        order.remove(q.request_id)
