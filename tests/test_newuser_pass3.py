@@ -214,3 +214,14 @@ def test_analyze_busiest_window_equals_runs_on_a_short_trace(window):
     (w,) = busiest_windows(requests, profile, window, 3, 2048)
     assert (w.start_s, w.end_s, w.requests) == (0.0, 2.0, 4)
     assert w.load == pytest.approx(load.peak_load, rel=1e-12) and load.peak_load == pytest.approx(load.load)
+
+
+@pytest.mark.parametrize("fmt, good", [
+    ("mooncake", {"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}),
+    ("bailian", bailian_row(1, -1, 0.0)),
+])
+def test_a_line_that_is_not_an_object_names_its_type(tmp_path, capsys, fmt, good):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps(good) + "\n[1, 2]\n")
+    code, _, err = run_cli(capsys, "run", "--trace", trace, "--trace-format", fmt)
+    assert code == 2 and f"{trace}:2: field '<json>': expected an object, got list" in err

@@ -110,11 +110,13 @@ def read_head(path: Path) -> Head:
 
 
 def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
-    """Yield ``(line_number, decoded JSON value or TraceFormatError)`` for each record line.
+    """Yield ``(line_number, decoded JSON object or TraceFormatError)`` for each record line.
 
     Blank lines at the end of the file are accepted (RAGPulse files end with several); a blank
     line followed by more records is an error on the blank line. A byte-order mark on line 1 is
-    accepted. Errors are yielded, not raised, so a reader can skip them (``skip_bad``).
+    accepted. A line that is valid JSON but not an object is an error too (every JSONL format
+    here has one object a line). Errors are yielded, not raised, so a reader can skip them
+    (``skip_bad``).
     """
     blank_line = 0
     name = str(path)
@@ -133,9 +135,12 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
                     yield blank_line, TraceFormatError(name, blank_line, "<json>", "empty line before more records")
                     blank_line = 0
                 try:
-                    yield line_no, json.loads(text)
+                    rec = json.loads(text)
                 except json.JSONDecodeError as exc:
                     yield line_no, TraceFormatError(name, line_no, "<json>", f"not valid JSON: {exc.msg}")
+                    continue
+                yield line_no, (rec if isinstance(rec, dict) else TraceFormatError(
+                    name, line_no, "<json>", f"expected an object, got {type(rec).__name__}"))
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise OSError(f"{path}: broken gzip stream: {exc}") from None
 

@@ -59,8 +59,6 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         try:
             if isinstance(rec, TraceFormatError):
                 raise rec
-            if not isinstance(rec, dict):
-                raise TraceFormatError(name, line, "<json>", "expected an object")
             for key in _KNOWN:
                 if key not in rec:
                     raise TraceFormatError(name, line, key, "missing")

@@ -86,8 +86,6 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         try:
             if isinstance(rec, TraceFormatError):
                 raise rec
-            if not isinstance(rec, dict):
-                raise TraceFormatError(name, line, "<json>", "expected an object")
             if _event_type(rec) != "request_end":
                 others += 1
                 continue

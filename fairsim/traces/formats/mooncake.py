@@ -94,9 +94,7 @@ def _pick(rec: dict[str, Any], names: tuple[str, str], path: str, line: int) -> 
     return None
 
 
-def _parse(rec: Any, path: str, line: int) -> _Row:
-    if not isinstance(rec, dict):
-        raise TraceFormatError(path, line, "<json>", f"expected an object, got {type(rec).__name__}")
+def _parse(rec: dict[str, Any], path: str, line: int) -> _Row:
     row = _Row()
     row.line = line
     t = _pick(rec, _TIME, path, line)

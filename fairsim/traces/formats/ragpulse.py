@@ -64,7 +64,7 @@ def _chunk_lengths(folder: Path) -> tuple[dict[int, int], list[str]]:
         for line, rec in iter_json_lines(path):
             if isinstance(rec, TraceFormatError):
                 raise rec
-            if not isinstance(rec, dict) or "token_length" not in rec:
+            if "token_length" not in rec:
                 raise TraceFormatError(str(path), line, "token_length", "missing")
             keys = [k for k in rec if k != "token_length" and k.endswith("id")]
             if len(keys) > 1:  # prefer the file's own kind (2_passages.jsonl: passages_id), hash_id
@@ -111,8 +111,6 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         try:
             if isinstance(rec, TraceFormatError):
                 raise rec
-            if not isinstance(rec, dict):
-                raise TraceFormatError(name, line, "<json>", "expected an object")
             for key in ("timestamp", "input_length", "output_length", "hash_ids"):
                 if key not in rec:
                     raise TraceFormatError(name, line, key, "missing")
