@@ -9,8 +9,9 @@ from fairsim.policies.base import arrival_key
 from fairsim.policies.fairway import Fairway, charge_merge
 from fairsim.types import QueuedRequest
 
-HORIZONS = ("max", "own", "now")
+HORIZONS = ("max", "own", "now", "now-slack")
 LOOKAHEADS = ("none", "own", "queue")
+ESTIMATES = ("cold", "dedup")
 
 
 class FairwayDeadline(Fairway):
@@ -79,6 +80,7 @@ class FairwayDeadline(Fairway):
         fast_first: bool = True,
         slack: float | None = None,
         lookahead: str = "queue",
+        estimate: str = "cold",
         **fairway: object,
     ) -> None:
         super().__init__(idle_prefill_time, **fairway)  # type: ignore[arg-type]
@@ -91,6 +93,9 @@ class FairwayDeadline(Fairway):
         if slack is not None and (isinstance(slack, bool) or not isinstance(slack, (int, float))
                                   or not math.isfinite(slack) or slack < 1):
             raise ValueError(f"Fairway-deadline slack={slack!r}: need a finite number >= 1")
+        if estimate not in ESTIMATES:
+            raise ValueError(f"Fairway-deadline estimate={estimate!r}: need one of {', '.join(ESTIMATES)}")
+        self.estimate = estimate
         self.horizon = horizon
         self.slack = 1.0 + self.fair_weight / self.fast_weight if slack is None else float(slack)
         self.lookahead = lookahead
@@ -130,23 +135,56 @@ class FairwayDeadline(Fairway):
             shape[r.request_id] = (r.arrival_time, r.prompt_len)
         fresh = {r.request_id for r in new}
         ahead = 0.0  # FCFS estimate: work of the requests ahead in arrival order
-        slo, work, slack = self.slo, self.work, self.slack
-        for r in sorted(waiting, key=arrival_key):
-            own = work(r)
+        slo, slack = self.slo, self.slack
+        fifo = sorted(waiting, key=arrival_key)
+        for r, own in zip(fifo, self.fcfs_works(fifo)):
             if r.request_id in fresh:
                 wait = slack * ahead + own
                 if self.horizon == "max" and self.horizon_s > wait:
                     wait = self.horizon_s
                 deadline[r.request_id] = r.arrival_time + max(slo(r.prompt_len), wait)
-                if self.horizon == "now":
+                if self.horizon in ("now", "now-slack"):
                     self._own[r.request_id] = max(slo(r.prompt_len), wait)
                 if ahead + own > self.horizon_s:
                     self.horizon_s = ahead + own
             ahead += own
 
+    def fcfs_works(self, fifo: Sequence[QueuedRequest]) -> list[float]:
+        """Seconds of cold prefill of each request of ``fifo`` (arrival order) when served in that order.
+
+        ``estimate="cold"``: ``work(q)`` each. ``estimate="dedup"``: a block of ``q``'s uncached
+        part that an earlier request of ``fifo`` also has uncached (same leading ``block_keys``)
+        is computed once, by the earlier one, so ``q`` is charged ``work`` of ``max(1, c - k x
+        block_size)`` tokens, ``k`` the number of its leading uncached blocks already charged --
+        what vLLM's prefix cache does when the two run in that order (the shared prefix is a hit
+        for the second). Requests without ``block_keys`` are charged ``work(q)``.
+        """
+        if self.estimate == "cold":
+            return [self.work(q) for q in fifo]
+        seen: set = set()
+        out = []
+        for q in fifo:
+            keys, bs = q.block_keys, q.block_size
+            if not keys or bs <= 0:
+                out.append(self.work(q))
+                continue
+            start = min(len(keys), (q.prompt_len - q.uncached_len) // bs)  # first uncached block
+            k = 0
+            for key in keys[start:]:
+                if key not in seen:
+                    break
+                k += 1
+            seen.update(keys[start:])
+            rate = self._rate.get(q.prompt_len)
+            if rate is None:
+                rate = self._rate[q.prompt_len] = self.idle_prefill_time(q.prompt_len) / q.prompt_len
+            out.append(rate * max(1, q.uncached_len - k * bs))
+        return out
+
     def _extend(self, waiting: Sequence[QueuedRequest]) -> None:
-        """``horizon="now"``: every waiting request's deadline at least ``arrival + H`` (current ``H``)."""
-        h = self.horizon_s
+        """``horizon="now"``: every waiting request's deadline at least ``arrival + H`` (current
+        ``H``); ``"now-slack"``: at least ``arrival + slack x H``."""
+        h = self.horizon_s * (self.slack if self.horizon == "now-slack" else 1.0)
         own, deadline = self._own, self.deadline
         for r in waiting:
             deadline[r.request_id] = r.arrival_time + max(own[r.request_id], h)
@@ -166,7 +204,7 @@ class FairwayDeadline(Fairway):
         """Fast path (``fairsim.policies.deadline_fast.DeadlineOrder``), or ``None`` for a subclass
         that overrides a method it mirrors (``work``, ``_assign``, ``merge``)."""
         cls = type(self)
-        if self.horizon == "now" or any(getattr(cls, m) is not getattr(FairwayDeadline, m) for m in ("work", "_assign", "merge")):
+        if self.horizon in ("now", "now-slack") or self.estimate != "cold" or any(getattr(cls, m) is not getattr(FairwayDeadline, m) for m in ("work", "_assign", "merge")):
             return None
         from fairsim.policies.deadline_fast import DeadlineOrder
         return DeadlineOrder(self)
@@ -177,7 +215,7 @@ class FairwayDeadline(Fairway):
             self.deadline, self.urgent, self._own = {}, set(), {}
             return []
         self._assign(waiting)
-        if self.horizon == "now":
+        if self.horizon in ("now", "now-slack"):
             self._extend(waiting)
         deadline, urgent, work = self.deadline, self.urgent, self.work
         edf = sorted(waiting, key=lambda r: (deadline[r.request_id], r.arrival_time, r.request_id))
