@@ -9,7 +9,8 @@ from fairsim.policies.base import arrival_key
 from fairsim.policies.fairway import Fairway, charge_merge
 from fairsim.types import QueuedRequest
 
-HORIZONS = ("max", "own", "now", "now-slack")
+HORIZONS = ("max", "own", "now", "now-slack", "growth")
+EXTENDING = ("now", "now-slack", "growth")  # horizons re-read at every step
 LOOKAHEADS = ("none", "own", "queue")
 ESTIMATES = ("cold", "dedup")
 
@@ -104,6 +105,7 @@ class FairwayDeadline(Fairway):
         self.deadline: dict[str, float] = {}  # request_id -> D(r) (s), for waiting requests
         self.urgent: set[str] = set()  # waiting requests found urgent at some step (kept)
         self._own: dict[str, float] = {}  # horizon="now": max(SLO, slack W + w) (s), H left out
+        self._est: dict[str, float] = {}  # horizon="growth": E = W + w at first sight (s)
         self._rate: dict[int, float] = {}  # L -> T_idle(L) / L (s per token)
         self._shape: dict[str, tuple[float, int]] = {}  # request -> (arrival, prompt) at its deadline
 
@@ -128,6 +130,7 @@ class FairwayDeadline(Fairway):
             self._shape = shape = {k: v for k, v in shape.items() if k in keep}
             if self._own:
                 self._own = {k: v for k, v in self._own.items() if k in keep}
+                self._est = {k: v for k, v in self._est.items() if k in keep}
         if not new:
             return
         self.urgent -= {r.request_id for r in new}
@@ -143,11 +146,19 @@ class FairwayDeadline(Fairway):
                 if self.horizon == "max" and self.horizon_s > wait:
                     wait = self.horizon_s
                 deadline[r.request_id] = r.arrival_time + max(slo(r.prompt_len), wait)
-                if self.horizon in ("now", "now-slack"):
+                if self.horizon == "growth":
+                    self._own[r.request_id] = slo(r.prompt_len)
+                    self._est[r.request_id] = ahead + own
+                elif self.horizon in EXTENDING:
                     self._own[r.request_id] = max(slo(r.prompt_len), wait)
                 if ahead + own > self.horizon_s:
                     self.horizon_s = ahead + own
             ahead += own
+        if self.horizon == "growth":  # D(r) = a + max(SLO, E + slack (H - E)), H with this step's sights
+            h, slack = self.horizon_s, self.slack
+            for rid in fresh:
+                e = self._est[rid]
+                deadline[rid] = shape[rid][0] + max(self._own[rid], e + slack * (h - e))
 
     def fcfs_works(self, fifo: Sequence[QueuedRequest]) -> list[float]:
         """Seconds of cold prefill of each request of ``fifo`` (arrival order) when served in that order.
@@ -184,8 +195,14 @@ class FairwayDeadline(Fairway):
     def _extend(self, waiting: Sequence[QueuedRequest]) -> None:
         """``horizon="now"``: every waiting request's deadline at least ``arrival + H`` (current
         ``H``); ``"now-slack"``: at least ``arrival + slack x H``."""
-        h = self.horizon_s * (self.slack if self.horizon == "now-slack" else 1.0)
         own, deadline = self._own, self.deadline
+        if self.horizon == "growth":
+            h, slack, est = self.horizon_s, self.slack, self._est
+            for r in waiting:
+                e = est[r.request_id]
+                deadline[r.request_id] = r.arrival_time + max(own[r.request_id], e + slack * (h - e))
+            return
+        h = self.horizon_s * (self.slack if self.horizon == "now-slack" else 1.0)
         for r in waiting:
             deadline[r.request_id] = r.arrival_time + max(own[r.request_id], h)
 
@@ -204,7 +221,7 @@ class FairwayDeadline(Fairway):
         """Fast path (``fairsim.policies.deadline_fast.DeadlineOrder``), or ``None`` for a subclass
         that overrides a method it mirrors (``work``, ``_assign``, ``merge``)."""
         cls = type(self)
-        if self.horizon in ("now", "now-slack") or self.estimate != "cold" or any(getattr(cls, m) is not getattr(FairwayDeadline, m) for m in ("work", "_assign", "merge")):
+        if self.horizon in EXTENDING or self.estimate != "cold" or any(getattr(cls, m) is not getattr(FairwayDeadline, m) for m in ("work", "_assign", "merge")):
             return None
         from fairsim.policies.deadline_fast import DeadlineOrder
         return DeadlineOrder(self)
@@ -212,10 +229,10 @@ class FairwayDeadline(Fairway):
     def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
         """Urgent requests and those with earlier deadlines first (by deadline), then Fairway's merge."""
         if not waiting:
-            self.deadline, self.urgent, self._own = {}, set(), {}
+            self.deadline, self.urgent, self._own, self._est = {}, set(), {}, {}
             return []
         self._assign(waiting)
-        if self.horizon in ("now", "now-slack"):
+        if self.horizon in EXTENDING:
             self._extend(waiting)
         deadline, urgent, work = self.deadline, self.urgent, self.work
         edf = sorted(waiting, key=lambda r: (deadline[r.request_id], r.arrival_time, r.request_id))
