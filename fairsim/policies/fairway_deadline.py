@@ -36,6 +36,15 @@ class FairwayDeadline(Fairway):
       maximum as of step ``t`` (first sights of this step included), so the deadlines of waiting
       requests extend while a backlog grows (never shrink: ``H`` is monotone); a due request
       stays due. No fast path for this ablation (``order()`` runs every step).
+      ``horizon="now-slack"`` (issue 11, Follow-up 3): as ``"now"`` with the slack on ``H`` too,
+      ``D_t(r) = arrival(r) + max(SLO(r), slack x W_r + w_r, slack x H_t)``. ``horizon="growth"``
+      (Follow-up 3): ``D_t(r) = arrival(r) + max(SLO(r), E_r + slack x (H_t - E_r))`` -- the slack
+      only on how much the worst FCFS estimate grew after ``r``'s (none for the request that sets
+      it). Both: deadlines only extend, a due request stays due, no fast path.
+    - **Estimate** (``estimate``): ``"cold"`` (default) -- ``W`` and ``E`` sum ``work``;
+      ``"dedup"`` (Follow-up 3) -- ``fcfs_works``: a shared uncached prefix of two waiting
+      requests is charged once, to the earlier (what the prefix cache does when FCFS serves them
+      in that order). The due test always sums ``work``.
     - **Due** at a step with clock ``now``, the waiting requests in deadline order ``(D, arrival,
       request_id)``: ``lookahead="queue"`` (default) -- the ``k``-th is due iff ``now +`` the
       ``work`` of the first ``k`` ``>= D``; ``"own"`` -- iff ``now + w >= D``; ``"none"`` -- iff
@@ -58,16 +67,18 @@ class FairwayDeadline(Fairway):
         idle_prefill_time: ``T_idle(L)`` in seconds (``Profile.idle_prefill_time``).
         horizon: ``"max"`` (default: the deadline is at least the largest FCFS estimate seen
             before the request's first sight), ``"own"`` (only the request's own estimate) or
-            ``"now"`` (at least the largest FCFS estimate seen so far, re-read every step).
+            ``"now"`` (at least the largest FCFS estimate seen so far, re-read every step),
+            ``"now-slack"`` (at least ``slack x`` that) or ``"growth"`` (see above).
         fast_first: Do not pre-charge the Fast lane with its front in the merge (default true).
         slack: Multiplier on the FCFS wait estimate ``W`` (>= 1; default ``1 + fair_weight /
             fast_weight``).
         lookahead: ``"queue"`` (default), ``"own"`` or ``"none"``: when a request is due.
+        estimate: ``"cold"`` (default) or ``"dedup"``: the FCFS estimates ``W``, ``E``, ``H``.
         **fairway: The ``Fairway`` parameters (``fast_weight``, ``fair_weight``,
             ``slo_multiplier``, ``slo_floor``, ``wait_mode``, ``fair_lane``).
 
     Raises:
-        ValueError: As ``Fairway``; an unknown ``horizon`` or ``lookahead``; a non-bool
+        ValueError: As ``Fairway``; an unknown ``horizon``, ``lookahead`` or ``estimate``; a non-bool
             ``fast_first``; a ``slack`` that is not a finite number >= 1.
     """
 
