@@ -1,5 +1,5 @@
 """Fairway-deadline's issue-11 follow-up options: ``estimate="dedup"``, ``horizon="now-slack"``,
-``horizon="growth"`` (docs/POLICIES-more.md "Follow-up 3 options"; experiments/README.md
+``horizon="growth"``, ``patience="deadline"`` (docs/POLICIES-more.md "Follow-up 3 options"; experiments/README.md
 "Follow-up 3").
 
 Hand-computed deadlines for each option, and, over engine runs, the order property the extending
@@ -105,11 +105,25 @@ class TestExtendingHorizons:
         assert p.deadline["big"] == pytest.approx(1.1 + 101.02)
         assert p.incremental_order() is None
 
+    def test_deadline_patience(self):
+        """``patience="deadline"``: Fast score ``h / c + wait / (D - arrival)`` instead of ``wait / SLO``."""
+        p = quick(patience="deadline")
+        q = [make_queued("o", 0, 1000, arrival=0.0), make_queued("x", 500, 500, arrival=0.0)]
+        p._assign(q)
+        assert p.deadline == pytest.approx({"o": 1.0, "x": 1.25 * 1.0 + 0.5})
+        keys = p._fast_keys(q, 0.5)
+        assert keys[0][0] == pytest.approx(-(0 / 1000 + 0.5 / 1.0))
+        assert keys[1][0] == pytest.approx(-(500 / 500 + 0.5 / 1.75))
+        # The paper's patience (SLO = 0.1 s here) for comparison.
+        assert quick()._fast_keys(q, 0.5)[0][0] == pytest.approx(-(0.5 / 0.1))
+        assert p.incremental_order() is None
+
     def test_errors_and_defaults(self):
         p = make_policy("fairway-deadline", PROFILE)
         assert p.estimate == "cold" and p.horizon == "max" and p.incremental_order() is not None
         assert make_policy("fairway-deadline", PROFILE, estimate="dedup").incremental_order() is None
-        for bad in ({"estimate": "warm"}, {"estimate": 1}, {"horizon": "slack"}):
+        assert p.patience == "slo"
+        for bad in ({"estimate": "warm"}, {"estimate": 1}, {"horizon": "slack"}, {"patience": "paper"}):
             with pytest.raises(ValueError, match="Fairway-deadline"):
                 make_policy("fairway-deadline", PROFILE, **bad)
 
@@ -149,8 +163,9 @@ def violations(steps, states) -> list[tuple]:
 
 
 @pytest.mark.parametrize("params", [{"horizon": "now-slack", "estimate": "dedup"},
+                                    {"horizon": "now-slack", "estimate": "dedup", "patience": "deadline"},
                                     {"horizon": "now-slack"}, {"horizon": "growth", "estimate": "dedup"}],
-                         ids=["now-slack+dedup", "now-slack", "growth+dedup"])
+                         ids=["now-slack+dedup", "now-slack+dedup+patience", "now-slack", "growth+dedup"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=st.one_of(long_miss_traces(), overload_traces()))
 def test_extending_horizons_keep_the_order_property(params, trace):

@@ -13,6 +13,7 @@ HORIZONS = ("max", "own", "now", "now-slack", "growth")
 EXTENDING = ("now", "now-slack", "growth")  # horizons re-read at every step
 LOOKAHEADS = ("none", "own", "queue")
 ESTIMATES = ("cold", "dedup")
+PATIENCES = ("slo", "deadline")
 
 
 class FairwayDeadline(Fairway):
@@ -74,11 +75,13 @@ class FairwayDeadline(Fairway):
             fast_weight``).
         lookahead: ``"queue"`` (default), ``"own"`` or ``"none"``: when a request is due.
         estimate: ``"cold"`` (default) or ``"dedup"``: the FCFS estimates ``W``, ``E``, ``H``.
+        patience: ``"slo"`` (default, the paper's Fast score ``h / c + wait / SLO``) or
+            ``"deadline"`` (Follow-up 3: ``h / c + wait / (D(r) - arrival(r))``).
         **fairway: The ``Fairway`` parameters (``fast_weight``, ``fair_weight``,
             ``slo_multiplier``, ``slo_floor``, ``wait_mode``, ``fair_lane``).
 
     Raises:
-        ValueError: As ``Fairway``; an unknown ``horizon``, ``lookahead`` or ``estimate``; a non-bool
+        ValueError: As ``Fairway``; an unknown ``horizon``, ``lookahead``, ``estimate`` or ``patience``; a non-bool
             ``fast_first``; a ``slack`` that is not a finite number >= 1.
     """
 
@@ -93,6 +96,7 @@ class FairwayDeadline(Fairway):
         slack: float | None = None,
         lookahead: str = "queue",
         estimate: str = "cold",
+        patience: str = "slo",
         **fairway: object,
     ) -> None:
         super().__init__(idle_prefill_time, **fairway)  # type: ignore[arg-type]
@@ -107,7 +111,10 @@ class FairwayDeadline(Fairway):
             raise ValueError(f"Fairway-deadline slack={slack!r}: need a finite number >= 1")
         if estimate not in ESTIMATES:
             raise ValueError(f"Fairway-deadline estimate={estimate!r}: need one of {', '.join(ESTIMATES)}")
+        if patience not in PATIENCES:
+            raise ValueError(f"Fairway-deadline patience={patience!r}: need one of {', '.join(PATIENCES)}")
         self.estimate = estimate
+        self.patience = patience
         self.horizon = horizon
         self.slack = 1.0 + self.fair_weight / self.fast_weight if slack is None else float(slack)
         self.lookahead = lookahead
@@ -217,6 +224,16 @@ class FairwayDeadline(Fairway):
         for r in waiting:
             deadline[r.request_id] = r.arrival_time + max(own[r.request_id], h)
 
+    def _fast_keys(self, waiting: Sequence[QueuedRequest], now: float) -> list[tuple[float, float, str]]:
+        """Fast-lane keys; ``patience="deadline"``: the wait term is ``wait / (D(r) - arrival)``
+        instead of ``wait / SLO(r)`` (the request's own deadline offset as its patience)."""
+        if self.patience == "slo":
+            return super()._fast_keys(waiting, now)
+        deadline = self.deadline
+        return [(-(r.cached_len / max(r.uncached_len, 1)
+                   + (now - r.arrival_time) / max(deadline[r.request_id] - r.arrival_time, 1e-9)),
+                 r.arrival_time, r.request_id) for r in waiting]
+
     def merge(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
         """Fairway's lane merge of ``waiting`` (``fast_first``: the Fast ledger starts at 0)."""
         if not self.fast_first or not self.fair_lane or len(waiting) <= 1:
@@ -232,7 +249,7 @@ class FairwayDeadline(Fairway):
         """Fast path (``fairsim.policies.deadline_fast.DeadlineOrder``), or ``None`` for a subclass
         that overrides a method it mirrors (``work``, ``_assign``, ``merge``)."""
         cls = type(self)
-        if self.horizon in EXTENDING or self.estimate != "cold" or any(getattr(cls, m) is not getattr(FairwayDeadline, m) for m in ("work", "_assign", "merge")):
+        if self.horizon in EXTENDING or self.patience != "slo" or self.estimate != "cold" or any(getattr(cls, m) is not getattr(FairwayDeadline, m) for m in ("work", "_assign", "merge")):
             return None
         from fairsim.policies.deadline_fast import DeadlineOrder
         return DeadlineOrder(self)
