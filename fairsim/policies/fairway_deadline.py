@@ -81,8 +81,8 @@ class FairwayDeadline(Fairway):
             ``slo_multiplier``, ``slo_floor``, ``wait_mode``, ``fair_lane``).
 
     Raises:
-        ValueError: As ``Fairway``; an unknown ``horizon``, ``lookahead``, ``estimate`` or ``patience``; a non-bool
-            ``fast_first``; a ``slack`` that is not a finite number >= 1.
+        ValueError: As ``Fairway``; an unknown ``horizon``, ``lookahead``, ``estimate`` or
+            ``patience``; a non-bool ``fast_first``; a ``slack`` that is not a finite number >= 1.
     """
 
     name = "fairway-deadline"
@@ -247,9 +247,13 @@ class FairwayDeadline(Fairway):
 
     def incremental_order(self):
         """Fast path (``fairsim.policies.deadline_fast.DeadlineOrder``), or ``None`` for a subclass
-        that overrides a method it mirrors (``work``, ``_assign``, ``merge``)."""
+        that overrides a method it mirrors (``work``, ``_assign``, ``merge``) and for the
+        ablations it does not mirror (extending horizons, ``estimate="dedup"``,
+        ``patience="deadline"``)."""
         cls = type(self)
-        if self.horizon in EXTENDING or self.patience != "slo" or self.estimate != "cold" or any(getattr(cls, m) is not getattr(FairwayDeadline, m) for m in ("work", "_assign", "merge")):
+        if self.horizon in EXTENDING or self.patience != "slo" or self.estimate != "cold":
+            return None
+        if any(getattr(cls, m) is not getattr(FairwayDeadline, m) for m in ("work", "_assign", "merge")):
             return None
         from fairsim.policies.deadline_fast import DeadlineOrder
         return DeadlineOrder(self)
