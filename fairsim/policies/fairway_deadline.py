@@ -9,8 +9,11 @@ from fairsim.policies.base import arrival_key
 from fairsim.policies.fairway import Fairway, charge_merge
 from fairsim.types import QueuedRequest
 
-HORIZONS = ("max", "own", "now")
+HORIZONS = ("max", "own", "now", "now-slack", "growth")
+EXTENDING = ("now", "now-slack", "growth")  # horizons re-read at every step
 LOOKAHEADS = ("none", "own", "queue")
+ESTIMATES = ("cold", "dedup")
+PATIENCES = ("slo", "deadline")
 
 
 class FairwayDeadline(Fairway):
@@ -34,6 +37,15 @@ class FairwayDeadline(Fairway):
       maximum as of step ``t`` (first sights of this step included), so the deadlines of waiting
       requests extend while a backlog grows (never shrink: ``H`` is monotone); a due request
       stays due. No fast path for this ablation (``order()`` runs every step).
+      ``horizon="now-slack"`` (issue 11, Follow-up 3): as ``"now"`` with the slack on ``H`` too,
+      ``D_t(r) = arrival(r) + max(SLO(r), slack x W_r + w_r, slack x H_t)``. ``horizon="growth"``
+      (Follow-up 3): ``D_t(r) = arrival(r) + max(SLO(r), E_r + slack x (H_t - E_r))`` -- the slack
+      only on how much the worst FCFS estimate grew after ``r``'s (none for the request that sets
+      it). Both: deadlines only extend, a due request stays due, no fast path.
+    - **Estimate** (``estimate``): ``"cold"`` (default) -- ``W`` and ``E`` sum ``work``;
+      ``"dedup"`` (Follow-up 3) -- ``fcfs_works``: a shared uncached prefix of two waiting
+      requests is charged once, to the earlier (what the prefix cache does when FCFS serves them
+      in that order). The due test always sums ``work``.
     - **Due** at a step with clock ``now``, the waiting requests in deadline order ``(D, arrival,
       request_id)``: ``lookahead="queue"`` (default) -- the ``k``-th is due iff ``now +`` the
       ``work`` of the first ``k`` ``>= D``; ``"own"`` -- iff ``now + w >= D``; ``"none"`` -- iff
@@ -56,17 +68,21 @@ class FairwayDeadline(Fairway):
         idle_prefill_time: ``T_idle(L)`` in seconds (``Profile.idle_prefill_time``).
         horizon: ``"max"`` (default: the deadline is at least the largest FCFS estimate seen
             before the request's first sight), ``"own"`` (only the request's own estimate) or
-            ``"now"`` (at least the largest FCFS estimate seen so far, re-read every step).
+            ``"now"`` (at least the largest FCFS estimate seen so far, re-read every step),
+            ``"now-slack"`` (at least ``slack x`` that) or ``"growth"`` (see above).
         fast_first: Do not pre-charge the Fast lane with its front in the merge (default true).
         slack: Multiplier on the FCFS wait estimate ``W`` (>= 1; default ``1 + fair_weight /
             fast_weight``).
         lookahead: ``"queue"`` (default), ``"own"`` or ``"none"``: when a request is due.
+        estimate: ``"cold"`` (default) or ``"dedup"``: the FCFS estimates ``W``, ``E``, ``H``.
+        patience: ``"slo"`` (default, the paper's Fast score ``h / c + wait / SLO``) or
+            ``"deadline"`` (Follow-up 3: ``h / c + wait / (D(r) - arrival(r))``).
         **fairway: The ``Fairway`` parameters (``fast_weight``, ``fair_weight``,
             ``slo_multiplier``, ``slo_floor``, ``wait_mode``, ``fair_lane``).
 
     Raises:
-        ValueError: As ``Fairway``; an unknown ``horizon`` or ``lookahead``; a non-bool
-            ``fast_first``; a ``slack`` that is not a finite number >= 1.
+        ValueError: As ``Fairway``; an unknown ``horizon``, ``lookahead``, ``estimate`` or
+            ``patience``; a non-bool ``fast_first``; a ``slack`` that is not a finite number >= 1.
     """
 
     name = "fairway-deadline"
@@ -79,6 +95,8 @@ class FairwayDeadline(Fairway):
         fast_first: bool = True,
         slack: float | None = None,
         lookahead: str = "queue",
+        estimate: str = "cold",
+        patience: str = "slo",
         **fairway: object,
     ) -> None:
         super().__init__(idle_prefill_time, **fairway)  # type: ignore[arg-type]
@@ -91,6 +109,12 @@ class FairwayDeadline(Fairway):
         if slack is not None and (isinstance(slack, bool) or not isinstance(slack, (int, float))
                                   or not math.isfinite(slack) or slack < 1):
             raise ValueError(f"Fairway-deadline slack={slack!r}: need a finite number >= 1")
+        if estimate not in ESTIMATES:
+            raise ValueError(f"Fairway-deadline estimate={estimate!r}: need one of {', '.join(ESTIMATES)}")
+        if patience not in PATIENCES:
+            raise ValueError(f"Fairway-deadline patience={patience!r}: need one of {', '.join(PATIENCES)}")
+        self.estimate = estimate
+        self.patience = patience
         self.horizon = horizon
         self.slack = 1.0 + self.fair_weight / self.fast_weight if slack is None else float(slack)
         self.lookahead = lookahead
@@ -99,6 +123,7 @@ class FairwayDeadline(Fairway):
         self.deadline: dict[str, float] = {}  # request_id -> D(r) (s), for waiting requests
         self.urgent: set[str] = set()  # waiting requests found urgent at some step (kept)
         self._own: dict[str, float] = {}  # horizon="now": max(SLO, slack W + w) (s), H left out
+        self._est: dict[str, float] = {}  # horizon="growth": E = W + w at first sight (s)
         self._rate: dict[int, float] = {}  # L -> T_idle(L) / L (s per token)
         self._shape: dict[str, tuple[float, int]] = {}  # request -> (arrival, prompt) at its deadline
 
@@ -123,6 +148,7 @@ class FairwayDeadline(Fairway):
             self._shape = shape = {k: v for k, v in shape.items() if k in keep}
             if self._own:
                 self._own = {k: v for k, v in self._own.items() if k in keep}
+                self._est = {k: v for k, v in self._est.items() if k in keep}
         if not new:
             return
         self.urgent -= {r.request_id for r in new}
@@ -130,26 +156,83 @@ class FairwayDeadline(Fairway):
             shape[r.request_id] = (r.arrival_time, r.prompt_len)
         fresh = {r.request_id for r in new}
         ahead = 0.0  # FCFS estimate: work of the requests ahead in arrival order
-        slo, work, slack = self.slo, self.work, self.slack
-        for r in sorted(waiting, key=arrival_key):
-            own = work(r)
+        slo, slack = self.slo, self.slack
+        fifo = sorted(waiting, key=arrival_key)
+        for r, own in zip(fifo, self.fcfs_works(fifo)):
             if r.request_id in fresh:
                 wait = slack * ahead + own
                 if self.horizon == "max" and self.horizon_s > wait:
                     wait = self.horizon_s
                 deadline[r.request_id] = r.arrival_time + max(slo(r.prompt_len), wait)
-                if self.horizon == "now":
+                if self.horizon == "growth":
+                    self._own[r.request_id] = slo(r.prompt_len)
+                    self._est[r.request_id] = ahead + own
+                elif self.horizon in EXTENDING:
                     self._own[r.request_id] = max(slo(r.prompt_len), wait)
                 if ahead + own > self.horizon_s:
                     self.horizon_s = ahead + own
             ahead += own
+        if self.horizon == "growth":  # D(r) = a + max(SLO, E + slack (H - E)), H with this step's sights
+            h, slack = self.horizon_s, self.slack
+            for rid in fresh:
+                e = self._est[rid]
+                deadline[rid] = shape[rid][0] + max(self._own[rid], e + slack * (h - e))
+
+    def fcfs_works(self, fifo: Sequence[QueuedRequest]) -> list[float]:
+        """Seconds of cold prefill of each request of ``fifo`` (arrival order) when served in that order.
+
+        ``estimate="cold"``: ``work(q)`` each. ``estimate="dedup"``: a block of ``q``'s uncached
+        part that an earlier request of ``fifo`` also has uncached (same leading ``block_keys``)
+        is computed once, by the earlier one, so ``q`` is charged ``work`` of ``max(1, c - k x
+        block_size)`` tokens, ``k`` the number of its leading uncached blocks already charged --
+        what vLLM's prefix cache does when the two run in that order (the shared prefix is a hit
+        for the second). Requests without ``block_keys`` are charged ``work(q)``.
+        """
+        if self.estimate == "cold":
+            return [self.work(q) for q in fifo]
+        seen: set = set()
+        out = []
+        for q in fifo:
+            keys, bs = q.block_keys, q.block_size
+            if not keys or bs <= 0:
+                out.append(self.work(q))
+                continue
+            start = min(len(keys), (q.prompt_len - q.uncached_len) // bs)  # first uncached block
+            k = 0
+            for key in keys[start:]:
+                if key not in seen:
+                    break
+                k += 1
+            seen.update(keys[start:])
+            rate = self._rate.get(q.prompt_len)
+            if rate is None:
+                rate = self._rate[q.prompt_len] = self.idle_prefill_time(q.prompt_len) / q.prompt_len
+            out.append(rate * max(1, q.uncached_len - k * bs))
+        return out
 
     def _extend(self, waiting: Sequence[QueuedRequest]) -> None:
-        """``horizon="now"``: every waiting request's deadline at least ``arrival + H`` (current ``H``)."""
-        h = self.horizon_s
+        """``horizon="now"``: every waiting request's deadline at least ``arrival + H`` (current
+        ``H``); ``"now-slack"``: at least ``arrival + slack x H``."""
         own, deadline = self._own, self.deadline
+        if self.horizon == "growth":
+            h, slack, est = self.horizon_s, self.slack, self._est
+            for r in waiting:
+                e = est[r.request_id]
+                deadline[r.request_id] = r.arrival_time + max(own[r.request_id], e + slack * (h - e))
+            return
+        h = self.horizon_s * (self.slack if self.horizon == "now-slack" else 1.0)
         for r in waiting:
             deadline[r.request_id] = r.arrival_time + max(own[r.request_id], h)
+
+    def _fast_keys(self, waiting: Sequence[QueuedRequest], now: float) -> list[tuple[float, float, str]]:
+        """Fast-lane keys; ``patience="deadline"``: the wait term is ``wait / (D(r) - arrival)``
+        instead of ``wait / SLO(r)`` (the request's own deadline offset as its patience)."""
+        if self.patience == "slo":
+            return super()._fast_keys(waiting, now)
+        deadline = self.deadline
+        return [(-(r.cached_len / max(r.uncached_len, 1)
+                   + (now - r.arrival_time) / max(deadline[r.request_id] - r.arrival_time, 1e-9)),
+                 r.arrival_time, r.request_id) for r in waiting]
 
     def merge(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
         """Fairway's lane merge of ``waiting`` (``fast_first``: the Fast ledger starts at 0)."""
@@ -164,9 +247,13 @@ class FairwayDeadline(Fairway):
 
     def incremental_order(self):
         """Fast path (``fairsim.policies.deadline_fast.DeadlineOrder``), or ``None`` for a subclass
-        that overrides a method it mirrors (``work``, ``_assign``, ``merge``)."""
+        that overrides a method it mirrors (``work``, ``_assign``, ``merge``) and for the
+        ablations it does not mirror (extending horizons, ``estimate="dedup"``,
+        ``patience="deadline"``)."""
         cls = type(self)
-        if self.horizon == "now" or any(getattr(cls, m) is not getattr(FairwayDeadline, m) for m in ("work", "_assign", "merge")):
+        if self.horizon in EXTENDING or self.patience != "slo" or self.estimate != "cold":
+            return None
+        if any(getattr(cls, m) is not getattr(FairwayDeadline, m) for m in ("work", "_assign", "merge")):
             return None
         from fairsim.policies.deadline_fast import DeadlineOrder
         return DeadlineOrder(self)
@@ -174,10 +261,10 @@ class FairwayDeadline(Fairway):
     def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
         """Urgent requests and those with earlier deadlines first (by deadline), then Fairway's merge."""
         if not waiting:
-            self.deadline, self.urgent, self._own = {}, set(), {}
+            self.deadline, self.urgent, self._own, self._est = {}, set(), {}, {}
             return []
         self._assign(waiting)
-        if self.horizon == "now":
+        if self.horizon in EXTENDING:
             self._extend(waiting)
         deadline, urgent, work = self.deadline, self.urgent, self.work
         edf = sorted(waiting, key=lambda r: (deadline[r.request_id], r.arrival_time, r.request_id))
