@@ -206,3 +206,58 @@ def test_with_arrival_sets_every_field_of_request():
     # The copy sets the slots one by one: it must know every field, in dataclass order.
     assert Request.__slots__ == tuple(f.name for f in dataclasses.fields(Request))
     assert not math.isnan(scale_time([Request("a", 0.0, 5)], 2.0)[0].arrival_time)
+
+
+def test_paused_restores_the_collector_state():
+    import gc
+
+    from fairsim.gcpause import paused
+
+    assert gc.isenabled()
+    with paused():
+        assert not gc.isenabled()
+        with paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the inner block leaves it off: the outer one paused it
+    assert gc.isenabled()
+    try:
+        with paused():
+            raise KeyError("x")
+    except KeyError:
+        pass
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with paused():
+            pass
+        assert not gc.isenabled()  # off before, off after
+    finally:
+        gc.enable()
+
+
+def test_main_leaves_the_collector_on_and_nothing_frozen(tmp_path, capsys):
+    # main() runs inside long-lived processes (tests, notebooks): it must not freeze anything;
+    # only program(), the process's entry point, does, just before exit.
+    import gc
+
+    from fairsim.cli import main
+
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _rows(20, 3)))
+    assert main(["run", "--trace", str(path), "--policy", "fcfs", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fcfs"]["requests"] == 20
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_program_freezes_before_exit(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _rows(20, 4)))
+    code = ("import gc, sys; from fairsim.cli import program; sys.argv = ['fairsim', 'run', '--trace', "
+            f"{str(path)!r}, '--policy', 'fcfs', '--format', 'json']; status = program(); "
+            "print('frozen', gc.get_freeze_count() > 0, 'status', status, file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "frozen True status 0" in out.stderr, out.stderr
+    assert json.loads(out.stdout)["fcfs"]["requests"] == 20

@@ -58,6 +58,7 @@ import simpy
 from fairsim import interrupt
 from fairsim.costmodel import Profile
 from fairsim.errors import EngineInvariantError, PolicyContractError
+from fairsim.gcpause import paused
 from fairsim.policies.base import Policy, check_permutation
 from fairsim.sim.arrivals import Arrivals, resolve_replay
 from fairsim.policies.clients import client_of_request
@@ -700,8 +701,9 @@ def simulate(
     cls = Engine
     if fast_decode and config.mode == "colocated":
         from fairsim.sim.decode_fast import DecodeFastEngine as cls
-    engine = cls(requests, policy, profile, config, progress, replay=replay,
-                 think_scale=think_scale, fast_order=fast_order)
+    with paused():  # per-request state: long-lived, no garbage cycles (fairsim/gcpause.py)
+        engine = cls(requests, policy, profile, config, progress, replay=replay,
+                     think_scale=think_scale, fast_order=fast_order)
     try:
         return engine.run()
     except (Exception, SystemExit) as exc:  # SystemExit: a policy's sys.exit() is its failure
