@@ -31,7 +31,7 @@ from fairsim.io import (atomic_write, atomic_write_text, check_file_stems, check
                         strict_json)
 from fairsim.policies import make_policy, policy_names
 from fairsim.sim import EngineConfig, SimResult, simulate
-from fairsim.traces import RagSpec, Trace, generate_rag, load_trace, scale_time, window
+from fairsim.traces import Trace, load_trace, scale_time, window
 from fairsim.traces.sessions import detach_cut
 from fairsim.types import Request
 
@@ -255,6 +255,8 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None) -> t
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise ValueError(f"{option} {value}: need a finite time >= 0 s")
     if args.trace is None and args.seed != 0:
+        from fairsim.traces.rag import RagSpec, generate_rag
+
         trace = generate_rag(RagSpec(seed=args.seed))
     else:
         trace = load_trace(args.trace, args.trace_format, skip_bad=args.skip_bad,
