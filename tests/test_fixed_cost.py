@@ -203,7 +203,7 @@ def test_scale_time_and_window_match_dataclasses_replace(reqs, factor, start):
 
 
 def test_with_arrival_sets_every_field_of_request():
-    # The copy sets the slots one by one: it must know every field, in dataclass order.
+    # fastreq sets the slots one by one: it must know every field, in dataclass order.
     assert Request.__slots__ == tuple(f.name for f in dataclasses.fields(Request))
     assert not math.isnan(scale_time([Request("a", 0.0, 5)], 2.0)[0].arrival_time)
 
@@ -261,3 +261,27 @@ def test_program_freezes_before_exit(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "frozen True status 0" in out.stderr, out.stderr
     assert json.loads(out.stdout)["fcfs"]["requests"] == 20
+
+
+@settings(max_examples=200, deadline=None)
+@given(requests(), st.sampled_from(["", "parent"]), st.integers(-2, 2), st.floats(-1, 1))
+def test_make_request_is_request(r, rid, dl, dt):
+    # Same object and the same checks (messages) as the dataclass constructor, good or bad.
+    from fairsim.traces.fastreq import make_request
+
+    fields = [getattr(r, f) for f in Request.__slots__]
+    fields[0] = rid or fields[0]  # "parent" may now equal ``after``: refused by both
+    fields[2] += dl  # may fall below 1
+    fields[9] += dt  # delay may fall below 0
+    try:
+        want = Request(*fields)
+    except ValueError as exc:
+        try:
+            make_request(*fields)
+        except ValueError as got:
+            assert str(got) == str(exc)
+        else:
+            raise AssertionError(f"make_request accepted {fields}")
+    else:
+        got = make_request(*fields)
+        assert repr(got) == repr(want) and got == want and got.labels is want.labels

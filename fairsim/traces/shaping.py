@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fairsim.costmodel import Profile
+from fairsim.traces.fastreq import with_arrival
 from fairsim.types import Request
 
 
@@ -21,33 +21,7 @@ def scale_time(requests: Sequence[Request], factor: float) -> list[Request]:
         raise ValueError(f"--time-scale {factor}: need a finite factor > 0")
     if factor == 1:
         return list(requests)
-    return [_with_arrival(r, r.arrival_time * factor) for r in requests]
-
-
-_new = object.__new__
-(_set_id, _set_arrival, _set_prompt, _set_hashes, _set_block, _set_output, _set_labels, _set_session,
- _set_after, _set_delay, _set_segments) = (Request.__dict__[name].__set__ for name in Request.__slots__)
-
-
-def _with_arrival(r: Request, arrival_time: float) -> Request:
-    """``dataclasses.replace(r, arrival_time=arrival_time)`` for an ``arrival_time >= 0``, at a
-    third of its cost (the slots are set directly; ``r`` was validated when it was built, and a
-    new arrival time >= 0 keeps it valid: ``Request.__post_init__`` is run all the same). Scaling
-    and windowing build one copy per request of the trace (issue 13)."""
-    out = _new(Request)
-    _set_id(out, r.request_id)
-    _set_arrival(out, arrival_time)
-    _set_prompt(out, r.prompt_len)
-    _set_hashes(out, r.block_hashes)
-    _set_block(out, r.hash_block_size)
-    _set_output(out, r.output_len)
-    _set_labels(out, r.labels)
-    _set_session(out, r.session_id)
-    _set_after(out, r.after)
-    _set_delay(out, r.delay_s)
-    _set_segments(out, r.segments)
-    out.__post_init__()
-    return out
+    return [with_arrival(r, r.arrival_time * factor) for r in requests]
 
 
 def window(requests: Sequence[Request], start_s: float = 0.0, end_s: float | None = None,
@@ -68,7 +42,7 @@ def window(requests: Sequence[Request], start_s: float = 0.0, end_s: float | Non
     if max_requests is not None and max_requests < 1:
         raise ValueError(f"max_requests={max_requests} must be >= 1")
     out = [
-        _with_arrival(r, r.arrival_time - start_s) if start_s else r
+        with_arrival(r, r.arrival_time - start_s) if start_s else r
         for r in requests
         if r.arrival_time >= start_s and (end_s is None or r.arrival_time < end_s)
     ]

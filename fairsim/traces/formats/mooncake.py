@@ -28,6 +28,7 @@ from fairsim.traces.formats._common import (
     _INT_ONLY,
     Collector, Head, check_chained, check_hash_count, first_of, iter_json_lines, need_ids,
     need_int, need_number, output_tokens)
+from fairsim.traces.fastreq import make_request
 from fairsim.traces.trace import Trace
 from fairsim.types import Request
 
@@ -218,7 +219,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     block = hash_block_size or meta.get("hash_block_size")
     if block is None:
         block = DEFAULT_BLOCK
-        if not all(_fits(block, r) for r in rows):
+        if not all(len(r.ids) in (r.prompt_len // block, -(-r.prompt_len // block)) for r in rows):  # _fits
             fits = [b for b in CANDIDATE_BLOCKS if all(_fits(b, r) for r in rows)]
             if len(fits) == 1:
                 block = fits[0]
@@ -261,9 +262,10 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
                                      "missing on a session's first turn (only later turns may give just a delay)"))
             continue
         try:
-            req = Request(row.request_id or f"{stem}:{row.line}", arrival, prompt_len,
-                          tuple(ids[:full]), block, row.output_len, row.labels, row.session_id,
-                          after, delay_s, row.segments)  # full_block_ids, positional: per-row hot path
+            # Request(...) and full_block_ids, without the per-call overhead (the per-row hot path).
+            req = make_request(row.request_id or f"{stem}:{row.line}", arrival, prompt_len,
+                               tuple(ids[:full]), block, row.output_len, row.labels, row.session_id,
+                               after, delay_s, row.segments)
         except ValueError as exc:
             out.bad(TraceFormatError(name, row.line, "<record>", str(exc)))
             continue
