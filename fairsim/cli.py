@@ -13,6 +13,7 @@ with ``fairsim --debug``.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -479,7 +480,9 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         raise ValueError("--slo needs --mode colocated (prefill-only runs have no TPOT)")
     params = parse_params(args.param)
     check_policies(names, profile, params)
-    with paused():  # the trace's long-lived objects, no garbage cycles (fairsim/gcpause.py)
+    # The trace's long-lived objects, no garbage cycles; frozen until the first Engine.run ends
+    # (it unfreezes; so does an error before it, below). fairsim/gcpause.py.
+    with paused(freeze=True):
         trace, requests = load_requests(args, profile)
         block_size, kv_blocks = resolve_capacity(requests, config)  # fails fast on a too-small cache
         engine = {"profile": profile.name, "kv_tokens": kv_blocks * block_size, "kv_blocks": kv_blocks,
@@ -514,6 +517,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
                 write_tables(args.out, name, result, engine)
             rows[name] = summary  # only once its tables are written
     except BaseException:
+        gc.unfreeze()  # paused(freeze=True) above, when no Engine.run unfroze it
         # Ctrl-C or an error in a later policy: keep what finished (its tables are written;
         # summary.json and run.json list the finished policies), then report as usual.
         if args.out is not None and rows:

@@ -21,16 +21,25 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def paused() -> Iterator[None]:
+def paused(freeze: bool = False) -> Iterator[None]:
     """Run the block with the cyclic collector off; restore its state (on or off) afterwards.
 
+    Args:
+        freeze: When the block ends without an exception, first move every tracked object to the
+            permanent generation (``gc.freeze``), so the collector, back on, does not scan at
+            once all that the block allocated (its young generation would hold all of it: ~0.02 s
+            for a 12,000-request trace). Only where an ``Engine.run`` follows, whose ``finally``
+            unfreezes (``gc.unfreeze``); a caller that may stop before it unfreezes itself.
+
     Nests; only for phases that create no reference cycles of their own (any made anyway are
-    collected once the collector is back on).
+    collected once the collector is back on and the objects unfrozen).
     """
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
+        if freeze:
+            gc.freeze()
     finally:
         if was_enabled:
             gc.enable()

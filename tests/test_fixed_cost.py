@@ -247,6 +247,22 @@ def test_main_leaves_the_collector_on_and_nothing_frozen(tmp_path, capsys):
     assert main(["run", "--trace", str(path), "--policy", "fcfs", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["fcfs"]["requests"] == 20
     assert gc.isenabled() and gc.get_freeze_count() == 0
+    # Failing inside the paused set-up (a cache smaller than a prompt) or in the run (a policy
+    # that raises) leaves it so too.
+    assert main(["run", "--trace", str(path), "--policy", "fcfs", "--kv-blocks", "1"]) == 2
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    assert main(["run", "--trace", str(path), "--policy", "tests.test_fixed_cost:Broken"]) == 1
+    assert "policy 'broken'" in capsys.readouterr().err
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+class Broken:
+    """A user policy whose order() raises (for the freeze test above)."""
+
+    name = "broken"
+
+    def order(self, waiting, now):
+        raise RuntimeError("broken policy")
 
 
 def test_program_freezes_before_exit(tmp_path):

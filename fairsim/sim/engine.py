@@ -706,7 +706,9 @@ def simulate(
     cls = Engine
     if fast_decode and config.mode == "colocated":
         from fairsim.sim.decode_fast import DecodeFastEngine as cls
-    with paused():  # per-request state: long-lived, no garbage cycles (fairsim/gcpause.py)
+    # Per-request state: long-lived, no garbage cycles; frozen until run() unfreezes at its end
+    # (fairsim/gcpause.py).
+    with paused(freeze=True):
         engine = cls(requests, policy, profile, config, progress, replay=replay,
                      think_scale=think_scale, fast_order=fast_order)
     try:
