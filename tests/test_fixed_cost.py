@@ -107,6 +107,19 @@ def test_iter_json_lines_special_lines_one_by_one(tmp_path):
             [(n, typed(r)) for n, r in reference_json_lines(path)], line
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([2**64 - 1, 2**64, 2**63, -2**63, -2**63 - 1, 10**18, 10**19, -10**19])
+                | st.integers(-2**66, 2**66), min_size=1, max_size=4), st.booleans())
+def test_integers_at_the_64_bit_limits_read_as_by_json(tmp_path_factory, ints, as_text):
+    # Dynamo's u64 hashes keep orjson; one step past int64/uint64 goes to the stdlib, which
+    # keeps an int (orjson would give a float). Digits inside strings change nothing either.
+    path = tmp_path_factory.mktemp("ints") / "t.jsonl"
+    value = [str(i) for i in ints] if as_text else ints
+    path.write_text(json.dumps({"h": value, "x": 1.5}) + "\n")
+    assert [(n, typed(r)) for n, r in fast_json_lines(path)] == \
+        [(n, typed(r)) for n, r in reference_json_lines(path)]
+
+
 def test_big_integers_stay_integers(tmp_path):
     # orjson reads an integer beyond 64 bits as a float; the stdlib (and so the reader) keeps it.
     path = tmp_path / "big.jsonl"

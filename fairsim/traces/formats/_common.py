@@ -11,6 +11,7 @@ import gzip
 import io
 import json
 import math
+import re
 import zlib
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -113,10 +114,29 @@ def read_head(path: Path) -> Head:
 
 _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_DIGITS = b"0" * 19
-"""19 digits in a row (after ``_DIGITS_TO_ZERO``): a number that may be an integer beyond 64 bits,
-which ``orjson`` would read as a float (the standard library keeps it an int); such a line is
-parsed by ``json`` instead. Shorter integers (below 10**18) always fit ``orjson``'s int64/uint64.
-(``bytes.translate`` + ``in``: a tenth of the cost of a regex search.)"""
+_ZEROS = re.compile(rb"0+")
+_INT64_MIN, _UINT64_MAX = -2**63, 2**64 - 1
+
+
+def _orjson_safe(raw: bytes) -> bool:
+    """False when ``raw`` may hold an integer outside ``orjson``'s int64/uint64 range, which it
+    would read as a float (the standard library keeps it an int).
+
+    Only a run of 19+ digits can be one; such runs are found in ``raw.translate(_DIGITS_TO_ZERO)``
+    with ``bytes.find`` (a tenth of the cost of a regex search over the line) and checked as
+    integers (with a ``-`` in front, negative). A run inside a string or among a float's digits
+    is checked too, which can only send a line to the standard library needlessly. Dynamo's u64
+    hashes are in range: their lines keep ``orjson``.
+    """
+    zeros = raw.translate(_DIGITS_TO_ZERO)
+    at = zeros.find(_LONG_DIGITS)
+    while at >= 0:
+        end = _ZEROS.match(zeros, at).end()
+        start = at - 1 if at and raw[at - 1] == 45 else at  # 45: "-"
+        if not _INT64_MIN <= int(raw[start:end]) <= _UINT64_MAX:
+            return False
+        at = zeros.find(_LONG_DIGITS, end)
+    return True
 
 
 def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
@@ -131,22 +151,24 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
     Each line is parsed by ``orjson`` (several times faster than ``json``, the trace read is the
     largest fixed cost of a run; issue 13). Whatever ``orjson`` refuses or could read differently
     from the standard library (a non-object, a blank line, a byte-order mark, NaN/Infinity, lone
-    surrogates, invalid UTF-8, a run of 19+ digits: a possible integer beyond 64 bits) is parsed
-    by ``json`` as before, so records, values and error messages are those of ``json.loads``.
+    surrogates, invalid UTF-8, an integer beyond 64 bits: ``_orjson_safe``) is parsed by
+    ``json`` as before, so records, values and error messages are those of ``json.loads``.
     """
     blank_line = 0
     name = str(path)
     loads = orjson.loads
     fast_error = orjson.JSONDecodeError
-    digits, long_digits = _DIGITS_TO_ZERO, _LONG_DIGITS
+    digits, long_digits, safe = _DIGITS_TO_ZERO, _LONG_DIGITS, _orjson_safe
     try:
         with open_binary(path) as fh:
             for line_no, raw in enumerate(fh, start=1):
-                try:
-                    rec = loads(raw)
-                except fast_error:
-                    rec = None
-                if type(rec) is dict and long_digits not in raw.translate(digits):
+                rec = None
+                if long_digits not in raw.translate(digits) or safe(raw):  # _orjson_safe, inlined
+                    try:
+                        rec = loads(raw)
+                    except fast_error:
+                        pass
+                if type(rec) is dict:
                     if blank_line:
                         yield blank_line, TraceFormatError(name, blank_line, "<json>", "empty line before more records")
                         blank_line = 0
