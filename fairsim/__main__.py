@@ -2,6 +2,7 @@
 
 import sys
 
-from fairsim.cli import main
+from fairsim.cli import program
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(program())

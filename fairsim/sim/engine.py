@@ -58,6 +58,7 @@ import simpy
 from fairsim import interrupt
 from fairsim.costmodel import Profile
 from fairsim.errors import EngineInvariantError, PolicyContractError
+from fairsim.gcpause import paused
 from fairsim.policies.base import Policy, check_permutation
 from fairsim.sim.arrivals import Arrivals, resolve_replay
 from fairsim.policies.clients import client_of_request
@@ -619,41 +620,46 @@ class Engine:
 
     # -- result tables ---------------------------------------------------------------------------
     def _request_table(self) -> Columns:
-        rows = []
+        """One row per request (``SimResult.requests``), built column by column (no per-row
+        dicts: a 12,000-request run built 12,000 of them only to take them apart; issue 13)."""
+        lives = self._all
+        if not lives:
+            return Columns({})
+        reqs = [live.req for live in lives]
+        released = [live.released_s for live in lives]
+        first_token = [live.first_token_s for live in lives]
+        first_sched = [live.first_scheduled_s for live in lives]
+        finish = [live.finish_s for live in lives]
+        cols: dict[str, list] = {
+            "request_id": [r.request_id for r in reqs],
+            "arrival_s": [r.arrival_time for r in reqs],
+            "prompt_tokens": [r.prompt_len for r in reqs],
+            "cached_tokens": [live.cached_at_admission for live in lives],
+            "first_scheduled_s": first_sched,
+            "first_token_s": first_token,
+            "ttft_s": [t - rel for t, rel in zip(first_token, released)],
+            "finish_s": finish,
+            "queue_delay_s": [t - rel for t, rel in zip(first_sched, released)],
+            "first_scheduled_step": [live.first_scheduled_step for live in lives],
+            "finish_step": [live.finish_step for live in lives],
+            "preemptions": [live.preemptions for live in lives],
+            "released_s": released,
+            "session_id": [r.session_id for r in reqs],
+            "after": [r.after for r in reqs],
+        }
+        if self.colocated:
+            cols["output_tokens"] = [live.out_len for live in lives]
+            cols["e2e_s"] = [f - rel for f, rel in zip(finish, released)]
+            # vLLM's TPOT: (e2e - ttft) / (output_tokens - 1); undefined for one token.
+            cols["tpot_s"] = [(live.finish_s - live.first_token_s) / (live.out_len - 1) if live.out_len > 1
+                              else float("nan") for live in lives]
+            cols["discarded_tokens"] = [live.discarded for live in lives]
+            cols["resume_cached_tokens"] = [live.resume_cached for live in lives]
         # Labels starting with "_" are private to generators (e.g. raw hash ids), not metrics.
-        label_keys = sorted({k for live in self._all for k in live.req.labels if not k.startswith("_")})
-        for live in self._all:
-            r = live.req
-            row = {
-                "request_id": r.request_id,
-                "arrival_s": r.arrival_time,
-                "prompt_tokens": r.prompt_len,
-                "cached_tokens": live.cached_at_admission,
-                "first_scheduled_s": live.first_scheduled_s,
-                "first_token_s": live.first_token_s,
-                "ttft_s": live.first_token_s - live.released_s,
-                "finish_s": live.finish_s,
-                "queue_delay_s": live.first_scheduled_s - live.released_s,
-                "first_scheduled_step": live.first_scheduled_step,
-                "finish_step": live.finish_step,
-                "preemptions": live.preemptions,
-                "released_s": live.released_s,
-                "session_id": r.session_id,
-                "after": r.after,
-            }
-            if self.colocated:
-                e2e = live.finish_s - live.released_s
-                o = live.out_len
-                row["output_tokens"] = o
-                row["e2e_s"] = e2e
-                # vLLM's TPOT: (e2e - ttft) / (output_tokens - 1); undefined for one token.
-                row["tpot_s"] = (live.finish_s - live.first_token_s) / (o - 1) if o > 1 else float("nan")
-                row["discarded_tokens"] = live.discarded
-                row["resume_cached_tokens"] = live.resume_cached
-            for k in label_keys:
-                row[k] = r.labels.get(k)
-            rows.append(row)
-        return Columns.from_records(rows)
+        label_keys = sorted({k for r in reqs for k in r.labels if not k.startswith("_")})
+        for k in label_keys:
+            cols[k] = [r.labels.get(k) for r in reqs]
+        return Columns(cols)
 
     def _step_table(self) -> Columns:
         return Columns.from_tuples(self._step_rows, [
@@ -700,8 +706,11 @@ def simulate(
     cls = Engine
     if fast_decode and config.mode == "colocated":
         from fairsim.sim.decode_fast import DecodeFastEngine as cls
-    engine = cls(requests, policy, profile, config, progress, replay=replay,
-                 think_scale=think_scale, fast_order=fast_order)
+    # Per-request state: long-lived, no garbage cycles; frozen until run() unfreezes at its end
+    # (fairsim/gcpause.py).
+    with paused(freeze=True):
+        engine = cls(requests, policy, profile, config, progress, replay=replay,
+                     think_scale=think_scale, fast_order=fast_order)
     try:
         return engine.run()
     except (Exception, SystemExit) as exc:  # SystemExit: a policy's sys.exit() is its failure

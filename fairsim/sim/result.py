@@ -35,8 +35,8 @@ class Columns:
     @classmethod
     def from_tuples(cls, rows: list[tuple], names: list[str]) -> Columns:
         """From one tuple per row, values in ``names`` order."""
-        cols = list(zip(*rows)) if rows else [()] * len(names)
-        return cls({k: list(v) for k, v in zip(names, cols)})
+        cols = map(list, zip(*rows)) if rows else ([] for _ in names)
+        return cls(dict(zip(names, cols)))
 
     def __len__(self) -> int:
         return self._rows

@@ -1,21 +1,42 @@
 """Traces: load (every public format, ``formats/``), generate (RAG default input), and shape load.
 
-No engine imports here (DESIGN.md layering).
+No engine imports here (DESIGN.md layering). The generators (RAG, flood, mixed, multi-hop, SEC,
+load shapes) are imported on first use of their names (``from fairsim.traces import
+generate_rag`` works as before): a ``fairsim run`` on a trace file needs none of them (start-up,
+issue 13).
 """
 
 import dataclasses
+import importlib
 from pathlib import Path
 
 from fairsim.traces.formats import FORMATS, detect, read_trace
 from fairsim.traces.mooncake import load_mooncake
-from fairsim.traces.rag import DEFAULT_RAG_PATH, RagSpec, generate_rag, write_mooncake
 from fairsim.traces.shaping import OfferedLoad, offered_load, scale_time, window
 from fairsim.traces.trace import Trace
-from fairsim.traces.flood import FloodSpec, generate_flood
-from fairsim.traces.loadshape import LoadShape, Phase, calm_burst_spike, poisson
-from fairsim.traces.mixed import MixedSpec, generate_mixed
-from fairsim.traces.multihop import MultiHopSpec, generate_multihop
-from fairsim.traces.sec import SecSpec, dynamic_sec_traces, generate_sec
+
+_LAZY = {
+    **dict.fromkeys(("DEFAULT_RAG_PATH", "RagSpec", "generate_rag", "write_mooncake"), "rag"),
+    **dict.fromkeys(("FloodSpec", "generate_flood"), "flood"),
+    **dict.fromkeys(("LoadShape", "Phase", "calm_burst_spike", "poisson"), "loadshape"),
+    **dict.fromkeys(("MixedSpec", "generate_mixed"), "mixed"),
+    **dict.fromkeys(("MultiHopSpec", "generate_multihop"), "multihop"),
+    **dict.fromkeys(("SecSpec", "dynamic_sec_traces", "generate_sec"), "sec"),
+}
+"""Name -> the ``fairsim.traces`` module defining it, imported on first access (PEP 562)."""
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def load_trace(path: str | Path | None = None, format: str = "auto", *, skip_bad: bool = False,
@@ -36,6 +57,8 @@ def load_trace(path: str | Path | None = None, format: str = "auto", *, skip_bad
         FileNotFoundError: ``path`` does not exist.
     """
     if path is None:
+        from fairsim.traces.rag import DEFAULT_RAG_PATH
+
         trace = load_mooncake(DEFAULT_RAG_PATH, skip_bad=skip_bad)
         return dataclasses.replace(trace, name="rag-default")
     return read_trace(path, format, skip_bad=skip_bad, hash_block_size=hash_block_size)

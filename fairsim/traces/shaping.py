@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fairsim.costmodel import Profile
+from fairsim.traces.fastreq import with_arrival
 from fairsim.types import Request
 
 
@@ -21,7 +21,7 @@ def scale_time(requests: Sequence[Request], factor: float) -> list[Request]:
         raise ValueError(f"--time-scale {factor}: need a finite factor > 0")
     if factor == 1:
         return list(requests)
-    return [dataclasses.replace(r, arrival_time=r.arrival_time * factor) for r in requests]
+    return [with_arrival(r, r.arrival_time * factor) for r in requests]
 
 
 def window(requests: Sequence[Request], start_s: float = 0.0, end_s: float | None = None,
@@ -42,7 +42,7 @@ def window(requests: Sequence[Request], start_s: float = 0.0, end_s: float | Non
     if max_requests is not None and max_requests < 1:
         raise ValueError(f"max_requests={max_requests} must be >= 1")
     out = [
-        dataclasses.replace(r, arrival_time=r.arrival_time - start_s) if start_s else r
+        with_arrival(r, r.arrival_time - start_s) if start_s else r
         for r in requests
         if r.arrival_time >= start_s and (end_s is None or r.arrival_time < end_s)
     ]

@@ -25,8 +25,10 @@ from typing import Any
 
 from fairsim.errors import TraceFormatError
 from fairsim.traces.formats._common import (
-    Collector, Head, check_chained, check_hash_count, first_of, full_block_ids, iter_json_lines, need_ids,
+    _INT_ONLY,
+    Collector, Head, check_chained, check_hash_count, first_of, iter_json_lines, need_ids,
     need_int, need_number, output_tokens)
+from fairsim.traces.fastreq import make_request
 from fairsim.traces.trace import Trace
 from fairsim.types import Request
 
@@ -94,9 +96,31 @@ def _pick(rec: dict[str, Any], names: tuple[str, str], path: str, line: int) -> 
     return None
 
 
+_PLAIN = frozenset({"timestamp", "input_length", "output_length", "hash_ids"})
+"""The fields of a plain Mooncake row (the public traces have these and no others)."""
+
+_INF = float("inf")
+
+
 def _parse(rec: dict[str, Any], path: str, line: int) -> _Row:
     row = _Row()
     row.line = line
+    if rec.keys() == _PLAIN:
+        # The common row, checked in one expression; anything it does not accept as is (a bad or
+        # unusual value) goes through the field-by-field checks below, which name the field.
+        ts, n, out, ids = rec["timestamp"], rec["input_length"], rec["output_length"], rec["hash_ids"]
+        if (type(n) is int and n >= 1 and type(out) is int and out >= 1
+                and (type(ts) is int or type(ts) is float) and 0 <= ts < _INF
+                and type(ids) is list and set(map(type, ids)) <= _INT_ONLY):
+            row.ts_ms = float(ts)
+            row.delay_ms = None
+            row.prompt_len = n
+            row.output_len = out
+            row.labels = {}
+            row.ids = ids
+            row.request_id = row.session_id = row.after = None
+            row.segments = ()
+            return row
     t = _pick(rec, _TIME, path, line)
     row.ts_ms = None if t is None else need_number(t[1], path, line, t[0], "ms")
     d = _pick(rec, _DELAY, path, line)
@@ -195,7 +219,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     block = hash_block_size or meta.get("hash_block_size")
     if block is None:
         block = DEFAULT_BLOCK
-        if not all(_fits(block, r) for r in rows):
+        if not all(len(r.ids) in (r.prompt_len // block, -(-r.prompt_len // block)) for r in rows):  # _fits
             fits = [b for b in CANDIDATE_BLOCKS if all(_fits(b, r) for r in rows)]
             if len(fits) == 1:
                 block = fits[0]
@@ -208,12 +232,17 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     gaps = 0
     stem = path.stem
     for row in rows:
-        try:
-            check_hash_count(len(row.ids), row.prompt_len, block, name, row.line, "hash_ids")
-            check_chained(row.ids, name, row.line, "hash_ids")
-        except TraceFormatError as exc:
-            out.bad(exc)
-            continue
+        ids, prompt_len = row.ids, row.prompt_len
+        n_ids = len(ids)
+        full = prompt_len // block
+        # check_hash_count and check_chained, called only to raise (the per-row hot path).
+        if (n_ids != full and n_ids != -(-prompt_len // block)) or len(set(ids)) != n_ids:
+            try:
+                check_hash_count(n_ids, prompt_len, block, name, row.line, "hash_ids")
+                check_chained(ids, name, row.line, "hash_ids")
+            except TraceFormatError as exc:
+                out.bad(exc)
+                continue
         prev = last_of_session.get(row.session_id) if row.session_id is not None else None
         after = row.after if row.after is not None else (prev.request_id if prev else None)
         delay_s = 0.0
@@ -233,12 +262,10 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
                                      "missing on a session's first turn (only later turns may give just a delay)"))
             continue
         try:
-            req = Request(
-                request_id=row.request_id or f"{stem}:{row.line}",
-                arrival_time=arrival, prompt_len=row.prompt_len,
-                block_hashes=full_block_ids(row.ids, row.prompt_len, block), hash_block_size=block,
-                output_len=row.output_len, labels=row.labels, session_id=row.session_id,
-                after=after, delay_s=delay_s, segments=row.segments)
+            # Request(...) and full_block_ids, without the per-call overhead (the per-row hot path).
+            req = make_request(row.request_id or f"{stem}:{row.line}", arrival, prompt_len,
+                               tuple(ids[:full]), block, row.output_len, row.labels, row.session_id,
+                               after, delay_s, row.segments)
         except ValueError as exc:
             out.bad(TraceFormatError(name, row.line, "<record>", str(exc)))
             continue
