@@ -124,12 +124,14 @@ class DeadlineOrder:
             i = self._apos[rid] = self._alen
             self._alen += 1
             self._pending[rid] = None
+            self._awork[i] = self.policy.work(q)
             lo, hi = self._bounds[rid] = self._work_bounds(q)
             self._alo[i], self._ahi[i] = lo, hi
         else:
+            i = self._apos[rid]
             self._stale.pop(rid, None)
-            self._astale[self._apos[rid]] = False
-        self._awork[self._apos[rid]] = self.policy.work(q)
+            self._astale[i] = False
+            self._awork[i] = self.policy.work(q)
 
     def _grow(self) -> None:
         """Double the arrival-order columns."""
@@ -140,13 +142,14 @@ class DeadlineOrder:
         self._astale = np.concatenate([self._astale, np.zeros(m, dtype=bool)])
 
     def _work_bounds(self, q: QueuedRequest) -> tuple[float, float]:
-        """``policy.work`` of ``q`` at its largest and at no prefix hit (s): every snapshot of the
-        request has ``max(1, L - len(block_keys) x block_size) <= uncached_len <= L`` and ``work``
-        rises with ``uncached_len`` (one IEEE product), so its work lies between the two."""
+        """``policy.work`` of ``q`` at its largest and at no prefix hit (s), after a ``work(q)``:
+        every snapshot of the request has ``max(1, L - len(block_keys) x block_size) <=
+        uncached_len <= L`` and ``work`` is one IEEE product ``rate(L) x uncached_len`` (the
+        policy's cached ``rate``), rising with ``uncached_len``, so its work lies between the two."""
         L = q.prompt_len
         least = max(1, L - len(q.block_keys) * q.block_size) if q.block_size and q.block_keys is not None else 1
-        work = self.policy.work
-        return work(q._replace(uncached_len=min(least, L))), work(q._replace(uncached_len=L))
+        rate = self.policy._rate[L]
+        return rate * min(least, L), rate * L
 
     def remove(self, request_id: str) -> None:
         """The request was admitted: drop it everywhere (its deadline is forgotten)."""
@@ -216,9 +219,29 @@ class DeadlineOrder:
         for k in self._gone:
             keys.remove(k)
         self._gone = []
-        self._perm = np.delete(self._perm, at)
-        self._edl = np.delete(self._edl, at)
-        self._eurg = np.delete(self._eurg, at)
+        keep = np.ones(len(self._edl), dtype=bool)  # a mask, not np.delete (5 us a call)
+        keep[at] = False
+        self._perm, self._edl, self._eurg = self._perm[keep], self._edl[keep], self._eurg[keep]
+
+    def _insert(self, at: list[int], perm: list[int], dl: list[float]) -> None:
+        """Put new requests in the deadline columns before the old positions ``at`` (ascending;
+        equal positions in the order given), not urgent."""
+        m, k = len(self._edl), len(at)
+        if at[0] == m:  # all after the old ones (the usual case: H and arrival only grow)
+            self._perm = np.concatenate([self._perm, np.asarray(perm, dtype=np.intp)])
+            self._edl = np.concatenate([self._edl, dl])
+            self._eurg = np.concatenate([self._eurg, np.zeros(k, dtype=bool)])
+            return
+        dest = np.asarray(at, dtype=np.intp) + np.arange(k)
+        old = np.ones(m + k, dtype=bool)
+        old[dest] = False
+        cols = []
+        for col, vals in ((self._perm, perm), (self._edl, dl), (self._eurg, False)):
+            new = np.empty(m + k, dtype=col.dtype)
+            new[old] = col
+            new[dest] = vals
+            cols.append(new)
+        self._perm, self._edl, self._eurg = cols
 
     def _rebuild_arrival(self) -> None:
         """The arrival-order column from scratch (after an out-of-order arrival, or to compact);
@@ -237,40 +260,66 @@ class DeadlineOrder:
         self._alen = n
         self._alast = (order[-1].arrival_time, order[-1].request_id) if order else None
         self._aok = True
-        self._perm = np.fromiter((apos[k[2]] for k in self._keys), dtype=np.intp, count=len(self._keys))
+        self._perm[:] = np.fromiter((apos[k[2]] for k in self._keys), dtype=np.intp, count=len(self._keys))
+
+    def _squeeze_arrival(self) -> None:
+        """Drop the slots of requests that left from the arrival-order columns (in order, so no
+        float changes: a left slot holds 0.0), vectorised; ``perm`` re-pointed."""
+        apos = self._apos
+        live = np.fromiter(apos.values(), dtype=np.intp, count=len(apos))
+        live.sort()
+        n = len(live)
+        m = max(64, 2 * n)
+        remap = np.empty(self._alen, dtype=np.intp)
+        remap[live] = np.arange(n)
+        for name in ("_awork", "_alo", "_ahi", "_astale"):
+            old = getattr(self, name)
+            col = np.zeros(m, dtype=old.dtype)
+            col[:n] = old[live]
+            setattr(self, name, col)
+        self._apos = dict(zip(apos, remap[np.fromiter(apos.values(), dtype=np.intp, count=n)].tolist()))
+        self._alen = n
+        self._perm[:] = remap[self._perm]
 
     def _assign(self) -> None:
         """``FairwayDeadline._assign`` for the pending requests, in arrival order."""
-        if not self._aok or self._alen > 2 * len(self.snap) + 64:
+        if not self._aok:
             self._rebuild_arrival()
+        elif self._alen > 2 * len(self.snap) + 64:
+            self._squeeze_arrival()  # shorter cumsum below
         p = self.policy
-        cum = np.cumsum(self._awork[:self._alen])  # cum[i]: work of arrival slots 0..i
         apos, snap = self._apos, self.snap
         fresh = sorted(self._pending, key=apos.__getitem__)
         self._pending = {}
+        slots = np.fromiter((apos[rid] for rid in fresh), dtype=np.intp, count=len(fresh))
+        cum = np.cumsum(self._awork[:slots[-1] + 1])  # cum[i]: work of arrival slots 0..i
+        owns = self._awork[slots].tolist()
+        ends = cum[slots].tolist()  # cum[i] == cum[i - 1] + awork[i]: order()'s ``ahead + own``
+        aheads = cum[slots - 1].tolist()
+        if slots[0] == 0:
+            aheads[0] = 0.0
         slo, slack, use_h = p.slo, p.slack, p.horizon == "max"
         deadline = p.deadline
+        h = p.horizon_s
         new_keys = []
-        for rid in fresh:
+        for rid, own, ahead, end in zip(fresh, owns, aheads, ends):
             q = snap[rid]
-            i = apos[rid]
-            own = float(self._awork[i])
-            ahead = float(cum[i - 1]) if i else 0.0
             wait = slack * ahead + own
-            if use_h and p.horizon_s > wait:
-                wait = p.horizon_s
+            if use_h and h > wait:
+                wait = h
             d = q.arrival_time + max(slo(q.prompt_len), wait)
             deadline[rid] = d
-            end = float(cum[i])  # == ahead + own, the same addition
-            if end > p.horizon_s:
-                p.horizon_s = end
+            if end > h:
+                h = end
             new_keys.append((d, q.arrival_time, rid))
+        p.horizon_s = h
         new_keys.sort()
         keys, key_of = self._keys, self._key_of
-        at = [keys.bisect_left(k) for k in new_keys]  # positions in the old order (np.insert: stable)
-        self._perm = np.insert(self._perm, at, [apos[k[2]] for k in new_keys])
-        self._edl = np.insert(self._edl, at, [k[0] for k in new_keys])
-        self._eurg = np.insert(self._eurg, at, False)
+        if keys and new_keys[0] > keys[-1]:
+            at = [len(keys)] * len(new_keys)
+        else:
+            at = [keys.bisect_left(k) for k in new_keys]  # positions in the old order
+        self._insert(at, [apos[k[2]] for k in new_keys], [k[0] for k in new_keys])
         keys.update(new_keys)
         for k in new_keys:
             key_of[k[2]] = k
