@@ -236,3 +236,25 @@ def test_lazy_hits_nobody_due_even_at_the_highest_works():
         assert longest == 80
         # Marked requests the lanes did not read are still unresolved in the deadline order.
         assert inc._stale and set(inc._stale) < set(inc.snap)
+
+
+def test_many_admissions_squeeze_the_arrival_column():
+    """Admissions outpace arrivals for a while (the arrival-order column, a slot per request ever
+    seen, is then squeezed) while steps without arrivals skip the due test; eager and lazy."""
+    rng = np.random.default_rng(5)
+    t = 0.0
+    history = []
+    for s in range(24):
+        new = []
+        for _ in range(400 if s == 0 else (6 if s % 2 else 0)):
+            t += float(rng.choice([0.0, 0.002, 0.03]))
+            L = int(rng.integers(2, 6000))
+            new.append((t, L, int(rng.integers(0, L))))
+        history.append({"new": new, "changes": [(int(rng.integers(10**6)), float(rng.random())) for _ in range(8)],
+                        "admit": [int(x) for x in rng.integers(0, 10**6, 40)], "admit_front": 3,
+                        "dt": float(rng.choice([0.001, 0.02, 0.5])), "read": 4 if s % 3 else None})
+    for params in PARAMS:
+        for lazy in (False, True):
+            _, _, inc = _replay(params, history, lazy=lazy)
+            assert len(inc) > DeadlineOrder._SMALL
+            assert inc._alen < 400  # squeezed: 400 + 72 slots were used
