@@ -197,12 +197,20 @@ class DeadlineOrder:
         self.fast.stale(request_ids)
         self.fair.stale(request_ids)
         self._stale.update(dict.fromkeys(request_ids))
-        apos = self._apos
-        at = np.fromiter((apos[rid] for rid in request_ids), dtype=np.intp, count=len(request_ids))
-        at = at[~self._astale[at]]
+        apos, astale = self._apos, self._astale
         # The most a newly stale request's work can rise: to its work at no hit.
+        if len(request_ids) < 16:  # numpy's per-call cost dominates
+            ahi, awork = self._ahi, self._awork
+            for rid in request_ids:
+                i = apos[rid]
+                if not astale[i]:
+                    astale[i] = True
+                    self._inc += float(ahi[i] - awork[i])
+            return
+        at = np.fromiter((apos[rid] for rid in request_ids), dtype=np.intp, count=len(request_ids))
+        at = at[~astale[at]]
         self._inc += float(np.sum(self._ahi[at] - self._awork[at]))
-        self._astale[at] = True
+        astale[at] = True
 
     def _refresh(self) -> None:
         """Resolve every stale snapshot (this step's hits) and write its ``work``."""
@@ -239,6 +247,14 @@ class DeadlineOrder:
         for k in self._gone:
             keys.remove(k)
         self._gone = []
+        if len(at) == 1:  # shift the tail in place (views: no allocation)
+            i = at[0]
+            cols = []
+            for col in (self._perm, self._edl, self._eurg):
+                col[i:-1] = col[i + 1:]
+                cols.append(col[:-1])
+            self._perm, self._edl, self._eurg = cols
+            return
         keep = np.ones(len(self._edl), dtype=bool)  # a mask, not np.delete (5 us a call)
         keep[at] = False
         self._perm, self._edl, self._eurg = self._perm[keep], self._edl[keep], self._eurg[keep]
