@@ -9,6 +9,10 @@ gather ``work[perm]`` and one ``np.cumsum`` for ``lookahead="queue"``) plus O(k 
 for the ``k`` items the engine reads, instead of an O(n log n) Python sort and an O(n) Python
 loop.
 
+A step without new requests whose due test cannot find anybody new (the clock and the works'
+rises since the last full test stay below the smallest ``D - F`` it left, by more than the
+rounding of the sums: ``_can_skip``) skips it and costs O(log n) plus what is read.
+
 Changes are batched per step: requests admitted since the last read are dropped from the
 deadline columns with one ``np.delete``, new ones (their deadlines set at the read) put in with
 one ``np.insert``, so an admission or arrival costs no O(n) column shift of its own.
