@@ -4,7 +4,11 @@ A hypothesis property drives two copies of the policy through the same random hi
 requests (added in arrival order), snapshot changes after cache events, admissions of arbitrary
 waiting requests, a clock that moves on -- one read through ``order()`` (the reference), the
 other through ``incremental_order()``; every step's full order and the policy state (deadlines,
-urgent set, horizon) must be equal, exactly, for every parameter combination. The engine-level
+urgent set, horizon) must be equal, exactly, for every parameter combination. With lazy hits
+(``lazy=True``: snapshot changes are marked ``stale`` and given by a resolver, as
+``fairsim.sim.lazy_hits`` does) the fast path may leave stale requests unresolved when their work
+bounds decide the due test; the replay then also reads only a prefix of the order, as the engine
+does, and checks that every item yielded is the step's current snapshot. The engine-level
 identity over traces is tests/test_fast_order.py.
 """
 
@@ -41,21 +45,25 @@ PARAMS = [
 
 
 @st.composite
-def histories(draw):
+def histories(draw, quiet=False):
     """Steps of (new requests, snapshot changes, admissions, clock advance); from the second step on,
-    new requests may be added newest first (the fast path then rebuilds its arrival column)."""
+    new requests may be added newest first (the fast path then rebuilds its arrival column).
+    ``quiet``: about half the steps (after the first) bring no new request."""
     steps = []
     t = 0.0
     for s in range(draw(st.integers(1, 14))):
         new = []
-        for _ in range(draw(st.integers(0, 45))):
+        none = quiet and s and draw(st.booleans())
+        for _ in range(0 if none else draw(st.integers(0, 45))):
             t += draw(st.sampled_from([0.0, 0.001, 0.013, 0.2, 1.7]))
             L = draw(st.integers(2, 9000))
             h = draw(st.integers(0, L - 1))
             new.append((t, L, h))
         steps.append({
             "new": new,
-            "changes": draw(st.lists(st.tuples(st.integers(0, 10**6), st.floats(0, 1)), max_size=6)),
+            "changes": draw(st.lists(st.tuples(st.integers(0, 10**6), st.floats(0, 1)),
+                                     max_size=40 if quiet else 6)),
+            "read": draw(st.integers(0, 60)) if quiet else None,  # items the engine reads
             "admit": draw(st.lists(st.integers(0, 10**6), max_size=4)),
             "admit_front": draw(st.integers(0, 3)),
             "dt": draw(st.sampled_from([0.0, 0.01, 0.3, 2.0, 25.0])),
@@ -64,12 +72,22 @@ def histories(draw):
     return steps
 
 
-def _replay(params, history):
+def _replay(params, history, lazy=False):
+    """Run ``history`` through ``order()`` and the fast path; return the longest queue, the
+    fast path's number of resolver calls and the fast path."""
     ref = FairwayDeadline(odd_idle, **params)
     fast_policy = FairwayDeadline(odd_idle, **params)
     inc = fast_policy.incremental_order()
     assert isinstance(inc, DeadlineOrder)
     snaps: dict[str, object] = {}
+    resolved = [0]
+
+    def resolve(q):
+        resolved[0] += 1
+        return snaps[q.request_id]
+
+    if lazy:
+        inc.set_resolver(resolve)
     now = 0.0
     seq = 0
     max_waiting = 0
@@ -83,6 +101,7 @@ def _replay(params, history):
             snaps[q.request_id] = q
             inc.add(q)
         waiting_ids = sorted(snaps)
+        changed = []
         for pick, frac in step["changes"]:
             if waiting_ids:
                 rid = waiting_ids[pick % len(waiting_ids)]
@@ -90,12 +109,24 @@ def _replay(params, history):
                 h = min(old.prompt_len - 1, int(frac * old.prompt_len))
                 q = old._replace(cached_len=h, uncached_len=max(1, old.prompt_len - h))
                 snaps[rid] = q
-                inc.add(q)
+                if lazy:
+                    changed.append(rid)
+                else:
+                    inc.add(q)
+        if changed:
+            inc.stale(sorted(set(changed)))
         waiting = list(snaps.values())
         max_waiting = max(max_waiting, len(waiting))
         expect = [q.request_id for q in ref.order(waiting, now)]
-        got = [q.request_id for q in inc.iter_order(now)]
-        assert got == expect
+        read = step.get("read")
+        if read is None:
+            got = list(inc.iter_order(now))
+        else:  # the engine reads a prefix of the order, then admits
+            it = inc.iter_order(now)
+            got = [q for q, _ in zip(it, range(read))]
+            expect = expect[:read]
+        assert [q.request_id for q in got] == expect
+        assert all(q is snaps[q.request_id] for q in got)  # this step's snapshots, never a stale one
         assert fast_policy.deadline == ref.deadline
         assert fast_policy.urgent == ref.urgent
         assert fast_policy.horizon_s == ref.horizon_s
@@ -107,7 +138,7 @@ def _replay(params, history):
             del snaps[rid]
             inc.remove(rid)
         now += step["dt"]
-    return max_waiting
+    return max_waiting, resolved[0], inc
 
 
 @pytest.mark.parametrize("params", PARAMS, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()) or "default")
@@ -115,6 +146,15 @@ def _replay(params, history):
 @given(history=histories())
 def test_incremental_equals_order(params, history):
     _replay(params, history)
+
+
+@pytest.mark.parametrize("params", PARAMS, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()) or "default")
+@settings(max_examples=60, deadline=None)
+@given(history=histories(quiet=True))
+def test_incremental_with_lazy_hits_equals_order(params, history):
+    """Lazy hits: stale marks instead of new snapshots, partial reads, steps without arrivals
+    (where the due test may decide on work bounds without resolving)."""
+    _replay(params, history, lazy=True)
 
 
 def test_long_queue_uses_the_vectorised_path():
@@ -131,7 +171,31 @@ def test_long_queue_uses_the_vectorised_path():
         history.append({"new": new, "changes": [(int(rng.integers(10**6)), float(rng.random())) for _ in range(20)],
                         "admit": [int(x) for x in rng.integers(0, 10**6, 5)], "admit_front": 2, "dt": 3.0})
     for params in PARAMS:
-        assert _replay(params, history) > 5 * DeadlineOrder._SMALL
+        assert _replay(params, history)[0] > 5 * DeadlineOrder._SMALL
+
+
+def test_long_queue_lazy_hits_resolve_only_what_the_due_test_needs():
+    """Several hundred waiting, many hits changing per step, steps without arrivals and short
+    reads: the orders equal ``order()``'s, and the work bounds spare resolutions (an eager path
+    would resolve every marked request; here the arrival steps alone force 3 x 60 marks)."""
+    rng = np.random.default_rng(11)
+    t = 0.0
+    history = []
+    marks = 0
+    for s in range(12):
+        new = []
+        for _ in range(150 if s < 3 else 0):
+            t += float(rng.choice([0.0, 0.004, 0.05]))
+            L = int(rng.integers(2, 9000))
+            new.append((t, L, int(rng.integers(0, L))))
+        changes = [(int(rng.integers(10**6)), float(rng.random())) for _ in range(60)]
+        marks += len(changes)
+        history.append({"new": new, "changes": changes, "admit": [int(x) for x in rng.integers(0, 10**6, 3)],
+                        "admit_front": 2, "dt": float(rng.choice([0.5, 3.0, 40.0])), "read": 3})
+    for params in PARAMS:
+        longest, resolved, _ = _replay(params, history, lazy=True)
+        assert longest > 5 * DeadlineOrder._SMALL
+        assert resolved < 0.6 * marks, (params, resolved, marks)
 
 
 def test_cumsum_is_sequential_like_the_reference_loop():
@@ -155,3 +219,42 @@ def test_registered_policy_has_the_fast_path_and_subclasses_opt_out():
             return 2.0 * super().work(r)
 
     assert OwnWork(odd_idle).incremental_order() is None
+
+
+def test_lazy_hits_nobody_due_even_at_the_highest_works():
+    """A long queue far from its deadlines (SLO floor 10^4 s), a few hits changed per step and no
+    arrivals: the due test is decided by the bounds, and only what is read gets resolved."""
+    new = [(0.01 * i, 100 + 37 * i, 0) for i in range(80)]
+    history = [{"new": new, "changes": [], "admit": [], "admit_front": 0, "dt": 1.0, "read": 2}]
+    marks = 0
+    for s in range(6):
+        changes = [((7 * s + 13 * j) % 80, 0.1 * j) for j in range(5)]
+        marks += len(changes)
+        history.append({"new": [], "changes": changes, "admit": [], "admit_front": 1, "dt": 1.0, "read": 2})
+    for params in ({"slo_floor": 1e4}, {"slo_floor": 1e4, "lookahead": "own"}):
+        longest, _, inc = _replay(params, history, lazy=True)
+        assert longest == 80
+        # Marked requests the lanes did not read are still unresolved in the deadline order.
+        assert inc._stale and set(inc._stale) < set(inc.snap)
+
+
+def test_many_admissions_squeeze_the_arrival_column():
+    """Admissions outpace arrivals for a while (the arrival-order column, a slot per request ever
+    seen, is then squeezed) while steps without arrivals skip the due test; eager and lazy."""
+    rng = np.random.default_rng(5)
+    t = 0.0
+    history = []
+    for s in range(24):
+        new = []
+        for _ in range(400 if s == 0 else (6 if s % 2 else 0)):
+            t += float(rng.choice([0.0, 0.002, 0.03]))
+            L = int(rng.integers(2, 6000))
+            new.append((t, L, int(rng.integers(0, L))))
+        history.append({"new": new, "changes": [(int(rng.integers(10**6)), float(rng.random())) for _ in range(8)],
+                        "admit": [int(x) for x in rng.integers(0, 10**6, 40)], "admit_front": 3,
+                        "dt": float(rng.choice([0.001, 0.02, 0.5])), "read": 4 if s % 3 else None})
+    for params in PARAMS:
+        for lazy in (False, True):
+            _, _, inc = _replay(params, history, lazy=lazy)
+            assert len(inc) > DeadlineOrder._SMALL
+            assert inc._alen < 400  # squeezed: 400 + 72 slots were used
