@@ -62,6 +62,11 @@ EMPTY = -1e300
 _EMPTY_BOUND = -1e299
 #: After this many items a read sorts the rest at once (a full read: the live hook's).
 _LONG_READ = 64
+#: Small mode (no buckets): a read of a lane of more than ``SMALL_HI`` requests builds the
+#: buckets; a read of a bucketed lane of at most ``SMALL_LO`` drops them. At a stable load the
+#: queue holds a few requests, and a plain sort of their exact keys beats any structure.
+SMALL_HI = 32
+SMALL_LO = 12
 
 _INV_LOG = 1.0 / math.log1p(DELTA)
 
@@ -101,8 +106,6 @@ class FastLane:
         wait_cap: Cap on ``wait / SLO`` (Fairway-carry's ``wait_cap``), or ``None``.
     """
 
-    _SMALL = 24  # at most this many waiting: a plain Python sort of exact keys is cheaper
-
     def __init__(self, slo: Callable[[int], float], wait_cap: float | None = None) -> None:
         self.slo = slo
         self.wait_cap = wait_cap
@@ -120,6 +123,13 @@ class FastLane:
         self._pulled: dict[int, int] = {}  # slot -> taken minus yielded in the last iter_order
         self._loose: list[str] = []  # taken requests whose key was made with a higher h/c
         self._clock = 0.0  # the last iter_order's now (reference time of new buckets)
+        # Small mode: no buckets; items hold [snapshot, h/c, arrival, SLO, slope, None, None,
+        # h/c, stale, None] and a read sorts their exact keys (module docstring, "Small mode").
+        self._small = True
+        # Whether ``_items`` is in ``(arrival_time, request_id)`` order (the engine adds requests
+        # in release order), and the largest such key added; a small read re-sorts otherwise.
+        self._in_arrival = True
+        self._last: tuple[float, str] | None = None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -174,6 +184,24 @@ class FastLane:
         rid = q.request_id
         hc = q.cached_len / max(q.uncached_len, 1)
         item = self._items.get(rid)
+        if item is None and self._in_arrival:
+            last = self._last
+            if last is None or (q.arrival_time, rid) > last:
+                self._last = (q.arrival_time, rid)
+            else:
+                self._in_arrival = False
+        if self._small:
+            if item is None or q.arrival_time != item[2] or q.prompt_len != item[0].prompt_len:
+                if item is not None:
+                    del self._items[rid]  # a different request under the same id: a new item
+                    self._in_arrival = False
+                slo = self.slo(q.prompt_len)
+                self._items[rid] = [q, hc, q.arrival_time, slo, 1.0 / slo, None, None, hc, False, None]
+            else:
+                item[0] = q
+                item[1] = item[7] = hc
+                item[8] = False
+            return
         if item is None:
             slo = self.slo(q.prompt_len)
             s = 1.0 / slo
@@ -186,6 +214,7 @@ class FastLane:
             self._items[rid] = [q, hc, arr, slo, s, b, kt, hc, False, max(hc, _hc_bound(q))]
         elif q.arrival_time != item[2] or q.prompt_len != item[0].prompt_len:
             self.remove(rid)  # not a cache change: a different request under the same id
+            self._in_arrival = False
             self.add(q)
             return
         else:
@@ -203,7 +232,7 @@ class FastLane:
     def _rekey(self, rid: str) -> None:
         """Tighten a key made with a higher ``h / c`` than the request's current one."""
         item = self._items.get(rid)
-        if item is None or item[7] == item[1] or item[8]:
+        if item is None or item[7] == item[1] or item[8] or self._small:
             return
         b = item[5]
         self._delete(b, item[6])
@@ -222,6 +251,10 @@ class FastLane:
         A request already keyed so costs one flag test, so a prefix block shared by thousands of
         waiting requests that is cached and evicted again and again costs no re-keying."""
         items = self._items
+        if self._small:
+            for rid in request_ids:
+                items[rid][8] = True
+            return
         for rid in request_ids:
             item = items[rid]
             if item[8]:
@@ -243,7 +276,8 @@ class FastLane:
     def remove(self, request_id: str) -> None:
         """The request left the waiting queue."""
         item = self._items.pop(request_id)
-        self._delete(item[5], item[6])
+        if not self._small:
+            self._delete(item[5], item[6])
 
     def _rebuild(self, b: _Bucket, now: float) -> None:
         """Re-key bucket ``b`` at ``t0 = now`` and tighten its slope bound to its members'."""
@@ -281,32 +315,95 @@ class FastLane:
                 self._rebuild(b, now)
         self._pulled = {}
 
+    # -- small mode ------------------------------------------------------------------------------
+    def _to_buckets(self, now: float) -> None:
+        """Leave small mode: bucket every request, keys made at ``t0 = now`` (a stale one's with
+        its largest possible ``h / c``, as ``stale`` would)."""
+        self._small = False
+        self._clock = now
+        per_bucket: dict[int, list] = {}
+        key = self._key
+        for rid, item in self._items.items():
+            s = item[4]
+            b = self._bucket(s)
+            if s > b.s_hi:
+                b.s_hi = s
+                self._shi[b.slot] = s
+            item[9] = max(item[1], _hc_bound(item[0]))
+            item[7] = item[9] if item[8] else item[1]
+            item[5] = b
+            kt = item[6] = (-key(item[7], item[2], item[3], b.t0), item[2], rid)
+            per_bucket.setdefault(b.slot, []).append(kt)
+        for slot, kts in per_bucket.items():
+            b = self._by_slot[slot]
+            b.keys = SortedList(kts)
+            self._set_head(b)
+
+    def _to_small(self) -> None:
+        """Enter small mode: drop the buckets (the items keep their snapshots and stale flags)."""
+        self._small = True
+        self._buckets = {}
+        self._by_slot = []
+        self._head[:] = EMPTY
+        self._pulled = {}
+        self._loose = []
+
+    def small_lane(self, now: float) -> tuple[list[QueuedRequest], list[QueuedRequest]] | None:
+        """The whole lane at ``now`` (seconds) when it is small: ``(by_arrival, fast)``, the
+        snapshots of this step (stale ones read through the resolver) in ``(arrival_time,
+        request_id)`` order (the Fair lane) and in the Fast lane's order; ``None`` when the lane
+        is bucketed (read it with ``iter_order``).
+
+        Switches mode first (``SMALL_HI``/``SMALL_LO``). The keys are ``Fairway._fast_keys``'s
+        floats, sorted as tuples ``(-score, arrival, request_id)``: the reference order."""
+        items = self._items
+        n = len(items)
+        if self._small:
+            if n > SMALL_HI:
+                self._to_buckets(now)
+                return None
+        elif n <= SMALL_LO:
+            self._to_small()
+        else:
+            return None
+        if not self._in_arrival:
+            items = self._items = dict(sorted(items.items(), key=lambda kv: (kv[1][2], kv[0])))
+            self._in_arrival = True
+            if items:
+                rid = next(reversed(items))
+                self._last = (items[rid][2], rid)
+        if self._resolve is not None:
+            for item in items.values():
+                if item[8]:
+                    self._fresh(item)
+        cap = self.wait_cap
+        if cap is None:
+            keys = [(-(it[1] + (now - it[2]) / it[3]), it[2], rid, i)
+                    for i, (rid, it) in enumerate(items.items())]
+        else:
+            keys = [(-(it[1] + min((now - it[2]) / it[3], cap)), it[2], rid, i)
+                    for i, (rid, it) in enumerate(items.items())]
+        keys.sort()
+        snaps = [it[0] for it in items.values()]
+        return snaps, [snaps[k[3]] for k in keys]
+
     def iter_order(self, now: float) -> Iterator[QueuedRequest]:
-        """Yield the waiting snapshots by descending score at ``now`` (seconds), ties by arrival
-        then id. Generator: the lane settles (re-keys, rebuilds) at the first ``next()``, not at
-        the call. With lazy hits each item is ``resolve``d before it is yielded, so the engine
-        gets its snapshot object of this step (``fairsim.sim.lazy_hits``)."""
+        """The waiting snapshots by descending score at ``now`` (seconds), ties by arrival then
+        id, as an iterator read lazily. A bucketed lane settles (re-keys, rebuilds) at the first
+        ``next()``, not at the call. With lazy hits each item is ``resolve``d before it is
+        yielded, so the engine gets its snapshot object of this step (``fairsim.sim.lazy_hits``)."""
+        small = self.small_lane(now)
+        if small is None:
+            return self._bucket_order(now)
+        seq = small[1]
+        return iter(seq) if self._resolve is None else map(self._resolve, seq)
+
+    def _bucket_order(self, now: float) -> Iterator[QueuedRequest]:
         items = self._items
         n = len(items)
         if n == 0:
             return
         cap = self.wait_cap
-        if n <= self._SMALL:
-            keys = []
-            if self._resolve is not None:
-                for item in items.values():
-                    if item[8]:
-                        self._fresh(item)
-            for q, hc, arr, slo, *_ in items.values():
-                wait = (now - arr) / slo
-                if cap is not None:
-                    wait = min(wait, cap)
-                keys.append((-(hc + wait), arr, q.request_id, q))
-            keys.sort(key=lambda k: k[:3])
-            res = self._resolve
-            for k in keys:
-                yield k[3] if res is None else res(k[3])
-            return
         self._settle(now)
         self._clock = now
         nb = len(self._by_slot)

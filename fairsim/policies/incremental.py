@@ -280,6 +280,23 @@ class _UncachedView:
         return (q if self._resolve is None else self._resolve(q)).uncached_len
 
 
+def _small_merge(fast: FastLane, now: float, fast_w: float, fair_w: float,
+                 fast_ledger0: float | None = None, carried: float = 0.0,
+                 oldest: bool = False) -> Iterator[QueuedRequest] | None:
+    """Fairway's merge over a small Fast lane (``FastLane.small_lane``: this step's snapshots in
+    both lane orders, no buckets), yielded through the resolver; ``None`` when the lane is
+    bucketed. ``oldest``: ``carried`` comes off once the Fair lane's front is placed
+    (Fairway-carry's debt); the other arguments are ``merge_lanes``'s."""
+    small = fast.small_lane(now)
+    if small is None:
+        return None
+    by_arrival, order = small
+    merged = merge_lanes(iter(order), iter(by_arrival), len(order), fast_w, fair_w, fast_ledger0,
+                         carried, by_arrival[0].request_id if oldest else None)
+    res = fast._resolve
+    return merged if res is None else map(res, merged)
+
+
 def fairway_order(policy: Any) -> Lanes:
     """The fast path of ``Fairway`` (``fairway``, ``fairway-abswait``, ``fairway-nofair``)."""
     fast_w, fair_w = policy.fast_weight, policy.fair_weight
@@ -288,6 +305,9 @@ def fairway_order(policy: Any) -> Lanes:
         n = len(fast)
         if not policy.fair_lane or n <= 1:
             return fast.iter_order(now)
+        small = _small_merge(fast, now, fast_w, fair_w)
+        if small is not None:
+            return small
         return merge_lanes(fast.iter_order(now), fair.iter_order(now), n, fast_w, fair_w)
 
     return LazyLanes(combine, FastLane(policy.slo), ArrivalOrder())
@@ -313,6 +333,10 @@ def fairway_carry_order(policy: Any, see_oldest: Callable[[QueuedRequest, float]
             policy.oldest, policy.debt = o.request_id, 0.0
         if n == 1:
             return fair_it  # o alone (this step's snapshot of it)
+        small = _small_merge(fast, now, fast_w, fair_w, 0.0 if policy.fast_first else None,
+                             fast_w * policy.debt, True)
+        if small is not None:
+            return small
         return merge_lanes(fast.iter_order(now), fair_it, n, fast_w, fair_w,
                            0.0 if policy.fast_first else None, fast_w * policy.debt, o.request_id)
 
