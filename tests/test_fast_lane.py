@@ -141,14 +141,15 @@ def test_small_and_empty_queues(n):
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 100_000), cap=st.sampled_from([None, 1.0]), modes=st.sampled_from(MODES))
-def test_stale_requests_are_bounded_then_read(seed, cap, modes):
+@given(seed=st.integers(0, 100_000), cap=st.sampled_from([None, 1.0]), modes=st.sampled_from(MODES),
+       directed=st.booleans())
+def test_stale_requests_are_bounded_then_read(seed, cap, modes, directed):
     """Lazy hits: stale() without the new snapshot, the lane reads it through the resolver."""
     with _modes(*modes):
-        _stale_history(seed, cap)
+        _stale_history(seed, cap, directed)
 
 
-def _stale_history(seed, cap):
+def _stale_history(seed, cap, directed):
     rng = random.Random(seed)
     policy = make_policy("fairway-carry", PROFILE, **({} if cap is None else {"wait_cap": cap}))
     lane = FastLane(policy.slo, policy.wait_cap)
@@ -172,11 +173,19 @@ def _stale_history(seed, cap):
             truth[q.request_id] = q
             lane.add(q)
         changed = rng.sample(sorted(truth), k=min(len(truth), rng.randint(0, 15)))
+        raised = []
         for rid in changed:  # hits change; the lane is only told they are stale
             q = truth[rid]
             h = rng.randint(0, (q.prompt_len - 1) // 16) * 16
+            if h > q.cached_len or rng.random() < 0.2:
+                raised.append(rid)  # a rise must be named; a fall may be
             truth[rid] = q._replace(cached_len=h, uncached_len=max(1, q.prompt_len - h))
-        lane.stale(changed)
+        # Without direction (every hit may have risen) or with it; a request already stale may
+        # rise later (named in raised only).
+        if directed:
+            lane.stale([r for r in changed if r not in raised or rng.random() < 0.5], raised)
+        else:
+            lane.stale(changed)
         if not truth:
             continue
         now = t + rng.random()
@@ -232,11 +241,14 @@ def _switch_history(seed, cap, modes) -> int:
             for rid in rng.sample(sorted(truth), k=min(len(truth), rng.randint(0, 4))):
                 q = truth[rid]
                 h = rng.randint(0, (q.prompt_len - 1) // 64) * 64
+                rose = h > q.cached_len
                 truth[rid] = q = q._replace(cached_len=h, uncached_len=max(1, q.prompt_len - h))
                 if rng.random() < 0.5:
                     lane.add(q)
+                elif rose or rng.random() < 0.3:
+                    lane.stale([], [rid])  # may have risen
                 else:
-                    lane.stale([rid])
+                    lane.stale([rid], [])  # only fell
             now = t + rng.random() * 3
             expected = _ids(policy.fast_lane(list(truth.values()), now))
             it = lane.iter_order(now)

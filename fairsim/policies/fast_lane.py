@@ -43,7 +43,7 @@ slope spread. ``order()`` stays the reference; ``tests/test_fast_order.py`` chec
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from heapq import heappop, heappush
 
 import numpy as np
@@ -245,21 +245,33 @@ class FastLane:
         """Take lazy hits: ``resolve(q)`` gives this step's snapshot of ``q``'s request."""
         self._resolve = resolve
 
-    def stale(self, request_ids: list[str]) -> None:
-        """These requests' snapshots are out of date (a hit changed): key each by the largest
-        ``h / max(c, 1)`` any cache could give it (an upper bound of its score) until it is read.
+    def stale(self, request_ids: Iterable[str], raised: Iterable[str] | None = None) -> None:
+        """These requests' snapshots are out of date (a hit changed); they are read through the
+        resolver when next scored. ``raised``: those whose hit may have risen (a key of theirs
+        became hittable; ``None``: all of them), keyed by the largest ``h / max(c, 1)`` any cache
+        could give them until they are read. The others' hits can only have fallen, so their
+        keys (made with at least their last ``h / c``) still bound their scores and stay.
+
         A request already keyed so costs one flag test, so a prefix block shared by thousands of
-        waiting requests that is cached and evicted again and again costs no re-keying."""
+        waiting requests that is cached and evicted again and again costs no re-keying, and one
+        that is only evicted moves none of them up the lane.
+
+        Flag ``item[8]``: 0/False fresh, 1 stale (hit may only have fallen), 2 stale (may have
+        risen)."""
         items = self._items
-        if self._small:
-            for rid in request_ids:
-                items[rid][8] = True
-            return
+        if raised is None:
+            raised, request_ids = request_ids, ()
         for rid in request_ids:
             item = items[rid]
-            if item[8]:
-                continue
-            item[8] = True
+            if not item[8]:
+                item[8] = 1
+        if self._small:
+            for rid in raised:
+                items[rid][8] = 2
+            return
+        for rid in raised:
+            item = items[rid]
+            item[8] = 2
             if item[7] < item[9]:
                 b = item[5]
                 self._delete(b, item[6])
@@ -286,7 +298,7 @@ class FastLane:
         s_hi = 0.0
         for _, _, rid in b.keys:
             item = items[rid]
-            item[7] = item[9] if item[8] else item[1]
+            item[7] = item[9] if item[8] == 2 else item[1]
             kt = item[6] = (-key(item[7], item[2], item[3], now), item[2], rid)
             fresh.append(kt)
             if item[4] > s_hi:
@@ -330,7 +342,7 @@ class FastLane:
                 b.s_hi = s
                 self._shi[b.slot] = s
             item[9] = max(item[1], _hc_bound(item[0]))
-            item[7] = item[9] if item[8] else item[1]
+            item[7] = item[9] if item[8] == 2 else item[1]
             item[5] = b
             kt = item[6] = (-key(item[7], item[2], item[3], b.t0), item[2], rid)
             per_bucket.setdefault(b.slot, []).append(kt)

@@ -20,10 +20,12 @@ The engine's side of the contract (``fairsim/sim/engine.py``):
   waiting queue.
 - ``iter_order(now)`` is read at most once per step and only before the next ``add``/``remove``.
 - Lazy hits (optional, ``fairsim.sim.lazy_hits``): an order with ``set_resolver(fn)`` and
-  ``stale(request_ids)`` gets ``set_resolver`` once; then a snapshot changed by a cache event is
-  not re-added: at the start of a step ``stale(ids)`` names the requests whose stored snapshot is
-  out of date, and ``fn(q)`` gives the current step's snapshot of ``q``'s request (the same
-  object for every call in a step). Everything yielded must be ``fn``'s result or a snapshot
+  ``stale(request_ids, raised)`` gets ``set_resolver`` once; then a snapshot changed by a cache
+  event is not re-added: at the start of a step ``stale(ids, raised)`` names the requests whose
+  stored snapshot is out of date and, in ``raised``, those of them (or of the requests already
+  stale) whose hit may have risen since (a key of theirs became hittable; for the others it can
+  only have fallen; ``raised=None``: any may have risen), and ``fn(q)`` gives the current
+  step's snapshot of ``q``'s request (the same object for every call in a step). Everything yielded must be ``fn``'s result or a snapshot
   never marked stale since it was added or resolved. ``ArrivalOrder`` and Fairway's lanes
   (``LazyLanes``: ``FastLane`` + ``ArrivalOrder``) take them.
 
@@ -108,7 +110,7 @@ class ArrivalOrder:
         """Lazy hits (``fairsim.sim.lazy_hits``): yield ``resolve(q)``, this step's snapshot."""
         self.resolve = resolve
 
-    def stale(self, request_ids: Any) -> None:
+    def stale(self, request_ids: Any, raised: Any = None) -> None:
         """Lazy hits: these snapshots are out of date; the arrival order does not depend on them."""
 
     def __len__(self) -> int:
@@ -260,9 +262,9 @@ class LazyLanes(Lanes):
         for lane in self.lanes:
             lane.set_resolver(resolve)
 
-    def stale(self, request_ids: list[str]) -> None:
+    def stale(self, request_ids: list[str], raised: list[str] | None = None) -> None:
         for lane in self.lanes:
-            lane.stale(request_ids)
+            lane.stale(request_ids, raised)
 
 
 class _UncachedView:

@@ -50,21 +50,61 @@ class LazyHits:
         self.pool.journal = self.journal
         self.recheck: list[Any] = []  # requests with a journal-built snapshot this step
         self.resolved: dict[int, QueuedRequest] = {}  # id(live) -> this step's snapshot
+        # id(live) -> live: waiting requests one of whose keys became hittable since the last
+        # ordering step (their hit may have risen; for the others it can only have fallen).
+        self.raised: dict[int, Any] = {}
+        # id(live) of the requests handed over as raised and not resolved since: the order keys
+        # them by their largest possible hit already, so a key's next rise need not name them.
+        self.bounded: set[int] = set()
+        self._watchers = engine._watchers
+        # The engine's callback, with the change's direction kept (lazy path only).
+        self.pool.on_key_change = self.key_changed
         engine._inc.set_resolver(self.resolve)
 
+    def key_changed(self, key: Hashable) -> None:
+        """A key some waiting request may hit changed hittability (the pool calls this after the
+        change; ``BlockPool.watched`` filters the other keys out). Its watchers that had a
+        snapshot are invalidated (``engine._dirty``); the others are already stale in the order
+        or not yet in it. If the key became hittable, every watcher is also noted in ``raised``:
+        its hit may rise, so the order must bound it anew even if it is already stale."""
+        bucket = self._watchers[key]
+        dirty = self.engine._dirty
+        if self.pool.is_cached(key):
+            raised, bounded = self.raised, self.bounded
+            for k, live in bucket.items():
+                if live.snap is not None:
+                    live.snap = None
+                    dirty[k] = live
+                    raised[k] = live
+                elif k not in bounded:
+                    raised[k] = live
+        else:
+            for k, live in bucket.items():
+                if live.snap is not None:
+                    live.snap = None
+                    dirty[k] = live
+
     def start_step(self) -> None:
-        """Start of an ordering step: hand the invalidated waiting requests to the order as stale,
-        drop journal-built snapshots, and start a new journal."""
+        """Start of an ordering step: hand the invalidated waiting requests to the order as stale
+        (``stale(ids, raised)``: ``raised`` those whose hit may have risen), drop journal-built
+        snapshots, and start a new journal."""
         e = self.engine
         dirty = e._dirty
+        raised = self.raised
         for live in self.recheck:
+            # As of the last step's start, not of when it was read: a key may have become
+            # hittable in between, unnamed if the request was bounded then.
             live.snap = None
-            dirty[id(live)] = live
+            dirty[id(live)] = raised[id(live)] = live
         self.recheck = []
-        if dirty:
+        if dirty or raised:
             held = e._in_inc
-            e._inc.stale([live.req.request_id for key, live in dirty.items() if key in held])
+            up = [key for key in raised if key in held]
+            self.bounded.update(up)
+            e._inc.stale([live.req.request_id for key, live in dirty.items() if key in held],
+                         [raised[key].req.request_id for key in up])
             e._dirty = {}
+            self.raised = {}
         self.journal = self.pool.journal = {}
         self.resolved = {}
 
@@ -77,6 +117,7 @@ class LazyHits:
             return snap
         snap = live.snap
         if snap is None:
+            self.bounded.discard(key)
             journal = self.journal
             n = 0
             touched = False
