@@ -123,6 +123,9 @@ class FastLane:
         self._pulled: dict[int, int] = {}  # slot -> taken minus yielded in the last iter_order
         self._loose: list[str] = []  # taken requests whose key was made with a higher h/c
         self._clock = 0.0  # the last iter_order's now (reference time of new buckets)
+        # Exact score at ``_clock`` of the last request a bucketed read yielded: a request whose
+        # bound reaches it is likely to be read next time (``stale`` reads it at once).
+        self._frontier = math.inf
         # Small mode: no buckets; items hold [snapshot, h/c, arrival, SLO, slope, None, None,
         # h/c, stale, None] and a read sorts their exact keys (module docstring, "Small mode").
         self._small = True
@@ -269,14 +272,29 @@ class FastLane:
             for rid in raised:
                 items[rid][8] = 2
             return
+        # A request whose bound would reach the last read's frontier is likely read next time:
+        # read its snapshot now (``resolve``: as of this step's start) and key it by its hit,
+        # instead of keying it by the bound now and re-keying it once read.
+        t, frontier, key, res = self._clock, self._frontier, self._key, self._resolve
         for rid in raised:
             item = items[rid]
             item[8] = 2
-            if item[7] < item[9]:
+            if res is not None and key(item[9], item[2], item[3], t) >= frontier:
+                self._fresh(item)
+                if item[1] <= item[7]:
+                    if item[1] < item[7]:
+                        self._loose.append(rid)  # tightened by the next read's _settle
+                    continue
+                b = item[5]
+                self._delete(b, item[6])
+                item[7] = item[1]
+                kt = item[6] = (-key(item[1], item[2], item[3], b.t0), item[2], rid)
+                self._insert(b, kt)
+            elif item[7] < item[9]:
                 b = item[5]
                 self._delete(b, item[6])
                 item[7] = item[9]
-                kt = item[6] = (-self._key(item[9], item[2], item[3], b.t0), item[2], rid)
+                kt = item[6] = (-key(item[9], item[2], item[3], b.t0), item[2], rid)
                 self._insert(b, kt)
 
     def _fresh(self, item: list) -> None:
@@ -481,7 +499,8 @@ class FastLane:
                     g = d * b.s_hi if d > 0.0 else 0.0
                     k = -nk[0]
                     heappush(opened, (-(k + g + MARGIN * (1.0 + abs(k) + g)), slot, nk, it))
-            _, _, rid, counted = heappop(cand)
+            neg, _, rid, counted = heappop(cand)
+            self._frontier = -neg
             if counted >= 0:
                 pulled[counted] -= 1
             q = items[rid][0]

@@ -97,16 +97,17 @@ class LazyHits:
             live.snap = None
             dirty[id(live)] = raised[id(live)] = live
         self.recheck = []
+        # A new step before the order hears of the changes: it may read snapshots at once.
+        self.journal = self.pool.journal = {}
+        self.resolved = {}
         if dirty or raised:
             held = e._in_inc
             up = [key for key in raised if key in held]
             self.bounded.update(up)
-            e._inc.stale([live.req.request_id for key, live in dirty.items() if key in held],
-                         [raised[key].req.request_id for key in up])
             e._dirty = {}
             self.raised = {}
-        self.journal = self.pool.journal = {}
-        self.resolved = {}
+            e._inc.stale([live.req.request_id for key, live in dirty.items() if key in held],
+                         [raised[key].req.request_id for key in up])
 
     def resolve(self, q: QueuedRequest) -> QueuedRequest:
         """The snapshot of ``q``'s request as of the start of the current step (see the module)."""
