@@ -35,6 +35,19 @@ Scheme (a kinetic bound, exact; our own design after the issue's sketch):
   re-sorted. A rebuild costs O(m log m) for ``m`` requests and happens after at least ``m / 4``
   wasted takes, so it is amortised against work already done.
 
+Small mode: while the lane is short (at a stable load a read mostly finds 0-15 waiting) there are
+no buckets: ``add`` stores the request, a read sorts the exact keys of all of them (the reference
+floats) and Fairway merges the two lanes over plain lists (``small_lane``). A read that finds more
+than ``SMALL_HI`` builds the buckets at ``t0 = now``; one that finds ``SMALL_LO`` or fewer drops
+them (the gap keeps a queue near the threshold from rebuilding at every step).
+
+Stale requests (lazy hits, ``fairsim.sim.lazy_hits``): ``stale(ids, raised)``. One whose hit may
+have risen (``raised``) is keyed by the largest ``h / max(c, 1)`` any cache could give it until it
+is read, the others keep their keys (their hits can only have fallen). A raised request whose
+bound reaches the *frontier* (the exact score of the last request the last read yielded) would
+be taken by the next read anyway: it is resolved at once (as of this step's start) and keyed by
+its hit.
+
 Cost: ``add``/``remove`` O(log n); ``iter_order`` O(B) numpy for ``B`` non-empty buckets plus
 O((k + waste) log n) Python for ``k`` items read, independent of the queue's length for a fixed
 slope spread. ``order()`` stays the reference; ``tests/test_fast_order.py`` checks identity.
@@ -111,7 +124,8 @@ class FastLane:
         self.wait_cap = wait_cap
         # request_id -> [snapshot, h/max(c,1), arrival, SLO, slope, bucket, key tuple, the h/max(c,1)
         # the key was made with (>= the current one: the key is an upper bound), stale (lazy
-        # hits: the snapshot is out of date), the largest h/max(c,1) any cache could give]
+        # hits: 0 fresh, 1 out of date with a hit that can only have fallen, 2 one that may have
+        # risen), the largest h/max(c,1) any cache could give (None in small mode)]
         self._items: dict[str, list] = {}
         self._resolve: Callable[[QueuedRequest], QueuedRequest] | None = None
         self._buckets: dict[int, _Bucket] = {}  # log-slope index -> bucket

@@ -22,8 +22,17 @@ With an incremental order that offers ``set_resolver(fn)`` and ``stale(request_i
   exactly those changes, for every key).
 
 A snapshot built from the journal is as of the step's start but may be out of date for the next
-step (a key changed after the start); it is dropped at the next step's start (``recheck``). The
-decisions are those of the eager path; ``tests/test_fast_order.py`` compares every policy's
+step (a key changed after the start); it is dropped at the next step's start (``recheck``).
+
+The direction of a change is kept (``stale(ids, raised)``): a hit falls only when a key stops
+being hittable and rises only when one becomes hittable, so a stale request none of whose keys
+became hittable since the order last saw its snapshot keeps that snapshot's ``h / c`` as an upper
+bound (Fairway's lane leaves it in place); ``raised`` names the others. A request handed over as
+raised is ``bounded`` (keyed by its largest possible hit) until it is next resolved, so a
+block shared by thousands of waiting requests that is cached and evicted again and again names
+each of them once, not once per change (``tests/test_lazy_direction.py`` checks the claim inside
+engine runs). Journal-built snapshots count as raised: a key may have become hittable between
+the step's start and the read. The decisions are those of the eager path; ``tests/test_fast_order.py`` compares every policy's
 tables with the reference (``order()`` over fresh snapshots each step).
 """
 
@@ -65,8 +74,9 @@ class LazyHits:
         """A key some waiting request may hit changed hittability (the pool calls this after the
         change; ``BlockPool.watched`` filters the other keys out). Its watchers that had a
         snapshot are invalidated (``engine._dirty``); the others are already stale in the order
-        or not yet in it. If the key became hittable, every watcher is also noted in ``raised``:
-        its hit may rise, so the order must bound it anew even if it is already stale."""
+        or not yet in it. If the key became hittable, every watcher not already ``bounded`` is
+        also noted in ``raised``: its hit may rise, so the order must bound it anew even if it
+        is already stale."""
         bucket = self._watchers[key]
         dirty = self.engine._dirty
         if self.pool.is_cached(key):
