@@ -462,7 +462,7 @@ class FastLane:
         loose = self._loose
         out: list[QueuedRequest] = []  # yielded so far
         cand: list = []  # heap of exact keys (-score, arrival, request_id, slot or -1)
-        opened: list = []  # heap of (-bound, slot, key tuple of the bucket's next, iterator)
+        opened: list = []  # heap of (-bound, slot, key tuple of the bucket's next, its position)
         nxt = int(bound.argmax())  # the unopened bucket with the highest bound
         nxt_bound = float(bound[nxt])
         ninf = -math.inf
@@ -485,10 +485,10 @@ class FastLane:
                     bound[slot] = EMPTY
                     nxt = int(bound.argmax())
                     nxt_bound = float(bound[nxt])
-                    it = iter(b.keys)
-                    kt = next(it)
+                    kt = b.front  # b.keys[0]
+                    pos = 0
                 else:
-                    _, slot, kt, it = heappop(opened)
+                    _, slot, kt, pos = heappop(opened)
                     b = by_slot[slot]
                 rid = kt[2]
                 item = items[rid]
@@ -507,12 +507,16 @@ class FastLane:
                 if cap is not None:
                     wait = min(wait, cap)
                 heappush(cand, (-(item[1] + wait), item[2], rid, counted))
-                nk = next(it, None)
-                if nk is not None:
+                # The bucket's next key by position (the keys do not change during a read; a
+                # bucket is in ``opened`` at most once, so the heap never compares past ``slot``).
+                pos += 1
+                keys = b.keys
+                if pos < len(keys):
+                    nk = keys[pos]
                     d = now - b.t0
                     g = d * b.s_hi if d > 0.0 else 0.0
                     k = -nk[0]
-                    heappush(opened, (-(k + g + MARGIN * (1.0 + abs(k) + g)), slot, nk, it))
+                    heappush(opened, (-(k + g + MARGIN * (1.0 + abs(k) + g)), slot, nk, pos))
             neg, _, rid, counted = heappop(cand)
             self._frontier = -neg
             if counted >= 0:
