@@ -8,6 +8,7 @@ spread over many buckets and exact ties; rebuilds forced by a tiny waste thresho
 from __future__ import annotations
 
 import random
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import given, settings
@@ -27,15 +28,30 @@ def _ids(qs):
     return [q.request_id for q in qs]
 
 
+#: (SMALL_HI, SMALL_LO): the shipped thresholds; always bucketed; a switch every few steps.
+MODES = [(fast_lane.SMALL_HI, fast_lane.SMALL_LO), (0, -1), (6, 2)]
+
+
+@contextmanager
+def _modes(hi, lo, min_waste=None):
+    old = fast_lane.SMALL_HI, fast_lane.SMALL_LO, fast_lane.MIN_WASTE
+    fast_lane.SMALL_HI, fast_lane.SMALL_LO = hi, lo
+    if min_waste is not None:
+        fast_lane.MIN_WASTE = min_waste
+    try:
+        yield
+    finally:
+        fast_lane.SMALL_HI, fast_lane.SMALL_LO, fast_lane.MIN_WASTE = old
+
+
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 100_000), cap=st.sampled_from([None, 0.0, 0.5, 3.0]),
-       min_waste=st.sampled_from([1, 32]), ties=st.booleans(), jumpy=st.booleans())
-def test_bucketed_lane_equals_reference(seed, cap, min_waste, ties, jumpy):
+       min_waste=st.sampled_from([1, 32]), ties=st.booleans(), jumpy=st.booleans(),
+       modes=st.sampled_from(MODES))
+def test_bucketed_lane_equals_reference(seed, cap, min_waste, ties, jumpy, modes):
     rng = random.Random(seed)
     policy = make_policy("fairway-carry", PROFILE, **({} if cap is None else {"wait_cap": cap}))
-    old = fast_lane.MIN_WASTE
-    fast_lane.MIN_WASTE = min_waste
-    try:
+    with _modes(*modes, min_waste):
         lane = FastLane(policy.slo, policy.wait_cap)
         waiting: dict[str, QueuedRequest] = {}
         t = 0.0
@@ -66,8 +82,6 @@ def test_bucketed_lane_equals_reference(seed, cap, min_waste, ties, jumpy):
                 del waiting[rid]
                 lane.remove(rid)
         assert len(lane) == len(waiting)
-    finally:
-        fast_lane.MIN_WASTE = old
 
 
 def test_many_buckets_and_a_long_queue():
@@ -84,7 +98,7 @@ def test_many_buckets_and_a_long_queue():
         q = QueuedRequest(f"q{i}", t, L, h, max(1, L - h), 0, None)
         waiting[q.request_id] = q
         lane.add(q)
-    assert len({id(b) for b in lane._by_slot if b.keys}) > 50  # really many slope buckets
+    assert lane._small  # no buckets before the first read
     now = t
     for step in range(200):
         now += 0.4
@@ -92,6 +106,7 @@ def test_many_buckets_and_a_long_queue():
         it = lane.iter_order(now)
         got = [next(it).request_id for _ in range(3)]
         assert got == expected[:3]
+        assert len({id(b) for b in lane._by_slot if b.keys}) > 50  # really many slope buckets
         for rid in got[:2]:
             del waiting[rid]
             lane.remove(rid)
@@ -126,9 +141,15 @@ def test_small_and_empty_queues(n):
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 100_000), cap=st.sampled_from([None, 1.0]))
-def test_stale_requests_are_bounded_then_read(seed, cap):
+@given(seed=st.integers(0, 100_000), cap=st.sampled_from([None, 1.0]), modes=st.sampled_from(MODES),
+       directed=st.booleans())
+def test_stale_requests_are_bounded_then_read(seed, cap, modes, directed):
     """Lazy hits: stale() without the new snapshot, the lane reads it through the resolver."""
+    with _modes(*modes):
+        _stale_history(seed, cap, directed)
+
+
+def _stale_history(seed, cap, directed):
     rng = random.Random(seed)
     policy = make_policy("fairway-carry", PROFILE, **({} if cap is None else {"wait_cap": cap}))
     lane = FastLane(policy.slo, policy.wait_cap)
@@ -152,11 +173,19 @@ def test_stale_requests_are_bounded_then_read(seed, cap):
             truth[q.request_id] = q
             lane.add(q)
         changed = rng.sample(sorted(truth), k=min(len(truth), rng.randint(0, 15)))
+        raised = []
         for rid in changed:  # hits change; the lane is only told they are stale
             q = truth[rid]
             h = rng.randint(0, (q.prompt_len - 1) // 16) * 16
+            if h > q.cached_len or rng.random() < 0.2:
+                raised.append(rid)  # a rise must be named; a fall may be
             truth[rid] = q._replace(cached_len=h, uncached_len=max(1, q.prompt_len - h))
-        lane.stale(changed)
+        # Without direction (every hit may have risen) or with it; a request already stale may
+        # rise later (named in raised only).
+        if directed:
+            lane.stale([r for r in changed if r not in raised or rng.random() < 0.5], raised)
+        else:
+            lane.stale(changed)
         if not truth:
             continue
         now = t + rng.random()
@@ -169,3 +198,70 @@ def test_stale_requests_are_bounded_then_read(seed, cap):
             del truth[q.request_id]
             lane.remove(q.request_id)
     assert reads  # the resolver was used
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 100_000), cap=st.sampled_from([None, 0.5]),
+       modes=st.sampled_from([(6, 2), (3, 0), (10, 9)]))
+def test_small_mode_switches_keep_the_order(seed, cap, modes):
+    """A queue that grows past SMALL_HI and drains below SMALL_LO again and again, with hits
+    that change (added or only marked stale): every read equals ``Fairway.fast_lane``."""
+    _switch_history(seed, cap, modes)
+
+
+def test_the_switch_history_switches_both_ways():
+    assert sum(_switch_history(seed, None, (6, 2)) for seed in range(5)) >= 4
+
+
+def _switch_history(seed, cap, modes) -> int:
+    """Run one random history (asserting every read); return the number of mode switches."""
+    rng = random.Random(seed)
+    policy = make_policy("fairway-carry", PROFILE, **({} if cap is None else {"wait_cap": cap}))
+    truth: dict[str, QueuedRequest] = {}
+
+    def resolve(q):
+        return truth[q.request_id]
+
+    switches = 0
+    with _modes(*modes):
+        lane = FastLane(policy.slo, policy.wait_cap)
+        lane.set_resolver(resolve)
+        t = 0.0
+        was_small = lane._small
+        for step in range(40):
+            grow = rng.random() < 0.5
+            for _ in range(rng.randint(0, 8 if grow else 2)):
+                t += rng.expovariate(2.0)
+                L = rng.choice([300, 2000, int(rng.lognormvariate(8.0, 1.0)) + 2])
+                keys = tuple(range(L // 64))
+                h = min(rng.randint(0, len(keys)) * 64, (L - 1) // 64 * 64)
+                q = QueuedRequest(f"q{step}-{len(truth)}", t, L, h, max(1, L - h), 0, None, keys, 64)
+                truth[q.request_id] = q
+                lane.add(q)
+            for rid in rng.sample(sorted(truth), k=min(len(truth), rng.randint(0, 4))):
+                q = truth[rid]
+                h = rng.randint(0, (q.prompt_len - 1) // 64) * 64
+                rose = h > q.cached_len
+                truth[rid] = q = q._replace(cached_len=h, uncached_len=max(1, q.prompt_len - h))
+                if rng.random() < 0.5:
+                    lane.add(q)
+                elif rose or rng.random() < 0.3:
+                    lane.stale([], [rid])  # may have risen
+                else:
+                    lane.stale([rid], [])  # only fell
+            now = t + rng.random() * 3
+            expected = _ids(policy.fast_lane(list(truth.values()), now))
+            it = lane.iter_order(now)
+            got = [next(it) for _ in range(min(rng.choice([1, 2, 50]), len(expected)))]
+            assert [q.request_id for q in got] == expected[:len(got)]
+            assert all(q is truth[q.request_id] for q in got)
+            switches += lane._small != was_small
+            was_small = lane._small
+            gone = [q.request_id for q in got[: rng.randint(0, len(got))]]
+            if not grow:
+                gone += rng.sample(sorted(set(truth) - set(gone)), k=min(len(truth) - len(gone), rng.randint(0, 6)))
+            for rid in gone:
+                del truth[rid]
+                lane.remove(rid)
+        assert len(lane) == len(truth)
+    return switches

@@ -35,6 +35,19 @@ Scheme (a kinetic bound, exact; our own design after the issue's sketch):
   re-sorted. A rebuild costs O(m log m) for ``m`` requests and happens after at least ``m / 4``
   wasted takes, so it is amortised against work already done.
 
+Small mode: while the lane is short (at a stable load a read mostly finds 0-15 waiting) there are
+no buckets: ``add`` stores the request, a read sorts the exact keys of all of them (the reference
+floats) and Fairway merges the two lanes over plain lists (``small_lane``). A read that finds more
+than ``SMALL_HI`` builds the buckets at ``t0 = now``; one that finds ``SMALL_LO`` or fewer drops
+them (the gap keeps a queue near the threshold from rebuilding at every step).
+
+Stale requests (lazy hits, ``fairsim.sim.lazy_hits``): ``stale(ids, raised)``. One whose hit may
+have risen (``raised``) is keyed by the largest ``h / max(c, 1)`` any cache could give it until it
+is read, the others keep their keys (their hits can only have fallen). A raised request whose
+bound reaches the *frontier* (the exact score of the last request the last read yielded) would
+be taken by the next read anyway: it is resolved at once (as of this step's start) and keyed by
+its hit.
+
 Cost: ``add``/``remove`` O(log n); ``iter_order`` O(B) numpy for ``B`` non-empty buckets plus
 O((k + waste) log n) Python for ``k`` items read, independent of the queue's length for a fixed
 slope spread. ``order()`` stays the reference; ``tests/test_fast_order.py`` checks identity.
@@ -43,7 +56,7 @@ slope spread. ``order()`` stays the reference; ``tests/test_fast_order.py`` chec
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from heapq import heappop, heappush
 
 import numpy as np
@@ -62,6 +75,11 @@ EMPTY = -1e300
 _EMPTY_BOUND = -1e299
 #: After this many items a read sorts the rest at once (a full read: the live hook's).
 _LONG_READ = 64
+#: Small mode (no buckets): a read of a lane of more than ``SMALL_HI`` requests builds the
+#: buckets; a read of a bucketed lane of at most ``SMALL_LO`` drops them. At a stable load the
+#: queue holds a few requests, and a plain sort of their exact keys beats any structure.
+SMALL_HI = 32
+SMALL_LO = 12
 
 _INV_LOG = 1.0 / math.log1p(DELTA)
 
@@ -101,14 +119,13 @@ class FastLane:
         wait_cap: Cap on ``wait / SLO`` (Fairway-carry's ``wait_cap``), or ``None``.
     """
 
-    _SMALL = 24  # at most this many waiting: a plain Python sort of exact keys is cheaper
-
     def __init__(self, slo: Callable[[int], float], wait_cap: float | None = None) -> None:
         self.slo = slo
         self.wait_cap = wait_cap
         # request_id -> [snapshot, h/max(c,1), arrival, SLO, slope, bucket, key tuple, the h/max(c,1)
         # the key was made with (>= the current one: the key is an upper bound), stale (lazy
-        # hits: the snapshot is out of date), the largest h/max(c,1) any cache could give]
+        # hits: 0 fresh, 1 out of date with a hit that can only have fallen, 2 one that may have
+        # risen), the largest h/max(c,1) any cache could give (None in small mode)]
         self._items: dict[str, list] = {}
         self._resolve: Callable[[QueuedRequest], QueuedRequest] | None = None
         self._buckets: dict[int, _Bucket] = {}  # log-slope index -> bucket
@@ -120,6 +137,16 @@ class FastLane:
         self._pulled: dict[int, int] = {}  # slot -> taken minus yielded in the last iter_order
         self._loose: list[str] = []  # taken requests whose key was made with a higher h/c
         self._clock = 0.0  # the last iter_order's now (reference time of new buckets)
+        # Exact score at ``_clock`` of the last request a bucketed read yielded: a request whose
+        # bound reaches it is likely to be read next time (``stale`` reads it at once).
+        self._frontier = math.inf
+        # Small mode: no buckets; items hold [snapshot, h/c, arrival, SLO, slope, None, None,
+        # h/c, stale, None] and a read sorts their exact keys (module docstring, "Small mode").
+        self._small = True
+        # Whether ``_items`` is in ``(arrival_time, request_id)`` order (the engine adds requests
+        # in release order), and the largest such key added; a small read re-sorts otherwise.
+        self._in_arrival = True
+        self._last: tuple[float, str] | None = None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -174,6 +201,24 @@ class FastLane:
         rid = q.request_id
         hc = q.cached_len / max(q.uncached_len, 1)
         item = self._items.get(rid)
+        if item is None and self._in_arrival:
+            last = self._last
+            if last is None or (q.arrival_time, rid) > last:
+                self._last = (q.arrival_time, rid)
+            else:
+                self._in_arrival = False
+        if self._small:
+            if item is None or q.arrival_time != item[2] or q.prompt_len != item[0].prompt_len:
+                if item is not None:
+                    del self._items[rid]  # a different request under the same id: a new item
+                    self._in_arrival = False
+                slo = self.slo(q.prompt_len)
+                self._items[rid] = [q, hc, q.arrival_time, slo, 1.0 / slo, None, None, hc, False, None]
+            else:
+                item[0] = q
+                item[1] = item[7] = hc
+                item[8] = False
+            return
         if item is None:
             slo = self.slo(q.prompt_len)
             s = 1.0 / slo
@@ -186,6 +231,7 @@ class FastLane:
             self._items[rid] = [q, hc, arr, slo, s, b, kt, hc, False, max(hc, _hc_bound(q))]
         elif q.arrival_time != item[2] or q.prompt_len != item[0].prompt_len:
             self.remove(rid)  # not a cache change: a different request under the same id
+            self._in_arrival = False
             self.add(q)
             return
         else:
@@ -203,7 +249,7 @@ class FastLane:
     def _rekey(self, rid: str) -> None:
         """Tighten a key made with a higher ``h / c`` than the request's current one."""
         item = self._items.get(rid)
-        if item is None or item[7] == item[1] or item[8]:
+        if item is None or item[7] == item[1] or item[8] or self._small:
             return
         b = item[5]
         self._delete(b, item[6])
@@ -216,22 +262,53 @@ class FastLane:
         """Take lazy hits: ``resolve(q)`` gives this step's snapshot of ``q``'s request."""
         self._resolve = resolve
 
-    def stale(self, request_ids: list[str]) -> None:
-        """These requests' snapshots are out of date (a hit changed): key each by the largest
-        ``h / max(c, 1)`` any cache could give it (an upper bound of its score) until it is read.
+    def stale(self, request_ids: Iterable[str], raised: Iterable[str] | None = None) -> None:
+        """These requests' snapshots are out of date (a hit changed); they are read through the
+        resolver when next scored. ``raised``: those whose hit may have risen (a key of theirs
+        became hittable; ``None``: all of them), keyed by the largest ``h / max(c, 1)`` any cache
+        could give them until they are read. The others' hits can only have fallen, so their
+        keys (made with at least their last ``h / c``) still bound their scores and stay.
+
         A request already keyed so costs one flag test, so a prefix block shared by thousands of
-        waiting requests that is cached and evicted again and again costs no re-keying."""
+        waiting requests that is cached and evicted again and again costs no re-keying, and one
+        that is only evicted moves none of them up the lane.
+
+        Flag ``item[8]``: 0/False fresh, 1 stale (hit may only have fallen), 2 stale (may have
+        risen)."""
         items = self._items
+        if raised is None:
+            raised, request_ids = request_ids, ()
         for rid in request_ids:
             item = items[rid]
-            if item[8]:
-                continue
-            item[8] = True
-            if item[7] < item[9]:
+            if not item[8]:
+                item[8] = 1
+        if self._small:
+            for rid in raised:
+                items[rid][8] = 2
+            return
+        # A request whose bound would reach the last read's frontier is likely read next time:
+        # read its snapshot now (``resolve``: as of this step's start) and key it by its hit,
+        # instead of keying it by the bound now and re-keying it once read.
+        t, frontier, key, res = self._clock, self._frontier, self._key, self._resolve
+        for rid in raised:
+            item = items[rid]
+            item[8] = 2
+            if res is not None and key(item[9], item[2], item[3], t) >= frontier:
+                self._fresh(item)
+                if item[1] <= item[7]:
+                    if item[1] < item[7]:
+                        self._loose.append(rid)  # tightened by the next read's _settle
+                    continue
+                b = item[5]
+                self._delete(b, item[6])
+                item[7] = item[1]
+                kt = item[6] = (-key(item[1], item[2], item[3], b.t0), item[2], rid)
+                self._insert(b, kt)
+            elif item[7] < item[9]:
                 b = item[5]
                 self._delete(b, item[6])
                 item[7] = item[9]
-                kt = item[6] = (-self._key(item[9], item[2], item[3], b.t0), item[2], rid)
+                kt = item[6] = (-key(item[9], item[2], item[3], b.t0), item[2], rid)
                 self._insert(b, kt)
 
     def _fresh(self, item: list) -> None:
@@ -243,7 +320,8 @@ class FastLane:
     def remove(self, request_id: str) -> None:
         """The request left the waiting queue."""
         item = self._items.pop(request_id)
-        self._delete(item[5], item[6])
+        if not self._small:
+            self._delete(item[5], item[6])
 
     def _rebuild(self, b: _Bucket, now: float) -> None:
         """Re-key bucket ``b`` at ``t0 = now`` and tighten its slope bound to its members'."""
@@ -252,7 +330,7 @@ class FastLane:
         s_hi = 0.0
         for _, _, rid in b.keys:
             item = items[rid]
-            item[7] = item[9] if item[8] else item[1]
+            item[7] = item[9] if item[8] == 2 else item[1]
             kt = item[6] = (-key(item[7], item[2], item[3], now), item[2], rid)
             fresh.append(kt)
             if item[4] > s_hi:
@@ -281,32 +359,95 @@ class FastLane:
                 self._rebuild(b, now)
         self._pulled = {}
 
+    # -- small mode ------------------------------------------------------------------------------
+    def _to_buckets(self, now: float) -> None:
+        """Leave small mode: bucket every request, keys made at ``t0 = now`` (a stale one's with
+        its largest possible ``h / c``, as ``stale`` would)."""
+        self._small = False
+        self._clock = now
+        per_bucket: dict[int, list] = {}
+        key = self._key
+        for rid, item in self._items.items():
+            s = item[4]
+            b = self._bucket(s)
+            if s > b.s_hi:
+                b.s_hi = s
+                self._shi[b.slot] = s
+            item[9] = max(item[1], _hc_bound(item[0]))
+            item[7] = item[9] if item[8] == 2 else item[1]
+            item[5] = b
+            kt = item[6] = (-key(item[7], item[2], item[3], b.t0), item[2], rid)
+            per_bucket.setdefault(b.slot, []).append(kt)
+        for slot, kts in per_bucket.items():
+            b = self._by_slot[slot]
+            b.keys = SortedList(kts)
+            self._set_head(b)
+
+    def _to_small(self) -> None:
+        """Enter small mode: drop the buckets (the items keep their snapshots and stale flags)."""
+        self._small = True
+        self._buckets = {}
+        self._by_slot = []
+        self._head[:] = EMPTY
+        self._pulled = {}
+        self._loose = []
+
+    def small_lane(self, now: float) -> tuple[list[QueuedRequest], list[QueuedRequest]] | None:
+        """The whole lane at ``now`` (seconds) when it is small: ``(by_arrival, fast)``, the
+        snapshots of this step (stale ones read through the resolver) in ``(arrival_time,
+        request_id)`` order (the Fair lane) and in the Fast lane's order; ``None`` when the lane
+        is bucketed (read it with ``iter_order``).
+
+        Switches mode first (``SMALL_HI``/``SMALL_LO``). The keys are ``Fairway._fast_keys``'s
+        floats, sorted as tuples ``(-score, arrival, request_id)``: the reference order."""
+        items = self._items
+        n = len(items)
+        if self._small:
+            if n > SMALL_HI:
+                self._to_buckets(now)
+                return None
+        elif n <= SMALL_LO:
+            self._to_small()
+        else:
+            return None
+        if not self._in_arrival:
+            items = self._items = dict(sorted(items.items(), key=lambda kv: (kv[1][2], kv[0])))
+            self._in_arrival = True
+            if items:
+                rid = next(reversed(items))
+                self._last = (items[rid][2], rid)
+        if self._resolve is not None:
+            for item in items.values():
+                if item[8]:
+                    self._fresh(item)
+        cap = self.wait_cap
+        if cap is None:
+            keys = [(-(it[1] + (now - it[2]) / it[3]), it[2], rid, i)
+                    for i, (rid, it) in enumerate(items.items())]
+        else:
+            keys = [(-(it[1] + min((now - it[2]) / it[3], cap)), it[2], rid, i)
+                    for i, (rid, it) in enumerate(items.items())]
+        keys.sort()
+        snaps = [it[0] for it in items.values()]
+        return snaps, [snaps[k[3]] for k in keys]
+
     def iter_order(self, now: float) -> Iterator[QueuedRequest]:
-        """Yield the waiting snapshots by descending score at ``now`` (seconds), ties by arrival
-        then id. Generator: the lane settles (re-keys, rebuilds) at the first ``next()``, not at
-        the call. With lazy hits each item is ``resolve``d before it is yielded, so the engine
-        gets its snapshot object of this step (``fairsim.sim.lazy_hits``)."""
+        """The waiting snapshots by descending score at ``now`` (seconds), ties by arrival then
+        id, as an iterator read lazily. A bucketed lane settles (re-keys, rebuilds) at the first
+        ``next()``, not at the call. With lazy hits each item is ``resolve``d before it is
+        yielded, so the engine gets its snapshot object of this step (``fairsim.sim.lazy_hits``)."""
+        small = self.small_lane(now)
+        if small is None:
+            return self._bucket_order(now)
+        seq = small[1]
+        return iter(seq) if self._resolve is None else map(self._resolve, seq)
+
+    def _bucket_order(self, now: float) -> Iterator[QueuedRequest]:
         items = self._items
         n = len(items)
         if n == 0:
             return
         cap = self.wait_cap
-        if n <= self._SMALL:
-            keys = []
-            if self._resolve is not None:
-                for item in items.values():
-                    if item[8]:
-                        self._fresh(item)
-            for q, hc, arr, slo, *_ in items.values():
-                wait = (now - arr) / slo
-                if cap is not None:
-                    wait = min(wait, cap)
-                keys.append((-(hc + wait), arr, q.request_id, q))
-            keys.sort(key=lambda k: k[:3])
-            res = self._resolve
-            for k in keys:
-                yield k[3] if res is None else res(k[3])
-            return
         self._settle(now)
         self._clock = now
         nb = len(self._by_slot)
@@ -321,7 +462,7 @@ class FastLane:
         loose = self._loose
         out: list[QueuedRequest] = []  # yielded so far
         cand: list = []  # heap of exact keys (-score, arrival, request_id, slot or -1)
-        opened: list = []  # heap of (-bound, slot, key tuple of the bucket's next, iterator)
+        opened: list = []  # heap of (-bound, slot, key tuple of the bucket's next, its position)
         nxt = int(bound.argmax())  # the unopened bucket with the highest bound
         nxt_bound = float(bound[nxt])
         ninf = -math.inf
@@ -344,10 +485,10 @@ class FastLane:
                     bound[slot] = EMPTY
                     nxt = int(bound.argmax())
                     nxt_bound = float(bound[nxt])
-                    it = iter(b.keys)
-                    kt = next(it)
+                    kt = b.front  # b.keys[0]
+                    pos = 0
                 else:
-                    _, slot, kt, it = heappop(opened)
+                    _, slot, kt, pos = heappop(opened)
                     b = by_slot[slot]
                 rid = kt[2]
                 item = items[rid]
@@ -366,13 +507,18 @@ class FastLane:
                 if cap is not None:
                     wait = min(wait, cap)
                 heappush(cand, (-(item[1] + wait), item[2], rid, counted))
-                nk = next(it, None)
-                if nk is not None:
+                # The bucket's next key by position (the keys do not change during a read; a
+                # bucket is in ``opened`` at most once, so the heap never compares past ``slot``).
+                pos += 1
+                keys = b.keys
+                if pos < len(keys):
+                    nk = keys[pos]
                     d = now - b.t0
                     g = d * b.s_hi if d > 0.0 else 0.0
                     k = -nk[0]
-                    heappush(opened, (-(k + g + MARGIN * (1.0 + abs(k) + g)), slot, nk, it))
-            _, _, rid, counted = heappop(cand)
+                    heappush(opened, (-(k + g + MARGIN * (1.0 + abs(k) + g)), slot, nk, pos))
+            neg, _, rid, counted = heappop(cand)
+            self._frontier = -neg
             if counted >= 0:
                 pulled[counted] -= 1
             q = items[rid][0]

@@ -20,10 +20,12 @@ The engine's side of the contract (``fairsim/sim/engine.py``):
   waiting queue.
 - ``iter_order(now)`` is read at most once per step and only before the next ``add``/``remove``.
 - Lazy hits (optional, ``fairsim.sim.lazy_hits``): an order with ``set_resolver(fn)`` and
-  ``stale(request_ids)`` gets ``set_resolver`` once; then a snapshot changed by a cache event is
-  not re-added: at the start of a step ``stale(ids)`` names the requests whose stored snapshot is
-  out of date, and ``fn(q)`` gives the current step's snapshot of ``q``'s request (the same
-  object for every call in a step). Everything yielded must be ``fn``'s result or a snapshot
+  ``stale(request_ids, raised)`` gets ``set_resolver`` once; then a snapshot changed by a cache
+  event is not re-added: at the start of a step ``stale(ids, raised)`` names the requests whose
+  stored snapshot is out of date and, in ``raised``, those of them (or of the requests already
+  stale) whose hit may have risen since (a key of theirs became hittable; for the others it can
+  only have fallen; ``raised=None``: any may have risen), and ``fn(q)`` gives the current
+  step's snapshot of ``q``'s request (the same object for every call in a step). Everything yielded must be ``fn``'s result or a snapshot
   never marked stale since it was added or resolved. ``ArrivalOrder`` and Fairway's lanes
   (``LazyLanes``: ``FastLane`` + ``ArrivalOrder``) take them.
 
@@ -108,7 +110,7 @@ class ArrivalOrder:
         """Lazy hits (``fairsim.sim.lazy_hits``): yield ``resolve(q)``, this step's snapshot."""
         self.resolve = resolve
 
-    def stale(self, request_ids: Any) -> None:
+    def stale(self, request_ids: Any, raised: Any = None) -> None:
         """Lazy hits: these snapshots are out of date; the arrival order does not depend on them."""
 
     def __len__(self) -> int:
@@ -260,9 +262,9 @@ class LazyLanes(Lanes):
         for lane in self.lanes:
             lane.set_resolver(resolve)
 
-    def stale(self, request_ids: list[str]) -> None:
+    def stale(self, request_ids: list[str], raised: list[str] | None = None) -> None:
         for lane in self.lanes:
-            lane.stale(request_ids)
+            lane.stale(request_ids, raised)
 
 
 class _UncachedView:
@@ -280,6 +282,23 @@ class _UncachedView:
         return (q if self._resolve is None else self._resolve(q)).uncached_len
 
 
+def _small_merge(fast: FastLane, now: float, fast_w: float, fair_w: float,
+                 fast_ledger0: float | None = None, carried: float = 0.0,
+                 oldest: bool = False) -> Iterator[QueuedRequest] | None:
+    """Fairway's merge over a small Fast lane (``FastLane.small_lane``: this step's snapshots in
+    both lane orders, no buckets), yielded through the resolver; ``None`` when the lane is
+    bucketed. ``oldest``: ``carried`` comes off once the Fair lane's front is placed
+    (Fairway-carry's debt); the other arguments are ``merge_lanes``'s."""
+    small = fast.small_lane(now)
+    if small is None:
+        return None
+    by_arrival, order = small
+    merged = merge_lanes(iter(order), iter(by_arrival), len(order), fast_w, fair_w, fast_ledger0,
+                         carried, by_arrival[0].request_id if oldest else None)
+    res = fast._resolve
+    return merged if res is None else map(res, merged)
+
+
 def fairway_order(policy: Any) -> Lanes:
     """The fast path of ``Fairway`` (``fairway``, ``fairway-abswait``, ``fairway-nofair``)."""
     fast_w, fair_w = policy.fast_weight, policy.fair_weight
@@ -288,6 +307,9 @@ def fairway_order(policy: Any) -> Lanes:
         n = len(fast)
         if not policy.fair_lane or n <= 1:
             return fast.iter_order(now)
+        small = _small_merge(fast, now, fast_w, fair_w)
+        if small is not None:
+            return small
         return merge_lanes(fast.iter_order(now), fair.iter_order(now), n, fast_w, fair_w)
 
     return LazyLanes(combine, FastLane(policy.slo), ArrivalOrder())
@@ -313,6 +335,10 @@ def fairway_carry_order(policy: Any, see_oldest: Callable[[QueuedRequest, float]
             policy.oldest, policy.debt = o.request_id, 0.0
         if n == 1:
             return fair_it  # o alone (this step's snapshot of it)
+        small = _small_merge(fast, now, fast_w, fair_w, 0.0 if policy.fast_first else None,
+                             fast_w * policy.debt, True)
+        if small is not None:
+            return small
         return merge_lanes(fast.iter_order(now), fair_it, n, fast_w, fair_w,
                            0.0 if policy.fast_first else None, fast_w * policy.debt, o.request_id)
 

@@ -22,8 +22,17 @@ With an incremental order that offers ``set_resolver(fn)`` and ``stale(request_i
   exactly those changes, for every key).
 
 A snapshot built from the journal is as of the step's start but may be out of date for the next
-step (a key changed after the start); it is dropped at the next step's start (``recheck``). The
-decisions are those of the eager path; ``tests/test_fast_order.py`` compares every policy's
+step (a key changed after the start); it is dropped at the next step's start (``recheck``).
+
+The direction of a change is kept (``stale(ids, raised)``): a hit falls only when a key stops
+being hittable and rises only when one becomes hittable, so a stale request none of whose keys
+became hittable since the order last saw its snapshot keeps that snapshot's ``h / c`` as an upper
+bound (Fairway's lane leaves it in place); ``raised`` names the others. A request handed over as
+raised is ``bounded`` (keyed by its largest possible hit) until it is next resolved, so a
+block shared by thousands of waiting requests that is cached and evicted again and again names
+each of them once, not once per change (``tests/test_lazy_direction.py`` checks the claim inside
+engine runs). Journal-built snapshots count as raised: a key may have become hittable between
+the step's start and the read. The decisions are those of the eager path; ``tests/test_fast_order.py`` compares every policy's
 tables with the reference (``order()`` over fresh snapshots each step).
 """
 
@@ -50,23 +59,65 @@ class LazyHits:
         self.pool.journal = self.journal
         self.recheck: list[Any] = []  # requests with a journal-built snapshot this step
         self.resolved: dict[int, QueuedRequest] = {}  # id(live) -> this step's snapshot
+        # id(live) -> live: waiting requests one of whose keys became hittable since the last
+        # ordering step (their hit may have risen; for the others it can only have fallen).
+        self.raised: dict[int, Any] = {}
+        # id(live) of the requests handed over as raised and not resolved since: the order keys
+        # them by their largest possible hit already, so a key's next rise need not name them.
+        self.bounded: set[int] = set()
+        self._watchers = engine._watchers
+        # The engine's callback, with the change's direction kept (lazy path only).
+        self.pool.on_key_change = self.key_changed
         engine._inc.set_resolver(self.resolve)
 
+    def key_changed(self, key: Hashable) -> None:
+        """A key some waiting request may hit changed hittability (the pool calls this after the
+        change; ``BlockPool.watched`` filters the other keys out). Its watchers that had a
+        snapshot are invalidated (``engine._dirty``); the others are already stale in the order
+        or not yet in it. If the key became hittable, every watcher not already ``bounded`` is
+        also noted in ``raised``: its hit may rise, so the order must bound it anew even if it
+        is already stale."""
+        bucket = self._watchers[key]
+        dirty = self.engine._dirty
+        if self.pool.is_cached(key):
+            raised, bounded = self.raised, self.bounded
+            for k, live in bucket.items():
+                if live.snap is not None:
+                    live.snap = None
+                    dirty[k] = live
+                    raised[k] = live
+                elif k not in bounded:
+                    raised[k] = live
+        else:
+            for k, live in bucket.items():
+                if live.snap is not None:
+                    live.snap = None
+                    dirty[k] = live
+
     def start_step(self) -> None:
-        """Start of an ordering step: hand the invalidated waiting requests to the order as stale,
-        drop journal-built snapshots, and start a new journal."""
+        """Start of an ordering step: hand the invalidated waiting requests to the order as stale
+        (``stale(ids, raised)``: ``raised`` those whose hit may have risen), drop journal-built
+        snapshots, and start a new journal."""
         e = self.engine
         dirty = e._dirty
+        raised = self.raised
         for live in self.recheck:
+            # As of the last step's start, not of when it was read: a key may have become
+            # hittable in between, unnamed if the request was bounded then.
             live.snap = None
-            dirty[id(live)] = live
+            dirty[id(live)] = raised[id(live)] = live
         self.recheck = []
-        if dirty:
-            held = e._in_inc
-            e._inc.stale([live.req.request_id for key, live in dirty.items() if key in held])
-            e._dirty = {}
+        # A new step before the order hears of the changes: it may read snapshots at once.
         self.journal = self.pool.journal = {}
         self.resolved = {}
+        if dirty or raised:
+            held = e._in_inc
+            up = [key for key in raised if key in held]
+            self.bounded.update(up)
+            e._dirty = {}
+            self.raised = {}
+            e._inc.stale([live.req.request_id for key, live in dirty.items() if key in held],
+                         [raised[key].req.request_id for key in up])
 
     def resolve(self, q: QueuedRequest) -> QueuedRequest:
         """The snapshot of ``q``'s request as of the start of the current step (see the module)."""
@@ -77,6 +128,7 @@ class LazyHits:
             return snap
         snap = live.snap
         if snap is None:
+            self.bounded.discard(key)
             journal = self.journal
             n = 0
             touched = False
