@@ -196,10 +196,12 @@ class DeadlineOrder:
         self.fast.set_resolver(resolve)
         self.fair.set_resolver(resolve)
 
-    def stale(self, request_ids: list[str]) -> None:
-        """These requests' stored snapshots are out of date: resolved when a read needs them."""
-        self.fast.stale(request_ids)
-        self.fair.stale(request_ids)
+    def stale(self, request_ids: list[str], raised: list[str] | None = None) -> None:
+        """These requests' stored snapshots are out of date: resolved when a read needs them.
+        ``raised``: those whose hit may have risen (``None``: all), passed to the Fast lane
+        (``FastLane.stale``); the work bounds here assume any change either way."""
+        self.fast.stale(request_ids, raised)
+        self.fair.stale(request_ids, raised)
         self._stale.update(dict.fromkeys(request_ids))
         apos, astale = self._apos, self._astale
         # The most a newly stale request's work can rise: to its work at no hit.
