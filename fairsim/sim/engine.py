@@ -236,35 +236,48 @@ class Engine:
 
     def _loop(self):
         # Attributes read every step are bound to locals (the loop runs once per step; issue 13).
+        # Most steps of a stable load are chunks of long prefills that admit nothing, so the
+        # per-step work is kept to what such a step needs: no call for arrivals unless one is
+        # due, one call to schedule, one to finish the batch (``self._running`` is updated in
+        # place, so the local stays valid), and no SimPy event: the clock is ``now``, advanced
+        # as ``now + duration`` - the float SimPy's ``timeout(duration)`` would give - and the
+        # SimPy clock follows it at idle waits and at the end (as ``DecodeFastEngine``).
         env = self.env
         arrivals = self._arrivals
+        due = arrivals.heap  # (release_s, ...) min-heap: a step pops only when its head is due
         waiting = self._waiting
         preempted_q = self._preempted
+        running = self._running
         pool = self.pool
         rows = self._step_rows
+        append_row = rows.append
         schedule = self._schedule
-        finish_step = self._finish_step
+        finish_batch = self._finish_batch
         watch = self._watch
         timeout = env.timeout
+        progress = self.progress
         colocated = self.colocated
         step_time = (self.profile.step_time_colocated if colocated
                      else self.profile.step_time_from_sums)
         step = 0
-        while arrivals or waiting or preempted_q or self._running:
+        now = synced = env.now
+        while running or waiting or preempted_q or arrivals:
             if interrupt.REQUESTED:  # a Ctrl-C swallowed by a finaliser still stops the run
                 raise KeyboardInterrupt
-            now = env.now
-            for released, _, live in arrivals.pop_due(now):
-                live.released_s = released
-                waiting[id(live)] = live
-                watch(live)
-            if not (waiting or preempted_q or self._running):
+            if due and due[0][0] <= now:
+                for released, _, live in arrivals.pop_due(now):
+                    live.released_s = released
+                    waiting[id(live)] = live
+                    watch(live)
+            if not (running or waiting or preempted_q):
                 nxt = arrivals.next_time()
                 # Held turns wait for a request in the engine; none is, so one must be queued.
                 if nxt is None:
                     raise EngineInvariantError(
                         f"at {now:.6f} s closed-loop turns are held but no request is queued or running")
-                yield timeout(nxt - now)
+                now = now + (nxt - now)  # env.now after timeout(nxt - now)
+                yield timeout(now - synced)
+                synced = now
                 continue
             num_waiting = len(waiting) + len(preempted_q)
             evictions0 = pool.num_evictions
@@ -275,40 +288,53 @@ class Engine:
                 if not preempted:
                     raise EngineInvariantError(
                         f"step {step} at {now:.6f} s scheduled nothing although {num_waiting} requests "
-                        f"wait and {len(self._running)} run")
+                        f"wait and {len(running)} run")
                 continue
             new_tokens = 0
             pair_sum = 0.0
             decodes = 0
-            decode_ctx = 0
-            for live, n, ctx in batch:
-                new_tokens += n
-                pair_sum += n * (ctx + n / 2)
-                if n == 1 and ctx >= live.req.prompt_len:  # one generated token: a decode
-                    decodes += 1
-                    decode_ctx += ctx
             if colocated:
+                decode_ctx = 0
+                for live, n, ctx in batch:
+                    new_tokens += n
+                    pair_sum += n * (ctx + n / 2)
+                    if n == 1 and ctx >= live.req.prompt_len:  # one generated token: a decode
+                        decodes += 1
+                        decode_ctx += ctx
                 duration = step_time(new_tokens, pair_sum, len(batch), decodes, decode_ctx)
             else:
+                # Prefill-only: a scheduled request's context is below its prompt (a hit is capped
+                # at L - 1 tokens), so nothing decodes.
+                for live, n, ctx in batch:
+                    new_tokens += n
+                    pair_sum += n * (ctx + n / 2)
                 duration = step_time(new_tokens, pair_sum, len(batch))
-            rows.append((
-                step, now, duration, new_tokens, decodes, len(batch), num_waiting, len(self._running),
+            append_row((
+                step, now, duration, new_tokens, decodes, len(batch), num_waiting, len(running),
                 pool.num_used, pool.num_cached, pool.num_evictions - evictions0,
                 preempted,
             ))
-            yield timeout(duration)
-            finish_step(batch, step, now, env.now)
+            end = now + duration
+            finished = finish_batch(batch, step, now, end)
+            if finished:
+                running[:] = [r for r in running if r.finish_s is None]
+                if progress is not None:
+                    progress(finished)
+            now = end
             step += 1
+        if now != synced:
+            yield timeout(now - synced)
 
     def _schedule(self, now: float) -> tuple[list[tuple[_Live, int, int]], int]:
         """Pick this step's batch: ``[(request, new_tokens, context_tokens)]`` and #preemptions."""
         pool = self.pool
         bs = self.block_size
-        budget = self.config.budget_tokens
+        config = self.config
+        budget = config.budget_tokens
+        max_seqs = config.max_num_seqs
         batch: list[tuple[_Live, int, int]] = []
         running = self._running
         preempted = 0
-        idx = 0
         # The policy orders the waiting queue at the START of the step, before running requests
         # take their chunks (which can evict or register blocks): vLLM's hook point is before
         # Scheduler.schedule(), so h is read from the cache as it was then. Found by the
@@ -317,17 +343,22 @@ class Engine:
         # the whole budget, or max_num_seqs is reached): the order could not change a decision,
         # and long queues make it the simulator's hot spot. PEEK's block protection is refreshed
         # from the order only in steps that can admit too (_admit_waiting returns first).
-        remaining = sum(r.req.prompt_len + r.generated - r.computed for r in running)
-        can_admit = remaining < budget and len(running) < self.config.max_num_seqs
-        ordered = self._order_waiting(now) if can_admit else []
-        if self._on_admitted is not None and can_admit:
-            # Re-admitted preempted requests get start-of-step snapshots too (policy contract);
-            # their snapshot is rebuilt, since their keys are not watched while preempted.
-            for live in self._preempted:
-                live.snap = None
-                self._step_snaps[id(live)] = self._snapshot(live)
-        while idx < len(running) and budget > 0:
-            live = running[idx]
+        remaining = 0
+        for r in running:
+            remaining += r.req.prompt_len + r.generated - r.computed
+            if remaining >= budget:
+                break  # the running chunks take the whole budget: the rest cannot change that
+        can_admit = remaining < budget and len(running) < max_seqs and bool(self._waiting or self._preempted)
+        if can_admit:
+            ordered = self._order_waiting(now)
+            if self._on_admitted is not None:
+                # Re-admitted preempted requests get start-of-step snapshots too (policy
+                # contract); their snapshot is rebuilt, since their keys are not watched while
+                # preempted.
+                for live in self._preempted:
+                    live.snap = None
+                    self._step_snaps[id(live)] = self._snapshot(live)
+        for live in running:
             computed = live.computed
             n = live.req.prompt_len + live.generated - computed
             if n > budget:
@@ -356,10 +387,12 @@ class Engine:
                 live.num_cached_blocks = full
             batch.append((live, n, computed))
             budget -= n
-            idx += 1
+            if budget <= 0:
+                break
         if preempted:
             return batch, preempted  # vLLM admits no waiting request in a step that preempted
-        self._admit_waiting(now, budget, batch, ordered)
+        if can_admit and budget > 0:
+            self._admit_waiting(now, budget, batch, ordered)
         return batch, 0
 
     def _order_waiting(self, now: float) -> list[_Live] | Iterator[_Live]:
@@ -444,9 +477,9 @@ class Engine:
                            for live in head])
         admitted: list[_Live] = []
         left: list[_Live] = []  # admitted from the waiting queue (fast path: removed after the loop)
+        # The budget and max_num_seqs are checked after each admission, so a lazy order is not
+        # read past the last request this step can admit.
         for live in order:
-            if budget <= 0 or len(running) >= max_seqs:
-                break
             if live.generated:
                 # Resumed after a preemption: recompute prompt and generated tokens, hit capped at
                 # num_tokens - 1 (vLLM: the request's num_tokens grew with its outputs).
@@ -485,6 +518,8 @@ class Engine:
             batch.append((live, n, h))
             admitted.append(live)
             budget -= n
+            if budget <= 0 or len(running) >= max_seqs:
+                break
         if self._on_admitted is not None and admitted:
             snaps = self._step_snaps
             self._on_admitted([snaps[id(live)] for live in admitted], now)
@@ -570,13 +605,6 @@ class Engine:
         live.preempted = True
         live.snap = None
         self._preempted.appendleft(live)
-
-    def _finish_step(self, batch: list, step: int, start: float, end: float) -> None:
-        finished = self._finish_batch(batch, step, start, end)
-        if finished:
-            self._running = [r for r in self._running if r.finish_s is None]
-            if self.progress is not None:
-                self.progress(finished)
 
     def _finish_batch(self, batch: list, step: int, start: float, end: float) -> int:
         """Step ``step`` ran from ``start`` to ``end`` (s): advance each scheduled request, sample
