@@ -71,6 +71,15 @@ from fairsim.sim.result import Columns, SimResult
 from fairsim.sim.keys import blocks_for, engine_block_keys, generated_block_keys
 from fairsim.types import QueuedRequest, Request
 
+#: The step loop moves the objects it created so far (snapshots, batches, policy state) out of the
+#: cyclic GC's generations every ``FREEZE_EVERY_MASK + 1`` steps (``gc.freeze``, O(1)), as
+#: ``Engine.run`` does for the trace at the start: under overload tens of thousands of live
+#: snapshots made each full collection longer, and cost per request grew with the trace length
+#: (issue 13: 1.2-1.6x per request at ``--tile 3``, native rate; about 1.0x with this). The run
+#: itself makes no cyclic garbage; a policy's is collected once ``Engine.run`` unfreezes.
+FREEZE_EVERY_MASK = 255
+
+
 class _Live:
     """Mutable engine-side state of one request (never shown to policies)."""
 
@@ -219,20 +228,23 @@ class Engine:
         try:
             self.env.process(self._loop())
             self.env.run()
+            unfinished = [r.req.request_id for r in self._all if r.finish_s is None]
+            if unfinished:
+                raise EngineInvariantError(f"{len(unfinished)} requests never finished, first {unfinished[0]!r}")
+            # The tables too are built before unfreezing: after it, every object of the run is in
+            # the oldest generation, and building tables (a dict per request) would trigger full
+            # collections over all of them.
+            return SimResult(
+                requests=self._request_table(),
+                steps=self._step_table(),
+                token_gaps=self._gap_table() if self.colocated else None,
+                policy=getattr(self.policy, "name", type(self.policy).__name__),
+                kv_blocks=self.kv_blocks,
+                block_size=self.block_size,
+                wall_time_s=time.perf_counter() - wall0,
+            )
         finally:
             gc.unfreeze()
-        unfinished = [r.req.request_id for r in self._all if r.finish_s is None]
-        if unfinished:
-            raise EngineInvariantError(f"{len(unfinished)} requests never finished, first {unfinished[0]!r}")
-        return SimResult(
-            requests=self._request_table(),
-            steps=self._step_table(),
-            token_gaps=self._gap_table() if self.colocated else None,
-            policy=getattr(self.policy, "name", type(self.policy).__name__),
-            kv_blocks=self.kv_blocks,
-            block_size=self.block_size,
-            wall_time_s=time.perf_counter() - wall0,
-        )
 
     def _loop(self):
         # Attributes read every step are bound to locals (the loop runs once per step; issue 13).
@@ -322,6 +334,8 @@ class Engine:
                     progress(finished)
             now = end
             step += 1
+            if not step & FREEZE_EVERY_MASK:
+                gc.freeze()
         if now != synced:
             yield timeout(now - synced)
 
