@@ -452,23 +452,33 @@ class Engine:
         return ordered if limit is None else islice(ordered, limit)
 
     def _checked(self, snaps: Iterator[QueuedRequest], n: int) -> Iterator[_Live]:
-        """Lazy ``check_permutation``: each item a waiting snapshot, none twice, ``n`` in all."""
-        name = getattr(self.policy, "name", type(self.policy).__name__)
+        """Lazy ``check_permutation``: each item a waiting snapshot, none twice, ``n`` in all.
+
+        Runs once per item read (PEEK reads ``max_num_seqs`` items in every admitting step), so
+        the lookups are bound once per order."""
         seen: set[int] = set()
-        keep = self._on_admitted is not None
+        add = seen.add
+        held = self._in_inc
+        keep = self._step_snaps if self._on_admitted is not None else None
         for q in snaps:
-            live = getattr(q, "handle", None)
+            try:
+                live = q.handle
+            except AttributeError:  # not a snapshot: reported below as foreign
+                live = None
             key = id(live)
-            if key in seen or key not in self._in_inc or live.snap is not q and live.snap is not None:
+            # held: id()s of live _Live objects, so a held key's ``live`` has a ``snap``.
+            if key in seen or key not in held or live.snap is not q and live.snap is not None:
+                name = getattr(self.policy, "name", type(self.policy).__name__)
                 raise PolicyContractError(
                     f"policy {name!r}: incremental_order() yielded "
                     f"{'a duplicate' if key in seen else 'a foreign or stale'} entry "
                     f"{getattr(q, 'request_id', q)!r}")
-            seen.add(key)
-            if keep:
-                self._step_snaps[key] = q
+            add(key)
+            if keep is not None:
+                keep[key] = q
             yield live
         if len(seen) != n:
+            name = getattr(self.policy, "name", type(self.policy).__name__)
             raise PolicyContractError(
                 f"policy {name!r}: incremental_order() yielded {len(seen)} of the {n} waiting requests")
 
