@@ -24,8 +24,9 @@ The engine's side of the contract (``fairsim/sim/engine.py``):
   not re-added: at the start of a step ``stale(ids)`` names the requests whose stored snapshot is
   out of date, and ``fn(q)`` gives the current step's snapshot of ``q``'s request (the same
   object for every call in a step). Everything yielded must be ``fn``'s result or a snapshot
-  never marked stale since it was added or resolved. ``ArrivalOrder`` and Fairway's lanes
-  (``LazyLanes``: ``FastLane`` + ``ArrivalOrder``) take them.
+  never marked stale since it was added or resolved. ``ArrivalOrder``, Fairway's lanes
+  (``LazyLanes``: ``FastLane`` + ``ArrivalOrder``) and VTC's and DRR's class queues
+  (``fairsim.policies.credit_fast``) take them.
 
 Cost: ``add``/``remove`` are O(log n) (``sortedcontainers``) or O(1); ``iter_order`` yields the
 first ``k`` items in O(k log n) (sorted keys; Fairway's time-dependent Fast-lane score: slope
