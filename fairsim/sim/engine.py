@@ -93,7 +93,7 @@ class _Live:
         "num_cached_blocks", "cached_at_admission", "first_scheduled_s", "first_scheduled_step",
         "finish_s", "finish_step", "preemptions", "preempted", "snap", "released_s", "out_len",
         "generated", "first_token_s", "last_token_s", "discarded", "resume_cached", "index",
-        "dec_seq", "dec_step", "dec_c0", "dec_g0",
+        "dec_seq", "dec_step", "dec_c0", "dec_g0", "watched",
     )
 
     def __init__(self, req: Request, keys: tuple[Hashable, ...], block_size: int,
@@ -130,6 +130,7 @@ class _Live:
         self.dec_step = 0
         self.dec_c0 = 0
         self.dec_g0 = 0
+        self.watched = 0  # leading keys in the engine's watcher map (Engine._rewatch)
 
 
 class Engine:
@@ -566,8 +567,12 @@ class Engine:
         return snap
 
     def _make_snapshot(self, live: _Live, h: int, computed: int) -> QueuedRequest:
-        """The policy's view of ``live`` with a prefix hit of ``h`` tokens, ``computed`` done."""
+        """The policy's view of ``live`` with a prefix hit of ``h`` tokens, ``computed`` done.
+
+        A waiting request's watched keys follow the hit it shows (``_rewatch``)."""
         req = live.req
+        if id(live) in self._waiting:
+            self._rewatch(live, h // self.block_size)
         return QueuedRequest(
             req.request_id, live.released_s, req.prompt_len, h,
             max(1, req.prompt_len - h - computed), computed, live, live.keys,
@@ -575,24 +580,55 @@ class Engine:
         )
 
     def _watch(self, live: _Live) -> None:
+        """A request joined the waiting queue. Its keys are watched from its first snapshot on
+        (``_rewatch``): before, no snapshot can go stale."""
+        live.watched = 0
+
+    def _rewatch(self, live: _Live, hit_blocks: int) -> None:
+        """Watch exactly the keys whose change can change a hit of ``hit_blocks`` leading blocks.
+
+        The hit is the run of leading keys present in the cache (``BlockPool.count_prefix``, at
+        most ``max_hit_blocks``), so it changes only when one of its own keys is evicted or the
+        key right after it is cached: ``keys[:hit_blocks + 1]`` (capped at ``max_hit_blocks``).
+        Keys further on cannot change it while that next key is missing; they are watched once a
+        snapshot shows the longer hit. Under overload a waiting request's hit is mostly a few
+        shared blocks, so this watches a few keys instead of its whole prompt (the watcher map
+        and its updates were 10x the trace's size at ``--tile 10``; issue 13). The snapshots
+        invalidated are those whose hit changed, so the decisions are the same.
+        """
+        w = hit_blocks + 1 if hit_blocks < live.max_hit_blocks else live.max_hit_blocks
+        old = live.watched
+        if w == old:
+            return
         watchers = self._watchers
-        get = watchers.get
         lid = id(live)
-        for key in live.keys[: live.max_hit_blocks]:
-            bucket = get(key)
-            if bucket is None:
-                watchers[key] = {lid: live}
-            else:
-                bucket[lid] = live
+        keys = live.keys
+        if w > old:
+            get = watchers.get
+            for key in keys[old:w]:
+                bucket = get(key)
+                if bucket is None:
+                    watchers[key] = {lid: live}
+                else:
+                    bucket[lid] = live
+        else:
+            for key in keys[w:old]:
+                bucket = watchers[key]
+                del bucket[lid]
+                if not bucket:
+                    del watchers[key]
+        live.watched = w
 
     def _unwatch(self, live: _Live) -> None:
+        """The request left the waiting queue (admitted): drop its watched keys."""
         watchers = self._watchers
         lid = id(live)
-        for key in live.keys[: live.max_hit_blocks]:
+        for key in live.keys[: live.watched]:
             bucket = watchers[key]
             del bucket[lid]
             if not bucket:
                 del watchers[key]
+        live.watched = 0
 
     def _key_changed(self, key: Hashable) -> None:
         """A key some waiting request may hit changed hittability (``BlockPool.watched`` filters
