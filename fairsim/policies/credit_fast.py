@@ -7,6 +7,14 @@ FIFO queues across steps (``sortedcontainers``), fed by the engine's ``add``/``r
 (``fairsim.policies.incremental``), and produce the same order lazily, so reading the first ``k``
 items costs about O(k log n) plus the work of the classes that changed since the last call.
 
+Both take lazy hits (``fairsim.sim.lazy_hits``): a class, its FIFO position and VTC's key do
+not depend on a request's prefix hit, only the charges (``uncached_len``) of the requests an order
+reads do, so a cache event changes nothing here and every snapshot read goes through the
+engine's resolver (this step's snapshot). Under overload, where a block shared by thousands of
+waiting requests flips again and again, the eager path rebuilt and re-added all their snapshots
+at the next step (issue 13: DRR's cost per request grew 1.9x on the conversation trace tiled
+10x).
+
 They share the policy object's state (counters, deficits, ring, cursor) and update it exactly
 where the reference does: the per-call bookkeeping (VTC's lift, DRR's ring update) when
 ``iter_order`` is called, the scratch log of placements as the order is read, and the real
@@ -20,7 +28,7 @@ import heapq
 import itertools
 import math
 from bisect import bisect_left, insort
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -33,18 +41,36 @@ class ClassQueues:
     """Waiting snapshots grouped by class (``client_key``), each class in ``arrival_key`` order.
 
     ``touched`` collects the classes whose membership changed (a request joined or left) since
-    the owner last cleared it. Each class is a plain sorted list (``bisect``): most classes hold
-    a few requests, where a list is several times cheaper to build, index and update than a
-    ``SortedList``; ``add``/``remove`` O(log n) comparisons plus a C ``memmove`` of the class.
+    the owner last cleared it. With a resolver (``set_resolver``, lazy hits) a stored snapshot
+    is read through it (``current``): the stored one is that of the request's arrival (or a
+    later ``add``) and may be out of date. Each class is a plain sorted list (``bisect``): most
+    classes hold a few requests, where a list is several times cheaper to build, index and update
+    than a ``SortedList``; ``add``/``remove`` O(log n) comparisons plus a C ``memmove`` of the
+    class.
     """
 
     def __init__(self) -> None:
         self.queues: dict[Hashable, list] = {}  # class -> sorted list of (arrival, rid)
         self.items: dict[str, tuple[Hashable, QueuedRequest]] = {}
         self.touched: set[Hashable] = set()
+        self.resolve: Callable[[QueuedRequest], QueuedRequest] | None = None
 
     def __len__(self) -> int:
         return len(self.items)
+
+    def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
+        """Lazy hits: read every stored snapshot as ``resolve(q)`` (this step's snapshot)."""
+        self.resolve = resolve
+
+    def stale(self, request_ids: Any, raised: Any = None) -> None:
+        """Lazy hits: these snapshots are out of date (``raised``: those whose hit may have
+        risen; unused). Classes and FIFO keys do not depend on them, and every read resolves:
+        nothing to do."""
+
+    def current(self, request_id: str) -> QueuedRequest:
+        """This step's snapshot of a held request (resolved with lazy hits)."""
+        q = self.items[request_id][1]
+        return q if self.resolve is None else self.resolve(q)
 
     def add(self, q: QueuedRequest) -> None:
         rid = q.request_id
@@ -68,9 +94,6 @@ class ClassQueues:
         if not queue:
             del self.queues[u]
         self.touched.add(u)
-
-    def snap(self, request_id: str) -> QueuedRequest:
-        return self.items[request_id][1]
 
 
 class VTCOrder(ClassQueues):
@@ -137,7 +160,7 @@ class VTCOrder(ClassQueues):
     def _merge(self) -> Iterator[QueuedRequest]:
         w = self.policy.input_weight
         placed = self.policy._placed
-        queues, items, class_of = self.queues, self.items, self._class_of_rid
+        queues, items, class_of, resolve = self.queues, self.items, self._class_of_rid, self.resolve
         heap: list[tuple] = []
         it = iter(self._keys)
         nxt = next(it, None)
@@ -151,6 +174,8 @@ class VTCOrder(ClassQueues):
                 u, i = class_of[rid], 0
                 nxt = next(it, None)
             r = items[rid][1]
+            if resolve is not None:
+                r = resolve(r)
             placed[rid] = (u, r.uncached_len)
             yield r
             i += 1
@@ -244,7 +269,13 @@ class DRROrder(ClassQueues):
         append = changes.append
         deficit, cursor, emptied, q = policy.deficit, policy.cursor, policy.emptied, policy.quantum
         dreal = deficit.get
-        queues, items = self.queues, self.items
+        queues, items, resolve = self.queues, self.items, self.resolve
+        if resolve is None:
+            def current(rid):
+                return items[rid][1]
+        else:
+            def current(rid):  # this step's snapshot (lazy hits)
+                return resolve(items[rid][1])
         rnxt, rprv = self._nxt, self._prv
         snxt: dict[Hashable, Hashable] = {}
         sprv: dict[Hashable, Hashable] = {}
@@ -280,7 +311,7 @@ class DRROrder(ClassQueues):
             dk = d[k] if k in d else dreal(k, 0.0)
             c = ch.get(k)
             if c is None:
-                c = ch[k] = items[queues[k][head.get(k, 0)][1]][1].uncached_len
+                c = ch[k] = current(queues[k][head.get(k, 0)][1]).uncached_len
             if not credited:
                 dk += q
                 d[k] = dk
@@ -310,7 +341,7 @@ class DRROrder(ClassQueues):
                     for x in ring:
                         cx = ch.get(x)
                         if cx is None:
-                            cx = ch[x] = items[queues[x][head.get(x, 0)][1]][1].uncached_len
+                            cx = ch[x] = current(queues[x][head.get(x, 0)][1]).uncached_len
                         mx = math.ceil((cx - (d[x] if x in d else dreal(x, 0.0))) / q)
                         if m is None or mx < m:
                             m = mx
@@ -325,7 +356,7 @@ class DRROrder(ClassQueues):
             last = len(queue) - 1
             i = head.get(k, 0)
             while True:
-                r = items[queue[i][1]][1]
+                r = current(queue[i][1])
                 dk -= r.uncached_len
                 d[k] = dk
                 append((deficit, k, dk))
@@ -334,7 +365,7 @@ class DRROrder(ClassQueues):
                 if i > last:
                     ends = True
                 else:
-                    c = ch[k] = items[queue[i][1]][1].uncached_len
+                    c = ch[k] = current(queue[i][1]).uncached_len
                     ends = c > dk
                 if ends:
                     nk = end_visit(k)

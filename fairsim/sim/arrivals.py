@@ -107,6 +107,10 @@ class Arrivals(Generic[T]):
         self.replay = replay
         self.think_scale = think_scale
         self._heap: list[tuple[float, str, Request, T]] = []
+        #: The queued releases, a min-heap of ``(release_s, request_id, request, item)`` (the same
+        #: list for the whole run; read-only outside this class): ``heap[0][0] <= now`` says a
+        #: ``pop_due(now)`` would release something, without a call (the engine's step loop).
+        self.heap = self._heap
         # closed loop: predecessor id -> [(request, item)] waiting for it to finish
         self._followers: dict[str, list[tuple[Request, T]]] = {}
         self._held = 0

@@ -131,10 +131,7 @@ class BlockPool:
             ref[b] += 1
 
     def allocate(self, n: int) -> list[int]:
-        """Take ``n`` blocks from the front of the free queue, evicting cached ones.
-
-        Evictions are inlined, in pop order, with the same effects as ``_evict`` per block
-        (lookup table, ``num_evictions``, ``journal``, ``on_key_change``).
+        """Take ``n`` blocks from the front of the free queue, evicting cached ones (``_claim``).
 
         Raises:
             ValueError: Fewer than ``n`` free blocks (the caller must check ``num_free`` first).
@@ -142,23 +139,33 @@ class BlockPool:
         free = self._free
         if n > len(free):
             raise ValueError(f"cannot allocate {n} blocks: only {len(free)} free")
+        popitem = free.popitem
+        out = [popitem(False)[0] for _ in range(n)]
+        self._claim(out)
+        return out
+
+    def _claim(self, block_ids: list[int]) -> None:
+        """Blocks just taken off the free queue: ``ref_cnt = 1``, and the cached ones evicted in
+        the order given.
+
+        Evictions are inlined, with the same effects as ``_evict`` per block (lookup table,
+        ``journal``, ``on_key_change`` when the key's last block goes; ``num_evictions`` and
+        ``num_cached`` once for all): a Python call per evicted block was the hot path.
+        """
         ref = self.ref_cnt
         block_key = self.block_key
-        popitem = free.popitem
-        out = []
+        cached = self._cached
         evicted = 0
-        for _ in range(n):
-            b = popitem(False)[0]
+        for b in block_ids:
             ref[b] = 1
-            out.append(b)
             key = block_key[b]
             if key is not None:  # evict: _evict inlined
                 block_key[b] = None
                 evicted += 1
-                ids = self._cached[key]
+                ids = cached[key]
                 del ids[b]
                 if not ids:  # the key is no longer hittable
-                    del self._cached[key]
+                    del cached[key]
                     journal = self.journal
                     if journal is not None and key not in journal:
                         journal[key] = True
@@ -168,7 +175,6 @@ class BlockPool:
         if evicted:
             self.num_evictions += evicted
             self._num_cached -= evicted
-        return out
 
     def _evict(self, block_id: int, key: Hashable) -> None:
         ids = self._cached[key]

@@ -311,7 +311,7 @@ class DecodeFastEngine(Engine):
         a[10](preempted)
         end_s = now + duration
         # Step end: every decoder samples a token; the due ones may finish (in admission order,
-        # before the batch's other requests, as Engine._finish_step frees them).
+        # before the batch's other requests, as Engine._finish_batch frees them).
         finished = 0
         for live in due:
             c = live.dec_c0 + step - live.dec_step

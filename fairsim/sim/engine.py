@@ -1,10 +1,13 @@
 """SimPy model of a vLLM-v1-style chunked-prefill engine with a prefix cache.
 
-SimPy time is seconds. One SimPy process drives the step loop; released requests are drained
-from the arrival process (``fairsim.sim.arrivals``: open loop = timestamps, closed loop = a turn
-is released when its predecessor finished plus its think time) at the start of every step, so a
-request released exactly at a step's start time is waiting for that step - a fixed,
-deterministic order, (release time, request_id), with no same-time event races.
+SimPy time is seconds. One SimPy process drives the step loop; it keeps the clock itself (a
+step ends at ``now + duration``, the float SimPy's ``timeout(duration)`` gives) and yields to
+SimPy only to wait for the next release and at the end, so a step costs no event. Released
+requests are drained from the arrival process (``fairsim.sim.arrivals``: open loop =
+timestamps, closed loop = a turn is released when its predecessor finished plus its think time)
+at the start of every step, so a request released exactly at a step's start time is waiting for
+that step - a fixed, deterministic order, (release time, request_id), with no same-time event
+races.
 
 Each step (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule``):
 
@@ -72,6 +75,17 @@ from fairsim.sim.result import Columns, SimResult
 from fairsim.sim.keys import blocks_for, engine_block_keys, generated_block_keys
 from fairsim.types import QueuedRequest, Request
 
+#: The step loop moves the objects it created so far (snapshots, batches, policy state) out of the
+#: cyclic GC's generations every ``FREEZE_EVERY_MASK + 1`` steps (``gc.freeze``, O(1)), as
+#: ``Engine.run`` does for the trace at the start: under overload tens of thousands of live
+#: snapshots made each full collection longer, and cost per request grew with the trace length
+#: (issue 13: FCFS on the conversation trace at ``--tile 3``, native rate: full collections took
+#: 1.4 s of 2.9 s CPU; 0.15 s with this and the tables built before unfreezing). The run itself
+#: makes no cyclic garbage (checked with ``gc.collect()`` after runs of the nine non-Fairway
+#: policies); a policy's is collected once ``Engine.run`` unfreezes.
+FREEZE_EVERY_MASK = 255
+
+
 class _Live:
     """Mutable engine-side state of one request (never shown to policies)."""
 
@@ -80,7 +94,7 @@ class _Live:
         "num_cached_blocks", "cached_at_admission", "first_scheduled_s", "first_scheduled_step",
         "finish_s", "finish_step", "preemptions", "preempted", "snap", "released_s", "out_len",
         "generated", "first_token_s", "last_token_s", "discarded", "resume_cached", "index",
-        "dec_seq", "dec_step", "dec_c0", "dec_g0",
+        "dec_seq", "dec_step", "dec_c0", "dec_g0", "watched",
     )
 
     def __init__(self, req: Request, keys: tuple[Hashable, ...], block_size: int,
@@ -117,6 +131,7 @@ class _Live:
         self.dec_step = 0
         self.dec_c0 = 0
         self.dec_g0 = 0
+        self.watched = 0  # leading keys in the engine's watcher map (Engine._rewatch)
 
 
 class Engine:
@@ -220,52 +235,68 @@ class Engine:
         try:
             self.env.process(self._loop())
             self.env.run()
+            unfinished = [r.req.request_id for r in self._all if r.finish_s is None]
+            if unfinished:
+                raise EngineInvariantError(f"{len(unfinished)} requests never finished, first {unfinished[0]!r}")
+            # The tables too are built before unfreezing: after it, every object of the run is in
+            # the oldest generation, and building tables (a dict per request) would trigger full
+            # collections over all of them.
+            return SimResult(
+                requests=self._request_table(),
+                steps=self._step_table(),
+                token_gaps=self._gap_table() if self.colocated else None,
+                policy=getattr(self.policy, "name", type(self.policy).__name__),
+                kv_blocks=self.kv_blocks,
+                block_size=self.block_size,
+                wall_time_s=time.perf_counter() - wall0,
+            )
         finally:
             gc.unfreeze()
-        unfinished = [r.req.request_id for r in self._all if r.finish_s is None]
-        if unfinished:
-            raise EngineInvariantError(f"{len(unfinished)} requests never finished, first {unfinished[0]!r}")
-        return SimResult(
-            requests=self._request_table(),
-            steps=self._step_table(),
-            token_gaps=self._gap_table() if self.colocated else None,
-            policy=getattr(self.policy, "name", type(self.policy).__name__),
-            kv_blocks=self.kv_blocks,
-            block_size=self.block_size,
-            wall_time_s=time.perf_counter() - wall0,
-        )
 
     def _loop(self):
         # Attributes read every step are bound to locals (the loop runs once per step; issue 13).
+        # Most steps of a stable load are chunks of long prefills that admit nothing, so the
+        # per-step work is kept to what such a step needs: no call for arrivals unless one is
+        # due, one call to schedule, one to finish the batch (``self._running`` is updated in
+        # place, so the local stays valid), and no SimPy event: the clock is ``now``, advanced
+        # as ``now + duration`` - the float SimPy's ``timeout(duration)`` would give - and the
+        # SimPy clock follows it at idle waits and at the end (as ``DecodeFastEngine``).
         env = self.env
         arrivals = self._arrivals
+        due = arrivals.heap  # (release_s, ...) min-heap: a step pops only when its head is due
         waiting = self._waiting
         preempted_q = self._preempted
+        running = self._running
         pool = self.pool
         rows = self._step_rows
+        append_row = rows.append
         schedule = self._schedule
-        finish_step = self._finish_step
+        finish_batch = self._finish_batch
         watch = self._watch
         timeout = env.timeout
+        progress = self.progress
         colocated = self.colocated
         step_time = (self.profile.step_time_colocated if colocated
                      else self.profile.step_time_from_sums)
         step = 0
-        while arrivals or waiting or preempted_q or self._running:
+        now = synced = env.now
+        while running or waiting or preempted_q or arrivals:
             if interrupt.REQUESTED:  # a Ctrl-C swallowed by a finaliser still stops the run
                 raise KeyboardInterrupt
-            now = env.now
-            for released, _, live in arrivals.pop_due(now):
-                live.released_s = released
-                waiting[id(live)] = live
-                watch(live)
-            if not (waiting or preempted_q or self._running):
+            if due and due[0][0] <= now:
+                for released, _, live in arrivals.pop_due(now):
+                    live.released_s = released
+                    waiting[id(live)] = live
+                    watch(live)
+            if not (running or waiting or preempted_q):
                 nxt = arrivals.next_time()
                 # Held turns wait for a request in the engine; none is, so one must be queued.
                 if nxt is None:
                     raise EngineInvariantError(
                         f"at {now:.6f} s closed-loop turns are held but no request is queued or running")
-                yield timeout(nxt - now)
+                now = now + (nxt - now)  # env.now after timeout(nxt - now)
+                yield timeout(now - synced)
+                synced = now
                 continue
             num_waiting = len(waiting) + len(preempted_q)
             evictions0 = pool.num_evictions
@@ -276,40 +307,55 @@ class Engine:
                 if not preempted:
                     raise EngineInvariantError(
                         f"step {step} at {now:.6f} s scheduled nothing although {num_waiting} requests "
-                        f"wait and {len(self._running)} run")
+                        f"wait and {len(running)} run")
                 continue
             new_tokens = 0
             pair_sum = 0.0
             decodes = 0
-            decode_ctx = 0
-            for live, n, ctx in batch:
-                new_tokens += n
-                pair_sum += n * (ctx + n / 2)
-                if n == 1 and ctx >= live.req.prompt_len:  # one generated token: a decode
-                    decodes += 1
-                    decode_ctx += ctx
             if colocated:
+                decode_ctx = 0
+                for live, n, ctx in batch:
+                    new_tokens += n
+                    pair_sum += n * (ctx + n / 2)
+                    if n == 1 and ctx >= live.req.prompt_len:  # one generated token: a decode
+                        decodes += 1
+                        decode_ctx += ctx
                 duration = step_time(new_tokens, pair_sum, len(batch), decodes, decode_ctx)
             else:
+                # Prefill-only: a scheduled request's context is below its prompt (a hit is capped
+                # at L - 1 tokens), so nothing decodes.
+                for live, n, ctx in batch:
+                    new_tokens += n
+                    pair_sum += n * (ctx + n / 2)
                 duration = step_time(new_tokens, pair_sum, len(batch))
-            rows.append((
-                step, now, duration, new_tokens, decodes, len(batch), num_waiting, len(self._running),
+            append_row((
+                step, now, duration, new_tokens, decodes, len(batch), num_waiting, len(running),
                 pool.num_used, pool.num_cached, pool.num_evictions - evictions0,
                 preempted,
             ))
-            yield timeout(duration)
-            finish_step(batch, step, now, env.now)
+            end = now + duration
+            finished = finish_batch(batch, step, now, end)
+            if finished:
+                running[:] = [r for r in running if r.finish_s is None]
+                if progress is not None:
+                    progress(finished)
+            now = end
             step += 1
+            if not step & FREEZE_EVERY_MASK:
+                gc.freeze()
+        if now != synced:
+            yield timeout(now - synced)
 
     def _schedule(self, now: float) -> tuple[list[tuple[_Live, int, int]], int]:
         """Pick this step's batch: ``[(request, new_tokens, context_tokens)]`` and #preemptions."""
         pool = self.pool
         bs = self.block_size
-        budget = self.config.budget_tokens
+        config = self.config
+        budget = config.budget_tokens
+        max_seqs = config.max_num_seqs
         batch: list[tuple[_Live, int, int]] = []
         running = self._running
         preempted = 0
-        idx = 0
         # The policy orders the waiting queue at the START of the step, before running requests
         # take their chunks (which can evict or register blocks): vLLM's hook point is before
         # Scheduler.schedule(), so h is read from the cache as it was then. Found by the
@@ -317,18 +363,23 @@ class Engine:
         # Skip the order when no waiting request can be admitted this step (running chunks take
         # the whole budget, or max_num_seqs is reached): the order could not change a decision,
         # and long queues make it the simulator's hot spot. PEEK's block protection is refreshed
-        # from the order only in steps that can admit too (_admit_waiting returns first).
-        remaining = sum(r.req.prompt_len + r.generated - r.computed for r in running)
-        can_admit = remaining < budget and len(running) < self.config.max_num_seqs
-        ordered = self._order_waiting(now) if can_admit else []
-        if self._on_admitted is not None and can_admit:
-            # Re-admitted preempted requests get start-of-step snapshots too (policy contract);
-            # their snapshot is rebuilt, since their keys are not watched while preempted.
-            for live in self._preempted:
-                live.snap = None
-                self._step_snaps[id(live)] = self._snapshot(live)
-        while idx < len(running) and budget > 0:
-            live = running[idx]
+        # from the order only in steps that can admit too (_admit_waiting is not called).
+        remaining = 0
+        for r in running:
+            remaining += r.req.prompt_len + r.generated - r.computed
+            if remaining >= budget:
+                break  # the running chunks take the whole budget: the rest cannot change that
+        can_admit = remaining < budget and len(running) < max_seqs and bool(self._waiting or self._preempted)
+        if can_admit:
+            ordered = self._order_waiting(now)
+            if self._on_admitted is not None:
+                # Re-admitted preempted requests get start-of-step snapshots too (policy
+                # contract); their snapshot is rebuilt, since their keys are not watched while
+                # preempted.
+                for live in self._preempted:
+                    live.snap = None
+                    self._step_snaps[id(live)] = self._snapshot(live)
+        for live in running:
             computed = live.computed
             n = live.req.prompt_len + live.generated - computed
             if n > budget:
@@ -357,10 +408,12 @@ class Engine:
                 live.num_cached_blocks = full
             batch.append((live, n, computed))
             budget -= n
-            idx += 1
+            if budget <= 0:
+                break
         if preempted:
             return batch, preempted  # vLLM admits no waiting request in a step that preempted
-        self._admit_waiting(now, budget, batch, ordered)
+        if can_admit and budget > 0:
+            self._admit_waiting(now, budget, batch, ordered)
         return batch, 0
 
     def _order_waiting(self, now: float) -> list[_Live] | Iterator[_Live]:
@@ -406,23 +459,33 @@ class Engine:
         return ordered if limit is None else islice(ordered, limit)
 
     def _checked(self, snaps: Iterator[QueuedRequest], n: int) -> Iterator[_Live]:
-        """Lazy ``check_permutation``: each item a waiting snapshot, none twice, ``n`` in all."""
-        name = getattr(self.policy, "name", type(self.policy).__name__)
+        """Lazy ``check_permutation``: each item a waiting snapshot, none twice, ``n`` in all.
+
+        Runs once per item read (PEEK reads ``max_num_seqs`` items in every admitting step), so
+        the lookups are bound once per order."""
         seen: set[int] = set()
-        keep = self._on_admitted is not None
+        add = seen.add
+        held = self._in_inc
+        keep = self._step_snaps if self._on_admitted is not None else None
         for q in snaps:
-            live = getattr(q, "handle", None)
+            try:
+                live = q.handle
+            except AttributeError:  # not a snapshot: reported below as foreign
+                live = None
             key = id(live)
-            if key in seen or key not in self._in_inc or live.snap is not q and live.snap is not None:
+            # held: id()s of live _Live objects, so a held key's ``live`` has a ``snap``.
+            if key in seen or key not in held or live.snap is not q and live.snap is not None:
+                name = getattr(self.policy, "name", type(self.policy).__name__)
                 raise PolicyContractError(
                     f"policy {name!r}: incremental_order() yielded "
                     f"{'a duplicate' if key in seen else 'a foreign or stale'} entry "
                     f"{getattr(q, 'request_id', q)!r}")
-            seen.add(key)
-            if keep:
-                self._step_snaps[key] = q
+            add(key)
+            if keep is not None:
+                keep[key] = q
             yield live
         if len(seen) != n:
+            name = getattr(self.policy, "name", type(self.policy).__name__)
             raise PolicyContractError(
                 f"policy {name!r}: incremental_order() yielded {len(seen)} of the {n} waiting requests")
 
@@ -445,9 +508,9 @@ class Engine:
                            for live in head])
         admitted: list[_Live] = []
         left: list[_Live] = []  # admitted from the waiting queue (fast path: removed after the loop)
+        # The budget and max_num_seqs are checked after each admission, so a lazy order is not
+        # read past the last request this step can admit.
         for live in order:
-            if budget <= 0 or len(running) >= max_seqs:
-                break
             if live.generated:
                 # Resumed after a preemption: recompute prompt and generated tokens, hit capped at
                 # num_tokens - 1 (vLLM: the request's num_tokens grew with its outputs).
@@ -486,6 +549,8 @@ class Engine:
             batch.append((live, n, h))
             admitted.append(live)
             budget -= n
+            if budget <= 0 or len(running) >= max_seqs:
+                break
         if self._on_admitted is not None and admitted:
             snaps = self._step_snaps
             self._on_admitted([snaps[id(live)] for live in admitted], now)
@@ -503,8 +568,12 @@ class Engine:
         return snap
 
     def _make_snapshot(self, live: _Live, h: int, computed: int) -> QueuedRequest:
-        """The policy's view of ``live`` with a prefix hit of ``h`` tokens, ``computed`` done."""
+        """The policy's view of ``live`` with a prefix hit of ``h`` tokens, ``computed`` done.
+
+        A waiting request's watched keys follow the hit it shows (``_rewatch``)."""
         req = live.req
+        if id(live) in self._waiting:
+            self._rewatch(live, h // self.block_size)
         return QueuedRequest(
             req.request_id, live.released_s, req.prompt_len, h,
             max(1, req.prompt_len - h - computed), computed, live, live.keys,
@@ -512,24 +581,55 @@ class Engine:
         )
 
     def _watch(self, live: _Live) -> None:
+        """A request joined the waiting queue. Its keys are watched from its first snapshot on
+        (``_rewatch``): before, no snapshot can go stale."""
+        live.watched = 0
+
+    def _rewatch(self, live: _Live, hit_blocks: int) -> None:
+        """Watch exactly the keys whose change can change a hit of ``hit_blocks`` leading blocks.
+
+        The hit is the run of leading keys present in the cache (``BlockPool.count_prefix``, at
+        most ``max_hit_blocks``), so it changes only when one of its own keys is evicted or the
+        key right after it is cached: ``keys[:hit_blocks + 1]`` (capped at ``max_hit_blocks``).
+        Keys further on cannot change it while that next key is missing; they are watched once a
+        snapshot shows the longer hit. Under overload a waiting request's hit is mostly a few
+        shared blocks, so this watches a few keys instead of its whole prompt (the watcher map
+        and its updates were 10x the trace's size at ``--tile 10``; issue 13). The snapshots
+        invalidated are those whose hit changed, so the decisions are the same.
+        """
+        w = hit_blocks + 1 if hit_blocks < live.max_hit_blocks else live.max_hit_blocks
+        old = live.watched
+        if w == old:
+            return
         watchers = self._watchers
-        get = watchers.get
         lid = id(live)
-        for key in live.keys[: live.max_hit_blocks]:
-            bucket = get(key)
-            if bucket is None:
-                watchers[key] = {lid: live}
-            else:
-                bucket[lid] = live
+        keys = live.keys
+        if w > old:
+            get = watchers.get
+            for key in keys[old:w]:
+                bucket = get(key)
+                if bucket is None:
+                    watchers[key] = {lid: live}
+                else:
+                    bucket[lid] = live
+        else:
+            for key in keys[w:old]:
+                bucket = watchers[key]
+                del bucket[lid]
+                if not bucket:
+                    del watchers[key]
+        live.watched = w
 
     def _unwatch(self, live: _Live) -> None:
+        """The request left the waiting queue (admitted): drop its watched keys."""
         watchers = self._watchers
         lid = id(live)
-        for key in live.keys[: live.max_hit_blocks]:
+        for key in live.keys[: live.watched]:
             bucket = watchers[key]
             del bucket[lid]
             if not bucket:
                 del watchers[key]
+        live.watched = 0
 
     def _key_changed(self, key: Hashable) -> None:
         """A key some waiting request may hit changed hittability (``BlockPool.watched`` filters
@@ -571,13 +671,6 @@ class Engine:
         live.preempted = True
         live.snap = None
         self._preempted.appendleft(live)
-
-    def _finish_step(self, batch: list, step: int, start: float, end: float) -> None:
-        finished = self._finish_batch(batch, step, start, end)
-        if finished:
-            self._running = [r for r in self._running if r.finish_s is None]
-            if self.progress is not None:
-                self.progress(finished)
 
     def _finish_batch(self, batch: list, step: int, start: float, end: float) -> int:
         """Step ``step`` ran from ``start`` to ``end`` (s): advance each scheduled request, sample

@@ -68,9 +68,13 @@ class HookedBlockPool(BlockPool):
         out = self.hook.select(self, n)
         if len(out) != n or len(set(out)) != n:
             raise EngineInvariantError(f"eviction hook selected {out} for {n} blocks: need {n} distinct blocks")
-        ref = self.ref_cnt
         for b in out:
             del free[b]  # KeyError here = the hook picked a block that is not free (a hook bug)
+        if self._on_evict is _noop:
+            self._claim(out)  # no eviction observer: BlockPool's inlined evictions
+            return out
+        ref = self.ref_cnt
+        for b in out:
             key = self.block_key[b]
             if key is not None:
                 self._evict(b, key)

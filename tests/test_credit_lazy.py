@@ -1,0 +1,88 @@
+"""Lazy hits in the credit fast paths (VTC, DRR: ``fairsim.policies.credit_fast.ClassQueues``).
+
+As the engine with ``fairsim.sim.lazy_hits``: after a cache event a waiting request's new hit is
+not re-added; the order is only told ``stale(ids)`` and reads the request's snapshot of the step
+through the resolver. Every read must equal the reference ``order()`` over the current
+snapshots, yield the resolver's objects (the engine rejects anything else as stale), and the
+state after the admissions must equal the reference policy's.
+"""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fairsim.costmodel import load_profile
+from fairsim.policies import make_policy
+from fairsim.types import QueuedRequest
+from tests.utils import admit
+
+PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 10_000), name=st.sampled_from(["drr", "vtc"]), n=st.integers(1, 40),
+       num_clients=st.sampled_from([0, 1, 3, 8]), quantum=st.sampled_from([300, 2048]),
+       changed=st.integers(0, 30))
+def test_stale_hits_read_through_the_resolver(seed, name, n, num_clients, quantum, changed):
+    rng = random.Random(seed)
+    params = {"quantum": quantum} if name == "drr" else {"input_weight": quantum / 1000}
+    ref = make_policy(name, PROFILE, **params)
+    fast = make_policy(name, PROFILE, **params)
+    inc = fast.incremental_order()
+    current: dict[str, QueuedRequest] = {}  # this step's snapshots (the engine's)
+    reads: list[str] = []
+    inc.set_resolver(lambda q: reads.append(q.request_id) or current[q.request_id])
+    t = 0.0
+    for step in range(12):
+        for _ in range(rng.randint(0, n) if step % 3 == 0 else rng.randint(0, 2)):
+            t += rng.random()
+            L = rng.randint(2, 6_000)
+            h = rng.randint(0, L - 1)
+            client = ("tenant", rng.randrange(num_clients)) if num_clients else None
+            q = QueuedRequest(f"r{step}-{len(current)}-{rng.randrange(10**6)}", t, L, h, max(1, L - h), 0,
+                              None, client=client)
+            current[q.request_id] = q
+            inc.add(q)
+        # Cache events: new hits, told to the order as stale only (the stored snapshots stay old).
+        stale = rng.sample(sorted(current), k=min(len(current), rng.randint(0, changed)))
+        for rid in stale:
+            q = current[rid]
+            h = rng.randint(0, q.prompt_len - 1)
+            current[rid] = q._replace(cached_len=h, uncached_len=max(1, q.prompt_len - h))
+        inc.stale(stale)
+        if not current:
+            continue
+        now = t + rng.random()
+        expected = [q.request_id for q in ref.order(list(current.values()), now)]
+        reads.clear()
+        it = inc.iter_order(now)
+        k = rng.randint(0, min(4, len(expected)))
+        got = [next(it) for _ in range(min(len(expected), k + 1))]
+        assert [q.request_id for q in got] == expected[:len(got)]
+        assert all(q is current[q.request_id] for q in got)  # this step's objects, never the stored ones
+        assert set(q.request_id for q in got) <= set(reads)
+        admitted = [current[rid] for rid in expected[:k]]
+        if admitted:
+            ref.on_admitted(admitted, now)
+            fast.on_admitted(admitted, now)
+        admit(current, inc, admitted)
+    if name == "drr":
+        assert (ref.deficit, ref.cursor) == (fast.deficit, fast.cursor)
+    else:
+        assert ref.counter == fast.counter
+
+
+def test_credit_orders_take_lazy_hits_in_the_engine():
+    """The engine gives VTC's and DRR's fast paths the resolver (no eager re-adds)."""
+    from fairsim.sim.engine import Engine
+    from tests.utils import make_request
+
+    reqs = [make_request(f"r{i}", 0.1 * i, 40, hashes=(1, 2, 3), block=8) for i in range(4)]
+    for name in ("vtc", "drr"):
+        engine = Engine(reqs, make_policy(name, PROFILE), PROFILE)
+        assert engine._lazy is not None and engine._inc.resolve is not None
+        result = engine.run()
+        assert len(result.requests) == 4

@@ -1,0 +1,97 @@
+"""The engine's watcher map (``Engine._rewatch``): a waiting request watches only the keys whose
+change can change the prefix hit its snapshot shows, and that is enough.
+
+Checked at the start of every step (before the policy reads snapshots) on random small traces
+with shared prefixes and small caches (hypothesis), with the reference ordering (snapshots
+trusted until a watched key changes, no lazy journal):
+
+- every waiting request's cached snapshot shows the hit the cache gives now (no stale snapshot
+  survives a cache event: the invalidation is complete);
+- a waiting request with a snapshot of ``h`` hit blocks watches exactly ``keys[:min(h + 1,
+  max_hit_blocks)]``, one without a snapshot watches nothing, and the map holds nothing else.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+
+from fairsim.policies import make_policy
+from fairsim.sim import Engine
+from tests.strategies import simulations
+
+
+def _check(engine: Engine) -> int:
+    pool, bs = engine.pool, engine.block_size
+    expected: dict = {}
+    checked = 0
+    for live in engine._waiting.values():
+        if live.snap is None:
+            assert live.watched == 0 or live.watched <= live.max_hit_blocks
+        else:
+            now_hit = pool.count_prefix(live.keys, live.max_hit_blocks)
+            assert live.snap.cached_len == now_hit * bs, live.req.request_id
+            checked += 1
+            h = live.snap.cached_len // bs
+            assert live.watched == min(h + 1, live.max_hit_blocks)
+        for key in live.keys[: live.watched]:
+            expected.setdefault(key, set()).add(id(live))
+    assert {k: set(v) for k, v in engine._watchers.items()} == expected
+    return checked
+
+
+@pytest.mark.parametrize("name", ["lpm", "fcfs", "peek", "drr"])
+@settings(max_examples=60, deadline=None)
+@given(sim=simulations(max_requests=10))
+def test_watched_keys_cover_every_hit_change(name, sim):
+    requests, profile, config = sim
+    engine = Engine(requests, make_policy(name, profile), profile, config, fast_order=False)
+    schedule = engine._schedule
+    seen = []
+
+    def checked_schedule(now):
+        seen.append(_check(engine))
+        return schedule(now)
+
+    engine._schedule = checked_schedule
+    result = engine.run()
+    assert len(result.requests) == len(requests)
+    assert engine._watchers == {}  # every request left the queue: nothing watched
+    assert len(seen) == len(result.steps)
+
+
+def test_hit_grows_one_key_at_a_time():
+    """Hand-made, on the engine's pool: a waiting request with keys k0..k4 watches its hit and the
+    next key; caching that key invalidates its snapshot, caching a key further on does not."""
+    from fairsim.costmodel import load_profile
+    from fairsim.sim import EngineConfig
+    from tests.utils import make_request
+
+    profile = load_profile("a6000-llama3.1-8b-vllm-prior")
+    b = make_request("b", 0.0, 21, hashes=(1, 2, 7, 8, 9), block=4)  # 5 full blocks, hit <= 5
+    engine = Engine([b], make_policy("fcfs", profile), profile,
+                    EngineConfig(block_size=4, kv_blocks=16), fast_order=False)
+    pool, live = engine.pool, engine._all[0]
+    engine._waiting[id(live)] = live
+    engine._watch(live)
+    assert live.watched == 0 and engine._watchers == {}
+
+    def cache(j):
+        (block,) = pool.allocate(1)
+        pool.cache(block, live.keys[j])
+
+    snap = engine._snapshot(live)
+    assert (snap.cached_len, live.watched) == (0, 1)  # k0 missing: only k0 can change the hit
+    cache(3)  # k3: not watched, the hit stays 0
+    assert live.snap is snap
+    cache(0)  # k0: watched, the hit is now 1 block
+    assert live.snap is None
+    snap = engine._snapshot(live)
+    assert (snap.cached_len, live.watched) == (4, 2)
+    assert set(engine._watchers) == set(live.keys[:2])
+    cache(1)  # k1 -> hit k0, k1 (k2 missing; k3 cached does not count)
+    assert live.snap is None
+    snap = engine._snapshot(live)
+    assert (snap.cached_len, live.watched) == (8, 3)
+    engine._unwatch(live)
+    assert live.watched == 0 and engine._watchers == {}
