@@ -16,6 +16,7 @@ reference counts, files flushed and closed by the interpreter as usual). Python 
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -48,5 +49,11 @@ def paused(freeze: bool = False) -> Iterator[None]:
 def freeze_for_exit() -> None:
     """Skip the interpreter's final full collection: call it last, just before the process exits
     (the ``fairsim`` program's entry points; never inside a long-lived process such as a test run,
-    where it would keep the cyclic garbage of everything alive until then)."""
+    where it would keep the cyclic garbage of everything alive until then).
+
+    Not once PyTorch is imported (the live commands: vLLM, ``hook-overhead``, ``calibrate``):
+    objects its extension modules made stay alive in cycles without the final collection, and
+    triton's nanobind bindings then print hundreds of "leaked" lines at exit."""
+    if "torch" in sys.modules:
+        return
     gc.freeze()
