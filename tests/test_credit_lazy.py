@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from fairsim.costmodel import load_profile
 from fairsim.policies import make_policy
 from fairsim.types import QueuedRequest
-from tests.utils import admit
+from tests.utils import admit, random_arrivals
 
 PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 
@@ -37,13 +37,8 @@ def test_stale_hits_read_through_the_resolver(seed, name, n, num_clients, quantu
     inc.set_resolver(lambda q: reads.append(q.request_id) or current[q.request_id])
     t = 0.0
     for step in range(12):
-        for _ in range(rng.randint(0, n) if step % 3 == 0 else rng.randint(0, 2)):
-            t += rng.random()
-            L = rng.randint(2, 6_000)
-            h = rng.randint(0, L - 1)
-            client = ("tenant", rng.randrange(num_clients)) if num_clients else None
-            q = QueuedRequest(f"r{step}-{len(current)}-{rng.randrange(10**6)}", t, L, h, max(1, L - h), 0,
-                              None, client=client)
+        t, arrived = random_arrivals(rng, t, step, n, num_clients, current)
+        for q in arrived:
             current[q.request_id] = q
             inc.add(q)
         # Cache events: new hits, told to the order as stale only (the stored snapshots stay old).

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from fairsim.costmodel import load_profile
 from fairsim.policies import make_policy
 from fairsim.types import QueuedRequest
-from tests.utils import admit
+from tests.utils import admit, random_arrivals
 
 PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 
@@ -30,13 +30,8 @@ def test_reads_without_admission_change_nothing(seed, name, n, num_clients, quan
     waiting: dict[str, QueuedRequest] = {}
     t = 0.0
     for step in range(12):
-        for _ in range(rng.randint(0, n) if step % 3 == 0 else rng.randint(0, 2)):
-            t += rng.random()
-            L = rng.randint(2, 6_000)
-            h = rng.randint(0, L - 1)
-            client = ("tenant", rng.randrange(num_clients)) if num_clients else None
-            q = QueuedRequest(f"r{step}-{len(waiting)}-{rng.randrange(10**6)}", t, L, h, max(1, L - h), 0, None,
-                              client=client)
+        t, arrived = random_arrivals(rng, t, step, n, num_clients, waiting)
+        for q in arrived:
             waiting[q.request_id] = q
             inc.add(q)
         if not waiting:

@@ -27,8 +27,8 @@ from fairsim.policies.registry import policy_names
 from fairsim.scenarios import build_scenario
 from fairsim.sim import simulate
 from fairsim.sim.config import EngineConfig
-from fairsim.types import QueuedRequest, Request
-from tests.utils import admit, change_hits
+from fairsim.types import QueuedRequest
+from tests.utils import admit, change_hits, shared_prefix_requests
 
 PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
@@ -53,14 +53,7 @@ def _traces():
     # prefix blocks, mid-step, before a fast-first policy's Fast lane is read (found in review:
     # the lane yielded a snapshot the engine had rebuilt, a contract error).
     rng = random.Random(5)
-    shared, t = [], 0.0
-    groups = rng.choice([1, 2, 3])
-    for i in range(rng.choice([30, 60])):
-        t += rng.expovariate(rng.choice([5.0, 20.0, 80.0]))
-        g, nb = rng.randrange(groups), rng.choice([2, 4, 6])
-        shared.append(Request(f"r{i:03d}", t, nb * 512 + rng.choice([1, 100]),
-                              tuple([g * 1000 + j for j in range(nb - 1)] + [10**6 + i]), 512,
-                              output_len=rng.choice([1, 300, 1500])))
+    shared = shared_prefix_requests(rng, (30, 60))
     out["shared-prefix-preempting"] = (shared, EngineConfig(kv_tokens=rng.choice([7, 9, 13]) * 512,
                                                             mode="colocated", max_num_seqs=rng.choice([4, 8])))
     return out

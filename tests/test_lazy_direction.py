@@ -21,7 +21,7 @@ from fairsim.scenarios import build_scenario
 from fairsim.sim import simulate
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.engine import Engine
-from fairsim.types import Request
+from tests.utils import shared_prefix_requests
 
 PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
@@ -29,14 +29,7 @@ CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces
 
 def _shared_prefix(seed):
     rng = random.Random(seed)
-    reqs, t = [], 0.0
-    groups = rng.choice([1, 2, 3])
-    for i in range(rng.choice([60, 120])):
-        t += rng.expovariate(rng.choice([5.0, 20.0, 80.0]))
-        g, nb = rng.randrange(groups), rng.choice([2, 4, 6])
-        reqs.append(Request(f"r{i:03d}", t, nb * 512 + rng.choice([1, 100]),
-                            tuple([g * 1000 + j for j in range(nb - 1)] + [10**6 + i]), 512,
-                            output_len=rng.choice([1, 300, 1500])))
+    reqs = shared_prefix_requests(rng)
     return reqs, EngineConfig(kv_tokens=rng.choice([10, 12, 16]) * 512, mode="colocated",
                               max_num_seqs=rng.choice([4, 8]))
 

@@ -57,3 +57,35 @@ def admit(waiting: dict, order, admitted) -> None:
     for q in admitted:
         del waiting[q.request_id]
         order.remove(q.request_id)
+
+
+def shared_prefix_requests(rng, counts=(60, 120)) -> list[Request]:
+    """Requests in 1-3 groups sharing leading 512-token blocks (2-6 blocks, the last one unique),
+    exponential gaps at mixed rates and output lengths 1/300/1500: shared blocks cached, evicted
+    and preempted again and again in a small colocated cache (lazy hits, fast orders)."""
+    reqs, t = [], 0.0
+    groups = rng.choice([1, 2, 3])
+    for i in range(rng.choice(counts)):
+        t += rng.expovariate(rng.choice([5.0, 20.0, 80.0]))
+        g, nb = rng.randrange(groups), rng.choice([2, 4, 6])
+        reqs.append(Request(f"r{i:03d}", t, nb * 512 + rng.choice([1, 100]),
+                            tuple([g * 1000 + j for j in range(nb - 1)] + [10**6 + i]), 512,
+                            output_len=rng.choice([1, 300, 1500])))
+    return reqs
+
+
+def random_arrivals(rng, t: float, step: int, n: int, num_clients: int,
+                    known: dict) -> tuple[float, list[QueuedRequest]]:
+    """A step's new waiting snapshots for the credit-order properties: ``0..n`` of them every
+    third step, else ``0..2``; prompts of 2-6,000 tokens with a random hit, arrivals after ``t``
+    (s), clients ``("tenant", i)`` of ``num_clients`` (none when 0); ids unique against ``known``.
+    Returns the last arrival time (``t`` if none) and the snapshots."""
+    out = []
+    for _ in range(rng.randint(0, n) if step % 3 == 0 else rng.randint(0, 2)):
+        t += rng.random()
+        L = rng.randint(2, 6_000)
+        h = rng.randint(0, L - 1)
+        client = ("tenant", rng.randrange(num_clients)) if num_clients else None
+        out.append(QueuedRequest(f"r{step}-{len(known) + len(out)}-{rng.randrange(10**6)}", t, L, h,
+                                 max(1, L - h), 0, None, client=client))
+    return t, out
