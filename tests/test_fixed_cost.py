@@ -269,6 +269,40 @@ def test_main_leaves_the_collector_on_and_nothing_frozen(tmp_path, capsys):
     assert gc.isenabled() and gc.get_freeze_count() == 0
 
 
+def test_main_unfreezes_when_stdout_breaks_before_the_first_run(tmp_path, monkeypatch):
+    # The reader of stdout leaves (`fairsim run ... | head -0`) while the trace line is printed:
+    # after the frozen set-up, before any Engine.run could unfreeze. main() returns 141 and must
+    # leave nothing in the permanent generation.
+    import gc
+    import io
+    import os
+    import sys
+
+    from fairsim.cli import main
+
+    class BrokenStdout(io.StringIO):
+        def __init__(self):
+            super().__init__()
+            self.fd = os.open(os.devnull, os.O_WRONLY)
+
+        def write(self, s):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self):
+            return self.fd
+
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _rows(20, 5)))
+    broken = BrokenStdout()
+    monkeypatch.setattr(sys, "stdout", broken)
+    try:
+        assert main(["run", "--trace", str(path), "--policy", "fcfs"]) == 141
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()
+        os.close(broken.fd)
+
+
 class Broken:
     """A user policy whose order() raises (for the freeze test above)."""
 
