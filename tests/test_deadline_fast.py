@@ -220,6 +220,14 @@ def test_registered_policy_has_the_fast_path_and_subclasses_opt_out():
 
     assert OwnWork(odd_idle).incremental_order() is None
 
+    class OwnEstimate(FairwayDeadline):
+        """A team's FCFS estimate (``_assign`` reads it; the fast path sums ``work`` itself)."""
+
+        def fcfs_works(self, fifo):
+            return [0.5 * w for w in super().fcfs_works(fifo)]
+
+    assert OwnEstimate(odd_idle).incremental_order() is None
+
 
 def test_lazy_hits_nobody_due_even_at_the_highest_works():
     """A long queue far from its deadlines (SLO floor 10^4 s), a few hits changed per step and no
