@@ -348,3 +348,15 @@ def test_make_request_is_request(r, rid, dl, dt):
     else:
         got = make_request(*fields)
         assert repr(got) == repr(want) and got == want and got.labels is want.labels
+
+
+def test_a_digit_run_beyond_pythons_int_limit_inside_a_string_reads_as_by_json(tmp_path):
+    # A label holding a long decimal string (a hash or an id written as text): the 19+ digit
+    # scan must not convert the run (Python refuses int() of more than 4300 digits), so the
+    # line reads as json reads it.
+    rec = {"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1], "note": "7" * 5000}
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    assert fast_json_lines(path) == [(1, rec)]
+    assert load_trace(path).requests[0].labels == {"note": "7" * 5000}
+

@@ -132,6 +132,8 @@ def _orjson_safe(raw: bytes) -> bool:
     at = zeros.find(_LONG_DIGITS)
     while at >= 0:
         end = _ZEROS.match(zeros, at).end()
+        if end - at > 20:  # beyond 2**64 - 1 (20 digits); never int() it (4300-digit limit)
+            return False
         start = at - 1 if at and raw[at - 1] == 45 else at  # 45: "-"
         if not _INT64_MIN <= int(raw[start:end]) <= _UINT64_MAX:
             return False
