@@ -360,3 +360,33 @@ def test_a_digit_run_beyond_pythons_int_limit_inside_a_string_reads_as_by_json(t
     assert fast_json_lines(path) == [(1, rec)]
     assert load_trace(path).requests[0].labels == {"note": "7" * 5000}
 
+
+def test_json_beyond_pythons_limits_is_a_record_error(tmp_path):
+    # Valid JSON that Python's json cannot read (an integer of 5000 digits; 100,000 nested
+    # arrays around a NaN, which orjson refuses, so json reads the line): an error naming the
+    # file and line, as any unreadable record, not an escaped ValueError or RecursionError.
+    import sys
+
+    head = '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1], "x": '
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)  # the interpreter's default (the test runner may have raised it)
+    try:
+        for value in ("7" * 5000, "[" * 100_000 + "NaN" + "]" * 100_000):
+            path = tmp_path / "t.jsonl"
+            path.write_text(head + value + "}\n")
+            [(line, err)] = list(iter_json_lines(path))
+            assert line == 1 and isinstance(err, TraceFormatError)
+            assert str(err).startswith(f"{path}:1: field '<json>': cannot be read: ")
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def test_a_timestamp_too_large_for_a_float_names_the_field(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": ' + "7" * 400 + ', "input_length": 10, "output_length": 1, "hash_ids": [1]}\n')
+    try:
+        load_trace(path)
+    except TraceFormatError as exc:
+        assert str(exc).startswith(f"{path}:1: field 'timestamp': ")
+    else:
+        raise AssertionError("read a timestamp of 400 digits")
