@@ -489,14 +489,14 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
                   "block_size": block_size, "kv_capacity_source": cap_source}
         load = offered_load(requests, profile, args.budget, args.load_window,
                             colocated=config.mode == "colocated")
-    stream = sys.stderr if args.format == "json" else sys.stdout
-    scaled = f" (time scale {args.time_scale:.6g})" if args.time_scale != 1 else ""
-    print(f"trace {trace.label}{scaled}: {load.describe()}", file=stream)
-    print(describe_capacity(profile.name, block_size, kv_blocks, cap_source), file=stream)
-    print(replay_line(args), file=stream)
     rows: dict[str, dict[str, Any]] = {}
     results: dict[str, SimResult] = {}
-    try:
+    try:  # from here on: the except below unfreezes (even a print to a closed stdout)
+        stream = sys.stderr if args.format == "json" else sys.stdout
+        scaled = f" (time scale {args.time_scale:.6g})" if args.time_scale != 1 else ""
+        print(f"trace {trace.label}{scaled}: {load.describe()}", file=stream)
+        print(describe_capacity(profile.name, block_size, kv_blocks, cap_source), file=stream)
+        print(replay_line(args), file=stream)
         for name in names:
             result = run_one(name, requests, profile, config, params_for(name, params),
                              replay=args.replay, think_scale=args.think_scale)

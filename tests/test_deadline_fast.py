@@ -72,9 +72,10 @@ def histories(draw, quiet=False):
     return steps
 
 
-def _replay(params, history, lazy=False):
+def _replay(params, history, lazy=False, directed=False):
     """Run ``history`` through ``order()`` and the fast path; return the longest queue, the
-    fast path's number of resolver calls and the fast path."""
+    fast path's number of resolver calls and the fast path. ``directed`` (lazy hits): stale
+    marks name the rises in ``raised`` too (``stale(ids, raised)``, as the engine's lazy hits)."""
     ref = FairwayDeadline(odd_idle, **params)
     fast_policy = FairwayDeadline(odd_idle, **params)
     inc = fast_policy.incremental_order()
@@ -102,6 +103,7 @@ def _replay(params, history, lazy=False):
             inc.add(q)
         waiting_ids = sorted(snaps)
         changed = []
+        rose = []
         for pick, frac in step["changes"]:
             if waiting_ids:
                 rid = waiting_ids[pick % len(waiting_ids)]
@@ -111,9 +113,13 @@ def _replay(params, history, lazy=False):
                 snaps[rid] = q
                 if lazy:
                     changed.append(rid)
+                    if h > old.cached_len:
+                        rose.append(rid)
                 else:
                     inc.add(q)
-        if changed:
+        if changed and directed:
+            inc.stale(sorted(set(changed)), sorted(set(rose)))
+        elif changed:
             inc.stale(sorted(set(changed)))
         waiting = list(snaps.values())
         max_waiting = max(max_waiting, len(waiting))
@@ -155,6 +161,15 @@ def test_incremental_with_lazy_hits_equals_order(params, history):
     """Lazy hits: stale marks instead of new snapshots, partial reads, steps without arrivals
     (where the due test may decide on work bounds without resolving)."""
     _replay(params, history, lazy=True)
+
+
+@pytest.mark.parametrize("params", PARAMS, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()) or "default")
+@settings(max_examples=60, deadline=None)
+@given(history=histories(quiet=True))
+def test_incremental_with_directed_lazy_hits_equals_order(params, history):
+    """Lazy hits with their direction (the engine's ``stale(ids, raised)``): the Fast lane keeps
+    a fallen request's key and bounds only the raised ones."""
+    _replay(params, history, lazy=True, directed=True)
 
 
 def test_long_queue_uses_the_vectorised_path():
@@ -219,6 +234,14 @@ def test_registered_policy_has_the_fast_path_and_subclasses_opt_out():
             return 2.0 * super().work(r)
 
     assert OwnWork(odd_idle).incremental_order() is None
+
+    class OwnEstimate(FairwayDeadline):
+        """A team's FCFS estimate (``_assign`` reads it; the fast path sums ``work`` itself)."""
+
+        def fcfs_works(self, fifo):
+            return [0.5 * w for w in super().fcfs_works(fifo)]
+
+    assert OwnEstimate(odd_idle).incremental_order() is None
 
 
 def test_lazy_hits_nobody_due_even_at_the_highest_works():

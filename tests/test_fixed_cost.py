@@ -270,6 +270,40 @@ def test_main_leaves_the_collector_on_and_nothing_frozen(tmp_path, capsys):
     assert gc.isenabled() and gc.get_freeze_count() == 0
 
 
+def test_main_unfreezes_when_stdout_breaks_before_the_first_run(tmp_path, monkeypatch):
+    # The reader of stdout leaves (`fairsim run ... | head -0`) while the trace line is printed:
+    # after the frozen set-up, before any Engine.run could unfreeze. main() returns 141 and must
+    # leave nothing in the permanent generation.
+    import gc
+    import io
+    import os
+    import sys
+
+    from fairsim.cli import main
+
+    class BrokenStdout(io.StringIO):
+        def __init__(self):
+            super().__init__()
+            self.fd = os.open(os.devnull, os.O_WRONLY)
+
+        def write(self, s):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self):
+            return self.fd
+
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _rows(20, 5)))
+    broken = BrokenStdout()
+    monkeypatch.setattr(sys, "stdout", broken)
+    try:
+        assert main(["run", "--trace", str(path), "--policy", "fcfs"]) == 141
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()
+        os.close(broken.fd)
+
+
 class Broken:
     """A user policy whose order() raises (for the freeze test above)."""
 
@@ -328,3 +362,45 @@ def test_make_request_is_request(r, rid, dl, dt):
     else:
         got = make_request(*fields)
         assert repr(got) == repr(want) and got == want and got.labels is want.labels
+
+
+def test_a_digit_run_beyond_pythons_int_limit_inside_a_string_reads_as_by_json(tmp_path):
+    # A label holding a long decimal string (a hash or an id written as text): the 19+ digit
+    # scan must not convert the run (Python refuses int() of more than 4300 digits), so the
+    # line reads as json reads it.
+    rec = {"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1], "note": "7" * 5000}
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    assert fast_json_lines(path) == [(1, rec)]
+    assert load_trace(path).requests[0].labels == {"note": "7" * 5000}
+
+
+def test_json_beyond_pythons_limits_is_a_record_error(tmp_path):
+    # Valid JSON that Python's json cannot read (an integer of 5000 digits; 100,000 nested
+    # arrays around a NaN, which orjson refuses, so json reads the line): an error naming the
+    # file and line, as any unreadable record, not an escaped ValueError or RecursionError.
+    import sys
+
+    head = '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1], "x": '
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)  # the interpreter's default (the test runner may have raised it)
+    try:
+        for value in ("7" * 5000, "[" * 100_000 + "NaN" + "]" * 100_000):
+            path = tmp_path / "t.jsonl"
+            path.write_text(head + value + "}\n")
+            [(line, err)] = list(iter_json_lines(path))
+            assert line == 1 and isinstance(err, TraceFormatError)
+            assert str(err).startswith(f"{path}:1: field '<json>': cannot be read: ")
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def test_a_timestamp_too_large_for_a_float_names_the_field(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": ' + "7" * 400 + ', "input_length": 10, "output_length": 1, "hash_ids": [1]}\n')
+    try:
+        load_trace(path)
+    except TraceFormatError as exc:
+        assert str(exc).startswith(f"{path}:1: field 'timestamp': ")
+    else:
+        raise AssertionError("read a timestamp of 400 digits")

@@ -247,13 +247,13 @@ class FairwayDeadline(Fairway):
 
     def incremental_order(self):
         """Fast path (``fairsim.policies.deadline_fast.DeadlineOrder``), or ``None`` for a subclass
-        that overrides a method it mirrors (``work``, ``_assign``, ``merge``) and for the
+        that overrides a method it mirrors (``work``, ``fcfs_works``, ``_assign``, ``merge``) and for the
         ablations it does not mirror (extending horizons, ``estimate="dedup"``,
         ``patience="deadline"``)."""
         cls = type(self)
         if self.horizon in EXTENDING or self.patience != "slo" or self.estimate != "cold":
             return None
-        if any(getattr(cls, m) is not getattr(FairwayDeadline, m) for m in ("work", "_assign", "merge")):
+        if any(getattr(cls, m) is not getattr(FairwayDeadline, m) for m in ("work", "fcfs_works", "_assign", "merge")):
             return None
         from fairsim.policies.deadline_fast import DeadlineOrder
         return DeadlineOrder(self)

@@ -273,10 +273,13 @@ class LazyLanes(Lanes):
     """``Lanes`` whose lanes all take lazy hits (``fairsim.sim.lazy_hits``): Fairway's two."""
 
     def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
+        """Lazy hits: every lane yields ``resolve(q)``, this step's snapshot of ``q``'s request."""
         for lane in self.lanes:
             lane.set_resolver(resolve)
 
     def stale(self, request_ids: list[str], raised: list[str] | None = None) -> None:
+        """Lazy hits: these requests' snapshots are out of date; ``raised`` names those whose hit
+        may have risen (``None``: any of them). Passed to every lane (module docstring)."""
         for lane in self.lanes:
             lane.stale(request_ids, raised)
 

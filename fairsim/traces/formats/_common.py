@@ -132,6 +132,8 @@ def _orjson_safe(raw: bytes) -> bool:
     at = zeros.find(_LONG_DIGITS)
     while at >= 0:
         end = _ZEROS.match(zeros, at).end()
+        if end - at > 20:  # beyond 2**64 - 1 (20 digits); never int() it (4300-digit limit)
+            return False
         start = at - 1 if at and raw[at - 1] == 45 else at  # 45: "-"
         if not _INT64_MIN <= int(raw[start:end]) <= _UINT64_MAX:
             return False
@@ -190,6 +192,9 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
                 except json.JSONDecodeError as exc:
                     yield line_no, TraceFormatError(name, line_no, "<json>", f"not valid JSON: {exc.msg}")
                     continue
+                except (ValueError, RecursionError) as exc:  # beyond Python's int digits or nesting
+                    yield line_no, TraceFormatError(name, line_no, "<json>", f"cannot be read: {exc}")
+                    continue
                 yield line_no, (rec if isinstance(rec, dict) else TraceFormatError(
                     name, line_no, "<json>", f"expected an object, got {type(rec).__name__}"))
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
@@ -233,11 +238,18 @@ def need_number(value: Any, path: str, where: int | str, name: str, unit: str) -
     Raises:
         TraceFormatError: Naming the field.
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TraceFormatError(path, where, name, f"must be a number of {unit}, got {value!r}")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond the float range
+        raise TraceFormatError(path, where, name, f"must be a number of {unit}, got an integer of "
+                               f"{len(str(abs(value)))} digits (too large)") from None
+    if not math.isfinite(number):
         raise TraceFormatError(path, where, name, f"must be a number of {unit}, got {value!r}")
     if value < 0:
         raise TraceFormatError(path, where, name, f"negative: {value}")
-    return float(value)
+    return number
 
 
 _INT_ONLY = frozenset({int})

@@ -100,6 +100,7 @@ _PLAIN = frozenset({"timestamp", "input_length", "output_length", "hash_ids"})
 """The fields of a plain Mooncake row (the public traces have these and no others)."""
 
 _INF = float("inf")
+_INT_AS_FLOAT = 2**1023  # an int below it converts to a float (larger ones: need_number says so)
 
 
 def _parse(rec: dict[str, Any], path: str, line: int) -> _Row:
@@ -110,7 +111,7 @@ def _parse(rec: dict[str, Any], path: str, line: int) -> _Row:
         # unusual value) goes through the field-by-field checks below, which name the field.
         ts, n, out, ids = rec["timestamp"], rec["input_length"], rec["output_length"], rec["hash_ids"]
         if (type(n) is int and n >= 1 and type(out) is int and out >= 1
-                and (type(ts) is int or type(ts) is float) and 0 <= ts < _INF
+                and (type(ts) is float and 0 <= ts < _INF or type(ts) is int and 0 <= ts < _INT_AS_FLOAT)
                 and type(ids) is list and set(map(type, ids)) <= _INT_ONLY):
             row.ts_ms = float(ts)
             row.delay_ms = None
