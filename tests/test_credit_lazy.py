@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from fairsim.costmodel import load_profile
 from fairsim.policies import make_policy
 from fairsim.types import QueuedRequest
-from tests.utils import admit, random_arrivals
+from tests.utils import admit, credit_pair, random_arrivals
 
 PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 
@@ -28,10 +28,7 @@ PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
        changed=st.integers(0, 30))
 def test_stale_hits_read_through_the_resolver(seed, name, n, num_clients, quantum, changed):
     rng = random.Random(seed)
-    params = {"quantum": quantum} if name == "drr" else {"input_weight": quantum / 1000}
-    ref = make_policy(name, PROFILE, **params)
-    fast = make_policy(name, PROFILE, **params)
-    inc = fast.incremental_order()
+    ref, fast, inc = credit_pair(name, quantum, PROFILE)
     current: dict[str, QueuedRequest] = {}  # this step's snapshots (the engine's)
     reads: list[str] = []
     inc.set_resolver(lambda q: reads.append(q.request_id) or current[q.request_id])

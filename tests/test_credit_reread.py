@@ -11,9 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairsim.costmodel import load_profile
-from fairsim.policies import make_policy
 from fairsim.types import QueuedRequest
-from tests.utils import admit, random_arrivals
+from tests.utils import admit, credit_pair, random_arrivals
 
 PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 
@@ -23,10 +22,7 @@ PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
        n=st.integers(1, 40), num_clients=st.sampled_from([0, 1, 3, 8]), quantum=st.sampled_from([300, 2048]))
 def test_reads_without_admission_change_nothing(seed, name, n, num_clients, quantum):
     rng = random.Random(seed)
-    params = {"quantum": quantum} if name in ("drr", "dlpm") else {"input_weight": quantum / 1000}
-    ref = make_policy(name, PROFILE, **params)
-    fast = make_policy(name, PROFILE, **params)
-    inc = fast.incremental_order()
+    ref, fast, inc = credit_pair(name, quantum, PROFILE)
     waiting: dict[str, QueuedRequest] = {}
     t = 0.0
     for step in range(12):

@@ -28,7 +28,7 @@ from fairsim.scenarios import build_scenario
 from fairsim.sim import simulate
 from fairsim.sim.config import EngineConfig
 from fairsim.types import QueuedRequest
-from tests.utils import admit, change_hits, shared_prefix_requests
+from tests.utils import admit, change_hits, credit_pair, shared_prefix_requests
 
 PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
@@ -231,10 +231,7 @@ def test_credit_incremental_equals_order(seed, name, n, num_clients, quantum):
     changes, arrivals, and admissions of a prefix read lazily (the engine reads the admitted
     requests and the first misfit only)."""
     rng = random.Random(seed)
-    params = {"quantum": quantum} if name in ("drr", "dlpm") else {"input_weight": quantum / 1000}
-    ref = make_policy(name, PROFILE, **params)
-    fast = make_policy(name, PROFILE, **params)
-    inc = fast.incremental_order()
+    ref, fast, inc = credit_pair(name, quantum, PROFILE)
     waiting: dict[str, QueuedRequest] = {}
     t = 0.0
     next_id = 0

@@ -89,3 +89,13 @@ def random_arrivals(rng, t: float, step: int, n: int, num_clients: int,
         out.append(QueuedRequest(f"r{step}-{len(known) + len(out)}-{rng.randrange(10**6)}", t, L, h,
                                  max(1, L - h), 0, None, client=client))
     return t, out
+
+
+def credit_pair(name: str, quantum: int, profile: Profile):
+    """``(reference, fast, fast's incremental order)`` of a credit policy (DRR/DLPM: ``quantum``
+    tokens; VTC: ``input_weight = quantum / 1000``): two fresh instances, the second's fast path."""
+    from fairsim.policies import make_policy
+
+    params = {"quantum": quantum} if name in ("drr", "dlpm") else {"input_weight": quantum / 1000}
+    fast = make_policy(name, profile, **params)
+    return make_policy(name, profile, **params), fast, fast.incremental_order()
