@@ -226,12 +226,28 @@ class TestRefusal:
             read_settings({"fairsim": {"polcy": "lpm"}})
 
 
-def test_fairway_deadline_orders_live():
-    """fairway-deadline only orders (no admission feedback): in a real engine it serves every
-    request once, never fails, and fixes one deadline per request at its first sight."""
+def _serve_misses_and_hits(engine, after_step=lambda: None) -> list[str]:
+    """Add eight requests (misses of 300 tokens and hits on a shared 256-token document, 1 s
+    apart) and step ``engine`` until all finish, calling ``after_step()`` after each step; the
+    finished request ids."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
+    params = SamplingParams(max_tokens=1, detokenize=False)
+    doc = block_tokens("doc", 256)
+    for i in range(8):
+        toks = block_tokens(f"m{i}", 300) if i % 2 else doc + block_tokens(f"q{i}", 40)
+        engine.add_request(f"r{i}", TokensPrompt(prompt_token_ids=toks), params, arrival_time=float(i))
+    finished = []
+    while engine.has_unfinished_requests():
+        finished += [o.request_id for o in engine.step() if o.finished]
+        after_step()
+    return finished
+
+
+def test_fairway_deadline_orders_live():
+    """fairway-deadline only orders (no admission feedback): in a real engine it serves every
+    request once, never fails, and fixes one deadline per request at its first sight."""
     llm = make_llm(LiveConfig(policy="fairway-deadline", kv_blocks=64, max_num_seqs=4, budget_tokens=512))
     try:
         engine = llm.llm_engine
@@ -245,15 +261,7 @@ def test_fairway_deadline_orders_live():
             for rid, d in policy.deadline.items():
                 assert first.setdefault(rid, d) == d  # fixed at first sight
 
-        params = SamplingParams(max_tokens=1, detokenize=False)
-        doc = block_tokens("doc", 256)
-        for i in range(8):  # misses of 300 tokens and hits on a shared 256-token document
-            toks = block_tokens(f"m{i}", 300) if i % 2 else doc + block_tokens(f"q{i}", 40)
-            engine.add_request(f"r{i}", TokensPrompt(prompt_token_ids=toks), params, arrival_time=float(i))
-        finished = []
-        while engine.has_unfinished_requests():
-            finished += [o.request_id for o in engine.step() if o.finished]
-            check_deadlines()
+        finished = _serve_misses_and_hits(engine, check_deadlines)
         assert sorted(finished) == sorted(f"r{i}" for i in range(8))
         assert sched.fairsim_policy_errors == 0
         assert sorted(r.split("-")[0] for r in first) == sorted(f"r{i}" for i in range(8))
@@ -269,9 +277,6 @@ def test_fairway_deadline_orders_live():
 def test_credit_policies_order_live(name):
     """The credit-carrying policies only order: in a real engine they serve every request once,
     never fail, and get their admission feedback (``on_admitted``) every step that admits."""
-    from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
-
     llm = make_llm(LiveConfig(policy=name, kv_blocks=64, max_num_seqs=4, budget_tokens=512))
     try:
         engine = llm.llm_engine
@@ -281,14 +286,7 @@ def test_credit_policies_order_live(name):
         inner = sched._fairsim_on_admitted
         sched._fairsim_on_admitted = lambda admitted, now: (calls.append([a.request_id for a in admitted]),
                                                            inner(admitted, now))
-        params = SamplingParams(max_tokens=1, detokenize=False)
-        doc = block_tokens("doc", 256)
-        for i in range(8):  # misses of 300 tokens and hits on a shared 256-token document
-            toks = block_tokens(f"m{i}", 300) if i % 2 else doc + block_tokens(f"q{i}", 40)
-            engine.add_request(f"r{i}", TokensPrompt(prompt_token_ids=toks), params, arrival_time=float(i))
-        finished = []
-        while engine.has_unfinished_requests():
-            finished += [o.request_id for o in engine.step() if o.finished]
+        finished = _serve_misses_and_hits(engine)
         assert sorted(finished) == sorted(f"r{i}" for i in range(8))
         assert sched.fairsim_policy_errors == 0
         # vLLM appends a suffix to each request id
