@@ -633,22 +633,13 @@ class Engine:
 
     def _key_changed(self, key: Hashable) -> None:
         """A key some waiting request may hit changed hittability (``BlockPool.watched`` filters
-        the others out; the lazy journal records every key in the pool itself)."""
+        the others out): its watchers' snapshots are rebuilt at the next order. With lazy hits
+        ``LazyHits.key_changed`` takes this callback instead (``fairsim.sim.lazy_hits``)."""
         bucket = self._watchers[key]
-        if self._lazy is not None:
-            # A waiting request without a snapshot is already pending (dirty) or stale in the
-            # order: only those that had one need telling (a block shared by thousands of
-            # waiting requests flips again and again under overload).
-            dirty = self._dirty
-            for k, live in bucket.items():
-                if live.snap is not None:
-                    live.snap = None
-                    dirty[k] = live
-        else:
-            for live in bucket.values():
-                live.snap = None
-            if self._inc is not None:
-                self._dirty.update(bucket)
+        for live in bucket.values():
+            live.snap = None
+        if self._inc is not None:
+            self._dirty.update(bucket)
 
     def _cache_blocks(self, live: _Live, num_tokens: int) -> None:
         """Register newly full blocks with known content (vLLM ``cache_blocks`` at scheduling)."""
