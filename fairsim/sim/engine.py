@@ -268,8 +268,7 @@ class Engine:
         preempted_q = self._preempted
         running = self._running
         pool = self.pool
-        rows = self._step_rows
-        append_row = rows.append
+        append_row = self._step_rows.append
         schedule = self._schedule
         finish_batch = self._finish_batch
         watch = self._watch
