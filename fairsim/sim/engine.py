@@ -70,7 +70,7 @@ from fairsim.sim.block_pool import BlockPool
 from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.hooked_pool import HookedBlockPool
-from fairsim.sim.lazy_hits import LazyHits
+from fairsim.sim.lazy_hits import NO_KEY, PARKED, LazyHits
 from fairsim.sim.result import Columns, SimResult
 from fairsim.sim.keys import blocks_for, engine_block_keys, generated_block_keys
 from fairsim.types import QueuedRequest, Request
@@ -94,7 +94,7 @@ class _Live:
         "num_cached_blocks", "cached_at_admission", "first_scheduled_s", "first_scheduled_step",
         "finish_s", "finish_step", "preemptions", "preempted", "snap", "released_s", "out_len",
         "generated", "first_token_s", "last_token_s", "discarded", "resume_cached", "index",
-        "dec_seq", "dec_step", "dec_c0", "dec_g0", "watched",
+        "dec_seq", "dec_step", "dec_c0", "dec_g0", "watched", "next_key",
     )
 
     def __init__(self, req: Request, keys: tuple[Hashable, ...], block_size: int,
@@ -131,7 +131,11 @@ class _Live:
         self.dec_step = 0
         self.dec_c0 = 0
         self.dec_g0 = 0
-        self.watched = 0  # leading keys in the engine's watcher map (Engine._rewatch)
+        # Leading keys in the engine's watcher map (Engine._rewatch), or PARKED (Engine._park).
+        self.watched = 0
+        # The key whose caching can raise the hit of the last snapshot built while waiting
+        # (``keys[hit]``; ``NO_KEY`` when that hit is already the largest): ``Engine._rewatch``.
+        self.next_key: Hashable = NO_KEY
 
 
 class Engine:
@@ -583,6 +587,7 @@ class Engine:
         """A request joined the waiting queue. Its keys are watched from its first snapshot on
         (``_rewatch``): before, no snapshot can go stale."""
         live.watched = 0
+        live.next_key = NO_KEY
 
     def _rewatch(self, live: _Live, hit_blocks: int) -> None:
         """Watch exactly the keys whose change can change a hit of ``hit_blocks`` leading blocks.
@@ -596,8 +601,17 @@ class Engine:
         and its updates were 10x the trace's size at ``--tile 10``; issue 13). The snapshots
         invalidated are those whose hit changed, so the decisions are the same.
         """
-        w = hit_blocks + 1 if hit_blocks < live.max_hit_blocks else live.max_hit_blocks
+        if hit_blocks < live.max_hit_blocks:
+            w = hit_blocks + 1
+            nk = live.keys[hit_blocks]
+        else:
+            w = live.max_hit_blocks
+            nk = NO_KEY
         old = live.watched
+        if old == PARKED:
+            self._unpark(live)
+            old = 0
+        live.next_key = nk
         if w == old:
             return
         watchers = self._watchers
@@ -619,8 +633,38 @@ class Engine:
                     del watchers[key]
         live.watched = w
 
+    def _park(self, live: _Live) -> None:
+        """Lazy hits: ``live``'s snapshot was dropped; keep only its ``next_key`` watched
+        (``fairsim.sim.lazy_hits``: nothing else can change what the order must know of it until
+        its next snapshot, which watches ``keys[:hit + 1]`` again)."""
+        watchers = self._watchers
+        lid = id(live)
+        nk = live.next_key
+        for key in live.keys[: live.watched]:
+            if key == nk:
+                continue
+            bucket = watchers[key]
+            del bucket[lid]
+            if not bucket:
+                del watchers[key]
+        live.watched = PARKED
+
+    def _unpark(self, live: _Live) -> None:
+        """Drop a parked request's one watched key (its ``next_key``, if any)."""
+        nk = live.next_key
+        if nk is not NO_KEY:
+            bucket = self._watchers[nk]
+            del bucket[id(live)]
+            if not bucket:
+                del self._watchers[nk]
+            live.next_key = NO_KEY
+        live.watched = 0
+
     def _unwatch(self, live: _Live) -> None:
         """The request left the waiting queue (admitted): drop its watched keys."""
+        if live.watched == PARKED:
+            self._unpark(live)
+            return
         watchers = self._watchers
         lid = id(live)
         for key in live.keys[: live.watched]:
@@ -629,6 +673,7 @@ class Engine:
             if not bucket:
                 del watchers[key]
         live.watched = 0
+        live.next_key = NO_KEY
 
     def _key_changed(self, key: Hashable) -> None:
         """A key some waiting request may hit changed hittability (``BlockPool.watched`` filters

@@ -43,6 +43,11 @@ from typing import Any
 
 from fairsim.types import QueuedRequest
 
+#: ``_Live.next_key`` of a request whose hit cannot rise (equal to no block key).
+NO_KEY = object()
+#: ``_Live.watched`` of a parked request: only its ``next_key`` is watched (``Engine._park``).
+PARKED = -1
+
 
 class LazyHits:
     """The engine's side of lazy snapshots (module docstring) for one run.
@@ -74,11 +79,18 @@ class LazyHits:
         """A key some waiting request may hit changed hittability (the pool calls this after the
         change; ``BlockPool.watched`` filters the other keys out). Its watchers that had a
         snapshot are invalidated (``engine._dirty``); the others are already stale in the order
-        or not yet in it. If the key became hittable, every watcher not already ``bounded`` is
-        also noted in ``raised``: its hit may rise, so the order must bound it anew even if it
-        is already stale."""
+        or not yet in it. If the key became hittable, the watchers with a snapshot are also
+        noted in ``raised`` (their hit may rise, so the order must bound it anew), and so are
+        the stale ones not already ``bounded`` for which it is the ``next_key``: the key right
+        after the hit of the last snapshot built (which the order has seen: it reads snapshots
+        only through ``resolve``). For a stale watcher the key is any other (one inside that hit,
+        evicted and cached again), the hit cannot exceed that snapshot's until its next key is
+        cached (the hit is a run of leading keys), and the order's key, made with at least that
+        snapshot's ``h / c``, still bounds it: under overload that was nine raises in ten, each
+        re-reading a request (issue 13)."""
         bucket = self._watchers[key]
         dirty = self.engine._dirty
+        dropped = []
         if self.pool.is_cached(key):
             raised, bounded = self.raised, self.bounded
             for k, live in bucket.items():
@@ -86,13 +98,18 @@ class LazyHits:
                     live.snap = None
                     dirty[k] = live
                     raised[k] = live
-                elif k not in bounded:
+                    dropped.append(live)
+                elif live.next_key == key and k not in bounded:
                     raised[k] = live
         else:
             for k, live in bucket.items():
                 if live.snap is not None:
                     live.snap = None
                     dirty[k] = live
+                    dropped.append(live)
+        park = self.engine._park
+        for live in dropped:  # after the loop: parking edits this key's watchers too
+            park(live)
 
     def start_step(self) -> None:
         """Start of an ordering step: hand the invalidated waiting requests to the order as stale
@@ -104,6 +121,8 @@ class LazyHits:
         for live in self.recheck:
             # As of the last step's start, not of when it was read: a key may have become
             # hittable in between, unnamed if the request was bounded then.
+            if live.watched != PARKED and id(live) in e._waiting:
+                e._park(live)
             live.snap = None
             dirty[id(live)] = raised[id(live)] = live
         self.recheck = []
@@ -114,6 +133,14 @@ class LazyHits:
             held = e._in_inc
             up = [key for key in raised if key in held]
             self.bounded.update(up)
+            # Keyed by their largest possible hit, nothing changes what the order must know of
+            # them until they are resolved (which watches their keys again): watch none.
+            unpark = e._unpark
+            for key in up:
+                live = raised[key]
+                if live.watched == PARKED:
+                    unpark(live)
+                    live.watched = PARKED
             e._dirty = {}
             self.raised = {}
             e._inc.stale([live.req.request_id for key, live in dirty.items() if key in held],
