@@ -13,12 +13,17 @@ trusted until a watched key changes, no lazy journal):
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 
 from fairsim.policies import make_policy
 from fairsim.sim import Engine
+from fairsim.sim.lazy_hits import NO_KEY
 from tests.strategies import simulations
+
+CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
 
 
 def _check(engine: Engine) -> int:
@@ -95,3 +100,80 @@ def test_hit_grows_one_key_at_a_time():
     assert (snap.cached_len, live.watched) == (8, 3)
     engine._unwatch(live)
     assert live.watched == 0 and engine._watchers == {}
+
+
+def _check_lazy(engine: Engine) -> int:
+    """Lazy hits (``LazyHits.key_changed``): the map keeps what can still matter to the order."""
+    lazy, bs = engine._lazy, engine.block_size
+    waiting = {id(live) for live in engine._waiting.values()}
+    checked = 0
+    for live in engine._waiting.values():
+        lid = id(live)
+        if live.snap is not None:
+            # A snapshot (start of a step: as of the cache then) watches its hit and next key.
+            h = live.snap.cached_len // bs
+            assert live.watched == min(h + 1, live.max_hit_blocks)
+            assert live.next_key == (live.keys[h] if h < live.max_hit_blocks else NO_KEY)
+            for key in live.keys[: live.watched]:
+                assert lid in engine._watchers[key], (live.req.request_id, key)
+            checked += 1
+        elif live.next_key is not NO_KEY and lid not in lazy.bounded:
+            # Stale, not keyed by its largest hit: its next key's caching must still reach it.
+            assert lid in engine._watchers[live.next_key], live.req.request_id
+            checked += 1
+    for key, bucket in engine._watchers.items():
+        assert bucket  # no empty watcher sets
+        for lid, live in bucket.items():
+            assert lid in waiting and key in live.keys[: live.watched]
+    return checked
+
+
+def _run_lazy_checked(engine: Engine) -> int:
+    assert engine._lazy is not None
+    schedule = engine._schedule
+    seen = []
+
+    def checked_schedule(now):
+        seen.append(_check_lazy(engine))
+        return schedule(now)
+
+    engine._schedule = checked_schedule
+    result = engine.run()
+    assert len(result.requests) == len(engine._all)
+    assert engine._watchers == {}  # every request left the queue: nothing watched
+    return sum(seen)
+
+
+@pytest.mark.parametrize("name", ["fairway", "fairway-deadline", "drr", "vtc"])
+@settings(max_examples=60, deadline=None)
+@given(sim=simulations(max_requests=10))
+def test_lazy_watchers_keep_what_can_change_the_order(name, sim):
+    requests, profile, config = sim
+    _run_lazy_checked(Engine(requests, make_policy(name, profile), profile, config))
+
+
+@pytest.mark.parametrize("name", ["fairway", "drr"])
+def test_lazy_watchers_under_overload(name):
+    """A slice of the conversation trace at its native rate (hundreds waiting, shared prefixes
+    cached and evicted): the map stays exact at every step and stale watchers are dropped."""
+    from fairsim.costmodel import load_profile
+    from fairsim.sim import EngineConfig
+    from fairsim.traces.formats import read_trace
+
+    if not CONVERSATION.exists():
+        pytest.skip("shared conversation trace not present")
+    profile = load_profile("a6000-llama3.1-8b-vllm-prior")
+    requests = list(read_trace(CONVERSATION).requests)[:800]
+    engine = Engine(requests, make_policy(name, profile), profile, EngineConfig(kv_blocks=451))
+    drops = 0
+    key_changed = engine._lazy.key_changed
+
+    def counting(key):
+        nonlocal drops
+        before = sum(len(b) for b in engine._watchers.values())
+        key_changed(key)
+        drops += max(0, before - sum(len(b) for b in engine._watchers.values()))
+
+    engine.pool.on_key_change = counting
+    assert _run_lazy_checked(engine) > 1000
+    assert drops > 100  # the case is exercised: stale watchers left the map

@@ -70,7 +70,7 @@ from fairsim.sim.block_pool import BlockPool
 from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.hooked_pool import HookedBlockPool
-from fairsim.sim.lazy_hits import NO_KEY, PARKED, LazyHits
+from fairsim.sim.lazy_hits import NO_KEY, LazyHits
 from fairsim.sim.result import Columns, SimResult
 from fairsim.sim.keys import blocks_for, engine_block_keys, generated_block_keys
 from fairsim.types import QueuedRequest, Request
@@ -94,7 +94,7 @@ class _Live:
         "num_cached_blocks", "cached_at_admission", "first_scheduled_s", "first_scheduled_step",
         "finish_s", "finish_step", "preemptions", "preempted", "snap", "released_s", "out_len",
         "generated", "first_token_s", "last_token_s", "discarded", "resume_cached", "index",
-        "dec_seq", "dec_step", "dec_c0", "dec_g0", "watched", "next_key",
+        "dec_seq", "dec_step", "dec_c0", "dec_g0", "watched", "next_key", "partial",
     )
 
     def __init__(self, req: Request, keys: tuple[Hashable, ...], block_size: int,
@@ -131,8 +131,9 @@ class _Live:
         self.dec_step = 0
         self.dec_c0 = 0
         self.dec_g0 = 0
-        # Leading keys in the engine's watcher map (Engine._rewatch), or PARKED (Engine._park).
-        self.watched = 0
+        self.watched = 0  # leading keys in the engine's watcher map (Engine._rewatch)
+        # Lazy hits dropped it from some of those keys' watchers while it had no snapshot.
+        self.partial = False
         # The key whose caching can raise the hit of the last snapshot built while waiting
         # (``keys[hit]``; ``NO_KEY`` when that hit is already the largest): ``Engine._rewatch``.
         self.next_key: Hashable = NO_KEY
@@ -607,16 +608,27 @@ class Engine:
         else:
             w = live.max_hit_blocks
             nk = NO_KEY
-        old = live.watched
-        if old == PARKED:
-            self._unpark(live)
-            old = 0
         live.next_key = nk
-        if w == old:
-            return
+        old = live.watched
         watchers = self._watchers
         lid = id(live)
         keys = live.keys
+        if live.partial:
+            # Lazy hits dropped some of its keys while it had no snapshot: watch them again.
+            live.partial = False
+            get = watchers.get
+            for key in keys[:w]:
+                bucket = get(key)
+                if bucket is None:
+                    watchers[key] = {lid: live}
+                else:
+                    bucket[lid] = live
+            if old > w:
+                self._drop(live, keys[w:old])
+            live.watched = w
+            return
+        if w == old:
+            return
         if w > old:
             get = watchers.get
             for key in keys[old:w]:
@@ -633,45 +645,28 @@ class Engine:
                     del watchers[key]
         live.watched = w
 
-    def _park(self, live: _Live) -> None:
-        """Lazy hits: ``live``'s snapshot was dropped; keep only its ``next_key`` watched
-        (``fairsim.sim.lazy_hits``: nothing else can change what the order must know of it until
-        its next snapshot, which watches ``keys[:hit + 1]`` again)."""
+    def _drop(self, live: _Live, keys: Sequence[Hashable]) -> None:
+        """Stop watching ``keys`` for ``live`` where it is still watched (a ``partial`` one)."""
         watchers = self._watchers
         lid = id(live)
-        nk = live.next_key
-        for key in live.keys[: live.watched]:
-            if key == nk:
-                continue
-            bucket = watchers[key]
-            del bucket[lid]
-            if not bucket:
+        for key in keys:
+            bucket = watchers.get(key)
+            if bucket is not None and bucket.pop(lid, None) is not None and not bucket:
                 del watchers[key]
-        live.watched = PARKED
-
-    def _unpark(self, live: _Live) -> None:
-        """Drop a parked request's one watched key (its ``next_key``, if any)."""
-        nk = live.next_key
-        if nk is not NO_KEY:
-            bucket = self._watchers[nk]
-            del bucket[id(live)]
-            if not bucket:
-                del self._watchers[nk]
-            live.next_key = NO_KEY
-        live.watched = 0
 
     def _unwatch(self, live: _Live) -> None:
         """The request left the waiting queue (admitted): drop its watched keys."""
-        if live.watched == PARKED:
-            self._unpark(live)
-            return
-        watchers = self._watchers
-        lid = id(live)
-        for key in live.keys[: live.watched]:
-            bucket = watchers[key]
-            del bucket[lid]
-            if not bucket:
-                del watchers[key]
+        if live.partial:
+            live.partial = False
+            self._drop(live, live.keys[: live.watched])
+        else:
+            watchers = self._watchers
+            lid = id(live)
+            for key in live.keys[: live.watched]:
+                bucket = watchers[key]
+                del bucket[lid]
+                if not bucket:
+                    del watchers[key]
         live.watched = 0
         live.next_key = NO_KEY
 

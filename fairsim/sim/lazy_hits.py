@@ -45,8 +45,6 @@ from fairsim.types import QueuedRequest
 
 #: ``_Live.next_key`` of a request whose hit cannot rise (equal to no block key).
 NO_KEY = object()
-#: ``_Live.watched`` of a parked request: only its ``next_key`` is watched (``Engine._park``).
-PARKED = -1
 
 
 class LazyHits:
@@ -88,28 +86,36 @@ class LazyHits:
         cached (the hit is a run of leading keys), and the order's key, made with at least that
         snapshot's ``h / c``, still bounds it: under overload that was nine raises in ten, each
         re-reading a request (issue 13)."""
-        bucket = self._watchers[key]
+        watchers = self._watchers
+        bucket = watchers[key]
         dirty = self.engine._dirty
-        dropped = []
+        raised, bounded = self.raised, self.bounded
+        drop = []
         if self.pool.is_cached(key):
-            raised, bounded = self.raised, self.bounded
             for k, live in bucket.items():
                 if live.snap is not None:
                     live.snap = None
                     dirty[k] = live
                     raised[k] = live
-                    dropped.append(live)
                 elif live.next_key == key and k not in bounded:
                     raised[k] = live
+                else:
+                    drop.append(k)
         else:
             for k, live in bucket.items():
                 if live.snap is not None:
                     live.snap = None
                     dirty[k] = live
-                    dropped.append(live)
-        park = self.engine._park
-        for live in dropped:  # after the loop: parking edits this key's watchers too
-            park(live)
+                elif live.next_key != key or k in bounded:
+                    drop.append(k)
+        if drop:
+            # Stale watchers this key can no longer concern until their next snapshot (which
+            # watches their keys again: ``Engine._rewatch``): drop them here, once, instead of
+            # visiting them at every change of a key thousands of waiting requests share.
+            for k in drop:
+                bucket.pop(k).partial = True
+            if not bucket:
+                del watchers[key]
 
     def start_step(self) -> None:
         """Start of an ordering step: hand the invalidated waiting requests to the order as stale
@@ -121,8 +127,6 @@ class LazyHits:
         for live in self.recheck:
             # As of the last step's start, not of when it was read: a key may have become
             # hittable in between, unnamed if the request was bounded then.
-            if live.watched != PARKED and id(live) in e._waiting:
-                e._park(live)
             live.snap = None
             dirty[id(live)] = raised[id(live)] = live
         self.recheck = []
@@ -133,14 +137,6 @@ class LazyHits:
             held = e._in_inc
             up = [key for key in raised if key in held]
             self.bounded.update(up)
-            # Keyed by their largest possible hit, nothing changes what the order must know of
-            # them until they are resolved (which watches their keys again): watch none.
-            unpark = e._unpark
-            for key in up:
-                live = raised[key]
-                if live.watched == PARKED:
-                    unpark(live)
-                    live.watched = PARKED
             e._dirty = {}
             self.raised = {}
             e._inc.stale([live.req.request_id for key, live in dirty.items() if key in held],
