@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -34,9 +35,11 @@ class Columns:
 
     @classmethod
     def from_tuples(cls, rows: list[tuple], names: list[str]) -> Columns:
-        """From one tuple per row, values in ``names`` order."""
-        cols = map(list, zip(*rows)) if rows else ([] for _ in names)
-        return cls(dict(zip(names, cols)))
+        """From one tuple per row, values in ``names`` order.
+
+        One pass per column (``itemgetter``): ``zip(*rows)`` over hundreds of thousands of rows
+        (a step table) took 5-8x longer, growing faster than the rows (issue 13)."""
+        return cls({name: list(map(itemgetter(i), rows)) for i, name in enumerate(names)})
 
     def __len__(self) -> int:
         return self._rows
