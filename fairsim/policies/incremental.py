@@ -23,8 +23,9 @@ The engine's side of the contract (``fairsim/sim/engine.py``):
   ``stale(request_ids, raised)`` gets ``set_resolver`` once; then a snapshot changed by a cache
   event is not re-added: at the start of a step ``stale(ids, raised)`` names the requests whose
   stored snapshot is out of date and, in ``raised``, those of them (or of the requests already
-  stale) whose hit may have risen since (a key of theirs became hittable; for the others it can
-  only have fallen; ``raised=None``: any may have risen), and ``fn(q)`` gives the current
+  stale) whose hit may have risen since (the engine's ``LazyHits.key_changed``: a key that can
+  raise it became hittable; for the others it can only have fallen; ``raised=None``: any may
+  have risen), and ``fn(q)`` gives the current
   step's snapshot of ``q``'s request (the same object for every call in a step). Everything yielded must be ``fn``'s result or a snapshot
   never marked stale since it was added or resolved. ``ArrivalOrder`` and Fairway's lanes
   (``LazyLanes``: ``FastLane`` + ``ArrivalOrder``) and VTC's and DRR's class queues

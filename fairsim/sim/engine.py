@@ -94,7 +94,7 @@ class _Live:
         "num_cached_blocks", "cached_at_admission", "first_scheduled_s", "first_scheduled_step",
         "finish_s", "finish_step", "preemptions", "preempted", "snap", "released_s", "out_len",
         "generated", "first_token_s", "last_token_s", "discarded", "resume_cached", "index",
-        "dec_seq", "dec_step", "dec_c0", "dec_g0", "watched", "next_key", "partial",
+        "dec_seq", "dec_step", "dec_c0", "dec_g0", "watched", "next_key", "partial", "last_snap", "client",
     )
 
     def __init__(self, req: Request, keys: tuple[Hashable, ...], block_size: int,
@@ -134,6 +134,8 @@ class _Live:
         self.watched = 0  # leading keys in the engine's watcher map (Engine._rewatch)
         # Lazy hits dropped it from some of those keys' watchers while it had no snapshot.
         self.partial = False
+        self.last_snap: QueuedRequest | None = None  # the last snapshot built (Engine._make_snapshot)
+        self.client = client_of_request(req, keys)  # QueuedRequest.client (fixed per request)
         # The key whose caching can raise the hit of the last snapshot built while waiting
         # (``keys[hit]``; ``NO_KEY`` when that hit is already the largest): ``Engine._rewatch``.
         self.next_key: Hashable = NO_KEY
@@ -574,15 +576,23 @@ class Engine:
     def _make_snapshot(self, live: _Live, h: int, computed: int) -> QueuedRequest:
         """The policy's view of ``live`` with a prefix hit of ``h`` tokens, ``computed`` done.
 
-        A waiting request's watched keys follow the hit it shows (``_rewatch``)."""
-        req = live.req
+        A waiting request's watched keys follow the hit it shows (``_rewatch``). The last
+        snapshot built is given again when nothing in it changed (snapshots are immutable): under
+        overload a shared block that is evicted and cached again drops the snapshots of every
+        request that shares it, mostly to the same hit (issue 13)."""
         if id(live) in self._waiting:
             self._rewatch(live, h // self.block_size)
-        return QueuedRequest(
+        old = live.last_snap
+        if (old is not None and old.cached_len == h and old.num_computed_tokens == computed
+                and old.arrival_time == live.released_s):
+            return old
+        req = live.req
+        snap = live.last_snap = QueuedRequest(
             req.request_id, live.released_s, req.prompt_len, h,
             max(1, req.prompt_len - h - computed), computed, live, live.keys,
-            self.block_size, client_of_request(req, live.keys),
+            self.block_size, live.client,
         )
+        return snap
 
     def _watch(self, live: _Live) -> None:
         """A request joined the waiting queue. Its keys are watched from its first snapshot on

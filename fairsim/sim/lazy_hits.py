@@ -25,9 +25,10 @@ A snapshot built from the journal is as of the step's start but may be out of da
 step (a key changed after the start); it is dropped at the next step's start (``recheck``).
 
 The direction of a change is kept (``stale(ids, raised)``): a hit falls only when a key stops
-being hittable and rises only when one becomes hittable, so a stale request none of whose keys
-became hittable since the order last saw its snapshot keeps that snapshot's ``h / c`` as an upper
-bound (Fairway's lane leaves it in place); ``raised`` names the others. A request handed over as
+being hittable and rises only when one becomes hittable, so a stale request whose hit cannot
+have risen since the order last saw its snapshot keeps that snapshot's ``h / c`` as an upper
+bound (Fairway's lane leaves it in place); ``raised`` names the others (which ones: next
+paragraph but one). A request handed over as
 raised is ``bounded`` (keyed by its largest possible hit) until it is next resolved, so a
 block shared by thousands of waiting requests that is cached and evicted again and again names
 each of them once, not once per change (``tests/test_lazy_direction.py`` checks the claim inside
@@ -39,7 +40,8 @@ saw: the ``next_key`` (``keys[h]`` for the hit ``h`` of its last snapshot), beca
 run of leading cached keys and cannot pass ``h`` while that key is missing. So a stale request
 is ``raised`` only when its next key is cached (a key inside its old hit, evicted and cached
 again, cannot lift it past the order's key), and a key's change drops from that key's watchers
-the stale requests it can no longer concern (any other key, or a ``bounded`` request); they are
+the stale requests it can no longer concern (those for which it is not the next key, and every
+``bounded`` one, whichever key changed); they are
 watched again from their next snapshot (``_Live.partial``, ``Engine._rewatch``). Under overload
 this keeps a key change from visiting the thousands of stale requests that share the block
 (issue 13: 33 M watcher visits on the conversation trace tiled 10x, 0.24 M after). The decisions are those of the eager path; ``tests/test_fast_order.py`` compares every policy's
@@ -72,8 +74,9 @@ class LazyHits:
         self.pool.journal = self.journal
         self.recheck: list[Any] = []  # requests with a journal-built snapshot this step
         self.resolved: dict[int, QueuedRequest] = {}  # id(live) -> this step's snapshot
-        # id(live) -> live: waiting requests one of whose keys became hittable since the last
-        # ordering step (their hit may have risen; for the others it can only have fallen).
+        # id(live) -> live: waiting requests whose hit may have risen since the last ordering
+        # step (one with a snapshot, a key of it became hittable; a stale one, its next key
+        # did); for the others it can only have fallen.
         self.raised: dict[int, Any] = {}
         # id(live) of the requests handed over as raised and not resolved since: the order keys
         # them by their largest possible hit already, so a key's next rise need not name them.
@@ -91,11 +94,17 @@ class LazyHits:
         noted in ``raised`` (their hit may rise, so the order must bound it anew), and so are
         the stale ones not already ``bounded`` for which it is the ``next_key``: the key right
         after the hit of the last snapshot built (which the order has seen: it reads snapshots
-        only through ``resolve``). For a stale watcher the key is any other (one inside that hit,
-        evicted and cached again), the hit cannot exceed that snapshot's until its next key is
-        cached (the hit is a run of leading keys), and the order's key, made with at least that
-        snapshot's ``h / c``, still bounds it: under overload that was nine raises in ten, each
-        re-reading a request (issue 13)."""
+        only through ``resolve``). A stale watcher for which this key is another one (inside
+        that hit, evicted and cached again) cannot have a hit above that snapshot's until its
+        next key is cached (the hit is a run of leading keys), so the order's key, made with at
+        least that snapshot's ``h / c``, still bounds it: under overload that was nine raises
+        in ten, each re-reading a request (issue 13).
+
+        The stale watchers this change cannot concern (this key is not their next key, or they
+        are ``bounded``) are dropped from the key's watchers and flagged ``partial``: the key
+        can matter to them again only after their next snapshot, which watches ``keys[:h + 1]``
+        anew (``Engine._rewatch``). So each such entry is visited once, not at every change of
+        a block thousands of waiting requests share."""
         watchers = self._watchers
         bucket = watchers[key]
         dirty = self.engine._dirty
