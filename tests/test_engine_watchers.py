@@ -51,18 +51,25 @@ def _check(engine: Engine) -> int:
 def test_watched_keys_cover_every_hit_change(name, sim):
     requests, profile, config = sim
     engine = Engine(requests, make_policy(name, profile), profile, config, fast_order=False)
+    seen, result = _run_checked(engine, _check)
+    assert len(seen) == len(result.steps)
+
+
+def _run_checked(engine: Engine, check) -> tuple[list[int], object]:
+    """Run ``engine`` with ``check(engine)`` at the start of every step; its results and the
+    run's. Every request is served and nothing stays watched."""
     schedule = engine._schedule
     seen = []
 
     def checked_schedule(now):
-        seen.append(_check(engine))
+        seen.append(check(engine))
         return schedule(now)
 
     engine._schedule = checked_schedule
     result = engine.run()
-    assert len(result.requests) == len(requests)
+    assert len(result.requests) == len(engine._all)
     assert engine._watchers == {}  # every request left the queue: nothing watched
-    assert len(seen) == len(result.steps)
+    return seen, result
 
 
 def test_hit_grows_one_key_at_a_time():
@@ -130,18 +137,7 @@ def _check_lazy(engine: Engine) -> int:
 
 def _run_lazy_checked(engine: Engine) -> int:
     assert engine._lazy is not None
-    schedule = engine._schedule
-    seen = []
-
-    def checked_schedule(now):
-        seen.append(_check_lazy(engine))
-        return schedule(now)
-
-    engine._schedule = checked_schedule
-    result = engine.run()
-    assert len(result.requests) == len(engine._all)
-    assert engine._watchers == {}  # every request left the queue: nothing watched
-    return sum(seen)
+    return sum(_run_checked(engine, _check_lazy)[0])
 
 
 @pytest.mark.parametrize("name", ["fairway", "fairway-deadline", "drr", "vtc"])
