@@ -265,8 +265,8 @@ class FastLane:
     def stale(self, request_ids: Iterable[str], raised: Iterable[str] | None = None) -> None:
         """These requests' snapshots are out of date (a hit changed); they are read through the
         resolver when next scored. ``raised``: those whose hit may have risen (the engine's
-        ``LazyHits.key_changed`` says which; ``None``: all of them), keyed by the largest ``h / max(c, 1)`` any cache
-        could give them until they are read. The others' hits can only have fallen, so their
+        ``LazyHits.key_changed`` says which; ``None``: all of them), keyed by the largest
+        ``h / max(c, 1)`` any cache could give them until they are read. The others' hits can only have fallen, so their
         keys (made with at least their last ``h / c``) still bound their scores and stay.
 
         A request already keyed so costs one flag test, so a prefix block shared by thousands of

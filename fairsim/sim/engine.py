@@ -94,7 +94,8 @@ class _Live:
         "num_cached_blocks", "cached_at_admission", "first_scheduled_s", "first_scheduled_step",
         "finish_s", "finish_step", "preemptions", "preempted", "snap", "released_s", "out_len",
         "generated", "first_token_s", "last_token_s", "discarded", "resume_cached", "index",
-        "dec_seq", "dec_step", "dec_c0", "dec_g0", "watched", "next_key", "partial", "last_snap", "client",
+        "dec_seq", "dec_step", "dec_c0", "dec_g0", "watched", "next_key", "partial", "last_snap",
+        "client",
     )
 
     def __init__(self, req: Request, keys: tuple[Hashable, ...], block_size: int,

@@ -28,11 +28,10 @@ The direction of a change is kept (``stale(ids, raised)``): a hit falls only whe
 being hittable and rises only when one becomes hittable, so a stale request whose hit cannot
 have risen since the order last saw its snapshot keeps that snapshot's ``h / c`` as an upper
 bound (Fairway's lane leaves it in place); ``raised`` names the others (which ones: next
-paragraph but one). A request handed over as
-raised is ``bounded`` (keyed by its largest possible hit) until it is next resolved, so a
-block shared by thousands of waiting requests that is cached and evicted again and again names
-each of them once, not once per change (``tests/test_lazy_direction.py`` checks the claim inside
-engine runs). Journal-built snapshots count as raised: a key may have become hittable between
+paragraph but one). A request handed over as raised is ``bounded`` (keyed by its largest
+possible hit) until it is next resolved, so a block shared by thousands of waiting requests
+that is cached and evicted again and again names each of them once, not once per change
+(``tests/test_lazy_direction.py`` checks the claim inside engine runs). Journal-built snapshots count as raised: a key may have become hittable between
 the step's start and the read.
 
 Of a stale request's watched keys only one can still raise its hit above what the order last
@@ -41,11 +40,14 @@ run of leading cached keys and cannot pass ``h`` while that key is missing. So a
 is ``raised`` only when its next key is cached (a key inside its old hit, evicted and cached
 again, cannot lift it past the order's key), and a key's change drops from that key's watchers
 the stale requests it can no longer concern (those for which it is not the next key, and every
-``bounded`` one, whichever key changed); they are
-watched again from their next snapshot (``_Live.partial``, ``Engine._rewatch``). Under overload
-this keeps a key change from visiting the thousands of stale requests that share the block
-(issue 13: 33 M watcher visits on the conversation trace tiled 10x, 0.24 M after). The decisions are those of the eager path; ``tests/test_fast_order.py`` compares every policy's
-tables with the reference (``order()`` over fresh snapshots each step).
+``bounded`` one, whichever key changed); they are watched again from their next snapshot
+(``_Live.partial``, ``Engine._rewatch``). Under overload this keeps a key change from visiting
+the thousands of stale requests that share the block (issue 13: 33 M watcher visits on the
+conversation trace tiled 10x, 0.24 M after).
+
+The decisions are those of the eager path; ``tests/test_fast_order.py`` compares every policy's
+tables with the reference (``order()`` over fresh snapshots each step), and
+``tests/test_engine_watchers.py`` checks the watcher map at every step.
 """
 
 from __future__ import annotations
