@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from fairsim.costmodel import load_profile
 from fairsim.policies import make_policy
 from fairsim.types import QueuedRequest
-from tests.utils import admit, credit_pair, random_arrivals
+from tests.utils import admit_both, assert_same_credit_state, credit_pair, random_arrivals, read_prefix
 
 PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 
@@ -50,21 +50,11 @@ def test_stale_hits_read_through_the_resolver(seed, name, n, num_clients, quantu
         now = t + rng.random()
         expected = [q.request_id for q in ref.order(list(current.values()), now)]
         reads.clear()
-        it = inc.iter_order(now)
-        k = rng.randint(0, min(4, len(expected)))
-        got = [next(it) for _ in range(min(len(expected), k + 1))]
-        assert [q.request_id for q in got] == expected[:len(got)]
+        got, k = read_prefix(rng, inc, expected, now)
         assert all(q is current[q.request_id] for q in got)  # this step's objects, never the stored ones
         assert set(q.request_id for q in got) <= set(reads)
-        admitted = [current[rid] for rid in expected[:k]]
-        if admitted:
-            ref.on_admitted(admitted, now)
-            fast.on_admitted(admitted, now)
-        admit(current, inc, admitted)
-    if name == "drr":
-        assert (ref.deficit, ref.cursor) == (fast.deficit, fast.cursor)
-    else:
-        assert ref.counter == fast.counter
+        admit_both(ref, fast, inc, current, expected[:k], now)
+    assert_same_credit_state(name, ref, fast)
 
 
 def test_credit_orders_take_lazy_hits_in_the_engine():

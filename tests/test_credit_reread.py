@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from fairsim.costmodel import load_profile
 from fairsim.types import QueuedRequest
-from tests.utils import admit, credit_pair, random_arrivals
+from tests.utils import admit_both, assert_same_credit_state, credit_pair, random_arrivals, read_prefix
 
 PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 
@@ -38,18 +38,6 @@ def test_reads_without_admission_change_nothing(seed, name, n, num_clients, quan
             k = rng.randint(1, len(expected))
             it = inc.iter_order(now)
             assert [next(it).request_id for _ in range(k)] == expected[:k]
-        it = inc.iter_order(now)
-        k = rng.randint(0, min(4, len(expected)))
-        got = [next(it) for _ in range(min(len(expected), k + 1))]
-        assert [q.request_id for q in got] == expected[:len(got)]
-        admitted = [waiting[rid] for rid in expected[:k]]
-        if admitted:
-            ref.on_admitted(admitted, now)
-            fast.on_admitted(admitted, now)
-        admit(waiting, inc, admitted)
-    if name == "drr":
-        assert (ref.deficit, ref.cursor) == (fast.deficit, fast.cursor)
-    elif name == "dlpm":
-        assert ref.deficit == fast.deficit
-    else:
-        assert ref.counter == fast.counter
+        _, k = read_prefix(rng, inc, expected, now)
+        admit_both(ref, fast, inc, waiting, expected[:k], now)
+    assert_same_credit_state(name, ref, fast)

@@ -59,6 +59,37 @@ def admit(waiting: dict, order, admitted) -> None:
         order.remove(q.request_id)
 
 
+def read_prefix(rng, inc, expected: list[str], now: float) -> tuple[list, int]:
+    """As the engine's admission loop: read ``inc``'s order at ``now`` up to ``k + 1`` items (``k``
+    random, at most 4: the ``k`` admitted and the first misfit), each checked against the
+    reference order's ids ``expected``. Returns the items read and ``k``."""
+    it = inc.iter_order(now)
+    k = rng.randint(0, min(4, len(expected)))
+    got = [next(it) for _ in range(min(len(expected), k + 1))]
+    assert [q.request_id for q in got] == expected[:len(got)]
+    return got, k
+
+
+def admit_both(ref, fast, inc, waiting: dict, ids: list[str], now: float) -> None:
+    """The requests ``ids`` were admitted: both policies hear it (``on_admitted``), and they leave
+    ``waiting`` and the fast path's order ``inc``."""
+    admitted = [waiting[rid] for rid in ids]
+    if admitted:
+        ref.on_admitted(admitted, now)
+        fast.on_admitted(admitted, now)
+    admit(waiting, inc, admitted)
+
+
+def assert_same_credit_state(name: str, ref, fast) -> None:
+    """The reference and the fast-path policy ended in the same credit state."""
+    if name == "drr":
+        assert (ref.deficit, ref.cursor) == (fast.deficit, fast.cursor)
+    elif name == "dlpm":
+        assert ref.deficit == fast.deficit
+    else:
+        assert ref.counter == fast.counter
+
+
 def shared_prefix_requests(rng, counts=(60, 120)) -> list[Request]:
     """Requests in 1-3 groups sharing leading 512-token blocks (2-6 blocks, the last one unique),
     exponential gaps at mixed rates and output lengths 1/300/1500: shared blocks cached, evicted
