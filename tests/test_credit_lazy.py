@@ -34,10 +34,7 @@ def test_stale_hits_read_through_the_resolver(seed, name, n, num_clients, quantu
     inc.set_resolver(lambda q: reads.append(q.request_id) or current[q.request_id])
     t = 0.0
     for step in range(12):
-        t, arrived = random_arrivals(rng, t, step, n, num_clients, current)
-        for q in arrived:
-            current[q.request_id] = q
-            inc.add(q)
+        t = random_arrivals(rng, t, step, n, num_clients, current, inc)
         # Cache events: new hits, told to the order as stale only (the stored snapshots stay old).
         stale = rng.sample(sorted(current), k=min(len(current), rng.randint(0, changed)))
         for rid in stale:

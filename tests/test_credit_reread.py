@@ -26,10 +26,7 @@ def test_reads_without_admission_change_nothing(seed, name, n, num_clients, quan
     waiting: dict[str, QueuedRequest] = {}
     t = 0.0
     for step in range(12):
-        t, arrived = random_arrivals(rng, t, step, n, num_clients, waiting)
-        for q in arrived:
-            waiting[q.request_id] = q
-            inc.add(q)
+        t = random_arrivals(rng, t, step, n, num_clients, waiting, inc)
         if not waiting:
             continue
         now = t + rng.random()

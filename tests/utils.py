@@ -105,12 +105,13 @@ def shared_prefix_requests(rng, counts=(60, 120)) -> list[Request]:
     return reqs
 
 
-def random_arrivals(rng, t: float, step: int, n: int, num_clients: int,
-                    known: dict) -> tuple[float, list[QueuedRequest]]:
-    """A step's new waiting snapshots for the credit-order properties: ``0..n`` of them every
-    third step, else ``0..2``; prompts of 2-6,000 tokens with a random hit, arrivals after ``t``
-    (s), clients ``("tenant", i)`` of ``num_clients`` (none when 0); ids unique against ``known``.
-    Returns the last arrival time (``t`` if none) and the snapshots."""
+def random_arrivals(rng, t: float, step: int, n: int, num_clients: int, known: dict,
+                    inc) -> float:
+    """A step's new waiting snapshots for the credit-order properties, put in ``known`` (request
+    id -> snapshot) and added to the fast path's order ``inc``: ``0..n`` of them every third
+    step, else ``0..2``; prompts of 2-6,000 tokens with a random hit, arrivals after ``t`` (s),
+    clients ``("tenant", i)`` of ``num_clients`` (none when 0); ids unique against ``known``.
+    Returns the last arrival time (``t`` if none)."""
     out = []
     for _ in range(rng.randint(0, n) if step % 3 == 0 else rng.randint(0, 2)):
         t += rng.random()
@@ -119,7 +120,10 @@ def random_arrivals(rng, t: float, step: int, n: int, num_clients: int,
         client = ("tenant", rng.randrange(num_clients)) if num_clients else None
         out.append(QueuedRequest(f"r{step}-{len(known) + len(out)}-{rng.randrange(10**6)}", t, L, h,
                                  max(1, L - h), 0, None, client=client))
-    return t, out
+    for q in out:
+        known[q.request_id] = q
+        inc.add(q)
+    return t
 
 
 def credit_pair(name: str, quantum: int, profile: Profile):
