@@ -621,43 +621,32 @@ class Engine:
             nk = NO_KEY
         live.next_key = nk
         old = live.watched
-        watchers = self._watchers
-        lid = id(live)
-        keys = live.keys
         if live.partial:
-            # Lazy hits dropped some of its keys while it had no snapshot: watch them again.
+            # Lazy hits dropped some of its keys while it had no snapshot: watch keys[:w] anew
+            # (re-adding those still there changes nothing).
             live.partial = False
-            get = watchers.get
-            for key in keys[:w]:
-                bucket = get(key)
-                if bucket is None:
-                    watchers[key] = {lid: live}
-                else:
-                    bucket[lid] = live
             if old > w:
-                self._drop(live, keys[w:old])
-            live.watched = w
-            return
+                self._drop(live, live.keys[w:old])
+            old = live.watched = 0
         if w == old:
             return
         if w > old:
+            watchers = self._watchers
             get = watchers.get
-            for key in keys[old:w]:
+            lid = id(live)
+            for key in live.keys[old:w]:
                 bucket = get(key)
                 if bucket is None:
                     watchers[key] = {lid: live}
                 else:
                     bucket[lid] = live
         else:
-            for key in keys[w:old]:
-                bucket = watchers[key]
-                del bucket[lid]
-                if not bucket:
-                    del watchers[key]
+            self._drop(live, live.keys[w:old])
         live.watched = w
 
     def _drop(self, live: _Live, keys: Sequence[Hashable]) -> None:
-        """Stop watching ``keys`` for ``live`` where it is still watched (a ``partial`` one)."""
+        """Stop watching ``keys`` for ``live`` (where it is watched: a ``partial`` request is
+        not on all of them); a key nobody watches leaves the map."""
         watchers = self._watchers
         lid = id(live)
         for key in keys:
@@ -667,17 +656,8 @@ class Engine:
 
     def _unwatch(self, live: _Live) -> None:
         """The request left the waiting queue (admitted): drop its watched keys."""
-        if live.partial:
-            live.partial = False
-            self._drop(live, live.keys[: live.watched])
-        else:
-            watchers = self._watchers
-            lid = id(live)
-            for key in live.keys[: live.watched]:
-                bucket = watchers[key]
-                del bucket[lid]
-                if not bucket:
-                    del watchers[key]
+        self._drop(live, live.keys[: live.watched])
+        live.partial = False
         live.watched = 0
         live.next_key = NO_KEY
 
