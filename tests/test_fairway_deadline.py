@@ -61,6 +61,20 @@ class TestDeadlines:
         assert p.deadline["x2"] == pytest.approx(0.5 + 1.25 * 1.01 + 0.51)  # W still o + x1
         assert p.deadline["x1"] == pytest.approx(0.5 + 1.25 * 1.0 + 0.01)  # unchanged
 
+    def test_works_are_fixed_at_first_sight(self):
+        # o's prefix gets cached after its first sight (900 of 1000 tokens hit: work now 0.1 s);
+        # a newcomer's W and the due test still count o's 1.0 s, its work when first seen.
+        p = quick()
+        p.order(self.queue(), 0.1)
+        assert p.work_ns == {"o": 1_000_000_000, "x1": 10_000_000, "x2": 10_000_000}
+        cached = make_queued("o", 900, 100, arrival=0.0)
+        y = make_queued("y", 0, 10, arrival=0.6)
+        p.order([cached] + self.queue()[1:] + [y], 0.2)
+        assert p.work_ns["o"] == 1_000_000_000
+        assert p.deadline["y"] == pytest.approx(0.6 + 1.25 * 1.02 + 0.01)  # W = 1.0 + 0.01 + 0.01 s
+        # o is due at 0.2 s: 0.2 + 1.0 >= D(o) = 1.0 (with its current 0.1 s it would not be).
+        assert "o" in p.urgent
+
     def test_not_late_is_the_fast_first_merge(self):
         # At 0.9 s nobody is late or urgent (o: 0.9 + 1.0 >= 1.0 is urgent with the queue
         # lookahead, so this uses lookahead "none"). Fast scores: x 990/10 + 0.4/0.1 = 103, o 9.
@@ -254,7 +268,7 @@ class Recomputed(FairwayDeadline):
     """The persistence removed: every step, every deadline is set again from the current ``H``."""
 
     def order(self, waiting, now):
-        self.deadline, self.urgent = {}, set()
+        self.deadline_ns, self.work_ns, self.urgent = {}, {}, set()
         return super().order(waiting, now)
 
 

@@ -1,73 +1,269 @@
-"""The fast path of ``fairway-deadline``: deadlines kept sorted, the due test vectorised, the merge lazy.
+"""The fast path of ``fairway-deadline``: deadlines kept in blocks, the due test per block, the merge lazy.
 
 ``FairwayDeadline.order()`` (``fairsim/policies/fairway_deadline.py``) sorts the whole waiting
-queue by deadline and walks it every step. Deadlines are fixed at a request's first sight, so
-this module keeps them in a ``sortedcontainers.SortedList`` with numpy columns in deadline order
-(deadline, urgent flag, and the arrival slot of each request, ``perm``); each request's ``work``
-lives in a column in arrival order. Each ``iter_order(now)`` then costs O(n) numpy work (one
-gather ``work[perm]`` and one ``np.cumsum`` for ``lookahead="queue"``) plus O(k log n) Python
-for the ``k`` items the engine reads, instead of an O(n log n) Python sort and an O(n) Python
-loop.
+queue by deadline and walks it every step. Everything its due test reads is fixed at a request's
+first sight -- the deadline ``D`` and the work ``w`` (integer nanoseconds) -- so the
+``k``-th request in deadline order is due at clock ``t`` iff ``t >= D_k - P_k``
+(``lookahead="queue"``: ``P_k`` the works of the first ``k``; ``"own"``: ``w_k``; ``"none"``:
+0), and that *slack* changes only when a request with an earlier deadline joins (it falls by the
+newcomer's work) or leaves (it rises). The sums are of integers, exact in any order, so they may be
+kept in parts:
 
-A step without new requests whose due test cannot find anybody new (the clock and the works'
-rises since the last full test stay below the smallest ``D - F`` it left, by more than the
-rounding of the sums: ``_can_skip``) skips it and costs O(log n) plus what is read.
+- ``DueBlocks`` keeps the deadline order in blocks of at most ``2 x BLOCK`` requests, each with
+  its total work and the least slack of its requests that are not urgent *within the block*
+  (``D - `` the block's own prefix sum); a request's slack is that less the totals of the blocks
+  before it. The due test walks the blocks and opens only those whose least slack the clock
+  reached: O(n / BLOCK) plus O(BLOCK) per opened block. A join or a leave re-sums its block only
+  (O(BLOCK)), batched per step.
+- A step need not walk at all: ``floor``, a lower bound on every slack that is not urgent (the
+  exact least one after a walk; a newcomer lowers it by its work and puts in its own, at least
+  ``D - `` all the work waiting; a leave only raises slacks), decides that nobody new is due while
+  ``t < floor``.
+- The FCFS estimate ``W`` of a new request is the work of the waiting requests ahead of it in
+  arrival order: when it arrives after all of them (the usual case) that is the running total of
+  the waiting requests' works; otherwise (a preempted request back with its old arrival time) it is
+  summed over the queue, as ``order()`` does.
 
-Changes are batched per step: requests admitted since the last read are dropped from the
-deadline columns with one ``np.delete``, new ones (their deadlines set at the read) put in with
-one ``np.insert``, so an admission or arrival costs no O(n) column shift of its own.
+The order's rest (the requests that are not in the due prefix) is ``fairway-plus``'s lazy merge
+of the shared Fast and Fair lanes (``fairsim/policies/incremental.py``) with the due prefix
+skipped. Lazy hits (``fairsim.sim.lazy_hits``): nothing here reads a request's current hit but
+its first sight (the work is fixed then) and the items yielded, so a stale snapshot is resolved
+only when it is yielded or first seen.
 
-Lazy hits (``fairsim.sim.lazy_hits``): the order takes ``set_resolver``/``stale``. A snapshot
-invalidated by a cache event is not rebuilt by the engine, and the order resolves it only when a
-read needs its exact ``work``:
-
-- at a step with new requests, all of them: the FCFS estimate ``W`` of a new request sums the
-  ``work`` of every request ahead of it, and it is (almost always, under overload) a new maximum
-  ``H``, so no bound would do;
-- otherwise the due test runs on bounds: a stale request's work lies between its work at the
-  largest possible hit and at none (``_work_bounds``), IEEE addition and multiplication are
-  monotone, so the sequential sums with the low and the high works bracket the exact ones and
-  decide every request outside the bracket; the stale requests ahead of the last undecided one
-  are resolved and that prefix summed exactly (``_due_queue``, ``_due_own``; ``"none"`` reads
-  no work);
-- every request yielded (``_current``).
-
-A request whose hit flips several times between two reads is resolved once, and the two lanes
-(``FastLane``, ``ArrivalOrder``) take the same stale marks instead of a re-key per change. On the
-conversation trace tiled 4x at its native rate this resolves 0.52 M snapshots where the eager
-path rebuilt and re-added 3.7 M.
-
-Exactness (``tests/test_fast_order.py``, ``tests/test_deadline_fast.py``): every float is made
-by the same IEEE operations in the same order as in ``order()``:
-
-- the FCFS estimate ``W_r`` of a new request is the sequential sum of ``work`` in arrival order.
-  Here it is ``np.cumsum`` (``np.add.accumulate``, a sequential loop, not numpy's pairwise
-  reduction) over a column of ``work`` in arrival order in which requests that left hold
-  ``0.0`` (``x + 0.0 == x`` exactly), so no column is rebuilt on an admission;
-- ``lookahead="queue"``: ``now + w_1 + ... + w_k`` is ``np.cumsum`` of ``[now, w_1, ...]`` in
-  deadline order, the reference's running ``finish``;
-- ``work`` itself is ``policy.work(q)`` of the step's snapshot (resolved when stale);
-- the merge of the requests that are not in the due prefix is ``merge_lanes`` over the
-  ``FastLane`` and ``ArrivalOrder`` of ``fairsim.policies.incremental`` with the due prefix
-  skipped, as ``FairwayDeadline.merge`` (the paper's merge, or ``fast_first``'s unpre-charged
-  Fast ledger).
-
+Exactness (``tests/test_fast_order.py``, ``tests/test_deadline_fast.py``): integers, so the same
+deadlines, works and due decisions as ``order()``; ``W`` is summed from the same integers.
 State changes (new deadlines, the horizon ``H``, the sticky urgent set) are made when
 ``iter_order`` is called, not when it is read, and are mirrored into the policy's
-``deadline``/``urgent``/``horizon_s`` so both paths leave the policy in the same state.
+``deadline_ns``/``work_ns``/``urgent``/``horizon_ns`` so both paths leave the policy in the same
+state.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator
+from itertools import accumulate
+from operator import sub
 from typing import Any
 
-import numpy as np
 from sortedcontainers import SortedList
 
+from fairsim.policies.fairway_deadline import now_ns, to_ns
 from fairsim.policies.incremental import ArrivalOrder, FastLane, merge_lanes
 from fairsim.types import QueuedRequest
+
+Key = tuple[int, float, str]  # (D in ns, arrival time in s, request_id): the deadline order
+
+
+class _Block:
+    """A run of the deadline order: keys, works (ns), urgent flags; its total work and least slack."""
+
+    __slots__ = ("keys", "dl", "work", "urgent", "total", "least")
+
+    def __init__(self, keys: list[Key], work: list[int], urgent: list[bool]) -> None:
+        self.keys, self.work, self.urgent = keys, work, urgent
+        self.dl = [k[0] for k in keys]
+        self.total = 0
+        self.least = math.inf
+
+
+class DueBlocks:
+    """The waiting requests in deadline order, for the due test of ``fairway-deadline``.
+
+    Blocks of at most ``2 x BLOCK`` requests in deadline order, each with its total work and the
+    least slack of its requests that are not urgent, counted from the block's start; over the
+    blocks a segment tree of the pairs ``(total, least)`` combined as ``(t1 + t2, min(l1, l2 -
+    t1))`` gives the least slack of any run of blocks, so a walk descends only into the blocks that
+    have a due request: O(log(n / BLOCK)) per such block plus O(BLOCK) to open it.
+
+    Args:
+        lookahead: ``"queue"``, ``"own"`` or ``"none"`` (``FairwayDeadline.lookahead``): what a
+            request's slack ``D - P`` subtracts from its deadline (see the module docstring).
+    """
+
+    BLOCK = 128  # a block holds BLOCK / 4 .. 2 BLOCK requests (fewer only alone): re-sums cost O(BLOCK)
+
+    def __init__(self, lookahead: str) -> None:
+        self.mode = lookahead
+        self.blocks: list[_Block] = []
+        self.last: list[Key] = []  # the last key of each block (bisect here for a key's block)
+        self._dirty: dict[int, _Block] = {}  # blocks to re-sum before the next walk
+        self._reshaped = False  # blocks split, merged or dropped: the tree is rebuilt
+        self._size = 1  # leaves of the tree (a power of two >= len(blocks))
+        self._tot: list[int] = [0, 0]  # tree nodes (1 the root, 2i and 2i + 1 the children of i)
+        self._lst: list[float] = [math.inf, math.inf]
+        self.n = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _block_of(self, key: Key) -> int:
+        i = bisect_left(self.last, key)
+        return min(i, len(self.blocks) - 1)
+
+    def add(self, key: Key, work: int) -> None:
+        """A request with deadline key ``key`` and work ``work`` (ns), not urgent."""
+        self.n += 1
+        if not self.blocks:
+            b = _Block([key], [work], [False])
+            self.blocks.append(b)
+            self.last.append(key)
+            self._dirty[id(b)] = b
+            self._reshaped = True
+            return
+        i = self._block_of(key)
+        b = self.blocks[i]
+        j = bisect_left(b.keys, key)
+        b.keys.insert(j, key)
+        b.dl.insert(j, key[0])
+        b.work.insert(j, work)
+        b.urgent.insert(j, False)
+        self.last[i] = b.keys[-1]
+        self._dirty[id(b)] = b
+        if len(b.keys) > 2 * self.BLOCK:
+            self._split(i)
+
+    def _split(self, i: int) -> None:
+        """Cut block ``i`` in two halves."""
+        b = self.blocks[i]
+        half = len(b.keys) // 2
+        c = _Block(b.keys[half:], b.work[half:], b.urgent[half:])
+        del b.keys[half:], b.dl[half:], b.work[half:], b.urgent[half:]
+        self.blocks.insert(i + 1, c)
+        self.last[i] = b.keys[-1]
+        self.last.insert(i + 1, c.keys[-1])
+        self._dirty[id(b)] = b
+        self._dirty[id(c)] = c
+        self._reshaped = True
+
+    def remove(self, key: Key) -> None:
+        """Drop the request with deadline key ``key`` (it must be here)."""
+        self.n -= 1
+        i = self._block_of(key)
+        b = self.blocks[i]
+        j = bisect_left(b.keys, key)
+        del b.keys[j], b.dl[j], b.work[j], b.urgent[j]
+        if len(b.keys) < self.BLOCK // 4 and len(self.blocks) > 1:  # merge into a neighbour
+            if i + 1 == len(self.blocks):
+                i -= 1
+            b, c = self.blocks[i], self.blocks[i + 1]
+            b.keys += c.keys
+            b.dl += c.dl
+            b.work += c.work
+            b.urgent += c.urgent
+            del self.blocks[i + 1], self.last[i + 1]
+            self._dirty.pop(id(c), None)
+            self._reshaped = True
+            if len(b.keys) > 2 * self.BLOCK:
+                self._split(i)
+        if b.keys:
+            self.last[i] = b.keys[-1]
+            self._dirty[id(b)] = b
+            return
+        del self.blocks[i], self.last[i]
+        self._dirty.pop(id(b), None)
+        self._reshaped = True
+
+    def _slacks(self, b: _Block) -> list[int]:
+        """``D - P`` of each request of ``b``, ``P`` counted from the block's start."""
+        if self.mode == "queue":
+            return list(map(sub, b.dl, accumulate(b.work)))
+        if self.mode == "own":
+            return list(map(sub, b.dl, b.work))
+        return b.dl
+
+    def _resum(self, b: _Block, slacks: list[int] | None = None) -> None:
+        """``b``'s total work and least slack that is not urgent (``slacks``: ``_slacks(b)``)."""
+        b.total = sum(b.work) if self.mode == "queue" else 0  # others: no offset between blocks
+        if slacks is None:
+            slacks = self._slacks(b)
+        if True not in b.urgent:
+            b.least = min(slacks)
+        else:
+            b.least = min((s for s, u in zip(slacks, b.urgent) if not u), default=math.inf)
+
+    def _leaf(self, i: int) -> None:
+        """Block ``i``'s pair into its leaf, and up to the root."""
+        tot, lst = self._tot, self._lst
+        b = self.blocks[i]
+        node = self._size + i
+        tot[node], lst[node] = b.total, b.least
+        node >>= 1
+        while node:
+            left = 2 * node
+            tot[node] = tot[left] + tot[left + 1]
+            lst[node] = min(lst[left], lst[left + 1] - tot[left])
+            node >>= 1
+
+    def _rebuild(self) -> None:
+        size = 1
+        while size < len(self.blocks):
+            size *= 2
+        tot, lst = [0] * (2 * size), [math.inf] * (2 * size)
+        for i, b in enumerate(self.blocks):
+            tot[size + i], lst[size + i] = b.total, b.least
+        for node in range(size - 1, 0, -1):
+            left = 2 * node
+            tot[node] = tot[left] + tot[left + 1]
+            lst[node] = min(lst[left], lst[left + 1] - tot[left])
+        self._size, self._tot, self._lst = size, tot, lst
+        self._reshaped = False
+
+    def mark_due(self, t: int) -> tuple[list[Key], float]:
+        """Mark urgent every request that is due at clock ``t`` (ns) and not urgent yet.
+
+        Returns:
+            The keys marked (deadline order) and the least slack left among the requests that
+            are not urgent (ns; ``inf`` if none): nobody new is due before that clock.
+        """
+        for b in self._dirty.values():
+            self._resum(b)
+        if self._reshaped:
+            self._rebuild()
+        else:
+            for b in self._dirty.values():
+                self._leaf(self._block_of(b.keys[-1]))
+        self._dirty = {}
+        tot, lst, size = self._tot, self._lst, self._size
+        newly: list[Key] = []
+        stack = [(1, 0)]  # (node, work of the blocks before it)
+        while stack:
+            node, off = stack.pop()
+            if lst[node] - off > t:
+                continue
+            if node < size:
+                stack.append((2 * node + 1, off + tot[2 * node]))
+                stack.append((2 * node, off))  # popped first: deadline order
+                continue
+            i = node - size
+            b = self.blocks[i]
+            urg, keys = b.urgent, b.keys
+            slacks = self._slacks(b)
+            limit = t + off
+            for j in [j for j, s in enumerate(slacks) if s <= limit]:
+                if not urg[j]:
+                    urg[j] = True
+                    newly.append(keys[j])
+            self._resum(b, slacks)
+            self._leaf(i)
+        return newly, lst[1]
+
+    def prefix(self, last: Key) -> Iterator[Key]:
+        """The keys in deadline order up to and including ``last`` (which must be here)."""
+        for b in self.blocks:
+            for k in b.keys:
+                yield k
+                if k == last:
+                    return
+
+    def position(self, key: Key) -> int:
+        """How many keys come before ``key`` (which must be here)."""
+        i = self._block_of(key)
+        return sum(len(b.keys) for b in self.blocks[:i]) + bisect_left(self.blocks[i].keys, key)
+
+    def clear(self) -> None:
+        self.__init__(self.mode)
 
 
 class DeadlineOrder:
@@ -78,8 +274,6 @@ class DeadlineOrder:
             ``slack``, ``horizon``, ``lookahead``, ``fast_first``, weights and its state).
     """
 
-    _SMALL = 32  # up to this many waiting requests the due test runs in plain Python
-
     def __init__(self, policy: Any) -> None:
         self.policy = policy
         self.fast = FastLane(policy.slo)
@@ -88,32 +282,13 @@ class DeadlineOrder:
         self._stale: dict[str, None] = {}  # stored snapshot out of date (lazy hits), resolve at the read
         self._resolve: Callable[[QueuedRequest], QueuedRequest] | None = None
         self._pending: dict[str, None] = {}  # added, no deadline yet (first sight at the next read)
-        # Arrival-order columns: work (s) of the stored snapshot (a request that left keeps its
-        # slot with 0.0), its bounds over every hit (s) and the stale flag.
-        self._awork = np.zeros(64)
-        self._alo = np.zeros(64)
-        self._ahi = np.zeros(64)
-        self._astale = np.zeros(64, dtype=bool)
-        self._bounds: dict[str, tuple[float, float]] = {}  # request_id -> (lowest, highest) work (s)
-        self._alen = 0
-        self._apos: dict[str, int] = {}
-        self._alast: tuple[float, str] | None = None
-        self._aok = True  # False: a request arrived out of order, rebuild the column
-        # Deadline order: keys (D, arrival, request_id) and parallel columns of exactly len(keys).
-        self._keys = SortedList()
-        self._key_of: dict[str, tuple[float, float, str]] = {}
-        self._gone: list[tuple[float, float, str]] = []  # keys of requests that left, still in the columns
-        self._perm = np.zeros(0, dtype=np.intp)  # arrival slot of each request, in deadline order
-        self._edl = np.zeros(0)  # its deadline D (s)
-        self._eurg = np.zeros(0, dtype=bool)  # its urgent flag
+        self._key_of: dict[str, Key] = {}  # request_id -> its deadline key, once it has one
+        self._gone: list[Key] = []  # keys of requests that left, still in the blocks
+        self.due = DueBlocks(policy.lookahead)
         self._ukeys = SortedList()  # keys of the urgent requests
-        # Skip state (``_can_skip``): clock of the last full due test (None: none valid), the
-        # smallest D - F over the requests it left not urgent, its largest F, and a bound on how
-        # much the works' sums rose since (s).
-        self._t0: float | None = None
-        self._margin = 0.0
-        self._tot = 0.0
-        self._inc = 0.0
+        self._total = 0  # work of the waiting requests with a deadline (ns)
+        self._alast: tuple[float, str] | None = None  # latest (arrival, request_id) given a deadline
+        self._floor: float | None = None  # nobody new is due before this clock (ns); None: walk
 
     def __len__(self) -> int:
         return len(self.snap)
@@ -122,72 +297,29 @@ class DeadlineOrder:
     def add(self, q: QueuedRequest) -> None:
         """A new waiting request (deadline set at the next ``iter_order``), or a new snapshot."""
         rid = q.request_id
-        new = rid not in self.snap
+        if rid not in self.snap:
+            self._pending[rid] = None
+        self._stale.pop(rid, None)
         self.fast.add(q)
         self.fair.add(q)
         self.snap[rid] = q
-        if new:
-            key = (q.arrival_time, rid)
-            if self._alast is not None and key < self._alast:
-                self._aok = False
-            else:
-                self._alast = key
-            if self._alen == len(self._awork):
-                self._grow()
-            i = self._apos[rid] = self._alen
-            self._alen += 1
-            self._pending[rid] = None
-            self._awork[i] = self.policy.work(q)
-            lo, hi = self._bounds[rid] = self._work_bounds(q)
-            self._alo[i], self._ahi[i] = lo, hi
-        else:
-            i = self._apos[rid]
-            w = self.policy.work(q)
-            if rid in self._stale:
-                del self._stale[rid]  # its rise was counted when it was marked
-            else:
-                rise = w - float(self._awork[i])
-                if rise > 0:
-                    self._inc += rise
-            self._astale[i] = False
-            self._awork[i] = w
-
-    def _grow(self) -> None:
-        """Double the arrival-order columns."""
-        m = len(self._awork)
-        self._awork = np.concatenate([self._awork, np.zeros(m)])
-        self._alo = np.concatenate([self._alo, np.zeros(m)])
-        self._ahi = np.concatenate([self._ahi, np.zeros(m)])
-        self._astale = np.concatenate([self._astale, np.zeros(m, dtype=bool)])
-
-    def _work_bounds(self, q: QueuedRequest) -> tuple[float, float]:
-        """``policy.work`` of ``q`` at its largest and at no prefix hit (s), after a ``work(q)``:
-        every snapshot of the request has ``max(1, L - len(block_keys) x block_size) <=
-        uncached_len <= L`` and ``work`` is one IEEE product ``rate(L) x uncached_len`` (the
-        policy's cached ``rate``), rising with ``uncached_len``, so its work lies between the two."""
-        L = q.prompt_len
-        least = max(1, L - len(q.block_keys) * q.block_size) if q.block_size and q.block_keys is not None else 1
-        rate = self.policy._rate[L]
-        return rate * min(least, L), rate * L
 
     def remove(self, request_id: str) -> None:
         """The request was admitted: drop it everywhere (its deadline is forgotten)."""
         self.fast.remove(request_id)
         self.fair.remove(request_id)
         del self.snap[request_id]
-        del self._bounds[request_id]
         self._stale.pop(request_id, None)
-        pos = self._apos.pop(request_id)
-        self._awork[pos] = 0.0
-        self._astale[pos] = False
+        p = self.policy
         k = self._key_of.pop(request_id, None)
-        if k is not None:
-            self._gone.append(k)
-            self._ukeys.discard(k)
-        else:
+        if k is None:
             del self._pending[request_id]
-        self.policy.deadline.pop(request_id, None)
-        self.policy.urgent.discard(request_id)
+            return
+        self._gone.append(k)
+        self._ukeys.discard(k)
+        self._total -= p.work_ns.pop(request_id)
+        del p.deadline_ns[request_id]
+        p.urgent.discard(request_id)
 
     # -- lazy hits (fairsim.sim.lazy_hits) ---------------------------------------------------
     def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
@@ -197,352 +329,114 @@ class DeadlineOrder:
         self.fair.set_resolver(resolve)
 
     def stale(self, request_ids: list[str], raised: list[str] | None = None) -> None:
-        """These requests' stored snapshots are out of date: resolved when a read needs them.
-        ``raised``: those whose hit may have risen (``None``: all), passed to the Fast lane
-        (``FastLane.stale``); the work bounds here assume any change either way."""
+        """These requests' stored snapshots are out of date: resolved when yielded (or first
+        seen). ``raised``: those whose hit may have risen (``None``: all), for the Fast lane."""
         self.fast.stale(request_ids, raised)
         self.fair.stale(request_ids, raised)
         self._stale.update(dict.fromkeys(request_ids))
-        apos, astale = self._apos, self._astale
-        # The most a newly stale request's work can rise: to its work at no hit.
-        if len(request_ids) < 16:  # numpy's per-call cost dominates
-            ahi, awork = self._ahi, self._awork
-            for rid in request_ids:
-                i = apos[rid]
-                if not astale[i]:
-                    astale[i] = True
-                    self._inc += float(ahi[i] - awork[i])
-            return
-        at = np.fromiter((apos[rid] for rid in request_ids), dtype=np.intp, count=len(request_ids))
-        at = at[~astale[at]]
-        self._inc += float(np.sum(self._ahi[at] - self._awork[at]))
-        astale[at] = True
-
-    def _refresh(self) -> None:
-        """Resolve every stale snapshot (this step's hits) and write its ``work``."""
-        resolve, snap, work = self._resolve, self.snap, self.policy.work
-        awork, apos = self._awork, self._apos
-        for rid in self._stale:
-            q = snap[rid] = resolve(snap[rid])  # type: ignore[misc]
-            awork[apos[rid]] = work(q)
-        self._stale = {}
-        self._astale[:self._alen] = False
 
     def _current(self, rid: str) -> QueuedRequest:
         """``rid``'s snapshot of this step (resolved now if stale)."""
         if rid in self._stale:
             del self._stale[rid]
             q = self.snap[rid] = self._resolve(self.snap[rid])  # type: ignore[misc]
-            i = self._apos[rid]
-            self._awork[i] = self.policy.work(q)
-            self._astale[i] = False
             return q
         return self.snap[rid]
 
-    def _resolve_at(self, positions: np.ndarray) -> None:
-        """Resolve the stale requests at these deadline-order positions."""
-        keys = self._keys
-        for i in positions.tolist():
-            self._current(keys[i][2])
-
-    # -- columns -----------------------------------------------------------------------------
-    def _compact(self) -> None:
-        """Drop the requests that left from the deadline order and its columns (one pass)."""
-        keys = self._keys
-        at = [keys.index(k) for k in self._gone]
-        for k in self._gone:
-            keys.remove(k)
-        self._gone = []
-        if len(at) == 1:  # shift the tail in place (views: no allocation)
-            i = at[0]
-            cols = []
-            for col in (self._perm, self._edl, self._eurg):
-                col[i:-1] = col[i + 1:]
-                cols.append(col[:-1])
-            self._perm, self._edl, self._eurg = cols
-            return
-        keep = np.ones(len(self._edl), dtype=bool)  # a mask, not np.delete (5 us a call)
-        keep[at] = False
-        self._perm, self._edl, self._eurg = self._perm[keep], self._edl[keep], self._eurg[keep]
-
-    def _insert(self, at: list[int], perm: list[int], dl: list[float]) -> None:
-        """Put new requests in the deadline columns before the old positions ``at`` (ascending;
-        equal positions in the order given), not urgent."""
-        m, k = len(self._edl), len(at)
-        if at[0] == m:  # all after the old ones (the usual case: H and arrival only grow)
-            self._perm = np.concatenate([self._perm, np.asarray(perm, dtype=np.intp)])
-            self._edl = np.concatenate([self._edl, dl])
-            self._eurg = np.concatenate([self._eurg, np.zeros(k, dtype=bool)])
-            return
-        dest = np.asarray(at, dtype=np.intp) + np.arange(k)
-        old = np.ones(m + k, dtype=bool)
-        old[dest] = False
-        cols = []
-        for col, vals in ((self._perm, perm), (self._edl, dl), (self._eurg, False)):
-            new = np.empty(m + k, dtype=col.dtype)
-            new[old] = col
-            new[dest] = vals
-            cols.append(new)
-        self._perm, self._edl, self._eurg = cols
-
-    def _rebuild_arrival(self) -> None:
-        """The arrival-order column from scratch (after an out-of-order arrival, or to compact);
-        ``perm`` re-pointed at the new slots."""
-        snap, bounds = self.snap, self._bounds
-        order = sorted(snap.values(), key=lambda q: (q.arrival_time, q.request_id))
-        n = len(order)
-        m = max(64, 2 * n)
-        self._awork, self._alo, self._ahi = np.zeros(m), np.zeros(m), np.zeros(m)
-        self._astale = np.zeros(m, dtype=bool)  # called after _refresh: nothing stale
-        work = self.policy.work
-        for i, q in enumerate(order):
-            self._awork[i] = work(q)
-            self._alo[i], self._ahi[i] = bounds[q.request_id]
-        self._apos = apos = {q.request_id: i for i, q in enumerate(order)}
-        self._alen = n
-        self._alast = (order[-1].arrival_time, order[-1].request_id) if order else None
-        self._aok = True
-        self._perm[:] = np.fromiter((apos[k[2]] for k in self._keys), dtype=np.intp, count=len(self._keys))
-
-    def _squeeze_arrival(self) -> None:
-        """Drop the slots of requests that left from the arrival-order columns (in order, so no
-        float changes: a left slot holds 0.0), vectorised; ``perm`` re-pointed."""
-        apos = self._apos
-        live = np.fromiter(apos.values(), dtype=np.intp, count=len(apos))
-        live.sort()
-        n = len(live)
-        m = max(64, 2 * n)
-        remap = np.empty(self._alen, dtype=np.intp)
-        remap[live] = np.arange(n)
-        for name in ("_awork", "_alo", "_ahi", "_astale"):
-            old = getattr(self, name)
-            col = np.zeros(m, dtype=old.dtype)
-            col[:n] = old[live]
-            setattr(self, name, col)
-        self._apos = dict(zip(apos, remap[np.fromiter(apos.values(), dtype=np.intp, count=n)].tolist()))
-        self._alen = n
-        self._perm[:] = remap[self._perm]
-
+    # -- first sights ------------------------------------------------------------------------
     def _assign(self) -> None:
-        """``FairwayDeadline._assign`` for the pending requests, in arrival order."""
-        if not self._aok:
-            self._rebuild_arrival()
-        elif self._alen > 2 * len(self.snap) + 64:
-            self._squeeze_arrival()  # shorter cumsum below
+        """``FairwayDeadline._assign`` for the pending requests (estimate ``"cold"``)."""
         p = self.policy
-        apos, snap = self._apos, self.snap
-        fresh = sorted(self._pending, key=apos.__getitem__)
+        snap, current = self.snap, self._current
+        fresh = sorted(((snap[rid].arrival_time, rid) for rid in self._pending))
         self._pending = {}
-        slots = np.fromiter((apos[rid] for rid in fresh), dtype=np.intp, count=len(fresh))
-        cum = np.cumsum(self._awork[:slots[-1] + 1])  # cum[i]: work of arrival slots 0..i
-        owns = self._awork[slots].tolist()
-        ends = cum[slots].tolist()  # cum[i] == cum[i - 1] + awork[i]: order()'s ``ahead + own``
-        aheads = cum[slots - 1].tolist()
-        if slots[0] == 0:
-            aheads[0] = 0.0
+        work = p.work_ns
+        for _, rid in fresh:
+            work[rid] = to_ns(p.work(current(rid)))
+        if self._alast is None or fresh[0] > self._alast:
+            ahead = self._total  # every waiting request with a deadline is ahead of them all
+            aheads = []
+            for _, rid in fresh:
+                aheads.append(ahead)
+                ahead += work[rid]
+        else:  # one arrived before a request already waiting: sum over the queue, as order() does
+            new = {rid for _, rid in fresh}
+            ahead, by_id = 0, {}
+            for q in sorted(snap.values(), key=lambda q: (q.arrival_time, q.request_id)):
+                if q.request_id in new:
+                    by_id[q.request_id] = ahead
+                ahead += work[q.request_id]
+            aheads = [by_id[rid] for _, rid in fresh]
+        if self._alast is None or fresh[-1] > self._alast:
+            self._alast = fresh[-1]
         slo, slack, use_h = p.slo, p.slack, p.horizon == "max"
-        deadline = p.deadline
-        h = p.horizon_s
-        new_keys = []
-        for rid, own, ahead, end in zip(fresh, owns, aheads, ends):
-            q = snap[rid]
-            wait = slack * ahead + own
+        deadline, key_of, due = p.deadline_ns, self._key_of, self.due
+        h = p.horizon_ns
+        mode = p.lookahead
+        floor = self._floor
+        total = self._total + sum(work[rid] for _, rid in fresh)
+        for (arrival, rid), ahead in zip(fresh, aheads):
+            own = work[rid]
+            wait = round(slack * ahead) + own
             if use_h and h > wait:
                 wait = h
-            d = q.arrival_time + max(slo(q.prompt_len), wait)
-            deadline[rid] = d
-            if end > h:
-                h = end
-            new_keys.append((d, q.arrival_time, rid))
-        p.horizon_s = h
-        new_keys.sort()
-        keys, key_of = self._keys, self._key_of
-        if keys and new_keys[0] > keys[-1]:
-            at = [len(keys)] * len(new_keys)
-        else:
-            at = [keys.bisect_left(k) for k in new_keys]  # positions in the old order
-        self._insert(at, [apos[k[2]] for k in new_keys], [k[0] for k in new_keys])
-        keys.update(new_keys)
-        for k in new_keys:
-            key_of[k[2]] = k
+            q = snap[rid]
+            d = deadline[rid] = to_ns(arrival) + max(to_ns(slo(q.prompt_len)), wait)
+            if ahead + own > h:
+                h = ahead + own
+            key = key_of[rid] = (d, arrival, rid)
+            due.add(key, own)
+            if floor is not None:  # see the module docstring
+                if mode == "queue":
+                    floor = min(floor - own, d - total)
+                else:
+                    floor = min(floor, d - own if mode == "own" else d)
+        p.horizon_ns = h
+        self._total = total
+        self._floor = floor
 
     # -- reading ---------------------------------------------------------------------------
     def iter_order(self, now: float) -> Iterator[QueuedRequest]:
         """``FairwayDeadline.order(snapshots, now)``'s sequence, lazily (state updated now)."""
         p = self.policy
+        due = self.due
+        for k in self._gone:
+            due.remove(k)
+        self._gone = []
         n = len(self.snap)
-        mode = p.lookahead
-        if self._stale and (self._pending or n <= self._SMALL):
-            self._refresh()  # the FCFS estimate of a new request reads every waiting request's work
-        if n > self._SMALL and not self._pending and len(self._gone) < 64 and self._can_skip(now, n):
-            return self._read_skipped(now, n)
-        if self._gone:
-            self._compact()
         if n == 0:
-            p.deadline, p.urgent = {}, set()
+            p.deadline_ns, p.work_ns, p.urgent = {}, {}, set()
             self._ukeys.clear()
-            self._t0 = None
+            self._key_of = {}
+            due.clear()
+            self._total, self._floor = 0, None
             return iter(())
         if self._pending:
             self._assign()
-        if n <= self._SMALL:
-            self._t0 = None
-            cut = self._due_small(now, n, mode)
-            return self._read(now, n, cut)
-        dl, urg = self._edl, self._eurg
-        if mode == "none":
-            late = now >= dl
-            cut = n if late.all() else int(np.argmin(late))  # the first request not yet due
-            newly = np.flatnonzero(~urg[:cut])
-            urg[:cut] = True
-            # Every urgent request is late (due at an earlier clock), so the others start at cut.
-            margin, tot = (float(dl[cut]) - now if cut < n else math.inf), now
-        else:
-            due, fup = self._due_queue(now) if mode == "queue" else self._due_own(now)
-            newly = np.flatnonzero(due & ~urg)
-            urg |= due
-            marked = np.flatnonzero(urg)
-            cut = int(marked[-1]) + 1 if len(marked) else 0
-            margin = float(np.min(np.where(urg, math.inf, dl - fup)))
-            tot = float(fup[-1] if mode == "queue" else np.max(fup))
-        self._t0, self._margin, self._tot, self._inc = now, margin, tot, 0.0
-        if len(newly):
-            keys = self._keys
-            fresh = [keys[int(i)] for i in newly]
-            p.urgent.update(k[2] for k in fresh)
-            self._ukeys.update(fresh)
-        return self._read(now, n, cut)
+        t = now_ns(now)
+        if self._floor is None or t >= self._floor:
+            newly, self._floor = due.mark_due(t)
+            if newly:
+                p.urgent.update(k[2] for k in newly)
+                self._ukeys.update(newly)
+        return self._read(now, n)
 
-    def _can_skip(self, now: float, n: int) -> bool:
-        """No request that is not urgent can be due at ``now``: the due test would change nothing.
-
-        Since the last full due test (clock ``t0``) each waiting request's ``F = now + w_1 + ... +
-        w_k`` (``"own"``: ``now + w_k``) rose by at most ``now - t0`` plus ``_inc``, the sum of
-        every rise of a work since (a stale mark counts the rise to its work at no hit; an
-        admission only lowers the sums). So if that is below the smallest ``D - F`` the last test
-        left, by more than the rounding of both sequential sums (``8 (n + 4) 2^-53`` of the
-        magnitudes; a sequential sum of ``n`` non-negative terms is off by at most ``n 2^-53`` of
-        it, Higham, *Accuracy and Stability of Numerical Algorithms*, 4.2), nobody new is due.
-        """
-        if self._t0 is None:
-            return False
-        rise = now - self._t0
-        err = 8 * (n + 4) * 2.0 ** -53 * (abs(now) + abs(self._tot) + self._inc + abs(rise))
-        return rise + self._inc + err < self._margin
-
-    def _read_skipped(self, now: float, n: int) -> Iterator[QueuedRequest]:
-        """``_read`` at a step whose due test is skipped: the prefix ends at the last urgent
-        request; admissions since the last full test are still in the keys (not compacted)."""
-        uk = self._ukeys
-        if not uk:
-            return self._read(now, n, 0, 0)
-        last = uk[-1]
-        cut = self._keys.index(last) + 1
-        return self._read(now, n, cut, cut - sum(1 for g in self._gone if g < last))
-
-    def _due_queue(self, now: float) -> np.ndarray:
-        """``lookahead="queue"``: ``now + w_1 + ... + w_k >= D_k`` for each ``k`` in deadline order.
-
-        With stale snapshots the sums are first taken with each stale request's lowest and
-        highest work (``_work_bounds``): IEEE addition is monotone in each operand, so the exact
-        sum lies between the two and decides every ``k`` outside ``[low, high)``; only the stale
-        requests ahead of the last undecided ``k`` are resolved, and that prefix summed exactly.
-        """
-        dl, perm = self._edl, self._perm
-        w = self._awork[perm]
-        if not self._stale:
-            f = np.cumsum(np.concatenate(([now], w)))[1:]
-            return f >= dl, f
-        st = self._astale[perm]
-        fhi = np.cumsum(np.concatenate(([now], np.where(st, self._ahi[perm], w))))[1:]
-        hi = fhi >= dl
-        if not hi.any():
-            return hi, fhi  # nobody due even at the highest works
-        due = np.cumsum(np.concatenate(([now], np.where(st, self._alo[perm], w))))[1:] >= dl
-        open_ = np.flatnonzero(hi & ~due)
-        if len(open_):
-            m = int(open_[-1]) + 1
-            self._resolve_at(np.flatnonzero(st[:m]))
-            w = self._awork[perm[:m]]
-            fhi[:m] = np.cumsum(np.concatenate(([now], w)))[1:]  # exact there, an upper bound after
-            due[:m] = fhi[:m] >= dl[:m]
-        return due, fhi
-
-    def _due_own(self, now: float) -> np.ndarray:
-        """``lookahead="own"``: ``now + w_k >= D_k``; a stale request resolved only when its
-        bounds leave it undecided."""
-        dl, perm = self._edl, self._perm
-        f = now + self._awork[perm]
-        if not self._stale:
-            return f >= dl, f
-        st = self._astale[perm]
-        fhi = np.where(st, now + self._ahi[perm], f)
-        hi = fhi >= dl
-        lo = now + self._alo[perm] >= dl
-        due = np.where(st, lo, f >= dl)
-        open_ = np.flatnonzero(st & hi & ~lo)
-        if len(open_):
-            self._resolve_at(open_)
-            fhi[open_] = now + self._awork[perm[open_]]
-            due[open_] = fhi[open_] >= dl[open_]
-        return due, fhi
-
-    def _due_small(self, now: float, n: int, mode: str) -> int:
-        """The due test in Python floats for a short queue (numpy's per-call cost dominates)."""
-        urg = self._eurg
-        work = self._awork[self._perm].tolist()  # nothing stale: refreshed by iter_order
-        dl = self._edl.tolist()
-        flags = urg.tolist()
-        newly = []
-        cut = 0
-        finish = now
-        for k in range(n):
-            if mode == "queue":
-                finish += work[k]
-                due = finish >= dl[k]
-            elif mode == "own":
-                due = now + work[k] >= dl[k]
-            else:
-                due = now >= dl[k]
-                if not due:
-                    break
-            if due or flags[k]:
-                if not flags[k]:
-                    newly.append(k)
-                cut = k + 1
-        if newly:
-            keys = self._keys
-            urg[newly] = True
-            fresh = [keys[k] for k in newly]
-            self.policy.urgent.update(k[2] for k in fresh)
-            self._ukeys.update(fresh)
-        return cut
-
-    def _read(self, now: float, n: int, cut: int, live: int | None = None) -> Iterator[QueuedRequest]:
-        """The first ``cut`` requests in deadline order (the due prefix), then the other
-        requests in the merge of ``FairwayDeadline.merge`` (``now`` in seconds). ``live``: the
-        number of waiting requests among the first ``cut`` keys when admitted ones are still in
-        the keys (``_read_skipped``), else ``cut``."""
+    def _read(self, now: float, n: int) -> Iterator[QueuedRequest]:
+        """The due prefix (deadline order up to the last urgent request), then the other requests
+        in the merge of ``FairwayDeadline.merge`` (``now`` in seconds)."""
         current = self._current
-        keys = self._keys
-        if live is None or live == cut:
-            for k in keys.islice(0, cut):
+        cut = 0
+        if self._ukeys:
+            last = self._ukeys[-1]
+            for k in self.due.prefix(last):
                 yield current(k[2])
-            live = cut
-        else:
-            key_of = self._key_of
-            for k in keys.islice(0, cut):
-                if key_of.get(k[2]) == k:
-                    yield current(k[2])
-        rest = n - live
+            cut = self.due.position(last) + 1
+        rest = n - cut
         if rest == 0:
             return
         p = self.policy
-        if rest == 1 and not self._gone:
-            yield current(keys[cut][2])
-            return
         if cut:
-            skip = {k[2] for k in keys.islice(0, cut)}
+            skip = {k[2] for k in self.due.prefix(last)}
             fast = (q for q in self.fast.iter_order(now) if q.request_id not in skip)
             fair = (q for q in self.fair.iter_order(now) if q.request_id not in skip)
         else:  # nobody due: the merge of the whole queue

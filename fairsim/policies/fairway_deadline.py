@@ -9,6 +9,20 @@ from fairsim.policies.base import arrival_key
 from fairsim.policies.fairway import Fairway, charge_merge
 from fairsim.types import QueuedRequest
 
+NS = 1_000_000_000  # nanoseconds per second: the unit of the deadline arithmetic
+
+
+def to_ns(seconds: float) -> int:
+    """``round(seconds x 1e9)``: a time of the deadline arithmetic in integer nanoseconds."""
+    return round(seconds * 1e9)
+
+
+def now_ns(now: float) -> int:
+    """The clock for the due test, ``floor(now x 1e9)`` ns: for an integer ``X``, ``now x 1e9 >=
+    X`` iff ``floor(now x 1e9) >= X``, so no due test is decided by this rounding."""
+    return math.floor(now * 1e9)
+
+
 HORIZONS = ("max", "own", "now", "now-slack", "growth")
 EXTENDING = ("now", "now-slack", "growth")  # horizons re-read at every step
 LOOKAHEADS = ("none", "own", "queue")
@@ -119,13 +133,27 @@ class FairwayDeadline(Fairway):
         self.slack = 1.0 + self.fair_weight / self.fast_weight if slack is None else float(slack)
         self.lookahead = lookahead
         self.fast_first = fast_first
-        self.horizon_s = 0.0  # H: running maximum of the drain at first sights (s)
-        self.deadline: dict[str, float] = {}  # request_id -> D(r) (s), for waiting requests
+        # The deadline arithmetic is in integer nanoseconds (``ns``), so sums are exact in any
+        # order and the fast path may keep them in blocks (fairsim/policies/deadline_fast.py).
+        self.horizon_ns = 0  # H: running maximum of the FCFS estimates at first sights (ns)
+        self.deadline_ns: dict[str, int] = {}  # request_id -> D(r) (ns), for waiting requests
+        self.work_ns: dict[str, int] = {}  # request_id -> work at its first sight (ns)
         self.urgent: set[str] = set()  # waiting requests found urgent at some step (kept)
-        self._own: dict[str, float] = {}  # horizon="now": max(SLO, slack W + w) (s), H left out
-        self._est: dict[str, float] = {}  # horizon="growth": E = W + w at first sight (s)
+        self._est_ns: dict[str, int] = {}  # estimate="dedup": the FCFS-estimate work at first sight (ns)
+        self._own: dict[str, int] = {}  # horizon="now": max(SLO, slack W + w) (ns), H left out
+        self._est: dict[str, int] = {}  # horizon="growth": E = W + w at first sight (ns)
         self._rate: dict[int, float] = {}  # L -> T_idle(L) / L (s per token)
         self._shape: dict[str, tuple[float, int]] = {}  # request -> (arrival, prompt) at its deadline
+
+    @property
+    def deadline(self) -> dict[str, float]:
+        """``D(r)`` in seconds of every waiting request with a deadline (a new dict)."""
+        return {k: v / NS for k, v in self.deadline_ns.items()}
+
+    @property
+    def horizon_s(self) -> float:
+        """``H`` in seconds."""
+        return self.horizon_ns / NS
 
     def work(self, r: QueuedRequest) -> float:
         """``T_idle(L) x c / L``: seconds of cold prefill for ``r``'s uncached tokens."""
@@ -135,17 +163,20 @@ class FairwayDeadline(Fairway):
         return rate * r.uncached_len
 
     def _assign(self, waiting: Sequence[QueuedRequest]) -> None:
-        """Fix ``D(r)`` for requests seen for the first time; forget those that left."""
-        deadline, shape = self.deadline, self._shape
+        """Fix ``D(r)`` and ``work_ns`` for requests seen for the first time; forget those that left."""
+        deadline, shape = self.deadline_ns, self._shape
         # New requests, and (live hook: a streaming update) a request whose arrival or prompt
         # changed in place, which the hook feeds to the fast path as a new request too.
         new = [r for r in waiting if r.request_id not in deadline
                or shape.get(r.request_id, (r.arrival_time, r.prompt_len)) != (r.arrival_time, r.prompt_len)]
         if len(deadline) + len(new) > len(waiting):  # some left the queue (or changed): forget them
             keep = {r.request_id for r in waiting}
-            self.deadline = deadline = {k: v for k, v in deadline.items() if k in keep}
+            self.deadline_ns = deadline = {k: v for k, v in deadline.items() if k in keep}
+            self.work_ns = {k: v for k, v in self.work_ns.items() if k in keep}
             self.urgent &= keep
             self._shape = shape = {k: v for k, v in shape.items() if k in keep}
+            if self._est_ns:
+                self._est_ns = {k: v for k, v in self._est_ns.items() if k in keep}
             if self._own:
                 self._own = {k: v for k, v in self._own.items() if k in keep}
                 self._est = {k: v for k, v in self._est.items() if k in keep}
@@ -155,28 +186,42 @@ class FairwayDeadline(Fairway):
         for r in new:
             shape[r.request_id] = (r.arrival_time, r.prompt_len)
         fresh = {r.request_id for r in new}
-        ahead = 0.0  # FCFS estimate: work of the requests ahead in arrival order
-        slo, slack = self.slo, self.slack
         fifo = sorted(waiting, key=arrival_key)
-        for r, own in zip(fifo, self.fcfs_works(fifo)):
-            if r.request_id in fresh:
-                wait = slack * ahead + own
-                if self.horizon == "max" and self.horizon_s > wait:
-                    wait = self.horizon_s
-                deadline[r.request_id] = r.arrival_time + max(slo(r.prompt_len), wait)
+        work_ns = self.work_ns
+        for r in new:
+            work_ns[r.request_id] = to_ns(self.work(r))
+        if self.estimate == "cold":
+            est = work_ns
+        else:
+            est = self._est_ns
+            for r, own in zip(fifo, self.fcfs_works(fifo)):
+                if r.request_id in fresh:
+                    est[r.request_id] = to_ns(own)
+        ahead = 0  # FCFS estimate: estimated work of the requests ahead in arrival order (ns)
+        slo, slack = self.slo, self.slack
+        h = self.horizon_ns
+        for r in fifo:
+            rid = r.request_id
+            own = est[rid]
+            if rid in fresh:
+                wait = round(slack * ahead) + own
+                if self.horizon == "max" and h > wait:
+                    wait = h
+                floor = to_ns(slo(r.prompt_len))
+                deadline[rid] = to_ns(r.arrival_time) + max(floor, wait)
                 if self.horizon == "growth":
-                    self._own[r.request_id] = slo(r.prompt_len)
-                    self._est[r.request_id] = ahead + own
+                    self._own[rid] = floor
+                    self._est[rid] = ahead + own
                 elif self.horizon in EXTENDING:
-                    self._own[r.request_id] = max(slo(r.prompt_len), wait)
-                if ahead + own > self.horizon_s:
-                    self.horizon_s = ahead + own
+                    self._own[rid] = max(floor, wait)
+                if ahead + own > h:
+                    h = ahead + own
             ahead += own
+        self.horizon_ns = h
         if self.horizon == "growth":  # D(r) = a + max(SLO, E + slack (H - E)), H with this step's sights
-            h, slack = self.horizon_s, self.slack
             for rid in fresh:
                 e = self._est[rid]
-                deadline[rid] = shape[rid][0] + max(self._own[rid], e + slack * (h - e))
+                deadline[rid] = to_ns(shape[rid][0]) + max(self._own[rid], e + round(slack * (h - e)))
 
     def fcfs_works(self, fifo: Sequence[QueuedRequest]) -> list[float]:
         """Seconds of cold prefill of each request of ``fifo`` (arrival order) when served in that order.
@@ -212,26 +257,27 @@ class FairwayDeadline(Fairway):
 
     def _extend(self, waiting: Sequence[QueuedRequest]) -> None:
         """``horizon="now"``: every waiting request's deadline at least ``arrival + H`` (current
-        ``H``); ``"now-slack"``: at least ``arrival + slack x H``."""
-        own, deadline = self._own, self.deadline
+        ``H``); ``"now-slack"``: at least ``arrival + slack x H``; ``"growth"``: see the class."""
+        own, deadline, h = self._own, self.deadline_ns, self.horizon_ns
         if self.horizon == "growth":
-            h, slack, est = self.horizon_s, self.slack, self._est
+            slack, est = self.slack, self._est
             for r in waiting:
                 e = est[r.request_id]
-                deadline[r.request_id] = r.arrival_time + max(own[r.request_id], e + slack * (h - e))
+                deadline[r.request_id] = to_ns(r.arrival_time) + max(own[r.request_id], e + round(slack * (h - e)))
             return
-        h = self.horizon_s * (self.slack if self.horizon == "now-slack" else 1.0)
+        if self.horizon == "now-slack":
+            h = round(self.slack * h)
         for r in waiting:
-            deadline[r.request_id] = r.arrival_time + max(own[r.request_id], h)
+            deadline[r.request_id] = to_ns(r.arrival_time) + max(own[r.request_id], h)
 
     def _fast_keys(self, waiting: Sequence[QueuedRequest], now: float) -> list[tuple[float, float, str]]:
         """Fast-lane keys; ``patience="deadline"``: the wait term is ``wait / (D(r) - arrival)``
         instead of ``wait / SLO(r)`` (the request's own deadline offset as its patience)."""
         if self.patience == "slo":
             return super()._fast_keys(waiting, now)
-        deadline = self.deadline
+        deadline = self.deadline_ns
         return [(-(r.cached_len / max(r.uncached_len, 1)
-                   + (now - r.arrival_time) / max(deadline[r.request_id] - r.arrival_time, 1e-9)),
+                   + (now - r.arrival_time) / max(deadline[r.request_id] / NS - r.arrival_time, 1e-9)),
                  r.arrival_time, r.request_id) for r in waiting]
 
     def merge(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
@@ -261,25 +307,26 @@ class FairwayDeadline(Fairway):
     def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
         """Urgent requests and those with earlier deadlines first (by deadline), then Fairway's merge."""
         if not waiting:
-            self.deadline, self.urgent, self._own, self._est = {}, set(), {}, {}
+            self.deadline_ns, self.work_ns, self.urgent, self._own, self._est, self._est_ns = {}, {}, set(), {}, {}, {}
             return []
         self._assign(waiting)
         if self.horizon in EXTENDING:
             self._extend(waiting)
-        deadline, urgent, work = self.deadline, self.urgent, self.work
+        deadline, urgent, work = self.deadline_ns, self.urgent, self.work_ns
         edf = sorted(waiting, key=lambda r: (deadline[r.request_id], r.arrival_time, r.request_id))
         cut = 0  # EDF prefix up to the last urgent request
-        finish = now
+        t = now_ns(now)
+        finish = t
         mode = self.lookahead
         for k, r in enumerate(edf):
             rid = r.request_id
             if mode == "queue":
-                finish += work(r)
+                finish += work[rid]
                 due = finish >= deadline[rid]
             elif mode == "own":
-                due = now + work(r) >= deadline[rid]
+                due = t + work[rid] >= deadline[rid]
             else:
-                due = now >= deadline[rid]
+                due = t >= deadline[rid]
                 if not due:
                     break  # EDF: no later request is due either
             if due or rid in urgent:
