@@ -89,8 +89,9 @@ class DueBlocks:
         self.blocks: list[_Block] = []
         self.last: list[Key] = []  # the last key of each block (bisect here for a key's block)
         self._dirty: dict[int, _Block] = {}  # blocks to re-sum before the next walk
-        self._reshaped = False  # blocks split, merged or dropped: the tree is rebuilt
+        self._moved: int | None = None  # blocks from this index on moved (split, merge, drop)
         self._size = 1  # leaves of the tree (a power of two >= len(blocks))
+        self._leaves = 0  # leaves set from blocks (the others: no work, no slack)
         self._tot: list[int] = [0, 0]  # tree nodes (1 the root, 2i and 2i + 1 the children of i)
         self._lst: list[float] = [math.inf, math.inf]
         self.n = 0
@@ -110,7 +111,7 @@ class DueBlocks:
             self.blocks.append(b)
             self.last.append(key)
             self._dirty[id(b)] = b
-            self._reshaped = True
+            self._moved = 0
             return
         i = self._block_of(key)
         b = self.blocks[i]
@@ -135,7 +136,7 @@ class DueBlocks:
         self.last.insert(i + 1, c.keys[-1])
         self._dirty[id(b)] = b
         self._dirty[id(c)] = c
-        self._reshaped = True
+        self._moved_from(i)
 
     def remove(self, key: Key) -> None:
         """Drop the request with deadline key ``key`` (it must be here)."""
@@ -154,7 +155,7 @@ class DueBlocks:
             b.urgent += c.urgent
             del self.blocks[i + 1], self.last[i + 1]
             self._dirty.pop(id(c), None)
-            self._reshaped = True
+            self._moved_from(i)
             if len(b.keys) > 2 * self.BLOCK:
                 self._split(i)
         if b.keys:
@@ -163,7 +164,11 @@ class DueBlocks:
             return
         del self.blocks[i], self.last[i]
         self._dirty.pop(id(b), None)
-        self._reshaped = True
+        self._moved_from(i)
+
+    def _moved_from(self, i: int) -> None:
+        if self._moved is None or i < self._moved:
+            self._moved = i
 
     def _slacks(self, b: _Block) -> list[int]:
         """``D - P`` of each request of ``b``, ``P`` counted from the block's start."""
@@ -196,19 +201,33 @@ class DueBlocks:
             lst[node] = min(lst[left], lst[left + 1] - tot[left])
             node >>= 1
 
-    def _rebuild(self) -> None:
-        size = 1
-        while size < len(self.blocks):
-            size *= 2
-        tot, lst = [0] * (2 * size), [math.inf] * (2 * size)
-        for i, b in enumerate(self.blocks):
-            tot[size + i], lst[size + i] = b.total, b.least
-        for node in range(size - 1, 0, -1):
-            left = 2 * node
-            tot[node] = tot[left] + tot[left + 1]
-            lst[node] = min(lst[left], lst[left + 1] - tot[left])
-        self._size, self._tot, self._lst = size, tot, lst
-        self._reshaped = False
+    def _retree(self) -> None:
+        """Re-set the leaves from the first moved block on, and their ancestors; the whole tree
+        when the blocks outgrew it."""
+        n, f = len(self.blocks), self._moved
+        self._moved = None
+        if n > self._size:
+            size = self._size
+            while size < n:
+                size *= 2
+            self._size, self._tot, self._lst = size, [0] * (2 * size), [math.inf] * (2 * size)
+            f, self._leaves = 0, 0
+        size, tot, lst = self._size, self._tot, self._lst
+        end = max(n, self._leaves)
+        for i in range(f, end):
+            if i < n:
+                b = self.blocks[i]
+                tot[size + i], lst[size + i] = b.total, b.least
+            else:
+                tot[size + i], lst[size + i] = 0, math.inf
+        self._leaves = n
+        lo, hi = (size + f) >> 1, (size + max(end, f + 1) - 1) >> 1
+        while lo:
+            for node in range(lo, hi + 1):
+                left = 2 * node
+                tot[node] = tot[left] + tot[left + 1]
+                lst[node] = min(lst[left], lst[left + 1] - tot[left])
+            lo, hi = lo >> 1, hi >> 1
 
     def mark_due(self, t: int) -> tuple[list[Key], float]:
         """Mark urgent every request that is due at clock ``t`` (ns) and not urgent yet.
@@ -219,11 +238,13 @@ class DueBlocks:
         """
         for b in self._dirty.values():
             self._resum(b)
-        if self._reshaped:
-            self._rebuild()
-        else:
-            for b in self._dirty.values():
-                self._leaf(self._block_of(b.keys[-1]))
+        moved = self._moved
+        if moved is not None:
+            self._retree()
+        for b in self._dirty.values():
+            i = self._block_of(b.keys[-1])
+            if moved is None or i < moved:  # the others were re-set by _retree
+                self._leaf(i)
         self._dirty = {}
         tot, lst, size = self._tot, self._lst, self._size
         newly: list[Key] = []
