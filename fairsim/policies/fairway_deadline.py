@@ -33,17 +33,22 @@ PATIENCES = ("slo", "deadline")
 class FairwayDeadline(Fairway):
     """Fairway whose tail protection is a deadline fixed at a request's first sight.
 
-    Ordering contract (docs/POLICIES-more.md "Fairway-deadline"; all times in seconds):
+    Ordering contract (docs/POLICIES-more.md "Fairway-deadline"; times in seconds, the deadline
+    arithmetic in integer nanoseconds, ``to_ns(x) = round(x x 1e9)``, so its sums are exact):
 
-    - **Work estimate.** ``work(q) = T_idle(L_q) x c_q / L_q``: ``q``'s uncached tokens at the
-      cold per-token time of a prompt of its length (``T_idle`` from the cost model). Running
-      requests' remaining chunks are not visible to a policy and not counted.
+    - **Work estimate**, taken once, at the first step at which ``q`` is waiting (like its
+      deadline): ``w_q = to_ns(work(q))``, ``work(q) = T_idle(L_q) x c_q / L_q``: ``q``'s uncached
+      tokens then at the cold per-token time of a prompt of its length (``T_idle`` from the cost
+      model). Running requests' remaining chunks are not visible to a policy and not counted.
+      (Until issue 13 the due test and ``W`` re-read every waiting request's current ``work``;
+      a step with a new request then had to read every hit in the queue.)
     - **FCFS estimates**, at the first step at which ``r`` is waiting: ``W_r`` = the sum of
-      ``work`` over the waiting requests ahead of ``r`` in arrival order (``arrival_time``, then
-      ``request_id``), ``w_r = work(r)``, ``E_r = W_r + w_r``; ``H_r`` = the largest ``E`` of the
-      requests first seen before ``r`` (a running maximum, ``horizon_s``).
+      ``w`` over the waiting requests ahead of ``r`` in arrival order (``arrival_time``, then
+      ``request_id``), ``E_r = W_r + w_r``; ``H_r`` = the largest ``E`` of the requests first
+      seen before ``r`` (a running maximum, ``horizon_ns``; ``horizon_s`` in seconds).
     - **Deadline**, fixed then, never recomputed (a request that leaves and comes back, e.g.
-      preempted, gets a new one): ``D(r) = arrival(r) + max(SLO(r), slack x W_r + w_r, H_r)``,
+      preempted, gets a new one): ``D(r) = to_ns(arrival(r)) + max(to_ns(SLO(r)), round(slack x
+      W_r) + w_r, H_r)`` (``deadline_ns``; ``deadline`` in seconds),
       ``SLO(r) = max(slo_floor, slo_multiplier x T_idle(L_r))`` (the paper's patience), ``slack
       = 1 + fair_weight / fast_weight`` (1.25 with the paper's weights). ``horizon="own"``
       (ablation) drops ``H_r``. ``horizon="now"`` (ablation, issue 11) re-reads ``H`` at every
@@ -56,14 +61,16 @@ class FairwayDeadline(Fairway):
       (Follow-up 3): ``D_t(r) = arrival(r) + max(SLO(r), E_r + slack x (H_t - E_r))`` -- the slack
       only on how much the worst FCFS estimate grew after ``r``'s (none for the request that sets
       it). Both: deadlines only extend, a due request stays due, no fast path.
-    - **Estimate** (``estimate``): ``"cold"`` (default) -- ``W`` and ``E`` sum ``work``;
-      ``"dedup"`` (Follow-up 3) -- ``fcfs_works``: a shared uncached prefix of two waiting
-      requests is charged once, to the earlier (what the prefix cache does when FCFS serves them
-      in that order). The due test always sums ``work``.
-    - **Due** at a step with clock ``now``, the waiting requests in deadline order ``(D, arrival,
-      request_id)``: ``lookahead="queue"`` (default) -- the ``k``-th is due iff ``now +`` the
-      ``work`` of the first ``k`` ``>= D``; ``"own"`` -- iff ``now + w >= D``; ``"none"`` -- iff
-      ``now >= D``. A due request stays due until it is admitted (``urgent``).
+    - **Estimate** (``estimate``): ``"cold"`` (default) -- ``W`` and ``E`` sum ``w``;
+      ``"dedup"`` (Follow-up 3) -- ``fcfs_works`` at the first sight: a shared uncached prefix of
+      two waiting requests is charged once, to the earlier (what the prefix cache does when FCFS
+      serves them in that order), each request's charge taken once. The due test always sums
+      ``w``.
+    - **Due** at a step with clock ``now``, ``t = floor(now x 1e9)`` ns, the waiting requests in
+      deadline order ``(D, arrival, request_id)``: ``lookahead="queue"`` (default) -- the
+      ``k``-th is due iff ``t +`` the ``w`` of the first ``k`` ``>= D``; ``"own"`` -- iff ``t +
+      w >= D``; ``"none"`` -- iff ``t >= D``. A due request stays due until it is admitted
+      (``urgent``).
     - **Order.** The requests in deadline order up to the last due one; then the others in
       Fairway's lane merge (``fast_first``: the Fast ledger starts at 0 instead of
       ``fast_weight x c(front)``, as in ``fairway-plus``).
@@ -75,8 +82,9 @@ class FairwayDeadline(Fairway):
     request it cannot schedule). With ``lookahead="none"`` these were all waiting at that step.
 
     Fast path: ``incremental_order()`` (``fairsim/policies/deadline_fast.py``) keeps the
-    deadlines sorted across steps and vectorises the due test; it yields ``order()``'s sequence
-    exactly (``tests/test_fast_order.py``). ``order()`` stays the reference, ``O(n log n)``.
+    deadline order across steps in blocks under a segment tree, so a step reads only the blocks
+    with a due request; it yields ``order()``'s sequence exactly (``tests/test_fast_order.py``,
+    ``tests/test_deadline_fast.py``). ``order()`` stays the reference, ``O(n log n)``.
 
     Args:
         idle_prefill_time: ``T_idle(L)`` in seconds (``Profile.idle_prefill_time``).
