@@ -41,7 +41,7 @@ state.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from itertools import accumulate
 from operator import sub
