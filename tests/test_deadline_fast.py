@@ -47,9 +47,10 @@ PARAMS = [
 @st.composite
 def histories(draw, quiet=False):
     """Steps of (new requests, snapshot changes, admissions, clock advance); from the second step on,
-    new requests may be added newest first, and some arrive before requests already waiting (a
-    preempted request back with its old arrival time: the fast path then sums ``W`` over the
-    queue). ``quiet``: about half the steps (after the first) bring no new request."""
+    new requests may be added newest first, and some arrive before requests already waiting (the
+    fast path then sums ``W`` over the queue); admitted requests may come back before the next
+    read, and the clock may go back (both possible in the live hook). ``quiet``: about half the
+    steps (after the first) bring no new request."""
     steps = []
     t = 0.0
     for s in range(draw(st.integers(1, 14))):
@@ -68,7 +69,8 @@ def histories(draw, quiet=False):
             "read": draw(st.integers(0, 60)) if quiet else None,  # items the engine reads
             "admit": draw(st.lists(st.integers(0, 10**6), max_size=4)),
             "admit_front": draw(st.integers(0, 3)),
-            "dt": draw(st.sampled_from([0.0, 0.01, 0.3, 2.0, 25.0])),
+            "dt": draw(st.sampled_from([0.0, 0.01, 0.3, 2.0, 25.0, -0.7])),  # a clock may go back (live)
+            "readd": draw(st.integers(0, 2)),  # admitted ones back before the next read (live hook)
             "reverse": draw(st.booleans()) if s else False,  # added out of arrival order
         })
     return steps
@@ -145,10 +147,14 @@ def _replay(params, history, lazy=False, directed=False, block=8):
         gone = set(expect[:step["admit_front"]])
         if expect:
             gone |= {expect[a % len(expect)] for a in step["admit"]}
+        back = []
         for rid in sorted(gone):
-            del snaps[rid]
+            back.append(snaps.pop(rid))
             inc.remove(rid)
-        now += step["dt"]
+        for q in back[:step.get("readd", 0)]:  # same id, arrival and prompt: order() cannot tell
+            snaps[q.request_id] = q
+            inc.add(q)
+        now = max(0.0, now + step["dt"])
     return max_waiting, resolved[0], inc
 
 

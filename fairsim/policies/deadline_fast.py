@@ -5,23 +5,26 @@ queue by deadline and walks it every step. Everything its due test reads is fixe
 first sight -- the deadline ``D`` and the work ``w`` (integer nanoseconds) -- so the
 ``k``-th request in deadline order is due at clock ``t`` iff ``t >= D_k - P_k``
 (``lookahead="queue"``: ``P_k`` the works of the first ``k``; ``"own"``: ``w_k``; ``"none"``:
-0), and that *slack* changes only when a request with an earlier deadline joins (it falls by the
+0), and that *margin* changes only when a request with an earlier deadline joins (it falls by the
 newcomer's work) or leaves (it rises). The sums are of integers, exact in any order, so they may be
 kept in parts:
 
 - ``DueBlocks`` keeps the deadline order in blocks of at most ``2 x BLOCK`` requests, each with
-  its total work and the least slack of its requests that are not urgent *within the block*
-  (``D - `` the block's own prefix sum); a request's slack is that less the totals of the blocks
-  before it. The due test walks the blocks and opens only those whose least slack the clock
-  reached: O(n / BLOCK) plus O(BLOCK) per opened block. A join or a leave re-sums its block only
-  (O(BLOCK)), batched per step.
-- A step need not walk at all: ``floor``, a lower bound on every slack that is not urgent (the
+  its total work and the least margin of its requests that are not urgent *within the block*
+  (``D - `` the block's own prefix sum); a request's margin is that less the totals of the blocks
+  before it. A segment tree over the blocks (``DueBlocks``) gives the least margin of any run of
+  them, so the due test descends only into the blocks that hold a newly due request: O(log(n /
+  BLOCK)) plus O(BLOCK) per such block. A join or a leave re-sums its block only (O(BLOCK)),
+  batched per step; a block split, merged or dropped re-sets the tree's leaves from it on
+  (O(n / BLOCK), once per about BLOCK joins or leaves).
+- A step need not walk at all: ``floor``, a lower bound on every margin that is not urgent (the
   exact least one after a walk; a newcomer lowers it by its work and puts in its own, at least
-  ``D - `` all the work waiting; a leave only raises slacks), decides that nobody new is due while
+  ``D - `` all the work waiting; a leave only raises margins), decides that nobody new is due while
   ``t < floor``.
 - The FCFS estimate ``W`` of a new request is the work of the waiting requests ahead of it in
   arrival order: when it arrives after all of them (the usual case) that is the running total of
-  the waiting requests' works; otherwise (a preempted request back with its old arrival time) it is
+  the waiting requests' works; otherwise (in the live hook, a request that became waiting after a
+  later-arriving one, e.g. once its grammar or remote KV was ready, or an id reused) it is
   summed over the queue, as ``order()`` does.
 
 The order's rest (the requests that are not in the due prefix) is ``fairway-plus``'s lazy merge
@@ -35,7 +38,10 @@ deadlines, works and due decisions as ``order()``; ``W`` is summed from the same
 State changes (new deadlines, the horizon ``H``, the sticky urgent set) are made when
 ``iter_order`` is called, not when it is read, and are mirrored into the policy's
 ``deadline_ns``/``work_ns``/``urgent``/``horizon_ns`` so both paths leave the policy in the same
-state.
+state. ``order()`` sees only the waiting queue of each call, so a request that leaves and is back
+before the next read (the live hook: the same id, arrival and prompt) keeps its deadline, work and
+urgency here too. What still grows with the queue, slowly: the reads of the due prefix (its keys
+and, past it, the set that the lanes skip) and the rare sum of ``W`` over the queue.
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ Key = tuple[int, float, str]  # (D in ns, arrival time in s, request_id): the de
 
 
 class _Block:
-    """A run of the deadline order: keys, works (ns), urgent flags; its total work and least slack."""
+    """A run of the deadline order: keys, works (ns), urgent flags; its total work and least margin."""
 
     __slots__ = ("keys", "dl", "work", "urgent", "total", "least")
 
@@ -72,14 +78,14 @@ class DueBlocks:
     """The waiting requests in deadline order, for the due test of ``fairway-deadline``.
 
     Blocks of at most ``2 x BLOCK`` requests in deadline order, each with its total work and the
-    least slack of its requests that are not urgent, counted from the block's start; over the
+    least margin of its requests that are not urgent, counted from the block's start; over the
     blocks a segment tree of the pairs ``(total, least)`` combined as ``(t1 + t2, min(l1, l2 -
-    t1))`` gives the least slack of any run of blocks, so a walk descends only into the blocks that
+    t1))`` gives the least margin of any run of blocks, so a walk descends only into the blocks that
     have a due request: O(log(n / BLOCK)) per such block plus O(BLOCK) to open it.
 
     Args:
         lookahead: ``"queue"``, ``"own"`` or ``"none"`` (``FairwayDeadline.lookahead``): what a
-            request's slack ``D - P`` subtracts from its deadline (see the module docstring).
+            request's margin ``D - P`` subtracts from its deadline (see the module docstring).
     """
 
     BLOCK = 128  # a block holds BLOCK / 4 .. 2 BLOCK requests (fewer only alone): re-sums cost O(BLOCK)
@@ -91,7 +97,7 @@ class DueBlocks:
         self._dirty: dict[int, _Block] = {}  # blocks to re-sum before the next walk
         self._moved: int | None = None  # blocks from this index on moved (split, merge, drop)
         self._size = 1  # leaves of the tree (a power of two >= len(blocks))
-        self._leaves = 0  # leaves set from blocks (the others: no work, no slack)
+        self._leaves = 0  # leaves set from blocks (the others: no work, no margin)
         self._tot: list[int] = [0, 0]  # tree nodes (1 the root, 2i and 2i + 1 the children of i)
         self._lst: list[float] = [math.inf, math.inf]
         self.n = 0
@@ -170,7 +176,7 @@ class DueBlocks:
         if self._moved is None or i < self._moved:
             self._moved = i
 
-    def _slacks(self, b: _Block) -> list[int]:
+    def _margins(self, b: _Block) -> list[int]:
         """``D - P`` of each request of ``b``, ``P`` counted from the block's start."""
         if self.mode == "queue":
             return list(map(sub, b.dl, accumulate(b.work)))
@@ -178,15 +184,15 @@ class DueBlocks:
             return list(map(sub, b.dl, b.work))
         return b.dl
 
-    def _resum(self, b: _Block, slacks: list[int] | None = None) -> None:
-        """``b``'s total work and least slack that is not urgent (``slacks``: ``_slacks(b)``)."""
+    def _resum(self, b: _Block, margins: list[int] | None = None) -> None:
+        """``b``'s total work and least margin that is not urgent (``margins``: ``_margins(b)``)."""
         b.total = sum(b.work) if self.mode == "queue" else 0  # others: no offset between blocks
-        if slacks is None:
-            slacks = self._slacks(b)
+        if margins is None:
+            margins = self._margins(b)
         if True not in b.urgent:
-            b.least = min(slacks)
+            b.least = min(margins)
         else:
-            b.least = min((s for s, u in zip(slacks, b.urgent) if not u), default=math.inf)
+            b.least = min((m for m, u in zip(margins, b.urgent) if not u), default=math.inf)
 
     def _leaf(self, i: int) -> None:
         """Block ``i``'s pair into its leaf, and up to the root."""
@@ -233,7 +239,7 @@ class DueBlocks:
         """Mark urgent every request that is due at clock ``t`` (ns) and not urgent yet.
 
         Returns:
-            The keys marked (deadline order) and the least slack left among the requests that
+            The keys marked (deadline order) and the least margin left among the requests that
             are not urgent (ns; ``inf`` if none): nobody new is due before that clock.
         """
         for b in self._dirty.values():
@@ -260,13 +266,13 @@ class DueBlocks:
             i = node - size
             b = self.blocks[i]
             urg, keys = b.urgent, b.keys
-            slacks = self._slacks(b)
+            margins = self._margins(b)
             limit = t + off
-            for j in [j for j, s in enumerate(slacks) if s <= limit]:
+            for j in [j for j, m in enumerate(margins) if m <= limit]:
                 if not urg[j]:
                     urg[j] = True
                     newly.append(keys[j])
-            self._resum(b, slacks)
+            self._resum(b, margins)
             self._leaf(i)
         return newly, lst[1]
 
@@ -305,6 +311,10 @@ class DeadlineOrder:
         self._pending: dict[str, None] = {}  # added, no deadline yet (first sight at the next read)
         self._key_of: dict[str, Key] = {}  # request_id -> its deadline key, once it has one
         self._gone: list[Key] = []  # keys of requests that left, still in the blocks
+        # Requests that left since the last read: (arrival, prompt_len, key, work, urgent). One
+        # back before the next read with the same arrival and prompt keeps its deadline, as in
+        # order(), which sees only the waiting queue of each call.
+        self._left: dict[str, tuple[float, int, Key, int, bool]] = {}
         self.due = DueBlocks(policy.lookahead)
         self._ukeys = SortedList()  # keys of the urgent requests
         self._total = 0  # work of the waiting requests with a deadline (ns)
@@ -319,7 +329,11 @@ class DeadlineOrder:
         """A new waiting request (deadline set at the next ``iter_order``), or a new snapshot."""
         rid = q.request_id
         if rid not in self.snap:
-            self._pending[rid] = None
+            back = self._left.pop(rid, None)
+            if back is not None and back[:2] == (q.arrival_time, q.prompt_len):
+                self._restore(rid, *back[2:])
+            else:
+                self._pending[rid] = None
         self._stale.pop(rid, None)
         self.fast.add(q)
         self.fair.add(q)
@@ -329,18 +343,34 @@ class DeadlineOrder:
         """The request was admitted: drop it everywhere (its deadline is forgotten)."""
         self.fast.remove(request_id)
         self.fair.remove(request_id)
-        del self.snap[request_id]
         self._stale.pop(request_id, None)
         p = self.policy
         k = self._key_of.pop(request_id, None)
         if k is None:
+            del self.snap[request_id]
             del self._pending[request_id]
             return
+        q = self.snap.pop(request_id)
+        work = p.work_ns.pop(request_id)
+        urgent = request_id in p.urgent
+        self._left[request_id] = (q.arrival_time, q.prompt_len, k, work, urgent)
         self._gone.append(k)
         self._ukeys.discard(k)
-        self._total -= p.work_ns.pop(request_id)
+        self._total -= work
         del p.deadline_ns[request_id]
         p.urgent.discard(request_id)
+
+    def _restore(self, rid: str, key: Key, work: int, urgent: bool) -> None:
+        """``rid`` left and is back before the next read: the state it had."""
+        p = self.policy
+        self._gone.remove(key)
+        self._key_of[rid] = key
+        self._total += work
+        p.work_ns[rid] = work
+        p.deadline_ns[rid] = key[0]
+        if urgent:
+            p.urgent.add(rid)
+            self._ukeys.add(key)
 
     # -- lazy hits (fairsim.sim.lazy_hits) ---------------------------------------------------
     def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
@@ -424,6 +454,7 @@ class DeadlineOrder:
         for k in self._gone:
             due.remove(k)
         self._gone = []
+        self._left = {}
         n = len(self.snap)
         if n == 0:
             p.deadline_ns, p.work_ns, p.urgent = {}, {}, set()

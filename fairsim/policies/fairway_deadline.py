@@ -46,8 +46,9 @@ class FairwayDeadline(Fairway):
       ``w`` over the waiting requests ahead of ``r`` in arrival order (``arrival_time``, then
       ``request_id``), ``E_r = W_r + w_r``; ``H_r`` = the largest ``E`` of the requests first
       seen before ``r`` (a running maximum, ``horizon_ns``; ``horizon_s`` in seconds).
-    - **Deadline**, fixed then, never recomputed (a request that leaves and comes back, e.g.
-      preempted, gets a new one): ``D(r) = to_ns(arrival(r)) + max(to_ns(SLO(r)), round(slack x
+    - **Deadline**, fixed then, never recomputed (a request missing from the waiting queue at a
+      call and waiting again at a later one gets a new one; the policy sees only the queue of
+      each call): ``D(r) = to_ns(arrival(r)) + max(to_ns(SLO(r)), round(slack x
       W_r) + w_r, H_r)`` (``deadline_ns``; ``deadline`` in seconds),
       ``SLO(r) = max(slo_floor, slo_multiplier x T_idle(L_r))`` (the paper's patience), ``slack
       = 1 + fair_weight / fast_weight`` (1.25 with the paper's weights). ``horizon="own"``
@@ -303,7 +304,9 @@ class FairwayDeadline(Fairway):
         """Fast path (``fairsim.policies.deadline_fast.DeadlineOrder``), or ``None`` for a subclass
         that overrides a method it mirrors (``work``, ``fcfs_works``, ``_assign``, ``merge``) and for the
         ablations it does not mirror (extending horizons, ``estimate="dedup"``,
-        ``patience="deadline"``)."""
+        ``patience="deadline"``). Fairway's own mirrored methods (``order``, ``_fast_keys``, ...:
+        ``fairsim.policies.incremental.MIRRORED``) are checked by ``fast_path_of``, which the
+        engine and the hook call."""
         cls = type(self)
         if self.horizon in EXTENDING or self.patience != "slo" or self.estimate != "cold":
             return None
@@ -333,10 +336,8 @@ class FairwayDeadline(Fairway):
                 due = finish >= deadline[rid]
             elif mode == "own":
                 due = t + work[rid] >= deadline[rid]
-            else:
+            else:  # (an urgent request may follow one that is not due when a clock went back)
                 due = t >= deadline[rid]
-                if not due:
-                    break  # EDF: no later request is due either
             if due or rid in urgent:
                 urgent.add(rid)
                 cut = k + 1
