@@ -16,12 +16,16 @@ Scheme (a kinetic bound, exact; our own design after the issue's sketch):
 - Requests are grouped in **buckets** by slope: bucket ``floor(log(s) / log(1 + DELTA))``, so the
   slopes in a bucket lie within a factor ``1 + DELTA`` of each other, and requests with the same
   SLO (all the prompts whose patience is the floor) share one bucket whose slopes are equal.
-- A bucket has a reference time ``t0`` and keeps its requests sorted by their score at ``t0``,
-  ``key_i = score_i(t0)`` (a ``SortedList``). For ``t >= t0``, ``score_i(t) <= key_i + (t - t0) *
-  s_hi`` where ``s_hi`` bounds the bucket's slopes (for ``t < t0``, ``score_i(t) <= key_i``: the
-  score never falls with time). So the best request not yet taken from a bucket scores at most
-  ``bound = key(first not taken) + max(t - t0, 0) * s_hi``, plus a float margin of
-  ``1e-9 x (1 + |key| + (t - t0) s_hi)`` (the rounding of these few operations is ~1e-16 relative).
+- A bucket has a reference time ``t0`` (its creation) and a slope bound ``s_hi`` (the largest
+  slope of a request added to it). A request's key is made at some clock ``t_i`` (when it
+  joined, or when it was last re-keyed): ``K_i = score_i(t_i) - (t_i - t0) * s_hi``, and the
+  bucket keeps its requests sorted by ``K`` (a ``SortedList``). For ``t >= t_i``, ``score_i(t)
+  <= score_i(t_i) + (t - t_i) * s_i <= K_i + (t - t0) * s_hi`` (the score is a line of slope
+  ``s_i <= s_hi``, flat once capped; a later rise of ``s_hi`` only loosens the bound), and the
+  score never falls with time, so at ``te``, the latest clock of any read, the best request not
+  yet taken from a bucket scores at most ``bound = K(first not taken) + (te - t0) * s_hi``, plus
+  a float margin of ``1e-9 x (1 + |K| + (te - t0) s_hi)`` (the rounding of these few operations
+  is ~1e-16 relative).
 - ``iter_order(now)`` computes every bucket's bound of its front (numpy, one value per bucket, not
   per request), then repeatedly takes the front of the bucket with the highest bound, scores it
   **exactly** (the same float operations as ``Fairway._fast_keys``, so the same floats as the
@@ -29,11 +33,13 @@ Scheme (a kinetic bound, exact; our own design after the issue's sketch):
   strictly above every remaining bound (so a request tied in score, which may win on arrival or
   id, is always taken before the decision). The yielded sequence is therefore exactly the sorted
   order by ``(-score, arrival, request_id)``.
-- Taken but not yielded requests are **waste**: they grow as ``t - t0`` widens a bucket's bounds.
-  At the start of the next ``iter_order`` a bucket whose waste since its last rebuild reaches a
-  quarter of its size (at least ``MIN_WASTE``) is rebuilt: keys recomputed at ``t0 = now`` and
-  re-sorted. A rebuild costs O(m log m) for ``m`` requests and happens after at least ``m / 4``
-  wasted takes, so it is amortised against work already done.
+- Taken but not yielded requests are **waste**: their bounds were loose by ``(t - t_i) (s_hi -
+  s_i)``. At the start of the next ``iter_order`` each of them is re-keyed at ``t_i = now``, so its
+  bound is its exact score again and it sinks to its place: O(log m) per wasted take, and a
+  request deep in a bucket, which no read reaches, is never touched. (Until issue 13's last
+  change a bucket whose waste reached a quarter of its size was re-keyed whole at a common ``t0
+  = now``: O(m log m) each time, and under overload, with the waste of a read proportional to
+  the bucket's density, a cost per request that grew with the queue.)
 
 Small mode: while the lane is short (at a stable load a read mostly finds 0-15 waiting) there are
 no buckets: ``add`` stores the request, a read sorts the exact keys of all of them (the reference
@@ -66,8 +72,6 @@ from fairsim.types import QueuedRequest
 
 #: Relative slope width of a bucket: slopes within a bucket differ by at most this factor - 1.
 DELTA = 1.0 / 64.0
-#: Least waste (taken, not yielded) before a bucket is rebuilt, whatever its size.
-MIN_WASTE = 32
 #: Relative float margin on a bound (rounding of a few double operations is ~1e-16 relative).
 MARGIN = 1e-9
 #: Front key of an empty bucket: far below any score (|score| < 1e200 for any real queue).
@@ -97,16 +101,16 @@ def _hc_bound(q: QueuedRequest) -> float:
 
 
 class _Bucket:
-    """Requests with slopes within ``1 + DELTA`` of each other, sorted by score at ``t0``."""
+    """Requests with slopes within ``1 + DELTA`` of each other, sorted by their keys ``K``
+    (module docstring)."""
 
-    __slots__ = ("keys", "t0", "s_hi", "waste", "slot", "front")
+    __slots__ = ("keys", "t0", "s_hi", "slot", "front")
 
     def __init__(self, slot: int, t0: float) -> None:
-        self.keys = SortedList()  # (-key, arrival_time, request_id)
+        self.keys = SortedList()  # (-K, arrival_time, request_id)
         self.front: tuple | None = None  # keys[0], or None when empty
         self.t0 = t0
-        self.s_hi = 0.0  # bound on the slopes of the members (max slope added since the rebuild)
-        self.waste = 0
+        self.s_hi = 0.0  # bound on the slopes of the members (the largest slope ever added)
         self.slot = slot
 
 
@@ -134,9 +138,12 @@ class FastLane:
         self._head = np.full(cap, EMPTY)  # key of each bucket's front (EMPTY: empty)
         self._t0 = np.zeros(cap)
         self._shi = np.zeros(cap)
-        self._pulled: dict[int, int] = {}  # slot -> taken minus yielded in the last iter_order
+        self._waste: list = []  # the last read's candidates taken but not yielded (its heap)
         self._loose: list[str] = []  # taken requests whose key was made with a higher h/c
-        self._clock = 0.0  # the last iter_order's now (reference time of new buckets)
+        self._clock = 0.0  # the last iter_order's now (reference time of new buckets and new keys)
+        # The latest clock of any read: every key was made at or before it, so bounds are taken
+        # there when a clock goes back (a score never falls with time).
+        self._tmax = -math.inf
         # Exact score at ``_clock`` of the last request a bucketed read yielded: a request whose
         # bound reaches it is likely to be read next time (``stale`` reads it at once).
         self._frontier = math.inf
@@ -158,6 +165,12 @@ class FastLane:
         if cap is not None and wait > cap:
             wait = cap
         return hc + wait
+
+    def _kt(self, hc: float, arr: float, slo: float, rid: str, b: _Bucket) -> tuple:
+        """The sort key of a request in bucket ``b``, made at the lane's clock ``t``:
+        ``(-(score(t) - (t - t0) x s_hi), arrival, request_id)`` (module docstring)."""
+        t = self._clock
+        return (-(self._key(hc, arr, slo, t) - (t - b.t0) * b.s_hi), arr, rid)
 
     def _set_head(self, b: _Bucket) -> None:
         keys = b.keys
@@ -227,7 +240,7 @@ class FastLane:
                 b.s_hi = s
                 self._shi[b.slot] = s
             arr = q.arrival_time
-            kt = (-self._key(hc, arr, slo, b.t0), arr, rid)
+            kt = self._kt(hc, arr, slo, rid, b)
             self._items[rid] = [q, hc, arr, slo, s, b, kt, hc, False, max(hc, _hc_bound(q))]
         elif q.arrival_time != item[2] or q.prompt_len != item[0].prompt_len:
             self.remove(rid)  # not a cache change: a different request under the same id
@@ -243,7 +256,7 @@ class FastLane:
             b = item[5]
             self._delete(b, item[6])
             item[7] = hc
-            kt = item[6] = (-self._key(hc, item[2], item[3], b.t0), item[2], rid)
+            kt = item[6] = self._kt(hc, item[2], item[3], rid, b)
         self._insert(b, kt)
 
     def _rekey(self, rid: str) -> None:
@@ -254,7 +267,7 @@ class FastLane:
         b = item[5]
         self._delete(b, item[6])
         item[7] = item[1]
-        kt = item[6] = (-self._key(item[1], item[2], item[3], b.t0), item[2], rid)
+        kt = item[6] = self._kt(item[1], item[2], item[3], rid, b)
         self._insert(b, kt)
 
     # -- lazy hits (fairsim.sim.lazy_hits) -------------------------------------------------------
@@ -302,13 +315,13 @@ class FastLane:
                 b = item[5]
                 self._delete(b, item[6])
                 item[7] = item[1]
-                kt = item[6] = (-key(item[1], item[2], item[3], b.t0), item[2], rid)
+                kt = item[6] = self._kt(item[1], item[2], item[3], rid, b)
                 self._insert(b, kt)
             elif item[7] < item[9]:
                 b = item[5]
                 self._delete(b, item[6])
                 item[7] = item[9]
-                kt = item[6] = (-key(item[9], item[2], item[3], b.t0), item[2], rid)
+                kt = item[6] = self._kt(item[9], item[2], item[3], rid, b)
                 self._insert(b, kt)
 
     def _fresh(self, item: list) -> None:
@@ -323,41 +336,26 @@ class FastLane:
         if not self._small:
             self._delete(item[5], item[6])
 
-    def _rebuild(self, b: _Bucket, now: float) -> None:
-        """Re-key bucket ``b`` at ``t0 = now`` and tighten its slope bound to its members'."""
-        items, key = self._items, self._key
-        fresh = []
-        s_hi = 0.0
-        for _, _, rid in b.keys:
-            item = items[rid]
-            item[7] = item[9] if item[8] == 2 else item[1]
-            kt = item[6] = (-key(item[7], item[2], item[3], now), item[2], rid)
-            fresh.append(kt)
-            if item[4] > s_hi:
-                s_hi = item[4]
-        b.keys = SortedList(fresh)
-        b.t0 = now
-        b.s_hi = s_hi
-        b.waste = 0
-        self._t0[b.slot] = now
-        self._shi[b.slot] = s_hi
-        self._set_head(b)
-
     def _settle(self, now: float) -> None:
-        """Tighten the loose keys the last read took; charge its waste to its buckets and rebuild
-        those that wasted enough."""
+        """At the clock ``now``: tighten the loose keys the last read took, and re-key at ``now``
+        the requests it took but did not yield (its waste), so their bounds are their exact
+        scores again."""
+        self._clock = now
         if self._loose:
             for rid in self._loose:
                 self._rekey(rid)
             self._loose = []
-        for slot, w in self._pulled.items():
-            if w <= 0:
-                continue
-            b = self._by_slot[slot]
-            b.waste += w
-            if b.waste >= max(MIN_WASTE, len(b.keys) >> 2):
-                self._rebuild(b, now)
-        self._pulled = {}
+        items = self._items
+        for _, _, rid, counted in self._waste:
+            item = items.get(rid)
+            if counted < 0 or item is None or item[8]:
+                continue  # stale ones were re-keyed by their hit in _loose, or will be by stale()
+            b = item[5]
+            self._delete(b, item[6])
+            item[7] = item[1]
+            kt = item[6] = self._kt(item[1], item[2], item[3], rid, b)
+            self._insert(b, kt)
+        self._waste = []
 
     # -- small mode ------------------------------------------------------------------------------
     def _to_buckets(self, now: float) -> None:
@@ -389,7 +387,7 @@ class FastLane:
         self._buckets = {}
         self._by_slot = []
         self._head[:] = EMPTY
-        self._pulled = {}
+        self._waste = []
         self._loose = []
 
     def small_lane(self, now: float) -> tuple[list[QueuedRequest], list[QueuedRequest]] | None:
@@ -433,7 +431,7 @@ class FastLane:
 
     def iter_order(self, now: float) -> Iterator[QueuedRequest]:
         """The waiting snapshots by descending score at ``now`` (seconds), ties by arrival then
-        id, as an iterator read lazily. A bucketed lane settles (re-keys, rebuilds) at the first
+        id, as an iterator read lazily. A bucketed lane settles (re-keys the last read's loose and wasted takes) at the first
         ``next()``, not at the call. With lazy hits each item is ``resolve``d before it is
         yielded, so the engine gets its snapshot object of this step (``fairsim.sim.lazy_hits``)."""
         small = self.small_lane(now)
@@ -449,19 +447,19 @@ class FastLane:
             return
         cap = self.wait_cap
         self._settle(now)
-        self._clock = now
+        te = self._tmax = max(self._tmax, now)
         nb = len(self._by_slot)
         head = self._head[:nb]
-        dt = now - self._t0[:nb]
+        dt = te - self._t0[:nb]
         np.maximum(dt, 0.0, out=dt)
         grow = dt * self._shi[:nb]
         bound = head + grow
         bound += MARGIN * (1.0 + np.abs(head) + grow)  # empty buckets: about EMPTY
         by_slot = self._by_slot
-        pulled = self._pulled
         loose = self._loose
         out: list[QueuedRequest] = []  # yielded so far
         cand: list = []  # heap of exact keys (-score, arrival, request_id, slot or -1)
+        self._waste = cand  # what is left in it when the engine stops reading
         opened: list = []  # heap of (-bound, slot, key tuple of the bucket's next, its position)
         nxt = int(bound.argmax())  # the unopened bucket with the highest bound
         nxt_bound = float(bound[nxt])
@@ -469,7 +467,8 @@ class FastLane:
         for i in range(n):
             if i == _LONG_READ and n - i > _LONG_READ:
                 # A long read (the live hook reads the whole order): sort the rest at once. The
-                # taken counts stay: charged at the next read, they rebuild buckets whose keys aged.
+                # candidates left in the heap are yielded by _rest; re-keying them at the next read
+                # is harmless (a re-key only tightens a bound).
                 yield from self._rest(now, {q.request_id for q in out})
                 return
             while True:
@@ -493,8 +492,8 @@ class FastLane:
                 rid = kt[2]
                 item = items[rid]
                 if item[8]:
-                    # Stale (keyed by its largest possible h/c): read now, re-keyed by _settle.
-                    # Not waste: a rebuild could not tighten a stale key.
+                    # Stale (keyed by its largest possible h/c): read now, re-keyed by _settle
+                    # through ``loose`` (by its hit).
                     self._fresh(item)
                     loose.append(rid)
                     counted = -1
@@ -502,7 +501,6 @@ class FastLane:
                     if item[7] != item[1]:
                         loose.append(rid)
                     counted = slot
-                    pulled[slot] = pulled.get(slot, 0) + 1
                 wait = (now - item[2]) / item[3]
                 if cap is not None:
                     wait = min(wait, cap)
@@ -513,14 +511,12 @@ class FastLane:
                 keys = b.keys
                 if pos < len(keys):
                     nk = keys[pos]
-                    d = now - b.t0
+                    d = te - b.t0
                     g = d * b.s_hi if d > 0.0 else 0.0
                     k = -nk[0]
                     heappush(opened, (-(k + g + MARGIN * (1.0 + abs(k) + g)), slot, nk, pos))
             neg, _, rid, counted = heappop(cand)
             self._frontier = -neg
-            if counted >= 0:
-                pulled[counted] -= 1
             q = items[rid][0]
             out.append(q)
             # The engine's current snapshot object (same hit as ``q``, whose key was exact at the
