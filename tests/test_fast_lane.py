@@ -128,6 +128,60 @@ def test_readding_under_the_same_id_with_another_arrival():
     assert _ids(lane.iter_order(50.0)) == _ids(policy.fast_lane(qs, 50.0))
 
 
+def test_a_read_far_before_arrival_keeps_the_bounds():
+    """Found in review: a clock gone back 1e8 s below the requests' arrivals re-keyed a wasted
+    request there, and the two terms of its key (about 9.6e7 each) cancelled to a bound below
+    its exact score, far under the float margin; keys are now made no earlier than the bucket's
+    reference time. b and c tie on score and arrival (b wins on its id) in two buckets."""
+    T = 1e8
+    policy = make_policy("fairway", PROFILE)
+    with _modes(0, -1):
+        lane = FastLane(policy.slo)
+        waiting = {}
+        for q in (QueuedRequest("r3", 0.0, 4000, 3999, 1, 0, None),
+                  QueuedRequest("a", T, 2524, 0, 2524, 0, None), QueuedRequest("b", T, 2524, 0, 2524, 0, None)):
+            waiting[q.request_id] = q
+            lane.add(q)
+        it = lane.iter_order(T)
+        assert [next(it).request_id for _ in range(2)] == ["r3", "a"]  # b taken, not yielded
+        c = waiting["c"] = QueuedRequest("c", T, 200, 0, 200, 0, None)
+        lane.add(c)
+        assert next(lane.iter_order(0.0)).request_id == "r3"  # the clock goes back to 0
+        expected = _ids(policy.fast_lane(list(waiting.values()), T))
+        assert expected == ["r3", "a", "b", "c"]
+        assert _ids(lane.iter_order(T)) == expected
+
+
+def test_wasted_takes_are_rekeyed_at_the_next_read():
+    """A read that stops early leaves requests it took but did not yield; the next read re-keys
+    them at its clock, so each one's bound is its exact score there (the mechanism that keeps a
+    read's waste from growing with the queue; orders stay right without it, only slower)."""
+    policy = make_policy("fairway", PROFILE)
+    rng = random.Random(3)
+    with _modes(0, -1):
+        lane = FastLane(policy.slo)
+        for i in range(2000):  # SLOs of 1.2-3.9 s: many buckets, each with a spread of slopes
+            L = rng.randrange(3000, 9000)
+            lane.add(QueuedRequest(f"q{i:04d}", 0.01 * i, L, 0, L, 0, None))
+        now = 100.0
+        rekeyed = 0
+        for _ in range(30):
+            it = lane.iter_order(now)
+            next(it), next(it)
+            wasted = [e[2] for e in lane._waste if e[3] >= 0]
+            now += 30.0
+            next(lane.iter_order(now))  # settles: re-keys the last read's waste at ``now``
+            for rid in wasted:
+                item = lane._items.get(rid)
+                if item is None:
+                    continue
+                b = item[5]
+                bound = -item[6][0] + (now - b.t0) * b.s_hi
+                assert bound == pytest.approx(item[1] + (now - item[2]) / item[3], rel=1e-12, abs=1e-9)
+                rekeyed += 1
+        assert rekeyed >= 5  # the reads did waste takes
+
+
 @pytest.mark.parametrize("n", [0, 1, 24, 25])
 def test_small_and_empty_queues(n):
     policy = make_policy("fairway", PROFILE)

@@ -17,15 +17,18 @@ Scheme (a kinetic bound, exact; our own design after the issue's sketch):
   slopes in a bucket lie within a factor ``1 + DELTA`` of each other, and requests with the same
   SLO (all the prompts whose patience is the floor) share one bucket whose slopes are equal.
 - A bucket has a reference time ``t0`` (its creation) and a slope bound ``s_hi`` (the largest
-  slope of a request added to it). A request's key is made at some clock ``t_i`` (when it
-  joined, or when it was last re-keyed): ``K_i = score_i(t_i) - (t_i - t0) * s_hi``, and the
-  bucket keeps its requests sorted by ``K`` (a ``SortedList``). For ``t >= t_i``, ``score_i(t)
-  <= score_i(t_i) + (t - t_i) * s_i <= K_i + (t - t0) * s_hi`` (the score is a line of slope
-  ``s_i <= s_hi``, flat once capped; a later rise of ``s_hi`` only loosens the bound), and the
-  score never falls with time, so at ``te``, the latest clock of any read, the best request not
-  yet taken from a bucket scores at most ``bound = K(first not taken) + (te - t0) * s_hi``, plus
-  a float margin of ``1e-9 x (1 + |K| + (te - t0) s_hi)`` (the rounding of these few operations
-  is ~1e-16 relative).
+  slope of a request added to it). A request's key is made at some clock ``t_i >= t0`` (when it
+  joined, or when it was last re-keyed; a clock before ``t0`` is raised to it): ``K_i =
+  score_i(t_i) - (t_i - t0) * s_hi``, and the bucket keeps its requests sorted by ``K`` (a
+  ``SortedList``). For ``t >= t_i``, ``score_i(t) <= score_i(t_i) + (t - t_i) * s_i <= K_i + (t -
+  t0) * s_hi`` (the score is a line of slope ``s_i <= s_hi``, flat once capped; a later rise of
+  ``s_hi`` only loosens the bound, as ``t >= t0``), and the score never falls with time, so at
+  ``te``, the latest clock of any read (``>= t_i``), the best request not yet taken from a bucket
+  scores at most ``bound = K(first not taken) + (te - t0) * s_hi``, plus a float margin of ``1e-9
+  x (1 + |K| + (te - t0) s_hi)``. The terms of ``K`` are ``score_i(t_i)`` and ``(t_i - t0) *
+  s_hi``; the second is at most the margin's ``(te - t0) s_hi`` and the first at most ``|K|`` plus
+  it, so the margin is at least ``1e-9`` of every term rounded (each rounding is ~1e-16 of its
+  term). (Keyed before ``t0`` the two terms could cancel far below the margin; found in review.)
 - ``iter_order(now)`` computes every bucket's bound of its front (numpy, one value per bucket, not
   per request), then repeatedly takes the front of the bucket with the highest bound, scores it
   **exactly** (the same float operations as ``Fairway._fast_keys``, so the same floats as the
@@ -34,12 +37,13 @@ Scheme (a kinetic bound, exact; our own design after the issue's sketch):
   id, is always taken before the decision). The yielded sequence is therefore exactly the sorted
   order by ``(-score, arrival, request_id)``.
 - Taken but not yielded requests are **waste**: their bounds were loose by ``(t - t_i) (s_hi -
-  s_i)``. At the start of the next ``iter_order`` each of them is re-keyed at ``t_i = now``, so its
-  bound is its exact score again and it sinks to its place: O(log m) per wasted take, and a
-  request deep in a bucket, which no read reaches, is never touched. (Until issue 13's last
-  change a bucket whose waste reached a quarter of its size was re-keyed whole at a common ``t0
-  = now``: O(m log m) each time, and under overload, with the waste of a read proportional to
-  the bucket's density, a cost per request that grew with the queue.)
+  s_i)``. At the start of the next ``iter_order`` each of them that is not stale is re-keyed at
+  ``t_i = now``, so (while clocks only grow) its bound is its exact score again and it sinks to its
+  place: O(log m) per wasted take, and a request deep in a bucket, which no read reaches, is never
+  touched. (Until issue 13's last change a bucket whose waste reached a quarter of its size was
+  re-keyed whole at a common ``t0 = now``: O(m log m) each time, and under overload, with the
+  waste of a read proportional to the bucket's density, a cost per request that grew with the
+  queue.)
 
 Small mode: while the lane is short (at a stable load a read mostly finds 0-15 waiting) there are
 no buckets: ``add`` stores the request, a read sorts the exact keys of all of them (the reference
@@ -140,7 +144,9 @@ class FastLane:
         self._shi = np.zeros(cap)
         self._waste: list = []  # the last read's candidates taken but not yielded (its heap)
         self._loose: list[str] = []  # taken requests whose key was made with a higher h/c
-        self._clock = 0.0  # the last iter_order's now (reference time of new buckets and new keys)
+        # The clock of new buckets and new keys: a bucketed read's now (set at its first next(),
+        # in _settle) or the clock at which the buckets were built (_to_buckets).
+        self._clock = 0.0
         # The latest clock of any read: every key was made at or before it, so bounds are taken
         # there when a clock goes back (a score never falls with time).
         self._tmax = -math.inf
@@ -167,9 +173,11 @@ class FastLane:
         return hc + wait
 
     def _kt(self, hc: float, arr: float, slo: float, rid: str, b: _Bucket) -> tuple:
-        """The sort key of a request in bucket ``b``, made at the lane's clock ``t``:
-        ``(-(score(t) - (t - t0) x s_hi), arrival, request_id)`` (module docstring)."""
+        """The sort key of a request in bucket ``b``, made at the lane's clock ``t`` (not before
+        ``t0``): ``(-(score(t) - (t - t0) x s_hi), arrival, request_id)`` (module docstring)."""
         t = self._clock
+        if t < b.t0:  # a clock gone back: key at t0 (valid for t >= t0; a score never falls)
+            t = b.t0
         return (-(self._key(hc, arr, slo, t) - (t - b.t0) * b.s_hi), arr, rid)
 
     def _set_head(self, b: _Bucket) -> None:
@@ -338,8 +346,8 @@ class FastLane:
 
     def _settle(self, now: float) -> None:
         """At the clock ``now``: tighten the loose keys the last read took, and re-key at ``now``
-        the requests it took but did not yield (its waste), so their bounds are their exact
-        scores again."""
+        the requests it took but did not yield (its waste; stale ones are left to ``_loose`` and
+        ``stale``), so their bounds are their exact scores again while clocks only grow."""
         self._clock = now
         if self._loose:
             for rid in self._loose:
@@ -431,7 +439,8 @@ class FastLane:
 
     def iter_order(self, now: float) -> Iterator[QueuedRequest]:
         """The waiting snapshots by descending score at ``now`` (seconds), ties by arrival then
-        id, as an iterator read lazily. A bucketed lane settles (re-keys the last read's loose and wasted takes) at the first
+        id, as an iterator read lazily. A bucketed lane settles (re-keys the last read's loose and
+        wasted takes) at the first
         ``next()``, not at the call. With lazy hits each item is ``resolve``d before it is
         yielded, so the engine gets its snapshot object of this step (``fairsim.sim.lazy_hits``)."""
         small = self.small_lane(now)
@@ -468,7 +477,7 @@ class FastLane:
             if i == _LONG_READ and n - i > _LONG_READ:
                 # A long read (the live hook reads the whole order): sort the rest at once. The
                 # candidates left in the heap are yielded by _rest; re-keying them at the next read
-                # is harmless (a re-key only tightens a bound).
+                # is harmless (any key made by _kt is a valid bound).
                 yield from self._rest(now, {q.request_id for q in out})
                 return
             while True:
