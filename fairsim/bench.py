@@ -13,7 +13,9 @@ json`` with the same trace, shaping and engine options, so every figure is that 
 ``--repeat N`` runs each policy N times and keeps the run with the median process time.
 ``--tile N`` concatenates N copies of the trace, each shifted by the trace's span plus its mean
 gap and with its own request ids, sessions and prefix content (hash ids offset), to measure how
-cost per request grows with the trace length.
+cost per request grows with the trace length: each policy then also runs on the trace itself,
+alternating with the tiled run (``--repeat`` times each), and the table gives the cost per
+request over the untiled run's (``vs x1``, whole process; ``loop vs x1``).
 
 ``--compare PATH`` also runs an installed peer simulator on the same (shaped) requests in the
 same call and prints fairsim's requests per wall-second over the peer's. Supported peer:
@@ -201,6 +203,31 @@ def _median_run(argv: list[str], name: str, repeat: int) -> dict[str, Any]:
     return row
 
 
+def _paired_runs(argv_base: list[str], argv_tiled: list[str], name: str, repeat: int,
+                 copies: int) -> dict[str, Any]:
+    """``--tile N``: the tiled run of ``name`` and, alternating with it, the trace itself
+    (``repeat`` times each, the median of each kept); the tiled row with ``tile1_process_s``,
+    ``tile1_loop_s`` and the cost per request over the untiled run's, whole process
+    (``per_request_vs_tile1``) and loop alone (``loop_per_request_vs_tile1``). Alternating the
+    two runs keeps a drift of the machine's speed out of the ratio."""
+    base, tiled = [], []
+    for _ in range(repeat):
+        base.append(bench_policy(argv_base, name))
+        tiled.append(bench_policy(argv_tiled, name))
+    tiled.sort(key=lambda r: r["process_s"])
+    row = tiled[(len(tiled) - 1) // 2]
+    b_s = statistics.median(r["process_s"] for r in base)
+    b_loop = statistics.median(r["loop_s"] for r in base)
+    scale = base[0]["requests"] / row["requests"]  # copies x fewer requests in the untiled run
+    row["tile1_process_s"], row["tile1_loop_s"] = b_s, b_loop
+    row["per_request_vs_tile1"] = row["process_s"] * scale / b_s
+    row["loop_per_request_vs_tile1"] = row["loop_s"] * scale / b_loop if b_loop > 0 else float("nan")
+    if repeat > 1:
+        row["process_s_runs"] = sorted(r["process_s"] for r in tiled)
+        row["tile1_process_s_runs"] = sorted(r["process_s"] for r in base)
+    return row
+
+
 def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     """Bench each policy in a fresh process (and the peer with ``--compare``); print the figures.
 
@@ -227,6 +254,7 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     rows: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="fairsim-bench-") as tmpdir:
         tmp = Path(tmpdir)
+        untiled = argparse.Namespace(**vars(args))  # the trace itself, for the ratio of --tile
         if args.tile > 1:
             from fairsim.traces import load_trace
             from fairsim.traces.canonical import write_canonical
@@ -250,10 +278,14 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
         # Load and shape once here: bad input fails before any child runs, and --target-load
         # is resolved to one --time-scale for every child (and the peer).
         _, requests = load_requests(args, profile)
+        args.target_load = None  # resolved to args.time_scale: the children get that scale
         argv = run_argv(args)
+        untiled.time_scale, untiled.target_load = args.time_scale, None
+        argv_base = run_argv(untiled)
         try:
             for name in names:
-                rows[name] = _median_run(argv, name, args.repeat)
+                rows[name] = (_paired_runs(argv_base, argv, name, args.repeat, args.tile) if args.tile > 1
+                              else _median_run(argv, name, args.repeat))
                 r = rows[name]
                 print(f"bench: {name} done in {r['process_s']:.2f} s (loop {r['loop_s']:.2f} s)",
                       file=sys.stderr)
@@ -277,14 +309,21 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     print(f"profile {first['profile']}; KV cache {first['kv_blocks']:,} blocks x {first['block_size']} "
           f"tokens = {first['kv_tokens']:,} tokens; {first['requests']:,} requests; time scale "
           f"{args.time_scale:g}" + (f"; trace x{args.tile}" if args.tile > 1 else ""))
+    tiled = args.tile > 1
     header = (f"{'policy':<16}{'steps':>8}{'sim s':>10}{'process s':>11}{'req/s':>9}"
-              f"{'loop s':>9}{'loop req/s':>12}{'peak MiB':>10}" + (f"{'x sched-sim':>13}" if peer else ""))
+              f"{'loop s':>9}{'loop req/s':>12}{'peak MiB':>10}" + (f"{'x sched-sim':>13}" if peer else "")
+              + (f"{'x1 process s':>14}{'vs x1':>7}{'loop vs x1':>12}" if tiled else ""))
     print(header)
     for name in names:
         r = rows[name]
         print(f"{name:<16}{r['steps']:>8d}{r['sim_time_s']:>10.1f}{r['process_s']:>11.2f}"
               f"{r['requests_per_s']:>9.0f}{r['loop_s']:>9.2f}{r['loop_requests_per_s']:>12.0f}"
-              f"{r['peak_mib']:>10.0f}" + (f"{r['vs_sched_sim']:>13.2f}" if peer else ""))
+              f"{r['peak_mib']:>10.0f}" + (f"{r['vs_sched_sim']:>13.2f}" if peer else "")
+              + (f"{r['tile1_process_s']:>14.2f}{r['per_request_vs_tile1']:>7.2f}"
+                 f"{r['loop_per_request_vs_tile1']:>12.2f}" if tiled else ""))
+    if tiled:
+        print(f"vs x1: cost per request of the x{args.tile} trace over the trace itself (whole process; "
+              f"loop alone), the two run alternately")
     if peer is not None:
         s = rows["sched-sim"]
         print(f"{'sched-sim':<16}{'':>8}{'':>10}{s['process_s']:>11.2f}{s['requests_per_s']:>9.0f}"

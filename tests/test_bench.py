@@ -71,3 +71,25 @@ def test_bench_runs_each_policy_and_the_peer(capsys, tmp_path):
         assert abs(r["vs_sched_sim"] - r["requests_per_s"] / rows["sched-sim"]["requests_per_s"]) < 1e-9
     assert rows["sched-sim"]["requests"] == 40
     assert os.path.basename(rows["sched-sim"]["command"].split()[0]) == "peer"
+
+
+def test_tile_also_runs_the_trace_itself_and_gives_the_cost_ratio(capsys):
+    code, out, _ = _cli(capsys, "bench", "--policies", "fcfs", "--max-requests", "40", "--tile", "3",
+                        "--repeat", "2", "--format", "json")
+    assert code == 0
+    r = json.loads(out)["fcfs"]
+    assert r["requests"] == 120
+    assert len(r["process_s_runs"]) == len(r["tile1_process_s_runs"]) == 2
+    assert r["tile1_process_s"] == sorted(r["tile1_process_s_runs"])[0] + (
+        sorted(r["tile1_process_s_runs"])[1] - sorted(r["tile1_process_s_runs"])[0]) / 2  # median of 2
+    # Cost per request of the 120-request run over the 40-request one.
+    assert abs(r["per_request_vs_tile1"] - (r["process_s"] / 120) / (r["tile1_process_s"] / 40)) < 1e-9
+    assert abs(r["loop_per_request_vs_tile1"] - (r["loop_s"] / 120) / (r["tile1_loop_s"] / 40)) < 1e-9
+
+
+def test_target_load_is_resolved_once_for_the_children(capsys):
+    # The children get the resolved --time-scale only (run refuses both options together).
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs", "--max-requests", "40", "--target-load", "0.5",
+                          "--format", "json")
+    assert code == 0, err
+    assert "time scale" in err and json.loads(out)["fcfs"]["requests"] == 40
