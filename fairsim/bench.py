@@ -203,8 +203,7 @@ def _median_run(argv: list[str], name: str, repeat: int) -> dict[str, Any]:
     return row
 
 
-def _paired_runs(argv_base: list[str], argv_tiled: list[str], name: str, repeat: int,
-                 copies: int) -> dict[str, Any]:
+def _paired_runs(argv_base: list[str], argv_tiled: list[str], name: str, repeat: int) -> dict[str, Any]:
     """``--tile N``: the tiled run of ``name`` and, alternating with it, the trace itself
     (``repeat`` times each, the median of each kept); the tiled row with ``tile1_process_s``,
     ``tile1_loop_s`` and the cost per request over the untiled run's, whole process
@@ -284,7 +283,7 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
         argv_base = run_argv(untiled)
         try:
             for name in names:
-                rows[name] = (_paired_runs(argv_base, argv, name, args.repeat, args.tile) if args.tile > 1
+                rows[name] = (_paired_runs(argv_base, argv, name, args.repeat) if args.tile > 1
                               else _median_run(argv, name, args.repeat))
                 r = rows[name]
                 print(f"bench: {name} done in {r['process_s']:.2f} s (loop {r['loop_s']:.2f} s)",
