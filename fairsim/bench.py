@@ -193,14 +193,19 @@ def bench_peer(peer: str, requests: list, budget: int, tmp: Path, decode: bool =
             "command": " ".join(cmd)}
 
 
-def _median_run(argv: list[str], name: str, repeat: int) -> dict[str, Any]:
-    runs = [bench_policy(argv, name) for _ in range(repeat)]
-    runs.sort(key=lambda r: r["process_s"])
+def _median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median process time (the lower middle one of an even count), with every
+    run's process time when there are several."""
+    runs = sorted(runs, key=lambda r: r["process_s"])
     row = runs[(len(runs) - 1) // 2]
-    if repeat > 1:
+    if len(runs) > 1:
         row["process_s_runs"] = [r["process_s"] for r in runs]
         row["process_s_median"] = statistics.median(r["process_s"] for r in runs)
     return row
+
+
+def _median_run(argv: list[str], name: str, repeat: int) -> dict[str, Any]:
+    return _median_row([bench_policy(argv, name) for _ in range(repeat)])
 
 
 def _paired_runs(argv_base: list[str], argv_tiled: list[str], name: str, repeat: int) -> dict[str, Any]:
@@ -213,8 +218,7 @@ def _paired_runs(argv_base: list[str], argv_tiled: list[str], name: str, repeat:
     for _ in range(repeat):
         base.append(bench_policy(argv_base, name))
         tiled.append(bench_policy(argv_tiled, name))
-    tiled.sort(key=lambda r: r["process_s"])
-    row = tiled[(len(tiled) - 1) // 2]
+    row = _median_row(tiled)
     b_s = statistics.median(r["process_s"] for r in base)
     b_loop = statistics.median(r["loop_s"] for r in base)
     scale = base[0]["requests"] / row["requests"]  # copies x fewer requests in the untiled run
@@ -222,7 +226,6 @@ def _paired_runs(argv_base: list[str], argv_tiled: list[str], name: str, repeat:
     row["per_request_vs_tile1"] = row["process_s"] * scale / b_s
     row["loop_per_request_vs_tile1"] = row["loop_s"] * scale / b_loop if b_loop > 0 else float("nan")
     if repeat > 1:
-        row["process_s_runs"] = sorted(r["process_s"] for r in tiled)
         row["tile1_process_s_runs"] = sorted(r["process_s"] for r in base)
     return row
 

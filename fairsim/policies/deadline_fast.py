@@ -69,7 +69,7 @@ class _Block:
 
     def __init__(self, keys: list[Key], work: list[int], urgent: list[bool]) -> None:
         self.keys, self.work, self.urgent = keys, work, urgent
-        self.dl = [k[0] for k in keys]
+        self.dl = [k[0] for k in keys]  # the keys' deadlines again, for the margin sums (hot)
         self.total = 0
         self.least = math.inf
 
@@ -196,16 +196,20 @@ class DueBlocks:
 
     def _leaf(self, i: int) -> None:
         """Block ``i``'s pair into its leaf, and up to the root."""
-        tot, lst = self._tot, self._lst
         b = self.blocks[i]
         node = self._size + i
-        tot[node], lst[node] = b.total, b.least
-        node >>= 1
-        while node:
-            left = 2 * node
-            tot[node] = tot[left] + tot[left + 1]
-            lst[node] = min(lst[left], lst[left + 1] - tot[left])
-            node >>= 1
+        self._tot[node], self._lst[node] = b.total, b.least
+        self._up(node >> 1, node >> 1)
+
+    def _up(self, lo: int, hi: int) -> None:
+        """Combine the tree nodes ``lo..hi`` from their children, then their ancestors, to the root."""
+        tot, lst = self._tot, self._lst
+        while lo:
+            for node in range(lo, hi + 1):
+                left = 2 * node
+                tot[node] = tot[left] + tot[left + 1]
+                lst[node] = min(lst[left], lst[left + 1] - tot[left])
+            lo, hi = lo >> 1, hi >> 1
 
     def _retree(self) -> None:
         """Re-set the leaves from the first moved block on, and their ancestors; the whole tree
@@ -227,13 +231,7 @@ class DueBlocks:
             else:
                 tot[size + i], lst[size + i] = 0, math.inf
         self._leaves = n
-        lo, hi = (size + f) >> 1, (size + max(end, f + 1) - 1) >> 1
-        while lo:
-            for node in range(lo, hi + 1):
-                left = 2 * node
-                tot[node] = tot[left] + tot[left + 1]
-                lst[node] = min(lst[left], lst[left + 1] - tot[left])
-            lo, hi = lo >> 1, hi >> 1
+        self._up((size + f) >> 1, (size + max(end, f + 1) - 1) >> 1)
 
     def mark_due(self, t: int) -> tuple[list[Key], float]:
         """Mark urgent every request that is due at clock ``t`` (ns) and not urgent yet.
@@ -283,14 +281,6 @@ class DueBlocks:
                 yield k
                 if k == last:
                     return
-
-    def position(self, key: Key) -> int:
-        """How many keys come before ``key`` (which must be here)."""
-        i = self._block_of(key)
-        return sum(len(b.keys) for b in self.blocks[:i]) + bisect_left(self.blocks[i].keys, key)
-
-    def clear(self) -> None:
-        self.__init__(self.mode)
 
 
 class DeadlineOrder:
@@ -456,12 +446,7 @@ class DeadlineOrder:
         self._gone = []
         self._left = {}
         n = len(self.snap)
-        if n == 0:
-            p.deadline_ns, p.work_ns, p.urgent = {}, {}, set()
-            self._ukeys.clear()
-            self._key_of = {}
-            due.clear()
-            self._total, self._floor = 0, None
+        if n == 0:  # (every removal has emptied the state and the blocks already)
             return iter(())
         if self._pending:
             self._assign()
@@ -477,18 +462,16 @@ class DeadlineOrder:
         """The due prefix (deadline order up to the last urgent request), then the other requests
         in the merge of ``FairwayDeadline.merge`` (``now`` in seconds)."""
         current = self._current
-        cut = 0
+        skip: set[str] = set()  # the due prefix, yielded first
         if self._ukeys:
-            last = self._ukeys[-1]
-            for k in self.due.prefix(last):
+            for k in self.due.prefix(self._ukeys[-1]):
+                skip.add(k[2])
                 yield current(k[2])
-            cut = self.due.position(last) + 1
-        rest = n - cut
+        rest = n - len(skip)
         if rest == 0:
             return
         p = self.policy
-        if cut:
-            skip = {k[2] for k in self.due.prefix(last)}
+        if skip:
             fast = (q for q in self.fast.iter_order(now) if q.request_id not in skip)
             fair = (q for q in self.fair.iter_order(now) if q.request_id not in skip)
         else:  # nobody due: the merge of the whole queue

@@ -259,12 +259,17 @@ class FastLane:
             item[0] = q
             item[1] = hc
             item[8] = False
-            if hc <= item[7]:
-                return  # the key (made with h/c = item[7]) still bounds the score
-            b = item[5]
-            self._delete(b, item[6])
-            item[7] = hc
-            kt = item[6] = self._kt(hc, item[2], item[3], rid, b)
+            if hc > item[7]:  # else the key (made with h/c = item[7]) still bounds the score
+                self._rekey_as(item, rid, hc)
+            return
+        self._insert(b, kt)
+
+    def _rekey_as(self, item: list, rid: str, hc: float) -> None:
+        """Key a bucketed request anew at the lane's clock, with ``h / c = hc``."""
+        b = item[5]
+        self._delete(b, item[6])
+        item[7] = hc
+        kt = item[6] = self._kt(hc, item[2], item[3], rid, b)
         self._insert(b, kt)
 
     def _rekey(self, rid: str) -> None:
@@ -272,11 +277,7 @@ class FastLane:
         item = self._items.get(rid)
         if item is None or item[7] == item[1] or item[8] or self._small:
             return
-        b = item[5]
-        self._delete(b, item[6])
-        item[7] = item[1]
-        kt = item[6] = self._kt(item[1], item[2], item[3], rid, b)
-        self._insert(b, kt)
+        self._rekey_as(item, rid, item[1])
 
     # -- lazy hits (fairsim.sim.lazy_hits) -------------------------------------------------------
     def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
@@ -320,17 +321,9 @@ class FastLane:
                     if item[1] < item[7]:
                         self._loose.append(rid)  # tightened by the next read's _settle
                     continue
-                b = item[5]
-                self._delete(b, item[6])
-                item[7] = item[1]
-                kt = item[6] = self._kt(item[1], item[2], item[3], rid, b)
-                self._insert(b, kt)
+                self._rekey_as(item, rid, item[1])
             elif item[7] < item[9]:
-                b = item[5]
-                self._delete(b, item[6])
-                item[7] = item[9]
-                kt = item[6] = self._kt(item[9], item[2], item[3], rid, b)
-                self._insert(b, kt)
+                self._rekey_as(item, rid, item[9])
 
     def _fresh(self, item: list) -> None:
         """Read a stale request's snapshot of this step (its key, an upper bound, stays)."""
@@ -358,11 +351,7 @@ class FastLane:
             item = items.get(rid)
             if counted < 0 or item is None or item[8]:
                 continue  # stale ones were re-keyed by their hit in _loose, or will be by stale()
-            b = item[5]
-            self._delete(b, item[6])
-            item[7] = item[1]
-            kt = item[6] = self._kt(item[1], item[2], item[3], rid, b)
-            self._insert(b, kt)
+            self._rekey_as(item, rid, item[1])
         self._waste = []
 
     # -- small mode ------------------------------------------------------------------------------
