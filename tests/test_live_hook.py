@@ -299,3 +299,53 @@ def test_credit_policies_order_live(name):
         import gc
 
         gc.collect()
+
+
+def test_hits_equal_vllm_lookup():
+    """Every step of an engine that evicts: the hit the hook gives each waiting request (cached
+    by ``HitCache``, found by ``HitCache.lookup``) equals vLLM's own lookup at that moment
+    (``coordinator.find_longest_cache_hit``, what ``get_computed_blocks`` uses)."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm = make_llm(LiveConfig(policy="klpm", kv_blocks=10, max_num_seqs=2, budget_tokens=512,
+                              max_model_len=1024))
+    try:
+        engine = llm.llm_engine
+        sched = live_scheduler(llm)
+        assert sched.fairsim_hits.enabled
+        coordinator = sched.kv_cache_manager.coordinator
+        params = SamplingParams(max_tokens=1, detokenize=False)
+        docs = [block_tokens(f"doc{j}", 128 * (1 + j % 3)) for j in range(7)]
+        for i in range(40):
+            tail = block_tokens(f"t{i}", 10 + 37 * (i % 5))
+            engine.add_request(f"h{i}", TokensPrompt(prompt_token_ids=docs[i % 7] + tail), params,
+                               arrival_time=float(i))
+        inner = sched.fairsim_reorder
+        compared = []
+        last: dict[str, int] = {}
+        lowered = 0  # a waiting request's hit went down: its blocks were evicted
+
+        def reorder():
+            nonlocal lowered
+            out = inner()
+            for q in sched._fairsim_snapshots.values():
+                r = q.handle
+                vllm_h = coordinator.find_longest_cache_hit(r.block_hashes, r.num_tokens - 1)[1]
+                assert q.cached_len == vllm_h == sched.fairsim_hits.lookup(r), r.request_id
+                compared.append(vllm_h)
+                lowered += vllm_h < last.get(r.request_id, 0)
+                last[r.request_id] = vllm_h
+            return out
+
+        sched.fairsim_reorder = reorder
+        while engine.has_unfinished_requests():
+            engine.step()
+        # Hits of every size were compared, the cache evicted (a doc's blocks came and went).
+        assert len(compared) > 100 and {0, 128, 256} <= set(compared) and lowered > 0
+        assert sched.fairsim_hits.lookups < len(compared)
+    finally:
+        del llm
+        import gc
+
+        gc.collect()

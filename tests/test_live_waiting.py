@@ -67,7 +67,8 @@ def test_queue_equals_a_list_model(n_heads, n_plain, seed, how, ops):
     errors = []
     q = PolicyQueue()
     q.on_error = errors.append
-    q.set_order(heads, dict.fromkeys(plain),
+    given_plain = dict.fromkeys(plain)
+    q.set_order(heads, given_plain,
                 None if how == "none" else _source(order[:-1] if how == "missing" else order, how))
     # The model: what the queue must read as. A broken order keeps its valid front, then the
     # rest in the plain (join) order.
@@ -132,6 +133,7 @@ def test_queue_equals_a_list_model(n_heads, n_plain, seed, how, ops):
             assert q[x % len(model)] is model[x % len(model)]
     assert list(q) == model
     assert len(q) == len(model)
+    assert list(given_plain) == plain  # the caller's set is not modified (the hook reuses it)
     got = set(q.take_changes())
     assert changed <= got  # every request that entered or left is recorded
     assert q.take_changes() == []

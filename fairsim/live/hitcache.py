@@ -20,8 +20,14 @@ every request up as before.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Hashable
 from typing import Any
+
+
+# Group id 0 as vLLM packs it after the hash bytes (``make_block_hash_with_group_id``,
+# ``vllm/v1/core/kv_cache_utils.py``: 4 bytes, big-endian).
+GROUP0 = (0).to_bytes(4, "big")
 
 
 class _Watched:
@@ -79,6 +85,7 @@ class HitCache:
                 and not getattr(managers[0], "use_eagle", False)
                 and getattr(coordinator, "dcp_world_size", 1) == 1
                 and getattr(coordinator, "pcp_world_size", 1) == 1
+                and getattr(pool, "hash_block_size", coordinator.block_size) == coordinator.block_size
                 and hasattr(pool, "cached_block_hash_to_block")):
             self.enabled = True
             self._pool = pool
@@ -86,8 +93,29 @@ class HitCache:
             self._wrap()
 
     def _wrap(self) -> None:
-        self._map = _Watched(self._pool.cached_block_hash_to_block, self._changed)
+        inner = self._pool.cached_block_hash_to_block
+        self._map = _Watched(inner, self._changed)
         self._pool.cached_block_hash_to_block = self._map
+        self._one_block = inner.get_one_block
+
+    def lookup(self, request: Any) -> int:
+        """Prompt tokens of ``request`` in cached full blocks now (only when ``enabled``).
+
+        The lookup ``FullAttentionManager.find_longest_cache_hit`` makes in the layout this class
+        is enabled for (one group, id 0; hash block size = block size; no EAGLE drop; vLLM
+        ``vllm/v1/core/single_type_kv_cache_manager.py``): the longest run of leading block
+        hashes found in the pool's hash map, at most ``(num_tokens - 1) // block_size`` blocks.
+        Same answer without the per-block list building and per-call view resolution, a quarter
+        of the time (``tests/test_live_hook.py`` compares it with vLLM's own lookup).
+        """
+        bs = self._block_size
+        one = self._one_block
+        n = 0
+        for h in itertools.islice(request.block_hashes, (request.num_tokens - 1) // bs):
+            if not one(h + GROUP0):
+                break
+            n += 1
+        return n * bs
 
     def refresh(self) -> list[str] | None:
         """Drop the hits whose watched hashes changed since the last call (call once per step).
@@ -107,7 +135,9 @@ class HitCache:
             return []
         watchers = self._watchers
         dropped: list[str] = []
-        for h in self._changed:
+        # Most changed hashes are watched by no waiting request (the blocks just computed by
+        # the admitted requests, those evicted of finished ones): intersect in C first.
+        for h in self._changed & watchers.keys():
             rids = watchers.pop(h, None)
             if rids:
                 for rid in list(rids):

@@ -303,7 +303,8 @@ class _PolicyMixin:
         """Prompt tokens of ``request`` that would hit vLLM's prefix cache now.
 
         Full blocks only, capped at ``num_tokens - 1`` (``KVCacheManager.get_computed_blocks``).
-        Uses ``coordinator.find_longest_cache_hit``: dict lookups only, no reference counts, no
+        Uses ``coordinator.find_longest_cache_hit`` (or ``HitCache.lookup``, the same probe of the
+        pool's hash map, where the layout allows): dict lookups only, no reference counts, no
         LRU change, no statistics or KV events.
         """
         if request.num_computed_tokens > 0:
@@ -312,6 +313,8 @@ class _PolicyMixin:
         enabled = getattr(manager, "prefix_cache_lookup_enabled", None)
         if not (enabled(request) if enabled is not None else getattr(manager, "enable_caching", True)):
             return 0
+        if self.fairsim_hits.enabled:  # the same lookup, without building block lists
+            return self.fairsim_hits.lookup(request)
         coordinator = getattr(manager, "coordinator", None)
         if coordinator is None:  # older layouts: the public lookup (records no stats either)
             return int(manager.get_computed_blocks(request)[1])
@@ -360,11 +363,11 @@ class _PolicyMixin:
         changes = waiting.take_changes()
         if self._fairsim_rebuild:
             self._fairsim_rebuild = False
+            examine = waiting.front() + waiting.pending()  # before plain_set (the queue's) is cleared
             for q in held.values():
                 hits.forget(q.request_id)
             held.clear()
             plain_set.clear()
-            examine = waiting.front() + list(waiting.plain)
             changes = []
             refresh = ()
         else:
@@ -450,9 +453,9 @@ class _PolicyMixin:
                 source = _handles(inc.iter_order(now), held, name)
             except Exception as exc:  # noqa: BLE001 - a policy bug must not stop serving
                 self._fairsim_order_error(exc)
-                waiting.set_order(heads, plain_set.copy(), None)
+                waiting.set_order(heads, plain_set, None)
                 return time.perf_counter() - t0
-            waiting.set_order(heads, plain_set.copy(), source)
+            waiting.set_order(heads, plain_set, source)
             return time.perf_counter() - t0
         snaps = list(held.values())
         try:
@@ -461,15 +464,15 @@ class _PolicyMixin:
             self.fairsim_policy_errors += 1
             self._fairsim_last_order = None
             logger.error("fairsim: %s; keeping vLLM's order for this step", exc)
-            waiting.set_order(heads, plain_set.copy(), None)
+            waiting.set_order(heads, plain_set, None)
             return time.perf_counter() - t0
         except Exception:  # noqa: BLE001 - a policy bug must not stop serving
             self.fairsim_policy_errors += 1
             self._fairsim_last_order = None
             logger.exception("fairsim: policy %r failed; keeping vLLM's order for this step", name)
-            waiting.set_order(heads, plain_set.copy(), None)
+            waiting.set_order(heads, plain_set, None)
             return time.perf_counter() - t0
-        waiting.set_order(heads, plain_set.copy(), iter(list(map(_HANDLE, ordered))))
+        waiting.set_order(heads, plain_set, iter(list(map(_HANDLE, ordered))))
         return time.perf_counter() - t0
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:

@@ -52,11 +52,12 @@ _deque = collections.deque
 class PolicyQueue(FCFSRequestQueue):
     """A ``FCFSRequestQueue`` whose plainly waiting part follows a lazily read order.
 
-    Layout: the materialised front (the deque itself), then ``plain`` (requests not read yet; an
-    insertion-ordered dict used as an ordered set), then ``tail`` (added after ``set_order``).
+    Layout: the materialised front (the deque itself), then the requests of ``plain`` not read
+    yet (``plain`` is the caller's insertion-ordered dict, used as an ordered set and never
+    modified here: what was read or removed from it is kept in ``_taken``, so ``set_order``
+    costs no copy of the whole queue), then ``tail`` (added after ``set_order``).
 
     Attributes:
-        plain: The plainly waiting requests not yet read from the order (dict as ordered set).
         read_s: Seconds spent reading the order since the last ``take_read_s()``.
         read: Requests read from the order since the last ``set_order`` (their order).
         on_error: ``on_error(exc)`` is called with a ``PolicyContractError`` or the exception
@@ -65,7 +66,8 @@ class PolicyQueue(FCFSRequestQueue):
 
     def __init__(self, items: Iterable[Any] = ()) -> None:
         super().__init__()
-        self.plain: dict[Any, None] = {}
+        self._plain: dict[Any, None] = {}
+        self._taken: set[Any] = set()  # of _plain: read into the front, or removed
         self.tail: dict[Any, None] = {}
         self._source: Iterator[Any] | None = None
         self._changes: dict[Any, None] = {}
@@ -93,22 +95,32 @@ class PolicyQueue(FCFSRequestQueue):
         """The materialised front, then the requests added since the last order (no read)."""
         return list(_deque.__iter__(self)) + list(self.tail)
 
+    def pending(self) -> list[Any]:
+        """The plainly waiting requests not read from the order yet, in ``plain``'s order."""
+        taken = self._taken
+        return [r for r in self._plain if r not in taken]
+
+    def _unread(self, r: Any) -> bool:
+        return r in self._plain and r not in self._taken
+
     def contains(self, r: Any) -> bool:
         """Whether ``r`` is in the queue (O(1) unless it could be in the materialised front)."""
-        return r in self.plain or r in self.tail or _deque.__contains__(self, r)
+        return self._unread(r) or r in self.tail or _deque.__contains__(self, r)
 
     def set_order(self, heads: list[Any], plain: dict[Any, None], source: Iterator[Any] | None) -> None:
         """Make the queue ``heads + (plain in source's order)``; drops any previous order.
 
         Args:
             heads: Requests kept at the front, in this order.
-            plain: Every plainly waiting request (an ordered set; its order is the fallback).
+            plain: Every plainly waiting request (an ordered set; its order is the fallback). Not
+                modified, and the caller must not modify it until the next ``set_order``.
             source: Yields each request of ``plain`` exactly once; ``None``: ``plain``'s order.
         """
         _deque.clear(self)
         _deque.extend(self, heads)
         self.tail = {}
-        self.plain = plain
+        self._plain = plain
+        self._taken = set()
         self.read = []
         self._dropped: set[Any] = set()
         self._source = source
@@ -119,18 +131,19 @@ class PolicyQueue(FCFSRequestQueue):
     def _fallback(self) -> None:
         # The rest in the order the requests joined the queue (vLLM's FCFS), no order any more.
         self._source = None
-        _deque.extend(self, self.plain)
-        self.read.extend(self.plain)
-        self.plain = {}
+        rest = self.pending()
+        _deque.extend(self, rest)
+        self.read.extend(rest)
+        self._plain, self._taken = {}, set()
         _deque.extend(self, self.tail)
         self.tail = {}
 
     def _pull(self) -> bool:
         """Materialise the next request of the order at the back of the front; False if none."""
-        plain = self.plain
+        plain, taken = self._plain, self._taken
         src = self._source
         if src is None:
-            if plain or self.tail:
+            if len(plain) > len(taken) or self.tail:
                 self._fallback()  # no order (any more): the rest in the order it joined
                 return True
             return False
@@ -140,9 +153,10 @@ class PolicyQueue(FCFSRequestQueue):
                 try:
                     r = next(src)
                 except StopIteration:
-                    if plain:
-                        n = len(plain)
-                        missing = ", ".join(repr(getattr(x, "request_id", x)) for x in list(plain)[:3])
+                    if len(plain) > len(taken):
+                        left = self.pending()
+                        n = len(left)
+                        missing = ", ".join(repr(getattr(x, "request_id", x)) for x in left[:3])
                         more = f" and {n - 3} more" if n > 3 else ""
                         self.on_error(PolicyContractError(
                             f"policy {self.policy_name!r}: its order ended before {n} waiting requests "
@@ -153,8 +167,8 @@ class PolicyQueue(FCFSRequestQueue):
                     self.on_error(exc)
                     self._fallback()
                     return True
-                if r in plain:
-                    del plain[r]
+                if r in plain and r not in taken:
+                    taken.add(r)
                     _deque.append(self, r)
                     self.read.append(r)
                     return True
@@ -170,7 +184,7 @@ class PolicyQueue(FCFSRequestQueue):
             self.read_s += time.perf_counter() - t0
 
     def _drain(self) -> None:
-        while self.plain or self.tail or self._source is not None:
+        while len(self._plain) > len(self._taken) or self.tail or self._source is not None:
             if not self._pull():
                 break
         self._source = None
@@ -178,7 +192,7 @@ class PolicyQueue(FCFSRequestQueue):
     # -- vLLM's RequestQueue API -------------------------------------------------------------
     def add_request(self, request: Any) -> None:
         """Append ``request`` (behind every request already in the queue)."""
-        if self._source is not None or self.plain:
+        if self._source is not None or len(self._plain) > len(self._taken):
             self.tail[request] = None
         else:
             _deque.append(self, request)
@@ -221,8 +235,8 @@ class PolicyQueue(FCFSRequestQueue):
         Raises:
             ValueError: It is not in the queue (as ``deque.remove``).
         """
-        if request in self.plain:
-            del self.plain[request]
+        if self._unread(request):
+            self._taken.add(request)
             self._dropped.add(request)
         elif request in self.tail:
             del self.tail[request]
@@ -236,10 +250,9 @@ class PolicyQueue(FCFSRequestQueue):
         if not gone:
             return
         front = list(_deque.__iter__(self))
-        plain = self.plain
         for r in gone:
-            if r in plain:
-                del plain[r]
+            if self._unread(r):
+                self._taken.add(r)
                 self._dropped.add(r)
             self.tail.pop(r, None)
         if any(r in gone for r in front):
@@ -248,7 +261,7 @@ class PolicyQueue(FCFSRequestQueue):
         self._changes.update(dict.fromkeys(gone))
 
     def __len__(self) -> int:
-        return _deque.__len__(self) + len(self.plain) + len(self.tail)
+        return _deque.__len__(self) + len(self._plain) - len(self._taken) + len(self.tail)
 
     def __bool__(self) -> bool:
         return self.__len__() > 0
@@ -316,9 +329,9 @@ class PolicyQueue(FCFSRequestQueue):
     def clear(self) -> None:
         """Empty the queue; every request in it is recorded as a change."""
         self._changes.update(dict.fromkeys(self.front()))
-        self._changes.update(dict.fromkeys(self.plain))
+        self._changes.update(dict.fromkeys(self.pending()))
         _deque.clear(self)
-        self.plain = {}
+        self._plain, self._taken = {}, set()
         self.tail = {}
         self._source = None
         self.read = []

@@ -321,9 +321,12 @@ def fairway_order(policy: Any) -> Lanes:
     """The fast path of ``Fairway`` (``fairway``, ``fairway-abswait``, ``fairway-nofair``)."""
     fast_w, fair_w = policy.fast_weight, policy.fair_weight
 
+    if not policy.fair_lane:  # the ablation reads the Fast lane alone: keep no Fair lane
+        return LazyLanes(lambda now, fast: fast.iter_order(now), FastLane(policy.slo))
+
     def combine(now: float, fast: FastLane, fair: ArrivalOrder) -> Iterator[QueuedRequest]:
         n = len(fast)
-        if not policy.fair_lane or n <= 1:
+        if n <= 1:
             return fast.iter_order(now)
         small = _small_merge(fast, now, fast_w, fair_w)
         if small is not None:
