@@ -74,7 +74,7 @@ class HitCache:
         self.lookups = 0
         self._hits: dict[str, int] = {}
         self.known = self._hits
-        self._keys: dict[str, tuple[Hashable, ...]] = {}
+        self._keys: dict[str, list[Hashable]] = {}
         self._watchers: dict[Hashable, set[str]] = {}
         self._changed: set[bytes] = set()
         coordinator = getattr(manager, "coordinator", None)
@@ -185,14 +185,14 @@ class HitCache:
             return h
         self.lookups += 1
         h = lookup(request)
-        hashes = request.block_hashes
-        watch = tuple(hashes[: h // self._block_size + 1])
+        watch = request.block_hashes[: h // self._block_size + 1]  # a new list: vLLM's may grow
         self._hits[rid] = h
         self._keys[rid] = watch
         watchers = self._watchers
         for key in watch:
             bucket = watchers.get(key)
             if bucket is None:
-                bucket = watchers[key] = set()
-            bucket.add(rid)
+                watchers[key] = {rid}
+            else:
+                bucket.add(rid)
         return h

@@ -34,6 +34,7 @@ from typing import Any
 from sortedcontainers import SortedList
 
 from fairsim.policies.clients import client_key
+from fairsim.policies.fast_lane import max_hit
 from fairsim.types import QueuedRequest
 
 
@@ -203,6 +204,35 @@ class DRROrder(ClassQueues):
         self._nxt: dict[Hashable, Hashable] = {}
         self._prv: dict[Hashable, Hashable] = {}
         self._first: Hashable | None = None  # DRR.ring[0]
+        # Lazy hits: request_id -> a lower bound of the charge (uncached_len) of a stale request,
+        # until it is next read (``stale``). A visit whose class cannot afford even the bound is
+        # idle whatever the exact charge, so the head's snapshot is not rebuilt for it: under
+        # overload nearly every visited head is stale (its blocks were evicted since the last
+        # round) and most visits are idle (issue 13: 5.6 rebuilds per admission on the
+        # conversation trace tiled 10x).
+        self._lo: dict[str, int] = {}
+
+    def stale(self, request_ids: Any, raised: Any = None) -> None:
+        """Lazy hits: these snapshots are out of date. A hit that cannot have risen leaves the
+        charge at least that of the snapshot the order last read (the stored one); one that may
+        have risen (``raised``; ``None``: all) only at least ``L - max_hit``."""
+        items, lo = self.items, self._lo
+        if raised is None:
+            raised, request_ids = request_ids, ()
+        for rid in request_ids:
+            if rid not in lo:
+                lo[rid] = items[rid][1].uncached_len
+        for rid in raised:
+            q = items[rid][1]
+            lo[rid] = max(1, q.prompt_len - max_hit(q) - q.num_computed_tokens)
+
+    def add(self, q: QueuedRequest) -> None:
+        self._lo.pop(q.request_id, None)  # a fresh snapshot: its charge is exact again
+        super().add(q)
+
+    def remove(self, request_id: str) -> None:
+        self._lo.pop(request_id, None)
+        super().remove(request_id)
 
     def _link(self, u: Hashable) -> None:
         nxt, prv, first = self._nxt, self._prv, self._first
@@ -269,13 +299,18 @@ class DRROrder(ClassQueues):
         append = changes.append
         deficit, cursor, emptied, q = policy.deficit, policy.cursor, policy.emptied, policy.quantum
         dreal = deficit.get
-        queues, items, resolve = self.queues, self.items, self.resolve
+        queues, items, resolve, lo = self.queues, self.items, self.resolve, self._lo
         if resolve is None:
             def current(rid):
                 return items[rid][1]
         else:
-            def current(rid):  # this step's snapshot (lazy hits)
-                return resolve(items[rid][1])
+            def current(rid):  # this step's snapshot (lazy hits), kept: the bounds start from it
+                item = items[rid]
+                r = resolve(item[1])
+                if r is not item[1]:
+                    items[rid] = (item[0], r)
+                    lo.pop(rid, None)
+                return r
         rnxt, rprv = self._nxt, self._prv
         snxt: dict[Hashable, Hashable] = {}
         sprv: dict[Hashable, Hashable] = {}
@@ -311,7 +346,10 @@ class DRROrder(ClassQueues):
             dk = d[k] if k in d else dreal(k, 0.0)
             c = ch.get(k)
             if c is None:
-                c = ch[k] = current(queues[k][head.get(k, 0)][1]).uncached_len
+                rid = queues[k][head.get(k, 0)][1]
+                c = lo.get(rid)  # a stale head's charge bound: decides an idle visit alone
+                if c is None or credited or c <= dk + q:
+                    c = ch[k] = current(rid).uncached_len
             if not credited:
                 dk += q
                 d[k] = dk

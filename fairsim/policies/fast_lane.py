@@ -92,16 +92,21 @@ SMALL_LO = 12
 _INV_LOG = 1.0 / math.log1p(DELTA)
 
 
-def _hc_bound(q: QueuedRequest) -> float:
-    """The largest ``h / max(c, 1)`` any cache state could give ``q``: every full block that
-    can hit (at most ``L - 1`` tokens, as the engine) cached; ``L - 1`` when no keys are given.
-    ``h / max(L - h - computed, 1)`` rises with ``h``, and so does its rounded quotient."""
+def max_hit(q: QueuedRequest) -> int:
+    """The largest prefix hit ``h`` (tokens) any cache state could give ``q``: every full block
+    that can hit cached (at most ``L - 1`` tokens, as the engine); ``L - 1`` when no keys are
+    given. So ``max(1, L - max_hit(q) - computed)`` bounds its ``uncached_len`` from below."""
     L = q.prompt_len
     if q.block_size > 0:
-        h = min(len(q.block_keys), (L - 1) // q.block_size) * q.block_size
-    else:
-        h = max(L - 1, 0)
-    return h / max(L - h - q.num_computed_tokens, 1)
+        return min(len(q.block_keys), (L - 1) // q.block_size) * q.block_size
+    return max(L - 1, 0)
+
+
+def _hc_bound(q: QueuedRequest) -> float:
+    """The largest ``h / max(c, 1)`` any cache state could give ``q`` (``max_hit``).
+    ``h / max(L - h - computed, 1)`` rises with ``h``, and so does its rounded quotient."""
+    h = max_hit(q)
+    return h / max(q.prompt_len - h - q.num_computed_tokens, 1)
 
 
 class _Bucket:
