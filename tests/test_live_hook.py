@@ -349,3 +349,15 @@ def test_hits_equal_vllm_lookup():
         import gc
 
         gc.collect()
+
+
+def test_hook_overhead_rows():
+    """``fairsim hook-overhead``'s measurement on a real engine: every column present, the
+    p90 not below the median, steps that admitted and looked up hits (LPM reads hits)."""
+    from fairsim.live.overhead import measure_overhead
+
+    (row,) = measure_overhead(["lpm"], [24], repeats=2, steps=6)
+    assert row["policy"] == "lpm" and row["waiting"] == 24
+    assert 0 < row["changed_s"] <= row["changed_p90_s"] < row["step_s"] * 10
+    assert row["admitted_per_step"] > 0 and row["arrived_per_step"] > 0
+    assert row["lookups_per_step"] > 0 and row["reorder_cold_s"] > 0
