@@ -25,8 +25,8 @@ PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 @settings(max_examples=80, deadline=None)
 @given(seed=st.integers(0, 10_000), name=st.sampled_from(["drr", "vtc"]), n=st.integers(1, 40),
        num_clients=st.sampled_from([0, 1, 3, 8]), quantum=st.sampled_from([300, 2048]),
-       changed=st.integers(0, 30))
-def test_stale_hits_read_through_the_resolver(seed, name, n, num_clients, quantum, changed):
+       changed=st.integers(0, 30), block=st.sampled_from([0, 512]))
+def test_stale_hits_read_through_the_resolver(seed, name, n, num_clients, quantum, changed, block):
     rng = random.Random(seed)
     ref, fast, inc = credit_pair(name, quantum, PROFILE)
     current: dict[str, QueuedRequest] = {}  # this step's snapshots (the engine's)
@@ -34,7 +34,7 @@ def test_stale_hits_read_through_the_resolver(seed, name, n, num_clients, quantu
     inc.set_resolver(lambda q: reads.append(q.request_id) or current[q.request_id])
     t = 0.0
     for step in range(12):
-        t = random_arrivals(rng, t, step, n, num_clients, current, inc)
+        t = random_arrivals(rng, t, step, n, num_clients, current, inc, block)
         # Cache events: new hits, told to the order as stale only (the stored snapshots stay old).
         # As the engine: a hit that may have risen is named in ``raised`` (sometimes all are, as
         # ``stale(ids)`` says), one that only fell is not (DRR then bounds its charge by the last
@@ -43,10 +43,12 @@ def test_stale_hits_read_through_the_resolver(seed, name, n, num_clients, quantu
         raised = []
         for rid in stale:
             q = current[rid]
+            unit = q.block_size or 1  # with block keys a hit is whole blocks, at most max_hit
+            top = min(len(q.block_keys), (q.prompt_len - 1) // unit) if q.block_size else q.prompt_len - 1
             if rng.random() < 0.5:
-                h = rng.randint(0, q.cached_len)  # only fell
+                h = rng.randint(0, q.cached_len // unit) * unit  # only fell
             else:
-                h = rng.randint(0, q.prompt_len - 1)
+                h = rng.randint(0, top) * unit
                 raised.append(rid)
             current[rid] = q._replace(cached_len=h, uncached_len=max(1, q.prompt_len - h))
         if rng.random() < 0.3:

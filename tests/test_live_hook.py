@@ -351,6 +351,39 @@ def test_hits_equal_vllm_lookup():
         gc.collect()
 
 
+def test_lookup_right_after_reset_prefix_cache():
+    """Between ``reset_prefix_cache`` (vLLM puts a new hash map in place) and the hook's next
+    refresh, the hit is read from the new map: 0, as vLLM's lookup says, not the old 256."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm = make_llm(LiveConfig(policy="lpm", kv_blocks=40, max_num_seqs=2, budget_tokens=512,
+                              max_model_len=1024))
+    try:
+        engine = llm.llm_engine
+        sched = live_scheduler(llm)
+        params = SamplingParams(max_tokens=1, detokenize=False)
+        prompt = block_tokens("doc", 256) + block_tokens("tail", 20)
+        llm.generate([TokensPrompt(prompt_token_ids=prompt)], params, use_tqdm=False)
+        engine.add_request("before", TokensPrompt(prompt_token_ids=prompt), params, arrival_time=1.0)
+        r = next(v for k, v in sched.requests.items() if k.startswith("before"))
+        assert sched.fairsim_cached_tokens(r) == 256  # both doc blocks cached
+        engine.abort_request([r.request_id], internal=True)
+        assert engine.reset_prefix_cache()
+        engine.add_request("again", TokensPrompt(prompt_token_ids=prompt), params, arrival_time=2.0)
+        r = next(v for k, v in sched.requests.items() if k.startswith("again"))
+        coordinator = sched.kv_cache_manager.coordinator
+        assert coordinator.find_longest_cache_hit(r.block_hashes, r.num_tokens - 1)[1] == 0
+        assert sched.fairsim_hits.lookup(r) == 0 and sched.fairsim_cached_tokens(r) == 0
+        while engine.has_unfinished_requests():
+            engine.step()
+    finally:
+        del llm
+        import gc
+
+        gc.collect()
+
+
 def test_hook_overhead_rows():
     """``fairsim hook-overhead``'s measurement on a real engine: every column present, the
     p90 not below the median, steps that admitted and looked up hits (LPM reads hits)."""

@@ -106,20 +106,27 @@ def shared_prefix_requests(rng, counts=(60, 120)) -> list[Request]:
 
 
 def random_arrivals(rng, t: float, step: int, n: int, num_clients: int, known: dict,
-                    inc) -> float:
+                    inc, block: int = 0) -> float:
     """A step's new waiting snapshots for the credit-order properties, put in ``known`` (request
     id -> snapshot) and added to the fast path's order ``inc``: ``0..n`` of them every third
     step, else ``0..2``; prompts of 2-6,000 tokens with a random hit, arrivals after ``t`` (s),
     clients ``("tenant", i)`` of ``num_clients`` (none when 0); ids unique against ``known``.
+    ``block`` > 0: each prompt has ``L // block`` block keys of ``block`` tokens and its hit is a
+    whole number of them, so ``max_hit`` (``fairsim.policies.fast_lane``) is below ``L - 1``.
     Returns the last arrival time (``t`` if none)."""
     out = []
     for _ in range(rng.randint(0, n) if step % 3 == 0 else rng.randint(0, 2)):
         t += rng.random()
         L = rng.randint(2, 6_000)
-        h = rng.randint(0, L - 1)
         client = ("tenant", rng.randrange(num_clients)) if num_clients else None
-        out.append(QueuedRequest(f"r{step}-{len(known) + len(out)}-{rng.randrange(10**6)}", t, L, h,
-                                 max(1, L - h), 0, None, client=client))
+        rid = f"r{step}-{len(known) + len(out)}-{rng.randrange(10**6)}"
+        if block:
+            keys = tuple(range(L // block))
+            h = rng.randint(0, min(len(keys), (L - 1) // block)) * block
+            out.append(QueuedRequest(rid, t, L, h, max(1, L - h), 0, None, keys, block, client=client))
+        else:
+            h = rng.randint(0, L - 1)
+            out.append(QueuedRequest(rid, t, L, h, max(1, L - h), 0, None, client=client))
     for q in out:
         known[q.request_id] = q
         inc.add(q)

@@ -106,10 +106,13 @@ class HitCache:
         ``vllm/v1/core/single_type_kv_cache_manager.py``): the longest run of leading block
         hashes found in the pool's hash map, at most ``(num_tokens - 1) // block_size`` blocks.
         Same answer without the per-block list building and per-call view resolution, a quarter
-        of the time (``tests/test_live_hook.py`` compares it with vLLM's own lookup).
+        of the time (``tests/test_live_hook.py`` compares it with vLLM's own lookup), also
+        between a ``reset_prefix_cache`` and the next ``refresh``.
         """
         bs = self._block_size
-        one = self._one_block
+        current = self._pool.cached_block_hash_to_block
+        # After reset_prefix_cache (a new map) and before the next refresh(): read the new one.
+        one = self._one_block if current is self._map else current.get_one_block
         n = 0
         for h in itertools.islice(request.block_hashes, (request.num_tokens - 1) // bs):
             if not one(h + GROUP0):

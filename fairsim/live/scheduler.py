@@ -363,7 +363,9 @@ class _PolicyMixin:
         changes = waiting.take_changes()
         if self._fairsim_rebuild:
             self._fairsim_rebuild = False
-            examine = waiting.front() + waiting.pending()  # before plain_set (the queue's) is cleared
+            # The unread requests first: after a swapped policy or an adopted queue plain_set is
+            # not the queue's dict, but reading before clearing is right whichever it is.
+            examine = waiting.front() + waiting.pending()
             for q in held.values():
                 hits.forget(q.request_id)
             held.clear()

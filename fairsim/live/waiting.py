@@ -113,7 +113,8 @@ class PolicyQueue(FCFSRequestQueue):
         Args:
             heads: Requests kept at the front, in this order.
             plain: Every plainly waiting request (an ordered set; its order is the fallback). Not
-                modified, and the caller must not modify it until the next ``set_order``.
+                modified here; the caller may change it only where nothing reads the queue
+                before its next ``set_order`` (the hook edits it right before that call).
             source: Yields each request of ``plain`` exactly once; ``None``: ``plain``'s order.
         """
         _deque.clear(self)

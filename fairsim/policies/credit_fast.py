@@ -9,8 +9,9 @@ items costs about O(k log n) plus the work of the classes that changed since the
 
 Both take lazy hits (``fairsim.sim.lazy_hits``): a class, its FIFO position and VTC's key do
 not depend on a request's prefix hit, only the charges (``uncached_len``) of the requests an order
-reads do, so a cache event changes nothing here and every snapshot read goes through the
-engine's resolver (this step's snapshot). Under overload, where a block shared by thousands of
+reads do, so a cache event moves nothing here (DRR only notes a lower bound of a stale
+request's charge, ``DRROrder.stale``) and every snapshot read goes through the engine's resolver
+(this step's snapshot). Under overload, where a block shared by thousands of
 waiting requests flips again and again, the eager path rebuilt and re-added all their snapshots
 at the next step (issue 13: DRR's cost per request grew 1.9x on the conversation trace tiled
 10x).
@@ -43,8 +44,8 @@ class ClassQueues:
 
     ``touched`` collects the classes whose membership changed (a request joined or left) since
     the owner last cleared it. With a resolver (``set_resolver``, lazy hits) a stored snapshot
-    is read through it (``current``): the stored one is that of the request's arrival (or a
-    later ``add``) and may be out of date. Each class is a plain sorted list (``bisect``): most
+    is read through it (``current``): the stored one is that of the request's arrival, of a
+    later ``add``, or (``DRROrder``) the last one read, and may be out of date. Each class is a plain sorted list (``bisect``): most
     classes hold a few requests, where a list is several times cheaper to build, index and update
     than a ``SortedList``; ``add``/``remove`` O(log n) comparisons plus a C ``memmove`` of the
     class.

@@ -94,8 +94,9 @@ _INV_LOG = 1.0 / math.log1p(DELTA)
 
 def max_hit(q: QueuedRequest) -> int:
     """The largest prefix hit ``h`` (tokens) any cache state could give ``q``: every full block
-    that can hit cached (at most ``L - 1`` tokens, as the engine); ``L - 1`` when no keys are
-    given. So ``max(1, L - max_hit(q) - computed)`` bounds its ``uncached_len`` from below."""
+    of ``block_keys`` cached (at most ``L - 1`` tokens, as the engine); ``L - 1`` when the engine
+    gives no blocks (``block_size`` 0). So ``max(1, L - max_hit(q) - computed)`` bounds its
+    ``uncached_len`` from below."""
     L = q.prompt_len
     if q.block_size > 0:
         return min(len(q.block_keys), (L - 1) // q.block_size) * q.block_size
