@@ -103,6 +103,9 @@ class PolicyQueue(FCFSRequestQueue):
     def _unread(self, r: Any) -> bool:
         return r in self._plain and r not in self._taken
 
+    def _any_unread(self) -> bool:
+        return len(self._plain) > len(self._taken)  # _taken holds only members of _plain
+
     def contains(self, r: Any) -> bool:
         """Whether ``r`` is in the queue (O(1) unless it could be in the materialised front)."""
         return self._unread(r) or r in self.tail or _deque.__contains__(self, r)
@@ -144,7 +147,7 @@ class PolicyQueue(FCFSRequestQueue):
         plain, taken = self._plain, self._taken
         src = self._source
         if src is None:
-            if len(plain) > len(taken) or self.tail:
+            if self._any_unread() or self.tail:
                 self._fallback()  # no order (any more): the rest in the order it joined
                 return True
             return False
@@ -154,7 +157,7 @@ class PolicyQueue(FCFSRequestQueue):
                 try:
                     r = next(src)
                 except StopIteration:
-                    if len(plain) > len(taken):
+                    if self._any_unread():
                         left = self.pending()
                         n = len(left)
                         missing = ", ".join(repr(getattr(x, "request_id", x)) for x in left[:3])
@@ -185,7 +188,7 @@ class PolicyQueue(FCFSRequestQueue):
             self.read_s += time.perf_counter() - t0
 
     def _drain(self) -> None:
-        while len(self._plain) > len(self._taken) or self.tail or self._source is not None:
+        while self._any_unread() or self.tail or self._source is not None:
             if not self._pull():
                 break
         self._source = None
@@ -193,7 +196,7 @@ class PolicyQueue(FCFSRequestQueue):
     # -- vLLM's RequestQueue API -------------------------------------------------------------
     def add_request(self, request: Any) -> None:
         """Append ``request`` (behind every request already in the queue)."""
-        if self._source is not None or len(self._plain) > len(self._taken):
+        if self._source is not None or self._any_unread():
             self.tail[request] = None
         else:
             _deque.append(self, request)

@@ -45,10 +45,10 @@ class ClassQueues:
     ``touched`` collects the classes whose membership changed (a request joined or left) since
     the owner last cleared it. With a resolver (``set_resolver``, lazy hits) a stored snapshot
     is read through it (``current``): the stored one is that of the request's arrival, of a
-    later ``add``, or (``DRROrder``) the last one read, and may be out of date. Each class is a plain sorted list (``bisect``): most
-    classes hold a few requests, where a list is several times cheaper to build, index and update
-    than a ``SortedList``; ``add``/``remove`` O(log n) comparisons plus a C ``memmove`` of the
-    class.
+    later ``add``, or (``DRROrder``) the last one read, and may be out of date. Each class is a
+    plain sorted list (``bisect``): most classes hold a few requests, where a list is several
+    times cheaper to build, index and update than a ``SortedList``; ``add``/``remove`` O(log n)
+    comparisons plus a C ``memmove`` of the class.
     """
 
     def __init__(self) -> None:
