@@ -79,6 +79,7 @@ class TestBadOptions:
         (["equivalence", "--rate", "0"], "--rate 0.0: need a finite arrival rate > 0"),
         (["fidelity", "--requests", "0"], "--requests 0: need an integer >= 1"),
         (["hook-overhead", "--sizes", "10,x"], "--sizes '10,x': need comma-separated integers >= 1"),
+        (["hook-overhead", "--steps", "0"], "--steps 0: need an integer >= 1"),
         (["equivalence", "--out", "/dev/null"], "--out /dev/null: exists and is not a folder"),
         (["calibrate", "--out", "/"], "--out /: is a folder; give a file name"),
         (["calibrate", "--new-tokens", "4096"], "--new-tokens 4096: above --budget 2048"),

@@ -79,6 +79,8 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
     ov.add_argument("--policies", default="fcfs,lpm,fairway")
     ov.add_argument("--sizes", default="10,100,1000", help="waiting-queue lengths")
     ov.add_argument("--profile", default="a6000-llama3.1-8b-vllm-prior")
+    ov.add_argument("--steps", type=int, default=20,
+                    help="engine steps timed per policy and size (the median and p90 are over them)")
 
 
 def _write_live(out: Path, name: str, result: Any) -> None:
@@ -110,6 +112,8 @@ def _check_first(args: argparse.Namespace) -> None:
             raise ValueError(f"--sizes {args.sizes!r}: need comma-separated integers >= 1") from None
         if not sizes or min(sizes) < 1:
             raise ValueError(f"--sizes {args.sizes!r}: need comma-separated integers >= 1")
+        if args.steps < 1:
+            raise ValueError(f"--steps {args.steps}: need an integer >= 1")
     if getattr(args, "out", None) is not None:
         check_writable_dir(args.out)
     require("vllm")
@@ -309,7 +313,7 @@ def cmd_hook_overhead(args: argparse.Namespace) -> int:
 
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     policies = [s.strip() for s in args.policies.split(",") if s.strip()]
-    rows = measure_overhead(policies, sizes, args.profile)
+    rows = measure_overhead(policies, sizes, args.profile, steps=args.steps)
     print(f"{'policy':16} {'waiting':>7} {'unchanged ms':>12} {'changed ms':>10} {'p90 ms':>7} {'cold ms':>9} "
           f"{'admit/step':>10} {'arrive/step':>11} {'lookups':>8} {'engine step ms':>14} {'share':>7}")
     for r in rows:
