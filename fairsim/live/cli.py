@@ -107,13 +107,28 @@ def _check_first(args: argparse.Namespace) -> None:
         raise ValueError(f"--rate {rate}: need a finite arrival rate > 0 requests/s")
     if args.command == "hook-overhead":
         try:
-            sizes = [int(v) for v in args.sizes.split(",") if v.strip()]
+            sizes = [int(v) for v in args.sizes.split(",")]
         except ValueError:
             raise ValueError(f"--sizes {args.sizes!r}: need comma-separated integers >= 1") from None
-        if not sizes or min(sizes) < 1:
+        if min(sizes) < 1:
             raise ValueError(f"--sizes {args.sizes!r}: need comma-separated integers >= 1")
         if args.steps < 1:
             raise ValueError(f"--steps {args.steps}: need an integer >= 1")
+        from fairsim.costmodel import load_profile
+        from fairsim.live.settings import build_policy
+
+        try:
+            load_profile(args.profile)
+        except ValueError as exc:
+            raise ValueError(f"--profile {args.profile}: {exc}") from None
+        names = [v.strip() for v in args.policies.split(",")]
+        if not all(names):
+            raise ValueError(f"--policies {args.policies!r}: need comma-separated policy names")
+        for name in names:  # an unknown name, a bad profile, a policy the hook refuses: now
+            try:
+                build_policy({"policy": name, "profile": args.profile})
+            except ValueError as exc:
+                raise ValueError(f"--policies {name}: {exc}") from None
     if getattr(args, "out", None) is not None:
         check_writable_dir(args.out)
     require("vllm")
@@ -311,8 +326,8 @@ def cmd_hook_overhead(args: argparse.Namespace) -> int:
     """``fairsim hook-overhead``: reorder time per step with N waiting vs the engine's step time."""
     from fairsim.live.overhead import measure_overhead
 
-    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    policies = [s.strip() for s in args.policies.split(",") if s.strip()]
+    sizes = [int(s) for s in args.sizes.split(",")]
+    policies = [s.strip() for s in args.policies.split(",")]
     rows = measure_overhead(policies, sizes, args.profile, steps=args.steps)
     print(f"{'policy':16} {'waiting':>7} {'unchanged ms':>12} {'changed ms':>10} {'p90 ms':>7} {'cold ms':>9} "
           f"{'admit/step':>10} {'arrive/step':>11} {'lookups':>8} {'engine step ms':>14} {'share':>7}")

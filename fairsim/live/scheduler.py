@@ -74,73 +74,15 @@ from vllm.v1.request import RequestStatus
 from fairsim.costmodel import DEFAULT_PROFILE, load_profile
 from fairsim.errors import PolicyContractError
 from fairsim.live.ops import ADMISSIONS_KEPT, BoundedDict, HookCounters, RateLimitFilter, profile_mismatch
+from fairsim.live.settings import build_policy, read_settings
 from fairsim.live.waiting import PolicyQueue
-from fairsim.policies import make_policy
 from fairsim.policies.base import check_permutation
 from fairsim.policies.clients import client_of_vllm
 from fairsim.types import QueuedRequest
 
 logger = logging.getLogger("fairsim.live")
 
-#: Policy attributes that change more than the order; the hook refuses such policies.
-UNSUPPORTED_CAPABILITIES = ("skips_misfits", "admission_limit", "eviction_hook")
-
 _HANDLE = operator.attrgetter("handle")
-
-#: Key of fairsim's settings inside vLLM's ``additional_config``.
-CONFIG_KEY = "fairsim"
-#: Keys of fairsim's settings (``record``: a trace file to write, ``fairsim.live.recorder``).
-SETTINGS = ("policy", "params", "profile", "record")
-
-
-def read_settings(additional_config: Any) -> dict[str, Any]:
-    """fairsim's settings from vLLM's ``additional_config``.
-
-    Accepts ``{"fairsim": {...}}`` (preferred) or the same keys at the top level. Keys:
-    ``policy`` (registered name, default ``"fcfs"``), ``params`` (dict of policy parameters),
-    ``profile`` (shipped profile name or JSON path; default the shipped prior), ``record``
-    (a path: write every request to this trace file, ``fairsim.live.recorder``).
-
-    Raises:
-        ValueError: ``additional_config`` or its ``fairsim`` entry is not a dict, or an unknown key.
-    """
-    cfg = additional_config or {}
-    if not isinstance(cfg, dict):
-        raise ValueError(f"additional_config must be a dict, got {type(cfg).__name__}")
-    settings = cfg.get(CONFIG_KEY, cfg)
-    if not isinstance(settings, dict):
-        raise ValueError(f"additional_config[{CONFIG_KEY!r}] must be a dict, got {settings!r}")
-    if CONFIG_KEY not in cfg:
-        settings = {k: v for k, v in settings.items() if k in SETTINGS}
-    unknown = set(settings) - set(SETTINGS)
-    if unknown:
-        raise ValueError(f"unknown fairsim settings {sorted(unknown)}; known: {', '.join(SETTINGS)}")
-    record = settings.get("record")
-    if record is not None and (not isinstance(record, str) or not record):
-        raise ValueError(f"fairsim setting 'record': need a file path, got {record!r}")
-    return settings
-
-
-def build_policy(settings: dict[str, Any]) -> Any:
-    """Build the policy named in ``settings`` and refuse one the hook cannot honour.
-
-    Raises:
-        ValueError: Unknown policy or parameter, or a policy with a capability in
-            ``UNSUPPORTED_CAPABILITIES`` (the message names it).
-    """
-    name = settings.get("policy", "fcfs")
-    params = settings.get("params") or {}
-    profile = load_profile(settings.get("profile") or DEFAULT_PROFILE)
-    policy = make_policy(name, profile, **params)
-    for attr in UNSUPPORTED_CAPABILITIES:
-        value = getattr(policy, attr, None)
-        if value is not None and value is not False:
-            raise ValueError(
-                f"policy {name!r} has {attr}={value!r}: it changes more than the queue order "
-                f"(admission or eviction), which the vLLM hook does not implement. Run it in the "
-                f"simulator (fairsim run), or choose an order-only policy."
-            )
-    return policy
 
 
 class _PolicyMixin:

@@ -1,0 +1,71 @@
+"""The live hook's settings (vLLM's ``additional_config``) and the policy they name, without vLLM.
+
+Kept apart from ``fairsim.live.scheduler`` (which imports vLLM) so commands can check a policy
+name, its parameters and the profile before they start an engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fairsim.costmodel import DEFAULT_PROFILE, load_profile
+from fairsim.policies import make_policy
+
+#: Policy attributes that change more than the order; the hook refuses such policies.
+UNSUPPORTED_CAPABILITIES = ("skips_misfits", "admission_limit", "eviction_hook")
+
+
+#: Key of fairsim's settings inside vLLM's ``additional_config``.
+CONFIG_KEY = "fairsim"
+#: Keys of fairsim's settings (``record``: a trace file to write, ``fairsim.live.recorder``).
+SETTINGS = ("policy", "params", "profile", "record")
+
+
+def read_settings(additional_config: Any) -> dict[str, Any]:
+    """fairsim's settings from vLLM's ``additional_config``.
+
+    Accepts ``{"fairsim": {...}}`` (preferred) or the same keys at the top level. Keys:
+    ``policy`` (registered name, default ``"fcfs"``), ``params`` (dict of policy parameters),
+    ``profile`` (shipped profile name or JSON path; default the shipped prior), ``record``
+    (a path: write every request to this trace file, ``fairsim.live.recorder``).
+
+    Raises:
+        ValueError: ``additional_config`` or its ``fairsim`` entry is not a dict, or an unknown key.
+    """
+    cfg = additional_config or {}
+    if not isinstance(cfg, dict):
+        raise ValueError(f"additional_config must be a dict, got {type(cfg).__name__}")
+    settings = cfg.get(CONFIG_KEY, cfg)
+    if not isinstance(settings, dict):
+        raise ValueError(f"additional_config[{CONFIG_KEY!r}] must be a dict, got {settings!r}")
+    if CONFIG_KEY not in cfg:
+        settings = {k: v for k, v in settings.items() if k in SETTINGS}
+    unknown = set(settings) - set(SETTINGS)
+    if unknown:
+        raise ValueError(f"unknown fairsim settings {sorted(unknown)}; known: {', '.join(SETTINGS)}")
+    record = settings.get("record")
+    if record is not None and (not isinstance(record, str) or not record):
+        raise ValueError(f"fairsim setting 'record': need a file path, got {record!r}")
+    return settings
+
+
+def build_policy(settings: dict[str, Any]) -> Any:
+    """Build the policy named in ``settings`` and refuse one the hook cannot honour.
+
+    Raises:
+        ValueError: Unknown policy or parameter, or a policy with a capability in
+            ``UNSUPPORTED_CAPABILITIES`` (the message names it).
+    """
+    name = settings.get("policy", "fcfs")
+    params = settings.get("params") or {}
+    profile = load_profile(settings.get("profile") or DEFAULT_PROFILE)
+    policy = make_policy(name, profile, **params)
+    for attr in UNSUPPORTED_CAPABILITIES:
+        value = getattr(policy, attr, None)
+        if value is not None and value is not False:
+            raise ValueError(
+                f"policy {name!r} has {attr}={value!r}: it changes more than the queue order "
+                f"(admission or eviction), which the vLLM hook does not implement. Run it in the "
+                f"simulator (fairsim run), or choose an order-only policy."
+            )
+    return policy
