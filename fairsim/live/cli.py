@@ -107,7 +107,7 @@ def _check_first(args: argparse.Namespace) -> None:
         raise ValueError(f"--rate {rate}: need a finite arrival rate > 0 requests/s")
     if args.command == "hook-overhead":
         try:
-            sizes = [int(v) for v in args.sizes.split(",")]
+            names, sizes = _overhead_lists(args)
         except ValueError:
             raise ValueError(f"--sizes {args.sizes!r}: need comma-separated integers >= 1") from None
         if min(sizes) < 1:
@@ -121,10 +121,9 @@ def _check_first(args: argparse.Namespace) -> None:
             load_profile(args.profile)
         except ValueError as exc:
             raise ValueError(f"--profile {args.profile}: {exc}") from None
-        names = [v.strip() for v in args.policies.split(",")]
         if not all(names):
             raise ValueError(f"--policies {args.policies!r}: need comma-separated policy names")
-        for name in names:  # an unknown name, a bad profile, a policy the hook refuses: now
+        for name in names:  # an unknown name or parameter, a policy the hook refuses: now
             try:
                 build_policy({"policy": name, "profile": args.profile})
             except ValueError as exc:
@@ -132,6 +131,11 @@ def _check_first(args: argparse.Namespace) -> None:
     if getattr(args, "out", None) is not None:
         check_writable_dir(args.out)
     require("vllm")
+
+
+def _overhead_lists(args: argparse.Namespace) -> tuple[list[str], list[int]]:
+    """``hook-overhead``'s ``--policies`` and ``--sizes`` as lists (ValueError: a size not an int)."""
+    return [v.strip() for v in args.policies.split(",")], [int(v) for v in args.sizes.split(",")]
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -326,8 +330,7 @@ def cmd_hook_overhead(args: argparse.Namespace) -> int:
     """``fairsim hook-overhead``: reorder time per step with N waiting vs the engine's step time."""
     from fairsim.live.overhead import measure_overhead
 
-    sizes = [int(s) for s in args.sizes.split(",")]
-    policies = [s.strip() for s in args.policies.split(",")]
+    policies, sizes = _overhead_lists(args)
     rows = measure_overhead(policies, sizes, args.profile, steps=args.steps)
     print(f"{'policy':16} {'waiting':>7} {'unchanged ms':>12} {'changed ms':>10} {'p90 ms':>7} {'cold ms':>9} "
           f"{'admit/step':>10} {'arrive/step':>11} {'lookups':>8} {'engine step ms':>14} {'share':>7}")

@@ -140,8 +140,8 @@ class HitCache:
             return []
         watchers = self._watchers
         dropped: list[str] = []
-        # Most changed hashes are watched by no waiting request (the blocks just computed by
-        # the admitted requests, those evicted of finished ones): intersect in C first.
+        # The blocks running requests fill and the evicted blocks of finished ones are usually
+        # watched by no waiting request: skip those hashes in C.
         for h in self._changed & watchers.keys():
             rids = watchers.pop(h, None)
             if rids:

@@ -13,8 +13,6 @@ from fairsim.policies import make_policy
 
 #: Policy attributes that change more than the order; the hook refuses such policies.
 UNSUPPORTED_CAPABILITIES = ("skips_misfits", "admission_limit", "eviction_hook")
-
-
 #: Key of fairsim's settings inside vLLM's ``additional_config``.
 CONFIG_KEY = "fairsim"
 #: Keys of fairsim's settings (``record``: a trace file to write, ``fairsim.live.recorder``).
