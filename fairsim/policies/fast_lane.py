@@ -75,7 +75,10 @@ from sortedcontainers import SortedList
 from fairsim.types import QueuedRequest
 
 #: Relative slope width of a bucket: slopes within a bucket differ by at most this factor - 1.
-DELTA = 1.0 / 64.0
+#: Narrower buckets waste fewer takes (a looser bound grows with a request's wait x DELTA) but
+#: lengthen every read's vectors; 1/128 is the middle of 1/64-1/256, whose speed on this
+#: project's benchmarks differed by less than the machine's noise (issue 13).
+DELTA = 1.0 / 128.0
 #: Relative float margin on a bound (rounding of a few double operations is ~1e-16 relative).
 MARGIN = 1e-9
 #: Front key of an empty bucket: far below any score (|score| < 1e200 for any real queue).
@@ -145,9 +148,11 @@ class FastLane:
         self._buckets: dict[int, _Bucket] = {}  # log-slope index -> bucket
         self._by_slot: list[_Bucket] = []
         cap = 16
-        self._head = np.full(cap, EMPTY)  # key of each bucket's front (EMPTY: empty)
-        self._t0 = np.zeros(cap)
-        self._shi = np.zeros(cap)
+        # Each bucket's bound on its front's score at a clock t is the line _c + t x _s (per
+        # slot; _sync). EMPTY intercept: an empty bucket (or no bucket in that slot).
+        self._c = np.full(cap, EMPTY)
+        self._s = np.zeros(cap)
+        self._t0_max = -math.inf  # the latest t0 of any bucket
         self._waste: list = []  # the last read's candidates taken but not yielded (its heap)
         self._loose: list[str] = []  # taken requests whose key was made with a higher h/c
         # The clock of new buckets and new keys: a bucketed read's now (set at its first next(),
@@ -186,16 +191,34 @@ class FastLane:
             t = b.t0
         return (-(self._key(hc, arr, slo, t) - (t - b.t0) * b.s_hi), arr, rid)
 
+    def _sync(self, b: _Bucket) -> None:
+        """Set ``b``'s bound line from its front key ``K``, ``t0`` and ``s_hi``: at a clock
+        ``te >= t0`` the front scores at most ``K + (te - t0) s_hi`` (module docstring), and
+
+            c + te x s,  c = K + 2 MARGIN (1 + |K|) - t0 s_hi,  s = s_hi (1 + 2 MARGIN),
+
+        exceeds that by ``2 MARGIN (1 + |K| + te s_hi)``, at least twice the margin the bound
+        needs (``MARGIN (1 + |K| + (te - t0) s_hi)``; the rounding of these few operations is
+        ~1e-16 of their terms). So a read costs two vector operations, not a recomputation of
+        every bucket's margin."""
+        slot = b.slot
+        if b.front is None:
+            self._c[slot] = EMPTY
+            return
+        k = -b.front[0]
+        self._c[slot] = k + 2.0 * MARGIN * (1.0 + abs(k)) - b.t0 * b.s_hi
+        self._s[slot] = b.s_hi * (1.0 + 2.0 * MARGIN)
+
     def _set_head(self, b: _Bucket) -> None:
         keys = b.keys
         b.front = keys[0] if keys else None
-        self._head[b.slot] = -b.front[0] if keys else EMPTY
+        self._sync(b)
 
     def _insert(self, b: _Bucket, kt: tuple) -> None:
         b.keys.add(kt)
         if b.front is None or kt < b.front:
             b.front = kt
-            self._head[b.slot] = -kt[0]
+            self._sync(b)
 
     def _delete(self, b: _Bucket, kt: tuple) -> None:
         b.keys.remove(kt)
@@ -207,14 +230,15 @@ class FastLane:
         b = self._buckets.get(idx)
         if b is None:
             slot = len(self._by_slot)
-            if slot == len(self._head):
-                grow = len(self._head)
-                self._head = np.concatenate([self._head, np.full(grow, EMPTY)])
-                self._t0 = np.concatenate([self._t0, np.zeros(grow)])
-                self._shi = np.concatenate([self._shi, np.zeros(grow)])
+            if slot == len(self._c):
+                grow = len(self._c)
+                self._c = np.concatenate([self._c, np.full(grow, EMPTY)])
+                self._s = np.concatenate([self._s, np.zeros(grow)])
             b = self._buckets[idx] = _Bucket(slot, self._clock)
             self._by_slot.append(b)
-            self._t0[slot] = b.t0
+            self._c[slot] = EMPTY
+            if b.t0 > self._t0_max:
+                self._t0_max = b.t0
         return b
 
     # -- the incremental-order interface ---------------------------------------------------------
@@ -252,7 +276,7 @@ class FastLane:
             b = self._bucket(s)
             if s > b.s_hi:
                 b.s_hi = s
-                self._shi[b.slot] = s
+                self._sync(b)
             arr = q.arrival_time
             kt = self._kt(hc, arr, slo, rid, b)
             self._items[rid] = [q, hc, arr, slo, s, b, kt, hc, False, max(hc, _hc_bound(q))]
@@ -372,8 +396,7 @@ class FastLane:
             s = item[4]
             b = self._bucket(s)
             if s > b.s_hi:
-                b.s_hi = s
-                self._shi[b.slot] = s
+                b.s_hi = s  # the bound line is set once the bucket's keys are (_set_head below)
             item[9] = max(item[1], _hc_bound(item[0]))
             item[7] = item[9] if item[8] == 2 else item[1]
             item[5] = b
@@ -389,7 +412,8 @@ class FastLane:
         self._small = True
         self._buckets = {}
         self._by_slot = []
-        self._head[:] = EMPTY
+        self._c[:] = EMPTY
+        self._t0_max = -math.inf
         self._waste = []
         self._loose = []
 
@@ -453,12 +477,10 @@ class FastLane:
         self._settle(now)
         te = self._tmax = max(self._tmax, now)
         nb = len(self._by_slot)
-        head = self._head[:nb]
-        dt = te - self._t0[:nb]
-        np.maximum(dt, 0.0, out=dt)
-        grow = dt * self._shi[:nb]
-        bound = head + grow
-        bound += MARGIN * (1.0 + np.abs(head) + grow)  # empty buckets: about EMPTY
+        # The bound lines hold for te >= t0; a later clock gives a looser bound, still valid (a
+        # score never falls with time). Empty buckets: about EMPTY.
+        bound = self._s[:nb] * max(te, self._t0_max)
+        bound += self._c[:nb]
         by_slot = self._by_slot
         loose = self._loose
         out: list[QueuedRequest] = []  # yielded so far
