@@ -15,7 +15,8 @@ json`` with the same trace, shaping and engine options, so every figure is that 
 gap and with its own request ids, sessions and prefix content (hash ids offset), to measure how
 cost per request grows with the trace length: each policy then also runs on the trace itself,
 alternating with the tiled run (``--repeat`` times each), and the table gives the cost per
-request over the untiled run's (``vs x1``, whole process; ``loop vs x1``).
+request over the untiled run's (``vs x1``, whole process; ``loop vs x1``): the median of the
+ratios of the pairs run one after the other.
 
 ``--compare PATH`` also runs an installed peer simulator on the same (shaped) requests in the
 same call and prints fairsim's requests per wall-second over the peer's. Supported peer:
@@ -210,21 +211,28 @@ def _median_run(argv: list[str], name: str, repeat: int) -> dict[str, Any]:
 
 def _paired_runs(argv_base: list[str], argv_tiled: list[str], name: str, repeat: int) -> dict[str, Any]:
     """``--tile N``: the tiled run of ``name`` and, alternating with it, the trace itself
-    (``repeat`` times each, the median of each kept); the tiled row with ``tile1_process_s``,
-    ``tile1_loop_s`` and the cost per request over the untiled run's, whole process
-    (``per_request_vs_tile1``) and loop alone (``loop_per_request_vs_tile1``). Alternating the
-    two runs keeps a drift of the machine's speed out of the ratio."""
+    (``repeat`` times each); the tiled row (its median run, ``_median_row``) with the untiled
+    runs' medians ``tile1_process_s`` and ``tile1_loop_s``, and the cost per request over the
+    untiled run's, whole process (``per_request_vs_tile1``) and loop alone
+    (``loop_per_request_vs_tile1``): the median over the ``repeat`` pairs (an untiled run and
+    the tiled run right after it) of each pair's ratio, as an interleaved benchmark pairs its
+    runs, so a drift of the machine's speed, or one slow run, moves neither ratio much.
+    ``tile_pairs``: every pair's ``[untiled process_s, tiled process_s, untiled loop_s, tiled
+    loop_s]`` (seconds), in the order run."""
     base, tiled = [], []
     for _ in range(repeat):
         base.append(bench_policy(argv_base, name))
         tiled.append(bench_policy(argv_tiled, name))
-    row = _median_row(tiled)
-    b_s = statistics.median(r["process_s"] for r in base)
-    b_loop = statistics.median(r["loop_s"] for r in base)
-    scale = base[0]["requests"] / row["requests"]  # copies x fewer requests in the untiled run
-    row["tile1_process_s"], row["tile1_loop_s"] = b_s, b_loop
-    row["per_request_vs_tile1"] = row["process_s"] * scale / b_s
-    row["loop_per_request_vs_tile1"] = row["loop_s"] * scale / b_loop if b_loop > 0 else float("nan")
+    scale = base[0]["requests"] / tiled[0]["requests"]  # copies x fewer requests in the untiled run
+    pairs = list(zip(base, tiled))
+    row = _median_row(list(tiled))
+    row["tile1_process_s"] = statistics.median(r["process_s"] for r in base)
+    row["tile1_loop_s"] = statistics.median(r["loop_s"] for r in base)
+    row["per_request_vs_tile1"] = statistics.median(t["process_s"] * scale / b["process_s"] for b, t in pairs)
+    row["loop_per_request_vs_tile1"] = (
+        statistics.median(t["loop_s"] * scale / b["loop_s"] for b, t in pairs)
+        if all(b["loop_s"] > 0 for b in base) else float("nan"))
+    row["tile_pairs"] = [[b["process_s"], t["process_s"], b["loop_s"], t["loop_s"]] for b, t in pairs]
     if repeat > 1:
         row["tile1_process_s_runs"] = sorted(r["process_s"] for r in base)
     return row
@@ -325,7 +333,7 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
                  f"{r['loop_per_request_vs_tile1']:>12.2f}" if tiled else ""))
     if tiled:
         print(f"vs x1: cost per request of the x{args.tile} trace over the trace itself (whole process; "
-              f"loop alone), the two run alternately")
+              f"loop alone), the two run alternately; the median of the {args.repeat} pair ratio(s)")
     if peer is not None:
         s = rows["sched-sim"]
         print(f"{'sched-sim':<16}{'':>8}{'':>10}{s['process_s']:>11.2f}{s['requests_per_s']:>9.0f}"

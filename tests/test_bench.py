@@ -82,9 +82,16 @@ def test_tile_also_runs_the_trace_itself_and_gives_the_cost_ratio(capsys):
     assert len(r["process_s_runs"]) == len(r["tile1_process_s_runs"]) == 2
     assert r["tile1_process_s"] == sorted(r["tile1_process_s_runs"])[0] + (
         sorted(r["tile1_process_s_runs"])[1] - sorted(r["tile1_process_s_runs"])[0]) / 2  # median of 2
-    # Cost per request of the 120-request run over the 40-request one.
-    assert abs(r["per_request_vs_tile1"] - (r["process_s"] / 120) / (r["tile1_process_s"] / 40)) < 1e-9
-    assert abs(r["loop_per_request_vs_tile1"] - (r["loop_s"] / 120) / (r["tile1_loop_s"] / 40)) < 1e-9
+    # Cost per request of the 120-request run over the 40-request one: the median (here the mean
+    # of two) of the ratios of the pairs, each an untiled run and the tiled run after it.
+    pairs = r["tile_pairs"]
+    assert len(pairs) == 2 and sorted(p[1] for p in pairs) == sorted(r["process_s_runs"])
+    assert sorted(p[0] for p in pairs) == r["tile1_process_s_runs"]
+    ratios = [(p[1] / 120) / (p[0] / 40) for p in pairs]
+    loops = [(p[3] / 120) / (p[2] / 40) for p in pairs]
+    assert abs(r["per_request_vs_tile1"] - sum(ratios) / 2) < 1e-9
+    assert abs(r["loop_per_request_vs_tile1"] - sum(loops) / 2) < 1e-9
+    assert r["tile1_loop_s"] == sum(p[2] for p in pairs) / 2
 
 
 def test_target_load_is_resolved_once_for_the_children(capsys):
