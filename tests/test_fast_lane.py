@@ -45,15 +45,16 @@ def _modes(hi, lo):
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 100_000), cap=st.sampled_from([None, 0.0, 0.5, 3.0]),
-       ties=st.booleans(), jumpy=st.booleans(), modes=st.sampled_from(MODES))
-def test_bucketed_lane_equals_reference(seed, cap, ties, jumpy, modes):
+       ties=st.booleans(), jumpy=st.booleans(), modes=st.sampled_from(MODES),
+       origin=st.sampled_from([0.0, 0.0, -1e9, 1.7e9]))  # 1.7e9: the live hook's time.time()
+def test_bucketed_lane_equals_reference(seed, cap, ties, jumpy, modes, origin):
     rng = random.Random(seed)
     policy = make_policy("fairway-carry", PROFILE, **({} if cap is None else {"wait_cap": cap}))
     with _modes(*modes):
         lane = FastLane(policy.slo, policy.wait_cap)
         waiting: dict[str, QueuedRequest] = {}
-        t = 0.0
-        now = 0.0
+        t = origin
+        now = origin
         for step in range(25):
             change_hits(rng, waiting, lane, 12, (lambda r, q: r.choice([0, q.prompt_len // 2, q.prompt_len - 1]))
                         if ties else None)
@@ -80,6 +81,20 @@ def test_bucketed_lane_equals_reference(seed, cap, ties, jumpy, modes):
                 del waiting[rid]
                 lane.remove(rid)
         assert len(lane) == len(waiting)
+
+
+def test_a_negative_clock_keeps_the_order():
+    """Bound lines measured from the clock the buckets were built at: measured from 0, a clock of
+    -1e9 s pulled each line below its front's score by about 2e-9 x 1e9 x slope, and ``a`` (9 at
+    T, slope 1) came before ``b`` (10 at T, slope 2). Found in review."""
+    slo = {100: 1.0, 200: 0.5}.__getitem__
+    T = -1e9
+    with _modes(0, -1):
+        lane = FastLane(slo)
+        lane.add(QueuedRequest("a", T - 9.0, 100, 0, 100, 0, None))  # score at T: 9 / 1
+        lane.add(QueuedRequest("b", T - 5.0, 200, 0, 200, 0, None))  # score at T: 5 / 0.5 = 10
+        assert _ids(lane.iter_order(T)) == ["b", "a"]
+        assert _ids(lane.iter_order(T + 5.0)) == ["b", "a"]  # 14 / 20: b's slope is the larger
 
 
 def test_many_buckets_and_a_long_queue():

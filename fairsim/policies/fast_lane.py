@@ -29,6 +29,9 @@ Scheme (a kinetic bound, exact; our own design after the issue's sketch):
   s_hi``; the second is at most the margin's ``(te - t0) s_hi`` and the first at most ``|K|`` plus
   it, so the margin is at least ``1e-9`` of every term rounded (each rounding is ~1e-16 of its
   term). (Keyed before ``t0`` the two terms could cancel far below the margin; found in review.)
+  A bucket's front is bounded by a line kept per bucket with twice that margin (``_sync``), so
+  a read evaluates every bucket's bound in two vector operations; the bucket's next key after
+  a take is bounded by the formula above.
 - ``iter_order(now)`` computes every bucket's bound of its front (numpy, one value per bucket, not
   per request), then repeatedly takes the front of the bucket with the highest bound, scores it
   **exactly** (the same float operations as ``Fairway._fast_keys``, so the same floats as the
@@ -153,6 +156,9 @@ class FastLane:
         self._c = np.full(cap, EMPTY)
         self._s = np.zeros(cap)
         self._t0_max = -math.inf  # the latest t0 of any bucket
+        # The clock the bound lines are measured from (set when the buckets are built): every
+        # bucket's t0 is at least it, so the lines' terms are >= 0 for clocks of any sign.
+        self._origin = 0.0
         self._waste: list = []  # the last read's candidates taken but not yielded (its heap)
         self._loose: list[str] = []  # taken requests whose key was made with a higher h/c
         # The clock of new buckets and new keys: a bucketed read's now (set at its first next(),
@@ -193,20 +199,23 @@ class FastLane:
 
     def _sync(self, b: _Bucket) -> None:
         """Set ``b``'s bound line from its front key ``K``, ``t0`` and ``s_hi``: at a clock
-        ``te >= t0`` the front scores at most ``K + (te - t0) s_hi`` (module docstring), and
+        ``te >= t0`` the front scores at most ``K + (te - t0) s_hi`` (module docstring). With
+        ``u = te - origin`` (``origin <= t0``, the clock the buckets were built at),
 
-            c + te x s,  c = K + 2 MARGIN (1 + |K|) - t0 s_hi,  s = s_hi (1 + 2 MARGIN),
+            c + u x s,  c = K + 2 MARGIN (1 + |K|) - (t0 - origin) s_hi,  s = s_hi (1 + 2 MARGIN),
 
-        exceeds that by ``2 MARGIN (1 + |K| + te s_hi)``, at least twice the margin the bound
-        needs (``MARGIN (1 + |K| + (te - t0) s_hi)``; the rounding of these few operations is
-        ~1e-16 of their terms). So a read costs two vector operations, not a recomputation of
-        every bucket's margin."""
+        exceeds that by ``2 MARGIN (1 + |K| + u s_hi)``, at least twice the margin the bound
+        needs (``MARGIN (1 + |K| + (te - t0) s_hi)``, as ``u >= te - t0 >= 0``; the rounding of
+        these few operations is ~1e-16 of their terms). So a read costs two vector operations,
+        not a recomputation of every bucket's margin. (Measured from 0 instead of ``origin``, a
+        negative clock made the line fall below the score, and wall-clock times (1.7e9 s in the
+        live hook) loosened it by ``2e-9 x te x s_hi``; found in review.)"""
         slot = b.slot
         if b.front is None:
             self._c[slot] = EMPTY
             return
         k = -b.front[0]
-        self._c[slot] = k + 2.0 * MARGIN * (1.0 + abs(k)) - b.t0 * b.s_hi
+        self._c[slot] = k + 2.0 * MARGIN * (1.0 + abs(k)) - (b.t0 - self._origin) * b.s_hi
         self._s[slot] = b.s_hi * (1.0 + 2.0 * MARGIN)
 
     def _set_head(self, b: _Bucket) -> None:
@@ -234,7 +243,9 @@ class FastLane:
                 grow = len(self._c)
                 self._c = np.concatenate([self._c, np.full(grow, EMPTY)])
                 self._s = np.concatenate([self._s, np.zeros(grow)])
-            b = self._buckets[idx] = _Bucket(slot, self._clock)
+            # t0 not before the origin (a clock gone back since the buckets were built): keys
+            # are made at t0 or later (``_kt``), so a later t0 is valid.
+            b = self._buckets[idx] = _Bucket(slot, max(self._clock, self._origin))
             self._by_slot.append(b)
             self._c[slot] = EMPTY
             if b.t0 > self._t0_max:
@@ -389,7 +400,7 @@ class FastLane:
         """Leave small mode: bucket every request, keys made at ``t0 = now`` (a stale one's with
         its largest possible ``h / c``, as ``stale`` would)."""
         self._small = False
-        self._clock = now
+        self._clock = self._origin = now
         per_bucket: dict[int, list] = {}
         key = self._key
         for rid, item in self._items.items():
@@ -479,7 +490,7 @@ class FastLane:
         nb = len(self._by_slot)
         # The bound lines hold for te >= t0; a later clock gives a looser bound, still valid (a
         # score never falls with time). Empty buckets: about EMPTY.
-        bound = self._s[:nb] * max(te, self._t0_max)
+        bound = self._s[:nb] * (max(te, self._t0_max) - self._origin)
         bound += self._c[:nb]
         by_slot = self._by_slot
         loose = self._loose
