@@ -151,8 +151,8 @@ class FastLane:
         self._buckets: dict[int, _Bucket] = {}  # log-slope index -> bucket
         self._by_slot: list[_Bucket] = []
         cap = 16
-        # Each bucket's bound on its front's score at a clock t is the line _c + t x _s (per
-        # slot; _sync). EMPTY intercept: an empty bucket (or no bucket in that slot).
+        # Each bucket's bound on its front's score at a clock t is the line _c + (t - _origin)
+        # x _s (per slot; _sync). EMPTY intercept: an empty bucket (or no bucket in that slot).
         self._c = np.full(cap, EMPTY)
         self._s = np.zeros(cap)
         self._t0_max = -math.inf  # the latest t0 of any bucket
