@@ -225,7 +225,7 @@ def _paired_runs(argv_base: list[str], argv_tiled: list[str], name: str, repeat:
         tiled.append(bench_policy(argv_tiled, name))
     scale = base[0]["requests"] / tiled[0]["requests"]  # copies x fewer requests in the untiled run
     pairs = list(zip(base, tiled))
-    row = _median_row(list(tiled))
+    row = _median_row(tiled)
     row["tile1_process_s"] = statistics.median(r["process_s"] for r in base)
     row["tile1_loop_s"] = statistics.median(r["loop_s"] for r in base)
     row["per_request_vs_tile1"] = statistics.median(t["process_s"] * scale / b["process_s"] for b, t in pairs)

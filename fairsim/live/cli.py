@@ -6,7 +6,6 @@ The parsers import nothing from vLLM; each command imports it when it runs.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
