@@ -31,16 +31,15 @@ The engine's side of the contract (``fairsim/sim/engine.py``):
   (``LazyLanes``: ``FastLane`` + ``ArrivalOrder``) and VTC's and DRR's class queues
   (``fairsim.policies.credit_fast``) take them.
 
-Cost: ``add``/``remove`` are O(log n) (``sortedcontainers``) or O(1) (dicts; ``HeapKeyOrder``'s
-heap on average); ``iter_order`` yields the first ``k`` items in O(k log n) (sorted keys or a
-heap; Fairway's time-dependent Fast-lane score: slope buckets with bounds,
-``fairsim.policies.fast_lane``), instead of an O(n log n) Python sort per step.
+Cost: ``add``/``remove`` are O(log n) (``sortedcontainers``) or O(1); ``iter_order`` yields the
+first ``k`` items in O(k log n) (sorted keys; Fairway's time-dependent Fast-lane score: slope
+buckets with bounds, ``fairsim.policies.fast_lane``), instead of an O(n log n) Python sort per
+step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from heapq import heapify, heappop, heappush
 from typing import Any, Protocol
 
 from sortedcontainers import SortedList
@@ -204,83 +203,6 @@ class SortedKeyOrder:
 
     def iter_order(self, now: float = 0.0) -> Iterator[QueuedRequest]:
         return map(self._by_key.__getitem__, self._keys)  # C-level per item (PEEK reads max_num_seqs)
-
-
-class HeapKeyOrder:
-    """``SortedKeyOrder``'s order (same ``key`` contract) in a binary heap, for orders read at
-    the head: a few items per step (LPM, RAGCache, k-LPM's longest lane).
-
-    Under overload most changes are re-keys, not arrivals: a waiting request's hit rises when
-    another request caches the prefix it shares (RAGCache, conversation trace: 0.28 re-keys per
-    request at x1, 1.49 at x10, since waits are ten times longer). A ``SortedList`` re-key (remove +
-    add) took 1.8 us at 2,700 keys and 2.9 us at 27,000; a ``heappush`` 0.15 us at both. So a
-    re-keyed or removed request's old key stays in the heap and is dropped when it reaches the
-    top (it is current only while ``_key_of[request_id] is key``); the heap is rebuilt without
-    them when they outnumber the current keys plus ``COMPACT_MIN``. A read pops the keys it
-    has passed (the head is read in place) and the next ``add``/``remove``/``iter_order`` pushes
-    the current ones back. ``add`` O(1) on average, ``remove`` O(1) (its key popped later, O(log n)),
-    reading ``k`` items O(k log n). A read's iterator is invalid after the next change (it raises
-    ``RuntimeError``), as the contract allows (``iter_order`` is read before the next change).
-    """
-
-    #: Least stale keys before a rebuild (a rebuild of a small heap would cost more than the pops).
-    COMPACT_MIN = 1024
-
-    def __init__(self, key: Callable[[QueuedRequest], tuple]) -> None:
-        self.key = key
-        self._heap: list[tuple] = []
-        self._key_of: dict[str, tuple] = {}  # request_id -> its current key
-        self._snap: dict[str, QueuedRequest] = {}  # request_id -> its current snapshot
-        self._out: list[tuple] = []  # keys the last read popped, pushed back at the next change
-        self._gen = 0  # bumped by every change and read: an older read's iterator stops
-
-    def __len__(self) -> int:
-        return len(self._key_of)
-
-    def _put_back(self) -> None:
-        self._gen += 1
-        if self._out:
-            heap, key_of = self._heap, self._key_of
-            for k in self._out:
-                if key_of.get(k[-1]) is k:
-                    heappush(heap, k)
-            self._out = []
-
-    def add(self, q: QueuedRequest) -> None:
-        self._put_back()
-        rid = q.request_id
-        k = self.key(q)
-        self._snap[rid] = q
-        old = self._key_of.get(rid)
-        if old is not None and old == k:
-            return  # same place: the old key stays current
-        self._key_of[rid] = k
-        heappush(self._heap, k)
-
-    def remove(self, request_id: str) -> None:
-        self._put_back()
-        del self._key_of[request_id]
-        del self._snap[request_id]
-
-    def iter_order(self, now: float = 0.0) -> Iterator[QueuedRequest]:
-        self._put_back()
-        key_of = self._key_of
-        if len(self._heap) > 2 * len(key_of) + self.COMPACT_MIN:
-            self._heap = [k for k in self._heap if key_of.get(k[-1]) is k]
-            heapify(self._heap)
-        return self._read(self._gen)
-
-    def _read(self, gen: int) -> Iterator[QueuedRequest]:
-        heap, key_of, snap, out = self._heap, self._key_of, self._snap, self._out
-        while heap:
-            k = heap[0]
-            if key_of.get(k[-1]) is not k:
-                heappop(heap)  # stale: re-keyed or removed since it was pushed
-                continue
-            yield snap[k[-1]]
-            if self._gen != gen:
-                raise RuntimeError("HeapKeyOrder changed while its order was being read")
-            out.append(heappop(heap))
 
 
 def merge_lanes(fast: Iterator[QueuedRequest], fair: Iterator[QueuedRequest], n: int,
@@ -447,11 +369,11 @@ def fairway_carry_order(policy: Any, see_oldest: Callable[[QueuedRequest, float]
 def klpm_order(policy: Any) -> Lanes:
     """The fast path of ``KLPM``: the oldest-first and longest-prefix lanes, picked by turns."""
 
-    def combine(now: float, oldest_lane: ArrivalOrder, longest_lane: HeapKeyOrder) -> Iterator[QueuedRequest]:
+    def combine(now: float, oldest_lane: ArrivalOrder, longest_lane: SortedKeyOrder) -> Iterator[QueuedRequest]:
         return _klpm_picks(oldest_lane.iter_order(now), longest_lane.iter_order(now),
                            len(oldest_lane), policy.turn, policy.k)
 
-    return Lanes(combine, ArrivalOrder(), HeapKeyOrder(longest_key))
+    return Lanes(combine, ArrivalOrder(), SortedKeyOrder(longest_key))
 
 
 def _klpm_picks(oldest: Iterator[QueuedRequest], longest: Iterator[QueuedRequest], n: int,

@@ -73,12 +73,12 @@ class LPM:
         return out
 
     def incremental_order(self):
-        """Fast path (``fairsim.policies.incremental``): keys kept in a heap across steps
-        (``HeapKeyOrder``); ``None`` (no fast path) with an SGLang-fidelity switch on."""
+        """Fast path (``fairsim.policies.incremental``): keys kept sorted across steps; ``None``
+        (no fast path) with an SGLang-fidelity switch on."""
         if self.sglang_sort_limit or self.sglang_dedup:
             return None
-        from fairsim.policies.incremental import HeapKeyOrder, longest_key
-        return HeapKeyOrder(longest_key)
+        from fairsim.policies.incremental import SortedKeyOrder, longest_key
+        return SortedKeyOrder(longest_key)
 
     def _dedup_order(self, waiting: Sequence[QueuedRequest]) -> list[QueuedRequest]:
         seen: set[tuple] = set()

@@ -56,6 +56,6 @@ class RAGCache:
 
     def incremental_order(self):
         """Fast path (``fairsim.policies.incremental``): ``h / c`` is a function of the snapshot,
-        so the keys are kept in a heap across steps (``HeapKeyOrder``)."""
-        from fairsim.policies.incremental import HeapKeyOrder
-        return HeapKeyOrder(lambda r: (-r.cached_len / max(r.uncached_len, 1), r.arrival_time, r.request_id))
+        so the keys are kept sorted across steps."""
+        from fairsim.policies.incremental import SortedKeyOrder
+        return SortedKeyOrder(lambda r: (-r.cached_len / max(r.uncached_len, 1), r.arrival_time, r.request_id))
