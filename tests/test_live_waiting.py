@@ -217,23 +217,18 @@ def test_engine_reads_the_front_of_order(name):
         sched.fairsim_reorder = reorder
         if inner_admitted is not None:
             sched._fairsim_on_admitted = admitted
-        sched.FAIRSIM_PLAIN_COMPACT_MIN = 1  # copy the ordered set of waiting requests often
         arrive(60)
-        checked, copies = 0, 0
+        checked = 0
         for step in range(40):
             if step % 3 == 0:
                 arrive(3)
-            plain = sched._fairsim_plain
             engine.step()
-            copies += sched._fairsim_plain is not plain
-            # The copies keep the join order, the same as the snapshots'.
-            assert list(sched._fairsim_plain) == [q.handle for q in sched._fairsim_snapshots.values()]
             read = sched.waiting.read
             assert len(read) <= len(ref)
             assert all(a is b for a, b in zip(read, ref)), (step, [r.request_id for r in read],
                                                             [r.request_id for r in ref[:len(read)]])
             checked += len(read)
-        assert checked > 40 and sched.fairsim_policy_errors == 0 and copies > 5
+        assert checked > 40 and sched.fairsim_policy_errors == 0
         while engine.has_unfinished_requests():
             engine.step()
     finally:

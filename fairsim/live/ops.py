@@ -2,8 +2,8 @@
 
 No vLLM import here, so everything is testable without an engine.
 
-- ``BoundedDict``: a dict that forgets its oldest entries past a size when trimmed (the hook's
-  per-request admissions record, which otherwise grows by one entry per request forever).
+- ``BoundedDict``: a dict that forgets its oldest entries past a size (the hook's per-request
+  admissions record, which otherwise grows by one entry per request forever).
 - ``RateLimitFilter``: a ``logging.Filter`` that lets one record of each message template through
   per interval and reports how many it held back, so a policy that fails every step logs once a
   minute, not 50 times a second.
@@ -15,9 +15,9 @@ No vLLM import here, so everything is testable without an engine.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import PurePath
 from typing import Any
@@ -29,18 +29,8 @@ ADMISSIONS_KEPT = 65_536
 a request finishes)."""
 
 
-class BoundedDict(dict):
-    """A dict of the most recent entries: ``trim()`` drops the oldest beyond ``maxlen``.
-
-    Items are set as in a plain ``dict`` (C speed: a Python ``__setitem__`` that dropped the
-    oldest entry at once cost the live hook about 5 % of its time per step, issue 13); the owner
-    calls ``trim()`` after a batch of inserts (the hook: once per step). A trim keeps the newest
-    ``maxlen`` when more than ``maxlen + maxlen // 4`` are held, so it copies O(maxlen) entries
-    once per ``maxlen // 4`` inserts, and at most ``maxlen + maxlen // 4`` are ever held after one.
-
-    Raises:
-        ValueError: ``maxlen < 1``.
-    """
+class BoundedDict(OrderedDict):
+    """An insertion-ordered dict keeping at most ``maxlen`` entries (oldest dropped first)."""
 
     def __init__(self, maxlen: int) -> None:
         if maxlen < 1:
@@ -48,13 +38,10 @@ class BoundedDict(dict):
         super().__init__()
         self.maxlen = maxlen
 
-    def trim(self) -> None:
-        """Keep the newest ``maxlen`` entries if more than ``maxlen + maxlen // 4`` are held."""
-        excess = len(self) - self.maxlen
-        if excess > self.maxlen >> 2:
-            keep = list(itertools.islice(self.items(), excess, None))
-            self.clear()
-            self.update(keep)
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        if len(self) > self.maxlen:
+            self.popitem(last=False)
 
 
 class RateLimitFilter(logging.Filter):

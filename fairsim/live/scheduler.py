@@ -105,10 +105,6 @@ class _PolicyMixin:
         fairsim_step: Steps scheduled so far.
     """
 
-    #: Least removals before the hook's ordered set of plainly waiting requests is copied
-    #: (``fairsim_reorder``; a copy of a small dict would cost more than the scan it saves).
-    FAIRSIM_PLAIN_COMPACT_MIN = 1024
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         settings = read_settings(getattr(self.vllm_config, "additional_config", None))
@@ -196,7 +192,6 @@ class _PolicyMixin:
         # (and its incremental order) holds; the same requests as an ordered set of handles.
         self._fairsim_snapshots: dict[str, QueuedRequest] = {}
         self._fairsim_plain: dict[Any, None] = {}
-        self._fairsim_plain_removed = 0  # removals from it since it was made or copied
         self._fairsim_head_snapshots: dict[str, QueuedRequest] = {}
         self._fairsim_rebuild = True
 
@@ -358,14 +353,6 @@ class _PolicyMixin:
             hits.forget(rid)
             if inc is not None:
                 inc.remove(rid)
-        if removed:
-            # Admissions delete mostly the oldest entries; a dict keeps their slots until it grows
-            # again, so reading its first items (``reordered`` below) scanned every removal since.
-            # Copied once the removals reach a quarter of it (as ``ArrivalOrder.remove``).
-            self._fairsim_plain_removed += len(removed)
-            if self._fairsim_plain_removed >= max(self.FAIRSIM_PLAIN_COMPACT_MIN, len(plain_set) >> 2):
-                plain_set = self._fairsim_plain = dict(plain_set)
-                self._fairsim_plain_removed = 0
         # Snapshots first, for every changed and new request, so the queue keeps them whatever
         # the policy's incremental order does with them below.
         feed = []
@@ -462,7 +449,6 @@ class _PolicyMixin:
             elif rid in head_snaps:
                 admitted.append(head_snaps[rid])
         self.fairsim_last_batch = batch
-        self.fairsim_admissions.trim()
         if self._fairsim_on_admitted is not None and admitted:
             self._fairsim_last_order = None  # the policy's state moves on: order again
             try:
