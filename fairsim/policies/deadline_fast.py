@@ -345,11 +345,10 @@ class DeadlineOrder:
         urgent = request_id in p.urgent
         self._left[request_id] = (q.arrival_time, q.prompt_len, k, work, urgent)
         self._gone.append(k)
+        self._ukeys.discard(k)
         self._total -= work
         del p.deadline_ns[request_id]
-        if urgent:  # (only urgent requests have their key in _ukeys)
-            self._ukeys.discard(k)
-            p.urgent.discard(request_id)
+        p.urgent.discard(request_id)
 
     def _restore(self, rid: str, key: Key, work: int, urgent: bool) -> None:
         """``rid`` left and is back before the next read: the state it had."""
@@ -393,16 +392,15 @@ class DeadlineOrder:
         fresh = sorted(((snap[rid].arrival_time, rid) for rid in self._pending))
         self._pending = {}
         work = p.work_ns
-        cost = p.work
-        ahead = self._total
-        aheads = []
         for _, rid in fresh:
-            aheads.append(ahead)  # the works ahead, if they all arrived before (checked below)
-            w = work[rid] = to_ns(cost(current(rid)))
-            ahead += w
-        total = ahead  # the waiting requests' work with the new ones
-        if not (self._alast is None or fresh[0] > self._alast):
-            # One arrived before a request already waiting: sum over the queue, as order() does.
+            work[rid] = to_ns(p.work(current(rid)))
+        if self._alast is None or fresh[0] > self._alast:
+            ahead = self._total  # every waiting request with a deadline is ahead of them all
+            aheads = []
+            for _, rid in fresh:
+                aheads.append(ahead)
+                ahead += work[rid]
+        else:  # one arrived before a request already waiting: sum over the queue, as order() does
             new = {rid for _, rid in fresh}
             ahead, by_id = 0, {}
             for q in sorted(snap.values(), key=lambda q: (q.arrival_time, q.request_id)):
@@ -417,6 +415,7 @@ class DeadlineOrder:
         h = p.horizon_ns
         mode = p.lookahead
         floor = self._floor
+        total = self._total + sum(work[rid] for _, rid in fresh)
         for (arrival, rid), ahead in zip(fresh, aheads):
             own = work[rid]
             wait = round(slack * ahead) + own
