@@ -178,7 +178,8 @@ def bench_peer(peer: str, requests: list, budget: int, tmp: Path, decode: bool =
     trace ``output_len``.
 
     Raises:
-        ValueError: The peer failed.
+        ValueError: The peer failed, or exited 0 without printing TTFT figures (not sched-sim's
+            ``trace`` command: its time would be no peer's figure).
     """
     path = tmp / "sched-sim-trace.json"
     path.write_text(json.dumps([
@@ -186,9 +187,13 @@ def bench_peer(peer: str, requests: list, budget: int, tmp: Path, decode: bool =
          "output_tokens": r.output_len if decode else 1}
         for r in requests]))
     cmd = [peer, "trace", str(path), "--scheduler", "chunked", "--token-budget", str(budget), "--no-gantt"]
-    wall, peak, code, _, err = _timed(cmd)
+    wall, peak, code, out, err = _timed(cmd)
     if code != 0:
         raise ValueError(f"bench: --compare: {' '.join(cmd)} exited {code}: {err.strip()[-800:]}")
+    if "TTFT" not in out:
+        raise ValueError(f"bench: --compare {peer}: its trace command exited 0 but printed no TTFT "
+                         f"figures, so it is not sched-sim (whose trace command prints TTFT p50/p90/p99); "
+                         f"{SCHED_SIM_INSTALL}")
     n = len(requests)
     return {"requests": n, "process_s": wall, "requests_per_s": n / wall, "peak_mib": peak,
             "command": " ".join(cmd)}
@@ -243,7 +248,8 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
 
     Raises:
         ValueError: Bad ``--repeat``/``--tile``, a bad trace or option (checked here, before any
-            child runs), a failed child.
+            child runs), a failed child; a failed peer (``bench_peer``), raised after fairsim's
+            figures are printed and written.
         MissingDependencyError: ``--compare`` names no installed executable.
     """
     from fairsim.cli import check_policies, load_requests, parse_params
@@ -262,6 +268,7 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     profile = load_profile(args.profile)
     check_policies(names, profile, parse_params(args.param))
     rows: dict[str, dict[str, Any]] = {}
+    peer_error: ValueError | None = None
     with tempfile.TemporaryDirectory(prefix="fairsim-bench-") as tmpdir:
         tmp = Path(tmpdir)
         untiled = argparse.Namespace(**vars(args))  # the trace itself, for the ratio of --tile
@@ -300,8 +307,11 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
                 print(f"bench: {name} done in {r['process_s']:.2f} s (loop {r['loop_s']:.2f} s)",
                       file=sys.stderr)
             if peer is not None:
-                rows["sched-sim"] = bench_peer(peer, requests, args.budget, tmp,
-                                               getattr(args, "mode", "prefill-only") == "colocated")
+                try:
+                    rows["sched-sim"] = bench_peer(peer, requests, args.budget, tmp,
+                                                   getattr(args, "mode", "prefill-only") == "colocated")
+                except ValueError as exc:  # keep fairsim's figures: printed and written, then the error
+                    peer_error, peer = exc, None
         except KeyboardInterrupt:  # keep the policies that finished (fairsim.cli.main exits 130)
             if args.out is not None and rows:
                 atomic_write_text(args.out / "bench.json", strict_json(rows) + "\n")
@@ -310,11 +320,21 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
         base = rows["sched-sim"]["requests_per_s"]
         for name in names:
             rows[name]["vs_sched_sim"] = rows[name]["requests_per_s"] / base
-    if args.out is not None:
-        atomic_write_text(args.out / "bench.json", strict_json(rows) + "\n")
+    # Printed before bench.json is written, so a failed write loses no figure.
     if args.format == "json":
         print(strict_json(rows))
-        return 0
+    else:
+        _print_table(args, names, rows, peer is not None)
+    sys.stdout.flush()
+    if args.out is not None:
+        atomic_write_text(args.out / "bench.json", strict_json(rows) + "\n")
+    if peer_error is not None:
+        raise peer_error
+    return 0
+
+
+def _print_table(args: argparse.Namespace, names: list[str], rows: dict[str, dict[str, Any]], peer: bool) -> None:
+    """The bench's table on stdout (``cmd_bench``)."""
     first = rows[names[0]]
     print(f"profile {first['profile']}; KV cache {first['kv_blocks']:,} blocks x {first['block_size']} "
           f"tokens = {first['kv_tokens']:,} tokens; {first['requests']:,} requests; time scale "
@@ -334,7 +354,7 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     if tiled:
         print(f"vs x1: cost per request of the x{args.tile} trace over the trace itself (whole process; "
               f"loop alone), the two run alternately; the median of the {args.repeat} pair ratio(s)")
-    if peer is not None:
+    if peer:
         s = rows["sched-sim"]
         print(f"{'sched-sim':<16}{'':>8}{'':>10}{s['process_s']:>11.2f}{s['requests_per_s']:>9.0f}"
               f"{'':>9}{'':>12}{s['peak_mib']:>10.0f}{1.0:>13.2f}")
@@ -342,4 +362,3 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
                   else "one output token")
         print(f"sched-sim: {s['command']} (chunked prefill, same arrivals and prompt lengths, "
               f"{tokens}, no prefix cache)")
-    return 0

@@ -6,6 +6,8 @@ import json
 import os
 import stat
 
+import pytest
+
 from fairsim.bench import run_argv, tile_trace
 from fairsim.cli import build_parser, main
 from fairsim.traces.trace import Trace
@@ -53,9 +55,9 @@ def test_missing_peer_exits_2_with_the_install_command(capsys, tmp_path):
 
 
 def test_bench_runs_each_policy_and_the_peer(capsys, tmp_path):
-    # A stand-in peer: reads its trace argument and exits 0 (sched-sim's CLI shape).
+    # A stand-in peer: reads its trace argument, prints a TTFT line and exits 0 (sched-sim's CLI shape).
     peer = tmp_path / "peer"
-    peer.write_text("#!/bin/sh\ntest -s \"$2\"\n")
+    peer.write_text("#!/bin/sh\ntest -s \"$2\" && echo 'TTFT (p50 / p90 / p99) 1 / 2 / 3 ms'\n")
     peer.chmod(peer.stat().st_mode | stat.S_IEXEC)
     code, out, _ = _cli(capsys, "bench", "--policies", "fcfs,lpm", "--max-requests", "40",
                         "--compare", str(peer), "--format", "json")
@@ -71,6 +73,23 @@ def test_bench_runs_each_policy_and_the_peer(capsys, tmp_path):
         assert abs(r["vs_sched_sim"] - r["requests_per_s"] / rows["sched-sim"]["requests_per_s"]) < 1e-9
     assert rows["sched-sim"]["requests"] == 40
     assert os.path.basename(rows["sched-sim"]["command"].split()[0]) == "peer"
+
+
+@pytest.mark.parametrize("body, says", [
+    ("exit 3", "exited 3"),  # the peer fails
+    ("exit 0", "printed no TTFT"),  # not sched-sim (e.g. /bin/true): no made-up peer figure
+])
+def test_a_bad_peer_exits_2_and_keeps_fairsims_figures(capsys, tmp_path, body, says):
+    peer = tmp_path / "peer"
+    peer.write_text(f"#!/bin/sh\n{body}\n")
+    peer.chmod(peer.stat().st_mode | stat.S_IEXEC)
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs,lpm", "--max-requests", "40",
+                          "--compare", str(peer), "--out", tmp_path / "o")
+    assert code == 2 and says in err
+    assert out.splitlines()[2].startswith("fcfs") and out.splitlines()[3].startswith("lpm")
+    assert "x sched-sim" not in out  # no peer column without a peer figure
+    rows = json.loads((tmp_path / "o" / "bench.json").read_text())
+    assert set(rows) == {"fcfs", "lpm"} and rows["fcfs"]["requests"] == 40
 
 
 def test_tile_also_runs_the_trace_itself_and_gives_the_cost_ratio(capsys):

@@ -81,6 +81,7 @@ class TestBadOptions:
         (["hook-overhead", "--sizes", "10,x"], "--sizes '10,x': need comma-separated integers >= 1"),
         (["hook-overhead", "--steps", "0"], "--steps 0: need an integer >= 1"),
         (["hook-overhead", "--sizes", "50,,10"], "--sizes '50,,10': need comma-separated integers >= 1"),
+        (["hook-overhead", "--sizes", "1000,10001"], "--sizes '1000,10001': at most 10,000 waiting requests"),
         (["hook-overhead", "--policies", ","], "--policies ',': need comma-separated policy names"),
         (["hook-overhead", "--policies", "fcfs,nosuch"], "--policies nosuch: unknown policy"),
         (["hook-overhead", "--policies", "preble"], "--policies preble: policy 'preble' has skips_misfits"),

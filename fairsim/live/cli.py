@@ -111,6 +111,12 @@ def _check_first(args: argparse.Namespace) -> None:
             raise ValueError(f"--sizes {args.sizes!r}: need comma-separated integers >= 1") from None
         if min(sizes) < 1:
             raise ValueError(f"--sizes {args.sizes!r}: need comma-separated integers >= 1")
+        from fairsim.live.overhead import MAX_WAITING
+
+        if max(sizes) > MAX_WAITING:
+            raise ValueError(f"--sizes {args.sizes!r}: at most {MAX_WAITING:,} waiting requests (the "
+                             f"engine's KV cache holds 3 blocks per waiting request: about 4 GiB for "
+                             f"10,000)")
         if args.steps < 1:
             raise ValueError(f"--steps {args.steps}: need an integer >= 1")
         from fairsim.costmodel import load_profile

@@ -37,6 +37,10 @@ from fairsim.live.prompts import block_tokens
 
 PROMPT_TOKENS = 256
 PREFIX_TOKENS = 128
+#: Most waiting requests per size: the engine gets 3 KV blocks per waiting request (256-token
+#: prompts), about 0.13 MiB each for the tiny model, so 10,000 need about 4 GiB (at 100,000 the
+#: CPU engine failed to allocate its cache, 39 GiB, on a 24 GiB machine).
+MAX_WAITING = 10_000
 
 
 def measure_overhead(policies: list[str], sizes: list[int], profile: str | None = None,
@@ -49,10 +53,10 @@ def measure_overhead(policies: list[str], sizes: list[int], profile: str | None 
         ``lookups_per_step``.
 
     Raises:
-        ValueError: A size < 1, or ``repeats``/``steps`` < 1.
+        ValueError: A size < 1 or > ``MAX_WAITING``, or ``repeats``/``steps`` < 1.
     """
-    if any(n < 1 for n in sizes):
-        raise ValueError(f"sizes={sizes}: need >= 1 waiting request")
+    if any(n < 1 or n > MAX_WAITING for n in sizes):
+        raise ValueError(f"sizes={sizes}: need 1 to {MAX_WAITING:,} waiting requests")
     if repeats < 1 or steps < 1:
         raise ValueError(f"repeats={repeats}, steps={steps}: need >= 1")
     from vllm import SamplingParams
