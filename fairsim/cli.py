@@ -91,8 +91,11 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def add_common(p: argparse.ArgumentParser) -> None:
-    """Options shared by every simulating command."""
+RUN_OUT_HELP = "folder for requests-POLICY.parquet, steps-POLICY.parquet, summary.json, run.json"
+
+
+def add_common(p: argparse.ArgumentParser, out_help: str = RUN_OUT_HELP) -> None:
+    """Options shared by every simulating command (``out_help``: what its ``--out`` holds)."""
     from fairsim.traces.formats import FORMATS
 
     p.add_argument("--trace", help="trace file or folder, any format of --trace-format "
@@ -151,8 +154,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
                         "0.1 where the trace has no absolute time; otherwise keep its timestamps)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="policy parameter, e.g. fast_weight=8, or fairway.fast_weight=8 for one policy (repeatable)")
-    p.add_argument("--out", type=path_arg,
-                   help="folder for requests-POLICY.parquet, steps-POLICY.parquet, summary.json, run.json")
+    p.add_argument("--out", type=path_arg, help=out_help)
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="table for people, json (one object keyed by policy) for scripts")
 
@@ -203,7 +205,7 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
                            formatter_class=fmt)
     bench.add_argument("--policies", default="fcfs,lpm,fairway",
                        help="comma-separated policy names, or 'all'")
-    add_common(bench)
+    add_common(bench, out_help="folder for bench.json (every policy's figures; partial ones on Ctrl-C)")
     bench.add_argument("--compare", metavar="PATH",
                        help="also run this peer simulator (sched-sim's executable) on the same requests")
     bench.add_argument("--repeat", type=int, default=1, help="runs per policy; the median is kept")
