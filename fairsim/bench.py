@@ -187,9 +187,13 @@ def bench_peer(peer: str, requests: list, budget: int, tmp: Path, decode: bool =
          "output_tokens": r.output_len if decode else 1}
         for r in requests]))
     cmd = [peer, "trace", str(path), "--scheduler", "chunked", "--token-budget", str(budget), "--no-gantt"]
-    wall, peak, code, out, err = _timed(cmd)
+    try:
+        wall, peak, code, out, err = _timed(cmd)
+    except OSError as exc:  # e.g. a script without a shebang, or one naming a missing interpreter
+        raise ValueError(f"bench: --compare {peer}: cannot run it: {exc.strerror}") from None
     if code != 0:
-        raise ValueError(f"bench: --compare: {' '.join(cmd)} exited {code}: {err.strip()[-800:]}")
+        said = " | ".join(err.strip().splitlines())[-800:]  # one line (the error contract)
+        raise ValueError(f"bench: --compare {peer}: its trace command exited {code}: {said}")
     if "TTFT" not in out:
         raise ValueError(f"bench: --compare {peer}: its trace command exited 0 but printed no TTFT "
                          f"figures, so it is not sched-sim (whose trace command prints TTFT p50/p90/p99); "

@@ -75,19 +75,25 @@ def test_bench_runs_each_policy_and_the_peer(capsys, tmp_path):
     assert os.path.basename(rows["sched-sim"]["command"].split()[0]) == "peer"
 
 
-@pytest.mark.parametrize("body, says", [
-    ("exit 3", "exited 3"),  # the peer fails
-    ("exit 0", "printed no TTFT"),  # not sched-sim (e.g. /bin/true): no made-up peer figure
+@pytest.mark.parametrize("script, says", [
+    ("#!/bin/sh\necho first >&2\necho second >&2\nexit 3\n", "exited 3: first | second"),  # fails
+    ("#!/bin/sh\nexit 0\n", "printed no TTFT"),  # not sched-sim (e.g. /bin/true): no made-up figure
+    ("echo no shebang\n", "cannot run it"),  # executable, but not a program the system can start
 ])
-def test_a_bad_peer_exits_2_and_keeps_fairsims_figures(capsys, tmp_path, body, says):
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_a_bad_peer_exits_2_and_keeps_fairsims_figures(capsys, tmp_path, script, says, fmt):
     peer = tmp_path / "peer"
-    peer.write_text(f"#!/bin/sh\n{body}\n")
+    peer.write_text(script)
     peer.chmod(peer.stat().st_mode | stat.S_IEXEC)
     code, out, err = _cli(capsys, "bench", "--policies", "fcfs,lpm", "--max-requests", "40",
-                          "--compare", str(peer), "--out", tmp_path / "o")
-    assert code == 2 and says in err
-    assert out.splitlines()[2].startswith("fcfs") and out.splitlines()[3].startswith("lpm")
-    assert "x sched-sim" not in out  # no peer column without a peer figure
+                          "--compare", str(peer), "--out", tmp_path / "o", "--format", fmt)
+    errors = [line for line in err.splitlines() if not line.startswith("bench: ")]  # no progress lines
+    assert code == 2 and len(errors) == 1 and errors[0].startswith("fairsim: error:") and says in errors[0]
+    if fmt == "json":
+        assert set(json.loads(out)) == {"fcfs", "lpm"}  # no peer row
+    else:
+        assert out.splitlines()[2].startswith("fcfs") and out.splitlines()[3].startswith("lpm")
+        assert "x sched-sim" not in out  # no peer column without a peer figure
     rows = json.loads((tmp_path / "o" / "bench.json").read_text())
     assert set(rows) == {"fcfs", "lpm"} and rows["fcfs"]["requests"] == 40
 
