@@ -52,7 +52,7 @@ class TestBadOptions:
         (["--window-start", "10", "--window-end", "5"], "window [10.0, 5.0) is empty"),
         (["--window-start", "nan"], "--window-start nan: need a finite time >= 0 s"),
         (["--window-end=-inf"], "--window-end -inf: need a finite time >= 0 s"),
-        (["--max-requests", "0"], "max_requests=0 must be >= 1"),
+        (["--max-requests", "0"], "--max-requests 0: need an integer >= 1"),
         (["--max-num-seqs", "0"], "--max-num-seqs 0: need >= 1"),
         (["--param", "fast_weight=abc"], "fast_weight='abc': need a finite number"),
         (["--param", "fast_weight=[1]"], "fast_weight=[1]: need a finite number"),

@@ -40,7 +40,7 @@ def window(requests: Sequence[Request], start_s: float = 0.0, end_s: float | Non
     if start_s < 0 or (end_s is not None and end_s <= start_s):
         raise ValueError(f"window [{start_s}, {end_s}) is empty or negative")
     if max_requests is not None and max_requests < 1:
-        raise ValueError(f"max_requests={max_requests} must be >= 1")
+        raise ValueError(f"--max-requests {max_requests}: need an integer >= 1")
     out = [
         with_arrival(r, r.arrival_time - start_s) if start_s else r
         for r in requests
