@@ -315,12 +315,13 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
                     rows["sched-sim"] = bench_peer(peer, requests, args.budget, tmp,
                                                    getattr(args, "mode", "prefill-only") == "colocated")
                 except ValueError as exc:  # keep fairsim's figures: printed and written, then the error
-                    peer_error, peer = exc, None
+                    peer_error = exc
         except KeyboardInterrupt:  # keep the policies that finished (fairsim.cli.main exits 130)
             if args.out is not None and rows:
                 atomic_write_text(args.out / "bench.json", strict_json(rows) + "\n")
             raise
-    if peer is not None:
+    has_peer = "sched-sim" in rows  # a peer figure (none when the peer failed)
+    if has_peer:
         base = rows["sched-sim"]["requests_per_s"]
         for name in names:
             rows[name]["vs_sched_sim"] = rows[name]["requests_per_s"] / base
@@ -328,7 +329,7 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     if args.format == "json":
         print(strict_json(rows))
     else:
-        _print_table(args, names, rows, peer is not None)
+        _print_table(args, names, rows, has_peer)
     sys.stdout.flush()
     if args.out is not None:
         atomic_write_text(args.out / "bench.json", strict_json(rows) + "\n")

@@ -246,8 +246,7 @@ class FastLane:
             # t0 not before the origin (a clock gone back since the buckets were built): keys
             # are made at t0 or later (``_kt``), so a later t0 is valid.
             b = self._buckets[idx] = _Bucket(slot, max(self._clock, self._origin))
-            self._by_slot.append(b)
-            self._c[slot] = EMPTY
+            self._by_slot.append(b)  # (its slot's intercept is EMPTY: new, or reset by _to_small)
             if b.t0 > self._t0_max:
                 self._t0_max = b.t0
         return b
