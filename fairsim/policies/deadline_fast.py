@@ -14,8 +14,9 @@ kept in parts:
   (``D - `` the block's own prefix sum); a request's margin is that less the totals of the blocks
   before it. A segment tree over the blocks (``DueBlocks``) gives the least margin of any run of
   them, so the due test descends only into the blocks that hold a newly due request: O(log(n /
-  BLOCK)) plus O(BLOCK) per such block. A join or a leave re-sums its block only (O(BLOCK)),
-  batched per step; a block split, merged or dropped re-sets the tree's leaves from it on
+  BLOCK)) plus O(BLOCK) per such block. Joins and leaves are put into their blocks only when
+  the blocks are next read (a walk or a due prefix; most steps read neither), and each re-sums
+  its block only (O(BLOCK)), batched per read; a block split, merged or dropped re-sets the tree's leaves from it on
   (O(n / BLOCK), once per about BLOCK joins or leaves).
 - A step need not walk at all: ``floor``, a lower bound on every margin that is not urgent (the
   exact least one after a walk; a newcomer lowers it by its work and puts in its own, at least
@@ -92,7 +93,9 @@ class DueBlocks:
 
     def __init__(self, lookahead: str) -> None:
         self.mode = lookahead
-        self.blocks: list[_Block] = []
+        self._blocks: list[_Block] = []  # read through ``blocks``, which applies the pending changes
+        self._adds: dict[Key, int] = {}  # added since the blocks were last read: key -> work (ns)
+        self._removes: list[Key] = []  # removed since then, still in the blocks
         self.last: list[Key] = []  # the last key of each block (bisect here for a key's block)
         self._dirty: dict[int, _Block] = {}  # blocks to re-sum before the next walk
         self._moved: int | None = None  # blocks from this index on moved (split, merge, drop)
@@ -107,20 +110,52 @@ class DueBlocks:
 
     def _block_of(self, key: Key) -> int:
         i = bisect_left(self.last, key)
-        return min(i, len(self.blocks) - 1)
+        return min(i, len(self._blocks) - 1)
 
     def add(self, key: Key, work: int) -> None:
-        """A request with deadline key ``key`` and work ``work`` (ns), not urgent."""
+        """A request with deadline key ``key`` and work ``work`` (ns), not urgent.
+
+        Put into its block when the blocks are next read (``blocks``, ``mark_due``, ``prefix``):
+        a step that reads neither pays no bisect or list insert for it.
+        """
         self.n += 1
-        if not self.blocks:
+        self._adds[key] = work
+
+    def remove(self, key: Key) -> None:
+        """Drop the request with deadline key ``key`` (it must be here); from its block when the
+        blocks are next read, or at once if it was added since."""
+        self.n -= 1
+        if self._adds.pop(key, None) is None:
+            self._removes.append(key)
+
+    @property
+    def blocks(self) -> list[_Block]:
+        """The blocks in deadline order, with the adds and removes since the last read applied."""
+        if self._adds or self._removes:
+            self._apply()
+        return self._blocks
+
+    def _apply(self) -> None:
+        """Apply the pending removes, then the pending adds (a key removed and added again since
+        the last read is in both, in that order)."""
+        removes, adds = self._removes, self._adds
+        self._removes, self._adds = [], {}
+        for key in removes:
+            self._remove_now(key)
+        for key, work in adds.items():
+            self._add_now(key, work)
+
+    def _add_now(self, key: Key, work: int) -> None:
+        blocks = self._blocks
+        if not blocks:
             b = _Block([key], [work], [False])
-            self.blocks.append(b)
+            blocks.append(b)
             self.last.append(key)
             self._dirty[id(b)] = b
             self._moved = 0
             return
         i = self._block_of(key)
-        b = self.blocks[i]
+        b = blocks[i]
         j = bisect_left(b.keys, key)
         b.keys.insert(j, key)
         b.dl.insert(j, key[0])
@@ -133,33 +168,31 @@ class DueBlocks:
 
     def _split(self, i: int) -> None:
         """Cut block ``i`` in two halves."""
-        b = self.blocks[i]
+        b = self._blocks[i]
         half = len(b.keys) // 2
         c = _Block(b.keys[half:], b.work[half:], b.urgent[half:])
         del b.keys[half:], b.dl[half:], b.work[half:], b.urgent[half:]
-        self.blocks.insert(i + 1, c)
+        self._blocks.insert(i + 1, c)
         self.last[i] = b.keys[-1]
         self.last.insert(i + 1, c.keys[-1])
         self._dirty[id(b)] = b
         self._dirty[id(c)] = c
         self._moved_from(i)
 
-    def remove(self, key: Key) -> None:
-        """Drop the request with deadline key ``key`` (it must be here)."""
-        self.n -= 1
+    def _remove_now(self, key: Key) -> None:
         i = self._block_of(key)
-        b = self.blocks[i]
+        b = self._blocks[i]
         j = bisect_left(b.keys, key)
         del b.keys[j], b.dl[j], b.work[j], b.urgent[j]
-        if len(b.keys) < self.BLOCK // 4 and len(self.blocks) > 1:  # merge into a neighbour
-            if i + 1 == len(self.blocks):
+        if len(b.keys) < self.BLOCK // 4 and len(self._blocks) > 1:  # merge into a neighbour
+            if i + 1 == len(self._blocks):
                 i -= 1
-            b, c = self.blocks[i], self.blocks[i + 1]
+            b, c = self._blocks[i], self._blocks[i + 1]
             b.keys += c.keys
             b.dl += c.dl
             b.work += c.work
             b.urgent += c.urgent
-            del self.blocks[i + 1], self.last[i + 1]
+            del self._blocks[i + 1], self.last[i + 1]
             self._dirty.pop(id(c), None)
             self._moved_from(i)
             if len(b.keys) > 2 * self.BLOCK:
@@ -168,7 +201,7 @@ class DueBlocks:
             self.last[i] = b.keys[-1]
             self._dirty[id(b)] = b
             return
-        del self.blocks[i], self.last[i]
+        del self._blocks[i], self.last[i]
         self._dirty.pop(id(b), None)
         self._moved_from(i)
 
@@ -196,7 +229,7 @@ class DueBlocks:
 
     def _leaf(self, i: int) -> None:
         """Block ``i``'s pair into its leaf, and up to the root."""
-        b = self.blocks[i]
+        b = self._blocks[i]
         node = self._size + i
         self._tot[node], self._lst[node] = b.total, b.least
         self._up(node >> 1, node >> 1)
@@ -214,7 +247,7 @@ class DueBlocks:
     def _retree(self) -> None:
         """Re-set the leaves from the first moved block on, and their ancestors; the whole tree
         when the blocks outgrew it."""
-        n, f = len(self.blocks), self._moved
+        n, f = len(self._blocks), self._moved
         self._moved = None
         if n > self._size:
             size = self._size
@@ -226,7 +259,7 @@ class DueBlocks:
         end = max(n, self._leaves)
         for i in range(f, end):
             if i < n:
-                b = self.blocks[i]
+                b = self._blocks[i]
                 tot[size + i], lst[size + i] = b.total, b.least
             else:
                 tot[size + i], lst[size + i] = 0, math.inf
@@ -240,6 +273,8 @@ class DueBlocks:
             The keys marked (deadline order) and the least margin left among the requests that
             are not urgent (ns; ``inf`` if none): nobody new is due before that clock.
         """
+        if self._adds or self._removes:
+            self._apply()
         for b in self._dirty.values():
             self._resum(b)
         moved = self._moved
@@ -262,7 +297,7 @@ class DueBlocks:
                 stack.append((2 * node, off))  # popped first: deadline order
                 continue
             i = node - size
-            b = self.blocks[i]
+            b = self._blocks[i]
             urg, keys = b.urgent, b.keys
             margins = self._margins(b)
             limit = t + off
