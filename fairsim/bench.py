@@ -159,10 +159,14 @@ def find_peer(path: str) -> str:
     """The peer's executable: ``path`` itself or found on ``PATH``.
 
     Raises:
-        MissingDependencyError: Not found or not executable (exit 2 with the install command).
+        MissingDependencyError: Not found (exit 2 with the install command), or a file that is
+            not executable.
     """
     from fairsim.deps import MissingDependencyError
 
+    if os.sep in path and os.path.isfile(path) and not os.access(path, os.X_OK):
+        raise MissingDependencyError(f"--compare {path}: the file is not executable (chmod +x it, or give "
+                                     f"the peer's installed command, e.g. sched-sim)")
     found = path if os.sep in path and os.access(path, os.X_OK) else shutil.which(path)
     if found is None or not os.path.isfile(found):
         raise MissingDependencyError(
@@ -256,7 +260,7 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
             figures are printed and written.
         MissingDependencyError: ``--compare`` names no installed executable.
     """
-    from fairsim.cli import check_policies, load_requests, parse_params
+    from fairsim.cli import check_policies, check_shaping_options, engine_config, load_requests, parse_params
     from fairsim.costmodel import load_profile
     from fairsim.io import atomic_write_text, check_writable_dir, strict_json
 
@@ -271,6 +275,10 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     peer = find_peer(args.compare) if args.compare is not None else None
     profile = load_profile(args.profile)
     check_policies(names, profile, parse_params(args.param))
+    # The options' own bounds before the tiling (seconds to minutes) and the children, which
+    # would each refuse them under the bench's prefix.
+    check_shaping_options(args)
+    engine_config(args, profile)
     rows: dict[str, dict[str, Any]] = {}
     peer_error: ValueError | None = None
     with tempfile.TemporaryDirectory(prefix="fairsim-bench-") as tmpdir:

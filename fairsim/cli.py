@@ -235,6 +235,28 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
+def check_shaping_options(args: argparse.Namespace) -> None:
+    """The bounds of the options that load and shape a trace, checked without reading it, so a
+    command that does long work first (``bench --tile``) refuses a bad option at once.
+
+    Raises:
+        ValueError: A bad ``--seed``, ``--hash-block-size``, ``--window-start``/``--window-end``/
+            ``--max-requests``, ``--time-scale`` or ``--think-scale``, naming the option.
+    """
+    if args.seed < 0:
+        raise ValueError(f"--seed {args.seed}: need an integer >= 0")
+    if args.hash_block_size is not None and args.hash_block_size < 1:  # with or without --trace
+        raise ValueError(f"--hash-block-size {args.hash_block_size}: need >= 1 token")
+    for option, value in (("--window-start", args.window_start), ("--window-end", args.window_end)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"{option} {value}: need a finite time >= 0 s")
+    window([], args.window_start, args.window_end, args.max_requests)  # its own bounds
+    if getattr(args, "target_load", None) is None:
+        scale_time([], args.time_scale)  # its own bounds
+    if not (args.think_scale >= 0 and args.think_scale < float("inf")):
+        raise ValueError(f"--think-scale {args.think_scale}: need a finite factor >= 0")
+
+
 def load_requests(args: argparse.Namespace, profile: Profile | None = None) -> tuple[Trace, list[Request]]:
     """Load and shape the trace named by the options.
 
@@ -250,13 +272,7 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None) -> t
     from fairsim.traces.offered import time_scale_for_load
 
     profile = profile or load_profile(args.profile)
-    if args.seed < 0:
-        raise ValueError(f"--seed {args.seed}: need an integer >= 0")
-    if args.hash_block_size is not None and args.hash_block_size < 1:  # with or without --trace
-        raise ValueError(f"--hash-block-size {args.hash_block_size}: need >= 1 token")
-    for option, value in (("--window-start", args.window_start), ("--window-end", args.window_end)):
-        if value is not None and not (math.isfinite(value) and value >= 0):
-            raise ValueError(f"{option} {value}: need a finite time >= 0 s")
+    check_shaping_options(args)
     if args.trace is None and args.seed != 0:
         from fairsim.traces.rag import RagSpec, generate_rag
 
@@ -331,14 +347,12 @@ def shape_sessions(args: argparse.Namespace, trace: Trace) -> list[Request]:
     session starts where asked or needed; return the requests sorted by arrival.
 
     Raises:
-        ValueError: A bad ``--think-scale`` or ``--session-rate``.
+        ValueError: A bad ``--session-rate`` (``--think-scale`` is checked by ``check_shaping_options``).
         SessionError: Closed loop: an ``after`` naming an unknown request, or a cycle.
     """
     from fairsim.sim.arrivals import check_sessions, resolve_replay
     from fairsim.traces.sessions import DEFAULT_SESSION_RATE, place_sessions
 
-    if not (args.think_scale >= 0 and args.think_scale < float("inf")):
-        raise ValueError(f"--think-scale {args.think_scale}: need a finite factor >= 0")
     args.replay = resolve_replay(trace.requests, args.replay)
     if args.replay == "closed":
         check_sessions(trace.requests)  # named error before any long work

@@ -54,6 +54,34 @@ def test_missing_peer_exits_2_with_the_install_command(capsys, tmp_path):
     assert "pip install sched-sim" in err and "no-such-sim" in err
 
 
+def test_a_peer_file_that_is_not_executable_is_named(capsys, tmp_path):
+    script = tmp_path / "peer.sh"
+    script.write_text("#!/bin/sh\necho TTFT\n")  # mode 644
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs", "--compare", str(script))
+    assert code == 2 and out == ""
+    assert f"--compare {script}: the file is not executable" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("option, message", [
+    (["--time-scale", "0"], "--time-scale 0.0: need a finite factor > 0"),
+    (["--budget", "0"], "--budget 0: need >= 1 token per step"),
+    (["--max-num-seqs", "0"], "--max-num-seqs 0: need >= 1"),
+    (["--kv-blocks", "0"], "--kv-blocks 0: need >= 1 block"),
+    (["--max-requests", "0"], "--max-requests 0: need an integer >= 1"),
+    (["--think-scale", "-1"], "--think-scale -1.0: need a finite factor >= 0"),
+])
+def test_bad_options_are_refused_before_tiling_and_children(capsys, monkeypatch, option, message):
+    def never(*args, **kwargs):
+        raise AssertionError("reached the tiling or a child run")
+
+    monkeypatch.setattr("fairsim.bench.tile_trace", never)
+    monkeypatch.setattr("fairsim.bench.bench_policy", never)
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs", "--tile", "3", *option)
+    assert code == 2 and out == ""
+    # Named once, in the bench's own words (a child's refusal would say "fairsim run exited 2").
+    assert err.strip() == f"fairsim: error: {message}"
+
+
 def test_bench_runs_each_policy_and_the_peer(capsys, tmp_path):
     # A stand-in peer: reads its trace argument, prints a TTFT line and exits 0 (sched-sim's CLI shape).
     peer = tmp_path / "peer"

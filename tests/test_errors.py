@@ -85,6 +85,8 @@ class TestBadOptions:
         (["hook-overhead", "--policies", ","], "--policies ',': need comma-separated policy names"),
         (["hook-overhead", "--policies", "fcfs,nosuch"], "--policies nosuch: unknown policy"),
         (["hook-overhead", "--policies", "preble"], "--policies preble: policy 'preble' has skips_misfits"),
+        (["hook-overhead", "--policies", "all", "--steps", "0"], "--steps 0: need an integer >= 1"),
+        (["hook-overhead", "--policies", "peek"], "--policies peek: policy 'peek' has eviction_hook=ProtectWaitingHits"),
         (["hook-overhead", "--profile", "nosuch"], "--profile nosuch: profile 'nosuch' is neither a file"),
         (["equivalence", "--out", "/dev/null"], "--out /dev/null: exists and is not a folder"),
         (["calibrate", "--out", "/"], "--out /: is a folder; give a file name"),

@@ -216,6 +216,18 @@ class TestRefusal:
         with pytest.raises(ValueError, match="skips_misfits=True: it changes more than the queue order"):
             build_policy({"policy": "skipper"})
 
+    def test_eviction_hook_named_by_its_class(self):
+        with pytest.raises(ValueError, match=r"'peek' has eviction_hook=ProtectWaitingHits: it changes"):
+            build_policy({"policy": "peek"})
+
+    def test_hook_policies_are_the_registered_ones_it_accepts(self):
+        from fairsim.live.settings import hook_policies
+
+        names = hook_policies()
+        # Every registered policy but the generic k-LPM entry (klpm4's twin) and the two refused.
+        assert names == [n for n in registry.policy_names() if n not in ("klpm", "peek", "preble")]
+        assert "fairway-deadline" in names and "dlpm" in names
+
     def test_order_only_policies_accepted(self):
         for name in ("fcfs", "lpm", "fairway", "drr", "vtc", "dlpm", "fairway-carry", "fairway-plus", "fairway-patience"):
             assert build_policy({"policy": name}).name == name
@@ -389,7 +401,9 @@ def test_hook_overhead_rows():
     p90 not below the median, steps that admitted and looked up hits (LPM reads hits)."""
     from fairsim.live.overhead import measure_overhead
 
-    (row,) = measure_overhead(["lpm"], [24], repeats=2, steps=6)
+    seen = []
+    (row,) = measure_overhead(["lpm"], [24], repeats=2, steps=6, on_row=seen.append)
+    assert seen == [row]  # handed over as soon as measured (the command prints it then)
     assert row["policy"] == "lpm" and row["waiting"] == 24
     assert 0 < row["changed_s"] <= row["changed_p90_s"] < row["step_s"] * 10
     assert row["admitted_per_step"] > 0 and row["arrived_per_step"] > 0

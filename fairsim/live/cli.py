@@ -75,7 +75,8 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
                      help="colocated: output lengths drawn uniformly from 1..N tokens")
 
     ov = sub.add_parser("hook-overhead", help="time the hook's reordering next to the engine's step")
-    ov.add_argument("--policies", default="fcfs,lpm,fairway")
+    ov.add_argument("--policies", default="fcfs,lpm,fairway",
+                    help="comma-separated policy names, or all (every registered policy the hook accepts)")
     ov.add_argument("--sizes", default="10,100,1000", help="waiting-queue lengths")
     ov.add_argument("--profile", default="a6000-llama3.1-8b-vllm-prior")
     ov.add_argument("--steps", type=int, default=20,
@@ -139,8 +140,12 @@ def _check_first(args: argparse.Namespace) -> None:
 
 
 def _overhead_lists(args: argparse.Namespace) -> tuple[list[str], list[int]]:
-    """``hook-overhead``'s ``--policies`` and ``--sizes`` as lists (ValueError: a size not an int)."""
-    return [v.strip() for v in args.policies.split(",")], [int(v) for v in args.sizes.split(",")]
+    """``hook-overhead``'s ``--policies`` (``all``: ``hook_policies()``) and ``--sizes`` as lists
+    (ValueError: a size not an int)."""
+    from fairsim.live.settings import hook_policies
+
+    names = hook_policies() if args.policies.strip() == "all" else [v.strip() for v in args.policies.split(",")]
+    return names, [int(v) for v in args.sizes.split(",")]
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -336,13 +341,15 @@ def cmd_hook_overhead(args: argparse.Namespace) -> int:
     from fairsim.live.overhead import measure_overhead
 
     policies, sizes = _overhead_lists(args)
-    rows = measure_overhead(policies, sizes, args.profile, steps=args.steps)
     print(f"{'policy':16} {'waiting':>7} {'unchanged ms':>12} {'changed ms':>10} {'p90 ms':>7} {'cold ms':>9} "
-          f"{'admit/step':>10} {'arrive/step':>11} {'lookups':>8} {'engine step ms':>14} {'share':>7}")
-    for r in rows:
+          f"{'admit/step':>10} {'arrive/step':>11} {'lookups':>8} {'engine step ms':>14} {'share':>7}", flush=True)
+
+    def show(r: dict) -> None:  # each row once measured: Ctrl-C keeps those already printed
         print(f"{r['policy']:16} {r['waiting']:7d} {1e3 * r['reorder_s']:12.3f} {1e3 * r['changed_s']:10.3f} "
               f"{1e3 * r['changed_p90_s']:7.3f} {1e3 * r['reorder_cold_s']:9.3f} {r['admitted_per_step']:10.1f} {r['arrived_per_step']:11.1f} "
-              f"{r['lookups_per_step']:8.1f} {1e3 * r['step_s']:14.1f} {100 * r['changed_s'] / r['step_s']:6.2f}%")
+              f"{r['lookups_per_step']:8.1f} {1e3 * r['step_s']:14.1f} {100 * r['changed_s'] / r['step_s']:6.2f}%", flush=True)
+
+    measure_overhead(policies, sizes, args.profile, steps=args.steps, on_row=show)
     return 0
 
 

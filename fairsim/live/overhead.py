@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -44,8 +45,12 @@ MAX_WAITING = 10_000
 
 
 def measure_overhead(policies: list[str], sizes: list[int], profile: str | None = None,
-                     repeats: int = 20, steps: int = 20) -> list[dict[str, Any]]:
+                     repeats: int = 20, steps: int = 20,
+                     on_row: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Measure the hook's time per step (module docstring) per policy and waiting-queue size.
+
+    ``on_row``, if given, gets each row as soon as it is measured (``fairsim hook-overhead``
+    prints it then, so an interrupted call keeps the rows already measured on screen).
 
     Returns:
         One dict per (policy, size): ``policy``, ``waiting``, ``reorder_s``, ``reorder_cold_s``,
@@ -116,6 +121,8 @@ def measure_overhead(policies: list[str], sizes: list[int], profile: str | None 
                              "step_s": statistics.median(step_times),
                              "admitted_per_step": admitted / steps, "arrived_per_step": arrived / steps,
                              "lookups_per_step": lookups / steps})
+                if on_row is not None:
+                    on_row(rows[-1])
         finally:
             # Drop every reference before the next engine is built: a late teardown of this one
             # would destroy the process-wide parallel state the next engine uses.

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from fairsim.costmodel import DEFAULT_PROFILE, load_profile
-from fairsim.policies import make_policy
+from fairsim.policies import make_policy, policy_names
 
 #: Policy attributes that change more than the order; the hook refuses such policies.
 UNSUPPORTED_CAPABILITIES = ("skips_misfits", "admission_limit", "eviction_hook")
@@ -61,9 +61,23 @@ def build_policy(settings: dict[str, Any]) -> Any:
     for attr in UNSUPPORTED_CAPABILITIES:
         value = getattr(policy, attr, None)
         if value is not None and value is not False:
+            shown = value if isinstance(value, (bool, int, float)) else type(value).__name__
             raise ValueError(
-                f"policy {name!r} has {attr}={value!r}: it changes more than the queue order "
+                f"policy {name!r} has {attr}={shown}: it changes more than the queue order "
                 f"(admission or eviction), which the vLLM hook does not implement. Run it in the "
                 f"simulator (fairsim run), or choose an order-only policy."
             )
     return policy
+
+
+def hook_policies() -> list[str]:
+    """The registered policies the hook accepts (``build_policy`` with default parameters), in
+    registry order, without the generic entries that repeat a named variant (``policy_names``)."""
+    names = []
+    for name in policy_names(include_generic=False):
+        try:
+            build_policy({"policy": name})
+        except ValueError:
+            continue  # changes more than the order (PEEK's eviction hook, Preble's admission)
+        names.append(name)
+    return names
