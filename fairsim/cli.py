@@ -388,10 +388,18 @@ def engine_config(args: argparse.Namespace, profile: Profile | None = None) -> E
 
 
 def resolve_policies(spec: str) -> list[str]:
-    """``"fcfs,lpm"`` -> names; ``"all"`` -> every registered policy."""
+    """``"fcfs,lpm"`` -> names; ``"all"`` -> every registered policy.
+
+    Raises:
+        ValueError: No name, or a name given twice (``--policies`` names the option).
+    """
     names = policy_names(include_generic=False) if spec == "all" else [s.strip() for s in spec.split(",") if s.strip()]
     if not names:
         raise ValueError("no policies given")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # one row per policy: a repeat would silently be one run
+        raise ValueError(f"--policies {spec}: {', '.join(map(repr, twice))} given more than once; give each "
+                         f"policy once (bench --repeat N runs each N times)")
     return names
 
 

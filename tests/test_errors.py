@@ -67,6 +67,12 @@ class TestBadOptions:
         assert code == 2, err
         assert message in err and err.startswith("fairsim: error:") and "Traceback" not in err
 
+    @pytest.mark.parametrize("command", ["compare", "bench"])
+    def test_a_policy_given_twice(self, capsys, command):
+        code, out, err = run_cli(capsys, command, "--policies", "fcfs,lpm,fcfs")
+        assert code == 2 and out == ""
+        assert err.startswith("fairsim: error: --policies fcfs,lpm,fcfs: 'fcfs' given more than once")
+
     def test_huge_max_num_seqs_is_just_no_limit(self, capsys):
         # Not an error: more seats than requests changes nothing (same result as 256 here).
         code, out, _ = run_cli(capsys, "run", "--policy", "fcfs", "--max-requests", "20", "--format", "json",
@@ -86,6 +92,7 @@ class TestBadOptions:
         (["hook-overhead", "--policies", "fcfs,nosuch"], "--policies nosuch: unknown policy"),
         (["hook-overhead", "--policies", "preble"], "--policies preble: policy 'preble' has skips_misfits"),
         (["hook-overhead", "--policies", "all", "--steps", "0"], "--steps 0: need an integer >= 1"),
+        (["hook-overhead", "--policies", "lpm,fcfs,lpm"], "--policies lpm,fcfs,lpm: 'lpm' given more than once"),
         (["hook-overhead", "--policies", "peek"], "--policies peek: policy 'peek' has eviction_hook=ProtectWaitingHits"),
         (["hook-overhead", "--profile", "nosuch"], "--profile nosuch: profile 'nosuch' is neither a file"),
         (["equivalence", "--out", "/dev/null"], "--out /dev/null: exists and is not a folder"),

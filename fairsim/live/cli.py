@@ -129,6 +129,9 @@ def _check_first(args: argparse.Namespace) -> None:
             raise ValueError(f"--profile {args.profile}: {exc}") from None
         if not all(names):
             raise ValueError(f"--policies {args.policies!r}: need comma-separated policy names")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"--policies {args.policies}: {', '.join(map(repr, twice))} given more than once")
         for name in names:  # an unknown name or parameter, a policy the hook refuses: now
             try:
                 build_policy({"policy": name, "profile": args.profile})
