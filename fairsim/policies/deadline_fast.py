@@ -16,8 +16,8 @@ kept in parts:
   them, so the due test descends only into the blocks that hold a newly due request: O(log(n /
   BLOCK)) plus O(BLOCK) per such block. Joins and leaves are put into their blocks only when
   the blocks are next read (a walk or a due prefix; most steps read neither), and each re-sums
-  its block only (O(BLOCK)), batched per read; a block split, merged or dropped re-sets the tree's leaves from it on
-  (O(n / BLOCK), once per about BLOCK joins or leaves).
+  its block only (O(BLOCK)), batched per read; a block split, merged or dropped re-sets the
+  tree's leaves from it on (O(n / BLOCK), once per about BLOCK joins or leaves).
 - A step need not walk at all: ``floor``, a lower bound on every margin that is not urgent (the
   exact least one after a walk; a newcomer lowers it by its work and puts in its own, at least
   ``D - `` all the work waiting; a leave only raises margins), decides that nobody new is due while
