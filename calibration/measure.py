@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from calibration.fit import StepSample
+from fairsim import interrupt
 from fairsim.live.engine import live_scheduler
 from fairsim.live.prompts import block_tokens
 
@@ -92,9 +93,14 @@ class Profiler:
         self._serial += 1
         return block_tokens(f"calib-{self._serial}-{time.time_ns()}", n)
 
+    def _step(self) -> Any:
+        """One engine step; first a Ctrl-C that a finaliser swallowed (``fairsim.interrupt``)."""
+        interrupt.check()
+        return self.engine.step()
+
     def _run_to_completion(self) -> None:
         while self.engine.has_unfinished_requests():
-            self.engine.step()
+            self._step()
 
     def warm_up(self, steps: int = 3) -> None:
         """A few full steps so lazy initialisation is not measured."""
@@ -129,7 +135,7 @@ class Profiler:
                                         self._params)
                 self._serial += 1
             t0 = time.perf_counter()
-            self.engine.step()
+            self._step()
             times.append(time.perf_counter() - t0)
             batch = list(self.sched.fairsim_last_batch)
             got = sorted((n, ctx) for _, n, ctx in batch)
@@ -165,7 +171,7 @@ class Profiler:
             self.engine.add_request(rid, self._prompt(prompt_token_ids=self._unique(context)), params)
             ids.append(rid)
         for _ in range(max_tokens):
-            self.engine.step()
+            self._step()
             last = self.sched.fairsim_last_batch
             if len(last) == decodes and all(n == 1 for _, n, _ in last):
                 break
@@ -176,7 +182,7 @@ class Profiler:
                                     self._params)
             self._serial += 1
         t0 = time.perf_counter()
-        self.engine.step()
+        self._step()
         seconds = time.perf_counter() - t0
         batch = list(self.sched.fairsim_last_batch)
         dec = [(n, ctx) for _, n, ctx in batch if n == 1 and ctx >= context]
@@ -201,7 +207,7 @@ class Profiler:
             self._serial += 1
             done = []
             while self.engine.has_unfinished_requests():
-                done += [o for o in self.engine.step() if o.finished]
+                done += [o for o in self._step() if o.finished]
             times.append(float(done[0].metrics.first_token_latency))
         return statistics.median(times), times
 

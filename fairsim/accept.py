@@ -198,9 +198,8 @@ def cmd_accept(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from fairsim.analysis.cli import merge_trace_arg
-    from fairsim.cli import check_policies, engine_config, load_requests, params_for, parse_params, run_one, scoped_params, write_tables
+    from fairsim.cli import capacity_of, check_policies, engine_config, load_requests, params_for, parse_params, run_one, scoped_params, write_tables
     from fairsim.costmodel import load_profile
-    from fairsim.sim.capacity import resolve_capacity
     from fairsim.traces import scale_time
     from fairsim.traces.offered import offered_load
 
@@ -230,7 +229,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
                               colocated=colocated) if args.windows == "auto"
                else parse_windows(args.windows))
     windows = [with_load(requests, profile, w, scale, base.budget_tokens, colocated) for w in windows]
-    block_size, kv_blocks = resolve_capacity(requests, base)
+    block_size, kv_blocks = capacity_of(requests, base)
     config = dataclasses.replace(base, block_size=block_size, kv_blocks=kv_blocks,
                                  kv_fraction=None, kv_tokens=None)
     load = offered_load(scale_time(requests, scale), profile, base.budget_tokens, args.load_window,

@@ -29,9 +29,10 @@ with the same token budget; it has no prefix identity, so it computes every prom
 
 from __future__ import annotations
 
-import dataclasses
-
 import argparse
+import contextlib
+import dataclasses
+import io
 import json
 import os
 import shutil
@@ -260,9 +261,11 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
             figures are printed and written.
         MissingDependencyError: ``--compare`` names no installed executable.
     """
-    from fairsim.cli import check_policies, check_shaping_options, engine_config, load_requests, parse_params
+    from fairsim.cli import (capacity_of, check_policies, check_shaping_options, engine_config, load_requests,
+                             parse_params, read_trace)
     from fairsim.costmodel import load_profile
     from fairsim.io import atomic_write_text, check_writable_dir, strict_json
+    from fairsim.traces.offered import check_load_window
 
     if args.repeat < 1:
         raise ValueError(f"--repeat {args.repeat}: need an integer >= 1")
@@ -278,20 +281,24 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     # The options' own bounds before the tiling (seconds to minutes) and the children, which
     # would each refuse them under the bench's prefix.
     check_shaping_options(args)
-    engine_config(args, profile)
+    check_load_window(args.load_window)
+    config = engine_config(args, profile)
     rows: dict[str, dict[str, Any]] = {}
     peer_error: ValueError | None = None
     with tempfile.TemporaryDirectory(prefix="fairsim-bench-") as tmpdir:
         tmp = Path(tmpdir)
         untiled = argparse.Namespace(**vars(args))  # the trace itself, for the ratio of --tile
         if args.tile > 1:
-            from fairsim.traces import load_trace
+            from fairsim.traces import window
             from fairsim.traces.canonical import write_canonical
 
-            from fairsim.traces import window
-
-            trace = load_trace(args.trace, args.trace_format, skip_bad=args.skip_bad,
-                               hash_block_size=args.hash_block_size)
+            # The trace itself loaded and shaped as each untiled child will, so what a child
+            # would refuse (a closed-loop link, a too-long prompt, a too-small cache) is refused
+            # here, once and before the tiling; its notes are printed by the load below.
+            with contextlib.redirect_stderr(io.StringIO()):
+                _, shaped = load_requests(argparse.Namespace(**vars(args)), profile)
+            capacity_of(shaped, config)
+            trace = read_trace(args)
             # Cut first, then tile the part kept (the children then get the tiled file uncut).
             kept = window(list(trace.requests), args.window_start, args.window_end, args.max_requests)
             if not kept:
@@ -302,11 +309,14 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
             trace = dataclasses.replace(trace, requests=tuple(kept), locations={})
             tiled = tmp / "tiled.jsonl"
             write_canonical(tile_trace(trace, args.tile), tiled)
+            if args.trace is None and args.session_rate is None:
+                args.seed = 0  # it chose the generated input, now in the tiled file
             args.trace, args.trace_format = str(tiled), "auto"
             args.window_start, args.window_end, args.max_requests = 0.0, None, None
         # Load and shape once here: bad input fails before any child runs, and --target-load
         # is resolved to one --time-scale for every child (and the peer).
         _, requests = load_requests(args, profile)
+        capacity_of(requests, config)  # a cache too small for the trace: refused before any child
         args.target_load = None  # resolved to args.time_scale: the children get that scale
         argv = run_argv(args)
         untiled.time_scale, untiled.target_load = args.time_scale, None

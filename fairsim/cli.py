@@ -241,7 +241,8 @@ def check_shaping_options(args: argparse.Namespace) -> None:
 
     Raises:
         ValueError: A bad ``--seed``, ``--hash-block-size``, ``--window-start``/``--window-end``/
-            ``--max-requests``, ``--time-scale`` or ``--think-scale``, naming the option.
+            ``--max-requests``, ``--time-scale``, ``--think-scale`` or ``--session-rate``, naming
+            the option.
     """
     if args.seed < 0:
         raise ValueError(f"--seed {args.seed}: need an integer >= 0")
@@ -255,6 +256,24 @@ def check_shaping_options(args: argparse.Namespace) -> None:
         scale_time([], args.time_scale)  # its own bounds
     if not (args.think_scale >= 0 and args.think_scale < float("inf")):
         raise ValueError(f"--think-scale {args.think_scale}: need a finite factor >= 0")
+    rate = getattr(args, "session_rate", None)
+    if rate is not None and not (rate > 0 and math.isfinite(rate)):
+        raise ValueError(f"--session-rate {rate}: need a finite rate > 0 sessions/s")
+
+
+def read_trace(args: argparse.Namespace) -> Trace:
+    """The trace the options name, unshaped: ``--trace``'s file (``--trace-format``,
+    ``--skip-bad``, ``--hash-block-size``), the generated RAG input of ``--seed`` N (N > 0)
+    without ``--trace``, else the embedded default input.
+
+    Raises:
+        ValueError: A bad trace (``fairsim.traces``: file, line and field named).
+    """
+    if args.trace is None and args.seed != 0:
+        from fairsim.traces.rag import RagSpec, generate_rag
+
+        return generate_rag(RagSpec(seed=args.seed))
+    return load_trace(args.trace, args.trace_format, skip_bad=args.skip_bad, hash_block_size=args.hash_block_size)
 
 
 def load_requests(args: argparse.Namespace, profile: Profile | None = None) -> tuple[Trace, list[Request]]:
@@ -273,13 +292,7 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None) -> t
 
     profile = profile or load_profile(args.profile)
     check_shaping_options(args)
-    if args.trace is None and args.seed != 0:
-        from fairsim.traces.rag import RagSpec, generate_rag
-
-        trace = generate_rag(RagSpec(seed=args.seed))
-    else:
-        trace = load_trace(args.trace, args.trace_format, skip_bad=args.skip_bad,
-                           hash_block_size=args.hash_block_size)
+    trace = read_trace(args)
     skipped = trace.skipped_summary()
     if skipped:
         print(f"fairsim: {skipped}", file=sys.stderr)
@@ -380,11 +393,32 @@ def engine_config(args: argparse.Namespace, profile: Profile | None = None) -> E
                               kv_tokens=getattr(args, "kv_tokens", None), kv_fraction=args.kv_fraction,
                               mode=getattr(args, "mode", "prefill-only"))
     except ValueError as exc:  # name the option the user typed, not the EngineConfig field
-        message = str(exc)
-        for field, option in ENGINE_OPTIONS.items():
-            message = message.replace(f"{field}=", f"{option} ")
-        raise ValueError(message) from None
+        raise ValueError(_option_names(str(exc))) from None
     return config if profile is None else with_profile_capacity(config, profile)[0]
+
+
+def _option_names(message: str) -> str:
+    """``message`` with each ``EngineConfig`` field (``kv_tokens=100``) named as its option
+    (``--kv-tokens 100``)."""
+    for field, option in ENGINE_OPTIONS.items():
+        message = message.replace(f"{field}=", f"{option} ")
+    return message
+
+
+def capacity_of(requests: Sequence[Request], config: EngineConfig) -> tuple[int, int]:
+    """``fairsim.sim.capacity.resolve_capacity`` for a command: ``(block_size, kv_blocks)``.
+
+    Raises:
+        CapacityError: As ``resolve_capacity``, naming the options (``--kv-tokens``), not the
+            ``EngineConfig`` fields.
+    """
+    from fairsim.errors import CapacityError
+    from fairsim.sim.capacity import resolve_capacity
+
+    try:
+        return resolve_capacity(requests, config)
+    except CapacityError as exc:
+        raise CapacityError(_option_names(str(exc))) from None
 
 
 def resolve_policies(spec: str) -> list[str]:
@@ -492,7 +526,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         check_writable_dir(args.out)
     if getattr(args, "plots", None) is not None:
         check_writable_dir(args.plots, "--plots")
-    from fairsim.sim.capacity import describe_capacity, resolve_capacity, with_profile_capacity
+    from fairsim.sim.capacity import describe_capacity, with_profile_capacity
     from fairsim.traces.offered import offered_load
 
     profile = load_profile(args.profile)
@@ -508,7 +542,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     # (it unfreezes; so does an error before it, below). fairsim/gcpause.py.
     with paused(freeze=True):
         trace, requests = load_requests(args, profile)
-        block_size, kv_blocks = resolve_capacity(requests, config)  # fails fast on a too-small cache
+        block_size, kv_blocks = capacity_of(requests, config)  # fails fast on a too-small cache
         engine = {"profile": profile.name, "kv_tokens": kv_blocks * block_size, "kv_blocks": kv_blocks,
                   "block_size": block_size, "kv_capacity_source": cap_source}
         load = offered_load(requests, profile, args.budget, args.load_window,

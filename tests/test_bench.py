@@ -69,6 +69,10 @@ def test_a_peer_file_that_is_not_executable_is_named(capsys, tmp_path):
     (["--kv-blocks", "0"], "--kv-blocks 0: need >= 1 block"),
     (["--max-requests", "0"], "--max-requests 0: need an integer >= 1"),
     (["--think-scale", "-1"], "--think-scale -1.0: need a finite factor >= 0"),
+    (["--session-rate", "0"], "--session-rate 0.0: need a finite rate > 0 sessions/s"),
+    (["--load-window", "0"], "--load-window 0: need a finite number of seconds >= 0.001 (about one engine step)"),
+    (["--kv-tokens", "100"], "--kv-tokens 100: less than one block of 512 tokens"),  # needs the trace's block
+    (["--kv-blocks", "2"], "request 'rag-00701' needs 10 blocks of 512 tokens but the KV cache holds 2;"),
 ])
 def test_bad_options_are_refused_before_tiling_and_children(capsys, monkeypatch, option, message):
     def never(*args, **kwargs):
@@ -79,7 +83,7 @@ def test_bad_options_are_refused_before_tiling_and_children(capsys, monkeypatch,
     code, out, err = _cli(capsys, "bench", "--policies", "fcfs", "--tile", "3", *option)
     assert code == 2 and out == ""
     # Named once, in the bench's own words (a child's refusal would say "fairsim run exited 2").
-    assert err.strip() == f"fairsim: error: {message}"
+    assert err.startswith(f"fairsim: error: {message}") and err.count("\n") == 1
 
 
 def test_bench_runs_each_policy_and_the_peer(capsys, tmp_path):
@@ -145,6 +149,20 @@ def test_tile_also_runs_the_trace_itself_and_gives_the_cost_ratio(capsys):
     assert abs(r["per_request_vs_tile1"] - sum(ratios) / 2) < 1e-9
     assert abs(r["loop_per_request_vs_tile1"] - sum(loops) / 2) < 1e-9
     assert r["tile1_loop_s"] == sum(p[2] for p in pairs) / 2
+
+
+def test_tile_of_the_generated_input_of_a_seed(capsys):
+    # --seed 3 without --trace: the tiled file holds that generated input (seed not passed on
+    # with it); the untiled children generate it again from the seed.
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs", "--seed", "3", "--max-requests", "30",
+                          "--tile", "2", "--format", "json")
+    assert code == 0, err
+    r = json.loads(out)["fcfs"]
+    assert r["requests"] == 60 and len(r["tile_pairs"]) == 1
+    _, once, _ = _cli(capsys, "run", "--policy", "fcfs", "--seed", "3", "--max-requests", "30", "--format", "json")
+    _, default, _ = _cli(capsys, "run", "--policy", "fcfs", "--max-requests", "30", "--format", "json")
+    # The seeded input is not the embedded default (so the tile above is of the seeded one).
+    assert json.loads(once)["fcfs"]["ttft_p50_s"] != json.loads(default)["fcfs"]["ttft_p50_s"]
 
 
 def test_target_load_is_resolved_once_for_the_children(capsys):

@@ -443,6 +443,38 @@ class TestNoAssertsInFairsim:
 class TestInterrupt:
     """Ctrl-C: one line, exit 130, the policies that finished kept in --out."""
 
+    def test_handler_inside_finalisers_only_records(self, monkeypatch):
+        import gc
+        import weakref
+
+        from fairsim import interrupt
+
+        monkeypatch.setattr(interrupt, "REQUESTED", False)
+        seen = []
+
+        def handler_here():  # the SIGINT handler as Python would call it, on this frame
+            try:
+                interrupt._on_sigint(signal.SIGINT, sys._getframe())
+                seen.append("recorded")
+            except KeyboardInterrupt:
+                seen.append("raised")
+
+        class Obj:
+            def __del__(self):
+                handler_here()
+
+        class Key:
+            pass
+
+        Obj()  # __del__
+        weakref.finalize(Key(), handler_here)  # weakref.finalize.__call__ (weakref.py)
+        gc.collect()
+        assert seen == ["recorded", "recorded"] and interrupt.REQUESTED
+        with pytest.raises(KeyboardInterrupt):
+            interrupt.check()
+        handler_here()  # not in a finaliser: raised at once
+        assert seen[-1] == "raised"
+
     def test_sigint_keeps_finished_results(self, tmp_path):
         # 3,000 overloaded requests; the second policy, DRR, reorders the whole queue every step,
         # so it runs long enough to be interrupted. Three tries at different moments: a Ctrl-C that

@@ -396,6 +396,26 @@ def test_lookup_right_after_reset_prefix_cache():
         gc.collect()
 
 
+def test_hook_overhead_stops_at_a_swallowed_ctrl_c():
+    """A SIGINT that a finaliser swallowed only sets ``fairsim.interrupt.REQUESTED``: the next
+    engine step stops the measurement, after the rows already handed over."""
+    from fairsim import interrupt
+    from fairsim.live.overhead import measure_overhead
+
+    seen = []
+
+    def row_then_ctrl_c(row):
+        seen.append(row["policy"])
+        interrupt.REQUESTED = True
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            measure_overhead(["fcfs", "lpm"], [8], repeats=1, steps=2, on_row=row_then_ctrl_c)
+    finally:
+        interrupt.REQUESTED = False
+    assert seen == ["fcfs"]
+
+
 def test_hook_overhead_rows():
     """``fairsim hook-overhead``'s measurement on a real engine: every column present, the
     p90 not below the median, steps that admitted and looked up hits (LPM reads hits)."""

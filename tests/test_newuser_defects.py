@@ -143,8 +143,12 @@ class TestKvTokensNamed:
                                "--kv-tokens", "99999999999999")
         assert code == 2 and "kv_fraction" not in err
         # 99999999999999 // 512 = 195312499999 blocks
-        assert "error: kv_tokens=99999999999999 gives 1.95e+11 blocks of 512 tokens" in err
-        assert "4194304 blocks" in err
+        assert "error: --kv-tokens 99999999999999 gives 1.95e+11 blocks of 512 tokens" in err
+        assert "4194304 blocks" in err and "so --kv-blocks 28 (--kv-tokens 14336) already" in err
+
+    def test_cli_names_the_option_below_one_block(self, capsys):
+        code, _, err = run_cli(capsys, "run", "--policy", "fcfs", "--kv-tokens", "100")
+        assert code == 2 and err.strip() == "fairsim: error: --kv-tokens 100: less than one block of 512 tokens"
 
     def test_resolve_capacity(self):
         from fairsim.errors import CapacityError

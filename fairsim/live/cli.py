@@ -153,7 +153,7 @@ def _overhead_lists(args: argparse.Namespace) -> tuple[list[str], list[int]]:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """``fairsim replay --engine vllm``."""
-    from fairsim.cli import load_requests, parse_params
+    from fairsim.cli import capacity_of, load_requests, parse_params
     from fairsim.costmodel import load_profile
     from fairsim.errors import CapacityError
     from fairsim.live.engine import LiveConfig
@@ -161,7 +161,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from fairsim.metrics import ttft_summary
     from fairsim.policies import make_policy
     from fairsim.sim import EngineConfig
-    from fairsim.sim.capacity import resolve_capacity, with_profile_capacity
+    from fairsim.sim.capacity import with_profile_capacity
 
     profile = load_profile(args.profile)
     params = parse_params(args.param)
@@ -172,7 +172,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         budget_tokens=args.budget, max_num_seqs=args.max_num_seqs, block_size=block,
         kv_blocks=args.kv_blocks, kv_tokens=args.kv_tokens, kv_fraction=args.kv_fraction), profile)
     try:
-        _, kv_blocks = resolve_capacity(requests, config)
+        _, kv_blocks = capacity_of(requests, config)
     except CapacityError:
         if config.kv_blocks is not None or config.kv_tokens is not None:
             raise

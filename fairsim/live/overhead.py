@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from fairsim import interrupt
 from fairsim.live.engine import LiveConfig, live_scheduler, make_llm
 from fairsim.live.prompts import block_tokens
 
@@ -71,9 +72,11 @@ def measure_overhead(policies: list[str], sizes: list[int], profile: str | None 
     prefix = block_tokens("overhead-prefix", PREFIX_TOKENS)
     rows = []
     for name in policies:
+        interrupt.check()  # e.g. one that came during the last engine's teardown (its finalisers)
         llm = make_llm(LiveConfig(policy=name, profile=profile, max_num_seqs=256,
                                   kv_blocks=max(64, 3 * max(sizes)), max_model_len=1024))
         try:
+            interrupt.check()  # a Ctrl-C during the engine's start-up (minutes), seen by the handler only
             engine = llm.llm_engine
             sched = live_scheduler(llm)
             llm.generate([TokensPrompt(prompt_token_ids=prefix + [5] * 8)], params, use_tqdm=False)
@@ -102,6 +105,7 @@ def measure_overhead(policies: list[str], sizes: list[int], profile: str | None 
                 k0 = len(sched.fairsim_reorder_s)
                 step_times, admitted, arrived = [], 0, 0
                 for _ in range(steps):
+                    interrupt.check()
                     if len(sched.waiting) < n:
                         arrived += n - len(sched.waiting)
                         arrive(n - len(sched.waiting))
@@ -114,6 +118,7 @@ def measure_overhead(policies: list[str], sizes: list[int], profile: str | None 
                 lookups = sched.fairsim_hits.lookups - lookups0
                 engine.abort_request(ids, internal=True)  # the rest is not needed for the figures
                 while engine.has_unfinished_requests():
+                    interrupt.check()
                     engine.step()
                 rows.append({"policy": name, "waiting": n, "reorder_s": statistics.median(times[1:]),
                              "reorder_cold_s": times[0], "changed_s": statistics.median(hook),

@@ -36,6 +36,7 @@ from typing import Any
 
 import pandas as pd
 
+from fairsim import interrupt
 from fairsim.costmodel import Profile
 from fairsim.errors import EngineInvariantError
 from fairsim.live.engine import LiveConfig, live_scheduler, make_llm
@@ -239,6 +240,7 @@ def replay_realtime(requests: Sequence[Request], config: LiveConfig, time_scale:
                     raise EngineInvariantError("closed-loop turns are held but no request is queued or running")
                 time.sleep(max(0.0, nxt - (time.time() - t0)))
                 continue
+            interrupt.check()
             num_waiting = len(d.sched.waiting)
             start = time.time() - t0
             outputs = d.engine.step()
@@ -313,6 +315,7 @@ def replay_virtual(requests: Sequence[Request], config: LiveConfig, profile: Pro
                     raise EngineInvariantError("closed-loop turns are held but no request is queued or running")
                 vt = nxt
                 continue
+            interrupt.check()
             num_waiting = len(d.sched.waiting)
             outputs = d.engine.step()
             batch = d.sched.fairsim_last_batch

@@ -481,7 +481,7 @@ class DeadlineOrder:
         self._gone = []
         self._left = {}
         n = len(self.snap)
-        if n == 0:  # (every removal has emptied the state and the blocks already)
+        if n == 0:  # (every removal has emptied the state; the blocks drop theirs at their next read)
             return iter(())
         if self._pending:
             self._assign()

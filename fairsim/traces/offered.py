@@ -215,6 +215,13 @@ class OfferedLoad:
         return out
 
 
+def check_load_window(window_s: float) -> None:
+    """Refuse a ``--load-window`` below ``MIN_LOAD_WINDOW_S`` or not finite (ValueError)."""
+    if not (window_s >= MIN_LOAD_WINDOW_S and math.isfinite(window_s)):
+        raise ValueError(f"--load-window {window_s:g}: need a finite number of seconds >= "
+                         f"{MIN_LOAD_WINDOW_S:g} (about one engine step)")
+
+
 def offered_load(requests: Sequence[Request], profile: Profile, budget_tokens: int,
                  window_s: float = DEFAULT_LOAD_WINDOW_S, colocated: bool = False) -> OfferedLoad:
     """The ``OfferedLoad`` of ``requests`` on ``profile``'s engine at ``budget_tokens``.
@@ -233,9 +240,7 @@ def offered_load(requests: Sequence[Request], profile: Profile, budget_tokens: i
     """
     if not requests:
         raise ValueError("offered load of an empty trace")
-    if not (window_s >= MIN_LOAD_WINDOW_S and math.isfinite(window_s)):
-        raise ValueError(f"--load-window {window_s:g}: need a finite number of seconds >= "
-                         f"{MIN_LOAD_WINDOW_S:g} (about one engine step)")
+    check_load_window(window_s)
     cold = prefill_work(requests, budget_tokens, ideal_reuse=False, profile=profile, colocated=colocated)
     ideal = prefill_work(requests, budget_tokens, ideal_reuse=True, profile=profile, colocated=colocated)
     span = float(cold.arrival_s[-1] - cold.arrival_s[0])
