@@ -137,12 +137,19 @@ def bench_policy(argv: list[str], name: str) -> dict[str, Any]:
     """One fresh ``fairsim run`` process for policy ``name``; its figures (module docstring).
 
     Raises:
-        ValueError: The run failed (its error message is passed on).
+        StatusError: The run failed: its own error lines (those that start ``fairsim:``, the
+            prefix dropped; else its last line) under the policy's name, and its exit status.
     """
+    from fairsim.errors import StatusError
+
     cmd = [sys.executable, "-m", "fairsim", "run", *argv, "--policy", name, "--format", "json"]
     wall, peak, code, out, err = _timed(cmd)
     if code != 0:
-        raise ValueError(f"bench: policy {name!r}: fairsim run exited {code}: {err.strip()[-800:]}")
+        lines = err.strip().splitlines()
+        said = [ln.removeprefix("fairsim: ") for ln in lines if ln.startswith("fairsim: ")] or lines[-1:]
+        status = code if code > 0 else 1  # killed by a signal: a failure, not bad input
+        raise StatusError(f"bench: policy {name!r} (its fairsim run exited {code}): "
+                            + " | ".join(said)[-800:], status)
     summary = json.loads(out)[name]
     n = summary["requests"]
     loop = summary["wall_time_s"]
@@ -257,13 +264,16 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
 
     Raises:
         ValueError: Bad ``--repeat``/``--tile``, a bad trace or option (checked here, before any
-            child runs), a failed child; a failed peer (``bench_peer``), raised after fairsim's
-            figures are printed and written.
+            child runs); a failed peer (``bench_peer``), raised after fairsim's figures are
+            printed and written.
+        StatusError: A policy's run failed (``bench_policy``): raised after the policies
+            that finished before it are printed and written (no peer run then).
         MissingDependencyError: ``--compare`` names no installed executable.
     """
     from fairsim.cli import (capacity_of, check_policies, check_shaping_options, engine_config, load_requests,
                              parse_params, read_trace)
     from fairsim.costmodel import load_profile
+    from fairsim.errors import StatusError
     from fairsim.io import atomic_write_text, check_writable_dir, strict_json
     from fairsim.traces.offered import check_load_window
 
@@ -321,14 +331,19 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
         argv = run_argv(args)
         untiled.time_scale, untiled.target_load = args.time_scale, None
         argv_base = run_argv(untiled)
+        child_error: StatusError | None = None
         try:
             for name in names:
-                rows[name] = (_paired_runs(argv_base, argv, name, args.repeat) if args.tile > 1
-                              else _median_run(argv, name, args.repeat))
+                try:
+                    rows[name] = (_paired_runs(argv_base, argv, name, args.repeat) if args.tile > 1
+                                  else _median_run(argv, name, args.repeat))
+                except StatusError as exc:  # keep the policies that finished: printed, written
+                    child_error = exc
+                    break
                 r = rows[name]
                 print(f"bench: {name} done in {r['process_s']:.2f} s (loop {r['loop_s']:.2f} s)",
                       file=sys.stderr)
-            if peer is not None:
+            if peer is not None and child_error is None:
                 try:
                     rows["sched-sim"] = bench_peer(peer, requests, args.budget, tmp,
                                                    getattr(args, "mode", "prefill-only") == "colocated")
@@ -339,49 +354,56 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
                 atomic_write_text(args.out / "bench.json", strict_json(rows) + "\n")
             raise
     has_peer = "sched-sim" in rows  # a peer figure (none when the peer failed)
+    done = [name for name in names if name in rows]  # all but after a failed child
     if has_peer:
         base = rows["sched-sim"]["requests_per_s"]
-        for name in names:
+        for name in done:
             rows[name]["vs_sched_sim"] = rows[name]["requests_per_s"] / base
     # Printed before bench.json is written, so a failed write loses no figure.
-    if args.format == "json":
-        print(strict_json(rows))
-    else:
-        _print_table(args, names, rows, has_peer)
-    sys.stdout.flush()
-    if args.out is not None:
-        atomic_write_text(args.out / "bench.json", strict_json(rows) + "\n")
+    if done:
+        if args.format == "json":
+            print(strict_json(rows))
+        else:
+            _print_table(args, done, rows, has_peer)
+        sys.stdout.flush()
+        if args.out is not None:
+            atomic_write_text(args.out / "bench.json", strict_json(rows) + "\n")
+    if child_error is not None:
+        raise child_error
     if peer_error is not None:
         raise peer_error
     return 0
 
 
 def _print_table(args: argparse.Namespace, names: list[str], rows: dict[str, dict[str, Any]], peer: bool) -> None:
-    """The bench's table on stdout (``cmd_bench``)."""
+    """The bench's table on stdout (``cmd_bench``): columns as wide as their widest cell."""
     first = rows[names[0]]
     print(f"profile {first['profile']}; KV cache {first['kv_blocks']:,} blocks x {first['block_size']} "
           f"tokens = {first['kv_tokens']:,} tokens; {first['requests']:,} requests; time scale "
           f"{args.time_scale:g}" + (f"; trace x{args.tile}" if args.tile > 1 else ""))
     tiled = args.tile > 1
-    header = (f"{'policy':<16}{'steps':>8}{'sim s':>10}{'process s':>11}{'req/s':>9}"
-              f"{'loop s':>9}{'loop req/s':>12}{'peak MiB':>10}" + (f"{'x sched-sim':>13}" if peer else "")
-              + (f"{'x1 process s':>14}{'vs x1':>7}{'loop vs x1':>12}" if tiled else ""))
-    print(header)
+    header = (["policy", "steps", "sim s", "process s", "req/s", "loop s", "loop req/s", "peak MiB"]
+              + (["x sched-sim"] if peer else []) + (["x1 process s", "vs x1", "loop vs x1"] if tiled else []))
+    body = []
     for name in names:
         r = rows[name]
-        print(f"{name:<16}{r['steps']:>8d}{r['sim_time_s']:>10.1f}{r['process_s']:>11.2f}"
-              f"{r['requests_per_s']:>9.0f}{r['loop_s']:>9.2f}{r['loop_requests_per_s']:>12.0f}"
-              f"{r['peak_mib']:>10.0f}" + (f"{r['vs_sched_sim']:>13.2f}" if peer else "")
-              + (f"{r['tile1_process_s']:>14.2f}{r['per_request_vs_tile1']:>7.2f}"
-                 f"{r['loop_per_request_vs_tile1']:>12.2f}" if tiled else ""))
+        body.append([name, f"{r['steps']:d}", f"{r['sim_time_s']:.1f}", f"{r['process_s']:.2f}",
+                     f"{r['requests_per_s']:.0f}", f"{r['loop_s']:.2f}", f"{r['loop_requests_per_s']:.0f}",
+                     f"{r['peak_mib']:.0f}"] + ([f"{r['vs_sched_sim']:.2f}"] if peer else [])
+                    + ([f"{r['tile1_process_s']:.2f}", f"{r['per_request_vs_tile1']:.2f}",
+                        f"{r['loop_per_request_vs_tile1']:.2f}"] if tiled else []))
+    if peer:
+        p = rows["sched-sim"]
+        body.append(["sched-sim", "", "", f"{p['process_s']:.2f}", f"{p['requests_per_s']:.0f}", "", "",
+                     f"{p['peak_mib']:.0f}", "1.00"] + (["", "", ""] if tiled else []))
+    widths = [max(len(row[i]) for row in [header] + body) for i in range(len(header))]
+    for row in [header] + body:
+        print("  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths))).rstrip())
     if tiled:
         print(f"vs x1: cost per request of the x{args.tile} trace over the trace itself (whole process; "
               f"loop alone), the two run alternately; the median of the {args.repeat} pair ratio(s)")
     if peer:
-        s = rows["sched-sim"]
-        print(f"{'sched-sim':<16}{'':>8}{'':>10}{s['process_s']:>11.2f}{s['requests_per_s']:>9.0f}"
-              f"{'':>9}{'':>12}{s['peak_mib']:>10.0f}{1.0:>13.2f}")
         tokens = ("the trace's output lengths" if getattr(args, "mode", "") == "colocated"
                   else "one output token")
-        print(f"sched-sim: {s['command']} (chunked prefill, same arrivals and prompt lengths, "
-              f"{tokens}, no prefix cache)")
+        print(f"sched-sim: {rows['sched-sim']['command']} (chunked prefill, same arrivals and prompt "
+              f"lengths, {tokens}, no prefix cache)")

@@ -26,7 +26,7 @@ from typing import Any
 from fairsim import __version__
 from fairsim.costmodel import DEFAULT_PROFILE, Profile, load_profile
 from fairsim.deps import MissingDependencyError, missing_message
-from fairsim.errors import PolicyContractError, PolicyError
+from fairsim.errors import PolicyContractError, PolicyError, StatusError
 from fairsim.gcpause import freeze_for_exit, paused
 from fairsim.io import (atomic_write, atomic_write_text, check_file_stems, check_writable_dir, file_stem, path_arg,
                         strict_json)
@@ -714,6 +714,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return status
     except KeyboardInterrupt:
         return fail("interrupted; results already written are kept", 130)
+    except StatusError as exc:  # its own status (a bench child's, a policy failing in the hook)
+        return fail(str(exc), exc.status)
     except MissingDependencyError as exc:
         return fail(f"error: {exc}", 2)
     except ImportError as exc:  # an optional package missing deep inside a command

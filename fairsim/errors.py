@@ -160,3 +160,21 @@ class PolicyError(RuntimeError):
 
     def __reduce__(self):
         return (type(self), (self.policy, self.policy_class, self.exc_type, self.message))
+
+
+class StatusError(RuntimeError):
+    """A command failed in a way that has its own exit status, kept apart from bad input.
+
+    ``fairsim.cli.main`` prints the message and exits with ``status``. Raised by ``fairsim bench``
+    for a ``fairsim run`` child that failed (its own error lines and status: 2 bad input, 1 a
+    policy's error or a broken contract), after the policies that finished are printed and
+    written; and by ``fairsim hook-overhead`` when a policy failed inside the hook (status 1), after
+    every row is printed.
+
+    Attributes:
+        status: The exit status to give.
+    """
+
+    def __init__(self, message: str, status: int) -> None:
+        self.status = status
+        super().__init__(message)

@@ -130,6 +130,33 @@ def test_a_bad_peer_exits_2_and_keeps_fairsims_figures(capsys, tmp_path, script,
     assert set(rows) == {"fcfs", "lpm"} and rows["fcfs"]["requests"] == 40
 
 
+def test_a_failing_policy_keeps_the_ones_before_it(capsys, tmp_path, monkeypatch):
+    # A team's policy that raises once the clock passes 5 s: its child exits 1 with the policy's
+    # message; the bench prints and writes the policies that finished, then exits 1 with it.
+    (tmp_path / "teampol.py").write_text(
+        "from fairsim.policies.fcfs import FCFS\n"
+        "class Boom(FCFS):\n"
+        "    name = 'boom'\n"
+        "    def order(self, waiting, now):\n"
+        "        if now > 5.0:\n"
+        "            raise ValueError('boom')\n"
+        "        return super().order(waiting, now)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    peer = tmp_path / "peer.sh"  # leaves a mark if it is run
+    peer.write_text(f"#!/bin/sh\ntouch {tmp_path / 'peer-ran'}\necho TTFT\n")
+    peer.chmod(0o755)
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs,teampol:Boom,lpm", "--max-requests", "60",
+                          "--out", tmp_path / "o", "--compare", peer, "--format", "json")
+    assert code == 1
+    assert set(json.loads(out)) == {"fcfs"}  # lpm not run after the failure, nor the peer
+    assert not (tmp_path / "peer-ran").exists()
+    assert json.loads((tmp_path / "o" / "bench.json").read_text())["fcfs"]["requests"] == 60
+    last = err.strip().splitlines()[-1]
+    assert last == ("fairsim: bench: policy 'teampol:Boom' (its fairsim run exited 1): "
+                    "error in policy 'boom' (Boom): ValueError: boom")
+
+
 def test_tile_also_runs_the_trace_itself_and_gives_the_cost_ratio(capsys):
     code, out, _ = _cli(capsys, "bench", "--policies", "fcfs", "--max-requests", "40", "--tile", "3",
                         "--repeat", "2", "--format", "json")

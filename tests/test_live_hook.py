@@ -416,6 +416,26 @@ def test_hook_overhead_stops_at_a_swallowed_ctrl_c():
     assert seen == ["fcfs"]
 
 
+def test_hook_overhead_of_a_failing_policy_exits_1(capsys, tmp_path, monkeypatch):
+    """A policy whose ``order()`` always raises: the hook keeps vLLM's order, and hook-overhead
+    prints the row but says it times that fallback, exit 1 (a policy's error)."""
+    from fairsim.cli import main
+
+    (tmp_path / "failpol.py").write_text(
+        "from fairsim.policies.fcfs import FCFS\n"
+        "class Always(FCFS):\n"
+        "    name = 'always'\n"
+        "    def order(self, waiting, now):\n"
+        "        raise RuntimeError('always')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = main(["hook-overhead", "--policies", "failpol:Always", "--sizes", "8", "--steps", "2"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert out.splitlines()[1].startswith("failpol:Always")  # the row is printed
+    assert ("fairsim: hook-overhead: a policy failed in the hook, which kept vLLM's order, so its row "
+            "times that fallback, not the policy: failpol:Always in ") in err
+
+
 def test_hook_overhead_rows():
     """``fairsim hook-overhead``'s measurement on a real engine: every column present, the
     p90 not below the median, steps that admitted and looked up hits (LPM reads hits)."""
@@ -424,6 +444,7 @@ def test_hook_overhead_rows():
     seen = []
     (row,) = measure_overhead(["lpm"], [24], repeats=2, steps=6, on_row=seen.append)
     assert seen == [row]  # handed over as soon as measured (the command prints it then)
+    assert row["policy_errors"] == 0
     assert row["policy"] == "lpm" and row["waiting"] == 24
     assert 0 < row["changed_s"] <= row["changed_p90_s"] < row["step_s"] * 10
     assert row["admitted_per_step"] > 0 and row["arrived_per_step"] > 0

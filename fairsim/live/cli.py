@@ -352,7 +352,15 @@ def cmd_hook_overhead(args: argparse.Namespace) -> int:
               f"{1e3 * r['changed_p90_s']:7.3f} {1e3 * r['reorder_cold_s']:9.3f} {r['admitted_per_step']:10.1f} {r['arrived_per_step']:11.1f} "
               f"{r['lookups_per_step']:8.1f} {1e3 * r['step_s']:14.1f} {100 * r['changed_s'] / r['step_s']:6.2f}%", flush=True)
 
-    measure_overhead(policies, sizes, args.profile, steps=args.steps, on_row=show)
+    rows = measure_overhead(policies, sizes, args.profile, steps=args.steps, on_row=show)
+    failed = [f"{r['policy']} in {r['policy_errors']} hook calls at {r['waiting']} waiting"
+              for r in rows if r["policy_errors"]]
+    if failed:
+        from fairsim.errors import StatusError
+
+        raise StatusError("hook-overhead: a policy failed in the hook, which kept vLLM's order, so its "
+                          "row times that fallback, not the policy: " + ", ".join(failed)
+                          + " (its error is logged above)", 1)
     return 0
 
 

@@ -95,6 +95,7 @@ def measure_overhead(policies: list[str], sizes: list[int], profile: str | None 
                                                       params, arrival_time=time.time() - 1e-3 * (n - i)))
 
                 arrive(n)
+                errors0 = sched.fairsim_policy_errors
                 times = []
                 for _ in range(repeats + 1):
                     t0 = time.perf_counter()
@@ -125,7 +126,8 @@ def measure_overhead(policies: list[str], sizes: list[int], profile: str | None 
                              "changed_p90_s": float(np.quantile(hook, 0.9)),  # linear interpolation
                              "step_s": statistics.median(step_times),
                              "admitted_per_step": admitted / steps, "arrived_per_step": arrived / steps,
-                             "lookups_per_step": lookups / steps})
+                             "lookups_per_step": lookups / steps,
+                             "policy_errors": sched.fairsim_policy_errors - errors0})
                 if on_row is not None:
                     on_row(rows[-1])
         finally:
