@@ -229,7 +229,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
                               colocated=colocated) if args.windows == "auto"
                else parse_windows(args.windows))
     windows = [with_load(requests, profile, w, scale, base.budget_tokens, colocated) for w in windows]
-    block_size, kv_blocks = capacity_of(requests, base)
+    block_size, kv_blocks = capacity_of(requests, base, args)
     config = dataclasses.replace(base, block_size=block_size, kv_blocks=kv_blocks,
                                  kv_fraction=None, kv_tokens=None)
     load = offered_load(scale_time(requests, scale), profile, base.budget_tokens, args.load_window,

@@ -172,6 +172,8 @@ def find_peer(path: str) -> str:
     """
     from fairsim.deps import MissingDependencyError
 
+    if os.path.isdir(path):
+        raise MissingDependencyError(f"--compare {path}: is a folder; give the peer's executable, e.g. sched-sim")
     if os.sep in path and os.path.isfile(path) and not os.access(path, os.X_OK):
         raise MissingDependencyError(f"--compare {path}: the file is not executable (chmod +x it, or give "
                                      f"the peer's installed command, e.g. sched-sim)")
@@ -204,7 +206,7 @@ def bench_peer(peer: str, requests: list, budget: int, tmp: Path, decode: bool =
     except OSError as exc:  # e.g. a script without a shebang, or one naming a missing interpreter
         raise ValueError(f"bench: --compare {peer}: cannot run it: {exc.strerror}") from None
     if code != 0:
-        said = " | ".join(err.strip().splitlines())[-800:]  # one line (the error contract)
+        said = " | ".join(err.strip().splitlines())[-800:] or "(nothing on stderr)"  # one line
         raise ValueError(f"bench: --compare {peer}: its trace command exited {code}: {said}")
     if "TTFT" not in out:
         raise ValueError(f"bench: --compare {peer}: its trace command exited 0 but printed no TTFT "
@@ -307,7 +309,7 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
             # here, once and before the tiling; its notes are printed by the load below.
             with contextlib.redirect_stderr(io.StringIO()):
                 _, shaped = load_requests(argparse.Namespace(**vars(args)), profile)
-            capacity_of(shaped, config)
+            capacity_of(shaped, config, args)
             trace = read_trace(args)
             # Cut first, then tile the part kept (the children then get the tiled file uncut).
             kept = window(list(trace.requests), args.window_start, args.window_end, args.max_requests)
@@ -325,8 +327,14 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
             args.window_start, args.window_end, args.max_requests = 0.0, None, None
         # Load and shape once here: bad input fails before any child runs, and --target-load
         # is resolved to one --time-scale for every child (and the peer).
-        _, requests = load_requests(args, profile)
-        capacity_of(requests, config)  # a cache too small for the trace: refused before any child
+        try:
+            _, requests = load_requests(args, profile)
+            capacity_of(requests, config, args)  # a cache too small for the trace: refused before any child
+        except ValueError as exc:
+            if args.tile == 1:
+                raise
+            # The trace itself passed above: the tiling made it fail (e.g. arrivals beyond 1e9 s).
+            raise ValueError(f"{exc} (in the trace tiled {args.tile} times by --tile {args.tile})") from None
         args.target_load = None  # resolved to args.time_scale: the children get that scale
         argv = run_argv(args)
         untiled.time_scale, untiled.target_load = args.time_scale, None

@@ -17,6 +17,7 @@ import gc
 import json
 import math
 import os
+import re
 import sys
 import traceback
 from collections.abc import Sequence
@@ -397,20 +398,24 @@ def engine_config(args: argparse.Namespace, profile: Profile | None = None) -> E
     return config if profile is None else with_profile_capacity(config, profile)[0]
 
 
-def _option_names(message: str) -> str:
+def _option_names(message: str, args: argparse.Namespace | None = None) -> str:
     """``message`` with each ``EngineConfig`` field (``kv_tokens=100``) named as its option
-    (``--kv-tokens 100``)."""
+    (``--kv-tokens 100``); with ``args``, a message that blames a ``kv_tokens`` that no
+    ``--kv-tokens`` gave blames the profile's KV capacity (``with_profile_capacity``) instead."""
+    if args is not None and getattr(args, "kv_tokens", None) is None:
+        message = re.sub(r"^kv_tokens=(\d+)", r"the profile's KV capacity (\1 tokens)", message)
     for field, option in ENGINE_OPTIONS.items():
         message = message.replace(f"{field}=", f"{option} ")
     return message
 
 
-def capacity_of(requests: Sequence[Request], config: EngineConfig) -> tuple[int, int]:
+def capacity_of(requests: Sequence[Request], config: EngineConfig,
+                args: argparse.Namespace) -> tuple[int, int]:
     """``fairsim.sim.capacity.resolve_capacity`` for a command: ``(block_size, kv_blocks)``.
 
     Raises:
-        CapacityError: As ``resolve_capacity``, naming the options (``--kv-tokens``), not the
-            ``EngineConfig`` fields.
+        CapacityError: As ``resolve_capacity``, naming the options of ``args`` (``--kv-tokens``)
+            that set the capacity, not the ``EngineConfig`` fields.
     """
     from fairsim.errors import CapacityError
     from fairsim.sim.capacity import resolve_capacity
@@ -418,7 +423,7 @@ def capacity_of(requests: Sequence[Request], config: EngineConfig) -> tuple[int,
     try:
         return resolve_capacity(requests, config)
     except CapacityError as exc:
-        raise CapacityError(_option_names(str(exc))) from None
+        raise CapacityError(_option_names(str(exc), args)) from None
 
 
 def resolve_policies(spec: str) -> list[str]:
@@ -542,7 +547,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     # (it unfreezes; so does an error before it, below). fairsim/gcpause.py.
     with paused(freeze=True):
         trace, requests = load_requests(args, profile)
-        block_size, kv_blocks = capacity_of(requests, config)  # fails fast on a too-small cache
+        block_size, kv_blocks = capacity_of(requests, config, args)  # fails fast on a too-small cache
         engine = {"profile": profile.name, "kv_tokens": kv_blocks * block_size, "kv_blocks": kv_blocks,
                   "block_size": block_size, "kv_capacity_source": cap_source}
         load = offered_load(requests, profile, args.budget, args.load_window,

@@ -130,6 +130,21 @@ def test_a_bad_peer_exits_2_and_keeps_fairsims_figures(capsys, tmp_path, script,
     assert set(rows) == {"fcfs", "lpm"} and rows["fcfs"]["requests"] == 40
 
 
+def test_a_peer_that_is_a_folder_is_named(capsys, tmp_path):
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs", "--compare", tmp_path)
+    assert code == 2 and out == ""
+    assert err.strip() == f"fairsim: error: --compare {tmp_path}: is a folder; give the peer's executable, e.g. sched-sim"
+
+
+def test_an_error_only_the_tiled_trace_meets_says_so(capsys):
+    # 300 requests over about 70 s x 5e6 = 3.5e8 s: fine; three copies reach 1.04e9 s > 1e9 s.
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs", "--max-requests", "300", "--time-scale", "5e6",
+                          "--tile", "3")
+    assert code == 2 and out == ""
+    assert "the last arrival is at 1.04299e+09 s, beyond 1e+09 s" in err
+    assert err.strip().endswith("(in the trace tiled 3 times by --tile 3)")
+
+
 def test_a_failing_policy_keeps_the_ones_before_it(capsys, tmp_path, monkeypatch):
     # A team's policy that raises once the clock passes 5 s: its child exits 1 with the policy's
     # message; the bench prints and writes the policies that finished, then exits 1 with it.

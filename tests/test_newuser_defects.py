@@ -146,6 +146,12 @@ class TestKvTokensNamed:
         assert "error: --kv-tokens 99999999999999 gives 1.95e+11 blocks of 512 tokens" in err
         assert "4194304 blocks" in err and "so --kv-blocks 28 (--kv-tokens 14336) already" in err
 
+    def test_cli_blames_the_profile_not_an_option_not_given(self, capsys):
+        code, _, err = run_cli(capsys, "run", "--policy", "fcfs", "--block-size", "100000000")
+        assert code == 2
+        assert err.strip().endswith("fairsim: error: the profile's KV capacity (231014 tokens): less than one "
+                                    "block of 100000000 tokens")
+
     def test_cli_names_the_option_below_one_block(self, capsys):
         code, _, err = run_cli(capsys, "run", "--policy", "fcfs", "--kv-tokens", "100")
         assert code == 2 and err.strip() == "fairsim: error: --kv-tokens 100: less than one block of 512 tokens"

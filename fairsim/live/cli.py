@@ -172,7 +172,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         budget_tokens=args.budget, max_num_seqs=args.max_num_seqs, block_size=block,
         kv_blocks=args.kv_blocks, kv_tokens=args.kv_tokens, kv_fraction=args.kv_fraction), profile)
     try:
-        _, kv_blocks = capacity_of(requests, config)
+        _, kv_blocks = capacity_of(requests, config, args)
     except CapacityError:
         if config.kv_blocks is not None or config.kv_tokens is not None:
             raise

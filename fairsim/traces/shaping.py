@@ -38,7 +38,9 @@ def window(requests: Sequence[Request], start_s: float = 0.0, end_s: float | Non
         ValueError: ``start_s < 0``, ``end_s <= start_s`` or ``max_requests < 1``.
     """
     if start_s < 0 or (end_s is not None and end_s <= start_s):
-        raise ValueError(f"window [{start_s}, {end_s}) is empty or negative")
+        raise ValueError(f"--window-start {start_s:g} --window-end {end_s:g}: the window [{start_s:g}, "
+                         f"{end_s:g}) s is empty or negative" if end_s is not None
+                         else f"--window-start {start_s:g}: need a time >= 0 s")
     if max_requests is not None and max_requests < 1:
         raise ValueError(f"--max-requests {max_requests}: need an integer >= 1")
     out = [
