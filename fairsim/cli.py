@@ -41,6 +41,10 @@ from fairsim.types import Request
 #: Latest (scaled) arrival accepted, seconds (~32 years). float64 resolves 1.2e-7 s at 1e9 s, so
 #: step times (>= 1e-6 s) and TTFTs keep their precision; beyond it they silently would not.
 MAX_ARRIVAL_S = 1e9
+#: Shortest span of arrivals (s) a time scale may make of a trace whose arrivals are not all at
+#: one instant: under 1 us (the resolution ``MAX_ARRIVAL_S`` keeps) a factor is a mistake, not a
+#: burst, and the offered-load figures would run to hundreds of digits.
+MIN_SPAN_S = 1e-6
 
 
 def parse_params(items: Sequence[str]) -> dict[str, Any]:
@@ -339,6 +343,14 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None) -> t
             f"{where}: the last arrival is at {last:.6g} s, beyond "
             f"{MAX_ARRIVAL_S:.0e} s, where float64 time cannot resolve 1 us steps; use "
             + ("a larger --target-load" if target is not None else "a smaller factor or a shorter window"))
+    span = kept[-1].arrival_time - kept[0].arrival_time
+    if span > 0 and span * args.time_scale < MIN_SPAN_S:
+        where = (f"--target-load {target:g} (time scale {args.time_scale:.6g})" if target is not None
+                 else f"--time-scale {args.time_scale}")
+        raise ValueError(
+            f"{where}: the trace's {span:.6g} s of arrivals would span {span * args.time_scale:.3g} s, "
+            f"under {MIN_SPAN_S:.0e} s, finer than any engine step; use "
+            + ("a smaller --target-load" if target is not None else "a larger factor"))
     trace = add_mapping_warning(trace, requests, args.block_size)
     for warning in trace.warnings:
         print(f"fairsim: warning: {warning}", file=sys.stderr)

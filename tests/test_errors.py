@@ -49,6 +49,7 @@ class TestBadOptions:
         (["--kv-fraction", "1e300"], "--kv-fraction 1e+300 gives 1.7e+301 blocks, which is above the simulator's limit"),
         (["--kv-fraction", "inf"], "--kv-fraction inf: need a finite fraction > 0"),
         (["--kv-blocks", "100000000000000000000"], "--kv-blocks 100000000000000000000 is above the simulator's limit of 4194304"),
+        (["--time-scale", "1e-300"], "--time-scale 1e-300: the trace's"),
         (["--window-start", "10", "--window-end", "5"], "--window-start 10 --window-end 5: the window [10, 5) s is empty"),
         (["--window-start", "nan"], "--window-start nan: need a finite time >= 0 s"),
         (["--window-end=-inf"], "--window-end -inf: need a finite time >= 0 s"),
