@@ -6,8 +6,9 @@ that is inside a finaliser (``__del__``, a weakref callback), the exception is p
 ``fairsim`` command) raises ``KeyboardInterrupt`` as Python does, except inside a finaliser, and
 records the request in ``REQUESTED`` either way; the simulator's step loop checks it once per step
 and raises ``KeyboardInterrupt`` there (the live commands call ``check()`` between engine steps
-and before building an engine), and ``fairsim.cli.main`` treats a command that returns with it set as interrupted, so an
-interrupted run always stops (exit 130, no traceback) with its finished results kept.
+and before building an engine), and ``fairsim.cli.main`` treats a command that returns with it
+set as interrupted, so an interrupted run always stops (exit 130, no traceback) with its finished
+results kept.
 """
 
 from __future__ import annotations
