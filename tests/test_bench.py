@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 
 import pytest
 
@@ -148,7 +149,7 @@ def test_an_error_only_the_tiled_trace_meets_says_so(capsys):
 def test_a_failing_policy_keeps_the_ones_before_it(capsys, tmp_path, monkeypatch):
     # A team's policy that raises once the clock passes 5 s: its child exits 1 with the policy's
     # message; the bench prints and writes the policies that finished, then exits 1 with it.
-    (tmp_path / "teampol.py").write_text(
+    (tmp_path / "benchfailpol.py").write_text(
         "from fairsim.policies.fcfs import FCFS\n"
         "class Boom(FCFS):\n"
         "    name = 'boom'\n"
@@ -161,14 +162,17 @@ def test_a_failing_policy_keeps_the_ones_before_it(capsys, tmp_path, monkeypatch
     peer = tmp_path / "peer.sh"  # leaves a mark if it is run
     peer.write_text(f"#!/bin/sh\ntouch {tmp_path / 'peer-ran'}\necho TTFT\n")
     peer.chmod(0o755)
-    code, out, err = _cli(capsys, "bench", "--policies", "fcfs,teampol:Boom,lpm", "--max-requests", "60",
-                          "--out", tmp_path / "o", "--compare", peer, "--format", "json")
+    try:
+        code, out, err = _cli(capsys, "bench", "--policies", "fcfs,benchfailpol:Boom,lpm", "--max-requests", "60",
+                              "--out", tmp_path / "o", "--compare", peer, "--format", "json")
+    finally:
+        sys.modules.pop("benchfailpol", None)  # imported by the policy check: not left for other tests
     assert code == 1
     assert set(json.loads(out)) == {"fcfs"}  # lpm not run after the failure, nor the peer
     assert not (tmp_path / "peer-ran").exists()
     assert json.loads((tmp_path / "o" / "bench.json").read_text())["fcfs"]["requests"] == 60
     last = err.strip().splitlines()[-1]
-    assert last == ("fairsim: bench: policy 'teampol:Boom' (its fairsim run exited 1): "
+    assert last == ("fairsim: bench: policy 'benchfailpol:Boom' (its fairsim run exited 1): "
                     "error in policy 'boom' (Boom): ValueError: boom")
 
 

@@ -4,6 +4,7 @@ policies that need more than an order are refused."""
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -428,7 +429,10 @@ def test_hook_overhead_of_a_failing_policy_exits_1(capsys, tmp_path, monkeypatch
         "    def order(self, waiting, now):\n"
         "        raise RuntimeError('always')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    code = main(["hook-overhead", "--policies", "failpol:Always", "--sizes", "8", "--steps", "2"])
+    try:
+        code = main(["hook-overhead", "--policies", "failpol:Always", "--sizes", "8", "--steps", "2"])
+    finally:
+        sys.modules.pop("failpol", None)  # not left for other tests
     out, err = capsys.readouterr()
     assert code == 1
     assert out.splitlines()[1].startswith("failpol:Always")  # the row is printed
