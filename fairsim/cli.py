@@ -447,6 +447,8 @@ def resolve_policies(spec: str) -> list[str]:
     names = policy_names(include_generic=False) if spec == "all" else [s.strip() for s in spec.split(",") if s.strip()]
     if not names:
         raise ValueError("no policies given")
+    if "all" in names:  # spec is not "all" itself here
+        raise ValueError(f"--policies {spec}: 'all' stands alone (every registered policy); name policies, or all")
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:  # one row per policy: a repeat would silently be one run
         raise ValueError(f"--policies {spec}: {', '.join(map(repr, twice))} given more than once; give each "

@@ -69,6 +69,12 @@ class TestBadOptions:
         assert message in err and err.startswith("fairsim: error:") and "Traceback" not in err
 
     @pytest.mark.parametrize("command", ["compare", "bench"])
+    def test_all_with_other_names(self, capsys, command):
+        code, out, err = run_cli(capsys, command, "--policies", "all,fcfs")
+        assert code == 2 and out == ""
+        assert err.startswith("fairsim: error: --policies all,fcfs: 'all' stands alone (every registered policy)")
+
+    @pytest.mark.parametrize("command", ["compare", "bench"])
     def test_a_policy_given_twice(self, capsys, command):
         code, out, err = run_cli(capsys, command, "--policies", "fcfs,lpm,fcfs")
         assert code == 2 and out == ""
@@ -94,6 +100,8 @@ class TestBadOptions:
         (["hook-overhead", "--policies", "preble"], "--policies preble: policy 'preble' has skips_misfits"),
         (["hook-overhead", "--policies", "all", "--steps", "0"], "--steps 0: need an integer >= 1"),
         (["hook-overhead", "--policies", "lpm,fcfs,lpm"], "--policies lpm,fcfs,lpm: 'lpm' given more than once"),
+        (["hook-overhead", "--policies", "all,fcfs"], "--policies all,fcfs: 'all' stands alone"),
+        (["hook-overhead", "--sizes", "20,20"], "--sizes '20,20': a size given more than once"),
         (["hook-overhead", "--policies", "peek"], "--policies peek: policy 'peek' has eviction_hook=ProtectWaitingHits"),
         (["hook-overhead", "--profile", "nosuch"], "--profile nosuch: profile 'nosuch' is neither a file"),
         (["equivalence", "--out", "/dev/null"], "--out /dev/null: exists and is not a folder"),

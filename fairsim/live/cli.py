@@ -132,6 +132,10 @@ def _check_first(args: argparse.Namespace) -> None:
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise ValueError(f"--policies {args.policies}: {', '.join(map(repr, twice))} given more than once")
+        if "all" in names:  # --policies is not "all" itself here
+            raise ValueError(f"--policies {args.policies}: 'all' stands alone (every policy the hook accepts)")
+        if len(set(sizes)) < len(sizes):
+            raise ValueError(f"--sizes {args.sizes!r}: a size given more than once")
         for name in names:  # an unknown name or parameter, a policy the hook refuses: now
             try:
                 build_policy({"policy": name, "profile": args.profile})
