@@ -449,11 +449,20 @@ def resolve_policies(spec: str) -> list[str]:
         raise ValueError("no policies given")
     if "all" in names:  # spec is not "all" itself here
         raise ValueError(f"--policies {spec}: 'all' stands alone (every registered policy); name policies, or all")
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:  # one row per policy: a repeat would silently be one run
-        raise ValueError(f"--policies {spec}: {', '.join(map(repr, twice))} given more than once; give each "
-                         f"policy once (bench --repeat N runs each N times)")
+    # One row per policy: a repeat would silently be one run.
+    check_named_once("--policies", spec, names, "; give each policy once (bench --repeat N runs each N times)")
     return names
+
+
+def check_named_once(option: str, value: str, items: Sequence[Any], hint: str = "") -> None:
+    """Refuse a list option (``value``, as typed) that names an item more than once.
+
+    Raises:
+        ValueError: ``OPTION VALUE: 'x' given more than once`` (then ``hint``).
+    """
+    twice = sorted({str(x) for x in items if items.count(x) > 1})
+    if twice:
+        raise ValueError(f"{option} {value}: {', '.join(map(repr, twice))} given more than once{hint}")
 
 
 def check_policies(names: list[str], profile: Profile, params: dict[str, Any]) -> None:

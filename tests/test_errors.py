@@ -101,7 +101,7 @@ class TestBadOptions:
         (["hook-overhead", "--policies", "all", "--steps", "0"], "--steps 0: need an integer >= 1"),
         (["hook-overhead", "--policies", "lpm,fcfs,lpm"], "--policies lpm,fcfs,lpm: 'lpm' given more than once"),
         (["hook-overhead", "--policies", "all,fcfs"], "--policies all,fcfs: 'all' stands alone"),
-        (["hook-overhead", "--sizes", "20,20"], "--sizes '20,20': a size given more than once"),
+        (["hook-overhead", "--sizes", "20,20"], "--sizes 20,20: '20' given more than once"),
         (["hook-overhead", "--policies", "peek"], "--policies peek: policy 'peek' has eviction_hook=ProtectWaitingHits"),
         (["hook-overhead", "--profile", "nosuch"], "--profile nosuch: profile 'nosuch' is neither a file"),
         (["equivalence", "--out", "/dev/null"], "--out /dev/null: exists and is not a folder"),

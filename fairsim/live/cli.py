@@ -120,6 +120,7 @@ def _check_first(args: argparse.Namespace) -> None:
                              f"10,000)")
         if args.steps < 1:
             raise ValueError(f"--steps {args.steps}: need an integer >= 1")
+        from fairsim.cli import check_named_once
         from fairsim.costmodel import load_profile
         from fairsim.live.settings import build_policy
 
@@ -129,13 +130,10 @@ def _check_first(args: argparse.Namespace) -> None:
             raise ValueError(f"--profile {args.profile}: {exc}") from None
         if not all(names):
             raise ValueError(f"--policies {args.policies!r}: need comma-separated policy names")
-        twice = sorted({n for n in names if names.count(n) > 1})
-        if twice:
-            raise ValueError(f"--policies {args.policies}: {', '.join(map(repr, twice))} given more than once")
+        check_named_once("--policies", args.policies, names)
         if "all" in names:  # --policies is not "all" itself here
             raise ValueError(f"--policies {args.policies}: 'all' stands alone (every policy the hook accepts)")
-        if len(set(sizes)) < len(sizes):
-            raise ValueError(f"--sizes {args.sizes!r}: a size given more than once")
+        check_named_once("--sizes", args.sizes, sizes)
         for name in names:  # an unknown name or parameter, a policy the hook refuses: now
             try:
                 build_policy({"policy": name, "profile": args.profile})

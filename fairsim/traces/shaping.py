@@ -37,10 +37,11 @@ def window(requests: Sequence[Request], start_s: float = 0.0, end_s: float | Non
     Raises:
         ValueError: ``start_s < 0``, ``end_s <= start_s`` or ``max_requests < 1``.
     """
+    if end_s is None and start_s < 0:
+        raise ValueError(f"--window-start {start_s:g}: need a time >= 0 s")
     if start_s < 0 or (end_s is not None and end_s <= start_s):
-        raise ValueError(f"--window-start {start_s:g} --window-end {end_s:g}: the window [{start_s:g}, "
-                         f"{end_s:g}) s is empty or negative" if end_s is not None
-                         else f"--window-start {start_s:g}: need a time >= 0 s")
+        raise ValueError(f"--window-start {start_s:g} --window-end {end_s:g}: the window "
+                         f"[{start_s:g}, {end_s:g}) s is empty or negative")
     if max_requests is not None and max_requests < 1:
         raise ValueError(f"--max-requests {max_requests}: need an integer >= 1")
     out = [
