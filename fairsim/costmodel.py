@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import json
 import math
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +93,33 @@ TTFT of a request alone, which includes a few milliseconds of per-request engine
 timed steps (input and output processing); on the CPU profile re-measured with decode the
 128-token point is 3.7 ms against a modelled 1.9 ms while every longer point is within 6 %. 5 ms is
 below every ``T_idle`` of a GPU-served 8B model (tens of ms), so it only forgives tiny prompts."""
+
+
+def interp(x: float, xp: Sequence[float], fp: Sequence[float]) -> float:
+    """``numpy.interp(x, xp, fp)`` for one ``x`` with ``xp[0] <= x <= xp[-1]``, in plain floats.
+
+    The same operations in the same order as numpy's C loop (``arr_interp`` in
+    ``numpy/_core/src/multiarray/compiled_base.c``): ``fp[j]`` where ``x == xp[j]``, else
+    ``slope * (x - xp[j]) + fp[j]`` with ``slope = (fp[j+1] - fp[j]) / (xp[j+1] - xp[j])``, so the
+    float is the one ``np.interp`` gives (``tests/test_costmodel.py`` compares every length of
+    every shipped profile), at a fraction of a NumPy call's cost.
+
+    Args:
+        x: The point (tokens).
+        xp: Strictly increasing knots (tokens).
+        fp: Values at the knots (seconds).
+    """
+    j = bisect_right(xp, x) - 1
+    if j == len(xp) - 1 or xp[j] == x:
+        return float(fp[j])
+    x0, x1, y0, y1 = float(xp[j]), float(xp[j + 1]), float(fp[j]), float(fp[j + 1])
+    slope = (y1 - y0) / (x1 - x0)
+    out = slope * (float(x) - x0) + y0
+    if out != out:  # NaN one way: numpy tries the other end, then a flat segment
+        out = slope * (float(x) - x1) + y1
+        if out != out and y0 == y1:
+            out = y0
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +164,7 @@ class Profile:
     e_s_per_decode_ctx_token: float = 0.0
     f_s_per_decode: float = 0.0
     min_step_s: float = 0.0
-    _idle_x: Any = field(default=None, init=False, repr=False, compare=False)
-    _idle_y: Any = field(default=None, init=False, repr=False, compare=False)
+    _idle_memo: dict[int, float] = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         for key in ("a_s", "b_s_per_token", "k_s_per_pair", "d_s_per_request") + DECODE_KEYS:
@@ -161,8 +188,6 @@ class Profile:
                                f"steps would take no time")
         if self.max_model_len is not None and (isinstance(self.max_model_len, bool) or self.max_model_len < 2):
             raise ProfileError(f"profile {self.name!r}: max_model_len={self.max_model_len!r} must be an integer >= 2")
-        object.__setattr__(self, "_idle_x", np.asarray(x, dtype=np.float64))
-        object.__setattr__(self, "_idle_y", np.asarray(y, dtype=np.float64))
 
     @property
     def kv_capacity_tokens(self) -> int | None:
@@ -261,18 +286,25 @@ class Profile:
 
         Linear interpolation of the profile's table (monotone); below the first point it scales
         linearly to 0 at 0 tokens; beyond the last point it follows ``prefill_time(L)`` scaled to
-        meet the table's last point.
+        meet the table's last point. Memoised per length: the Fairway family and PEEK ask it for
+        every distinct prompt length of a trace (thousands; issue 13).
 
         Raises:
             ValueError: ``prompt_len < 1``.
         """
+        t = self._idle_memo.get(prompt_len)
+        if t is None:
+            t = self._idle_memo[prompt_len] = self._idle_time(prompt_len)
+        return t
+
+    def _idle_time(self, prompt_len: int) -> float:
         if prompt_len < 1:
             raise ValueError(f"prompt_len={prompt_len} must be >= 1 token")
-        x, y = self._idle_x, self._idle_y
+        x, y = self.idle_prompt_tokens, self.idle_seconds
         if prompt_len <= x[-1]:
             if prompt_len < x[0]:
-                return float(y[0] * prompt_len / x[0])
-            return float(np.interp(prompt_len, x, y))
+                return float(float(y[0]) * prompt_len / float(x[0]))
+            return interp(prompt_len, x, y)
         last = int(x[-1])
         model_last = self.prefill_time(last)
         scale = y[-1] / model_last if model_last > 0 else 1.0

@@ -2,9 +2,10 @@
 
 import json
 
+import numpy as np
 import pytest
 
-from fairsim.costmodel import Profile, builtin_profiles, load_profile, model_idle_table, save_profile
+from fairsim.costmodel import Profile, builtin_profiles, interp, load_profile, model_idle_table, save_profile
 from fairsim.errors import ProfileError
 from fairsim.profiles.build_prior import build_prior
 
@@ -40,6 +41,34 @@ class TestIdleTable:
         assert p.idle_prefill_time(50) == pytest.approx(0.05)
         beyond = p.idle_prefill_time(5000)
         assert beyond == pytest.approx(p.prefill_time(5000) * 0.5 / p.prefill_time(1000))
+
+    @pytest.mark.parametrize("name", builtin_profiles())
+    def test_same_floats_as_numpy_interp(self, name):
+        # idle_prefill_time interpolates in plain floats (costmodel.interp): bit for bit what
+        # np.interp gave before, at every length of the table's range (odd lengths sampled
+        # past 20,000 to keep the test short), knots included.
+        p = load_profile(name)
+        x, y = p.idle_prompt_tokens, p.idle_seconds
+        lengths = np.unique(np.concatenate([np.arange(x[0], min(x[-1], 20_000) + 1),
+                                            np.arange(x[0], x[-1] + 1, 37), np.asarray(x)]))
+        expected = np.interp(lengths.astype(np.float64), np.asarray(x, dtype=np.float64),
+                             np.asarray(y, dtype=np.float64))
+        got = np.array([interp(int(n), x, y) for n in lengths])
+        assert np.array_equal(got, expected)
+        assert [p.idle_prefill_time(int(n)) for n in lengths[:500]] == list(expected[:500])
+
+    def test_interp_by_hand(self):
+        assert interp(550, (100, 1000), (0.1, 0.5)) == (0.5 - 0.1) / 900 * 450 + 0.1
+        assert interp(100, (100, 1000), (0.1, 0.5)) == 0.1  # a knot: its value, no arithmetic
+        assert interp(1000, (100, 1000), (0.1, 0.5)) == 0.5
+
+    def test_memoised_value_is_the_computed_one(self):
+        p = profile()
+        first = p.idle_prefill_time(5000)  # beyond the table: the scaled model
+        assert p.idle_prefill_time(5000) == first == p.prefill_time(5000) * 0.5 / p.prefill_time(1000)
+        with pytest.raises(ValueError, match="prompt_len=0"):
+            p.idle_prefill_time(0)
+        assert p == profile()  # the memo takes no part in equality
 
     def test_monotone_over_range(self):
         p = load_profile()
