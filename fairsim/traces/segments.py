@@ -7,7 +7,6 @@ imports: used by the RAGPulse reader, ``fairsim convert`` and ``fairsim.sim.keys
 
 from __future__ import annotations
 
-import hashlib
 from functools import lru_cache
 from collections.abc import Sequence
 
@@ -32,6 +31,8 @@ def segment_block_keys(segments: Sequence[tuple[int, int]], block_size: int) -> 
 
 @lru_cache(maxsize=1 << 16)
 def _keys(segments: tuple[tuple[int, int], ...], block_size: int) -> tuple[int, ...]:
+    import hashlib  # here: only traces with segments need it, and it costs every start 2-3 ms
+
     out: list[int] = []
     h = hashlib.blake2b(digest_size=8)
     filled = 0
