@@ -57,7 +57,11 @@ def test_watched_keys_cover_every_hit_change(name, sim):
 
 def _run_checked(engine: Engine, check) -> tuple[list[int], object]:
     """Run ``engine`` with ``check(engine)`` at the start of every step; its results and the
-    run's. Every request is served and nothing stays watched."""
+    run's. Every request is served and nothing stays watched.
+
+    Every step goes through ``_schedule`` (no chunk burst: its steps make the same pool calls,
+    ``tests/test_chunk_burst.py``), so the check sees each one."""
+    engine.fast_chunks = False
     schedule = engine._schedule
     seen = []
 

@@ -29,9 +29,11 @@ def _rag(n=300):
 
 def test_peek_same_tables_when_ordering_every_step(monkeypatch):
     """PEEK's order is skipped in steps that cannot admit, as every policy's: its protection is
-    only refreshed in steps that admit, so ordering every step (the old engine) changes nothing."""
+    only refreshed in steps that admit, so ordering every step (the old engine) changes nothing.
+    (Every step through ``_schedule``: ``fast_chunks=False``.)"""
     requests, engine = _rag()
-    skipped = simulate(requests, make_policy("peek", PROFILE), PROFILE, engine, fast_order=False)
+    skipped = simulate(requests, make_policy("peek", PROFILE), PROFILE, engine, fast_order=False,
+                       fast_chunks=False)
     schedule = engine_mod.Engine._schedule
     extra = []
 
@@ -44,7 +46,8 @@ def test_peek_same_tables_when_ordering_every_step(monkeypatch):
         return schedule(self, now)
 
     monkeypatch.setattr(engine_mod.Engine, "_schedule", every_step)
-    every = simulate(requests, make_policy("peek", PROFILE), PROFILE, engine, fast_order=False)
+    every = simulate(requests, make_policy("peek", PROFILE), PROFILE, engine, fast_order=False,
+                     fast_chunks=False)
     assert len(extra) > 20  # steps that cannot admit, with requests waiting
     pd.testing.assert_frame_equal(skipped.requests, every.requests, check_exact=True)
     pd.testing.assert_frame_equal(skipped.steps, every.steps, check_exact=True)

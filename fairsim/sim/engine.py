@@ -160,6 +160,9 @@ class Engine:
             ``fairsim.policies.incremental``) when it has one: the waiting queue's order is kept
             across steps and read lazily up to the budget or the first misfit. False: call
             ``order()`` on every waiting snapshot each step (the reference; same decisions).
+        fast_chunks: Prefill-only: run the steps in which the first running request's chunk
+            takes the whole budget in a tight loop (``_chunk_burst``; same tables). False: every
+            step through ``_schedule`` (the reference).
 
     Raises:
         CapacityError, ValueError: See ``resolve_capacity``; duplicate request ids; a bad replay
@@ -178,6 +181,7 @@ class Engine:
         replay: str | None = None,
         think_scale: float = 1.0,
         fast_order: bool = True,
+        fast_chunks: bool = True,
     ) -> None:
         ids = [r.request_id for r in requests]
         if len(set(ids)) != len(ids):
@@ -193,6 +197,7 @@ class Engine:
         self._protect = getattr(hook, "protect", None)
         self.progress = progress
         self.colocated = config.mode == "colocated"
+        self.fast_chunks = fast_chunks and not self.colocated
         ordered = sorted(requests, key=lambda r: (r.arrival_time, r.request_id))
         # engine_block_keys: every full block is hashed, as in vLLM (not only the trace's).
         bs = self.block_size
@@ -285,6 +290,8 @@ class Engine:
         colocated = self.colocated
         step_time = (self.profile.step_time_colocated if colocated
                      else self.profile.step_time_from_sums)
+        burst = self._chunk_burst if self.fast_chunks else None
+        budget = self.config.budget_tokens
         step = 0
         now = synced = env.now
         while running or waiting or preempted_q or arrivals:
@@ -305,6 +312,15 @@ class Engine:
                 yield timeout(now - synced)
                 synced = now
                 continue
+            if burst is not None:
+                live = running[0] if running else None
+                # Most steps of a stable load: the first running request's chunk takes the whole
+                # budget, so nothing else is scheduled or admitted (_schedule).
+                if live is not None and live.req.prompt_len + live.generated - live.computed > budget:
+                    first = step
+                    now, step = burst(live, now, step)
+                    if step != first:
+                        continue
             num_waiting = len(waiting) + len(preempted_q)
             evictions0 = pool.num_evictions
             batch, preempted = schedule(now)
@@ -352,6 +368,56 @@ class Engine:
                 gc.freeze()
         if now != synced:
             yield timeout(now - synced)
+
+    def _chunk_burst(self, live: _Live, now: float, step: int) -> tuple[float, int]:
+        """Run prefill-only steps whose batch is one full-budget chunk of ``live`` (the first
+        running request); return the clock and the step number after them.
+
+        Each is the step ``_schedule`` and ``_loop`` would run (same blocks allocated and cached
+        in the same order, same step time from the same sums, same row): while ``live`` has more
+        than the budget left to compute, its chunk takes the whole budget, so no other running
+        request is scheduled, no waiting one can be admitted (the policy is not asked), and it
+        finishes no prefill. Stops before a step at which an arrival is due (``_loop`` releases
+        it), one that needs more blocks than are free (``_schedule`` preempts), the last
+        chunks, or a Ctrl-C. ``tests/test_chunk_burst.py`` compares the tables with
+        ``fast_chunks=False``.
+        """
+        pool = self.pool
+        bs = self.block_size
+        budget = self.config.budget_tokens
+        due = self._arrivals.heap
+        append_row = self._step_rows.append
+        step_time = self.profile.step_time_from_sums
+        num_waiting = len(self._waiting) + len(self._preempted)  # no release, no admission here
+        num_running = len(self._running)
+        keys, blocks = live.keys, live.blocks
+        n_keys = len(keys)
+        total = live.req.prompt_len + live.generated
+        computed = live.computed
+        while total - computed > budget and not (due and due[0][0] <= now) and not interrupt.REQUESTED:
+            end = computed + budget
+            need = -(-end // bs) - len(blocks)
+            evictions0 = pool.num_evictions
+            if need > 0:
+                if need > pool.num_free:
+                    break
+                blocks.extend(pool.allocate(need))
+            full = end // bs
+            start = live.num_cached_blocks
+            if full > start < n_keys:
+                if full > n_keys:
+                    full = n_keys
+                pool.cache_blocks(blocks, keys, start, full)
+                live.num_cached_blocks = full
+            duration = step_time(budget, budget * (computed + budget / 2), 1)
+            append_row((step, now, duration, budget, 0, 1, num_waiting, num_running, pool.num_used,
+                        pool.num_cached, pool.num_evictions - evictions0, 0))
+            live.computed = computed = end
+            now = now + duration
+            step += 1
+            if not step & FREEZE_EVERY_MASK:
+                gc.freeze()
+        return now, step
 
     def _schedule(self, now: float) -> tuple[list[tuple[_Live, int, int]], int]:
         """Pick this step's batch: ``[(request, new_tokens, context_tokens)]`` and #preemptions."""
@@ -806,12 +872,14 @@ def simulate(
     think_scale: float = 1.0,
     fast_order: bool = True,
     fast_decode: bool = True,
+    fast_chunks: bool = True,
 ) -> SimResult:
     """Replay ``requests`` through the engine under ``policy``; see ``Engine``.
 
     ``fast_decode`` (colocated mode): keep running decodes in aggregate and run pure decode
     steps in a tight loop (``fairsim.sim.decode_fast.DecodeFastEngine``; same tables as the
-    step-by-step ``Engine``, which ``fast_decode=False`` runs).
+    step-by-step ``Engine``, which ``fast_decode=False`` runs). ``fast_chunks`` (prefill-only):
+    see ``Engine``.
 
     Raises:
         PolicyError: An exception escaped the policy's ``order()``/``on_admitted()``
@@ -824,7 +892,7 @@ def simulate(
     # (fairsim/gcpause.py).
     with paused(freeze=True):
         engine = cls(requests, policy, profile, config, progress, replay=replay,
-                     think_scale=think_scale, fast_order=fast_order)
+                     think_scale=think_scale, fast_order=fast_order, fast_chunks=fast_chunks)
     try:
         return engine.run()
     except (Exception, SystemExit) as exc:  # SystemExit: a policy's sys.exit() is its failure
