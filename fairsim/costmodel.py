@@ -307,7 +307,7 @@ class Profile:
             return interp(prompt_len, x, y)
         last = int(x[-1])
         model_last = self.prefill_time(last)
-        scale = y[-1] / model_last if model_last > 0 else 1.0
+        scale = float(y[-1]) / model_last if model_last > 0 else 1.0  # float64, as the table was
         return float(self.prefill_time(prompt_len) * scale)
 
     # -- (de)serialisation -----------------------------------------------------------------------

@@ -57,6 +57,16 @@ class TestIdleTable:
         assert np.array_equal(got, expected)
         assert [p.idle_prefill_time(int(n)) for n in lengths[:500]] == list(expected[:500])
 
+    def test_float32_table_gives_float64_times(self):
+        # A table built in Python from float32 values: every time is computed in float64, as
+        # when the table was converted to a float64 array (beyond the last point too).
+        y32 = tuple(np.float32(v) for v in (0.1, 0.5))
+        p = profile(idle_seconds=y32)
+        ref = profile(idle_seconds=tuple(float(v) for v in y32))
+        for n in (50, 100, 550, 1000, 5000):
+            assert p.idle_prefill_time(n) == ref.idle_prefill_time(n)
+            assert type(p.idle_prefill_time(n)) is float
+
     def test_interp_by_hand(self):
         assert interp(550, (100, 1000), (0.1, 0.5)) == (0.5 - 0.1) / 900 * 450 + 0.1
         assert interp(100, (100, 1000), (0.1, 0.5)) == 0.1  # a knot: its value, no arithmetic

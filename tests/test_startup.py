@@ -52,9 +52,10 @@ def test_run_imports_only_what_it_uses(one_request, mode):
     for name in ("calibration.cli", "fairsim.accept", "fairsim.live.cli", "fairsim.sweep",
                  "fairsim.analysis.cli", "fairsim.convert", "vllm", "ray", "matplotlib", "tqdm"):
         assert name not in mods, name
-    # hashlib: only traces with content segments (RAGPulse) hash their blocks (pandas, which
-    # colocated runs import, imports it itself).
-    assert ("hashlib" in mods) == (mode == "colocated")
+    # hashlib: only traces with content segments (RAGPulse) hash their blocks (colocated runs
+    # import pandas, which may import it itself).
+    if mode == "prefill-only":
+        assert "hashlib" not in mods
     # Decode figures use pandas (the gap table; pandas itself loads pyarrow where installed).
     assert ("pandas" in mods) == (mode == "colocated")
 

@@ -160,9 +160,10 @@ class Engine:
             ``fairsim.policies.incremental``) when it has one: the waiting queue's order is kept
             across steps and read lazily up to the budget or the first misfit. False: call
             ``order()`` on every waiting snapshot each step (the reference; same decisions).
-        fast_chunks: Prefill-only: run the steps in which the first running request's chunk
-            takes the whole budget in a tight loop (``_chunk_burst``; same tables). False: every
-            step through ``_schedule`` (the reference).
+        fast_chunks: Prefill-only: run the steps in which the first running request has more
+            than the budget left to compute (its chunk takes the whole budget, nobody can be
+            admitted) in a tight loop (``_chunk_burst``; same tables). False: every step through
+            ``_schedule`` (the reference).
 
     Raises:
         CapacityError, ValueError: See ``resolve_capacity``; duplicate request ids; a bad replay
@@ -270,8 +271,9 @@ class Engine:
         # Attributes read every step are bound to locals (the loop runs once per step; issue 13).
         # Most steps of a stable load are chunks of long prefills that admit nothing, so the
         # per-step work is kept to what such a step needs: no call for arrivals unless one is
-        # due, one call to schedule, one to finish the batch (``self._running`` is updated in
-        # place, so the local stays valid), and no SimPy event: the clock is ``now``, advanced
+        # due, a run of them in one ``_chunk_burst`` call (prefill-only), else one call to
+        # schedule and one to finish the batch (``self._running`` is updated in place, so the
+        # local stays valid), and no SimPy event: the clock is ``now``, advanced
         # as ``now + duration`` - the float SimPy's ``timeout(duration)`` would give - and the
         # SimPy clock follows it at idle waits and at the end (as ``DecodeFastEngine``).
         env = self.env
@@ -378,9 +380,10 @@ class Engine:
         than the budget left to compute, its chunk takes the whole budget, so no other running
         request is scheduled, no waiting one can be admitted (the policy is not asked), and it
         finishes no prefill. Stops before a step at which an arrival is due (``_loop`` releases
-        it), one that needs more blocks than are free (``_schedule`` preempts), the last
-        chunks, or a Ctrl-C. ``tests/test_chunk_burst.py`` compares the tables with
-        ``fast_chunks=False``.
+        it), the last chunks (at most the budget left), or a Ctrl-C; and, defensively, before
+        one that needs more blocks than are free (``_schedule`` would preempt; prefill-only
+        admission reserves blocks for the whole remaining prompt, so this does not arise).
+        ``tests/test_chunk_burst.py`` compares the tables with ``fast_chunks=False``.
         """
         pool = self.pool
         bs = self.block_size
