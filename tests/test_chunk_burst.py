@@ -27,18 +27,14 @@ from fairsim.sim.engine import Engine
 from fairsim.sim.keys import blocks_for
 from fairsim.types import Request
 from tests.strategies import BLOCK, profiles, traces
-from tests.utils import constant_profile
+from tests.utils import constant_profile, same_as_reference
 
 PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
 
 
 def _both(requests, policy, profile, config, **kw):
-    fast = simulate(requests, make_policy(policy, profile), profile, config, **kw)
-    ref = simulate(requests, make_policy(policy, profile), profile, config, fast_chunks=False, **kw)
-    pd.testing.assert_frame_equal(fast.requests, ref.requests, check_exact=True)
-    pd.testing.assert_frame_equal(fast.steps, ref.steps, check_exact=True)
-    return fast
+    return same_as_reference(requests, policy, profile, config, {"fast_chunks": False}, **kw)
 
 
 class _Counting(Engine):

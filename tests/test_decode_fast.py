@@ -20,24 +20,20 @@ from fairsim.costmodel import load_profile
 from fairsim.policies import make_policy
 from fairsim.policies.registry import policy_names
 from fairsim.scenarios import build_scenario
-from fairsim.sim import EngineConfig, simulate
+from fairsim.sim import EngineConfig
 from fairsim.sim.decode_fast import DecodeFastEngine
 from fairsim.sim.keys import blocks_for
 from fairsim.types import Request
 from tests.strategies import BLOCK, profiles, traces
-from tests.utils import constant_profile
+from tests.utils import constant_profile, same_as_reference
 
 PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
 
 
 def _both(requests, policy, profile, config, **kw):
-    fast = simulate(requests, make_policy(policy, profile), profile, config, **kw)
-    ref = simulate(requests, make_policy(policy, profile), profile, config, fast_decode=False, **kw)
-    pd.testing.assert_frame_equal(fast.requests, ref.requests, check_exact=True)
-    pd.testing.assert_frame_equal(fast.steps, ref.steps, check_exact=True)
-    pd.testing.assert_frame_equal(fast.token_gaps, ref.token_gaps, check_exact=True)
-    return fast
+    return same_as_reference(requests, policy, profile, config, {"fast_decode": False},
+                             ("requests", "steps", "token_gaps"), **kw)
 
 
 def _engine(requests, policy, profile, config, **kw):

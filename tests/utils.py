@@ -141,3 +141,20 @@ def credit_pair(name: str, quantum: int, profile: Profile):
     params = {"quantum": quantum} if name in ("drr", "dlpm") else {"input_weight": quantum / 1000}
     fast = make_policy(name, profile, **params)
     return make_policy(name, profile, **params), fast, fast.incremental_order()
+
+
+def same_as_reference(requests, policy: str, profile: Profile, config, reference: dict,
+                      tables: tuple[str, ...] = ("requests", "steps"), **kw):
+    """Simulate ``requests`` under ``policy`` with the engine's defaults and with the reference
+    options ``reference`` (e.g. ``{"fast_chunks": False}``); assert ``tables`` are identical
+    (exact floats); return the default run's ``SimResult``."""
+    import pandas as pd
+
+    from fairsim.policies import make_policy
+    from fairsim.sim import simulate
+
+    fast = simulate(requests, make_policy(policy, profile), profile, config, **kw)
+    ref = simulate(requests, make_policy(policy, profile), profile, config, **reference, **kw)
+    for name in tables:
+        pd.testing.assert_frame_equal(getattr(fast, name), getattr(ref, name), check_exact=True)
+    return fast
