@@ -380,7 +380,8 @@ class DeadlineOrder:
         urgent = request_id in p.urgent
         self._left[request_id] = (q.arrival_time, q.prompt_len, k, work, urgent)
         self._gone.append(k)
-        self._ukeys.discard(k)
+        if urgent:  # only urgent requests' keys are in _ukeys (iter_order, _restore)
+            self._ukeys.discard(k)
         self._total -= work
         del p.deadline_ns[request_id]
         p.urgent.discard(request_id)
@@ -427,15 +428,17 @@ class DeadlineOrder:
         fresh = sorted(((snap[rid].arrival_time, rid) for rid in self._pending))
         self._pending = {}
         work = p.work_ns
-        for _, rid in fresh:
-            work[rid] = to_ns(p.work(current(rid)))
+        estimate = p.work
         if self._alast is None or fresh[0] > self._alast:
             ahead = self._total  # every waiting request with a deadline is ahead of them all
             aheads = []
             for _, rid in fresh:
+                w = work[rid] = round(estimate(current(rid)) * 1e9)  # to_ns, inlined (hot)
                 aheads.append(ahead)
-                ahead += work[rid]
+                ahead += w
         else:  # one arrived before a request already waiting: sum over the queue, as order() does
+            for _, rid in fresh:
+                work[rid] = to_ns(estimate(current(rid)))
             new = {rid for _, rid in fresh}
             ahead, by_id = 0, {}
             for q in sorted(snap.values(), key=lambda q: (q.arrival_time, q.request_id)):
@@ -457,7 +460,7 @@ class DeadlineOrder:
             if use_h and h > wait:
                 wait = h
             q = snap[rid]
-            d = deadline[rid] = to_ns(arrival) + max(to_ns(slo(q.prompt_len)), wait)
+            d = deadline[rid] = round(arrival * 1e9) + max(round(slo(q.prompt_len) * 1e9), wait)  # to_ns
             if ahead + own > h:
                 h = ahead + own
             key = key_of[rid] = (d, arrival, rid)
