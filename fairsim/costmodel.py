@@ -101,13 +101,17 @@ def interp(x: float, xp: Sequence[float], fp: Sequence[float]) -> float:
     The same operations in the same order as numpy's C loop (``arr_interp`` in
     ``numpy/_core/src/multiarray/compiled_base.c``): ``fp[j]`` where ``x == xp[j]``, else
     ``slope * (x - xp[j]) + fp[j]`` with ``slope = (fp[j+1] - fp[j]) / (xp[j+1] - xp[j])``, so the
-    float is the one ``np.interp`` gives (``tests/test_costmodel.py`` compares every length of
-    every shipped profile), at a fraction of a NumPy call's cost.
+    float is the one ``np.interp`` gives (``tests/test_costmodel.py`` compares the two over the
+    table range of every shipped profile), at a fraction of a NumPy call's cost. Outside
+    ``[xp[0], xp[-1]]`` its value means nothing (``np.interp`` clamps there): callers check.
 
     Args:
         x: The point (tokens).
         xp: Strictly increasing knots (tokens).
         fp: Values at the knots (seconds).
+
+    Returns:
+        The interpolated value, a float (seconds).
     """
     j = bisect_right(xp, x) - 1
     if j == len(xp) - 1 or xp[j] == x:
