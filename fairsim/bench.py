@@ -307,10 +307,10 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
             # The trace itself loaded and shaped as each untiled child will, so what a child
             # would refuse (a closed-loop link, a too-long prompt, a too-small cache) is refused
             # here, once and before the tiling; its notes are printed by the load below.
-            with contextlib.redirect_stderr(io.StringIO()):
-                _, shaped = load_requests(argparse.Namespace(**vars(args)), profile)
-            capacity_of(shaped, config, args)
             trace = read_trace(args)
+            with contextlib.redirect_stderr(io.StringIO()):
+                _, shaped = load_requests(argparse.Namespace(**vars(args)), profile, trace)
+            capacity_of(shaped, config, args)
             # Cut first, then tile the part kept (the children then get the tiled file uncut).
             kept = window(list(trace.requests), args.window_start, args.window_end, args.max_requests)
             if not kept:

@@ -281,8 +281,10 @@ def read_trace(args: argparse.Namespace) -> Trace:
     return load_trace(args.trace, args.trace_format, skip_bad=args.skip_bad, hash_block_size=args.hash_block_size)
 
 
-def load_requests(args: argparse.Namespace, profile: Profile | None = None) -> tuple[Trace, list[Request]]:
-    """Load and shape the trace named by the options.
+def load_requests(args: argparse.Namespace, profile: Profile | None = None,
+                  trace: Trace | None = None) -> tuple[Trace, list[Request]]:
+    """Load and shape the trace named by the options (``trace``: the one ``read_trace(args)``
+    already read, shaped instead of reading it again).
 
     Order: load, window (``--window-start/--window-end/--max-requests``), drop or refuse prompts
     that do not fit the profile's ``max_model_len`` (``--skip-long``), then scale time by
@@ -297,7 +299,8 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None) -> t
 
     profile = profile or load_profile(args.profile)
     check_shaping_options(args)
-    trace = read_trace(args)
+    if trace is None:
+        trace = read_trace(args)
     skipped = trace.skipped_summary()
     if skipped:
         print(f"fairsim: {skipped}", file=sys.stderr)
