@@ -228,6 +228,7 @@ def long_trace(tmp_path):
 
 
 class TestCli:
+    @pytest.mark.skipif(not CONVERSATION.exists(), reason="shared conversation trace not present")
     @pytest.mark.parametrize("max_requests", [500, 2000])
     def test_target_load_and_capacity_independent_of_window(self, capsys, tmp_path, max_requests):
         code, out, err = run_cli(capsys, "run", "--trace", CONVERSATION, "--target-load", "0.9",
