@@ -234,8 +234,8 @@ def test_long_queue_lazy_hits_resolve_only_what_is_read_or_first_seen():
        mode=st.sampled_from(["queue", "own", "none"]))
 def test_due_blocks_equal_a_plain_walk(ops, mode):
     """``DueBlocks`` with blocks of up to 16 (merged below 2) against the definition walked over
-    one sorted list: the same newly due keys at every walk, and the least slack it reports is the
-    true one. Adds and removes go into the blocks only when these are read (a walk, ``blocks``),
+    one sorted list: the same newly due keys at every walk, the least slack it reports is the
+    true one, and its due prefix ends at the last urgent key. Adds and removes go into the blocks only when these are read (a walk, ``blocks``),
     so several of them, in any mix, are applied at once."""
     due = DueBlocks(mode)
     due.BLOCK = 8
@@ -273,6 +273,9 @@ def test_due_blocks_equal_a_plain_walk(ops, mode):
         if op in ("walk", "blocks"):
             assert [k for b in due.blocks for k in b.keys] == keys
             assert all(len(b.keys) <= 2 * due.BLOCK for b in due.blocks)
+        if op == "blocks" and urgent:  # the due prefix: deadline order up to the last urgent key
+            last = max(i for i, k in enumerate(keys) if k in urgent)
+            assert list(due.due_prefix(len(urgent))) == keys[: last + 1]
     assert [k for b in due.blocks for k in b.keys] == keys
 
 
