@@ -235,8 +235,9 @@ def test_long_queue_lazy_hits_resolve_only_what_is_read_or_first_seen():
 def test_due_blocks_equal_a_plain_walk(ops, mode):
     """``DueBlocks`` with blocks of up to 16 (merged below 2) against the definition walked over
     one sorted list: the same newly due keys at every walk, the least slack it reports is the
-    true one, and its due prefix ends at the last urgent key. Adds and removes go into the blocks only when these are read (a walk, ``blocks``),
-    so several of them, in any mix, are applied at once."""
+    true one, and its due prefix ends at the last urgent key. Adds and removes go into the blocks
+    only when these are read (a walk, ``blocks``), so several of them, in any mix, are applied at
+    once."""
     due = DueBlocks(mode)
     due.BLOCK = 8
     keys: list = []

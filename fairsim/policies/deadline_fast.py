@@ -284,9 +284,9 @@ class DueBlocks:
         """
         if self._adds or self._removes:
             self._apply()
-        fresh: dict[int, list[int]] = {}  # id(block) -> its margins, for the walk below
+        margins_of: dict[int, list[int]] = {}  # id(block) -> its margins, for the walk below
         for key, b in self._dirty.items():
-            margins = fresh[key] = self._margins(b)
+            margins = margins_of[key] = self._margins(b)
             self._resum(b, margins)
         moved = self._moved
         if moved is not None:
@@ -310,7 +310,7 @@ class DueBlocks:
             i = node - size
             b = self._blocks[i]
             urg, keys = b.urgent, b.keys
-            margins = fresh.get(id(b)) or self._margins(b)
+            margins = margins_of.get(id(b)) or self._margins(b)
             # The requests due (margin <= t + off) and not urgent yet: (m <= limit) > urgent.
             for j in list(compress(count(), map(gt, map(ge, repeat(t + off), margins), urg))):
                 urg[j] = True
@@ -341,6 +341,10 @@ class DeadlineOrder:
 
     def __init__(self, policy: Any) -> None:
         self.policy = policy
+        # The order starts from an empty queue, so the policy's per-request state starts empty
+        # too (as after ``order([])``): the due prefix counts ``policy.urgent`` (``_read``), and
+        # every request fed from now on gets its deadline at its first sight here anyway.
+        policy.deadline_ns, policy.work_ns, policy.urgent = {}, {}, set()
         self.fast = FastLane(policy.slo)
         self.fair = ArrivalOrder()
         self.snap: dict[str, QueuedRequest] = {}  # request_id -> stored snapshot
