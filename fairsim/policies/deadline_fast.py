@@ -154,23 +154,19 @@ class DueBlocks:
             self._dirty[id(b)] = b
             self._moved = 0
             return
-        if key > self.last[-1]:  # after every key (the usual newcomer): append, no bisect
+        if key > self.last[-1]:  # after every key (the usual newcomer): at the end, no bisect
             i = len(blocks) - 1
             b = blocks[i]
-            b.keys.append(key)
-            b.dl.append(key[0])
-            b.work.append(work)
-            b.urgent.append(False)
-            self.last[i] = key
+            j = len(b.keys)
         else:
             i = self._block_of(key)
             b = blocks[i]
             j = bisect_left(b.keys, key)
-            b.keys.insert(j, key)
-            b.dl.insert(j, key[0])
-            b.work.insert(j, work)
-            b.urgent.insert(j, False)
-            self.last[i] = b.keys[-1]
+        b.keys.insert(j, key)
+        b.dl.insert(j, key[0])
+        b.work.insert(j, work)
+        b.urgent.insert(j, False)
+        self.last[i] = b.keys[-1]
         self._dirty[id(b)] = b
         if len(b.keys) > 2 * self.BLOCK:
             self._split(i)
@@ -311,7 +307,7 @@ class DueBlocks:
             b = self._blocks[i]
             urg, keys = b.urgent, b.keys
             margins = margins_of.get(id(b)) or self._margins(b)
-            # The requests due (margin <= t + off) and not urgent yet: (m <= limit) > urgent.
+            # The requests due (margin m <= t + off) and not urgent yet: (t + off >= m) > urgent.
             for j in list(compress(count(), map(gt, map(ge, repeat(t + off), margins), urg))):
                 urg[j] = True
                 newly.append(keys[j])
