@@ -7,7 +7,8 @@ json`` with the same trace, shaping and engine options, so every figure is that 
   simulation, summary); ``requests_per_s``: requests / ``process_s``;
 - ``loop_s``: wall seconds of the simulation loop alone (``SimResult.wall_time_s``);
   ``loop_requests_per_s``: requests / ``loop_s``;
-- ``peak_mib``: peak resident memory of that process (``ru_maxrss`` from ``os.wait4``, MiB);
+- ``peak_mib``: peak resident memory of that process (``ru_maxrss`` from ``os.wait4``, MiB; the
+  process is started by a bare interpreter, ``_SPAWNER``, so bench's own memory is not in it);
 - ``sim_time_s``, ``steps``, ``requests``: from the run's summary.
 
 ``--repeat N`` runs each policy N times and keeps the run with the median process time.
@@ -35,6 +36,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -119,18 +121,72 @@ def tile_trace(trace: Any, copies: int) -> Any:
     return replace(trace, name=f"{trace.name}x{copies}", requests=tuple(out), locations={})
 
 
+#: The process that starts each timed command (``_timed``): a bare interpreter (``-I -S``, about
+#: 9 MiB) that spawns the command, waits for it and writes its wall time, peak memory and exit
+#: status to the report file named by its first argument. Linux records the memory a process
+#: held before its ``exec`` in its peak (``exec_mmap``: ``setmax_mm_hiwater_rss``), so a command
+#: started by bench itself, which holds the trace, would report bench's own peak instead of its own
+#: when that is smaller (a 2 MiB script read 36 MiB). SIGINT gets a no-op handler here, so the
+#: spawner still reaps the command after a Ctrl-C (which reaches the command too: handlers are
+#: reset at its ``exec``).
+_SPAWNER = """\
+import json, os, signal, sys, time
+signal.signal(signal.SIGINT, lambda *_: None)
+report, cmd = sys.argv[1], sys.argv[2:]
+try:
+    t0 = time.perf_counter()
+    pid = os.posix_spawn(cmd[0], cmd, os.environ)
+    _, status, usage = os.wait4(pid, 0)
+    wall = time.perf_counter() - t0
+    out = {"wall_s": wall, "peak_kib": usage.ru_maxrss, "status": os.waitstatus_to_exitcode(status)}
+except OSError as exc:
+    out = {"errno": exc.errno, "strerror": exc.strerror or str(exc)}
+with open(report, "w") as f:
+    json.dump(out, f)
+"""
+
+
 def _timed(cmd: list[str]) -> tuple[float, float, int, str, str]:
-    """Run ``cmd``; return (wall s, peak MiB, exit status, stdout, stderr)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
+    """Run ``cmd`` (``cmd[0]`` a path to an executable) under ``_SPAWNER``; return (wall s, peak
+    MiB, exit status, stdout, stderr). The peak cannot read below the spawner's own, about 9 MiB.
+
+    Raises:
+        OSError: ``cmd`` could not be started (e.g. a script without a shebang line).
+    """
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile(suffix=".json") as report:
+        code = subprocess.call([sys.executable, "-I", "-S", "-c", _SPAWNER, report.name, *cmd],
+                               stdout=out, stderr=err)
         out.seek(0)
         err.seek(0)
-        return (wall, usage.ru_maxrss / 1024.0, proc.returncode,
-                out.read().decode(errors="replace"), err.read().decode(errors="replace"))
+        stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+        text = Path(report.name).read_text()
+        if not text:  # the spawner itself died (killed, or interrupted before it spawned)
+            return 0.0, 0.0, code if code != 0 else 1, stdout, stderr
+        got = json.loads(text)
+        if "errno" in got:
+            raise OSError(got["errno"], got["strerror"])
+        return got["wall_s"], got["peak_kib"] / 1024.0, got["status"], stdout, stderr
+
+
+def child_argv(argv: list[str], name: str) -> list[str]:
+    """``argv`` (``run_argv``'s) for policy ``name``'s own run: a ``--param POLICY.KEY=VALUE``
+    scoped to another policy is left out (``fairsim run`` refuses a scope it does not run), as
+    ``compare`` gives each policy only its own and the unscoped parameters."""
+    from fairsim.cli import param_scope
+
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--param" and i + 1 < len(argv):
+            scope = param_scope(argv[i + 1].partition("=")[0])
+            if scope is None or scope == name:
+                out += argv[i:i + 2]
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
 
 
 def bench_policy(argv: list[str], name: str) -> dict[str, Any]:
@@ -142,7 +198,7 @@ def bench_policy(argv: list[str], name: str) -> dict[str, Any]:
     """
     from fairsim.errors import StatusError
 
-    cmd = [sys.executable, "-m", "fairsim", "run", *argv, "--policy", name, "--format", "json"]
+    cmd = [sys.executable, "-m", "fairsim", "run", *child_argv(argv, name), "--policy", name, "--format", "json"]
     wall, peak, code, out, err = _timed(cmd)
     if code != 0:
         lines = err.strip().splitlines()
@@ -178,11 +234,20 @@ def find_peer(path: str) -> str:
         raise MissingDependencyError(f"--compare {path}: the file is not executable (chmod +x it, or give "
                                      f"the peer's installed command, e.g. sched-sim)")
     found = path if os.sep in path and os.access(path, os.X_OK) else shutil.which(path)
+    if found is None and os.path.isfile(path):  # a bare name of a file here, as a shell reads it
+        why = ("the file is not executable (chmod +x it)" if not os.access(path, os.X_OK)
+               else f"a bare name is looked up on PATH only; give it as .{os.sep}{path}")
+        raise MissingDependencyError(f"--compare {path}: {why}, or give the peer's installed command, "
+                                     f"e.g. sched-sim")
     if found is None or not os.path.isfile(found):
         raise MissingDependencyError(
             f"--compare {path}: no such executable; the peer simulator sched-sim is installed with "
             f"{SCHED_SIM_INSTALL}")
     return found
+
+
+#: sched-sim's ``trace`` table row ``Completed / Total | N / N`` (rich box characters between).
+_PEER_COUNT = re.compile(r"Completed / Total\D*?(\d+)\s*/\s*(\d+)")
 
 
 def bench_peer(peer: str, requests: list, budget: int, tmp: Path, decode: bool = False) -> dict[str, Any]:
@@ -192,8 +257,9 @@ def bench_peer(peer: str, requests: list, budget: int, tmp: Path, decode: bool =
     trace ``output_len``.
 
     Raises:
-        ValueError: The peer failed, or exited 0 without printing TTFT figures (not sched-sim's
-            ``trace`` command: its time would be no peer's figure).
+        ValueError: The peer failed, or exited 0 without printing TTFT figures and a
+            ``Completed / Total`` count of ``len(requests)`` (not sched-sim's ``trace`` command run
+            on this trace: its time would be no peer's figure).
     """
     path = tmp / "sched-sim-trace.json"
     path.write_text(json.dumps([
@@ -208,11 +274,14 @@ def bench_peer(peer: str, requests: list, budget: int, tmp: Path, decode: bool =
     if code != 0:
         said = " | ".join(err.strip().splitlines())[-800:] or "(nothing on stderr)"  # one line
         raise ValueError(f"bench: --compare {peer}: its trace command exited {code}: {said}")
-    if "TTFT" not in out:
-        raise ValueError(f"bench: --compare {peer}: its trace command exited 0 but printed no TTFT "
-                         f"figures, so it is not sched-sim (whose trace command prints TTFT p50/p90/p99); "
-                         f"{SCHED_SIM_INSTALL}")
     n = len(requests)
+    counted = _PEER_COUNT.search(out)
+    if "TTFT" not in out or counted is None or int(counted.group(2)) != n:
+        said = (f"counted {counted.group(2)} requests, not the {n:,} it was given" if counted
+                else "printed no TTFT figures and no 'Completed / Total' count")
+        raise ValueError(f"bench: --compare {peer}: its trace command exited 0 but {said}, so it is not "
+                         f"sched-sim's trace command run on this trace (which prints TTFT p50/p90/p99 and "
+                         f"Completed / Total); {SCHED_SIM_INSTALL}")
     return {"requests": n, "process_s": wall, "requests_per_s": n / wall, "peak_mib": peak,
             "command": " ".join(cmd)}
 
@@ -270,6 +339,8 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
             printed and written.
         StatusError: A policy's run failed (``bench_policy``): raised after the policies
             that finished before it are printed and written (no peer run then).
+        KeyboardInterrupt: Ctrl-C, likewise raised after the finished policies are printed
+            and written.
         MissingDependencyError: ``--compare`` names no installed executable.
     """
     from fairsim.cli import (capacity_of, check_policies, check_shaping_options, engine_config, load_requests,
@@ -340,6 +411,7 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
         untiled.time_scale, untiled.target_load = args.time_scale, None
         argv_base = run_argv(untiled)
         child_error: StatusError | None = None
+        interrupted = False
         try:
             for name in names:
                 try:
@@ -357,10 +429,8 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
                                                    getattr(args, "mode", "prefill-only") == "colocated")
                 except ValueError as exc:  # keep fairsim's figures: printed and written, then the error
                     peer_error = exc
-        except KeyboardInterrupt:  # keep the policies that finished (fairsim.cli.main exits 130)
-            if args.out is not None and rows:
-                atomic_write_text(args.out / "bench.json", strict_json(rows) + "\n")
-            raise
+        except KeyboardInterrupt:  # keep the policies that finished: printed, written, then exit 130
+            interrupted = True
     has_peer = "sched-sim" in rows  # a peer figure (none when the peer failed)
     done = [name for name in names if name in rows]  # all but after a failed child
     if has_peer:
@@ -376,6 +446,8 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
         sys.stdout.flush()
         if args.out is not None:
             atomic_write_text(args.out / "bench.json", strict_json(rows) + "\n")
+    if interrupted:
+        raise KeyboardInterrupt
     if child_error is not None:
         raise child_error
     if peer_error is not None:

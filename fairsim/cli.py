@@ -13,6 +13,7 @@ with ``fairsim --debug``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import math
@@ -340,24 +341,41 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
         check_release_times(requests, args.think_scale, MAX_ARRIVAL_S, trace.source, trace.locations)
     last = requests[-1].arrival_time if requests else 0.0
     if not last <= MAX_ARRIVAL_S:
-        where = (f"--target-load {target:g} (time scale {args.time_scale:.6g})" if target is not None
-                 else f"--time-scale {args.time_scale}" if args.time_scale != 1 else trace.source)
+        where, fix = _time_origin(args, trace, kept[-1], "a larger --target-load", "a smaller --time-scale",
+                                  "a larger --session-rate", "a shorter window (--window-end)")
         raise ValueError(
             f"{where}: the last arrival is at {last:.6g} s, beyond "
-            f"{MAX_ARRIVAL_S:.0e} s, where float64 time cannot resolve 1 us steps; use "
-            + ("a larger --target-load" if target is not None else "a smaller factor or a shorter window"))
+            f"{MAX_ARRIVAL_S:.0e} s, where float64 time cannot resolve 1 us steps; use {fix}")
     span = kept[-1].arrival_time - kept[0].arrival_time
     if span > 0 and span * args.time_scale < MIN_SPAN_S:
-        where = (f"--target-load {target:g} (time scale {args.time_scale:.6g})" if target is not None
-                 else f"--time-scale {args.time_scale}")
+        where, fix = _time_origin(args, trace, kept[-1], "a smaller --target-load", "a larger --time-scale",
+                                  "a smaller --session-rate", "a larger --time-scale")
         raise ValueError(
             f"{where}: the trace's {span:.6g} s of arrivals would span {span * args.time_scale:.3g} s, "
-            f"under {MIN_SPAN_S:.0e} s, finer than any engine step; use "
-            + ("a smaller --target-load" if target is not None else "a larger factor"))
+            f"under {MIN_SPAN_S:.0e} s, finer than any engine step; use {fix}")
     trace = add_mapping_warning(trace, requests, args.block_size)
     for warning in trace.warnings:
         print(f"fairsim: warning: {warning}", file=sys.stderr)
     return trace, requests
+
+
+def _time_origin(args: argparse.Namespace, trace: Trace, request: Request, *fixes: str) -> tuple[str, str]:
+    """What set the arrival times an error is about, and the matching remedy of ``fixes``
+    (for ``--target-load``, ``--time-scale``, ``--session-rate``, the trace's own times): the
+    option that scaled or placed them, else the record of ``request`` (file and line)."""
+    from fairsim.traces.limits import LINE_LABEL
+
+    target = getattr(args, "target_load", None)
+    if target is not None:
+        return f"--target-load {target:g} (time scale {args.time_scale:.6g})", fixes[0]
+    if args.time_scale != 1:
+        return f"--time-scale {args.time_scale}", fixes[1]
+    if getattr(args, "session_rate", None) is not None:
+        return f"--session-rate {args.session_rate:g} (the session starts it draws)", fixes[2]
+    line = trace.locations.get(request.request_id, request.labels.get(LINE_LABEL))
+    if isinstance(line, int) and not isinstance(line, bool):
+        return f"{trace.source}:{line}: arrival time of request {request.request_id!r}", fixes[3]
+    return f"{trace.source}: arrival time of request {request.request_id!r}", fixes[3]
 
 
 def add_mapping_warning(trace: Trace, requests: list[Request], block_size: int | None) -> Trace:
@@ -445,11 +463,15 @@ def resolve_policies(spec: str) -> list[str]:
     """``"fcfs,lpm"`` -> names; ``"all"`` -> every registered policy.
 
     Raises:
-        ValueError: No name, or a name given twice (``--policies`` names the option).
+        ValueError: No name, an empty one (``fcfs,``), or a name given twice (``--policies``
+            names the option).
     """
-    names = policy_names(include_generic=False) if spec == "all" else [s.strip() for s in spec.split(",") if s.strip()]
-    if not names:
+    names = policy_names(include_generic=False) if spec == "all" else [s.strip() for s in spec.split(",")]
+    if not any(names):
         raise ValueError("no policies given")
+    if not all(names):  # "fcfs,,lpm" or "fcfs,": a name left out, or a comma too many
+        raise ValueError(f"--policies {spec}: an empty name between commas; give names separated by "
+                         f"single commas, e.g. fcfs,lpm")
     if "all" in names:  # spec is not "all" itself here
         raise ValueError(f"--policies {spec}: 'all' stands alone (every registered policy); name policies, or all")
     # One row per policy: a repeat would silently be one run.
@@ -605,24 +627,20 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
             if args.out is not None:
                 write_tables(args.out, name, result, engine)
             rows[name] = summary  # only once its tables are written
-    except BaseException:
+    except BaseException as exc:
         gc.unfreeze()  # paused(freeze=True) above, when no Engine.run unfroze it
-        # Ctrl-C or an error in a later policy: keep what finished (its tables are written;
-        # summary.json and run.json list the finished policies), then report as usual.
+        # Ctrl-C or an error in a later policy: keep what finished (printed; its tables are
+        # written, and summary.json and run.json list the finished policies), then report as usual.
+        if rows and not isinstance(exc, BrokenPipeError):
+            with contextlib.suppress(OSError):  # stdout gone too: the files and the error remain
+                print_rows(rows, args.format, config.mode == "colocated")
+                print(f"fairsim: the output above holds the {len(rows)} of {len(names)} policies that "
+                      f"finished ({', '.join(rows)})", file=sys.stderr)
         if args.out is not None and rows:
             atomic_write_text(args.out / "summary.json", strict_json(rows) + "\n")
             write_run_info(args.out, args, trace, list(rows), load, engine)
         raise
-    if args.format == "json":
-        print(strict_json(rows))
-    else:
-        print(format_table(rows))
-        if config.mode == "colocated":
-            from fairsim.cli_colocated import format_groups
-
-            groups = format_groups(rows)
-            if groups:
-                print(groups)
+    print_rows(rows, args.format, config.mode == "colocated")
     if results:
         from fairsim.run_plots import write_run_plots
 
@@ -631,6 +649,22 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         atomic_write_text(args.out / "summary.json", strict_json(rows) + "\n")
         write_run_info(args.out, args, trace, names, load, engine)
     return 0
+
+
+def print_rows(rows: dict[str, dict[str, Any]], fmt: str, colocated: bool) -> None:
+    """``run``/``compare``'s output on stdout: the JSON object keyed by policy (``fmt`` ``json``)
+    or the table, with the colocated groups' table below it in colocated mode."""
+    if fmt == "json":
+        print(strict_json(rows))
+        return
+    print(format_table(rows))
+    if colocated:
+        from fairsim.cli_colocated import format_groups
+
+        groups = format_groups(rows)
+        if groups:
+            print(groups)
+    sys.stdout.flush()
 
 
 def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: list[str], load: Any,

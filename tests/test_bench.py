@@ -88,9 +88,10 @@ def test_bad_options_are_refused_before_tiling_and_children(capsys, monkeypatch,
 
 
 def test_bench_runs_each_policy_and_the_peer(capsys, tmp_path):
-    # A stand-in peer: reads its trace argument, prints a TTFT line and exits 0 (sched-sim's CLI shape).
+    # A stand-in peer: reads its trace argument, prints a TTFT line and the count of the requests
+    # in it, and exits 0 (sched-sim's CLI shape).
     peer = tmp_path / "peer"
-    peer.write_text("#!/bin/sh\ntest -s \"$2\" && echo 'TTFT (p50 / p90 / p99) 1 / 2 / 3 ms'\n")
+    peer.write_text(_COUNTING_PEER)
     peer.chmod(peer.stat().st_mode | stat.S_IEXEC)
     code, out, _ = _cli(capsys, "bench", "--policies", "fcfs,lpm", "--max-requests", "40",
                         "--compare", str(peer), "--format", "json")
@@ -108,9 +109,18 @@ def test_bench_runs_each_policy_and_the_peer(capsys, tmp_path):
     assert os.path.basename(rows["sched-sim"]["command"].split()[0]) == "peer"
 
 
+#: A stand-in for sched-sim's ``trace`` command: counts the requests of its trace (one ``"id"``
+#: each) and prints them as sched-sim's table row does, with a TTFT row.
+_COUNTING_PEER = ("#!/bin/sh\nn=$(grep -o '\"id\"' \"$2\" | wc -l)\n"
+                  "echo \"| Workload Volume | Completed / Total | $n / $n |\"\n"
+                  "echo '| Latency Percentiles | TTFT (p50 / p90 / p99) | 1 / 2 / 3 ms |'\n")
+
+
 @pytest.mark.parametrize("script, says", [
     ("#!/bin/sh\necho first >&2\necho second >&2\nexit 3\n", "exited 3: first | second"),  # fails
     ("#!/bin/sh\nexit 0\n", "printed no TTFT"),  # not sched-sim (e.g. /bin/true): no made-up figure
+    ("#!/bin/sh\necho 'TTFT p50 abc'\n", "printed no TTFT figures and no 'Completed / Total' count"),
+    ("#!/bin/sh\necho 'TTFT 1 ms | Completed / Total | 3 / 3'\n", "counted 3 requests, not the 40 it was given"),
     ("echo no shebang\n", "cannot run it"),  # executable, but not a program the system can start
 ])
 @pytest.mark.parametrize("fmt", ["table", "json"])
@@ -217,3 +227,71 @@ def test_target_load_is_resolved_once_for_the_children(capsys):
                           "--format", "json")
     assert code == 0, err
     assert "time scale" in err and json.loads(out)["fcfs"]["requests"] == 40
+
+
+def test_the_peak_is_the_commands_own_not_the_bench_processs():
+    # Linux counts the memory a process held before its exec in its peak, so a command forked by
+    # a process holding 300 MiB would read at least that; the spawner keeps bench's out of it.
+    from fairsim.bench import _timed
+
+    held = bytearray(300 * 2**20)
+    held[::4096] = b"\x01" * len(held[::4096])  # resident, not only reserved
+    wall, peak, code, _, _ = _timed(["/bin/sh", "-c", "exit 3"])
+    assert code == 3 and 0 < wall < 5 and peak < 30  # a shell: a few MiB, plus the spawner's ~9
+    wall, peak, code, _, _ = _timed([sys.executable, "-c", "x = bytearray(200 * 2**20); x[::4096] = b'1' * len(x[::4096])"])
+    assert code == 0 and 200 <= peak < 290
+    del held
+
+
+def test_a_command_that_cannot_start_raises_oserror(tmp_path):
+    from fairsim.bench import _timed
+
+    script = tmp_path / "noshebang"
+    script.write_text("echo no shebang\n")
+    script.chmod(0o755)
+    with pytest.raises(OSError, match="Exec format error"):
+        _timed([str(script)])
+
+
+def test_a_scoped_param_goes_to_its_policy_only(capsys, tmp_path):
+    from fairsim.bench import child_argv
+
+    argv = ["--trace", "x", "--param", "fairway.fast_weight=8", "--param", "lpm.sglang_dedup=true",
+            "--param", "seed_free=1", "--kv-blocks", "9"]
+    assert child_argv(argv, "fairway") == ["--trace", "x", "--param", "fairway.fast_weight=8",
+                                           "--param", "seed_free=1", "--kv-blocks", "9"]
+    assert child_argv(argv, "fcfs") == ["--trace", "x", "--param", "seed_free=1", "--kv-blocks", "9"]
+    # As compare takes it: fcfs runs without the parameter, fairway with it.
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs,fairway", "--max-requests", "40",
+                          "--param", "fairway.fast_weight=8", "--format", "json")
+    assert code == 0, err
+    assert set(json.loads(out)) == {"fcfs", "fairway"}
+
+
+def test_ctrl_c_prints_the_policies_that_finished(capsys, tmp_path, monkeypatch):
+    import fairsim.bench as bench
+
+    real = bench.bench_policy
+
+    def second_interrupted(argv, name):
+        if name == "lpm":
+            raise KeyboardInterrupt
+        return real(argv, name)
+
+    monkeypatch.setattr(bench, "bench_policy", second_interrupted)
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs,lpm,fairway", "--max-requests", "40",
+                          "--out", tmp_path / "o")
+    assert code == 130 and err.strip().endswith("fairsim: interrupted; results already written are kept")
+    lines = out.splitlines()
+    assert lines[1].startswith("policy") and lines[2].startswith("fcfs") and len(lines) == 3
+    assert set(json.loads((tmp_path / "o" / "bench.json").read_text())) == {"fcfs"}
+
+
+def test_a_bare_peer_name_of_a_file_here_says_what_is_wrong(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "peer.txt").write_text("#!/bin/sh\n")
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs", "--compare", "peer.txt")
+    assert code == 2 and out == "" and "--compare peer.txt: the file is not executable" in err
+    (tmp_path / "peer.txt").chmod(0o755)
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs", "--compare", "peer.txt")
+    assert code == 2 and "a bare name is looked up on PATH only; give it as ./peer.txt" in err

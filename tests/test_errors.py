@@ -75,6 +75,13 @@ class TestBadOptions:
         assert err.startswith("fairsim: error: --policies all,fcfs: 'all' stands alone (every registered policy)")
 
     @pytest.mark.parametrize("command", ["compare", "bench"])
+    @pytest.mark.parametrize("spec", ["fcfs,", "fcfs,,lpm", ",lpm"])
+    def test_an_empty_policy_name(self, capsys, command, spec):
+        code, out, err = run_cli(capsys, command, "--policies", spec)
+        assert code == 2 and out == ""
+        assert err.startswith(f"fairsim: error: --policies {spec}: an empty name between commas")
+
+    @pytest.mark.parametrize("command", ["compare", "bench"])
     def test_a_policy_given_twice(self, capsys, command):
         code, out, err = run_cli(capsys, command, "--policies", "fcfs,lpm,fcfs")
         assert code == 2 and out == ""
@@ -151,7 +158,31 @@ class TestBadTraces:
             '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}',
             '{"timestamp": 1e15, "input_length": 10, "output_length": 1, "hash_ids": [1]}'])
         code, _, err = run_cli(capsys, "run", "--trace", path)
-        assert code == 2 and f"{path}: the last arrival is at 1e+12 s, beyond 1e+09 s" in err
+        # The record that arrives too late is named (file, line, request), and the remedy.
+        assert code == 2 and (f"{path}:2: arrival time of request 't:2': the last arrival is at 1e+12 s, "
+                              f"beyond 1e+09 s") in err and err.strip().endswith("use a shorter window (--window-end)")
+
+    def test_arrivals_too_close_name_the_trace_not_the_default_time_scale(self, capsys, tmp_path):
+        path = _trace(tmp_path / "t.jsonl", [
+            '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}',
+            '{"timestamp": 0.0001, "input_length": 10, "output_length": 1, "hash_ids": [2]}'])
+        code, _, err = run_cli(capsys, "run", "--trace", path)
+        assert code == 2 and err.startswith(f"fairsim: error: {path}:2: arrival time of request 't:2': the "
+                                            f"trace's 1e-07 s of arrivals")
+        assert "--time-scale 1" not in err and err.strip().endswith("use a larger --time-scale")
+
+    @pytest.mark.parametrize("rate, says", [
+        ("1e300", "under 1e-06 s, finer than any engine step; use a smaller --session-rate"),
+        ("1e-300", "beyond 1e+09 s, where float64 time cannot resolve 1 us steps; use a larger --session-rate"),
+    ])
+    def test_session_starts_out_of_range_name_session_rate(self, capsys, tmp_path, rate, says):
+        # Two sessions of one request each; --session-rate places their starts (first at 0 s).
+        path = _trace(tmp_path / "t.jsonl", [
+            '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}',
+            '{"timestamp": 5, "input_length": 10, "output_length": 1, "hash_ids": [2]}'])
+        code, _, err = run_cli(capsys, "run", "--trace", path, "--session-rate", rate)
+        assert code == 2 and err.startswith(f"fairsim: error: --session-rate {float(rate):g} (the session "
+                                            f"starts it draws): ") and says in err, err
 
 
 def _profile_data() -> dict:
@@ -484,6 +515,32 @@ class TestInterrupt:
         handler_here()  # not in a finaliser: raised at once
         assert seen[-1] == "raised"
 
+    @pytest.mark.parametrize("fmt", ["table", "json"])
+    def test_a_failing_policy_prints_the_ones_before_it(self, capsys, tmp_path, monkeypatch, fmt):
+        # compare fcfs,BOOM,lpm: fcfs finished, BOOM raises in order(); fcfs is printed (not only
+        # written with --out), lpm is not run, and the exit is BOOM's (1).
+        (tmp_path / "comparefailpol.py").write_text(
+            "from fairsim.policies.fcfs import FCFS\n"
+            "class Boom(FCFS):\n"
+            "    name = 'boom'\n"
+            "    def order(self, waiting, now):\n"
+            "        if now > 5.0:\n"
+            "            raise ValueError('boom')\n"
+            "        return super().order(waiting, now)\n")
+        monkeypatch.syspath_prepend(str(tmp_path))
+        try:
+            code, out, err = run_cli(capsys, "compare", "--policies", "fcfs,comparefailpol:Boom,lpm",
+                                     "--max-requests", "60", "--format", fmt)
+        finally:
+            sys.modules.pop("comparefailpol", None)
+        assert code == 1 and "error in policy 'boom'" in err
+        assert "fairsim: the output above holds the 1 of 3 policies that finished (fcfs)" in err
+        if fmt == "json":
+            rows = json.loads(out)
+            assert set(rows) == {"fcfs"} and rows["fcfs"]["requests"] == 60
+        else:
+            assert [ln.split()[0] for ln in out.splitlines()[3:]] == ["policy", "fcfs"], out
+
     def test_sigint_keeps_finished_results(self, tmp_path):
         # 3,000 overloaded requests; the second policy, DRR, reorders the whole queue every step,
         # so it runs long enough to be interrupted. Three tries at different moments: a Ctrl-C that
@@ -511,6 +568,9 @@ class TestInterrupt:
             assert stderr.strip().splitlines()[-1] == "fairsim: interrupted; results already written are kept"
             assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
             assert json.loads((out / "summary.json").read_text()).keys() == {"fcfs"}
+            # and printed: the finished policy's row, said to be the only one
+            assert [ln.split()[0] for ln in stdout.splitlines()[3:]] == ["policy", "fcfs"], stdout
+            assert "fairsim: the output above holds the 1 of 2 policies that finished (fcfs)" in stderr
         assert len(pd.read_parquet(out / "requests-fcfs.parquet")) == 3000
         assert not (out / "requests-fairway.parquet").exists()
         assert not any(p.name.endswith(".tmp") for p in out.iterdir())
