@@ -251,7 +251,8 @@ _PEER_COUNT = re.compile(r"Completed / Total\D*?(\d+)\s*/\s*(\d+)")
 
 
 def bench_peer(peer: str, requests: list, budget: int, tmp: Path, decode: bool = False) -> dict[str, Any]:
-    """Run sched-sim's ``trace`` command on ``requests``; its figures.
+    """Run sched-sim's ``trace`` command on ``requests``, written to ``tmp/sched-sim-trace.json``;
+    its figures.
 
     Each request gets one output token, or with ``decode`` (fairsim's ``--mode colocated``) its
     trace ``output_len``.
@@ -261,8 +262,10 @@ def bench_peer(peer: str, requests: list, budget: int, tmp: Path, decode: bool =
             ``Completed / Total`` count of ``len(requests)`` (not sched-sim's ``trace`` command run
             on this trace: its time would be no peer's figure).
     """
+    from fairsim.io import atomic_write_text
+
     path = tmp / "sched-sim-trace.json"
-    path.write_text(json.dumps([
+    atomic_write_text(path, json.dumps([
         {"id": r.request_id, "timestamp": r.arrival_time, "prompt_tokens": r.prompt_len,
          "output_tokens": r.output_len if decode else 1}
         for r in requests]))
@@ -425,7 +428,9 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
                       file=sys.stderr)
             if peer is not None and child_error is None:
                 try:
-                    rows["sched-sim"] = bench_peer(peer, requests, args.budget, tmp,
+                    # Its trace goes to --out (kept, so the printed command can be run again).
+                    rows["sched-sim"] = bench_peer(peer, requests, args.budget,
+                                                   args.out if args.out is not None else tmp,
                                                    getattr(args, "mode", "prefill-only") == "colocated")
                 except ValueError as exc:  # keep fairsim's figures: printed and written, then the error
                     peer_error = exc
@@ -486,4 +491,5 @@ def _print_table(args: argparse.Namespace, names: list[str], rows: dict[str, dic
         tokens = ("the trace's output lengths" if getattr(args, "mode", "") == "colocated"
                   else "one output token")
         print(f"sched-sim: {rows['sched-sim']['command']} (chunked prefill, same arrivals and prompt "
-              f"lengths, {tokens}, no prefix cache)")
+              f"lengths, {tokens}, no prefix cache" + ("" if args.out is not None else
+                                                       "; a temporary trace file: --out DIR keeps it") + ")")

@@ -109,6 +109,23 @@ def test_bench_runs_each_policy_and_the_peer(capsys, tmp_path):
     assert os.path.basename(rows["sched-sim"]["command"].split()[0]) == "peer"
 
 
+def test_the_peers_trace_is_kept_in_out_for_its_printed_command(capsys, tmp_path):
+    peer = tmp_path / "peer"
+    peer.write_text(_COUNTING_PEER)
+    peer.chmod(0o755)
+    code, out, _ = _cli(capsys, "bench", "--policies", "fcfs", "--max-requests", "40",
+                        "--compare", peer, "--out", tmp_path / "o")
+    assert code == 0
+    kept = tmp_path / "o" / "sched-sim-trace.json"
+    line = out.strip().splitlines()[-1]
+    assert line.startswith(f"sched-sim: {peer} trace {kept} --scheduler chunked") and "temporary" not in line
+    trace = json.loads(kept.read_text())
+    assert len(trace) == 40 and set(trace[0]) == {"id", "timestamp", "prompt_tokens", "output_tokens"}
+    assert json.loads((tmp_path / "o" / "bench.json").read_text())["sched-sim"]["command"].split()[2] == str(kept)
+    code, out, _ = _cli(capsys, "bench", "--policies", "fcfs", "--max-requests", "40", "--compare", peer)
+    assert code == 0 and out.strip().endswith("; a temporary trace file: --out DIR keeps it)")
+
+
 #: A stand-in for sched-sim's ``trace`` command: counts the requests of its trace (one ``"id"``
 #: each) and prints them as sched-sim's table row does, with a TTFT row.
 _COUNTING_PEER = ("#!/bin/sh\nn=$(grep -o '\"id\"' \"$2\" | wc -l)\n"

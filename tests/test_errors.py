@@ -162,6 +162,20 @@ class TestBadTraces:
         assert code == 2 and (f"{path}:2: arrival time of request 't:2': the last arrival is at 1e+12 s, "
                               f"beyond 1e+09 s") in err and err.strip().endswith("use a shorter window (--window-end)")
 
+    def test_a_block_larger_than_the_cache_names_block_size(self, capsys, tmp_path):
+        path = _trace(tmp_path / "t.jsonl", [
+            '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}'])
+        code, _, err = run_cli(capsys, "run", "--trace", path, "--block-size", "100000000")
+        assert code == 2 and err.strip() == ("fairsim: error: the profile's KV capacity (231014 tokens): less than "
+                                             "one block of 100000000 tokens (--block-size 100000000)")
+
+    def test_a_trace_given_as_profile_says_it_was_read_as_one(self, capsys, tmp_path):
+        path = _trace(tmp_path / "t.jsonl", [
+            '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}',
+            '{"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": [2]}'])
+        code, _, err = run_cli(capsys, "run", "--trace", path, "--profile", path)
+        assert code == 2 and err.strip() == f"fairsim: error: {path}:2: not valid JSON: Extra data (reading it as a profile)"
+
     def test_arrivals_too_close_name_the_trace_not_the_default_time_scale(self, capsys, tmp_path):
         path = _trace(tmp_path / "t.jsonl", [
             '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}',

@@ -150,7 +150,7 @@ class TestKvTokensNamed:
         code, _, err = run_cli(capsys, "run", "--policy", "fcfs", "--block-size", "100000000")
         assert code == 2
         assert err.strip().endswith("fairsim: error: the profile's KV capacity (231014 tokens): less than one "
-                                    "block of 100000000 tokens")
+                                    "block of 100000000 tokens (--block-size 100000000)")
 
     def test_cli_names_the_option_below_one_block(self, capsys):
         code, _, err = run_cli(capsys, "run", "--policy", "fcfs", "--kv-tokens", "100")

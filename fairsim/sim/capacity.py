@@ -53,7 +53,8 @@ def resolve_capacity(requests: Sequence[Request], config: EngineConfig) -> tuple
     elif config.kv_tokens is not None:
         kv_blocks = config.kv_tokens // block_size
         if kv_blocks < 1:
-            raise CapacityError(f"kv_tokens={config.kv_tokens}: less than one block of {block_size} tokens")
+            raise CapacityError(f"kv_tokens={config.kv_tokens}: less than one block of {block_size} tokens"
+                                + (f" (block_size={block_size})" if config.block_size is not None else ""))
     elif config.kv_fraction is not None:
         reusable = reusable_blocks(block_keys(r, block_size) for r in requests)
         kv_blocks = capacity_from_fraction(config.kv_fraction, reusable)
