@@ -301,7 +301,26 @@ class TestErrors:
         p = tmp_path / "t.jsonl.gz"
         p.write_bytes((DATA / "dynamo_trace.jsonl.gz").read_bytes()[:200])
         assert main(["run", "--trace", str(p)]) == 2
-        assert f"{p}: cannot read (broken gzip stream?)" in capsys.readouterr().err
+        # The first line is whole; the cut falls in the second.
+        assert (f"{p}:2: field '<gzip>': the gzip stream ends before its end-of-stream marker (the file was "
+                f"cut short); this line and any after it are lost") in capsys.readouterr().err
+
+    def test_a_gzip_cut_short_keeps_its_complete_lines_with_skip_bad(self, tmp_path, capsys):
+        lines = [json.dumps({"timestamp": i * 1000, "input_length": 600, "output_length": 1,
+                             "hash_ids": [i, i + 1000]}) for i in range(400)]
+        whole = gzip.compress(("\n".join(lines) + "\n").encode())
+        p = tmp_path / "cut.jsonl.gz"
+        p.write_bytes(whole[:len(whole) // 2])
+        assert main(["run", "--trace", str(p), "--format", "json"]) == 2
+        err = capsys.readouterr().err
+        at = int(err.split(f"{p}:")[1].split(":")[0])  # the line after the last complete one
+        assert 1 < at < 400 and "field '<gzip>': the gzip stream ends" in err
+        assert main(["run", "--trace", str(p), "--skip-bad", "--format", "json"]) == 0
+        out, err = capsys.readouterr()
+        assert json.loads(out)["fairway"]["requests"] == at - 1  # every complete line, none made up
+        assert f"skipped 1 bad records of {p}; first: {p}:{at}: field '<gzip>'" in err
+        trace = load_trace(p, skip_bad=True)
+        assert [r.arrival_time for r in trace.requests] == [i * 1.0 for i in range(at - 1)]
 
     def test_unknown_after(self, tmp_path):
         p = tmp_path / "a.jsonl"

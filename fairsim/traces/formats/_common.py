@@ -77,6 +77,23 @@ def open_binary(path: Path) -> IO[bytes]:
     return fh
 
 
+def _read_upto(fh: IO[bytes], n: int) -> bytes:
+    """Up to ``n`` bytes of ``fh``; a gzip stream cut short (``EOFError``) gives what came before
+    the cut (``iter_json_lines`` reports the cut itself at its line)."""
+    parts: list[bytes] = []
+    got = 0
+    try:
+        while got < n:
+            part = fh.read1(n - got)  # one read at a time: a cut loses none of the earlier ones
+            if not part:
+                break
+            parts.append(part)
+            got += len(part)
+    except EOFError:
+        pass
+    return b"".join(parts)
+
+
 def read_head(path: Path) -> Head:
     """The ``Head`` of ``path`` (a file or a folder).
 
@@ -91,15 +108,15 @@ def read_head(path: Path) -> Head:
         raise FileNotFoundError(f"{path}: no such trace file or folder")
     try:
         with open_binary(path) as fh:
-            data = fh.read(HEAD_BYTES)
+            data = _read_upto(fh, HEAD_BYTES)
             # A first record longer than the head (a long hash_ids list, a one-line JSON
             # document): read on to the end of that line so it can be decoded.
             while b"\n" not in data.lstrip() and len(data) < FIRST_LINE_MAX:
-                more = fh.read(HEAD_BYTES * 16)
+                more = _read_upto(fh, HEAD_BYTES * 16)
                 if not more:
                     break
                 data += more
-    except (OSError, EOFError, zlib.error) as exc:
+    except (OSError, zlib.error) as exc:
         raise OSError(f"{path}: cannot read (broken gzip stream?): {exc}") from None
     first = None
     for raw in data.splitlines():
@@ -155,8 +172,10 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
     from the standard library (a non-object, a blank line, a byte-order mark, NaN/Infinity, lone
     surrogates, invalid UTF-8, an integer beyond 64 bits: ``_orjson_safe``) is parsed by
     ``json`` as before, so records, values and error messages are those of ``json.loads``.
+
+    A gzip file cut short yields its complete lines, then an error at the line after them.
     """
-    blank_line = 0
+    blank_line = line_no = 0
     name = str(path)
     loads = orjson.loads
     fast_error = orjson.JSONDecodeError
@@ -197,7 +216,11 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
                     continue
                 yield line_no, (rec if isinstance(rec, dict) else TraceFormatError(
                     name, line_no, "<json>", f"expected an object, got {type(rec).__name__}"))
-    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+    except EOFError:  # a gzip file cut short (a download that stopped): the lines before it stand
+        yield line_no + 1, TraceFormatError(
+            name, line_no + 1, "<gzip>", "the gzip stream ends before its end-of-stream marker (the file "
+            "was cut short); this line and any after it are lost")
+    except (gzip.BadGzipFile, zlib.error) as exc:
         raise OSError(f"{path}: broken gzip stream: {exc}") from None
 
 
