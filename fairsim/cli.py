@@ -324,6 +324,12 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
               f"more (the profile's max_model_len); first: {dropped[0].request_id!r}", file=sys.stderr)
         if not kept:
             raise ValueError(f"--skip-long: every request kept has a prompt of {limit:,} tokens or more")
+    if args.replay == "closed" and not any(r.after is not None for r in kept):
+        print("fairsim: warning: --replay closed: no request of this trace follows another, so every request "
+              "is sent at its own timestamp, as in open loop", file=sys.stderr)
+    elif args.replay == "open" and args.think_scale != 1:
+        print(f"fairsim: warning: --think-scale {args.think_scale:g} has no effect in open loop (requests "
+              f"arrive at their timestamps); it scales the think times of --replay closed", file=sys.stderr)
     if args.replay == "closed":
         kept, detached = detach_cut(kept, requests)
         if detached:

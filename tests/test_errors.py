@@ -162,6 +162,21 @@ class TestBadTraces:
         assert code == 2 and (f"{path}:2: arrival time of request 't:2': the last arrival is at 1e+12 s, "
                               f"beyond 1e+09 s") in err and err.strip().endswith("use a shorter window (--window-end)")
 
+    def test_replay_options_without_effect_are_said(self, capsys, tmp_path):
+        path = _trace(tmp_path / "t.jsonl", [
+            '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}',
+            '{"timestamp": 1000, "input_length": 10, "output_length": 1, "hash_ids": [2]}'])
+        code, _, err = run_cli(capsys, "run", "--trace", path, "--replay", "closed")
+        assert code == 0 and ("fairsim: warning: --replay closed: no request of this trace follows another, so "
+                              "every request is sent at its own timestamp, as in open loop") in err
+        code, _, err = run_cli(capsys, "run", "--trace", path, "--think-scale", "2")
+        assert code == 0 and "fairsim: warning: --think-scale 2 has no effect in open loop" in err
+        code, out, err = run_cli(capsys, "run", "--trace", path)
+        assert code == 0 and "warning" not in err and "offered load: 2 requests over 1.0 s" in out
+        one = _trace(tmp_path / "one.jsonl", ['{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}'])
+        code, out, _ = run_cli(capsys, "run", "--trace", one)
+        assert code == 0 and "offered load: 1 request arriving at one instant" in out
+
     def test_a_block_larger_than_the_cache_names_block_size(self, capsys, tmp_path):
         path = _trace(tmp_path / "t.jsonl", [
             '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}'])
