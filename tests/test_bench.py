@@ -12,7 +12,7 @@ import pytest
 from fairsim.bench import run_argv, tile_trace
 from fairsim.cli import build_parser, main
 from fairsim.traces.trace import Trace
-from tests.utils import make_request
+from tests.utils import make_request, write_failing_policy
 
 
 def _cli(capsys, *argv):
@@ -176,14 +176,7 @@ def test_an_error_only_the_tiled_trace_meets_says_so(capsys):
 def test_a_failing_policy_keeps_the_ones_before_it(capsys, tmp_path, monkeypatch):
     # A team's policy that raises once the clock passes 5 s: its child exits 1 with the policy's
     # message; the bench prints and writes the policies that finished, then exits 1 with it.
-    (tmp_path / "benchfailpol.py").write_text(
-        "from fairsim.policies.fcfs import FCFS\n"
-        "class Boom(FCFS):\n"
-        "    name = 'boom'\n"
-        "    def order(self, waiting, now):\n"
-        "        if now > 5.0:\n"
-        "            raise ValueError('boom')\n"
-        "        return super().order(waiting, now)\n")
+    write_failing_policy(tmp_path, "benchfailpol")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     peer = tmp_path / "peer.sh"  # leaves a mark if it is run

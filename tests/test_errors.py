@@ -24,6 +24,7 @@ from fairsim.errors import OutputError, ProfileError
 from fairsim.io import atomic_to_parquet, atomic_write_text, check_writable_dir, check_writable_file
 from fairsim.policies import registry
 from fairsim.policies.base import arrival_key
+from tests.utils import write_failing_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -548,14 +549,7 @@ class TestInterrupt:
     def test_a_failing_policy_prints_the_ones_before_it(self, capsys, tmp_path, monkeypatch, fmt):
         # compare fcfs,BOOM,lpm: fcfs finished, BOOM raises in order(); fcfs is printed (not only
         # written with --out), lpm is not run, and the exit is BOOM's (1).
-        (tmp_path / "comparefailpol.py").write_text(
-            "from fairsim.policies.fcfs import FCFS\n"
-            "class Boom(FCFS):\n"
-            "    name = 'boom'\n"
-            "    def order(self, waiting, now):\n"
-            "        if now > 5.0:\n"
-            "            raise ValueError('boom')\n"
-            "        return super().order(waiting, now)\n")
+        write_failing_policy(tmp_path, "comparefailpol")
         monkeypatch.syspath_prepend(str(tmp_path))
         try:
             code, out, err = run_cli(capsys, "compare", "--policies", "fcfs,comparefailpol:Boom,lpm",

@@ -158,3 +158,19 @@ def same_as_reference(requests, policy: str, profile: Profile, config, reference
     for name in tables:
         pd.testing.assert_frame_equal(getattr(fast, name), getattr(ref, name), check_exact=True)
     return fast
+
+
+def write_failing_policy(folder, module: str) -> str:
+    """Write ``folder/module.py`` with a team policy (FCFS) whose ``order()`` raises
+    ``ValueError('boom')`` once the clock passes 5 s; return its ``--policy`` name
+    (``module:Boom``). The caller puts ``folder`` on ``sys.path`` (and ``PYTHONPATH`` for child
+    processes) and drops ``module`` from ``sys.modules`` afterwards."""
+    (folder / f"{module}.py").write_text(
+        "from fairsim.policies.fcfs import FCFS\n"
+        "class Boom(FCFS):\n"
+        "    name = 'boom'\n"
+        "    def order(self, waiting, now):\n"
+        "        if now > 5.0:\n"
+        "            raise ValueError('boom')\n"
+        "        return super().order(waiting, now)\n")
+    return f"{module}:Boom"
