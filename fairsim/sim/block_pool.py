@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Container, Hashable, Iterable, Iterator, Sequence
+from itertools import islice
 
 from fairsim.errors import EngineInvariantError
 
@@ -139,8 +140,9 @@ class BlockPool:
         free = self._free
         if n > len(free):
             raise ValueError(f"cannot allocate {n} blocks: only {len(free)} free")
-        popitem = free.popitem
-        out = [popitem(False)[0] for _ in range(n)]
+        out = list(islice(free, n))  # the front n, in order (no popitem tuple per block)
+        for b in out:
+            del free[b]
         self._claim(out)
         return out
 
