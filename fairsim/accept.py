@@ -198,7 +198,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from fairsim.analysis.cli import merge_trace_arg
-    from fairsim.cli import capacity_of, check_policies, engine_config, load_requests, params_for, parse_params, run_one, scoped_params, write_tables
+    from fairsim.cli import capacity_of, check_policies, engine_config, load_in_trace_time, params_for, parse_params, run_one, scoped_params, write_tables
     from fairsim.costmodel import load_profile
     from fairsim.traces import scale_time
     from fairsim.traces.offered import offered_load
@@ -210,6 +210,9 @@ def cmd_accept(args: argparse.Namespace) -> int:
         check_writable_dir(args.out)
     if args.plots is not None:
         check_writable_dir(args.plots, "--plots")
+    if getattr(args, "slo", None):
+        raise ValueError("--slo: accept checks its TTFT targets against FCFS and LPM; goodput against "
+                         "an SLO is in run/compare (--mode colocated --slo ...)")
     if args.warmup is not None and not args.warmup >= 0:
         raise ValueError(f"--warmup {args.warmup}: need >= 0 s")
     profile: Profile = load_profile(args.profile)
@@ -217,10 +220,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
     names = list(dict.fromkeys([*BASELINES, args.policy]))
     check_policies(names, profile, {k: v for k, v in params.items() if "." in k})
     check_policies([args.policy], profile, params_for(args.policy, params))
-    scale, args.time_scale = args.time_scale, 1.0  # windows are cut in trace time, scaled after
-    trace, requests = load_requests(args, profile)
-    if not (scale > 0 and np.isfinite(scale)):
-        raise ValueError(f"--time-scale {scale}: need a finite factor > 0")
+    trace, requests, scale = load_in_trace_time(args, profile)  # windows cut in trace time, scaled after
     if args.engine == "vllm" and args.block_size is None:
         args.block_size = 128  # vLLM's CPU backend wants a multiple of 32; as fairsim replay
     base = engine_config(args, profile)  # default capacity: the profile's, as fairsim run
@@ -268,7 +268,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
 
     verdicts = evaluate(requests, windows, args.policy, run, args.warmup, scale, keep)
     ok = all(v.ok for v in verdicts)
-    payload = {"trace": trace.source, "candidate": args.policy, "engine": args.engine, "time_scale": scale,
+    payload = {"trace": trace.source, "candidate": args.policy, "engine": args.engine, "mode": base.mode, "time_scale": scale,
                "kv_blocks": kv_blocks, "block_size": block_size, "pass": ok,
                "targets": {"median_vs_lpm": MEDIAN_FACTOR, "p99_vs_fcfs": P99_FACTOR,
                            "starvation_max_vs_own_p99": STARVATION_FACTOR},

@@ -365,6 +365,32 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
     return trace, requests
 
 
+def load_in_trace_time(args: argparse.Namespace, profile: Profile) -> tuple[Trace, list[Request], float]:
+    """``load_requests`` with the arrivals left in trace time, and the time scale the options ask
+    for: ``--time-scale``, or the one ``--target-load`` resolves to on the requests kept (said on
+    stderr as ``fairsim run`` says it). For ``accept`` and ``analyze``, which cut windows and bins
+    in trace time and scale the arrivals after.
+
+    Raises:
+        ValueError: A ``--time-scale`` that is not a finite factor > 0, or as ``load_requests``.
+    """
+    from fairsim.traces.offered import time_scale_for_load
+
+    scale, target = args.time_scale, getattr(args, "target_load", None)
+    if not (scale > 0 and math.isfinite(scale)):
+        raise ValueError(f"--time-scale {scale}: need a finite factor > 0")
+    args.time_scale, args.target_load = 1.0, None
+    try:
+        trace, requests = load_requests(args, profile)
+    finally:
+        args.time_scale, args.target_load = scale, target
+    if target is not None:
+        scale = args.time_scale = time_scale_for_load(requests, profile, args.budget, target,
+                                                      colocated=getattr(args, "mode", None) == "colocated")
+        print(f"fairsim: --target-load {target:g}: time scale {scale:.6g}", file=sys.stderr)
+    return trace, requests, scale
+
+
 def _time_origin(args: argparse.Namespace, trace: Trace, request: Request, *fixes: str) -> tuple[str, str]:
     """What set the arrival times an error is about, and the matching remedy of ``fixes``
     (for ``--target-load``, ``--time-scale``, ``--session-rate``, the trace's own times): the

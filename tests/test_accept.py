@@ -81,6 +81,7 @@ class TestExitCodes:
         text = capsys.readouterr().out
         data = json.loads((out / "accept.json").read_text())
         assert [w["name"] for w in data["windows"]] == ["calm", "burst", "spike"]
+        assert data["mode"] == "prefill-only"
         assert code == (0 if data["pass"] else 1)
         assert text.count("FAIL") == sum(
             (not w["median_ok"]) + (not w["p99_ok"]) + (not w["starvation_ok"]) + (not w["pass"])
@@ -92,6 +93,38 @@ class TestExitCodes:
             assert (plots / name).read_bytes()[:4] == b"\x89PNG"
 
 
+class TestTargetLoad:
+    """``--target-load X`` is the ``--time-scale`` it resolves to: windows are still cut in trace
+    time (they were cut from arrivals already scaled, and labelled trace seconds)."""
+
+    @pytest.mark.parametrize("command", ["accept", "analyze"])
+    def test_same_windows_and_figures_as_the_printed_time_scale(self, tmp_path, capsys, command):
+        path = shared_prefix_trace(tmp_path / "t.jsonl")  # 150 requests over 29 s of trace time
+        extra = (["--policy", "fairway", "--windows", "a:0-10,b:10-29"] if command == "accept"
+                 else ["--window-length", "5"])
+        assert main([command, str(path), *extra, "--target-load", "0.5", "--format", "json"]) in (0, 1)
+        by_load = capsys.readouterr()
+        scale = float(by_load.err.split("--target-load 0.5: time scale ")[1].split()[0])
+        assert scale > 1  # the trace is overloaded: 0.5 needs slower arrivals
+        assert main([command, str(path), *extra, "--time-scale", repr(scale), "--format", "json"]) in (0, 1)
+        by_scale = json.loads(capsys.readouterr().out)
+        by_load = json.loads(by_load.out)
+        # (the printed scale has 6 significant digits: the figures agree to about that)
+        if command == "accept":
+            for a, b in zip(by_load["windows"], by_scale["windows"], strict=True):
+                assert (a["name"], a["start_s"], a["end_s"], a["requests"]) == (b["name"], b["start_s"], b["end_s"], b["requests"])
+                for name in ("fcfs", "lpm", "fairway"):
+                    assert a["stats"][name]["requests"] == b["stats"][name]["requests"]
+                    assert a["stats"][name]["p50_s"] == pytest.approx(b["stats"][name]["p50_s"], rel=1e-4)
+            # window a holds the requests of trace seconds 0-10: the first 50 (not the first ~10
+            # that arrive before 10 s once scaled)
+            assert by_load["windows"][0]["stats"]["fairway"]["requests"] == 50
+        else:
+            spans = lambda d: [(w["start_s"], w["end_s"]) for w in d["busiest_windows"]]  # noqa: E731
+            assert spans(by_load) and spans(by_load) == spans(by_scale)
+            assert max(w["end_s"] for w in by_load["busiest_windows"]) <= 29  # trace seconds
+
+
 class TestErrors:
     """Bad options exit 2 with a message naming them, before any simulation."""
 
@@ -101,10 +134,15 @@ class TestErrors:
         (["--policy", "fairway", "--param", "nope=1"], "bad parameters"),
         (["--policy", "fairway", "--warmup", "-1"], "--warmup"),
         (["--policy", "fairway", "--windows", "x:5000-6000"], "holds no request"),
+        (["--policy", "fairway", "--slo", "ttft=5"], "--slo: accept checks its TTFT targets"),  # not ignored
     ])
     def test_exit_2(self, argv, needle, capsys):
         assert main(["accept", *argv]) == 2
         assert needle in capsys.readouterr().err
+
+    def test_analyze_refuses_slo_too(self, capsys):
+        assert main(["analyze", "--slo", "garbage"]) == 2
+        assert "--slo: analyze measures the trace" in capsys.readouterr().err
 
 
 class TestLoad:

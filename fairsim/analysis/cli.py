@@ -50,7 +50,7 @@ def merge_trace_arg(args: argparse.Namespace) -> None:
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Run ``fairsim analyze``; returns the exit status."""
     from fairsim.analysis.analyze import analyze, format_text, write_report
-    from fairsim.cli import engine_config, load_requests
+    from fairsim.cli import engine_config, load_in_trace_time
     from fairsim.costmodel import load_profile
     from fairsim.traces import scale_time
     from fairsim.traces.offered import offered_load
@@ -60,6 +60,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     merge_trace_arg(args)
     if args.out is not None:  # created and test-written before any work, as fairsim run
         check_writable_dir(args.out)
+    if getattr(args, "slo", None):
+        raise ValueError("--slo: analyze measures the trace (spread, reuse, load); goodput against an "
+                         "SLO is in run/compare (--mode colocated --slo ...)")
     if args.param:
         raise ValueError("--param: analyze runs no policy but FCFS; it takes no policy parameters")
     for option, value in (("--window-length", args.window_length), ("--bin", args.bin)):
@@ -67,10 +70,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             raise ValueError(f"{option} {value}: need a finite number of seconds > 0")
     profile = load_profile(args.profile)
     config = engine_config(args, profile)  # default capacity: the profile's, as fairsim run
-    scale, args.time_scale = args.time_scale, 1.0  # bins and windows in trace time, as accept
-    trace, requests = load_requests(args, profile)
-    if not (scale > 0 and scale < float("inf")):
-        raise ValueError(f"--time-scale {scale}: need a finite factor > 0")
+    trace, requests, scale = load_in_trace_time(args, profile)  # bins and windows in trace time, as accept
     load = offered_load(scale_time(requests, scale), profile, config.budget_tokens, args.load_window,
                         colocated=config.mode == "colocated")  # the figures of fairsim run
     offered = load.describe()
