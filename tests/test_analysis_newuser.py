@@ -59,6 +59,9 @@ class TestNoFigureIsNull:
         assert "NaN" not in text and json.loads(text)["spread"]["spread_max"] is None
         report = (tmp_path / "rep" / "report.md").read_text()
         assert "n/a / n/a / n/a" in report and "nan" not in report
+        # the share of the queued time at or above the threshold: no queued time, no share
+        assert data["spread"]["share_at_or_above_threshold"] is None
+        assert "| time at or above 4x | n/a |" in report
 
 
 class TestWindowOptions:
@@ -82,6 +85,32 @@ class TestBusiestWindowsPrinted:
         assert main(["analyze", str(path)]) == 0
         line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("busiest windows")]
         assert line == ["busiest windows: n/a (all 2 requests arrive at one instant)"]
+
+    def test_one_instant_has_no_load_figures(self, tmp_path, capsys):
+        # No span, no rate: no mean or peak load, bins or windows (a default bin width made them up).
+        path = write_rows(tmp_path / "t.jsonl", [
+            {"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}])
+        assert main(["analyze", str(path), "--format", "json", "--out", str(tmp_path / "rep")]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert [data[k] for k in ("window_s", "bin_s", "peak_bin_load", "mean_load")] == [None] * 4
+        report = (tmp_path / "rep" / "report.md").read_text()
+        assert "every request arrives at one instant: no rate, so no load over time" in report
+        assert "nan" not in report and " s bins" not in report
+
+    def test_too_many_bins_are_refused_before_the_simulation(self, capsys, monkeypatch):
+        monkeypatch.setattr("fairsim.analysis.analyze.simulate", lambda *a, **k: pytest.fail("simulated"))
+        assert main(["analyze", "--bin", "1e-9"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("fairsim: error: --bin 1e-09: 2.46e+11 bins over the trace's 246.339 s, more "
+                              "than 10,000,000; use a wider bin"), err
+
+    def test_the_fcfs_sentence_says_when_it_matches_the_replay(self, tmp_path, capsys):
+        assert main(["analyze", "--out", str(tmp_path / "rep")]) == 0
+        report = (tmp_path / "rep" / "report.md").read_text()
+        data = json.loads((tmp_path / "rep" / "analysis.json").read_text())
+        differs = data["fcfs_sim_hit_rate"] != data["lru_hit_rate_default"]
+        assert ("the cache differs from one-at-a-time replay" in report) == differs
+        assert ("as the one-at-a-time replay above" in report) == (not differs)
 
     def test_sub_second_windows_are_distinct(self, capsys):
         # azure.csv: 3 requests over 1.0 s -> windows of a third of the span, 0.34 s

@@ -37,6 +37,8 @@ OBSERVED_CACHED = "observed_cached_tokens"
 OBSERVED_SCHEDULED_MS = "observed_first_scheduled_ms"
 """Trace field: when the serving engine first scheduled the request, ms on the trace's clock."""
 CURVE_FRACTIONS = (0.1, 0.2, 0.3, 0.5, 1.0)
+MAX_BINS = 10_000_000
+"""Most load bins ``--bin`` may ask for over the trace (a few numpy columns of this length)."""
 """Capacities listed in the report, as fractions of the trace's reusable content."""
 
 
@@ -75,6 +77,7 @@ class Analysis:
     offered: str
     window_s: float = 60.0
     time_scale: float = 1.0
+    span_s: float = float("nan")
     extra: dict[str, Any] = field(default_factory=dict)
 
     def curve_table(self) -> list[dict[str, Any]]:
@@ -99,8 +102,11 @@ class Analysis:
             "capacity_for_90pct_of_bound": self.curve.capacity_for(0.9),
             "curve": self.curve_table(),
             "busiest_windows": [vars_window(w) for w in self.busiest],
-            "window_s": self.window_s, "bin_s": self.bin_s, "peak_bin_load": float(self.series["load"].max()),
-            "mean_load": float(self.series["load"].mean()),
+            # All arrivals at one instant: no rate, so no load, bins or windows (not one made up
+            # from a default bin width).
+            **({"window_s": self.window_s, "bin_s": self.bin_s, "peak_bin_load": float(self.series["load"].max()),
+                "mean_load": float(self.series["load"].mean())} if self.span_s > 0 else
+               {"window_s": None, "bin_s": None, "peak_bin_load": None, "mean_load": None}),
         }
 
     def summary_json(self) -> str:
@@ -195,6 +201,9 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
         window_s = min(60.0, span / 3) if span > 0 else 1.0
     if bin_s is None:
         bin_s = window_s / 6
+    if span / bin_s >= MAX_BINS:  # before the FCFS simulation: a bin count memory cannot hold
+        raise ValueError(f"--bin {bin_s:g}: {span / bin_s:.3g} bins over the trace's {span:.6g} s, more "
+                         f"than {MAX_BINS:,}; use a wider bin")
     observed = observed_spread_inputs(requests) if time_scale == 1.0 else None
     fcfs_hit = None
     if observed is not None:
@@ -230,7 +239,7 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
     return Analysis(trace=trace_name, requests=len(requests), spread=spread, curve=curve,
                     kv_blocks=kv_blocks, reusable_blocks=reusable, fcfs_hit_rate=fcfs_hit,
                     series=series, bin_s=bin_s, busiest=busiest, offered=offered, window_s=window_s,
-                    time_scale=time_scale)
+                    time_scale=time_scale, span_s=span)
 
 
 def format_text(an: Analysis) -> str:
@@ -277,8 +286,16 @@ def write_report(an: Analysis, out: Path) -> list[Path]:
     fcfs = ("" if an.fcfs_hit_rate is None else
             f"The FCFS simulation ({'at the recorded load' if an.time_scale == 1 else f'arrivals x{an.time_scale:g}'}) "
             f"hit {an.fcfs_hit_rate:.3f} at "
-            f"{an.kv_blocks:,} blocks: where requests overlap, running requests hold blocks and "
-            f"the cache differs from one-at-a-time replay.\n")
+            f"{an.kv_blocks:,} blocks" + (
+                ": where requests overlap, running requests hold blocks and the cache differs from "
+                "one-at-a-time replay.\n" if an.fcfs_hit_rate != an.curve.hit_rate(an.kv_blocks)
+                else ", as the one-at-a-time replay above.\n"))
+    if summary["bin_s"] is None:
+        load_line, busiest_of = "every request arrives at one instant: no rate, so no load over time)", ""
+    else:
+        load_line = (f"{summary['bin_s']:g} s bins of trace time, at the replayed time scale); mean "
+                     f"{fmt_num(summary['mean_load'], '.2f')}, peak bin {fmt_num(summary['peak_bin_load'], '.2f')}")
+        busiest_of = f" of {summary['window_s']:g} s"
     text = f"""# fairsim analyze: {an.trace}
 
 {an.requests} requests. {an.offered}.
@@ -293,7 +310,7 @@ weighted by time. Source: {sp.source}.
 |---|---|
 | time with two or more waiting | {100 * sp.queued_share:.1f} % |
 | spread p50 / p90 / max | {" / ".join(fmt_num(sp.quantile(q), ".1f", "x") for q in (0.5, 0.9, 1.0))} |
-| time at or above {sp.threshold:g}x | {100 * sp.share_above(sp.threshold):.1f} % |
+| time at or above {sp.threshold:g}x | {fmt_num(100 * sp.share_above(sp.threshold), '.1f', ' %')} |
 
 **Verdict: {sp.verdict()}.** Rule: if the work of concurrently queued requests differs only a few
 times, ordering matters little (the Fairway paper's advice to serving teams). The paper gives no
@@ -319,9 +336,7 @@ L - 1 tokens); reusable content = {an.reusable_blocks:,} blocks seen in two or m
 
 Load = the engine's best-case busy seconds for the prompts arriving in a stretch of time (every
 step filled to the token budget, cold cache) / its length, as in `fairsim run`'s offered-load
-line ({an.bin_s:g} s bins of trace time, at the replayed time scale); mean
-{fmt_num(summary['mean_load'], '.2f')}, peak bin {fmt_num(summary['peak_bin_load'], '.2f')}. Busiest
-windows of {an.window_s:g} s:
+line ({load_line}. Busiest windows{busiest_of}:
 
 | window | start s | end s | requests | load |
 |---|---|---|---|---|

@@ -71,10 +71,11 @@ class QueueSpread:
         return float(s[min(np.searchsorted(w, q * w[-1], side="left"), s.size - 1)])
 
     def share_above(self, factor: float) -> float:
-        """Share of the time with two or more waiting during which the spread is >= ``factor``."""
+        """Share of the time with two or more waiting during which the spread is >= ``factor``;
+        NaN (JSON ``null``) when two or more never wait together (the spread is undefined then)."""
         tl = self.timeline[self.timeline["waiting"] >= 2]
         total = tl["duration_s"].sum()
-        return float(tl.loc[tl["spread"] >= factor, "duration_s"].sum() / total) if total > 0 else 0.0
+        return float(tl.loc[tl["spread"] >= factor, "duration_s"].sum() / total) if total > 0 else float("nan")
 
     def verdict(self) -> str:
         """One sentence: does ordering matter for this traffic, by the paper's rule?"""
