@@ -344,6 +344,12 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
     if args.replay == "closed":  # before the last-arrival check, to name the record and field
         from fairsim.sim.release import check_release_times
 
+        starts = [r.arrival_time for r in requests if r.after is None]
+        if args.session_rate is not None and not max(starts, default=0.0) <= MAX_ARRIVAL_S:
+            where, fix = _time_origin(args, trace, kept[-1], "a larger --target-load", "a smaller --time-scale",
+                                      "a larger --session-rate", "")
+            raise ValueError(f"{where}: the last session starts at {max(starts):.6g} s, beyond "
+                             f"{MAX_ARRIVAL_S:.0e} s, where float64 time cannot resolve 1 us steps; use {fix}")
         check_release_times(requests, args.think_scale, MAX_ARRIVAL_S, trace.source, trace.locations)
     last = requests[-1].arrival_time if requests else 0.0
     if not last <= MAX_ARRIVAL_S:

@@ -75,6 +75,22 @@ class TestWindowOptions:
         assert err.startswith(f"fairsim: error: {option} {value if value != '0' else '0.0'}"), err
 
 
+class TestOptionsNamedBeforeWork:
+    """--spread-threshold and a KV size are checked (and named) before the trace is simulated."""
+
+    @pytest.mark.parametrize("value", ["inf", "1", "nan"])
+    def test_spread_threshold(self, value, capsys, monkeypatch):
+        monkeypatch.setattr("fairsim.cli.load_requests", lambda *a, **k: pytest.fail("read the trace"))
+        assert main(["analyze", "--spread-threshold", value]) == 2
+        assert capsys.readouterr().err.startswith(f"fairsim: error: --spread-threshold {float(value)}: need a finite factor > 1")
+
+    def test_kv_blocks_named_as_the_option(self, capsys, monkeypatch):
+        monkeypatch.setattr("fairsim.analysis.analyze.simulate", lambda *a, **k: pytest.fail("simulated"))
+        assert main(["analyze", "--kv-blocks", "99999999"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("fairsim: error: --kv-blocks 99999999 is above the simulator's limit") and "kv_blocks=" not in err
+
+
 class TestBusiestWindowsPrinted:
     """Defect 13: windows print with the precision of their length, and n/a when none exist."""
 

@@ -178,6 +178,13 @@ class TestBadTraces:
         code, out, _ = run_cli(capsys, "run", "--trace", one)
         assert code == 0 and "offered load: 1 request arriving at one instant" in out
 
+    def test_closed_loop_session_starts_out_of_range_name_session_rate(self, capsys):
+        sessions = ROOT / "tests" / "data" / "formats" / "claude_code"  # closed loop, no absolute time
+        code, _, err = run_cli(capsys, "run", "--trace", str(sessions), "--session-rate", "1e-12")
+        assert code == 2 and err.startswith("fairsim: error: --session-rate 1e-12 (the session starts it draws): "
+                                            "the last session starts at ")
+        assert err.strip().endswith("use a larger --session-rate") and "think/tool delay" not in err
+
     def test_a_block_larger_than_the_cache_names_block_size(self, capsys, tmp_path):
         path = _trace(tmp_path / "t.jsonl", [
             '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}'])

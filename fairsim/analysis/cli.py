@@ -50,7 +50,7 @@ def merge_trace_arg(args: argparse.Namespace) -> None:
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Run ``fairsim analyze``; returns the exit status."""
     from fairsim.analysis.analyze import analyze, format_text, write_report
-    from fairsim.cli import engine_config, load_in_trace_time
+    from fairsim.cli import capacity_of, engine_config, load_in_trace_time
     from fairsim.costmodel import load_profile
     from fairsim.traces import scale_time
     from fairsim.traces.offered import offered_load
@@ -68,9 +68,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     for option, value in (("--window-length", args.window_length), ("--bin", args.bin)):
         if value is not None and not (0 < value < float("inf")):
             raise ValueError(f"{option} {value}: need a finite number of seconds > 0")
+    if not (1 < args.spread_threshold < float("inf")):  # before the trace is read
+        raise ValueError(f"--spread-threshold {args.spread_threshold}: need a finite factor > 1")
     profile = load_profile(args.profile)
     config = engine_config(args, profile)  # default capacity: the profile's, as fairsim run
     trace, requests, scale = load_in_trace_time(args, profile)  # bins and windows in trace time, as accept
+    capacity_of(requests, config, args)  # a bad KV size named as its option, before any work
     load = offered_load(scale_time(requests, scale), profile, config.budget_tokens, args.load_window,
                         colocated=config.mode == "colocated")  # the figures of fairsim run
     offered = load.describe()
