@@ -122,6 +122,9 @@ class TestCutSessions:
     def test_cut_window_keeps_two_requests(self, tmp_path):
         summary, tables = sweep_tables(tmp_path, self.SPEC)
         assert summary["trace.window_start_s"].tolist() == [0, 0, 5, 5]
+        # colocated rows carry TPOT and E2E; no ITL column (a sweep keeps no token gaps)
+        assert "tpot_p50_s" in summary and "e2e_p50_s" in summary
+        assert not [c for c in summary.columns if c.startswith("itl_")]
         # Window [5 s, end) of trace time (from the first arrival, 61.114 s; times re-based to the
         # window start): requests 161 and 162; 161's parent 159 was cut, so 161 is sent at its
         # own timestamp as in `fairsim run`.

@@ -53,11 +53,11 @@ def summarize_runs(out: Path, runs: Iterable[RunSpec]) -> pd.DataFrame:
             kv_blocks, block_size = int(req["kv_blocks"].iloc[0]), int(req["block_size"].iloc[0])
             row.update(kv_blocks=kv_blocks, block_size=block_size, kv_tokens=kv_blocks * block_size,
                        **summarize(req, steps))
-            if "tpot_s" in req:  # a colocated run: its decode figures too (ITL needs the token gaps,
-                # which a sweep does not store, so those columns are empty)
+            if "tpot_s" in req:  # a colocated run: its decode figures too, but ITL (it needs the
+                # token gaps, which a sweep does not store: no column rather than an empty one)
                 from fairsim.metrics import decode_summary
 
-                row.update(decode_summary(req, None))
+                row.update({k: v for k, v in decode_summary(req, None).items() if not k.startswith("itl_")})
                 if steps is not None and "decode_tokens" in steps:
                     row["decode_tokens"] = int(steps["decode_tokens"].sum())
         rows.append(row)
