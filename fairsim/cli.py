@@ -440,7 +440,7 @@ def shape_sessions(args: argparse.Namespace, trace: Trace) -> list[Request]:
 
     args.replay = resolve_replay(trace.requests, args.replay)
     if args.replay == "closed":
-        check_sessions(trace.requests)  # named error before any long work
+        check_sessions(trace.requests, trace.source, trace.locations)  # named error before any long work
     requests = sorted(trace.requests, key=lambda r: (r.arrival_time, r.request_id))
     # Formats without absolute time (Claude Code sessions) give offsets from the session start.
     if not getattr(trace, "absolute_time", True) and args.session_rate is None:

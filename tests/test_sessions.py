@@ -122,6 +122,16 @@ class TestSessionErrors:
         with pytest.raises(SessionError, match=r"cycle \(each request waits for the next\).*a -> c -> b -> a"):
             check_sessions([a, b, c, X])
 
+    def test_a_cycle_in_a_file_names_the_file_and_line(self, tmp_path, capsys):
+        path = tmp_path / "cyc.jsonl"
+        path.write_text("".join(json.dumps({"timestamp": i, "input_length": 10, "output_length": 1,
+                                            "hash_ids": [i], "request_id": rid, "after": after}) + "\n"
+                                for i, (rid, after) in enumerate([("a", "b"), ("b", "a")])))
+        assert main(["run", "--trace", str(path)]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"fairsim: error: {path}:1: 'after' links form a cycle (each request waits for the next), so "
+            f"none of them can be sent: a -> b -> a")
+
     def test_bad_think_scale(self):
         with pytest.raises(ValueError, match="think-scale -1"):
             Arrivals([(T0, None)], "closed", think_scale=-1.0)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Generic, TypeVar
 
 from fairsim.errors import EngineInvariantError, SessionError
@@ -46,18 +46,31 @@ def resolve_replay(requests: Sequence[Request], replay: str | None) -> str:
     return replay
 
 
-def check_sessions(requests: Sequence[Request]) -> None:
+def check_sessions(requests: Sequence[Request], source: str | None = None,
+                   locations: Mapping[str, int | str] | None = None) -> None:
     """Refuse ``after`` links that closed-loop replay cannot follow.
+
+    Args:
+        requests: The trace's requests.
+        source: The trace file; with it the message starts with it (and the request's line or
+            JSON path from ``locations``, ``Trace.locations``).
 
     Raises:
         SessionError: A request whose ``after`` names no request of ``requests``, or a cycle of
             ``after`` links (named in order, each waiting for the next: ``a -> b -> a``).
     """
+    def where(rid: str) -> str:
+        if source is None:
+            return ""
+        line = (locations or {}).get(rid)
+        return (f"{source}:{line}: " if isinstance(line, int) and not isinstance(line, bool)
+                else f"{source}: {line}: " if line else f"{source}: ")
+
     by_id = {r.request_id: r for r in requests}
     for r in requests:
         if r.after is not None and r.after not in by_id:
-            raise SessionError(f"request {r.request_id!r}: 'after' names {r.after!r}, which is not "
-                               f"in the trace (was it cut by --window-start/--max-requests?)")
+            raise SessionError(f"{where(r.request_id)}request {r.request_id!r}: 'after' names {r.after!r}, "
+                               f"which is not in the trace (was it cut by --window-start/--max-requests?)")
     # Each request has at most one 'after', so the links form a functional graph: walk each chain
     # once, colouring nodes (0 = new, 1 = on the current walk, 2 = known to reach a root).
     state: dict[str, int] = {}
@@ -70,9 +83,8 @@ def check_sessions(requests: Sequence[Request]) -> None:
             rid = by_id[rid].after
         if rid is not None and state[rid] == 1:
             cycle = walk[walk.index(rid):] + [rid]
-            raise SessionError("'after' links form a cycle (each request waits for the next), so "
-                               "none of them can be sent: "
-                               + " -> ".join(cycle))
+            raise SessionError(f"{where(cycle[0])}'after' links form a cycle (each request waits for the "
+                               f"next), so none of them can be sent: " + " -> ".join(cycle))
         for w in walk:
             state[w] = 2
 
