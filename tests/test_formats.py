@@ -238,6 +238,14 @@ class TestRagPulse:
         with pytest.raises(TraceFormatError, match=r"0_trace.jsonl:2: field 'hash_ids.passages_ids\[1\]': content id 99"):
             load_trace(tmp_path / "rp")
 
+    def test_an_id_of_a_missing_side_file_names_the_file(self, tmp_path):
+        shutil.copytree(DATA / "ragpulse", tmp_path / "rp")
+        (tmp_path / "rp" / "5_web_search.jsonl").unlink()
+        with pytest.raises(TraceFormatError) as info:
+            load_trace(tmp_path / "rp")
+        assert str(info.value).endswith(f"content id 40 is in no side file (missing from {tmp_path / 'rp'}: "
+                                        f"5_web_search.jsonl)")
+
 
 class TestDynamo:
     def test_request_end_rows(self):

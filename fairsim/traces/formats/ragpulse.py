@@ -136,7 +136,8 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
                     fld = f"hash_ids.{comp}[{i}]"
                     cid = need_int(cid, name, line, fld, 0)
                     if cid not in lengths:
-                        raise TraceFormatError(name, line, fld, f"content id {cid} is in no side file")
+                        raise TraceFormatError(name, line, fld, f"content id {cid} is in no side file" + (
+                            f" (missing from {folder}: {', '.join(missing)})" if missing else ""))
                     if lengths[cid]:
                         segments.append((cid, lengths[cid]))
             if sum(n for _, n in segments) > prompt:
