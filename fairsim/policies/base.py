@@ -30,8 +30,9 @@ and the live hook ``fairsim/live/scheduler.py`` both follow it):
    return value is ignored.
 4. **State rules.** Snapshots are read-only and valid for one step (never keep ``handle``; keep
    ``request_id`` if you must remember a request). A policy must be deterministic: same
-   snapshots, ``now`` and internal state -> same order (ties broken by ``arrival_key(q)``, the function below). One policy object
-   serves one engine run (``make_policy`` builds a fresh one per run).
+   snapshots, ``now`` and internal state -> same order (ties broken by ``arrival_key(q)``, the
+   function below). One policy object serves one engine run (``make_policy`` builds a fresh one
+   per run).
 
 Optional capabilities, discovered by attribute (``getattr``):
 
