@@ -37,9 +37,9 @@ OBSERVED_CACHED = "observed_cached_tokens"
 OBSERVED_SCHEDULED_MS = "observed_first_scheduled_ms"
 """Trace field: when the serving engine first scheduled the request, ms on the trace's clock."""
 CURVE_FRACTIONS = (0.1, 0.2, 0.3, 0.5, 1.0)
+"""Capacities listed in the report, as fractions of the trace's reusable content."""
 MAX_BINS = 10_000_000
 """Most load bins ``--bin`` may ask for over the trace (a few numpy columns of this length)."""
-"""Capacities listed in the report, as fractions of the trace's reusable content."""
 
 
 @dataclass(frozen=True)
