@@ -370,7 +370,6 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     check_load_window(args.load_window)
     config = engine_config(args, profile)
     rows: dict[str, dict[str, Any]] = {}
-    peer_error: ValueError | None = None
     with tempfile.TemporaryDirectory(prefix="fairsim-bench-") as tmpdir:
         tmp = Path(tmpdir)
         untiled = argparse.Namespace(**vars(args))  # the trace itself, for the ratio of --tile
@@ -413,29 +412,30 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
         argv = run_argv(args)
         untiled.time_scale, untiled.target_load = args.time_scale, None
         argv_base = run_argv(untiled)
-        child_error: StatusError | None = None
-        interrupted = False
+        # What stopped the call (a failed child, the peer, Ctrl-C): raised once the policies that
+        # finished are printed and written. At most one: a failed child or Ctrl-C ends the loop.
+        stopped: BaseException | None = None
         try:
             for name in names:
                 try:
                     rows[name] = (_paired_runs(argv_base, argv, name, args.repeat) if args.tile > 1
                                   else _median_run(argv, name, args.repeat))
-                except StatusError as exc:  # keep the policies that finished: printed, written
-                    child_error = exc
+                except StatusError as exc:
+                    stopped = exc
                     break
                 r = rows[name]
                 print(f"bench: {name} done in {r['process_s']:.2f} s (loop {r['loop_s']:.2f} s)",
                       file=sys.stderr)
-            if peer is not None and child_error is None:
+            if peer is not None and stopped is None:
                 try:
                     # Its trace goes to --out (kept, so the printed command can be run again).
                     rows["sched-sim"] = bench_peer(peer, requests, args.budget,
                                                    args.out if args.out is not None else tmp,
                                                    getattr(args, "mode", "prefill-only") == "colocated")
                 except ValueError as exc:  # keep fairsim's figures: printed and written, then the error
-                    peer_error = exc
-        except KeyboardInterrupt:  # keep the policies that finished: printed, written, then exit 130
-            interrupted = True
+                    stopped = exc
+        except KeyboardInterrupt as exc:  # fairsim.cli.main exits 130
+            stopped = exc
     has_peer = "sched-sim" in rows  # a peer figure (none when the peer failed)
     done = [name for name in names if name in rows]  # all but after a failed child
     if has_peer:
@@ -451,12 +451,8 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
         sys.stdout.flush()
         if args.out is not None:
             atomic_write_text(args.out / "bench.json", strict_json(rows) + "\n")
-    if interrupted:
-        raise KeyboardInterrupt
-    if child_error is not None:
-        raise child_error
-    if peer_error is not None:
-        raise peer_error
+    if stopped is not None:
+        raise stopped
     return 0
 
 

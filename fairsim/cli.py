@@ -344,12 +344,13 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
     if args.replay == "closed":  # before the last-arrival check, to name the record and field
         from fairsim.sim.release import check_release_times
 
-        starts = [r.arrival_time for r in requests if r.after is None]
-        if args.session_rate is not None and not max(starts, default=0.0) <= MAX_ARRIVAL_S:
-            where, fix = _time_origin(args, trace, kept[-1], "a larger --target-load", "a smaller --time-scale",
-                                      "a larger --session-rate", "")
-            raise ValueError(f"{where}: the last session starts at {max(starts):.6g} s, beyond "
-                             f"{MAX_ARRIVAL_S:.0e} s, where float64 time cannot resolve 1 us steps; use {fix}")
+        if args.session_rate is not None:  # the starts it drew, named before the turns' delays
+            last_start = max((r.arrival_time for r in requests if r.after is None), default=0.0)
+            if not last_start <= MAX_ARRIVAL_S:
+                where, fix = _time_origin(args, trace, kept[-1], "a larger --target-load",
+                                          "a smaller --time-scale", "a larger --session-rate", "")
+                raise ValueError(f"{where}: the last session starts at {last_start:.6g} s, beyond "
+                                 f"{MAX_ARRIVAL_S:.0e} s, where float64 time cannot resolve 1 us steps; use {fix}")
         check_release_times(requests, args.think_scale, MAX_ARRIVAL_S, trace.source, trace.locations)
     last = requests[-1].arrival_time if requests else 0.0
     if not last <= MAX_ARRIVAL_S:
@@ -401,6 +402,7 @@ def _time_origin(args: argparse.Namespace, trace: Trace, request: Request, *fixe
     """What set the arrival times an error is about, and the matching remedy of ``fixes``
     (for ``--target-load``, ``--time-scale``, ``--session-rate``, the trace's own times): the
     option that scaled or placed them, else the record of ``request`` (file and line)."""
+    from fairsim.errors import record_where
     from fairsim.traces.limits import LINE_LABEL
 
     target = getattr(args, "target_load", None)
@@ -411,9 +413,7 @@ def _time_origin(args: argparse.Namespace, trace: Trace, request: Request, *fixe
     if getattr(args, "session_rate", None) is not None:
         return f"--session-rate {args.session_rate:g} (the session starts it draws)", fixes[2]
     line = trace.locations.get(request.request_id, request.labels.get(LINE_LABEL))
-    if isinstance(line, int) and not isinstance(line, bool):
-        return f"{trace.source}:{line}: arrival time of request {request.request_id!r}", fixes[3]
-    return f"{trace.source}: arrival time of request {request.request_id!r}", fixes[3]
+    return f"{record_where(trace.source, line)}: arrival time of request {request.request_id!r}", fixes[3]
 
 
 def add_mapping_warning(trace: Trace, requests: list[Request], block_size: int | None) -> Trace:

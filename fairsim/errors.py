@@ -18,6 +18,15 @@ Broken internal invariants raise ``EngineInvariantError`` rather than ``assert``
 from __future__ import annotations
 
 
+def record_where(path: str, line: int | str | None) -> str:
+    """Where a trace record was read, as error messages name it: ``FILE:LINE`` for a line number,
+    ``FILE: JSON.PATH`` for a record of a JSON document (``s.json: requests[3]``), ``FILE`` when
+    neither is known."""
+    if isinstance(line, int) and not isinstance(line, bool):
+        return f"{path}:{line}"
+    return f"{path}: {line}" if line else str(path)
+
+
 class TraceFormatError(ValueError):
     """A trace record is malformed.
 
@@ -39,8 +48,7 @@ class TraceFormatError(ValueError):
         self.line = line
         self.field = field
         self.reason = reason
-        where = f"{self.path}:{line}" if isinstance(line, int) else f"{self.path}: {line}"
-        super().__init__(f"{where}: field '{field}': {reason}")
+        super().__init__(f"{record_where(self.path, line)}: field '{field}': {reason}")
 
     def __reduce__(self):
         # Picklable with its four arguments, so it crosses process boundaries (fairsim bench,

@@ -91,6 +91,7 @@ class Analysis:
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready figures (``analysis.json``)."""
+        rate = self.span_s > 0
         return {
             "trace": self.trace, "requests": self.requests, "offered_load": self.offered,
             "spread": self.spread.summary(),
@@ -102,11 +103,11 @@ class Analysis:
             "capacity_for_90pct_of_bound": self.curve.capacity_for(0.9),
             "curve": self.curve_table(),
             "busiest_windows": [vars_window(w) for w in self.busiest],
-            # All arrivals at one instant: no rate, so no load, bins or windows (not one made up
-            # from a default bin width).
-            **({"window_s": self.window_s, "bin_s": self.bin_s, "peak_bin_load": float(self.series["load"].max()),
-                "mean_load": float(self.series["load"].mean())} if self.span_s > 0 else
-               {"window_s": None, "bin_s": None, "peak_bin_load": None, "mean_load": None}),
+            # All arrivals at one instant: no rate, so no load, bins or windows (not figures made
+            # up from a default bin width).
+            "window_s": self.window_s if rate else None, "bin_s": self.bin_s if rate else None,
+            "peak_bin_load": float(self.series["load"].max()) if rate else None,
+            "mean_load": float(self.series["load"].mean()) if rate else None,
         }
 
     def summary_json(self) -> str:

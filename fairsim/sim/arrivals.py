@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Generic, TypeVar
 
-from fairsim.errors import EngineInvariantError, SessionError
+from fairsim.errors import EngineInvariantError, SessionError, record_where
 from fairsim.types import Request
 
 T = TypeVar("T")
@@ -60,11 +60,7 @@ def check_sessions(requests: Sequence[Request], source: str | None = None,
             ``after`` links (named in order, each waiting for the next: ``a -> b -> a``).
     """
     def where(rid: str) -> str:
-        if source is None:
-            return ""
-        line = (locations or {}).get(rid)
-        return (f"{source}:{line}: " if isinstance(line, int) and not isinstance(line, bool)
-                else f"{source}: {line}: " if line else f"{source}: ")
+        return "" if source is None else f"{record_where(source, (locations or {}).get(rid))}: "
 
     by_id = {r.request_id: r for r in requests}
     for r in requests:

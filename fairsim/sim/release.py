@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+from fairsim.errors import record_where
 from fairsim.types import Request
 
 
@@ -73,9 +74,7 @@ def check_release_times(requests: Sequence[Request], think_scale: float, limit_s
         bound = bounds[r.request_id]
         if bound <= limit_s or r.after is None:  # a session root: the caller's arrival check
             continue
-        line = (locations or {}).get(r.request_id)
-        where = (f"{source}:{line}" if isinstance(line, int) and not isinstance(line, bool)
-                 else f"{source}: {line}" if line else source)
+        where = record_where(source, (locations or {}).get(r.request_id))
         scaled = f" x --think-scale {think_scale:g}" if think_scale != 1 else ""
         shown = "overflows float64" if math.isinf(bound) else f"{bound:.6g} s"
         fix = "a smaller --think-scale" if think_scale != 1 else "smaller delays (or fix the record)"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from fairsim.errors import PromptTooLongError
+from fairsim.errors import PromptTooLongError, record_where
 from fairsim.types import Request
 
 LINE_LABEL = "_line"
@@ -22,9 +22,9 @@ locations in ``Trace.locations`` instead, so labels stay what the trace says."""
 def _where(request: Request, source: str, locations: Mapping[str, int | str] | None = None) -> str:
     line = (locations or {}).get(request.request_id, request.labels.get(LINE_LABEL))
     if isinstance(line, int) and not isinstance(line, bool):
-        return f"{source}:{line}: field 'input_length'"
+        return f"{record_where(source, line)}: field 'input_length'"
     if isinstance(line, str) and line:  # a JSON path (session documents)
-        return f"{source}: {line}: prompt length"
+        return f"{record_where(source, line)}: prompt length"
     return f"{source}: request {request.request_id!r}"
 
 

@@ -79,11 +79,12 @@ class OfferedLoad:
 
     def describe(self) -> str:
         """One line for the CLI."""
+        reqs = f"{self.requests} request{'' if self.requests == 1 else 's'}"
         if not self.span_s > 0:
-            return (f"offered load: {self.requests} request{'' if self.requests == 1 else 's'} arriving at one instant "
+            return (f"offered load: {reqs} arriving at one instant "
                     f"(no rate to state); capacity {self.capacity_tokens_per_s:,.0f} tokens/s")
         return (
-            f"offered load: {self.requests} request{'' if self.requests == 1 else 's'} over {self.span_s:.1f} s, "
+            f"offered load: {reqs} over {self.span_s:.1f} s, "
             f"{self.prompt_tokens_per_s:,.0f} prompt tokens/s "
             f"({self.ideal_uncached_tokens_per_s:,.0f} after ideal reuse) vs capacity "
             f"{self.capacity_tokens_per_s:,.0f} tokens/s -> load {self.load:.2f} "
