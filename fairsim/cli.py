@@ -812,7 +812,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     interrupt.install()
     try:
         status = dispatch(parser, args)
-        if interrupt.REQUESTED:  # Ctrl-C arrived in a finaliser after the last step
+        # Ctrl-C arrived in a finaliser after the last step; a command that returns 130 has
+        # reported the interruption itself (sweep names its resumable folder), so not twice.
+        if interrupt.REQUESTED and status != 130:
             raise KeyboardInterrupt
         return status
     except KeyboardInterrupt:

@@ -455,6 +455,31 @@ class TestTraceSweep:
 class TestResume:
     """kill -9 of the sweep leaves no worker behind; the same command then finishes every run once."""
 
+    def test_ctrl_c_says_interrupted_once(self, tmp_path):
+        # The sweep reports its own interruption (the folder to resume); main must not add its
+        # generic line after it (it did: two "interrupted" lines).
+        spec_path = tmp_path / "slow.toml"
+        spec_path.write_text(SLOW_SPEC)
+        out = tmp_path / "out"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fairsim", "sweep", str(spec_path), "--out", str(out),
+             "--workers", "1", "--no-progress"], cwd=tmp_path, env=env_with_repo(),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        runs_dir = out / RUNS_DIR
+        deadline = time.monotonic() + 180
+        while not (runs_dir.is_dir() and any(runs_dir.glob("*.parquet"))):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+        if proc.returncode == 0:
+            pytest.skip("the sweep finished before the signal arrived")
+        assert proc.returncode == 130, stderr
+        said = [ln for ln in stderr.splitlines() if "interrupted" in ln]
+        assert len(said) == 1 and f"the finished runs are kept in {out}" in said[0], stderr
+        assert "Traceback" not in stderr, stderr
+
     def test_sigkill_parent_then_resume(self, tmp_path):
         spec_path = tmp_path / "slow.toml"
         spec_path.write_text(SLOW_SPEC)
