@@ -21,6 +21,16 @@ from matplotlib.figure import Figure  # noqa: E402
 
 WINDOW_ORDER = ("calm", "burst", "spike")
 
+#: Dash patterns cycled over the lines of one axis, so runs with identical results (two policies
+#: that order a light load the same way) stay visible on top of each other instead of one colour
+#: hiding the other.
+LINE_STYLES = ("-", (0, (5, 2)), (0, (1, 1.5)), (0, (6, 2, 1, 2)))
+
+
+def line_style(j: int) -> object:
+    """Matplotlib ``linestyle`` of the ``j``-th line (0-based) of an axis (``LINE_STYLES``)."""
+    return LINE_STYLES[j % len(LINE_STYLES)]
+
 
 def _need(df: pd.DataFrame, cols: Sequence[str], what: str) -> None:
     missing = [c for c in cols if c not in df.columns]
@@ -37,9 +47,9 @@ def ttft_cdf(requests: pd.DataFrame, by: str = "policy", title: str = "TTFT CDF"
     """
     _need(requests, ["ttft_s", by], "ttft_cdf")
     fig, ax = plt.subplots(figsize=(6, 4))
-    for name, group in requests.groupby(by, sort=False):
+    for j, (name, group) in enumerate(requests.groupby(by, sort=False)):
         x = np.sort(group["ttft_s"].to_numpy(dtype=np.float64))
-        ax.step(x, np.arange(1, x.size + 1) / x.size, where="post", label=str(name))
+        ax.step(x, np.arange(1, x.size + 1) / x.size, where="post", label=str(name), ls=line_style(j))
     if log_x:
         ax.set_xscale("log")
     ax.set_xlabel("TTFT (s)")
@@ -92,9 +102,9 @@ def queue_and_kv(steps: pd.DataFrame, by: str = "policy", kv_blocks: int | None 
     """
     _need(steps, ["start_s", "waiting", "kv_blocks_used", by], "queue_and_kv")
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
-    for name, group in steps.groupby(by, sort=False):
-        top.plot(group["start_s"], group["waiting"], label=str(name), lw=1)
-        bottom.plot(group["start_s"], group["kv_blocks_used"], label=str(name), lw=1)
+    for j, (name, group) in enumerate(steps.groupby(by, sort=False)):
+        top.plot(group["start_s"], group["waiting"], label=str(name), lw=1, ls=line_style(j))
+        bottom.plot(group["start_s"], group["kv_blocks_used"], label=str(name), lw=1, ls=line_style(j))
     if kv_blocks is not None:
         bottom.axhline(kv_blocks, ls="--", color="grey", lw=1)
     top.set_ylabel("waiting requests")

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from fairsim.figures import plt, save, ttft_cdf
+from fairsim.figures import line_style, plt, save, ttft_cdf
 from fairsim.sim import SimResult
 
 
@@ -66,10 +66,10 @@ def queue_and_kv_cached(steps: pd.DataFrame, by: str = "policy", kv_blocks: int 
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 1.2 + 1.8 * len(panels)), sharex=True,
                              squeeze=False)
     axes = list(axes[:, 0])
-    for name, g in steps.groupby(by, sort=False):
+    for j, (name, g) in enumerate(steps.groupby(by, sort=False)):
         g = _with_idle_gaps(g.sort_values("start_s"))
         for ax, col in zip(axes, panels):
-            ax.plot(g["start_s"], g[col], lw=1, label=str(name), drawstyle="steps-post")
+            ax.plot(g["start_s"], g[col], lw=1, ls=line_style(j), label=str(name), drawstyle="steps-post")
     for ax, label in zip(axes, [labels[c] for c in panels]):
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
