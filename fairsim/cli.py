@@ -197,7 +197,8 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     fmt = HelpFormatter
     run = sub.add_parser("run", help="simulate one policy", formatter_class=fmt)
-    run.add_argument("--policy", default="fairway", help=f"one of: {', '.join(policy_names())}")
+    run.add_argument("--policy", default="fairway",
+                     help=f"one of: {', '.join(policy_names())}; or package.module:Class, a class of your own")
     add_common(run)
     run.add_argument("--plots", type=path_arg, help=PLOTS_HELP)
     cmp = sub.add_parser("compare", help="simulate several policies on the same input, side by side",
@@ -549,14 +550,15 @@ def run_one(name: str, requests: list[Request], profile: Profile, config: Engine
     """Simulate ``requests`` under policy ``name`` with a progress bar after 2 s (``replay`` and
     ``think_scale``: see ``fairsim.sim.Engine``)."""
     policy = make_policy(name, profile, **params)
+    # Errors name the policy as the user gave it (a team's class may call itself "fcfs").
     if not show_progress or not sys.stderr.isatty():  # tqdm(disable=None) would not draw either
-        return simulate(requests, policy, profile, config, replay=replay, think_scale=think_scale)
+        return simulate(requests, policy, profile, config, replay=replay, think_scale=think_scale, name=name)
     from tqdm import tqdm
 
     with tqdm(total=len(requests), desc=name, unit="req", delay=2.0, leave=False,
               disable=not show_progress or None) as bar:
         return simulate(requests, policy, profile, config, progress=bar.update, replay=replay,
-                        think_scale=think_scale)
+                        think_scale=think_scale, name=name)
 
 
 def write_tables(out: Path, name: str, result: SimResult, engine: dict[str, Any] | None = None) -> None:

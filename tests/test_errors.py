@@ -563,7 +563,7 @@ class TestInterrupt:
                                      "--max-requests", "60", "--format", fmt)
         finally:
             sys.modules.pop("comparefailpol", None)
-        assert code == 1 and "error in policy 'boom'" in err
+        assert code == 1 and "error in policy 'comparefailpol:Boom' (Boom)" in err
         assert "fairsim: the output above holds the 1 of 3 policies that finished (fcfs)" in err
         if fmt == "json":
             rows = json.loads(out)

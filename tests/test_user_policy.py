@@ -45,6 +45,66 @@ class NoOrder:
     pass
 
 
+class CtorFails(Oldest):
+    def __init__(self):
+        raise RuntimeError("ctor boom")
+
+
+class WrongSig:
+    def order(self, waiting):
+        return list(waiting)
+
+
+class WrongFeedback(Oldest):
+    def on_admitted(self, admitted):
+        pass
+
+
+class CallsItselfFcfs:
+    """A team's class whose name attribute is a shipped policy's: errors must name the spec."""
+
+    name = "fcfs"
+
+    def order(self, waiting, now):
+        return []
+
+
+class IncRaises(Oldest):
+    def incremental_order(self):
+        raise RuntimeError("inc boom")
+
+
+class IncNotAnOrder(Oldest):
+    def incremental_order(self):
+        return 42
+
+
+class MyArrivalOrder:
+    """A team's own fast path; its iter_order fails once the queue holds three requests."""
+
+    def __init__(self):
+        self.items = {}
+
+    def add(self, q):
+        self.items[q.request_id] = q
+
+    def remove(self, request_id):
+        del self.items[request_id]
+
+    def __len__(self):
+        return len(self.items)
+
+    def iter_order(self, now):
+        if len(self.items) >= 3:
+            raise KeyError("fast path boom")
+        return iter(sorted(self.items.values(), key=arrival_key))
+
+
+class IncFailsLater(Oldest):
+    def incremental_order(self):
+        return MyArrivalOrder()
+
+
 not_a_class = 3
 '''
 
@@ -107,6 +167,39 @@ class TestSimulator:
         assert code == 2 and "constructor refused {'scale': -1}: scale must be > 0" in err
         code, _, err = run_json(capsys, "run", "--policy", f"{team_module}:Oldest", "--param", "x=1")
         assert code == 2 and "accepted: none" in err
+
+
+class TestTeamCodeFails:
+    """A team's policy that fails is named as such, never as "a bug in fairsim"."""
+
+    @pytest.mark.parametrize("cls,needle", [
+        ("WrongSig", "order(waiting) cannot be called as order(waiting, now)"),
+        ("WrongFeedback", "on_admitted(admitted) cannot be called as on_admitted(admitted, now)"),
+    ])
+    def test_signature_refused_at_start_exit_2(self, team_module, capsys, cls, needle):
+        code, _, err = run_json(capsys, "run", "--policy", f"{team_module}:{cls}")
+        assert code == 2 and needle in err and "internal error" not in err, err
+
+    @pytest.mark.parametrize("cls,needle", [
+        ("CtorFails", "(CtorFails): RuntimeError: ctor boom"),
+        ("IncRaises", "(IncRaises): RuntimeError: inc boom"),
+        ("IncFailsLater", "(IncFailsLater): KeyError: 'fast path boom'"),
+    ])
+    def test_exception_is_the_policys_exit_1(self, team_module, capsys, cls, needle):
+        code, _, err = run_json(capsys, "run", "--policy", f"{team_module}:{cls}")
+        assert code == 1 and f"error in policy '{team_module}:{cls}' {needle}" in err, err
+        assert "internal error" not in err and "Traceback" not in err
+
+    def test_incremental_order_returning_junk_breaks_the_contract(self, team_module, capsys):
+        code, _, err = run_json(capsys, "run", "--policy", f"{team_module}:IncNotAnOrder")
+        assert code == 1 and "policy contract broken" in err and "internal error" not in err, err
+        assert (f"policy '{team_module}:IncNotAnOrder': incremental_order() returned int, which has no "
+                "add(), remove(), iter_order()") in err
+
+    def test_errors_name_the_policy_as_given(self, team_module, capsys):
+        # The class calls itself "fcfs": the broken contract must not blame fairsim's FCFS.
+        code, _, err = run_json(capsys, "compare", "--policies", f"fcfs,{team_module}:CallsItselfFcfs")
+        assert code == 1 and f"policy '{team_module}:CallsItselfFcfs': order() must return" in err, err
 
 
 class TestHook:

@@ -1,10 +1,12 @@
 """Tell an exception that escaped a policy's own code from a bug in the simulator.
 
 ``policy_failure`` walks the traceback of an exception raised during ``Engine.run``: when one of
-its frames runs the policy's ``order()`` or ``on_admitted()`` (the two calls the engine makes into
-a policy; ``fairsim/policies/base.py``), the exception came out of the policy and is wrapped in a
-``PolicyError`` naming it. Broken contracts (``PolicyContractError``, raised by the engine's
-``check_permutation`` after ``order()`` returned) and engine invariants are left as they are.
+its frames runs the policy's ``order()``, ``on_admitted()`` or ``incremental_order()`` (the calls
+the engine makes into a policy; ``fairsim/policies/base.py``), or a method of a fast path whose
+class is not fairsim's (a team's own ``IncrementalOrder``), the exception came out of the policy
+and is wrapped in a ``PolicyError`` naming it. Broken contracts (``PolicyContractError``, raised
+by the engine's ``check_permutation`` after ``order()`` returned) and engine invariants are left
+as they are.
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ from types import CodeType
 from fairsim.errors import EngineInvariantError, PolicyContractError, PolicyError
 
 #: The policy methods the engine calls; an exception raised through them is the policy's.
-POLICY_METHODS = ("order", "on_admitted")
+POLICY_METHODS = ("order", "on_admitted", "incremental_order")
 
 
-def _codes(policy: object) -> set[CodeType]:
+def _codes(policy: object, fast_path: object = None) -> set[CodeType]:
     out = set()
     for method in POLICY_METHODS:
         fn = getattr(policy, method, None)
@@ -25,6 +27,16 @@ def _codes(policy: object) -> set[CodeType]:
         code = getattr(fn, "__code__", None)
         if code is not None:
             out.add(code)
+    # A fast path of the team's own (its class defined outside fairsim): every method of it is
+    # the policy's code; fairsim's own fast paths are fairsim's, so their failures stay bugs.
+    for klass in type(fast_path).__mro__ if fast_path is not None else ():
+        if klass is object or klass.__module__.split(".")[0] == "fairsim":
+            continue
+        for fn in vars(klass).values():
+            fn = getattr(fn, "__func__", fn)
+            code = getattr(fn, "__code__", None)
+            if code is not None:
+                out.add(code)
     return out
 
 
@@ -34,18 +46,22 @@ def policy_name(policy: object) -> str:
     return name if isinstance(name, str) else type(policy).__name__
 
 
-def policy_failure(exc: BaseException, policy: object) -> tuple[PolicyError, BaseException] | None:
+def policy_failure(exc: BaseException, policy: object, name: str | None = None,
+                   fast_path: object = None) -> tuple[PolicyError, BaseException] | None:
     """``(PolicyError, original)`` when ``exc`` or an exception it was raised from (``__cause__`` /
     ``__context__``: SimPy re-raises a process's exception as a copy caused by it) was raised
-    inside ``policy``'s ``order()`` or ``on_admitted()`` (a frame of its traceback runs one of
-    them); else ``None``. ``original`` is the exception the policy raised, with its traceback.
+    inside ``policy``'s ``order()``, ``on_admitted()`` or ``incremental_order()``, or inside a
+    method of ``fast_path`` (what ``incremental_order()`` returned) whose class is not fairsim's
+    (a frame of its traceback runs one of them); else ``None``. ``original`` is the exception the
+    policy raised, with its traceback. ``name``: the policy's name in the message (default
+    ``policy_name(policy)``).
 
     A ``SystemExit`` raised in the policy (``sys.exit()`` in a team's code) is wrapped like any
     other exception: it must not end a run, a sweep or ``accept`` with exit status 0 and no result.
     ``KeyboardInterrupt``, ``PolicyContractError``, ``EngineInvariantError`` and ``MemoryError``
     (the CLI's out-of-memory advice applies) are never wrapped.
     """
-    codes = _codes(policy)
+    codes = _codes(policy, fast_path)
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
@@ -56,8 +72,8 @@ def policy_failure(exc: BaseException, policy: object) -> tuple[PolicyError, Bas
         tb = cur.__traceback__
         while tb is not None:
             if tb.tb_frame.f_code in codes:
-                return (PolicyError(policy_name(policy), type(policy).__name__, type(cur).__name__,
-                                    str(cur)), cur)
+                return (PolicyError(name if name is not None else policy_name(policy),
+                                    type(policy).__name__, type(cur).__name__, str(cur)), cur)
             tb = tb.tb_next
         cur = cur.__cause__ or cur.__context__
     return None

@@ -53,12 +53,23 @@ from fairsim.types import QueuedRequest
 MIRRORED = ("order", "_fast_keys", "fast_lane", "saved", "_lift", "_update_ring")
 
 
-def fast_path_of(policy: Any) -> IncrementalOrder | None:
+#: Methods the engine calls on what ``incremental_order()`` returns (``IncrementalOrder``).
+REQUIRED = ("add", "remove", "iter_order")
+
+
+def fast_path_of(policy: Any, name: str | None = None) -> IncrementalOrder | None:
     """The policy's fast path, ``policy.incremental_order()``, or ``None`` when it has none.
 
     ``None`` too when a subclass overrides ``order()`` (or a method the fast path mirrors,
     ``MIRRORED``) below the class that defines ``incremental_order``: a test's recording LPM or a
     team's variant of Fairway must be ordered by its own ``order()``.
+
+    Args:
+        name: The policy's name in errors (default ``fairsim.policies.failure.policy_name``).
+
+    Raises:
+        PolicyError: ``incremental_order()`` raised (the original is its ``__cause__``).
+        PolicyContractError: It returned an object without the ``REQUIRED`` methods.
     """
     make = getattr(policy, "incremental_order", None)
     if make is None:
@@ -66,11 +77,29 @@ def fast_path_of(policy: Any) -> IncrementalOrder | None:
     mro = type(policy).__mro__
     owner = next((k for k in mro if "incremental_order" in k.__dict__), None)
     if owner is not None:
-        for name in MIRRORED:
-            defined = next((k for k in mro if name in k.__dict__), None)
+        for method in MIRRORED:
+            defined = next((k for k in mro if method in k.__dict__), None)
             if defined is not None and not issubclass(owner, defined):
                 return None
-    return make()
+    from fairsim.policies.failure import policy_failure, policy_name
+
+    try:
+        inc = make()
+    except (Exception, SystemExit) as exc:  # SystemExit: a team's sys.exit() is its failure
+        found = policy_failure(exc, policy, name)
+        if found is None:
+            raise
+        raise found[0] from found[1]
+    lacks = [m for m in REQUIRED if not callable(getattr(inc, m, None))]
+    if lacks:
+        from fairsim.errors import PolicyContractError
+
+        raise PolicyContractError(
+            f"policy {name if name is not None else policy_name(policy)!r}: incremental_order() "
+            f"returned {type(inc).__name__}, which has no {', '.join(m + '()' for m in lacks)}; it "
+            f"must return an IncrementalOrder (fairsim/policies/incremental.py) or the policy "
+            f"must not define incremental_order")
+    return inc
 
 
 class IncrementalOrder(Protocol):

@@ -71,8 +71,11 @@ def make_user_policy(spec: str, profile: Any = None, /, **params: Any) -> Policy
 
     Raises:
         ValueError: Anything ``load_user_class`` refuses, parameters the constructor does not
-            take (listing those it does), a missing required parameter, or a constructor that
-            raises ``ValueError``/``TypeError`` on the values given.
+            take (listing those it does), a missing required parameter, a constructor that
+            raises ``ValueError``/``TypeError`` on the values given, or an ``order`` (or
+            ``on_admitted``) that cannot be called as ``order(waiting, now)``.
+        PolicyError: The constructor raised anything else (the policy's own code failed, exit
+            1 as for ``order()``; the original is its ``__cause__``).
     """
     cls = load_user_class(spec)
     sig = inspect.signature(cls)
@@ -90,9 +93,38 @@ def make_user_policy(spec: str, profile: Any = None, /, **params: Any) -> Policy
         policy = cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"policy {spec!r}: constructor refused {params}: {exc}") from exc
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the team's code failed: name it as such
+        from fairsim.errors import PolicyError
+
+        raise PolicyError(spec, cls.__name__, type(exc).__name__, str(exc)) from exc
+    for method in ("order", "on_admitted"):
+        check_callable_as(spec, policy, method)
     if not isinstance(getattr(policy, "name", None), str):
         try:
             policy.name = spec
         except AttributeError:  # __slots__ without name: the tables use the spec anyway
             pass
     return policy
+
+
+def check_callable_as(spec: str, policy: Any, method: str) -> None:
+    """Refuse (``ValueError``) a ``method`` (``order`` or ``on_admitted``) of ``policy`` that
+    cannot be called with the engine's two positional arguments (``order(waiting, now)``,
+    ``on_admitted(admitted, now)``: ``fairsim/policies/base.py``); a missing ``on_admitted`` is
+    fine (it is optional), and a callable whose signature Python cannot read is taken as it is."""
+    call = f"{method}({'waiting' if method == 'order' else 'admitted'}, now)"
+    fn = getattr(policy, method, None)
+    if fn is None:
+        return
+    if not callable(fn):
+        raise ValueError(f"policy {spec!r}: {method} is a {type(fn).__name__}, not a method "
+                         f"{call} (fairsim/policies/base.py)")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind([], 0.0)
+    except TypeError as exc:
+        raise ValueError(f"policy {spec!r}: {method}{sig} cannot be called as {call} "
+                         f"({exc}; fairsim/policies/base.py)") from None

@@ -63,6 +63,7 @@ from fairsim.costmodel import Profile
 from fairsim.errors import EngineInvariantError, PolicyContractError
 from fairsim.gcpause import paused
 from fairsim.policies.base import Policy, check_permutation
+from fairsim.policies.failure import policy_name
 from fairsim.sim.arrivals import Arrivals, resolve_replay
 from fairsim.policies.clients import client_of_request
 from fairsim.policies.incremental import fast_path_of
@@ -183,11 +184,13 @@ class Engine:
         think_scale: float = 1.0,
         fast_order: bool = True,
         fast_chunks: bool = True,
+        name: str | None = None,
     ) -> None:
         ids = [r.request_id for r in requests]
         if len(set(ids)) != len(ids):
             raise ValueError("request ids must be unique within a trace")
         self.policy = policy
+        self.policy_name = name if name is not None else policy_name(policy)
         self.profile = profile
         self.config = config
         self.block_size, self.kv_blocks = resolve_capacity(requests, config)
@@ -230,7 +233,7 @@ class Engine:
         self._step_snaps: dict[int, QueuedRequest] = {}
         # Fast path: the policy's incremental order, fed with new and changed snapshots
         # (``_dirty``: waiting requests whose snapshot a cache event invalidated).
-        self._inc = fast_path_of(policy) if fast_order else None
+        self._inc = fast_path_of(policy, self.policy_name) if fast_order else None
         self._in_inc: set[int] = set()  # id(live) of the waiting requests the fast path holds
         self._dirty: dict[int, _Live] = {}
         # Lazy hits (a fast path with ``set_resolver``; fairsim.sim.lazy_hits): invalidated
@@ -241,6 +244,11 @@ class Engine:
     # -- the step loop ---------------------------------------------------------------------------
     def run(self) -> SimResult:
         """Simulate until every request has finished; return the result tables."""
+        if self.colocated:
+            # The token-gap table needs pandas: import it before the clock starts, so the first
+            # colocated run of a process does not count a one-off 0.2-0.3 s import as its
+            # simulation (``wall_time_s``, bench's ``loop s``).
+            import pandas  # noqa: F401
         wall0 = time.perf_counter()
         # The trace and the per-request state live for the whole run: move them out of the
         # cyclic GC's generations, so its full collections do not rescan them (those scans grow
@@ -259,7 +267,7 @@ class Engine:
                 requests=self._request_table(),
                 steps=self._step_table(),
                 token_gaps=self._gap_table() if self.colocated else None,
-                policy=getattr(self.policy, "name", type(self.policy).__name__),
+                policy=self.policy_name,
                 kv_blocks=self.kv_blocks,
                 block_size=self.block_size,
                 wall_time_s=time.perf_counter() - wall0,
@@ -502,8 +510,7 @@ class Engine:
         if self._inc is not None:
             return self._fast_order(now)
         snapshots = [self._snapshot(live) for live in self._waiting.values()]
-        ordered = check_permutation(snapshots, self.policy.order(snapshots, now),
-                                    getattr(self.policy, "name", type(self.policy).__name__))
+        ordered = check_permutation(snapshots, self.policy.order(snapshots, now), self.policy_name)
         if self._on_admitted is not None:
             self._step_snaps = {id(q.handle): q for q in snapshots}
         limit = getattr(self.policy, "admission_limit", None)
@@ -551,7 +558,7 @@ class Engine:
             key = id(live)
             # held: id()s of live _Live objects, so a held key's ``live`` has a ``snap``.
             if key in seen or key not in held or live.snap is not q and live.snap is not None:
-                name = getattr(self.policy, "name", type(self.policy).__name__)
+                name = self.policy_name
                 raise PolicyContractError(
                     f"policy {name!r}: incremental_order() yielded "
                     f"{'a duplicate' if key in seen else 'a foreign or stale'} entry "
@@ -561,7 +568,7 @@ class Engine:
                 keep[key] = q
             yield live
         if len(seen) != n:
-            name = getattr(self.policy, "name", type(self.policy).__name__)
+            name = self.policy_name
             raise PolicyContractError(
                 f"policy {name!r}: incremental_order() yielded {len(seen)} of the {n} waiting requests")
 
@@ -876,8 +883,13 @@ def simulate(
     fast_order: bool = True,
     fast_decode: bool = True,
     fast_chunks: bool = True,
+    name: str | None = None,
 ) -> SimResult:
     """Replay ``requests`` through the engine under ``policy``; see ``Engine``.
+
+    ``name``: what the policy is called in errors and in ``SimResult.policy`` (the CLI passes
+    the name the user gave, e.g. ``team.mod:Class``); default its ``name`` attribute, else its
+    class name (``fairsim.policies.failure.policy_name``).
 
     ``fast_decode`` (colocated mode): keep running decodes in aggregate and run pure decode
     steps in a tight loop (``fairsim.sim.decode_fast.DecodeFastEngine``; same tables as the
@@ -885,8 +897,10 @@ def simulate(
     see ``Engine``.
 
     Raises:
-        PolicyError: An exception escaped the policy's ``order()``/``on_admitted()``
-            (``fairsim.policies.failure``; the original is its ``__cause__``).
+        PolicyError: An exception escaped the policy's ``order()``/``on_admitted()``, its
+            ``incremental_order()`` or the methods of a fast path of its own (a class outside
+            fairsim) (``fairsim.policies.failure``; the original is its ``__cause__``).
+        PolicyContractError: The policy broke its contract (``fairsim/policies/base.py``).
     """
     cls = Engine
     if fast_decode and config.mode == "colocated":
@@ -895,13 +909,13 @@ def simulate(
     # (fairsim/gcpause.py).
     with paused(freeze=True):
         engine = cls(requests, policy, profile, config, progress, replay=replay,
-                     think_scale=think_scale, fast_order=fast_order, fast_chunks=fast_chunks)
+                     think_scale=think_scale, fast_order=fast_order, fast_chunks=fast_chunks, name=name)
     try:
         return engine.run()
     except (Exception, SystemExit) as exc:  # SystemExit: a policy's sys.exit() is its failure
         from fairsim.policies.failure import policy_failure
 
-        found = policy_failure(exc, policy)
+        found = policy_failure(exc, policy, engine.policy_name, engine._inc)
         if found is None:
             raise
         raise found[0] from found[1]
