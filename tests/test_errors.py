@@ -113,6 +113,14 @@ class TestBadOptions:
         (["hook-overhead", "--policies", "peek"], "--policies peek: policy 'peek' has eviction_hook=ProtectWaitingHits"),
         (["hook-overhead", "--profile", "nosuch"], "--profile nosuch: profile 'nosuch' is neither a file"),
         (["equivalence", "--out", "/dev/null"], "--out /dev/null: exists and is not a folder"),
+        (["equivalence", "--policies", "preble"], "--policies preble: policy 'preble' has skips_misfits"),
+        (["equivalence", "--policies", "fcfs,bogus"], "--policies bogus: unknown policy"),
+        (["fidelity", "--policies", "fcfs,lpm,fcfs"], "--policies fcfs,lpm,fcfs: 'fcfs' given more than once"),
+        (["equivalence", "--max-num-seqs", "0"], "--max-num-seqs 0: need an integer >= 1"),
+        (["equivalence", "--max-output", "8"], "--max-output 8: output lengths are drawn in --mode colocated only"),
+        (["fidelity", "--mode", "colocated", "--max-output", "0"], "--max-output 0: need an integer >= 1 token"),
+        (["equivalence", "--sessions", "-1"], "--sessions -1: need >= 0"),
+        (["fidelity", "--profile", "nosuch"], "--profile nosuch: profile 'nosuch' is neither a file"),
         (["calibrate", "--out", "/"], "--out /: is a folder; give a file name"),
         (["calibrate", "--new-tokens", "4096"], "--new-tokens 4096: above --budget 2048"),
         (["calibrate", "--context-tokens", "0,100"], "--context-tokens 100: need a multiple of the block size"),
@@ -124,8 +132,9 @@ class TestBadOptions:
     ])
     def test_live_and_calibrate_options_checked_before_the_engine(self, capsys, argv, message):
         t0 = time.perf_counter()
-        code, _, err = run_cli(capsys, *argv)
+        code, out, err = run_cli(capsys, *argv)
         assert code == 2 and message in err and "Traceback" not in err
+        assert out == ""  # not even a table header before the error
         assert time.perf_counter() - t0 < 30  # no engine was started
 
 

@@ -57,8 +57,8 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
     eq.add_argument("--mode", choices=("prefill-only", "colocated"), default="prefill-only",
                     help="colocated: requests decode to their output length on both sides; "
                          "preemptions are compared too")
-    eq.add_argument("--max-output", type=int, default=256,
-                    help="colocated: output lengths drawn uniformly from 1..N tokens")
+    eq.add_argument("--max-output", type=int, default=None,
+                    help="colocated: output lengths drawn uniformly from 1..N tokens (default 256)")
     eq.add_argument("--max-num-seqs", type=int, default=16, help="most running requests, both sides")
 
     fid = sub.add_parser("fidelity", help="TTFT p50/p99 of the simulator vs a real-time vLLM replay")
@@ -71,8 +71,8 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
     fid.add_argument("--out", type=path_arg)
     fid.add_argument("--mode", choices=("prefill-only", "colocated"), default="prefill-only",
                      help="colocated: requests decode to their output length; TPOT is compared too")
-    fid.add_argument("--max-output", type=int, default=64,
-                     help="colocated: output lengths drawn uniformly from 1..N tokens")
+    fid.add_argument("--max-output", type=int, default=None,
+                     help="colocated: output lengths drawn uniformly from 1..N tokens (default 64)")
 
     ov = sub.add_parser("hook-overhead", help="time the hook's reordering next to the engine's step")
     ov.add_argument("--policies", default="fcfs,lpm,fairway",
@@ -105,6 +105,8 @@ def _check_first(args: argparse.Namespace) -> None:
     rate = getattr(args, "rate", None)
     if rate is not None and not (math.isfinite(rate) and rate > 0):
         raise ValueError(f"--rate {rate}: need a finite arrival rate > 0 requests/s")
+    if args.command in ("equivalence", "fidelity"):
+        _check_comparison(args)
     if args.command == "hook-overhead":
         try:
             names, sizes = _overhead_lists(args)
@@ -122,7 +124,6 @@ def _check_first(args: argparse.Namespace) -> None:
             raise ValueError(f"--steps {args.steps}: need an integer >= 1")
         from fairsim.cli import check_named_once
         from fairsim.costmodel import load_profile
-        from fairsim.live.settings import build_policy
 
         try:
             load_profile(args.profile)
@@ -134,14 +135,53 @@ def _check_first(args: argparse.Namespace) -> None:
         if "all" in names:  # --policies is not "all" itself here
             raise ValueError(f"--policies {args.policies}: 'all' stands alone (every policy the hook accepts)")
         check_named_once("--sizes", args.sizes, sizes)
-        for name in names:  # an unknown name or parameter, a policy the hook refuses: now
-            try:
-                build_policy({"policy": name, "profile": args.profile})
-            except ValueError as exc:
-                raise ValueError(f"--policies {name}: {exc}") from None
+        _check_hook_policies(names, args.profile)
     if getattr(args, "out", None) is not None:
         check_writable_dir(args.out)
     require("vllm")
+
+
+def _check_hook_policies(names: list[str], profile: str) -> None:
+    """Build each policy as the hook will (``fairsim.live.settings.build_policy``), so an unknown
+    name or parameter, or a policy the hook refuses, is named before any engine starts."""
+    from fairsim.live.settings import build_policy
+
+    for name in names:
+        try:
+            build_policy({"policy": name, "profile": profile})
+        except ValueError as exc:
+            raise ValueError(f"--policies {name}: {exc}") from None
+
+
+def _check_comparison(args: argparse.Namespace) -> None:
+    """``equivalence`` and ``fidelity``: every option checked before a trace is made or an engine
+    starts (``--max-output`` only with ``--mode colocated``, where it is resolved to its default:
+    256 for equivalence, 64 for fidelity)."""
+    from fairsim.cli import check_named_once
+    from fairsim.costmodel import load_profile
+
+    if getattr(args, "sessions", 0) < 0:
+        raise ValueError(f"--sessions {args.sessions}: need >= 0 (0 = the RAG trace)")
+    seqs = getattr(args, "max_num_seqs", None)
+    if seqs is not None and seqs < 1:
+        raise ValueError(f"--max-num-seqs {seqs}: need an integer >= 1")
+    if args.mode == "colocated":
+        if args.max_output is None:
+            args.max_output = 256 if args.command == "equivalence" else 64
+        if args.max_output < 1:
+            raise ValueError(f"--max-output {args.max_output}: need an integer >= 1 token")
+    elif args.max_output is not None:
+        raise ValueError(f"--max-output {args.max_output}: output lengths are drawn in --mode "
+                         f"colocated only (prefill-only requests end with their first token)")
+    try:
+        load_profile(args.profile)
+    except ValueError as exc:
+        raise ValueError(f"--profile {args.profile}: {exc}") from None
+    names = [v.strip() for v in args.policies.split(",")]
+    if not all(names):
+        raise ValueError(f"--policies {args.policies!r}: need comma-separated policy names")
+    check_named_once("--policies", args.policies, names)
+    _check_hook_policies(names, args.profile)
 
 
 def _overhead_lists(args: argparse.Namespace) -> tuple[list[str], list[int]]:
@@ -237,8 +277,6 @@ def cmd_equivalence(args: argparse.Namespace) -> int:
 
     profile = load_profile(args.profile)
     colocated = args.mode == "colocated"
-    if args.sessions < 0:
-        raise ValueError(f"--sessions {args.sessions}: need >= 0 (0 = the RAG trace)")
     if args.sessions:
         requests = session_trace(args.sessions, seed=args.seed, session_rate_per_s=args.rate)
         print(f"closed-loop agent trace: {args.sessions} sessions, {len(requests)} requests")
