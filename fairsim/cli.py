@@ -325,6 +325,15 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
               f"more (the profile's max_model_len); first: {dropped[0].request_id!r}", file=sys.stderr)
         if not kept:
             raise ValueError(f"--skip-long: every request kept has a prompt of {limit:,} tokens or more")
+    if getattr(args, "mode", None) == "colocated":
+        from fairsim.traces.limits import cap_outputs
+
+        kept, capped = cap_outputs(kept, limit)
+        if capped:
+            print(f"fairsim: warning: {len(capped)} requests ask for more output than the profile's max_model_len "
+                  f"({limit:,} tokens) leaves after their prompt; they decode to prompt + output = "
+                  f"{limit:,} tokens, as vLLM finishes them (length-capped); first: {capped[0].request_id!r}",
+                  file=sys.stderr)
     if args.replay == "closed" and not any(r.after is not None for r in kept):
         print("fairsim: warning: --replay closed: no request of this trace follows another, so every request "
               "is sent at its own timestamp, as in open loop", file=sys.stderr)

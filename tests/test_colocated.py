@@ -222,6 +222,32 @@ class TestCli:
         assert "prompt and output" in err
 
 
+    def test_output_capped_at_max_model_len_as_vllm(self, tmp_path, capsys):
+        # vLLM v1 finishes a request once prompt + output tokens reach max_model_len (check_stop,
+        # FINISHED_LENGTH_CAPPED): a 600-token prompt on a 1,000-token model yields 400 tokens.
+        import json
+
+        from fairsim.cli import main
+        from fairsim.costmodel import PROFILE_DIR
+
+        prof = json.loads((PROFILE_DIR / "a6000-llama3.1-8b-vllm-prior.json").read_text())
+        prof["max_model_len"] = 1000
+        (tmp_path / "p.json").write_text(json.dumps(prof))
+        trace = tmp_path / "t.jsonl"
+        trace.write_text(json.dumps({"timestamp": 0, "input_length": 600, "output_length": 900, "hash_ids": [1]})
+                         + "\n" + json.dumps({"timestamp": 1, "input_length": 600, "output_length": 7,
+                                               "hash_ids": [2]}) + "\n")
+        argv = ["run", "--policy", "fcfs", "--trace", str(trace), "--profile", str(tmp_path / "p.json"),
+                "--format", "json"]
+        assert main(argv + ["--mode", "colocated"]) == 0
+        out, err = capsys.readouterr()
+        assert json.loads(out)["fcfs"]["output_tokens"] == 400 + 7
+        assert "1 requests ask for more output than the profile's max_model_len (1,000 tokens)" in err
+        assert "first: 't:1'" in err
+        assert main(argv) == 0  # prefill-only: one token each, nothing to cap or say
+        assert "max_model_len" not in capsys.readouterr().err
+
+
 class TestDecodeCostModel:
     def _profile(self, **decode):
         from fairsim.costmodel import Profile

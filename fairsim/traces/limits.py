@@ -4,10 +4,16 @@ vLLM rejects a prompt of ``max_model_len`` tokens or more when it is submitted (
 in ``vllm/v1/engine/input_processor.py``: longer is refused, and exactly as long leaves no room for
 an output token). fairsim does the same before simulating: an error naming the request's source
 line, or, with ``skip_long``, the request is dropped and counted.
+
+A request that fits decodes until its prompt plus output reach ``max_model_len`` at most: vLLM v1
+then finishes it as length-capped (``check_stop`` in ``vllm/v1/core/sched/utils.py``:
+``num_tokens >= max_model_len``), whatever output length was asked for. ``cap_outputs`` applies
+that limit to the trace's ``output_length`` before a colocated simulation.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 from fairsim.errors import PromptTooLongError, record_where
@@ -63,3 +69,28 @@ def drop_too_long(requests: Sequence[Request], max_model_len: int | None, source
                 f"--skip-long drops such requests and counts them")
         dropped.append(r)
     return kept, dropped
+
+
+def cap_outputs(requests: Sequence[Request], max_model_len: int | None) -> tuple[list[Request], list[Request]]:
+    """The requests with each output length capped at ``max_model_len - prompt_len`` tokens (vLLM
+    v1 stops a request once prompt + output tokens reach ``max_model_len``: module docstring).
+
+    Args:
+        requests: Requests whose prompts fit (``prompt_len < max_model_len``: ``drop_too_long``).
+        max_model_len: The context limit, tokens; None = no limit known (nothing is capped).
+
+    Returns:
+        ``(requests, capped)``: all requests in the input order, capped ones replaced, and the
+        originals of those capped.
+    """
+    if max_model_len is None:
+        return list(requests), []
+    out: list[Request] = []
+    capped: list[Request] = []
+    for r in requests:
+        room = max_model_len - r.prompt_len
+        if r.output_len > room >= 1:
+            capped.append(r)
+            r = dataclasses.replace(r, output_len=room)
+        out.append(r)
+    return out, capped
