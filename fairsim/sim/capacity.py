@@ -87,7 +87,7 @@ def resolve_capacity(requests: Sequence[Request], config: EngineConfig) -> tuple
             f"(--kv-tokens, --kv-blocks to at least {need}, or "
             f"--kv-fraction; EngineConfig kv_tokens/kv_blocks/kv_fraction), or keep a part of the "
             f"trace without prompts over {kv_blocks * block_size} tokens (--window-start, "
-            f"--window-end, --max-requests, or --skip-long with the profile's max_model_len)"
+            f"--window-end or --max-requests)"
         )
     return block_size, kv_blocks
 
