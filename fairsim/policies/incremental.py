@@ -44,6 +44,8 @@ from typing import Any, Protocol
 
 from sortedcontainers import SortedList
 
+from fairsim.errors import PolicyContractError
+from fairsim.policies.failure import policy_failure, policy_name
 from fairsim.policies.fast_lane import FastLane  # noqa: F401  (Fairway's Fast lane)
 from fairsim.types import QueuedRequest
 
@@ -81,8 +83,6 @@ def fast_path_of(policy: Any, name: str | None = None) -> IncrementalOrder | Non
             defined = next((k for k in mro if method in k.__dict__), None)
             if defined is not None and not issubclass(owner, defined):
                 return None
-    from fairsim.policies.failure import policy_failure, policy_name
-
     try:
         inc = make()
     except (Exception, SystemExit) as exc:  # SystemExit: a team's sys.exit() is its failure
@@ -92,8 +92,6 @@ def fast_path_of(policy: Any, name: str | None = None) -> IncrementalOrder | Non
         raise found[0] from found[1]
     lacks = [m for m in REQUIRED if not callable(getattr(inc, m, None))]
     if lacks:
-        from fairsim.errors import PolicyContractError
-
         raise PolicyContractError(
             f"policy {name if name is not None else policy_name(policy)!r}: incremental_order() "
             f"returned {type(inc).__name__}, which has no {', '.join(m + '()' for m in lacks)}; it "
