@@ -274,6 +274,34 @@ class TestAzure:
         assert [(x.arrival_time, x.prompt_len, x.output_len, x.block_hashes) for x in r] == [
             (0.0, 4808, 10, ()), (0.052, 3180, 8, ()), (1.02, 100, 1, ())]
 
+    def test_2024_week_traces_with_a_zone(self, tmp_path):
+        # The 2024 week-long traces (AzureLLMInferenceTrace_*_1week.csv) write a fraction and a
+        # zone; a row may also have no fraction. Refused before: a biased subset with --skip-bad.
+        p = tmp_path / "code_1week.csv"
+        p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                     "2024-05-10 00:00:00.009930+00:00,1000,20\n"
+                     "2024-05-10 00:00:01+00:00,2000,30\n"
+                     "2024-05-10 02:00:01.509930+02:00,300,0\n")
+        t = load_trace(p)
+        assert t.format == "azure" and t.skipped == ()
+        assert [(x.arrival_time, x.prompt_len, x.output_len) for x in t.requests] == [
+            (0.0, 1000, 20), (0.99, 2000, 30), (1.5, 300, 1)]
+
+    def test_iso_and_header_spelling(self, tmp_path):
+        p = tmp_path / "iso.csv"
+        p.write_text("timestamp, contexttokens ,GENERATEDTOKENS\r\n"
+                     "2023-11-16T18:17:03.979Z,10,1\r\n2023-11-16T18:17:04.9799600,20,2\r\n")
+        assert detect(p) == "azure"
+        assert [(x.arrival_time, x.prompt_len) for x in load_trace(p).requests] == [(0.0, 10), (1.001, 20)]
+
+    @pytest.mark.parametrize("stamp", ["2024-05-10", "2024-05-10 00:00:00.x", "yesterday",
+                                       "2024-05-10 00:00:00.5 UTC"])
+    def test_bad_stamps_are_named(self, tmp_path, stamp):
+        p = tmp_path / "b.csv"
+        p.write_text(f"TIMESTAMP,ContextTokens,GeneratedTokens\n{stamp},10,1\n")
+        with pytest.raises(TraceFormatError, match=r"b.csv:2: field 'TIMESTAMP': cannot parse"):
+            load_trace(p)
+
 
 class TestErrors:
     """Every reader error names file, line (or JSON path) and field."""

@@ -1,7 +1,9 @@
 """Azure LLM inference traces (Azure/AzurePublicDataset; Splitwise, Patel et al., ISCA 2024).
 
 CSV ``TIMESTAMP,ContextTokens,GeneratedTokens``; ``TIMESTAMP`` is a date-time with up to 7
-fractional digits. There is **no prefix identity**: no request has hash blocks, so every request
+fractional digits (2023: ``2023-11-16 18:17:03.9799600``) and, in the 2024 week-long traces, a
+zone (``2024-05-10 00:00:00.009930+00:00``); ISO 8601 with ``T`` or ``Z`` is read too. Column
+names are matched without regard to case or surrounding spaces. There is **no prefix identity**: no request has hash blocks, so every request
 is a cache miss (nothing is invented). Arrival times are rebased so the first request arrives at
 0 s and rounded to whole ms, as the other public traces store time. A ``GeneratedTokens`` of 0 becomes ``output_len=1`` with the label ``observed_output_length``.
 """
@@ -9,6 +11,7 @@ is a cache miss (nothing is invented). Arrival times are rebased so the first re
 from __future__ import annotations
 
 import csv
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -24,26 +27,33 @@ COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
 def sniff(head: Head) -> bool:
-    """The first line is a CSV header naming the three columns."""
-    first = head.text.splitlines()[0] if head.data else ""
-    return all(c in first for c in COLUMNS)
+    """The first line is a CSV header naming the three columns (any case)."""
+    first = head.text.splitlines()[0].lower() if head.data else ""
+    return all(c.lower() in first for c in COLUMNS)
+
+
+#: Date and time to the second (or minute), an optional fraction of any length, an optional zone.
+_STAMP = re.compile(r"(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2})?)(?:\.(\d+))?(Z|[+-]\d{2}(?::?\d{2})?)?")
 
 
 def parse_time(stamp: str) -> float:
-    """``2023-11-16 18:17:03.9799600`` -> POSIX seconds (7 fractional digits kept as a float).
+    """A ``TIMESTAMP`` -> POSIX seconds; the fraction (any number of digits: the 2023 traces
+    have 7, the 2024 ones 6 before ``+00:00``) is added as a float, so no digit is cut.
 
-    A time without a zone is taken as UTC, so results do not depend on the machine's zone.
+    ``2023-11-16 18:17:03.9799600``, ``2024-05-10 00:00:00.009930+00:00``,
+    ``2023-11-16T18:17:03.979Z``. A time without a zone is taken as UTC, so results do not
+    depend on the machine's zone.
 
     Raises:
-        ValueError: Not a date-time.
+        ValueError: Not such a date-time.
     """
-    head, _, frac = stamp.strip().partition(".")
-    if frac and not frac.isdigit():
+    m = _STAMP.fullmatch(stamp.strip())
+    if m is None:
         raise ValueError(stamp)
-    when = datetime.fromisoformat(head)
+    when = datetime.fromisoformat(m[1] + (m[3] or ""))
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
-    return when.timestamp() + float("0." + (frac or "0"))
+    return when.timestamp() + float("0." + (m[2] or "0"))
 
 
 def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | None = None,
@@ -68,9 +78,13 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     previous = None
     with text_lines(path) as fh:
         reader = csv.DictReader(fh)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        # The header as written may differ in case or spaces (" ContextTokens", "timestamp").
+        given = {str(f).strip().lower(): f for f in reader.fieldnames or []}
+        missing = [c for c in COLUMNS if c.lower() not in given]
         if missing:
             raise TraceFormatError(name, 1, missing[0], f"missing column (header: {reader.fieldnames})")
+        reader.fieldnames = [next((c for c in COLUMNS if c.lower() == str(f).strip().lower()), f)
+                             for f in reader.fieldnames]
         for line, rec in enumerate(reader, start=2):
             try:
                 try:
