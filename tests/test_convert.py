@@ -85,3 +85,23 @@ class TestConvert:
         shutil.copy(DATA / "mooncake.jsonl", p)
         assert main(["convert", str(p), str(p)]) == 2
         assert "would overwrite IN" in capsys.readouterr().err
+
+    def test_fresh_ids_stay_unsigned_64_bit(self, tmp_path):
+        # Dynamo's u64 hashes can sit at the top of the range: the fresh ids of blocks without an
+        # identity (partial last blocks, records without hash_ids) must stay <= 2**64 - 1, which
+        # Dynamo's and AIPerf's readers require, and collide with no recorded id.
+        top = 2**64 - 1
+        src = tmp_path / "u64.jsonl"
+        src.write_text("".join(json.dumps(r) + "\n" for r in [
+            {"timestamp": 0, "input_length": 700, "output_length": 1, "hash_ids": [top, 5]},
+            {"timestamp": 5, "input_length": 1100, "output_length": 1, "hash_ids": [top, 0, 9]},
+            {"timestamp": 9, "input_length": 600, "output_length": 1}]))
+        out = tmp_path / "out.jsonl"
+        assert main(["convert", str(src), str(out)]) == 0
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        ids = [r["hash_ids"] for r in rows]
+        assert ids == [[top, 1], [top, 0, 2], [3, 4]]
+        assert all(0 <= h <= top for r in ids for h in r)
+        a, b = load_trace(src).requests, load_trace(out).requests
+        assert [(r.prompt_len, r.block_hashes) for r in a[:2]] == [(r.prompt_len, r.block_hashes) for r in b[:2]]
+        assert b[2].block_hashes == (3,)  # its full block, fresh: hits nothing, as without an identity

@@ -75,6 +75,27 @@ class TestDetection:
 class TestMooncake:
     """FAST25 rows (ceil count, 512) and Dynamo's agentic rows (64 out of band, aliases)."""
 
+    def test_rows_without_hash_ids_have_no_identity(self, tmp_path):
+        # AIPerf's trace rows may leave hash_ids out: detected as Mooncake, read with no prefix
+        # identity (none of their blocks hits), counted in a warning; the others keep theirs.
+        p = tmp_path / "aiperf.jsonl"
+        p.write_text("".join(json.dumps(r) + "\n" for r in [
+            {"timestamp": 0, "input_length": 1200, "output_length": 52},
+            {"timestamp": 10, "input_length": 1200, "output_length": 5, "hash_ids": [1, 2, 3]},
+            {"timestamp": 20, "input_length": 1100, "output_length": 5}]))
+        assert detect(p) == "mooncake"
+        t = load_trace(p)
+        assert [(r.arrival_time, r.prompt_len, r.block_hashes) for r in t.requests] == [
+            (0.0, 1200, ()), (0.01, 1200, (1, 2)), (0.02, 1100, ())]
+        assert any("2 records have no hash_ids" in w for w in t.warnings)
+
+    def test_text_input_is_refused_with_its_reason(self, tmp_path):
+        p = tmp_path / "text.jsonl"
+        p.write_text(json.dumps({"timestamp": 0, "text_input": "Hello", "output_length": 5}) + "\n")
+        with pytest.raises(TraceFormatError, match=r"text.jsonl:1: field 'text_input': a prompt given as "
+                                                   r"text has no token count here"):
+            load_trace(p)
+
     def test_ceil_count_and_output_zero(self):
         r = list(load_trace(DATA / "mooncake.jsonl").requests)
         assert [x.block_hashes for x in r] == [(0, 1), (0, 1), (0,), (5, 6, 7, 8)]

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterator
+from itertools import count
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,19 @@ CANONICAL_KEYS = ("timestamp", "input_length", "output_length", "hash_ids", "req
 def _ms(seconds: float) -> int | float:
     ms = round(seconds * 1000.0, 3)
     return int(ms) if ms == int(ms) else ms
+
+
+#: Hash ids are unsigned 64-bit integers in Dynamo's and AIPerf's readers (and vLLM's block hashes).
+U64_MAX = 2**64 - 1
+
+
+def _fresh_ids(ids_of: list[list[int]]) -> Iterator[int]:
+    """Ids used by no request: counting up from the largest id used, and once that would pass
+    ``U64_MAX`` (a trace of u64 hashes, such as Dynamo's), the smallest ids not used."""
+    top = max((h for ids in ids_of for h in ids), default=-1)
+    yield from range(top + 1, U64_MAX + 1)
+    used = {h for ids in ids_of for h in ids}
+    yield from (k for k in count() if k not in used)
 
 
 def write_canonical(trace: Trace, out: str | Path, *, block_size: int | None = None) -> dict[str, Any]:
@@ -75,14 +90,13 @@ def write_canonical(trace: Trace, out: str | Path, *, block_size: int | None = N
         else:
             ids = list(r.block_hashes)
         ids_of.append(ids)
-    fresh = 1 + max((h for ids in ids_of for h in ids), default=-1)
+    fresh = _fresh_ids(ids_of)
     opener = gzip.open if out.name.endswith(".gz") else open
     with opener(out, "wt", encoding="utf-8") as fh:
         for r, ids in zip(reqs, ids_of):
             need = -(-r.prompt_len // block)
             extra = need - len(ids)
-            ids = ids + list(range(fresh, fresh + extra))
-            fresh += max(0, extra)
+            ids = ids + [next(fresh) for _ in range(extra)]
             labels = dict(r.labels)
             output = 0 if labels.pop(OBSERVED_OUTPUT, None) == 0 else r.output_len
             row: dict[str, Any] = {"timestamp": _ms(r.arrival_time), "input_length": r.prompt_len,

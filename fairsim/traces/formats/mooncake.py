@@ -3,7 +3,10 @@
 One object a line: ``timestamp`` (ms from trace start), ``input_length``, ``output_length``,
 ``hash_ids`` (chained ids of ``hash_block_size``-token blocks, 512 in Mooncake's files). Both
 ``len(hash_ids) == ceil(input_length / H)`` (the partial last block has an id, dropped here: a
-partial block is never a hit) and ``floor(...)`` are accepted.
+partial block is never a hit) and ``floor(...)`` are accepted. A record without ``hash_ids``
+(optional in AIPerf's trace format) has no prefix identity: none of its blocks is a hit, as in the
+Azure traces, and a warning counts such records. AIPerf's ``text_input`` (the prompt as text) is
+refused with its reason: without the model's tokenizer it has no token count.
 
 Also read (TRACES.md): Dynamo's agentic rows ``session_id`` (rows of a session are its turns in
 order), ``delay`` / ``delay_ms`` (ms after the previous turn of the session *completes*, in place
@@ -46,10 +49,14 @@ _KNOWN = set(_TIME + _INPUT + _OUTPUT + _DELAY) | {"hash_ids", "request_id", "se
 
 
 def sniff(head: Head) -> bool:
-    """A JSON object line with ``hash_ids`` as a list and an input length."""
+    """A JSON object line with an input length (or AIPerf's ``text_input``, refused by the reader
+    with its reason) and ``hash_ids`` as a list, or no ``hash_ids`` but a time or a delay."""
     rec = head.first_record
-    return (isinstance(rec, dict) and isinstance(rec.get("hash_ids"), list)
-            and first_of(rec, _INPUT) is not None)
+    if not isinstance(rec, dict) or (first_of(rec, _INPUT) is None and "text_input" not in rec):
+        return False
+    if "hash_ids" in rec:
+        return isinstance(rec["hash_ids"], list)
+    return first_of(rec, _TIME) is not None or first_of(rec, _DELAY) is not None
 
 
 def sidecar_path(path: Path) -> Path:
@@ -130,6 +137,9 @@ def _parse(rec: dict[str, Any], path: str, line: int) -> _Row:
         raise TraceFormatError(path, line, "timestamp", "missing (and no delay)")
     inp = _pick(rec, _INPUT, path, line)
     if inp is None:
+        if "text_input" in rec:
+            raise TraceFormatError(path, line, "text_input", "a prompt given as text has no token count "
+                                   "here (fairsim has no tokenizer); give input_length in tokens")
         raise TraceFormatError(path, line, "input_length", "missing")
     row.prompt_len = need_int(inp[1], path, line, inp[0], 1)
     out = _pick(rec, _OUTPUT, path, line)
@@ -137,9 +147,8 @@ def _parse(rec: dict[str, Any], path: str, line: int) -> _Row:
         raise TraceFormatError(path, line, "output_length", "missing")
     row.labels = {k: v for k, v in rec.items() if k not in _KNOWN}
     row.output_len = output_tokens(out[1], path, line, out[0], row.labels)
-    if "hash_ids" not in rec:
-        raise TraceFormatError(path, line, "hash_ids", "missing")
-    row.ids = need_ids(rec["hash_ids"], path, line, "hash_ids")
+    # No hash_ids (AIPerf makes them optional): no prefix identity, every block a miss.
+    row.ids = None if "hash_ids" not in rec else need_ids(rec["hash_ids"], path, line, "hash_ids")
     get = rec.get
     ident = []
     for key in ("request_id", "session_id", "after"):
@@ -168,7 +177,7 @@ def _segments(value: Any, path: str, line: int, prompt_len: int) -> tuple[tuple[
 
 
 def _fits(block: int, row: _Row) -> bool:
-    return len(row.ids) in (-(-row.prompt_len // block), row.prompt_len // block)
+    return row.ids is None or len(row.ids) in (-(-row.prompt_len // block), row.prompt_len // block)
 
 
 def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | None = None) -> Trace:
@@ -220,7 +229,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     block = hash_block_size or meta.get("hash_block_size")
     if block is None:
         block = DEFAULT_BLOCK
-        if not all(len(r.ids) in (r.prompt_len // block, -(-r.prompt_len // block)) for r in rows):  # _fits
+        if not all(_fits(block, r) for r in rows):
             fits = [b for b in CANDIDATE_BLOCKS if all(_fits(b, r) for r in rows)]
             if len(fits) == 1:
                 block = fits[0]
@@ -231,13 +240,19 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
 
     last_of_session: dict[str, Request] = {}
     gaps = 0
+    no_identity = 0
     stem = path.stem
     for row in rows:
         ids, prompt_len = row.ids, row.prompt_len
+        if ids is None:
+            no_identity += 1
+            ids = row.ids = []
+            full = 0
+        else:
+            full = prompt_len // block
         n_ids = len(ids)
-        full = prompt_len // block
         # check_hash_count and check_chained, called only to raise (the per-row hot path).
-        if (n_ids != full and n_ids != -(-prompt_len // block)) or len(set(ids)) != n_ids:
+        if (n_ids != full and n_ids != -(-prompt_len // block) and row.ids) or len(set(ids)) != n_ids:
             try:
                 check_hash_count(n_ids, prompt_len, block, name, row.line, "hash_ids")
                 check_chained(ids, name, row.line, "hash_ids")
@@ -273,6 +288,10 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         if row.session_id is not None:
             last_of_session[row.session_id] = req
         out.add(req, row.line)
+    if no_identity:
+        out.warnings.append(
+            f"{path}: {no_identity} records have no hash_ids: they have no prefix identity, so none of "
+            f"their blocks is ever a cache hit (nothing is invented)")
     if gaps:
         out.warnings.append(
             f"{path}: {gaps} session turns have a timestamp but no delay; their think time is taken "
