@@ -161,7 +161,7 @@ class TestBadTraces:
 
     def test_directory(self, capsys, tmp_path):
         code, _, err = run_cli(capsys, "run", "--trace", str(tmp_path))
-        assert code == 2 and f"{tmp_path}: cannot tell the trace format of this folder" in err
+        assert code == 2 and f"{tmp_path}: a folder is read only as ragpulse or claude-code" in err
 
     def test_trace_beyond_float_resolution(self, capsys, tmp_path):
         path = _trace(tmp_path / "t.jsonl", [

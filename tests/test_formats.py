@@ -289,6 +289,33 @@ class TestDynamo:
             load_trace(p)
 
 
+class TestNotATrace:
+    """Inputs often mistaken for a trace get a message that says what they are."""
+
+    def test_folder_of_mooncake_files(self, tmp_path):
+        for name in ("a.jsonl", "b.jsonl"):
+            shutil.copy(DATA / "mooncake.jsonl", tmp_path / name)
+        with pytest.raises(ValueError, match=r"a folder is read only as ragpulse or claude-code .* its files "
+                                             r"look like mooncake \(e.g. a.jsonl\): give one file"):
+            load_trace(tmp_path)
+        for fmt in ("mooncake", "azure", "bailian", "dynamo"):
+            with pytest.raises(ValueError, match=rf"is a folder; --trace-format {fmt} reads one file"):
+                load_trace(tmp_path, format=fmt)
+
+    def test_git_lfs_pointer(self, tmp_path):
+        p = tmp_path / "trace.jsonl"
+        p.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:0a1b\nsize 1234\n")
+        with pytest.raises(ValueError, match="is a Git LFS pointer, not the trace itself"):
+            load_trace(p)
+
+    def test_claude_code_transcript(self, tmp_path):
+        p = tmp_path / "0b9e.jsonl"
+        p.write_text(json.dumps({"type": "assistant", "sessionId": "0b9e", "uuid": "u1",
+                                 "timestamp": "2025-07-15T10:00:02.500Z", "message": {"usage": {}}}) + "\n")
+        with pytest.raises(ValueError, match="looks like a Claude Code transcript"):
+            load_trace(p)
+
+
 class TestAzure:
     def test_rows(self):
         r = load_trace(DATA / "azure.csv").requests

@@ -38,10 +38,12 @@ class TraceFormat:
     sniff: Callable[[Head], bool]
     read: Callable[..., Trace]
     summary: str
+    folders: bool = False
 
 
 def _fmt(module, summary: str) -> TraceFormat:
-    return TraceFormat(module.NAME, module.sniff, module.read, summary)
+    """The module's reader; ``READS_FOLDERS = True`` in a module that reads a folder too."""
+    return TraceFormat(module.NAME, module.sniff, module.read, summary, getattr(module, "READS_FOLDERS", False))
 
 
 FORMATS: dict[str, TraceFormat] = {f.name: f for f in (
@@ -66,13 +68,53 @@ def detect(path: str | Path) -> str:
     for fmt in FORMATS.values():
         if fmt.sniff(head):
             return fmt.name
-    what = "folder" if head.is_dir else "file"
-    if not head.is_dir and not head.data.strip():
+    if head.is_dir:
+        raise ValueError(_unknown_folder(Path(path)))
+    if not head.data.strip():
         raise ValueError(f"{path}: no requests in the trace (the file is empty)")
+    hint = _known_lookalike(head)
+    if hint is not None:
+        raise ValueError(f"{path}: {hint}")
     raise ValueError(
-        f"{path}: cannot tell the trace format of this {what} from its content; give "
+        f"{path}: cannot tell the trace format of this file from its content; give "
         f"--trace-format (one of: {', '.join(FORMATS)}). Expected e.g. Mooncake JSONL lines "
         '{"timestamp": ms, "input_length": N, "output_length": N, "hash_ids": [...]}')
+
+
+def _folder_formats() -> str:
+    return " or ".join(f.name for f in FORMATS.values() if f.folders)
+
+
+def _unknown_folder(path: Path) -> str:
+    """Why a folder is no trace: only some formats read folders; name what its files are."""
+    looks: dict[str, str] = {}
+    for child in sorted(path.iterdir())[:64]:
+        if child.is_file() and not child.name.startswith("."):
+            try:
+                head = read_head(child)
+            except OSError:
+                continue
+            name = next((f.name for f in FORMATS.values() if f.sniff(head)), None)
+            if name is not None:
+                looks.setdefault(name, child.name)
+    said = (f"; its files look like {', '.join(f'{k} (e.g. {v})' for k, v in looks.items())}: give one "
+            f"file to --trace, or join them into one file in time order") if looks else ""
+    return (f"{path}: a folder is read only as {_folder_formats()} (see the README's formats table), and "
+            f"this one is neither{said}")
+
+
+def _known_lookalike(head: Head) -> str | None:
+    """A message for files that are often mistaken for traces, else None."""
+    if head.data.startswith(b"version https://git-lfs.github.com/spec/"):
+        return ("is a Git LFS pointer, not the trace itself: fetch the file's content (git lfs pull in "
+                "its repository, or download the file) and give that")
+    rec = head.first_record
+    if isinstance(rec, dict) and rec.get("type") in ("user", "assistant", "summary", "system") and (
+            "sessionId" in rec or "uuid" in rec or "leafUuid" in rec):
+        return ("looks like a Claude Code transcript (~/.claude/projects/*.jsonl), which records no "
+                "prefix identity; the claude-code format is the session documents with per-request "
+                "token counts and hash_ids (kv-cache-tester traces; the README's formats table)")
+    return None
 
 
 def read_trace(path: str | Path, format: str = "auto", *, skip_bad: bool = False,
@@ -103,6 +145,9 @@ def read_trace(path: str | Path, format: str = "auto", *, skip_bad: bool = False
         raise ValueError(f"--trace-format {format!r}: unknown; known: auto, {', '.join(FORMATS)}")
     elif not Path(path).exists():
         raise FileNotFoundError(f"{path}: no such trace file or folder")
+    elif Path(path).is_dir() and not FORMATS[format].folders:
+        raise ValueError(f"{path}: is a folder; --trace-format {format} reads one file (folders are read "
+                         f"only as {_folder_formats()})")
     return FORMATS[format].read(path, skip_bad=skip_bad, hash_block_size=hash_block_size)
 
 

@@ -47,6 +47,8 @@ from fairsim.traces.trace import Trace
 from fairsim.types import Request
 
 NAME = "claude-code"
+READS_FOLDERS = True
+"""A folder is read too (``fairsim.traces.formats.TraceFormat.folders``)."""
 DEFAULT_BLOCK = 64
 
 

@@ -34,6 +34,8 @@ from fairsim.traces.trace import Trace
 from fairsim.types import Request
 
 NAME = "ragpulse"
+READS_FOLDERS = True
+"""A folder is read too (``fairsim.traces.formats.TraceFormat.folders``)."""
 BLOCK = 16
 """Block of the ``block_hashes`` view (the identity itself is token-exact)."""
 TRACE_FILE = "0_trace.jsonl"
