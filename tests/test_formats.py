@@ -156,6 +156,16 @@ class TestBailian:
 class TestClaudeCode:
     """Folder of sessions, local ids namespaced, sub-agents, think/api time."""
 
+    def test_gzip_session_keeps_the_ids(self, tmp_path):
+        src = DATA / "claude_code" / "session_a.json"
+        gz = tmp_path / "session_a.json.gz"
+        gz.write_bytes(gzip.compress(src.read_bytes()))
+        plain, packed = load_trace(src), load_trace(gz)
+        assert packed.name == plain.name == "session_a"
+        assert [(r.request_id, r.session_id) for r in packed.requests] == [
+            (r.request_id, r.session_id) for r in plain.requests]
+        assert packed.requests[0].request_id == "session_a/requests[0]"
+
     def test_folder(self):
         t = load_trace(DATA / "claude_code")
         assert not t.absolute_time and t.hash_block_size == 64 and len(t) == 7

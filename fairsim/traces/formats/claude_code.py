@@ -52,6 +52,12 @@ READS_FOLDERS = True
 DEFAULT_BLOCK = 64
 
 
+def session_name(file: Path) -> str:
+    """A session file's stem, its ``.gz`` dropped first, so ``s1.json`` and ``s1.json.gz`` give the
+    same session and request ids (``s1``)."""
+    return Path(file.name.removesuffix(".gz")).stem
+
+
 def sniff(head: Head) -> bool:
     """A folder holding ``*.json`` session documents, or a JSON document with ``requests`` and
     ``block_size`` / ``hash_id_scope`` near its start."""
@@ -135,7 +141,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             raise ValueError(f"{fname}: block_size is {block}; --hash-block-size {hash_block_size} contradicts it")
         blocks.add(block)
         ns = fname if scope == "local" else "<global>"
-        gaps += _session(out, names, ns, file, doc["requests"], file.stem, "", 0.0, None, block)[0]
+        gaps += _session(out, names, ns, file, doc["requests"], session_name(file), "", 0.0, None, block)[0]
     if len(blocks) > 1:
         raise ValueError(f"{path}: files use different block_size values {sorted(blocks)}")
     if out.stats["short_hash_ids"]:
@@ -154,7 +160,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     out.warnings.append(f"{path}: the format has no absolute time; arrival times are offsets from "
                         f"each session's start ({sessions} sessions)")
     block = blocks.pop() if blocks else (hash_block_size or DEFAULT_BLOCK)
-    return out.finish(path.stem if path.is_file() else path.name, NAME, block, absolute_time=False)
+    return out.finish(session_name(path) if path.is_file() else path.name, NAME, block, absolute_time=False)
 
 
 def block_note(blocks: set[int]) -> str:
@@ -254,7 +260,7 @@ def _session(out: Collector, names: _Namespace, ns: str, file: Path, items: list
                 gaps += 1
         elif think is not None:
             delay = think
-        rid = f"{file.stem}/{where}"
+        rid = f"{session_name(file)}/{where}"
         labels["agent"] = prefix.rstrip(".") or "main"
         req = Request(rid, arrival, prompt, full_block_ids(names.map(ns, ids), prompt, block), block,
                       output, labels, session_id=session, after=after, delay_s=delay)

@@ -144,8 +144,8 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
                      None if parent is None else str(parent), done_ms))
     if not rows and others and not out.skipped:
         raise ValueError(f"{path}: no request_end events found in {others} JSON records (a Dynamo trace "
-                         f"has one per request, with \"event_type\": \"request_end\"); is it another "
-                         f"format? --trace-format auto detects it from the content")
+                         f"has one per request, with \"event_type\": \"request_end\"); if the file is in another "
+                         f"format, name it with --trace-format")
     if len(blocks) > 1:
         raise ValueError(f"{path}: rows use different trace_block_size values {sorted(blocks)}")
     block = blocks.pop() if blocks else (hash_block_size or DEFAULT_BLOCK)
