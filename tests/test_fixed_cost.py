@@ -266,7 +266,7 @@ def test_main_leaves_the_collector_on_and_nothing_frozen(tmp_path, capsys):
     assert main(["run", "--trace", str(path), "--policy", "fcfs", "--kv-blocks", "1"]) == 2
     assert gc.isenabled() and gc.get_freeze_count() == 0
     assert main(["run", "--trace", str(path), "--policy", "tests.test_fixed_cost:Broken"]) == 1
-    assert "policy 'broken'" in capsys.readouterr().err
+    assert "policy 'tests.test_fixed_cost:Broken'" in capsys.readouterr().err
     assert gc.isenabled() and gc.get_freeze_count() == 0
 
 

@@ -60,7 +60,8 @@ REQUIRED = ("add", "remove", "iter_order")
 
 
 def fast_path_of(policy: Any, name: str | None = None) -> IncrementalOrder | None:
-    """The policy's fast path, ``policy.incremental_order()``, or ``None`` when it has none.
+    """The policy's fast path, ``policy.incremental_order()``, or ``None`` when it has none (or
+    ``incremental_order()`` returns ``None``: no fast path for the policy's present settings).
 
     ``None`` too when a subclass overrides ``order()`` (or a method the fast path mirrors,
     ``MIRRORED``) below the class that defines ``incremental_order``: a test's recording LPM or a
@@ -90,6 +91,8 @@ def fast_path_of(policy: Any, name: str | None = None) -> IncrementalOrder | Non
         if found is None:
             raise
         raise found[0] from found[1]
+    if inc is None:  # the policy has no fast path for its present settings (LPM's SGLang switches)
+        return None
     lacks = [m for m in REQUIRED if not callable(getattr(inc, m, None))]
     if lacks:
         raise PolicyContractError(
