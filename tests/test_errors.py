@@ -24,7 +24,7 @@ from fairsim.errors import OutputError, ProfileError
 from fairsim.io import atomic_to_parquet, atomic_write_text, check_writable_dir, check_writable_file
 from fairsim.policies import registry
 from fairsim.policies.base import arrival_key
-from tests.utils import write_failing_policy
+from tests.utils import ctrl_c_when, write_failing_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -589,21 +589,12 @@ class TestInterrupt:
                                              "hash_ids": [i % 50, 10_000 + i]}) + "\n" for i in range(3000)))
         for attempt in range(3):
             out = tmp_path / f"out{attempt}"
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "fairsim", "compare", "--policies", "fcfs,drr", "--trace", str(trace),
-                 "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                # A shell's background job inherits SIGINT ignored, and Python then installs no
-                # KeyboardInterrupt handler: restore the default so the child sees Ctrl-C as a user would.
-                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-            deadline = time.monotonic() + 240
-            while not (out / "steps-fcfs.parquet").exists():
-                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-                time.sleep(0.02)
-            proc.send_signal(signal.SIGINT)
-            stdout, stderr = proc.communicate(timeout=60)
-            if proc.returncode == 0:
+            res = ctrl_c_when([sys.executable, "-m", "fairsim", "compare", "--policies", "fcfs,drr", "--trace",
+                               str(trace), "--out", str(out)], (out / "steps-fcfs.parquet").exists, cwd=ROOT)
+            stdout, stderr = res.stdout, res.stderr
+            if res.returncode == 0:
                 pytest.skip("the second policy finished before the signal arrived")
-            assert proc.returncode == 130, stderr
+            assert res.returncode == 130, stderr
             assert stderr.strip().splitlines()[-1] == "fairsim: interrupted; results already written are kept"
             assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
             assert json.loads((out / "summary.json").read_text()).keys() == {"fcfs"}

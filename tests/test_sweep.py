@@ -22,6 +22,7 @@ from fairsim.scenarios import build_scenario
 from fairsim.sweep import FAILED_DIR, RUNS_DIR, expand, load_spec, run_sweep
 from fairsim.sweep.lock import SweepLock
 from fairsim.traces import RagSpec, generate_rag, write_mooncake
+from tests.utils import ctrl_c_when
 
 REPO = Path(__file__).resolve().parents[1]
 PRIOR = PROFILE_DIR / "a6000-llama3.1-8b-vllm-prior.json"
@@ -461,21 +462,15 @@ class TestResume:
         spec_path = tmp_path / "slow.toml"
         spec_path.write_text(SLOW_SPEC)
         out = tmp_path / "out"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "fairsim", "sweep", str(spec_path), "--out", str(out),
-             "--workers", "1", "--no-progress"], cwd=tmp_path, env=env_with_repo(),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         runs_dir = out / RUNS_DIR
-        deadline = time.monotonic() + 180
-        while not (runs_dir.is_dir() and any(runs_dir.glob("*.parquet"))):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.01)
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=120)
-        if proc.returncode == 0:
+        res = ctrl_c_when([sys.executable, "-m", "fairsim", "sweep", str(spec_path), "--out", str(out),
+                           "--workers", "1", "--no-progress"],
+                          lambda: runs_dir.is_dir() and any(runs_dir.glob("*.parquet")),
+                          cwd=tmp_path, env=env_with_repo(), wait_s=180)
+        stderr = res.stderr
+        if res.returncode == 0:
             pytest.skip("the sweep finished before the signal arrived")
-        assert proc.returncode == 130, stderr
+        assert res.returncode == 130, stderr
         said = [ln for ln in stderr.splitlines() if "interrupted" in ln]
         assert len(said) == 1 and f"the finished runs are kept in {out}" in said[0], stderr
         assert "Traceback" not in stderr, stderr

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
 from fairsim.costmodel import Profile
 from fairsim.types import QueuedRequest, Request
 
@@ -174,3 +180,22 @@ def write_failing_policy(folder, module: str) -> str:
         "            raise ValueError('boom')\n"
         "        return super().order(waiting, now)\n")
     return f"{module}:Boom"
+
+
+def ctrl_c_when(argv: list[str], ready: Callable[[], bool], cwd: Any, env: dict[str, str] | None = None,
+                wait_s: float = 240.0) -> subprocess.CompletedProcess:
+    """Run ``argv`` (a ``fairsim`` command line) as a user would, send it Ctrl-C (SIGINT) once
+    ``ready()`` holds, and return its exit status, stdout and stderr (text). Fails the test if the
+    command exits, or ``wait_s`` pass, before ``ready()``."""
+    proc = subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # A shell's background job inherits SIGINT ignored, and Python then installs no
+        # KeyboardInterrupt handler: restore the default so the child sees Ctrl-C as a user would.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + wait_s
+    while not ready():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
