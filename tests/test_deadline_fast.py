@@ -80,7 +80,7 @@ def _replay(params, history, lazy=False, directed=False, block=8):
     """Run ``history`` through ``order()`` and the fast path; return the longest queue, the
     fast path's number of resolver calls and the fast path. ``directed`` (lazy hits): stale
     marks name the rises in ``raised`` too (``stale(ids, raised)``, as the engine's lazy hits).
-    ``block``: ``DueBlocks.BLOCK`` (small, so short histories split and merge blocks)."""
+    ``block``: ``DueBlocks.BLOCK`` (small, so short histories split, empty and compact blocks)."""
     ref = FairwayDeadline(odd_idle, **params)
     fast_policy = FairwayDeadline(odd_idle, **params)
     inc = fast_policy.incremental_order()
@@ -184,7 +184,7 @@ def test_incremental_with_directed_lazy_hits_equals_order(params, history):
 
 
 def test_long_queue_over_many_blocks():
-    """Several hundred waiting in blocks of 8..16 (splits, merges, walks that open a few blocks),
+    """Several hundred waiting in blocks of up to 16 (splits, compactions, walks that open a few blocks),
     all three due modes."""
     rng = np.random.default_rng(7)
     t = 0.0
@@ -233,7 +233,7 @@ def test_long_queue_lazy_hits_resolve_only_what_is_read_or_first_seen():
                               st.integers(0, 50), st.integers(-20, 400)), max_size=120),
        mode=st.sampled_from(["queue", "own", "none"]))
 def test_due_blocks_equal_a_plain_walk(ops, mode):
-    """``DueBlocks`` with blocks of up to 16 (merged below 2) against the definition walked over
+    """``DueBlocks`` with blocks of up to 16 (emptied in place, compacted) against the definition walked over
     one sorted list: the same newly due keys at every walk, the least slack it reports is the
     true one, and its due prefix ends at the last urgent key. Adds and removes go into the blocks
     only when these are read (a walk, ``blocks``), so several of them, in any mix, are applied at
@@ -274,6 +274,7 @@ def test_due_blocks_equal_a_plain_walk(ops, mode):
         if op in ("walk", "blocks"):
             assert [k for b in due.blocks for k in b.keys] == keys
             assert all(len(b.keys) <= 2 * due.BLOCK for b in due.blocks)
+            assert len(due.blocks) <= 2 * len(due) // due.BLOCK + 4  # empties compacted
         if op == "blocks" and urgent:  # the due prefix: deadline order up to the last urgent key
             last = max(i for i, k in enumerate(keys) if k in urgent)
             assert list(due.due_prefix(len(urgent))) == keys[: last + 1]
@@ -313,9 +314,10 @@ def test_lazy_hits_unread_requests_stay_unresolved():
         assert inc._stale and set(inc._stale) < set(inc.snap)
 
 
-def test_many_admissions_merge_small_blocks():
-    """Admissions outpace arrivals for a while, so blocks shrink and merge, while steps without
-    arrivals skip the walk; eager and lazy."""
+def test_many_admissions_keep_the_blocks_few():
+    """Admissions outpace arrivals for a while, so blocks shrink and empty (left in place, so no
+    leaf of the tree moves) until they are compacted, while steps without arrivals skip the walk;
+    eager and lazy."""
     rng = np.random.default_rng(5)
     t = 0.0
     history = []
@@ -333,4 +335,32 @@ def test_many_admissions_merge_small_blocks():
             _, _, inc = _replay(params, history, lazy=lazy, block=16)
             blocks = inc.due.blocks
             assert len(inc) > 32 and len(blocks) > 1
-            assert all(4 <= len(b.keys) <= 32 for b in blocks)
+            assert all(len(b.keys) <= 32 for b in blocks)
+            assert len(blocks) <= 2 * len(inc.due) // 16 + 4  # DueBlocks._compact's bound
+
+
+def test_an_emptied_block_stays_in_place_and_fills_again():
+    """Removing every key of a middle block moves no leaf of the tree (no re-set from it on); a
+    key falling between its neighbours fills it again; the walk stays the plain one."""
+    due = DueBlocks("queue")
+    due.BLOCK = 4
+    keys = [(10 * i, 0.0, f"r{i:02d}") for i in range(40)]
+    for k in keys:
+        due.add(k, 1)
+    due.mark_due(-10**9)  # apply and build the tree
+    blocks = list(due.blocks)
+    assert len(blocks) >= 4
+    middle = blocks[len(blocks) // 2]
+    for k in list(middle.keys):
+        due.remove(k)
+        keys.remove(k)
+    due.blocks  # apply the removes
+    assert due._moved is None and due.blocks[len(blocks) // 2] is middle and middle.keys == []
+    newly, least = due.mark_due(-10**9)
+    assert newly == [] and least == min(k[0] - (i + 1) for i, k in enumerate(keys))
+    gap = (middle.gone[0] - 1, 0.0, "new")  # between the neighbours of the emptied block
+    due.add(gap, 1)
+    keys = sorted(keys + [gap])
+    assert due.blocks[len(blocks) // 2] is middle and middle.keys == [gap]
+    newly, _ = due.mark_due(10 * 20)  # everything with margin <= 200 is due, in deadline order
+    assert newly == [k for i, k in enumerate(keys) if k[0] - (i + 1) <= 200]

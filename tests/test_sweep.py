@@ -203,8 +203,7 @@ BROKEN = {
     "missing profile file": ('profile = "nope.json"\n' + BASE + POL, "s.toml: profile: no such file 'nope.json'"),
     "unknown profile name": ('profile = "h100"\n' + BASE + POL, "s.toml: profile: profile 'h100' is neither a file nor a shipped profile"),
     "folder of no format": ('[[traces]]\npath = "."\n' + POL,
-                            "s.toml: traces[0].path: .: cannot tell the trace format of this folder from its "
-                            "content; give format (one of: dynamo, "),
+                            "s.toml: traces[0].path: .: a folder is read only as ragpulse or claude-code"),
     "unknown format": ('[[traces]]\npath = "t.jsonl"\nformat = "csv"\n' + POL,
                        "s.toml: traces[0].format: unknown format 'csv'; known: auto, dynamo, "),
     "wrong format": ('[[traces]]\npath = "t.jsonl"\nformat = "azure"\n' + POL, "s.toml: traces[0].path: "),

@@ -16,8 +16,13 @@ kept in parts:
   them, so the due test descends only into the blocks that hold a newly due request: O(log(n /
   BLOCK)) plus O(BLOCK) per such block. Joins and leaves are put into their blocks only when
   the blocks are next read (a walk or a due prefix; most steps read neither), and each re-sums
-  its block only (O(BLOCK)), batched per read; a block split, merged or dropped re-sets the
-  tree's leaves from it on (O(n / BLOCK), once per about BLOCK joins or leaves).
+  its block only (O(BLOCK)), batched per read. A block split re-sets the tree's leaves from it on
+  (O(n / BLOCK); newcomers mostly join the last block, so mostly O(1)); a block that leaves empty
+  stays in place with a neutral leaf, so no leaf moves, and the empty and small blocks are
+  compacted once the blocks outnumber ``2 n / BLOCK + 4`` (O(n), amortised O(1) per join or
+  leave). Merging blocks at each leave instead re-set every later leaf, O(n / BLOCK) per about
+  BLOCK leaves: the one cost per request that grew with the queue (issue 13: 8.5x per call at
+  ten copies of the conversation trace).
 - A step need not walk at all: ``floor``, a lower bound on every margin that is not urgent (the
   exact least one after a walk; a newcomer lowers it by its work and puts in its own, at least
   ``D - `` all the work waiting; a leave only raises margins), decides that nobody new is due while
@@ -64,19 +69,21 @@ Key = tuple[int, float, str]  # (D in ns, arrival time in s, request_id): the de
 class _Block:
     """A run of the deadline order: keys, works (ns), urgent flags; its total work and least margin."""
 
-    __slots__ = ("keys", "dl", "work", "urgent", "total", "least")
+    __slots__ = ("keys", "dl", "work", "urgent", "total", "least", "gone")
 
     def __init__(self, keys: list[Key], work: list[int], urgent: list[bool]) -> None:
         self.keys, self.work, self.urgent = keys, work, urgent
         self.dl = [k[0] for k in keys]  # the keys' deadlines again, for the margin sums (hot)
         self.total = 0
         self.least = math.inf
+        self.gone: Key | None = None  # an emptied block's entry in ``DueBlocks.last`` (its place)
 
 
 class DueBlocks:
     """The waiting requests in deadline order, for the due test of ``fairway-deadline``.
 
-    Blocks of at most ``2 x BLOCK`` requests in deadline order, each with its total work and the
+    Blocks of at most ``2 x BLOCK`` requests in deadline order (an emptied one stays, neutral, until
+    ``_compact``), each with its total work and the
     least margin of its requests that are not urgent, counted from the block's start; over the
     blocks a segment tree of the pairs ``(total, least)`` combined as ``(t1 + t2, min(l1, l2 -
     t1))`` gives the least margin of any run of blocks, so a walk descends only into the blocks that
@@ -87,8 +94,9 @@ class DueBlocks:
             request's margin ``D - P`` subtracts from its deadline (see the module docstring).
     """
 
-    # A block holds BLOCK / 4 .. 2 BLOCK requests (fewer only alone): re-sums cost O(BLOCK). 64:
-    # fewer instructions per changed step than 32 or 128, at 1,000 and at 10,000 waiting (callgrind).
+    # A block holds up to 2 BLOCK requests (a compaction joins small ones up to BLOCK): re-sums
+    # cost O(BLOCK). 64: fewer instructions per changed step than 32 or 128, at 1,000 and at
+    # 10,000 waiting (callgrind, with the merge at each leave this replaced).
     BLOCK = 64
 
     def __init__(self, lookahead: str) -> None:
@@ -98,7 +106,7 @@ class DueBlocks:
         self._removes: list[Key] = []  # removed since then, still in the blocks
         self.last: list[Key] = []  # the last key of each block (bisect here for a key's block)
         self._dirty: dict[int, _Block] = {}  # blocks to re-sum before the next walk
-        self._moved: int | None = None  # blocks from this index on moved (split, merge, drop)
+        self._moved: int | None = None  # blocks from this index on moved (a split, a compaction)
         self._size = 1  # leaves of the tree (a power of two >= len(blocks))
         self._leaves = 0  # leaves set from blocks (the others: no work, no margin)
         self._tot: list[int] = [0, 0]  # tree nodes (1 the root, 2i and 2i + 1 the children of i)
@@ -144,6 +152,8 @@ class DueBlocks:
             self._remove_now(key)
         for key, work in adds.items():
             self._add_now(key, work)
+        if len(self._blocks) > 2 * self.n // self.BLOCK + 4:
+            self._compact()
 
     def _add_now(self, key: Key, work: int) -> None:
         blocks = self._blocks
@@ -166,6 +176,7 @@ class DueBlocks:
         b.dl.insert(j, key[0])
         b.work.insert(j, work)
         b.urgent.insert(j, False)
+        b.gone = None
         self.last[i] = b.keys[-1]
         self._dirty[id(b)] = b
         if len(b.keys) > 2 * self.BLOCK:
@@ -185,30 +196,42 @@ class DueBlocks:
         self._moved_from(i)
 
     def _remove_now(self, key: Key) -> None:
+        """Drop ``key`` from its block. A block that empties stays in place (its leaf becomes
+        neutral: no work, no margin), so no later leaf of the tree moves; ``_compact`` drops the
+        empty blocks and joins the small ones once they are many."""
         i = self._block_of(key)
         b = self._blocks[i]
         j = bisect_left(b.keys, key)
         del b.keys[j], b.dl[j], b.work[j], b.urgent[j]
-        if len(b.keys) < self.BLOCK // 4 and len(self._blocks) > 1:  # merge into a neighbour
-            if i + 1 == len(self._blocks):
-                i -= 1
-            b, c = self._blocks[i], self._blocks[i + 1]
-            b.keys += c.keys
-            b.dl += c.dl
-            b.work += c.work
-            b.urgent += c.urgent
-            del self._blocks[i + 1], self.last[i + 1]
-            self._dirty.pop(id(c), None)
-            self._moved_from(i)
-            if len(b.keys) > 2 * self.BLOCK:
-                self._split(i)
         if b.keys:
             self.last[i] = b.keys[-1]
-            self._dirty[id(b)] = b
-            return
-        del self._blocks[i], self.last[i]
-        self._dirty.pop(id(b), None)
-        self._moved_from(i)
+        else:
+            # ``last[i]`` keeps the key just removed: between the blocks around it in deadline
+            # order, so the bisects stay right, and a key that falls there fills this block again.
+            b.gone = self.last[i]
+        self._dirty[id(b)] = b
+
+    def _compact(self) -> None:
+        """Drop the empty blocks and join neighbours while the joined block holds at most
+        ``BLOCK``; every block re-summed, the tree re-set (O(n), once the blocks have grown to
+        more than ``2 n / BLOCK + 4``: amortised O(1) per add or remove)."""
+        out: list[_Block] = []
+        for b in self._blocks:
+            if not b.keys:
+                continue
+            if out and len(out[-1].keys) + len(b.keys) <= self.BLOCK:
+                c = out[-1]
+                c.keys += b.keys
+                c.dl += b.dl
+                c.work += b.work
+                c.urgent += b.urgent
+            else:
+                b.gone = None
+                out.append(b)
+        self._blocks = out
+        self.last = [b.keys[-1] for b in out]
+        self._dirty = {id(b): b for b in out}
+        self._moved = 0
 
     def _moved_from(self, i: int) -> None:
         if self._moved is None or i < self._moved:
@@ -228,7 +251,7 @@ class DueBlocks:
         if margins is None:
             margins = self._margins(b)
         if True not in b.urgent:
-            b.least = min(margins)
+            b.least = min(margins, default=math.inf)  # an emptied block: no margin
         else:  # the margins of the requests not urgent (compress and map: no Python loop, hot)
             b.least = min(compress(margins, map(not_, b.urgent)), default=math.inf)
 
@@ -288,7 +311,7 @@ class DueBlocks:
         if moved is not None:
             self._retree()
         for b in self._dirty.values():
-            i = self._block_of(b.keys[-1])
+            i = self._block_of(b.keys[-1] if b.keys else b.gone)
             if moved is None or i < moved:  # the others were re-set by _retree
                 self._leaf(i)
         self._dirty = {}
