@@ -123,32 +123,34 @@ def _check_first(args: argparse.Namespace) -> None:
         if args.steps < 1:
             raise ValueError(f"--steps {args.steps}: need an integer >= 1")
         from fairsim.cli import check_named_once
-        from fairsim.costmodel import load_profile
 
-        try:
-            load_profile(args.profile)
-        except ValueError as exc:
-            raise ValueError(f"--profile {args.profile}: {exc}") from None
-        if not all(names):
-            raise ValueError(f"--policies {args.policies!r}: need comma-separated policy names")
-        check_named_once("--policies", args.policies, names)
+        check_named_once("--sizes", args.sizes, sizes)
         if "all" in names:  # --policies is not "all" itself here
             raise ValueError(f"--policies {args.policies}: 'all' stands alone (every policy the hook accepts)")
-        check_named_once("--sizes", args.sizes, sizes)
-        _check_hook_policies(names, args.profile)
+        _check_profile_and_policies(args, names)
     if getattr(args, "out", None) is not None:
         check_writable_dir(args.out)
     require("vllm")
 
 
-def _check_hook_policies(names: list[str], profile: str) -> None:
-    """Build each policy as the hook will (``fairsim.live.settings.build_policy``), so an unknown
-    name or parameter, or a policy the hook refuses, is named before any engine starts."""
+def _check_profile_and_policies(args: argparse.Namespace, names: list[str]) -> None:
+    """``--profile`` loads, and ``--policies`` (``names``) names each policy once and each builds
+    as the hook will build it (``fairsim.live.settings.build_policy``), so an unknown name or
+    parameter, or a policy the hook refuses, is named before any engine starts."""
+    from fairsim.cli import check_named_once
+    from fairsim.costmodel import load_profile
     from fairsim.live.settings import build_policy
 
+    try:
+        load_profile(args.profile)
+    except ValueError as exc:
+        raise ValueError(f"--profile {args.profile}: {exc}") from None
+    if not all(names):
+        raise ValueError(f"--policies {args.policies!r}: need comma-separated policy names")
+    check_named_once("--policies", args.policies, names)
     for name in names:
         try:
-            build_policy({"policy": name, "profile": profile})
+            build_policy({"policy": name, "profile": args.profile})
         except ValueError as exc:
             raise ValueError(f"--policies {name}: {exc}") from None
 
@@ -157,9 +159,6 @@ def _check_comparison(args: argparse.Namespace) -> None:
     """``equivalence`` and ``fidelity``: every option checked before a trace is made or an engine
     starts (``--max-output`` only with ``--mode colocated``, where it is resolved to its default:
     256 for equivalence, 64 for fidelity)."""
-    from fairsim.cli import check_named_once
-    from fairsim.costmodel import load_profile
-
     if getattr(args, "sessions", 0) < 0:
         raise ValueError(f"--sessions {args.sessions}: need >= 0 (0 = the RAG trace)")
     seqs = getattr(args, "max_num_seqs", None)
@@ -173,15 +172,7 @@ def _check_comparison(args: argparse.Namespace) -> None:
     elif args.max_output is not None:
         raise ValueError(f"--max-output {args.max_output}: output lengths are drawn in --mode "
                          f"colocated only (prefill-only requests end with their first token)")
-    try:
-        load_profile(args.profile)
-    except ValueError as exc:
-        raise ValueError(f"--profile {args.profile}: {exc}") from None
-    names = [v.strip() for v in args.policies.split(",")]
-    if not all(names):
-        raise ValueError(f"--policies {args.policies!r}: need comma-separated policy names")
-    check_named_once("--policies", args.policies, names)
-    _check_hook_policies(names, args.profile)
+    _check_profile_and_policies(args, [v.strip() for v in args.policies.split(",")])
 
 
 def _overhead_lists(args: argparse.Namespace) -> tuple[list[str], list[int]]:

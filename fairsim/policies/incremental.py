@@ -84,6 +84,7 @@ def fast_path_of(policy: Any, name: str | None = None) -> IncrementalOrder | Non
             defined = next((k for k in mro if method in k.__dict__), None)
             if defined is not None and not issubclass(owner, defined):
                 return None
+    name = name if name is not None else policy_name(policy)
     try:
         inc = make()
     except (Exception, SystemExit) as exc:  # SystemExit: a team's sys.exit() is its failure
@@ -96,7 +97,7 @@ def fast_path_of(policy: Any, name: str | None = None) -> IncrementalOrder | Non
     lacks = [m for m in REQUIRED if not callable(getattr(inc, m, None))]
     if lacks:
         raise PolicyContractError(
-            f"policy {name if name is not None else policy_name(policy)!r}: incremental_order() "
+            f"policy {name!r}: incremental_order() "
             f"returned {type(inc).__name__}, which has no {', '.join(m + '()' for m in lacks)}; it "
             f"must return an IncrementalOrder (fairsim/policies/incremental.py) or the policy "
             f"must not define incremental_order")
