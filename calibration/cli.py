@@ -169,7 +169,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from fairsim.deps import require
     from fairsim.errors import ProfileError
     from fairsim.io import atomic_write_text, check_writable_file
-    from fairsim.live.engine import LiveConfig, make_llm, vllm_version
+    from fairsim.live.engine import LiveConfig, make_llm, shutdown_llm, vllm_version
 
     grid = Grid(args.new_tokens, args.context_tokens, args.requests_per_step, args.idle_lengths, args.repeats,
                 args.statistic, args.decodes, args.decode_contexts, args.mixed_new_tokens)
@@ -193,15 +193,18 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     log = lambda msg: print(f"calibrate: {msg}", file=sys.stderr, flush=True)  # noqa: E731
     log(f"device {_device()}, model {cfg.model}, budget {args.budget}, block {block}")
     llm = make_llm(cfg, dtype=args.dtype)
-    model_cfg = llm.llm_engine.model_config
-    from calibration.kv import engine_kv_capacity
+    try:
+        model_cfg = llm.llm_engine.model_config
+        from calibration.kv import engine_kv_capacity
 
-    kv_capacity, max_model_len, kv_notes = engine_kv_capacity(llm, _total_device_bytes() if on_gpu else None)
-    log(f"KV cache {kv_notes['kv_cache_tokens']:,} tokens ({kv_notes['kv_cache_blocks']} blocks of "
-        f"{kv_notes['kv_block_size']}), max_model_len {max_model_len}")
-    profiler = Profiler(llm, block)
-    profiler.warm_up()
-    samples, idle, raw = measure(profiler, grid, args.budget, progress=log)
+        kv_capacity, max_model_len, kv_notes = engine_kv_capacity(llm, _total_device_bytes() if on_gpu else None)
+        log(f"KV cache {kv_notes['kv_cache_tokens']:,} tokens ({kv_notes['kv_cache_blocks']} blocks of "
+            f"{kv_notes['kv_block_size']}), max_model_len {max_model_len}")
+        profiler = Profiler(llm, block)
+        profiler.warm_up()
+        samples, idle, raw = measure(profiler, grid, args.budget, progress=log)
+    finally:
+        shutdown_llm(llm)  # the engine's teardown now, not at interpreter exit
     fit = fit_cost_model(samples)
     lengths = sorted(idle)
     seconds = monotone([idle[L] for L in lengths])

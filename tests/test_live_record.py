@@ -56,15 +56,29 @@ def test_recording_replays_to_the_observed_cache_hits(tmp_path, policy, capsys):
     print(f"{policy}: {same} of {len(rec.requests)} requests with identical cached tokens")
 
 
-def test_replay_command_records(tmp_path):
+def test_replay_command_records(tmp_path, monkeypatch):
+    """The recording is complete when the command returns, whatever else still holds the engine
+    (here: a list, as an earlier test's leftovers or a traceback could) and whatever the garbage
+    collector does: an engine that is only dropped, not shut down, would write it later or never."""
+    import gc
+
+    import fairsim.live.replay as replay_mod
     from fairsim.traces import write_mooncake
     from fairsim.traces.trace import Trace
 
     trace = tmp_path / "t.jsonl"
     write_mooncake(Trace("t", "test", tuple(equivalence_trace(8, seed=2, rate_per_s=4.0))), trace)
     rec = tmp_path / "rec" / "recorded.jsonl"
-    assert main(["replay", "--engine", "vllm", "--virtual", "--trace", str(trace), "--policy", "lpm",
-                 "--kv-blocks", "64", "--record", str(rec)]) == 0
+    held = []
+    make_llm = replay_mod.make_llm
+    monkeypatch.setattr(replay_mod, "make_llm", lambda cfg: held.append(make_llm(cfg)) or held[-1])
+    monkeypatch.setattr(gc, "collect", lambda *a, **k: 0)
+    gc.disable()
+    try:
+        assert main(["replay", "--engine", "vllm", "--virtual", "--trace", str(trace), "--policy", "lpm",
+                     "--kv-blocks", "64", "--record", str(rec)]) == 0
+    finally:
+        gc.enable()
     recorded = load_trace(str(rec))
     assert len(recorded.requests) == 8
     assert json.loads((rec.parent / "recorded.jsonl.meta.json").read_text())["requests"] == 8

@@ -130,6 +130,20 @@ def make_llm(config: LiveConfig = LiveConfig(), **overrides: Any) -> Any:
     return LLM(**kwargs)
 
 
+def shutdown_llm(llm: Any) -> None:
+    """Shut ``llm``'s engine core down now, not at garbage collection.
+
+    vLLM calls the scheduler's ``shutdown()`` (which closes the hook's trace recorder and writes
+    its sidecar) only from ``EngineCore.shutdown``; an engine that is merely dropped runs it
+    whenever the collector finalises it, so a recording could still be incomplete when the
+    command returns. ``InprocClient.shutdown`` (vllm/v1/engine/core_client.py, 0.32 and 0.33) is
+    idempotent: a second call, or vLLM's own finaliser later, does nothing.
+    """
+    client = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if client is not None:
+        client.shutdown()
+
+
 def live_scheduler(llm: Any) -> Any:
     """The engine's live scheduler object (in-process engine core only).
 

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from fairsim import interrupt
-from fairsim.live.engine import LiveConfig, live_scheduler, make_llm
+from fairsim.live.engine import LiveConfig, live_scheduler, make_llm, shutdown_llm
 from fairsim.live.prompts import block_tokens
 
 PROMPT_TOKENS = 256
@@ -133,6 +133,7 @@ def measure_overhead(policies: list[str], sizes: list[int], profile: str | None 
         finally:
             # Drop every reference before the next engine is built: a late teardown of this one
             # would destroy the process-wide parallel state the next engine uses.
+            shutdown_llm(llm)
             engine = sched = None
             del llm, engine, sched
             import gc

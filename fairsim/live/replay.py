@@ -39,7 +39,7 @@ import pandas as pd
 from fairsim import interrupt
 from fairsim.costmodel import Profile
 from fairsim.errors import EngineInvariantError
-from fairsim.live.engine import LiveConfig, live_scheduler, make_llm
+from fairsim.live.engine import LiveConfig, live_scheduler, make_llm, shutdown_llm
 from fairsim.live.prompts import prompt_tokens
 from fairsim.sim.arrivals import Arrivals, resolve_replay
 from fairsim.traces.shaping import scale_time
@@ -193,6 +193,9 @@ class _Driver:
                           mode, list(self.sched.fairsim_reorder_s), self.sched.fairsim_policy_errors)
 
     def close(self) -> None:
+        """Shut the engine down now (the recorder, if any, writes its last rows and sidecar), then
+        drop it."""
+        shutdown_llm(self.llm)
         del self.sched, self.engine, self.llm
         gc.collect()
 
