@@ -127,8 +127,13 @@ def add_common(p: argparse.ArgumentParser, out_help: str = RUN_OUT_HELP) -> None
     cap.add_argument("--kv-fraction", type=float,
                      help="KV capacity as a fraction of the trace's reusable content (the paper's "
                           "setting; the default for a profile without kv_capacity: 0.3)")
+    p.add_argument("--max-model-len", type=int, default=None, metavar="TOKENS",
+                   help="vLLM max_model_len: a prompt of TOKENS or more is refused (or dropped with "
+                        "--skip-long); the KV cache must hold one such request, as vLLM checks at "
+                        "start-up (default: the profile's max_model_len)")
     p.add_argument("--skip-long", action="store_true",
-                   help="drop and count requests whose prompt does not fit the profile's max_model_len")
+                   help="drop and count requests whose prompt does not fit max_model_len (--max-model-len "
+                        "or the profile's)")
     scale = p.add_mutually_exclusive_group()
     scale.add_argument("--time-scale", type=float, default=1.0,
                        help="multiply arrival times by S (>1 stretches the trace, lowering the load)")
@@ -248,8 +253,8 @@ def check_shaping_options(args: argparse.Namespace) -> None:
 
     Raises:
         ValueError: A bad ``--seed``, ``--hash-block-size``, ``--window-start``/``--window-end``/
-            ``--max-requests``, ``--time-scale``, ``--think-scale`` or ``--session-rate``, naming
-            the option.
+            ``--max-requests``, ``--time-scale``, ``--think-scale``, ``--session-rate`` or
+            ``--max-model-len``, naming the option.
     """
     if args.seed < 0:
         raise ValueError(f"--seed {args.seed}: need an integer >= 0")
@@ -266,6 +271,62 @@ def check_shaping_options(args: argparse.Namespace) -> None:
     rate = getattr(args, "session_rate", None)
     if rate is not None and not (rate > 0 and math.isfinite(rate)):
         raise ValueError(f"--session-rate {rate}: need a finite rate > 0 sessions/s")
+    check_max_model_len(getattr(args, "max_model_len", None))
+
+
+LONG_CONTEXT_PROFILE, LONG_CONTEXT_TOKENS = "h200-qwen2.5-7b-1m-vllm-prior", 1_010_000
+"""The shipped long-context prior and its max_model_len (``fairsim/profiles/build_long_context_prior.py``)."""
+
+MAX_MODEL_LEN_LIMIT = 2**31 - 1
+"""Largest ``--max-model-len`` accepted, tokens: vLLM keeps token positions in int32."""
+
+
+def check_max_model_len(tokens: int | None) -> None:
+    """Refuse a ``--max-model-len`` below 2 tokens (a prompt must be shorter than it and leave one
+    token to generate; ``Profile`` has the same bound) or above ``MAX_MODEL_LEN_LIMIT``.
+
+    Raises:
+        ValueError: Naming the option and the bounds.
+    """
+    if tokens is not None and not 2 <= tokens <= MAX_MODEL_LEN_LIMIT:
+        raise ValueError(f"--max-model-len {tokens}: need an integer number of tokens from 2 to "
+                         f"{MAX_MODEL_LEN_LIMIT:,}")
+
+
+def model_len_limit(args: argparse.Namespace, profile: Profile) -> tuple[int | None, str]:
+    """``(max_model_len, how to name it)``: ``--max-model-len`` when given (a warning when above the
+    profile's, the model's documented context), else the profile's (None: no limit known)."""
+    given = getattr(args, "max_model_len", None)
+    if given is None:
+        return profile.max_model_len, f"max_model_len of profile {profile.name}"
+    if profile.max_model_len is not None and given > profile.max_model_len:
+        hint = (f"; a long-context profile: {LONG_CONTEXT_PROFILE} ({LONG_CONTEXT_TOKENS:,} tokens)"
+                if profile.max_model_len < LONG_CONTEXT_TOKENS else "")
+        print(f"fairsim: warning: --max-model-len {given:,} is above the max_model_len of profile {profile.name} "
+              f"({profile.max_model_len:,} tokens; for a shipped profile, the model's documented context): "
+              f"vLLM refuses a length past the model's context unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, and "
+              f"the model's output past it is not guaranteed{hint}", file=sys.stderr)
+    return given, f"--max-model-len {given:,}"
+
+
+def check_kv_holds_max_model_len(args: argparse.Namespace, block_size: int, kv_blocks: int) -> None:
+    """Refuse a ``--max-model-len`` that one request cannot fill in the KV cache, as vLLM refuses
+    to start (``vllm/v1/core/kv_cache_utils.py``, ``check_enough_kv_cache_memory``: the cache must
+    hold ``cdiv(max_model_len, block_size)`` blocks, ``FullAttentionSpec.max_memory_usage_bytes``).
+
+    Raises:
+        ValueError: Naming ``--max-model-len``, the capacity and the largest length that fits.
+    """
+    tokens = getattr(args, "max_model_len", None)
+    if tokens is None:
+        return
+    need = -(-tokens // block_size)
+    if need > kv_blocks:
+        raise ValueError(
+            f"--max-model-len {tokens:,}: one request of that length needs {need:,} KV blocks of {block_size} "
+            f"tokens, but the KV cache holds {kv_blocks:,} ({kv_blocks * block_size:,} tokens); vLLM refuses "
+            f"to start so. Use --max-model-len {kv_blocks * block_size:,} or less, or a larger cache "
+            f"(--kv-tokens, --kv-blocks, or a profile with more KV memory)")
 
 
 def read_trace(args: argparse.Namespace) -> Trace:
@@ -315,13 +376,13 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
     kept = window(requests, args.window_start, args.window_end, args.max_requests)
     if not kept:
         raise ValueError("no requests left after --window-start/--window-end/--max-requests")
-    limit = profile.max_model_len
+    limit, limit_name = model_len_limit(args, profile)
     kept, dropped = drop_too_long(kept, limit, trace.source, getattr(args, "skip_long", False),
-                                  f"max_model_len of profile {profile.name}", trace.locations)
+                                  limit_name, trace.locations)
     args.skipped_long = len(dropped)
     if dropped:
         print(f"fairsim: --skip-long dropped {len(dropped)} requests with prompts of {limit:,} tokens or "
-              f"more (the profile's max_model_len); first: {dropped[0].request_id!r}", file=sys.stderr)
+              f"more ({limit_name}); first: {dropped[0].request_id!r}", file=sys.stderr)
         if not kept:
             raise ValueError(f"--skip-long: every request kept has a prompt of {limit:,} tokens or more")
     if getattr(args, "mode", None) == "colocated":
@@ -329,7 +390,8 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
 
         kept, capped = cap_outputs(kept, limit)
         if capped:
-            print(f"fairsim: warning: {len(capped)} requests ask for more output than the profile's max_model_len "
+            given = "the profile's max_model_len" if getattr(args, "max_model_len", None) is None else "--max-model-len"
+            print(f"fairsim: warning: {len(capped)} requests ask for more output than {given} "
                   f"({limit:,} tokens) leaves after their prompt; they decode to prompt + output = "
                   f"{limit:,} tokens, as vLLM finishes them (length-capped); first: {capped[0].request_id!r}",
                   file=sys.stderr)
@@ -530,14 +592,18 @@ def capacity_of(requests: Sequence[Request], config: EngineConfig,
     Raises:
         CapacityError: As ``resolve_capacity``, naming the options of ``args`` (``--kv-tokens``)
             that set the capacity, not the ``EngineConfig`` fields.
+        ValueError: A ``--max-model-len`` whose one request the cache cannot hold
+            (``check_kv_holds_max_model_len``).
     """
     from fairsim.errors import CapacityError
     from fairsim.sim.capacity import resolve_capacity
 
     try:
-        return resolve_capacity(requests, config)
+        block_size, kv_blocks = resolve_capacity(requests, config)
     except CapacityError as exc:
         raise CapacityError(_option_names(str(exc), args)) from None
+    check_kv_holds_max_model_len(args, block_size, kv_blocks)
+    return block_size, kv_blocks
 
 
 def resolve_policies(spec: str) -> list[str]:
@@ -807,6 +873,7 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
         "mode": args.mode, "slo": args.slo,
         "window_end_s": args.window_end, "max_requests": args.max_requests, "seed": args.seed,
         "skip_long": getattr(args, "skip_long", False), "skipped_long": getattr(args, "skipped_long", 0),
+        "max_model_len": getattr(args, "max_model_len", None),
         "engine": engine, "offered_load": load.describe(load_what), "offered_load_figures": load.to_dict(),
         "delivered_load": delivered or None,
         "replay": args.replay, "think_scale": args.think_scale,
