@@ -198,10 +198,9 @@ def cmd_accept(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from fairsim.analysis.cli import merge_trace_arg
-    from fairsim.cli import capacity_of, check_policies, engine_config, load_in_trace_time, params_for, parse_params, run_one, scoped_params, write_tables
+    from fairsim.cli import capacity_of, check_policies, engine_config, load_in_trace_time, params_for, parse_params, pre_run_load, run_one, scoped_params, write_tables
     from fairsim.costmodel import load_profile
     from fairsim.traces import scale_time
-    from fairsim.traces.offered import offered_load
 
     from fairsim.io import check_writable_dir
 
@@ -232,9 +231,8 @@ def cmd_accept(args: argparse.Namespace) -> int:
     block_size, kv_blocks = capacity_of(requests, base, args)
     config = dataclasses.replace(base, block_size=block_size, kv_blocks=kv_blocks,
                                  kv_fraction=None, kv_tokens=None)
-    load = offered_load(scale_time(requests, scale), profile, base.budget_tokens, args.load_window,
-                        colocated=colocated)  # the figures of fairsim run
-    info = (f"trace {trace.label}: {load.describe()}; "
+    load, load_what = pre_run_load(args, scale_time(requests, scale), profile)  # the figures of fairsim run
+    info = (f"trace {trace.label}: {load.describe(load_what)}; "
             f"time scale {scale:g}; KV cache {kv_blocks} blocks of {block_size} tokens; "
             f"engine {'vLLM (live, real time)' if args.engine == 'vllm' else 'simulator'}")
     print(info, file=sys.stderr if args.format == "json" else sys.stdout)

@@ -127,8 +127,13 @@ def add_common(p: argparse.ArgumentParser, out_help: str = RUN_OUT_HELP) -> None
     cap.add_argument("--kv-fraction", type=float,
                      help="KV capacity as a fraction of the trace's reusable content (the paper's "
                           "setting; the default for a profile without kv_capacity: 0.3)")
+    p.add_argument("--max-model-len", type=int, default=None, metavar="TOKENS",
+                   help="vLLM max_model_len: a prompt of TOKENS or more is refused (or dropped with "
+                        "--skip-long); the KV cache must hold one such request, as vLLM checks at "
+                        "start-up (default: the profile's max_model_len)")
     p.add_argument("--skip-long", action="store_true",
-                   help="drop and count requests whose prompt does not fit the profile's max_model_len")
+                   help="drop and count requests whose prompt does not fit max_model_len (--max-model-len "
+                        "or the profile's)")
     scale = p.add_mutually_exclusive_group()
     scale.add_argument("--time-scale", type=float, default=1.0,
                        help="multiply arrival times by S (>1 stretches the trace, lowering the load)")
@@ -248,8 +253,8 @@ def check_shaping_options(args: argparse.Namespace) -> None:
 
     Raises:
         ValueError: A bad ``--seed``, ``--hash-block-size``, ``--window-start``/``--window-end``/
-            ``--max-requests``, ``--time-scale``, ``--think-scale`` or ``--session-rate``, naming
-            the option.
+            ``--max-requests``, ``--time-scale``, ``--think-scale``, ``--session-rate`` or
+            ``--max-model-len``, naming the option.
     """
     if args.seed < 0:
         raise ValueError(f"--seed {args.seed}: need an integer >= 0")
@@ -266,6 +271,62 @@ def check_shaping_options(args: argparse.Namespace) -> None:
     rate = getattr(args, "session_rate", None)
     if rate is not None and not (rate > 0 and math.isfinite(rate)):
         raise ValueError(f"--session-rate {rate}: need a finite rate > 0 sessions/s")
+    check_max_model_len(getattr(args, "max_model_len", None))
+
+
+LONG_CONTEXT_PROFILE, LONG_CONTEXT_TOKENS = "h200-qwen2.5-7b-1m-vllm-prior", 1_010_000
+"""The shipped long-context prior and its max_model_len (``fairsim/profiles/build_long_context_prior.py``)."""
+
+MAX_MODEL_LEN_LIMIT = 2**31 - 1
+"""Largest ``--max-model-len`` accepted, tokens: vLLM keeps token positions in int32."""
+
+
+def check_max_model_len(tokens: int | None) -> None:
+    """Refuse a ``--max-model-len`` below 2 tokens (a prompt must be shorter than it and leave one
+    token to generate; ``Profile`` has the same bound) or above ``MAX_MODEL_LEN_LIMIT``.
+
+    Raises:
+        ValueError: Naming the option and the bounds.
+    """
+    if tokens is not None and not 2 <= tokens <= MAX_MODEL_LEN_LIMIT:
+        raise ValueError(f"--max-model-len {tokens}: need an integer number of tokens from 2 to "
+                         f"{MAX_MODEL_LEN_LIMIT:,}")
+
+
+def model_len_limit(args: argparse.Namespace, profile: Profile) -> tuple[int | None, str]:
+    """``(max_model_len, how to name it)``: ``--max-model-len`` when given (a warning when above the
+    profile's, the model's documented context), else the profile's (None: no limit known)."""
+    given = getattr(args, "max_model_len", None)
+    if given is None:
+        return profile.max_model_len, f"max_model_len of profile {profile.name}"
+    if profile.max_model_len is not None and given > profile.max_model_len:
+        hint = (f"; a long-context profile: {LONG_CONTEXT_PROFILE} ({LONG_CONTEXT_TOKENS:,} tokens)"
+                if profile.max_model_len < LONG_CONTEXT_TOKENS else "")
+        print(f"fairsim: warning: --max-model-len {given:,} is above the max_model_len of profile {profile.name} "
+              f"({profile.max_model_len:,} tokens; for a shipped profile, the model's documented context): "
+              f"vLLM refuses a length past the model's context unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, and "
+              f"the model's output past it is not guaranteed{hint}", file=sys.stderr)
+    return given, f"--max-model-len {given:,}"
+
+
+def check_kv_holds_max_model_len(args: argparse.Namespace, block_size: int, kv_blocks: int) -> None:
+    """Refuse a ``--max-model-len`` that one request cannot fill in the KV cache, as vLLM refuses
+    to start (``vllm/v1/core/kv_cache_utils.py``, ``check_enough_kv_cache_memory``: the cache must
+    hold ``cdiv(max_model_len, block_size)`` blocks, ``FullAttentionSpec.max_memory_usage_bytes``).
+
+    Raises:
+        ValueError: Naming ``--max-model-len``, the capacity and the largest length that fits.
+    """
+    tokens = getattr(args, "max_model_len", None)
+    if tokens is None:
+        return
+    need = -(-tokens // block_size)
+    if need > kv_blocks:
+        raise ValueError(
+            f"--max-model-len {tokens:,}: one request of that length needs {need:,} KV blocks of {block_size} "
+            f"tokens, but the KV cache holds {kv_blocks:,} ({kv_blocks * block_size:,} tokens); vLLM refuses "
+            f"to start so. Use --max-model-len {kv_blocks * block_size:,} or less, or a larger cache "
+            f"(--kv-tokens, --kv-blocks, or a profile with more KV memory)")
 
 
 def read_trace(args: argparse.Namespace) -> Trace:
@@ -297,7 +358,6 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
         ValueError: Bad options, an empty result, or (``PromptTooLongError``) a too-long prompt.
     """
     from fairsim.traces.limits import drop_too_long
-    from fairsim.traces.offered import time_scale_for_load
 
     profile = profile or load_profile(args.profile)
     check_shaping_options(args)
@@ -316,13 +376,13 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
     kept = window(requests, args.window_start, args.window_end, args.max_requests)
     if not kept:
         raise ValueError("no requests left after --window-start/--window-end/--max-requests")
-    limit = profile.max_model_len
+    limit, limit_name = model_len_limit(args, profile)
     kept, dropped = drop_too_long(kept, limit, trace.source, getattr(args, "skip_long", False),
-                                  f"max_model_len of profile {profile.name}", trace.locations)
+                                  limit_name, trace.locations)
     args.skipped_long = len(dropped)
     if dropped:
         print(f"fairsim: --skip-long dropped {len(dropped)} requests with prompts of {limit:,} tokens or "
-              f"more (the profile's max_model_len); first: {dropped[0].request_id!r}", file=sys.stderr)
+              f"more ({limit_name}); first: {dropped[0].request_id!r}", file=sys.stderr)
         if not kept:
             raise ValueError(f"--skip-long: every request kept has a prompt of {limit:,} tokens or more")
     if getattr(args, "mode", None) == "colocated":
@@ -330,7 +390,8 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
 
         kept, capped = cap_outputs(kept, limit)
         if capped:
-            print(f"fairsim: warning: {len(capped)} requests ask for more output than the profile's max_model_len "
+            given = "the profile's max_model_len" if getattr(args, "max_model_len", None) is None else "--max-model-len"
+            print(f"fairsim: warning: {len(capped)} requests ask for more output than {given} "
                   f"({limit:,} tokens) leaves after their prompt; they decode to prompt + output = "
                   f"{limit:,} tokens, as vLLM finishes them (length-capped); first: {capped[0].request_id!r}",
                   file=sys.stderr)
@@ -347,9 +408,9 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
                   f"sent at their own arrival times", file=sys.stderr)
     target = getattr(args, "target_load", None)
     if target is not None:
-        args.time_scale = time_scale_for_load(kept, profile, args.budget, target,
-                                              colocated=getattr(args, "mode", None) == "colocated")
-        print(f"fairsim: --target-load {target:g}: time scale {args.time_scale:.6g}", file=sys.stderr)
+        args.time_scale = target_time_scale(args, kept, profile)
+    elif args.replay == "closed" and args.time_scale != 1:
+        warn_scale_moves_nothing(args, kept)
     requests = scale_time(kept, args.time_scale)
     if args.replay == "closed":  # before the last-arrival check, to name the record and field
         from fairsim.sim.release import check_release_times
@@ -391,8 +452,6 @@ def load_in_trace_time(args: argparse.Namespace, profile: Profile) -> tuple[Trac
     Raises:
         ValueError: A ``--time-scale`` that is not a finite factor > 0, or as ``load_requests``.
     """
-    from fairsim.traces.offered import time_scale_for_load
-
     scale, target = args.time_scale, getattr(args, "target_load", None)
     if not (scale > 0 and math.isfinite(scale)):
         raise ValueError(f"--time-scale {scale}: need a finite factor > 0")
@@ -402,10 +461,46 @@ def load_in_trace_time(args: argparse.Namespace, profile: Profile) -> tuple[Trac
     finally:
         args.time_scale, args.target_load = scale, target
     if target is not None:
-        scale = args.time_scale = time_scale_for_load(requests, profile, args.budget, target,
-                                                      colocated=getattr(args, "mode", None) == "colocated")
-        print(f"fairsim: --target-load {target:g}: time scale {scale:.6g}", file=sys.stderr)
+        scale = args.time_scale = target_time_scale(args, requests, profile)
+    elif args.replay == "closed" and scale != 1:
+        warn_scale_moves_nothing(args, requests)
     return trace, requests, scale
+
+
+def target_time_scale(args: argparse.Namespace, requests: Sequence[Request], profile: Profile) -> float:
+    """The time scale that gives ``--target-load`` on ``requests`` (trace time), said on stderr:
+    the mean offered load in open loop (``fairsim.traces.offered``), the bound of the load offered
+    in closed loop (``fairsim.traces.closedload``: a time scale moves only the session starts).
+
+    Raises:
+        ValueError: A bad target, or one no time scale reaches (naming the option that can).
+    """
+    target, colocated = args.target_load, getattr(args, "mode", None) == "colocated"
+    if args.replay == "closed":
+        from fairsim.traces.closedload import closed_loop_time_scale
+
+        scale = closed_loop_time_scale(requests, profile, args.budget, target, args.think_scale, colocated)
+        print(f"fairsim: --target-load {target:g}: time scale {scale:.6g} (closed loop: it scales the session "
+              f"starts so that the load offered is {target:g} if every turn finished the instant it was sent; "
+              f"the load delivered is lower when turns wait; run and compare print it after each run)", file=sys.stderr)
+        return scale
+    from fairsim.traces.offered import time_scale_for_load
+
+    scale = time_scale_for_load(requests, profile, args.budget, target, colocated=colocated)
+    print(f"fairsim: --target-load {target:g}: time scale {scale:.6g}", file=sys.stderr)
+    return scale
+
+
+def warn_scale_moves_nothing(args: argparse.Namespace, requests: Sequence[Request]) -> None:
+    """Closed loop: warn that ``--time-scale`` changes nothing when every first turn of
+    ``requests`` starts at one instant (a time scale moves only the session starts)."""
+    ids = {r.request_id for r in requests}
+    starts = {r.arrival_time for r in requests if r.after is None or r.after not in ids}
+    if len(starts) == 1:
+        print(f"fairsim: warning: --time-scale {args.time_scale:g} changes nothing here: in closed loop a turn "
+              f"is sent when the turn it follows finished plus its think time, and a time scale moves only "
+              f"the session starts, which all fall at one instant; use --think-scale (think/tool times), "
+              f"--session-rate (session starts) or --replay open", file=sys.stderr)
 
 
 def _time_origin(args: argparse.Namespace, trace: Trace, request: Request, *fixes: str) -> tuple[str, str]:
@@ -497,14 +592,18 @@ def capacity_of(requests: Sequence[Request], config: EngineConfig,
     Raises:
         CapacityError: As ``resolve_capacity``, naming the options of ``args`` (``--kv-tokens``)
             that set the capacity, not the ``EngineConfig`` fields.
+        ValueError: A ``--max-model-len`` whose one request the cache cannot hold
+            (``check_kv_holds_max_model_len``).
     """
     from fairsim.errors import CapacityError
     from fairsim.sim.capacity import resolve_capacity
 
     try:
-        return resolve_capacity(requests, config)
+        block_size, kv_blocks = resolve_capacity(requests, config)
     except CapacityError as exc:
         raise CapacityError(_option_names(str(exc), args)) from None
+    check_kv_holds_max_model_len(args, block_size, kv_blocks)
+    return block_size, kv_blocks
 
 
 def resolve_policies(spec: str) -> list[str]:
@@ -629,7 +728,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     if getattr(args, "plots", None) is not None:
         check_writable_dir(args.plots, "--plots")
     from fairsim.sim.capacity import describe_capacity, with_profile_capacity
-    from fairsim.traces.offered import offered_load
+    from fairsim.traces.closedload import delivered_what
 
     profile = load_profile(args.profile)
     config, cap_source = with_profile_capacity(engine_config(args), profile)
@@ -647,14 +746,14 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         block_size, kv_blocks = capacity_of(requests, config, args)  # fails fast on a too-small cache
         engine = {"profile": profile.name, "kv_tokens": kv_blocks * block_size, "kv_blocks": kv_blocks,
                   "block_size": block_size, "kv_capacity_source": cap_source}
-        load = offered_load(requests, profile, args.budget, args.load_window,
-                            colocated=config.mode == "colocated")
+        load, load_what = pre_run_load(args, requests, profile)
     rows: dict[str, dict[str, Any]] = {}
     results: dict[str, SimResult] = {}
+    delivered_loads: dict[str, dict[str, Any]] = {}  # closed loop: per policy (run.json)
     try:  # from here on: the except below unfreezes (even a print to a closed stdout)
         stream = sys.stderr if args.format == "json" else sys.stdout
         scaled = f" (time scale {args.time_scale:.6g})" if args.time_scale != 1 else ""
-        print(f"trace {trace.label}{scaled}: {load.describe()}", file=stream)
+        print(f"trace {trace.label}{scaled}: {load.describe(load_what)}", file=stream)
         print(describe_capacity(profile.name, block_size, kv_blocks, cap_source), file=stream)
         print(replay_line(args), file=stream)
         for name in names:
@@ -668,6 +767,11 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
                 from fairsim.cli_colocated import colocated_summary
 
                 summary.update(colocated_summary(result, slo))
+            if args.replay == "closed":
+                delivered = delivered_of(args, requests, profile, result)
+                print(f"{delivered.describe(delivered_what(name))}", file=stream)
+                summary.update(delivered_figures(delivered))
+                delivered_loads[name] = delivered.to_dict()
             summary["wall_time_s"] = result.wall_time_s
             summary["profile"] = profile.name
             summary["kv_tokens"] = result.kv_blocks * result.block_size
@@ -687,7 +791,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
                       f"finished ({', '.join(rows)})", file=sys.stderr)
         if args.out is not None and rows:
             atomic_write_text(args.out / "summary.json", strict_json(rows) + "\n")
-            write_run_info(args.out, args, trace, list(rows), load, engine)
+            write_run_info(args.out, args, trace, list(rows), load, engine, load_what, delivered_loads)
         raise
     print_rows(rows, args.format, config.mode == "colocated")
     if results:
@@ -696,8 +800,41 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         write_run_plots(args.plots, results, title=trace.name)
     if args.out is not None:
         atomic_write_text(args.out / "summary.json", strict_json(rows) + "\n")
-        write_run_info(args.out, args, trace, names, load, engine)
+        write_run_info(args.out, args, trace, names, load, engine, load_what, delivered_loads)
     return 0
+
+
+def pre_run_load(args: argparse.Namespace, requests: Sequence[Request], profile: Profile) -> tuple[Any, str]:
+    """``(OfferedLoad, what it is)`` of the shaped ``requests`` before a run: the offered load in
+    open loop; in closed loop its upper bound (``fairsim.traces.closedload``: the load depends on
+    when turns finish, measured after the run by ``delivered_of``)."""
+    from fairsim.traces.offered import offered_load
+
+    colocated = getattr(args, "mode", None) == "colocated"
+    if args.replay == "closed":
+        from fairsim.traces.closedload import BOUND_WHAT, closed_loop_bound
+
+        return (closed_loop_bound(requests, profile, args.budget, args.load_window, args.think_scale, colocated),
+                BOUND_WHAT)
+    return offered_load(requests, profile, args.budget, args.load_window, colocated), "offered load"
+
+
+def delivered_of(args: argparse.Namespace, requests: Sequence[Request], profile: Profile, result: SimResult) -> Any:
+    """The ``OfferedLoad`` a closed-loop run delivered: ``requests`` at the send times it recorded."""
+    from fairsim.traces.closedload import delivered_load
+
+    cols = result.columns("requests")
+    sent = dict(zip(cols["request_id"], cols["released_s"]))
+    return delivered_load(requests, sent, profile, args.budget, args.load_window,
+                          getattr(args, "mode", None) == "colocated")
+
+
+def delivered_figures(load: Any) -> dict[str, float | None]:
+    """The summary keys of a closed-loop run's delivered load (``OfferedLoad``): mean load cold and
+    after ideal reuse, busiest-window load, and the span of the send times (s)."""
+    figures = load.to_dict()
+    return {"delivered_load": figures["load"], "delivered_ideal_load": figures["ideal_load"],
+            "delivered_peak_load": figures["peak_load"], "delivered_span_s": figures["span_s"]}
 
 
 def print_rows(rows: dict[str, dict[str, Any]], fmt: str, colocated: bool) -> None:
@@ -717,11 +854,14 @@ def print_rows(rows: dict[str, dict[str, Any]], fmt: str, colocated: bool) -> No
 
 
 def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: list[str], load: Any,
-                   engine: dict[str, Any] | None = None) -> None:
+                   engine: dict[str, Any] | None = None, load_what: str = "offered load",
+                   delivered: dict[str, dict[str, Any]] | None = None) -> None:
     """``run.json``: what produced the tables in ``out`` (input, shaping, engine, policies).
 
     The options as given, plus ``engine`` (the profile, KV capacity in tokens and blocks and the
-    block size actually simulated) and the offered-load figures.
+    block size actually simulated), the offered-load figures before the run (``load``, described
+    as ``load_what``: in closed loop an upper bound) and, in closed loop, ``delivered_load``: the
+    figures of the load each policy's run delivered (policy -> ``OfferedLoad.to_dict()``).
     """
     info = {
         "trace": trace.source, "policies": names, "params": parse_params(args.param),
@@ -733,7 +873,9 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
         "mode": args.mode, "slo": args.slo,
         "window_end_s": args.window_end, "max_requests": args.max_requests, "seed": args.seed,
         "skip_long": getattr(args, "skip_long", False), "skipped_long": getattr(args, "skipped_long", 0),
-        "engine": engine, "offered_load": load.describe(), "offered_load_figures": load.to_dict(),
+        "max_model_len": getattr(args, "max_model_len", None),
+        "engine": engine, "offered_load": load.describe(load_what), "offered_load_figures": load.to_dict(),
+        "delivered_load": delivered or None,
         "replay": args.replay, "think_scale": args.think_scale,
         "session_rate_per_s": args.session_rate, "fairsim_version": __version__,
         "trace_format": trace.format, "hash_block_size": trace.hash_block_size,
@@ -752,6 +894,8 @@ def replay_line(args: argparse.Namespace) -> str:
                 f"think time x{args.think_scale:g}; TTFT and queue delay from that send time")
     if args.session_rate is not None:
         line += f"; sessions start as a Poisson process of {args.session_rate:g}/s, seed {args.seed}"
+    if args.replay == "closed" and args.time_scale != 1:
+        line += f"; time scale {args.time_scale:.6g} applied to the session starts only"
     return line + ")"
 
 

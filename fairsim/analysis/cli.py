@@ -50,10 +50,9 @@ def merge_trace_arg(args: argparse.Namespace) -> None:
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Run ``fairsim analyze``; returns the exit status."""
     from fairsim.analysis.analyze import analyze, format_text, write_report
-    from fairsim.cli import capacity_of, engine_config, load_in_trace_time
+    from fairsim.cli import capacity_of, engine_config, load_in_trace_time, pre_run_load
     from fairsim.costmodel import load_profile
     from fairsim.traces import scale_time
-    from fairsim.traces.offered import offered_load
 
     from fairsim.io import check_writable_dir
 
@@ -74,9 +73,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     config = engine_config(args, profile)  # default capacity: the profile's, as fairsim run
     trace, requests, scale = load_in_trace_time(args, profile)  # bins and windows in trace time, as accept
     capacity_of(requests, config, args)  # a bad KV size named as its option, before any work
-    load = offered_load(scale_time(requests, scale), profile, config.budget_tokens, args.load_window,
-                        colocated=config.mode == "colocated")  # the figures of fairsim run
-    offered = load.describe()
+    load, load_what = pre_run_load(args, scale_time(requests, scale), profile)  # the figures of fairsim run
+    offered = load.describe(load_what)
     if load.span_s > 0 and load.ideal_load > OVERLOAD:
         print(f"fairsim: warning: offered load {load.ideal_load:.1f} x the cold capacity of profile "
               f"{args.profile} even after ideal prefix reuse: the FCFS queue grows through the "

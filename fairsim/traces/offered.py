@@ -188,18 +188,19 @@ class OfferedLoad:
     peak_start_s: float
     colocated: bool = False
 
-    def describe(self) -> str:
-        """One line for the CLI."""
-        what = "prefill capacity (decode counted)" if self.colocated else "prefill capacity"
-        cap = (f"best-case {what} {self.capacity_tokens_per_s:,.0f} tokens/s "
+    def describe(self, what: str = "offered load") -> str:
+        """One line for the CLI, starting ``WHAT:`` (``what``: what the figures are, e.g. the load
+        a closed-loop replay delivered)."""
+        kind = "prefill capacity (decode counted)" if self.colocated else "prefill capacity"
+        cap = (f"best-case {kind} {self.capacity_tokens_per_s:,.0f} tokens/s "
                f"(budget {self.budget_tokens})")
         reqs = f"{self.requests} request{'' if self.requests == 1 else 's'}"
         if not self.span_s > 0:
-            return f"offered load: {reqs} arriving at one instant (no rate to state); {cap}"
+            return f"{what}: {reqs} arriving at one instant (no rate to state); {cap}"
         short = (f" (the trace is shorter than the window: the whole {self.span_s:.3g} s trace)"
                  if self.span_s < self.window_s else "")
         return (
-            f"offered load: {reqs} over {self.span_s:.1f} s, "
+            f"{what}: {reqs} over {self.span_s:.1f} s, "
             f"{self.prompt_tokens_per_s:,.0f} prompt tokens/s "
             f"({self.ideal_uncached_tokens_per_s:,.0f} after ideal reuse) vs {cap} -> "
             f"load {self.load:.2f} (ideal reuse {self.ideal_load:.2f}); busiest {self.window_s:g} s "
