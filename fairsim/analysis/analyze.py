@@ -147,13 +147,14 @@ def seconds_decimals(length_s: float) -> int:
     return int(min(9, max(0, 1 - np.floor(np.log10(length_s))))) if length_s > 0 else 3
 
 
-def format_windows(windows: list[Window], length_s: float, requests: int) -> str:
+def format_windows(windows: list[Window], length_s: float, requests: int, unit: str = "s") -> str:
     """``START-END s load X`` for each window (``n/a`` when there are none: every request arrives
-    at one instant, so no window has a length to divide by)."""
+    at one instant, so no window has a length to divide by); ``unit`` names the clock where two
+    differ (``trace s`` under ``--time-scale``)."""
     if not windows:
         return f"n/a (all {requests} requests arrive at one instant)"
     d = seconds_decimals(length_s)
-    return ", ".join(f"{w.start_s:.{d}f}-{w.end_s:.{d}f} s load {fmt_num(w.load, '.2f')}" for w in windows)
+    return ", ".join(f"{w.start_s:.{d}f}-{w.end_s:.{d}f} {unit} load {fmt_num(w.load, '.2f')}" for w in windows)
 
 
 def vars_window(w: Window) -> dict[str, Any]:
@@ -284,7 +285,8 @@ def format_text(an: Analysis) -> str:
         f"prefix hit rate: infinite cache {an.curve.infinite_hit_rate:.3f}; LRU at "
         f"{an.kv_blocks} blocks of {an.curve.block_size} tokens (run default) "
         f"{an.curve.hit_rate(an.kv_blocks):.3f}",
-        "busiest windows: " + format_windows(an.busiest, an.window_s, an.requests),
+        "busiest windows: " + format_windows(an.busiest, an.window_s, an.requests,
+                                             "s" if an.time_scale == 1 else "trace s"),
     ]
     return "\n".join(lines)
 
@@ -325,7 +327,7 @@ def write_report(an: Analysis, out: Path) -> list[Path]:
     else:
         load_line = (f"{summary['bin_s']:g} s bins of trace time, at the replayed time scale); mean "
                      f"{fmt_num(summary['mean_load'], '.2f')}, peak bin {fmt_num(summary['peak_bin_load'], '.2f')}")
-        busiest_of = f" of {summary['window_s']:g} s"
+        busiest_of = f" of {summary['window_s']:g} s of trace time"
     text = f"""# fairsim analyze: {an.trace}
 
 {an.requests} requests. {an.offered}.
@@ -375,7 +377,7 @@ Load = the engine's best-case busy seconds for the prompts arriving in a stretch
 step filled to the token budget, cold cache) / its length, as in `fairsim run`'s offered-load
 line ({load_line}. Busiest windows{busiest_of}:
 
-| window | start s | end s | requests | load |
+| window | start, trace s | end, trace s | requests | load |
 |---|---|---|---|---|
 {win_rows}
 

@@ -83,7 +83,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     capacity_of(requests, config, args)  # a bad KV size named as its option, before any work
     load = offered_load(scale_time(requests, scale), profile, config.budget_tokens, args.load_window,
                         colocated=config.mode == "colocated")  # the figures of fairsim run
-    offered = load.describe()
+    offered = load.describe("s" if scale == 1 else "simulated s")  # its windows are in trace s
     if load.span_s > 0 and load.ideal_load > OVERLOAD:
         print(f"fairsim: warning: offered load {load.ideal_load:.1f} x the cold capacity of profile "
               f"{args.profile} even after ideal prefix reuse: the FCFS queue grows through the "
