@@ -7,7 +7,7 @@ targets per window (DESIGN.md, "Metrics"; the paper's targets):
 - p99 TTFT <= ``P99_FACTOR`` x FCFS's p99 (and FCFS's tail);
 - not starved: worst TTFT <= ``fairsim.metrics.STARVATION_FACTOR`` x its own p99.
 
-Each window is simulated from ``warmup`` seconds before its start (so it opens with the queue and
+Each window is simulated from ``warmup`` trace seconds before its start (so it opens with the queue and
 cache the traffic before it leaves), with the same KV capacity for every window (sized on the
 whole trace, as ``fairsim run``), and only requests arriving inside the window are scored.
 Windows are in seconds of trace time, before ``--time-scale``.
@@ -100,7 +100,7 @@ def evaluate(requests: Sequence[Request], windows: Sequence[Window], candidate: 
         windows: Windows in trace seconds.
         candidate: Policy under test.
         run: ``run(policy, requests) -> SimResult`` (same engine and capacity for every call).
-        warmup_s: Seconds simulated before each window; None = the window's own length.
+        warmup_s: Trace seconds replayed before each window; None = the window's own length.
         time_scale: Arrival-time multiplier applied after cutting.
         on_result: Called with every result (for tables and figures).
 
@@ -113,7 +113,7 @@ def evaluate(requests: Sequence[Request], windows: Sequence[Window], candidate: 
         warm = (w.end_s - w.start_s) if warmup_s is None else warmup_s
         sub, scored = window_requests(requests, w, warm, time_scale)
         if not scored:
-            raise ValueError(f"window {w.name} [{w.start_s:g}, {w.end_s:g}) s holds no request")
+            raise ValueError(f"window {w.name} [{w.start_s:g}, {w.end_s:g}) trace s holds no request")
         stats = {}
         for name in names:
             res = run(name, sub)
@@ -131,7 +131,7 @@ def evaluate(requests: Sequence[Request], windows: Sequence[Window], candidate: 
 
 def format_verdicts(verdicts: Sequence[WindowVerdict]) -> str:
     """The printed tables: per window and policy, then the targets per window."""
-    rows = [["window", "trace s", "requests", "load", "policy", "p50 s", "p99 s", "max s",
+    rows = [["window", "span, trace s", "requests", "load", "policy", "p50 s", "p99 s", "max s",
              "hit rate", "starved"]]
     for v in verdicts:
         w = v.window
@@ -174,9 +174,9 @@ def add_accept_command(sub: argparse._SubParsersAction, add_common: Callable, fm
                    help="'auto' (calm, burst, spike from the offered load) or "
                         "NAME:START-END,... in seconds of trace time")
     p.add_argument("--window-length", type=float, default=None,
-                   help="length of auto windows, s (default 60, or a third of a shorter trace)")
+                   help="length of auto windows, trace seconds (default 60, or a third of a shorter trace)")
     p.add_argument("--warmup", type=float, default=None,
-                   help="seconds simulated before each window, not scored (default: the window's length)")
+                   help="trace seconds replayed before each window, not scored (default: the window's length)")
     p.add_argument("--plots", type=path_arg, help="folder for the figures (per window and overall)")
     p.add_argument("--engine", choices=("sim", "vllm"), default="sim",
                    help="sim: the simulator; vllm: replay each window live against a vLLM engine "
@@ -232,8 +232,8 @@ def cmd_accept(args: argparse.Namespace) -> int:
     config = dataclasses.replace(base, block_size=block_size, kv_blocks=kv_blocks,
                                  kv_fraction=None, kv_tokens=None)
     load, load_what = pre_run_load(args, scale_time(requests, scale), profile)  # the figures of fairsim run
-    info = (f"trace {trace.label}: {load.describe(load_what)}; "
-            f"time scale {scale:g}; KV cache {kv_blocks} blocks of {block_size} tokens; "
+    info = (f"trace {trace.label}: {load.describe(load_what, 'simulated s')}; "
+            f"time scale {scale:g} (simulated s = trace s x {scale:g}; windows in trace s); KV cache {kv_blocks} blocks of {block_size} tokens; "
             f"engine {'vLLM (live, real time)' if args.engine == 'vllm' else 'simulator'}")
     print(info, file=sys.stderr if args.format == "json" else sys.stdout)
     overloaded = [w.name for w in windows if w.load > OVERLOAD]

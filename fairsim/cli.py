@@ -797,7 +797,10 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     if results:
         from fairsim.run_plots import write_run_plots
 
-        write_run_plots(args.plots, results, title=trace.name)
+        write_run_plots(args.plots, results, title=trace.name, slo=slo)
+        if config.mode == "colocated" and not slo:
+            print("fairsim: note: --plots drew no goodput.png: goodput needs --slo ttft=S,tpot=S",
+                  file=sys.stderr)
     if args.out is not None:
         atomic_write_text(args.out / "summary.json", strict_json(rows) + "\n")
         write_run_info(args.out, args, trace, names, load, engine, load_what, delivered_loads)

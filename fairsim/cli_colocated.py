@@ -10,10 +10,14 @@ from typing import Any
 from fairsim.metrics import decode_summary, group_summaries
 from fairsim.sim import SimResult
 
+GOODPUT_HEADER = "goodput (share meeting SLOs)"
+"""Header of the ``goodput_share`` column: the share of requests meeting every ``--slo`` given
+(``fairsim.metrics.meets_slo``); ``n/a`` without ``--slo``."""
+
 DECODE_COLUMNS = [
     ("tpot_p50_s", "TPOT p50 s", "{:.4f}"), ("tpot_p99_s", "TPOT p99 s", "{:.4f}"),
     ("itl_p99_s", "ITL p99 s", "{:.4f}"), ("e2e_p99_s", "E2E p99 s", "{:.2f}"),
-    ("output_tokens_per_s", "out tok/s", "{:.1f}"), ("goodput_share", "goodput", "{:.3f}"),
+    ("output_tokens_per_s", "out tok/s", "{:.1f}"), ("goodput_share", GOODPUT_HEADER, "{:.3f}"),
     ("preemptions", "preempt", "{:d}"),
 ]
 """Extra columns of the printed table in colocated mode: (summary key, header, format)."""
@@ -42,7 +46,7 @@ def format_groups(rows: dict[str, dict[str, Any]]) -> str:
     for label in labels:
         lines.append(f"\nby {label}:")
         header = ["policy", label, "requests", "TTFT p50 s", "TTFT p99 s", "TPOT p50 s",
-                  "TPOT p99 s", "goodput"]
+                  "TPOT p99 s", GOODPUT_HEADER]
         body = []
         for name, s in rows.items():
             for value, g in s.get("groups", {}).get(label, {}).items():

@@ -162,3 +162,29 @@ class TestLoad:
         path = no_reuse_trace(tmp_path / "t.jsonl")
         main(["accept", str(path), "--policy", "fcfs", "--windows", "a:0-10", "--time-scale", "0.01"])
         assert "warning: offered load above 2" in capsys.readouterr().err
+
+
+class TestClockLabels:
+    """Windows are cut in trace seconds, the offered-load line is measured on the replayed
+    (simulated) clock: every length and time printed names its clock."""
+
+    def test_accept_names_both_clocks(self, tmp_path, capsys):
+        path = no_reuse_trace(tmp_path / "t.jsonl")  # 150 requests, 100 ms apart: 14.9 trace s
+        assert main(["accept", str(path), "--policy", "fcfs", "--windows", "a:0-5",
+                     "--time-scale", "2", "--load-window", "4"]) == 0
+        out = capsys.readouterr().out
+        # 14.9 trace s x 2 = 29.8 simulated s; the busiest load window is 4 simulated s long
+        assert "offered load: 150 requests over 29.8 simulated s," in out
+        assert "busiest 4 simulated s window from " in out
+        assert "time scale 2 (simulated s = trace s x 2; windows in trace s)" in out
+        header, row = out.splitlines()[1:3]
+        assert header.split()[:3] == ["window", "span,", "trace"] and row.split()[:2] == ["a", "0-5"]
+
+    def test_analyze_names_both_clocks_when_they_differ(self, tmp_path, capsys):
+        path = no_reuse_trace(tmp_path / "t.jsonl")
+        assert main(["analyze", str(path), "--window-length", "5", "--time-scale", "2"]) == 0
+        out = capsys.readouterr().out
+        assert "over 29.8 simulated s," in out
+        assert out.split("busiest windows: ")[1].split(",")[0].split(" load")[0].endswith(" trace s")
+        assert main(["analyze", str(path), "--window-length", "5"]) == 0
+        assert "simulated s" not in capsys.readouterr().out  # one clock: plain seconds

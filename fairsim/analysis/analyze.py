@@ -2,9 +2,11 @@
 
 Four measurements of one trace, each a function with its own module:
 
-- the work spread of concurrently queued requests over time and the paper's verdict
-  (``spread.py``), from the trace's observed scheduling times when it has them, else from an FCFS
-  simulation at its recorded load;
+- whether ordering matters, for two reasons: the work spread of concurrently queued requests over
+  time and the paper's rule (``spread.py``), from the trace's observed scheduling times when it
+  has them, else from an FCFS simulation at its recorded load; and the prefix-cache hit rate that
+  arrival order (FCFS) and a reuse-grouping order (LPM) keep at the run's KV capacity
+  (``order_reuse.py``): ordering matters if either says so (``overall_verdict``);
 - the infinite-cache prefix-hit bound and the LRU hit rate at every KV capacity (``reuse.py``);
 - offered load over time and the busiest windows (``load.py``);
 - figures and a one-page Markdown report (``write_report``).
@@ -24,6 +26,7 @@ import pandas as pd
 from fairsim.io import json_safe
 
 from fairsim.analysis.load import Window, busiest_windows, load_series
+from fairsim.analysis.order_reuse import DEFAULT_REUSE_THRESHOLD, OrderReuse
 from fairsim.analysis.reuse import HitCurve, lru_hit_curve
 from fairsim.analysis.spread import DEFAULT_SPREAD_THRESHOLD, QueueSpread, queue_spread
 from fairsim.costmodel import Profile
@@ -53,8 +56,8 @@ class Analysis:
         curve: LRU hit-rate curve.
         kv_blocks: The capacity a ``fairsim run`` with the same options would use, blocks.
         reusable_blocks: Distinct blocks seen in two or more requests.
-        fcfs_hit_rate: Hit rate of the FCFS simulation at the replayed load (None when the
-            spread came from observed times and no simulation ran).
+        fcfs_hit_rate: Hit rate of the FCFS simulation at the replayed load.
+        order_reuse: Hit rates FCFS and LPM keep at ``kv_blocks`` (their simulations).
         series: Offered load per bin (``load_series``).
         bin_s: Bin width, seconds.
         busiest: The busiest non-overlapping windows (empty when every request arrives at one
@@ -70,7 +73,8 @@ class Analysis:
     curve: HitCurve
     kv_blocks: int
     reusable_blocks: int
-    fcfs_hit_rate: float | None
+    fcfs_hit_rate: float
+    order_reuse: OrderReuse
     series: pd.DataFrame
     bin_s: float
     busiest: list[Window]
@@ -89,12 +93,17 @@ class Analysis:
             r["hit_rate"] = self.curve.hit_rate(r["kv_blocks"])
         return rows
 
+    def verdict(self) -> str:
+        """The verdict with its reasons (``overall_verdict``)."""
+        return overall_verdict(self.spread, self.order_reuse)
+
     def summary(self) -> dict[str, Any]:
         """JSON-ready figures (``analysis.json``)."""
         rate = self.span_s > 0
         return {
             "trace": self.trace, "requests": self.requests, "offered_load": self.offered,
-            "spread": self.spread.summary(),
+            "verdict": self.verdict(), "ordering_matters": self.spread.matters or self.order_reuse.matters,
+            "spread": self.spread.summary(), "order_reuse": self.order_reuse.summary(),
             "block_size": self.curve.block_size, "kv_blocks_default": self.kv_blocks,
             "reusable_blocks": self.reusable_blocks,
             "infinite_hit_rate": self.curve.infinite_hit_rate,
@@ -115,6 +124,16 @@ class Analysis:
         return json.dumps(json_safe(self.summary()), indent=2, allow_nan=False)
 
 
+def overall_verdict(spread: QueueSpread, reuse: OrderReuse) -> str:
+    """One sentence: ordering matters if the queued work differs enough (the paper's rule) or if
+    arrival order loses prefix-cache hits that a reuse-grouping order keeps; both reasons shown."""
+    by_work = spread.verdict()
+    if reuse.matters:
+        return (f"ordering matters: arrival order loses prefix-cache hits that grouping shared "
+                f"prefixes keeps: {reuse.reason()}; by work spread alone: {by_work}")
+    return f"{by_work}; prefix cache: {reuse.reason()}"
+
+
 def fmt_num(value: float | None, spec: str, suffix: str = "") -> str:
     """``value`` formatted with ``spec`` plus ``suffix``, or ``n/a`` when it is None or NaN."""
     if value is None or not np.isfinite(value):
@@ -128,13 +147,14 @@ def seconds_decimals(length_s: float) -> int:
     return int(min(9, max(0, 1 - np.floor(np.log10(length_s))))) if length_s > 0 else 3
 
 
-def format_windows(windows: list[Window], length_s: float, requests: int) -> str:
+def format_windows(windows: list[Window], length_s: float, requests: int, unit: str = "s") -> str:
     """``START-END s load X`` for each window (``n/a`` when there are none: every request arrives
-    at one instant, so no window has a length to divide by)."""
+    at one instant, so no window has a length to divide by); ``unit`` names the clock where two
+    differ (``trace s`` under ``--time-scale``)."""
     if not windows:
         return f"n/a (all {requests} requests arrive at one instant)"
     d = seconds_decimals(length_s)
-    return ", ".join(f"{w.start_s:.{d}f}-{w.end_s:.{d}f} s load {fmt_num(w.load, '.2f')}" for w in windows)
+    return ", ".join(f"{w.start_s:.{d}f}-{w.end_s:.{d}f} {unit} load {fmt_num(w.load, '.2f')}" for w in windows)
 
 
 def vars_window(w: Window) -> dict[str, Any]:
@@ -172,7 +192,7 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
             offered: str, *, threshold: float = DEFAULT_SPREAD_THRESHOLD,
             window_s: float | None = None, bin_s: float | None = None,
             time_scale: float = 1.0, replay: str | None = None,
-            think_scale: float = 1.0) -> Analysis:
+            think_scale: float = 1.0, reuse_threshold: float = DEFAULT_REUSE_THRESHOLD) -> Analysis:
     """Measure ``requests`` (already windowed, not time-scaled).
 
     Args:
@@ -188,9 +208,10 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
             (> 1 stretches: lower load). Observed scheduling times are used only at 1 (they
             belong to the recorded load). Bins and windows stay in trace time, as
             ``fairsim accept --windows`` takes them.
-        replay, think_scale: How the FCFS simulation sends session turns, as ``fairsim run``
+        replay, think_scale: How the FCFS and LPM simulations send session turns, as ``fairsim run``
             (``fairsim.sim.Engine``). In a closed-loop replay a turn joins the waiting queue when
             it is released (its ``released_s``), not at its timestamp; the spread uses that time.
+        reuse_threshold: Verdict threshold of the prefix-cache check (``order_reuse.py``).
 
     Raises:
         ValueError: Bad options or observed fields; ``CapacityError`` from capacity sizing.
@@ -205,29 +226,37 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
     if span / bin_s >= MAX_BINS:  # before the FCFS simulation: a bin count memory cannot hold
         raise ValueError(f"--bin {bin_s:g}: {span / bin_s:.3g} bins over the trace's {span:.6g} s, more "
                          f"than {MAX_BINS:,}; use a wider bin")
+    from fairsim.policies import make_policy
+    from fairsim.traces import scale_time
+
     observed = observed_spread_inputs(requests) if time_scale == 1.0 else None
-    fcfs_hit = None
+    cfg = EngineConfig(budget_tokens=config.budget_tokens, max_num_seqs=config.max_num_seqs,
+                       block_size=block_size, kv_blocks=kv_blocks)
+    scaled = scale_time(requests, time_scale)
+    timing = "the trace's timing" if time_scale == 1.0 else f"arrivals x{time_scale:g}"
+
+    def replay_with(policy: str) -> pd.DataFrame:
+        return simulate(scaled, make_policy(policy, profile), profile, cfg, replay=replay,
+                        think_scale=think_scale).requests
+
+    res = replay_with("fcfs")
+    fcfs_hit = float(res["cached_tokens"].sum() / res["prompt_tokens"].sum())
     if observed is not None:
         a, s, w, ids = observed
         spread = queue_spread(a, s, w, source="observed scheduling times", threshold=threshold, ids=ids)
     else:
-        from fairsim.policies import make_policy
-
-        cfg = EngineConfig(budget_tokens=config.budget_tokens, max_num_seqs=config.max_num_seqs,
-                           block_size=block_size, kv_blocks=kv_blocks)
-        from fairsim.traces import scale_time
-
-        res = simulate(scale_time(requests, time_scale), make_policy("fcfs", profile), profile,
-                       cfg, replay=replay, think_scale=think_scale).requests
-        fcfs_hit = float(res["cached_tokens"].sum() / res["prompt_tokens"].sum())
         work = np.maximum(1, res["prompt_tokens"] - res["cached_tokens"]).to_numpy(dtype=np.float64)
         entry = res["released_s"] if "released_s" in res else res["arrival_s"]
         entry = entry.fillna(res["arrival_s"]).to_numpy(dtype=np.float64)  # queue entry: the send time
         spread = queue_spread(entry, res["first_scheduled_s"].to_numpy(), work,
                               ids=res["request_id"].astype(str).tolist(),
-                              source=("FCFS simulation at the trace's timing" if time_scale == 1.0 else
-                                      f"FCFS simulation, arrivals x{time_scale:g}"),
-                              threshold=threshold)
+                              source=f"FCFS simulation at {timing}" if time_scale == 1.0 else
+                              f"FCFS simulation, {timing}", threshold=threshold)
+    grouped = replay_with("lpm")
+    order_reuse = OrderReuse(kv_blocks=kv_blocks, prompt_tokens=int(res["prompt_tokens"].sum()),
+                             fcfs_cached_tokens=int(res["cached_tokens"].sum()),
+                             grouped_cached_tokens=int(grouped["cached_tokens"].sum()),
+                             threshold=reuse_threshold, source=f"FCFS and LPM simulations at {timing}")
     curve = lru_hit_curve(requests, block_size)
     reusable = reusable_blocks(block_keys(r, block_size) for r in requests)
     colocated = config.mode == "colocated"
@@ -239,6 +268,7 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
                ] if span > 0 else []
     return Analysis(trace=trace_name, requests=len(requests), spread=spread, curve=curve,
                     kv_blocks=kv_blocks, reusable_blocks=reusable, fcfs_hit_rate=fcfs_hit,
+                    order_reuse=order_reuse,
                     series=series, bin_s=bin_s, busiest=busiest, offered=offered, window_s=window_s,
                     time_scale=time_scale, span_s=span)
 
@@ -250,11 +280,13 @@ def format_text(an: Analysis) -> str:
         f"queue work spread ({sp.source}): p50 {fmt_num(sp.quantile(0.5), '.1f', 'x')}, "
         f"p90 {fmt_num(sp.quantile(0.9), '.1f', 'x')}; "
         f"two or more waiting {100 * sp.queued_share:.1f} % of the time",
-        f"verdict: {sp.verdict()}",
+        f"prefix cache by order ({an.order_reuse.source}): {an.order_reuse.describe()}",
+        f"verdict: {an.verdict()}",
         f"prefix hit rate: infinite cache {an.curve.infinite_hit_rate:.3f}; LRU at "
         f"{an.kv_blocks} blocks of {an.curve.block_size} tokens (run default) "
         f"{an.curve.hit_rate(an.kv_blocks):.3f}",
-        "busiest windows: " + format_windows(an.busiest, an.window_s, an.requests),
+        "busiest windows: " + format_windows(an.busiest, an.window_s, an.requests,
+                                             "s" if an.time_scale == 1 else "trace s"),
     ]
     return "\n".join(lines)
 
@@ -284,8 +316,7 @@ def write_report(an: Analysis, out: Path) -> list[Path]:
     win_rows = "\n".join(f"| {w.name} | {w.start_s:.{d}f} | {w.end_s:.{d}f} | {w.requests} | "
                          f"{fmt_num(w.load, '.2f')} |" for w in an.busiest) or \
         f"| n/a | | | {an.requests} | all requests arrive at one instant |"
-    fcfs = ("" if an.fcfs_hit_rate is None else
-            f"The FCFS simulation ({'at the recorded load' if an.time_scale == 1 else f'arrivals x{an.time_scale:g}'}) "
+    fcfs = (f"The FCFS simulation ({'at the recorded load' if an.time_scale == 1 else f'arrivals x{an.time_scale:g}'}) "
             f"hit {an.fcfs_hit_rate:.3f} at "
             f"{an.kv_blocks:,} blocks" + (
                 ": where requests overlap, running requests hold blocks and the cache differs from "
@@ -296,7 +327,7 @@ def write_report(an: Analysis, out: Path) -> list[Path]:
     else:
         load_line = (f"{summary['bin_s']:g} s bins of trace time, at the replayed time scale); mean "
                      f"{fmt_num(summary['mean_load'], '.2f')}, peak bin {fmt_num(summary['peak_bin_load'], '.2f')}")
-        busiest_of = f" of {summary['window_s']:g} s"
+        busiest_of = f" of {summary['window_s']:g} s of trace time"
     text = f"""# fairsim analyze: {an.trace}
 
 {an.requests} requests. {an.offered}.
@@ -313,9 +344,16 @@ weighted by time. Source: {sp.source}.
 | spread p50 / p90 / max | {" / ".join(fmt_num(sp.quantile(q), ".1f", "x") for q in (0.5, 0.9, 1.0))} |
 | time at or above {sp.threshold:g}x | {fmt_num(100 * sp.share_above(sp.threshold), '.1f', ' %')} |
 
-**Verdict: {sp.verdict()}.** Rule: if the work of concurrently queued requests differs only a few
-times, ordering matters little (the Fairway paper's advice to serving teams). The paper gives no
-number; fairsim's threshold is {sp.threshold:g}x (`--spread-threshold`), applied to the median.
+By work spread: {sp.verdict()}. Rule: if the work of concurrently queued requests differs only a
+few times, ordering matters little (the Fairway paper's advice to serving teams). The paper gives
+no number; fairsim's threshold is {sp.threshold:g}x (`--spread-threshold`), applied to the median.
+
+By prefix cache ({an.order_reuse.source}): {an.order_reuse.describe()}. When the shared prefixes
+do not fit the cache together, arrival order evicts each before its next user while an order that
+serves requests sharing a prefix together keeps it, even if all requests are the same size;
+fairsim's threshold is {an.order_reuse.threshold:g}x the uncached prompt tokens (`--reuse-threshold`).
+
+**Verdict: {an.verdict()}.**
 
 ![spread](spread.png)
 
@@ -339,7 +377,7 @@ Load = the engine's best-case busy seconds for the prompts arriving in a stretch
 step filled to the token budget, cold cache) / its length, as in `fairsim run`'s offered-load
 line ({load_line}. Busiest windows{busiest_of}:
 
-| window | start s | end s | requests | load |
+| window | start, trace s | end, trace s | requests | load |
 |---|---|---|---|---|
 {win_rows}
 

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from fairsim.analysis.order_reuse import DEFAULT_REUSE_THRESHOLD
 from fairsim.analysis.spread import DEFAULT_SPREAD_THRESHOLD
 
 OVERLOAD = 2.0
@@ -23,7 +24,7 @@ def retitle(p: argparse.ArgumentParser, option: str, help_text: str) -> None:
 def add_analyze_command(sub: argparse._SubParsersAction, add_common: Callable, fmt: type) -> None:
     """Register ``fairsim analyze``."""
     p = sub.add_parser("analyze", formatter_class=fmt,
-                       help="measure a trace: queue work spread and verdict, prefix-hit bound, "
+                       help="measure a trace: does ordering matter (queue work spread, prefix cache under FCFS vs LPM), prefix-hit bound, "
                             "LRU hit rate by capacity, offered load over time")
     p.add_argument("trace_path", metavar="TRACE", nargs="?",
                    help="trace file (same as --trace; default: the embedded RAG input)")
@@ -32,6 +33,9 @@ def add_analyze_command(sub: argparse._SubParsersAction, add_common: Callable, f
     retitle(p, "--format", "table: a few lines for people; json: analysis.json on stdout")
     p.add_argument("--spread-threshold", type=float, default=DEFAULT_SPREAD_THRESHOLD,
                    help="work spread (x) at and above which ordering matters")
+    p.add_argument("--reuse-threshold", type=float, default=DEFAULT_REUSE_THRESHOLD,
+                   help="uncached prompt tokens of FCFS over those of LPM (x) at the run's KV capacity "
+                        "at and above which ordering matters (the prefix cache thrashes in arrival order)")
     p.add_argument("--window-length", type=float, default=None,
                    help="length of the busiest windows, s (default 60, or a third of a shorter trace)")
     p.add_argument("--bin", type=float, default=None,
@@ -63,18 +67,21 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         raise ValueError("--slo: analyze measures the trace (spread, reuse, load); goodput against an "
                          "SLO is in run/compare (--mode colocated --slo ...)")
     if args.param:
-        raise ValueError("--param: analyze runs no policy but FCFS; it takes no policy parameters")
+        raise ValueError("--param: analyze runs only FCFS and LPM with their defaults; it takes no "
+                         "policy parameters")
     for option, value in (("--window-length", args.window_length), ("--bin", args.bin)):
         if value is not None and not (0 < value < float("inf")):
             raise ValueError(f"{option} {value}: need a finite number of seconds > 0")
     if not (1 < args.spread_threshold < float("inf")):  # before the trace is read
         raise ValueError(f"--spread-threshold {args.spread_threshold}: need a finite factor > 1")
+    if not (1 < args.reuse_threshold < float("inf")):
+        raise ValueError(f"--reuse-threshold {args.reuse_threshold}: need a finite factor > 1")
     profile = load_profile(args.profile)
     config = engine_config(args, profile)  # default capacity: the profile's, as fairsim run
     trace, requests, scale = load_in_trace_time(args, profile)  # bins and windows in trace time, as accept
     capacity_of(requests, config, args)  # a bad KV size named as its option, before any work
     load, load_what = pre_run_load(args, scale_time(requests, scale), profile)  # the figures of fairsim run
-    offered = load.describe(load_what)
+    offered = load.describe(load_what, "s" if scale == 1 else "simulated s")  # its windows are in trace s
     if load.span_s > 0 and load.ideal_load > OVERLOAD:
         print(f"fairsim: warning: offered load {load.ideal_load:.1f} x the cold capacity of profile "
               f"{args.profile} even after ideal prefix reuse: the FCFS queue grows through the "
@@ -82,7 +89,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
               f"(fairsim calibrate) or --time-scale.", file=sys.stderr)
     an = analyze(requests, profile, config, trace.name, offered,
                  threshold=args.spread_threshold, window_s=args.window_length, bin_s=args.bin,
-                 time_scale=scale, replay=args.replay, think_scale=args.think_scale)
+                 time_scale=scale, replay=args.replay, think_scale=args.think_scale,
+                 reuse_threshold=args.reuse_threshold)
     if args.format == "json":
         print(an.summary_json())
     else:

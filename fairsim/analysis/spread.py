@@ -77,6 +77,11 @@ class QueueSpread:
         total = tl["duration_s"].sum()
         return float(tl.loc[tl["spread"] >= factor, "duration_s"].sum() / total) if total > 0 else float("nan")
 
+    @property
+    def matters(self) -> bool:
+        """True when two or more wait often enough and their median spread reaches the threshold."""
+        return self.queued_share >= MIN_QUEUED_SHARE and self.quantile(0.5) >= self.threshold
+
     def verdict(self) -> str:
         """One sentence: does ordering matter for this traffic, by the paper's rule?"""
         if self.queued_share < MIN_QUEUED_SHARE:

@@ -188,23 +188,30 @@ class OfferedLoad:
     peak_start_s: float
     colocated: bool = False
 
-    def describe(self, what: str = "offered load") -> str:
-        """One line for the CLI, starting ``WHAT:`` (``what``: what the figures are, e.g. the load
-        a closed-loop replay delivered)."""
+    def describe(self, what: str = "offered load", seconds: str = "s") -> str:
+        """One line for the CLI, starting ``WHAT:``.
+
+        Args:
+            what: What the figures are, e.g. the load a closed-loop replay delivered.
+            seconds: The unit printed after every time and length, naming its clock where a
+                command shows two (``fairsim accept``: ``"simulated s"``, as its windows are in
+                trace seconds).
+        """
+        u = seconds
         kind = "prefill capacity (decode counted)" if self.colocated else "prefill capacity"
         cap = (f"best-case {kind} {self.capacity_tokens_per_s:,.0f} tokens/s "
                f"(budget {self.budget_tokens})")
         reqs = f"{self.requests} request{'' if self.requests == 1 else 's'}"
         if not self.span_s > 0:
             return f"{what}: {reqs} arriving at one instant (no rate to state); {cap}"
-        short = (f" (the trace is shorter than the window: the whole {self.span_s:.3g} s trace)"
+        short = (f" (the trace is shorter than the window: the whole {self.span_s:.3g} {u} trace)"
                  if self.span_s < self.window_s else "")
         return (
-            f"{what}: {reqs} over {self.span_s:.1f} s, "
+            f"{what}: {reqs} over {self.span_s:.1f} {u}, "
             f"{self.prompt_tokens_per_s:,.0f} prompt tokens/s "
             f"({self.ideal_uncached_tokens_per_s:,.0f} after ideal reuse) vs {cap} -> "
-            f"load {self.load:.2f} (ideal reuse {self.ideal_load:.2f}); busiest {self.window_s:g} s "
-            f"window from {self.peak_start_s:.1f} s: load {self.peak_load:.2f} "
+            f"load {self.load:.2f} (ideal reuse {self.ideal_load:.2f}); busiest {self.window_s:g} {u} "
+            f"window from {self.peak_start_s:.1f} {u}: load {self.peak_load:.2f} "
             f"(ideal reuse {self.peak_ideal_load:.2f}){short}"
         )
 
