@@ -151,7 +151,7 @@ def fit_cost_model(samples: Sequence[StepSample], holdout_every: int = 4) -> Fit
     norms = np.linalg.norm(xw, axis=0)
     norms[norms == 0] = 1.0
     scaled = xw / norms
-    from scipy.optimize import nnls  # here, not at import: fairsim's start-up (issue 13)
+    from scipy.optimize import nnls  # here, not at import: fairsim's start-up time
 
     sol, _ = nnls(scaled, yw)
     coef = sol / norms

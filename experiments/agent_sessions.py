@@ -5,7 +5,7 @@ context grows by the previous answer and tool result, think/tool times are log-n
 turns fork sub-agents. Replayed closed-loop (a turn is sent when the turn it follows has finished
 in the simulation, plus its think time), so a policy that delays one turn delays the whole
 session. Two configurations: ``default`` (``AgentSpec``'s 40 sessions at 0.2 sessions/s) and
-``overloaded`` (60 sessions at 1 session/s, README "Sessions (closed loop)"); four seeds each,
+``overloaded`` (60 sessions at 1 session/s, docs/sessions.md); four seeds each,
 pooled. The policies' client label is the request's ``session_id`` (docs/POLICIES-more.md).
 
 Run: ``python -m experiments.agent_sessions [--out results/agent] [--tiny] [--policies ...]``

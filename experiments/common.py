@@ -28,7 +28,7 @@ PAPER_POLICIES = ["fcfs", "lpm", "klpm4", "klpm8", "ragcache", "preble", "peek",
 """Policies of the paper's comparisons; names not registered yet are skipped with a note."""
 CREDIT_POLICIES = ["drr", "vtc", "dlpm", "fairway-carry", "fairway-plus", "fairway-patience",
                    "fairway-deadline"]
-"""Policies beyond the paper (issue 11): baselines carrying credit across steps and the Fairway
+"""Policies beyond the paper: baselines carrying credit across steps and the Fairway
 variants whose protection of the oldest request persists across steps."""
 ALL_POLICIES = PAPER_POLICIES + CREDIT_POLICIES
 """Default policy list of E1-E3: the paper's and the credit-carrying ones."""

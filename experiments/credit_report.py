@@ -1,4 +1,4 @@
-"""Markdown tables of issue 11 (credit-carrying policies) from finished E1-E3 runs.
+"""Markdown tables of the credit-carrying policies from finished E1-E3 runs.
 
 Reads ``results/e1_spike``, ``results/e2_scenarios``, ``results/e3_flood`` (the folders of
 ``python -m experiments.eN_... --out results/eN_...``) and, optionally, ``fairsim compare

@@ -191,7 +191,7 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
 
     Args:
         full: Register every command. False: only ``CORE_COMMANDS``, without importing the other
-            commands' modules (start-up of ``fairsim run``, issue 13); a parse error then raises
+            commands' modules (start-up of ``fairsim run``); a parse error then raises
             ``_CoreParseError`` instead of exiting, so the caller can parse with the full parser.
     """
     cls = argparse.ArgumentParser if full else _CoreParser
@@ -761,7 +761,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
                              replay=args.replay, think_scale=args.think_scale)
             if getattr(args, "plots", None) is not None:
                 results[name] = result
-            # Columns, not DataFrames: pandas is imported only to write --out tables (issue 13).
+            # Columns, not DataFrames: pandas is imported only to write --out tables (start-up).
             summary = summarize(result.columns("requests"), result.columns("steps"))
             if result.token_gaps is not None:
                 from fairsim.cli_colocated import colocated_summary
@@ -1006,7 +1006,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def program() -> int:
     """The ``fairsim`` program (console script and ``python -m fairsim``): ``main()``, then the
     interpreter's final garbage collection skipped (``fairsim.gcpause.freeze_for_exit``: ~0.05 s
-    of a 12,000-request run's exit; issue 13). Call ``main`` to run a command inside a process
+    of a 12,000-request run's exit). Call ``main`` to run a command inside a process
     that goes on (tests)."""
     try:
         return main()

@@ -291,7 +291,7 @@ class Profile:
         Linear interpolation of the profile's table (monotone); below the first point it scales
         linearly to 0 at 0 tokens; beyond the last point it follows ``prefill_time(L)`` scaled to
         meet the table's last point. Memoised per length: the Fairway family and PEEK ask it for
-        every distinct prompt length of a trace (thousands; issue 13).
+        every distinct prompt length of a trace (thousands, each a cost on the hot path).
 
         Raises:
             ValueError: ``prompt_len < 1``.

@@ -1,4 +1,4 @@
-"""The cyclic garbage collector around a run's set-up and exit (issue 13: the fixed cost of a run).
+"""The cyclic garbage collector around a run's set-up and exit (a run's fixed cost).
 
 Reading a trace and building the engine's per-request state allocate hundreds of thousands of
 long-lived containers (records, requests, key tuples) and no reference cycles, so the cyclic

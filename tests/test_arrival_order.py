@@ -1,4 +1,4 @@
-"""``ArrivalOrder`` compacts its dict after many removals (issue 13: a scan over deleted slots at
+"""``ArrivalOrder`` compacts its dict after many removals (a scan over deleted slots at
 the start of every iteration was FCFS's hot spot under overload): the order, the lookups of
 Fairway-carry's ``_UncachedView`` and the resolver's snapshots are unchanged by it."""
 

@@ -1,6 +1,6 @@
-"""Fairway-deadline's issue-11 follow-up options: ``estimate="dedup"``, ``horizon="now-slack"``,
-``horizon="growth"``, ``patience="deadline"`` (docs/POLICIES-more.md "Follow-up 3 options";
-experiments/README.md "Follow-up 3").
+"""Fairway-deadline's ablation options: ``estimate="dedup"``, ``horizon="now-slack"``,
+``horizon="growth"``, ``patience="deadline"`` (docs/POLICIES-more.md "Ablation options";
+experiments/README.md "Beyond the paper").
 
 Hand-computed deadlines for each option, and, over engine runs, the order property the extending
 horizons keep: deadlines of a waiting request never move earlier, a due request stays due, and

@@ -1,4 +1,4 @@
-"""The fast paths of a run's fixed cost (issue 13): the trace read, time scaling, set-up, exit.
+"""The fast paths of a run's fixed cost: the trace read, time scaling, set-up, exit.
 
 Each fast path is checked against the code it replaces: ``iter_json_lines`` (``orjson`` with the
 standard library as the fallback) against a stdlib-only reference, yielding the same records,

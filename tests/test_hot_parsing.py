@@ -1,4 +1,4 @@
-"""The Mooncake reader's per-line fast paths keep every check (issue 13)."""
+"""The Mooncake reader's per-line fast paths keep every check (they exist for speed only)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Engine shortcuts for long queues change nothing (issue 13).
+"""Engine shortcuts for long queues change nothing (they exist for speed only).
 
 - ``HookedBlockPool`` leaves operations the hook does not observe to ``BlockPool``'s own methods.
 - Skipping PEEK's order in steps that cannot admit (as for every other policy) keeps its tables.

@@ -1,4 +1,4 @@
-"""Start-up of ``fairsim run``: only what the command uses is imported (issue 13).
+"""Start-up of ``fairsim run``: only what the command uses is imported (start-up within 0.3 s).
 
 Each check runs a fresh interpreter (the test process has imported everything already) and
 reads ``sys.modules`` after ``fairsim.cli.main`` returned.

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:  # imported where a frame is built: the CLI's parser reads this module (issue 13)
+if TYPE_CHECKING:  # imported where a frame is built: the CLI's parser reads this module (start-up)
     import pandas as pd
 
 from fairsim.costmodel import Profile

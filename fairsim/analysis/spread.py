@@ -1,6 +1,6 @@
 """The work spread of concurrently queued requests: does the order of the waiting queue matter?
 
-The Fairway paper's advice to a serving team (issue 12, step 1): take each request's cached and
+The Fairway paper's advice to a serving team (its step 1): take each request's cached and
 uncached lengths and see how many times the work of concurrently queued requests differs; if only
 a few times, ordering matters little. Here a request's *work* is its uncached prompt tokens at
 admission, ``max(1, L - h)`` (the Fast lane's ``c`` and the work charge of POLICIES.md), and it is

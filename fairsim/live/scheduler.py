@@ -37,7 +37,7 @@ that are not plainly waiting (``PREEMPTED``, waiting for a grammar, remote KV or
 or with computed tokens) keep their relative order at the front, where vLLM put them. The
 ``kv_holding_waiting`` queue is left alone.
 
-How (issue 13): ``self.waiting`` is replaced at start-up by a ``fairsim.live.waiting.PolicyQueue``
+How: ``self.waiting`` is replaced at start-up by a ``fairsim.live.waiting.PolicyQueue``
 (a ``FCFSRequestQueue``), which vLLM's admission loop reads lazily in the policy's order: a step
 that admits ``k`` requests reads about ``k`` items of the policy's incremental order
 (``incremental_order()``, ``fairsim.policies.incremental``), and the hook re-examines only the
@@ -131,7 +131,7 @@ class _PolicyMixin:
             logger.warning(warning)
         self.fairsim_step = 0
         self._fairsim_on_admitted = getattr(self.fairsim_policy, "on_admitted", None)
-        # Hits of plainly waiting requests, refreshed only when their blocks change (issue 13);
+        # Hits of plainly waiting requests, refreshed only when their blocks change (hook cost);
         # a policy with uses_prefix_hits = False (FCFS) gets h = 0 and no lookup at all.
         from fairsim.live.hitcache import HitCache
 

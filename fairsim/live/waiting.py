@@ -4,7 +4,7 @@ The hook used to rebuild the whole waiting queue in the policy's order before ev
 ``schedule()`` and to look at every waiting request to find out what had changed: O(n) Python
 work per step although vLLM's admission loop reads only the front of the queue (it stops at the
 token budget, ``max_num_seqs`` or the first request that does not fit) and a step admits,
-finishes or receives a few requests (issue 13). ``PolicyQueue`` replaces the scheduler's
+finishes or receives a few requests (hook speed target). ``PolicyQueue`` replaces the scheduler's
 ``FCFSRequestQueue`` (a subclass of it, so it is still a deque and a ``RequestQueue``):
 
 - **Lazy order.** After ``set_order(heads, source)`` the queue is ``heads`` (the requests vLLM put

@@ -2,7 +2,7 @@
 
 Both reference ``order()``s (``fairsim/policies/vtc.py``, ``drr.py``) rebuild their classes and
 replay the whole queue every step: O(n log n) Python work and, for DRR, a state log of every
-placement, although a step admits a few requests (issue 13). The objects here keep the classes'
+placement, although a step admits a few requests (a hot path). The objects here keep the classes'
 FIFO queues across steps (``sortedcontainers``), fed by the engine's ``add``/``remove``
 (``fairsim.policies.incremental``), and produce the same order lazily, so reading the first ``k``
 items costs about O(k log n) plus the work of the classes that changed since the last call.
@@ -13,7 +13,7 @@ reads do, so a cache event moves nothing here (DRR only notes a lower bound of a
 request's charge, ``DRROrder.stale``) and every snapshot read goes through the engine's resolver
 (this step's snapshot). Under overload, where a block shared by thousands of
 waiting requests flips again and again, the eager path rebuilt and re-added all their snapshots
-at the next step (issue 13: DRR's cost per request grew 1.9x on the conversation trace tiled
+at the next step (measured: DRR's cost per request grew 1.9x on the conversation trace tiled
 10x).
 
 They share the policy object's state (counters, deficits, ring, cursor) and update it exactly
@@ -209,7 +209,7 @@ class DRROrder(ClassQueues):
         # until it is next read (``stale``). A visit whose class cannot afford even the bound is
         # idle whatever the exact charge, so the head's snapshot is not rebuilt for it: under
         # overload nearly every visited head is stale (its blocks were evicted since the last
-        # round) and most visits are idle (issue 13: 5.6 rebuilds per admission on the
+        # round) and most visits are idle (measured: 5.6 rebuilds per admission on the
         # conversation trace tiled 10x).
         self._lo: dict[str, int] = {}
 

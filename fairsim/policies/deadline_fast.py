@@ -21,7 +21,7 @@ kept in parts:
   stays in place with a neutral leaf, so no leaf moves, and the empty and small blocks are
   compacted once the blocks outnumber ``2 n / BLOCK + 4`` (O(n), amortised O(1) per join or
   leave). Merging blocks at each leave instead re-set every later leaf, O(n / BLOCK) per about
-  BLOCK leaves: the one cost per request that grew with the queue (issue 13: 8.5x per call at
+  BLOCK leaves: the one cost per request that grew with the queue (measured: 8.5x per call at
   ten copies of the conversation trace).
 - A step need not walk at all: ``floor``, a lower bound on every margin that is not urgent (the
   exact least one after a walk; a newcomer lowers it by its work and puts in its own, at least

@@ -40,7 +40,7 @@ class FairwayDeadline(Fairway):
       deadline): ``w_q = to_ns(work(q))``, ``work(q) = T_idle(L_q) x c_q / L_q``: ``q``'s uncached
       tokens then at the cold per-token time of a prompt of its length (``T_idle`` from the cost
       model). Running requests' remaining chunks are not visible to a policy and not counted.
-      (Until issue 13 the due test and ``W`` re-read every waiting request's current ``work``;
+      (Formerly the due test and ``W`` re-read every waiting request's current ``work``;
       a step with a new request then had to read every hit in the queue.)
     - **FCFS estimates**, at the first step at which ``r`` is waiting: ``W_r`` = the sum of
       ``w`` over the waiting requests ahead of ``r`` in arrival order (``arrival_time``, then
@@ -52,18 +52,18 @@ class FairwayDeadline(Fairway):
       W_r) + w_r, H_r)`` (``deadline_ns``; ``deadline`` in seconds),
       ``SLO(r) = max(slo_floor, slo_multiplier x T_idle(L_r))`` (the paper's patience), ``slack
       = 1 + fair_weight / fast_weight`` (1.25 with the paper's weights). ``horizon="own"``
-      (ablation) drops ``H_r``. ``horizon="now"`` (ablation, issue 11) re-reads ``H`` at every
+      (ablation) drops ``H_r``. ``horizon="now"`` (ablation) re-reads ``H`` at every
       step: ``D_t(r) = arrival(r) + max(SLO(r), slack x W_r + w_r, H_t)``, ``H_t`` the running
       maximum as of step ``t`` (first sights of this step included), so the deadlines of waiting
       requests extend while a backlog grows (never shrink: ``H`` is monotone); a due request
       stays due. No fast path for this ablation (``order()`` runs every step).
-      ``horizon="now-slack"`` (issue 11, Follow-up 3): as ``"now"`` with the slack on ``H`` too,
+      ``horizon="now-slack"`` (ablation): as ``"now"`` with the slack on ``H`` too,
       ``D_t(r) = arrival(r) + max(SLO(r), slack x W_r + w_r, slack x H_t)``. ``horizon="growth"``
-      (Follow-up 3): ``D_t(r) = arrival(r) + max(SLO(r), E_r + slack x (H_t - E_r))`` -- the slack
+      (ablation): ``D_t(r) = arrival(r) + max(SLO(r), E_r + slack x (H_t - E_r))`` -- the slack
       only on how much the worst FCFS estimate grew after ``r``'s (none for the request that sets
       it). Both: deadlines only extend, a due request stays due, no fast path.
     - **Estimate** (``estimate``): ``"cold"`` (default) -- ``W`` and ``E`` sum ``w``;
-      ``"dedup"`` (Follow-up 3) -- ``fcfs_works`` at the first sight: a shared uncached prefix of
+      ``"dedup"`` (ablation) -- ``fcfs_works`` at the first sight: a shared uncached prefix of
       two waiting requests is charged once, to the earlier (what the prefix cache does when FCFS
       serves them in that order), each request's charge taken once. The due test always sums
       ``w``.
@@ -99,7 +99,7 @@ class FairwayDeadline(Fairway):
         lookahead: ``"queue"`` (default), ``"own"`` or ``"none"``: when a request is due.
         estimate: ``"cold"`` (default) or ``"dedup"``: the FCFS estimates ``W``, ``E``, ``H``.
         patience: ``"slo"`` (default, the paper's Fast score ``h / c + wait / SLO``) or
-            ``"deadline"`` (Follow-up 3: ``h / c + wait / (D(r) - arrival(r))``).
+            ``"deadline"`` (ablation: ``h / c + wait / (D(r) - arrival(r))``).
         **fairway: The ``Fairway`` parameters (``fast_weight``, ``fair_weight``,
             ``slo_multiplier``, ``slo_floor``, ``wait_mode``, ``fair_lane``).
 

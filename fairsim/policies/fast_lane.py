@@ -1,4 +1,4 @@
-"""Fairway's Fast lane kept across steps: slope buckets with upper bounds, read lazily (issue 13).
+"""Fairway's Fast lane kept across steps: slope buckets with upper bounds, read lazily (a hot path).
 
 The Fast-lane score of a waiting request ``i`` at clock ``t`` (seconds) is
 
@@ -43,7 +43,7 @@ Scheme (a kinetic bound, exact; our own design after the issue's sketch):
   s_i)``. At the start of the next ``iter_order`` each of them that is not stale is re-keyed at
   ``t_i = now``, so (while clocks only grow) its bound is its exact score again and it sinks to its
   place: O(log m) per wasted take, and a request deep in a bucket, which no read reaches, is never
-  touched. (Until issue 13's last change a bucket whose waste reached a quarter of its size was
+  touched. (Formerly a bucket whose waste reached a quarter of its size was
   re-keyed whole at a common ``t0 = now``: O(m log m) each time, and under overload, with the
   waste of a read proportional to the bucket's density, a cost per request that grew with the
   queue.)
@@ -80,7 +80,7 @@ from fairsim.types import QueuedRequest
 #: Relative slope width of a bucket: slopes within a bucket differ by at most this factor - 1.
 #: Narrower buckets waste fewer takes (a looser bound grows with a request's wait x DELTA) but
 #: lengthen every read's vectors; 1/128 is the middle of 1/64-1/256, whose speed on this
-#: project's benchmarks differed by less than the machine's noise (issue 13).
+#: project's benchmarks differed by less than the machine's noise.
 DELTA = 1.0 / 128.0
 #: Relative float margin on a bound (rounding of a few double operations is ~1e-16 relative).
 MARGIN = 1e-9

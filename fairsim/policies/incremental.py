@@ -1,7 +1,7 @@
 """Incremental orders: a policy's ``order()`` kept up to date across steps and read lazily.
 
 The simulator's hot spot under overload is ordering thousands of waiting requests in every step
-that can admit, although a step admits one or two (issue 13). A policy may therefore offer a fast
+that can admit, although a step admits one or two (hot path). A policy may therefore offer a fast
 path, ``incremental_order()``, returning an ``IncrementalOrder``: a per-run object the engine
 feeds with snapshot changes (a request joined the queue, its snapshot changed after a cache
 event, it left the queue) and reads with ``iter_order(now)``, a generator yielding the same
@@ -134,7 +134,7 @@ class ArrivalOrder:
 
     Removals are mostly at the front (the oldest is admitted first), and a dict keeps a deleted
     entry's slot until it grows again, so the first item of an iteration was found after a scan
-    over every removal since (13 us at 50,000; the hot spot of FCFS under overload, issue 13).
+    over every removal since (13 us at 50,000; the hot spot of FCFS under overload).
     The dict is therefore compacted (copied) once the removals since the last copy reach a
     quarter of its size (and 1,024): O(1) amortised per removal, a short scan per iteration.
     """

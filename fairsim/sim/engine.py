@@ -80,7 +80,7 @@ from fairsim.types import QueuedRequest, Request
 #: cyclic GC's generations every ``FREEZE_EVERY_MASK + 1`` steps (``gc.freeze``, O(1)), as
 #: ``Engine.run`` does for the trace at the start: under overload tens of thousands of live
 #: snapshots made each full collection longer, and cost per request grew with the trace length
-#: (issue 13: FCFS on the conversation trace at ``--tile 3``, native rate: full collections took
+#: (measured: FCFS on the conversation trace at ``--tile 3``, native rate: full collections took
 #: 1.4 s of 2.9 s CPU; 0.15 s with this and the tables built before unfreezing). The run itself
 #: makes no cyclic garbage (checked with ``gc.collect()`` after runs of the nine non-Fairway
 #: policies); a policy's is collected once ``Engine.run`` unfreezes.
@@ -252,7 +252,7 @@ class Engine:
         wall0 = time.perf_counter()
         # The trace and the per-request state live for the whole run: move them out of the
         # cyclic GC's generations, so its full collections do not rescan them (those scans grow
-        # with the trace and made cost per request grow with its length; issue 13).
+        # with the trace and made cost per request grow with its length).
         gc.freeze()
         try:
             self.env.process(self._loop())
@@ -276,7 +276,7 @@ class Engine:
             gc.unfreeze()
 
     def _loop(self):
-        # Attributes read every step are bound to locals (the loop runs once per step; issue 13).
+        # Attributes read every step are bound to locals (the loop runs once per step).
         # Most steps of a stable load are chunks of long prefills that admit nothing, so the
         # per-step work is kept to what such a step needs: no call for arrivals unless one is
         # due, a run of them in one ``_chunk_burst`` call (prefill-only), else one call to
@@ -656,7 +656,7 @@ class Engine:
         A waiting request's watched keys follow the hit it shows (``_rewatch``). The last
         snapshot built is given again when nothing in it changed (snapshots are immutable): under
         overload a shared block that is evicted and cached again drops the snapshots of every
-        request that shares it, mostly to the same hit (issue 13)."""
+        request that shares it, mostly to the same hit."""
         if id(live) in self._waiting:
             self._rewatch(live, h // self.block_size)
         old = live.last_snap
@@ -686,7 +686,7 @@ class Engine:
         Keys further on cannot change it while that next key is missing; they are watched once a
         snapshot shows the longer hit. Under overload a waiting request's hit is mostly a few
         shared blocks, so this watches a few keys instead of its whole prompt (the watcher map
-        and its updates were 10x the trace's size at ``--tile 10``; issue 13). The snapshots
+        and its updates were 10x the trace's size at ``--tile 10``). The snapshots
         invalidated are those whose hit changed, so the decisions are the same.
         """
         if hit_blocks < live.max_hit_blocks:
@@ -811,7 +811,7 @@ class Engine:
     # -- result tables ---------------------------------------------------------------------------
     def _request_table(self) -> Columns:
         """One row per request (``SimResult.requests``), built column by column (no per-row
-        dicts: a 12,000-request run built 12,000 of them only to take them apart; issue 13)."""
+        dicts: a 12,000-request run built 12,000 of them only to take them apart)."""
         lives = self._all
         if not lives:
             return Columns({})
@@ -860,7 +860,7 @@ class Engine:
 
     def _gap_table(self) -> pd.DataFrame:
         import numpy as np
-        import pandas as pd  # colocated mode only (start-up of prefill-only runs: issue 13)
+        import pandas as pd  # colocated mode only (start-up time of prefill-only runs)
 
         # Grouped by request (its row), each request's gaps in token order.
         rows = np.asarray(self._gap_rows, dtype=np.int64)

@@ -15,7 +15,7 @@ class Columns:
 
     The engine builds its tables as columns; ``pandas`` is imported only when a caller asks for
     a DataFrame (``to_pandas``, ``SimResult.requests``), so a ``fairsim run`` that writes no
-    tables starts without it (issue 13). ``table[name]`` is the column as a numpy array
+    tables starts without it (start-up time). ``table[name]`` is the column as a numpy array
     (converted once, then cached); ``len(table)`` is the number of rows.
 
     Args:
@@ -38,7 +38,7 @@ class Columns:
         """From one tuple per row, values in ``names`` order.
 
         One pass per column (``itemgetter``): ``zip(*rows)`` over hundreds of thousands of rows
-        (a step table) took 5-8x longer, growing faster than the rows (issue 13)."""
+        (a step table) took 5-8x longer, growing faster than the rows."""
         return cls({name: list(map(itemgetter(i), rows)) for i, name in enumerate(names)})
 
     def __len__(self) -> int:

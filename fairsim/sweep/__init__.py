@@ -40,7 +40,7 @@ import importlib
 from typing import Any
 
 # Exports are imported on first use (PEP 562), so ``fairsim`` builds its parser without pandas
-# (issue 13: start-up); ``from fairsim.sweep import run_sweep`` works as before.
+# (start-up time); ``from fairsim.sweep import run_sweep`` works as before.
 _EXPORTS = {
     "add_parser": "fairsim.sweep.args", "cmd_sweep": "fairsim.sweep.command",
     "plan_table": "fairsim.sweep.command", "run_sweep": "fairsim.sweep.command",

@@ -1,5 +1,5 @@
 """The ``fairsim sweep`` command-line options (kept apart from ``command`` so that building the
-``fairsim`` parser imports no pandas; issue 13)."""
+``fairsim`` parser imports no pandas: start-up time)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ of fairsim (policy and scenario names, ``EngineConfig`` values, trace files) is 
 the spec file and the key path, e.g. ``spec.toml: policies[1].grd: unknown key; expected name,
 params, grid``.
 
-Spec keys (the README's "Sweeps and experiments" section documents them for users):
+Spec keys (docs/sweeps.md documents them for users):
 
 - ``out`` (string), ``name`` (string, a label), ``profile`` (shipped name or JSON path),
   ``seeds`` (integer >= 0 or a list of them; default ``[0]``).

@@ -2,8 +2,8 @@
 
 No engine imports here (DESIGN.md layering). The generators (RAG, flood, mixed, multi-hop, SEC,
 load shapes) are imported on first use of their names (``from fairsim.traces import
-generate_rag`` works as before): a ``fairsim run`` on a trace file needs none of them (start-up,
-issue 13).
+generate_rag`` works as before): a ``fairsim run`` on a trace file needs none of them (start-up
+time).
 """
 
 import dataclasses

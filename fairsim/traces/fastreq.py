@@ -1,4 +1,4 @@
-"""Building many ``Request`` objects fast: the trace readers and time shaping (issue 13).
+"""Building many ``Request`` objects fast: the trace readers and time shaping (a run's fixed cost).
 
 ``Request`` is a frozen slotted dataclass; its generated ``__init__`` sets each field through
 ``object.__setattr__`` and then runs ``__post_init__`` (the checks). ``make_request`` does the

@@ -21,7 +21,7 @@ from fairsim.types import Request
 
 DEFAULT_SESSION_RATE = 0.1
 """Sessions/s used where the trace has no absolute time and ``--session-rate`` is not given: one
-new session every 10 s on average (documented in the README; ``--session-rate`` overrides it)."""
+new session every 10 s on average (documented in docs/sessions.md; ``--session-rate`` overrides it)."""
 
 
 def session_groups(requests: Sequence[Request]) -> list[list[Request]]:

@@ -7,7 +7,7 @@ tries the formats in registry order, most specific first, and the first match wi
 
 Adding a format: write ``fairsim/traces/formats/NAME.py`` with ``NAME``, ``sniff`` and ``read``
 (use the helpers in ``_common.py`` so errors name file, line and field), add one line to
-``FORMATS`` below, a fixture in ``tests/data/formats/`` and a row in the README's formats table.
+``FORMATS`` below, a fixture in ``tests/data/formats/`` and a row in docs/traces.md's formats table.
 """
 
 from __future__ import annotations

@@ -168,7 +168,7 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
     (``skip_bad``).
 
     Each line is parsed by ``orjson`` (several times faster than ``json``, the trace read is the
-    largest fixed cost of a run; issue 13). Whatever ``orjson`` refuses or could read differently
+    largest fixed cost of a run). Whatever ``orjson`` refuses or could read differently
     from the standard library (a non-object, a blank line, a byte-order mark, NaN/Infinity, lone
     surrogates, invalid UTF-8, an integer beyond 64 bits: ``_orjson_safe``) is parsed by
     ``json`` as before, so records, values and error messages are those of ``json.loads``.
