@@ -24,7 +24,7 @@ Mapping onto ``Request``:
   sub-agent's first request follows the parent request before the spawn, released the recorded
   gap ``spawn t + nested t - (t + api_time of that parent request)`` after it finishes (its own
   ``think_time``, 0.0 in every public file, counts within the sub-agent and is not used: in
-  ``trace_0277.json`` the gaps are 60.4, 165.1 and 192.6 s). The parent's next request follows
+  ``trace_0277.json`` the first two gaps are 60.444 and 165.126 s). The parent's next request follows
   the sub-agent request that ended last (``t + api_time``) when the recording shows it started
   after that end (the parent waited for its sub-agents, as a blocking Task call does), released
   the recorded gap after that end; otherwise (a background sub-agent) it follows the parent's
