@@ -112,6 +112,9 @@ def add_common(p: argparse.ArgumentParser, out_help: str = RUN_OUT_HELP) -> None
                    help="tokens per hash id, for Mooncake-like files whose block is given out of band "
                         "(default: what the format or file records; Mooncake 512)")
     p.add_argument("--skip-bad", action="store_true", help="skip bad trace records, counting them")
+    p.add_argument("--trace-part", type=int, default=None, metavar="N",
+                   help="RAGPulse: read part N (1-based) of a trace file whose time axis restarts (a week "
+                        "each); such a file is refused without it, never overlaid")
     p.add_argument("--profile", default=DEFAULT_PROFILE,
                    help="cost-model profile: shipped name or JSON path")
     p.add_argument("--budget", type=int, default=2048,
@@ -331,17 +334,20 @@ def check_kv_holds_max_model_len(args: argparse.Namespace, block_size: int, kv_b
 
 def read_trace(args: argparse.Namespace) -> Trace:
     """The trace the options name, unshaped: ``--trace``'s file (``--trace-format``,
-    ``--skip-bad``, ``--hash-block-size``), the generated RAG input of ``--seed`` N (N > 0)
+    ``--skip-bad``, ``--hash-block-size``, ``--trace-part``), the generated RAG input of ``--seed`` N (N > 0)
     without ``--trace``, else the embedded default input.
 
     Raises:
         ValueError: A bad trace (``fairsim.traces``: file, line and field named).
     """
+    if args.trace is None and getattr(args, "trace_part", None) is not None:
+        raise ValueError(f"--trace-part {args.trace_part}: needs --trace (a RAGPulse file of several weeks)")
     if args.trace is None and args.seed != 0:
         from fairsim.traces.rag import RagSpec, generate_rag
 
         return generate_rag(RagSpec(seed=args.seed))
-    return load_trace(args.trace, args.trace_format, skip_bad=args.skip_bad, hash_block_size=args.hash_block_size)
+    return load_trace(args.trace, args.trace_format, skip_bad=args.skip_bad, hash_block_size=args.hash_block_size,
+                      part=args.trace_part)
 
 
 def load_requests(args: argparse.Namespace, profile: Profile | None = None,

@@ -28,6 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--block-size", type=int, default=None, metavar="TOKENS",
                    help="hash block to write traces with exact segments (RAGPulse) at (default 16)")
     p.add_argument("--skip-bad", action="store_true", help="skip bad records of IN, counting them")
+    p.add_argument("--trace-part", type=int, default=None, metavar="N",
+                   help="RAGPulse: convert part N (1-based, a week) of an IN whose time axis restarts")
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -46,7 +48,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         raise ValueError(f"convert: folder {args.output.parent} of OUT does not exist")
     check_writable_file(args.output, "convert: OUT")  # a folder, or not writable: before reading IN
     trace = load_trace(args.input, args.trace_format, skip_bad=args.skip_bad,
-                       hash_block_size=args.hash_block_size)
+                       hash_block_size=args.hash_block_size, part=args.trace_part)
     skipped = trace.skipped_summary()
     if skipped:
         print(f"fairsim: {skipped}", file=sys.stderr)

@@ -40,7 +40,7 @@ def __dir__() -> list[str]:
 
 
 def load_trace(path: str | Path | None = None, format: str = "auto", *, skip_bad: bool = False,
-               hash_block_size: int | None = None) -> Trace:
+               hash_block_size: int | None = None, part: int | None = None) -> Trace:
     """Load a trace file or folder, or the embedded default RAG input when ``path`` is None.
 
     Args:
@@ -50,6 +50,8 @@ def load_trace(path: str | Path | None = None, format: str = "auto", *, skip_bad
         skip_bad: Skip bad records (``Trace.skipped``) instead of raising.
         hash_block_size: Tokens per hash id for Mooncake-like files whose block is given out of
             band (default: what the format or the file records).
+        part: Which part (1-based) of a file whose time axis restarts (RAGPulse weeks); see
+            ``fairsim.traces.formats.read_trace``.
 
     Raises:
         TraceFormatError: A bad record (file, line or JSON path, field), unless ``skip_bad``.
@@ -57,11 +59,13 @@ def load_trace(path: str | Path | None = None, format: str = "auto", *, skip_bad
         FileNotFoundError: ``path`` does not exist.
     """
     if path is None:
+        if part is not None:
+            raise ValueError(f"--trace-part {part}: needs --trace (a RAGPulse file of several weeks)")
         from fairsim.traces.rag import DEFAULT_RAG_PATH
 
         trace = load_mooncake(DEFAULT_RAG_PATH, skip_bad=skip_bad)
         return dataclasses.replace(trace, name="rag-default")
-    return read_trace(path, format, skip_bad=skip_bad, hash_block_size=hash_block_size)
+    return read_trace(path, format, skip_bad=skip_bad, hash_block_size=hash_block_size, part=part)
 
 
 __all__ = [

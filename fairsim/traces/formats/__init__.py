@@ -32,6 +32,9 @@ class TraceFormat:
             in this format.
         read: ``read(path, *, skip_bad=False, hash_block_size=None) -> Trace``.
         summary: One line for ``--help`` and the README.
+        folders: True when ``read`` takes a folder too.
+        parts: True when ``read`` takes ``part``: the format's files may hold several time axes
+            one after another (RAGPulse weeks), and ``part`` chooses one.
     """
 
     name: str
@@ -39,11 +42,14 @@ class TraceFormat:
     read: Callable[..., Trace]
     summary: str
     folders: bool = False
+    parts: bool = False
 
 
 def _fmt(module, summary: str) -> TraceFormat:
-    """The module's reader; ``READS_FOLDERS = True`` in a module that reads a folder too."""
-    return TraceFormat(module.NAME, module.sniff, module.read, summary, getattr(module, "READS_FOLDERS", False))
+    """The module's reader; ``READS_FOLDERS = True`` in a module that reads a folder too,
+    ``READS_PARTS = True`` in one whose ``read`` takes ``part``."""
+    return TraceFormat(module.NAME, module.sniff, module.read, summary, getattr(module, "READS_FOLDERS", False),
+                       getattr(module, "READS_PARTS", False))
 
 
 FORMATS: dict[str, TraceFormat] = {f.name: f for f in (
@@ -88,6 +94,13 @@ def _folder_formats() -> str:
 def _unknown_folder(path: Path) -> str:
     """Why a folder is no trace: only some formats read folders; name what its files are."""
     looks: dict[str, str] = {}
+    subfolders = [c for c in sorted(path.iterdir())[:64] if c.is_dir() and not c.name.startswith(".")]
+    folders = [f"{c.name} ({f.name})" for c in subfolders for f in FORMATS.values()
+               if f.folders and f.sniff(read_head(c))][:8]
+    if folders:  # e.g. one RAGPulse data folder a week: each its own time axis
+        return (f"{path}: is no trace folder itself; its subfolders look like trace folders: "
+                f"{', '.join(folders)}; give one of them to --trace (fairsim does not overlay them on one "
+                f"time axis)")
     for child in sorted(path.iterdir())[:64]:
         if child.is_file() and not child.name.startswith("."):
             try:
@@ -117,21 +130,43 @@ def _known_lookalike(head: Head) -> str | None:
     return None
 
 
-def read_trace(path: str | Path, format: str = "auto", *, skip_bad: bool = False,
-               hash_block_size: int | None = None) -> Trace:
-    """Read ``path`` with the named reader, or the detected one (``format="auto"``).
+def _read(fmt: TraceFormat, path: str | Path, skip_bad: bool, hash_block_size: int | None,
+          part: int | None) -> Trace:
+    """``fmt.read`` with ``part`` passed to the readers that take it.
 
     Raises:
-        ValueError: Unknown format name, undetectable content, a bad ``hash_block_size``.
+        ValueError: ``part`` given to a format whose files have one time axis.
+    """
+    if part is None:
+        return fmt.read(path, skip_bad=skip_bad, hash_block_size=hash_block_size)
+    if not fmt.parts:
+        takes = " or ".join(f.name for f in FORMATS.values() if f.parts)
+        raise ValueError(f"--trace-part {part}: {path} is a {fmt.name} trace, which has one time axis; "
+                         f"--trace-part chooses a part (a week) of {takes} files")
+    return fmt.read(path, skip_bad=skip_bad, hash_block_size=hash_block_size, part=part)
+
+
+def read_trace(path: str | Path, format: str = "auto", *, skip_bad: bool = False,
+               hash_block_size: int | None = None, part: int | None = None) -> Trace:
+    """Read ``path`` with the named reader, or the detected one (``format="auto"``).
+
+    ``part`` (``--trace-part``, 1-based) chooses one part of a file whose time axis restarts
+    (RAGPulse weeks; ``TraceFormat.parts``).
+
+    Raises:
+        ValueError: Unknown format name, undetectable content, a bad ``hash_block_size``, a
+            ``part`` for a format without parts, or one the file does not have.
         TraceFormatError: A bad record (file, line or JSON path, field), unless ``skip_bad``.
         FileNotFoundError: ``path`` does not exist.
     """
     if hash_block_size is not None and hash_block_size < 1:
         raise ValueError(f"--hash-block-size {hash_block_size}: need >= 1 token")
+    if part is not None and part < 1:
+        raise ValueError(f"--trace-part {part}: need a part number >= 1")
     if format == "auto":
         format = detect(path)
         try:
-            return FORMATS[format].read(path, skip_bad=skip_bad, hash_block_size=hash_block_size)
+            return _read(FORMATS[format], path, skip_bad, hash_block_size, part)
         except TraceFormatError as exc:
             head = read_head(Path(path))
             also = [f.name for f in FORMATS.values() if f.name != format and f.sniff(head)]
@@ -148,7 +183,7 @@ def read_trace(path: str | Path, format: str = "auto", *, skip_bad: bool = False
     elif Path(path).is_dir() and not FORMATS[format].folders:
         raise ValueError(f"{path}: is a folder; --trace-format {format} reads one file (folders are read "
                          f"only as {_folder_formats()})")
-    return FORMATS[format].read(path, skip_bad=skip_bad, hash_block_size=hash_block_size)
+    return _read(FORMATS[format], path, skip_bad, hash_block_size, part)
 
 
 __all__ = ["FORMATS", "TraceFormat", "detect", "read_trace"]

@@ -21,12 +21,15 @@ Mapping onto ``Request``:
 - Closed loop: ``after`` is the previous request of the same agent; ``delay_s`` is
   ``think_time`` when recorded, else ``t[n] - t[n-1] - api_time[n-1]`` (the trace's identity
   ``t[n] = t[n-1] + api_time[n-1] + think_time[n]``), else the gap ``t[n] - t[n-1]`` (warned). A
-  sub-agent's first request follows the parent request before the spawn, with the spawn offset
-  measured the same way. The parent's next request follows the sub-agent request that ended last
-  (``t + api_time``) when the recording shows it started after that end (the parent waited for
-  its sub-agents, as a blocking Task call does); otherwise (a background sub-agent) it follows
-  the parent's previous request. One ``after`` per request: with several sub-agents the one that
-  ended last in the recording stands for all.
+  sub-agent's first request follows the parent request before the spawn, released the recorded
+  gap ``spawn t + nested t - (t + api_time of that parent request)`` after it finishes (its own
+  ``think_time``, 0.0 in every public file, counts within the sub-agent and is not used: in
+  ``trace_0277.json`` the first two gaps are 60.444 and 165.126 s). The parent's next request follows
+  the sub-agent request that ended last (``t + api_time``) when the recording shows it started
+  after that end (the parent waited for its sub-agents, as a blocking Task call does), released
+  the recorded gap after that end; otherwise (a background sub-agent) it follows the parent's
+  previous request. One ``after`` per request: with several sub-agents the one that ended last
+  in the recording stands for all. ``docs/sessions.md`` compares this with the other readers.
 - ``api_time`` and ``ttft`` are the recording's outputs: labels ``observed_api_time`` and
   ``observed_ttft`` (seconds), never inputs. ``type``, ``model``, ``stop`` are labels;
   ``input_types``/``output_types`` are labels joined by commas.
@@ -245,15 +248,18 @@ def _session(out: Collector, names: _Namespace, ns: str, file: Path, items: list
         after, delay = None, 0.0
         if join is not None and arrival >= join[1]:
             # The recording shows this request waiting for its sub-agents (it starts after the
-            # last of them ended): follow the one that ended last.
-            after = join[0].request_id
-            delay = think if think is not None else arrival - join[1]
+            # last of them ended): follow the one that ended last, after the recorded gap from
+            # that end. Not think_time: it counts from this agent's own previous response.
+            after, delay = join[0].request_id, arrival - join[1]
         elif prev is not None:
             p, p_api = prev
             after = p.request_id
-            if think is not None:
-                delay = think
+            if think is not None and prev is not parent:
+                delay = think  # the writer's own gap since this agent's previous response
             elif p_api is not None:
+                # The recorded gap since the predecessor's end. A sub-agent's first request
+                # measures it from the parent request before the spawn: its think_time (0 in
+                # the public files, whatever the spawn offset) counts within the sub-agent.
                 delay = max(0.0, arrival - p.arrival_time - p_api)
             else:
                 delay = max(0.0, arrival - p.arrival_time)

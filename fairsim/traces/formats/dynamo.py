@@ -13,7 +13,12 @@ Mapping: arrival = ``request_received_ms`` rebased to the first arrival; prompt 
 ``replay.input_length`` (else ``input_tokens``). Closed loop: ``after`` is the session's previous
 turn (by arrival), ``delay_s`` = this arrival - that turn's completion (``event_time_unix_ms`` of
 its ``request_end``, else arrival + ``total_time_ms``; clamped at 0); a sub-agent's first turn
-follows its parent session's latest turn that arrived before it. ``cached_tokens``,
+follows its parent session's latest turn that arrived before it, the same way. A parent's turn
+that arrived after every sub-agent spawned since its previous turn had completed (their own
+sub-agents included) waited for them: it follows the sub-agent request that completed last,
+``delay_s`` = its arrival - that completion; otherwise (a sub-agent still running: in the
+background) it follows its own previous turn. The Claude Code reader applies the same rule
+(``docs/sessions.md``). ``cached_tokens``,
 ``ttft_ms``, ``total_time_ms``, ``queue_depth`` and the worker ids are the recording's outputs: labels with the
 ``observed_`` prefix, never inputs.
 """
@@ -151,7 +156,10 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     block = blocks.pop() if blocks else (hash_block_size or DEFAULT_BLOCK)
     rows.sort(key=lambda r: (r[0], r[1]))
     t0 = rows[0][0] if rows else 0.0
+    ends = _session_ends(rows, path.stem)
     last: dict[str, tuple[Request, float | None]] = {}
+    spawned: dict[str, list[str]] = {}  # session -> its sub-agent sessions spawned since its last turn
+    made: set[str] = set()
     line_of: dict[str, int] = {}
     for arrival_ms, line, rid, prompt, ids, _, output, labels, session, parent, done_ms in rows:
         if rid is not None and rid in line_of:  # before linking: a repeat would follow itself
@@ -160,10 +168,18 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         if rid is not None:
             line_of[rid] = line
         prev = last.get(session) if session is not None else None
-        if prev is None and parent is not None:
-            prev = last.get(parent)
+        join = None
+        if prev is None and parent is not None and parent in last:
+            prev = last[parent]  # a sub-agent's first turn: it follows its parent's latest turn
+            spawned.setdefault(parent, []).append(session)
+        elif prev is not None:
+            join = _join(spawned.pop(session, []), ends, made, arrival_ms)
         after, delay = None, 0.0
-        if prev is not None:
+        if join is not None:
+            # The recording shows this turn waiting for its sub-agents (it arrived after the last
+            # of them completed): it follows the one that completed last, after the gap.
+            after, delay = join[1], (arrival_ms - join[0]) / 1000.0
+        elif prev is not None:
             p, p_done = prev
             after = p.request_id
             p_done_s = (p_done - t0) / 1000.0 if p_done is not None else p.arrival_time
@@ -173,5 +189,50 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
                       after=after, delay_s=delay)
         if session is not None:
             last[session] = (req, done_ms)
+        made.add(req.request_id)
         out.add(req, line)
     return out.finish(path.stem, NAME, block)
+
+
+def _session_ends(rows: list[tuple], stem: str) -> dict[str, tuple[float, str]]:
+    """Each session's latest recorded completion (ms) with its request id, its own sub-agents'
+    sessions included (a sub-agent is done when the agents it spawned are). Rows without a
+    completion time count as unknown: a session with such a row has no end here."""
+    own: dict[str, tuple[float, str] | None] = {}
+    children: dict[str, list[str]] = {}
+    for arrival_ms, line, rid, *_, session, parent, done_ms in rows:
+        if session is None:
+            continue
+        if parent is not None and parent != session and session not in own:
+            children.setdefault(parent, []).append(session)
+        if done_ms is None or own.get(session, ()) is None:
+            own[session] = None
+        else:
+            end = (done_ms, rid or f"{stem}:{line}")
+            own[session] = max(own.get(session) or end, end)
+    ends: dict[str, tuple[float, str]] = {}
+
+    def end_of(session: str, seen: frozenset[str]) -> tuple[float, str] | None:
+        if session in ends:
+            return ends[session]
+        parts = [own.get(session)] + [end_of(c, seen | {session}) for c in children.get(session, ())
+                                      if c not in seen]
+        if any(p is None for p in parts):
+            return None
+        ends[session] = max(parts)
+        return ends[session]
+
+    for session in own:
+        end_of(session, frozenset())
+    return ends
+
+
+def _join(children: list[str], ends: dict[str, tuple[float, str]], made: set[str],
+          arrival_ms: float) -> tuple[float, str] | None:
+    """The sub-agent request that completed last among ``children`` (completion ms, id) when a
+    parent turn arriving at ``arrival_ms`` started after it (the parent waited), else None (no
+    sub-agents, one without a recorded end, or one still running: background sub-agents)."""
+    if not children or any(c not in ends for c in children):
+        return None
+    latest = max(ends[c] for c in children)
+    return latest if latest[0] <= arrival_ms and latest[1] in made else None

@@ -19,6 +19,16 @@ small ints in order of first appearance, for tools that read only hashes.
 
 Sessions: turns of a ``session_id`` in time order; the closed-loop think time is the gap to the
 previous turn's arrival (the file does not record completions; an upper bound, warned).
+
+Weeks: ``timestamp`` counts from the start of its trace (12:00:00, the RAGPulse README), so the
+weeks of the data written one after another into one file make its time axis restart: a record
+``RESTART_S`` or more earlier than the latest one before it starts a new *part*. Parts are
+never overlaid on one time axis: a file with several parts is refused, naming each part's lines
+and time span, unless ``part`` (``--trace-part N``, 1-based) chooses one, whose timestamps are
+then rebased to its own first request. Within a part, records a little out of order (less than
+``RESTART_S`` back) are sorted, and a warning counts them. A folder holding several trace files
+(a week each) is refused too, naming them: give ``--trace`` the file of one week (the side files
+beside it are read).
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ from typing import Any
 from fairsim.errors import TraceFormatError
 from fairsim.traces.segments import segment_block_keys
 from fairsim.traces.formats._common import (
-    Collector, Head, iter_json_lines, need_int, need_number, output_tokens)
+    Collector, Head, iter_json_lines, need_int, need_number, output_tokens, read_head)
 from fairsim.traces.trace import Trace
 from fairsim.types import Request
 
@@ -43,6 +53,12 @@ SIDE_FILES = ("1_sys_prompt.jsonl", "2_passages.jsonl", "3_history.jsonl", "4_us
               "5_web_search.jsonl")
 ORDER = ("sys_prompt", "passages_ids", "history", "web_search", "user_input")
 _KNOWN = {"timestamp", "input_length", "output_length", "hash_ids", "session_id", "request_id"}
+RESTART_S = 3600.0
+"""A record this many seconds (or more) earlier than the latest before it in the file starts a new
+part: the time axis restarted (a new week). Records logged out of order are seconds apart; a
+week's restart goes back by days."""
+READS_PARTS = True
+"""``read`` takes ``part`` (``--trace-part``; ``fairsim.traces.formats.TraceFormat.parts``)."""
 
 
 def sniff(head: Head) -> bool:
@@ -84,18 +100,43 @@ def _chunk_lengths(folder: Path) -> tuple[dict[int, int], list[str]]:
     return lengths, missing
 
 
-def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | None = None) -> Trace:
+def _trace_files(folder: Path) -> list[str]:
+    """Names of the RAGPulse trace files in ``folder`` (``*.jsonl*`` records with a ``hash_ids``
+    object; the side files excluded)."""
+    names = []
+    for child in sorted(folder.iterdir()):
+        if child.is_file() and ".jsonl" in child.name and child.name not in SIDE_FILES:
+            try:
+                if sniff(read_head(child)):
+                    names.append(child.name)
+            except OSError:
+                continue
+    return names
+
+
+def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | None = None,
+         part: int | None = None) -> Trace:
     """Read a RAGPulse data folder (or its ``0_trace.jsonl`` with the side files beside it).
 
     Args:
         hash_block_size: Block of the ``block_hashes`` view (default 16); the segments stay exact.
+        part: Which part (1-based) of a file whose time axis restarts (a week each); None for a
+            file of one part.
 
     Raises:
         TraceFormatError: Naming file, line and field, e.g. ``0_trace.jsonl:7: field
             'hash_ids.passages_ids[2]': content id 99 is in no side file``.
-        ValueError: No side file found.
+        ValueError: No side file found; a folder holding several trace files; a file of several
+            parts without ``part``, or a ``part`` it does not have.
     """
     path = Path(path)
+    if path.is_dir():
+        found = _trace_files(path)
+        if len(found) > 1:
+            raise ValueError(
+                f"{path}: holds {len(found)} RAGPulse trace files ({', '.join(found)}), a week each in the "
+                f"public data; fairsim does not overlay weeks on one time axis: give --trace one of them "
+                f"(e.g. {path / found[-1]}; the side files beside it are read)")
     trace_file = path / TRACE_FILE if path.is_dir() else path
     folder = trace_file.parent
     name = str(trace_file)
@@ -152,6 +193,12 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         rid = rec.get("request_id")
         rows.append((ts, line, prompt, output, tuple(segments), labels,
                      None if session is None else str(session), None if rid is None else str(rid)))
+    parts = _split_parts(rows)
+    rows, label = _choose_part(parts, part, trace_file, out.warnings)
+    late = sum(b[0] < a[0] for a, b in zip(rows, rows[1:]))
+    if late:
+        out.warnings.append(f"{trace_file}: {late} records have a timestamp earlier than the record "
+                            f"before them (by less than {RESTART_S:g} s); read in timestamp order")
     rows.sort(key=lambda r: (r[0], r[1]))
     t0 = rows[0][0] if rows else 0.0
     small: dict[int, int] = {}
@@ -177,7 +224,55 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         out.warnings.append(
             f"{trace_file}: think time of {gaps} follow-up turns taken as the gap to the previous "
             "turn's arrival (an upper bound: the file does not record when that turn finished)")
-    return out.finish(folder.name if path.is_dir() else trace_file.stem, NAME, block)
+    return out.finish((folder.name if path.is_dir() else trace_file.stem) + label, NAME, block)
+
+
+def _split_parts(rows: list[tuple]) -> list[list[tuple]]:
+    """``rows`` (file order; timestamp first) cut where the time axis restarts (``RESTART_S``)."""
+    parts: list[list[tuple]] = []
+    latest = None
+    for row in rows:
+        if latest is None or row[0] <= latest - RESTART_S:
+            parts.append([])
+            latest = row[0]
+        parts[-1].append(row)
+        latest = max(latest, row[0])
+    return parts
+
+
+def _describe(number: int, rows: list[tuple]) -> str:
+    """``part 2: lines 4-6, timestamps 0-604603 s, 3 requests``."""
+    lines = [r[1] for r in rows]
+    stamps = [r[0] for r in rows]
+    return (f"part {number}: lines {min(lines)}-{max(lines)}, timestamps {min(stamps):g}-{max(stamps):g} s, "
+            f"{len(rows)} requests")
+
+
+def _choose_part(parts: list[list[tuple]], part: int | None, trace_file: Path,
+                 warnings: list[str]) -> tuple[list[tuple], str]:
+    """The rows of the chosen part and the suffix of the trace's name (``-part2``, or empty).
+
+    Raises:
+        ValueError: Several parts and no ``part``; a ``part`` the file does not have.
+    """
+    if part is None and len(parts) <= 1:
+        return (parts[0] if parts else []), ""
+    listed = "; ".join(_describe(i, rows) for i, rows in enumerate(parts, start=1))
+    if part is None:
+        first = parts[1][0]
+        raise ValueError(
+            f"{trace_file}:{first[1]}: field 'timestamp': the time axis restarts here ({first[0]:g} s after "
+            f"{max(r[0] for r in parts[0]):g} s on an earlier line): the file holds {len(parts)} parts, a week "
+            f"each in the public data ({listed}); fairsim does not overlay them on one time axis: choose one "
+            f"with --trace-part N")
+    if not 1 <= part <= len(parts):
+        raise ValueError(f"--trace-part {part}: {trace_file} has {len(parts)} part"
+                         f"{'s' if len(parts) != 1 else ''} ({listed})")
+    if len(parts) == 1:
+        return parts[0], ""
+    warnings.append(f"{trace_file}: read {_describe(part, parts[part - 1])} of {len(parts)} "
+                    f"(--trace-part); its time starts at its first request")
+    return parts[part - 1], f"-part{part}"
 
 
 def _cut(segments: list[tuple[int, int]], tokens: int) -> list[tuple[int, int]]:
