@@ -3,6 +3,13 @@
 Every command reads a trace (default: the embedded RAG input), shapes its load, simulates it under
 one or more policies, and prints a table or JSON.
 
+This module only builds the parser, dispatches and applies the error contract. The options
+shared by the commands, and what they resolve to, are in ``fairsim.options``; each command is
+its own module: ``run``/``compare`` ``fairsim.run``, ``bench`` ``fairsim.bench``, ``analyze``
+``fairsim.analysis.cli``, ``accept`` ``fairsim.accept``, ``sweep`` ``fairsim.sweep``,
+``convert`` ``fairsim.convert``, the live commands ``fairsim.live.cli``, ``calibrate``
+``calibration.cli``. None of them imports this module (``tests/test_imports.py``).
+
 Error contract (``main``): bad input (a trace, profile, option or output path) -> ``fairsim: error:
 ...`` naming the file, line and field or the option, exit 2; a missing optional package -> the
 ``pip install`` extra to use, exit 2; Ctrl-C -> one line, results already written kept, exit 130;
