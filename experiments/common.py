@@ -68,7 +68,7 @@ def split_spec(spec: str) -> tuple[str, dict[str, Any]]:
     Raises:
         ValueError: A parameter without ``=``.
     """
-    from fairsim.cli import parse_params
+    from fairsim.options import parse_params
 
     name, _, rest = spec.partition("@")
     return name, (parse_params(rest.split("+")) if rest else {})

@@ -198,7 +198,9 @@ def cmd_accept(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from fairsim.analysis.cli import merge_trace_arg
-    from fairsim.cli import capacity_of, check_policies, engine_config, load_in_trace_time, params_for, parse_params, pre_run_load, run_one, scoped_params, write_tables
+    from fairsim.options import (capacity_of, check_policies, engine_config, load_in_trace_time, params_for, parse_params,
+                                 pre_run_load, scoped_params)
+    from fairsim.run import run_one, write_tables
     from fairsim.costmodel import load_profile
     from fairsim.traces import scale_time
 

@@ -59,10 +59,10 @@ SCHED_SIM_INSTALL = 'pip install sched-sim (or pip install -e ".[bench]")'
 def run_argv(args: argparse.Namespace) -> list[str]:
     """The ``fairsim run`` options that reproduce ``args``' trace, shaping and engine settings.
 
-    Every option of ``fairsim.cli.add_common`` whose value differs from its default is passed on
+    Every option of ``fairsim.options.add_common`` whose value differs from its default is passed on
     (``--time-scale`` as the scale in use, so a ``--target-load`` is resolved once).
     """
-    from fairsim.cli import add_common
+    from fairsim.options import add_common
 
     probe = argparse.ArgumentParser(add_help=False)
     add_common(probe)
@@ -173,7 +173,7 @@ def child_argv(argv: list[str], name: str) -> list[str]:
     """``argv`` (``run_argv``'s) for policy ``name``'s own run: a ``--param POLICY.KEY=VALUE``
     scoped to another policy is left out (``fairsim run`` refuses a scope it does not run), as
     ``compare`` gives each policy only its own and the unscoped parameters."""
-    from fairsim.cli import param_scope
+    from fairsim.options import param_scope
 
     out: list[str] = []
     i = 0
@@ -346,8 +346,8 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
             and written.
         MissingDependencyError: ``--compare`` names no installed executable.
     """
-    from fairsim.cli import (capacity_of, check_policies, check_shaping_options, engine_config, load_requests,
-                             parse_params, read_trace)
+    from fairsim.options import (capacity_of, check_policies, check_shaping_options, engine_config, load_requests,
+                                 parse_params, read_trace)
     from fairsim.costmodel import load_profile
     from fairsim.errors import StatusError
     from fairsim.io import atomic_write_text, check_writable_dir, strict_json

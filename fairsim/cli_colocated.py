@@ -1,6 +1,6 @@
 """Colocated-mode additions to ``run``/``compare`` output: decode summary, columns and groups.
 
-Kept apart from ``fairsim/cli.py`` so the shared command module only calls in here.
+Kept apart from ``fairsim/run.py`` (the ``run``/``compare`` command) so it only calls in here.
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ class TestOptionsNamedBeforeWork:
 
     @pytest.mark.parametrize("value", ["inf", "1", "nan"])
     def test_spread_threshold(self, value, capsys, monkeypatch):
-        monkeypatch.setattr("fairsim.cli.load_requests", lambda *a, **k: pytest.fail("read the trace"))
+        monkeypatch.setattr("fairsim.options.load_requests", lambda *a, **k: pytest.fail("read the trace"))
         assert main(["analyze", "--spread-threshold", value]) == 2
         assert capsys.readouterr().err.startswith(f"fairsim: error: --spread-threshold {float(value)}: need a finite factor > 1")
 

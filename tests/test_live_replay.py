@@ -79,7 +79,7 @@ class TestClosedLoopSessions:
         from fairsim.live.equivalence import session_trace
 
         requests = session_trace(4, seed=3, session_rate_per_s=4.0)
-        monkeypatch.setattr("fairsim.cli.load_trace",
+        monkeypatch.setattr("fairsim.options.load_trace",
                             lambda *a, **k: Trace("agent", "agent.jsonl", tuple(requests)))
         out = tmp_path / "out"
         rc = main(["replay", "--engine", "vllm", "--virtual", "--trace", "agent.jsonl",

@@ -138,7 +138,7 @@ class TestSessionErrors:
 
     def test_cli_names_the_error(self, monkeypatch, capsys):
         trace = Trace("t", "t.jsonl", (T0, turn("S-t1", 1.0, 8, after="gone", delay=1.0)))
-        monkeypatch.setattr("fairsim.cli.load_trace", lambda *a, **k: trace)
+        monkeypatch.setattr("fairsim.options.load_trace", lambda *a, **k: trace)
         assert main(["run", "--trace", "t.jsonl", "--policy", "fcfs"]) == 2
         assert "'after' names 'gone'" in capsys.readouterr().err
 
@@ -235,7 +235,7 @@ class TestCommand:
                      subagent_prob=0.3, seed=5)
 
     def run_cli(self, monkeypatch, tmp_path, trace, *extra):
-        monkeypatch.setattr("fairsim.cli.load_trace", lambda *a, **k: trace)
+        monkeypatch.setattr("fairsim.options.load_trace", lambda *a, **k: trace)
         out = tmp_path / "out"
         assert main(["run", "--trace", "agent.jsonl", "--policy", "fcfs", "--kv-blocks", "200",
                      "--out", str(out), *extra]) == 0
@@ -279,7 +279,7 @@ class TestCommand:
             assert released == pytest.approx(placed[rid])
 
     def test_seed_without_placement_is_refused(self, monkeypatch, capsys):
-        monkeypatch.setattr("fairsim.cli.load_trace", lambda *a, **k: generate_agent(self.SPEC))
+        monkeypatch.setattr("fairsim.options.load_trace", lambda *a, **k: generate_agent(self.SPEC))
         assert main(["run", "--trace", "agent.jsonl", "--seed", "3"]) == 2
         assert "--seed" in capsys.readouterr().err
 

@@ -54,7 +54,7 @@ def merge_trace_arg(args: argparse.Namespace) -> None:
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Run ``fairsim analyze``; returns the exit status."""
     from fairsim.analysis.analyze import analyze, format_text, write_report
-    from fairsim.cli import capacity_of, engine_config, load_in_trace_time, pre_run_load
+    from fairsim.options import capacity_of, engine_config, load_in_trace_time, pre_run_load
     from fairsim.costmodel import load_profile
     from fairsim.traces import scale_time
 

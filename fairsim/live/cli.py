@@ -122,7 +122,7 @@ def _check_first(args: argparse.Namespace) -> None:
                              f"10,000)")
         if args.steps < 1:
             raise ValueError(f"--steps {args.steps}: need an integer >= 1")
-        from fairsim.cli import check_named_once
+        from fairsim.options import check_named_once
 
         check_named_once("--sizes", args.sizes, sizes)
         if "all" in names:  # --policies is not "all" itself here
@@ -137,7 +137,7 @@ def _check_profile_and_policies(args: argparse.Namespace, names: list[str]) -> N
     """``--profile`` loads, and ``--policies`` (``names``) names each policy once and each builds
     as the hook will build it (``fairsim.live.settings.build_policy``), so an unknown name or
     parameter, or a policy the hook refuses, is named before any engine starts."""
-    from fairsim.cli import check_named_once
+    from fairsim.options import check_named_once
     from fairsim.costmodel import load_profile
     from fairsim.live.settings import build_policy
 
@@ -186,7 +186,7 @@ def _overhead_lists(args: argparse.Namespace) -> tuple[list[str], list[int]]:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """``fairsim replay --engine vllm``."""
-    from fairsim.cli import capacity_of, load_requests, parse_params
+    from fairsim.options import capacity_of, load_requests, parse_params
     from fairsim.costmodel import load_profile
     from fairsim.errors import CapacityError
     from fairsim.live.engine import LiveConfig
@@ -221,7 +221,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     print(f"replay {trace.name}: {len(requests)} requests, policy {args.policy}, profile {profile.name}, "
           f"{kv_blocks} KV blocks of {block} tokens ({kv_blocks * block:,} tokens), "
           f"{'virtual clock' if args.virtual else f'real time x{args.time_scale}'}", file=sys.stderr)
-    from fairsim.cli import replay_line
+    from fairsim.options import replay_line
 
     print(replay_line(args), file=sys.stderr)
     sessions = {"replay": args.replay, "think_scale": args.think_scale}

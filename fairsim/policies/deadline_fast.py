@@ -59,7 +59,7 @@ from itertools import accumulate, compress, count, repeat
 from operator import ge, gt, not_, sub
 from typing import Any
 
-from fairsim.policies.fairway_deadline import now_ns, to_ns
+from fairsim.policies.deadline_clock import now_ns, to_ns
 from fairsim.policies.incremental import ArrivalOrder, FastLane, merge_lanes
 from fairsim.types import QueuedRequest
 

@@ -6,22 +6,9 @@ import math
 from collections.abc import Callable, Sequence
 
 from fairsim.policies.base import arrival_key
+from fairsim.policies.deadline_clock import NS, now_ns, to_ns
 from fairsim.policies.fairway import Fairway, charge_merge
 from fairsim.types import QueuedRequest
-
-NS = 1_000_000_000  # nanoseconds per second: the unit of the deadline arithmetic
-
-
-def to_ns(seconds: float) -> int:
-    """``round(seconds x 1e9)``: a time of the deadline arithmetic in integer nanoseconds."""
-    return round(seconds * 1e9)
-
-
-def now_ns(now: float) -> int:
-    """The clock for the due test, ``floor(now x 1e9)`` ns: for an integer ``X``, ``now x 1e9 >=
-    X`` iff ``floor(now x 1e9) >= X``, so no due test is decided by this rounding."""
-    return math.floor(now * 1e9)
-
 
 HORIZONS = ("max", "own", "now", "now-slack", "growth")
 EXTENDING = ("now", "now-slack", "growth")  # horizons re-read at every step

@@ -168,13 +168,13 @@ def _scenario_inputs(name: str) -> dict[str, str]:
 
 
 def _check_arrival_range(requests: list[Any], scale: float | None, source: str) -> None:
-    """The arrival-range checks of ``fairsim run`` (``fairsim.cli.load_requests``) on a shaped trace.
+    """The arrival-range checks of ``fairsim run`` (``fairsim.options.load_requests``) on a shaped trace.
 
     Raises:
         ValueError: The last arrival, or (sessions, replayed closed loop) a turn's earliest
             release (``fairsim.sim.release``), beyond ``MAX_ARRIVAL_S`` (1e9 s).
     """
-    from fairsim.cli import MAX_ARRIVAL_S
+    from fairsim.options import MAX_ARRIVAL_S
     from fairsim.sim.arrivals import has_sessions
     from fairsim.sim.release import check_release_times
 

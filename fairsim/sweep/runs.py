@@ -52,7 +52,7 @@ def execute(run: RunSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
             the run id was computed from.
         ValueError: The simulation refuses the input (e.g. ``CapacityError``).
     """
-    from fairsim.cli import run_one
+    from fairsim.run import run_one
     from fairsim.costmodel import load_profile
     from fairsim.sweep.engine import run_engine
     from fairsim.sweep.tracerun import load_trace_input, trace_engine

@@ -2,17 +2,17 @@
 
 A ``[[traces]]`` point (``RunSpec.trace``: path, time scale, window, max_requests) becomes the
 options of ``fairsim run`` (``run_options``), parsed by the parser of ``fairsim run``'s common
-options (``fairsim.cli.add_common``, so every default is run's), then
+options (``fairsim.options.add_common``, so every default is run's), then
 
-- loaded and shaped by ``fairsim.cli.load_requests``: any format or folder ``--trace`` reads,
+- loaded and shaped by ``fairsim.options.load_requests``: any format or folder ``--trace`` reads,
   session replay resolved (closed loop where the trace has sessions, session starts placed for a
   format without absolute time), the window and ``max_requests``, a kept turn whose predecessor
   was cut sent at its own timestamp, the profile's ``max_model_len`` check, the time scale and
   the arrival-range checks;
-- sized by ``fairsim.cli.engine_config`` (run's engine defaults), the run's ``[engine]`` point
+- sized by ``fairsim.options.engine_config`` (run's engine defaults), the run's ``[engine]`` point
   (``fairsim.sweep.engine.run_engine``) and ``fairsim.sim.capacity.with_profile_capacity`` (the
   profile's ``kv_capacity`` when the point sets no capacity), exactly as ``fairsim run`` sizes it;
-- simulated by ``fairsim.cli.run_one`` with the replay mode and think scale ``load_requests``
+- simulated by ``fairsim.run.run_one`` with the replay mode and think scale ``load_requests``
   resolved.
 
 The planner (``fairsim.sweep.plan``) calls these same functions to validate every point, so a
@@ -54,7 +54,7 @@ class _RunOptionsParser(argparse.ArgumentParser):
 
 @functools.lru_cache(maxsize=1)
 def _parser() -> argparse.ArgumentParser:
-    from fairsim.cli import add_common
+    from fairsim.options import add_common
 
     parser = _RunOptionsParser(prog="fairsim run", add_help=False)
     add_common(parser)
@@ -117,7 +117,7 @@ def load_trace_input(trace: dict[str, Any], profile: Profile) -> TraceInput:
             an arrival beyond 1e9 s), its message as ``fairsim run`` gives it.
         OSError: The trace cannot be read.
     """
-    from fairsim.cli import load_requests
+    from fairsim.options import load_requests
 
     args = _parser().parse_args(run_options(trace))
     stderr = io.StringIO()
@@ -138,7 +138,7 @@ def trace_engine(inp: TraceInput, point: dict[str, Any], profile: Profile) -> tu
     Raises:
         ValueError: A value ``EngineConfig`` refuses, or two capacity keys.
     """
-    from fairsim.cli import engine_config
+    from fairsim.options import engine_config
     from fairsim.sim.capacity import with_profile_capacity
     from fairsim.sweep.engine import run_engine
 

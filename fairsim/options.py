@@ -1,0 +1,623 @@
+"""Command-line options shared by the commands, and what they resolve to.
+
+The option set of every simulating command (``add_common``: trace, window, scaling, replay,
+engine config and KV capacity, profile, policy parameters, output) and the helpers that turn
+those options into a run: the shaped requests (``load_requests``), the ``EngineConfig`` and its
+capacity (``engine_config``, ``capacity_of``), the policies and their parameters
+(``resolve_policies``, ``parse_params``, ``params_for``, ``check_policies``). Every command
+module (``fairsim.run``, ``fairsim.bench``, ``fairsim.accept``, ``fairsim.analysis.cli``,
+``fairsim.live.cli``, ``fairsim.sweep``) imports them from here; this module imports no command,
+so no command imports back the module that dispatches to it (``fairsim.cli``).
+
+Errors: a bad option or input raises ``ValueError`` naming the option (or the trace's file, line
+and field); ``fairsim.cli.main`` reports it and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from fairsim.costmodel import DEFAULT_PROFILE, Profile, load_profile
+from fairsim.io import path_arg
+from fairsim.policies import make_policy, policy_names
+from fairsim.sim import EngineConfig, SimResult
+from fairsim.traces import Trace, load_trace, scale_time, window
+from fairsim.traces.sessions import detach_cut
+from fairsim.types import Request
+
+
+#: Latest (scaled) arrival accepted, seconds (~32 years). float64 resolves 1.2e-7 s at 1e9 s, so
+#: step times (>= 1e-6 s) and TTFTs keep their precision; beyond it they silently would not.
+MAX_ARRIVAL_S = 1e9
+
+
+#: Shortest span of arrivals (s) a time scale may make of a trace whose arrivals are not all at
+#: one instant: under 1 us (the resolution ``MAX_ARRIVAL_S`` keeps) a factor is a mistake, not a
+#: burst, and the offered-load figures would run to hundreds of digits.
+MIN_SPAN_S = 1e-6
+
+
+def parse_params(items: Sequence[str]) -> dict[str, Any]:
+    """``["fast_weight=8", "fair_lane=false"]`` -> ``{"fast_weight": 8, "fair_lane": False}``.
+
+    Values are read as JSON when they parse (numbers, true/false), else kept as strings. A key
+    may be scoped to one policy as ``POLICY.KEY`` (``fairway.fast_weight=8``); scoped keys are
+    kept as written and resolved by ``params_for``.
+
+    Raises:
+        ValueError: An item without ``=``.
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--param {item!r}: expected KEY=VALUE or POLICY.KEY=VALUE")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def param_scope(key: str) -> str | None:
+    """The policy a ``--param`` key is scoped to: what stands before its last dot (a keyword
+    never has one; a policy may, ``package.module:Class``), or ``None`` for an unscoped key."""
+    scope, dot, _ = key.rpartition(".")
+    return scope if dot else None
+
+
+def scoped_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Only the ``NAME.KEY`` parameters of policy ``name``, as ``KEY``."""
+    return {k.rpartition(".")[2]: v for k, v in params.items() if param_scope(k) == name}
+
+
+def params_for(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters of policy ``name``: unscoped keys plus its own ``NAME.KEY`` ones."""
+    return {**{k: v for k, v in params.items() if param_scope(k) is None}, **scoped_params(name, params)}
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except empty ones and those the help text already states."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default in (None, [], False) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+RUN_OUT_HELP = "folder for requests-POLICY.parquet, steps-POLICY.parquet, summary.json, run.json"
+
+
+def add_common(p: argparse.ArgumentParser, out_help: str = RUN_OUT_HELP) -> None:
+    """Options shared by every simulating command (``out_help``: what its ``--out`` holds)."""
+    from fairsim.traces.formats import FORMATS
+
+    p.add_argument("--trace", help="trace file or folder, any format of --trace-format "
+                                   "(default: the embedded RAG input)")
+    p.add_argument("--trace-format", default="auto", choices=("auto", *FORMATS),
+                   help="trace format; auto detects it from the content (gzip by its magic bytes)")
+    p.add_argument("--hash-block-size", type=int, default=None, metavar="TOKENS",
+                   help="tokens per hash id, for Mooncake-like files whose block is given out of band "
+                        "(default: what the format or file records; Mooncake 512)")
+    p.add_argument("--skip-bad", action="store_true", help="skip bad trace records, counting them")
+    p.add_argument("--trace-part", type=int, default=None, metavar="N",
+                   help="RAGPulse: read part N (1-based) of a trace file whose time axis restarts (a week "
+                        "each); such a file is refused without it, never overlaid")
+    p.add_argument("--profile", default=DEFAULT_PROFILE,
+                   help="cost-model profile: shipped name or JSON path")
+    p.add_argument("--budget", type=int, default=2048,
+                   help="step token budget, tokens (vLLM max_num_batched_tokens)")
+    p.add_argument("--max-num-seqs", type=int, default=256,
+                   help="most requests running at once (vLLM max_num_seqs)")
+    p.add_argument("--block-size", type=int, default=None,
+                   help="tokens per KV block, any size (default: the trace's hash block)")
+    cap = p.add_mutually_exclusive_group()
+    cap.add_argument("--kv-tokens", type=int,
+                     help="KV cache capacity in tokens (default: the profile's kv_capacity)")
+    cap.add_argument("--kv-blocks", type=int, help="KV cache capacity in blocks")
+    cap.add_argument("--kv-fraction", type=float,
+                     help="KV capacity as a fraction of the trace's reusable content (the paper's "
+                          "setting; the default for a profile without kv_capacity: 0.3)")
+    p.add_argument("--max-model-len", type=int, default=None, metavar="TOKENS",
+                   help="vLLM max_model_len: a prompt of TOKENS or more is refused (or dropped with "
+                        "--skip-long); the KV cache must hold one such request, as vLLM checks at "
+                        "start-up (default: the profile's max_model_len)")
+    p.add_argument("--skip-long", action="store_true",
+                   help="drop and count requests whose prompt does not fit max_model_len (--max-model-len "
+                        "or the profile's)")
+    scale = p.add_mutually_exclusive_group()
+    scale.add_argument("--time-scale", type=float, default=1.0,
+                       help="multiply arrival times by S (>1 stretches the trace, lowering the load)")
+    scale.add_argument("--target-load", type=float, default=None, metavar="X",
+                       help="choose the time scale that gives mean offered load X (no reuse; the scale is printed)")
+    p.add_argument("--load-window", type=float, default=60.0, metavar="S",
+                   help="length of the busiest window in the offered-load line, seconds")
+    p.add_argument("--mode", choices=("prefill-only", "colocated"), default="prefill-only",
+                   help="prefill-only: a request ends with its first token (the paper's node); "
+                        "colocated: it decodes to the trace's output_length on the same engine")
+    p.add_argument("--slo", default=None, metavar="ttft=S,tpot=S",
+                   help="colocated: goodput = requests meeting these TTFT/TPOT SLOs (seconds)")
+    p.add_argument("--window-start", type=float, default=0.0,
+                   help="window start, seconds of trace time (before --time-scale)")
+    p.add_argument("--window-end", type=float, default=None,
+                   help="window end, seconds of trace time (before --time-scale)")
+    p.add_argument("--max-requests", type=int, default=None, help="keep the first N requests")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the generated default input when no --trace is given (0 = the shipped "
+                        "file), and of the session starts placed by --session-rate")
+    p.add_argument("--replay", choices=("open", "closed"), default=None,
+                   help="open: requests arrive at their timestamps; closed: a turn is sent when the "
+                        "turn it follows finished in the simulation plus its think time (default: "
+                        "closed where the trace has sessions)")
+    p.add_argument("--think-scale", type=float, default=1.0, metavar="S",
+                   help="closed loop: multiply think/tool times (delays after a finished turn) by S")
+    p.add_argument("--session-rate", type=float, default=None, metavar="R",
+                   help="start sessions as a seeded Poisson process of R sessions/s (default: "
+                        "0.1 where the trace has no absolute time; otherwise keep its timestamps)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="policy parameter, e.g. fast_weight=8, or fairway.fast_weight=8 for one policy (repeatable)")
+    p.add_argument("--out", type=path_arg, help=out_help)
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="table for people, json (one object keyed by policy) for scripts")
+
+
+def check_shaping_options(args: argparse.Namespace) -> None:
+    """The bounds of the options that load and shape a trace, checked without reading it, so a
+    command that does long work first (``bench --tile``) refuses a bad option at once.
+
+    Raises:
+        ValueError: A bad ``--seed``, ``--hash-block-size``, ``--window-start``/``--window-end``/
+            ``--max-requests``, ``--time-scale``, ``--think-scale``, ``--session-rate`` or
+            ``--max-model-len``, naming the option.
+    """
+    if args.seed < 0:
+        raise ValueError(f"--seed {args.seed}: need an integer >= 0")
+    if args.hash_block_size is not None and args.hash_block_size < 1:  # with or without --trace
+        raise ValueError(f"--hash-block-size {args.hash_block_size}: need >= 1 token")
+    for option, value in (("--window-start", args.window_start), ("--window-end", args.window_end)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"{option} {value}: need a finite time >= 0 s")
+    window([], args.window_start, args.window_end, args.max_requests)  # its own bounds
+    if getattr(args, "target_load", None) is None:
+        scale_time([], args.time_scale)  # its own bounds
+    if not (args.think_scale >= 0 and args.think_scale < float("inf")):
+        raise ValueError(f"--think-scale {args.think_scale}: need a finite factor >= 0")
+    rate = getattr(args, "session_rate", None)
+    if rate is not None and not (rate > 0 and math.isfinite(rate)):
+        raise ValueError(f"--session-rate {rate}: need a finite rate > 0 sessions/s")
+    check_max_model_len(getattr(args, "max_model_len", None))
+
+
+LONG_CONTEXT_PROFILE, LONG_CONTEXT_TOKENS = "h200-qwen2.5-7b-1m-vllm-prior", 1_010_000
+"""The shipped long-context prior and its max_model_len (``fairsim/profiles/build_long_context_prior.py``)."""
+
+MAX_MODEL_LEN_LIMIT = 2**31 - 1
+"""Largest ``--max-model-len`` accepted, tokens: vLLM keeps token positions in int32."""
+
+
+def check_max_model_len(tokens: int | None) -> None:
+    """Refuse a ``--max-model-len`` below 2 tokens (a prompt must be shorter than it and leave one
+    token to generate; ``Profile`` has the same bound) or above ``MAX_MODEL_LEN_LIMIT``.
+
+    Raises:
+        ValueError: Naming the option and the bounds.
+    """
+    if tokens is not None and not 2 <= tokens <= MAX_MODEL_LEN_LIMIT:
+        raise ValueError(f"--max-model-len {tokens}: need an integer number of tokens from 2 to "
+                         f"{MAX_MODEL_LEN_LIMIT:,}")
+
+
+def model_len_limit(args: argparse.Namespace, profile: Profile) -> tuple[int | None, str]:
+    """``(max_model_len, how to name it)``: ``--max-model-len`` when given (a warning when above the
+    profile's, the model's documented context), else the profile's (None: no limit known)."""
+    given = getattr(args, "max_model_len", None)
+    if given is None:
+        return profile.max_model_len, f"max_model_len of profile {profile.name}"
+    if profile.max_model_len is not None and given > profile.max_model_len:
+        hint = (f"; a long-context profile: {LONG_CONTEXT_PROFILE} ({LONG_CONTEXT_TOKENS:,} tokens)"
+                if profile.max_model_len < LONG_CONTEXT_TOKENS else "")
+        print(f"fairsim: warning: --max-model-len {given:,} is above the max_model_len of profile {profile.name} "
+              f"({profile.max_model_len:,} tokens; for a shipped profile, the model's documented context): "
+              f"vLLM refuses a length past the model's context unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, and "
+              f"the model's output past it is not guaranteed{hint}", file=sys.stderr)
+    return given, f"--max-model-len {given:,}"
+
+
+def check_kv_holds_max_model_len(args: argparse.Namespace, block_size: int, kv_blocks: int) -> None:
+    """Refuse a ``--max-model-len`` that one request cannot fill in the KV cache, as vLLM refuses
+    to start (``vllm/v1/core/kv_cache_utils.py``, ``check_enough_kv_cache_memory``: the cache must
+    hold ``cdiv(max_model_len, block_size)`` blocks, ``FullAttentionSpec.max_memory_usage_bytes``).
+
+    Raises:
+        ValueError: Naming ``--max-model-len``, the capacity and the largest length that fits.
+    """
+    tokens = getattr(args, "max_model_len", None)
+    if tokens is None:
+        return
+    need = -(-tokens // block_size)
+    if need > kv_blocks:
+        raise ValueError(
+            f"--max-model-len {tokens:,}: one request of that length needs {need:,} KV blocks of {block_size} "
+            f"tokens, but the KV cache holds {kv_blocks:,} ({kv_blocks * block_size:,} tokens); vLLM refuses "
+            f"to start so. Use --max-model-len {kv_blocks * block_size:,} or less, or a larger cache "
+            f"(--kv-tokens, --kv-blocks, or a profile with more KV memory)")
+
+
+def read_trace(args: argparse.Namespace) -> Trace:
+    """The trace the options name, unshaped: ``--trace``'s file (``--trace-format``,
+    ``--skip-bad``, ``--hash-block-size``, ``--trace-part``), the generated RAG input of ``--seed`` N (N > 0)
+    without ``--trace``, else the embedded default input.
+
+    Raises:
+        ValueError: A bad trace (``fairsim.traces``: file, line and field named).
+    """
+    if args.trace is None and getattr(args, "trace_part", None) is not None:
+        raise ValueError(f"--trace-part {args.trace_part}: needs --trace (a RAGPulse file of several weeks)")
+    if args.trace is None and args.seed != 0:
+        from fairsim.traces.rag import RagSpec, generate_rag
+
+        return generate_rag(RagSpec(seed=args.seed))
+    return load_trace(args.trace, args.trace_format, skip_bad=args.skip_bad, hash_block_size=args.hash_block_size,
+                      part=args.trace_part)
+
+
+def load_requests(args: argparse.Namespace, profile: Profile | None = None,
+                  trace: Trace | None = None) -> tuple[Trace, list[Request]]:
+    """Load and shape the trace named by the options (``trace``: the one ``read_trace(args)``
+    already read, shaped instead of reading it again).
+
+    Order: load, window (``--window-start/--window-end/--max-requests``), drop or refuse prompts
+    that do not fit the profile's ``max_model_len`` (``--skip-long``), then scale time by
+    ``--time-scale`` or by the scale that gives ``--target-load`` (``fairsim.traces.offered``).
+    Sets ``args.time_scale`` to the scale used and ``args.skipped_long`` to the number dropped.
+
+    Raises:
+        ValueError: Bad options, an empty result, or (``PromptTooLongError``) a too-long prompt.
+    """
+    from fairsim.traces.limits import drop_too_long
+
+    profile = profile or load_profile(args.profile)
+    check_shaping_options(args)
+    if trace is None:
+        trace = read_trace(args)
+    skipped = trace.skipped_summary()
+    if skipped:
+        print(f"fairsim: {skipped}", file=sys.stderr)
+    if not trace.requests:
+        raise ValueError(f"{trace.source}: no valid requests in the trace"
+                         + (f" ({skipped})" if skipped else ""))
+    requests = shape_sessions(args, trace)
+    if args.trace is not None and args.seed != 0 and args.session_rate is None:
+        raise ValueError("--seed seeds the generated default input and the session starts of "
+                         "--session-rate; it has no effect with this --trace")
+    kept = window(requests, args.window_start, args.window_end, args.max_requests)
+    if not kept:
+        raise ValueError("no requests left after --window-start/--window-end/--max-requests")
+    limit, limit_name = model_len_limit(args, profile)
+    kept, dropped = drop_too_long(kept, limit, trace.source, getattr(args, "skip_long", False),
+                                  limit_name, trace.locations)
+    args.skipped_long = len(dropped)
+    if dropped:
+        print(f"fairsim: --skip-long dropped {len(dropped)} requests with prompts of {limit:,} tokens or "
+              f"more ({limit_name}); first: {dropped[0].request_id!r}", file=sys.stderr)
+        if not kept:
+            raise ValueError(f"--skip-long: every request kept has a prompt of {limit:,} tokens or more")
+    if getattr(args, "mode", None) == "colocated":
+        from fairsim.traces.limits import cap_outputs
+
+        kept, capped = cap_outputs(kept, limit)
+        if capped:
+            given = "the profile's max_model_len" if getattr(args, "max_model_len", None) is None else "--max-model-len"
+            print(f"fairsim: warning: {len(capped)} requests ask for more output than {given} "
+                  f"({limit:,} tokens) leaves after their prompt; they decode to prompt + output = "
+                  f"{limit:,} tokens, as vLLM finishes them (length-capped); first: {capped[0].request_id!r}",
+                  file=sys.stderr)
+    if args.replay == "closed" and not any(r.after is not None for r in kept):
+        print("fairsim: warning: --replay closed: no request of this trace follows another, so every request "
+              "is sent at its own timestamp, as in open loop", file=sys.stderr)
+    elif args.replay == "open" and args.think_scale != 1:
+        print(f"fairsim: warning: --think-scale {args.think_scale:g} has no effect in open loop (requests "
+              f"arrive at their timestamps); it scales the think times of --replay closed", file=sys.stderr)
+    if args.replay == "closed":
+        kept, detached = detach_cut(kept, requests)
+        if detached:
+            print(f"fairsim: {detached} turns whose predecessor is outside the window (or dropped) are "
+                  f"sent at their own arrival times", file=sys.stderr)
+    target = getattr(args, "target_load", None)
+    if target is not None:
+        args.time_scale = target_time_scale(args, kept, profile)
+    elif args.replay == "closed" and args.time_scale != 1:
+        warn_scale_moves_nothing(args, kept)
+    requests = scale_time(kept, args.time_scale)
+    if args.replay == "closed":  # before the last-arrival check, to name the record and field
+        from fairsim.sim.release import check_release_times
+
+        if args.session_rate is not None:  # the starts it drew, named before the turns' delays
+            last_start = max((r.arrival_time for r in requests if r.after is None), default=0.0)
+            if not last_start <= MAX_ARRIVAL_S:
+                where, fix = _time_origin(args, trace, kept[-1], "a larger --target-load",
+                                          "a smaller --time-scale", "a larger --session-rate", "")
+                raise ValueError(f"{where}: the last session starts at {last_start:.6g} s, beyond "
+                                 f"{MAX_ARRIVAL_S:.0e} s, where float64 time cannot resolve 1 us steps; use {fix}")
+        check_release_times(requests, args.think_scale, MAX_ARRIVAL_S, trace.source, trace.locations)
+    last = requests[-1].arrival_time if requests else 0.0
+    if not last <= MAX_ARRIVAL_S:
+        where, fix = _time_origin(args, trace, kept[-1], "a larger --target-load", "a smaller --time-scale",
+                                  "a larger --session-rate", "a shorter window (--window-end)")
+        raise ValueError(
+            f"{where}: the last arrival is at {last:.6g} s, beyond "
+            f"{MAX_ARRIVAL_S:.0e} s, where float64 time cannot resolve 1 us steps; use {fix}")
+    span = kept[-1].arrival_time - kept[0].arrival_time
+    if span > 0 and span * args.time_scale < MIN_SPAN_S:
+        where, fix = _time_origin(args, trace, kept[-1], "a smaller --target-load", "a larger --time-scale",
+                                  "a smaller --session-rate", "a larger --time-scale")
+        raise ValueError(
+            f"{where}: the trace's {span:.6g} s of arrivals would span {span * args.time_scale:.3g} s, "
+            f"under {MIN_SPAN_S:.0e} s, finer than any engine step; use {fix}")
+    trace = add_mapping_warning(trace, requests, args.block_size)
+    for warning in trace.warnings:
+        print(f"fairsim: warning: {warning}", file=sys.stderr)
+    return trace, requests
+
+
+def load_in_trace_time(args: argparse.Namespace, profile: Profile) -> tuple[Trace, list[Request], float]:
+    """``load_requests`` with the arrivals left in trace time, and the time scale the options ask
+    for: ``--time-scale``, or the one ``--target-load`` resolves to on the requests kept (said on
+    stderr as ``fairsim run`` says it). For ``accept`` and ``analyze``, which cut windows and bins
+    in trace time and scale the arrivals after.
+
+    Raises:
+        ValueError: A ``--time-scale`` that is not a finite factor > 0, or as ``load_requests``.
+    """
+    scale, target = args.time_scale, getattr(args, "target_load", None)
+    if not (scale > 0 and math.isfinite(scale)):
+        raise ValueError(f"--time-scale {scale}: need a finite factor > 0")
+    args.time_scale, args.target_load = 1.0, None
+    try:
+        trace, requests = load_requests(args, profile)
+    finally:
+        args.time_scale, args.target_load = scale, target
+    if target is not None:
+        scale = args.time_scale = target_time_scale(args, requests, profile)
+    elif args.replay == "closed" and scale != 1:
+        warn_scale_moves_nothing(args, requests)
+    return trace, requests, scale
+
+
+def target_time_scale(args: argparse.Namespace, requests: Sequence[Request], profile: Profile) -> float:
+    """The time scale that gives ``--target-load`` on ``requests`` (trace time), said on stderr:
+    the mean offered load in open loop (``fairsim.traces.offered``), the bound of the load offered
+    in closed loop (``fairsim.traces.closedload``: a time scale moves only the session starts).
+
+    Raises:
+        ValueError: A bad target, or one no time scale reaches (naming the option that can).
+    """
+    target, colocated = args.target_load, getattr(args, "mode", None) == "colocated"
+    if args.replay == "closed":
+        from fairsim.traces.closedload import closed_loop_time_scale
+
+        scale = closed_loop_time_scale(requests, profile, args.budget, target, args.think_scale, colocated)
+        print(f"fairsim: --target-load {target:g}: time scale {scale:.6g} (closed loop: it scales the session "
+              f"starts so that the load offered is {target:g} if every turn finished the instant it was sent; "
+              f"the load delivered is lower when turns wait; run and compare print it after each run)", file=sys.stderr)
+        return scale
+    from fairsim.traces.offered import time_scale_for_load
+
+    scale = time_scale_for_load(requests, profile, args.budget, target, colocated=colocated)
+    print(f"fairsim: --target-load {target:g}: time scale {scale:.6g}", file=sys.stderr)
+    return scale
+
+
+def warn_scale_moves_nothing(args: argparse.Namespace, requests: Sequence[Request]) -> None:
+    """Closed loop: warn that ``--time-scale`` changes nothing when every first turn of
+    ``requests`` starts at one instant (a time scale moves only the session starts)."""
+    ids = {r.request_id for r in requests}
+    starts = {r.arrival_time for r in requests if r.after is None or r.after not in ids}
+    if len(starts) == 1:
+        print(f"fairsim: warning: --time-scale {args.time_scale:g} changes nothing here: in closed loop a turn "
+              f"is sent when the turn it follows finished plus its think time, and a time scale moves only "
+              f"the session starts, which all fall at one instant; use --think-scale (think/tool times), "
+              f"--session-rate (session starts) or --replay open", file=sys.stderr)
+
+
+def _time_origin(args: argparse.Namespace, trace: Trace, request: Request, *fixes: str) -> tuple[str, str]:
+    """What set the arrival times an error is about, and the matching remedy of ``fixes``
+    (for ``--target-load``, ``--time-scale``, ``--session-rate``, the trace's own times): the
+    option that scaled or placed them, else the record of ``request`` (file and line)."""
+    from fairsim.errors import record_where
+    from fairsim.traces.limits import LINE_LABEL
+
+    target = getattr(args, "target_load", None)
+    if target is not None:
+        return f"--target-load {target:g} (time scale {args.time_scale:.6g})", fixes[0]
+    if args.time_scale != 1:
+        return f"--time-scale {args.time_scale}", fixes[1]
+    if getattr(args, "session_rate", None) is not None:
+        return f"--session-rate {args.session_rate:g} (the session starts it draws)", fixes[2]
+    line = trace.locations.get(request.request_id, request.labels.get(LINE_LABEL))
+    return f"{record_where(trace.source, line)}: arrival time of request {request.request_id!r}", fixes[3]
+
+
+def add_mapping_warning(trace: Trace, requests: list[Request], block_size: int | None) -> Trace:
+    """``trace`` with the warning of ``fairsim.sim.keys.mapping_loss`` added when
+    ``--block-size`` and the hash block neither divide the other."""
+    import dataclasses
+
+    from fairsim.sim.keys import mapping_loss
+
+    loss = mapping_loss(requests, block_size) if block_size else None
+    return dataclasses.replace(trace, warnings=trace.warnings + (loss,)) if loss else trace
+
+
+def shape_sessions(args: argparse.Namespace, trace: Trace) -> list[Request]:
+    """Resolve ``--replay``/``--session-rate`` for ``trace`` (stored back on ``args``) and place
+    session starts where asked or needed; return the requests sorted by arrival.
+
+    Raises:
+        ValueError: A bad ``--session-rate`` (``--think-scale`` is checked by ``check_shaping_options``).
+        SessionError: Closed loop: an ``after`` naming an unknown request, or a cycle.
+    """
+    from fairsim.sim.arrivals import check_sessions, resolve_replay
+    from fairsim.traces.sessions import DEFAULT_SESSION_RATE, place_sessions
+
+    args.replay = resolve_replay(trace.requests, args.replay)
+    if args.replay == "closed":
+        check_sessions(trace.requests, trace.source, trace.locations)  # named error before any long work
+    requests = sorted(trace.requests, key=lambda r: (r.arrival_time, r.request_id))
+    # Formats without absolute time (Claude Code sessions) give offsets from the session start.
+    if not getattr(trace, "absolute_time", True) and args.session_rate is None:
+        args.session_rate = DEFAULT_SESSION_RATE
+    if args.session_rate is not None:
+        requests = place_sessions(requests, args.session_rate, args.seed)
+    return requests
+
+
+ENGINE_OPTIONS = {"budget_tokens": "--budget", "max_num_seqs": "--max-num-seqs", "block_size": "--block-size",
+                  "kv_blocks": "--kv-blocks", "kv_tokens": "--kv-tokens", "kv_fraction": "--kv-fraction"}
+"""``EngineConfig`` field -> the command-line option that sets it (for error messages)."""
+
+
+def engine_config(args: argparse.Namespace, profile: Profile | None = None) -> EngineConfig:
+    """``EngineConfig`` from the options; with ``profile``, its KV capacity when none is given."""
+    from fairsim.sim.capacity import with_profile_capacity
+
+    try:
+        config = EngineConfig(budget_tokens=args.budget, max_num_seqs=args.max_num_seqs,
+                              block_size=args.block_size, kv_blocks=args.kv_blocks,
+                              kv_tokens=getattr(args, "kv_tokens", None), kv_fraction=args.kv_fraction,
+                              mode=getattr(args, "mode", "prefill-only"))
+    except ValueError as exc:  # name the option the user typed, not the EngineConfig field
+        raise ValueError(_option_names(str(exc))) from None
+    return config if profile is None else with_profile_capacity(config, profile)[0]
+
+
+def _option_names(message: str, args: argparse.Namespace | None = None) -> str:
+    """``message`` with each ``EngineConfig`` field (``kv_tokens=100``) named as its option
+    (``--kv-tokens 100``); with ``args``, a message that blames a ``kv_tokens`` that no
+    ``--kv-tokens`` gave blames the profile's KV capacity (``with_profile_capacity``) instead."""
+    if args is not None and getattr(args, "kv_tokens", None) is None:
+        message = re.sub(r"^kv_tokens=(\d+)", r"the profile's KV capacity (\1 tokens)", message)
+    for field, option in ENGINE_OPTIONS.items():
+        message = message.replace(f"{field}=", f"{option} ")
+    return message
+
+
+def capacity_of(requests: Sequence[Request], config: EngineConfig,
+                args: argparse.Namespace) -> tuple[int, int]:
+    """``fairsim.sim.capacity.resolve_capacity`` for a command: ``(block_size, kv_blocks)``.
+
+    Raises:
+        CapacityError: As ``resolve_capacity``, naming the options of ``args`` (``--kv-tokens``)
+            that set the capacity, not the ``EngineConfig`` fields.
+        ValueError: A ``--max-model-len`` whose one request the cache cannot hold
+            (``check_kv_holds_max_model_len``).
+    """
+    from fairsim.errors import CapacityError
+    from fairsim.sim.capacity import resolve_capacity
+
+    try:
+        block_size, kv_blocks = resolve_capacity(requests, config)
+    except CapacityError as exc:
+        raise CapacityError(_option_names(str(exc), args)) from None
+    check_kv_holds_max_model_len(args, block_size, kv_blocks)
+    return block_size, kv_blocks
+
+
+def resolve_policies(spec: str) -> list[str]:
+    """``"fcfs,lpm"`` -> names; ``"all"`` -> every registered policy.
+
+    Raises:
+        ValueError: No name, an empty one (``fcfs,``), or a name given twice (``--policies``
+            names the option).
+    """
+    names = policy_names(include_generic=False) if spec == "all" else [s.strip() for s in spec.split(",")]
+    if not any(names):
+        raise ValueError("no policies given")
+    if not all(names):  # "fcfs,,lpm" or "fcfs,": a name left out, or a comma too many
+        raise ValueError(f"--policies {spec}: an empty name between commas; give names separated by "
+                         f"single commas, e.g. fcfs,lpm")
+    if "all" in names:  # spec is not "all" itself here
+        raise ValueError(f"--policies {spec}: 'all' stands alone (every registered policy); name policies, or all")
+    # One row per policy: a repeat would silently be one run.
+    check_named_once("--policies", spec, names, "; give each policy once (bench --repeat N runs each N times)")
+    return names
+
+
+def check_named_once(option: str, value: str, items: Sequence[Any], hint: str = "") -> None:
+    """Refuse a list option (``value``, as typed) that names an item more than once.
+
+    Raises:
+        ValueError: ``OPTION VALUE: 'x' given more than once`` (then ``hint``).
+    """
+    twice = sorted({str(x) for x in items if items.count(x) > 1})
+    if twice:
+        raise ValueError(f"{option} {value}: {', '.join(map(repr, twice))} given more than once{hint}")
+
+
+def check_policies(names: list[str], profile: Profile, params: dict[str, Any]) -> None:
+    """Fail fast, before any long run, on a bad policy name or parameter.
+
+    Raises:
+        ValueError: An unknown policy, a parameter it rejects, or a ``POLICY.KEY`` parameter
+            scoped to a policy that is not being run.
+    """
+    for key in params:
+        scope = param_scope(key)
+        if scope is not None and scope not in names:
+            raise ValueError(f"--param {key}: policy {scope!r} is not among those run ({', '.join(names)})")
+    for name in names:
+        make_policy(name, profile, **params_for(name, params))
+
+
+def pre_run_load(args: argparse.Namespace, requests: Sequence[Request], profile: Profile) -> tuple[Any, str]:
+    """``(OfferedLoad, what it is)`` of the shaped ``requests`` before a run: the offered load in
+    open loop; in closed loop its upper bound (``fairsim.traces.closedload``: the load depends on
+    when turns finish, measured after the run by ``delivered_of``)."""
+    from fairsim.traces.offered import offered_load
+
+    colocated = getattr(args, "mode", None) == "colocated"
+    if args.replay == "closed":
+        from fairsim.traces.closedload import BOUND_WHAT, closed_loop_bound
+
+        return (closed_loop_bound(requests, profile, args.budget, args.load_window, args.think_scale, colocated),
+                BOUND_WHAT)
+    return offered_load(requests, profile, args.budget, args.load_window, colocated), "offered load"
+
+
+def delivered_of(args: argparse.Namespace, requests: Sequence[Request], profile: Profile, result: SimResult) -> Any:
+    """The ``OfferedLoad`` a closed-loop run delivered: ``requests`` at the send times it recorded."""
+    from fairsim.traces.closedload import delivered_load
+
+    cols = result.columns("requests")
+    sent = dict(zip(cols["request_id"], cols["released_s"]))
+    return delivered_load(requests, sent, profile, args.budget, args.load_window,
+                          getattr(args, "mode", None) == "colocated")
+
+
+def delivered_figures(load: Any) -> dict[str, float | None]:
+    """The summary keys of a closed-loop run's delivered load (``OfferedLoad``): mean load cold and
+    after ideal reuse, busiest-window load, and the span of the send times (s)."""
+    figures = load.to_dict()
+    return {"delivered_load": figures["load"], "delivered_ideal_load": figures["ideal_load"],
+            "delivered_peak_load": figures["peak_load"], "delivered_span_s": figures["span_s"]}
+
+
+def replay_line(args: argparse.Namespace) -> str:
+    """One line saying how requests are sent (after ``load_requests`` resolved the options)."""
+    if args.replay == "open":
+        line = "replay: open loop (requests arrive at their timestamps"
+    else:
+        line = (f"replay: closed loop (a turn is sent when the turn it follows finished + its "
+                f"think time x{args.think_scale:g}; TTFT and queue delay from that send time")
+    if args.session_rate is not None:
+        line += f"; sessions start as a Poisson process of {args.session_rate:g}/s, seed {args.seed}"
+    if args.replay == "closed" and args.time_scale != 1:
+        line += f"; time scale {args.time_scale:.6g} applied to the session starts only"
+    return line + ")"

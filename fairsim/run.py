@@ -1,0 +1,228 @@
+"""``fairsim run`` and ``fairsim compare``: simulate one policy, or several side by side, on the
+same shaped input, and print a table or JSON; ``--out`` gets each policy's tables, ``summary.json``
+and ``run.json``. ``run_one`` and ``write_tables`` also serve ``accept`` and ``sweep``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from fairsim import __version__
+from fairsim.costmodel import Profile, load_profile
+from fairsim.gcpause import paused
+from fairsim.io import atomic_write, atomic_write_text, check_file_stems, check_writable_dir, file_stem, strict_json
+from fairsim.options import (capacity_of, check_policies, delivered_figures, delivered_of, engine_config, load_requests,
+                             params_for, parse_params, pre_run_load, replay_line)
+from fairsim.policies import make_policy
+from fairsim.sim import EngineConfig, SimResult, simulate
+from fairsim.traces import Trace
+from fairsim.types import Request
+
+
+def run_one(name: str, requests: list[Request], profile: Profile, config: EngineConfig,
+            params: dict[str, Any], show_progress: bool = True, *, replay: str | None = None,
+            think_scale: float = 1.0) -> SimResult:
+    """Simulate ``requests`` under policy ``name`` with a progress bar after 2 s (``replay`` and
+    ``think_scale``: see ``fairsim.sim.Engine``)."""
+    policy = make_policy(name, profile, **params)
+    # Errors name the policy as the user gave it (a team's class may call itself "fcfs").
+    if not show_progress or not sys.stderr.isatty():  # tqdm(disable=None) would not draw either
+        return simulate(requests, policy, profile, config, replay=replay, think_scale=think_scale, name=name)
+    from tqdm import tqdm
+
+    with tqdm(total=len(requests), desc=name, unit="req", delay=2.0, leave=False,
+              disable=not show_progress or None) as bar:
+        return simulate(requests, policy, profile, config, progress=bar.update, replay=replay,
+                        think_scale=think_scale, name=name)
+
+
+def write_tables(out: Path, name: str, result: SimResult, engine: dict[str, Any] | None = None) -> None:
+    """Write ``requests-NAME.parquet`` and ``steps-NAME.parquet`` atomically (``fairsim.io``);
+    ``NAME`` is the policy name through ``fairsim.io.file_stem`` (``mypol:Rev`` -> ``mypol_Rev``).
+
+    ``engine`` (profile, KV capacity, block size) is stored as JSON in the Parquet schema
+    metadata under the key ``fairsim``.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out.mkdir(parents=True, exist_ok=True)
+    for kind, frame in (("requests", result.requests), ("steps", result.steps)):
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        if engine is not None:
+            meta = dict(table.schema.metadata or {})
+            meta[b"fairsim"] = json.dumps({"policy": name, **engine}).encode()
+            table = table.replace_schema_metadata(meta)
+        atomic_write(out / f"{kind}-{file_stem(name)}.parquet", lambda tmp, table=table: pq.write_table(table, tmp))
+
+
+def format_table(rows: dict[str, dict[str, Any]]) -> str:
+    """Plain-text side-by-side table of per-policy summaries (plus decode columns, colocated)."""
+    cols = [("requests", "requests", "{:d}"), ("ttft_p50_s", "p50 s", "{:.3f}"),
+            ("ttft_p90_s", "p90 s", "{:.3f}"), ("ttft_p99_s", "p99 s", "{:.3f}"),
+            ("ttft_max_s", "max s", "{:.3f}"), ("starved", "starved", "{}"),
+            ("hit_rate", "hit rate", "{:.3f}"), ("kv_blocks", "KV blocks", "{:d}"),
+            ("sim_time_s", "sim s", "{:.1f}"), ("wall_time_s", "wall s", "{:.2f}")]
+    first = next(iter(rows.values()), {})
+    if "tpot_p50_s" in first:
+        from fairsim.cli_colocated import DECODE_COLUMNS
+
+        cols[-2:-2] = [c for c in DECODE_COLUMNS if c[0] in first]
+    header = ["policy"] + [c[1] for c in cols]
+    show = {True: "yes", False: "no"}
+
+    def cell(value: Any, fmt: str) -> str:
+        # A figure that does not exist (None/NaN: e.g. TPOT when no request decoded twice) is n/a.
+        if value is None or (isinstance(value, float) and value != value):
+            return "n/a"
+        return fmt.format(value)
+
+    body = [[name] + [show[s[key]] if key == "starved" else cell(s[key], fmt)
+                      for key, _, fmt in cols] for name, s in rows.items()]
+    widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
+    lines = ["  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths)))
+             for r in [header] + body]
+    return "\n".join(lines)
+
+
+def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
+    """``run`` / ``compare``: simulate each policy, print a table or JSON."""
+    from fairsim.metrics import summarize
+
+    if args.out is not None:
+        check_file_stems(names)
+        check_writable_dir(args.out)
+    if getattr(args, "plots", None) is not None:
+        check_writable_dir(args.plots, "--plots")
+    from fairsim.sim.capacity import describe_capacity, with_profile_capacity
+    from fairsim.traces.closedload import delivered_what
+
+    profile = load_profile(args.profile)
+    config, cap_source = with_profile_capacity(engine_config(args), profile)
+    from fairsim.metrics import parse_slo
+
+    slo = parse_slo(args.slo)
+    if slo and config.mode != "colocated":
+        raise ValueError("--slo needs --mode colocated (prefill-only runs have no TPOT)")
+    params = parse_params(args.param)
+    check_policies(names, profile, params)
+    # The trace's long-lived objects, no garbage cycles; frozen until the first Engine.run ends
+    # (it unfreezes; so does an error before it, below). fairsim/gcpause.py.
+    with paused(freeze=True):
+        trace, requests = load_requests(args, profile)
+        block_size, kv_blocks = capacity_of(requests, config, args)  # fails fast on a too-small cache
+        engine = {"profile": profile.name, "kv_tokens": kv_blocks * block_size, "kv_blocks": kv_blocks,
+                  "block_size": block_size, "kv_capacity_source": cap_source}
+        load, load_what = pre_run_load(args, requests, profile)
+    rows: dict[str, dict[str, Any]] = {}
+    results: dict[str, SimResult] = {}
+    delivered_loads: dict[str, dict[str, Any]] = {}  # closed loop: per policy (run.json)
+    try:  # from here on: the except below unfreezes (even a print to a closed stdout)
+        stream = sys.stderr if args.format == "json" else sys.stdout
+        scaled = f" (time scale {args.time_scale:.6g})" if args.time_scale != 1 else ""
+        print(f"trace {trace.label}{scaled}: {load.describe(load_what)}", file=stream)
+        print(describe_capacity(profile.name, block_size, kv_blocks, cap_source), file=stream)
+        print(replay_line(args), file=stream)
+        for name in names:
+            result = run_one(name, requests, profile, config, params_for(name, params),
+                             replay=args.replay, think_scale=args.think_scale)
+            if getattr(args, "plots", None) is not None:
+                results[name] = result
+            # Columns, not DataFrames: pandas is imported only to write --out tables (start-up).
+            summary = summarize(result.columns("requests"), result.columns("steps"))
+            if result.token_gaps is not None:
+                from fairsim.cli_colocated import colocated_summary
+
+                summary.update(colocated_summary(result, slo))
+            if args.replay == "closed":
+                delivered = delivered_of(args, requests, profile, result)
+                print(f"{delivered.describe(delivered_what(name))}", file=stream)
+                summary.update(delivered_figures(delivered))
+                delivered_loads[name] = delivered.to_dict()
+            summary["wall_time_s"] = result.wall_time_s
+            summary["profile"] = profile.name
+            summary["kv_tokens"] = result.kv_blocks * result.block_size
+            summary["kv_blocks"] = result.kv_blocks
+            summary["block_size"] = result.block_size
+            if args.out is not None:
+                write_tables(args.out, name, result, engine)
+            rows[name] = summary  # only once its tables are written
+    except BaseException as exc:
+        gc.unfreeze()  # paused(freeze=True) above, when no Engine.run unfroze it
+        # Ctrl-C or an error in a later policy: keep what finished (printed; its tables are
+        # written, and summary.json and run.json list the finished policies), then report as usual.
+        if rows and not isinstance(exc, BrokenPipeError):
+            with contextlib.suppress(OSError):  # stdout gone too: the files and the error remain
+                print_rows(rows, args.format, config.mode == "colocated")
+                print(f"fairsim: the output above holds the {len(rows)} of {len(names)} policies that "
+                      f"finished ({', '.join(rows)})", file=sys.stderr)
+        if args.out is not None and rows:
+            atomic_write_text(args.out / "summary.json", strict_json(rows) + "\n")
+            write_run_info(args.out, args, trace, list(rows), load, engine, load_what, delivered_loads)
+        raise
+    print_rows(rows, args.format, config.mode == "colocated")
+    if results:
+        from fairsim.run_plots import write_run_plots
+
+        write_run_plots(args.plots, results, title=trace.name, slo=slo)
+        if config.mode == "colocated" and not slo:
+            print("fairsim: note: --plots drew no goodput.png: goodput needs --slo ttft=S,tpot=S",
+                  file=sys.stderr)
+    if args.out is not None:
+        atomic_write_text(args.out / "summary.json", strict_json(rows) + "\n")
+        write_run_info(args.out, args, trace, names, load, engine, load_what, delivered_loads)
+    return 0
+
+
+def print_rows(rows: dict[str, dict[str, Any]], fmt: str, colocated: bool) -> None:
+    """``run``/``compare``'s output on stdout: the JSON object keyed by policy (``fmt`` ``json``)
+    or the table, with the colocated groups' table below it in colocated mode."""
+    if fmt == "json":
+        print(strict_json(rows))
+        return
+    print(format_table(rows))
+    if colocated:
+        from fairsim.cli_colocated import format_groups
+
+        groups = format_groups(rows)
+        if groups:
+            print(groups)
+    sys.stdout.flush()
+
+
+def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: list[str], load: Any,
+                   engine: dict[str, Any] | None = None, load_what: str = "offered load",
+                   delivered: dict[str, dict[str, Any]] | None = None) -> None:
+    """``run.json``: what produced the tables in ``out`` (input, shaping, engine, policies).
+
+    The options as given, plus ``engine`` (the profile, KV capacity in tokens and blocks and the
+    block size actually simulated), the offered-load figures before the run (``load``, described
+    as ``load_what``: in closed loop an upper bound) and, in closed loop, ``delivered_load``: the
+    figures of the load each policy's run delivered (policy -> ``OfferedLoad.to_dict()``).
+    """
+    info = {
+        "trace": trace.source, "policies": names, "params": parse_params(args.param),
+        "profile": args.profile, "budget_tokens": args.budget, "max_num_seqs": args.max_num_seqs,
+        "block_size": args.block_size, "kv_blocks": args.kv_blocks, "kv_fraction": args.kv_fraction,
+        "kv_tokens": getattr(args, "kv_tokens", None),
+        "time_scale": args.time_scale, "target_load": getattr(args, "target_load", None),
+        "window_start_s": args.window_start,
+        "mode": args.mode, "slo": args.slo,
+        "window_end_s": args.window_end, "max_requests": args.max_requests, "seed": args.seed,
+        "skip_long": getattr(args, "skip_long", False), "skipped_long": getattr(args, "skipped_long", 0),
+        "max_model_len": getattr(args, "max_model_len", None),
+        "engine": engine, "offered_load": load.describe(load_what), "offered_load_figures": load.to_dict(),
+        "delivered_load": delivered or None,
+        "replay": args.replay, "think_scale": args.think_scale,
+        "session_rate_per_s": args.session_rate, "fairsim_version": __version__,
+        "trace_format": trace.format, "hash_block_size": trace.hash_block_size,
+        "absolute_time": trace.absolute_time, "warnings": list(trace.warnings),
+        "skipped_records": len(trace.skipped),
+    }
+    atomic_write_text(out / "run.json", json.dumps(info, indent=2) + "\n")
