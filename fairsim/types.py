@@ -111,9 +111,9 @@ class QueuedRequest(NamedTuple):
             leading keys = shared prefix). Read-only; ``()`` when the engine does not provide
             them. Used by LPM's optional SGLang in-batch de-duplication.
         block_size: Tokens per entry of ``block_keys`` (0 when not provided).
-        client: The fairness class of the request for the per-client policies (``drr``, ``vtc``,
-            ``dlpm``): the trace's ``tenant`` label, else its ``session_id``, else its ``doc_id``
-            label, else ``None`` (the request is its own class). Filled by the engine and the
+        client: The fairness class of the request for the per-client policies (``drr``,
+            ``drr-dynamo``, ``vtc``, ``dlpm``): the trace's ``tenant`` label, else its
+            ``session_id``, else its ``doc_id`` label, else ``None`` (the request is its own class). Filled by the engine and the
             live hook with ``fairsim.policies.clients``; see docs/POLICIES-more.md.
     """
 

@@ -157,14 +157,15 @@ class TestDLPM:
         # Refill 100: A1 (a -250), B1 (b -250). Then one refill of 3 quanta: b = 50 -> B2.
         assert ids(p.order([a1, b1, b2], 0.0)) == ["A1", "B1", "B2"]
         p.on_admitted([a1, b1, b2], 0.0)
-        assert p.deficit == {"a": -250.0, "b": 40.0}
+        # Both queues emptied: both clients left, their deficits (-250, 40) reset.
+        assert p.deficit == {"a": 0.0, "b": 0.0}
 
     def test_idle_client_reset(self):
         p = DLPM(quantum=100)
         a1 = q("A1", 350, "a", 0.0)
         p.order([a1], 0.0)
         p.on_admitted([a1], 0.0)
-        assert p.deficit == {"a": -250.0}
+        assert p.deficit == {"a": 0.0}  # its queue emptied: -250 reset
         p.order([q("B1", 1, "b", 1.0)], 1.0)
         assert "a" not in p.deficit
 

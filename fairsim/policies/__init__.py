@@ -3,6 +3,7 @@
 from fairsim.policies.base import Policy, arrival_key
 from fairsim.policies.dlpm import DLPM
 from fairsim.policies.drr import DRR
+from fairsim.policies.drr_dynamo import DRRDynamo
 from fairsim.policies.fairway import Fairway
 from fairsim.policies.fairway_carry import FairwayCarry
 from fairsim.policies.fairway_deadline import FairwayDeadline
@@ -19,6 +20,7 @@ from fairsim.policies.registry import POLICIES, make_policy, policy_names
 __all__ = [
     "DLPM",
     "DRR",
+    "DRRDynamo",
     "FCFS",
     "VTC",
     "FairwayCarry",

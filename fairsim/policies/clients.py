@@ -1,4 +1,5 @@
-"""The fairness class ("client") of a request, for the per-client policies (DRR, VTC, DLPM).
+"""The fairness class ("client") of a request, for the per-client policies (DRR, DRR-Dynamo, VTC,
+DLPM).
 
 VTC and DLPM are defined over clients (tenants, users); Dynamo's router queue over request
 classes. A fairsim trace rarely carries a tenant, so the class is the first label that exists

@@ -102,7 +102,8 @@ class VTCOrder(ClassQueues):
     """``VTC.order`` kept across steps: classes sorted by ``(counter, head arrival, head id)``.
 
     ``iter_order`` performs VTC's lift for the classes that joined or left since the last call
-    (the reference compares the whole backlogged set; only touched classes can differ), then
+    (the reference compares the whole backlogged set; only touched classes can differ; a class
+    that admissions emptied already left in ``VTC.on_admitted`` and joins again if refilled), then
     merges the sorted classes with a small heap of the classes already served in this order
     (their key grows by ``input_weight x charge`` per placement, as in ``VTC.order``).
     """
@@ -157,11 +158,12 @@ class VTCOrder(ClassQueues):
     def iter_order(self, now: float) -> Iterator[QueuedRequest]:
         self._sync()
         self.policy._placed = {}
+        self.policy._class_size = {}
         return self._merge()
 
     def _merge(self) -> Iterator[QueuedRequest]:
         w = self.policy.input_weight
-        placed = self.policy._placed
+        placed, class_size = self.policy._placed, self.policy._class_size
         queues, items, class_of, resolve = self.queues, self.items, self._class_of_rid, self.resolve
         heap: list[tuple] = []
         it = iter(self._keys)
@@ -175,6 +177,7 @@ class VTCOrder(ClassQueues):
                 value, _, rid = nxt
                 u, i = class_of[rid], 0
                 nxt = next(it, None)
+                class_size[u] = len(queues[u])  # VTC.on_admitted: did admissions empty u?
             r = items[rid][1]
             if resolve is not None:
                 r = resolve(r)
@@ -547,10 +550,12 @@ class DLPMOrder:
                 log(real, u, d[u])
                 logged.add(u)
                 i = head[u] = head.get(u, 0) + 1
+                queue = queues[u]
+                if i == len(queue):  # its queue empties here: it leaves, deficit reset (DLPM.order)
+                    log(real, u, 0.0)
                 replay.placed(r)
                 left -= 1
                 yield r
-                queue = queues[u]
                 if d[u] > 0 and i < len(queue):
                     heapq.heappush(heap, (queue[i], u))
             source = None

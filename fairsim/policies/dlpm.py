@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Hashable, Sequence
 
 from fairsim.policies.clients import client_key
@@ -26,7 +27,9 @@ class DLPM:
     - When a pass places nothing (every backlogged client has ``q_u <= 0``), every backlogged
       client gets ``q_u += quantum`` (as many quanta at once as the first client needs to become
       positive) and the passes resume.
-    - A client with no waiting request leaves and its deficit is reset to 0 (DRR's rule).
+    - A client with no waiting request leaves and its deficit is reset to 0 (DRR's rule): the
+      reset is logged with the placement of its last waiting request, so a client that
+      admissions empty leaves then, and one refilled before the next ``order()`` starts from 0.
     - The real deficits advance only through the requests the engine admitted
       (``fairsim.policies.credit``).
 
@@ -65,6 +68,7 @@ class DLPM:
         real, log, q = self.deficit, self._replay.log, self.quantum
         d = {u: real.get(u, 0.0) for u in active}
         rest = sorted(waiting, key=_lpm_key)
+        unplaced = Counter(client_key(r) for r in waiting)
         out: list[QueuedRequest] = []
         while rest:
             keep: list[QueuedRequest] = []
@@ -73,6 +77,9 @@ class DLPM:
                 if d[u] > 0:
                     d[u] -= r.uncached_len
                     log(real, u, d[u])
+                    unplaced[u] -= 1
+                    if not unplaced[u]:  # its queue empties here: it leaves, deficit reset
+                        log(real, u, 0.0)
                     self._replay.placed(r)
                     out.append(r)
                 else:

@@ -1,4 +1,7 @@
-"""DRR: deficit round robin over request classes, charged in uncached tokens (Dynamo's router queue)."""
+"""DRR: deficit round robin over request classes, charged in uncached tokens at order time.
+
+Dynamo's router queue runs a variant of it; that one is ``drr-dynamo``
+(``fairsim.policies.drr_dynamo``, which lists the differences)."""
 
 from __future__ import annotations
 
@@ -40,9 +43,11 @@ class DRR:
     Guarantee (DRR's): over any interval in which two classes stay backlogged, the uncached work
     they are served differs by at most ``quantum + max charge``.
 
-    Source: NVIDIA Dynamo's router queue (deficit round robin in uncached tokens, charge
-    ``max(1, L - h)`` at admission). Our choices: one quantum for all classes (default 2,048
-    tokens = one step's budget), FIFO within a class, the class labels above.
+    Source: Shreedhar & Varghese's DRR, charged as NVIDIA Dynamo's router queue charges
+    (uncached tokens ``max(1, L - h)``), at order time. Our choices: one quantum for all classes
+    (default 2,048 tokens = one step's budget), FIFO within a class, the class labels above.
+    Dynamo's own queue orders differently (cost fixed at enqueue, credit carried across its
+    skip of empty rounds): ``drr-dynamo``.
 
     Args:
         quantum: Tokens added to a class's deficit per visit (> 0).

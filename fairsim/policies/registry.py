@@ -14,6 +14,7 @@ from typing import Any
 from fairsim.policies.base import Policy
 from fairsim.policies.dlpm import DLPM
 from fairsim.policies.drr import DRR
+from fairsim.policies.drr_dynamo import DRRDynamo
 from fairsim.policies.fairway import Fairway
 from fairsim.policies.fairway_carry import FairwayCarry
 from fairsim.policies.fairway_deadline import FairwayDeadline
@@ -112,6 +113,7 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "fairway-patience": _fairway("fairway-patience", FairwayPatience, "fairway-patience"),
     "fairway-deadline": _fairway("fairway-deadline", FairwayDeadline, "fairway-deadline"),
     "drr": _named("drr", lambda profile, **params: DRR(**params)),
+    "drr-dynamo": _named("drr-dynamo", lambda profile, **params: DRRDynamo(**params)),
     "vtc": _named("vtc", lambda profile, **params: VTC(**params)),
     "dlpm": _named("dlpm", lambda profile, **params: DLPM(**params)),
 }
@@ -171,7 +173,7 @@ _CLASSES: dict[str, type] = {
     "preble": Preble, "peek": PEEK, "fairway": Fairway, "fairway-abswait": Fairway,
     "fairway-nofair": Fairway, "fairway-carry": FairwayCarry, "fairway-plus": FairwayCarry,
     "fairway-patience": FairwayPatience, "fairway-deadline": FairwayDeadline,
-    "drr": DRR, "vtc": VTC, "dlpm": DLPM,
+    "drr": DRR, "drr-dynamo": DRRDynamo, "vtc": VTC, "dlpm": DLPM,
 }
 _FROM_PROFILE = {"idle_prefill_time", "prefill_time"}  # supplied by the registry, not the user
 

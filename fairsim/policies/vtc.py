@@ -21,7 +21,8 @@ class VTC:
       ``c_u = max(c_u, min over the clients that were and still are backlogged of c_v)``; when no
       other client is backlogged, the minimum is taken over the counters of the clients that
       last left the queue (VTC's ``l``; we take the largest of them). A returning client thus
-      gets no credit for its idle time.
+      gets no credit for its idle time. A client leaves the moment admissions empty its queue
+      (``on_admitted``), so one refilled before the next ``order()`` returns and is lifted too.
     - The order repeatedly takes the backlogged client with the smallest counter, plus the
       charges of its requests already placed in this order (ties: its oldest request's
       arrival), and places its oldest waiting request.
@@ -51,7 +52,10 @@ class VTC:
         self.counter: dict[Hashable, float] = {}
         self._backlogged: set[Hashable] = set()
         self._last_left = 0.0
+        # Of the last order: request_id -> (client, charge) of each request placed (read), and
+        # each placed client's number of waiting requests (its queue empties when all are admitted).
         self._placed: dict[str, tuple[Hashable, int]] = {}
+        self._class_size: dict[Hashable, int] = {}
 
     def _lift(self, active: set[Hashable]) -> None:
         counter = self.counter
@@ -77,6 +81,7 @@ class VTC:
         head = dict.fromkeys(classes, 0)
         out: list[QueuedRequest] = []
         self._placed = {}
+        self._class_size = {u: len(q) for u, q in classes.items()}
         while heap:
             value, _, i, u = heapq.heappop(heap)
             r = classes[u][head[u]]
@@ -94,9 +99,21 @@ class VTC:
         return VTCOrder(self)
 
     def on_admitted(self, admitted: Sequence[QueuedRequest], now: float) -> None:
-        """Charge each admitted request's client ``input_weight x max(1, L - h)`` (order time)."""
+        """Charge each admitted request's client ``input_weight x max(1, L - h)`` (order time);
+        a client whose every waiting request was admitted leaves the backlog now.
+
+        VTC (Algorithm 2) lifts a client on a request that finds it with no waiting request. A
+        client emptied here and refilled before the next ``order()`` is such a client, but the
+        next order sees it waiting in both calls: it must leave here, or it keeps a counter below
+        the least-served backlogged client's."""
+        admitted_of: dict[Hashable, int] = {}
         for a in admitted:
             placed = self._placed.get(a.request_id)
             if placed is not None:
                 u, charge = placed
                 self.counter[u] = self.counter.get(u, 0.0) + self.input_weight * charge
+                admitted_of[u] = admitted_of.get(u, 0) + 1
+        emptied = [u for u, n in admitted_of.items() if n == self._class_size[u]]
+        if emptied:
+            self._last_left = max(self.counter[u] for u in emptied)
+            self._backlogged.difference_update(emptied)
