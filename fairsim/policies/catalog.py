@@ -46,11 +46,14 @@ RULES: dict[str, str] = {
     "fairway-deadline": "`fairway-plus`'s merge until a request is due for the deadline set once "
                         "from the backlog's FCFS drain estimate; due requests go first, in "
                         "deadline order.",
-    "drr": "Deficit round robin over clients in uncached tokens (Dynamo's router queue).",
+    "drr": "Deficit round robin over clients in uncached tokens (Shreedhar & Varghese; charged "
+           "at order time): a visit adds a quantum, a request goes when its charge fits.",
+    "drr-dynamo": "The deficit round robin of Dynamo's router queue (`policy_queue.rs`): cost fixed "
+                  "when first seen, fixed class order, earlier credit spent before a new quantum.",
     "vtc": "Virtual Token Counter (Sheng et al., OSDI'24): the backlogged client with the fewest "
-           "tokens served goes first.",
+           "tokens served goes first; a client emptied by admissions is lifted when it returns.",
     "dlpm": "Deficit LPM (Cao et al.): LPM order among clients with credit; all refilled by a "
-            "quantum when none has any.",
+            "quantum when none has any; an emptied client's deficit resets to 0.",
 }
 
 # Parameters a named variant fixes (``registry._check_fixed`` refuses to override them).
