@@ -1,0 +1,147 @@
+"""Ctrl-C wherever it lands: during the start-up imports, the parsing, or a command (exit 130,
+one line, no traceback), and what an interrupted command keeps (``fairsim accept``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.utils import ctrl_c_when
+
+ROOT = Path(__file__).resolve().parents[1]
+MESSAGE = "fairsim: interrupted; results already written are kept"
+
+
+@pytest.fixture(scope="module")
+def long_trace(tmp_path_factory) -> Path:
+    """20,000 overloaded requests: ``compare --policies all`` on it runs for many seconds."""
+    path = tmp_path_factory.mktemp("ctrl_c") / "t.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": i * 5, "input_length": 1024, "output_length": 1,
+                                        "hash_ids": [i % 50, 10_000 + i]}) + "\n" for i in range(20_000)))
+    return path
+
+
+def console_script(tmp_path: Path) -> Path:
+    """The ``fairsim`` console script as pip writes it from ``pyproject.toml``'s entry point."""
+    entry = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["fairsim"]
+    module, func = entry.split(":")
+    script = tmp_path / "fairsim-script.py"
+    script.write_text(f"import re\nimport sys\nfrom {module} import {func}\nif __name__ == '__main__':\n"
+                      f"    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+                      f"    sys.exit({func}())\n")
+    return script
+
+
+def ctrl_c_after_import(argv: list[str], module: str, delay_s: float) -> subprocess.CompletedProcess:
+    """Run ``python -X importtime ARGV`` (``argv`` without the interpreter) and send it Ctrl-C
+    ``delay_s`` seconds after it finished importing ``module`` (its ``-X importtime`` line on
+    stderr). Returns the status and the output, the import-time lines left out of stderr."""
+    proc = subprocess.Popen([sys.executable, "-X", "importtime", *argv], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    for line in proc.stderr:
+        if line.startswith("import time:") and line.rsplit("|", 1)[-1].strip() == module:
+            break
+    else:
+        pytest.fail(f"{module} was never imported: {proc.communicate()}")
+    time.sleep(delay_s)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    stderr = "".join(ln for ln in stderr.splitlines(keepends=True) if not ln.startswith("import time:"))
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+
+def assert_interrupted(res: subprocess.CompletedProcess) -> None:
+    """Exit 130 with the one line, no traceback (not NumPy's "source directory" error either)."""
+    assert res.returncode == 130, res.stderr
+    assert res.stderr.strip().splitlines()[-1] == MESSAGE, res.stderr
+    assert "Traceback" not in res.stderr and "Error" not in res.stderr, res.stderr
+
+
+class TestCtrlCAtStartUp:
+    """A Ctrl-C from the first module the command line imports on (the handler is installed
+    before them) ends as any other one. Modules: ``argparse`` (the first one ``fairsim.cli``
+    imports), NumPy's C core (inside NumPy's import, where the bug showed NumPy's "import numpy
+    from its source directory"), NumPy, and ``fairsim.cli`` (parsing, then the command)."""
+
+    @pytest.mark.parametrize("module", ["argparse", "numpy._core._multiarray_umath", "numpy", "fairsim.cli"])
+    @pytest.mark.parametrize("entry", ["python -m fairsim", "console script"])
+    def test_during_the_imports(self, long_trace, tmp_path, module, entry):
+        start = ["-m", "fairsim"] if entry == "python -m fairsim" else [str(console_script(tmp_path))]
+        assert_interrupted(ctrl_c_after_import([*start, "compare", "--policies", "all", "--trace",
+                                                str(long_trace)], module, 0.0))
+
+    @pytest.mark.parametrize("delay_s", [0.05, 0.15, 0.3, 0.5])
+    def test_in_the_first_half_second(self, long_trace, delay_s):
+        # from the first import on, at several moments: imports, parsing, reading, simulating
+        assert_interrupted(ctrl_c_after_import(["-m", "fairsim", "compare", "--policies", "all", "--trace",
+                                                str(long_trace)], "argparse", delay_s))
+
+    @pytest.mark.parametrize("command", [["analyze"], ["accept", "--policy", "fairway"]])
+    def test_commands_of_the_full_parser(self, long_trace, command):
+        # their modules are imported while the full parser is built
+        assert_interrupted(ctrl_c_after_import(["-m", "fairsim", *command, "--trace", str(long_trace)],
+                                               "fairsim.cli", 0.1))
+
+
+class TestHandler:
+    """``fairsim.interrupt``'s handler where a ``KeyboardInterrupt`` would do harm."""
+
+    def test_inside_an_extension_init_it_comes_again_after(self, monkeypatch):
+        # A KeyboardInterrupt raised inside a C extension's init can crash it (orjson: SIGSEGV):
+        # there the handler only records it and sends SIGINT again 10 ms later.
+        from importlib.machinery import ExtensionFileLoader
+
+        from fairsim import interrupt
+
+        monkeypatch.setattr(interrupt, "REQUESTED", False)
+        seen = []
+
+        class Loader(ExtensionFileLoader):
+            def exec_module(self, module):  # as importlib runs an extension's init
+                interrupt._on_sigint(signal.SIGINT, sys._getframe())
+                seen.append("init went on")
+
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append("SIGINT again"))
+        try:
+            Loader("ext", "ext.so").exec_module(None)
+            assert seen == ["init went on"] and interrupt.REQUESTED
+            deadline = time.monotonic() + 10
+            while len(seen) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        assert seen == ["init went on", "SIGINT again"]
+        with pytest.raises(KeyboardInterrupt):  # elsewhere it raises at once
+            interrupt._on_sigint(signal.SIGINT, sys._getframe())
+
+    def test_an_interrupt_out_of_exec_code_still_exits_130(self, tmp_path):
+        # CPython marks a KeyboardInterrupt that leaves exec() of a string (dataclasses build
+        # their methods so at import) as unhandled, and under `python -m` then kills the process
+        # by SIGINT (status -2) at exit, though the program caught it; the program clears the mark.
+        (tmp_path / "exec_probe.py").write_text(
+            "import sys\nimport fairsim.cli as cli\nfrom fairsim.__main__ import program\n"
+            "cli.main = lambda: exec('import signal; signal.raise_signal(signal.SIGINT)')\n"
+            "sys.exit(program())\n")
+        res = subprocess.run([sys.executable, "-m", "exec_probe"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=120, env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"},
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        assert_interrupted(res)
+
+    def test_a_ctrl_c_after_the_command_returned_is_reported(self):
+        # it landed after the last check of main (the exit's clean-up): 130 all the same
+        code = ("import sys; import fairsim.cli as cli; from fairsim.__main__ import program; "
+                "from fairsim import interrupt; "
+                "cli.main = lambda: (setattr(interrupt, 'REQUESTED', True), 0)[1]; sys.exit(program())")
+        res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                             timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert_interrupted(res)
