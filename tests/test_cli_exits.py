@@ -1,5 +1,6 @@
-"""Ctrl-C wherever it lands: during the start-up imports, the parsing, or a command (exit 130,
-one line, no traceback), and what an interrupted command keeps (``fairsim accept``)."""
+"""Exit statuses of the command line: Ctrl-C wherever it lands (start-up imports, parsing, a
+command: exit 130, one line, no traceback), what an interrupted command keeps (``fairsim accept``),
+and options refused with exit 2 naming them (``sweep --dry-run``, engine sizes)."""
 
 from __future__ import annotations
 
@@ -200,3 +201,35 @@ class TestAcceptKeepsFinishedWindows:
         cap = capsys.readouterr()
         assert code == 2 and "fairsim: error: window b [200, 300) s holds no request" in cap.err
         _assert_partial(out, cap.out, cap.err)
+
+
+def run_fairsim(*argv: str) -> subprocess.CompletedProcess:
+    """``python -m fairsim ARGV`` in a subprocess: its exit status and output."""
+    return subprocess.run([sys.executable, "-m", "fairsim", *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+class TestSweepOptionsWithDryRun:
+    """``sweep --dry-run`` refuses the options a real sweep refuses (exit 2, the option named)."""
+
+    @pytest.mark.parametrize("options, message", [
+        (["--workers", "-2"], "fairsim: error: --workers -2: need >= 1"),
+        (["--workers", "0"], "fairsim: error: --workers 0: need >= 1"),
+        (["--address", "ray://x:10001"], "fairsim: error: --address ray://x:10001: only used with --executor ray"),
+    ])
+    @pytest.mark.parametrize("dry_run", [True, False])
+    def test_refused(self, tmp_path, options, message, dry_run):
+        spec = tmp_path / "s.toml"
+        spec.write_text('[[scenarios]]\nname = "rag"\nparams = { num_requests = 30 }\n'
+                        '[[policies]]\nname = "fcfs"\n')
+        res = run_fairsim("sweep", str(spec), "--out", str(tmp_path / "o"), *options,
+                          *(["--dry-run"] if dry_run else []))
+        assert res.returncode == 2 and res.stderr.strip().splitlines()[-1] == message, res.stderr
+        assert res.stdout == "" and not (tmp_path / "o").exists()
+
+    def test_good_workers_still_list(self, tmp_path):
+        spec = tmp_path / "s.toml"
+        spec.write_text('[[scenarios]]\nname = "rag"\nparams = { num_requests = 30 }\n'
+                        '[[policies]]\nname = "fcfs"\n')
+        res = run_fairsim("sweep", str(spec), "--out", str(tmp_path / "o"), "--workers", "2", "--dry-run")
+        assert res.returncode == 0 and res.stdout.splitlines()[-1] == f"1 runs; 0 done in {tmp_path / 'o'}"
