@@ -233,3 +233,84 @@ class TestSweepOptionsWithDryRun:
                         '[[policies]]\nname = "fcfs"\n')
         res = run_fairsim("sweep", str(spec), "--out", str(tmp_path / "o"), "--workers", "2", "--dry-run")
         assert res.returncode == 0 and res.stdout.splitlines()[-1] == f"1 runs; 0 done in {tmp_path / 'o'}"
+
+
+BUDGET_CAP = "need at most 2147483647 tokens per step (2^31 - 1: vLLM counts a step's tokens in int32)"
+SEQS_CAP = "need at most 2147483647 (2^31 - 1: vLLM counts a step's tokens, one at least per request, in int32)"
+VLLM_RULE = "vLLM requires max_num_seqs <= max_num_batched_tokens"
+
+SCHEDULER_CASES = [
+    (["--budget", "1e30"], f"--budget {10**30}: {BUDGET_CAP}"),
+    (["--budget", str(10**30)], f"--budget {10**30}: {BUDGET_CAP}"),
+    (["--budget", "1e12"], f"--budget {10**12}: {BUDGET_CAP}"),  # was argparse's "invalid int value"
+    (["--budget", "2147483648"], f"--budget 2147483648: {BUDGET_CAP}"),
+    (["--max-num-seqs", "1e30"], f"--max-num-seqs {10**30}: {SEQS_CAP}"),
+    (["--max-num-seqs", str(10**30), "--budget", str(10**30)], f"--budget {10**30}: {BUDGET_CAP}"),
+    (["--budget", "128"], f"--max-num-seqs 256 is above --budget 128: {VLLM_RULE}"),
+    (["--max-num-seqs", "4096"], f"--max-num-seqs 4096 is above --budget 2048: {VLLM_RULE}"),
+    (["--budget", "0"], "--budget 0: need >= 1 token per step"),
+]
+
+
+def last_error(res: subprocess.CompletedProcess) -> str:
+    return res.stderr.strip().splitlines()[-1]
+
+
+class TestSchedulerLimits:
+    """``--budget`` (vLLM ``max_num_batched_tokens``) and ``--max-num-seqs``: 1 to 2^31 - 1 (vLLM's
+    int32 step offsets), ``--max-num-seqs`` at most ``--budget`` (vLLM's SchedulerConfig), the same
+    value whether written 1e12 or 1000000000000; every refusal exit 2, naming the option."""
+
+    @pytest.mark.parametrize("command, options, message", [
+        *((["run"], options, message) for options, message in SCHEDULER_CASES),  # every value on one command
+        *((command, options, message)  # both kinds of bound on the others
+          for command in (["compare"], ["bench"], ["analyze"], ["accept", "--policy", "fcfs"])
+          for options, message in (SCHEDULER_CASES[0], SCHEDULER_CASES[6]))])
+    def test_refused(self, command, options, message):
+        res = run_fairsim(*command, *options)
+        assert res.returncode == 2 and last_error(res).startswith(f"fairsim: error: {message}"), res.stderr
+        assert "Traceback" not in res.stderr
+
+    @pytest.mark.parametrize("text", ["1.5", "1e-3", "inf", "x", "1e31"])
+    def test_not_a_count(self, text):
+        res = run_fairsim("run", "--budget", text)
+        assert res.returncode == 2 and f"fairsim run: error: argument --budget: {text!r}" in res.stderr
+
+    def test_exponent_form_is_the_same_value(self, capsys):
+        from fairsim.cli import main
+
+        rows = []
+        for budget in ("4e3", "4000", "2147483647"):  # the largest budget runs too
+            assert main(["run", "--policy", "fcfs", "--max-requests", "40", "--format", "json",
+                         "--budget", budget, "--max-num-seqs", "3e2", "--kv-tokens", "2.5e5"]) == 0
+            rows.append(json.loads(capsys.readouterr().out)["fcfs"])
+        assert rows[0] == {**rows[1], "wall_time_s": rows[0]["wall_time_s"]}
+        assert rows[0]["kv_tokens"] == 250_000 // 512 * 512
+        assert rows[2]["requests"] == 40
+
+    def test_sweep_engine_grid(self, tmp_path):
+        spec = tmp_path / "s.toml"
+        base = '[[scenarios]]\nname = "rag"\nparams = { num_requests = 30 }\n[[policies]]\nname = "fcfs"\n'
+        spec.write_text(base + "[engine]\nbudget_tokens = [128]\n")
+        res = run_fairsim("sweep", str(spec), "--dry-run")
+        assert res.returncode == 2 and "max_num_seqs=256 is above budget_tokens=128" in res.stderr, res.stderr
+        spec.write_text(base + f"[engine]\nbudget_tokens = [{2**31}]\n")
+        res = run_fairsim("sweep", str(spec), "--dry-run")
+        assert res.returncode == 2 and f"budget_tokens={2**31}: need at most 2147483647" in res.stderr, res.stderr
+
+    def test_live_commands_refuse_before_an_engine(self):
+        res = run_fairsim("equivalence", "--max-num-seqs", "1e30", "--policies", "fcfs")
+        assert res.returncode == 2 and last_error(res) == (
+            f"fairsim: error: --max-num-seqs {10**30}: need at most 2048, the step budget of both sides "
+            f"(vLLM requires max_num_seqs <= max_num_batched_tokens)"), res.stderr
+        res = run_fairsim("replay", "--engine", "vllm", "--virtual", "--budget", "128", "--max-requests", "5")
+        assert res.returncode == 2 and last_error(res).startswith(
+            f"fairsim: error: --max-num-seqs 256 is above --budget 128: {VLLM_RULE}"), res.stderr
+
+    def test_live_config(self):
+        from fairsim.live.engine import LiveConfig
+
+        with pytest.raises(ValueError, match="max_num_seqs=300 is above budget_tokens=256"):
+            LiveConfig(budget_tokens=256, max_num_seqs=300)
+        with pytest.raises(ValueError, match=f"budget_tokens={2**31}: need at most"):
+            LiveConfig(budget_tokens=2**31)
