@@ -25,7 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fairsim.io import path_arg
+from fairsim.io import count_arg, path_arg
+from fairsim.sim.config import MAX_STEP_TOKENS
 
 DEFAULT_OUT = "cpu-tiny-llama-vllm-measured.json"
 
@@ -45,7 +46,7 @@ def add_calibrate_command(sub: Any) -> None:
     p.add_argument("--load-format", default=None,
                    help="vLLM load_format (default: dummy for the tiny Llama, else auto)")
     p.add_argument("--dtype", default="auto", help="vLLM dtype")
-    p.add_argument("--budget", type=int, default=2048,
+    p.add_argument("--budget", type=count_arg, default=2048,
                    help="step token budget (max_num_batched_tokens)")
     p.add_argument("--block-size", type=int, default=None,
                    help="KV block size (default: 128 on CPU, 16 on GPU)")
@@ -97,6 +98,9 @@ def check_grid(grid: Any, budget: int, block: int, args: argparse.Namespace) -> 
     """
     if budget < 1:
         raise ValueError(f"--budget {budget}: need >= 1 token per step")
+    if budget > MAX_STEP_TOKENS:
+        raise ValueError(f"--budget {budget}: need at most {MAX_STEP_TOKENS} tokens per step (2^31 - 1: vLLM "
+                         f"counts a step's tokens in int32)")
     if block < 1:
         raise ValueError(f"--block-size {block}: need >= 1 token")
     for option, values, low in (("--new-tokens", grid.new_tokens, 1), ("--context-tokens", grid.context_tokens, 0),

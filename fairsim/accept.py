@@ -16,11 +16,13 @@ Windows are in seconds of trace time, before ``--time-scale``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -89,11 +91,12 @@ def window_requests(requests: Sequence[Request], w: Window, warmup_s: float,
             scored)
 
 
-def evaluate(requests: Sequence[Request], windows: Sequence[Window], candidate: str,
-             run: Callable[[str, list[Request]], SimResult], warmup_s: float | None = None,
-             time_scale: float = 1.0,
-             on_result: Callable[[Window, str, SimResult], None] | None = None) -> list[WindowVerdict]:
-    """Simulate FCFS, LPM and ``candidate`` on every window and check the targets.
+def iter_verdicts(requests: Sequence[Request], windows: Sequence[Window], candidate: str,
+                  run: Callable[[str, list[Request]], SimResult], warmup_s: float | None = None,
+                  time_scale: float = 1.0,
+                  on_result: Callable[[Window, str, SimResult], None] | None = None) -> Iterator[WindowVerdict]:
+    """Simulate FCFS, LPM and ``candidate`` on every window and check the targets, yielding each
+    window's verdict as soon as its runs are done (so an interrupted ``accept`` keeps them).
 
     Args:
         requests: The trace, arrival times in trace seconds.
@@ -108,7 +111,6 @@ def evaluate(requests: Sequence[Request], windows: Sequence[Window], candidate: 
         ValueError: A window with no request in it.
     """
     names = list(dict.fromkeys([*BASELINES, candidate]))
-    out = []
     for w in windows:
         warm = (w.end_s - w.start_s) if warmup_s is None else warmup_s
         sub, scored = window_requests(requests, w, warm, time_scale)
@@ -121,12 +123,16 @@ def evaluate(requests: Sequence[Request], windows: Sequence[Window], candidate: 
             if on_result is not None:
                 on_result(w, name, res)
         c, lpm, fcfs = stats[candidate], stats["lpm"], stats["fcfs"]
-        out.append(WindowVerdict(
+        yield WindowVerdict(
             window=dataclasses.replace(w, requests=len(scored)), stats=stats, candidate=candidate,
             median_ok=c["p50_s"] <= MEDIAN_FACTOR * lpm["p50_s"],
             p99_ok=c["p99_s"] <= P99_FACTOR * fcfs["p99_s"],
-            starvation_ok=not c["starved"]))
-    return out
+            starvation_ok=not c["starved"])
+
+
+def evaluate(*args: Any, **kwargs: Any) -> list[WindowVerdict]:
+    """Every window's verdict: ``list(iter_verdicts(...))``, same arguments."""
+    return list(iter_verdicts(*args, **kwargs))
 
 
 def format_verdicts(verdicts: Sequence[WindowVerdict]) -> str:
@@ -266,24 +272,27 @@ def cmd_accept(args: argparse.Namespace) -> int:
         if args.out is not None:
             write_tables(args.out, f"{w.name}-{name}", res)
 
-    verdicts = evaluate(requests, windows, args.policy, run, args.warmup, scale, keep)
+    verdicts: list[WindowVerdict] = []
+    try:
+        for verdict in iter_verdicts(requests, windows, args.policy, run, args.warmup, scale, keep):
+            verdicts.append(verdict)
+    except BaseException as exc:
+        # Ctrl-C or an error in a later window: keep what finished, as fairsim compare does (the
+        # windows' rows printed, accept.json marked partial), then report as usual.
+        payload = accept_payload(verdicts, windows, trace, args, base, scale, block_size, kv_blocks)
+        if verdicts and not isinstance(exc, BrokenPipeError):
+            with contextlib.suppress(OSError):  # stdout gone too: the files and the error remain
+                print_verdicts(payload, verdicts, args)
+                print(f"fairsim: the output above holds the {len(verdicts)} of {len(windows)} windows that "
+                      f"finished ({', '.join(v.window.name for v in verdicts)})", file=sys.stderr)
+        if args.out is not None and verdicts:
+            write_accept_json(args.out, payload)
+        raise
     ok = all(v.ok for v in verdicts)
-    payload = {"trace": trace.source, "candidate": args.policy, "engine": args.engine, "mode": base.mode, "time_scale": scale,
-               "kv_blocks": kv_blocks, "block_size": block_size, "pass": ok,
-               "targets": {"median_vs_lpm": MEDIAN_FACTOR, "p99_vs_fcfs": P99_FACTOR,
-                           "starvation_max_vs_own_p99": STARVATION_FACTOR},
-               "windows": [{**dataclasses.asdict(v.window), "stats": v.stats, "median_ok": v.median_ok,
-                            "p99_ok": v.p99_ok, "starvation_ok": v.starvation_ok, "pass": v.ok}
-                           for v in verdicts]}
-    if args.format == "json":
-        print(json.dumps(payload, indent=2))
-    else:
-        print(format_verdicts(verdicts))
-        print(f"\n{args.policy}: {'PASS' if ok else 'FAIL'} ({sum(v.ok for v in verdicts)} of "
-              f"{len(verdicts)} windows meet every target)")
+    payload = accept_payload(verdicts, windows, trace, args, base, scale, block_size, kv_blocks)
+    print_verdicts(payload, verdicts, args)
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "accept.json").write_text(json.dumps(payload, indent=2) + "\n")
+        write_accept_json(args.out, payload)
     if args.plots is not None:
         from fairsim.figures import save, window_bars
         from fairsim.run_plots import write_run_plots
@@ -301,3 +310,50 @@ def cmd_accept(args: argparse.Namespace) -> int:
         save(window_bars(pd.concat(scored, ignore_index=True), title=f"TTFT per window ({args.policy})"),
              args.plots / "windows.png")
     return 0 if ok else 1
+
+
+def accept_payload(verdicts: Sequence[WindowVerdict], windows: Sequence[Window], trace: Any,
+                   args: argparse.Namespace, base: EngineConfig, scale: float, block_size: int,
+                   kv_blocks: int) -> dict[str, Any]:
+    """``accept.json``'s content: the run's settings and every finished window's verdict.
+
+    ``partial`` is true when fewer windows finished than were planned (Ctrl-C, or an error in a
+    later window); ``pass`` is then ``null`` (the verdict over every window is unknown) and
+    ``unfinished_windows`` names the windows left out.
+    """
+    partial = len(verdicts) < len(windows)
+    done = {v.window.name for v in verdicts}
+    return {"trace": trace.source, "candidate": args.policy, "engine": args.engine, "mode": base.mode,
+            "time_scale": scale, "kv_blocks": kv_blocks, "block_size": block_size,
+            "pass": None if partial else all(v.ok for v in verdicts),
+            "partial": partial, "unfinished_windows": [w.name for w in windows if w.name not in done],
+            "targets": {"median_vs_lpm": MEDIAN_FACTOR, "p99_vs_fcfs": P99_FACTOR,
+                        "starvation_max_vs_own_p99": STARVATION_FACTOR},
+            "windows": [{**dataclasses.asdict(v.window), "stats": v.stats, "median_ok": v.median_ok,
+                         "p99_ok": v.p99_ok, "starvation_ok": v.starvation_ok, "pass": v.ok}
+                        for v in verdicts]}
+
+
+def write_accept_json(out: Path, payload: dict[str, Any]) -> None:
+    """``OUT/accept.json`` (written whole or not at all)."""
+    from fairsim.io import atomic_write_text
+
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "accept.json", json.dumps(payload, indent=2) + "\n")
+
+
+def print_verdicts(payload: dict[str, Any], verdicts: Sequence[WindowVerdict], args: argparse.Namespace) -> None:
+    """The result on stdout: ``payload`` (``accept.json``'s content) as JSON (``--format json``),
+    else the tables of ``verdicts`` and a one-line result (unfinished when ``payload`` is partial)."""
+    if args.format == "json":
+        print(json.dumps(payload, indent=2))
+    else:
+        print(format_verdicts(verdicts))
+        met = sum(v.ok for v in verdicts)
+        if payload["partial"]:
+            print(f"\n{args.policy}: unfinished ({met} of the {len(verdicts)} windows that finished meet "
+                  f"every target; not run: {', '.join(payload['unfinished_windows'])})")
+        else:
+            print(f"\n{args.policy}: {'PASS' if payload['pass'] else 'FAIL'} ({met} of {len(verdicts)} "
+                  f"windows meet every target)")
+    sys.stdout.flush()

@@ -160,75 +160,89 @@ def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fairsim`` console script; applies the error contract (module docstring).
 
+    A Ctrl-C ends in exit 130 wherever it lands, the parsing included (building the full parser
+    imports every command's module); an error raised after one (a library that turned the
+    ``KeyboardInterrupt`` into an ``ImportError``) is reported as the interruption it is.
+
     Returns:
         The exit status: 0 success, 1 internal error (a bug), 2 bad input or a missing optional
         package, 3 a refused calibration fit, 130 interrupted (Ctrl-C).
     """
-    argv = sys.argv[1:] if argv is None else list(argv)
-    command = next((a for a in argv if not a.startswith("-")), None)
-    try:
-        if command not in CORE_COMMANDS:
-            raise _CoreParseError(command)
-        parser = build_parser(full=False)
-        args = parser.parse_args(argv)
-    except _CoreParseError:  # another command, or a mistake: the full parser says it
-        parser = build_parser()
-        args = parser.parse_args(argv)
-    debug = bool(getattr(args, "debug", False))
-
-    def fail(message: str, status: int) -> int:
-        if debug:
-            traceback.print_exc()
-        print(f"fairsim: {message}", file=sys.stderr)
-        return status
-
     from fairsim import interrupt
 
     interrupt.install()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = False
     try:
+        parser, args = parse_command_line(argv)
+        debug = bool(getattr(args, "debug", False))
         status = dispatch(parser, args)
         # Ctrl-C arrived in a finaliser after the last step; a command that returns 130 has
         # reported the interruption itself (sweep names its resumable folder), so not twice.
         if interrupt.REQUESTED and status != 130:
             raise KeyboardInterrupt
         return status
+    except Exception as exc:  # noqa: BLE001 - classified below; KeyboardInterrupt is no Exception
+        if interrupt.REQUESTED:
+            return _interrupted(debug)
+        return _error_status(exc, debug)
     except KeyboardInterrupt:
-        return fail("interrupted; results already written are kept", 130)
-    except StatusError as exc:  # its own status (a bench child's, a policy failing in the hook)
+        return _interrupted(debug)
+
+
+def parse_command_line(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The parser and the parsed options: a core command (``CORE_COMMANDS``) by the core-only
+    parser, anything else, or a mistake, by the full one (which says it and exits 2)."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    try:
+        if command not in CORE_COMMANDS:
+            raise _CoreParseError(command)
+        parser = build_parser(full=False)
+        return parser, parser.parse_args(argv)
+    except _CoreParseError:  # another command, or a mistake: the full parser says it
+        parser = build_parser()
+        return parser, parser.parse_args(argv)
+
+
+def _interrupted(debug: bool) -> int:
+    """Ctrl-C: ``fairsim.interrupt.MESSAGE``, exit 130 (the traceback first with ``--debug``)."""
+    from fairsim import interrupt
+
+    if debug:
+        traceback.print_exc()
+    return interrupt.report()
+
+
+def _error_status(exc: Exception, debug: bool) -> int:
+    """The message and exit status of an error a command raised (module docstring)."""
+
+    def fail(message: str, status: int) -> int:
+        if debug:
+            traceback.print_exception(exc)
+        print(f"fairsim: {message}", file=sys.stderr)
+        return status
+
+    if isinstance(exc, StatusError):  # its own status (a bench child's, a policy failing in the hook)
         return fail(str(exc), exc.status)
-    except MissingDependencyError as exc:
+    if isinstance(exc, MissingDependencyError):
         return fail(f"error: {exc}", 2)
-    except ImportError as exc:  # an optional package missing deep inside a command
+    if isinstance(exc, ImportError):  # an optional package missing deep inside a command
         hint = missing_message(exc.name or "")
-        if hint is not None:
-            return fail(f"error: {hint}", 2)
-        return _bug(exc, debug)
-    except MemoryError:
+        return fail(f"error: {hint}", 2) if hint is not None else _bug(exc, debug)
+    if isinstance(exc, MemoryError):
         return fail("error: out of memory (MemoryError); use a smaller input (--max-requests, "
                     "--window-end) or KV cache (--kv-blocks/--kv-fraction)", 2)
-    except BrokenPipeError:  # the reader of stdout left (`| head`): stop quietly, as `cat` does
+    if isinstance(exc, BrokenPipeError):  # the reader of stdout left (`| head`): stop quietly, as `cat` does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no 2nd error at exit
         return 141  # 128 + SIGPIPE, the shell's status for a writer whose reader left
-    except (ValueError, OSError) as exc:  # bad input or an unusable path: message, no traceback
+    if isinstance(exc, (ValueError, OSError)):  # bad input or an unusable path: message, no traceback
         return fail(f"error: {exc}", 2)
-    except PolicyError as exc:  # the policy's own code raised: name it, not "a bug in fairsim"
+    if isinstance(exc, PolicyError):  # the policy's own code raised: name it, not "a bug in fairsim"
         return fail(f"{exc}" + ("" if debug else _DEBUG_HINT), 1)
-    except PolicyContractError as exc:  # the policy returned a bad order (message names it)
+    if isinstance(exc, PolicyContractError):  # the policy returned a bad order (message names it)
         return fail(f"error: policy contract broken (fairsim/policies/base.py): {exc}"
                     + ("" if debug else _DEBUG_HINT), 1)
-    except Exception as exc:  # noqa: BLE001 - anything else is a bug: say so, briefly
-        return _bug(exc, debug)
-
-
-def program() -> int:
-    """The ``fairsim`` program (console script and ``python -m fairsim``): ``main()``, then the
-    interpreter's final garbage collection skipped (``fairsim.gcpause.freeze_for_exit``: ~0.05 s
-    of a 12,000-request run's exit). Call ``main`` to run a command inside a process
-    that goes on (tests)."""
-    try:
-        return main()
-    finally:
-        freeze_for_exit()
+    return _bug(exc, debug)  # anything else is a bug: say so, briefly
 
 
 _DEBUG_HINT = "\n(rerun with fairsim --debug ... for the traceback)"

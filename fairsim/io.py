@@ -118,6 +118,31 @@ def path_arg(text: str) -> Path:
     return Path(text)
 
 
+def count_arg(text: str) -> int:
+    """``argparse`` type for a count option (tokens, blocks, requests): a whole number in digits
+    (``2048``, ``1_000_000``) or in exponent form (``1e6``, ``2.5e3``), read exactly, so ``1e12``
+    and ``1000000000000`` are the same value; the option's bounds are checked where it is used,
+    naming the option.
+
+    Raises:
+        argparse.ArgumentTypeError: Not a whole number (``1.5``, ``1e-3``, ``inf``, ``x``), or
+            above ``1e30`` (beyond every count fairsim takes; a larger exponent would only cost
+            time and memory to write out).
+    """
+    import argparse
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        value = None
+    if value is None or not value.is_finite() or value != value.to_integral_value():
+        raise argparse.ArgumentTypeError(f"{text!r}: need a whole number, e.g. 2048 or 2e3")
+    if value.adjusted() > 30:
+        raise argparse.ArgumentTypeError(f"{text!r}: above 1e30, beyond any count fairsim takes")
+    return int(value)
+
+
 def _not_empty(path: str | Path, option: str | None) -> None:
     # Path("") is ".": an unset shell variable must not send results into the working folder.
     if isinstance(path, str) and not path.strip():

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fairsim.costmodel import DEFAULT_PROFILE, Profile, load_profile
-from fairsim.io import path_arg
+from fairsim.io import count_arg, path_arg
 from fairsim.policies import make_policy, policy_names
 from fairsim.sim import EngineConfig, SimResult
 from fairsim.traces import Trace, load_trace, scale_time, window
@@ -103,7 +103,7 @@ def add_common(p: argparse.ArgumentParser, out_help: str = RUN_OUT_HELP) -> None
                                    "(default: the embedded RAG input)")
     p.add_argument("--trace-format", default="auto", choices=("auto", *FORMATS),
                    help="trace format; auto detects it from the content (gzip by its magic bytes)")
-    p.add_argument("--hash-block-size", type=int, default=None, metavar="TOKENS",
+    p.add_argument("--hash-block-size", type=count_arg, default=None, metavar="TOKENS",
                    help="tokens per hash id, for Mooncake-like files whose block is given out of band "
                         "(default: what the format or file records; Mooncake 512)")
     p.add_argument("--skip-bad", action="store_true", help="skip bad trace records, counting them")
@@ -112,16 +112,16 @@ def add_common(p: argparse.ArgumentParser, out_help: str = RUN_OUT_HELP) -> None
                         "each); such a file is refused without it, never overlaid")
     p.add_argument("--profile", default=DEFAULT_PROFILE,
                    help="cost-model profile: shipped name or JSON path")
-    p.add_argument("--budget", type=int, default=2048,
-                   help="step token budget, tokens (vLLM max_num_batched_tokens)")
-    p.add_argument("--max-num-seqs", type=int, default=256,
-                   help="most requests running at once (vLLM max_num_seqs)")
-    p.add_argument("--block-size", type=int, default=None,
+    p.add_argument("--budget", type=count_arg, default=2048,
+                   help="step token budget, tokens (vLLM max_num_batched_tokens; 1 to 2^31-1)")
+    p.add_argument("--max-num-seqs", type=count_arg, default=256,
+                   help="most requests running at once (vLLM max_num_seqs; 1 to --budget, as vLLM requires)")
+    p.add_argument("--block-size", type=count_arg, default=None,
                    help="tokens per KV block, any size (default: the trace's hash block)")
     cap = p.add_mutually_exclusive_group()
-    cap.add_argument("--kv-tokens", type=int,
+    cap.add_argument("--kv-tokens", type=count_arg,
                      help="KV cache capacity in tokens (default: the profile's kv_capacity)")
-    cap.add_argument("--kv-blocks", type=int, help="KV cache capacity in blocks")
+    cap.add_argument("--kv-blocks", type=count_arg, help="KV cache capacity in blocks")
     cap.add_argument("--kv-fraction", type=float,
                      help="KV capacity as a fraction of the trace's reusable content (the paper's "
                           "setting; the default for a profile without kv_capacity: 0.3)")
@@ -148,7 +148,7 @@ def add_common(p: argparse.ArgumentParser, out_help: str = RUN_OUT_HELP) -> None
                    help="window start, seconds of trace time (before --time-scale)")
     p.add_argument("--window-end", type=float, default=None,
                    help="window end, seconds of trace time (before --time-scale)")
-    p.add_argument("--max-requests", type=int, default=None, help="keep the first N requests")
+    p.add_argument("--max-requests", type=count_arg, default=None, help="keep the first N requests")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the generated default input when no --trace is given (0 = the shipped "
                         "file), and of the session starts placed by --session-rate")
@@ -485,14 +485,22 @@ ENGINE_OPTIONS = {"budget_tokens": "--budget", "max_num_seqs": "--max-num-seqs",
 
 
 def engine_config(args: argparse.Namespace, profile: Profile | None = None) -> EngineConfig:
-    """``EngineConfig`` from the options; with ``profile``, its KV capacity when none is given."""
+    """``EngineConfig`` from the options; with ``profile``, its KV capacity when none is given.
+
+    Raises:
+        ValueError: A value ``EngineConfig`` refuses, or ``--max-num-seqs`` above ``--budget``
+            (vLLM's rule, ``fairsim.sim.config.check_vllm_scheduler``), naming the options.
+    """
     from fairsim.sim.capacity import with_profile_capacity
+
+    from fairsim.sim.config import check_vllm_scheduler
 
     try:
         config = EngineConfig(budget_tokens=args.budget, max_num_seqs=args.max_num_seqs,
                               block_size=args.block_size, kv_blocks=args.kv_blocks,
                               kv_tokens=getattr(args, "kv_tokens", None), kv_fraction=args.kv_fraction,
                               mode=getattr(args, "mode", "prefill-only"))
+        check_vllm_scheduler(config.budget_tokens, config.max_num_seqs)
     except ValueError as exc:  # name the option the user typed, not the EngineConfig field
         raise ValueError(_option_names(str(exc))) from None
     return config if profile is None else with_profile_capacity(config, profile)[0]

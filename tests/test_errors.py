@@ -87,13 +87,17 @@ class TestBadOptions:
         assert code == 2 and out == ""
         assert err.startswith("fairsim: error: --policies fcfs,lpm,fcfs: 'fcfs' given more than once")
 
-    def test_huge_max_num_seqs_is_just_no_limit(self, capsys):
-        # Not an error: more seats than requests changes nothing (same result as 256 here).
+    def test_max_num_seqs_up_to_the_budget(self, capsys):
+        # As many seats as the budget (vLLM's largest max_num_seqs) is no limit here: more seats
+        # than requests changes nothing (same result as 256). Above the budget vLLM refuses it,
+        # and so does fairsim (10**20 once ran silently).
         code, out, _ = run_cli(capsys, "run", "--policy", "fcfs", "--max-requests", "20", "--format", "json",
-                               "--max-num-seqs", str(10**20))
+                               "--max-num-seqs", "2048")
         code2, out2, _ = run_cli(capsys, "run", "--policy", "fcfs", "--max-requests", "20", "--format", "json")
         strip = lambda s: {k: v for k, v in json.loads(s)["fcfs"].items() if k != "wall_time_s"}  # noqa: E731
         assert code == code2 == 0 and strip(out) == strip(out2)
+        code, out, err = run_cli(capsys, "run", "--max-num-seqs", str(10**20))
+        assert code == 2 and out == "" and err.startswith(f"fairsim: error: --max-num-seqs {10**20}: need at most")
 
     @pytest.mark.parametrize("argv, message", [
         (["equivalence", "--rate", "0"], "--rate 0.0: need a finite arrival rate > 0"),

@@ -319,7 +319,7 @@ def test_program_freezes_before_exit(tmp_path):
 
     path = tmp_path / "t.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in _rows(20, 4)))
-    code = ("import gc, sys; from fairsim.cli import program; sys.argv = ['fairsim', 'run', '--trace', "
+    code = ("import gc, sys; from fairsim.__main__ import program; sys.argv = ['fairsim', 'run', '--trace', "
             f"{str(path)!r}, '--policy', 'fcfs', '--format', 'json']; status = program(); "
             "print('frozen', gc.get_freeze_count() > 0, 'status', status, file=sys.stderr)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

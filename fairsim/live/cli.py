@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fairsim.io import path_arg, strict_json
+from fairsim.io import count_arg, path_arg, strict_json
 
 #: Commands added to the ``fairsim`` parser by ``add_live_commands``.
 LIVE_COMMANDS = ("replay", "equivalence", "fidelity", "hook-overhead")
@@ -59,7 +59,8 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
                          "preemptions are compared too")
     eq.add_argument("--max-output", type=int, default=None,
                     help="colocated: output lengths drawn uniformly from 1..N tokens (default 256)")
-    eq.add_argument("--max-num-seqs", type=int, default=16, help="most running requests, both sides")
+    eq.add_argument("--max-num-seqs", type=count_arg, default=16,
+                    help="most running requests, both sides (1 to the 2048-token step budget, as vLLM requires)")
 
     fid = sub.add_parser("fidelity", help="TTFT p50/p99 of the simulator vs a real-time vLLM replay")
     fid.add_argument("--policies", default="fcfs,lpm,fairway")
@@ -164,6 +165,12 @@ def _check_comparison(args: argparse.Namespace) -> None:
     seqs = getattr(args, "max_num_seqs", None)
     if seqs is not None and seqs < 1:
         raise ValueError(f"--max-num-seqs {seqs}: need an integer >= 1")
+    from fairsim.live.engine import LiveConfig
+
+    budget = LiveConfig().budget_tokens  # equivalence runs both sides at LiveConfig's step budget
+    if seqs is not None and seqs > budget:
+        raise ValueError(f"--max-num-seqs {seqs}: need at most {budget}, the step budget of both sides "
+                         f"(vLLM requires max_num_seqs <= max_num_batched_tokens)")
     if args.mode == "colocated":
         if args.max_output is None:
             args.max_output = 256 if args.command == "equivalence" else 64
@@ -186,7 +193,7 @@ def _overhead_lists(args: argparse.Namespace) -> tuple[list[str], list[int]]:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """``fairsim replay --engine vllm``."""
-    from fairsim.options import capacity_of, load_requests, parse_params
+    from fairsim.options import _option_names, capacity_of, load_requests, parse_params
     from fairsim.costmodel import load_profile
     from fairsim.errors import CapacityError
     from fairsim.live.engine import LiveConfig
@@ -195,15 +202,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from fairsim.policies import make_policy
     from fairsim.sim import EngineConfig
     from fairsim.sim.capacity import with_profile_capacity
+    from fairsim.sim.config import check_vllm_scheduler
 
     profile = load_profile(args.profile)
     params = parse_params(args.param)
     make_policy(args.policy, profile, **params)  # fail fast on a bad name or parameter
     trace, requests = load_requests(args, profile)
     block = args.block_size or 128
-    config, _ = with_profile_capacity(EngineConfig(
-        budget_tokens=args.budget, max_num_seqs=args.max_num_seqs, block_size=block,
-        kv_blocks=args.kv_blocks, kv_tokens=args.kv_tokens, kv_fraction=args.kv_fraction), profile)
+    try:  # the replay's KV sizing; the bounds named as the options, vLLM's rule included
+        config, _ = with_profile_capacity(EngineConfig(
+            budget_tokens=args.budget, max_num_seqs=args.max_num_seqs, block_size=block,
+            kv_blocks=args.kv_blocks, kv_tokens=args.kv_tokens, kv_fraction=args.kv_fraction), profile)
+        check_vllm_scheduler(args.budget, args.max_num_seqs)
+    except ValueError as exc:
+        raise ValueError(_option_names(str(exc))) from None
     try:
         _, kv_blocks = capacity_of(requests, config, args)
     except CapacityError:

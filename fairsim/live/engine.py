@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fairsim.live import TINY_LLAMA_DIR
+from fairsim.sim.config import EngineConfig, check_vllm_scheduler
 
 #: Environment the CPU engine needs here (VLLM.md): in-process core, 1 GiB KV space, offline;
 #: vLLM's log goes to stderr so fairsim's tables and JSON on stdout stay clean; one OpenMP
@@ -68,6 +69,10 @@ class LiveConfig:
     def __post_init__(self) -> None:
         if self.budget_tokens < 1 or self.max_num_seqs < 1:
             raise ValueError(f"budget_tokens={self.budget_tokens}, max_num_seqs={self.max_num_seqs}: need >= 1")
+        # the simulator's bounds (fairsim.sim.config: int32 step offsets) and vLLM's own rule,
+        # before an engine is built
+        EngineConfig(budget_tokens=self.budget_tokens, max_num_seqs=self.max_num_seqs)
+        check_vllm_scheduler(self.budget_tokens, self.max_num_seqs)
         if self.block_size < 1:
             raise ValueError(f"block_size={self.block_size}: need >= 1 (CPU: a multiple of 32)")
         if self.kv_blocks is not None and self.kv_blocks < 1:

@@ -29,6 +29,21 @@ def plan_table(out: Path, runs: list[RunSpec]) -> pd.DataFrame:
     return tidy_parameters(pd.DataFrame(rows))
 
 
+def check_run_options(executor: str, workers: int | None, address: str | None) -> None:
+    """The bounds of the options that say where runs go, checked with or without ``--dry-run``.
+
+    Raises:
+        ValueError: An unknown ``--executor``, ``--workers`` below 1, or ``--address`` without
+            ``--executor ray``, naming the option.
+    """
+    if executor not in EXECUTORS:
+        raise ValueError(f"--executor {executor!r}: use 'local' or 'ray'")
+    if workers is not None and workers < 1:
+        raise ValueError(f"--workers {workers}: need >= 1")
+    if address is not None and executor != "ray":
+        raise ValueError(f"--address {address}: only used with --executor ray")
+
+
 def run_sweep(spec: dict[str, Any] | SweepSpec, out: Path, executor: str = "local",
               workers: int | None = None, address: str | None = None, progress: bool = True,
               log: Callable[[str], Any] = print, source: str = "sweep spec") -> pd.DataFrame:
@@ -60,12 +75,7 @@ def run_sweep(spec: dict[str, Any] | SweepSpec, out: Path, executor: str = "loca
         OSError: ``out`` is not writable (before any run) or a write fails (names the file).
         ImportError: ``executor="ray"`` without Ray.
     """
-    if executor not in EXECUTORS:
-        raise ValueError(f"--executor {executor!r}: use 'local' or 'ray'")
-    if workers is not None and workers < 1:
-        raise ValueError(f"--workers {workers}: need >= 1")
-    if address is not None and executor != "ray":
-        raise ValueError(f"--address {address}: only used with --executor ray")
+    check_run_options(executor, workers, address)
     if executor == "ray":
         try:
             import ray  # noqa: F401  (checked before planning, not after)
@@ -119,6 +129,7 @@ def _show(table: pd.DataFrame, cols: list[str]) -> str:
 
 def cmd_sweep(args: Any) -> int:
     """``fairsim sweep``: 0 when every run succeeded, 1 when some failed (listed on stderr)."""
+    check_run_options(args.executor, args.workers, args.address)  # --dry-run too: the same command line
     source = str(args.spec)
     spec = parse_spec(load_spec(args.spec), source)
     out = args.out or Path(spec.out or f"results/sweep-{args.spec.stem}")

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from fairsim.sim.config import EngineConfig
+from fairsim.sim.config import EngineConfig, check_vllm_scheduler
 from fairsim.types import Request
 
 CAPACITY_KEYS = ("kv_blocks", "kv_fraction", "kv_tokens")
@@ -86,8 +86,9 @@ def run_engine(base: EngineConfig, overrides: dict[str, Any], requests: Sequence
         ``block_size`` change alone keeps the base capacity in tokens (see the module docstring).
 
     Raises:
-        ValueError: A value ``EngineConfig`` refuses, two capacity keys, or ``kv_tokens`` below
-            one block.
+        ValueError: A value ``EngineConfig`` refuses, two capacity keys, ``kv_tokens`` below
+            one block, or ``max_num_seqs`` above ``budget_tokens`` (vLLM's rule,
+            ``fairsim.sim.config.check_vllm_scheduler``).
     """
     fields = {f.name for f in dataclasses.fields(EngineConfig)}
     changes = dict(overrides)
@@ -108,4 +109,6 @@ def run_engine(base: EngineConfig, overrides: dict[str, Any], requests: Sequence
         if tokens // bs < 1:
             raise ValueError(f"kv_tokens={tokens}: less than one block of {bs} tokens")
         changes.update(kv_blocks=tokens // bs, kv_fraction=None)
-    return dataclasses.replace(base, **changes)
+    config = dataclasses.replace(base, **changes)
+    check_vllm_scheduler(config.budget_tokens, config.max_num_seqs)  # as fairsim run checks its options
+    return config
