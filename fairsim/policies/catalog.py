@@ -51,6 +51,11 @@ RULES: dict[str, str] = {
            "tokens served goes first.",
     "dlpm": "Deficit LPM (Cao et al.): LPM order among clients with credit; all refilled by a "
             "quantum when none has any.",
+    "suf": "Fewest uncached tokens `c` first (TensorRT-LLM's `shortest_uncached_first`); a request "
+           "that waited `starvation_iterations` admitting passes goes to the front.",
+    "lpm-aging": "LPM by `h + N x passes waited` (SGLang's `--lpm-aging-tokens-per-pass N`).",
+    "sjf-aging": "Fewest uncached tokens `c - a x wait` first (SGLang's `sjf`, "
+                 "`--sjf-aging-tokens-per-s a`).",
 }
 
 # Parameters a named variant fixes (``registry._check_fixed`` refuses to override them).
@@ -65,6 +70,7 @@ FIXED: dict[str, dict[str, Any]] = {
 # What a default of None means, where the constructor computes the value.
 NONE_MEANS: dict[str, str] = {
     "wait_cap": "none (no cap)",
+    "starvation_iterations": "none (no guard)",
     "slack": "1 + fair_weight / fast_weight",
 }
 
