@@ -33,6 +33,7 @@ from fairsim.gcpause import freeze_for_exit, paused
 from fairsim.io import (atomic_write, atomic_write_text, check_file_stems, check_writable_dir, file_stem, path_arg,
                         strict_json)
 from fairsim.policies import make_policy, policy_names
+from fairsim.ratios import add_ratios, with_baseline
 from fairsim.sim import EngineConfig, SimResult, simulate
 from fairsim.traces import Trace, load_trace, scale_time, window
 from fairsim.traces.sessions import detach_cut
@@ -216,6 +217,9 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
                           "generic klpm, which klpm4 covers)")
     add_common(cmp)
     cmp.add_argument("--plots", type=path_arg, help=PLOTS_HELP)
+    cmp.add_argument("--baseline", default="fcfs", metavar="NAME",
+                     help="show each policy's TTFT p50/p99/max as a ratio to this policy's (table, JSON, "
+                          "summary.json); run first if not among --policies; 'none': no ratios")
     bench = sub.add_parser("bench", help="speed and peak memory per policy (one process each)",
                            formatter_class=fmt)
     bench.add_argument("--policies", default="fcfs,lpm,fairway",
@@ -703,6 +707,10 @@ def format_table(rows: dict[str, dict[str, Any]]) -> str:
             ("hit_rate", "hit rate", "{:.3f}"), ("kv_blocks", "KV blocks", "{:d}"),
             ("sim_time_s", "sim s", "{:.1f}"), ("wall_time_s", "wall s", "{:.2f}")]
     first = next(iter(rows.values()), {})
+    if "ttft_p50_ratio" in first:  # compare --baseline (fairsim/ratios.py)
+        from fairsim.ratios import RATIO_COLUMNS
+
+        cols[5:5] = RATIO_COLUMNS
     if "tpot_p50_s" in first:
         from fairsim.cli_colocated import DECODE_COLUMNS
 
@@ -721,6 +729,8 @@ def format_table(rows: dict[str, dict[str, Any]]) -> str:
     widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
     lines = ["  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths)))
              for r in [header] + body]
+    if "ratio_baseline" in first:
+        lines.append(f"p50 x, p99 x, max x: TTFT over {first['ratio_baseline']}'s (--baseline)")
     return "\n".join(lines)
 
 
@@ -754,6 +764,8 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
                   "block_size": block_size, "kv_capacity_source": cap_source}
         load, load_what = pre_run_load(args, requests, profile)
     rows: dict[str, dict[str, Any]] = {}
+    baseline = getattr(args, "baseline", None)  # compare only (fairsim/ratios.py)
+    shown = (lambda: rows) if baseline is None else (lambda: add_ratios(rows, baseline))
     results: dict[str, SimResult] = {}
     delivered_loads: dict[str, dict[str, Any]] = {}  # closed loop: per policy (run.json)
     try:  # from here on: the except below unfreezes (even a print to a closed stdout)
@@ -792,14 +804,14 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         # written, and summary.json and run.json list the finished policies), then report as usual.
         if rows and not isinstance(exc, BrokenPipeError):
             with contextlib.suppress(OSError):  # stdout gone too: the files and the error remain
-                print_rows(rows, args.format, config.mode == "colocated")
+                print_rows(shown(), args.format, config.mode == "colocated")
                 print(f"fairsim: the output above holds the {len(rows)} of {len(names)} policies that "
                       f"finished ({', '.join(rows)})", file=sys.stderr)
         if args.out is not None and rows:
-            atomic_write_text(args.out / "summary.json", strict_json(rows) + "\n")
+            atomic_write_text(args.out / "summary.json", strict_json(shown()) + "\n")
             write_run_info(args.out, args, trace, list(rows), load, engine, load_what, delivered_loads)
         raise
-    print_rows(rows, args.format, config.mode == "colocated")
+    print_rows(shown(), args.format, config.mode == "colocated")
     if results:
         from fairsim.run_plots import write_run_plots
 
@@ -808,7 +820,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
             print("fairsim: note: --plots drew no goodput.png: goodput needs --slo ttft=S,tpot=S",
                   file=sys.stderr)
     if args.out is not None:
-        atomic_write_text(args.out / "summary.json", strict_json(rows) + "\n")
+        atomic_write_text(args.out / "summary.json", strict_json(shown()) + "\n")
         write_run_info(args.out, args, trace, names, load, engine, load_what, delivered_loads)
     return 0
 
@@ -913,7 +925,10 @@ def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "run":
         return cmd_simulate(args, [args.policy])
     if args.command == "compare":
-        return cmd_simulate(args, resolve_policies(args.policies))
+        names, note = with_baseline(resolve_policies(args.policies), args.baseline)
+        if note is not None:
+            print(note, file=sys.stderr)
+        return cmd_simulate(args, names)
     if args.command == "bench":
         from fairsim.bench import cmd_bench
 
