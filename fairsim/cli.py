@@ -647,8 +647,9 @@ def check_named_once(option: str, value: str, items: Sequence[Any], hint: str = 
         raise ValueError(f"{option} {value}: {', '.join(map(repr, twice))} given more than once{hint}")
 
 
-def check_policies(names: list[str], profile: Profile, params: dict[str, Any]) -> None:
-    """Fail fast, before any long run, on a bad policy name or parameter.
+def check_policies(names: list[str], profile: Profile, params: dict[str, Any], added: str | None = None) -> None:
+    """Fail fast, before any long run, on a bad policy name or parameter (``added``: a policy the
+    command added, which takes only its own ``NAME.KEY`` parameters, ``policy_params``).
 
     Raises:
         ValueError: An unknown policy, a parameter it rejects, or a ``POLICY.KEY`` parameter
@@ -659,7 +660,13 @@ def check_policies(names: list[str], profile: Profile, params: dict[str, Any]) -
         if scope is not None and scope not in names:
             raise ValueError(f"--param {key}: policy {scope!r} is not among those run ({', '.join(names)})")
     for name in names:
-        make_policy(name, profile, **params_for(name, params))
+        make_policy(name, profile, **policy_params(name, params, added))
+
+
+def policy_params(name: str, params: dict[str, Any], added: str | None = None) -> dict[str, Any]:
+    """``params_for``, except for ``added`` (compare's baseline run on top of ``--policies``):
+    only its own ``NAME.KEY`` parameters, as the unscoped ones were given for the policies named."""
+    return scoped_params(name, params) if name == added else params_for(name, params)
 
 
 def run_one(name: str, requests: list[Request], profile: Profile, config: EngineConfig,
@@ -754,7 +761,8 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     if slo and config.mode != "colocated":
         raise ValueError("--slo needs --mode colocated (prefill-only runs have no TPOT)")
     params = parse_params(args.param)
-    check_policies(names, profile, params)
+    added = getattr(args, "baseline_added", None)  # compare's baseline, not among --policies
+    check_policies(names, profile, params, added)
     # The trace's long-lived objects, no garbage cycles; frozen until the first Engine.run ends
     # (it unfreezes; so does an error before it, below). fairsim/gcpause.py.
     with paused(freeze=True):
@@ -775,7 +783,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         print(describe_capacity(profile.name, block_size, kv_blocks, cap_source), file=stream)
         print(replay_line(args), file=stream)
         for name in names:
-            result = run_one(name, requests, profile, config, params_for(name, params),
+            result = run_one(name, requests, profile, config, policy_params(name, params, added),
                              replay=args.replay, think_scale=args.think_scale)
             if getattr(args, "plots", None) is not None:
                 results[name] = result
@@ -926,7 +934,8 @@ def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return cmd_simulate(args, [args.policy])
     if args.command == "compare":
         names, note = with_baseline(resolve_policies(args.policies), args.baseline)
-        if note is not None:
+        if note is not None:  # the baseline was added: it takes only its own NAME.KEY --param
+            args.baseline_added = args.baseline
             print(note, file=sys.stderr)
         return cmd_simulate(args, names)
     if args.command == "bench":

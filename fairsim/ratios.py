@@ -3,7 +3,8 @@
 So a team reads "0.3x FCFS's median" without arithmetic. ``compare --baseline NAME`` (default
 ``fcfs``) names the baseline; ``--baseline none`` shows no ratios. A baseline that is not among
 ``--policies`` is run too, first (``with_baseline``), so its row is there to divide by and
-partial output after Ctrl-C has ratios as soon as it finished.
+partial output after Ctrl-C has ratios as soon as it finished; it takes only its own
+``--param NAME.KEY=VALUE`` parameters (the unscoped ones are for the policies named).
 """
 
 from __future__ import annotations

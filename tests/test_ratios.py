@@ -90,3 +90,13 @@ class TestCompareCommand:
     def test_unknown_baseline_exits_2(self, capsys):
         code, _, err = run_cli(capsys, "compare", "--policies", "lpm", "--baseline", "fcsf")
         assert code == 2 and "--baseline fcsf: unknown policy" in err
+
+    def test_added_baseline_takes_only_its_own_params(self, capsys):
+        # The unscoped --param is for the policies named; fcfs (added) takes none and is not given it.
+        code, out, err = run_cli(capsys, "compare", "--policies", "sjf-aging", "--param", "aging_tokens_per_s=10",
+                                 "--max-requests", "60", "--format", "json")
+        assert code == 0, err
+        assert list(json.loads(out)) == ["fcfs", "sjf-aging"]
+        code, _, err = run_cli(capsys, "compare", "--policies", "sjf-aging", "--param", "fcfs.k=1",
+                               "--max-requests", "60")
+        assert code == 2 and "'fcfs' takes no parameters" in err
