@@ -32,6 +32,7 @@ from fairsim.gcpause import freeze_for_exit
 from fairsim.io import path_arg
 from fairsim.options import HelpFormatter, add_common, resolve_policies
 from fairsim.policies import policy_names
+from fairsim.ratios import with_baseline
 from fairsim.run import cmd_simulate
 
 # The option helpers and run/compare's parts live in fairsim.options and fairsim.run; these names
@@ -85,6 +86,9 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
                           "generic klpm, which klpm4 covers)")
     add_common(cmp)
     cmp.add_argument("--plots", type=path_arg, help=PLOTS_HELP)
+    cmp.add_argument("--baseline", default="fcfs", metavar="NAME",
+                     help="show each policy's TTFT p50/p99/max as a ratio to this policy's (table, JSON, "
+                          "summary.json); run first if not among --policies; 'none': no ratios")
     bench = sub.add_parser("bench", help="speed and peak memory per policy (one process each)",
                            formatter_class=fmt)
     bench.add_argument("--policies", default="fcfs,lpm,fairway",
@@ -124,7 +128,11 @@ def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "run":
         return cmd_simulate(args, [args.policy])
     if args.command == "compare":
-        return cmd_simulate(args, resolve_policies(args.policies))
+        names, note = with_baseline(resolve_policies(args.policies), args.baseline)
+        if note is not None:  # the baseline was added: it takes only its own NAME.KEY --param
+            args.baseline_added = args.baseline
+            print(note, file=sys.stderr)
+        return cmd_simulate(args, names)
     if args.command == "bench":
         from fairsim.bench import cmd_bench
 

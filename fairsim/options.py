@@ -569,8 +569,9 @@ def check_named_once(option: str, value: str, items: Sequence[Any], hint: str = 
         raise ValueError(f"{option} {value}: {', '.join(map(repr, twice))} given more than once{hint}")
 
 
-def check_policies(names: list[str], profile: Profile, params: dict[str, Any]) -> None:
-    """Fail fast, before any long run, on a bad policy name or parameter.
+def check_policies(names: list[str], profile: Profile, params: dict[str, Any], added: str | None = None) -> None:
+    """Fail fast, before any long run, on a bad policy name or parameter (``added``: a policy the
+    command added, which takes only its own ``NAME.KEY`` parameters, ``policy_params``).
 
     Raises:
         ValueError: An unknown policy, a parameter it rejects, or a ``POLICY.KEY`` parameter
@@ -581,7 +582,13 @@ def check_policies(names: list[str], profile: Profile, params: dict[str, Any]) -
         if scope is not None and scope not in names:
             raise ValueError(f"--param {key}: policy {scope!r} is not among those run ({', '.join(names)})")
     for name in names:
-        make_policy(name, profile, **params_for(name, params))
+        make_policy(name, profile, **policy_params(name, params, added))
+
+
+def policy_params(name: str, params: dict[str, Any], added: str | None = None) -> dict[str, Any]:
+    """``params_for``, except for ``added`` (compare's baseline run on top of ``--policies``):
+    only its own ``NAME.KEY`` parameters, as the unscoped ones were given for the policies named."""
+    return scoped_params(name, params) if name == added else params_for(name, params)
 
 
 def pre_run_load(args: argparse.Namespace, requests: Sequence[Request], profile: Profile) -> tuple[Any, str]:

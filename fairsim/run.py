@@ -18,7 +18,8 @@ from fairsim.costmodel import Profile, load_profile
 from fairsim.gcpause import paused
 from fairsim.io import atomic_write, atomic_write_text, check_file_stems, check_writable_dir, file_stem, strict_json
 from fairsim.options import (capacity_of, check_policies, delivered_figures, delivered_of, engine_config, load_requests,
-                             params_for, parse_params, pre_run_load, replay_line)
+                             params_for, parse_params, policy_params, pre_run_load, replay_line)
+from fairsim.ratios import add_ratios
 from fairsim.policies import make_policy
 from fairsim.sim import EngineConfig, SimResult, simulate
 from fairsim.traces import Trace
@@ -70,6 +71,10 @@ def format_table(rows: dict[str, dict[str, Any]]) -> str:
             ("hit_rate", "hit rate", "{:.3f}"), ("kv_blocks", "KV blocks", "{:d}"),
             ("sim_time_s", "sim s", "{:.1f}"), ("wall_time_s", "wall s", "{:.2f}")]
     first = next(iter(rows.values()), {})
+    if "ttft_p50_ratio" in first:  # compare --baseline (fairsim/ratios.py)
+        from fairsim.ratios import RATIO_COLUMNS
+
+        cols[5:5] = RATIO_COLUMNS
     if "tpot_p50_s" in first:
         from fairsim.cli_colocated import DECODE_COLUMNS
 
@@ -88,6 +93,8 @@ def format_table(rows: dict[str, dict[str, Any]]) -> str:
     widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
     lines = ["  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths)))
              for r in [header] + body]
+    if "ratio_baseline" in first:
+        lines.append(f"p50 x, p99 x, max x: TTFT over {first['ratio_baseline']}'s (--baseline)")
     return "\n".join(lines)
 
 
@@ -111,7 +118,8 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     if slo and config.mode != "colocated":
         raise ValueError("--slo needs --mode colocated (prefill-only runs have no TPOT)")
     params = parse_params(args.param)
-    check_policies(names, profile, params)
+    added = getattr(args, "baseline_added", None)  # compare's baseline, not among --policies
+    check_policies(names, profile, params, added)
     # The trace's long-lived objects, no garbage cycles; frozen until the first Engine.run ends
     # (it unfreezes; so does an error before it, below). fairsim/gcpause.py.
     with paused(freeze=True):
@@ -121,6 +129,8 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
                   "block_size": block_size, "kv_capacity_source": cap_source}
         load, load_what = pre_run_load(args, requests, profile)
     rows: dict[str, dict[str, Any]] = {}
+    baseline = getattr(args, "baseline", None)  # compare only (fairsim/ratios.py)
+    shown = (lambda: rows) if baseline is None else (lambda: add_ratios(rows, baseline))
     results: dict[str, SimResult] = {}
     delivered_loads: dict[str, dict[str, Any]] = {}  # closed loop: per policy (run.json)
     try:  # from here on: the except below unfreezes (even a print to a closed stdout)
@@ -130,7 +140,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         print(describe_capacity(profile.name, block_size, kv_blocks, cap_source), file=stream)
         print(replay_line(args), file=stream)
         for name in names:
-            result = run_one(name, requests, profile, config, params_for(name, params),
+            result = run_one(name, requests, profile, config, policy_params(name, params, added),
                              replay=args.replay, think_scale=args.think_scale)
             if getattr(args, "plots", None) is not None:
                 results[name] = result
@@ -159,14 +169,14 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         # written, and summary.json and run.json list the finished policies), then report as usual.
         if rows and not isinstance(exc, BrokenPipeError):
             with contextlib.suppress(OSError):  # stdout gone too: the files and the error remain
-                print_rows(rows, args.format, config.mode == "colocated")
+                print_rows(shown(), args.format, config.mode == "colocated")
                 print(f"fairsim: the output above holds the {len(rows)} of {len(names)} policies that "
                       f"finished ({', '.join(rows)})", file=sys.stderr)
         if args.out is not None and rows:
-            atomic_write_text(args.out / "summary.json", strict_json(rows) + "\n")
+            atomic_write_text(args.out / "summary.json", strict_json(shown()) + "\n")
             write_run_info(args.out, args, trace, list(rows), load, engine, load_what, delivered_loads)
         raise
-    print_rows(rows, args.format, config.mode == "colocated")
+    print_rows(shown(), args.format, config.mode == "colocated")
     if results:
         from fairsim.run_plots import write_run_plots
 
@@ -175,7 +185,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
             print("fairsim: note: --plots drew no goodput.png: goodput needs --slo ttft=S,tpot=S",
                   file=sys.stderr)
     if args.out is not None:
-        atomic_write_text(args.out / "summary.json", strict_json(rows) + "\n")
+        atomic_write_text(args.out / "summary.json", strict_json(shown()) + "\n")
         write_run_info(args.out, args, trace, names, load, engine, load_what, delivered_loads)
     return 0
 

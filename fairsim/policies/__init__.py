@@ -1,5 +1,6 @@
 """Pure orderings of the waiting queue (no simpy, no vllm, no simulator imports)."""
 
+from fairsim.policies.aging import LPMAging, ShortestUncachedFirst, SJFAging
 from fairsim.policies.base import Policy, arrival_key
 from fairsim.policies.dlpm import DLPM
 from fairsim.policies.drr import DRR
@@ -27,6 +28,7 @@ __all__ = [
     "FairwayDeadline",
     "FairwayPatience",
     "KLPM",
+    "LPMAging",
     "LPM",
     "PEEK",
     "POLICIES",
@@ -34,6 +36,8 @@ __all__ = [
     "Policy",
     "Preble",
     "RAGCache",
+    "SJFAging",
+    "ShortestUncachedFirst",
     "arrival_key",
     "make_policy",
     "policy_names",

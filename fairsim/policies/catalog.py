@@ -54,6 +54,11 @@ RULES: dict[str, str] = {
            "tokens served goes first; a client emptied by admissions is lifted when it returns.",
     "dlpm": "Deficit LPM (Cao et al.): LPM order among clients with credit; all refilled by a "
             "quantum when none has any; an emptied client's deficit resets to 0.",
+    "suf": "Fewest uncached tokens `c` first (TensorRT-LLM's `shortest_uncached_first`); a request "
+           "that waited `starvation_iterations` admitting passes goes to the front.",
+    "lpm-aging": "LPM by `h + N x passes waited` (SGLang's `--lpm-aging-tokens-per-pass N`).",
+    "sjf-aging": "Fewest uncached tokens `c - a x wait` first (SGLang's `sjf`, "
+                 "`--sjf-aging-tokens-per-s a`).",
 }
 
 # Parameters a named variant fixes (``registry._check_fixed`` refuses to override them).
@@ -68,6 +73,7 @@ FIXED: dict[str, dict[str, Any]] = {
 # What a default of None means, where the constructor computes the value.
 NONE_MEANS: dict[str, str] = {
     "wait_cap": "none (no cap)",
+    "starvation_iterations": "none (no guard)",
     "slack": "1 + fair_weight / fast_weight",
 }
 

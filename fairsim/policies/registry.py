@@ -11,6 +11,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from fairsim.policies.aging import LPMAging, ShortestUncachedFirst, SJFAging
 from fairsim.policies.base import Policy
 from fairsim.policies.dlpm import DLPM
 from fairsim.policies.drr import DRR
@@ -116,6 +117,10 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "drr-dynamo": _named("drr-dynamo", lambda profile, **params: DRRDynamo(**params)),
     "vtc": _named("vtc", lambda profile, **params: VTC(**params)),
     "dlpm": _named("dlpm", lambda profile, **params: DLPM(**params)),
+    # Orderings the serving engines ship (fairsim/policies/aging.py; docs/policies.md).
+    "suf": _named("suf", lambda profile, **params: ShortestUncachedFirst(**params)),
+    "lpm-aging": _named("lpm-aging", lambda profile, **params: LPMAging(**params)),
+    "sjf-aging": _named("sjf-aging", lambda profile, **params: SJFAging(**params)),
 }
 
 
@@ -174,6 +179,7 @@ _CLASSES: dict[str, type] = {
     "fairway-nofair": Fairway, "fairway-carry": FairwayCarry, "fairway-plus": FairwayCarry,
     "fairway-patience": FairwayPatience, "fairway-deadline": FairwayDeadline,
     "drr": DRR, "drr-dynamo": DRRDynamo, "vtc": VTC, "dlpm": DLPM,
+    "suf": ShortestUncachedFirst, "lpm-aging": LPMAging, "sjf-aging": SJFAging,
 }
 _FROM_PROFILE = {"idle_prefill_time", "prefill_time"}  # supplied by the registry, not the user
 
