@@ -78,7 +78,7 @@ class LPM:
         (no fast path) with ``sglang_dedup`` alone."""
         if self.sglang_sort_limit:
             from fairsim.policies.sglang import KeptOrder
-            return KeptOrder(self._dedup_order if self.sglang_dedup else self._plain_order)
+            return KeptOrder(self._dedup_order if self.sglang_dedup else self._plain_order, clock_free=True)
         if self.sglang_dedup:
             return None
         from fairsim.policies.incremental import SortedKeyOrder, longest_key

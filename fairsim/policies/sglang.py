@@ -89,13 +89,18 @@ class KeptOrder:
     with ``sort`` (the policy's own full sort) and keeps that order; above, it yields the kept
     order with the requests added since the last read appended in arrival order, as
     ``keep_previous``. A replaced snapshot keeps its place. ``add``/``remove`` O(1) amortised.
+    ``clock_free``: ``sort`` depends on the snapshots alone (LPM), so a read with nothing added or
+    removed since the last sort reuses it (HRRN's ratios move every step: always sorted).
     """
 
     #: Least removals before the dict is compacted (``ArrivalOrder.COMPACT_MIN``).
     COMPACT_MIN = 1024
 
-    def __init__(self, sort: Callable[[list[QueuedRequest]], list[QueuedRequest]]) -> None:
+    def __init__(self, sort: Callable[[list[QueuedRequest]], list[QueuedRequest]],
+                 clock_free: bool = False) -> None:
         self.sort = sort
+        self.clock_free = clock_free
+        self._sorted = False  # items is sort's order of the present snapshots
         self.items: dict[str, QueuedRequest] = {}  # kept order
         self.new: dict[str, QueuedRequest] = {}  # added since the last read
         self._removed = 0
@@ -105,12 +110,14 @@ class KeptOrder:
 
     def add(self, q: QueuedRequest) -> None:
         rid = q.request_id
+        self._sorted = False
         if rid in self.items:
             self.items[rid] = q
         else:
             self.new[rid] = q
 
     def remove(self, request_id: str) -> None:
+        self._sorted = False
         if self.new.pop(request_id, None) is not None:
             return
         del self.items[request_id]
@@ -121,9 +128,11 @@ class KeptOrder:
 
     def iter_order(self, now: float = 0.0) -> Iterator[QueuedRequest]:
         if len(self) <= SGLANG_SORT_LIMIT:
-            out = self.sort([*self.items.values(), *self.new.values()])
-            self.items = {q.request_id: q for q in out}
-            self._removed = 0
+            if not (self.clock_free and self._sorted):
+                out = self.sort([*self.items.values(), *self.new.values()])
+                self.items = {q.request_id: q for q in out}
+                self._removed = 0
+                self._sorted = True
         else:
             items = self.items
             for q in sorted(self.new.values(), key=arrival_key):
