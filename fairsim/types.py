@@ -115,6 +115,13 @@ class QueuedRequest(NamedTuple):
             ``drr-dynamo``, ``vtc``, ``dlpm``): the trace's ``tenant`` label, else its
             ``session_id``, else its ``doc_id`` label, else ``None`` (the request is its own class). Filled by the engine and the
             live hook with ``fairsim.policies.clients``; see docs/POLICIES-more.md.
+        arrival_prefill_tokens: The engine's prefill-token counter (policy contract rule 5,
+            ``fairsim/policies/base.py``) when the request joined the waiting queue: prefill
+            tokens computed in all steps scheduled before then. Fixed per request. SGLang's
+            ``Req.arrival_processed_tokens`` (read by ``hrrn``).
+        output_len: Output tokens the request asks for (SGLang's ``max_new_tokens``, read by
+            ``lof``): the trace's ``output_len`` in the simulator (both modes; 1 when the trace
+            has no output length), vLLM's ``Request.max_tokens`` in the live hook.
     """
 
     request_id: str
@@ -127,3 +134,5 @@ class QueuedRequest(NamedTuple):
     block_keys: tuple[Any, ...] = ()
     block_size: int = 0
     client: Any = None
+    arrival_prefill_tokens: int = 0
+    output_len: int = 1

@@ -103,6 +103,11 @@ class _PolicyMixin:
         fairsim_counters: ``HookCounters`` (steps, steps reordered, time ordering), logged
             once a minute; policy errors are logged at most once a minute per message.
         fairsim_step: Steps scheduled so far.
+        fairsim_prefill_tokens: Prefill tokens scheduled in all steps so far (policy contract
+            rule 5): per step, every token of ``SchedulerOutput.num_scheduled_tokens`` except
+            decode tokens (one token for a request whose context before the step already covered
+            its prompt). Each request gets the value at ``add_request`` as
+            ``fairsim_arrival_prefill_tokens`` (its snapshot's ``arrival_prefill_tokens``).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -130,6 +135,7 @@ class _PolicyMixin:
         if warning:
             logger.warning(warning)
         self.fairsim_step = 0
+        self.fairsim_prefill_tokens = 0
         self._fairsim_on_admitted = getattr(self.fairsim_policy, "on_admitted", None)
         # Hits of plainly waiting requests, refreshed only when their blocks change (hook cost);
         # a policy with uses_prefix_hits = False (FCFS) gets h = 0 and no lookup at all.
@@ -164,6 +170,7 @@ class _PolicyMixin:
         self.fairsim_reorder_s.clear()
         self.fairsim_policy_errors = 0
         self.fairsim_step = 0
+        self.fairsim_prefill_tokens = 0
         self.fairsim_counters = HookCounters(logger)
         if self.fairsim_recorder is not None:
             self.fairsim_recorder.restart()
@@ -222,7 +229,9 @@ class _PolicyMixin:
 
     # -- recording (``"record": PATH``) ----------------------------------------------------------
     def add_request(self, request: Any) -> None:
-        """vLLM's ``add_request``, and the recorder sees the request."""
+        """vLLM's ``add_request`` (the request notes the prefill-token counter: contract rule 5),
+        and the recorder sees the request."""
+        request.fairsim_arrival_prefill_tokens = self.fairsim_prefill_tokens
         super().add_request(request)
         if self.fairsim_recorder is not None:
             self.fairsim_recorder.add(request)
@@ -272,9 +281,14 @@ class _PolicyMixin:
             h = self.fairsim_cached_tokens(request)
         computed = request.num_computed_tokens
         L = request.num_prompt_tokens
+        # A request that did not come through add_request counts its wait from now.
+        arrival_prefill = getattr(request, "fairsim_arrival_prefill_tokens", self.fairsim_prefill_tokens)
         return QueuedRequest(request.request_id, request.arrival_time, L, h,
                              max(1, L - h - computed), computed, request,
-                             client=client_of_vllm(request))
+                             block_keys=tuple(request.block_hashes),
+                             block_size=getattr(self, "hash_block_size", None) or self.block_size,
+                             client=client_of_vllm(request), arrival_prefill_tokens=arrival_prefill,
+                             output_len=getattr(request, "max_tokens", 1))
 
     # -- the hook --------------------------------------------------------------------------------
     def fairsim_reorder(self) -> float:
@@ -381,6 +395,13 @@ class _PolicyMixin:
                 self.fairsim_policy_errors += 1
                 logger.exception("fairsim: the policy's incremental order failed; using order() from now on")
         now = self._fairsim_now = self.fairsim_clock()
+        on_prefill = getattr(self.fairsim_policy, "on_prefill_tokens", None)
+        if on_prefill is not None and held:
+            try:
+                on_prefill(self.fairsim_prefill_tokens)
+            except Exception:  # noqa: BLE001 - a policy bug must not stop serving
+                self.fairsim_policy_errors += 1
+                logger.exception("fairsim: policy on_prefill_tokens() failed; continuing")
         self._fairsim_head_snapshots = {}
         if self._fairsim_on_admitted is not None and heads:
             # Start-of-step snapshots of the front (preempted) requests too: on_admitted gets
@@ -434,12 +455,15 @@ class _PolicyMixin:
         admitted = []
         snaps = self._fairsim_snapshots
         head_snaps = self._fairsim_head_snapshots
+        prefill = 0
         # num_scheduled_tokens is filled in scheduling order: running first, then admissions.
         for rid, n in out.num_scheduled_tokens.items():
             req = self.requests.get(rid)
             # _update_after_schedule has already advanced num_computed_tokens by n.
             ctx = (req.num_computed_tokens - n) if req is not None else 0
             batch.append((rid, n, ctx))
+            if not (n == 1 and req is not None and ctx >= req.num_prompt_tokens):
+                prefill += n  # not a decode token (contract rule 5)
             if rid in snaps:
                 admitted.append(snaps[rid])
                 if rid not in self.fairsim_admissions:
@@ -449,6 +473,7 @@ class _PolicyMixin:
             elif rid in head_snaps:
                 admitted.append(head_snaps[rid])
         self.fairsim_last_batch = batch
+        self.fairsim_prefill_tokens += prefill
         if self._fairsim_on_admitted is not None and admitted:
             self._fairsim_last_order = None  # the policy's state moves on: order again
             try:

@@ -33,11 +33,27 @@ and the live hook ``fairsim/live/scheduler.py`` both follow it):
    snapshots, ``now`` and internal state -> same order (ties broken by ``arrival_key(q)``, the
    function below). One policy object serves one engine run (``make_policy`` builds a fresh one
    per run).
+5. **The prefill-token counter** (SGLang's ``processed_tokens``, read by ``hrrn``). Each engine
+   counts the prefill tokens it has scheduled: per step, every scheduled token except decode
+   tokens (a request given exactly one token whose computed context already covers its prompt),
+   so chunks of running prefills and recomputation after a preemption count, and in
+   prefill-only mode every scheduled token does. The simulator adds each step's figure when the
+   step is scheduled (``fairsim/sim/engine.py``, ``decode_fast.py``); the live hook adds it after
+   vLLM's ``schedule()`` returns, from ``SchedulerOutput.num_scheduled_tokens`` and each
+   request's context before the step (``fairsim/live/scheduler.py``). Both therefore show the
+   same figure for the same sequence of batches. A snapshot carries the counter's value when its
+   request joined the waiting queue (``QueuedRequest.arrival_prefill_tokens``); a policy with
+   ``on_prefill_tokens(total)`` is told the current value once at the start of every step in
+   which it is asked for an order (``order()`` or its fast path's ``iter_order()``), before it
+   is asked, so ``total - q.arrival_prefill_tokens`` is the prefill work the engine did while
+   ``q`` waited.
 
 Optional capabilities, discovered by attribute (``getattr``):
 
 - ``on_admitted(admitted, now)``: feedback of the requests admitted this step (rule 3; k-LPM's
   turn counter, Preble's group table).
+- ``on_prefill_tokens(total)``: the engine's prefill-token counter before an order (rule 5;
+  HRRN). Its return value is ignored.
 - ``skips_misfits = True``: a request that does not fit is skipped instead of stopping admission
   (Preble). Default False: head-of-line stop, as vLLM.
 - ``admission_limit``: after ``order()``, the engine considers at most this many requests from the

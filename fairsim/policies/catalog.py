@@ -59,6 +59,17 @@ RULES: dict[str, str] = {
     "lpm-aging": "LPM by `h + N x passes waited` (SGLang's `--lpm-aging-tokens-per-pass N`).",
     "sjf-aging": "Fewest uncached tokens `c - a x wait` first (SGLang's `sjf`, "
                  "`--sjf-aging-tokens-per-s a`).",
+    "lpm-sglang": "`lpm` as SGLang runs it: no re-sort above 128 waiting, in-batch "
+                  "de-prioritisation of requests sharing an uncached prefix.",
+    "hrrn": "SGLang's highest response ratio next: most prefill tokens the engine computed "
+            "while the request waited, per uncached token, first; SGLang's de-prioritisation and "
+            "no re-sort above 128 waiting.",
+    "shortest-prefill-first": "SGLang's: fewest uncached tokens `c` first, requests sharing an "
+                              "uncached prefix with an earlier one de-prioritised.",
+    "dfs-weight": "SGLang's: depth-first walk of the waiting requests' cached-prefix tree, "
+                  "heaviest subtree first, a node's own requests after its subtrees.",
+    "lof": "SGLang's longest output first: largest requested output (the trace's output "
+           "length; vLLM's `max_tokens` live) first.",
 }
 
 # Parameters a named variant fixes (``registry._check_fixed`` refuses to override them).
@@ -68,6 +79,7 @@ FIXED: dict[str, dict[str, Any]] = {
     "fairway-abswait": {"wait_mode": "absolute"},
     "fairway-nofair": {"fair_lane": False},
     "fairway-plus": {"fast_first": True},
+    "lpm-sglang": {"sglang_sort_limit": True, "sglang_dedup": True},
 }
 
 # What a default of None means, where the constructor computes the value.

@@ -67,18 +67,26 @@ class LPM:
         elif self.sglang_dedup:
             out = self._dedup_order(waiting)
         else:
-            out = sorted(waiting, key=lambda r: (-r.cached_len, r.arrival_time, r.request_id))
+            out = self._plain_order(waiting)
         if self.sglang_sort_limit:
             self._previous = {r.request_id: i for i, r in enumerate(out)}
         return out
 
     def incremental_order(self):
-        """Fast path (``fairsim.policies.incremental``): keys kept sorted across steps; ``None``
-        (no fast path) with an SGLang-fidelity switch on."""
-        if self.sglang_sort_limit or self.sglang_dedup:
+        """Fast path (``fairsim.policies.incremental``): keys kept sorted across steps; with
+        ``sglang_sort_limit`` SGLang's kept order (``fairsim.policies.sglang.KeptOrder``); ``None``
+        (no fast path) with ``sglang_dedup`` alone."""
+        if self.sglang_sort_limit:
+            from fairsim.policies.sglang import KeptOrder
+            return KeptOrder(self._dedup_order if self.sglang_dedup else self._plain_order, clock_free=True)
+        if self.sglang_dedup:
             return None
         from fairsim.policies.incremental import SortedKeyOrder, longest_key
         return SortedKeyOrder(longest_key)
+
+    @staticmethod
+    def _plain_order(waiting: Sequence[QueuedRequest]) -> list[QueuedRequest]:
+        return sorted(waiting, key=lambda r: (-r.cached_len, r.arrival_time, r.request_id))
 
     def _dedup_order(self, waiting: Sequence[QueuedRequest]) -> list[QueuedRequest]:
         seen: set[tuple] = set()

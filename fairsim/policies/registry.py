@@ -26,6 +26,7 @@ from fairsim.policies.lpm import LPM
 from fairsim.policies.peek import PEEK
 from fairsim.policies.preble import Preble
 from fairsim.policies.ragcache import RAGCache
+from fairsim.policies.sglang import HRRN, LOF, DFSWeight, ShortestPrefillFirst
 from fairsim.policies.user import is_user_spec, make_user_policy
 from fairsim.policies.vtc import VTC
 
@@ -83,6 +84,12 @@ def _klpm(name: str, **defaults: Any) -> Callable[..., Policy]:
     return _named(name, build)
 
 
+def _lpm_sglang(profile: Any, **params: Any) -> Policy:
+    fixed = {"sglang_sort_limit": True, "sglang_dedup": True}
+    _check_fixed("lpm-sglang", "lpm", fixed, params)
+    return LPM(**fixed, **params)
+
+
 def _ragcache(profile: Any, **params: Any) -> Policy:
     if params.get("pgdsf"):
         return RAGCache(_needs_profile("ragcache", profile).prefill_time, **params)
@@ -121,6 +128,13 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "suf": _named("suf", lambda profile, **params: ShortestUncachedFirst(**params)),
     "lpm-aging": _named("lpm-aging", lambda profile, **params: LPMAging(**params)),
     "sjf-aging": _named("sjf-aging", lambda profile, **params: SJFAging(**params)),
+    # SGLang's orderings (fairsim/policies/sglang.py; docs/policies.md "SGLang's orderings").
+    "lpm-sglang": _named("lpm-sglang", _lpm_sglang),
+    "hrrn": _named("hrrn", lambda profile, **params: HRRN(**params)),
+    "shortest-prefill-first": _named("shortest-prefill-first",
+                                     lambda profile, **params: ShortestPrefillFirst(**params)),
+    "dfs-weight": _no_params(DFSWeight),
+    "lof": _no_params(LOF),
 }
 
 
@@ -180,6 +194,8 @@ _CLASSES: dict[str, type] = {
     "fairway-patience": FairwayPatience, "fairway-deadline": FairwayDeadline,
     "drr": DRR, "drr-dynamo": DRRDynamo, "vtc": VTC, "dlpm": DLPM,
     "suf": ShortestUncachedFirst, "lpm-aging": LPMAging, "sjf-aging": SJFAging,
+    "lpm-sglang": LPM, "hrrn": HRRN, "shortest-prefill-first": ShortestPrefillFirst,
+    "dfs-weight": DFSWeight, "lof": LOF,
 }
 _FROM_PROFILE = {"idle_prefill_time", "prefill_time"}  # supplied by the registry, not the user
 

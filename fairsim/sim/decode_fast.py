@@ -122,6 +122,7 @@ class DecodeFastEngine(Engine):
                 raise KeyboardInterrupt
             for released, _, live in arrivals.pop_due(now):
                 live.released_s = released
+                live.arrival_prefill = self.prefill_tokens
                 waiting[id(live)] = live
                 self._watch(live)
             running = self._running
@@ -295,6 +296,7 @@ class DecodeFastEngine(Engine):
             self._admit_waiting(now, budget, batch, ordered)
         # ctx + m / 2 = the reference's sum of (ctx_i + 1/2) over the decoders, exactly (module docstring)
         new_tokens, pair_sum, decodes, decode_ctx = _batch_sums(batch, m, ctx + 0.5 * m, m, ctx)
+        self.prefill_tokens += new_tokens - decodes
         size = m + len(batch)
         duration = self.profile.step_time_colocated(new_tokens, pair_sum, size, decodes, decode_ctx)
         a = self._append
@@ -357,6 +359,7 @@ class DecodeFastEngine(Engine):
                     f"wait and {len(self._running)} run")
             return None
         new_tokens, pair_sum, decodes, decode_ctx = _batch_sums(batch, 0, 0.0, 0, 0)
+        self.prefill_tokens += new_tokens - decodes
         duration = self.profile.step_time_colocated(new_tokens, pair_sum, len(batch), decodes, decode_ctx)
         for col, value in zip(self._cols, (now, duration, new_tokens, decodes, len(batch), num_waiting,
                                            len(self._running), pool.num_used, pool.num_cached,

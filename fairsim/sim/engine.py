@@ -95,7 +95,7 @@ class _Live:
         "finish_s", "finish_step", "preemptions", "preempted", "snap", "released_s", "out_len",
         "generated", "first_token_s", "last_token_s", "discarded", "resume_cached", "index",
         "dec_seq", "dec_step", "dec_c0", "dec_g0", "watched", "next_key", "partial", "last_snap",
-        "client",
+        "client", "arrival_prefill",
     )
 
     def __init__(self, req: Request, keys: tuple[Hashable, ...], block_size: int,
@@ -137,6 +137,7 @@ class _Live:
         self.partial = False
         self.last_snap: QueuedRequest | None = None  # the last snapshot built (Engine._make_snapshot)
         self.client = client_of_request(req, keys)  # QueuedRequest.client (fixed per request)
+        self.arrival_prefill = 0  # the engine's prefill-token counter at release (contract rule 5)
         # The key whose caching can raise the hit of the last snapshot built while waiting
         # (``keys[hit]``; ``NO_KEY`` when that hit is already the largest): ``Engine._rewatch``.
         self.next_key: Hashable = NO_KEY
@@ -228,6 +229,9 @@ class Engine:
         self.pool.watched = self._watchers  # only keys some waiting request may hit call back
         self._skips_misfits = bool(getattr(policy, "skips_misfits", False))
         self._on_admitted = getattr(policy, "on_admitted", None)
+        # Prefill tokens scheduled in all steps so far (policy contract rule 5; HRRN reads it).
+        self.prefill_tokens = 0
+        self._on_prefill_tokens = getattr(policy, "on_prefill_tokens", None)
         # Start-of-step snapshots, id(live) -> snapshot, handed to on_admitted (policy contract).
         self._step_snaps: dict[int, QueuedRequest] = {}
         # Fast path: the policy's incremental order, fed with new and changed snapshots
@@ -309,6 +313,7 @@ class Engine:
             if due and due[0][0] <= now:
                 for released, _, live in arrivals.pop_due(now):
                     live.released_s = released
+                    live.arrival_prefill = self.prefill_tokens
                     waiting[id(live)] = live
                     watch(live)
             if not (running or waiting or preempted_q):
@@ -360,6 +365,7 @@ class Engine:
                     new_tokens += n
                     pair_sum += n * (ctx + n / 2)
                 duration = step_time(new_tokens, pair_sum, len(batch))
+            self.prefill_tokens += new_tokens - decodes
             append_row((
                 step, now, duration, new_tokens, decodes, len(batch), num_waiting, len(running),
                 pool.num_used, pool.num_cached, pool.num_evictions - evictions0,
@@ -420,6 +426,7 @@ class Engine:
                 pool.cache_blocks(blocks, keys, start, full)
                 live.num_cached_blocks = full
             duration = step_time(budget, budget * (computed + budget / 2), 1)
+            self.prefill_tokens += budget
             append_row((step, now, duration, budget, 0, 1, num_waiting, num_running, pool.num_used,
                         pool.num_cached, pool.num_evictions - evictions0, 0))
             live.computed = computed = end
@@ -506,6 +513,8 @@ class Engine:
         else a list."""
         if not self._waiting:
             return []
+        if self._on_prefill_tokens is not None:
+            self._on_prefill_tokens(self.prefill_tokens)
         if self._inc is not None:
             return self._fast_order(now)
         snapshots = [self._snapshot(live) for live in self._waiting.values()]
@@ -660,13 +669,14 @@ class Engine:
             self._rewatch(live, h // self.block_size)
         old = live.last_snap
         if (old is not None and old.cached_len == h and old.num_computed_tokens == computed
-                and old.arrival_time == live.released_s):
+                and old.arrival_time == live.released_s
+                and old.arrival_prefill_tokens == live.arrival_prefill):
             return old
         req = live.req
         snap = live.last_snap = QueuedRequest(
             req.request_id, live.released_s, req.prompt_len, h,
             max(1, req.prompt_len - h - computed), computed, live, live.keys,
-            self.block_size, live.client,
+            self.block_size, live.client, live.arrival_prefill, req.output_len,
         )
         return snap
 

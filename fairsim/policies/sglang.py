@@ -1,0 +1,470 @@
+"""SGLang's waiting-queue orderings: ``hrrn``, ``shortest-prefill-first``, ``dfs-weight``, ``lof``.
+
+Source: sgl-project/sglang, ``python/sglang/srt/managers/schedule_policy.py`` (``SchedulePolicy``:
+``calc_priority``, ``_determine_active_policy``, ``_compute_prefix_matches``, ``_sort_by_hrrn``,
+``_sort_by_shortest_prefill``, ``_sort_by_longest_output``) and
+``python/sglang/srt/mem_cache/base_prefix_cache.py`` (``_dfs_weight_order``), read at commit
+00550cd11b35def9d584bf761a1e32729c20a21d. Full specifications and which choices are ours:
+docs/policies.md, "SGLang's orderings".
+
+Shared pieces (SGLang applies them to its cache-aware policies ``lpm``, ``hrrn`` and
+``shortest-prefill-first``; ``LPM``'s switches use them too):
+
+- In-batch de-prioritisation (``in_batch_group``, ``in_batch_deprioritized``): a request whose
+  cached prefix is at most 32 tokens and that shares at least 32 prefix tokens with an earlier
+  waiting request that was not itself de-prioritised goes behind every request that was not.
+- SGLang's FCFS fallback above 128 waiting (``lpm``, ``hrrn``): the queue is not re-sorted; it
+  keeps the previous step's order, new arrivals at the back (``KeptOrder`` is its fast path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from itertools import chain
+from typing import Any
+
+from sortedcontainers import SortedList
+
+from fairsim.policies.base import arrival_key
+from fairsim.types import QueuedRequest
+
+SGLANG_SORT_LIMIT = 128
+"""SGLang sorts ``lpm`` and ``hrrn`` only up to this many waiting requests (``_determine_active_policy``)."""
+
+SGLANG_DEDUP_TOKENS = 32
+"""``IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD`` and ``..._DEPRIORITIZE_THRESHOLD`` (both 32 tokens)."""
+
+SOURCE = ("sgl-project/sglang python/sglang/srt/managers/schedule_policy.py at "
+          "00550cd11b35def9d584bf761a1e32729c20a21d")
+
+
+def in_batch_group(q: QueuedRequest) -> tuple | None:
+    """The shared-prefix group ``q`` is checked in, or ``None`` when SGLang would not check it.
+
+    SGLang checks a request whose cached prefix is at most 32 tokens against the prefixes of the
+    waiting requests it checked before; it is de-prioritised when it shares at least 32 tokens
+    with one. Shared tokens are read in whole blocks (``block_keys``/``block_size``): the group is
+    the first ``ceil(32 / block_size)`` block keys, so with 512-token blocks "shares 32 tokens"
+    reads "shares the first block". No block keys in the snapshot: not checked.
+    """
+    if q.cached_len > SGLANG_DEDUP_TOKENS or q.block_size <= 0:
+        return None
+    m = -(-SGLANG_DEDUP_TOKENS // q.block_size)
+    if len(q.block_keys) < m:
+        return None
+    return tuple(q.block_keys[:m])
+
+
+def in_batch_deprioritized(waiting: Sequence[QueuedRequest]) -> set[str]:
+    """Request ids SGLang's ``_compute_prefix_matches`` puts in ``temporary_deprioritized``.
+
+    Walked in arrival order (SGLang walks its queue's current order; ours), the first request of
+    each ``in_batch_group`` keeps its place and every later one is de-prioritised.
+    """
+    seen: set[tuple] = set()
+    out: set[str] = set()
+    for r in sorted(waiting, key=arrival_key):
+        group = in_batch_group(r)
+        if group is None:
+            continue
+        if group in seen:
+            out.add(r.request_id)
+        else:
+            seen.add(group)
+    return out
+
+
+def keep_previous(previous: dict[str, int], waiting: Sequence[QueuedRequest]) -> list[QueuedRequest]:
+    """SGLang's FCFS fallback: the previous order (``request_id -> position``) of the requests
+    still waiting, then the new ones in arrival order."""
+    known = sorted((r for r in waiting if r.request_id in previous), key=lambda r: previous[r.request_id])
+    new = sorted((r for r in waiting if r.request_id not in previous), key=arrival_key)
+    return known + new
+
+
+class KeptOrder:
+    """Fast path of a sort with SGLang's 128-waiting fallback (``fairsim.policies.incremental``).
+
+    Holds the queue in its current order. Up to 128 waiting requests, ``iter_order`` sorts them
+    with ``sort`` (the policy's own full sort) and keeps that order; above, it yields the kept
+    order with the requests added since the last read appended in arrival order, as
+    ``keep_previous``. A replaced snapshot keeps its place. ``add``/``remove`` O(1) amortised.
+    ``clock_free``: ``sort`` depends on the snapshots alone (LPM), so a read with nothing added or
+    removed since the last sort reuses it (HRRN's ratios move every step: always sorted).
+    """
+
+    #: Least removals before the dict is compacted (``ArrivalOrder.COMPACT_MIN``).
+    COMPACT_MIN = 1024
+
+    def __init__(self, sort: Callable[[list[QueuedRequest]], list[QueuedRequest]],
+                 clock_free: bool = False) -> None:
+        self.sort = sort
+        self.clock_free = clock_free
+        self._sorted = False  # items is sort's order of the present snapshots
+        self.items: dict[str, QueuedRequest] = {}  # kept order
+        self.new: dict[str, QueuedRequest] = {}  # added since the last read
+        self._removed = 0
+
+    def __len__(self) -> int:
+        return len(self.items) + len(self.new)
+
+    def add(self, q: QueuedRequest) -> None:
+        rid = q.request_id
+        self._sorted = False
+        if rid in self.items:
+            self.items[rid] = q
+        else:
+            self.new[rid] = q
+
+    def remove(self, request_id: str) -> None:
+        self._sorted = False
+        if self.new.pop(request_id, None) is not None:
+            return
+        del self.items[request_id]
+        self._removed += 1
+        if self._removed >= self.COMPACT_MIN and self._removed >= len(self.items) >> 2:
+            self.items = dict(self.items)
+            self._removed = 0
+
+    def iter_order(self, now: float = 0.0) -> Iterator[QueuedRequest]:
+        if len(self) <= SGLANG_SORT_LIMIT:
+            if not (self.clock_free and self._sorted):
+                out = self.sort([*self.items.values(), *self.new.values()])
+                self.items = {q.request_id: q for q in out}
+                self._removed = 0
+                self._sorted = True
+        else:
+            items = self.items
+            for q in sorted(self.new.values(), key=arrival_key):
+                items[q.request_id] = q
+        self.new = {}
+        return iter(self.items.values())
+
+
+class _KeptSort:
+    """An SGLang sort with the optional 128-waiting fallback (``sglang_sort_limit``)."""
+
+    sglang_sort_limit = False
+
+    def __init__(self) -> None:
+        self._previous: dict[str, int] = {}
+
+    def _sorted(self, waiting: Sequence[QueuedRequest]) -> list[QueuedRequest]:
+        raise NotImplementedError
+
+    def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
+        """Return ``waiting`` in the policy's order (a permutation of the input)."""
+        if self.sglang_sort_limit and len(waiting) > SGLANG_SORT_LIMIT:
+            out = keep_previous(self._previous, waiting)
+        else:
+            out = self._sorted(waiting)
+        if self.sglang_sort_limit:
+            self._previous = {r.request_id: i for i, r in enumerate(out)}
+        return out
+
+
+def _check_bools(name: str, **switches: Any) -> None:
+    for key, value in switches.items():
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} {key}={value!r}: need true or false")
+
+
+class HRRN(_KeptSort):
+    """SGLang's ``hrrn``: highest response ratio next, with token-based aging.
+
+    Ordering contract: descending ``(P - q.arrival_prefill_tokens) / q.uncached_len``, where
+    ``P`` is the engine's prefill-token counter at the start of the step (``on_prefill_tokens``,
+    policy contract rule 5): the prefill work the engine did while ``q`` waited, relative to its
+    own uncached work (SGLang: ``waited_tokens / uncached``, ``_sort_by_hrrn``). In-batch
+    de-prioritised requests go last (``sglang_dedup``). Above 128 waiting requests the queue is
+    not re-sorted (``sglang_sort_limit``; SGLang's FCFS fallback). Ties (and the de-prioritised
+    requests among themselves) by ``arrival_key``; SGLang breaks them by request id (ours).
+
+    Source: ``SOURCE``. State: ``P`` and, with the fallback, the previous order.
+
+    Args:
+        sglang_sort_limit: SGLang's no-resort above 128 waiting (default on, as SGLang).
+        sglang_dedup: SGLang's in-batch de-prioritisation (default on, as SGLang).
+
+    Raises:
+        ValueError: A switch that is not a bool.
+    """
+
+    name = "hrrn"
+
+    def __init__(self, *, sglang_sort_limit: bool = True, sglang_dedup: bool = True) -> None:
+        _check_bools("HRRN", sglang_sort_limit=sglang_sort_limit, sglang_dedup=sglang_dedup)
+        super().__init__()
+        self.sglang_sort_limit = sglang_sort_limit
+        self.sglang_dedup = sglang_dedup
+        self.prefill_tokens = 0
+
+    def on_prefill_tokens(self, total: int) -> None:
+        """The engine's prefill-token counter before this step's order (contract rule 5)."""
+        self.prefill_tokens = total
+
+    def _sorted(self, waiting: Sequence[QueuedRequest]) -> list[QueuedRequest]:
+        late = in_batch_deprioritized(waiting) if self.sglang_dedup else ()
+        p = self.prefill_tokens
+
+        def key(r: QueuedRequest) -> tuple:
+            if r.request_id in late:
+                return (1, 0.0, r.arrival_time, r.request_id)
+            ratio = max(0, p - r.arrival_prefill_tokens) / r.uncached_len
+            return (0, -ratio, r.arrival_time, r.request_id)
+
+        return sorted(waiting, key=key)
+
+    def incremental_order(self) -> KeptOrder | None:
+        """Fast path with the fallback on (``KeptOrder``); none without it (the ratio of every
+        request changes every step: ``order()`` sorts anew)."""
+        return KeptOrder(self._sorted) if self.sglang_sort_limit else None
+
+
+class ShortestPrefillFirst:
+    """SGLang's ``shortest-prefill-first``: fewest uncached tokens first.
+
+    Ordering contract: SGLang's key ``(de-prioritised, max(1, L - h), wait_queue_entry_time)``,
+    here ``(de-prioritised, uncached_len, arrival_time, request_id)``: requests not in-batch
+    de-prioritised first, each part by ascending ``uncached_len``. No 128-waiting fallback (SGLang
+    has none for it). Stateless. SGLang also caps a running chunked prefill to leave budget for
+    shorter waiting requests (``shortest_prefill_chunk_limit``): an engine change, not modelled.
+
+    Source: ``SOURCE`` (``_sort_by_shortest_prefill``).
+
+    Args:
+        sglang_dedup: SGLang's in-batch de-prioritisation (default on, as SGLang).
+    """
+
+    name = "shortest-prefill-first"
+    clock_free_order = True
+
+    def __init__(self, *, sglang_dedup: bool = True) -> None:
+        _check_bools("shortest-prefill-first", sglang_dedup=sglang_dedup)
+        self.sglang_dedup = sglang_dedup
+
+    def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
+        """Return ``waiting`` by fewest uncached tokens, de-prioritised ones last."""
+        late = in_batch_deprioritized(waiting) if self.sglang_dedup else ()
+        return sorted(waiting, key=lambda r: (r.request_id in late, *_spf_key(r)))
+
+    def incremental_order(self) -> DedupSortedOrder:
+        """Fast path: ``DedupSortedOrder`` by ``uncached_len``."""
+        return DedupSortedOrder(_spf_key, self.sglang_dedup)
+
+
+def _spf_key(q: QueuedRequest) -> tuple:
+    return (q.uncached_len, q.arrival_time, q.request_id)
+
+
+class DedupSortedOrder:
+    """Requests sorted by ``key(q)`` (unique, ends with ``request_id``), in-batch de-prioritised
+    ones after the others (``in_batch_deprioritized``), kept across steps.
+
+    Per ``in_batch_group`` the members are kept by arrival; the first keeps its place, the others
+    are de-prioritised, so a join or leave moves at most one other request between the two
+    sorted lists. ``add``/``remove`` O(log n); iteration O(1) per item.
+    """
+
+    def __init__(self, key: Callable[[QueuedRequest], tuple], dedup: bool = True) -> None:
+        self.key = key
+        self.dedup = dedup
+        self.kept = SortedList()
+        self.late = SortedList()
+        self._by_id: dict[str, tuple[tuple, QueuedRequest, tuple | None]] = {}
+        self._by_key: dict[tuple, QueuedRequest] = {}
+        self._groups: dict[tuple, SortedList] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def add(self, q: QueuedRequest) -> None:
+        rid = q.request_id
+        if rid in self._by_id:
+            self.remove(rid)
+        k = self.key(q)
+        group = in_batch_group(q) if self.dedup else None
+        self._by_id[rid] = (k, q, group)
+        self._by_key[k] = q
+        if group is None:
+            self.kept.add(k)
+            return
+        members = self._groups.get(group)
+        if members is None:
+            members = self._groups[group] = SortedList()
+        mine = (q.arrival_time, rid)
+        members.add(mine)
+        if members[0] != mine:
+            self.late.add(k)
+            return
+        if len(members) > 1:  # the former first of the group is de-prioritised now
+            former = self._by_id[members[1][1]][0]
+            self.kept.remove(former)
+            self.late.add(former)
+        self.kept.add(k)
+
+    def remove(self, request_id: str) -> None:
+        k, q, group = self._by_id.pop(request_id)
+        del self._by_key[k]
+        if group is None:
+            self.kept.remove(k)
+            return
+        members = self._groups[group]
+        mine = (q.arrival_time, request_id)
+        first = members[0] == mine
+        members.remove(mine)
+        if not first:
+            self.late.remove(k)
+            return
+        self.kept.remove(k)
+        if members:  # the next of the group keeps its place now
+            nxt = self._by_id[members[0][1]][0]
+            self.late.remove(nxt)
+            self.kept.add(nxt)
+        else:
+            del self._groups[group]
+
+    def iter_order(self, now: float = 0.0) -> Iterator[QueuedRequest]:
+        return map(self._by_key.__getitem__, chain(self.kept, self.late))
+
+
+class LOF:
+    """SGLang's ``lof``: longest output first.
+
+    Ordering contract: descending ``output_len`` (SGLang: ``sampling_params.max_new_tokens``);
+    ties by ``arrival_key`` (SGLang's stable sort keeps the queue's previous order; ours). The
+    simulator shows the trace's output length (1 when the trace has none: every request ties and
+    the order is FCFS); the live hook shows vLLM's ``max_tokens`` (1 in the prefill-only live
+    replay: FCFS there too). Cache-agnostic and stateless. SGLang's optional priority
+    scheduling (priority first) is not modelled: traces carry no priority.
+
+    Source: ``SOURCE`` (``_sort_by_longest_output``).
+    """
+
+    name = "lof"
+    uses_prefix_hits = False
+    clock_free_order = True
+
+    def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
+        """Return ``waiting`` by longest requested output first."""
+        return sorted(waiting, key=_lof_key)
+
+    def incremental_order(self):
+        """Fast path: ``SortedKeyOrder`` by ``(-output_len, arrival_time, request_id)``."""
+        from fairsim.policies.incremental import SortedKeyOrder
+        return SortedKeyOrder(_lof_key)
+
+
+def _lof_key(q: QueuedRequest) -> tuple:
+    return (-q.output_len, q.arrival_time, q.request_id)
+
+
+def _path(q: QueuedRequest) -> tuple[Hashable, ...]:
+    """The block keys of ``q``'s cached prefix: its node in SGLang's radix tree (``last_node``)."""
+    return q.block_keys[: q.cached_len // q.block_size] if q.block_size > 0 else ()
+
+
+class _Node:
+    __slots__ = ("children", "own", "members")
+
+    def __init__(self) -> None:
+        self.children: dict[Hashable, _Node] = {}
+        self.own = SortedList()  # (arrival_time, request_id) of the requests whose hit ends here
+        self.members = SortedList()  # the same for the whole subtree: weight and first arrival
+
+
+def _dfs(root: _Node) -> Iterator[tuple[float, str]]:
+    """SGLang's ``append_dfs``: children by descending weight (ties: earliest arrival in the
+    subtree), each subtree before the node's own requests (arrival order). Iterative: a cached
+    prefix can be thousands of blocks deep."""
+    def kids(node: _Node) -> Iterator[_Node]:
+        return iter(sorted(node.children.values(), key=lambda c: (-len(c.members), c.members[0])))
+
+    stack = [(root, kids(root))]
+    while stack:
+        node, it = stack[-1]
+        child = next(it, None)
+        if child is not None:
+            stack.append((child, kids(child)))
+            continue
+        stack.pop()
+        yield from node.own
+
+
+class PrefixTreeOrder:
+    """Fast path of ``DFSWeight``: the tree kept across steps, walked lazily by ``iter_order``.
+
+    ``add``/``remove`` O(d log n) for a hit of ``d`` blocks; a read sorts the children of each
+    node it enters.
+    """
+
+    def __init__(self) -> None:
+        self.root = _Node()
+        self._snaps: dict[str, QueuedRequest] = {}
+
+    def __len__(self) -> int:
+        return len(self._snaps)
+
+    def add(self, q: QueuedRequest) -> None:
+        rid = q.request_id
+        if rid in self._snaps:
+            self.remove(rid)
+        self._snaps[rid] = q
+        mine = (q.arrival_time, rid)
+        node = self.root
+        for key in _path(q):
+            child = node.children.get(key)
+            if child is None:
+                child = node.children[key] = _Node()
+            node = child
+            node.members.add(mine)
+        node.own.add(mine)
+
+    def remove(self, request_id: str) -> None:
+        q = self._snaps.pop(request_id)
+        mine = (q.arrival_time, request_id)
+        node = self.root
+        for key in _path(q):
+            child = node.children[key]
+            child.members.remove(mine)
+            if not child.members:
+                del node.children[key]  # nothing waits below it any more
+                return
+            node = child
+        node.own.remove(mine)
+
+    def iter_order(self, now: float = 0.0) -> Iterator[QueuedRequest]:
+        snaps = self._snaps
+        return (snaps[rid] for _, rid in _dfs(self.root))
+
+
+class DFSWeight:
+    """SGLang's ``dfs-weight``: a depth-first walk of the prefix tree, heaviest subtree first.
+
+    Ordering contract: each waiting request sits at the node of its cached prefix (its first
+    ``cached_len // block_size`` block keys; SGLang's ``req.last_node`` in the radix cache), so
+    the tree is the cache's tree cut down to the prefixes the waiting requests hit. A node's
+    weight is the number of waiting requests at it or below. The order is a depth-first walk
+    from the root: children by descending weight, each child's subtree in full before the next,
+    a node's own requests after all its children's (so requests with no hit come last). Ties:
+    children of equal weight by the earliest arrival in their subtree (SGLang: the radix
+    children's insertion order), requests at one node by ``arrival_key`` (SGLang: queue order).
+    No block keys in the snapshot: every request is at the root (FCFS). Stateless.
+
+    Source: ``SOURCE`` (``_sort_by_dfs_weight``) and base_prefix_cache.py ``_dfs_weight_order``
+    at the same commit.
+    """
+
+    name = "dfs-weight"
+    clock_free_order = True
+
+    def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
+        """Return ``waiting`` in depth-first, heaviest-subtree-first order."""
+        tree = PrefixTreeOrder()
+        for q in waiting:
+            tree.add(q)
+        return list(tree.iter_order())
+
+    def incremental_order(self) -> PrefixTreeOrder:
+        """Fast path: ``PrefixTreeOrder``."""
+        return PrefixTreeOrder()
