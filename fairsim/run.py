@@ -15,7 +15,6 @@ from typing import Any
 
 from fairsim import __version__
 from fairsim.costmodel import Profile
-from fairsim.description import describe_run
 from fairsim.gcpause import paused
 from fairsim.io import atomic_write, atomic_write_text, file_stem, strict_json
 from fairsim.options import delivered_figures, delivered_of, parse_params, pre_run_load, replay_line
@@ -93,6 +92,7 @@ def format_table(rows: dict[str, dict[str, Any]]) -> str:
 
 def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     """``run`` / ``compare``: simulate each policy, print a table or JSON."""
+    from fairsim.description import describe_run
     from fairsim.metrics import summarize
     from fairsim.sim.capacity import describe_capacity
     from fairsim.traces.closedload import delivered_what
