@@ -97,8 +97,8 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     from fairsim.sim.capacity import describe_capacity
     from fairsim.traces.closedload import delivered_what
 
-    # The trace's long-lived objects, no garbage cycles; frozen until the first Engine.run ends
-    # (it unfreezes; so does an error before it, below). fairsim/gcpause.py.
+    # describe_run reads the trace: its long-lived objects, no garbage cycles; frozen until the
+    # first Engine.run ends (it unfreezes; so does an error before it, below). fairsim/gcpause.py.
     with paused(freeze=True):
         desc = describe_run(args, policies=names, policy_files=True)  # fails fast on a too-small cache
         profile, config, slo = desc.profile, desc.config, desc.slo
