@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 
 from fairsim.analysis.load import Window, detect_windows, parse_windows, with_load
-from fairsim.costmodel import Profile
 from fairsim.io import path_arg
 from fairsim.metrics import STARVATION_FACTOR
 from fairsim.sim import EngineConfig, SimResult
@@ -203,40 +202,32 @@ def cmd_accept(args: argparse.Namespace) -> int:
     """Run ``fairsim accept``: 0 when every target holds in every window, 1 when one fails."""
     import pandas as pd
 
-    from fairsim.analysis.cli import merge_trace_arg
-    from fairsim.options import (capacity_of, check_policies, engine_config, load_in_trace_time, params_for, parse_params,
-                                 pre_run_load, scoped_params)
+    from fairsim.description import describe_run, merge_trace_arg
+    from fairsim.options import params_for, pre_run_load, scoped_params
     from fairsim.run import run_one, write_tables
-    from fairsim.costmodel import load_profile
     from fairsim.traces import scale_time
 
-    from fairsim.io import check_writable_dir
-
     merge_trace_arg(args)
-    if args.out is not None:  # created and test-written before any simulation, as fairsim run
-        check_writable_dir(args.out)
-    if args.plots is not None:
-        check_writable_dir(args.plots, "--plots")
     if getattr(args, "slo", None):
         raise ValueError("--slo: accept checks its TTFT targets against FCFS and LPM; goodput against "
                          "an SLO is in run/compare (--mode colocated --slo ...)")
     if args.warmup is not None and not args.warmup >= 0:
         raise ValueError(f"--warmup {args.warmup}: need >= 0 s")
-    profile: Profile = load_profile(args.profile)
-    params = parse_params(args.param)
-    names = list(dict.fromkeys([*BASELINES, args.policy]))
-    check_policies(names, profile, {k: v for k, v in params.items() if "." in k})
-    check_policies([args.policy], profile, params_for(args.policy, params))
-    trace, requests, scale = load_in_trace_time(args, profile)  # windows cut in trace time, scaled after
-    if args.engine == "vllm" and args.block_size is None:
-        args.block_size = 128  # vLLM's CPU backend wants a multiple of 32; as fairsim replay
-    base = engine_config(args, profile)  # default capacity: the profile's, as fairsim run
+    given = None if args.windows == "auto" else parse_windows(args.windows)
+
+    def own_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
+        # The candidate takes every unscoped --param; FCFS and LPM only their POLICY.KEY ones.
+        return params_for(name, params) if name == args.policy else scoped_params(name, params)
+
+    desc = describe_run(args, policies=list(dict.fromkeys([*BASELINES, args.policy])), params_of=own_params,
+                        trace_time=True,  # windows cut in trace time, scaled after
+                        live_block_size=128 if args.engine == "vllm" else None)  # as fairsim replay
+    profile, base, trace, requests, scale = desc.profile, desc.config, desc.trace, desc.requests, desc.time_scale
+    block_size, kv_blocks = desc.block_size, desc.kv_blocks
     colocated = base.mode == "colocated"
     windows = (detect_windows(requests, profile, args.window_length, budget_tokens=base.budget_tokens,
-                              colocated=colocated) if args.windows == "auto"
-               else parse_windows(args.windows))
+                              colocated=colocated) if given is None else given)
     windows = [with_load(requests, profile, w, scale, base.budget_tokens, colocated) for w in windows]
-    block_size, kv_blocks = capacity_of(requests, base, args)
     config = dataclasses.replace(base, block_size=block_size, kv_blocks=kv_blocks,
                                  kv_fraction=None, kv_tokens=None)
     load, load_what = pre_run_load(args, scale_time(requests, scale), profile)  # the figures of fairsim run
@@ -252,7 +243,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
               f"to replay at a load the engine was sized for.", file=sys.stderr)
 
     def run(name: str, sub: list[Request]) -> SimResult:
-        own = params_for(args.policy, params) if name == args.policy else scoped_params(name, params)
+        own = desc.policy_params[name]
         if args.engine == "vllm":
             from fairsim.live.cli import _model_kwargs
             from fairsim.live.engine import LiveConfig

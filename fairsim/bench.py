@@ -346,29 +346,22 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
             and written.
         MissingDependencyError: ``--compare`` names no installed executable.
     """
-    from fairsim.options import (capacity_of, check_policies, check_shaping_options, engine_config, load_requests,
-                                 parse_params, read_trace)
-    from fairsim.costmodel import load_profile
+    from fairsim.description import Needs, describe_run
     from fairsim.errors import StatusError
-    from fairsim.io import atomic_write_text, check_writable_dir, strict_json
-    from fairsim.traces.offered import check_load_window
+    from fairsim.io import atomic_write_text, strict_json
+    from fairsim.options import capacity_of, load_requests, read_trace
 
     if args.repeat < 1:
         raise ValueError(f"--repeat {args.repeat}: need an integer >= 1")
     if args.tile < 1:
         raise ValueError(f"--tile {args.tile}: need an integer >= 1")
-    if args.out is not None:
-        check_writable_dir(args.out)
     if getattr(args, "slo", None):
         raise ValueError("--slo: bench measures simulator speed; use run/compare for goodput")
     peer = find_peer(args.compare) if args.compare is not None else None
-    profile = load_profile(args.profile)
-    check_policies(names, profile, parse_params(args.param))
     # The options' own bounds before the tiling (seconds to minutes) and the children, which
-    # would each refuse them under the bench's prefix.
-    check_shaping_options(args)
-    check_load_window(args.load_window)
-    config = engine_config(args, profile)
+    # would each refuse them under the bench's prefix; the trace is read below, after the tiling.
+    desc = describe_run(args, needs=Needs.POLICIES, policies=names)
+    profile, config = desc.profile, desc.config
     rows: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="fairsim-bench-") as tmpdir:
         tmp = Path(tmpdir)
@@ -398,11 +391,12 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
                 args.seed = 0  # it chose the generated input, now in the tiled file
             args.trace, args.trace_format = str(tiled), "auto"
             args.window_start, args.window_end, args.max_requests = 0.0, None, None
-        # Load and shape once here: bad input fails before any child runs, and --target-load
-        # is resolved to one --time-scale for every child (and the peer).
+        # Load and shape once here (the options checked again, at no cost, on the tiled file's):
+        # bad input fails before any child runs, and --target-load is resolved to one
+        # --time-scale for every child (and the peer); a cache too small for the trace is
+        # refused before any child.
         try:
-            _, requests = load_requests(args, profile)
-            capacity_of(requests, config, args)  # a cache too small for the trace: refused before any child
+            requests = describe_run(args, policies=names, profile=profile).requests
         except ValueError as exc:
             if args.tile == 1:
                 raise

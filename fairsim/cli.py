@@ -4,7 +4,8 @@ Every command reads a trace (default: the embedded RAG input), shapes its load, 
 one or more policies, and prints a table or JSON.
 
 This module only builds the parser, dispatches and applies the error contract. The options
-shared by the commands, and what they resolve to, are in ``fairsim.options``; each command is
+shared by the commands are in ``fairsim.options``, and ``fairsim.description.describe_run``
+resolves them, in one order of checks, to the ``RunDescription`` each command takes; each command is
 its own module: ``run``/``compare`` ``fairsim.run``, ``bench`` ``fairsim.bench``, ``analyze``
 ``fairsim.analysis.cli``, ``accept`` ``fairsim.accept``, ``sweep`` ``fairsim.sweep``,
 ``convert`` ``fairsim.convert``, the live commands ``fairsim.live.cli``, ``calibrate``

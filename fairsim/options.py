@@ -4,10 +4,12 @@ The option set of every simulating command (``add_common``: trace, window, scali
 engine config and KV capacity, profile, policy parameters, output) and the helpers that turn
 those options into a run: the shaped requests (``load_requests``), the ``EngineConfig`` and its
 capacity (``engine_config``, ``capacity_of``), the policies and their parameters
-(``resolve_policies``, ``parse_params``, ``params_for``, ``check_policies``). Every command
-module (``fairsim.run``, ``fairsim.bench``, ``fairsim.accept``, ``fairsim.analysis.cli``,
-``fairsim.live.cli``, ``fairsim.sweep``) imports them from here; this module imports no command,
-so no command imports back the module that dispatches to it (``fairsim.cli``).
+(``resolve_policies``, ``parse_params``, ``params_for``, ``check_policies``). The commands
+(``fairsim.run``, ``fairsim.bench``, ``fairsim.accept``, ``fairsim.analysis.cli``,
+``fairsim.live.cli``, ``fairsim.sweep``) resolve their options with
+``fairsim.description.describe_run``, which calls these in one order of checks; this module
+imports no command, so no command imports back the module that dispatches to it
+(``fairsim.cli``).
 
 Errors: a bad option or input raises ``ValueError`` naming the option (or the trace's file, line
 and field); ``fairsim.cli.main`` reports it and exits 2.
@@ -20,7 +22,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fairsim.costmodel import DEFAULT_PROFILE, Profile, load_profile
@@ -569,9 +571,14 @@ def check_named_once(option: str, value: str, items: Sequence[Any], hint: str = 
         raise ValueError(f"{option} {value}: {', '.join(map(repr, twice))} given more than once{hint}")
 
 
-def check_policies(names: list[str], profile: Profile, params: dict[str, Any], added: str | None = None) -> None:
-    """Fail fast, before any long run, on a bad policy name or parameter (``added``: a policy the
-    command added, which takes only its own ``NAME.KEY`` parameters, ``policy_params``).
+def check_policies(names: Sequence[str], profile: Profile, params: dict[str, Any],
+                   params_of: Callable[[str, dict[str, Any]], dict[str, Any]] = params_for) -> dict[str, dict[str, Any]]:
+    """Fail fast, before any long run, on a bad policy name or parameter: build each policy of
+    ``names`` once with ``params_of(name, params)`` (default: its unscoped and its own
+    ``POLICY.KEY`` parameters).
+
+    Returns:
+        Policy name -> the parameters it is built with.
 
     Raises:
         ValueError: An unknown policy, a parameter it rejects, or a ``POLICY.KEY`` parameter
@@ -581,8 +588,10 @@ def check_policies(names: list[str], profile: Profile, params: dict[str, Any], a
         scope = param_scope(key)
         if scope is not None and scope not in names:
             raise ValueError(f"--param {key}: policy {scope!r} is not among those run ({', '.join(names)})")
+    own = {name: params_of(name, params) for name in names}
     for name in names:
-        make_policy(name, profile, **policy_params(name, params, added))
+        make_policy(name, profile, **own[name])
+    return own
 
 
 def policy_params(name: str, params: dict[str, Any], added: str | None = None) -> dict[str, Any]:

@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from fairsim import __version__
-from fairsim.costmodel import Profile, load_profile
+from fairsim.costmodel import Profile
 from fairsim.gcpause import paused
-from fairsim.io import atomic_write, atomic_write_text, check_file_stems, check_writable_dir, file_stem, strict_json
-from fairsim.options import (capacity_of, check_policies, delivered_figures, delivered_of, engine_config, load_requests,
-                             params_for, parse_params, policy_params, pre_run_load, replay_line)
+from fairsim.io import atomic_write, atomic_write_text, file_stem, strict_json
+from fairsim.options import delivered_figures, delivered_of, parse_params, policy_params, pre_run_load, replay_line
 from fairsim.ratios import add_ratios
 from fairsim.policies import make_policy
 from fairsim.sim import EngineConfig, SimResult, simulate
@@ -100,33 +99,21 @@ def format_table(rows: dict[str, dict[str, Any]]) -> str:
 
 def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     """``run`` / ``compare``: simulate each policy, print a table or JSON."""
+    from fairsim.description import describe_run
     from fairsim.metrics import summarize
-
-    if args.out is not None:
-        check_file_stems(names)
-        check_writable_dir(args.out)
-    if getattr(args, "plots", None) is not None:
-        check_writable_dir(args.plots, "--plots")
-    from fairsim.sim.capacity import describe_capacity, with_profile_capacity
+    from fairsim.sim.capacity import describe_capacity
     from fairsim.traces.closedload import delivered_what
 
-    profile = load_profile(args.profile)
-    config, cap_source = with_profile_capacity(engine_config(args), profile)
-    from fairsim.metrics import parse_slo
-
-    slo = parse_slo(args.slo)
-    if slo and config.mode != "colocated":
-        raise ValueError("--slo needs --mode colocated (prefill-only runs have no TPOT)")
-    params = parse_params(args.param)
-    added = getattr(args, "baseline_added", None)  # compare's baseline, not among --policies
-    check_policies(names, profile, params, added)
-    # The trace's long-lived objects, no garbage cycles; frozen until the first Engine.run ends
-    # (it unfreezes; so does an error before it, below). fairsim/gcpause.py.
+    # describe_run reads the trace: its long-lived objects, no garbage cycles; frozen until the
+    # first Engine.run ends (it unfreezes; so does an error before it, below). fairsim/gcpause.py.
     with paused(freeze=True):
-        trace, requests = load_requests(args, profile)
-        block_size, kv_blocks = capacity_of(requests, config, args)  # fails fast on a too-small cache
+        added = getattr(args, "baseline_added", None)  # compare's baseline, not among --policies
+        desc = describe_run(args, policies=names, policy_files=True,  # fails fast on a too-small cache
+                            params_of=lambda name, params: policy_params(name, params, added))
+        profile, config, slo = desc.profile, desc.config, desc.slo
+        trace, requests, block_size, kv_blocks = desc.trace, desc.requests, desc.block_size, desc.kv_blocks
         engine = {"profile": profile.name, "kv_tokens": kv_blocks * block_size, "kv_blocks": kv_blocks,
-                  "block_size": block_size, "kv_capacity_source": cap_source}
+                  "block_size": block_size, "kv_capacity_source": desc.capacity_source}
         load, load_what = pre_run_load(args, requests, profile)
     rows: dict[str, dict[str, Any]] = {}
     baseline = getattr(args, "baseline", None)  # compare only (fairsim/ratios.py)
@@ -135,13 +122,13 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     delivered_loads: dict[str, dict[str, Any]] = {}  # closed loop: per policy (run.json)
     try:  # from here on: the except below unfreezes (even a print to a closed stdout)
         stream = sys.stderr if args.format == "json" else sys.stdout
-        scaled = f" (time scale {args.time_scale:.6g})" if args.time_scale != 1 else ""
+        scaled = f" (time scale {desc.time_scale:.6g})" if desc.time_scale != 1 else ""
         print(f"trace {trace.label}{scaled}: {load.describe(load_what)}", file=stream)
-        print(describe_capacity(profile.name, block_size, kv_blocks, cap_source), file=stream)
+        print(describe_capacity(profile.name, block_size, kv_blocks, desc.capacity_source), file=stream)
         print(replay_line(args), file=stream)
         for name in names:
-            result = run_one(name, requests, profile, config, policy_params(name, params, added),
-                             replay=args.replay, think_scale=args.think_scale)
+            result = run_one(name, requests, profile, config, desc.policy_params[name],
+                             replay=desc.replay, think_scale=desc.think_scale)
             if getattr(args, "plots", None) is not None:
                 results[name] = result
             # Columns, not DataFrames: pandas is imported only to write --out tables (start-up).

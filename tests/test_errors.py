@@ -581,7 +581,7 @@ class TestInterrupt:
             rows = json.loads(out)
             assert set(rows) == {"fcfs"} and rows["fcfs"]["requests"] == 60
         else:
-            assert [ln.split()[0] for ln in out.splitlines()[3:]] == ["policy", "fcfs"], out
+            assert [ln.split()[0] for ln in out.splitlines()[3:]] == ["policy", "fcfs", "p50"], out  # the rows, then the ratio legend
 
     def test_sigint_keeps_finished_results(self, tmp_path):
         # 3,000 overloaded requests; the second policy, DRR, reorders the whole queue every step,
@@ -602,7 +602,7 @@ class TestInterrupt:
             assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
             assert json.loads((out / "summary.json").read_text()).keys() == {"fcfs"}
             # and printed: the finished policy's row, said to be the only one
-            assert [ln.split()[0] for ln in stdout.splitlines()[3:]] == ["policy", "fcfs"], stdout
+            assert [ln.split()[0] for ln in stdout.splitlines()[3:]] == ["policy", "fcfs", "p50"], stdout  # the rows, then the ratio legend
             assert "fairsim: the output above holds the 1 of 2 policies that finished (fcfs)" in stderr
         assert len(pd.read_parquet(out / "requests-fcfs.parquet")) == 3000
         assert not (out / "requests-fairway.parquet").exists()

@@ -42,27 +42,14 @@ def add_analyze_command(sub: argparse._SubParsersAction, add_common: Callable, f
                    help="offered-load bin width, s (default: a sixth of the window length)")
 
 
-def merge_trace_arg(args: argparse.Namespace) -> None:
-    """The positional ``TRACE`` and ``--trace`` name the same thing; refuse two different ones."""
-    pos = getattr(args, "trace_path", None)
-    if pos is not None:
-        if args.trace is not None and args.trace != pos:
-            raise ValueError(f"two traces given: {pos} and --trace {args.trace}")
-        args.trace = pos
-
-
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Run ``fairsim analyze``; returns the exit status."""
     from fairsim.analysis.analyze import analyze, format_text, write_report
-    from fairsim.options import capacity_of, engine_config, load_in_trace_time, pre_run_load
-    from fairsim.costmodel import load_profile
+    from fairsim.description import describe_run, merge_trace_arg
+    from fairsim.options import pre_run_load
     from fairsim.traces import scale_time
 
-    from fairsim.io import check_writable_dir
-
     merge_trace_arg(args)
-    if args.out is not None:  # created and test-written before any work, as fairsim run
-        check_writable_dir(args.out)
     if getattr(args, "slo", None):
         raise ValueError("--slo: analyze measures the trace (spread, reuse, load); goodput against an "
                          "SLO is in run/compare (--mode colocated --slo ...)")
@@ -76,10 +63,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         raise ValueError(f"--spread-threshold {args.spread_threshold}: need a finite factor > 1")
     if not (1 < args.reuse_threshold < float("inf")):
         raise ValueError(f"--reuse-threshold {args.reuse_threshold}: need a finite factor > 1")
-    profile = load_profile(args.profile)
-    config = engine_config(args, profile)  # default capacity: the profile's, as fairsim run
-    trace, requests, scale = load_in_trace_time(args, profile)  # bins and windows in trace time, as accept
-    capacity_of(requests, config, args)  # a bad KV size named as its option, before any work
+    # Bins and windows in trace time, as accept; a bad KV size named as its option, before any work.
+    desc = describe_run(args, trace_time=True)
+    profile, config, trace, requests, scale = desc.profile, desc.config, desc.trace, desc.requests, desc.time_scale
     load, load_what = pre_run_load(args, scale_time(requests, scale), profile)  # the figures of fairsim run
     offered = load.describe(load_what, "s" if scale == 1 else "simulated s")  # its windows are in trace s
     if load.span_s > 0 and load.ideal_load > OVERLOAD:

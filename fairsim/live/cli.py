@@ -93,7 +93,9 @@ def _write_live(out: Path, name: str, result: Any) -> None:
 
 
 def _check_first(args: argparse.Namespace) -> None:
-    """Before any work: ``--out`` writable, vLLM installed (``fairsim.deps``)."""
+    """Before any work: the options of a live command not made by ``add_common``, ``--out``
+    writable (``replay``: checked by ``fairsim.description.describe_run``, after its options),
+    vLLM installed (``fairsim.deps``)."""
     from fairsim.deps import require
     from fairsim.io import check_writable_dir
 
@@ -129,7 +131,7 @@ def _check_first(args: argparse.Namespace) -> None:
         if "all" in names:  # --policies is not "all" itself here
             raise ValueError(f"--policies {args.policies}: 'all' stands alone (every policy the hook accepts)")
         _check_profile_and_policies(args, names)
-    if getattr(args, "out", None) is not None:
+    if args.command != "replay" and getattr(args, "out", None) is not None:  # replay's: describe_run
         check_writable_dir(args.out)
     require("vllm")
 
@@ -193,38 +195,15 @@ def _overhead_lists(args: argparse.Namespace) -> tuple[list[str], list[int]]:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """``fairsim replay --engine vllm``."""
-    from fairsim.options import _option_names, capacity_of, load_requests, parse_params
-    from fairsim.costmodel import load_profile
-    from fairsim.errors import CapacityError
+    from fairsim.description import describe_run
     from fairsim.live.engine import LiveConfig
     from fairsim.live.replay import replay_realtime, replay_virtual
     from fairsim.metrics import ttft_summary
-    from fairsim.policies import make_policy
-    from fairsim.sim import EngineConfig
-    from fairsim.sim.capacity import with_profile_capacity
-    from fairsim.sim.config import check_vllm_scheduler
 
-    profile = load_profile(args.profile)
-    params = parse_params(args.param)
-    make_policy(args.policy, profile, **params)  # fail fast on a bad name or parameter
-    trace, requests = load_requests(args, profile)
-    block = args.block_size or 128
-    try:  # the replay's KV sizing; the bounds named as the options, vLLM's rule included
-        config, _ = with_profile_capacity(EngineConfig(
-            budget_tokens=args.budget, max_num_seqs=args.max_num_seqs, block_size=block,
-            kv_blocks=args.kv_blocks, kv_tokens=args.kv_tokens, kv_fraction=args.kv_fraction), profile)
-        check_vllm_scheduler(args.budget, args.max_num_seqs)
-    except ValueError as exc:
-        raise ValueError(_option_names(str(exc))) from None
-    try:
-        _, kv_blocks = capacity_of(requests, config, args)
-    except CapacityError:
-        if config.kv_blocks is not None or config.kv_tokens is not None:
-            raise
-        # A short window has little reusable content; never size the cache below one prompt.
-        kv_blocks = max(-(-(r.prompt_len + 1) // block) for r in requests)
-        print(f"replay: the KV fraction gives less than the longest prompt; using {kv_blocks} blocks",
-              file=sys.stderr)
+    # vLLM's CPU backend wants a block of a multiple of 32: 128 unless --block-size says.
+    desc = describe_run(args, policies=[args.policy], live_block_size=128, fit_longest_prompt=True)
+    profile, trace, requests, block, kv_blocks = desc.profile, desc.trace, desc.requests, desc.block_size, desc.kv_blocks
+    params = desc.policy_params[args.policy]
     cfg = LiveConfig(policy=args.policy, params=params, profile=args.profile,
                      budget_tokens=args.budget, max_num_seqs=args.max_num_seqs, block_size=block,
                      kv_blocks=kv_blocks, scheduler=args.scheduler,

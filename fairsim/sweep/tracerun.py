@@ -4,7 +4,8 @@ A ``[[traces]]`` point (``RunSpec.trace``: path, time scale, window, max_request
 options of ``fairsim run`` (``run_options``), parsed by the parser of ``fairsim run``'s common
 options (``fairsim.options.add_common``, so every default is run's), then
 
-- loaded and shaped by ``fairsim.options.load_requests``: any format or folder ``--trace`` reads,
+- loaded and shaped by ``fairsim.description.describe_run`` (``fairsim.options.load_requests``,
+  after the same option checks): any format or folder ``--trace`` reads,
   session replay resolved (closed loop where the trace has sessions, session starts placed for a
   format without absolute time), the window and ``max_requests``, a kept turn whose predecessor
   was cut sent at its own timestamp, the profile's ``max_model_len`` check, the time scale and
@@ -117,14 +118,14 @@ def load_trace_input(trace: dict[str, Any], profile: Profile) -> TraceInput:
             an arrival beyond 1e9 s), its message as ``fairsim run`` gives it.
         OSError: The trace cannot be read.
     """
-    from fairsim.options import load_requests
+    from fairsim.description import Needs, describe_run
 
     args = _parser().parse_args(run_options(trace))
     stderr = io.StringIO()
     with contextlib.redirect_stderr(stderr):
-        loaded, requests = load_requests(args, profile)
+        desc = describe_run(args, needs=Needs.TRACE, profile=profile)  # the engine: trace_engine
     notes = tuple(line for line in stderr.getvalue().splitlines() if line.strip())
-    return TraceInput(loaded, requests, args, notes)
+    return TraceInput(desc.trace, desc.requests, args, notes)
 
 
 def trace_engine(inp: TraceInput, point: dict[str, Any], profile: Profile) -> tuple[EngineConfig, str]:
