@@ -41,6 +41,8 @@ def add_tune_command(sub: argparse._SubParsersAction, add_common: Callable, fmt:
                    help="held-out windows, trace seconds (with --train)")
     p.add_argument("--warmup", type=float, default=None,
                    help="trace seconds replayed before each window, not scored (default: the window's length)")
+    p.add_argument("--search-seed", type=int, default=0, metavar="N",
+                   help="seed of the sampler (TPE): the same seed, trials and --batch give the same study")
     p.add_argument("--batch", type=int, default=1,
                    help="trials sampled together and run in parallel; the results depend on it, not on the executor")
     p.add_argument("--executor", choices=EXECUTORS, default="local",
@@ -53,8 +55,6 @@ def add_tune_command(sub: argparse._SubParsersAction, add_common: Callable, fmt:
                         "front.parquet, front.png, tune.json, policy-config.json (required)")
     retitle(p, "--format", "table for people, json (tune.json) for scripts")
     retitle(p, "--param", "fix a parameter instead of searching it: KEY=VALUE, or POLICY.KEY=VALUE for one policy (repeatable)")
-    retitle(p, "--seed", "seed of the sampler (TPE), and of the generated input without --trace and of "
-                         "--session-rate's session starts")
 
 
 def parse_spaces(items: list[str], names: list[str]) -> dict[str, dict[str, Any]]:
@@ -136,6 +136,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise ValueError("--out DIR: tune keeps its study (study.db) and results there; give a folder")
     if args.trials < 1:
         raise ValueError(f"--trials {args.trials}: need at least 1")
+    if args.search_seed < 0:
+        raise ValueError(f"--search-seed {args.search_seed}: need an integer >= 0")
     if args.batch < 1:
         raise ValueError(f"--batch {args.batch}: need at least 1")
     if args.workers is not None and args.workers < 1:
@@ -201,7 +203,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         executor = (search.RayExecutor(args.address, workers) if args.executor == "ray"
                     else search.LocalExecutor(workers if args.batch > 1 else 1))
         with executor, _progress(args.trials, len(search._done_slots(study)), axes) as on_done:
-            ran = search.run_study(study, trials=args.trials, batch=args.batch, seed=args.seed, policies=names,
+            ran = search.run_study(study, trials=args.trials, batch=args.batch, seed=args.search_seed, policies=names,
                                    spaces=spaces, evaluate=evaluate, executor=executor, on_done=on_done)
         return _report(args, study, objective, sim, train, held, names, axes, notes, trace, ran)
 
@@ -231,7 +233,7 @@ def _fingerprint(args, trace, profile, names, spaces, fixed, targets, no_starvat
         "replay": args.replay, "think_scale": args.think_scale, "session_rate": args.session_rate,
         "window_start": args.window_start, "window_end": args.window_end, "max_requests": args.max_requests,
         "trace_format": args.trace_format, "trace_part": getattr(args, "trace_part", None),
-        "skip_long": args.skip_long, "max_model_len": args.max_model_len, "seed": args.seed, "batch": args.batch,
+        "skip_long": args.skip_long, "max_model_len": args.max_model_len, "seed": args.seed, "search_seed": args.search_seed, "batch": args.batch,
     }
     from fairsim.costmodel import PROFILE_DIR
 
@@ -294,7 +296,7 @@ def _report(args, study, objective, sim, train, held, names, axes, notes, trace,
     entries = [("default fairway", *fairway), (f"best untuned ({best_name})", *untuned[best_name])]
     payload: dict[str, Any] = {
         "trace": trace.source, "profile": sim.profile.name, "policies": names, "targets": args.targets,
-        "axes": list(axes), "trials": args.trials, "trials_run_now": ran, "batch": args.batch, "seed": args.seed,
+        "axes": list(axes), "trials": args.trials, "trials_run_now": ran, "batch": args.batch, "search_seed": args.search_seed,
         "executor": args.executor, "train_windows": [_window(w) for w in train],
         "holdout_windows": [_window(w) for w in held], "notes": notes, "meets_targets": meets,
         "front": [_row(r) for r in front],
