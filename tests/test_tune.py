@@ -182,12 +182,12 @@ def test_a_stale_study_is_refused_with_the_reason(tmp_path, capsys, monkeypatch)
     trace = bursts(tmp_path / "bursts.jsonl")
     out = tmp_path / "tune"
     args = ["tune", "--trace", str(trace), "--policies", "tune_policies:ShortFirst", "--trials", "2",
-            "--targets", "p50<=0.9xfcfs", "--folds", "2", "--out", str(out)]
+            "--targets", "p50<=2xfcfs", "--folds", "2", "--out", str(out)]
     assert main(args) == 0
     capsys.readouterr()
-    assert main([*args[:-6], "--targets", "p50<=0.8xfcfs", *args[-4:]]) == 2
+    assert main([*args[:-6], "--targets", "p50<=1.5xfcfs", *args[-4:]]) == 2
     err = capsys.readouterr().err
-    assert "other settings (targets: was [\"p50 <= 0.9 x fcfs\"], now [\"p50 <= 0.8 x fcfs\"])" in err
+    assert "other settings (targets: was [\"p50 <= 2 x fcfs\"], now [\"p50 <= 1.5 x fcfs\"])" in err
     assert "delete" in err and "study.db" in err
     bursts(trace, second_burst_ms=90_000)  # the trace's content changes
     assert main(args) == 2

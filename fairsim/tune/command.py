@@ -204,8 +204,37 @@ def cmd_tune(args: argparse.Namespace) -> int:
                     else search.LocalExecutor(workers if args.batch > 1 else 1))
         with executor, _progress(args.trials, len(search._done_slots(study)), axes) as on_done:
             ran = search.run_study(study, trials=args.trials, batch=args.batch, seed=args.search_seed, policies=names,
-                                   spaces=spaces, evaluate=evaluate, executor=executor, on_done=on_done)
+                                   spaces=spaces, evaluate=evaluate, executor=executor, on_done=on_done,
+                                   initial=_defaults_in_space(names, spaces))
         return _report(args, study, objective, sim, train, held, names, axes, notes, trace, ran)
+
+
+def _defaults_in_space(names: list[str], spaces: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Each policy at its constructor defaults (the searched keys only), where they lie in its
+    space: the study's first trials."""
+    import inspect
+
+    from fairsim.policies.registry import _CLASSES
+    from fairsim.policies.space import Choice
+    from fairsim.policies.user import is_user_spec, load_user_class
+
+    out = []
+    for name in names:
+        cls = load_user_class(name) if is_user_spec(name) else _CLASSES[name]
+        defaults: dict[str, Any] = {}
+        for klass in cls.__mro__:  # a subclass passing **kwargs on takes its base's defaults
+            init = klass.__dict__.get("__init__")
+            if init is not None:
+                for p in inspect.signature(init).parameters.values():
+                    if p.default is not inspect.Parameter.empty:
+                        defaults.setdefault(p.name, p.default)
+        params = {k: defaults.get(k) for k in spaces[name]}
+        inside = all(v in r.values if isinstance(r, Choice) else
+                     (v is not None and not isinstance(v, bool) and r.low <= v <= r.high)
+                     for v, r in zip(params.values(), spaces[name].values()))
+        if inside:
+            out.append((name, params))
+    return out
 
 
 def _windows(parse: Callable, spec: str, option: str) -> list:

@@ -144,13 +144,16 @@ def slot_seed(seed: int, slot: int) -> int:
 
 def run_study(study: Any, *, trials: int, batch: int, seed: int, policies: Sequence[str],
               spaces: dict[str, dict[str, Range]], evaluate: Evaluate, executor: Executor,
+              initial: Sequence[tuple[str, dict[str, Any]]] = (),
               on_done: Callable[[tuple[str, dict[str, Any]], Result], None] = lambda item, result: None) -> int:
     """Run the slots of ``study`` not yet finished, up to ``trials``; return how many ran now.
 
     ``evaluate(policy, params)`` gives a ``Result``; ``executor(evaluate, items)`` yields
     ``(index, Result)`` for each item, in any order. ``on_done`` gets each finished trial's
     ``(policy, params)`` and result (progress bar). A result with an error is stored as a failed trial with its ``error``
-    (its slot counts as done: the same parameters would fail again).
+    (its slot counts as done: the same parameters would fail again). The first slots run the
+    ``initial`` settings (each policy at its defaults), so the search starts from them and never
+    ends worse than the best of them on the training windows.
     """
     optuna = _optuna()
     from optuna.trial import TrialState
@@ -167,8 +170,15 @@ def run_study(study: Any, *, trials: int, batch: int, seed: int, policies: Seque
             return ran
         first = todo[0] // batch * batch
         slots = [s for s in range(first, min(first + batch, trials)) if s not in done]
+        present = {t.user_attrs.get("slot") for t in study.get_trials(
+            deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))}
+        for slot in slots:
+            if slot < len(initial) and slot not in present:
+                policy, params = initial[slot]
+                study.enqueue_trial({"policy": policy, **{f"{policy}.{k}": v for k, v in params.items()}},
+                                    user_attrs={"slot": slot, "asked": True}, skip_if_exists=False)
         asked = []
-        # Interrupted slots first: Optuna hands out enqueued (WAITING) trials before sampling,
+        # Interrupted (and initial) slots first: Optuna hands out enqueued (WAITING) trials before sampling,
         # and each carries its slot. Then the batch's other slots, each sampled afresh.
         requeued = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
         fresh_slots = [s for s in slots if s not in {t.user_attrs["slot"] for t in requeued}]
