@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 
 from fairsim.cli import main
-from fairsim.policies.registry import policy_names, search_space
+from fairsim.policies.catalog import search_space
+from fairsim.policies.registry import policy_names
 from fairsim.policies.space import Choice, FloatRange, IntRange, parse_range
 
 pytest.importorskip("optuna")

@@ -98,7 +98,7 @@ def build_spaces(names: list[str], overrides: dict[str, dict[str, Any]], fixed: 
         ValueError: A bound the policy refuses (naming the option or the declaration).
     """
     from fairsim.policies import make_policy
-    from fairsim.policies.registry import search_space
+    from fairsim.policies.catalog import search_space
     from fairsim.policies.space import Choice
 
     spaces, notes = {}, []
