@@ -44,6 +44,86 @@ which ``accept`` warns that the replay is far beyond what the engine could serve
 scale that does not fit the trace)."""
 
 
+STATS = {"p50": "p50_s", "p99": "p99_s", "max": "max_s", "worst": "max_s"}
+"""Target statistics (``window_stats`` keys): median, 99th percentile and worst TTFT of a window."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One TTFT target of a window: ``stat <= factor x ref's stat`` (``ref`` a policy run at its
+    defaults on the same window), or ``stat <= factor`` seconds when ``ref`` is None.
+
+    Attributes:
+        stat: A ``window_stats`` key: ``p50_s``, ``p99_s`` or ``max_s``.
+        factor: Multiplier of the reference's statistic, or seconds.
+        ref: Reference policy name, or None for an absolute bound.
+    """
+
+    stat: str
+    factor: float
+    ref: str | None
+
+    def base(self, stats: dict[str, dict[str, Any]]) -> float:
+        """What ``factor`` multiplies: the reference's statistic in ``stats`` (policy -> stats), or 1 s."""
+        return 1.0 if self.ref is None else stats[self.ref][self.stat]
+
+    def holds(self, candidate: dict[str, Any], stats: dict[str, dict[str, Any]]) -> bool:
+        """``candidate[stat] <= factor x base``."""
+        return candidate[self.stat] <= self.factor * self.base(stats)
+
+    def label(self) -> str:
+        """``p50 <= 1.1 x lpm`` or ``p50 <= 2 s``."""
+        stat = self.stat.removesuffix("_s")
+        return f"{stat} <= {self.factor:g} s" if self.ref is None else f"{stat} <= {self.factor:g} x {self.ref}"
+
+
+ACCEPT_TARGETS = (Target("p50_s", MEDIAN_FACTOR, "lpm"), Target("p99_s", P99_FACTOR, "fcfs"))
+"""``accept``'s two targets (the paper's); with no starvation, ``--targets accept`` of ``fairsim tune``."""
+
+
+def parse_targets(text: str, option: str = "--targets") -> tuple[list[Target], bool]:
+    """``"p50<=1.1xlpm,max<=2xfcfs,no-starvation"`` -> ``(targets, no_starvation)``.
+
+    Items: ``STAT<=FxPOLICY`` (STAT one of p50, p99, max or worst; POLICY run at its defaults),
+    ``STAT<=Ns`` (seconds), ``no-starvation`` (worst <= ``STARVATION_FACTOR`` x own p99), or
+    ``accept`` (``ACCEPT_TARGETS`` and no starvation). A reference policy is checked by the caller.
+
+    Raises:
+        ValueError: A malformed item, a factor that is not a finite number > 0, a statistic given
+            twice, or no target; the message names ``option`` and the item.
+    """
+    import math
+    import re
+
+    targets: list[Target] = []
+    starvation = False
+    for item in (s.strip() for s in text.split(",")):
+        if item == "accept":
+            targets += ACCEPT_TARGETS
+            starvation = True
+            continue
+        if item == "no-starvation":
+            starvation = True
+            continue
+        m = re.fullmatch(r"(\w+)\s*<=\s*([0-9.eE+-]+)\s*(?:x\s*(\S+)|(s))", item)
+        if m is None or m.group(1) not in STATS:
+            raise ValueError(f"{option} {item!r}: expected STAT<=FxPOLICY (e.g. p99<=1.1xfcfs), STAT<=Ns "
+                             f"(e.g. p50<=2s), no-starvation or accept; STAT one of {', '.join(STATS)}")
+        try:
+            factor = float(m.group(2))
+        except ValueError:
+            factor = float("nan")
+        if not (factor > 0 and math.isfinite(factor)):
+            raise ValueError(f"{option} {item!r}: need a finite factor > 0, got {m.group(2)!r}")
+        targets.append(Target(STATS[m.group(1)], factor, m.group(3)))
+    twice = sorted({t.stat for t in targets if sum(u.stat == t.stat for u in targets) > 1})
+    if twice:
+        raise ValueError(f"{option} {text}: {', '.join(s.removesuffix('_s') for s in twice)} given more than once")
+    if not targets and not starvation:
+        raise ValueError(f"{option} {text}: no target given")
+    return targets, starvation
+
+
 @dataclass(frozen=True)
 class WindowVerdict:
     """The targets of one window.
@@ -121,11 +201,11 @@ def iter_verdicts(requests: Sequence[Request], windows: Sequence[Window], candid
             stats[name] = window_stats(res, scored)
             if on_result is not None:
                 on_result(w, name, res)
-        c, lpm, fcfs = stats[candidate], stats["lpm"], stats["fcfs"]
+        c = stats[candidate]
+        median, tail = ACCEPT_TARGETS
         yield WindowVerdict(
             window=dataclasses.replace(w, requests=len(scored)), stats=stats, candidate=candidate,
-            median_ok=c["p50_s"] <= MEDIAN_FACTOR * lpm["p50_s"],
-            p99_ok=c["p99_s"] <= P99_FACTOR * fcfs["p99_s"],
+            median_ok=median.holds(c, stats), p99_ok=tail.holds(c, stats),
             starvation_ok=not c["starved"])
 
 
@@ -174,7 +254,9 @@ def add_accept_command(sub: argparse._SubParsersAction, add_common: Callable, fm
                             "windows; exit 0 when all hold, 1 when not")
     p.add_argument("trace_path", metavar="TRACE", nargs="?",
                    help="trace file (same as --trace; default: the embedded RAG input)")
-    p.add_argument("--policy", required=True, help=f"candidate policy: one of {', '.join(policy_names())}")
+    p.add_argument("--policy", help=f"candidate policy: one of {', '.join(policy_names())} (or --policy-config)")
+    p.add_argument("--policy-config", metavar="FILE",
+                   help="the candidate policy and its parameters as fairsim tune writes them")
     p.add_argument("--windows", default="auto",
                    help="'auto' (calm, burst, spike from the offered load) or "
                         "NAME:START-END,... in seconds of trace time")
@@ -207,7 +289,12 @@ def cmd_accept(args: argparse.Namespace) -> int:
     from fairsim.run import run_one, write_tables
     from fairsim.traces import scale_time
 
+    from fairsim.policy_config import apply_policy_config
+
     merge_trace_arg(args)
+    apply_policy_config(args, "accept")
+    if args.policy is None:
+        raise ValueError("accept needs the candidate policy: --policy NAME or --policy-config FILE")
     if getattr(args, "slo", None):
         raise ValueError("--slo: accept checks its TTFT targets against FCFS and LPM; goodput against "
                          "an SLO is in run/compare (--mode colocated --slo ...)")

@@ -44,6 +44,8 @@ from fairsim.options import (MAX_ARRIVAL_S, capacity_of, check_named_once, check
 from fairsim.run import format_table, run_one, write_run_info, write_tables  # noqa: F401
 
 
+POLICY_CONFIG_HELP = ("a policy and its parameters as fairsim tune writes them "
+                      "({\"policy\": NAME, \"params\": {...}}); replaces --policy")
 PLOTS_HELP = "folder for ttft_cdf.png, ttft_vs_arrival.png, queue_kv.png (fairsim/run_plots.py)"
 
 
@@ -78,6 +80,7 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="simulate one policy", formatter_class=fmt)
     run.add_argument("--policy", default="fairway",
                      help=f"one of: {', '.join(policy_names())}; or package.module:Class, a class of your own")
+    run.add_argument("--policy-config", metavar="FILE", help=POLICY_CONFIG_HELP)
     add_common(run)
     run.add_argument("--plots", type=path_arg, help=PLOTS_HELP)
     cmp = sub.add_parser("compare", help="simulate several policies on the same input, side by side",
@@ -85,6 +88,9 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
     cmp.add_argument("--policies", default="fcfs,lpm,fairway",
                      help="comma-separated policy names, or 'all' (every registered policy but the "
                           "generic klpm, which klpm4 covers)")
+    cmp.add_argument("--policy-config", metavar="FILE",
+                     help="a policy and its parameters as fairsim tune writes them: the policy runs with "
+                          "them (added to --policies if missing)")
     add_common(cmp)
     cmp.add_argument("--plots", type=path_arg, help=PLOTS_HELP)
     cmp.add_argument("--baseline", default="fcfs", metavar="NAME",
@@ -121,11 +127,18 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
     from fairsim.accept import add_accept_command
 
     add_accept_command(sub, add_common, fmt)
+    from fairsim.tune.command import add_tune_command
+
+    add_tune_command(sub, add_common, fmt)
     return parser
 
 
 def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """Run the command named by ``args.command``; errors propagate to ``main``."""
+    if args.command in ("run", "compare"):
+        from fairsim.policy_config import apply_policy_config
+
+        apply_policy_config(args, args.command)
     if args.command == "run":
         return cmd_simulate(args, [args.policy])
     if args.command == "compare":
@@ -158,6 +171,10 @@ def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from fairsim.analysis.cli import cmd_analyze
 
         return cmd_analyze(args)
+    if args.command == "tune":
+        from fairsim.tune.command import cmd_tune
+
+        return cmd_tune(args)
     if args.command == "accept":
         from fairsim.accept import cmd_accept
 

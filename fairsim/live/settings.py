@@ -15,8 +15,9 @@ from fairsim.policies import make_policy, policy_names
 UNSUPPORTED_CAPABILITIES = ("skips_misfits", "admission_limit", "eviction_hook")
 #: Key of fairsim's settings inside vLLM's ``additional_config``.
 CONFIG_KEY = "fairsim"
-#: Keys of fairsim's settings (``record``: a trace file to write, ``fairsim.live.recorder``).
-SETTINGS = ("policy", "params", "profile", "record")
+#: Keys of fairsim's settings (``record``: a trace file to write, ``fairsim.live.recorder``;
+#: ``policy_config``: a file holding ``policy`` and ``params``, ``fairsim.policy_config``).
+SETTINGS = ("policy", "params", "profile", "record", "policy_config")
 
 
 def read_settings(additional_config: Any) -> dict[str, Any]:
@@ -25,10 +26,13 @@ def read_settings(additional_config: Any) -> dict[str, Any]:
     Accepts ``{"fairsim": {...}}`` (preferred) or the same keys at the top level. Keys:
     ``policy`` (registered name, default ``"fcfs"``), ``params`` (dict of policy parameters),
     ``profile`` (shipped profile name or JSON path; default the shipped prior), ``record``
-    (a path: write every request to this trace file, ``fairsim.live.recorder``).
+    (a path: write every request to this trace file, ``fairsim.live.recorder``),
+    ``policy_config`` (a path: a file of ``fairsim tune``, ``fairsim.policy_config``, whose
+    ``policy`` and ``params`` are used; returned in their place).
 
     Raises:
-        ValueError: ``additional_config`` or its ``fairsim`` entry is not a dict, or an unknown key.
+        ValueError: ``additional_config`` or its ``fairsim`` entry is not a dict, an unknown key,
+            or ``policy_config`` together with ``policy`` or ``params``, or a bad file.
     """
     cfg = additional_config or {}
     if not isinstance(cfg, dict):
@@ -44,6 +48,17 @@ def read_settings(additional_config: Any) -> dict[str, Any]:
     record = settings.get("record")
     if record is not None and (not isinstance(record, str) or not record):
         raise ValueError(f"fairsim setting 'record': need a file path, got {record!r}")
+    config = settings.get("policy_config")
+    if config is not None:
+        from fairsim.policy_config import read_policy_config
+
+        both = sorted({"policy", "params"} & set(settings))
+        if both:
+            raise ValueError(f"fairsim setting 'policy_config' names the policy and its parameters; "
+                             f"leave out {', '.join(both)}")
+        policy, params = read_policy_config(config, "fairsim setting 'policy_config'")
+        settings = {**{k: v for k, v in settings.items() if k != "policy_config"},
+                    "policy": policy, "params": params}
     return settings
 
 

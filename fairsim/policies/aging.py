@@ -18,6 +18,7 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from fairsim.policies.space import FloatRange, IntRange
 from fairsim.types import QueuedRequest
 
 
@@ -101,6 +102,8 @@ class ShortestUncachedFirst:
     name = "suf"
     clock_free_order = True  # order() ignores now; a repeated call keeps the first sights (base.py)
 
+    search_space = {"starvation_iterations": IntRange(1, 4096, log=True)}  # fairsim tune (none: its default trial)
+
     def __init__(self, starvation_iterations: int | None = None) -> None:
         k = starvation_iterations
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
@@ -173,6 +176,8 @@ class LPMAging:
     name = "lpm-aging"
     clock_free_order = True  # order() ignores now; a repeated call keeps the first sights (base.py)
 
+    search_space = {"aging_tokens_per_pass": FloatRange(1.0, 65536.0, log=True)}  # fairsim tune
+
     def __init__(self, aging_tokens_per_pass: float = 256) -> None:
         _check_number("lpm-aging", "aging_tokens_per_pass", aging_tokens_per_pass)
         self.aging_tokens_per_pass = aging_tokens_per_pass
@@ -219,6 +224,8 @@ class SJFAging:
 
     name = "sjf-aging"
     clock_free_order = True  # the key ignores now; stateless (base.py)
+
+    search_space = {"aging_tokens_per_s": FloatRange(1.0, 10000.0, log=True)}  # fairsim tune
 
     def __init__(self, aging_tokens_per_s: float = 50) -> None:
         _check_number("sjf-aging", "aging_tokens_per_s", aging_tokens_per_s)

@@ -129,5 +129,27 @@ def markdown_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def search_space(name: str) -> tuple[dict[str, Any], str | None]:
+    """The parameters ``fairsim tune`` searches for policy ``name``, from the ``search_space`` its
+    class declares (``fairsim.policies.space``), without those the name fixes; and a note when the
+    class declares none (then nothing is searched).
+
+    Raises:
+        ValueError: An unknown policy, or a declaration naming a parameter the policy does not
+            accept or an empty range.
+    """
+    from fairsim.policies.registry import POLICIES, _CLASSES, accepted_params
+    from fairsim.policies.space import space_of
+    from fairsim.policies.user import is_user_spec, load_user_class, user_params
+
+    if is_user_spec(name):
+        cls = load_user_class(name)
+        return space_of(name, cls, user_params(cls), {})
+    if name not in POLICIES:
+        raise ValueError(f"unknown policy {name!r}; known policies: {', '.join(POLICIES)}, or "
+                         f"package.module:Class for your own class")
+    return space_of(name, _CLASSES[name], accepted_params(name), FIXED.get(name, {}))
+
+
 if __name__ == "__main__":
     print(markdown_table(), end="")

@@ -9,6 +9,7 @@ from fairsim.policies.clients import client_key
 from fairsim.policies.credit import Replay
 from fairsim.policies.drr import check_quantum
 from fairsim.types import QueuedRequest
+from fairsim.policies.space import IntRange
 
 
 def _lpm_key(r: QueuedRequest) -> tuple[int, float, str]:
@@ -51,6 +52,7 @@ class DLPM:
     """
 
     name = "dlpm"
+    search_space = {"quantum": IntRange(128, 65536, log=True)}  # fairsim tune: tokens per refill
     clock_free_order = True  # same snapshots, no on_admitted since: same order (base.py)
 
     def __init__(self, quantum: float = 2048) -> None:

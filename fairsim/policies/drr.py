@@ -12,6 +12,7 @@ from fairsim.policies.base import arrival_key
 from fairsim.policies.clients import client_key
 from fairsim.policies.credit import Replay
 from fairsim.types import QueuedRequest
+from fairsim.policies.space import IntRange
 
 
 def check_quantum(owner: str, quantum: object) -> float:
@@ -57,6 +58,7 @@ class DRR:
     """
 
     name = "drr"
+    search_space = {"quantum": IntRange(128, 65536, log=True)}  # fairsim tune: tokens per visit
     clock_free_order = True  # same snapshots, no on_admitted since: same order (base.py)
 
     def __init__(self, quantum: float = 2048) -> None:

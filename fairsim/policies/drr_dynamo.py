@@ -11,6 +11,7 @@ from fairsim.policies.clients import client_key
 from fairsim.policies.credit import Replay
 from fairsim.policies.drr import check_quantum
 from fairsim.types import QueuedRequest
+from fairsim.policies.space import IntRange
 
 
 class DRRDynamo:
@@ -59,6 +60,7 @@ class DRRDynamo:
     """
 
     name = "drr-dynamo"
+    search_space = {"quantum": IntRange(128, 65536, log=True)}  # fairsim tune: tokens per visit
     clock_free_order = True  # same snapshots, no on_admitted since: same order (base.py)
 
     def __init__(self, quantum: float = 2048) -> None:

@@ -8,6 +8,7 @@ from typing import Literal
 
 from fairsim.policies.base import arrival_key
 from fairsim.types import QueuedRequest
+from fairsim.policies.space import FloatRange
 
 
 class Fairway:
@@ -44,6 +45,13 @@ class Fairway:
     """
 
     name = "fairway"
+    # fairsim tune's search (fairsim/policies/space.py): the paper's three parameters (4, 3, 1 s
+    # are its fixed setting); fair_weight stays 1, since only fast_weight / fair_weight matters.
+    search_space = {
+        "fast_weight": FloatRange(1.0, 32.0, log=True),
+        "slo_multiplier": FloatRange(0.25, 30.0, log=True),
+        "slo_floor": FloatRange(0.05, 20.0, log=True),
+    }
 
     def __init__(
         self,

@@ -54,6 +54,7 @@ class FairwayCarry(Fairway):
     """
 
     name = "fairway-carry"
+    search_space = Fairway.search_space  # fairsim tune: Fairway's three parameters
 
     def __init__(
         self,

@@ -96,6 +96,8 @@ class FairwayDeadline(Fairway):
     """
 
     name = "fairway-deadline"
+    # fairsim tune: Fairway's three parameters; the others are ablation switches.
+    search_space = Fairway.search_space
 
     def __init__(
         self,

@@ -40,6 +40,7 @@ class FairwayPatience(FairwayCarry):
     """
 
     name = "fairway-patience"
+    search_space = FairwayCarry.search_space  # fairsim tune: Fairway's three parameters
 
     def __init__(self, idle_prefill_time, **params: object) -> None:
         super().__init__(idle_prefill_time, **params)  # type: ignore[arg-type]

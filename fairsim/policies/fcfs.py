@@ -17,6 +17,7 @@ class FCFS:
     """
 
     name = "fcfs"
+    search_space: dict = {}  # nothing to search (fairsim tune)
     uses_prefix_hits = False  # the order reads no h: the live hook skips the prefix lookups
     clock_free_order = True  # same snapshots, no on_admitted since: same order (base.py)
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from fairsim.policies.base import arrival_key
 from fairsim.types import QueuedRequest
+from fairsim.policies.space import IntRange
 
 
 class KLPM:
@@ -35,6 +36,7 @@ class KLPM:
     """
 
     name = "klpm"
+    search_space = {"k": IntRange(1, 64, log=True)}  # fairsim tune; k = 1 is FCFS
 
     def __init__(self, k: int = 4) -> None:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:

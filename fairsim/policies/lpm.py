@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from fairsim.policies.base import arrival_key
 from fairsim.types import QueuedRequest
+from fairsim.policies.space import Choice
 
 SGLANG_SORT_LIMIT = 128
 """SGLang stops prefix-sorting above this many waiting requests (``_determine_active_policy``)."""
@@ -47,6 +48,8 @@ class LPM:
     """
 
     name = "lpm"
+    # fairsim tune: SGLang's two switches, both of which change the order.
+    search_space = {"sglang_sort_limit": Choice((False, True)), "sglang_dedup": Choice((False, True))}
 
     def __init__(self, *, sglang_sort_limit: bool = False, sglang_dedup: bool = False) -> None:
         for key, value in (("sglang_sort_limit", sglang_sort_limit), ("sglang_dedup", sglang_dedup)):

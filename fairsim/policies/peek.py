@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 from fairsim.policies.eviction import ProtectWaitingHits
 from fairsim.types import QueuedRequest
+from fairsim.policies.space import Choice
 
 _MEMO_LIMIT = 1_000_000  # (c, h) pairs kept before the memo is cleared (bounds memory)
 
@@ -41,6 +42,7 @@ class PEEK:
     """
 
     name = "peek"
+    search_space = {"protect": Choice((False, True))}  # fairsim tune: protecting eviction on or off
 
     def __init__(
         self,

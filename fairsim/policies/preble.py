@@ -53,6 +53,7 @@ class Preble:
     """
 
     name = "preble"
+    search_space: dict = {}  # nothing to search (fairsim tune)
     skips_misfits = True
 
     def __init__(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fairsim.types import QueuedRequest
+from fairsim.policies.space import Choice
 
 
 class RAGCache:
@@ -34,6 +35,7 @@ class RAGCache:
     """
 
     name = "ragcache"
+    search_space = {"pgdsf": Choice((False, True))}  # fairsim tune: PGDSF eviction on or off
 
     def __init__(self, prefill_time=None, *, pgdsf: bool = False) -> None:
         if not isinstance(pgdsf, bool):

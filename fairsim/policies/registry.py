@@ -217,3 +217,4 @@ def accepted_params(name: str) -> list[str]:
         if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
             break
     return out
+

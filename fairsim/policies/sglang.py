@@ -25,6 +25,7 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
+from fairsim.policies.space import Choice
 from fairsim.policies.base import arrival_key
 from fairsim.types import QueuedRequest
 
@@ -192,6 +193,8 @@ class HRRN(_KeptSort):
 
     name = "hrrn"
 
+    search_space = {"sglang_sort_limit": Choice((False, True)), "sglang_dedup": Choice((False, True))}
+
     def __init__(self, *, sglang_sort_limit: bool = True, sglang_dedup: bool = True) -> None:
         _check_bools("HRRN", sglang_sort_limit=sglang_sort_limit, sglang_dedup=sglang_dedup)
         super().__init__()
@@ -238,6 +241,8 @@ class ShortestPrefillFirst:
 
     name = "shortest-prefill-first"
     clock_free_order = True
+
+    search_space = {"sglang_dedup": Choice((False, True))}  # fairsim tune
 
     def __init__(self, *, sglang_dedup: bool = True) -> None:
         _check_bools("shortest-prefill-first", sglang_dedup=sglang_dedup)
@@ -342,6 +347,7 @@ class LOF:
     """
 
     name = "lof"
+    search_space: dict = {}  # nothing to search (fairsim tune)
     uses_prefix_hits = False
     clock_free_order = True
 
@@ -456,6 +462,7 @@ class DFSWeight:
     """
 
     name = "dfs-weight"
+    search_space: dict = {}  # nothing to search (fairsim tune)
     clock_free_order = True
 
     def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:

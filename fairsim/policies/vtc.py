@@ -42,6 +42,9 @@ class VTC:
     """
 
     name = "vtc"
+    # fairsim tune searches nothing: input_weight scales every counter alike (no output tokens
+    # are charged), so the order does not depend on it.
+    search_space: dict = {}
     clock_free_order = True  # same snapshots, no on_admitted since: same order (base.py)
 
     def __init__(self, input_weight: float = 1.0) -> None:
