@@ -20,7 +20,10 @@ request over the untiled run's (``vs x1``, whole process; ``loop vs x1``): the m
 ratios of the pairs run one after the other.
 
 ``--compare PATH`` also runs an installed peer simulator on the same (shaped) requests in the
-same call and prints fairsim's requests per wall-second over the peer's. Supported peer:
+same call and prints fairsim's requests per wall-second over the peer's. ``--compare dynamo``:
+NVIDIA Dynamo's offline replay (``fairsim.bench_dynamo``, which says how it is run and aligned),
+with its TTFT p50/p99 beside fairsim's; where Dynamo is not installed a line says it is skipped and
+fairsim's figures are printed as usual. Otherwise the peer is
 sched-sim (``pip install sched-sim``, or the ``bench`` extra); PATH is its executable (or just
 ``sched-sim``). The peer gets a JSON trace of the same arrival times and prompt lengths with one
 output token per request (fairsim's default engine is prefill-only; with ``--mode colocated`` the
@@ -357,7 +360,19 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
         raise ValueError(f"--tile {args.tile}: need an integer >= 1")
     if getattr(args, "slo", None):
         raise ValueError("--slo: bench measures simulator speed; use run/compare for goodput")
-    peer = find_peer(args.compare) if args.compare is not None else None
+    peer, peer_name = None, None
+    if args.compare == "dynamo":
+        from fairsim.bench_dynamo import dynamo_available, skip_line
+
+        if getattr(args, "replay", "open") == "closed":
+            raise ValueError("--compare dynamo: Dynamo's replay sends each request at its timestamp (open loop); "
+                             "it has no counterpart of --replay closed")
+        if dynamo_available():
+            peer, peer_name = "dynamo", "dynamo"
+        else:
+            print(skip_line(), file=sys.stderr)
+    elif args.compare is not None:
+        peer, peer_name = find_peer(args.compare), "sched-sim"
     # The options' own bounds before the tiling (seconds to minutes) and the children, which
     # would each refuse them under the bench's prefix; the trace is read below, after the tiling.
     desc = describe_run(args, needs=Needs.POLICIES, policies=names)
@@ -423,25 +438,28 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
             if peer is not None and stopped is None:
                 try:
                     # Its trace goes to --out (kept, so the printed command can be run again).
-                    rows["sched-sim"] = bench_peer(peer, requests, args.budget,
-                                                   args.out if args.out is not None else tmp,
-                                                   getattr(args, "mode", "prefill-only") == "colocated")
+                    folder = args.out if args.out is not None else tmp
+                    decode = getattr(args, "mode", "prefill-only") == "colocated"
+                    if peer_name == "dynamo":
+                        rows["dynamo"] = _bench_dynamo(requests, folder, config, profile, args, decode)
+                    else:
+                        rows["sched-sim"] = bench_peer(peer, requests, args.budget, folder, decode)
                 except ValueError as exc:  # keep fairsim's figures: printed and written, then the error
                     stopped = exc
         except KeyboardInterrupt as exc:  # fairsim.cli.main exits 130
             stopped = exc
-    has_peer = "sched-sim" in rows  # a peer figure (none when the peer failed)
+    has_peer = peer_name in rows  # a peer figure (none when the peer failed or is absent)
     done = [name for name in names if name in rows]  # all but after a failed child
     if has_peer:
-        base = rows["sched-sim"]["requests_per_s"]
+        base = rows[peer_name]["requests_per_s"]
         for name in done:
-            rows[name]["vs_sched_sim"] = rows[name]["requests_per_s"] / base
+            rows[name][peer_ratio_key(peer_name)] = rows[name]["requests_per_s"] / base
     # Printed before bench.json is written, so a failed write loses no figure.
     if done:
         if args.format == "json":
             print(strict_json(rows))
         else:
-            _print_table(args, done, rows, has_peer)
+            _print_table(args, done, rows, peer_name if has_peer else None)
         sys.stdout.flush()
         if args.out is not None:
             atomic_write_text(args.out / "bench.json", strict_json(rows) + "\n")
@@ -450,36 +468,88 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     return 0
 
 
-def _print_table(args: argparse.Namespace, names: list[str], rows: dict[str, dict[str, Any]], peer: bool) -> None:
-    """The bench's table on stdout (``cmd_bench``): columns as wide as their widest cell."""
+def peer_ratio_key(peer_name: str) -> str:
+    """The row field of fairsim's requests per wall-second over the peer's: ``vs_sched_sim``,
+    ``vs_dynamo``."""
+    return "vs_" + peer_name.replace("-", "_")
+
+
+def _bench_dynamo(requests: list, folder: Path, config: Any, profile: Any, args: argparse.Namespace,
+                  decode: bool) -> dict[str, Any]:
+    """``fairsim.bench_dynamo.bench_dynamo`` with this call's engine settings: the same KV blocks,
+    block size, budget and ``max_num_seqs`` as the children, and the profile's time for one cold
+    budget-sized chunk to align Dynamo's step times to."""
+    from fairsim.bench_dynamo import bench_dynamo
+    from fairsim.options import capacity_of
+
+    block_size, kv_blocks = capacity_of(requests, config, args)
+    return bench_dynamo(requests, folder, budget=config.budget_tokens, block_size=block_size,
+                        kv_blocks=kv_blocks, max_num_seqs=config.max_num_seqs,
+                        chunk_s=profile.prefill_time(config.budget_tokens, 0, config.budget_tokens),
+                        decode=decode)
+
+
+def _seconds(value: float) -> str:
+    """A TTFT cell: whole seconds from 100 s on, else three significant digits."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _dynamo_installed() -> bool:
+    from fairsim.bench_dynamo import dynamo_available
+
+    return dynamo_available()
+
+
+def _print_table(args: argparse.Namespace, names: list[str], rows: dict[str, dict[str, Any]],
+                 peer: str | None) -> None:
+    """The bench's table on stdout (``cmd_bench``): columns as wide as their widest cell;
+    ``peer``: the peer's row name (``sched-sim``, ``dynamo``) when it has figures."""
     first = rows[names[0]]
     print(f"profile {first['profile']}; KV cache {first['kv_blocks']:,} blocks x {first['block_size']} "
           f"tokens = {first['kv_tokens']:,} tokens; {first['requests']:,} requests; time scale "
           f"{args.time_scale:g}" + (f"; trace x{args.tile}" if args.tile > 1 else ""))
     tiled = args.tile > 1
+    ttft = peer == "dynamo"  # a peer with TTFT figures of the same requests: side by side
     header = (["policy", "steps", "sim s", "process s", "req/s", "loop s", "loop req/s", "peak MiB"]
-              + (["x sched-sim"] if peer else []) + (["x1 process s", "vs x1", "loop vs x1"] if tiled else []))
+              + (["TTFT p50 s", "TTFT p99 s"] if ttft else [])
+              + ([f"x {peer}"] if peer else []) + (["x1 process s", "vs x1", "loop vs x1"] if tiled else []))
     body = []
     for name in names:
         r = rows[name]
         body.append([name, f"{r['steps']:d}", f"{r['sim_time_s']:.1f}", f"{r['process_s']:.2f}",
                      f"{r['requests_per_s']:.0f}", f"{r['loop_s']:.2f}", f"{r['loop_requests_per_s']:.0f}",
-                     f"{r['peak_mib']:.0f}"] + ([f"{r['vs_sched_sim']:.2f}"] if peer else [])
+                     f"{r['peak_mib']:.0f}"]
+                    + ([_seconds(r['ttft_p50_s']), _seconds(r['ttft_p99_s'])] if ttft else [])
+                    + ([f"{r[peer_ratio_key(peer)]:.2f}"] if peer else [])
                     + ([f"{r['tile1_process_s']:.2f}", f"{r['per_request_vs_tile1']:.2f}",
                         f"{r['loop_per_request_vs_tile1']:.2f}"] if tiled else []))
-    if peer:
+    if peer == "sched-sim":
         p = rows["sched-sim"]
         body.append(["sched-sim", "", "", f"{p['process_s']:.2f}", f"{p['requests_per_s']:.0f}", "", "",
                      f"{p['peak_mib']:.0f}", "1.00"] + (["", "", ""] if tiled else []))
+    elif peer == "dynamo":
+        p = rows["dynamo"]
+        body.append(["dynamo", "", f"{p['sim_time_s']:.1f}", f"{p['process_s']:.2f}", f"{p['requests_per_s']:.0f}",
+                     f"{p['loop_s']:.2f}", f"{p['loop_requests_per_s']:.0f}", f"{p['peak_mib']:.0f}",
+                     _seconds(p['ttft_p50_s']), _seconds(p['ttft_p99_s']), "1.00"] + (["", "", ""] if tiled else []))
     widths = [max(len(row[i]) for row in [header] + body) for i in range(len(header))]
     for row in [header] + body:
         print("  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths))).rstrip())
     if tiled:
         print(f"vs x1: cost per request of the x{args.tile} trace over the trace itself (whole process; "
               f"loop alone), the two run alternately; the median of the {args.repeat} pair ratio(s)")
-    if peer:
-        tokens = ("the trace's output lengths" if getattr(args, "mode", "") == "colocated"
-                  else "one output token")
+    tokens = ("the trace's output lengths" if getattr(args, "mode", "") == "colocated" else "one output token")
+    kept = "" if args.out is not None else "; a temporary trace file: --out DIR keeps it"
+    if peer == "sched-sim":
         print(f"sched-sim: {rows['sched-sim']['command']} (chunked prefill, same arrivals and prompt "
-              f"lengths, {tokens}, no prefix cache" + ("" if args.out is not None else
-                                                       "; a temporary trace file: --out DIR keeps it") + ")")
+              f"lengths, {tokens}, no prefix cache{kept})")
+    elif peer == "dynamo":
+        p = rows["dynamo"]
+        print(f"dynamo: {p['command']} (offline replay, one worker, same arrivals, prompts and prefix "
+              f"hashes, {tokens}, same KV blocks, budget and max_num_seqs, prefix caching, chunked prefill; "
+              f"speedup_ratio {p['speedup_ratio']:.4g} so a cold {args.budget:,}-token chunk takes the "
+              f"profile's time; loop s: its wall_time_ms{kept})")
+    elif args.compare == "dynamo" and not _dynamo_installed():
+        from fairsim.bench_dynamo import DYNAMO_INSTALL
+
+        print(f"dynamo: skipped, not installed for this interpreter (install: {DYNAMO_INSTALL})")

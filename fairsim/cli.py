@@ -102,7 +102,8 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
                        help="comma-separated policy names, or 'all'")
     add_common(bench, out_help="folder for bench.json (every policy's figures; partial ones on Ctrl-C)")
     bench.add_argument("--compare", metavar="PATH",
-                       help="also run this peer simulator (sched-sim's executable) on the same requests")
+                       help="also run this peer simulator on the same requests: 'dynamo' (NVIDIA Dynamo's "
+                            "offline replay) or sched-sim's executable")
     bench.add_argument("--repeat", type=int, default=1, help="runs per policy; the median is kept")
     bench.add_argument("--tile", type=int, default=1, metavar="N",
                        help="concatenate N time-shifted copies of the trace")

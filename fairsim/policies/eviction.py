@@ -49,18 +49,34 @@ class ProtectWaitingHits:
     """
 
     def __init__(self) -> None:
-        self.protected: set[Hashable] = set()
+        # The protected keys, each with the number of protected hits that use it (a key is
+        # protected while its count is above 0), so the engine can change the set by whole hits.
+        self.protected: dict[Hashable, int] = {}
 
     def attach(self, block_size: int, prompts: Iterable[Sequence[Hashable]]) -> None:
         """Start of a run: forget any protected set of a previous run."""
-        self.protected = set()
+        self.protected = {}
 
     def protect(self, hit_key_runs: Iterable[Sequence[Hashable]]) -> None:
         """Replace the protected set with the keys of these prefix hits."""
-        protected: set[Hashable] = set()
-        for run in hit_key_runs:
-            protected.update(run)
-        self.protected = protected
+        self.protected = {}
+        self.update_runs((), hit_key_runs)
+
+    def update_runs(self, removed: Iterable[Sequence[Hashable]], added: Iterable[Sequence[Hashable]]) -> None:
+        """Change the protected set by whole prefix hits: take out the keys of ``removed`` (hits
+        given before by ``protect`` or ``added``), put in those of ``added``. The set is then
+        the one ``protect`` gives for the hits kept plus the added ones."""
+        counts = self.protected
+        for run in removed:
+            for key in run:
+                left = counts[key] - 1
+                if left:
+                    counts[key] = left
+                else:
+                    del counts[key]
+        for run in added:
+            for key in run:
+                counts[key] = counts.get(key, 0) + 1
 
     def select(self, pool: Any, n: int) -> list[int]:
         """``n`` free blocks: unprotected ones in LRU order, then protected ones in LRU order."""

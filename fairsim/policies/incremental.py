@@ -235,6 +235,11 @@ class SortedKeyOrder:
     def iter_order(self, now: float = 0.0) -> Iterator[QueuedRequest]:
         return map(self._by_key.__getitem__, self._keys)  # C-level per item (PEEK reads max_num_seqs)
 
+    def head(self, k: int) -> list[QueuedRequest]:
+        """The first ``k`` snapshots of the order (all when fewer wait): the engine's view of
+        what PEEK protects, read without the per-item checks of a lazy order."""
+        return list(map(self._by_key.__getitem__, self._keys.islice(0, k)))
+
 
 def merge_lanes(fast: Iterator[QueuedRequest], fair: Iterator[QueuedRequest], n: int,
                 fast_weight: float, fair_weight: float,

@@ -239,6 +239,19 @@ class Engine:
         self._inc = fast_path_of(policy, self.policy_name) if fast_order else None
         self._in_inc: set[int] = set()  # id(live) of the waiting requests the fast path holds
         self._dirty: dict[int, _Live] = {}
+        # PEEK's protected set (fast path): counts the events that can change the first
+        # max_num_seqs of the order or their prefix hits (an arrival, a watched key's change, an
+        # order re-key, an admission, a preemption); ``_admit_waiting`` rebuilds the set only
+        # when it moved since the last build (``_protected_at``).
+        self._order_changes = 0
+        self._protected_at = -1
+        # Kept up to date instead of rebuilt, where the hook takes changes (``update_runs``) and
+        # the fast path gives its head (``head``): id(live) -> (live, its hit keys) for the
+        # requests the set was built from, and the ids re-keyed since (their hits may differ).
+        update = getattr(hook, "update_runs", None)
+        self._protect_update = update if update is not None and hasattr(self._inc, "head") else None
+        self._protect_runs: dict[int, tuple[_Live, Sequence[Hashable]]] | None = None
+        self._rekeyed: set[int] = set()
         # Lazy hits (a fast path with ``set_resolver``; fairsim.sim.lazy_hits): invalidated
         # snapshots are not rebuilt at the step's start but when the order reads them.
         self._lazy = LazyHits(self) if self._inc is not None and hasattr(self._inc, "set_resolver") else None
@@ -532,6 +545,9 @@ class Engine:
         if self._lazy is not None:
             self._lazy.start_step()
         elif self._dirty:
+            self._order_changes += 1
+            if self._protect_update is not None:
+                self._rekeyed.update(self._dirty)
             for key, live in self._dirty.items():
                 if key in held and key in waiting:
                     inc.add(self._snapshot(live))
@@ -544,6 +560,8 @@ class Engine:
         for live in reversed(new):
             inc.add(self._snapshot(live))
             held.add(id(live))
+        if new:
+            self._order_changes += 1
         self._step_snaps = {}
         ordered = self._checked(inc.iter_order(now), len(waiting))
         limit = getattr(self.policy, "admission_limit", None)
@@ -591,12 +609,19 @@ class Engine:
             return
         # A copy of the preempted front: re-admitting one removes it from the deque.
         order = chain(list(self._preempted), ordered) if self._inc is not None else list(self._preempted) + ordered
-        if self._protect is not None:  # PEEK: protect what the next max_num_seqs would hit
-            rest = iter(order)
-            head = list(islice(rest, max_seqs))
-            order = chain(head, rest)
-            self._protect([live.keys[:pool.count_prefix(live.keys, live.max_hit_blocks)]
-                           for live in head])
+        if self._protect is not None and self._protect_stale():
+            # PEEK: protect what the next max_num_seqs would hit.
+            if self._protect_update is not None and self._lazy is None:
+                front = list(islice(self._preempted, max_seqs))
+                self._update_protected(front, self._inc.head(max_seqs - len(front)))
+            else:
+                rest = iter(order)
+                head = list(islice(rest, max_seqs))
+                order = chain(head, rest)
+                self._protect([live.keys[:pool.count_prefix(live.keys, live.max_hit_blocks)]
+                               for live in head])
+                self._protect_runs = None  # the incremental state no longer matches the set
+            self._protected_at = self._order_changes
         admitted: list[_Live] = []
         left: list[_Live] = []  # admitted from the waiting queue (fast path: removed after the loop)
         # The budget and max_num_seqs are checked after each admission, so a lazy order is not
@@ -629,6 +654,7 @@ class Engine:
             else:
                 live.resume_cached += h
             self._cache_blocks(live, h + n)
+            self._order_changes += 1
             if live.preempted:
                 live.preempted = False
                 self._preempted.remove(live)
@@ -649,6 +675,53 @@ class Engine:
             for live in left:
                 self._inc.remove(live.req.request_id)
                 self._in_inc.discard(id(live))
+
+    def _update_protected(self, front: list[_Live], head: list[QueuedRequest]) -> None:
+        """PEEK's protected set for the first ``max_num_seqs`` of the admission order: the
+        preempted requests in ``front``, then the fast path's first snapshots (``head``);
+        changed instead of rebuilt: the hit keys of the requests that left it or were re-keyed
+        since the last build are taken out, those of the requests that entered it (or were
+        re-keyed) put in (``update_runs`` keeps a count per key, so the set is the one a
+        rebuild gives). A waiting request's hit keys change only with its watched keys, which
+        re-key it (``_rekeyed``, or ``_dirty`` when it changed after this step's order); a
+        preempted request's keys are not watched, so its hit is read again at every build."""
+        pool = self.pool
+        runs = self._protect_runs
+        lives = front + [q.handle for q in head]
+        if runs is None:
+            runs = self._protect_runs = {
+                id(live): (live, live.keys[:pool.count_prefix(live.keys, live.max_hit_blocks)]) for live in lives}
+            self._protect([run for _, run in runs.values()])
+        else:
+            changed = self._rekeyed
+            if self._dirty or front:
+                changed = changed | self._dirty.keys() | {id(live) for live in front}
+            now_in = {id(live) for live in lives}
+            removed = [runs.pop(lid)[1] for lid in [lid for lid in runs if lid not in now_in or lid in changed]]
+            added = []
+            for live in lives:
+                lid = id(live)
+                if lid not in runs:
+                    run = live.keys[:pool.count_prefix(live.keys, live.max_hit_blocks)]
+                    runs[lid] = (live, run)
+                    added.append(run)
+            self._protect_update(removed, added)
+        self._rekeyed = set()
+
+    def _protect_stale(self) -> bool:
+        """Whether PEEK's protected set must be rebuilt: always without the fast path, with lazy
+        hits or with preempted requests at the front (their keys are not watched); else only
+        when an event counted in ``_order_changes`` happened since the last build.
+
+        Why that is exact: the set is the prefix-hit keys of the first ``max_num_seqs`` of the
+        order. The fast path's order changes only by adds (arrivals, re-keyed snapshots) and
+        removals (admissions), each counted. A waiting request's hit (``count_prefix``) changes
+        only when one of its hit keys is evicted or the key after them is cached, and those are
+        the keys it watches (``_rewatch``), whose change is counted (``_key_changed``); a
+        request dirtied before the last build may watch too few keys until it is re-snapshotted,
+        and that re-snapshot (at the next order, before any build) is counted too."""
+        return (self._protected_at != self._order_changes or self._inc is None or self._lazy is not None
+                or bool(self._preempted))
 
     def _snapshot(self, live: _Live) -> QueuedRequest:
         snap = live.snap
@@ -683,6 +756,7 @@ class Engine:
     def _watch(self, live: _Live) -> None:
         """A request joined the waiting queue. Its keys are watched from its first snapshot on
         (``_rewatch``): before, no snapshot can go stale."""
+        self._order_changes += 1
         live.watched = 0
         live.next_key = NO_KEY
 
@@ -751,6 +825,7 @@ class Engine:
         the others out): its watchers' snapshots are rebuilt at the next order. With lazy hits
         ``LazyHits.key_changed`` takes this callback instead (``fairsim.sim.lazy_hits``)."""
         bucket = self._watchers[key]
+        self._order_changes += 1
         for live in bucket.values():
             live.snap = None
         if self._inc is not None:
@@ -776,6 +851,7 @@ class Engine:
         live.preemptions += 1
         live.preempted = True
         live.snap = None
+        self._order_changes += 1
         self._preempted.appendleft(live)
 
     def _finish_batch(self, batch: list, step: int, start: float, end: float) -> int:
