@@ -8,7 +8,7 @@ shared by the commands, and what they resolve to, are in ``fairsim.options``; ea
 its own module: ``run``/``compare`` ``fairsim.run``, ``bench`` ``fairsim.bench``, ``analyze``
 ``fairsim.analysis.cli``, ``accept`` ``fairsim.accept``, ``sweep`` ``fairsim.sweep``,
 ``convert`` ``fairsim.convert``, the live commands ``fairsim.live.cli``, ``calibrate``
-``calibration.cli``. None of them imports this module (``tests/test_imports.py``).
+``calibration.cli``, ``profile build`` ``calibration.profile_cli``. None of them imports this module (``tests/test_imports.py``).
 
 Error contract (``main``): bad input (a trace, profile, option or output path) -> ``fairsim: error:
 ...`` naming the file, line and field or the option, exit 2; a missing optional package -> the
@@ -104,6 +104,9 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
 
     add_live_commands(sub, add_common)
     add_calibrate_command(sub)
+    from calibration.profile_cli import add_profile_command
+
+    add_profile_command(sub)
     from fairsim.sweep import add_parser as add_sweep_parser
 
     add_sweep_parser(sub)
@@ -137,6 +140,10 @@ def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from calibration.cli import cmd_calibrate
 
         return cmd_calibrate(args)
+    if args.command == "profile":
+        from calibration.profile_cli import cmd_profile
+
+        return cmd_profile(args)
     if args.command == "sweep":
         from fairsim.sweep import cmd_sweep
 

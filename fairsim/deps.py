@@ -17,6 +17,8 @@ OPTIONAL: dict[str, tuple[str, str]] = {
     "torch": ("the live vLLM commands", 'pip install -e ".[live-cpu]"'),
     "ray": ("fairsim sweep --executor ray", 'pip install -e ".[ray]"'),
     "sched_sim": ("fairsim bench --compare", 'pip install sched-sim or pip install -e ".[bench]"'),
+    "aiconfigurator_core": ("fairsim profile build --from aiconfigurator",
+                            'pip install -e ".[profiles]" or pip install "aiconfigurator-core>=0.12"'),
     "yaml": ("YAML sweep specs (TOML needs nothing extra)", 'pip install -e ".[test]" or pip install pyyaml'),
 }
 
