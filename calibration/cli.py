@@ -301,7 +301,7 @@ def cmd_calibrate_torch(args: argparse.Namespace) -> int:
     from calibration.measure import Grid
     from calibration.profile_cli import print_fit
     from calibration.torch_backend import TINY_CONFIG, LlamaShape, TorchLlama, kv_bytes_per_token, weight_bytes
-    from fairsim.costmodel import save_profile
+    from calibration.grid import save_built_profile
     from fairsim.deps import require
     from fairsim.io import check_writable_file
     from fairsim.kvcapacity import GIB, KVCapacity
@@ -363,6 +363,6 @@ def cmd_calibrate_torch(args: argparse.Namespace) -> int:
         idle_lengths=sorted(set(grid.idle_lengths)), budget_tokens=args.budget, metadata=metadata,
         max_region_mape=args.max_mape, kv_capacity=kv_capacity, max_model_len=args.max_model_len)
     print_fit(profile, fit, errors)
-    save_profile(profile, args.out)
+    save_built_profile(profile, args.out)
     print(f"wrote {args.out}")
     return 0

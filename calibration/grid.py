@@ -196,3 +196,29 @@ def fit_profile(points: Sequence[StepPoint], seconds: Sequence[float], *, name: 
                       max_model_len=max_model_len, e_s_per_decode_ctx_token=c["e_s_per_decode_ctx_token"],
                       f_s_per_decode=c["f_s_per_decode"])
     return profile, fit, errors
+
+
+def save_built_profile(profile: Any, path: Any, warn: Callable[[str], None] | None = None) -> float | None:
+    """Write a built profile; state a wider ``idle_table_tolerance`` when its table needs one.
+
+    A source's ``T_idle`` table and the fitted coefficients can disagree by more than
+    ``fairsim.costmodel.IDLE_TABLE_TOLERANCE`` (a noisy machine, a step the model fits badly); the
+    profile is then written with the tolerance it needs (the next 5 %), as ``fairsim calibrate
+    --force`` does, and a warning says so.
+
+    Returns:
+        The tolerance written, or None when the default holds.
+    """
+    from fairsim.costmodel import IDLE_TABLE_TOLERANCE, check_idle_consistency, save_profile
+
+    worst = check_idle_consistency(profile, str(path), tolerance=math.inf)
+    tolerance = None
+    if worst > IDLE_TABLE_TOLERANCE:
+        tolerance = math.ceil(worst * 20 + 1e-9) / 20
+        profile.metadata["idle_table_note"] = (
+            f"the T_idle table differs from the fitted coefficients by up to {100 * worst:.1f} % (more than "
+            f"{100 * IDLE_TABLE_TOLERANCE:.0f} %); written with idle_table_tolerance={tolerance}")
+        (warn or (lambda m: print(f"fairsim: warning: {m}", file=sys.stderr)))(
+            f"{profile.name}: {profile.metadata['idle_table_note']}")
+    save_profile(profile, path, idle_table_tolerance=tolerance)
+    return tolerance

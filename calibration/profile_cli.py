@@ -141,7 +141,7 @@ def print_fit(profile: Any, fit: Any, errors: dict) -> None:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     """Run ``fairsim profile build``; exit 0 when the profile was written."""
-    from fairsim.costmodel import save_profile
+    from calibration.grid import save_built_profile
     from fairsim.io import check_writable_file
 
     check_writable_file(args.out, "--out")
@@ -151,6 +151,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
         model=args.model, tp=args.tp, tables=args.tables, step_overhead_s=args.step_overhead_s,
         max_region_mape=args.max_region_mape)
     print_fit(profile, fit, errors)
-    save_profile(profile, args.out)
+    save_built_profile(profile, args.out)
     print(f"wrote {args.out}")
     return 0

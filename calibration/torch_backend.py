@@ -135,12 +135,26 @@ class TorchLlama:
                  for k in point.context_tokens] for _ in range(s.num_hidden_layers)]
 
     def step(self, point: StepPoint, caches: list[list[tuple[Any, Any]]]) -> Any:
-        """One forward step of ``point`` (logits of each request's last token)."""
+        """One forward step of ``point`` on random tokens (logits of each request's last token)."""
+        tokens = self.torch.randint(0, self.shape.vocab_size, (sum(point.new_tokens),), generator=self.gen)
+        return self.forward(tokens.to(self.device), point.new_tokens, point.context_tokens, caches)
+
+    def forward(self, tokens: Any, ns: tuple[int, ...], ks: tuple[int, ...], caches: list[list[tuple[Any, Any]]],
+                capture: list | None = None) -> Any:
+        """The model on a flattened batch: request ``i`` computes ``ns[i]`` tokens on ``ks[i]`` cached.
+
+        Args:
+            tokens: Token ids, shape (sum(ns),), request after request.
+            caches: [layer][request] -> (K, V) of the cached prefix, [kv_heads, ks[i], head_dim].
+            capture: When a list, each layer's (K, V) of request 0 including its new tokens is
+                appended (a test feeds them back as a cache).
+
+        Returns:
+            Logits of each request's last token, shape (len(ns), vocab).
+        """
         torch, s = self.torch, self.shape
         F = torch.nn.functional
-        ns, ks = point.new_tokens, point.context_tokens
         total = sum(ns)
-        tokens = torch.randint(0, s.vocab_size, (total,), generator=self.gen).to(self.device)
         positions = torch.cat([torch.arange(k, k + n) for n, k in zip(ns, ks)]).to(self.device)
         x = self.embed[tokens]
         hd, nh, nkv = s.head_dim, s.num_attention_heads, s.num_key_value_heads
@@ -150,10 +164,12 @@ class TorchLlama:
             k = self._rope((h @ layer["wk"].T).view(total, nkv, hd), positions)
             v = (h @ layer["wv"].T).view(total, nkv, hd)
             outs, start = [], 0
-            for n, ctx, (ck, cv) in zip(ns, ks, cache):
+            for i, (n, ctx, (ck, cv)) in enumerate(zip(ns, ks, cache)):
                 qi = q[start:start + n].transpose(0, 1)
                 ki = torch.cat((ck, k[start:start + n].transpose(0, 1)), dim=1)
                 vi = torch.cat((cv, v[start:start + n].transpose(0, 1)), dim=1)
+                if capture is not None and i == 0:
+                    capture.append((ki, vi))
                 mask = None
                 if n > 1:  # causal over the new tokens, all of the cached prefix visible
                     mask = torch.ones(n, ctx + n, dtype=torch.bool, device=self.device).tril(diagonal=ctx)

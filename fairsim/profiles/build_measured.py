@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fairsim.costmodel import PROFILE_DIR, save_profile
+from fairsim.costmodel import PROFILE_DIR
 from fairsim.profiles import build_decode_priors as priors
 
 #: fairsim GPU name -> AIConfigurator system.
@@ -70,6 +70,7 @@ def build_llmservingsim(log=None):
 
 def main() -> None:
     """Write every measured profile into the package."""
+    from calibration.grid import save_built_profile
     from calibration.profile_cli import print_fit
 
     jobs = [(aic_name(g, m), lambda g=g, m=m: build_aic(g, m)) for g in AIC_SYSTEMS for m in AIC_MODELS]
@@ -79,7 +80,7 @@ def main() -> None:
         print(name)
         print_fit(profile, fit, errors)
         path = Path(PROFILE_DIR) / f"{name}.json"
-        save_profile(profile, path)
+        save_built_profile(profile, path)
         print(f"wrote {path}")
 
 
