@@ -5,9 +5,9 @@ layers, heads, KV heads, intermediate size, vocabulary) with random weights, bf1
 fp32 on a CPU. One step is what vLLM's model runner computes for a flattened batch: the
 embedding, per layer RMSNorm, q/k/v projections, rotary embedding, attention of each request's
 new tokens over its cached prefix and themselves (``torch.nn.functional.scaled_dot_product_attention``
-with the KV cache of the prefix, grouped-query), the output projection, RMSNorm and the SwiGLU MLP,
+with the KV buffer of the prefix, grouped-query), the output projection, RMSNorm and the SwiGLU MLP,
 then the final norm and the LM head on each request's last token. The cached prefix's K and V are
-random tensors made before the timer starts. Timed with ``time.perf_counter`` around the step
+random tensors made before the timer starts (``make_caches``). Timed with ``time.perf_counter`` around the step
 (after ``torch.cuda.synchronize`` on a GPU).
 
 What it is not: a vLLM engine (no scheduler, no paged KV, no CUDA graphs, no sampling), so the
@@ -111,6 +111,7 @@ class TorchLlama:
         self.norm = torch.ones(s.hidden_size, device=self.device, dtype=self.dtype)
         self.lm_head = w(s.vocab_size, s.hidden_size)
         self.gen = gen
+        self.cache_gen = torch.Generator(device=self.device).manual_seed(seed)
 
     def _rms(self, x: Any, weight: Any) -> Any:
         x32 = x.float()
@@ -127,12 +128,23 @@ class TorchLlama:
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
     def make_caches(self, point: StepPoint) -> list[list[tuple[Any, Any]]]:
-        """Random K/V of each request's cached prefix, per layer: [layer][request] -> (K, V) of
-        shape [kv_heads, context, head_dim]."""
-        s = self.shape
-        return [[(self.torch.randn(s.num_key_value_heads, k, s.head_dim, generator=self.gen).to(self.device, self.dtype),
-                  self.torch.randn(s.num_key_value_heads, k, s.head_dim, generator=self.gen).to(self.device, self.dtype))
-                 for k in point.context_tokens] for _ in range(s.num_hidden_layers)]
+        """KV buffers of each request, per layer: [layer][request] -> (K, V) of shape
+        [kv_heads, context + new, head_dim], the cached prefix random, room for the new tokens.
+
+        Requests with the same (context, new tokens) share one buffer: the values do not change
+        the timing, and 256 decodes at 32k context would otherwise need 256 x 32k tokens of KV
+        (1 TiB for an 8B model). Each request's attention still reads the whole buffer.
+        """
+        s, torch = self.shape, self.torch
+        out = []
+        for _ in range(s.num_hidden_layers):
+            shared: dict[tuple[int, int], tuple[Any, Any]] = {}
+            for n, k in zip(point.new_tokens, point.context_tokens):
+                if (k, n) not in shared:
+                    shared[(k, n)] = tuple(torch.randn(s.num_key_value_heads, k + n, s.head_dim, device=self.device,
+                                                       dtype=self.dtype, generator=self.cache_gen) for _ in range(2))
+            out.append([shared[(k, n)] for n, k in zip(point.new_tokens, point.context_tokens)])
+        return out
 
     def step(self, point: StepPoint, caches: list[list[tuple[Any, Any]]]) -> Any:
         """One forward step of ``point`` on random tokens (logits of each request's last token)."""
@@ -145,9 +157,11 @@ class TorchLlama:
 
         Args:
             tokens: Token ids, shape (sum(ns),), request after request.
-            caches: [layer][request] -> (K, V) of the cached prefix, [kv_heads, ks[i], head_dim].
-            capture: When a list, each layer's (K, V) of request 0 including its new tokens is
-                appended (a test feeds them back as a cache).
+            caches: [layer][request] -> (K, V) buffers [kv_heads, ks[i] + ns[i], head_dim]: the cached
+                prefix in ``[:ks[i]]``; the step writes its new K/V into ``[ks[i]:]`` (as vLLM
+                writes a step's KV into its paged cache, without copying the prefix).
+            capture: When a list, each layer's (K, V) buffers of request 0 are appended (a test
+                feeds them back as a cache).
 
         Returns:
             Logits of each request's last token, shape (len(ns), vocab).
@@ -166,8 +180,9 @@ class TorchLlama:
             outs, start = [], 0
             for i, (n, ctx, (ck, cv)) in enumerate(zip(ns, ks, cache)):
                 qi = q[start:start + n].transpose(0, 1)
-                ki = torch.cat((ck, k[start:start + n].transpose(0, 1)), dim=1)
-                vi = torch.cat((cv, v[start:start + n].transpose(0, 1)), dim=1)
+                ck[:, ctx:ctx + n] = k[start:start + n].transpose(0, 1)
+                cv[:, ctx:ctx + n] = v[start:start + n].transpose(0, 1)
+                ki, vi = ck[:, :ctx + n], cv[:, :ctx + n]
                 if capture is not None and i == 0:
                     capture.append((ki, vi))
                 mask = None

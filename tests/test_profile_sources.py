@@ -220,15 +220,21 @@ class TestTorchBackend:
 
         m = TorchLlama(LlamaShape.from_file(TINY_CONFIG), "cpu")
         tokens = torch.randint(0, m.shape.vocab_size, (12,), generator=torch.Generator().manual_seed(1))
-        empty = torch.zeros(m.shape.num_key_value_heads, 0, m.shape.head_dim)
+        def buffers(n):
+            return [[(torch.zeros(m.shape.num_key_value_heads, n, m.shape.head_dim),
+                      torch.zeros(m.shape.num_key_value_heads, n, m.shape.head_dim))] for _ in m.layers]
+
         kv: list = []
         with torch.inference_mode():
-            full = m.forward(tokens, (12,), (0,), [[(empty, empty)] for _ in m.layers], capture=kv)
-            cache = [[(k[:, :8], v[:, :8])] for k, v in kv]
+            full = m.forward(tokens, (12,), (0,), buffers(12), capture=kv)
+            cache = [[(k.clone(), v.clone())] for k, v in kv]  # the prefix's K/V, room for 4 more
+            cache[0][0][0][:, 8:] = 7.0  # whatever is beyond the prefix is overwritten by the step
             part = m.forward(tokens[8:], (4,), (8,), cache)
             # Two requests in one step: each row is that request alone.
-            both = m.forward(torch.cat((tokens[8:], tokens[:5])), (4, 5), (8, 0), [c + [(empty, empty)] for c in cache])
-            alone = m.forward(tokens[:5], (5,), (0,), [[(empty, empty)] for _ in m.layers])
+            again = [[(k.clone(), v.clone())] for k, v in kv]
+            both = m.forward(torch.cat((tokens[8:], tokens[:5])), (4, 5), (8, 0),
+                             [c + b for c, b in zip(again, buffers(5))])
+            alone = m.forward(tokens[:5], (5,), (0,), buffers(5))
         assert torch.allclose(full, part, atol=1e-5)
         assert torch.allclose(both[0], part[0], atol=1e-5) and torch.allclose(both[1], alone[0], atol=1e-5)
         assert not torch.allclose(full, alone, atol=1e-3)  # the prefix matters
