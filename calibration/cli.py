@@ -321,7 +321,8 @@ def cmd_calibrate_torch(args: argparse.Namespace) -> int:
         raise ValueError("--device cuda: torch sees no CUDA device here")
     model = TorchLlama(shape, args.device)
     log = lambda msg: print(f"calibrate: {msg}", file=sys.stderr, flush=True)  # noqa: E731
-    log(f"torch backend on {model.describe()}, {model.dtype}, config {config}")
+    device = model.describe() or _device()
+    log(f"torch backend on {device}, {model.dtype}, config {config}")
     points = grid_points(grid)
     seconds, raw = [], []
     for i, point in enumerate(points):
@@ -340,7 +341,7 @@ def cmd_calibrate_torch(args: argparse.Namespace) -> int:
         "label": "torch-level, not vLLM: a Llama built from its config with random weights, timed in plain PyTorch "
                  "(SDPA with a cached prefix; no scheduler, paged KV, CUDA graphs or sampling)",
         "source": "torch",
-        "device": model.describe(),
+        "device": device,
         "dtype": str(model.dtype),
         "torch_version": torch.__version__,
         "model_config": str(config),

@@ -226,13 +226,11 @@ class TorchLlama:
         if self.device.type == "cuda":
             self.torch.cuda.synchronize()
 
-    def describe(self) -> str:
-        """The device in words."""
+    def describe(self) -> str | None:
+        """The GPU's name, or None on a CPU (the caller names the CPU)."""
         if self.device.type == "cuda":
             return self.torch.cuda.get_device_name(self.device)
-        from calibration.cli import _device
-
-        return _device()
+        return None
 
 
 def kv_bytes_per_token(shape: LlamaShape, dtype_bytes: int) -> int:

@@ -9,7 +9,8 @@ import json
 import pytest
 
 from fairsim.costmodel import PROFILE_DIR, builtin_profiles, profile_from_dict
-from fairsim.profiles.build_decode_priors import GPUS, MODELS, PRIORS, build, kv_bytes_per_token, name_of
+from fairsim.profiles.build_decode_priors import (GPUS, MODELS, PRIORS, REPLACED_BY_MEASURED, build,
+                                                  kv_bytes_per_token, name_of)
 from fairsim.profiles.build_measured import AIC_MODELS, AIC_SYSTEMS, aic_name
 
 
@@ -17,6 +18,7 @@ from fairsim.profiles.build_measured import AIC_MODELS, AIC_SYSTEMS, aic_name
 def test_prior_shipped_only_without_a_measurement(gpu, model):
     name = name_of(gpu, model)
     measured = gpu in AIC_SYSTEMS and model in AIC_MODELS
+    assert measured is ((gpu, model) in REPLACED_BY_MEASURED)
     assert (name in builtin_profiles()) is not measured
     if measured:
         assert aic_name(gpu, model) in builtin_profiles()
