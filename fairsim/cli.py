@@ -8,7 +8,8 @@ shared by the commands, and what they resolve to, are in ``fairsim.options``; ea
 its own module: ``run``/``compare`` ``fairsim.run``, ``bench`` ``fairsim.bench``, ``analyze``
 ``fairsim.analysis.cli``, ``accept`` ``fairsim.accept``, ``sweep`` ``fairsim.sweep``,
 ``convert`` ``fairsim.convert``, the live commands ``fairsim.live.cli``, ``calibrate``
-``calibration.cli``, ``profile build`` ``calibration.profile_cli``. None of them imports this module (``tests/test_imports.py``).
+``calibration.cli``, ``profile build`` ``calibration.profile_cli``. None of them imports this
+module (``tests/test_imports.py``).
 
 Error contract (``main``): bad input (a trace, profile, option or output path) -> ``fairsim: error:
 ...`` naming the file, line and field or the option, exit 2; a missing optional package -> the
