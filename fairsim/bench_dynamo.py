@@ -18,7 +18,7 @@ shaped requests as fairsim's runs and the same engine settings:
   a probe replay of one such request before the timed run (its process is not timed).
 
 The timed run is one fresh process, ``python dynamo_replay.py dynamo-replay.json``, started like
-fairsim's own (``fairsim.bench._timed``): its whole-process wall time and peak memory are those
+fairsim's own (``fairsim.timed._timed``): its whole-process wall time and peak memory are those
 of fairsim's rows. Its ``loop_s`` is Dynamo's own ``wall_time_ms`` (the Rust runtime's
 construction and run). Open loop only: Dynamo replays arrival times, so ``--replay closed`` has
 no counterpart.
@@ -205,7 +205,7 @@ def bench_dynamo(requests: Sequence[Request], folder: Path, *, budget: int, bloc
         ValueError: The probe or the replay failed, or the replay's figures are not whole
             (``parse_report``).
     """
-    from fairsim.bench import _timed
+    from fairsim.timed import _timed
     from fairsim.io import atomic_write_text
 
     hash_block = trace_block_size(requests)

@@ -9,7 +9,8 @@ resolves them, in one order of checks, to the ``RunDescription`` each command ta
 its own module: ``run``/``compare`` ``fairsim.run``, ``bench`` ``fairsim.bench``, ``analyze``
 ``fairsim.analysis.cli``, ``accept`` ``fairsim.accept``, ``sweep`` ``fairsim.sweep``,
 ``convert`` ``fairsim.convert``, the live commands ``fairsim.live.cli``, ``calibrate``
-``calibration.cli``. None of them imports this module (``tests/test_imports.py``).
+``calibration.cli``, ``profile build`` ``calibration.profile_cli``. None of them imports this
+module (``tests/test_imports.py``).
 
 Error contract (``main``): bad input (a trace, profile, option or output path) -> ``fairsim: error:
 ...`` naming the file, line and field or the option, exit 2; a missing optional package -> the
@@ -116,6 +117,9 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
 
     add_live_commands(sub, add_common)
     add_calibrate_command(sub)
+    from calibration.profile_cli import add_profile_command
+
+    add_profile_command(sub)
     from fairsim.sweep import add_parser as add_sweep_parser
 
     add_sweep_parser(sub)
@@ -160,6 +164,10 @@ def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from calibration.cli import cmd_calibrate
 
         return cmd_calibrate(args)
+    if args.command == "profile":
+        from calibration.profile_cli import cmd_profile
+
+        return cmd_profile(args)
     if args.command == "sweep":
         from fairsim.sweep import cmd_sweep
 

@@ -18,6 +18,8 @@ OPTIONAL: dict[str, tuple[str, str]] = {
     "ray": ("fairsim sweep --executor ray and fairsim tune --executor ray", 'pip install -e ".[ray]"'),
     "optuna": ("fairsim tune", 'pip install -e ".[tune]"'),
     "sched_sim": ("fairsim bench --compare", 'pip install sched-sim or pip install -e ".[bench]"'),
+    "aiconfigurator_core": ("fairsim profile build --from aiconfigurator",
+                            'pip install -e ".[profiles]" or pip install "aiconfigurator-core>=0.12"'),
     "yaml": ("YAML sweep specs (TOML needs nothing extra)", 'pip install -e ".[test]" or pip install pyyaml'),
 }
 

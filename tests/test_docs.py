@@ -127,7 +127,7 @@ PAGES = {"run": ["commands.md"], "compare": ["commands.md"], "bench": ["commands
          "analyze": ["analyze-accept.md"], "accept": ["analyze-accept.md"],
          "convert": ["traces.md"], "sweep": ["sweeps.md"], "replay": ["live.md"],
          "equivalence": ["live.md"], "fidelity": ["live.md"], "hook-overhead": ["live.md"],
-         "calibrate": ["live.md"], "tune": ["sweeps.md"]}
+         "calibrate": ["live.md"], "tune": ["sweeps.md"], "profile": ["profiles.md"]}
 
 
 def test_every_option_of_every_command_is_documented():
@@ -138,10 +138,15 @@ def test_every_option_of_every_command_is_documented():
     missing = []
     for command, parser in subparsers.choices.items():
         text = "".join((ROOT / "docs" / p).read_text() for p in [*PAGES[command], "commands.md"])
-        for action in parser._actions:
-            for option in action.option_strings:
-                if option.startswith("--") and option != "--help" and option not in text:
-                    missing.append(f"{command} {option}")
+        parsers = [(command, parser)]
+        while parsers:  # a command with sub-commands (`profile build`): their options too
+            name, current = parsers.pop()
+            for action in current._actions:
+                if action.__class__.__name__ == "_SubParsersAction":
+                    parsers += [(f"{name} {sub}", p) for sub, p in action.choices.items()]
+                for option in action.option_strings:
+                    if option.startswith("--") and option != "--help" and option not in text:
+                        missing.append(f"{name} {option}")
     assert not missing
 
 

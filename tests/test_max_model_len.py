@@ -72,13 +72,13 @@ def test_max_model_len_sets_the_limit_skip_long_drops_by(long_trace, capsys, tmp
 
 
 def test_max_model_len_above_the_kv_cache_is_refused_as_vllm_does(long_trace, capsys):
-    # h200-llama3.1-8b: 931,921 KV tokens = 1,820 blocks of 512 (the trace's block) = 931,840 tokens.
-    args = ["--profile", "h200-llama3.1-8b-vllm-prior", "--skip-long"]
+    # h200-llama3.1-8b (the prior's memory figures, kept by the AIConfigurator profile): 931,921 KV tokens = 1,820 blocks of 512 (the trace's block) = 931,840 tokens.
+    args = ["--profile", "h200-llama3.1-8b-vllm-aiconfigurator", "--skip-long"]
     assert _run(long_trace, *args, "--max-model-len", "931841") == 2
     err = capsys.readouterr().err
     assert "--max-model-len 931,841: one request of that length needs 1,821 KV blocks" in err
     assert "Use --max-model-len 931,840 or less" in err
-    assert "above the max_model_len of profile h200-llama3.1-8b-vllm-prior (131,072 tokens" in err
+    assert "above the max_model_len of profile h200-llama3.1-8b-vllm-aiconfigurator (131,072 tokens" in err
     assert _run(long_trace, *args, "--max-model-len", "931840") == 0
     assert json.loads(capsys.readouterr().out)["fcfs"]["requests"] == 4
 

@@ -125,7 +125,7 @@ class TestPolicyExceptions:
         from fairsim.policies import make_policy
         from fairsim.sim import simulate
 
-        profile = load_profile("h100-80g-llama3.1-8b-vllm-prior")
+        profile = load_profile("h100-80g-llama3.1-8b-vllm-aiconfigurator")
         reqs = [Request("a", 0.0, 40, (), 1)]
         with pytest.raises(PolicyError) as info:
             simulate(reqs, make_policy("mypol:Boom", profile), profile)

@@ -1,9 +1,11 @@
-"""Build the shipped decode-aware prior profiles: {A100-80G, H100-80G, H200, L40S} x Llama-3.1-{8B, 70B}.
+"""The decode-aware prior profiles: {A100-80G, H100-80G, H200, L40S} x Llama-3.1-{8B, 70B}.
 
-Run ``python -m fairsim.profiles.build_decode_priors`` to rewrite the eight
-``fairsim/profiles/*-vllm-prior.json`` files named in ``PRIORS``; ``tests/test_decode_priors.py``
-checks that the shipped files equal this construction. These are PRIORS from public figures, not
-measurements of ours; a profile measured with ``fairsim calibrate`` replaces them.
+These are PRIORS from public figures, not measurements. All eight are replaced in the package by
+profiles built from AIConfigurator's measured vLLM kernel database
+(``fairsim.profiles.build_measured``), so none is shipped now; ``build`` still gives each one (the
+fidelity table in docs/profiles.md compares them), and ``python -m
+fairsim.profiles.build_decode_priors`` writes only those without a measured replacement
+(``tests/test_decode_priors.py`` checks both).
 
 Form: COSTMODEL.md, with the colocated decode terms (``fairsim.costmodel``)::
 
@@ -162,7 +164,11 @@ def name_of(gpu: str, model: str) -> str:
 
 
 PRIORS = [(gpu, model) for gpu in GPUS for model in MODELS]
-"""The (GPU, model) pairs shipped."""
+"""The (GPU, model) pairs with a prior."""
+
+REPLACED_BY_MEASURED = frozenset(PRIORS)
+"""Pairs whose prior is not shipped: ``fairsim.profiles.build_measured`` builds a measured profile
+for each (``tests/test_decode_priors.py`` checks the two lists agree)."""
 
 
 def build(gpu: str, model: str) -> dict[str, Any]:
@@ -208,8 +214,11 @@ def build(gpu: str, model: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    """Write every prior in ``PRIORS`` into the package."""
+    """Write every prior in ``PRIORS`` that no measured profile replaces into the package."""
     for gpu, model in PRIORS:
+        if (gpu, model) in REPLACED_BY_MEASURED:
+            print(f"skipped {name_of(gpu, model)}: replaced by a measured profile (build_measured)")
+            continue
         path = Path(PROFILE_DIR) / f"{name_of(gpu, model)}.json"
         path.write_text(json.dumps(build(gpu, model), indent=2) + "\n")
         print(f"wrote {path}")

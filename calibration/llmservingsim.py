@@ -1,0 +1,157 @@
+"""Step times from LLMServingSim's measured operator tables (third-party; RTX A6000, Llama-3.1-8B, TP1).
+
+The tables (``../shared/data/profiles/llmservingsim-a6000-llama3.1-8b/``, MIT, README there) were
+measured with PyTorch profiler hooks on a Hugging Face model and FlashAttention's varlen kernel,
+not inside vLLM: they hold no engine per-step work. A step of ``r`` requests computing ``N`` new
+tokens in all is composed as:
+
+    embedding(N) + layers x [per-layer operators(N) + sum_i attention_i] + final_layernorm(N) + lm_head(r)
+
+- ``layers.csv`` (nanoseconds, one row per operator and input size 1..2,048, no cached context):
+  the per-layer operators are every row but ``embedding``, ``final_layernorm``, ``lm_head`` (once
+  per step) and ``attn``; ``lm_head`` runs on one token per request (vLLM computes logits only
+  for the sampled positions).
+- Attention of a request with ``n`` new tokens on ``k`` cached: ``k = 0``: ``layers.csv``'s
+  ``attn`` row at ``n`` (self-attention over the input); ``k > 0``: ``attention.csv``'s prefill
+  median (milliseconds) at chunk ``n`` and ``kv_cache_size = n + k`` (the context including the
+  chunk: its smallest value is the chunk), linear between measured ``kv_cache_size`` values. A
+  decode: ``attention.csv``'s decode median at ``batch_size = r`` and ``kv_cache_size = c``,
+  linear between measured sizes.
+- A grid point outside the measured range (attention measured for chunks 32..1,024 on up to ~2k
+  context; decodes at ``batch x context`` up to ~340k tokens) is left out, not extrapolated: the
+  fit's coefficients then carry it, and the profile's metadata says so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calibration.grid import StepPoint
+from calibration.measure import Grid
+
+TABLES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "profiles" / "llmservingsim-a6000-llama3.1-8b"
+LAYERS = 32
+ONCE_PER_STEP = ("embedding", "final_layernorm", "lm_head", "attn")
+
+#: Inside the tables' measured range (attention.csv: chunks 32..1,024, contexts to ~2k).
+DEFAULT_GRID = Grid(new_tokens=(1, 32, 64, 128, 256, 512, 1024, 2048), context_tokens=(0, 256, 512, 1024),
+                    requests_per_step=(1, 2, 4), idle_lengths=(), decodes=(1, 8, 32, 64, 128, 256),
+                    decode_contexts=(512, 1024, 2048, 8192, 32768), mixed_new_tokens=(0, 512))
+
+
+class OutOfRange(Exception):
+    """A grid point the tables do not cover (left out of the fit)."""
+
+
+class LLMServingSimSource:
+    """The tables of one folder; times in seconds.
+
+    Args:
+        folder: Holds ``layers.csv`` and ``attention.csv``.
+
+    Raises:
+        ValueError: A file is missing, or lacks a column this reader needs (the message names
+            the file and the column).
+    """
+
+    def __init__(self, folder: str | Path = TABLES) -> None:
+        import pandas as pd
+
+        self.folder = Path(folder)
+        frames = {}
+        for name, cols in (("layers.csv", ("layer_name", "input", "latency(ns)")),
+                           ("attention.csv", ("batch_size", "prefill_chunk_size", "kv_cache_size", "is_prefill",
+                                              "time_stats.attn_prefill.median", "time_stats.attn_decode.median"))):
+            path = self.folder / name
+            if not path.is_file():
+                raise ValueError(f"{path}: missing (LLMServingSim tables folder needs layers.csv and attention.csv)")
+            frame = pd.read_csv(path)
+            missing = [c for c in cols if c not in frame.columns]
+            if missing:
+                raise ValueError(f"{path}: no column {missing[0]!r}")
+            frames[name] = frame
+        layers = frames["layers.csv"]
+        table = layers.pivot_table(index="input", columns="layer_name", values="latency(ns)", aggfunc="median") / 1e9
+        self.max_tokens = int(table.index.max())
+        per_layer = [c for c in table.columns if c not in ONCE_PER_STEP]
+        self._ops = (table[per_layer].sum(axis=1) * LAYERS + table["embedding"] + table["final_layernorm"]).to_dict()
+        self._lm_head = table["lm_head"].to_dict()
+        self._attn_cold = table["attn"].to_dict()
+        att = frames["attention.csv"]
+        pre = att[att["is_prefill"].astype(bool)]
+        dec = att[~att["is_prefill"].astype(bool)]
+        self._prefill = {int(n): (g["kv_cache_size"].to_numpy(float), g["time_stats.attn_prefill.median"].to_numpy(float) / 1e3)
+                         for n, g in pre.groupby("prefill_chunk_size")}
+        self._decode = {int(b): (g["kv_cache_size"].to_numpy(float), g["time_stats.attn_decode.median"].to_numpy(float) / 1e3)
+                        for b, g in dec.groupby("batch_size")}
+        for d in (self._prefill, self._decode):
+            for key, (x, y) in list(d.items()):  # sorted, one value per size (median of repeats)
+                xs = np.unique(x)
+                d[key] = (xs, np.array([np.median(y[x == v]) for v in xs]))
+
+    @staticmethod
+    def _lookup(table: dict[int, tuple[np.ndarray, np.ndarray]], key: int, size: float) -> float:
+        if key not in table:
+            raise OutOfRange(f"{key} not measured")
+        x, y = table[key]
+        if not x[0] <= size <= x[-1]:
+            raise OutOfRange(f"size {size} outside {x[0]}..{x[-1]}")
+        return float(np.interp(size, x, y))
+
+    def _attention(self, n: int, k: int, decoding: bool, decodes: int) -> float:
+        if decoding:
+            return self._lookup(self._decode, decodes, k)
+        if k == 0:
+            return float(self._attn_cold[n])
+        return self._lookup(self._prefill, n, n + k)
+
+    def step_seconds(self, point: StepPoint) -> float:
+        """Time of one grid step, seconds.
+
+        Raises:
+            OutOfRange: The tables do not cover this point.
+        """
+        total = sum(point.new_tokens)
+        if total > self.max_tokens:
+            raise OutOfRange(f"{total} tokens > {self.max_tokens}")
+        decodes = sum(point.decoding)
+        attention = 0.0
+        seen_decode = False
+        for n, k, d in zip(point.new_tokens, point.context_tokens, point.decoding):
+            if d:
+                if not seen_decode:  # the decode row is the whole decode batch's attention
+                    attention += self._attention(1, k, True, decodes)
+                    seen_decode = True
+            else:
+                attention += self._attention(n, k, False, 0)
+        return self._ops[total] + self._lm_head[len(point.new_tokens)] + LAYERS * attention
+
+    def idle_seconds(self, length: int, budget: int) -> float | None:
+        """``T_idle`` of a cold prompt that fits one step (s); None beyond (no measured long context)."""
+        if length > min(budget, self.max_tokens):
+            return None
+        return self.step_seconds(StepPoint("cold prefill", (length,), (0,), (False,)))
+
+    def metadata(self) -> dict[str, Any]:
+        """Provenance for the profile."""
+        return {
+            "label": "THIRD-PARTY measurement: LLMServingSim's operator tables (PyTorch + FlashAttention, "
+                     "not vLLM), composed into steps by fairsim; no vLLM step overhead in the tables, added "
+                     "as the stated term step_overhead_s",
+            "source": "llmservingsim",
+            "tables": "LLMServingSim profiler/v0/perf_models/A6000/meta-llama/Llama-3.1-8B/tp1 (commit "
+                      "5daddb21a545658d5150b535712d0494584b5278), MIT licence (c) 2024 CASYS Lab at KAIST; "
+                      "copy in shared/data/profiles/llmservingsim-a6000-llama3.1-8b",
+            "device": "NVIDIA RTX A6000",
+            "model": "meta-llama/Llama-3.1-8B",
+            "tensor_parallel": 1,
+            "engine": "PyTorch (Hugging Face model) + FlashAttention varlen; not vLLM",
+            "composition": "embedding(N) + 32 x [per-layer operators(N) + attention] + final_layernorm(N) + "
+                           "lm_head(requests); calibration/llmservingsim.py",
+            "range_note": "attention measured for chunks 32-1,024 on up to ~2k context, decodes up to batch x "
+                          "context ~340k tokens; grid points outside are left out, so the pair slope k is "
+                          "fitted on <= 2k context and extrapolated linearly beyond it",
+        }
