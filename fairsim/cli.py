@@ -30,6 +30,7 @@ from fairsim.deps import MissingDependencyError, missing_message
 from fairsim.errors import PolicyContractError, PolicyError, StatusError
 from fairsim.gcpause import freeze_for_exit
 from fairsim.io import path_arg
+from fairsim.cli_fleet import add_fleet_options
 from fairsim.options import HelpFormatter, add_common, resolve_policies
 from fairsim.policies import policy_names
 from fairsim.ratios import with_baseline
@@ -78,6 +79,7 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
     run.add_argument("--policy", default="fairway",
                      help=f"one of: {', '.join(policy_names())}; or package.module:Class, a class of your own")
     add_common(run)
+    add_fleet_options(run)
     run.add_argument("--plots", type=path_arg, help=PLOTS_HELP)
     cmp = sub.add_parser("compare", help="simulate several policies on the same input, side by side",
                          formatter_class=fmt)
@@ -85,6 +87,7 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
                      help="comma-separated policy names, or 'all' (every registered policy but the "
                           "generic klpm, which klpm4 covers)")
     add_common(cmp)
+    add_fleet_options(cmp)
     cmp.add_argument("--plots", type=path_arg, help=PLOTS_HELP)
     cmp.add_argument("--baseline", default="fcfs", metavar="NAME",
                      help="show each policy's TTFT p50/p99/max as a ratio to this policy's (table, JSON, "

@@ -142,6 +142,21 @@ class _Live:
         self.next_key: Hashable = NO_KEY
 
 
+def make_lives(requests: Sequence[Request], block_size: int, colocated: bool) -> list[_Live]:
+    """The engine-side state of ``requests``, sorted by (arrival, ``request_id``), each with its
+    row ``index`` in that order. ``engine_block_keys``: every full block is hashed, as in vLLM
+    (not only the trace's); colocated mode also keys the generated tokens' blocks."""
+    ordered = sorted(requests, key=lambda r: (r.arrival_time, r.request_id))
+    bs = block_size
+    if colocated:
+        lives = [_Live(r, generated_block_keys(r, bs), bs, r.output_len) for r in ordered]
+    else:
+        lives = [_Live(r, engine_block_keys(r, bs), bs) for r in ordered]
+    for i, live in enumerate(lives):
+        live.index = i
+    return lives
+
+
 class Engine:
     """Chunked-prefill engine driven by one SimPy process (see the module docstring).
 
@@ -184,6 +199,7 @@ class Engine:
         fast_order: bool = True,
         fast_chunks: bool = True,
         name: str | None = None,
+        member: Any = None,
     ) -> None:
         ids = [r.request_id for r in requests]
         if len(set(ids)) != len(ids):
@@ -201,22 +217,24 @@ class Engine:
         self.progress = progress
         self.colocated = config.mode == "colocated"
         self.fast_chunks = fast_chunks and not self.colocated
-        ordered = sorted(requests, key=lambda r: (r.arrival_time, r.request_id))
-        # engine_block_keys: every full block is hashed, as in vLLM (not only the trace's).
-        bs = self.block_size
-        if self.colocated:
-            self._all = [_Live(r, generated_block_keys(r, bs), bs, r.output_len) for r in ordered]
-        else:
-            self._all = [_Live(r, engine_block_keys(r, bs), bs) for r in ordered]
         self.replay = resolve_replay(requests, replay)
-        self._arrivals = Arrivals([(live.req, live) for live in self._all], self.replay, think_scale)
         # Inter-token gaps (colocated): request index into self._all, gap seconds.
         self._gap_rows: list[int] = []
         self._gap_s: list[float] = []
-        for i, live in enumerate(self._all):
-            live.index = i
-        if hook is not None and hasattr(hook, "attach"):
-            hook.attach(self.block_size, [live.keys for live in self._all])
+        #: Fleet member (``fairsim.sim.fleet``): the fleet owns the requests and their arrival
+        #: process, and hands this engine the ones routed to it; ``None`` for a lone engine.
+        self._member = member
+        if member is None:
+            self._all = make_lives(requests, self.block_size, self.colocated)
+            self._arrivals = Arrivals([(live.req, live) for live in self._all], self.replay, think_scale)
+            if hook is not None and hasattr(hook, "attach"):
+                hook.attach(self.block_size, [live.keys for live in self._all])
+        else:
+            self._all = []  # the requests routed here, in routing order (FleetMember.route)
+            self._arrivals = member.arrivals
+            self.fast_chunks = False  # a burst runs steps without yielding to the other engines
+            if hook is not None and hasattr(hook, "attach"):
+                hook.attach(self.block_size, member.all_keys)
         self._waiting: dict[int, _Live] = {}  # id(live) -> live, release order
         self._preempted: deque[_Live] = deque()  # front of waiting, vLLM prepend order
         self._running: list[_Live] = []  # admission order
@@ -301,16 +319,26 @@ class Engine:
                      else self.profile.step_time_from_sums)
         burst = self._chunk_burst if self.fast_chunks else None
         budget = self.config.budget_tokens
+        # A fleet member (fairsim.sim.fleet) asks the router to route what is due before each
+        # step, waits for its inbox when idle, and yields at every step so that the engines of
+        # one SimPy environment advance together (the router sees each at the same time).
+        member = self._member
+        route_due = member.route_due if member is not None else None
         step = 0
         now = synced = env.now
         while running or waiting or preempted_q or arrivals:
             if interrupt.REQUESTED:  # a Ctrl-C swallowed by a finaliser still stops the run
                 raise KeyboardInterrupt
+            if route_due is not None:
+                route_due(now)
             if due and due[0][0] <= now:
                 for released, _, live in arrivals.pop_due(now):
                     live.released_s = released
                     waiting[id(live)] = live
                     watch(live)
+            if member is not None and not (running or waiting or preempted_q):
+                now = yield from member.idle(now)
+                continue
             if not (running or waiting or preempted_q):
                 nxt = arrivals.next_time()
                 # Held turns wait for a request in the engine; none is, so one must be queued.
@@ -366,6 +394,9 @@ class Engine:
                 preempted,
             ))
             end = now + duration
+            if member is not None:
+                # The step's completions happen at its end, after the other engines' earlier events.
+                yield timeout(end - env.now)
             finished = finish_batch(batch, step, now, end)
             if finished:
                 running[:] = [r for r in running if r.finish_s is None]
@@ -375,7 +406,7 @@ class Engine:
             step += 1
             if not step & FREEZE_EVERY_MASK:
                 gc.freeze()
-        if now != synced:
+        if now != synced and member is None:
             yield timeout(now - synced)
 
     def _chunk_burst(self, live: _Live, now: float, step: int) -> tuple[float, int]:
