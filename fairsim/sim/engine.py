@@ -232,7 +232,6 @@ class Engine:
         else:
             self._all = []  # the requests routed here, in routing order (FleetMember.route)
             self._arrivals = member.arrivals
-            self.fast_chunks = False  # a burst runs steps without yielding to the other engines
             if hook is not None and hasattr(hook, "attach"):
                 hook.attach(self.block_size, member.all_keys)
         self._waiting: dict[int, _Live] = {}  # id(live) -> live, release order
@@ -357,6 +356,8 @@ class Engine:
                     first = step
                     now, step = burst(live, now, step)
                     if step != first:
+                        if member is not None:
+                            yield timeout(now - env.now)
                         continue
             num_waiting = len(waiting) + len(preempted_q)
             evictions0 = pool.num_evictions
@@ -418,7 +419,8 @@ class Engine:
         than the budget left to compute, its chunk takes the whole budget, so no other running
         request is scheduled, no waiting one can be admitted (the policy is not asked), and it
         finishes no prefill. Stops before a step at which an arrival is due (``_loop`` releases
-        it), the last chunks (at most the budget left), or a Ctrl-C; and, defensively, before
+        it; a fleet member also before the fleet's next queued release, ``fairsim.sim.fleet``),
+        the last chunks (at most the budget left), or a Ctrl-C; and, defensively, before
         one that needs more blocks than are free (``_schedule`` would preempt; prefill-only
         admission reserves blocks for the whole remaining prompt, so this does not arise).
         ``tests/test_chunk_burst.py`` compares the tables with ``fast_chunks=False``.
@@ -435,7 +437,10 @@ class Engine:
         n_keys = len(keys)
         total = live.req.prompt_len + live.generated
         computed = live.computed
-        while total - computed > budget and not (due and due[0][0] <= now) and not interrupt.REQUESTED:
+        # A fleet member also stops before the fleet's next release (fairsim.sim.fleet).
+        fleet_due = self._member.fleet.arrivals.heap if self._member is not None else None
+        while (total - computed > budget and not (due and due[0][0] <= now) and not interrupt.REQUESTED
+               and not (fleet_due and fleet_due[0][0] <= now)):
             end = computed + budget
             need = -(-end // bs) - len(blocks)
             evictions0 = pool.num_evictions

@@ -15,9 +15,16 @@ closed-loop turn released at a step's end). The router sees an engine mid-step a
 step's start plus the step's admissions and allocations; the step's completions count at its end.
 Two engines' events at the very same time run in SimPy's order (deterministic).
 
-Cost: per-step yields cost one SimPy event per engine step, and the chunk-burst fast path of a lone
-prefill-only engine (``Engine._chunk_burst``, steps without yielding) is off; colocated fleets
-run the step-by-step ``Engine``, not ``DecodeFastEngine``.
+One exception, for speed: a prefill-only engine runs its steps that are one full-budget chunk of
+its first running request (``Engine._chunk_burst``: nothing can be admitted or finish in them) as
+one run, yielding at its end; the run stops before the fleet's next queued release, so a release
+known in advance sees the engine at its time. A closed-loop turn released by *another* engine's
+completion during such a run sees this engine at the run's end (its cache and KV usage a few chunks
+ahead), and if routed here joins the waiting queue at the run's end: no step of the run could have
+admitted it, only the ``waiting`` column of those steps leaves it out.
+
+Cost: one SimPy event per engine step (per run of chunk steps); colocated fleets run the
+step-by-step ``Engine``, not ``DecodeFastEngine``.
 """
 
 from __future__ import annotations
