@@ -97,6 +97,7 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
     bench.add_argument("--policies", default="fcfs,lpm,fairway",
                        help="comma-separated policy names, or 'all'")
     add_common(bench, out_help="folder for bench.json (every policy's figures; partial ones on Ctrl-C)")
+    add_fleet_options(bench)
     bench.add_argument("--compare", metavar="PATH",
                        help="also run this peer simulator (sched-sim's executable) on the same requests")
     bench.add_argument("--repeat", type=int, default=1, help="runs per policy; the median is kept")

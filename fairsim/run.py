@@ -230,7 +230,8 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
     The options as given, plus ``engine`` (the profile, KV capacity in tokens and blocks and the
     block size actually simulated), the offered-load figures before the run (``load``, described
     as ``load_what``: in closed loop an upper bound) and, in closed loop, ``delivered_load``: the
-    figures of the load each policy's run delivered (policy -> ``OfferedLoad.to_dict()``).
+    figures of the load each policy's run delivered (policy -> ``OfferedLoad.to_dict()``). A
+    fleet's run (``--instances``/``--router``) adds ``instances``, ``router`` and ``router_params``.
     """
     info = {
         "trace": trace.source, "policies": names, "params": parse_params(args.param),
@@ -247,10 +248,11 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
         "delivered_load": delivered or None,
         "replay": args.replay, "think_scale": args.think_scale,
         "session_rate_per_s": args.session_rate, "fairsim_version": __version__,
-        "instances": getattr(args, "instances", 1), "router": getattr(args, "router", None),
-        "router_params": parse_params(getattr(args, "router_param", [])),
         "trace_format": trace.format, "hash_block_size": trace.hash_block_size,
         "absolute_time": trace.absolute_time, "warnings": list(trace.warnings),
         "skipped_records": len(trace.skipped),
     }
+    fleet = fleet_spec(args)
+    if fleet is not None:  # --instances/--router (fairsim.cli_fleet); a lone engine's run.json is as before
+        info.update(instances=fleet.instances, router=fleet.router, router_params=fleet.params)
     atomic_write_text(out / "run.json", json.dumps(info, indent=2) + "\n")

@@ -44,7 +44,7 @@ from fairsim.errors import EngineInvariantError
 from fairsim.gcpause import paused
 from fairsim.policies.base import Policy
 from fairsim.routers.base import InstanceView, RouteRequest, Router
-from fairsim.sim.arrivals import Arrivals
+from fairsim.sim.arrivals import Arrivals, resolve_replay
 from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.engine import Engine, make_lives
@@ -168,12 +168,14 @@ class Fleet:
         self.lives = make_lives(requests, block_size, config.mode == "colocated")
         self.all_keys = [live.keys for live in self.lives]
         self.members = [FleetMember(self, k) for k in range(len(policies))]
-        self.engines = [Engine(requests, policy, profile, config, progress, replay=replay, think_scale=think_scale,
+        self.replay = resolve_replay(requests, replay)
+        # The engines get no requests of their own (the fleet routes them; capacity and replay
+        # mode are resolved above, once for the trace).
+        self.engines = [Engine((), policy, profile, config, progress, replay=self.replay, think_scale=think_scale,
                                fast_order=fast_order, name=name, member=member)
                         for policy, member in zip(policies, self.members)]
         for engine in self.engines:
             engine.env = self.env
-        self.replay = self.engines[0].replay
         self.arrivals = Arrivals([(live.req, live) for live in self.lives], self.replay, think_scale)
         self.views = [InstanceView(k, engine) for k, engine in enumerate(self.engines)]
         self.block_size = block_size
