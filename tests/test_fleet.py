@@ -315,3 +315,16 @@ def test_cli_router_needing_hashes_on_a_trace_without_them(tmp_path):
     proc = fairsim("run", "--trace", str(trace), "--policy", "fcfs", "--instances", "2", "--router", "dynamo-kv")
     assert proc.returncode == 2, proc.stderr
     assert f"{trace}: --router dynamo-kv needs prefix identity (block hashes or segments)" in proc.stderr
+
+
+def test_bench_passes_the_fleet_options_to_its_runs():
+    from fairsim.bench import run_argv
+    from fairsim.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "--instances", "8", "--router", "dynamo-kv",
+                                      "--router-param", "overlap_weight=2", "--tile", "10"])
+    argv = run_argv(args)
+    assert argv[argv.index("--instances") + 1] == "8"
+    assert argv[argv.index("--router") + 1] == "dynamo-kv"
+    assert argv[argv.index("--router-param") + 1] == "overlap_weight=2"
+    assert "--tile" not in argv

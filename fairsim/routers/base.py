@@ -61,7 +61,7 @@ class InstanceView:
             not as its chunks are computed).
     """
 
-    __slots__ = ("index", "_engine", "in_flight", "active_blocks", "outstanding_tokens", "pending")
+    __slots__ = ("index", "_engine", "in_flight", "active_blocks", "outstanding_tokens")
 
     def __init__(self, index: int, engine: Any) -> None:
         self.index = index
@@ -69,7 +69,6 @@ class InstanceView:
         self.in_flight = 0
         self.active_blocks = 0
         self.outstanding_tokens = 0
-        self.pending = 0  # routed, not yet in the engine's waiting queue (its inbox)
 
     def cached_blocks(self, keys: Sequence[Hashable], limit: int | None = None) -> int:
         """Exact: leading ``keys`` cached on this instance now (at most ``limit`` of them)."""

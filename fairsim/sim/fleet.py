@@ -33,7 +33,7 @@ import gc
 import heapq
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import simpy
@@ -92,7 +92,6 @@ class _Inbox:
         while heap and heap[0][0] <= now:
             t, _, req, live = heapq.heappop(heap)
             out.append((t, req, live))
-        self.fleet.views[self.index].pending = len(heap)
         return out
 
     def finished(self, request_id: str, t: float) -> None:
@@ -230,7 +229,6 @@ class Fleet:
         self.engines[k]._all.append(live)
         member = self.members[k]
         heapq.heappush(member.arrivals.heap, (t, live.req.request_id, live.req, live))
-        view.pending = len(member.arrivals.heap)
         if member.wake is not None and not member.wake.triggered:
             member.wake.succeed()
 
