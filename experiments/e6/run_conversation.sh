@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # E6 (part): does prefill ordering still matter behind a router? The conversation trace on a
-# fleet of 4 instances, every router x {fcfs, lpm, fairway}, native rate. One compare per router;
-# summary.json per router under OUT (default results/e6-conversation).
+# fleet of 4 instances, every router x {fcfs, lpm, fairway}. One compare per router; summary.json
+# per router under OUT (default results/e6-conversation). EXTRA: further options, e.g.
+# EXTRA="--target-load 3.6" (the whole fleet's offered load in one engine's capacity: 0.9 per
+# instance of 4); default: the trace's native rate (7.0, 1.75 per instance).
 set -euo pipefail
 OUT=${OUT:-results/e6-conversation}
 TRACE=${TRACE:-../shared/data/traces/conversation_trace.jsonl}
 for router in round-robin least-work dynamo-kv llm-d sglang-cache-aware; do
   python -m fairsim compare --trace "$TRACE" --policies fcfs,lpm,fairway --instances 4 --router "$router" \
-      --format json --out "$OUT/$router" > /dev/null
+      --format json --out "$OUT/$router" ${EXTRA:-} > /dev/null
 done
 python - "$OUT" <<'PY'
 import json, sys
