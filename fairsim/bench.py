@@ -62,13 +62,16 @@ SCHED_SIM_INSTALL = 'pip install sched-sim (or pip install -e ".[bench]")'
 def run_argv(args: argparse.Namespace) -> list[str]:
     """The ``fairsim run`` options that reproduce ``args``' trace, shaping and engine settings.
 
-    Every option of ``fairsim.options.add_common`` whose value differs from its default is passed on
-    (``--time-scale`` as the scale in use, so a ``--target-load`` is resolved once).
+    Every option of ``fairsim.options.add_common`` and of ``fairsim.cli_fleet.add_fleet_options``
+    whose value differs from its default is passed on (``--time-scale`` as the scale in use, so a
+    ``--target-load`` is resolved once).
     """
+    from fairsim.cli_fleet import add_fleet_options
     from fairsim.options import add_common
 
     probe = argparse.ArgumentParser(add_help=False)
     add_common(probe)
+    add_fleet_options(probe)
     argv: list[str] = []
     for action in probe._actions:
         if not action.option_strings or action.dest in BENCH_ONLY:

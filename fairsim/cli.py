@@ -32,6 +32,7 @@ from fairsim.deps import MissingDependencyError, missing_message
 from fairsim.errors import PolicyContractError, PolicyError, StatusError
 from fairsim.gcpause import freeze_for_exit
 from fairsim.io import path_arg
+from fairsim.cli_fleet import add_fleet_options
 from fairsim.options import HelpFormatter, add_common, resolve_policies
 from fairsim.policies import policy_names
 from fairsim.ratios import with_baseline
@@ -83,6 +84,7 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
                      help=f"one of: {', '.join(policy_names())}; or package.module:Class, a class of your own")
     run.add_argument("--policy-config", metavar="FILE", help=POLICY_CONFIG_HELP)
     add_common(run)
+    add_fleet_options(run)
     run.add_argument("--plots", type=path_arg, help=PLOTS_HELP)
     cmp = sub.add_parser("compare", help="simulate several policies on the same input, side by side",
                          formatter_class=fmt)
@@ -93,6 +95,7 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
                      help="a policy and its parameters as fairsim tune writes them: the policy runs with "
                           "them (added to --policies if missing)")
     add_common(cmp)
+    add_fleet_options(cmp)
     cmp.add_argument("--plots", type=path_arg, help=PLOTS_HELP)
     cmp.add_argument("--baseline", default="fcfs", metavar="NAME",
                      help="show each policy's TTFT p50/p99/max as a ratio to this policy's (table, JSON, "
@@ -102,6 +105,7 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
     bench.add_argument("--policies", default="fcfs,lpm,fairway",
                        help="comma-separated policy names, or 'all'")
     add_common(bench, out_help="folder for bench.json (every policy's figures; partial ones on Ctrl-C)")
+    add_fleet_options(bench)
     bench.add_argument("--compare", metavar="PATH",
                        help="also run this peer simulator on the same requests: 'dynamo' (NVIDIA Dynamo's "
                             "offline replay) or sched-sim's executable")

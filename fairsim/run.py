@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fairsim import __version__
+from fairsim.cli_fleet import FleetSpec, check_fleet_trace, fleet_spec, fleet_summary
 from fairsim.costmodel import Profile
 from fairsim.gcpause import paused
 from fairsim.io import atomic_write, atomic_write_text, file_stem, strict_json
@@ -27,9 +28,12 @@ from fairsim.types import Request
 
 def run_one(name: str, requests: list[Request], profile: Profile, config: EngineConfig,
             params: dict[str, Any], show_progress: bool = True, *, replay: str | None = None,
-            think_scale: float = 1.0) -> SimResult:
+            think_scale: float = 1.0, fleet: FleetSpec | None = None) -> SimResult:
     """Simulate ``requests`` under policy ``name`` with a progress bar after 2 s (``replay`` and
-    ``think_scale``: see ``fairsim.sim.Engine``)."""
+    ``think_scale``: see ``fairsim.sim.Engine``); on ``fleet`` (``--instances``/``--router``,
+    ``fairsim.cli_fleet``) when one is given, a ``FleetResult`` then."""
+    if fleet is not None:
+        return fleet.run(name, requests, profile, config, params, replay=replay, think_scale=think_scale)
     policy = make_policy(name, profile, **params)
     # Errors name the policy as the user gave it (a team's class may call itself "fcfs").
     if not show_progress or not sys.stderr.isatty():  # tqdm(disable=None) would not draw either
@@ -104,6 +108,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     from fairsim.sim.capacity import describe_capacity
     from fairsim.traces.closedload import delivered_what
 
+    fleet = fleet_spec(args)  # None: the single engine
     # describe_run reads the trace: its long-lived objects, no garbage cycles; frozen until the
     # first Engine.run ends (it unfreezes; so does an error before it, below). fairsim/gcpause.py.
     with paused(freeze=True):
@@ -115,6 +120,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         engine = {"profile": profile.name, "kv_tokens": kv_blocks * block_size, "kv_blocks": kv_blocks,
                   "block_size": block_size, "kv_capacity_source": desc.capacity_source}
         load, load_what = pre_run_load(args, requests, profile)
+        check_fleet_trace(fleet, requests, trace.source)
     rows: dict[str, dict[str, Any]] = {}
     baseline = getattr(args, "baseline", None)  # compare only (fairsim/ratios.py)
     shown = (lambda: rows) if baseline is None else (lambda: add_ratios(rows, baseline))
@@ -128,7 +134,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         print(replay_line(args), file=stream)
         for name in names:
             result = run_one(name, requests, profile, config, desc.policy_params[name],
-                             replay=desc.replay, think_scale=desc.think_scale)
+                             replay=desc.replay, think_scale=desc.think_scale, fleet=fleet)
             if getattr(args, "plots", None) is not None:
                 results[name] = result
             # Columns, not DataFrames: pandas is imported only to write --out tables (start-up).
@@ -142,6 +148,8 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
                 print(f"{delivered.describe(delivered_what(name))}", file=stream)
                 summary.update(delivered_figures(delivered))
                 delivered_loads[name] = delivered.to_dict()
+            if fleet is not None:
+                summary.update(fleet_summary(result))
             summary["wall_time_s"] = result.wall_time_s
             summary["profile"] = profile.name
             summary["kv_tokens"] = result.kv_blocks * result.block_size
@@ -168,6 +176,10 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         from fairsim.run_plots import write_run_plots
 
         write_run_plots(args.plots, results, title=trace.name, slo=slo)
+        if fleet is not None:
+            from fairsim.cli_fleet import write_fleet_figure
+
+            write_fleet_figure(args.plots, results, trace.name)
         if config.mode == "colocated" and not slo:
             print("fairsim: note: --plots drew no goodput.png: goodput needs --slo ttft=S,tpot=S",
                   file=sys.stderr)
@@ -190,6 +202,10 @@ def print_rows(rows: dict[str, dict[str, Any]], fmt: str, colocated: bool) -> No
         groups = format_groups(rows)
         if groups:
             print(groups)
+    if any("per_instance" in s for s in rows.values()):
+        from fairsim.cli_fleet import format_instances
+
+        print(format_instances(rows))
     sys.stdout.flush()
 
 
@@ -201,7 +217,8 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
     The options as given, plus ``engine`` (the profile, KV capacity in tokens and blocks and the
     block size actually simulated), the offered-load figures before the run (``load``, described
     as ``load_what``: in closed loop an upper bound) and, in closed loop, ``delivered_load``: the
-    figures of the load each policy's run delivered (policy -> ``OfferedLoad.to_dict()``).
+    figures of the load each policy's run delivered (policy -> ``OfferedLoad.to_dict()``). A
+    fleet's run (``--instances``/``--router``) adds ``instances``, ``router`` and ``router_params``.
     """
     info = {
         "trace": trace.source, "policies": names, "params": parse_params(args.param),
@@ -222,4 +239,7 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
         "absolute_time": trace.absolute_time, "warnings": list(trace.warnings),
         "skipped_records": len(trace.skipped),
     }
+    fleet = fleet_spec(args)
+    if fleet is not None:  # --instances/--router (fairsim.cli_fleet); a lone engine's run.json is as before
+        info.update(instances=fleet.instances, router=fleet.router, router_params=fleet.params)
     atomic_write_text(out / "run.json", json.dumps(info, indent=2) + "\n")

@@ -143,6 +143,21 @@ class _Live:
         self.next_key: Hashable = NO_KEY
 
 
+def make_lives(requests: Sequence[Request], block_size: int, colocated: bool) -> list[_Live]:
+    """The engine-side state of ``requests``, sorted by (arrival, ``request_id``), each with its
+    row ``index`` in that order. ``engine_block_keys``: every full block is hashed, as in vLLM
+    (not only the trace's); colocated mode also keys the generated tokens' blocks."""
+    ordered = sorted(requests, key=lambda r: (r.arrival_time, r.request_id))
+    bs = block_size
+    if colocated:
+        lives = [_Live(r, generated_block_keys(r, bs), bs, r.output_len) for r in ordered]
+    else:
+        lives = [_Live(r, engine_block_keys(r, bs), bs) for r in ordered]
+    for i, live in enumerate(lives):
+        live.index = i
+    return lives
+
+
 class Engine:
     """Chunked-prefill engine driven by one SimPy process (see the module docstring).
 
@@ -185,6 +200,7 @@ class Engine:
         fast_order: bool = True,
         fast_chunks: bool = True,
         name: str | None = None,
+        member: Any = None,
     ) -> None:
         ids = [r.request_id for r in requests]
         if len(set(ids)) != len(ids):
@@ -202,22 +218,23 @@ class Engine:
         self.progress = progress
         self.colocated = config.mode == "colocated"
         self.fast_chunks = fast_chunks and not self.colocated
-        ordered = sorted(requests, key=lambda r: (r.arrival_time, r.request_id))
-        # engine_block_keys: every full block is hashed, as in vLLM (not only the trace's).
-        bs = self.block_size
-        if self.colocated:
-            self._all = [_Live(r, generated_block_keys(r, bs), bs, r.output_len) for r in ordered]
-        else:
-            self._all = [_Live(r, engine_block_keys(r, bs), bs) for r in ordered]
         self.replay = resolve_replay(requests, replay)
-        self._arrivals = Arrivals([(live.req, live) for live in self._all], self.replay, think_scale)
         # Inter-token gaps (colocated): request index into self._all, gap seconds.
         self._gap_rows: list[int] = []
         self._gap_s: list[float] = []
-        for i, live in enumerate(self._all):
-            live.index = i
-        if hook is not None and hasattr(hook, "attach"):
-            hook.attach(self.block_size, [live.keys for live in self._all])
+        #: Fleet member (``fairsim.sim.fleet``): the fleet owns the requests and their arrival
+        #: process, and hands this engine the ones routed to it; ``None`` for a lone engine.
+        self._member = member
+        if member is None:
+            self._all = make_lives(requests, self.block_size, self.colocated)
+            self._arrivals = Arrivals([(live.req, live) for live in self._all], self.replay, think_scale)
+            if hook is not None and hasattr(hook, "attach"):
+                hook.attach(self.block_size, [live.keys for live in self._all])
+        else:
+            self._all = []  # the requests routed here, in routing order (FleetMember.route)
+            self._arrivals = member.arrivals
+            if hook is not None and hasattr(hook, "attach"):
+                hook.attach(self.block_size, member.all_keys)
         self._waiting: dict[int, _Live] = {}  # id(live) -> live, release order
         self._preempted: deque[_Live] = deque()  # front of waiting, vLLM prepend order
         self._running: list[_Live] = []  # admission order
@@ -318,17 +335,27 @@ class Engine:
                      else self.profile.step_time_from_sums)
         burst = self._chunk_burst if self.fast_chunks else None
         budget = self.config.budget_tokens
+        # A fleet member (fairsim.sim.fleet) asks the router to route what is due before each
+        # step, waits for its inbox when idle, and yields at every step so that the engines of
+        # one SimPy environment advance together (the router sees each at the same time).
+        member = self._member
+        route_due = member.route_due if member is not None else None
         step = 0
         now = synced = env.now
         while running or waiting or preempted_q or arrivals:
             if interrupt.REQUESTED:  # a Ctrl-C swallowed by a finaliser still stops the run
                 raise KeyboardInterrupt
+            if route_due is not None:
+                route_due(now)
             if due and due[0][0] <= now:
                 for released, _, live in arrivals.pop_due(now):
                     live.released_s = released
                     live.arrival_prefill = self.prefill_tokens
                     waiting[id(live)] = live
                     watch(live)
+            if member is not None and not (running or waiting or preempted_q):
+                now = yield from member.idle(now)
+                continue
             if not (running or waiting or preempted_q):
                 nxt = arrivals.next_time()
                 # Held turns wait for a request in the engine; none is, so one must be queued.
@@ -347,6 +374,8 @@ class Engine:
                     first = step
                     now, step = burst(live, now, step)
                     if step != first:
+                        if member is not None:
+                            yield timeout(now - env.now)
                         continue
             num_waiting = len(waiting) + len(preempted_q)
             evictions0 = pool.num_evictions
@@ -385,6 +414,9 @@ class Engine:
                 preempted,
             ))
             end = now + duration
+            if member is not None:
+                # The step's completions happen at its end, after the other engines' earlier events.
+                yield timeout(end - env.now)
             finished = finish_batch(batch, step, now, end)
             if finished:
                 running[:] = [r for r in running if r.finish_s is None]
@@ -394,7 +426,7 @@ class Engine:
             step += 1
             if not step & FREEZE_EVERY_MASK:
                 gc.freeze()
-        if now != synced:
+        if now != synced and member is None:
             yield timeout(now - synced)
 
     def _chunk_burst(self, live: _Live, now: float, step: int) -> tuple[float, int]:
@@ -406,7 +438,8 @@ class Engine:
         than the budget left to compute, its chunk takes the whole budget, so no other running
         request is scheduled, no waiting one can be admitted (the policy is not asked), and it
         finishes no prefill. Stops before a step at which an arrival is due (``_loop`` releases
-        it), the last chunks (at most the budget left), or a Ctrl-C; and, defensively, before
+        it; a fleet member also before the fleet's next queued release, ``fairsim.sim.fleet``),
+        the last chunks (at most the budget left), or a Ctrl-C; and, defensively, before
         one that needs more blocks than are free (``_schedule`` would preempt; prefill-only
         admission reserves blocks for the whole remaining prompt, so this does not arise).
         ``tests/test_chunk_burst.py`` compares the tables with ``fast_chunks=False``.
@@ -423,7 +456,10 @@ class Engine:
         n_keys = len(keys)
         total = live.req.prompt_len + live.generated
         computed = live.computed
-        while total - computed > budget and not (due and due[0][0] <= now) and not interrupt.REQUESTED:
+        # A fleet member also stops before the fleet's next release (fairsim.sim.fleet).
+        fleet_due = self._member.fleet.arrivals.heap if self._member is not None else None
+        while (total - computed > budget and not (due and due[0][0] <= now) and not interrupt.REQUESTED
+               and not (fleet_due and fleet_due[0][0] <= now)):
             end = computed + budget
             need = -(-end // bs) - len(blocks)
             evictions0 = pool.num_evictions

@@ -1,0 +1,159 @@
+"""What a router sees and decides: the contract of ``fairsim.routers``.
+
+A router picks, for each released request, the instance (engine) of a fleet that serves it
+(``fairsim.sim.fleet``). It is asked at the request's release time, with every instance's state
+at that time, and answers with an index ``0..N-1``. A router is one module with one class,
+registered by name in ``fairsim.routers.registry`` (as ordering policies are in
+``fairsim.policies.registry``).
+
+What a router may read of an instance (``InstanceView``) is explicit, because real routers differ
+exactly there:
+
+* exact engine state: ``cached_blocks`` (the instance's prefix cache, as a router fed by KV events
+  without lag sees it: Dynamo's ``KvIndexer``, llm-d's precise prefix scorer), ``waiting`` and
+  ``kv_usage`` (the engine's own counters, as scraped metrics without lag);
+* router-side bookkeeping, which a real router keeps itself: ``in_flight`` (requests routed and
+  not finished), ``active_blocks`` and ``outstanding_tokens`` (see ``InstanceView``);
+* nothing else: an approximate router (SGLang's) keeps its own model of the caches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fairsim.types import Request
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRequest:
+    """A request as a router sees it at its release.
+
+    Attributes:
+        request: The trace's request.
+        keys: The block keys of its prompt's full blocks of ``block_size`` tokens, in order
+            (``fairsim.sim.keys.engine_block_keys``: equal keys = equal content and prefix).
+        block_size: Tokens per block.
+    """
+
+    request: Request
+    keys: tuple[Hashable, ...]
+    block_size: int
+
+    @property
+    def prompt_blocks(self) -> int:
+        """Blocks the prompt occupies, the last one partial or not (``ceil(L / block_size)``)."""
+        return -(-self.request.prompt_len // self.block_size)
+
+
+class InstanceView:
+    """One instance of the fleet as routers see it (read-only; the fleet updates it).
+
+    Attributes:
+        index: The instance's number, ``0..N-1``.
+        in_flight: Requests routed here that have not finished (router-side count; SGLang's
+            worker ``load``).
+        active_blocks: Blocks of the prompts routed here and not finished, ``ceil(L / block)``
+            each (router-side; Dynamo's active blocks, without its sharing of common prefixes).
+        outstanding_tokens: Prompt tokens routed here and not finished, less the prefix each had
+            cached here when it was routed (router-side; counted whole until the request finishes,
+            not as its chunks are computed).
+    """
+
+    __slots__ = ("index", "_engine", "in_flight", "active_blocks", "outstanding_tokens")
+
+    def __init__(self, index: int, engine: Any) -> None:
+        self.index = index
+        self._engine = engine
+        self.in_flight = 0
+        self.active_blocks = 0
+        self.outstanding_tokens = 0
+
+    def cached_blocks(self, keys: Sequence[Hashable], limit: int | None = None) -> int:
+        """Exact: leading ``keys`` cached on this instance now (at most ``limit`` of them)."""
+        return self._engine.pool.count_prefix(keys, len(keys) if limit is None else limit)
+
+    @property
+    def waiting(self) -> int:
+        """Exact: requests waiting on this instance (queued, preempted, or routed and not yet
+        taken in by its next step)."""
+        engine = self._engine
+        return len(engine._waiting) + len(engine._preempted) + len(engine._arrivals.heap)
+
+    @property
+    def running(self) -> int:
+        """Exact: requests running on this instance."""
+        return len(self._engine._running)
+
+    @property
+    def kv_usage(self) -> float:
+        """Exact: fraction of this instance's KV blocks held by requests (vLLM's KV usage)."""
+        pool = self._engine.pool
+        return pool.num_used / pool.num_blocks
+
+    @property
+    def cached_total(self) -> int:
+        """Exact: blocks cached (hittable) on this instance."""
+        return self._engine.pool.num_cached
+
+
+class Router:
+    """Base class of routers.
+
+    Attributes:
+        name: The registered name.
+        needs: What the trace must carry: ``"sessions"`` (``session_id``), ``"hashes"`` (block
+            hashes or segments: prefix identity). ``fairsim.routers.registry.check_trace``.
+        view: How it sees caches: ``"none"``, ``"exact"`` or ``"approximate"``.
+        source: The public rule it follows.
+    """
+
+    name = "router"
+    needs: tuple[str, ...] = ()
+    view = "none"
+    source = ""
+
+    def __init__(self, num_instances: int, *, seed: int = 0, kv_blocks: int = 0) -> None:
+        self.num_instances = num_instances
+        self.seed = seed
+        self.kv_blocks = kv_blocks
+
+    def choose(self, req: RouteRequest, instances: Sequence[InstanceView], now: float) -> int:
+        """The instance for ``req``, released at ``now`` (s). Called once per request, in release
+        order; a router keeps whatever state it needs across calls."""
+        raise NotImplementedError
+
+    def finished(self, req: RouteRequest, instance: int, now: float) -> None:
+        """``req`` finished on ``instance`` at ``now`` (s). Default: nothing to do."""
+
+
+def lowest(values: Sequence[float]) -> int:
+    """Index of the smallest value, the first one on a tie (our deterministic tie-break: the
+    public routers pick at random among ties)."""
+    best = 0
+    for i in range(1, len(values)):
+        if values[i] < values[best]:
+            best = i
+    return best
+
+
+def highest(values: Sequence[float]) -> int:
+    """Index of the largest value, the first one on a tie."""
+    best = 0
+    for i in range(1, len(values)):
+        if values[i] > values[best]:
+            best = i
+    return best
+
+
+def check_param(router: str, key: str, value: Any, ok: bool, need: str) -> None:
+    """Refuse a router parameter, naming the option: ``--router-param KEY=VALUE: need ...``."""
+    if not ok:
+        raise ValueError(f"--router-param {key}={value!r} (router {router!r}): need {need}")
+
+
+def number(value: Any) -> bool:
+    """A real number (not a bool), finite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
+        and abs(value) != float("inf")

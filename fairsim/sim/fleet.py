@@ -1,0 +1,363 @@
+"""A fleet: ``N`` engines behind a router, in one SimPy environment (``--instances N``).
+
+Each instance is its own ``Engine`` (its own block pool and its own ordering-policy object). The
+fleet owns the trace's arrival process (``fairsim.sim.arrivals.Arrivals``, open or closed loop);
+when a request is released the router (``fairsim.routers``) picks its instance, at the release
+time, from every instance's state at that time, and the request joins that instance's inbox. An
+engine takes its inbox's due requests into its waiting queue at the start of its next step, as a
+lone engine takes its releases, so one instance behind any router is today's engine, table for
+table (``tests/test_fleet.py``).
+
+Time: the engines advance together. Each yields to SimPy at every step end (a lone engine yields
+only when idle); a release is routed by a wake-up event at its time, scheduled ``URGENT`` so it
+runs before any engine's step at the same time, and again by each engine before its step (a
+closed-loop turn released at a step's end). The router sees an engine mid-step as it was at the
+step's start plus the step's admissions and allocations; the step's completions count at its end.
+Two engines' events at the very same time run in SimPy's order (deterministic).
+
+One exception, for speed: a prefill-only engine runs its steps that are one full-budget chunk of
+its first running request (``Engine._chunk_burst``: nothing can be admitted or finish in them) as
+one run, yielding at its end; the run stops before the fleet's next queued release, so a release
+known in advance sees the engine at its time. A closed-loop turn released by *another* engine's
+completion during such a run sees this engine at the run's end (its cache and KV usage a few chunks
+ahead), and if routed here joins the waiting queue at the run's end: no step of the run could have
+admitted it, only the ``waiting`` column of those steps leaves it out.
+
+Cost: one SimPy event per engine step (per run of chunk steps); colocated fleets run the
+step-by-step ``Engine``, not ``DecodeFastEngine``.
+"""
+
+from __future__ import annotations
+
+import gc
+import heapq
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import simpy
+from simpy.core import URGENT
+
+from fairsim.costmodel import Profile
+from fairsim.errors import EngineInvariantError
+from fairsim.gcpause import paused
+from fairsim.policies.base import Policy
+from fairsim.routers.base import InstanceView, RouteRequest, Router
+from fairsim.sim.arrivals import Arrivals, resolve_replay
+from fairsim.sim.capacity import resolve_capacity
+from fairsim.sim.config import EngineConfig
+from fairsim.sim.engine import Engine, make_lives
+from fairsim.sim.result import Columns, SimResult
+from fairsim.types import Request
+
+#: Columns the fleet adds to the request table (after the engine's).
+FLEET_REQUEST_COLUMNS = ("instance", "router_cached_tokens")
+
+
+@dataclass(frozen=True)
+class FleetResult(SimResult):
+    """A fleet run: ``requests``/``steps`` are the fleet-wide tables (every instance's rows, with
+    an ``instance`` column; requests in trace order (arrival, id), steps instance by instance),
+    ``instances`` each instance's own ``SimResult`` (its rows only, its own step numbers).
+
+    ``requests.router_cached_tokens``: the prefix the router counted as cached on the chosen
+    instance when it routed the request (exact routers: the cache then; SGLang's: its tree; none:
+    0), beside ``cached_tokens``, the hit the engine found at admission.
+    """
+
+    instances: tuple[SimResult, ...] = ()
+    router: str = ""
+
+
+class _Inbox:
+    """The arrival process one engine of a fleet sees (the interface ``Engine._loop`` reads of
+    ``Arrivals``): the requests routed to it, as a ``(release_s, request_id, request, live)``
+    min-heap, and the fleet's count of what is still to be released."""
+
+    def __init__(self, fleet: Fleet, index: int) -> None:
+        self.fleet = fleet
+        self.index = index
+        self.heap: list[tuple[float, str, Request, Any]] = []
+
+    def __len__(self) -> int:
+        return len(self.heap) + len(self.fleet.arrivals)
+
+    def next_time(self) -> float | None:
+        return self.heap[0][0] if self.heap else None
+
+    def pop_due(self, now: float) -> list[tuple[float, Request, Any]]:
+        out = []
+        heap = self.heap
+        while heap and heap[0][0] <= now:
+            t, _, req, live = heapq.heappop(heap)
+            out.append((t, req, live))
+        return out
+
+    def finished(self, request_id: str, t: float) -> None:
+        self.fleet.finished(self.index, request_id, t)
+
+
+class FleetMember:
+    """What ``Engine`` reads of its fleet (``Engine(member=...)``)."""
+
+    def __init__(self, fleet: Fleet, index: int) -> None:
+        self.fleet = fleet
+        self.index = index
+        self.arrivals = _Inbox(fleet, index)
+        self.all_keys = fleet.all_keys
+        self.wake: simpy.Event | None = None
+
+    def route_due(self, now: float) -> None:
+        """Route every release due by ``now`` (s) (before this engine's step at ``now``)."""
+        fleet = self.fleet
+        heap = fleet.arrivals.heap
+        if heap and heap[0][0] <= now:
+            fleet.route_due(now)
+
+    def idle(self, now: float):
+        """Nothing to run: wait for a request routed here; return the clock of the engine's next
+        loop, ``now + (release - now)`` as a lone engine's idle wait computes it."""
+        heap = self.arrivals.heap
+        while not heap:
+            self.wake = self.fleet.env.event()
+            yield self.wake
+            self.wake = None
+        t = heap[0][0]
+        return now + (t - now)
+
+
+class _Wake(simpy.events.Event):
+    """A wake-up at ``delay`` from now, scheduled ahead of the engines' events at that time."""
+
+    def __init__(self, env: simpy.Environment, delay: float, at: float) -> None:
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        self.at = at
+        env.schedule(self, URGENT, delay)
+
+
+class Fleet:
+    """``N`` engines behind ``router`` (see the module docstring).
+
+    Args:
+        requests: The trace.
+        policies: One fresh ordering-policy object per instance (``make_policy`` per instance).
+        router: A fresh router (``fairsim.routers.make_router``).
+        profile, config, replay, think_scale, fast_order, name: As ``Engine``'s; every instance
+            gets the same ``config`` (its KV capacity resolved once, for the whole trace).
+
+    Raises:
+        As ``Engine``.
+    """
+
+    def __init__(self, requests: Sequence[Request], policies: Sequence[Policy], router: Router, profile: Profile,
+                 config: EngineConfig = EngineConfig(), progress: Callable[[int], Any] | None = None, *,
+                 replay: str | None = None, think_scale: float = 1.0, fast_order: bool = True,
+                 name: str | None = None, router_name: str | None = None) -> None:
+        from dataclasses import replace
+
+        block_size, kv_blocks = resolve_capacity(requests, config)
+        config = replace(config, block_size=block_size, kv_blocks=kv_blocks, kv_tokens=None, kv_fraction=None)
+        self.config = config
+        self.router = router
+        self.router_name = router_name or router.name
+        self.env = simpy.Environment(initial_time=0.0)
+        self.lives = make_lives(requests, block_size, config.mode == "colocated")
+        self.all_keys = [live.keys for live in self.lives]
+        self.members = [FleetMember(self, k) for k in range(len(policies))]
+        self.replay = resolve_replay(requests, replay)
+        # The engines get no requests of their own (the fleet routes them; capacity and replay
+        # mode are resolved above, once for the trace).
+        self.engines = [Engine((), policy, profile, config, progress, replay=self.replay, think_scale=think_scale,
+                               fast_order=fast_order, name=name, member=member)
+                        for policy, member in zip(policies, self.members)]
+        for engine in self.engines:
+            engine.env = self.env
+        self.arrivals = Arrivals([(live.req, live) for live in self.lives], self.replay, think_scale)
+        self.views = [InstanceView(k, engine) for k, engine in enumerate(self.engines)]
+        self.block_size = block_size
+        self.kv_blocks = kv_blocks
+        n = len(self.lives)
+        self.instance_of = [-1] * n
+        self.router_cached = [0] * n
+        self._route_req: list[RouteRequest | None] = [None] * n
+        self._routed_cached = [0] * n  # tokens cached on the chosen instance when routed (exact)
+        self._by_id = {live.req.request_id: live for live in self.lives}
+        self._wake_at = float("inf")
+
+    # -- routing ---------------------------------------------------------------------------------
+    def _schedule_wake(self) -> None:
+        """Make sure a wake-up is pending at the next queued release."""
+        heap = self.arrivals.heap
+        if heap and heap[0][0] < self._wake_at:
+            t = heap[0][0]
+            self._wake_at = t
+            ev = _Wake(self.env, max(0.0, t - self.env.now), t)
+            ev.callbacks.append(self._woken)
+
+    def _woken(self, ev: _Wake) -> None:
+        if ev.at == self._wake_at:
+            self._wake_at = float("inf")
+        self.route_due(ev.at)
+
+    def route_due(self, now: float) -> None:
+        """Route every release due by ``now`` (s), in (release time, id) order."""
+        for t, req, live in self.arrivals.pop_due(now):
+            self._route(live, t)
+        self._schedule_wake()
+
+    def _route(self, live: Any, t: float) -> None:
+        bs = self.block_size
+        keys = live.keys[: live.req.prompt_len // bs]
+        rreq = RouteRequest(live.req, keys, bs)
+        views = self.views
+        k = self.router.choose(rreq, views, t)
+        if not (isinstance(k, int) and 0 <= k < len(views)):
+            raise EngineInvariantError(f"router {self.router_name!r} chose instance {k!r} of {len(views)}")
+        view = views[k]
+        cached = view.cached_blocks(live.keys, live.max_hit_blocks) * bs
+        i = live.index
+        self.instance_of[i] = k
+        self._routed_cached[i] = cached
+        self.router_cached[i] = self._router_view(rreq, k, cached)
+        self._route_req[i] = rreq
+        view.in_flight += 1
+        view.active_blocks += rreq.prompt_blocks
+        view.outstanding_tokens += live.req.prompt_len - cached
+        self.engines[k]._all.append(live)
+        member = self.members[k]
+        heapq.heappush(member.arrivals.heap, (t, live.req.request_id, live.req, live))
+        if member.wake is not None and not member.wake.triggered:
+            member.wake.succeed()
+
+    def _router_view(self, rreq: RouteRequest, k: int, exact_tokens: int) -> int:
+        """The cached prefix (tokens) the router counted on instance ``k``."""
+        view = self.router.view
+        if view == "exact":
+            return exact_tokens
+        if view == "approximate":
+            # Its own model of the caches: what it matched on the chosen instance before routing.
+            return getattr(self.router, "last_match_blocks", 0) * rreq.block_size
+        return 0
+
+    def finished(self, k: int, request_id: str, t: float) -> None:
+        """A request finished on instance ``k`` at ``t``: release its closed-loop followers and
+        update the router's bookkeeping."""
+        self.arrivals.finished(request_id, t)
+        live = self._by_id[request_id]
+        view = self.views[k]
+        rreq = self._route_req[live.index]
+        view.in_flight -= 1
+        view.active_blocks -= rreq.prompt_blocks
+        view.outstanding_tokens -= live.req.prompt_len - self._routed_cached[live.index]
+        self.router.finished(rreq, k, t)
+        self._schedule_wake()
+
+    # -- the run ---------------------------------------------------------------------------------
+    def run(self) -> FleetResult:
+        """Simulate until every request has finished; the fleet-wide and per-instance tables."""
+        if self.config.mode == "colocated":
+            import pandas  # noqa: F401  (as Engine.run: not inside the timed run)
+        wall0 = time.perf_counter()
+        gc.freeze()
+        try:
+            self._schedule_wake()
+            for engine in self.engines:
+                self.env.process(engine._loop())
+            self.env.run()
+            unfinished = [live.req.request_id for live in self.lives if live.finish_s is None]
+            if unfinished:
+                raise EngineInvariantError(f"{len(unfinished)} requests never finished, first {unfinished[0]!r}")
+            return self._result(time.perf_counter() - wall0)
+        finally:
+            gc.unfreeze()
+
+    def _result(self, wall_s: float) -> FleetResult:
+        parts = []
+        for k, engine in enumerate(self.engines):
+            engine._all.sort(key=lambda live: live.index)
+            local = {live.index: row for row, live in enumerate(engine._all)}
+            global_rows = engine._gap_rows
+            engine._gap_rows = [local[g] for g in global_rows]
+            gaps = engine._gap_table() if engine.colocated else None
+            engine._gap_rows = global_rows
+            parts.append(SimResult(requests=engine._request_table(), steps=engine._step_table(), token_gaps=gaps,
+                                   policy=engine.policy_name, kv_blocks=engine.kv_blocks,
+                                   block_size=engine.block_size, wall_time_s=wall_s))
+        requests = self._fleet_requests(parts)
+        steps = self._fleet_steps(parts)
+        gaps = None
+        if self.config.mode == "colocated":
+            import numpy as np
+            import pandas as pd
+
+            frames = []
+            for engine in self.engines:
+                rows = np.asarray(engine._gap_rows, dtype=np.int64)
+                frames.append((rows, np.asarray(engine._gap_s, dtype=np.float64)))
+            rows = np.concatenate([f[0] for f in frames]) if frames else np.zeros(0, np.int64)
+            itl = np.concatenate([f[1] for f in frames]) if frames else np.zeros(0)
+            order = np.argsort(rows, kind="stable")
+            gaps = pd.DataFrame({"request_row": rows[order], "itl_s": itl[order]})
+        first = self.engines[0]
+        return FleetResult(requests=requests, steps=steps, token_gaps=gaps, policy=first.policy_name,
+                           kv_blocks=self.kv_blocks, block_size=self.block_size, wall_time_s=wall_s,
+                           instances=tuple(parts), router=self.router_name)
+
+    def _fleet_requests(self, parts: list[SimResult]) -> Columns:
+        """Every instance's request rows in trace order, plus ``FLEET_REQUEST_COLUMNS``."""
+        n = len(self.lives)
+        names: list[str] | None = None
+        merged: dict[str, list] = {}
+        for engine, part in zip(self.engines, parts):
+            cols = part.columns("requests").columns
+            if not cols:
+                continue
+            if names is None:
+                names = list(cols)
+                merged = {c: [None] * n for c in names}
+            for c in names:
+                dest = merged[c]
+                for live, value in zip(engine._all, cols.get(c, [None] * len(engine._all))):
+                    dest[live.index] = value
+        merged["instance"] = list(self.instance_of)
+        merged["router_cached_tokens"] = list(self.router_cached)
+        return Columns(merged)
+
+    def _fleet_steps(self, parts: list[SimResult]) -> Columns:
+        """Every instance's step rows, instance by instance, plus ``instance``."""
+        merged: dict[str, list] = {}
+        instance: list[int] = []
+        for k, part in enumerate(parts):
+            cols = part.columns("steps").columns
+            for c, values in cols.items():
+                merged.setdefault(c, []).extend(values)
+            instance.extend([k] * len(part.columns("steps")))
+        merged["instance"] = instance
+        return Columns(merged)
+
+
+def simulate_fleet(requests: Sequence[Request], policies: Sequence[Policy], router: Router, profile: Profile,
+                   config: EngineConfig = EngineConfig(), progress: Callable[[int], Any] | None = None, *,
+                   replay: str | None = None, think_scale: float = 1.0, fast_order: bool = True,
+                   name: str | None = None, router_name: str | None = None) -> FleetResult:
+    """Replay ``requests`` through a fleet of ``len(policies)`` engines behind ``router``.
+
+    Raises:
+        As ``fairsim.sim.simulate`` (a policy's failure is reported as there).
+    """
+    with paused(freeze=True):
+        fleet = Fleet(requests, policies, router, profile, config, progress, replay=replay,
+                      think_scale=think_scale, fast_order=fast_order, name=name, router_name=router_name)
+    try:
+        return fleet.run()
+    except (Exception, SystemExit) as exc:
+        from fairsim.policies.failure import policy_failure
+
+        for engine in fleet.engines:
+            found = policy_failure(exc, engine.policy, engine.policy_name, engine._inc)
+            if found is not None:
+                raise found[0] from found[1]
+        raise
