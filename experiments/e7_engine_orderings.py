@@ -32,6 +32,7 @@ import dataclasses
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -53,8 +54,9 @@ LOADS = (0.7, 1.0, 1.3)
 """``--target-load`` values of the public-trace runs (mean offered load, no reuse)."""
 LOAD_WINDOW = 1000
 """Requests per public-trace window in the load runs."""
-LOAD_WINDOW_STEP_S = 1200.0
-"""Trace seconds between two windows of one trace in the load runs (the seed picks one)."""
+LOAD_WINDOW_STEP_S = {"mooncake-synthetic": 500.0}
+"""Trace seconds between two windows of one trace in the load runs (the seed picks one); 1,200 s
+for a trace not named (``synthetic_trace.jsonl`` spans only 1,022 s)."""
 AGENT = {"agent": {}, "agent-overloaded": {"num_sessions": 60, "session_rate_per_s": 1.0}}
 """Agent configurations (``experiments.agent_sessions.CONFIGS``)."""
 CLASSES = {"reuse": "RAG with reuse", "chat": "chat traces (Mooncake)", "no-reuse": "no reuse (Azure)",
@@ -105,7 +107,7 @@ def _with_outputs(name: str, **params) -> Builder:
 def _at_target_load(trace: str, target: float, max_requests: int) -> Builder:
     """A window of a public trace at ``fairsim run --target-load target`` (no reuse counted)."""
     def build(profile: Profile, seed: int) -> Scenario:
-        requests = real_scenario(trace, profile, 1.0, start_s=seed * LOAD_WINDOW_STEP_S,
+        requests = real_scenario(trace, profile, 1.0, start_s=seed * LOAD_WINDOW_STEP_S.get(trace, 1200.0),
                                  max_requests=max_requests, max_prompt_tokens=32768)
         scale = time_scale_for_load(requests, profile, EngineConfig().budget_tokens, target)
         return Scenario(trace, scale_time(requests, scale), EngineConfig(kv_blocks=A6000_KV_BLOCKS))
@@ -198,6 +200,30 @@ def run_case(case: Case, policies: Sequence[str], profile: Profile) -> Iterator[
             yield req, result.steps.assign(case=case.name, seed=seed, policy=pol)
 
 
+def case_tables(case: Case, policies: Sequence[str], profile: Profile, parts: Path,
+                resume: bool) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """``(requests, steps)`` of a case (steps only for agent cases, only ``STEP_POLICIES``),
+    written to ``parts`` as they finish so that ``--resume`` can skip a finished case."""
+    stem = case.name.replace("/", "_")
+    req_path, steps_path = parts / f"{stem}-requests.parquet", parts / f"{stem}-steps.parquet"
+    agent = case.experiment == "agent"
+    if resume and req_path.is_file() and (steps_path.is_file() or not agent):
+        requests = pd.read_parquet(req_path)
+        if set(requests["policy"]) == set(policies):
+            print(f"  {case.name}: reused {req_path}", file=sys.stderr)
+            return requests, pd.read_parquet(steps_path) if agent else None
+    with Timer(f"  {case.name} ({len(case.seeds)} seeds)"):
+        runs = list(run_case(case, policies, profile))
+    requests = pd.concat([r for r, _ in runs], ignore_index=True)
+    write_parquet(requests, req_path)
+    if not agent:
+        return requests, None
+    steps = pd.concat([s[STEP_KEEP + ["case", "seed", "policy"]] for _, s in runs
+                       if s["policy"].iloc[0] in STEP_POLICIES], ignore_index=True)
+    write_parquet(steps, steps_path)
+    return requests, steps
+
+
 def stats(g: pd.DataFrame) -> dict:
     """Requests, hit rate, TTFT p50 / p99 / max (s) and the starvation flag of one run's rows."""
     p99, worst = pct(g["ttft_s"], 99), float(g["ttft_s"].max())
@@ -271,26 +297,59 @@ def markdown(table: pd.DataFrame, classes: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+ENGINE_ORDERINGS = ("suf", "lpm-aging", "sjf-aging", "hrrn", "shortest-prefill-first", "dfs-weight",
+                    "lof", "lpm-sglang")
+"""The orderings serving engines ship (SGLang, TensorRT-LLM): orange in the figure."""
+
+
+def family(policy: str) -> str:
+    """Colour of a policy in the figure: Fairway and its variants, engine orderings, credit, paper."""
+    if policy.startswith("fairway"):
+        return "tab:green"
+    if policy in ENGINE_ORDERINGS:
+        return "tab:orange"
+    if policy in ("drr", "drr-dynamo", "vtc", "dlpm"):
+        return "tab:purple"
+    return "tab:blue"
+
+
 def figure(classes: pd.DataFrame):
-    """One panel per class: each policy's median / FCFS's against its worst / FCFS's (log axes)."""
+    """One panel per class: each policy's median / FCFS's against its worst / FCFS's (log axes;
+    colour = family, a cross = starved in at least one of the class's cases). Floods use the p99
+    instead of the median: a flood's median is a cached flood request's, the same for every order."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     keys = list(dict.fromkeys(classes["class"]))
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.6 * len(keys), 4.6), squeeze=False)
-    for ax, klass in zip(axes[0], keys):
+    cols = min(3, len(keys))
+    rows = -(-len(keys) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.2 * cols, 5.4 * rows), squeeze=False)
+    for ax, klass in zip(axes.flat, keys):
         g = classes[classes["class"] == klass]
-        ax.scatter(g["p50_x"], g["max_x"], s=18, c=np.where(g["starved_cases"] > 0, "tab:red", "tab:blue"))
+        x = "p99" if klass == "flood" else "p50"
         for r in g.itertuples():
-            ax.annotate(r.policy, (r.p50_x, r.max_x), fontsize=6, xytext=(2, 2), textcoords="offset points")
+            ax.scatter(getattr(r, f"{x}_x"), r.max_x, s=28, color=family(r.policy),
+                       marker="x" if r.starved_cases else "o")
+            ax.annotate(r.policy, (getattr(r, f"{x}_x"), r.max_x), fontsize=6.5, xytext=(3, 2), textcoords="offset points",
+                        color=family(r.policy))
         ax.axhline(1.0, color="grey", lw=0.5)
         ax.axvline(1.0, color="grey", lw=0.5)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_title(f"{CLASSES.get(klass, klass)} ({int(g['cases'].iloc[0])} cases)", fontsize=9)
-        ax.set_xlabel("TTFT p50 / FCFS's (geo-mean)")
-    axes[0][0].set_ylabel("worst TTFT / FCFS's (geo-mean); red = starved somewhere")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(LogLocator(base=10, subs=tuple(range(1, 10))))
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            axis.set_minor_formatter(NullFormatter())
+        ax.set_title(f"{CLASSES.get(klass, klass)} ({int(g['cases'].iloc[0])} cases)", fontsize=10)
+        ax.set_xlabel(f"TTFT {x} / FCFS's (geometric mean over cases)")
+        ax.tick_params(labelsize=7)
+        ax.set_ylabel("worst TTFT / FCFS's")
+    for ax in list(axes.flat)[len(keys):]:
+        ax.axis("off")
+    fig.suptitle("E7: lower left wins; green = Fairway family, orange = engine orderings, purple = credit, "
+                 "blue = paper baselines; x = starved in some case", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -299,6 +358,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run E7; write the tables, the figure and ``summary.json`` to ``--out``."""
     p = parser(__doc__.splitlines()[0], "results/e7")
     p.add_argument("--cases", default=None, help="comma-separated case names to run (default: all)")
+    p.add_argument("--resume", action="store_true",
+                   help="reuse the per-case tables an earlier run left in OUT/parts (same code and policies)")
     args = p.parse_args(argv)
     profile = load_profile(args.profile) if args.profile else load_profile()
     policies = ([s.strip() for s in args.policies.split(",") if s.strip()] if args.policies
@@ -316,13 +377,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     with Timer("e7_engine_orderings"):
         reqs, agent_steps, rows = [], [], []
         for case in cases:
-            with Timer(f"  {case.name} ({len(case.seeds)} seeds)"):
-                runs = list(run_case(case, policies, profile))
-            requests = pd.concat([r for r, _ in runs], ignore_index=True)
+            requests, steps = case_tables(case, policies, profile, args.out / "parts", args.resume)
             reqs.append(requests)
-            if case.experiment == "agent":
-                agent_steps += [s[STEP_KEEP + ["case", "seed", "policy"]] for _, s in runs
-                                if s["policy"].iloc[0] in STEP_POLICIES]
+            if steps is not None:
+                agent_steps.append(steps)
             rows += case_rows(case, requests)
         table = add_ratios(pd.DataFrame(rows))
         classes = class_table(table)

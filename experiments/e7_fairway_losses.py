@@ -14,7 +14,8 @@ Two questions, answered from ``results/e7`` (``requests.parquet``, ``steps-agent
    evicted, and from the step tables the mean waiting queue and evictions per run.
 
 Run: ``python -m experiments.e7_fairway_losses [--results results/e7]`` (after E7); writes
-``fairway_losses.md`` and ``agent_kinds.parquet`` next to E7's tables.
+``fairway_losses.md``, ``agent_kinds.parquet`` and ``agent_later_by_wait.parquet`` next to E7's
+tables.
 """
 
 from __future__ import annotations
@@ -93,7 +94,33 @@ def agent_table(req: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def markdown(l_floor: int, azure: pd.DataFrame, agent: pd.DataFrame) -> str:
+WAIT_BUCKETS = (0.0, 2.0, 10.0, np.inf)
+"""Queueing-delay buckets (s) of the later-turn table: served at once, after a few s, late."""
+
+
+def lost_by_wait(req: pd.DataFrame, profile: Profile) -> pd.DataFrame:
+    """Later turns of top-level sessions, per (case, policy, wait bucket): share of the turns,
+    share that found their context evicted, and the medians of Fairway's two key terms at
+    admission (``h / c`` and ``wait / SLO``, whatever the policy that ran)."""
+    rows = []
+    later = req[req["case"].str.startswith("agent") & (req["klass"] == "agent") & (req["turn"] > 0)
+                & req["policy"].isin(FOCUS)].copy()
+    later["wait_s"] = later["first_scheduled_s"] - later["released_s"]
+    later["lost"] = (later["ideal_cached_tokens"] - later["cached_tokens"]) >= BLOCK
+    slo = {L: max(1.0, 3.0 * profile.idle_prefill_time(int(L))) for L in later["prompt_tokens"].unique()}
+    later["hit_term"] = later["cached_tokens"] / np.maximum(later["prompt_tokens"] - later["cached_tokens"], 1)
+    later["wait_term"] = later["wait_s"] / later["prompt_tokens"].map(slo)
+    later["bucket"] = pd.cut(later["wait_s"], WAIT_BUCKETS, right=False,
+                             labels=[f"{a:g}-{b:g} s" for a, b in zip(WAIT_BUCKETS, WAIT_BUCKETS[1:])])
+    for (case, pol), g in later.groupby(["case", "policy"], sort=False):
+        for bucket, b in g.groupby("bucket", observed=False):
+            rows.append({"case": case, "policy": pol, "wait": str(bucket), "share": len(b) / len(g),
+                         "lost": float(b["lost"].mean()) if len(b) else np.nan,
+                         "hit_term_p50": pct(b["hit_term"], 50), "wait_term_p50": pct(b["wait_term"], 50)})
+    return pd.DataFrame(rows)
+
+
+def markdown(l_floor: int, azure: pd.DataFrame, agent: pd.DataFrame, by_wait: pd.DataFrame) -> str:
     lines = ["# Fairway's losses in E7, from the per-request data", "",
              f"Fairway's SLO is the 1 s floor for every prompt under {l_floor:,} tokens (3 x T_idle(L) <= 1 s).", "",
              "## No reuse (Azure)", "",
@@ -116,6 +143,15 @@ def markdown(l_floor: int, azure: pd.DataFrame, agent: pd.DataFrame) -> str:
                          f"{r.wait_p50_s:.2f} | {r.uncached_p50:.0f} | {r.hit_rate:.2f} / {r.ideal_hit_rate:.2f} | "
                          f"{r.context_lost:.1%} | {r.mean_waiting:.1f} | {r.evictions_per_run:.0f} |")
         lines.append("")
+    lines += ["## Agent sessions: later turns by queueing delay", "",
+              "Share of a policy's later turns in each bucket, share of them that found their session's context "
+              "evicted, and Fairway's key terms at admission (`h / c`, `wait / SLO`; medians).", "",
+              "| case | policy | " + " | ".join(f"{w}: share, lost, h/c, wait/SLO" for w in dict.fromkeys(by_wait["wait"])) + " |",
+              "|---|---|" + "---|" * by_wait["wait"].nunique()]
+    for (case, pol), g in by_wait.groupby(["case", "policy"], sort=False):
+        cells = [f"{r.share:.0%}, {r.lost:.0%}, {r.hit_term_p50:.1f}, {r.wait_term_p50:.1f}" if r.share else "–"
+                 for r in g.itertuples()]
+        lines.append(f"| {case} | {pol} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -131,8 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     req, steps = pd.read_parquet(req_path), pd.read_parquet(steps_path)
     l_floor = floor_length(profile)
     azure, agent = no_reuse_table(req, l_floor), agent_table(req, steps)
+    by_wait = lost_by_wait(req, profile)
     write_parquet(agent, args.results / "agent_kinds.parquet")
-    text = markdown(l_floor, azure, agent)
+    write_parquet(by_wait, args.results / "agent_later_by_wait.parquet")
+    text = markdown(l_floor, azure, agent, by_wait)
     (args.results / "fairway_losses.md").write_text(text + "\n")
     print(text)
     return 0
