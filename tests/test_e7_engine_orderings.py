@@ -72,3 +72,27 @@ def test_unknown_policy_or_case_is_refused():
         e7.main(["--tiny", "--policies", "fcfs,nope"])
     with pytest.raises(SystemExit, match="--cases: unknown nope"):
         e7.main(["--tiny", "--cases", "nope"])
+
+
+def test_fairway_losses_tables(tiny):
+    from experiments import e7_fairway_losses as losses
+
+    assert losses.main(["--results", str(tiny)]) == 0
+    kinds = pd.read_parquet(tiny / "agent_kinds.parquet")
+    for _, g in kinds.groupby(["case", "policy"]):
+        assert set(g["kind"]) <= {"all", "first", "later", "subagent"}
+        assert g.loc[g["kind"] == "all", "requests"].item() == g.loc[g["kind"] != "all", "requests"].sum()
+    by_wait = pd.read_parquet(tiny / "agent_later_by_wait.parquet")
+    assert np.allclose(by_wait.groupby(["case", "policy"])["share"].sum(), 1.0)
+    assert "## Agent sessions: later turns by queueing delay" in (tiny / "fairway_losses.md").read_text()
+
+
+def test_ideal_cached_is_the_longest_earlier_sent_prefix():
+    req = pd.DataFrame({"request_id": ["a", "b", "c"], "released_s": [0.0, 1.0, 2.0],
+                        "prompt_tokens": [1024, 1536, 1024]})
+    blocks = {"a": ("x", "y"), "b": ("x", "y", "z"), "c": ("x", "q")}
+    # a: nothing sent before; b: a's two blocks; c: only x (q never seen)
+    assert e7.ideal_cached(req, blocks, 512).tolist() == [0, 1024, 512]
+    # capped at prompt - 1: a 1,024-token prompt whose two blocks were all seen hits 1,023
+    again = pd.concat([req, pd.DataFrame({"request_id": ["d"], "released_s": [3.0], "prompt_tokens": [1024]})])
+    assert e7.ideal_cached(again.reset_index(drop=True), {**blocks, "d": ("x", "y")}, 512).tolist()[-1] == 1023
