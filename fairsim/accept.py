@@ -162,9 +162,14 @@ def window_stats(result: SimResult, scored: set[str]) -> dict[str, Any]:
 def window_requests(requests: Sequence[Request], w: Window, warmup_s: float,
                     time_scale: float) -> tuple[list[Request], set[str]]:
     """Requests of ``[start - warmup, end)`` rebased to 0 and time-scaled, and the ids scored
-    (those arriving in ``[start, end)``)."""
+    (those arriving in ``[start, end)``).
+
+    A closed-loop turn whose predecessor arrived before the cut is sent at its own timestamp, as
+    ``fairsim run --window-start`` sends it (``fairsim.traces.sessions.detach_cut``)."""
+    from fairsim.traces.sessions import detach_cut
+
     t0 = max(0.0, w.start_s - warmup_s)
-    sub = [r for r in requests if t0 <= r.arrival_time < w.end_s]
+    sub, _ = detach_cut([r for r in requests if t0 <= r.arrival_time < w.end_s], requests)
     scored = {r.request_id for r in sub if r.arrival_time >= w.start_s}
     return ([dataclasses.replace(r, arrival_time=(r.arrival_time - t0) * time_scale) for r in sub],
             scored)

@@ -188,3 +188,20 @@ class TestClockLabels:
         assert out.split("busiest windows: ")[1].split(",")[0].split(" load")[0].endswith(" trace s")
         assert main(["analyze", str(path), "--window-length", "5"]) == 0
         assert "simulated s" not in capsys.readouterr().out  # one clock: plain seconds
+
+
+def test_window_of_a_closed_loop_trace_detaches_turns_whose_predecessor_was_cut():
+    """A session crossing a window's start: its first kept turn is sent at its own timestamp (as
+    run's --window-start sends it), not refused for naming a request outside the window."""
+    from fairsim.accept import Window, window_requests
+    from fairsim.types import Request
+
+    reqs = [Request("a0", 0.0, 100, session_id="a"),
+            Request("a1", 50.0, 100, session_id="a", after="a0", delay_s=5.0),
+            Request("a2", 80.0, 100, session_id="a", after="a1", delay_s=3.0),
+            Request("b0", 60.0, 100, session_id="b")]
+    sub, scored = window_requests(reqs, Window("w", 60.0, 100.0), warmup_s=20.0, time_scale=2.0)
+    by_id = {r.request_id: r for r in sub}
+    assert set(by_id) == {"a1", "a2", "b0"} and scored == {"a2", "b0"}
+    assert (by_id["a1"].after, by_id["a1"].delay_s, by_id["a1"].arrival_time) == (None, 0.0, 20.0)
+    assert (by_id["a2"].after, by_id["a2"].delay_s, by_id["a2"].arrival_time) == ("a1", 3.0, 80.0)
