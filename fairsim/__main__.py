@@ -33,7 +33,12 @@ def program() -> int:
             raise  # SystemExit (argparse, --help), or a bug in main's own error handling
         status = interrupt.report()
     finally:
-        interrupt.record_only()  # a Ctrl-C from here on (the exit itself) changes no result
+        interrupt.RAISE = False  # first: a Ctrl-C from here on (the exit itself) is only recorded
+        interrupt.record_only()
+    from fairsim.gcpause import freeze_for_exit
+
+    freeze_for_exit()
+    interrupt.ignore_for_exit()  # the status below is final; the exit itself is not interrupted
     if interrupt.REQUESTED:
         if status != 130:  # it came after main returned
             status = interrupt.report()
@@ -43,9 +48,6 @@ def program() -> int:
         # each exec() of a string clears the mark first (Python/pythonrun.c, run_eval_code_obj),
         # so one that raises nothing clears it.
         exec("None")  # noqa: S102 - a constant
-    from fairsim.gcpause import freeze_for_exit
-
-    freeze_for_exit()
     return status
 
 

@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import math
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -157,6 +158,28 @@ def window_stats(result: SimResult, scored: set[str]) -> dict[str, Any]:
     return {"requests": int(ttft.size), "p50_s": p50, "p99_s": p99, "max_s": mx,
             "starved": bool(mx > STARVATION_FACTOR * p99),
             "hit_rate": float(t["cached_tokens"].sum() / t["prompt_tokens"].sum())}
+
+
+def clip_to_trace(windows: Sequence[Window], requests: Sequence[Request]) -> list[Window]:
+    """``--windows`` cut at the trace's end: a window reaching past the last arrival ends just after
+    it (with a warning), so its load is over time the trace covers, not over empty seconds.
+
+    Raises:
+        ValueError: A window that starts after the last arrival (it would hold no request).
+    """
+    if not requests:
+        return list(windows)
+    last = max(r.arrival_time for r in requests)
+    end = math.nextafter(last, math.inf)  # the last arrival inside the half-open window
+    out = []
+    for w in windows:
+        if w.end_s > end and w.start_s <= last:
+            print(f"fairsim: warning: --windows {w.name}:{w.start_s:g}-{w.end_s:g}: the trace's last "
+                  f"arrival is at {last:g} trace s; the window is cut there (its load is over "
+                  f"{w.start_s:g}-{last:g} trace s)", file=sys.stderr)
+            w = dataclasses.replace(w, end_s=end)
+        out.append(w)
+    return out
 
 
 def window_requests(requests: Sequence[Request], w: Window, warmup_s: float,
@@ -318,7 +341,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
     block_size, kv_blocks = desc.block_size, desc.kv_blocks
     colocated = base.mode == "colocated"
     windows = (detect_windows(requests, profile, args.window_length, budget_tokens=base.budget_tokens,
-                              colocated=colocated) if given is None else given)
+                              colocated=colocated) if given is None else clip_to_trace(given, requests))
     windows = [with_load(requests, profile, w, scale, base.budget_tokens, colocated) for w in windows]
     config = dataclasses.replace(base, block_size=block_size, kv_blocks=kv_blocks,
                                  kv_fraction=None, kv_tokens=None)

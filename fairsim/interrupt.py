@@ -28,6 +28,11 @@ import weakref
 REQUESTED = False
 """True once SIGINT arrived in this process (read by ``fairsim.sim.engine`` every step)."""
 
+RAISE = True
+"""Whether ``_on_sigint`` raises ``KeyboardInterrupt``. The ``fairsim`` program sets it False, by a
+plain assignment (no call: Python runs signal handlers only at calls and backward jumps), the
+moment its command is over, so a Ctrl-C landing in what follows is recorded, never raised."""
+
 STATUS = 130
 """Exit status of an interrupted command: 128 + SIGINT, what a shell reports for a Ctrl-C."""
 MESSAGE = "fairsim: interrupted; results already written are kept"
@@ -81,7 +86,7 @@ def _on_sigint(signum: int, frame: types.FrameType | None) -> None:
         # Not every extension checks the calls its init makes: orjson's crashes (SIGSEGV) on a
         # KeyboardInterrupt raised there. Raise it once the import is done instead.
         _deliver_again()
-    elif not _in_finaliser(frame):  # else the step loop (or main, at the end) raises it
+    elif RAISE and not _in_finaliser(frame):  # else the step loop (or main, at the end) raises it
         raise KeyboardInterrupt
 
 
@@ -103,6 +108,16 @@ def record_only() -> None:
     ``install`` routed it (not where SIGINT is ignored or a caller installed its own)."""
     if signal.getsignal(signal.SIGINT) is _on_sigint:
         signal.signal(signal.SIGINT, _record)
+
+
+def ignore_for_exit() -> None:
+    """From now on SIGINT is ignored, where ``record_only`` routed it: the ``fairsim`` program's
+    status is decided and its results are complete. Without this, CPython's finalisation puts the
+    default action back for a signal that has a Python handler (``_PySignal_Fini``, leaving
+    ``SIG_IGN`` alone), and a Ctrl-C in the last milliseconds of the exit would kill the process
+    by SIGINT, with no line and no status of ours."""
+    if signal.getsignal(signal.SIGINT) is _record:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def report() -> int:

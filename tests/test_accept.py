@@ -205,3 +205,18 @@ def test_window_of_a_closed_loop_trace_detaches_turns_whose_predecessor_was_cut(
     assert set(by_id) == {"a1", "a2", "b0"} and scored == {"a2", "b0"}
     assert (by_id["a1"].after, by_id["a1"].delay_s, by_id["a1"].arrival_time) == (None, 0.0, 20.0)
     assert (by_id["a2"].after, by_id["a2"].delay_s, by_id["a2"].arrival_time) == ("a1", 3.0, 80.0)
+
+
+def test_a_window_past_the_trace_end_is_cut_there(capsys):
+    """--windows calm:0-10000 on a trace ending at 30 s: the window ends just after the last
+    arrival (warned), so its load is over the seconds the trace covers."""
+    import math
+
+    from fairsim.accept import clip_to_trace
+    from fairsim.analysis.load import Window
+    from fairsim.types import Request
+
+    reqs = [Request(f"r{i}", float(t), 100) for i, t in enumerate((0, 10, 30))]
+    [w, v] = clip_to_trace([Window("calm", 0.0, 10000.0), Window("early", 0.0, 5.0)], reqs)
+    assert (w.start_s, w.end_s) == (0.0, math.nextafter(30.0, math.inf)) and (v.start_s, v.end_s) == (0.0, 5.0)
+    assert "the trace's last arrival is at 30 trace s; the window is cut there" in capsys.readouterr().err

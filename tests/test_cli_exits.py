@@ -314,3 +314,14 @@ class TestSchedulerLimits:
             LiveConfig(budget_tokens=256, max_num_seqs=300)
         with pytest.raises(ValueError, match=f"budget_tokens={2**31}: need at most"):
             LiveConfig(budget_tokens=2**31)
+
+
+def test_the_exit_itself_ignores_ctrl_c():
+    """Once the program's status is decided, SIGINT is ignored: CPython's finalisation would put
+    the default action back for a Python handler and a late Ctrl-C would kill the process by
+    SIGINT, with no line of ours (seen as exit -2 right after a finished table)."""
+    code = ("import signal, sys; from fairsim.__main__ import program; sys.argv = ['fairsim', 'run', '--max-requests', '5', '--format', 'json'];"
+            "status = program(); print(status, signal.getsignal(signal.SIGINT) is signal.SIG_IGN)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert res.stdout.split()[-2:] == ["0", "True"], res.stdout + res.stderr

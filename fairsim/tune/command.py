@@ -385,7 +385,7 @@ def _print_report(args, payload, front, entries, axes, train, held, n_rows) -> N
     from fairsim.tune import report
 
     def names(ws: list) -> str:
-        return ", ".join(f"{w.window.name} {w.window.start_s:g}-{w.window.end_s:g} s ({len(w.scored)} req)" for w in ws)
+        return ", ".join(f"{w.window.name} {w.window.start_s:g}-{w.window.end_s:g} trace s ({len(w.scored)} req)" for w in ws)
 
     print(f"training windows: {names(train)}\nheld-out windows: {names(held)}\ntargets: {args.targets}")
     print(f"\nPareto front of {n_rows} trials (worst training window):")
