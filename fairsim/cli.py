@@ -59,7 +59,16 @@ class _CoreParseError(Exception):
     """A parse error of the core-only parser: ``main`` parses again with the full one."""
 
 
-class _CoreParser(argparse.ArgumentParser):
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line, as every other error of fairsim (the error
+    contract in ``main``): ``fairsim CMD: error: MESSAGE (fairsim CMD --help lists the options)``,
+    exit 2; argparse's own prints its whole usage block first."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook; it must not return
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
+
+
+class _CoreParser(_Parser):
     def error(self, message: str):  # noqa: D102 - argparse's hook
         raise _CoreParseError(message)
 
@@ -72,7 +81,7 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
             commands' modules (start-up of ``fairsim run``); a parse error then raises
             ``_CoreParseError`` instead of exiting, so the caller can parse with the full parser.
     """
-    cls = argparse.ArgumentParser if full else _CoreParser
+    cls = _Parser if full else _CoreParser
     parser = cls(prog="fairsim", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"fairsim {__version__}")
     parser.add_argument("--debug", action="store_true",
