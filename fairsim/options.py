@@ -590,7 +590,14 @@ def check_policies(names: Sequence[str], profile: Profile, params: dict[str, Any
             raise ValueError(f"--param {key}: policy {scope!r} is not among those run ({', '.join(names)})")
     own = {name: params_of(name, params) for name in names}
     for name in names:
-        make_policy(name, profile, **own[name])
+        try:
+            make_policy(name, profile, **own[name])
+        except ValueError as exc:  # a value the policy refuses: name the option it came from
+            message = str(exc)
+            if own[name] and "--param" not in message and not message.startswith("policy "):
+                given = " ".join(f"{k}={v!r}" for k, v in own[name].items())
+                raise ValueError(f"--param ({given}) of policy {name!r}: {message}") from None
+            raise
     return own
 
 
