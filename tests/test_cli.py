@@ -130,3 +130,11 @@ class TestReviewFindings:
                              "--time-scale", "2", "--out", str(tmp_path))
         info = json.loads((tmp_path / "run.json").read_text())
         assert code == 0 and info["time_scale"] == 2.0 and info["policies"] == ["fcfs"]
+
+
+def test_a_parameter_value_the_policy_refuses_names_its_param(capsys):
+    from fairsim.cli import main
+
+    assert main(["run", "--policy", "fairway", "--param", "fast_weight=-1", "--max-requests", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "fairsim: error: --param (fast_weight=-1) of policy 'fairway': Fairway weights must be > 0" in err
