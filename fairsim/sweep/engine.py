@@ -25,6 +25,10 @@ from fairsim.types import Request
 CAPACITY_KEYS = ("kv_blocks", "kv_fraction", "kv_tokens")
 """Engine keys that set the KV capacity (one replaces the others)."""
 
+FLEET_KEYS = {"instances": "int", "router": "str", "router_params": "dict"}
+"""Engine keys that describe the fleet (``fairsim run --instances/--router/--router-param``),
+not ``EngineConfig`` fields: ``fleet_of`` reads them, ``run_engine`` leaves them out."""
+
 
 def engine_fields() -> dict[str, str]:
     """``{name: annotation}`` of the keys a sweep's ``[engine]`` accepts.
@@ -33,6 +37,7 @@ def engine_fields() -> dict[str, str]:
     """
     fields = {f.name: str(f.type) for f in dataclasses.fields(EngineConfig)}
     fields.setdefault("kv_tokens", "int | None")
+    fields.update(FLEET_KEYS)
     return fields
 
 
@@ -41,7 +46,9 @@ def check_value(name: str, annotation: str, value: Any) -> str | None:
     if value is None:
         return None if "None" in annotation else "needs a value"
     is_int = isinstance(value, int) and not isinstance(value, bool)
-    if "float" in annotation:
+    if annotation == "dict":
+        ok, want = isinstance(value, dict), "a table"
+    elif "float" in annotation:
         ok = is_int or isinstance(value, float)
         want = "a number"
     elif "int" in annotation:
@@ -91,7 +98,7 @@ def run_engine(base: EngineConfig, overrides: dict[str, Any], requests: Sequence
             ``fairsim.sim.config.check_vllm_scheduler``).
     """
     fields = {f.name for f in dataclasses.fields(EngineConfig)}
-    changes = dict(overrides)
+    changes = {k: v for k, v in overrides.items() if k not in FLEET_KEYS}  # the fleet: fleet_of
     given = [k for k in CAPACITY_KEYS if changes.get(k) is not None]
     if len(given) > 1:
         raise ValueError(f"give one KV capacity of {', '.join(CAPACITY_KEYS)}, not {' and '.join(given)}")
@@ -112,3 +119,71 @@ def run_engine(base: EngineConfig, overrides: dict[str, Any], requests: Sequence
     config = dataclasses.replace(base, **changes)
     check_vllm_scheduler(config.budget_tokens, config.max_num_seqs)  # as fairsim run checks its options
     return config
+
+
+def fleet_point(point: dict[str, Any]) -> dict[str, Any]:
+    """``point`` with its fleet keys checked and ``router_params`` cut to the run's router.
+
+    ``router_params`` is ``{ROUTER: {KEY: VALUE}}`` (a router's parameters by its name, so one
+    table serves a grid over routers); the run keeps only its own router's table, and none when
+    that is empty. A point without fleet keys is returned unchanged (a single engine).
+
+    Raises:
+        ValueError: ``instances`` below 1, an unknown router (in ``router`` or as a key of
+            ``router_params``), ``router_params`` without a fleet, or a parameter the router
+            does not take or refuses (``fairsim.routers.make_router``).
+    """
+    from fairsim.routers import DEFAULT_ROUTER, ROUTERS, make_router
+
+    if not any(k in point for k in FLEET_KEYS):
+        return point
+    out = {k: v for k, v in point.items() if k not in FLEET_KEYS}
+    n = point.get("instances", 1)
+    router = point.get("router")
+    by_router = point.get("router_params", {})
+    if n < 1:
+        raise ValueError(f"instances={n}: need at least 1 instance")
+    for name in [router, *by_router]:
+        if name is not None and name not in ROUTERS:
+            raise ValueError(f"router {name!r}: unknown router; known routers: {', '.join(ROUTERS)}")
+    for name, params in by_router.items():
+        if not isinstance(params, dict):
+            raise ValueError(f"router_params.{name}: {params!r}; expected a table of the router's parameters")
+    out["instances"] = n
+    if n == 1 and router is None:
+        if by_router:
+            raise ValueError("router_params needs a router (or instances > 1, which routes round-robin)")
+        return out
+    out["router"] = router or DEFAULT_ROUTER
+    params = by_router.get(out["router"], {})
+    try:
+        make_router(out["router"], n, params, kv_blocks=1)  # checked up front, as fairsim run does
+    except (ValueError, TypeError) as exc:
+        raise ValueError(str(exc).replace("--router-param", f"router_params.{out['router']}")) from None
+    if params:
+        out["router_params"] = params
+    return out
+
+
+def fleet_of(point: dict[str, Any], seed: int) -> Any:
+    """The ``fairsim.cli_fleet.FleetSpec`` of a run's engine point (``fleet_point``'s form), or
+    ``None`` for a single engine. ``seed`` seeds a sampling router (``fairsim run --seed``)."""
+    from fairsim.cli_fleet import FleetSpec
+
+    if "router" not in point:
+        return None
+    return FleetSpec(point["instances"], point["router"], dict(point.get("router_params", {})), seed)
+
+
+def check_fleet_input(point: dict[str, Any], requests: Sequence[Request]) -> None:
+    """Refuse a router that needs what the workload lacks (sessions, prefix hashes).
+
+    Raises:
+        ValueError: The router and what it needs (``fairsim.routers.missing_input``).
+    """
+    if "router" in point:
+        from fairsim.routers import missing_input
+
+        missing = missing_input(point["router"], requests)
+        if missing is not None:
+            raise ValueError(missing.replace("--router ", "router "))

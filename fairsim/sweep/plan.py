@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fairsim.errors import SweepSpecError
-from fairsim.sweep.engine import CAPACITY_KEYS, check_value, engine_fields, run_engine
+from fairsim.sweep.engine import CAPACITY_KEYS, check_fleet_input, check_value, engine_fields, fleet_point, run_engine
 from fairsim.sweep.runspec import RunSpec, code_identity, file_sha256, run_id, trace_sha256
 from fairsim.sweep.spec import SweepSpec, parse_spec
 from fairsim.sweep.tracerun import load_trace_input, spec_terms, trace_engine
@@ -135,13 +135,16 @@ def _check_engine(s: SweepSpec) -> list[dict[str, Any]]:
     if "kv_blocks" in s.engine and len(sizes) > 1:
         raise s.error("engine.kv_blocks", f"with several block sizes {sorted(sizes)} a block count "
                       "gives each a different cache size in tokens; give engine.kv_tokens instead")
-    points = grid_points(s.engine)
-    for point in points:
+    points = []
+    for point in grid_points(s.engine):
         static = {k: v for k, v in point.items() if k in EngineConfig.__dataclass_fields__}
         try:
             EngineConfig(**static)
+            point = fleet_point(point)
         except USER_ERRORS as exc:
             raise s.error(f"engine ({_point(point)})", str(exc)) from None
+        if point not in points:  # router_params of other routers cut away: the same run once
+            points.append(point)
     return points
 
 
@@ -152,6 +155,7 @@ def _check_capacity(s: SweepSpec, where: str, requests: list, base: Any,
     for point in engines:
         try:
             resolve_capacity(requests, run_engine(base, point, requests))
+            check_fleet_input(point, requests)
         except USER_ERRORS as exc:
             at = f"{where}, engine ({_point(point)})" if point else where
             raise s.error(at, str(exc)) from None
@@ -252,6 +256,7 @@ def _workloads(s: SweepSpec, profile: Any, engines: list[dict[str, Any]]) -> Ite
                 try:
                     config, _ = trace_engine(inp, point, profile)
                     resolve_capacity(inp.requests, config)
+                    check_fleet_input(point, inp.requests)
                 except USER_ERRORS as exc:
                     raise s.error(at, spec_terms(str(exc))) from None
                 loss = mapping_loss(inp.requests, config.block_size) if config.block_size else None

@@ -54,7 +54,7 @@ def execute(run: RunSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
     """
     from fairsim.run import run_one
     from fairsim.costmodel import load_profile
-    from fairsim.sweep.engine import run_engine
+    from fairsim.sweep.engine import fleet_of, run_engine
     from fairsim.sweep.tracerun import load_trace_input, trace_engine
     from fairsim.sweep.workload import scenario_workload
 
@@ -73,13 +73,15 @@ def execute(run: RunSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
         requests = inp.requests
         engine, _ = trace_engine(inp, run.engine, profile)  # `fairsim run`'s capacity
         replay, think_scale = inp.args.replay, inp.args.think_scale
+        seed = inp.args.seed  # `fairsim run`'s --seed (a sampling router's)
     else:
         requests, base = scenario_workload(run.scenario, run.scenario_params, run.seed or 0, profile)
         engine = run_engine(base, run.engine, requests)
+        seed = run.seed or 0
     for path, sha in run.inputs.items():  # a scenario's data files, a user policy's module
         _check_unchanged(path, sha, "data file")
     result = run_one(run.policy, requests, profile, engine, run.policy_params, show_progress=False,
-                     replay=replay, think_scale=think_scale)
+                     replay=replay, think_scale=think_scale, fleet=fleet_of(run.engine, seed))
     cols = {"run_id": run.run_id, "scenario": run.scenario,
             "seed": run.seed if run.seed is not None else float("nan"), "policy": run.policy,
             "params": json.dumps(run.policy_params, sort_keys=True),

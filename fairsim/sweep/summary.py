@@ -6,7 +6,8 @@ Columns: ``run_id``, ``status`` (``ok``, ``failed`` or ``not run`` for a sweep c
 ``engine.KEY``), ``params`` and ``engine`` (the same as JSON text), ``profile``,
 ``profile_sha256``, ``fairsim_version``, ``kv_blocks``, ``block_size``, ``kv_tokens`` (blocks x
 block size: the run's effective cache), then ``fairsim.metrics.summarize``'s figures (NaN for a
-run without results).
+run without results); a fleet run (``engine.instances``/``engine.router``) adds
+``router_hit_rate`` and ``load_imbalance`` (``fleet_figures``).
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ def summarize_runs(out: Path, runs: Iterable[RunSpec]) -> pd.DataFrame:
             kv_blocks, block_size = int(req["kv_blocks"].iloc[0]), int(req["block_size"].iloc[0])
             row.update(kv_blocks=kv_blocks, block_size=block_size, kv_tokens=kv_blocks * block_size,
                        **summarize(req, steps))
+            if "instance" in req:
+                row.update(fleet_figures(req, steps, run.engine["instances"]))
             if "tpot_s" in req:  # a colocated run: its decode figures too, but ITL (it needs the
                 # token gaps, which a sweep does not store: no column rather than an empty one)
                 from fairsim.metrics import decode_summary
@@ -68,6 +71,24 @@ def summarize_runs(out: Path, runs: Iterable[RunSpec]) -> pd.DataFrame:
             if col in table:
                 table[col] = table[col].astype("Int64")
     return table
+
+
+def fleet_figures(requests: pd.DataFrame, steps: pd.DataFrame | None, instances: int) -> dict[str, float]:
+    """A fleet run's ``router_hit_rate`` and ``load_imbalance``, as ``fairsim run`` reports them
+    (``fairsim.cli_fleet.fleet_summary``), from its stored tables.
+
+    ``router_hit_rate``: the prefix the router counted as cached on the chosen instance over the
+    prompt tokens; ``load_imbalance``: the busiest instance's busy time (the sum of its step
+    durations) over the mean of all ``instances`` (an instance without steps counts 0).
+    """
+    prompt = float(requests["prompt_tokens"].sum())
+    hit = float(requests["router_cached_tokens"].sum()) / prompt if prompt else float("nan")
+    busy = [0.0] * instances
+    if steps is not None:
+        for k, value in steps.groupby("instance")["duration_s"].sum().items():
+            busy[int(k)] = float(value)
+    mean = sum(busy) / instances
+    return {"router_hit_rate": hit, "load_imbalance": max(busy) / mean if mean > 0 else float("nan")}
 
 
 def tidy_parameters(table: pd.DataFrame) -> pd.DataFrame:

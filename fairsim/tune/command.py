@@ -51,6 +51,9 @@ def add_tune_command(sub: argparse._SubParsersAction, add_common: Callable, fmt:
     p.add_argument("--workers", type=int, default=None,
                    help="local processes, or CPUs of a Ray started here (default: --batch, at most the cores)")
     add_common(p)
+    from fairsim.cli_fleet import add_fleet_options
+
+    add_fleet_options(p)  # every trial, reference and held-out run on this fleet
     retitle(p, "--out", "folder of the study (study.db, resumable) and its results: trials.parquet, "
                         "front.parquet, front.png, tune.json, policy-config.json (required)")
     retitle(p, "--format", "table for people, json (tune.json) for scripts")
@@ -129,6 +132,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from fairsim.io import check_writable_dir
     from fairsim.options import (capacity_of, check_policies, engine_config, load_in_trace_time, params_for,
                                  parse_params, resolve_policies)
+    from fairsim.cli_fleet import check_fleet_trace, fleet_spec
     from fairsim.policies import make_policy
     from fairsim.tune import evaluate as ev
 
@@ -150,6 +154,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise ValueError(f"--warmup {args.warmup}: need a finite time >= 0 s")
     if (args.train is None) != (args.holdout is None):
         raise ValueError("--train and --holdout go together (or neither: --folds cuts the windows)")
+    fleet = fleet_spec(args)
     require("optuna")
     if args.executor == "ray":
         require("ray")
@@ -171,6 +176,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(f"fairsim: note: {note}", file=sys.stderr)
 
     trace, requests, scale = load_in_trace_time(args, profile)
+    check_fleet_trace(fleet, requests, trace.source)
     base = engine_config(args, profile)
     block_size, kv_blocks = capacity_of(requests, base, args)
     config = dataclasses.replace(base, block_size=block_size, kv_blocks=kv_blocks, kv_fraction=None, kv_tokens=None)
@@ -186,9 +192,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     train = ev.cut_windows(requests, train_w, args.warmup, scale, "--train" if args.train else "--folds")
     held = ev.cut_windows(requests, held_w, args.warmup, scale, "--holdout" if args.holdout else "--folds")
 
-    sim = ev.Simulator(profile, config, args.replay, args.think_scale, fixed)
+    sim = ev.Simulator(profile, config, args.replay, args.think_scale, fixed, fleet)
     fingerprint = _fingerprint(args, trace, profile, names, spaces, fixed, targets, no_starvation,
-                               train_w, held_w, config, scale)
+                               train_w, held_w, config, scale, fleet)
     objective = ev.Objective(tuple(targets), no_starvation,
                              ev.reference_stats(sim, refs, [*train, *held]))
     axes = objective.axis_labels()
@@ -245,8 +251,10 @@ def _windows(parse: Callable, spec: str, option: str) -> list:
 
 
 def _fingerprint(args, trace, profile, names, spaces, fixed, targets, no_starvation, train_w, held_w,
-                 config, scale) -> dict[str, Any]:
-    """What a study's results depend on (``fairsim.tune.search``: a change refuses the study)."""
+                 config, scale, fleet) -> dict[str, Any]:
+    """What a study's results depend on (``fairsim.tune.search``: a change refuses the study).
+    ``fleet`` enters the settings only when there is one, so a single engine's study made before
+    fleets existed stays valid."""
     from fairsim.sweep.runspec import code_identity, file_sha256, trace_sha256
 
     def rng(r: Any) -> Any:
@@ -264,6 +272,8 @@ def _fingerprint(args, trace, profile, names, spaces, fixed, targets, no_starvat
         "trace_format": args.trace_format, "trace_part": getattr(args, "trace_part", None),
         "skip_long": args.skip_long, "max_model_len": args.max_model_len, "seed": args.seed, "search_seed": args.search_seed, "batch": args.batch,
     }
+    if fleet is not None:
+        setup["fleet"] = _fleet_json(fleet)
     from fairsim.costmodel import PROFILE_DIR
 
     profile_file = Path(args.profile) if Path(args.profile).is_file() else PROFILE_DIR / f"{args.profile}.json"
@@ -324,7 +334,8 @@ def _report(args, study, objective, sim, train, held, names, axes, notes, trace,
     fairway = untuned.get("fairway") or both("fairway", {})
     entries = [("default fairway", *fairway), (f"best untuned ({best_name})", *untuned[best_name])]
     payload: dict[str, Any] = {
-        "trace": trace.source, "profile": sim.profile.name, "policies": names, "targets": args.targets,
+        "trace": trace.source, "profile": sim.profile.name, "fleet": _fleet_json(sim.fleet),
+        "policies": names, "targets": args.targets,
         "axes": list(axes), "trials": args.trials, "trials_run_now": ran, "batch": args.batch, "search_seed": args.search_seed,
         "executor": args.executor, "train_windows": [_window(w) for w in train],
         "holdout_windows": [_window(w) for w in held], "notes": notes, "meets_targets": meets,
@@ -366,6 +377,13 @@ def _report(args, study, objective, sim, train, held, names, axes, notes, trace,
         raise ValueError(f"--targets {args.targets}: no trial of {len(rows)} meets the targets on the training "
                          f"windows{closest}; results kept in {out}")
     return 0
+
+
+def _fleet_json(fleet: Any) -> dict[str, Any] | None:
+    """The fleet as tune.json and the fingerprint record it (``None``: a single engine)."""
+    if fleet is None:
+        return None
+    return {"instances": fleet.instances, "router": fleet.router, "router_params": dict(fleet.params)}
 
 
 def _window(w: Any) -> dict[str, Any]:

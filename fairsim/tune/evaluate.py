@@ -85,6 +85,8 @@ class Simulator:
         profile, config: Cost model and engine (the KV capacity resolved on the whole trace).
         replay, think_scale: As ``fairsim run``'s ``--replay`` and ``--think-scale``.
         fixed: Policy -> parameters fixed by ``--param`` (not searched).
+        fleet: The fleet every run simulates (``--instances``/``--router``/``--router-param``,
+            ``fairsim.cli_fleet.FleetSpec``); ``None``: the single engine.
     """
 
     profile: Profile
@@ -92,6 +94,7 @@ class Simulator:
     replay: str | None
     think_scale: float
     fixed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    fleet: Any = None
 
     def stats(self, policy: str, params: dict[str, Any], windows: Sequence[WindowData]) -> list[dict[str, Any]]:
         """``window_stats`` of ``policy`` with ``params`` (plus its fixed ones) on each window."""
@@ -99,7 +102,8 @@ class Simulator:
 
         own = {**self.fixed.get(policy, {}), **params}
         return [window_stats(run_one(policy, w.requests, self.profile, self.config, own, show_progress=False,
-                                     replay=self.replay, think_scale=self.think_scale), set(w.scored))
+                                     replay=self.replay, think_scale=self.think_scale, fleet=self.fleet),
+                             set(w.scored))
                 for w in windows]
 
 
@@ -184,10 +188,12 @@ class Objective:
 
 
 def reference_stats(sim: Simulator, refs: Sequence[str], windows: Sequence[WindowData]) -> dict[str, dict[str, dict[str, Any]]]:
-    """Window name -> reference policy -> its statistics at default parameters."""
+    """Window name -> reference policy -> its statistics at default parameters (no ``--param``),
+    on the same engine or fleet as the trials."""
     out: dict[str, dict[str, dict[str, Any]]] = {w.window.name: {} for w in windows}
+    defaults = Simulator(sim.profile, sim.config, sim.replay, sim.think_scale, fleet=sim.fleet)
     for name in refs:
-        for w, s in zip(windows, Simulator(sim.profile, sim.config, sim.replay, sim.think_scale).stats(name, {}, windows)):
+        for w, s in zip(windows, defaults.stats(name, {}, windows)):
             out[w.window.name][name] = s
     return out
 
