@@ -33,23 +33,9 @@ def earliest_releases(requests: Sequence[Request], think_scale: float) -> dict[s
     Returns:
         The bound per request id; ``inf`` where the sum overflows float64.
     """
-    by_id = {r.request_id: r for r in requests}
-    out: dict[str, float] = {}
-    for r in requests:
-        chain: list[Request] = []
-        cur: Request | None = r
-        while cur is not None and cur.request_id not in out:
-            chain.append(cur)
-            cur = by_id.get(cur.after) if cur.after is not None else None
-        base = out[cur.request_id] if cur is not None else None
-        for q in reversed(chain):
-            if base is None or q.after is None or q.after not in by_id:
-                base = q.arrival_time
-            else:
-                base = base + q.delay_s * think_scale
-            out[q.request_id] = base
-            base = out[q.request_id]
-    return out
+    from fairsim.traces.sessions import chain_offsets
+
+    return {rid: a + d for rid, (a, d) in chain_offsets(requests, think_scale).items()}
 
 
 def check_release_times(requests: Sequence[Request], think_scale: float, limit_s: float, source: str,

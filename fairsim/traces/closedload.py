@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from fairsim.costmodel import Profile
 from fairsim.traces.fastreq import with_arrival
 from fairsim.traces.offered import OfferedLoad, busy_time, offered_load, prefill_work
+from fairsim.traces.sessions import chain_offsets
 from fairsim.types import Request
 
 BOUND_WHAT = ("offered load, closed loop, at most (each turn sent the instant the turn it follows was "
@@ -43,28 +44,6 @@ BOUND_WHAT = ("offered load, closed loop, at most (each turn sent the instant th
 def delivered_what(policy: str) -> str:
     """What the post-run figures are: the load the replay under ``policy`` delivered."""
     return f"load delivered under {policy} (closed loop, from the send times of the run)"
-
-
-def chain_offsets(requests: Sequence[Request], think_scale: float) -> dict[str, tuple[float, float]]:
-    """``request_id -> (a, D)``: the arrival time ``a`` of the first turn of the request's chain
-    and ``D``, the sum of ``delay_s * think_scale`` along the chain (0 for a first turn), seconds.
-
-    A request whose ``after`` is not among ``requests`` starts its own chain (as the replay sends
-    it at its ``arrival_time``). The links are acyclic (``fairsim.sim.arrivals.check_sessions``).
-    """
-    by_id = {r.request_id: r for r in requests}
-    out: dict[str, tuple[float, float]] = {}
-    for r in requests:
-        chain: list[Request] = []
-        cur: Request | None = r
-        while cur is not None and cur.request_id not in out:
-            chain.append(cur)
-            cur = by_id.get(cur.after) if cur.after is not None else None
-        for q in reversed(chain):
-            parent = out.get(q.after) if q.after is not None else None
-            out[q.request_id] = ((q.arrival_time, 0.0) if parent is None
-                                 else (parent[0], parent[1] + q.delay_s * think_scale))
-    return out
 
 
 def zero_wait(requests: Sequence[Request], think_scale: float) -> list[Request]:
