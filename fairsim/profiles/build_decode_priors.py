@@ -199,16 +199,23 @@ def build(gpu: str, model: str) -> dict[str, Any]:
         },
         **coeffs,
     )
+    return profile_json(profile, float(g["memory_gb"]), weights_gib, kv_bytes_per_token(model), MAX_MODEL_LEN)
+
+
+def profile_json(profile: Profile, device_memory_gib: float, weights_gib: float, kv_bytes_per_token: int,
+                 max_model_len: int) -> dict[str, Any]:
+    """``profile`` as a shipped prior's JSON: its fields, then ``kv_capacity`` (how the KV capacity
+    was derived, ``fairsim.kvcapacity``) and ``max_model_len``, then its metadata."""
     out = profile.to_dict()
     metadata = out.pop("metadata")
     out["kv_capacity"] = {
-        "device_memory_gib": float(g["memory_gb"]),
+        "device_memory_gib": device_memory_gib,
         "gpu_memory_utilization": GPU_MEMORY_UTILIZATION,
         "weights_gib": weights_gib,
         "activation_reserve_gib": ACTIVATION_RESERVE_GIB,
-        "kv_bytes_per_token": kv_bytes_per_token(model),
+        "kv_bytes_per_token": kv_bytes_per_token,
     }
-    out["max_model_len"] = MAX_MODEL_LEN
+    out["max_model_len"] = max_model_len
     out["metadata"] = metadata
     return out
 

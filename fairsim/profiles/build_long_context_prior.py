@@ -47,7 +47,7 @@ from typing import Any
 
 from fairsim.costmodel import PROFILE_DIR, Profile, model_idle_table
 from fairsim.profiles.build_decode_priors import (ACTIVATION_RESERVE_GIB, BLIS, BLIS_BETA, BUDGET_TOKENS, GIB, GPU_MEMORY_UTILIZATION,
-                                                  GPUS, K_A100_8B)
+                                                  GPUS, K_A100_8B, profile_json)
 
 NAME = "h200-qwen2.5-7b-1m-vllm-prior"
 MODEL = "Qwen/Qwen2.5-7B-Instruct-1M"
@@ -117,18 +117,7 @@ def build() -> dict[str, Any]:
         },
         **coeffs,
     )
-    out = profile.to_dict()
-    metadata = out.pop("metadata")
-    out["kv_capacity"] = {
-        "device_memory_gib": float(gpu["memory_gb"]),
-        "gpu_memory_utilization": GPU_MEMORY_UTILIZATION,
-        "weights_gib": weights_gib,
-        "activation_reserve_gib": ACTIVATION_RESERVE_GIB,
-        "kv_bytes_per_token": KV_BYTES_PER_TOKEN,
-    }
-    out["max_model_len"] = MAX_MODEL_LEN
-    out["metadata"] = metadata
-    return out
+    return profile_json(profile, float(gpu["memory_gb"]), weights_gib, KV_BYTES_PER_TOKEN, MAX_MODEL_LEN)
 
 
 def main() -> None:
