@@ -43,8 +43,13 @@ class TestCalibrateCommand:
             [(1, 0), (1, 64), (4, 0), (4, 64)]
         assert all(min(k for k, d in zip(s["context_tokens"], s["decoding"]) if d) >= 128 for s in decode_steps)
         assert meta["fit"]["num_holdout_decode"] >= 1
-        assert "e_s_per_decode_ctx_token" in data["coefficients"] or "f_s_per_decode" in data["coefficients"] \
-            or data["coefficients"]["a_s"] > 0
+        # The fit gives a one-decode step (128 tokens of context) a cost. Which terms carry it
+        # (a decode term, the per-request or the fixed one) depends on one noisy repeat of a
+        # loaded CPU, so the test asks for the step's fitted time, not for a given coefficient.
+        c = data["coefficients"]
+        one_decode = (c["a_s"] + c["b_s_per_token"] + c["d_s_per_request"] + c.get("f_s_per_decode", 0.0)
+                      + 128 * c.get("e_s_per_decode_ctx_token", 0.0))
+        assert one_decode > 0, c
         profile = load_profile(str(out))
         assert profile.idle_prefill_time(256) > 0
         # VLLM_CPU_KVCACHE_SPACE=1 GiB of 1 KiB tokens (tiny Llama): vLLM's pool of 8192 blocks of 128.
