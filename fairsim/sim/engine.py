@@ -384,6 +384,12 @@ class Engine:
                 # Colocated: every running request was preempted by its own growth (vLLM then runs
                 # a step with nothing scheduled and admits in the next one).
                 if not preempted:
+                    # A disaggregated prefill instance whose free blocks are pinned by finished
+                    # prefills awaiting their KV transfer waits for a release
+                    # (``fairsim.sim.disaggregated``); anywhere else this is a bug.
+                    if member is not None and getattr(member, "pinned", 0):
+                        now = yield from member.wait_for_blocks()
+                        continue
                     raise EngineInvariantError(
                         f"step {step} at {now:.6f} s scheduled nothing although {num_waiting} requests "
                         f"wait and {len(running)} run")

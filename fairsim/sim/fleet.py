@@ -152,6 +152,10 @@ class Fleet:
         As ``Engine``.
     """
 
+    #: What each engine reads of the fleet (``fairsim.sim.disaggregated`` gives its prefill
+    #: engines a member that can also wait for pinned blocks).
+    member_class: type[FleetMember] = FleetMember
+
     def __init__(self, requests: Sequence[Request], policies: Sequence[Policy], router: Router, profile: Profile,
                  config: EngineConfig = EngineConfig(), progress: Callable[[int], Any] | None = None, *,
                  replay: str | None = None, think_scale: float = 1.0, fast_order: bool = True,
@@ -166,7 +170,7 @@ class Fleet:
         self.env = simpy.Environment(initial_time=0.0)
         self.lives = make_lives(requests, block_size, config.mode == "colocated")
         self.all_keys = [live.keys for live in self.lives]
-        self.members = [FleetMember(self, k) for k in range(len(policies))]
+        self.members = [self.member_class(self, k) for k in range(len(policies))]
         self.replay = resolve_replay(requests, replay)
         # The engines get no requests of their own (the fleet routes them; capacity and replay
         # mode are resolved above, once for the trace).
@@ -246,14 +250,17 @@ class Fleet:
         """A request finished on instance ``k`` at ``t``: release its closed-loop followers and
         update the router's bookkeeping."""
         self.arrivals.finished(request_id, t)
-        live = self._by_id[request_id]
+        self._unroute(k, self._by_id[request_id], t)
+        self._schedule_wake()
+
+    def _unroute(self, k: int, live: Any, t: float) -> None:
+        """``live`` left instance ``k`` at ``t``: drop it from the router's counts of ``k``."""
         view = self.views[k]
         rreq = self._route_req[live.index]
         view.in_flight -= 1
         view.active_blocks -= rreq.prompt_blocks
         view.outstanding_tokens -= live.req.prompt_len - self._routed_cached[live.index]
         self.router.finished(rreq, k, t)
-        self._schedule_wake()
 
     # -- the run ---------------------------------------------------------------------------------
     def run(self) -> FleetResult:
