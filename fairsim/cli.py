@@ -32,6 +32,7 @@ from fairsim.deps import MissingDependencyError, missing_message
 from fairsim.errors import PolicyContractError, PolicyError, StatusError
 from fairsim.gcpause import freeze_for_exit
 from fairsim.io import path_arg
+from fairsim.cli_disagg import add_disagg_options
 from fairsim.cli_fleet import add_fleet_options
 from fairsim.options import HelpFormatter, add_common, resolve_policies
 from fairsim.policies import policy_names
@@ -94,6 +95,7 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
     run.add_argument("--policy-config", metavar="FILE", help=POLICY_CONFIG_HELP)
     add_common(run)
     add_fleet_options(run)
+    add_disagg_options(run)
     run.add_argument("--plots", type=path_arg, help=PLOTS_HELP)
     cmp = sub.add_parser("compare", help="simulate several policies on the same input, side by side",
                          formatter_class=fmt)
@@ -105,6 +107,7 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
                           "them (added to --policies if missing)")
     add_common(cmp)
     add_fleet_options(cmp)
+    add_disagg_options(cmp)
     cmp.add_argument("--plots", type=path_arg, help=PLOTS_HELP)
     cmp.add_argument("--baseline", default="fcfs", metavar="NAME",
                      help="show each policy's TTFT p50/p99/max as a ratio to this policy's (table, JSON, "

@@ -108,7 +108,12 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     from fairsim.sim.capacity import describe_capacity
     from fairsim.traces.closedload import delivered_what
 
-    fleet = fleet_spec(args)  # None: the single engine
+    from fairsim.cli_disagg import disagg_spec
+
+    # --mode disaggregated (fairsim/cli_disagg.py; it sets args.mode to colocated for shaping), else
+    # --instances/--router (fairsim/cli_fleet.py); None: the single engine.
+    disagg = disagg_spec(args)
+    fleet = disagg or fleet_spec(args)
     # describe_run reads the trace: its long-lived objects, no garbage cycles; frozen until the
     # first Engine.run ends (it unfreezes; so does an error before it, below). fairsim/gcpause.py.
     with paused(freeze=True):
@@ -132,6 +137,8 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         print(f"trace {trace.label}{scaled}: {load.describe(load_what)}", file=stream)
         print(describe_capacity(profile.name, block_size, kv_blocks, desc.capacity_source), file=stream)
         print(replay_line(args), file=stream)
+        if disagg is not None:
+            print(disagg.describe(profile), file=stream)
         for name in names:
             result = run_one(name, requests, profile, config, desc.policy_params[name],
                              replay=desc.replay, think_scale=desc.think_scale, fleet=fleet)
@@ -148,7 +155,11 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
                 print(f"{delivered.describe(delivered_what(name))}", file=stream)
                 summary.update(delivered_figures(delivered))
                 delivered_loads[name] = delivered.to_dict()
-            if fleet is not None:
+            if disagg is not None:
+                from fairsim.cli_disagg import disagg_summary
+
+                summary.update(disagg_summary(result))
+            elif fleet is not None:
                 summary.update(fleet_summary(result))
             summary["wall_time_s"] = result.wall_time_s
             summary["profile"] = profile.name
@@ -176,7 +187,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         from fairsim.run_plots import write_run_plots
 
         write_run_plots(args.plots, results, title=trace.name, slo=slo)
-        if fleet is not None:
+        if fleet is not None and disagg is None:
             from fairsim.cli_fleet import write_fleet_figure
 
             write_fleet_figure(args.plots, results, trace.name)
@@ -206,6 +217,10 @@ def print_rows(rows: dict[str, dict[str, Any]], fmt: str, colocated: bool) -> No
         from fairsim.cli_fleet import format_instances
 
         print(format_instances(rows))
+    if any(s.get("mode") == "disaggregated" for s in rows.values()):
+        from fairsim.cli_disagg import format_disaggregated
+
+        print(format_disaggregated(rows))
     sys.stdout.flush()
 
 
@@ -239,7 +254,10 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
         "absolute_time": trace.absolute_time, "warnings": list(trace.warnings),
         "skipped_records": len(trace.skipped),
     }
-    fleet = fleet_spec(args)
+    disagg = getattr(args, "disaggregated", None)  # --mode disaggregated (fairsim.cli_disagg)
+    fleet = None if disagg is not None else fleet_spec(args)
     if fleet is not None:  # --instances/--router (fairsim.cli_fleet); a lone engine's run.json is as before
         info.update(instances=fleet.instances, router=fleet.router, router_params=fleet.params)
+    if disagg is not None:
+        info.update(disagg.run_info())
     atomic_write_text(out / "run.json", json.dumps(info, indent=2) + "\n")

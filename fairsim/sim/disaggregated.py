@@ -120,7 +120,7 @@ class DisaggregatedResult(FleetResult):
 
 
 #: Columns the disaggregated mode adds to the request table (after the fleet's).
-DECODE_REQUEST_COLUMNS = ("decode_instance", "prefill_done_s", "kv_alloc_s", "held_s", "transfer_tokens",
+DECODE_REQUEST_COLUMNS = ("decode_instance", "prefill_done_s", "kv_alloc_s", "held_s", "decode_held", "transfer_tokens",
                           "transfer_s", "kv_ready_s", "decode_cached_tokens", "decode_preemptions")
 
 
@@ -159,6 +159,7 @@ class DecodeMember:
         self.all_keys = fleet.decode_keys
         self.heap: list = []  # the engine's release heap: always empty (see route_due)
         self.held: deque[_Live] = deque()
+        self.marked = 0  # leading held requests already recorded as refused (fleet.refused)
         self.held_blocks = 0  # prompt blocks of the held requests (the router's active blocks)
         self.transfers: list[tuple[float, int, _Live]] = []  # (ready_s, row, live) min-heap
         self.ready: deque[_Live] = deque()
@@ -203,6 +204,7 @@ class DecodeMember:
             if live.num_prompt_blocks - len(hit) + pool.num_evictable(hit) > pool.num_free:
                 break  # head of line: it and those behind it stay held
             self.held.popleft()
+            self.marked = max(0, self.marked - 1)
             self.held_blocks -= live.num_prompt_blocks
             pool.touch(hit)
             live.blocks = hit + pool.allocate(live.num_prompt_blocks - len(hit))
@@ -210,6 +212,10 @@ class DecodeMember:
             h = len(hit) * bs
             live.cached_at_admission = h
             self.fleet.start_transfer(self, live, h, now)
+        held = self.held
+        for i in range(self.marked, len(held)):  # refused at this step start: no blocks or no slot
+            self.fleet.refused[held[i].index] = True
+        self.marked = len(held)
 
     def idle(self, now: float):
         """Nothing runs here: wait for a hand-over or the next transfer's end; the clock then."""
@@ -280,6 +286,7 @@ class DisaggregatedFleet(Fleet):
         self.kv_alloc = [float("nan")] * n
         self.kv_ready = [float("nan")] * n
         self.transfer_tokens = [0] * n
+        self.refused = [False] * n  # held at a decode step start for want of blocks or a slot
         self._pins: dict[int, tuple[int, list[int]]] = {}  # row -> (prefill instance, blocks)
 
     # -- the hand-over ---------------------------------------------------------------------------
@@ -401,6 +408,7 @@ class DisaggregatedFleet(Fleet):
         cols["prefill_done_s"] = list(self.prefill_done)
         cols["kv_alloc_s"] = list(self.kv_alloc)
         cols["held_s"] = [a - d for a, d in zip(self.kv_alloc, self.prefill_done)]
+        cols["decode_held"] = list(self.refused)
         cols["transfer_tokens"] = list(self.transfer_tokens)
         cols["transfer_s"] = [r - a for r, a in zip(self.kv_ready, self.kv_alloc)]
         cols["kv_ready_s"] = list(self.kv_ready)

@@ -1,0 +1,235 @@
+"""``--mode disaggregated`` on ``run`` and ``compare``: ``--prefill-instances``,
+``--decode-instances``, ``--kv-link-gbps``, ``--kv-bytes-per-token``, the line before the run and
+the per-instance summary (``fairsim.sim.disaggregated`` runs it).
+
+Kept apart from ``fairsim/run.py`` (as ``cli_fleet``): ``disagg_spec`` checks the options and
+returns a ``DisaggSpec``, which ``run_one`` runs as it runs a ``FleetSpec``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fairsim.types import Request
+
+DISAGG_HELP = {
+    "prefill_instances": "--mode disaggregated: prefill engines, behind --router (default round-robin); each runs "
+                         "the ordering policy (default 1)",
+    "decode_instances": "--mode disaggregated: decode engines; a request's KV moves to the one with the fewest "
+                        "active KV blocks when its prefill ends (default 1)",
+    "kv_link_gbps": "--mode disaggregated: KV link bandwidth per GPU, Gbit/s (default 400: one 400 Gb/s "
+                    "InfiniBand NDR port per GPU, as in NVIDIA DGX H100/H200)",
+    "kv_bytes_per_token": "--mode disaggregated: KV bytes per token per GPU (default: the profile's "
+                          "kv_capacity.kv_bytes_per_token, 2 x layers x kv_heads x head_dim x dtype bytes / TP)",
+}
+
+_OPTIONS = (("prefill_instances", "--prefill-instances"), ("decode_instances", "--decode-instances"),
+            ("kv_link_gbps", "--kv-link-gbps"), ("kv_bytes_per_token", "--kv-bytes-per-token"))
+
+
+def add_disagg_options(p: argparse.ArgumentParser) -> None:
+    """Add ``disaggregated`` to ``--mode`` and the options of the mode (``run``, ``compare``)."""
+    from fairsim.io import count_arg
+
+    for action in p._actions:
+        if action.dest == "mode":
+            action.choices = (*action.choices, "disaggregated")
+            action.help += "; disaggregated: prefill and decode on separate engines, the KV moving between them"
+    p.add_argument("--prefill-instances", type=count_arg, default=None, metavar="P",
+                   help=DISAGG_HELP["prefill_instances"])
+    p.add_argument("--decode-instances", type=count_arg, default=None, metavar="D",
+                   help=DISAGG_HELP["decode_instances"])
+    p.add_argument("--kv-link-gbps", type=float, default=None, metavar="GBPS", help=DISAGG_HELP["kv_link_gbps"])
+    p.add_argument("--kv-bytes-per-token", type=float, default=None, metavar="BYTES",
+                   help=DISAGG_HELP["kv_bytes_per_token"])
+
+
+@dataclass(frozen=True)
+class DisaggSpec:
+    """A disaggregated deployment: ``prefill`` engines behind ``router`` (with ``params``),
+    ``decode`` engines, a link of ``gbps`` and (if given) ``bytes_per_token``."""
+
+    prefill: int
+    decode: int
+    router: str
+    params: dict[str, Any] = field(default_factory=dict)
+    gbps: float | None = None
+    bytes_per_token: float | None = None
+    seed: int = 0
+
+    def link(self, profile: Any) -> Any:
+        """The ``KVLink``: ``--kv-bytes-per-token`` or the profile's, and the bandwidth.
+
+        Raises:
+            ValueError: Neither gives the bytes per token (naming the profile and the option).
+        """
+        from fairsim.sim.disaggregated import DEFAULT_KV_LINK_GBPS, KVLink
+
+        per_token = self.bytes_per_token
+        if per_token is None:
+            if profile.kv_capacity is None:
+                raise ValueError(f"--mode disaggregated: profile {profile.name!r} has no kv_capacity."
+                                 f"kv_bytes_per_token; give --kv-bytes-per-token")
+            per_token = profile.kv_capacity.kv_bytes_per_token
+        return KVLink(per_token, DEFAULT_KV_LINK_GBPS if self.gbps is None else self.gbps)
+
+    def describe(self, profile: Any) -> str:
+        """The line printed before the run: the deployment and the transfer formula's figures."""
+        link = self.link(profile)
+        source = ("--kv-bytes-per-token" if self.bytes_per_token is not None
+                  else f"profile {profile.name}'s kv_capacity")
+        gbps = "--kv-link-gbps" if self.gbps is not None else "default: one 400 Gb/s NDR port per GPU"
+        return (f"disaggregated: {self.prefill} prefill instances behind {self.router}, {self.decode} decode "
+                f"instances (fewest active KV blocks); KV transfer = tokens x {link.bytes_per_token:,.0f} bytes "
+                f"({source}) / {link.gbps:g} Gbit/s ({gbps}) = {1e3 * link.seconds(1000):.3f} ms per 1,000 tokens")
+
+    def run(self, name: str, requests: Sequence[Request], profile: Any, config: Any, policy_params: dict[str, Any],
+            progress: Callable[[int], Any] | None = None, *, replay: str | None = None,
+            think_scale: float = 1.0) -> Any:
+        """Simulate ``requests`` with policy ``name`` on every prefill instance (FCFS on the
+        decode instances); a ``fairsim.sim.disaggregated.DisaggregatedResult``."""
+        from dataclasses import replace
+
+        from fairsim.policies import make_policy
+        from fairsim.routers import make_router
+        from fairsim.sim.capacity import resolve_capacity
+        from fairsim.sim.disaggregated import simulate_disaggregated
+
+        _, kv_blocks = resolve_capacity(requests, replace(config, mode="colocated"))
+        router = make_router(self.router, self.prefill, self.params, seed=self.seed, kv_blocks=kv_blocks)
+        policies = [make_policy(name, profile, **policy_params) for _ in range(self.prefill)]
+        decoders = [make_policy("fcfs", profile) for _ in range(self.decode)]
+        return simulate_disaggregated(requests, policies, router, decoders, profile, self.link(profile), config,
+                                      replay=replay, think_scale=think_scale, name=name, router_name=self.router)
+
+    def run_info(self) -> dict[str, Any]:
+        """``run.json``'s record of the deployment."""
+        return {"mode": "disaggregated", "prefill_instances": self.prefill, "decode_instances": self.decode,
+                "router": self.router, "router_params": self.params, "kv_link_gbps": self.gbps,
+                "kv_bytes_per_token": self.bytes_per_token}
+
+
+def disagg_spec(args: argparse.Namespace) -> DisaggSpec | None:
+    """The deployment ``--mode disaggregated`` asks for; ``None`` in the other modes.
+
+    With it, ``args.mode`` becomes ``colocated`` and ``args.disaggregated`` the spec: shaping
+    (output lengths capped at max_model_len, a KV capacity that holds each request's prompt and
+    output, ``--slo``, the decode columns) follows the decode side's rules.
+
+    Raises:
+        ValueError: A mode option without ``--mode disaggregated``; ``--instances`` with it (use
+            ``--prefill-instances``); a count below 1; a bandwidth or byte count that is not a
+            finite number > 0; a router parameter the router refuses.
+    """
+    from fairsim.options import parse_params
+    from fairsim.routers import DEFAULT_ROUTER, make_router
+
+    if getattr(args, "mode", None) != "disaggregated":
+        given = [option for dest, option in _OPTIONS if getattr(args, dest, None) is not None]
+        if given:
+            raise ValueError(f"{given[0]} needs --mode disaggregated")
+        return None
+    if getattr(args, "instances", 1) != 1:
+        raise ValueError(f"--instances {args.instances}: --mode disaggregated counts its engines with "
+                         f"--prefill-instances and --decode-instances")
+    counts = {}
+    for dest, option in _OPTIONS[:2]:
+        value = getattr(args, dest, None)
+        value = 1 if value is None else value
+        if value < 1:
+            raise ValueError(f"{option} {value}: need at least 1 instance")
+        counts[dest] = value
+    for dest, option in _OPTIONS[2:]:
+        value = getattr(args, dest, None)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{option} {value:g}: need a finite number > 0")
+    try:
+        params = parse_params(getattr(args, "router_param", []))
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("--param", "--router-param")) from None
+    spec = DisaggSpec(counts["prefill_instances"], counts["decode_instances"], args.router or DEFAULT_ROUTER,
+                      params, args.kv_link_gbps, args.kv_bytes_per_token, getattr(args, "seed", 0))
+    make_router(spec.router, spec.prefill, params, seed=spec.seed, kv_blocks=1)  # parameters checked up front
+    args.mode = "colocated"
+    args.disaggregated = spec
+    return spec
+
+
+def disagg_summary(result: Any) -> dict[str, Any]:
+    """Disaggregated figures of one policy's run, for its summary row.
+
+    Returns:
+        ``mode`` (``disaggregated``), ``prefill_instances``, ``decode_instances``, ``router``,
+        ``kv_link_gbps``, ``kv_bytes_per_token``; over requests ``held_p50_s``/``held_p99_s``
+        (prefill end to decode blocks), ``transfer_p50_s``/``transfer_p99_s``, ``transfer_tokens``
+        (sum), ``held_requests`` (requests a decode engine refused at a step start for want of
+        KV blocks or a ``max_num_seqs`` slot: ``decode_held``); ``prefill_load_imbalance`` and
+        ``decode_load_imbalance`` (max/mean busy time per side); ``per_instance``-like rows in
+        ``by_instance``: ``role``, ``instance``, ``requests``, ``busy_s``, ``tokens``,
+        ``evictions``, ``preemptions``, ``held_max`` (most requests held at a step start).
+    """
+    import numpy as np
+
+    reqs = result.columns("requests")
+    held = np.asarray(reqs["held_s"], dtype=np.float64)
+    moved = np.asarray(reqs["transfer_s"], dtype=np.float64)
+    rows = []
+    for role, parts in (("prefill", result.instances), ("decode", result.decode_instances)):
+        for k, part in enumerate(parts):
+            steps = part.columns("steps")
+            rows.append({"role": role, "instance": k, "requests": len(part.columns("requests"))})
+            for key, col in (("busy_s", "duration_s"), ("tokens", "tokens"), ("evictions", "evictions"),
+                             ("preemptions", "preemptions")):
+                total = np.sum(steps[col]) if len(steps) else 0
+                rows[-1][key] = float(total) if key == "busy_s" else int(total)
+    all_steps = result.columns("steps")
+    roles = np.asarray(all_steps["role"])
+    inst = np.asarray(all_steps["instance"])
+    held_at = np.asarray(all_steps["held"])
+    for row in rows:
+        mine = (roles == row["role"]) & (inst == row["instance"])
+        row["held_max"] = int(held_at[mine].max()) if mine.any() else 0
+
+    def imbalance(role: str) -> float:
+        busy = [r["busy_s"] for r in rows if r["role"] == role]
+        mean = sum(busy) / len(busy)
+        return max(busy) / mean if mean > 0 else float("nan")
+
+    return {
+        "mode": "disaggregated", "prefill_instances": len(result.instances),
+        "decode_instances": len(result.decode_instances), "router": result.router,
+        "kv_link_gbps": result.link.gbps, "kv_bytes_per_token": result.link.bytes_per_token,
+        "held_p50_s": float(np.percentile(held, 50)), "held_p99_s": float(np.percentile(held, 99)),
+        "held_requests": int(np.sum(reqs["decode_held"])),
+        "transfer_p50_s": float(np.percentile(moved, 50)), "transfer_p99_s": float(np.percentile(moved, 99)),
+        "transfer_tokens": int(np.sum(reqs["transfer_tokens"])),
+        "prefill_load_imbalance": imbalance("prefill"), "decode_load_imbalance": imbalance("decode"),
+        "by_instance": rows,
+    }
+
+
+def format_disaggregated(rows: dict[str, dict[str, Any]]) -> str:
+    """Plain-text per-instance table (both roles) below ``run``/``compare``'s table."""
+    header = ["policy", "role", "instance", "requests", "busy s", "tokens", "evictions", "preempt", "held max"]
+    body, notes = [], []
+    for name, s in rows.items():
+        if s.get("mode") != "disaggregated":
+            continue
+        notes.append(f"{name}: held p50/p99 {s['held_p50_s']:.3f}/{s['held_p99_s']:.3f} s ({s['held_requests']} "
+                     f"requests held), transfer p50/p99 {s['transfer_p50_s']:.4f}/{s['transfer_p99_s']:.4f} s, "
+                     f"load imbalance prefill {s['prefill_load_imbalance']:.3f}, decode "
+                     f"{s['decode_load_imbalance']:.3f}")
+        for r in s["by_instance"]:
+            body.append([name, r["role"], str(r["instance"]), str(r["requests"]), f"{r['busy_s']:.1f}",
+                         str(r["tokens"]), str(r["evictions"]), str(r["preemptions"]), str(r["held_max"])])
+    if not body:
+        return ""
+    widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
+    lines = ["", "per instance (disaggregated):"]
+    lines += ["  ".join(v.rjust(w) if i > 1 else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths)))
+              for r in [header] + body]
+    return "\n".join(lines + notes)
