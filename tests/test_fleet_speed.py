@@ -4,6 +4,7 @@ load) and the fast paths of fleet engines, which must not change a fleet's table
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -97,3 +98,56 @@ def test_vs_one_engine_runs_both_for_real(capsys):
     assert "120 requests" in head and "trace x2" in head
     assert "vs 1 engine" in columns and "vs x1" not in columns  # the pair is the one engine, not x1
     assert note.startswith("vs 1 engine: time of the 2-instance fleet over one engine")
+
+
+# -- fleet tables: the fast paths against the reference ----------------------------------------
+
+def _fleet_run(mode, router, policy="fairway", max_requests=600, extra=()):
+    import contextlib
+    import io
+
+    from fairsim.cli import build_parser
+    from fairsim.cli_fleet import FleetSpec
+    from fairsim.costmodel import load_profile
+    from fairsim.options import engine_config, load_requests
+
+    scale = "1" if mode == "prefill-only" else "6"
+    args = build_parser().parse_args(["run", "--trace", CONVERSATION, "--policy", policy, "--time-scale", scale,
+                                      "--mode", mode, "--max-requests", str(max_requests), *extra])
+    profile = load_profile(args.profile)
+    with contextlib.redirect_stderr(io.StringIO()):
+        _, requests = load_requests(args, profile)
+    return FleetSpec(4, router).run(policy, requests, profile, engine_config(args, profile), {},
+                                    replay=args.replay, think_scale=args.think_scale)
+
+
+def _tables(result):
+    """Every table of a fleet result as plain lists (fleet-wide, then per instance), NaN as the
+    string ``"nan"`` (a NaN equals no NaN, and a one-token request's TPOT is one)."""
+    def plain(values):
+        return ["nan" if isinstance(v, float) and math.isnan(v) else v for v in values]
+
+    out = []
+    for part in (result, *result.instances):
+        for name in ("requests", "steps"):
+            out.append({c: plain(v) for c, v in part.columns(name).columns.items()})
+        gaps = part.token_gaps
+        out.append(None if gaps is None else {c: plain(v) for c, v in gaps.to_dict("list").items()})
+    return out
+
+
+CASES = [("prefill-only", "round-robin", ()), ("prefill-only", "dynamo-kv", ()),
+         ("prefill-only", "session-affinity", ("--replay", "closed", "--think-scale", "0.2")),
+         ("colocated", "least-work", ("--kv-blocks", "250")),
+         ("colocated", "llm-d", ("--replay", "closed", "--think-scale", "0.2", "--kv-blocks", "250"))]
+
+
+@pytest.mark.parametrize("mode,router,extra", CASES)
+def test_advancing_the_clock_without_an_event_changes_no_table(monkeypatch, mode, router, extra):
+    # FleetMember.advance skips a step's SimPy timeout when it would be the next event anyway;
+    # the reference yields every one (the fleet before this fast path).
+    from fairsim.sim.fleet import FleetMember
+
+    fast = _tables(_fleet_run(mode, router, extra=extra))
+    monkeypatch.setattr(FleetMember, "advance", lambda self, t: False)
+    assert _tables(_fleet_run(mode, router, extra=extra)) == fast

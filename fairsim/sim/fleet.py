@@ -108,6 +108,23 @@ class FleetMember:
         self.all_keys = fleet.all_keys
         self.wake: simpy.Event | None = None
 
+    def advance(self, t: float) -> bool:
+        """Move the SimPy clock to ``t`` (s) without an event, when the engine's ``timeout(t -
+        now)`` would be the very next event anyway; False (nothing changed): the engine must
+        yield that timeout.
+
+        The timeout would be scheduled at ``now + (t - now)`` (SimPy's float), NORMAL priority,
+        after every pending event: it runs next exactly when that time is below every pending
+        event's (``Environment.peek``), and then nothing else runs in between. Skipping it
+        changes no decision and no time, only the cost: a SimPy event per step when the other
+        engines are idle or far ahead."""
+        env = self.fleet.env
+        at = env.now + (t - env.now)
+        if at < env.peek():
+            env._now = at  # what Environment.step sets on taking the timeout
+            return True
+        return False
+
     def route_due(self, now: float) -> None:
         """Route every release due by ``now`` (s) (before this engine's step at ``now``)."""
         fleet = self.fleet
