@@ -102,7 +102,7 @@ def test_vs_one_engine_runs_both_for_real(capsys):
 
 # -- fleet tables: the fast paths against the reference ----------------------------------------
 
-def _fleet_run(mode, router, policy="fairway", max_requests=600, extra=()):
+def _fleet_run(mode, router, policy="fairway", max_requests=600, extra=(), **fleet_options):
     import contextlib
     import io
 
@@ -117,6 +117,17 @@ def _fleet_run(mode, router, policy="fairway", max_requests=600, extra=()):
     profile = load_profile(args.profile)
     with contextlib.redirect_stderr(io.StringIO()):
         _, requests = load_requests(args, profile)
+    if fleet_options:
+        from fairsim.policies import make_policy
+        from fairsim.routers import make_router
+        from fairsim.sim.capacity import resolve_capacity
+        from fairsim.sim.fleet import simulate_fleet
+
+        config = engine_config(args, profile)
+        _, kv_blocks = resolve_capacity(requests, config)
+        return simulate_fleet(requests, [make_policy(policy, profile) for _ in range(4)],
+                              make_router(router, 4, {}, kv_blocks=kv_blocks), profile, config,
+                              replay=args.replay, think_scale=args.think_scale, name=policy, **fleet_options)
     return FleetSpec(4, router).run(policy, requests, profile, engine_config(args, profile), {},
                                     replay=args.replay, think_scale=args.think_scale)
 
@@ -130,7 +141,7 @@ def _tables(result):
     out = []
     for part in (result, *result.instances):
         for name in ("requests", "steps"):
-            out.append({c: plain(v) for c, v in part.columns(name).columns.items()})
+            out.append({c: plain(list(v)) for c, v in part.columns(name).columns.items()})
         gaps = part.token_gaps
         out.append(None if gaps is None else {c: plain(v) for c, v in gaps.to_dict("list").items()})
     return out
@@ -151,3 +162,24 @@ def test_advancing_the_clock_without_an_event_changes_no_table(monkeypatch, mode
     fast = _tables(_fleet_run(mode, router, extra=extra))
     monkeypatch.setattr(FleetMember, "advance", lambda self, t: False)
     assert _tables(_fleet_run(mode, router, extra=extra)) == fast
+
+
+COLOCATED = [("round-robin", "fairway", ()), ("dynamo-kv", "lpm", ()), ("least-work", "fcfs", ("--kv-blocks", "250")),
+             ("llm-d", "fairway", ("--replay", "closed", "--think-scale", "0.2", "--kv-blocks", "250")),
+             ("session-affinity", "fcfs", ("--replay", "closed", "--kv-blocks", "250"))]
+
+
+@pytest.mark.parametrize("router,policy,extra", COLOCATED)
+def test_colocated_fleets_on_the_decode_fast_path_give_the_step_by_step_tables(router, policy, extra):
+    fast = _fleet_run("colocated", router, policy, extra=extra, fast_decode=True)
+    reference = _fleet_run("colocated", router, policy, extra=extra, fast_decode=False)
+    assert _tables(fast) == _tables(reference)
+
+
+@pytest.mark.parametrize("router,extra", [("least-work", ()), ("dynamo-kv", ("--replay", "closed", "--think-scale", "0.2"))])
+def test_colocated_fleets_with_preemptions_on_the_decode_fast_path(router, extra):
+    # A small cache at a high load: decoders outgrow it and vLLM preempts the newest.
+    extra = ("--kv-blocks", "300", "--time-scale", "1.5", *extra)
+    fast = _fleet_run("colocated", router, "fcfs", extra=extra, fast_decode=True)
+    assert sum(fast.columns("requests")["preemptions"]) > 5
+    assert _tables(fast) == _tables(_fleet_run("colocated", router, "fcfs", extra=extra, fast_decode=False))
