@@ -23,8 +23,14 @@ completion during such a run sees this engine at the run's end (its cache and KV
 ahead), and if routed here joins the waiting queue at the run's end: no step of the run could have
 admitted it, only the ``waiting`` column of those steps leaves it out.
 
-Cost: one SimPy event per engine step (per run of chunk steps); colocated fleets run the
-step-by-step ``Engine``, not ``DecodeFastEngine``.
+Colocated instances are ``DecodeFastEngine``s (``fast_decode``): they yield between a step's
+allocations and its completions as ``Engine`` does, and run pure decode steps as one stretch only
+while those steps start before the next pending SimPy event (no release can be routed to them, and
+nothing they do is seen, before it), so their tables are the step-by-step fleet's
+(``tests/test_fleet_speed.py``).
+
+Cost: at most one SimPy event per engine step (per run of chunk steps, per decode stretch); none
+where the step's end is before every pending event anyway (``FleetMember.advance``).
 """
 
 from __future__ import annotations
