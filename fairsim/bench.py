@@ -54,7 +54,7 @@ from fairsim.timed import _SPAWNER, _timed  # noqa: F401  (tests and the Dynamo 
 MAX_TILED_REQUESTS = 10_000_000
 """Most requests ``--tile`` may build (memory: a request costs about 1 KB in the simulator)."""
 
-BENCH_ONLY = ("policies", "out", "format", "compare", "repeat", "tile")
+BENCH_ONLY = ("policies", "out", "format", "compare", "repeat", "tile", "vs_one_engine")
 
 SCHED_SIM_INSTALL = 'pip install sched-sim (or pip install -e ".[bench]")'
 
@@ -262,6 +262,20 @@ def _median_run(argv: list[str], name: str, repeat: int) -> dict[str, Any]:
     return _median_row([bench_policy(argv, name) for _ in range(repeat)])
 
 
+def one_engine_args(args: argparse.Namespace, closed: bool) -> argparse.Namespace:
+    """``--vs-one-engine``: ``args`` (a fleet of ``N = args.instances`` engines, its time scale
+    resolved) for one engine at the same per-engine load: no router, arrival times stretched N
+    times (``--time-scale`` x N) and, where the trace replays closed loop, think times too
+    (``--think-scale`` x N)."""
+    n = args.instances
+    one = argparse.Namespace(**vars(args))
+    one.instances, one.router, one.router_param = 1, None, []
+    one.time_scale, one.target_load = args.time_scale * n, None
+    if closed:
+        one.think_scale = args.think_scale * n
+    return one
+
+
 def _paired_runs(argv_base: list[str], argv_tiled: list[str], name: str, repeat: int) -> dict[str, Any]:
     """``--tile N``: the tiled run of ``name`` and, alternating with it, the trace itself
     (``repeat`` times each); the tiled row (its median run, ``_median_row``) with the untiled
@@ -291,6 +305,30 @@ def _paired_runs(argv_base: list[str], argv_tiled: list[str], name: str, repeat:
     return row
 
 
+def _one_engine_pairs(argv_one: list[str], argv_fleet: list[str], name: str, repeat: int) -> dict[str, Any]:
+    """``--vs-one-engine``: the fleet run of ``name`` and, alternating with it, the same requests
+    on one engine at the same per-engine load (``one_engine_args``), ``repeat`` times each; the
+    fleet row (its median run, ``_median_row``) with the one-engine runs' medians
+    ``one_engine_process_s`` and ``one_engine_loop_s``, and the fleet's time over the one
+    engine's, whole process (``vs_one_engine``) and loop alone (``loop_vs_one_engine``): the
+    median over the ``repeat`` pairs of each pair's ratio (as ``_paired_runs``).
+    ``one_engine_pairs``: every pair's ``[one-engine process_s, fleet process_s, one-engine
+    loop_s, fleet loop_s]`` (seconds), in the order run."""
+    one, fleet = [], []
+    for _ in range(repeat):
+        one.append(bench_policy(argv_one, name))
+        fleet.append(bench_policy(argv_fleet, name))
+    pairs = list(zip(one, fleet))
+    row = _median_row(fleet)
+    row["one_engine_process_s"] = statistics.median(r["process_s"] for r in one)
+    row["one_engine_loop_s"] = statistics.median(r["loop_s"] for r in one)
+    row["vs_one_engine"] = statistics.median(f["process_s"] / o["process_s"] for o, f in pairs)
+    row["loop_vs_one_engine"] = (statistics.median(f["loop_s"] / o["loop_s"] for o, f in pairs)
+                                 if all(o["loop_s"] > 0 for o in one) else float("nan"))
+    row["one_engine_pairs"] = [[o["process_s"], f["process_s"], o["loop_s"], f["loop_s"]] for o, f in pairs]
+    return row
+
+
 def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     """Bench each policy in a fresh process (and the peer with ``--compare``); print the figures.
 
@@ -315,6 +353,10 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
         raise ValueError(f"--tile {args.tile}: need an integer >= 1")
     if getattr(args, "slo", None):
         raise ValueError("--slo: bench measures simulator speed; use run/compare for goodput")
+    vs_one = getattr(args, "vs_one_engine", False)
+    if vs_one and getattr(args, "instances", 1) < 2:
+        raise ValueError(f"--vs-one-engine: compares a fleet with one engine; give --instances N >= 2 "
+                         f"(got --instances {getattr(args, 'instances', 1)})")
     peer, peer_name = None, None
     if args.compare == "dynamo":
         from fairsim.bench_dynamo import dynamo_available, skip_line
@@ -376,14 +418,25 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
         argv = run_argv(args)
         untiled.time_scale, untiled.target_load = args.time_scale, None
         argv_base = run_argv(untiled)
+        if vs_one:
+            from fairsim.sim.arrivals import resolve_replay
+
+            one = one_engine_args(args, resolve_replay(requests, args.replay) == "closed")
+            argv_base = run_argv(one)
         # What stopped the call (a failed child, the peer, Ctrl-C): raised once the policies that
         # finished are printed and written. At most one: a failed child or Ctrl-C ends the loop.
         stopped: BaseException | None = None
         try:
             for name in names:
                 try:
-                    rows[name] = (_paired_runs(argv_base, argv, name, args.repeat) if args.tile > 1
-                                  else _median_run(argv, name, args.repeat))
+                    if vs_one:
+                        rows[name] = _one_engine_pairs(argv_base, argv, name, args.repeat)
+                        rows[name].update(one_engine_time_scale=one.time_scale,
+                                          one_engine_think_scale=one.think_scale)
+                    elif args.tile > 1:
+                        rows[name] = _paired_runs(argv_base, argv, name, args.repeat)
+                    else:
+                        rows[name] = _median_run(argv, name, args.repeat)
                 except StatusError as exc:
                     stopped = exc
                     break
@@ -463,11 +516,13 @@ def _print_table(args: argparse.Namespace, names: list[str], rows: dict[str, dic
     print(f"profile {first['profile']}; KV cache {first['kv_blocks']:,} blocks x {first['block_size']} "
           f"tokens = {first['kv_tokens']:,} tokens; {first['requests']:,} requests; time scale "
           f"{args.time_scale:g}" + (f"; trace x{args.tile}" if args.tile > 1 else ""))
-    tiled = args.tile > 1
+    vs_one = getattr(args, "vs_one_engine", False)
+    tiled = args.tile > 1 and not vs_one  # with --vs-one-engine the tiled trace has no x1 runs
     ttft = peer == "dynamo"  # a peer with TTFT figures of the same requests: side by side
     header = (["policy", "steps", "sim s", "process s", "req/s", "loop s", "loop req/s", "peak MiB"]
               + (["TTFT p50 s", "TTFT p99 s"] if ttft else [])
-              + ([f"x {peer}"] if peer else []) + (["x1 process s", "vs x1", "loop vs x1"] if tiled else []))
+              + ([f"x {peer}"] if peer else []) + (["x1 process s", "vs x1", "loop vs x1"] if tiled else [])
+              + (["1 engine process s", "vs 1 engine", "loop vs 1 engine"] if vs_one else []))
     body = []
     for name in names:
         r = rows[name]
@@ -477,22 +532,31 @@ def _print_table(args: argparse.Namespace, names: list[str], rows: dict[str, dic
                     + ([_seconds(r['ttft_p50_s']), _seconds(r['ttft_p99_s'])] if ttft else [])
                     + ([f"{r[peer_ratio_key(peer)]:.2f}"] if peer else [])
                     + ([f"{r['tile1_process_s']:.2f}", f"{r['per_request_vs_tile1']:.2f}",
-                        f"{r['loop_per_request_vs_tile1']:.2f}"] if tiled else []))
+                        f"{r['loop_per_request_vs_tile1']:.2f}"] if tiled else [])
+                    + ([f"{r['one_engine_process_s']:.2f}", f"{r['vs_one_engine']:.2f}",
+                        f"{r['loop_vs_one_engine']:.2f}"] if vs_one else []))
     if peer == "sched-sim":
         p = rows["sched-sim"]
         body.append(["sched-sim", "", "", f"{p['process_s']:.2f}", f"{p['requests_per_s']:.0f}", "", "",
-                     f"{p['peak_mib']:.0f}", "1.00"] + (["", "", ""] if tiled else []))
+                     f"{p['peak_mib']:.0f}", "1.00"] + (["", "", ""] if tiled or vs_one else []))
     elif peer == "dynamo":
         p = rows["dynamo"]
         body.append(["dynamo", "", f"{p['sim_time_s']:.1f}", f"{p['process_s']:.2f}", f"{p['requests_per_s']:.0f}",
                      f"{p['loop_s']:.2f}", f"{p['loop_requests_per_s']:.0f}", f"{p['peak_mib']:.0f}",
-                     _seconds(p['ttft_p50_s']), _seconds(p['ttft_p99_s']), "1.00"] + (["", "", ""] if tiled else []))
+                     _seconds(p['ttft_p50_s']), _seconds(p['ttft_p99_s']), "1.00"] + (["", "", ""] if tiled or vs_one else []))
     widths = [max(len(row[i]) for row in [header] + body) for i in range(len(header))]
     for row in [header] + body:
         print("  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths))).rstrip())
     if tiled:
         print(f"vs x1: cost per request of the x{args.tile} trace over the trace itself (whole process; "
               f"loop alone), the two run alternately; the median of the {args.repeat} pair ratio(s)")
+    if vs_one:
+        think = first["one_engine_think_scale"]
+        print(f"vs 1 engine: time of the {args.instances}-instance fleet over one engine on the same requests "
+              f"at the same per-engine load (time scale {first['one_engine_time_scale']:g}"
+              + (f", think scale {think:g}" if think != args.think_scale else "")
+              + f"), the two run alternately (whole process; loop alone); the median of the {args.repeat} "
+              f"pair ratio(s)")
     tokens = ("the trace's output lengths" if getattr(args, "mode", "") == "colocated" else "one output token")
     kept = "" if args.out is not None else "; a temporary trace file: --out DIR keeps it"
     if peer == "sched-sim":

@@ -124,6 +124,10 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
     bench.add_argument("--repeat", type=int, default=1, help="runs per policy; the median is kept")
     bench.add_argument("--tile", type=int, default=1, metavar="N",
                        help="concatenate N time-shifted copies of the trace")
+    bench.add_argument("--vs-one-engine", action="store_true",
+                       help="with --instances N: also run the same requests on one engine at the same per-engine "
+                            "load (arrivals N times further apart), alternating, and print the fleet's time "
+                            "over it")
     if not full:
         return parser
     # Live vLLM commands (replay, equivalence, fidelity, hook-overhead) and calibrate; their

@@ -114,18 +114,28 @@ class DecodeFastEngine(Engine):
         budget_tokens = self.config.budget_tokens
         events = self._events
         intr = interrupt
+        # A fleet member (fairsim.sim.fleet) routes what is due before each step, waits for its
+        # inbox when idle, yields at each step's end (between its allocations and its
+        # completions, as Engine._loop) and stretches only steps that start before the next
+        # pending SimPy event (no routing can reach it before that).
+        member = self._member
         now = env.now
         synced = now  # the SimPy clock follows ``now`` at idle waits and stretch ends
         step = 0
         while arrivals or waiting or preempted_q or self._running:
             if intr.REQUESTED:  # a Ctrl-C swallowed by a finaliser still stops the run
                 raise KeyboardInterrupt
+            if member is not None:
+                member.route_due(now)
             for released, _, live in arrivals.pop_due(now):
                 live.released_s = released
                 live.arrival_prefill = self.prefill_tokens
                 waiting[id(live)] = live
                 self._watch(live)
             running = self._running
+            if member is not None and not (waiting or preempted_q or running):
+                now = yield from member.idle(now)
+                continue
             if not (waiting or preempted_q or running):
                 nxt = arrivals.next_time()
                 if nxt is None:
@@ -145,9 +155,14 @@ class DecodeFastEngine(Engine):
                 due_step = events[0][0]
                 if due_step < step:
                     raise EngineInvariantError(f"step {step}: a decoder event of step {due_step} was missed")
-                if tail == 0 and due_step != step and not waiting and not preempted_q:
-                    step, now = self._stretch(step, now, due_step)
-                    if now != synced:
+                until = env.peek() if member is not None else None
+                if (tail == 0 and due_step != step and not waiting and not preempted_q
+                        and (until is None or until > now)):
+                    step, now = self._stretch(step, now, due_step, until)
+                    if member is not None:
+                        if not member.advance(now):
+                            yield env.timeout(now - env.now)
+                    elif now != synced:
                         yield env.timeout(now - synced)
                         synced = now
                     continue
@@ -157,24 +172,31 @@ class DecodeFastEngine(Engine):
                     if live.dec_seq == seq:
                         due.append(live)
                 if not due or self._blocks_needed(due, step) <= pool.num_free:
-                    now = self._fast_step(step, now, due)
+                    end_s, batch = self._fast_start(step, now, due)
+                    if member is not None and not member.advance(end_s):
+                        yield env.timeout(end_s - env.now)
+                    now = self._fast_finish(step, now, end_s, due, batch)
                     step += 1
                     continue
-            done = self._reference_step(step, now)
-            if done is None:
+            started = self._reference_start(step, now)
+            if started is None:
                 continue  # every running request preempted itself: vLLM schedules nothing
-            now = done
+            end_s, batch = started
+            if member is not None and not member.advance(end_s):
+                yield env.timeout(end_s - env.now)
+            now = self._reference_finish(step, now, end_s, batch)
             step += 1
-        if now != synced:
+        if now != synced and member is None:
             yield env.timeout(now - synced)
 
     #: Stretches of at least this many steps are computed with numpy (below it, a Python loop
     #: is cheaper than the array set-up); the floats are the same either way.
     vector_min_steps = 48
 
-    def _stretch(self, step: int, now: float, stop: int) -> tuple[int, float]:
+    def _stretch(self, step: int, now: float, stop: int, until: float | None = None) -> tuple[int, float]:
         """Pure decode steps from ``step`` until step ``stop`` (the next decoder event) or an
-        arrival is due; returns the next step and its start time (s).
+        arrival is due, and (a fleet member) none starting at or after ``until`` (s); returns the
+        next step and its start time (s).
 
         Step ``i`` of the stretch has ``ctx + i * m`` context tokens and lasts
         ``step_time_colocated(m, ctx_i + m / 2, m, m, ctx_i)``; it starts at the previous start
@@ -185,6 +207,8 @@ class DecodeFastEngine(Engine):
         ctx = self._ctx
         half = 0.5 * m
         nxt = self._arrivals.next_time()
+        if until is not None and (nxt is None or until < nxt):
+            nxt = until  # stop as before an arrival due then
         starts, durs = self._cols[0], self._cols[1]
         intr = interrupt
         k0 = step
@@ -238,8 +262,10 @@ class DecodeFastEngine(Engine):
             need += -(-(c + 1) // bs) - len(live.blocks)
         return need
 
-    def _fast_step(self, step: int, now: float, due: list[_Live]) -> float:
-        """One step with the decoders in aggregate; returns its end (s)."""
+    def _fast_start(self, step: int, now: float, due: list[_Live]) -> tuple[float, list]:
+        """A step with the decoders in aggregate (``due``: those with an event at it), up to its
+        end: allocations, caching, admissions, its row; returns its end (s) and its batch of
+        non-decoders. ``_fast_finish`` ends it (a fleet member yields in between)."""
         pool = self.pool
         bs = self.block_size
         running = self._running
@@ -311,7 +337,12 @@ class DecodeFastEngine(Engine):
         a[8](pool.num_cached)
         a[9](pool.num_evictions - evictions0)
         a[10](preempted)
-        end_s = now + duration
+        return now + duration, batch
+
+    def _fast_finish(self, step: int, now: float, end_s: float, due: list[_Live], batch: list) -> float:
+        """The end of the step ``_fast_start`` began at ``now`` (s): every decoder samples a token,
+        the due ones and the batch's may finish, at ``end_s`` (s, returned)."""
+        ctx = self._ctx
         # Step end: every decoder samples a token; the due ones may finish (in admission order,
         # before the batch's other requests, as Engine._finish_batch frees them).
         finished = 0
@@ -343,9 +374,10 @@ class DecodeFastEngine(Engine):
                 self._register(live, step + 1, end_s)
         return end_s
 
-    def _reference_step(self, step: int, now: float) -> float | None:
-        """One step by ``Engine._schedule`` with every decoder written back; returns its end (s),
-        or None when it scheduled nothing (every running request preempted by its own growth)."""
+    def _reference_start(self, step: int, now: float) -> tuple[float, list] | None:
+        """A step by ``Engine._schedule`` with every decoder written back, up to its end; returns
+        its end (s) and batch, or None when it scheduled nothing (every running request
+        preempted by its own growth). ``_reference_finish`` ends it."""
         self._write_back(step, now)
         self.reference_steps += 1
         num_waiting = len(self._waiting) + len(self._preempted)
@@ -365,7 +397,11 @@ class DecodeFastEngine(Engine):
                                            len(self._running), pool.num_used, pool.num_cached,
                                            pool.num_evictions - evictions0, preempted)):
             col.append(value)
-        end_s = now + duration
+        return now + duration, batch
+
+    def _reference_finish(self, step: int, now: float, end_s: float, batch: list) -> float:
+        """The end of the step ``_reference_start`` began at ``now`` (s): completions at ``end_s``
+        (s, returned), and the running decoders kept in aggregate from the next step."""
         finished = self._finish_batch(batch, step, now, end_s)
         if finished:
             self._running = [r for r in self._running if r.finish_s is None]

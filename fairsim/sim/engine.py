@@ -374,7 +374,7 @@ class Engine:
                     first = step
                     now, step = burst(live, now, step)
                     if step != first:
-                        if member is not None:
+                        if member is not None and not member.advance(now):
                             yield timeout(now - env.now)
                         continue
             num_waiting = len(waiting) + len(preempted_q)
@@ -420,7 +420,7 @@ class Engine:
                 preempted,
             ))
             end = now + duration
-            if member is not None:
+            if member is not None and not member.advance(end):
                 # The step's completions happen at its end, after the other engines' earlier events.
                 yield timeout(end - env.now)
             finished = finish_batch(batch, step, now, end)

@@ -23,8 +23,14 @@ completion during such a run sees this engine at the run's end (its cache and KV
 ahead), and if routed here joins the waiting queue at the run's end: no step of the run could have
 admitted it, only the ``waiting`` column of those steps leaves it out.
 
-Cost: one SimPy event per engine step (per run of chunk steps); colocated fleets run the
-step-by-step ``Engine``, not ``DecodeFastEngine``.
+Colocated instances are ``DecodeFastEngine``s (``fast_decode``): they yield between a step's
+allocations and its completions as ``Engine`` does, and run pure decode steps as one stretch only
+while those steps start before the next pending SimPy event (no release can be routed to them, and
+nothing they do is seen, before it), so their tables are the step-by-step fleet's
+(``tests/test_fleet_speed.py``).
+
+Cost: at most one SimPy event per engine step (per run of chunk steps, per decode stretch); none
+where the step's end is before every pending event anyway (``FleetMember.advance``).
 """
 
 from __future__ import annotations
@@ -108,6 +114,23 @@ class FleetMember:
         self.all_keys = fleet.all_keys
         self.wake: simpy.Event | None = None
 
+    def advance(self, t: float) -> bool:
+        """Move the SimPy clock to ``t`` (s) without an event, when the engine's ``timeout(t -
+        now)`` would be the very next event anyway; False (nothing changed): the engine must
+        yield that timeout.
+
+        The timeout would be scheduled at ``now + (t - now)`` (SimPy's float), NORMAL priority,
+        after every pending event: it runs next exactly when that time is below every pending
+        event's (``Environment.peek``), and then nothing else runs in between. Skipping it
+        changes no decision and no time, only the cost: a SimPy event per step when the other
+        engines are idle or far ahead."""
+        env = self.fleet.env
+        at = env.now + (t - env.now)
+        if at < env.peek():
+            env._now = at  # what Environment.step sets on taking the timeout
+            return True
+        return False
+
     def route_due(self, now: float) -> None:
         """Route every release due by ``now`` (s) (before this engine's step at ``now``)."""
         fleet = self.fleet
@@ -159,8 +182,10 @@ class Fleet:
     def __init__(self, requests: Sequence[Request], policies: Sequence[Policy], router: Router, profile: Profile,
                  config: EngineConfig = EngineConfig(), progress: Callable[[int], Any] | None = None, *,
                  replay: str | None = None, think_scale: float = 1.0, fast_order: bool = True,
-                 name: str | None = None, router_name: str | None = None) -> None:
+                 name: str | None = None, router_name: str | None = None, fast_decode: bool = True) -> None:
         from dataclasses import replace
+
+        from fairsim.sim.decode_fast import DecodeFastEngine
 
         block_size, kv_blocks = resolve_capacity(requests, config)
         config = replace(config, block_size=block_size, kv_blocks=kv_blocks, kv_tokens=None, kv_fraction=None)
@@ -174,8 +199,9 @@ class Fleet:
         self.replay = resolve_replay(requests, replay)
         # The engines get no requests of their own (the fleet routes them; capacity and replay
         # mode are resolved above, once for the trace).
-        self.engines = [Engine((), policy, profile, config, progress, replay=self.replay, think_scale=think_scale,
-                               fast_order=fast_order, name=name, member=member)
+        engine_type = DecodeFastEngine if fast_decode and config.mode == "colocated" else Engine
+        self.engines = [engine_type((), policy, profile, config, progress, replay=self.replay,
+                                    think_scale=think_scale, fast_order=fast_order, name=name, member=member)
                         for policy, member in zip(policies, self.members)]
         for engine in self.engines:
             engine.env = self.env
@@ -282,32 +308,33 @@ class Fleet:
             gc.unfreeze()
 
     def _result(self, wall_s: float) -> FleetResult:
+        colocated = self.config.mode == "colocated"
         parts = []
+        global_gaps = []
         for k, engine in enumerate(self.engines):
             engine._all.sort(key=lambda live: live.index)
-            local = {live.index: row for row, live in enumerate(engine._all)}
-            global_rows = engine._gap_rows
-            engine._gap_rows = [local[g] for g in global_rows]
-            gaps = engine._gap_table() if engine.colocated else None
-            engine._gap_rows = global_rows
+            gaps = None
+            if colocated:
+                import numpy as np
+
+                # The engine's gap table names requests by their trace row (live.index): the
+                # fleet-wide table keeps it, the instance's own counts its rows.
+                gaps = engine._gap_table()
+                global_gaps.append(gaps)
+                rows = np.fromiter((live.index for live in engine._all), dtype=np.int64, count=len(engine._all))
+                gaps = gaps.assign(request_row=np.searchsorted(rows, gaps["request_row"].to_numpy()))
             parts.append(SimResult(requests=engine._request_table(), steps=engine._step_table(), token_gaps=gaps,
                                    policy=engine.policy_name, kv_blocks=engine.kv_blocks,
                                    block_size=engine.block_size, wall_time_s=wall_s))
         requests = self._fleet_requests(parts)
         steps = self._fleet_steps(parts)
         gaps = None
-        if self.config.mode == "colocated":
-            import numpy as np
+        if colocated:
             import pandas as pd
 
-            frames = []
-            for engine in self.engines:
-                rows = np.asarray(engine._gap_rows, dtype=np.int64)
-                frames.append((rows, np.asarray(engine._gap_s, dtype=np.float64)))
-            rows = np.concatenate([f[0] for f in frames]) if frames else np.zeros(0, np.int64)
-            itl = np.concatenate([f[1] for f in frames]) if frames else np.zeros(0)
-            order = np.argsort(rows, kind="stable")
-            gaps = pd.DataFrame({"request_row": rows[order], "itl_s": itl[order]})
+            # A request's gaps are on one instance, in token order: a stable sort by row keeps it.
+            gaps = pd.concat(global_gaps, ignore_index=True).sort_values("request_row", kind="stable",
+                                                                        ignore_index=True)
         first = self.engines[0]
         return FleetResult(requests=requests, steps=steps, token_gaps=gaps, policy=first.policy_name,
                            kv_blocks=self.kv_blocks, block_size=self.block_size, wall_time_s=wall_s,
@@ -349,15 +376,18 @@ class Fleet:
 def simulate_fleet(requests: Sequence[Request], policies: Sequence[Policy], router: Router, profile: Profile,
                    config: EngineConfig = EngineConfig(), progress: Callable[[int], Any] | None = None, *,
                    replay: str | None = None, think_scale: float = 1.0, fast_order: bool = True,
-                   name: str | None = None, router_name: str | None = None) -> FleetResult:
-    """Replay ``requests`` through a fleet of ``len(policies)`` engines behind ``router``.
+                   name: str | None = None, router_name: str | None = None, fast_decode: bool = True) -> FleetResult:
+    """Replay ``requests`` through a fleet of ``len(policies)`` engines behind ``router``
+    (``fast_decode``: colocated instances are ``DecodeFastEngine``s, else the step-by-step
+    ``Engine``, the reference; the same tables).
 
     Raises:
         As ``fairsim.sim.simulate`` (a policy's failure is reported as there).
     """
     with paused(freeze=True):
         fleet = Fleet(requests, policies, router, profile, config, progress, replay=replay,
-                      think_scale=think_scale, fast_order=fast_order, name=name, router_name=router_name)
+                      think_scale=think_scale, fast_order=fast_order, name=name, router_name=router_name,
+                      fast_decode=fast_decode)
     try:
         return fleet.run()
     except (Exception, SystemExit) as exc:
