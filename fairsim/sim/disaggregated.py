@@ -180,6 +180,9 @@ class DecodeMember:
         self.fleet.decode_finished(request_id, t)
 
     # -- the fleet-member interface ---------------------------------------------------------------
+    #: Skip a step's timeout when it would be the fleet's next event anyway (as a prefill member).
+    advance = FleetMember.advance
+
     def route_due(self, now: float) -> None:
         """At a step start ``now`` (s): transferred requests join the running set, then held
         requests are given blocks and start their transfers (module docstring)."""
