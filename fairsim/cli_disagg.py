@@ -1,6 +1,6 @@
 """``--mode disaggregated`` on ``run`` and ``compare``: ``--prefill-instances``,
-``--decode-instances``, ``--kv-link-gbps``, ``--kv-bytes-per-token``, the line before the run and
-the per-instance summary (``fairsim.sim.disaggregated`` runs it).
+``--decode-instances``, ``--kv-link-gbps``, ``--kv-bytes-per-token``, ``--decode-kv-blocks``, the line
+before the run, the KV capacity of both sides, the per-instance summary and ``disaggregated.png`` (``fairsim.sim.disaggregated`` runs it).
 
 Kept apart from ``fairsim/run.py`` (as ``cli_fleet``): ``disagg_spec`` checks the options and
 returns a ``DisaggSpec``, which ``run_one`` runs as it runs a ``FleetSpec``.
@@ -25,10 +25,14 @@ DISAGG_HELP = {
                     "InfiniBand NDR port per GPU, as in NVIDIA DGX H100/H200)",
     "kv_bytes_per_token": "--mode disaggregated: KV bytes per token per GPU (default: the profile's "
                           "kv_capacity.kv_bytes_per_token, 2 x layers x kv_heads x head_dim x dtype bytes / TP)",
+    "decode_kv_blocks": "--mode disaggregated: each decode engine's KV cache in blocks (of the run's block size); "
+                        "default: the prefill side's (--kv-blocks/--kv-tokens/--kv-fraction or the profile's). "
+                        "Given, a prefill engine need only hold each prompt",
 }
 
 _OPTIONS = (("prefill_instances", "--prefill-instances"), ("decode_instances", "--decode-instances"),
-            ("kv_link_gbps", "--kv-link-gbps"), ("kv_bytes_per_token", "--kv-bytes-per-token"))
+            ("kv_link_gbps", "--kv-link-gbps"), ("kv_bytes_per_token", "--kv-bytes-per-token"),
+            ("decode_kv_blocks", "--decode-kv-blocks"))
 
 
 def add_disagg_options(p: argparse.ArgumentParser) -> None:
@@ -46,12 +50,15 @@ def add_disagg_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-link-gbps", type=float, default=None, metavar="GBPS", help=DISAGG_HELP["kv_link_gbps"])
     p.add_argument("--kv-bytes-per-token", type=float, default=None, metavar="BYTES",
                    help=DISAGG_HELP["kv_bytes_per_token"])
+    p.add_argument("--decode-kv-blocks", type=count_arg, default=None, metavar="N",
+                   help=DISAGG_HELP["decode_kv_blocks"])
 
 
 @dataclass(frozen=True)
 class DisaggSpec:
     """A disaggregated deployment: ``prefill`` engines behind ``router`` (with ``params``),
-    ``decode`` engines, a link of ``gbps`` and (if given) ``bytes_per_token``."""
+    ``decode`` engines (each of ``decode_kv_blocks`` KV blocks if given, else the prefill side's
+    size), a link of ``gbps`` and (if given) ``bytes_per_token``."""
 
     prefill: int
     decode: int
@@ -60,6 +67,7 @@ class DisaggSpec:
     gbps: float | None = None
     bytes_per_token: float | None = None
     seed: int = 0
+    decode_kv_blocks: int | None = None
 
     def link(self, profile: Any) -> Any:
         """The ``KVLink``: ``--kv-bytes-per-token`` or the profile's, and the bandwidth.
@@ -77,14 +85,52 @@ class DisaggSpec:
             per_token = profile.kv_capacity.kv_bytes_per_token
         return KVLink(per_token, DEFAULT_KV_LINK_GBPS if self.gbps is None else self.gbps)
 
+    def capacity(self, requests: Sequence[Request], config: Any, args: argparse.Namespace) -> tuple[int, int]:
+        """The prefill side's ``(block_size, kv_blocks)`` (``fairsim.options.capacity_of`` under
+        ``prefill_capacity_mode``'s rule), after checking that each decode engine holds every
+        request's prompt and output.
+
+        Raises:
+            CapacityError: A prefill side that cannot hold a prompt (``capacity_of``'s message
+                after "the prefill side is too small"), or a
+                decode side too small for a request, naming the request and the option to raise:
+                ``--decode-kv-blocks``, or when it is not given (the decode side has the prefill
+                side's size) ``--decode-kv-blocks`` and ``--kv-blocks``/``--kv-tokens``.
+        """
+        from dataclasses import replace
+
+        from fairsim.errors import CapacityError
+        from fairsim.options import capacity_of
+        from fairsim.sim.disaggregated import check_decode_fits, prefill_capacity_mode
+        from fairsim.sim.keys import blocks_for
+
+        mode = prefill_capacity_mode(config, self.decode_kv_blocks)
+        try:
+            block_size, kv_blocks = capacity_of(requests, replace(config, mode=mode), args)
+        except CapacityError as exc:
+            raise CapacityError(f"the prefill side is too small: {exc}") from None
+        try:
+            check_decode_fits(requests, block_size, self.decode_kv_blocks or kv_blocks)
+        except CapacityError as exc:
+            need = max(blocks_for(r.prompt_len + r.output_len - 1, block_size) for r in requests)
+            if self.decode_kv_blocks is not None:
+                hint = f"--decode-kv-blocks {self.decode_kv_blocks}; give --decode-kv-blocks {need} or more"
+            else:
+                hint = (f"no --decode-kv-blocks: the decode side has the prefill side's {kv_blocks} blocks; give "
+                        f"--decode-kv-blocks {need} or more, or raise --kv-blocks/--kv-tokens to {need} blocks")
+            raise CapacityError(f"{exc} ({hint})") from None
+        return block_size, kv_blocks
+
     def describe(self, profile: Any) -> str:
         """The line printed before the run: the deployment and the transfer formula's figures."""
         link = self.link(profile)
         source = ("--kv-bytes-per-token" if self.bytes_per_token is not None
                   else f"profile {profile.name}'s kv_capacity")
         gbps = "--kv-link-gbps" if self.gbps is not None else "default: one 400 Gb/s NDR port per GPU"
+        size = ("the prefill side's KV cache" if self.decode_kv_blocks is None
+                else f"{self.decode_kv_blocks:,} KV blocks each (--decode-kv-blocks)")
         return (f"disaggregated: {self.prefill} prefill instances behind {self.router}, {self.decode} decode "
-                f"instances (fewest active KV blocks); KV transfer = tokens x {link.bytes_per_token:,.0f} bytes "
+                f"instances (fewest active KV blocks; {size}); KV transfer = tokens x {link.bytes_per_token:,.0f} bytes "
                 f"({source}) / {link.gbps:g} Gbit/s ({gbps}) = {1e3 * link.seconds(1000):.3f} ms per 1,000 tokens")
 
     def run(self, name: str, requests: Sequence[Request], profile: Any, config: Any, policy_params: dict[str, Any],
@@ -99,18 +145,22 @@ class DisaggSpec:
         from fairsim.sim.capacity import resolve_capacity
         from fairsim.sim.disaggregated import simulate_disaggregated
 
-        _, kv_blocks = resolve_capacity(requests, replace(config, mode="colocated"))
+        from fairsim.sim.disaggregated import prefill_capacity_mode
+
+        mode = prefill_capacity_mode(config, self.decode_kv_blocks)
+        _, kv_blocks = resolve_capacity(requests, replace(config, mode=mode))
         router = make_router(self.router, self.prefill, self.params, seed=self.seed, kv_blocks=kv_blocks)
         policies = [make_policy(name, profile, **policy_params) for _ in range(self.prefill)]
         decoders = [make_policy("fcfs", profile) for _ in range(self.decode)]
         return simulate_disaggregated(requests, policies, router, decoders, profile, self.link(profile), config,
-                                      replay=replay, think_scale=think_scale, name=name, router_name=self.router)
+                                      decode_kv_blocks=self.decode_kv_blocks, replay=replay,
+                                      think_scale=think_scale, name=name, router_name=self.router)
 
     def run_info(self) -> dict[str, Any]:
         """``run.json``'s record of the deployment."""
         return {"mode": "disaggregated", "prefill_instances": self.prefill, "decode_instances": self.decode,
                 "router": self.router, "router_params": self.params, "kv_link_gbps": self.gbps,
-                "kv_bytes_per_token": self.bytes_per_token}
+                "kv_bytes_per_token": self.bytes_per_token, "decode_kv_blocks": self.decode_kv_blocks}
 
 
 def disagg_spec(args: argparse.Namespace) -> DisaggSpec | None:
@@ -122,11 +172,13 @@ def disagg_spec(args: argparse.Namespace) -> DisaggSpec | None:
 
     Raises:
         ValueError: A mode option without ``--mode disaggregated``; ``--instances`` with it (use
-            ``--prefill-instances``); a count below 1; a bandwidth or byte count that is not a
+            ``--prefill-instances``); a count below 1; a ``--decode-kv-blocks`` below 1 or above
+            ``MAX_KV_BLOCKS``; a bandwidth or byte count that is not a
             finite number > 0; a router parameter the router refuses.
     """
     from fairsim.options import parse_params
     from fairsim.routers import DEFAULT_ROUTER, make_router
+    from fairsim.sim.capacity import MAX_KV_BLOCKS
 
     if getattr(args, "mode", None) != "disaggregated":
         given = [option for dest, option in _OPTIONS if getattr(args, dest, None) is not None]
@@ -143,16 +195,20 @@ def disagg_spec(args: argparse.Namespace) -> DisaggSpec | None:
         if value < 1:
             raise ValueError(f"{option} {value}: need at least 1 instance")
         counts[dest] = value
-    for dest, option in _OPTIONS[2:]:
+    for dest, option in _OPTIONS[2:4]:
         value = getattr(args, dest, None)
         if value is not None and not (math.isfinite(value) and value > 0):
             raise ValueError(f"{option} {value:g}: need a finite number > 0")
+    blocks = getattr(args, "decode_kv_blocks", None)
+    if blocks is not None and not 1 <= blocks <= MAX_KV_BLOCKS:
+        raise ValueError(f"--decode-kv-blocks {blocks}: need 1 to {MAX_KV_BLOCKS} blocks (the simulator's limit)")
     try:
         params = parse_params(getattr(args, "router_param", []))
     except ValueError as exc:
         raise ValueError(str(exc).replace("--param", "--router-param")) from None
     spec = DisaggSpec(counts["prefill_instances"], counts["decode_instances"], args.router or DEFAULT_ROUTER,
-                      params, args.kv_link_gbps, args.kv_bytes_per_token, getattr(args, "seed", 0))
+                      params, args.kv_link_gbps, args.kv_bytes_per_token, getattr(args, "seed", 0),
+                      getattr(args, "decode_kv_blocks", None))
     make_router(spec.router, spec.prefill, params, seed=spec.seed, kv_blocks=1)  # parameters checked up front
     args.mode = "colocated"
     args.disaggregated = spec
@@ -164,7 +220,8 @@ def disagg_summary(result: Any) -> dict[str, Any]:
 
     Returns:
         ``mode`` (``disaggregated``), ``prefill_instances``, ``decode_instances``, ``router``,
-        ``kv_link_gbps``, ``kv_bytes_per_token``; over requests ``held_p50_s``/``held_p99_s``
+        ``kv_link_gbps``, ``kv_bytes_per_token``, ``decode_kv_blocks`` (each decode engine's KV
+        blocks; the summary's ``kv_blocks`` is the prefill side's); over requests ``held_p50_s``/``held_p99_s``
         (prefill end to decode blocks), ``transfer_p50_s``/``transfer_p99_s``, ``transfer_tokens``
         (sum), ``held_requests`` (requests a decode engine refused at a step start for want of
         KV blocks or a ``max_num_seqs`` slot: ``decode_held``); ``prefill_load_imbalance`` and
@@ -203,6 +260,7 @@ def disagg_summary(result: Any) -> dict[str, Any]:
         "mode": "disaggregated", "prefill_instances": len(result.instances),
         "decode_instances": len(result.decode_instances), "router": result.router,
         "kv_link_gbps": result.link.gbps, "kv_bytes_per_token": result.link.bytes_per_token,
+        "decode_kv_blocks": result.decode_instances[0].kv_blocks,
         "held_p50_s": float(np.percentile(held, 50)), "held_p99_s": float(np.percentile(held, 99)),
         "held_requests": int(np.sum(reqs["decode_held"])),
         "transfer_p50_s": float(np.percentile(moved, 50)), "transfer_p99_s": float(np.percentile(moved, 99)),
