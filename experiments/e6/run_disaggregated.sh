@@ -20,11 +20,11 @@ for trace in window full; do
     p=${split%:*}; d=${split#*:}
     for router in round-robin dynamo-kv; do
       dir="$OUT/$trace/p${p}d${d}/$router"
-      start=$(date +%s)
+      mkdir -p "$dir"; start=$(date +%s)
       python -m fairsim compare --trace "$path" --policies fcfs,lpm,fairway,suf --mode disaggregated \
           --prefill-instances "$p" --decode-instances "$d" --router "$router" --target-load "$LOAD" \
-          --slo ttft=10,tpot=0.05 --format json --out "$dir" > /dev/null 2> "$dir.log" \
-        || { cat "$dir.log" >&2; exit 1; }
+          --slo ttft=10,tpot=0.05 --format json --out "$dir" > /dev/null 2> "$dir/log.txt" \
+        || { cat "$dir/log.txt" >&2; exit 1; }
       echo "$trace p${p}d${d} $router: $(( $(date +%s) - start )) s" >&2
     done
   done
