@@ -163,6 +163,35 @@ class DisaggSpec:
                 "kv_bytes_per_token": self.bytes_per_token, "decode_kv_blocks": self.decode_kv_blocks}
 
 
+def check_deployment(values: dict[str, Any], term: Callable[[str, Any], str]) -> None:
+    """Refuse a bad setting of the mode.
+
+    Args:
+        values: ``prefill_instances``, ``decode_instances`` (``None``: 1), ``kv_link_gbps``,
+            ``kv_bytes_per_token``, ``decode_kv_blocks`` (``None``: not given) -> value.
+        term: ``(name, value) -> how the user wrote it``, for the message: ``--prefill-instances
+            0`` on the command line, ``prefill_instances=0`` in a sweep spec.
+
+    Raises:
+        ValueError: A count below 1; a bandwidth or byte count that is not a finite number > 0;
+            a ``decode_kv_blocks`` below 1 or above ``MAX_KV_BLOCKS`` (the simulator's limit).
+    """
+    from fairsim.sim.capacity import MAX_KV_BLOCKS
+
+    for name in ("prefill_instances", "decode_instances"):
+        value = values.get(name)
+        if value is not None and value < 1:
+            raise ValueError(f"{term(name, value)}: need at least 1 instance")
+    for name in ("kv_link_gbps", "kv_bytes_per_token"):
+        value = values.get(name)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{term(name, value)}: need a finite number > 0")
+    blocks = values.get("decode_kv_blocks")
+    if blocks is not None and not 1 <= blocks <= MAX_KV_BLOCKS:
+        raise ValueError(f"{term('decode_kv_blocks', blocks)}: need 1 to {MAX_KV_BLOCKS} blocks (the simulator's "
+                         f"limit)")
+
+
 def disagg_spec(args: argparse.Namespace) -> DisaggSpec | None:
     """The deployment ``--mode disaggregated`` asks for; ``None`` in the other modes.
 
@@ -172,13 +201,11 @@ def disagg_spec(args: argparse.Namespace) -> DisaggSpec | None:
 
     Raises:
         ValueError: A mode option without ``--mode disaggregated``; ``--instances`` with it (use
-            ``--prefill-instances``); a count below 1; a ``--decode-kv-blocks`` below 1 or above
-            ``MAX_KV_BLOCKS``; a bandwidth or byte count that is not a
-            finite number > 0; a router parameter the router refuses.
+            ``--prefill-instances``); a value ``check_deployment`` refuses; a router parameter
+            the router refuses.
     """
     from fairsim.options import parse_params
     from fairsim.routers import DEFAULT_ROUTER, make_router
-    from fairsim.sim.capacity import MAX_KV_BLOCKS
 
     if getattr(args, "mode", None) != "disaggregated":
         given = [option for dest, option in _OPTIONS if getattr(args, dest, None) is not None]
@@ -188,25 +215,14 @@ def disagg_spec(args: argparse.Namespace) -> DisaggSpec | None:
     if getattr(args, "instances", 1) != 1:
         raise ValueError(f"--instances {args.instances}: --mode disaggregated counts its engines with "
                          f"--prefill-instances and --decode-instances")
-    counts = {}
-    for dest, option in _OPTIONS[:2]:
-        value = getattr(args, dest, None)
-        value = 1 if value is None else value
-        if value < 1:
-            raise ValueError(f"{option} {value}: need at least 1 instance")
-        counts[dest] = value
-    for dest, option in _OPTIONS[2:4]:
-        value = getattr(args, dest, None)
-        if value is not None and not (math.isfinite(value) and value > 0):
-            raise ValueError(f"{option} {value:g}: need a finite number > 0")
-    blocks = getattr(args, "decode_kv_blocks", None)
-    if blocks is not None and not 1 <= blocks <= MAX_KV_BLOCKS:
-        raise ValueError(f"--decode-kv-blocks {blocks}: need 1 to {MAX_KV_BLOCKS} blocks (the simulator's limit)")
+    options = dict(_OPTIONS)
+    check_deployment({dest: getattr(args, dest, None) for dest in options},
+                     lambda dest, value: f"{options[dest]} {value:g}")
     try:
         params = parse_params(getattr(args, "router_param", []))
     except ValueError as exc:
         raise ValueError(str(exc).replace("--param", "--router-param")) from None
-    spec = DisaggSpec(counts["prefill_instances"], counts["decode_instances"], args.router or DEFAULT_ROUTER,
+    spec = DisaggSpec(args.prefill_instances or 1, args.decode_instances or 1, args.router or DEFAULT_ROUTER,
                       params, args.kv_link_gbps, args.kv_bytes_per_token, getattr(args, "seed", 0),
                       getattr(args, "decode_kv_blocks", None))
     make_router(spec.router, spec.prefill, params, seed=spec.seed, kv_blocks=1)  # parameters checked up front
@@ -221,7 +237,8 @@ def disagg_summary(result: Any) -> dict[str, Any]:
     Returns:
         ``mode`` (``disaggregated``), ``prefill_instances``, ``decode_instances``, ``router``,
         ``kv_link_gbps``, ``kv_bytes_per_token``, ``decode_kv_blocks`` (each decode engine's KV
-        blocks; the summary's ``kv_blocks`` is the prefill side's); over requests ``held_p50_s``/``held_p99_s``
+        blocks; the summary's ``kv_blocks`` is the prefill side's), ``router_hit_rate`` (as a
+        fleet's, ``fairsim.cli_fleet.fleet_summary``: the prefill side's router); over requests ``held_p50_s``/``held_p99_s``
         (prefill end to decode blocks), ``transfer_p50_s``/``transfer_p99_s``, ``transfer_tokens``
         (sum), ``held_requests`` (requests a decode engine refused at a step start for want of
         KV blocks or a ``max_num_seqs`` slot: ``decode_held``); ``prefill_load_imbalance`` and
@@ -232,6 +249,7 @@ def disagg_summary(result: Any) -> dict[str, Any]:
     import numpy as np
 
     reqs = result.columns("requests")
+    prompt = float(np.sum(reqs["prompt_tokens"]))
     held = np.asarray(reqs["held_s"], dtype=np.float64)
     moved = np.asarray(reqs["transfer_s"], dtype=np.float64)
     rows = []
@@ -261,6 +279,7 @@ def disagg_summary(result: Any) -> dict[str, Any]:
         "decode_instances": len(result.decode_instances), "router": result.router,
         "kv_link_gbps": result.link.gbps, "kv_bytes_per_token": result.link.bytes_per_token,
         "decode_kv_blocks": result.decode_instances[0].kv_blocks,
+        "router_hit_rate": float(np.sum(reqs["router_cached_tokens"]) / prompt) if prompt else float("nan"),
         "held_p50_s": float(np.percentile(held, 50)), "held_p99_s": float(np.percentile(held, 99)),
         "held_requests": int(np.sum(reqs["decode_held"])),
         "transfer_p50_s": float(np.percentile(moved, 50)), "transfer_p99_s": float(np.percentile(moved, 99)),

@@ -71,3 +71,118 @@ def test_decode_kv_blocks_needs_the_mode(capsys):
     assert main(["run", "--policy", "fcfs", "--trace", WINDOW, "--max-requests", "10",
                  "--decode-kv-blocks", "100"]) == 2
     assert "--decode-kv-blocks needs --mode disaggregated" in capsys.readouterr().err
+
+
+# -- sweep -----------------------------------------------------------------------------------------
+
+def test_sweep_runs_the_mode_as_fairsim_run_does(tmp_path):
+    from fairsim.sweep import RUNS_DIR, run_sweep
+
+    engine = {"mode": "disaggregated", "prefill_instances": [1, 2], "decode_instances": 2,
+              "router": ["round-robin", "dynamo-kv"], "router_params": {"dynamo-kv": {"overlap_weight": 2}},
+              "decode_kv_blocks": 200}
+    summary = run_sweep({"traces": [{"path": WINDOW, "max_requests": 60}], "policies": ["fcfs"], "engine": engine},
+                        tmp_path / "sweep", workers=1, progress=False, log=lambda _: None)
+    assert (summary["status"] == "ok").all() and len(summary) == 4
+    assert list(zip(summary["engine.prefill_instances"], summary["engine.router"])) == [
+        (1, "round-robin"), (1, "dynamo-kv"), (2, "round-robin"), (2, "dynamo-kv")]
+    assert (summary["engine.decode_kv_blocks"] == 200).all()
+    # One prefill engine behind any router: the same run; round robin counts no cache.
+    assert summary["ttft_p50_s"][0] == summary["ttft_p50_s"][1]
+    assert summary["router_hit_rate"][0] == 0.0 and summary["router_hit_rate"][1] > 0
+    assert summary["prefill_load_imbalance"][0] == 1.0
+    # The last point is `fairsim run` with the same options, table for table and figure for figure.
+    last = summary.iloc[3]
+    got = pd.read_parquet(tmp_path / "sweep" / RUNS_DIR / f"{last['run_id']}.parquet")
+    s = run_json(tmp_path, "--router", "dynamo-kv", "--router-param", "overlap_weight=2",
+                 "--decode-kv-blocks", "200", requests=60)
+    expected = pd.read_parquet(tmp_path / "run" / "requests-fcfs.parquet")
+    pd.testing.assert_frame_equal(got[expected.columns].reset_index(drop=True), expected)
+    for key in ("ttft_p50_s", "tpot_p50_s", "held_p50_s", "held_p99_s", "held_requests", "transfer_p99_s",
+                "router_hit_rate", "prefill_load_imbalance", "decode_load_imbalance"):
+        assert last[key] == pytest.approx(s[key], rel=1e-12), key
+
+
+@pytest.mark.parametrize("engine, message", [
+    ({"mode": "disaggregated", "prefill_instances": 0}, r"prefill_instances=0: need at least 1 instance"),
+    ({"mode": "disaggregated", "kv_link_gbps": -1}, r"kv_link_gbps=-1: need a finite number > 0"),
+    ({"decode_kv_blocks": 100}, 'decode_kv_blocks needs mode = "disaggregated"'),
+    ({"mode": "disaggregated", "instances": 2}, "instances: mode = \"disaggregated\" counts its engines"),
+    ({"mode": "disaggregated", "decode_kv_blocks": 100},
+     r"the decode side is too small for request 'conversation_window:37'.*need 119 KV blocks.*"
+     r"raise decode_kv_blocks\)"),
+    ({"mode": "disaggregated", "kv_blocks": 117, "decode_kv_blocks": 500}, "the prefill side is too small"),
+    ({"mode": "disaggregated", "prefill_instances": "2"}, "prefill_instances needs an integer"),
+])
+def test_bad_disaggregated_keys_are_named(engine, message):
+    from fairsim.errors import SweepSpecError
+    from fairsim.sweep import expand
+
+    spec = {"traces": [{"path": WINDOW, "max_requests": 40}], "policies": ["fcfs"], "engine": engine}
+    with pytest.raises(SweepSpecError, match=message):
+        expand(spec, "spec.toml")
+
+
+# -- tune ------------------------------------------------------------------------------------------
+
+def tune(out: Path, *extra: str) -> int:
+    return main(["tune", "--trace", WINDOW, "--max-requests", "120", "--policies", "fcfs,lpm", "--trials", "2",
+                 "--folds", "2", "--targets", "p50<=100s", "--out", str(out), "--format", "json",
+                 "--mode", "disaggregated", "--decode-instances", "1", *extra])
+
+
+def test_tune_runs_its_trials_disaggregated(tmp_path, capsys):
+    assert tune(tmp_path / "p2", "--prefill-instances", "2", "--router", "dynamo-kv") == 0
+    two = json.loads((tmp_path / "p2" / "tune.json").read_text())
+    assert two["fleet"] == {"mode": "disaggregated", "prefill_instances": 2, "decode_instances": 1,
+                            "router": "dynamo-kv", "router_params": {}, "kv_link_gbps": None,
+                            "kv_bytes_per_token": None, "decode_kv_blocks": None}
+    # The reference (fcfs at its defaults) runs on the same deployment: fcfs against itself is 1.
+    assert [r["tail"] for r in two["front"] if r["policy"] == "fcfs" and not r["params"]] == [1.0]
+    # Half the prefill engines: the training windows' default-fairway median is longer.
+    assert tune(tmp_path / "p1", "--prefill-instances", "1", "--router", "dynamo-kv") == 0
+    one = json.loads((tmp_path / "p1" / "tune.json").read_text())
+    w_one = one["default_fairway"]["train"]["windows"]["w1"]
+    w_two = two["default_fairway"]["train"]["windows"]["w1"]
+    assert w_one["requests"] == w_two["requests"] and w_one["p50_s"] > w_two["p50_s"]
+    capsys.readouterr()
+    # Another deployment makes the study stale, named.
+    assert tune(tmp_path / "p2", "--prefill-instances", "2", "--router", "dynamo-kv",
+                "--decode-kv-blocks", "600") == 2
+    err = capsys.readouterr().err
+    assert "fleet: was" in err and '"decode_kv_blocks": null' in err and '"decode_kv_blocks": 600' in err
+
+
+# -- bench -----------------------------------------------------------------------------------------
+
+def test_bench_passes_the_mode_to_its_runs():
+    from fairsim.bench import run_argv
+    from fairsim.cli import build_parser
+    from fairsim.cli_disagg import disagg_spec
+
+    args = build_parser().parse_args(["bench", "--mode", "disaggregated", "--prefill-instances", "3",
+                                      "--decode-instances", "2", "--kv-link-gbps", "100", "--decode-kv-blocks", "300",
+                                      "--router", "dynamo-kv", "--tile", "10"])
+    disagg_spec(args)  # as cmd_bench does: args.mode is colocated from here
+    argv = run_argv(args)
+    for option, value in (("--mode", "disaggregated"), ("--prefill-instances", "3"), ("--decode-instances", "2"),
+                          ("--kv-link-gbps", "100.0"), ("--decode-kv-blocks", "300"), ("--router", "dynamo-kv")):
+        assert argv[argv.index(option) + 1] == value, option
+    assert "--tile" not in argv and argv.count("--mode") == 1
+
+
+def test_bench_measures_the_disaggregated_run(tmp_path, capsys):
+    options = ["--prefill-instances", "2", "--decode-instances", "2", "--decode-kv-blocks", "300"]
+    assert main(["bench", "--trace", WINDOW, "--max-requests", "40", "--policies", "fcfs", "--mode", "disaggregated",
+                 *options, "--out", str(tmp_path / "bench")]) == 0
+    bench = json.loads((tmp_path / "bench" / "bench.json").read_text())["fcfs"]
+    capsys.readouterr()
+    s = run_json(tmp_path, *options[4:])  # DISAGG gives the counts
+    assert bench["ttft_p50_s"] == s["ttft_p50_s"] and bench["ttft_p99_s"] == s["ttft_p99_s"]
+    assert bench["steps"] == s["steps"] and bench["requests"] == 40
+
+
+def test_bench_refuses_a_peer_for_the_mode(capsys):
+    assert main(["bench", "--trace", WINDOW, "--max-requests", "10", "--policies", "fcfs", "--mode", "disaggregated",
+                 "--compare", "dynamo"]) == 2
+    assert "--compare dynamo: the peer simulates one engine" in capsys.readouterr().err
