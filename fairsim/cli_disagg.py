@@ -12,6 +12,7 @@ import argparse
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fairsim.types import Request
@@ -244,7 +245,8 @@ def disagg_summary(result: Any) -> dict[str, Any]:
         KV blocks or a ``max_num_seqs`` slot: ``decode_held``); ``prefill_load_imbalance`` and
         ``decode_load_imbalance`` (max/mean busy time per side); ``per_instance``-like rows in
         ``by_instance``: ``role``, ``instance``, ``requests``, ``busy_s``, ``tokens``,
-        ``evictions``, ``preemptions``, ``held_max`` (most requests held at a step start).
+        ``evictions``, ``preemptions``, ``held_max`` (most requests held at a step start),
+        ``held_s`` (the held times of the requests prefilled, or decoded, there, summed).
     """
     import numpy as np
 
@@ -265,9 +267,11 @@ def disagg_summary(result: Any) -> dict[str, Any]:
     roles = np.asarray(all_steps["role"])
     inst = np.asarray(all_steps["instance"])
     held_at = np.asarray(all_steps["held"])
+    by_role = {"prefill": np.asarray(reqs["instance"]), "decode": np.asarray(reqs["decode_instance"])}
     for row in rows:
         mine = (roles == row["role"]) & (inst == row["instance"])
         row["held_max"] = int(held_at[mine].max()) if mine.any() else 0
+        row["held_s"] = float(np.sum(held[by_role[row["role"]] == row["instance"]]))
 
     def imbalance(role: str) -> float:
         busy = [r["busy_s"] for r in rows if r["role"] == role]
@@ -310,3 +314,43 @@ def format_disaggregated(rows: dict[str, dict[str, Any]]) -> str:
     lines += ["  ".join(v.rjust(w) if i > 1 else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths)))
               for r in [header] + body]
     return "\n".join(lines + notes)
+
+
+def disagg_figure(results: dict[str, Any], title: str = "Disaggregated") -> Any:
+    """``disaggregated.png``: per role (rows: prefill, decode), instance and policy, requests
+    served, busy time and held time (the held times of its requests, summed; bars)."""
+    from fairsim.figures import plt
+
+    names = [n for n, r in results.items() if getattr(r, "decode_instances", ())]
+    summaries = {n: disagg_summary(results[n]) for n in names}
+    fig, axes = plt.subplots(2, 3, figsize=(12, 6.4), squeeze=False)
+    width = 0.8 / max(1, len(names))
+    for row, role in enumerate(("prefill", "decode")):
+        count = 0
+        for j, name in enumerate(names):
+            per = [r for r in summaries[name]["by_instance"] if r["role"] == role]
+            count = max(count, len(per))
+            x = [r["instance"] + j * width for r in per]
+            for ax, key in zip(axes[row], ("requests", "busy_s", "held_s")):
+                ax.bar(x, [r[key] for r in per], width=width, label=name)
+        for ax, label in zip(axes[row], ("requests served", "busy time (s)", "held time, summed (s)")):
+            ax.set_xticks([k + (len(names) - 1) * width / 2 for k in range(count)], [str(k) for k in range(count)])
+            ax.set_xlabel(f"{role} instance")
+            ax.set_ylabel(label)
+            ax.grid(alpha=0.3, axis="y")
+    axes[0][0].legend(fontsize=8)
+    first = next(iter(summaries.values()), None)
+    where = (f"{first['prefill_instances']} prefill behind {first['router']}, {first['decode_instances']} decode"
+             if first else "")
+    fig.suptitle(f"{title}: {where}")
+    fig.tight_layout()
+    return fig
+
+
+def write_disagg_figure(folder: Path, results: dict[str, Any], title: str) -> None:
+    """Write ``disaggregated.png`` in ``folder`` when any result is a disaggregated run's."""
+    if not any(getattr(r, "decode_instances", ()) for r in results.values()):
+        return
+    from fairsim.figures import save
+
+    save(disagg_figure(results, title), folder / "disaggregated.png")

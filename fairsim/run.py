@@ -190,7 +190,11 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         from fairsim.run_plots import write_run_plots
 
         write_run_plots(args.plots, results, title=trace.name, slo=slo)
-        if fleet is not None and disagg is None:
+        if disagg is not None:
+            from fairsim.cli_disagg import write_disagg_figure
+
+            write_disagg_figure(args.plots, results, trace.name)
+        elif fleet is not None:
             from fairsim.cli_fleet import write_fleet_figure
 
             write_fleet_figure(args.plots, results, trace.name)

@@ -186,3 +186,42 @@ def test_bench_refuses_a_peer_for_the_mode(capsys):
     assert main(["bench", "--trace", WINDOW, "--max-requests", "10", "--policies", "fcfs", "--mode", "disaggregated",
                  "--compare", "dynamo"]) == 2
     assert "--compare dynamo: the peer simulates one engine" in capsys.readouterr().err
+
+
+# -- --plots ---------------------------------------------------------------------------------------
+
+def test_figure_by_role_draws_the_summary(tmp_path):
+    from fairsim.cli_disagg import DisaggSpec, disagg_figure, disagg_summary
+    from fairsim.costmodel import DEFAULT_PROFILE, load_profile
+    from fairsim.sim import EngineConfig
+    from fairsim.traces import load_trace
+
+    profile = load_profile(DEFAULT_PROFILE)
+    requests = sorted(load_trace(WINDOW).requests, key=lambda r: r.arrival_time)[:60]
+    spec = DisaggSpec(3, 2, "round-robin", decode_kv_blocks=130)
+    results = {name: spec.run(name, requests, profile, EngineConfig(kv_blocks=451, mode="colocated"), {})
+               for name in ("fcfs", "lpm")}
+    fig = disagg_figure(results, "t")
+    for j, name in enumerate(results):
+        rows = disagg_summary(results[name])["by_instance"]
+        reqs = results[name].requests
+        # Held time per instance: its requests' held times; both roles add up to every request's.
+        for role, col in (("prefill", "instance"), ("decode", "decode_instance")):
+            per = [r for r in rows if r["role"] == role]
+            assert [r["held_s"] for r in per] == pytest.approx(
+                [reqs.loc[reqs[col] == r["instance"], "held_s"].sum() for r in per], rel=1e-12)
+            assert sum(r["requests"] for r in per) == 60
+        assert sum(r["held_s"] for r in rows) == pytest.approx(2 * reqs["held_s"].sum(), rel=1e-12)
+        # The bars: row 0 the 3 prefill instances, row 1 the 2 decode ones; per policy, in order.
+        for row, role, n in ((0, "prefill", 3), (1, "decode", 2)):
+            per = [r for r in rows if r["role"] == role]
+            for col, key in enumerate(("requests", "busy_s", "held_s")):
+                bars = fig.axes[3 * row + col].patches[j * n:(j + 1) * n]
+                assert [b.get_height() for b in bars] == pytest.approx([r[key] for r in per], rel=1e-12)
+    assert results["fcfs"].requests["held_s"].sum() > 0  # a decode cache of about one request: held
+
+
+def test_plots_write_the_figure_by_role(tmp_path):
+    assert main(["run", "--policy", "fcfs", "--trace", WINDOW, "--max-requests", "30", *DISAGG,
+                 "--slo", "ttft=10,tpot=0.05", "--plots", str(tmp_path)]) == 0
+    assert (tmp_path / "disaggregated.png").stat().st_size > 10_000 and not (tmp_path / "fleet.png").exists()
