@@ -62,21 +62,26 @@ SCHED_SIM_INSTALL = 'pip install sched-sim (or pip install -e ".[bench]")'
 def run_argv(args: argparse.Namespace) -> list[str]:
     """The ``fairsim run`` options that reproduce ``args``' trace, shaping and engine settings.
 
-    Every option of ``fairsim.options.add_common`` and of ``fairsim.cli_fleet.add_fleet_options``
-    whose value differs from its default is passed on (``--time-scale`` as the scale in use, so a
-    ``--target-load`` is resolved once).
+    Every option of ``fairsim.options.add_common``, ``fairsim.cli_fleet.add_fleet_options`` and
+    ``fairsim.cli_disagg.add_disagg_options`` whose value differs from its default is passed on
+    (``--time-scale`` as the scale in use, so a ``--target-load`` is resolved once; ``--mode
+    disaggregated`` as such, though ``disagg_spec`` has set ``args.mode`` to ``colocated``).
     """
+    from fairsim.cli_disagg import add_disagg_options
     from fairsim.cli_fleet import add_fleet_options
     from fairsim.options import add_common
 
     probe = argparse.ArgumentParser(add_help=False)
     add_common(probe)
     add_fleet_options(probe)
+    add_disagg_options(probe)
     argv: list[str] = []
     for action in probe._actions:
         if not action.option_strings or action.dest in BENCH_ONLY:
             continue
         value = getattr(args, action.dest, action.default)
+        if action.dest == "mode" and getattr(args, "disaggregated", None) is not None:
+            value = "disaggregated"
         if value == action.default or value is None:
             continue
         opt = max(action.option_strings, key=len)
@@ -342,6 +347,7 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
             and written.
         MissingDependencyError: ``--compare`` names no installed executable.
     """
+    from fairsim.cli_disagg import disagg_spec
     from fairsim.description import Needs, describe_run
     from fairsim.errors import StatusError
     from fairsim.io import atomic_write_text, strict_json
@@ -357,6 +363,15 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     if vs_one and getattr(args, "instances", 1) < 2:
         raise ValueError(f"--vs-one-engine: compares a fleet with one engine; give --instances N >= 2 "
                          f"(got --instances {getattr(args, 'instances', 1)})")
+    # --mode disaggregated: its options checked here (args.mode becomes colocated for the shaping
+    # below; run_argv passes the mode on to the children as given).
+    disagg = disagg_spec(args)
+    if disagg is not None and args.compare is not None:
+        raise ValueError(f"--compare {args.compare}: the peer simulates one engine; --mode disaggregated has no "
+                         f"counterpart there")
+    # Each side's KV cache under --mode disaggregated (a prefill engine holds prompts, a decode
+    # engine whole requests), else one engine's: a cache too small is refused before any child.
+    check_capacity = capacity_of if disagg is None else disagg.capacity
     peer, peer_name = None, None
     if args.compare == "dynamo":
         from fairsim.bench_dynamo import dynamo_available, skip_line
@@ -388,7 +403,7 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
             trace = read_trace(args)
             with contextlib.redirect_stderr(io.StringIO()):
                 _, shaped = load_requests(argparse.Namespace(**vars(args)), profile, trace)
-            capacity_of(shaped, config, args)
+            check_capacity(shaped, config, args)
             # Cut first, then tile the part kept (the children then get the tiled file uncut).
             kept = window(list(trace.requests), args.window_start, args.window_end, args.max_requests)
             if not kept:
@@ -408,7 +423,8 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
         # --time-scale for every child (and the peer); a cache too small for the trace is
         # refused before any child.
         try:
-            requests = describe_run(args, policies=names, profile=profile).requests
+            requests = describe_run(args, needs=Needs.TRACE, policies=names, profile=profile).requests
+            check_capacity(requests, config, args)
         except ValueError as exc:
             if args.tile == 1:
                 raise

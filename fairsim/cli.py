@@ -118,6 +118,7 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
                        help="comma-separated policy names, or 'all'")
     add_common(bench, out_help="folder for bench.json (every policy's figures; partial ones on Ctrl-C)")
     add_fleet_options(bench)
+    add_disagg_options(bench)
     bench.add_argument("--compare", metavar="PATH",
                        help="also run this peer simulator on the same requests: 'dynamo' (NVIDIA Dynamo's "
                             "offline replay) or sched-sim's executable")

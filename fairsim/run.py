@@ -103,7 +103,7 @@ def format_table(rows: dict[str, dict[str, Any]]) -> str:
 
 def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     """``run`` / ``compare``: simulate each policy, print a table or JSON."""
-    from fairsim.description import describe_run
+    from fairsim.description import Needs, describe_run
     from fairsim.metrics import summarize
     from fairsim.sim.capacity import describe_capacity
     from fairsim.traces.closedload import delivered_what
@@ -119,9 +119,12 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     with paused(freeze=True):
         added = getattr(args, "baseline_added", None)  # compare's baseline, not among --policies
         desc = describe_run(args, policies=names, policy_files=True,  # fails fast on a too-small cache
-                            params_of=lambda name, params: policy_params(name, params, added))
+                            params_of=lambda name, params: policy_params(name, params, added),
+                            needs=Needs.TRACE if disagg is not None else Needs.CAPACITY)
         profile, config, slo = desc.profile, desc.config, desc.slo
         trace, requests, block_size, kv_blocks = desc.trace, desc.requests, desc.block_size, desc.kv_blocks
+        if disagg is not None:  # each side's cache: a prefill engine holds prompts, a decode engine whole requests
+            block_size, kv_blocks = disagg.capacity(requests, config, args)
         engine = {"profile": profile.name, "kv_tokens": kv_blocks * block_size, "kv_blocks": kv_blocks,
                   "block_size": block_size, "kv_capacity_source": desc.capacity_source}
         load, load_what = pre_run_load(args, requests, profile)
@@ -187,7 +190,11 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         from fairsim.run_plots import write_run_plots
 
         write_run_plots(args.plots, results, title=trace.name, slo=slo)
-        if fleet is not None and disagg is None:
+        if disagg is not None:
+            from fairsim.cli_disagg import write_disagg_figure
+
+            write_disagg_figure(args.plots, results, trace.name)
+        elif fleet is not None:
             from fairsim.cli_fleet import write_fleet_figure
 
             write_fleet_figure(args.plots, results, trace.name)

@@ -247,9 +247,10 @@ class DisaggregatedFleet(Fleet):
         profile: Cost model of both sides.
         link: The KV link (``KVLink``).
         config: Engine settings of both sides, any mode (the prefill side runs it prefill-only,
-            the decode side colocated); its KV capacity is resolved once, for the whole trace, as
-            a colocated engine's (each request's prompt and output must fit one engine).
-        decode_kv_blocks: The decode engines' capacity in blocks (default: ``config``'s).
+            the decode side colocated); its KV capacity is the prefill side's, resolved once for
+            the whole trace by ``prefill_capacity_mode``'s rule.
+        decode_kv_blocks: The decode engines' own capacity in blocks (of ``config``'s block
+            size); default: the prefill side's.
         replay, think_scale, name, router_name: As ``Fleet``'s.
 
     Raises:
@@ -264,7 +265,8 @@ class DisaggregatedFleet(Fleet):
                  config: EngineConfig = EngineConfig(), *, decode_kv_blocks: int | None = None,
                  replay: str | None = None, think_scale: float = 1.0, name: str | None = None,
                  router_name: str | None = None) -> None:
-        block_size, kv_blocks = resolve_capacity(requests, replace(config, mode="colocated"))
+        block_size, kv_blocks = resolve_capacity(requests, replace(config, mode=prefill_capacity_mode(
+            config, decode_kv_blocks)))
         prefill = replace(config, mode="prefill-only", block_size=block_size, kv_blocks=kv_blocks,
                           kv_tokens=None, kv_fraction=None)
         decode = replace(prefill, mode="colocated", kv_blocks=decode_kv_blocks or kv_blocks)
@@ -461,19 +463,34 @@ def _open_at(begin: np.ndarray, end: np.ndarray, at: np.ndarray) -> np.ndarray:
             - np.searchsorted(np.sort(end), at, side="right"))
 
 
+def prefill_capacity_mode(config: EngineConfig, decode_kv_blocks: int | None) -> str:
+    """The rule the prefill side's KV capacity is resolved by (``resolve_capacity``'s ``mode``).
+
+    A prefill engine holds prompts only (``prefill-only``: each prompt must fit). When the decode
+    side shares its size (no ``decode_kv_blocks``) and ``config`` gives no capacity at all, the
+    default sizing makes room for each prompt and output (``colocated``), as a colocated engine's,
+    so that the decode side it sizes can hold every request.
+    """
+    explicit = any(v is not None for v in (config.kv_blocks, config.kv_tokens, config.kv_fraction))
+    return "colocated" if decode_kv_blocks is None and not explicit else "prefill-only"
+
+
 def check_decode_fits(requests: Sequence[Request], block_size: int, decode_kv_blocks: int) -> None:
     """Refuse a decode engine that cannot hold one request's prompt and output.
 
     Raises:
-        CapacityError: Naming the first request that does not fit, its blocks and the capacity.
+        CapacityError: Naming the request that needs the most blocks (the first of them), its
+            blocks and the capacity (so raising the capacity to that need is enough).
     """
-    for r in requests:
-        need = blocks_for(r.prompt_len + r.output_len - 1, block_size)
-        if need > decode_kv_blocks:
-            raise CapacityError(
-                f"the decode side is too small for request {r.request_id!r}: its prompt and output "
-                f"({r.prompt_len} + {r.output_len} - 1 tokens) need {need} KV blocks of {block_size} tokens, "
-                f"a decode instance holds {decode_kv_blocks}")
+    worst = max(requests, key=lambda r: r.prompt_len + r.output_len, default=None)
+    if worst is None:
+        return
+    need = blocks_for(worst.prompt_len + worst.output_len - 1, block_size)
+    if need > decode_kv_blocks:
+        raise CapacityError(
+            f"the decode side is too small for request {worst.request_id!r}: its prompt and output "
+            f"({worst.prompt_len} + {worst.output_len} - 1 tokens) need {need} KV blocks of {block_size} "
+            f"tokens, a decode instance holds {decode_kv_blocks}")
 
 
 def simulate_disaggregated(requests: Sequence[Request], policies: Sequence[Policy], router: Router,

@@ -29,6 +29,13 @@ FLEET_KEYS = {"instances": "int", "router": "str", "router_params": "dict"}
 """Engine keys that describe the fleet (``fairsim run --instances/--router/--router-param``),
 not ``EngineConfig`` fields: ``fleet_of`` reads them, ``run_engine`` leaves them out."""
 
+DISAGG_KEYS = {"prefill_instances": "int", "decode_instances": "int", "kv_link_gbps": "float",
+               "kv_bytes_per_token": "float", "decode_kv_blocks": "int"}
+"""Engine keys of ``mode = "disaggregated"`` (``fairsim run --mode disaggregated
+--prefill-instances/--decode-instances/--kv-link-gbps/--kv-bytes-per-token/--decode-kv-blocks``;
+its router is ``router``/``router_params``, as a fleet's). ``fleet_of`` reads them, ``run_engine``
+leaves them out and runs the engines' settings colocated."""
+
 
 def engine_fields() -> dict[str, str]:
     """``{name: annotation}`` of the keys a sweep's ``[engine]`` accepts.
@@ -38,6 +45,7 @@ def engine_fields() -> dict[str, str]:
     fields = {f.name: str(f.type) for f in dataclasses.fields(EngineConfig)}
     fields.setdefault("kv_tokens", "int | None")
     fields.update(FLEET_KEYS)
+    fields.update(DISAGG_KEYS)
     return fields
 
 
@@ -96,9 +104,14 @@ def run_engine(base: EngineConfig, overrides: dict[str, Any], requests: Sequence
         ValueError: A value ``EngineConfig`` refuses, two capacity keys, ``kv_tokens`` below
             one block, or ``max_num_seqs`` above ``budget_tokens`` (vLLM's rule,
             ``fairsim.sim.config.check_vllm_scheduler``).
+
+    ``mode = "disaggregated"`` gives ``mode="colocated"``: the settings of both sides (their
+    deployment is ``fleet_of``'s).
     """
     fields = {f.name for f in dataclasses.fields(EngineConfig)}
-    changes = {k: v for k, v in overrides.items() if k not in FLEET_KEYS}  # the fleet: fleet_of
+    changes = {k: v for k, v in overrides.items() if k not in FLEET_KEYS and k not in DISAGG_KEYS}  # fleet_of
+    if changes.get("mode") == "disaggregated":  # both sides run the settings as fairsim run does: colocated
+        changes["mode"] = "colocated"
     given = [k for k in CAPACITY_KEYS if changes.get(k) is not None]
     if len(given) > 1:
         raise ValueError(f"give one KV capacity of {', '.join(CAPACITY_KEYS)}, not {' and '.join(given)}")
@@ -126,36 +139,80 @@ def fleet_point(point: dict[str, Any]) -> dict[str, Any]:
 
     ``router_params`` is ``{ROUTER: {KEY: VALUE}}`` (a router's parameters by its name, so one
     table serves a grid over routers); the run keeps only its own router's table, and none when
-    that is empty. A point without fleet keys is returned unchanged (a single engine).
+    that is empty. A point without fleet keys is returned unchanged (a single engine). A point
+    with ``mode = "disaggregated"`` is ``disagg_point``'s.
 
     Raises:
         ValueError: ``instances`` below 1, an unknown router (in ``router`` or as a key of
             ``router_params``), ``router_params`` without a fleet, or a parameter the router
-            does not take or refuses (``fairsim.routers.make_router``).
+            does not take or refuses (``fairsim.routers.make_router``); a ``DISAGG_KEYS`` key
+            without ``mode = "disaggregated"``; as ``disagg_point``.
     """
-    from fairsim.routers import DEFAULT_ROUTER, ROUTERS, make_router
-
+    if point.get("mode") == "disaggregated":
+        return disagg_point(point)
+    given = [k for k in DISAGG_KEYS if k in point]
+    if given:
+        raise ValueError(f'{given[0]} needs mode = "disaggregated"')
     if not any(k in point for k in FLEET_KEYS):
         return point
     out = {k: v for k, v in point.items() if k not in FLEET_KEYS}
     n = point.get("instances", 1)
-    router = point.get("router")
-    by_router = point.get("router_params", {})
     if n < 1:
         raise ValueError(f"instances={n}: need at least 1 instance")
-    for name in [router, *by_router]:
-        if name is not None and name not in ROUTERS:
-            raise ValueError(f"router {name!r}: unknown router; known routers: {', '.join(ROUTERS)}")
-    for name, params in by_router.items():
-        if not isinstance(params, dict):
-            raise ValueError(f"router_params.{name}: {params!r}; expected a table of the router's parameters")
+    _check_routers(point)
     out["instances"] = n
-    if n == 1 and router is None:
-        if by_router:
+    if n == 1 and point.get("router") is None:
+        if point.get("router_params"):
             raise ValueError("router_params needs a router (or instances > 1, which routes round-robin)")
         return out
-    out["router"] = router or DEFAULT_ROUTER
-    params = by_router.get(out["router"], {})
+    return _with_router(out, point, n)
+
+
+def disagg_point(point: dict[str, Any]) -> dict[str, Any]:
+    """A ``mode = "disaggregated"`` point checked as ``fairsim run --mode disaggregated`` checks
+    its options: ``prefill_instances`` and ``decode_instances`` (default 1) always present, the
+    router (default round robin) and its own ``router_params`` as in ``fleet_point``, and the
+    link and decode-side keys where given.
+
+    Raises:
+        ValueError: ``instances`` in the point (the mode counts its engines with
+            ``prefill_instances``/``decode_instances``), a value
+            ``fairsim.cli_disagg.check_deployment`` refuses (named as ``key=value``), or a
+            router or parameter ``fleet_point`` refuses.
+    """
+    from fairsim.cli_disagg import check_deployment
+
+    if "instances" in point:
+        raise ValueError('instances: mode = "disaggregated" counts its engines with prefill_instances and '
+                         'decode_instances')
+    check_deployment(point, lambda key, value: f"{key}={value:g}")
+    _check_routers(point)
+    out = {k: v for k, v in point.items() if k not in FLEET_KEYS and k not in DISAGG_KEYS}
+    out.update(prefill_instances=point.get("prefill_instances", 1), decode_instances=point.get("decode_instances", 1))
+    out.update({k: point[k] for k in ("kv_link_gbps", "kv_bytes_per_token", "decode_kv_blocks") if k in point})
+    return _with_router(out, point, out["prefill_instances"])
+
+
+def _check_routers(point: dict[str, Any]) -> None:
+    """Refuse an unknown router (``router`` or a key of ``router_params``) or a parameter entry
+    that is not a table."""
+    from fairsim.routers import ROUTERS
+
+    for name in [point.get("router"), *point.get("router_params", {})]:
+        if name is not None and name not in ROUTERS:
+            raise ValueError(f"router {name!r}: unknown router; known routers: {', '.join(ROUTERS)}")
+    for name, params in point.get("router_params", {}).items():
+        if not isinstance(params, dict):
+            raise ValueError(f"router_params.{name}: {params!r}; expected a table of the router's parameters")
+
+
+def _with_router(out: dict[str, Any], point: dict[str, Any], n: int) -> dict[str, Any]:
+    """``out`` with the run's ``router`` (default round robin) and its own ``router_params``
+    (none when empty), checked by building the router for ``n`` instances."""
+    from fairsim.routers import DEFAULT_ROUTER, make_router
+
+    out["router"] = point.get("router") or DEFAULT_ROUTER
+    params = point.get("router_params", {}).get(out["router"], {})
     try:
         make_router(out["router"], n, params, kv_blocks=1)  # checked up front, as fairsim run does
     except (ValueError, TypeError) as exc:
@@ -166,13 +223,54 @@ def fleet_point(point: dict[str, Any]) -> dict[str, Any]:
 
 
 def fleet_of(point: dict[str, Any], seed: int) -> Any:
-    """The ``fairsim.cli_fleet.FleetSpec`` of a run's engine point (``fleet_point``'s form), or
-    ``None`` for a single engine. ``seed`` seeds a sampling router (``fairsim run --seed``)."""
+    """The deployment of a run's engine point (``fleet_point``'s form): a
+    ``fairsim.cli_disagg.DisaggSpec`` for ``mode = "disaggregated"``, a
+    ``fairsim.cli_fleet.FleetSpec`` for a fleet, ``None`` for a single engine. ``seed`` seeds a
+    sampling router (``fairsim run --seed``)."""
+    from fairsim.cli_disagg import DisaggSpec
     from fairsim.cli_fleet import FleetSpec
 
+    if point.get("mode") == "disaggregated":
+        return DisaggSpec(point["prefill_instances"], point["decode_instances"], point["router"],
+                          dict(point.get("router_params", {})), point.get("kv_link_gbps"),
+                          point.get("kv_bytes_per_token"), seed, point.get("decode_kv_blocks"))
     if "router" not in point:
         return None
     return FleetSpec(point["instances"], point["router"], dict(point.get("router_params", {})), seed)
+
+
+def check_capacity(point: dict[str, Any], requests: Sequence[Request], config: EngineConfig, profile: Any) -> None:
+    """Refuse a KV cache the run's engines cannot work with, as ``fairsim run`` does: one
+    engine's (``resolve_capacity``), or under ``mode = "disaggregated"`` each side's (a prefill
+    engine holds each prompt, a decode engine each prompt and output) and the link's bytes per
+    token (from the profile when not given).
+
+    Raises:
+        CapacityError: A side too small, named (``decode_kv_blocks`` or the capacity key to raise).
+        ValueError: No bytes per token (``kv_bytes_per_token``) and a profile without them.
+    """
+    from fairsim.errors import CapacityError
+    from fairsim.sim.capacity import resolve_capacity
+    from fairsim.sim.disaggregated import check_decode_fits, prefill_capacity_mode
+
+    if point.get("mode") != "disaggregated":
+        resolve_capacity(requests, config)
+        return
+    decode = point.get("decode_kv_blocks")
+    try:
+        block_size, kv_blocks = resolve_capacity(requests, dataclasses.replace(
+            config, mode=prefill_capacity_mode(config, decode)))
+    except CapacityError as exc:
+        raise CapacityError(f"the prefill side is too small: {exc}") from None
+    try:
+        check_decode_fits(requests, block_size, decode or kv_blocks)
+    except CapacityError as exc:
+        raise CapacityError(f"{exc} (raise decode_kv_blocks" + ("" if decode else ", or the KV capacity it "
+                                                                "defaults to") + ")") from None
+    try:
+        fleet_of(point, 0).link(profile)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("--kv-bytes-per-token", "engine.kv_bytes_per_token")) from None
 
 
 def check_fleet_input(point: dict[str, Any], requests: Sequence[Request]) -> None:

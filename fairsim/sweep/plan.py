@@ -5,7 +5,8 @@ the profile loads; every policy grid point builds with ``make_policy``; every en
 valid ``EngineConfig``; every scenario point builds (for every seed); every trace point (a file
 or folder) is loaded, shaped and sized by the code its run uses, which is ``fairsim run``'s
 (``fairsim.sweep.tracerun``); and for every workload x engine point the KV cache holds the
-longest prompt (``resolve_capacity``). Any problem raises ``SweepSpecError`` naming the spec
+longest prompt (``fairsim.sweep.engine.check_capacity``: under ``mode = "disaggregated"``
+each side's cache). Any problem raises ``SweepSpecError`` naming the spec
 file and key path, so a sweep never stops halfway on a bad input.
 """
 
@@ -18,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from fairsim.errors import SweepSpecError
-from fairsim.sweep.engine import CAPACITY_KEYS, check_fleet_input, check_value, engine_fields, fleet_point, run_engine
+from fairsim.sweep.engine import (CAPACITY_KEYS, check_capacity, check_fleet_input, check_value, engine_fields,
+                                  fleet_point, run_engine)
 from fairsim.sweep.runspec import RunSpec, code_identity, file_sha256, run_id, trace_sha256
 from fairsim.sweep.spec import SweepSpec, parse_spec
 from fairsim.sweep.tracerun import load_trace_input, spec_terms, trace_engine
@@ -138,6 +140,8 @@ def _check_engine(s: SweepSpec) -> list[dict[str, Any]]:
     points = []
     for point in grid_points(s.engine):
         static = {k: v for k, v in point.items() if k in EngineConfig.__dataclass_fields__}
+        if static.get("mode") == "disaggregated":  # both sides' settings, run colocated (run_engine)
+            static["mode"] = "colocated"
         try:
             EngineConfig(**static)
             point = fleet_point(point)
@@ -149,12 +153,10 @@ def _check_engine(s: SweepSpec) -> list[dict[str, Any]]:
 
 
 def _check_capacity(s: SweepSpec, where: str, requests: list, base: Any,
-                    engines: list[dict[str, Any]]) -> None:
-    from fairsim.sim.capacity import resolve_capacity
-
+                    engines: list[dict[str, Any]], profile: Any) -> None:
     for point in engines:
         try:
-            resolve_capacity(requests, run_engine(base, point, requests))
+            check_capacity(point, requests, run_engine(base, point, requests), profile)
             check_fleet_input(point, requests)
         except USER_ERRORS as exc:
             at = f"{where}, engine ({_point(point)})" if point else where
@@ -199,7 +201,6 @@ def _workloads(s: SweepSpec, profile: Any, engines: list[dict[str, Any]]) -> Ite
     (``fairsim.sweep.tracerun``: ``fairsim run``'s own code), so what passes here runs.
     """
     from fairsim.scenarios import scenario_names
-    from fairsim.sim.capacity import resolve_capacity
     from fairsim.sim.keys import mapping_loss
 
     for entry in s.scenarios:
@@ -219,7 +220,7 @@ def _workloads(s: SweepSpec, profile: Any, engines: list[dict[str, Any]]) -> Ite
                     _check_arrival_range(requests, None, f"scenario {entry.name!r}")
                 except (*USER_ERRORS, OSError) as exc:
                     raise s.error(where, str(exc)) from None
-                _check_capacity(s, where, requests, base, engines)
+                _check_capacity(s, where, requests, base, engines, profile)
                 yield {"scenario": entry.name, "kind": "scenario", "scenario_params": params,
                        "trace": None, "seed": seed, "inputs": inputs, "where": entry.where}
     for entry in s.traces:
@@ -255,7 +256,7 @@ def _workloads(s: SweepSpec, profile: Any, engines: list[dict[str, Any]]) -> Ite
                 at = f"{where}, engine ({_point(point)})" if point else where
                 try:
                     config, _ = trace_engine(inp, point, profile)
-                    resolve_capacity(inp.requests, config)
+                    check_capacity(point, inp.requests, config, profile)
                     check_fleet_input(point, inp.requests)
                 except USER_ERRORS as exc:
                     raise s.error(at, spec_terms(str(exc))) from None

@@ -7,7 +7,9 @@ Columns: ``run_id``, ``status`` (``ok``, ``failed`` or ``not run`` for a sweep c
 ``profile_sha256``, ``fairsim_version``, ``kv_blocks``, ``block_size``, ``kv_tokens`` (blocks x
 block size: the run's effective cache), then ``fairsim.metrics.summarize``'s figures (NaN for a
 run without results); a fleet run (``engine.instances``/``engine.router``) adds
-``router_hit_rate`` and ``load_imbalance`` (``fleet_figures``).
+``router_hit_rate`` and ``load_imbalance`` (``fleet_figures``); a ``mode = "disaggregated"`` run
+``router_hit_rate``, the held and transfer times, ``held_requests`` and each side's load
+imbalance (``disagg_figures``).
 """
 
 from __future__ import annotations
@@ -54,7 +56,10 @@ def summarize_runs(out: Path, runs: Iterable[RunSpec]) -> pd.DataFrame:
             kv_blocks, block_size = int(req["kv_blocks"].iloc[0]), int(req["block_size"].iloc[0])
             row.update(kv_blocks=kv_blocks, block_size=block_size, kv_tokens=kv_blocks * block_size,
                        **summarize(req, steps))
-            if "instance" in req:
+            if run.engine.get("mode") == "disaggregated":
+                row.update(disagg_figures(req, steps, run.engine["prefill_instances"],
+                                          run.engine["decode_instances"]))
+            elif "instance" in req:
                 row.update(fleet_figures(req, steps, run.engine["instances"]))
             if "tpot_s" in req:  # a colocated run: its decode figures too, but ITL (it needs the
                 # token gaps, which a sweep does not store: no column rather than an empty one)
@@ -89,6 +94,31 @@ def fleet_figures(requests: pd.DataFrame, steps: pd.DataFrame | None, instances:
             busy[int(k)] = float(value)
     mean = sum(busy) / instances
     return {"router_hit_rate": hit, "load_imbalance": max(busy) / mean if mean > 0 else float("nan")}
+
+
+def disagg_figures(requests: pd.DataFrame, steps: pd.DataFrame | None, prefill: int,
+                   decode: int) -> dict[str, float]:
+    """A ``mode = "disaggregated"`` run's figures, as ``fairsim run`` reports them
+    (``fairsim.cli_disagg.disagg_summary``), from its stored tables.
+
+    ``router_hit_rate`` (the prefill side's router, as ``fleet_figures``), ``held_p50_s``,
+    ``held_p99_s`` (a request's prefill end to its decode-side blocks), ``held_requests``
+    (requests a decode engine refused at a step start), ``transfer_p50_s``, ``transfer_p99_s``,
+    ``prefill_load_imbalance`` and ``decode_load_imbalance`` (each side's busiest instance's busy
+    time over its mean; NaN without a step table).
+    """
+    import numpy as np
+
+    held = requests["held_s"].to_numpy(dtype=np.float64)
+    moved = requests["transfer_s"].to_numpy(dtype=np.float64)
+    out = {"held_p50_s": float(np.percentile(held, 50)), "held_p99_s": float(np.percentile(held, 99)),
+           "held_requests": int(requests["decode_held"].sum()),
+           "transfer_p50_s": float(np.percentile(moved, 50)), "transfer_p99_s": float(np.percentile(moved, 99))}
+    by_role = {role: steps[steps["role"] == role] if steps is not None else None for role in ("prefill", "decode")}
+    out["router_hit_rate"] = fleet_figures(requests, by_role["prefill"], prefill)["router_hit_rate"]
+    for role, n in (("prefill", prefill), ("decode", decode)):
+        out[f"{role}_load_imbalance"] = fleet_figures(requests, by_role[role], n)["load_imbalance"]
+    return out
 
 
 def tidy_parameters(table: pd.DataFrame) -> pd.DataFrame:

@@ -51,9 +51,11 @@ def add_tune_command(sub: argparse._SubParsersAction, add_common: Callable, fmt:
     p.add_argument("--workers", type=int, default=None,
                    help="local processes, or CPUs of a Ray started here (default: --batch, at most the cores)")
     add_common(p)
+    from fairsim.cli_disagg import add_disagg_options
     from fairsim.cli_fleet import add_fleet_options
 
     add_fleet_options(p)  # every trial, reference and held-out run on this fleet
+    add_disagg_options(p)  # or on this disaggregated deployment
     retitle(p, "--out", "folder of the study (study.db, resumable) and its results: trials.parquet, "
                         "front.parquet, front.png, tune.json, policy-config.json (required)")
     retitle(p, "--format", "table for people, json (tune.json) for scripts")
@@ -132,6 +134,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from fairsim.io import check_writable_dir
     from fairsim.options import (capacity_of, check_policies, engine_config, load_in_trace_time, params_for,
                                  parse_params, resolve_policies)
+    from fairsim.cli_disagg import disagg_spec
     from fairsim.cli_fleet import check_fleet_trace, fleet_spec
     from fairsim.policies import make_policy
     from fairsim.tune import evaluate as ev
@@ -154,7 +157,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise ValueError(f"--warmup {args.warmup}: need a finite time >= 0 s")
     if (args.train is None) != (args.holdout is None):
         raise ValueError("--train and --holdout go together (or neither: --folds cuts the windows)")
-    fleet = fleet_spec(args)
+    # --mode disaggregated (args.mode becomes colocated: the decode side's shaping), else a fleet.
+    disagg = disagg_spec(args)
+    fleet = disagg or fleet_spec(args)
     require("optuna")
     if args.executor == "ray":
         require("ray")
@@ -178,7 +183,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     trace, requests, scale = load_in_trace_time(args, profile)
     check_fleet_trace(fleet, requests, trace.source)
     base = engine_config(args, profile)
-    block_size, kv_blocks = capacity_of(requests, base, args)
+    # Under --mode disaggregated the prefill side's cache, each decode engine's checked.
+    block_size, kv_blocks = (capacity_of if disagg is None else disagg.capacity)(requests, base, args)
     config = dataclasses.replace(base, block_size=block_size, kv_blocks=kv_blocks, kv_fraction=None, kv_tokens=None)
     if args.train is not None:
         train_w = _windows(parse_windows, args.train, "--train")
@@ -380,9 +386,14 @@ def _report(args, study, objective, sim, train, held, names, axes, notes, trace,
 
 
 def _fleet_json(fleet: Any) -> dict[str, Any] | None:
-    """The fleet as tune.json and the fingerprint record it (``None``: a single engine)."""
+    """The fleet as tune.json and the fingerprint record it (``None``: a single engine; a
+    disaggregated deployment as its ``run.json`` record, ``DisaggSpec.run_info``)."""
     if fleet is None:
         return None
+    from fairsim.cli_disagg import DisaggSpec
+
+    if isinstance(fleet, DisaggSpec):
+        return fleet.run_info()
     return {"instances": fleet.instances, "router": fleet.router, "router_params": dict(fleet.params)}
 
 

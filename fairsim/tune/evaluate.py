@@ -86,7 +86,8 @@ class Simulator:
         replay, think_scale: As ``fairsim run``'s ``--replay`` and ``--think-scale``.
         fixed: Policy -> parameters fixed by ``--param`` (not searched).
         fleet: The fleet every run simulates (``--instances``/``--router``/``--router-param``,
-            ``fairsim.cli_fleet.FleetSpec``); ``None``: the single engine.
+            ``fairsim.cli_fleet.FleetSpec``), or the disaggregated deployment (``--mode
+            disaggregated``, ``fairsim.cli_disagg.DisaggSpec``); ``None``: the single engine.
     """
 
     profile: Profile
