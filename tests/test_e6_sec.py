@@ -94,3 +94,30 @@ def test_ordering_still_matters_behind_the_best_router(excerpt):
     assert median["suf"] < min(median["lpm"], median["fairway"])
     assert max(median["lpm"], median["fairway"]) < median["fcfs"]
     assert spike["suf"].quantile(0.99) > spike["fcfs"].quantile(0.99)
+
+
+def test_tables_rows_from_hand_made_runs(tmp_path):
+    """experiments.e6.tables: a router row (TTFT percentiles, FCFS hit rate, its load imbalance) and
+    the reference row pooled over the tenants, on hand-made request tables."""
+    import json
+
+    from experiments.e6.tables import table
+
+    def write(folder, ttft, cached, window):
+        folder.mkdir(parents=True)
+        for policy, scale in (("fcfs", 1.0), ("lpm", 2.0)):
+            pd.DataFrame({"ttft_s": [t * scale for t in ttft], "cached_tokens": cached,
+                          "prompt_tokens": [100] * len(ttft), "window": window}).to_parquet(
+                folder / f"requests-{policy}.parquet")
+
+    nd = tmp_path / "sec-dyn1" / "n2"
+    write(nd / "round-robin", [1.0, 2.0, 3.0], [0, 50, 100], ["calm", "spike", "spike"])
+    (nd / "round-robin" / "summary.json").write_text(json.dumps({"fcfs": {"load_imbalance": 1.25}}))
+    write(nd / "alone" / "t0", [1.0], [10], ["spike"])
+    write(nd / "alone" / "t1", [3.0], [30], ["spike"])
+    lines = table(nd, ["fcfs", "lpm"], None)
+    # p50 / p99 of [1, 2, 3] (linear): 2.00 / 2.98; LPM's doubled; hit 150 / 300.
+    assert lines[2] == "| round-robin | 2.00 / 2.98 | 4.00 / 5.96 | 0.500 | 1.250 |"
+    assert lines[3] == "| one engine per tenant | 2.00 / 2.98 | 4.00 / 5.96 | 0.200 | – |"
+    spike = table(nd, ["fcfs", "lpm"], "spike")
+    assert spike[2] == "| round-robin | 2.50 / 2.99 | 5.00 / 5.98 | 0.750 | 1.250 |"

@@ -35,7 +35,11 @@ def requests_of(run: Path, policy: str, window: str | None) -> pd.DataFrame:
     files = sorted(run.glob(f"t*/requests-{policy}.parquet")) if run.name == REFERENCE \
         else [run / f"requests-{policy}.parquet"]
     reqs = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
-    return reqs if window is None else reqs[reqs["window"] == window]
+    if window is None:
+        return reqs
+    if "window" not in reqs:
+        raise SystemExit(f"{files[0]}: no window column; --window {window} needs a trace with window labels")
+    return reqs[reqs["window"] == window]
 
 
 def row(run: Path, policies: Sequence[str], window: str | None) -> str:
