@@ -1,0 +1,1 @@
+"""E6: prefill ordering behind a router (fleets); the shell scripts here run it (docs/fleets.md)."""
