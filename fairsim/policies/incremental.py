@@ -203,6 +203,10 @@ class SortedKeyOrder:
     ``key(q)`` must end with ``request_id`` (so keys are unique) and be a function of the snapshot
     alone (LPM: ``(-cached_len, arrival_time, request_id)``; PEEK: ``(-saved, ...)``). Backed by a
     ``sortedcontainers.SortedList`` of keys: ``add``/``remove`` O(log n), iteration O(1) per item.
+
+    ``head_changes(k)`` (PEEK's protected set, ``Engine._update_protected``) says how the first
+    ``k`` changed since its last call; from its first call on, ``add``/``remove`` note the changes
+    that can move them (a journal of O(1) per change).
     """
 
     def __init__(self, key: Callable[[QueuedRequest], tuple]) -> None:
@@ -210,6 +214,14 @@ class SortedKeyOrder:
         self._keys = SortedList()
         self._by_id: dict[str, tuple[tuple, QueuedRequest]] = {}
         self._by_key: dict[tuple, QueuedRequest] = {}
+        # head_changes' state (None until its first call): the head it last gave (key ->
+        # snapshot), its last key, and the journal since: keys added at or below that key (the
+        # only new keys the range walk of head_changes does not see), and the snapshots
+        # removed from the head.
+        self._head: dict[tuple, QueuedRequest] | None = None
+        self._head_last: tuple | None = None
+        self._entered: dict[tuple, None] = {}  # a dict: ordered, so the build is deterministic
+        self._left: list[QueuedRequest] = []
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -221,9 +233,14 @@ class SortedKeyOrder:
             if old[0] != k:
                 self._keys.remove(old[0])
                 self._keys.add(k)
+                if self._head is not None:
+                    self._note_gone(old[0])
+                    self._note_new(k)
             del self._by_key[old[0]]
         else:
             self._keys.add(k)
+            if self._head is not None:
+                self._note_new(k)
         self._by_id[q.request_id] = (k, q)
         self._by_key[k] = q
 
@@ -231,14 +248,68 @@ class SortedKeyOrder:
         k, _ = self._by_id.pop(request_id)
         self._keys.remove(k)
         del self._by_key[k]
+        if self._head is not None:
+            self._note_gone(k)
 
     def iter_order(self, now: float = 0.0) -> Iterator[QueuedRequest]:
         return map(self._by_key.__getitem__, self._keys)  # C-level per item (PEEK reads max_num_seqs)
 
     def head(self, k: int) -> list[QueuedRequest]:
-        """The first ``k`` snapshots of the order (all when fewer wait): the engine's view of
-        what PEEK protects, read without the per-item checks of a lazy order."""
+        """The first ``k`` snapshots of the order (all when fewer wait)."""
         return list(map(self._by_key.__getitem__, self._keys.islice(0, k)))
+
+    def head_changes(self, k: int) -> tuple[list[QueuedRequest], list[QueuedRequest]]:
+        """How the first ``k`` of the order (all when fewer wait; none when ``k <= 0``) changed
+        since the last call: ``(entered, left)``, the current snapshots of the requests among
+        them now that were not at the last call, and a snapshot of each of those that were and
+        are no longer (removed, re-keyed elsewhere, or pushed past the ``k``-th). A request
+        re-keyed within the head is in both; one re-added with the same key in neither. The
+        first call gives the whole head as entered.
+
+        Cost: O(log n) plus the changes since the last call, not ``k``: the new head is every
+        key up to its ``k``-th, so only the keys noted by ``add``/``remove`` and those between
+        the two calls' last keys (the head grew or shrank there) are looked at."""
+        head = self._head
+        if head is None:
+            head = self._head = {}
+        keys = self._keys
+        m = min(k, len(keys)) if k > 0 else 0
+        last = keys[m - 1] if m else None  # the new head: every key <= last
+        prev = self._head_last  # the old head: every key <= prev, at the last call
+        by_key = self._by_key
+        entered = [(key, by_key[key]) for key in self._entered if last is not None and key <= last]
+        left = self._left
+        if last is None:
+            left.extend(head.values())
+            head.clear()
+        elif prev is None or last > prev:  # grew: the keys after the old last key joined
+            entered.extend((key, by_key[key]) for key in keys.irange(prev, last, inclusive=(False, True)))
+        elif last < prev:  # shrank: the old head's keys after the new last key left
+            for key in list(keys.irange(last, prev, inclusive=(False, True))):
+                q = head.pop(key, None)
+                if q is not None:
+                    left.append(q)
+        for key, q in entered:
+            head[key] = q
+        self._head_last = last
+        self._entered = {}
+        self._left = []
+        return [q for _, q in entered], left
+
+    def _note_new(self, key: tuple) -> None:
+        """head_changes' journal: a key was added (one after the head's last key is found by
+        the range walk)."""
+        last = self._head_last
+        if last is not None and key <= last:
+            self._entered[key] = None
+
+    def _note_gone(self, key: tuple) -> None:
+        """head_changes' journal: a key was removed (from the head, or one noted since)."""
+        q = self._head.pop(key, None)
+        if q is not None:
+            self._left.append(q)
+        else:
+            self._entered.pop(key, None)
 
 
 def merge_lanes(fast: Iterator[QueuedRequest], fair: Iterator[QueuedRequest], n: int,

@@ -280,7 +280,7 @@ class DecodeFastEngine(Engine):
             remaining += tail.req.prompt_len + tail.generated - tail.computed
         # Engine._schedule: the order at the step's start, where a waiting request could be admitted.
         can_admit = remaining < self._budget and len(running) < self._max_seqs
-        ordered = self._order_waiting(now) if (can_admit or self._protect is not None) and self._waiting else []
+        ordered = self._order_waiting(now) if can_admit and self._waiting else []
         if self._on_admitted is not None and can_admit:
             for live in self._preempted:
                 live.snap = None

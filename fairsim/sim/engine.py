@@ -53,6 +53,7 @@ import gc
 import time
 from collections import deque
 from itertools import chain, islice
+from operator import attrgetter
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
@@ -74,6 +75,8 @@ from fairsim.sim.lazy_hits import NO_KEY, LazyHits
 from fairsim.sim.result import Columns, SimResult
 from fairsim.sim.keys import blocks_for, engine_block_keys, generated_block_keys
 from fairsim.types import QueuedRequest, Request
+
+_handle_of = attrgetter("handle")  # a snapshot's engine request (QueuedRequest.handle)
 
 #: The step loop moves the objects it created so far (snapshots, batches, policy state) out of the
 #: cyclic GC's generations every ``FREEZE_EVERY_MASK + 1`` steps (``gc.freeze``, O(1)), as
@@ -263,11 +266,12 @@ class Engine:
         self._order_changes = 0
         self._protected_at = -1
         # Kept up to date instead of rebuilt, where the hook takes changes (``update_runs``) and
-        # the fast path gives its head (``head``): id(live) -> (live, its hit keys) for the
+        # the fast path says how its head changed (``head_changes``): id(live) -> (live, its hit keys) for the
         # requests the set was built from, and the ids re-keyed since (their hits may differ).
         update = getattr(hook, "update_runs", None)
-        self._protect_update = update if update is not None and hasattr(self._inc, "head") else None
+        self._protect_update = update if update is not None and hasattr(self._inc, "head_changes") else None
         self._protect_runs: dict[int, tuple[_Live, Sequence[Hashable]]] | None = None
+        self._front_runs: list[Sequence[Hashable]] = []  # the preempted front's hits at the last build
         self._rekeyed: set[int] = set()
         # Lazy hits (a fast path with ``set_resolver``; fairsim.sim.lazy_hits): invalidated
         # snapshots are not rebuilt at the step's start but when the order reads them.
@@ -655,7 +659,7 @@ class Engine:
             # PEEK: protect what the next max_num_seqs would hit.
             if self._protect_update is not None and self._lazy is None:
                 front = list(islice(self._preempted, max_seqs))
-                self._update_protected(front, self._inc.head(max_seqs - len(front)))
+                self._update_protected(front, max_seqs - len(front))
             else:
                 rest = iter(order)
                 head = list(islice(rest, max_seqs))
@@ -718,35 +722,42 @@ class Engine:
                 self._inc.remove(live.req.request_id)
                 self._in_inc.discard(id(live))
 
-    def _update_protected(self, front: list[_Live], head: list[QueuedRequest]) -> None:
+    def _update_protected(self, front: list[_Live], k: int) -> None:
         """PEEK's protected set for the first ``max_num_seqs`` of the admission order: the
-        preempted requests in ``front``, then the fast path's first snapshots (``head``);
-        changed instead of rebuilt: the hit keys of the requests that left it or were re-keyed
-        since the last build are taken out, those of the requests that entered it (or were
-        re-keyed) put in (``update_runs`` keeps a count per key, so the set is the one a
-        rebuild gives). A waiting request's hit keys change only with its watched keys, which
-        re-key it (``_rekeyed``, or ``_dirty`` when it changed after this step's order); a
-        preempted request's keys are not watched, so its hit is read again at every build."""
+        preempted requests in ``front``, then the fast path's first ``k``; changed instead of
+        rebuilt: the hit keys of the requests that left the head or were re-keyed since the
+        last build are taken out, those of the requests that entered it (or were re-keyed) put
+        in (``update_runs`` keeps a count per key, so the set is the one a rebuild gives). Who
+        entered and left comes from the fast path (``SortedKeyOrder.head_changes``), at a cost
+        that follows the changes, not ``max_num_seqs``. A waiting request's hit keys change
+        only with its watched keys, which re-key it (``_rekeyed``, or ``_dirty`` when it changed
+        after this step's order); a preempted request's keys are not watched, so its hit is
+        read again at every build."""
         pool = self.pool
         runs = self._protect_runs
-        lives = front + [q.handle for q in head]
-        if runs is None:
-            runs = self._protect_runs = {
-                id(live): (live, live.keys[:pool.count_prefix(live.keys, live.max_hit_blocks)]) for live in lives}
-            self._protect([run for _, run in runs.values()])
+        first = runs is None  # the first build: head_changes gives the whole head as entered
+        if first:
+            runs = self._protect_runs = {}
+        entered, left = self._inc.head_changes(k)
+        removed = self._front_runs  # the last build's list, replaced below
+        for q in left:
+            removed.append(runs.pop(id(q.handle))[1])
+        again = []
+        for changed in (self._rekeyed, self._dirty) if self._dirty else (self._rekeyed,):
+            for lid in changed:
+                kept = runs.pop(lid, None)
+                if kept is not None:
+                    removed.append(kept[1])
+                    again.append(kept[0])
+        self._front_runs = [live.keys[:pool.count_prefix(live.keys, live.max_hit_blocks)] for live in front]
+        added = list(self._front_runs)
+        for live in chain(map(_handle_of, entered), again):
+            run = live.keys[:pool.count_prefix(live.keys, live.max_hit_blocks)]
+            runs[id(live)] = (live, run)
+            added.append(run)
+        if first:
+            self._protect(added)
         else:
-            changed = self._rekeyed
-            if self._dirty or front:
-                changed = changed | self._dirty.keys() | {id(live) for live in front}
-            now_in = {id(live) for live in lives}
-            removed = [runs.pop(lid)[1] for lid in [lid for lid in runs if lid not in now_in or lid in changed]]
-            added = []
-            for live in lives:
-                lid = id(live)
-                if lid not in runs:
-                    run = live.keys[:pool.count_prefix(live.keys, live.max_hit_blocks)]
-                    runs[lid] = (live, run)
-                    added.append(run)
             self._protect_update(removed, added)
         self._rekeyed = set()
 
