@@ -245,6 +245,96 @@ class BlockPool:
             if notify is not None and (watched is None or key in watched):
                 notify(key)
 
+    def grow_chunks(self, blocks: list[int], keys: Sequence[Hashable], start: int,
+                    needs: Sequence[int], stops: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+        """Several chunks of one request in a row, each ``blocks.extend(allocate(needs[i]))`` then
+        ``cache_blocks(blocks, keys, stops[i - 1], stops[i])`` (``stops[-1]`` read as ``start``),
+        with the same effects in the same order as those calls (evictions, ``journal``,
+        ``on_key_change``); the engine's prefill-only chunk burst (``Engine._chunk_burst``).
+
+        The ``sum(needs)`` blocks are taken off the free queue's front at once: nothing joins
+        the queue between the chunks, so they are the ones the per-chunk calls would take, in
+        the same order. (The callbacks read the lookup table, never the free queue.)
+
+        Args:
+            blocks: The request's block ids, extended in place.
+            keys: The request's block keys.
+            start: Blocks of ``blocks`` already cached.
+            needs: Blocks to allocate per chunk (>= 0).
+            stops: Blocks cached after each chunk (non-decreasing, >= ``start``).
+
+        Returns:
+            Per chunk, after it: ``num_used``, ``num_cached`` and the blocks it evicted.
+
+        Raises:
+            ValueError: Fewer than ``sum(needs)`` free blocks (nothing is changed then).
+            EngineInvariantError: A block to cache already holds a key.
+        """
+        free = self._free
+        total = sum(needs)
+        if total > len(free):
+            raise ValueError(f"cannot allocate {total} blocks: only {len(free)} free")
+        taken = list(islice(free, total))
+        for b in taken:
+            del free[b]
+        ref = self.ref_cnt
+        block_key = self.block_key
+        cached = self._cached
+        journal = self.journal
+        notify = self.on_key_change
+        watched = self.watched
+        used_after: list[int] = []
+        cached_after: list[int] = []
+        evicted_in: list[int] = []
+        used = self.num_blocks - len(free) - total
+        pos = 0
+        for need, stop in zip(needs, stops):
+            evicted = 0
+            if need > 0:  # allocate(need): _claim inlined
+                chunk = taken[pos:pos + need]
+                pos += need
+                for b in chunk:
+                    ref[b] = 1
+                    key = block_key[b]
+                    if key is not None:
+                        block_key[b] = None
+                        evicted += 1
+                        ids = cached[key]
+                        del ids[b]
+                        if not ids:
+                            del cached[key]
+                            if journal is not None and key not in journal:
+                                journal[key] = True
+                            if notify is not None and (watched is None or key in watched):
+                                notify(key)
+                if evicted:
+                    self.num_evictions += evicted
+                    self._num_cached -= evicted
+                blocks.extend(chunk)
+                used += need
+            for j in range(start, stop):  # cache_blocks(blocks, keys, start, stop) inlined
+                b = blocks[j]
+                key = keys[j]
+                if block_key[b] is not None:
+                    raise EngineInvariantError(f"block {b} is already cached under {block_key[b]!r}")
+                block_key[b] = key
+                self._num_cached += 1
+                ids = cached.get(key)
+                if ids is not None:
+                    ids[b] = None
+                    continue
+                cached[key] = {b: None}
+                if journal is not None and key not in journal:
+                    journal[key] = False
+                if notify is not None and (watched is None or key in watched):
+                    notify(key)
+            if stop > start:
+                start = stop
+            used_after.append(used)
+            cached_after.append(self._num_cached)
+            evicted_in.append(evicted)
+        return used_after, cached_after, evicted_in
+
     def free(self, block_ids: Iterable[int]) -> None:
         """Drop one reference per block; blocks reaching 0 join the free queue.
 
