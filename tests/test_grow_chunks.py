@@ -41,7 +41,7 @@ def _observed(pool: BlockPool) -> list[tuple]:
 
 def _state(pool: BlockPool) -> tuple:
     return (pool.free_queue(), list(pool.ref_cnt), list(pool.block_key),
-            {k: list(v) for k, v in pool._cached.items()}, list(pool._cached),
+            dict(pool._cached), {k: list(v) for k, v in pool._more.items()}, list(pool._cached),
             pool.num_evictions, pool.num_cached, pool.num_used, dict(pool.journal), list(pool.journal))
 
 
@@ -123,3 +123,35 @@ def test_same_as_per_chunk_calls(num_blocks, history, keys, plan, hooked):
     assert blocks_one == blocks_each
     assert calls_one == calls_each
     assert _state(one) == _state(each)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["alloc", "cache", "free"]), st.integers(0, 5),
+                              st.sampled_from("abcd")), max_size=40))
+def test_lookup_returns_the_first_block_still_cached(ops):
+    """Keys cached on several blocks (vLLM does not de-duplicate): a lookup returns the earliest
+    cached block of those still holding the key, and the key stays hittable until its last
+    block is evicted. The model: a list of blocks per key in caching order."""
+    pool = BlockPool(6)
+    model: dict[str, list[int]] = {}
+    held: list[int] = []
+    for op, n, key in ops:
+        if op == "alloc" and pool.num_free:
+            got = pool.allocate(min(max(n, 1), pool.num_free))
+            for b in got:  # evicted blocks leave their key's list
+                for blocks in model.values():
+                    if b in blocks:
+                        blocks.remove(b)
+            held += got
+        elif op == "cache":
+            fresh = [b for b in held if pool.block_key[b] is None]
+            if fresh:
+                pool.cache(fresh[n % len(fresh)], key)
+                model.setdefault(key, []).append(fresh[n % len(fresh)])
+        elif op == "free" and held:
+            pool.free([held.pop(n % len(held))])
+        for k in "abcd":
+            first = model.get(k) or []
+            assert pool.lookup_prefix([k], 1) == first[:1]
+            assert pool.is_cached(k) == bool(first)
+    assert pool.num_cached == sum(len(v) for v in model.values())

@@ -13,7 +13,7 @@ Mirrors ``vllm/v1/core/block_pool.py`` (``BlockPool``) and ``FreeKVCacheBlockQue
   passes a request's blocks deepest first
   (``KVCacheManager.free`` reverses them), so a finished request's tail is evicted first.
 - Cached blocks are not de-duplicated: two blocks may carry the same hash (vLLM keeps block
-  tables append-only); a lookup returns the first one cached.
+  tables append-only); a lookup returns the first one cached (of those still cached).
 
 The pool knows block ids, hash keys and counts only - never requests, policies or SimPy
 (STYLE.md 2.1). Keys are any hashable content identity of a full block's prefix.
@@ -45,8 +45,11 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.ref_cnt: list[int] = [0] * num_blocks
         self.block_key: list[Hashable | None] = [None] * num_blocks
-        # key -> {block_id: None}; insertion-ordered so the first cached block is returned.
-        self._cached: dict[Hashable, dict[int, None]] = {}
+        # key -> the first block cached under it (what a lookup returns); the further blocks of a
+        # key cached twice (rare) in ``_more``, key -> {block_id: None} in caching order. One int
+        # per key instead of a dict per key: caching and evicting are the simulator's hot path.
+        self._cached: dict[Hashable, int] = {}
+        self._more: dict[Hashable, dict[int, None]] = {}
         # LRU free queue: front = next to evict. OrderedDict gives O(1) removal from the middle,
         # which vLLM gets from its hand-written doubly linked list.
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
@@ -100,10 +103,10 @@ class BlockPool:
         cached = self._cached
         hit: list[int] = []
         for key in keys[:max_blocks]:
-            ids = cached.get(key)
-            if ids is None:
+            b = cached.get(key)
+            if b is None:
                 break
-            hit.append(next(iter(ids)))
+            hit.append(b)
         return hit
 
     def count_prefix(self, keys: Sequence[Hashable], max_blocks: int) -> int:
@@ -164,9 +167,9 @@ class BlockPool:
             if key is not None:  # evict: _evict inlined
                 block_key[b] = None
                 evicted += 1
-                ids = cached[key]
-                del ids[b]
-                if not ids:  # the key is no longer hittable
+                if cached[key] != b or key in self._more:
+                    self._drop_duplicate(b, key)  # another block still holds the key
+                else:  # the key is no longer hittable
                     del cached[key]
                     journal = self.journal
                     if journal is not None and key not in journal:
@@ -178,13 +181,31 @@ class BlockPool:
             self.num_evictions += evicted
             self._num_cached -= evicted
 
+    def _drop_duplicate(self, block_id: int, key: Hashable) -> None:
+        """Uncache ``block_id`` from a key that another block holds too (the key stays hittable):
+        if it was the first, the next in caching order becomes the one lookups return."""
+        more = self._more[key]
+        if self._cached[key] == block_id:
+            block_id = next(iter(more))
+            self._cached[key] = block_id
+        del more[block_id]
+        if not more:
+            del self._more[key]
+
+    def _add_duplicate(self, block_id: int, key: Hashable) -> None:
+        """Cache ``block_id`` under a key another block already holds (hits do not change)."""
+        more = self._more.get(key)
+        if more is None:
+            more = self._more[key] = {}
+        more[block_id] = None
+
     def _evict(self, block_id: int, key: Hashable) -> None:
-        ids = self._cached[key]
-        del ids[block_id]
         self.block_key[block_id] = None
         self.num_evictions += 1
         self._num_cached -= 1
-        if not ids:
+        if self._cached[key] != block_id or key in self._more:
+            self._drop_duplicate(block_id, key)
+        else:
             del self._cached[key]
             journal = self.journal
             if journal is not None and key not in journal:
@@ -201,12 +222,11 @@ class BlockPool:
         if self.block_key[block_id] is not None:
             raise EngineInvariantError(f"block {block_id} is already cached under {self.block_key[block_id]!r}")
         self.block_key[block_id] = key
-        ids = self._cached.get(key)
         self._num_cached += 1
-        if ids is not None:
-            ids[block_id] = None  # another block with the same content: hits do not change
+        if key in self._cached:
+            self._add_duplicate(block_id, key)  # another block with the same content: hits do not change
             return
-        self._cached[key] = {block_id: None}
+        self._cached[key] = block_id
         journal = self.journal
         if journal is not None and key not in journal:
             journal[key] = False  # not hittable before
@@ -235,11 +255,10 @@ class BlockPool:
                 raise EngineInvariantError(f"block {b} is already cached under {block_key[b]!r}")
             block_key[b] = key
             self._num_cached += 1  # per block: an error above leaves the earlier ones counted
-            ids = cached.get(key)
-            if ids is not None:
-                ids[b] = None  # another block with the same content: hits do not change
+            if key in cached:
+                self._add_duplicate(b, key)  # another block with the same content: hits do not change
                 continue
-            cached[key] = {b: None}
+            cached[key] = b
             if journal is not None and key not in journal:
                 journal[key] = False
             if notify is not None and (watched is None or key in watched):
@@ -280,6 +299,7 @@ class BlockPool:
         ref = self.ref_cnt
         block_key = self.block_key
         cached = self._cached
+        more = self._more
         journal = self.journal
         notify = self.on_key_change
         watched = self.watched
@@ -299,9 +319,9 @@ class BlockPool:
                     if key is not None:
                         block_key[b] = None
                         evicted += 1
-                        ids = cached[key]
-                        del ids[b]
-                        if not ids:
+                        if cached[key] != b or key in more:
+                            self._drop_duplicate(b, key)
+                        else:
                             del cached[key]
                             if journal is not None and key not in journal:
                                 journal[key] = True
@@ -319,11 +339,10 @@ class BlockPool:
                     raise EngineInvariantError(f"block {b} is already cached under {block_key[b]!r}")
                 block_key[b] = key
                 self._num_cached += 1
-                ids = cached.get(key)
-                if ids is not None:
-                    ids[b] = None
+                if key in cached:
+                    self._add_duplicate(b, key)
                     continue
-                cached[key] = {b: None}
+                cached[key] = b
                 if journal is not None and key not in journal:
                     journal[key] = False
                 if notify is not None and (watched is None or key in watched):
