@@ -8,7 +8,7 @@ policy's keyword parameters.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from importlib import import_module
 from typing import Any
 
@@ -196,8 +196,24 @@ def make_policy(name: str, profile: Any = None, /, **params: Any) -> Policy:
         ) from exc
 
 
+class _ClassByName(Mapping):
+    """Policy name -> its class, the class's module imported on first access (``policy_class``)."""
+
+    def __init__(self, names: dict[str, str]) -> None:
+        self._names = names
+
+    def __getitem__(self, name: str) -> type:
+        return policy_class(self._names[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
 # The class behind each name, for listing accepted parameters in error messages.
-_CLASSES: dict[str, str] = {
+_CLASSES: Mapping[str, type] = _ClassByName({
     "fcfs": "FCFS", "lpm": "LPM", "klpm": "KLPM", "klpm4": "KLPM", "klpm8": "KLPM", "ragcache": "RAGCache",
     "preble": "Preble", "peek": "PEEK", "fairway": "Fairway", "fairway-abswait": "Fairway",
     "fairway-nofair": "Fairway", "fairway-carry": "FairwayCarry", "fairway-plus": "FairwayCarry",
@@ -206,16 +222,15 @@ _CLASSES: dict[str, str] = {
     "suf": "ShortestUncachedFirst", "lpm-aging": "LPMAging", "sjf-aging": "SJFAging",
     "lpm-sglang": "LPM", "hrrn": "HRRN", "shortest-prefill-first": "ShortestPrefillFirst",
     "dfs-weight": "DFSWeight", "lof": "LOF",
-}
+})
 _FROM_PROFILE = {"idle_prefill_time", "prefill_time"}  # supplied by the registry, not the user
 
 
 def accepted_params(name: str) -> list[str]:
     """Keyword parameters a user may pass to policy ``name`` (empty if none or unknown)."""
-    cls_name = _CLASSES.get(name)
-    if cls_name is None:
+    if name not in _CLASSES:
         return []
-    cls = policy_class(cls_name)
+    cls = _CLASSES[name]
     out: list[str] = []
     for klass in cls.__mro__:  # a subclass passing **kwargs on (FairwayCarry) accepts its base's
         init = klass.__dict__.get("__init__")
