@@ -450,6 +450,9 @@ class Engine:
         the last chunks (at most the budget left), or a Ctrl-C; and, defensively, before
         one that needs more blocks than are free (``_schedule`` would preempt; prefill-only
         admission reserves blocks for the whole remaining prompt, so this does not arise).
+        The chunks are planned first (clock, blocks to allocate, blocks cached after each), then
+        the pool does all of their work in one ``BlockPool.grow_chunks`` call (the per-chunk
+        calls' effects, in their order) and the rows are appended at once.
         ``tests/test_chunk_burst.py`` compares the tables with ``fast_chunks=False``.
         """
         bs = self.block_size
