@@ -1,22 +1,18 @@
-"""Pure orderings of the waiting queue (no simpy, no vllm, no simulator imports)."""
+"""Pure orderings of the waiting queue (no simpy, no vllm, no simulator imports).
 
-from fairsim.policies.aging import LPMAging, ShortestUncachedFirst, SJFAging
+The policy classes are importable from here by name; each one's module is imported on first use."""
+
 from fairsim.policies.base import Policy, arrival_key
-from fairsim.policies.dlpm import DLPM
-from fairsim.policies.drr import DRR
-from fairsim.policies.drr_dynamo import DRRDynamo
-from fairsim.policies.fairway import Fairway
-from fairsim.policies.fairway_carry import FairwayCarry
-from fairsim.policies.fairway_deadline import FairwayDeadline
-from fairsim.policies.fairway_patience import FairwayPatience
-from fairsim.policies.fcfs import FCFS
-from fairsim.policies.klpm import KLPM
-from fairsim.policies.lpm import LPM
-from fairsim.policies.peek import PEEK
-from fairsim.policies.preble import Preble
-from fairsim.policies.ragcache import RAGCache
-from fairsim.policies.vtc import VTC
-from fairsim.policies.registry import POLICIES, make_policy, policy_names
+from fairsim.policies.registry import CLASS_MODULES, POLICIES, make_policy, policy_class, policy_names
+
+
+def __getattr__(name: str) -> type:
+    """The policy classes by name (``from fairsim.policies import Fairway``), each module imported
+    on first use (``fairsim.policies.registry.CLASS_MODULES``: start-up time)."""
+    if name in CLASS_MODULES:
+        return policy_class(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DLPM",

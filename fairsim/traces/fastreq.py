@@ -47,8 +47,24 @@ def with_arrival(r: Request, arrival_time: float) -> Request:
     """``dataclasses.replace(r, arrival_time=arrival_time)`` (the other fields shared, as
     ``replace`` shares them, ``labels`` included).
 
+    ``r`` passed ``__post_init__`` when it was built and only the arrival changes, so only the
+    arrival's check runs again (the same message): a ``--time-scale`` rebuilds every request.
+
     Raises:
-        ValueError: ``arrival_time < 0`` (``Request.__post_init__``).
+        ValueError: ``arrival_time < 0`` (``Request.__post_init__``'s message).
     """
-    return make_request(r.request_id, arrival_time, r.prompt_len, r.block_hashes, r.hash_block_size,
-                        r.output_len, r.labels, r.session_id, r.after, r.delay_s, r.segments)
+    if arrival_time < 0:
+        raise ValueError(f"request {r.request_id!r}: arrival_time={arrival_time}, need >= 0 s")
+    out = _new(Request)
+    _set_id(out, r.request_id)
+    _set_arrival(out, arrival_time)
+    _set_prompt(out, r.prompt_len)
+    _set_hashes(out, r.block_hashes)
+    _set_block(out, r.hash_block_size)
+    _set_output(out, r.output_len)
+    _set_labels(out, r.labels)
+    _set_session(out, r.session_id)
+    _set_after(out, r.after)
+    _set_delay(out, r.delay_s)
+    _set_segments(out, r.segments)
+    return out
