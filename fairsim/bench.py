@@ -351,7 +351,8 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     from fairsim.description import Needs, describe_run
     from fairsim.errors import StatusError
     from fairsim.io import atomic_write_text, strict_json
-    from fairsim.options import capacity_of, load_requests, read_trace
+    from fairsim.cli_fleet import fleet_spec
+    from fairsim.options import capacity_of, load_requests, read_trace, router_samples
 
     if args.repeat < 1:
         raise ValueError(f"--repeat {args.repeat}: need an integer >= 1")
@@ -360,12 +361,17 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     if getattr(args, "slo", None):
         raise ValueError("--slo: bench measures simulator speed; use run/compare for goodput")
     vs_one = getattr(args, "vs_one_engine", False)
+    if vs_one and getattr(args, "mode", None) == "disaggregated":
+        raise ValueError("--vs-one-engine: compares a fleet of --instances N engines with one engine; --mode "
+                         "disaggregated is not supported (its prefill and decode engines split every request, "
+                         "so no one engine runs the same work)")
     if vs_one and getattr(args, "instances", 1) < 2:
         raise ValueError(f"--vs-one-engine: compares a fleet with one engine; give --instances N >= 2 "
                          f"(got --instances {getattr(args, 'instances', 1)})")
     # --mode disaggregated: its options checked here (args.mode becomes colocated for the shaping
     # below; run_argv passes the mode on to the children as given).
     disagg = disagg_spec(args)
+    fleet = fleet_spec(args) if disagg is None else None
     if disagg is not None and args.compare is not None:
         raise ValueError(f"--compare {args.compare}: the peer simulates one engine; --mode disaggregated has no "
                          f"counterpart there")
@@ -389,6 +395,7 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     # would each refuse them under the bench's prefix; the trace is read below, after the tiling.
     desc = describe_run(args, needs=Needs.POLICIES, policies=names)
     profile, config = desc.profile, desc.config
+    deployment = bench_deployment(fleet, disagg, profile)
     rows: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="fairsim-bench-") as tmpdir:
         tmp = Path(tmpdir)
@@ -414,7 +421,7 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
             trace = dataclasses.replace(trace, requests=tuple(kept), locations={})
             tiled = tmp / "tiled.jsonl"
             write_canonical(tile_trace(trace, args.tile), tiled)
-            if args.trace is None and args.session_rate is None:
+            if args.trace is None and args.session_rate is None and not router_samples(args):
                 args.seed = 0  # it chose the generated input, now in the tiled file
             args.trace, args.trace_format = str(tiled), "auto"
             args.window_start, args.window_end, args.max_requests = 0.0, None, None
@@ -457,6 +464,8 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
                     stopped = exc
                     break
                 r = rows[name]
+                if deployment is not None:
+                    r["deployment"] = deployment
                 print(f"bench: {name} done in {r['process_s']:.2f} s (loop {r['loop_s']:.2f} s)",
                       file=sys.stderr)
             if peer is not None and stopped is None:
@@ -490,6 +499,41 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     if stopped is not None:
         raise stopped
     return 0
+
+
+def bench_deployment(fleet: Any, disagg: Any, profile: Any) -> dict[str, Any] | None:
+    """What each policy's run simulates beyond one engine, for its row (``deployment``): a
+    fleet's ``instances``, ``router`` and ``router_params``, or a disaggregated deployment as its
+    ``run.json`` records it (``DisaggSpec.run_info``: mode, counts, router, link as used);
+    ``None`` for one engine (its row as before fleets).
+
+    Raises:
+        ValueError: A disaggregated link ``DisaggSpec.link`` refuses.
+    """
+    if disagg is not None:
+        return disagg.run_info(profile)
+    if fleet is not None:
+        return {"mode": "fleet", "instances": fleet.instances, "router": fleet.router,
+                "router_params": dict(fleet.params)}
+    return None
+
+
+def describe_deployment(deployment: dict[str, Any]) -> str:
+    """The bench header's words for a row's ``deployment``: ``4 instances behind dynamo-kv
+    (overlap_weight=2)``, ``disaggregated: 2 prefill instances behind round-robin, 2 decode
+    instances, KV link 400 Gbit/s``."""
+    from fairsim.cli_disagg import echo, plural
+
+    params = deployment.get("router_params") or {}
+    router = deployment["router"] + (f" ({', '.join(f'{k}={json.dumps(v)}' for k, v in params.items())})"
+                                     if params else "")
+    if deployment["mode"] == "disaggregated":
+        size = deployment["decode_kv_blocks"]
+        return (f"disaggregated: {plural(deployment['prefill_instances'], 'prefill instance')} behind {router}, "
+                f"{plural(deployment['decode_instances'], 'decode instance')}"
+                + (f" of {size:,} KV blocks" if size is not None else "")
+                + f", KV link {echo(deployment['kv_link_gbps'])} Gbit/s")
+    return f"{plural(deployment['instances'], 'instance')} behind {router}"
 
 
 def peer_ratio_key(peer_name: str) -> str:
@@ -531,7 +575,8 @@ def _print_table(args: argparse.Namespace, names: list[str], rows: dict[str, dic
     first = rows[names[0]]
     print(f"profile {first['profile']}; KV cache {first['kv_blocks']:,} blocks x {first['block_size']} "
           f"tokens = {first['kv_tokens']:,} tokens; {first['requests']:,} requests; time scale "
-          f"{args.time_scale:g}" + (f"; trace x{args.tile}" if args.tile > 1 else ""))
+          f"{args.time_scale:g}" + (f"; trace x{args.tile}" if args.tile > 1 else "")
+          + (f"; {describe_deployment(first['deployment'])}" if "deployment" in first else ""))
     vs_one = getattr(args, "vs_one_engine", False)
     tiled = args.tile > 1 and not vs_one  # with --vs-one-engine the tiled trace has no x1 runs
     ttft = peer == "dynamo"  # a peer with TTFT figures of the same requests: side by side

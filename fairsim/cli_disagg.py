@@ -74,9 +74,11 @@ class DisaggSpec:
         """The ``KVLink``: ``--kv-bytes-per-token`` or the profile's, and the bandwidth.
 
         Raises:
-            ValueError: Neither gives the bytes per token (naming the profile and the option).
+            ValueError: Neither gives the bytes per token (naming the profile and the option), or
+                a link slower than ``MAX_TRANSFER_S_PER_TOKEN`` (naming the options and the
+                bandwidth that reaches it).
         """
-        from fairsim.sim.disaggregated import DEFAULT_KV_LINK_GBPS, KVLink
+        from fairsim.sim.disaggregated import DEFAULT_KV_LINK_GBPS, MAX_TRANSFER_S_PER_TOKEN, KVLink
 
         per_token = self.bytes_per_token
         if per_token is None:
@@ -84,7 +86,15 @@ class DisaggSpec:
                 raise ValueError(f"--mode disaggregated: profile {profile.name!r} has no kv_capacity."
                                  f"kv_bytes_per_token; give --kv-bytes-per-token")
             per_token = profile.kv_capacity.kv_bytes_per_token
-        return KVLink(per_token, DEFAULT_KV_LINK_GBPS if self.gbps is None else self.gbps)
+        link = KVLink(per_token, DEFAULT_KV_LINK_GBPS if self.gbps is None else self.gbps)
+        if link.seconds(1) > MAX_TRANSFER_S_PER_TOKEN:
+            slowest = link.gbps * link.seconds(1) / MAX_TRANSFER_S_PER_TOKEN
+            raise ValueError(
+                f"--kv-link-gbps {echo(link.gbps)} with {echo(per_token)} KV bytes per token (--kv-bytes-per-token or "
+                f"the profile's): {link.seconds(1000):.3g} s per 1,000 tokens; fairsim takes links of at most "
+                f"{MAX_TRANSFER_S_PER_TOKEN * 1000:g} s per 1,000 tokens (here --kv-link-gbps >= {slowest:.3g}): "
+                f"slower than any real link, and simulated times that large lose a step's float precision")
+        return link
 
     def capacity(self, requests: Sequence[Request], config: Any, args: argparse.Namespace) -> tuple[int, int]:
         """The prefill side's ``(block_size, kv_blocks)`` (``fairsim.options.capacity_of`` under
@@ -130,9 +140,12 @@ class DisaggSpec:
         gbps = "--kv-link-gbps" if self.gbps is not None else "default: one 400 Gb/s NDR port per GPU"
         size = ("the prefill side's KV cache" if self.decode_kv_blocks is None
                 else f"{self.decode_kv_blocks:,} KV blocks each (--decode-kv-blocks)")
-        return (f"disaggregated: {self.prefill} prefill instances behind {self.router}, {self.decode} decode "
-                f"instances (fewest active KV blocks; {size}); KV transfer = tokens x {link.bytes_per_token:,.0f} bytes "
-                f"({source}) / {link.gbps:g} Gbit/s ({gbps}) = {1e3 * link.seconds(1000):.3f} ms per 1,000 tokens")
+        per_token = (f"{link.bytes_per_token:,.0f}" if link.bytes_per_token == round(link.bytes_per_token)
+                     else echo(link.bytes_per_token))  # a fractional count as given, not rounded
+        return (f"disaggregated: {plural(self.prefill, 'prefill instance')} behind {self.router}, "
+                f"{plural(self.decode, 'decode instance')} (fewest active KV blocks; {size}); KV transfer = tokens x "
+                f"{per_token} bytes ({source}) / {echo(link.gbps)} Gbit/s ({gbps}) = "
+                f"{1e3 * link.seconds(1000):.4g} ms per 1,000 tokens")
 
     def run(self, name: str, requests: Sequence[Request], profile: Any, config: Any, policy_params: dict[str, Any],
             progress: Callable[[int], Any] | None = None, *, replay: str | None = None,
@@ -157,11 +170,24 @@ class DisaggSpec:
                                       decode_kv_blocks=self.decode_kv_blocks, replay=replay,
                                       think_scale=think_scale, name=name, router_name=self.router)
 
-    def run_info(self) -> dict[str, Any]:
-        """``run.json``'s record of the deployment."""
+    def run_info(self, profile: Any) -> dict[str, Any]:
+        """``run.json``'s record of the deployment: the link's values as used (given, or the
+        default bandwidth and ``profile``'s bytes per token)."""
+        link = self.link(profile)
         return {"mode": "disaggregated", "prefill_instances": self.prefill, "decode_instances": self.decode,
-                "router": self.router, "router_params": self.params, "kv_link_gbps": self.gbps,
-                "kv_bytes_per_token": self.bytes_per_token, "decode_kv_blocks": self.decode_kv_blocks}
+                "router": self.router, "router_params": self.params, "kv_link_gbps": link.gbps,
+                "kv_bytes_per_token": link.bytes_per_token, "decode_kv_blocks": self.decode_kv_blocks}
+
+
+def echo(value: float) -> str:
+    """A number as a user writes it: ``4194305``, ``0.4``, ``1e-12`` (not ``4.1943e+06``, ``400.0``)."""
+    text = repr(value)
+    return text[:-2] if text.endswith(".0") else text
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 prefill instance``, ``2 prefill instances``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def check_deployment(values: dict[str, Any], term: Callable[[str, Any], str]) -> None:
@@ -205,7 +231,7 @@ def disagg_spec(args: argparse.Namespace) -> DisaggSpec | None:
             ``--prefill-instances``); a value ``check_deployment`` refuses; a router parameter
             the router refuses.
     """
-    from fairsim.options import parse_params
+    from fairsim.options import parse_router_params
     from fairsim.routers import DEFAULT_ROUTER, make_router
 
     if getattr(args, "mode", None) != "disaggregated":
@@ -218,11 +244,8 @@ def disagg_spec(args: argparse.Namespace) -> DisaggSpec | None:
                          f"--prefill-instances and --decode-instances")
     options = dict(_OPTIONS)
     check_deployment({dest: getattr(args, dest, None) for dest in options},
-                     lambda dest, value: f"{options[dest]} {value:g}")
-    try:
-        params = parse_params(getattr(args, "router_param", []))
-    except ValueError as exc:
-        raise ValueError(str(exc).replace("--param", "--router-param")) from None
+                     lambda dest, value: f"{options[dest]} {echo(value)}")
+    params = parse_router_params(getattr(args, "router_param", []))
     spec = DisaggSpec(args.prefill_instances or 1, args.decode_instances or 1, args.router or DEFAULT_ROUTER,
                       params, args.kv_link_gbps, args.kv_bytes_per_token, getattr(args, "seed", 0),
                       getattr(args, "decode_kv_blocks", None))

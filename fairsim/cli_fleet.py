@@ -70,7 +70,7 @@ def fleet_spec(args: argparse.Namespace) -> FleetSpec | None:
         ValueError: ``--instances`` below 1, ``--router-param`` without a router, or a router
             parameter the router does not take or refuses.
     """
-    from fairsim.options import parse_params
+    from fairsim.options import parse_router_params
     from fairsim.routers import DEFAULT_ROUTER, make_router
 
     n = getattr(args, "instances", 1)
@@ -82,10 +82,7 @@ def fleet_spec(args: argparse.Namespace) -> FleetSpec | None:
         if items:
             raise ValueError("--router-param needs --router (or --instances N > 1, which routes round-robin)")
         return None
-    try:
-        params = parse_params(items)
-    except ValueError as exc:
-        raise ValueError(str(exc).replace("--param", "--router-param")) from None
+    params = parse_router_params(items)
     spec = FleetSpec(n, router or DEFAULT_ROUTER, params, getattr(args, "seed", 0))
     make_router(spec.router, n, params, seed=spec.seed, kv_blocks=1)  # parameters checked up front
     return spec

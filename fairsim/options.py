@@ -153,7 +153,8 @@ def add_common(p: argparse.ArgumentParser, out_help: str = RUN_OUT_HELP) -> None
     p.add_argument("--max-requests", type=count_arg, default=None, help="keep the first N requests")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the generated default input when no --trace is given (0 = the shipped "
-                        "file), and of the session starts placed by --session-rate")
+                        "file), of the session starts placed by --session-rate and of a router that samples "
+                        "(dynamo-kv with temperature > 0)")
     p.add_argument("--replay", choices=("open", "closed"), default=None,
                    help="open: requests arrive at their timestamps; closed: a turn is sent when the "
                         "turn it follows finished in the simulation plus its think time (default: "
@@ -270,6 +271,35 @@ def read_trace(args: argparse.Namespace) -> Trace:
                       part=args.trace_part)
 
 
+def parse_router_params(items: Sequence[str]) -> dict[str, Any]:
+    """``--router-param KEY=VALUE`` items as ``parse_params`` reads them (a router's keys are not
+    scoped by policy).
+
+    Raises:
+        ValueError: An item without ``=``, named as ``--router-param``.
+    """
+    try:
+        return parse_params(items)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("--param", "--router-param").replace(" or POLICY.KEY=VALUE", "")) from None
+
+
+def router_samples(args: argparse.Namespace) -> bool:
+    """Whether ``--router`` (with its ``--router-param``) samples, so that ``--seed`` seeds it.
+
+    False without ``--router`` or with parameters the router refuses: ``fleet_spec`` and
+    ``disagg_spec`` report those before any trace is read."""
+    from fairsim.routers import make_router
+
+    router = getattr(args, "router", None)
+    if router is None:
+        return False
+    try:
+        return make_router(router, 1, parse_router_params(getattr(args, "router_param", [])), kv_blocks=1).samples
+    except ValueError:
+        return False
+
+
 def load_requests(args: argparse.Namespace, profile: Profile | None = None,
                   trace: Trace | None = None) -> tuple[Trace, list[Request]]:
     """Load and shape the trace named by the options (``trace``: the one ``read_trace(args)``
@@ -296,9 +326,10 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
         raise ValueError(f"{trace.source}: no valid requests in the trace"
                          + (f" ({skipped})" if skipped else ""))
     requests = shape_sessions(args, trace)
-    if args.trace is not None and args.seed != 0 and args.session_rate is None:
-        raise ValueError("--seed seeds the generated default input and the session starts of "
-                         "--session-rate; it has no effect with this --trace")
+    if args.trace is not None and args.seed != 0 and args.session_rate is None and not router_samples(args):
+        raise ValueError(f"--seed {args.seed}: seeds the generated default input, the session starts of "
+                         f"--session-rate and a router that samples (--router dynamo-kv --router-param "
+                         f"temperature=T, T > 0); none of them is used with this --trace")
     kept = window(requests, args.window_start, args.window_end, args.max_requests)
     if not kept:
         raise ValueError("no requests left after --window-start/--window-end/--max-requests")

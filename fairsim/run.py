@@ -125,6 +125,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         trace, requests, block_size, kv_blocks = desc.trace, desc.requests, desc.block_size, desc.kv_blocks
         if disagg is not None:  # each side's cache: a prefill engine holds prompts, a decode engine whole requests
             block_size, kv_blocks = disagg.capacity(requests, config, args)
+            disagg.link(profile)  # refused (no bytes per token, too slow) before any line is printed
         engine = {"profile": profile.name, "kv_tokens": kv_blocks * block_size, "kv_blocks": kv_blocks,
                   "block_size": block_size, "kv_capacity_source": desc.capacity_source}
         load, load_what = pre_run_load(args, requests, profile)
@@ -183,7 +184,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
                       f"finished ({', '.join(rows)})", file=sys.stderr)
         if args.out is not None and rows:
             atomic_write_text(args.out / "summary.json", strict_json(shown()) + "\n")
-            write_run_info(args.out, args, trace, list(rows), load, engine, load_what, delivered_loads)
+            write_run_info(args.out, args, trace, list(rows), load, engine, load_what, delivered_loads, profile)
         raise
     print_rows(shown(), args.format, config.mode == "colocated")
     if results:
@@ -203,7 +204,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
                   file=sys.stderr)
     if args.out is not None:
         atomic_write_text(args.out / "summary.json", strict_json(shown()) + "\n")
-        write_run_info(args.out, args, trace, names, load, engine, load_what, delivered_loads)
+        write_run_info(args.out, args, trace, names, load, engine, load_what, delivered_loads, profile)
     return 0
 
 
@@ -233,14 +234,16 @@ def print_rows(rows: dict[str, dict[str, Any]], fmt: str, colocated: bool) -> No
 
 def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: list[str], load: Any,
                    engine: dict[str, Any] | None = None, load_what: str = "offered load",
-                   delivered: dict[str, dict[str, Any]] | None = None) -> None:
+                   delivered: dict[str, dict[str, Any]] | None = None, profile: Any = None) -> None:
     """``run.json``: what produced the tables in ``out`` (input, shaping, engine, policies).
 
     The options as given, plus ``engine`` (the profile, KV capacity in tokens and blocks and the
     block size actually simulated), the offered-load figures before the run (``load``, described
     as ``load_what``: in closed loop an upper bound) and, in closed loop, ``delivered_load``: the
     figures of the load each policy's run delivered (policy -> ``OfferedLoad.to_dict()``). A
-    fleet's run (``--instances``/``--router``) adds ``instances``, ``router`` and ``router_params``.
+    fleet's run (``--instances``/``--router``) adds ``instances``, ``router`` and ``router_params``;
+    a ``--mode disaggregated`` run its deployment (``DisaggSpec.run_info``: the link as used,
+    the bytes per token from ``profile``, loaded from ``args.profile`` when not given).
     """
     info = {
         "trace": trace.source, "policies": names, "params": parse_params(args.param),
@@ -266,5 +269,5 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
     if fleet is not None:  # --instances/--router (fairsim.cli_fleet); a lone engine's run.json is as before
         info.update(instances=fleet.instances, router=fleet.router, router_params=fleet.params)
     if disagg is not None:
-        info.update(disagg.run_info())
+        info.update(disagg.run_info(profile or load_profile(args.profile)))
     atomic_write_text(out / "run.json", json.dumps(info, indent=2) + "\n")

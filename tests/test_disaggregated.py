@@ -131,6 +131,29 @@ def test_tiny_decode_pool_holds_requests():
     assert (order["kv_alloc_s"].to_numpy()[1:] >= order["finish_s"].to_numpy()[:-1]).all()
 
 
+def test_decode_engine_waits_for_a_transfer_when_its_blocks_are_taken():
+    # A decode engine of 4 blocks of 16 tokens: "a" (16 + 40 tokens) decodes while "b"'s KV (2
+    # blocks) moves over a slow link (0.1 s per token: 3.2 s). When "a" needs its third block
+    # none is free: it is preempted and nothing can run until "b"'s transfer ends. The engine
+    # waits for that end (it used to stop with "scheduled nothing although 1 requests wait").
+    reqs = [Request("a", 0.0, 16, (), 16, output_len=40), Request("b", 0.5, 32, (), 16, output_len=2)]
+    slow = KVLink(131072, 131072 * 8 / 0.1 / 1e9)  # 0.1 s per token
+    res = run(reqs, config=EngineConfig(block_size=16, kv_blocks=100), decode_kv_blocks=4, link=slow)
+    a, b = res.requests.set_index("request_id").loc[["a", "b"]].to_dict("records")
+    assert b["transfer_s"] == pytest.approx(3.2) and a["transfer_s"] == pytest.approx(1.6)
+    assert a["decode_preemptions"] == 1 and b["decode_preemptions"] == 0
+    dec = res.steps[res.steps["role"] == "decode"]
+    step = PROFILE.step_time_colocated(1, 16.5, 1, 1, 16)  # "a"'s decode steps (same floor)
+    # "a" runs 17 steps (its last prompt token, then 16 decodes filling 2 blocks) from its KV's
+    # arrival; the next step starts when "b"'s KV is there, with "a" waiting preempted.
+    starts = dec["start_s"].to_numpy()
+    assert starts[0] == a["kv_ready_s"]
+    assert starts[16] == pytest.approx(a["kv_ready_s"] + 16 * step, rel=1e-9)
+    assert starts[17] == b["kv_ready_s"] and dec["waiting"].iloc[17] == 1
+    # "a" comes back after "b" finished (it needs 3 of the 4 blocks, "b" 3 while decoding).
+    assert b["finish_s"] < a["finish_s"] and np.isfinite(a["finish_s"])
+
+
 def test_decode_side_too_small_for_one_request():
     reqs = [Request("big", 0.0, 160, (), 16, output_len=40)]
     with pytest.raises(CapacityError, match="decode side is too small for request 'big'"):

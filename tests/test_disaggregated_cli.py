@@ -135,8 +135,8 @@ def test_tune_runs_its_trials_disaggregated(tmp_path, capsys):
     assert tune(tmp_path / "p2", "--prefill-instances", "2", "--router", "dynamo-kv") == 0
     two = json.loads((tmp_path / "p2" / "tune.json").read_text())
     assert two["fleet"] == {"mode": "disaggregated", "prefill_instances": 2, "decode_instances": 1,
-                            "router": "dynamo-kv", "router_params": {}, "kv_link_gbps": None,
-                            "kv_bytes_per_token": None, "decode_kv_blocks": None}
+                            "router": "dynamo-kv", "router_params": {}, "kv_link_gbps": 400.0,
+                            "kv_bytes_per_token": 131072, "decode_kv_blocks": None}  # the link as used
     # The reference (fcfs at its defaults) runs on the same deployment: fcfs against itself is 1.
     assert [r["tail"] for r in two["front"] if r["policy"] == "fcfs" and not r["params"]] == [1.0]
     # Half the prefill engines: the training windows' default-fairway median is longer.

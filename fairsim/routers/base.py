@@ -19,6 +19,7 @@ exactly there:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -119,6 +120,11 @@ class Router:
         self.seed = seed
         self.kv_blocks = kv_blocks
 
+    @property
+    def samples(self) -> bool:
+        """Whether its choices draw on its seeded generator (then ``--seed`` changes a run)."""
+        return False
+
     def choose(self, req: RouteRequest, instances: Sequence[InstanceView], now: float) -> int:
         """The instance for ``req``, released at ``now`` (s). Called once per request, in release
         order; a router keeps whatever state it needs across calls."""
@@ -150,7 +156,8 @@ def highest(values: Sequence[float]) -> int:
 def check_param(router: str, key: str, value: Any, ok: bool, need: str) -> None:
     """Refuse a router parameter, naming the option: ``--router-param KEY=VALUE: need ...``."""
     if not ok:
-        raise ValueError(f"--router-param {key}={value!r} (router {router!r}): need {need}")
+        given = value if isinstance(value, str) else json.dumps(value)  # as written: true, not True
+        raise ValueError(f"--router-param {key}={given} (router {router!r}): need {need}")
 
 
 def number(value: Any) -> bool:

@@ -49,6 +49,11 @@ class DynamoKV(Router):
         self.temperature = float(temperature)
         self._rng = random.Random(self.seed)
 
+    @property
+    def samples(self) -> bool:
+        """Temperature > 0 samples an instance (``softmax_pick``); 0 picks the lowest cost."""
+        return self.temperature > 0
+
     def logits(self, req: RouteRequest, instances: Sequence[InstanceView]) -> list[float]:
         """``logit_k`` of every instance (lower is better)."""
         bs = req.block_size

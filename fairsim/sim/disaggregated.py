@@ -78,6 +78,12 @@ NVIDIA's DGX H100/H200 systems (eight ConnectX-7 400 Gb/s ports for eight GPUs).
 shard over its own port, so the per-GPU bytes over one port's bandwidth is the transfer time."""
 
 
+MAX_TRANSFER_S_PER_TOKEN = 1.0
+"""The slowest link the commands take, seconds per token of KV (1,000 s per 1,000 tokens:
+131,072 bytes per token at 1 Mbit/s). Real links are about a thousand times faster; beyond it a
+long trace's transfers push the clock to where a float no longer resolves a step."""
+
+
 @dataclass(frozen=True)
 class KVLink:
     """The link a request's KV crosses from a prefill to a decode engine.
@@ -219,6 +225,18 @@ class DecodeMember:
         for i in range(self.marked, len(held)):  # refused at this step start: no blocks or no slot
             self.fleet.refused[held[i].index] = True
         self.marked = len(held)
+
+    @property
+    def pinned(self) -> int:
+        """Requests given blocks here whose KV is still moving: their blocks are taken, so a
+        preempted request that does not fit waits for a transfer's end (``wait_for_blocks``)
+        instead of ``Engine._loop`` reporting a step that scheduled nothing as a bug."""
+        return len(self.transfers)
+
+    def wait_for_blocks(self):
+        """Nothing can be scheduled while transfers hold blocks: wait for the next transfer's end
+        (its request then runs and frees blocks when it finishes) or a hand-over; the clock then."""
+        return self.idle(self.fleet.env.now)
 
     def idle(self, now: float):
         """Nothing runs here: wait for a hand-over or the next transfer's end; the clock then."""

@@ -391,7 +391,8 @@ class Engine:
                 # a step with nothing scheduled and admits in the next one).
                 if not preempted:
                     # A disaggregated prefill instance whose free blocks are pinned by finished
-                    # prefills awaiting their KV transfer waits for a release
+                    # prefills awaiting their KV transfer waits for a release, a decode instance
+                    # whose blocks are taken by transfers in flight for a transfer's end
                     # (``fairsim.sim.disaggregated``); anywhere else this is a bug.
                     if member is not None and getattr(member, "pinned", 0):
                         now = yield from member.wait_for_blocks()

@@ -180,12 +180,12 @@ def disagg_point(point: dict[str, Any]) -> dict[str, Any]:
             ``fairsim.cli_disagg.check_deployment`` refuses (named as ``key=value``), or a
             router or parameter ``fleet_point`` refuses.
     """
-    from fairsim.cli_disagg import check_deployment
+    from fairsim.cli_disagg import check_deployment, echo
 
     if "instances" in point:
         raise ValueError('instances: mode = "disaggregated" counts its engines with prefill_instances and '
                          'decode_instances')
-    check_deployment(point, lambda key, value: f"{key}={value:g}")
+    check_deployment(point, lambda key, value: f"{key}={echo(value)}")
     _check_routers(point)
     out = {k: v for k, v in point.items() if k not in FLEET_KEYS and k not in DISAGG_KEYS}
     out.update(prefill_instances=point.get("prefill_instances", 1), decode_instances=point.get("decode_instances", 1))
@@ -247,7 +247,8 @@ def check_capacity(point: dict[str, Any], requests: Sequence[Request], config: E
 
     Raises:
         CapacityError: A side too small, named (``decode_kv_blocks`` or the capacity key to raise).
-        ValueError: No bytes per token (``kv_bytes_per_token``) and a profile without them.
+        ValueError: No bytes per token (``kv_bytes_per_token``) and a profile without them, or
+            a link too slow (``fairsim.cli_disagg.DisaggSpec.link``).
     """
     from fairsim.errors import CapacityError
     from fairsim.sim.capacity import resolve_capacity
@@ -270,7 +271,8 @@ def check_capacity(point: dict[str, Any], requests: Sequence[Request], config: E
     try:
         fleet_of(point, 0).link(profile)
     except ValueError as exc:
-        raise ValueError(str(exc).replace("--kv-bytes-per-token", "engine.kv_bytes_per_token")) from None
+        raise ValueError(str(exc).replace("--kv-bytes-per-token", "engine.kv_bytes_per_token")
+                         .replace("--kv-link-gbps", "engine.kv_link_gbps")) from None
 
 
 def check_fleet_input(point: dict[str, Any], requests: Sequence[Request]) -> None:

@@ -165,6 +165,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         require("ray")
     check_writable_dir(args.out)
     profile = load_profile(args.profile)
+    if disagg is not None:
+        disagg.link(profile)  # no bytes per token, or a link too slow: refused before any work
     names = resolve_policies(args.policies)
     params = parse_params(args.param)
     check_policies(names, profile, params)
@@ -279,7 +281,7 @@ def _fingerprint(args, trace, profile, names, spaces, fixed, targets, no_starvat
         "skip_long": args.skip_long, "max_model_len": args.max_model_len, "seed": args.seed, "search_seed": args.search_seed, "batch": args.batch,
     }
     if fleet is not None:
-        setup["fleet"] = _fleet_json(fleet)
+        setup["fleet"] = _fleet_json(fleet, profile)
     from fairsim.costmodel import PROFILE_DIR
 
     profile_file = Path(args.profile) if Path(args.profile).is_file() else PROFILE_DIR / f"{args.profile}.json"
@@ -340,7 +342,7 @@ def _report(args, study, objective, sim, train, held, names, axes, notes, trace,
     fairway = untuned.get("fairway") or both("fairway", {})
     entries = [("default fairway", *fairway), (f"best untuned ({best_name})", *untuned[best_name])]
     payload: dict[str, Any] = {
-        "trace": trace.source, "profile": sim.profile.name, "fleet": _fleet_json(sim.fleet),
+        "trace": trace.source, "profile": sim.profile.name, "fleet": _fleet_json(sim.fleet, sim.profile),
         "policies": names, "targets": args.targets,
         "axes": list(axes), "trials": args.trials, "trials_run_now": ran, "batch": args.batch, "search_seed": args.search_seed,
         "executor": args.executor, "train_windows": [_window(w) for w in train],
@@ -385,15 +387,16 @@ def _report(args, study, objective, sim, train, held, names, axes, notes, trace,
     return 0
 
 
-def _fleet_json(fleet: Any) -> dict[str, Any] | None:
+def _fleet_json(fleet: Any, profile: Any) -> dict[str, Any] | None:
     """The fleet as tune.json and the fingerprint record it (``None``: a single engine; a
-    disaggregated deployment as its ``run.json`` record, ``DisaggSpec.run_info``)."""
+    disaggregated deployment as its ``run.json`` record, ``DisaggSpec.run_info``, its link as
+    used with ``profile``)."""
     if fleet is None:
         return None
     from fairsim.cli_disagg import DisaggSpec
 
     if isinstance(fleet, DisaggSpec):
-        return fleet.run_info()
+        return fleet.run_info(profile)
     return {"instances": fleet.instances, "router": fleet.router, "router_params": dict(fleet.params)}
 
 
