@@ -518,24 +518,6 @@ def bench_deployment(fleet: Any, disagg: Any, profile: Any) -> dict[str, Any] | 
     return None
 
 
-def describe_deployment(deployment: dict[str, Any]) -> str:
-    """The bench header's words for a row's ``deployment``: ``4 instances behind dynamo-kv
-    (overlap_weight=2)``, ``disaggregated: 2 prefill instances behind round-robin, 2 decode
-    instances, KV link 400 Gbit/s``."""
-    from fairsim.cli_disagg import echo, plural
-
-    params = deployment.get("router_params") or {}
-    router = deployment["router"] + (f" ({', '.join(f'{k}={json.dumps(v)}' for k, v in params.items())})"
-                                     if params else "")
-    if deployment["mode"] == "disaggregated":
-        size = deployment["decode_kv_blocks"]
-        return (f"disaggregated: {plural(deployment['prefill_instances'], 'prefill instance')} behind {router}, "
-                f"{plural(deployment['decode_instances'], 'decode instance')}"
-                + (f" of {size:,} KV blocks" if size is not None else "")
-                + f", KV link {echo(deployment['kv_link_gbps'])} Gbit/s")
-    return f"{plural(deployment['instances'], 'instance')} behind {router}"
-
-
 def peer_ratio_key(peer_name: str) -> str:
     """The row field of fairsim's requests per wall-second over the peer's: ``vs_sched_sim``,
     ``vs_dynamo``."""
@@ -572,6 +554,8 @@ def _print_table(args: argparse.Namespace, names: list[str], rows: dict[str, dic
                  peer: str | None) -> None:
     """The bench's table on stdout (``cmd_bench``): columns as wide as their widest cell;
     ``peer``: the peer's row name (``sched-sim``, ``dynamo``) when it has figures."""
+    from fairsim.cli_fleet import describe_deployment
+
     first = rows[names[0]]
     print(f"profile {first['profile']}; KV cache {first['kv_blocks']:,} blocks x {first['block_size']} "
           f"tokens = {first['kv_tokens']:,} tokens; {first['requests']:,} requests; time scale "

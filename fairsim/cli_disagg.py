@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fairsim.io import echo, plural
 from fairsim.types import Request
 
 DISAGG_HELP = {
@@ -177,17 +178,6 @@ class DisaggSpec:
         return {"mode": "disaggregated", "prefill_instances": self.prefill, "decode_instances": self.decode,
                 "router": self.router, "router_params": self.params, "kv_link_gbps": link.gbps,
                 "kv_bytes_per_token": link.bytes_per_token, "decode_kv_blocks": self.decode_kv_blocks}
-
-
-def echo(value: float) -> str:
-    """A number as a user writes it: ``4194305``, ``0.4``, ``1e-12`` (not ``4.1943e+06``, ``400.0``)."""
-    text = repr(value)
-    return text[:-2] if text.endswith(".0") else text
-
-
-def plural(count: int, noun: str) -> str:
-    """``1 prefill instance``, ``2 prefill instances``."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def check_deployment(values: dict[str, Any], term: Callable[[str, Any], str]) -> None:
@@ -361,12 +351,14 @@ def disagg_figure(results: dict[str, Any], title: str = "Disaggregated") -> Any:
             ax.set_xlabel(f"{role} instance")
             ax.set_ylabel(label)
             ax.grid(alpha=0.3, axis="y")
-    axes[0][0].legend(fontsize=8)
+    # One legend for the figure, above the panels: inside the first panel it covered its bars.
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper right", ncol=max(1, len(labels)), fontsize=8, frameon=False)
     first = next(iter(summaries.values()), None)
     where = (f"{first['prefill_instances']} prefill behind {first['router']}, {first['decode_instances']} decode"
              if first else "")
-    fig.suptitle(f"{title}: {where}")
-    fig.tight_layout()
+    fig.suptitle(x=0.01, ha="left", t=f"{title}: {where}")
+    fig.tight_layout(rect=(0, 0, 1, 0.92))  # room for the title and the legend
     return fig
 
 

@@ -9,11 +9,13 @@ A lone engine (``--instances 1`` and no ``--router``) never comes here: its path
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fairsim.io import echo, plural
 from fairsim.types import Request
 
 FLEET_HELP = {
@@ -88,6 +90,23 @@ def fleet_spec(args: argparse.Namespace) -> FleetSpec | None:
     return spec
 
 
+def describe_deployment(deployment: dict[str, Any]) -> str:
+    """A deployment record in words (bench's header, tune's report): a fleet's (``instances``,
+    ``router``, ``router_params``) ``4 instances behind dynamo-kv (overlap_weight=2)``; a
+    disaggregated one's (``DisaggSpec.run_info``) ``disaggregated: 2 prefill instances behind
+    round-robin, 2 decode instances, KV link 400 Gbit/s``."""
+    params = deployment.get("router_params") or {}
+    router = deployment["router"] + (f" ({', '.join(f'{k}={json.dumps(v)}' for k, v in params.items())})"
+                                     if params else "")
+    if deployment.get("mode") == "disaggregated":
+        size = deployment["decode_kv_blocks"]
+        return (f"disaggregated: {plural(deployment['prefill_instances'], 'prefill instance')} behind {router}, "
+                f"{plural(deployment['decode_instances'], 'decode instance')}"
+                + (f" of {size:,} KV blocks" if size is not None else "")
+                + f", KV link {echo(deployment['kv_link_gbps'])} Gbit/s")
+    return f"{plural(deployment['instances'], 'instance')} behind {router}"
+
+
 def check_fleet_trace(spec: FleetSpec | None, requests: Sequence[Request], source: str) -> None:
     """Refuse a router that needs what the trace lacks (sessions, prefix hashes), naming both.
 
@@ -151,7 +170,8 @@ def format_instances(rows: dict[str, dict[str, Any]]) -> str:
     for name, s in rows.items():
         if "per_instance" not in s:
             continue
-        notes.append(f"{name}: {s['instances']} instances behind {s['router']}, load imbalance (max/mean busy) "
+        notes.append(f"{name}: {plural(s['instances'], 'instance')} behind {s['router']}, load imbalance "
+                     f"(max/mean busy) "
                      f"{s['load_imbalance']:.3f}, hit rate the router counted {s['router_hit_rate']:.3f}")
         for r in s["per_instance"]:
             def num(v: Any, fmt: str) -> str:
@@ -188,10 +208,12 @@ def fleet_figure(results: dict[str, Any], title: str = "Fleet") -> Any:
         ax.set_xlabel("instance")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3, axis="y")
-    axes[0].legend(fontsize=8)
+    # One legend for the figure, above the panels: inside the first panel it covered its bars.
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper right", ncol=max(1, len(labels)), fontsize=8, frameon=False)
     router = next(iter(summaries.values()))["router"] if summaries else ""
-    fig.suptitle(f"{title}: instances behind {router}")
-    fig.tight_layout()
+    fig.suptitle(x=0.01, ha="left", t=f"{title}: instances behind {router}")
+    fig.tight_layout(rect=(0, 0, 1, 0.92))  # room for the title and the legend
     return fig
 
 

@@ -204,7 +204,7 @@ def _check_options(args: argparse.Namespace,
         config = dataclasses.replace(config, block_size=live_block_size)
     slo = parse_slo(getattr(args, "slo", None))
     if slo and config.mode != "colocated":
-        raise ValueError("--slo needs --mode colocated (prefill-only runs have no TPOT)")
+        raise ValueError("--slo needs --mode colocated or --mode disaggregated (prefill-only runs have no TPOT)")
     params = parse_params(args.param)
     check_shaping_options(args)
     check_load_window(args.load_window)

@@ -24,6 +24,17 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
+def echo(value: float) -> str:
+    """A number as a user writes it: ``4194305``, ``0.4``, ``1e-12`` (not ``4.1943e+06``, ``400.0``)."""
+    text = repr(value)
+    return text[:-2] if text.endswith(".0") else text
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 prefill instance``, ``2 prefill instances``, ``1 run``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def file_stem(name: str) -> str:
     """``name`` (a policy name) as a portable file-name part: every character other than a letter,
     digit, ``.``, ``-`` or ``_`` becomes ``_`` (``mypol:Rev`` -> ``mypol_Rev``; ``:`` is not allowed

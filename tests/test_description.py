@@ -50,7 +50,7 @@ class TestOrderOfChecks:
         a_file.write_text("")
         return [
             (["--budget", "8", "--max-num-seqs", "16"], "--max-num-seqs 16 is above --budget 8"),
-            (["--slo", "ttft=1"], "--slo needs --mode colocated"),
+            (["--slo", "ttft=1"], "--slo needs --mode colocated or --mode disaggregated"),
             (["--param", "x"], "--param 'x': expected KEY=VALUE"),
             (["--seed", "-1"], "--seed -1: need an integer >= 0"),
             (["--load-window", "0"], "--load-window 0: need"),

@@ -208,8 +208,8 @@ def test_sglang_evicts_least_recently_used_blocks_past_the_tree_size():
 
 @pytest.mark.parametrize("name,params,message", [
     ("dynamo-kv", {"overlap_weight": -1}, "overlap_weight=-1"),
-    ("dynamo-kv", {"temperature": "hot"}, "temperature='hot'"),
-    ("llm-d", {"queue_weight": True}, "queue_weight=True"),
+    ("dynamo-kv", {"temperature": "hot"}, "temperature=hot "),
+    ("llm-d", {"queue_weight": True}, "queue_weight=true "),
     ("sglang-cache-aware", {"cache_threshold": 2}, "cache_threshold=2"),
     ("round-robin", {"overlap_weight": 1}, "router 'round-robin' takes no parameters"),
 ])

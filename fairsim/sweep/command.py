@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from fairsim.io import plural
 from fairsim.sweep.args import EXECUTORS, add_parser  # noqa: F401 (re-exported)
 from fairsim.sweep.executors import Outcome, run_local, run_ray
 from fairsim.sweep.lock import SweepLock
@@ -87,7 +88,7 @@ def run_sweep(spec: dict[str, Any] | SweepSpec, out: Path, executor: str = "loca
         atomic_text(json.dumps(raw, indent=2, sort_keys=True, default=str) + "\n", out / "spec.json")
         remove_partial_files(out)  # writes cut short by a kill; their runs are not done
         todo = [r for r in runs if status_of(out, r)[0] != "ok"]
-        log(f"sweep: {len(runs)} runs, {len(runs) - len(todo)} already done, {len(todo)} to run "
+        log(f"sweep: {plural(len(runs), 'run')}, {len(runs) - len(todo)} already done, {len(todo)} to run "
             f"({executor})")
         computed: list[str] = []
         failed: list[str] = []
@@ -115,7 +116,7 @@ def run_sweep(spec: dict[str, Any] | SweepSpec, out: Path, executor: str = "loca
             log("failed: " + " ".join(failed))
         summary = summarize_runs(out, runs)
         write_summary(out, summary)
-    log(f"summary: {out / 'summary.parquet'} ({len(summary)} runs, "
+    log(f"summary: {out / 'summary.parquet'} ({plural(len(summary), 'run')}, "
         f"{int((summary['status'] == 'failed').sum()) if len(summary) else 0} failed)")
     return summary
 

@@ -180,7 +180,8 @@ def disagg_point(point: dict[str, Any]) -> dict[str, Any]:
             ``fairsim.cli_disagg.check_deployment`` refuses (named as ``key=value``), or a
             router or parameter ``fleet_point`` refuses.
     """
-    from fairsim.cli_disagg import check_deployment, echo
+    from fairsim.cli_disagg import check_deployment
+    from fairsim.io import echo
 
     if "instances" in point:
         raise ValueError('instances: mode = "disaggregated" counts its engines with prefill_instances and '
@@ -198,9 +199,14 @@ def _check_routers(point: dict[str, Any]) -> None:
     that is not a table."""
     from fairsim.routers import ROUTERS
 
-    for name in [point.get("router"), *point.get("router_params", {})]:
-        if name is not None and name not in ROUTERS:
-            raise ValueError(f"router {name!r}: unknown router; known routers: {', '.join(ROUTERS)}")
+    name = point.get("router")
+    if name is not None and name not in ROUTERS:
+        raise ValueError(f"router {name!r}: unknown router; known routers: {', '.join(ROUTERS)}")
+    for name in point.get("router_params", {}):
+        if name not in ROUTERS:
+            raise ValueError(f"router_params.{name}: not a router; router_params holds each router's parameters "
+                             f"under its name, e.g. router_params = {{dynamo-kv = {{overlap_weight = 1}}}}; known "
+                             f"routers: {', '.join(ROUTERS)}")
     for name, params in point.get("router_params", {}).items():
         if not isinstance(params, dict):
             raise ValueError(f"router_params.{name}: {params!r}; expected a table of the router's parameters")

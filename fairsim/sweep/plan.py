@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from fairsim.errors import SweepSpecError
-from fairsim.sweep.engine import (CAPACITY_KEYS, check_capacity, check_fleet_input, check_value, engine_fields,
-                                  fleet_point, run_engine)
+from fairsim.sweep.engine import (CAPACITY_KEYS, DISAGG_KEYS, check_capacity, check_fleet_input, check_value,
+                                  engine_fields, fleet_point, run_engine)
 from fairsim.sweep.runspec import RunSpec, code_identity, file_sha256, run_id, trace_sha256
 from fairsim.sweep.spec import SweepSpec, parse_spec
 from fairsim.sweep.tracerun import load_trace_input, spec_terms, trace_engine
@@ -137,8 +137,20 @@ def _check_engine(s: SweepSpec) -> list[dict[str, Any]]:
     if "kv_blocks" in s.engine and len(sizes) > 1:
         raise s.error("engine.kv_blocks", f"with several block sizes {sorted(sizes)} a block count "
                       "gives each a different cache size in tokens; give engine.kv_tokens instead")
+    if "decode_kv_blocks" in s.engine and len(sizes) > 1:
+        # No decode_kv_tokens key (run has no --decode-kv-tokens): the decode side's size in tokens
+        # is kept the same only by leaving it to the prefill side's, or by one block size per spec.
+        raise s.error("engine.decode_kv_blocks", f"with several block sizes {sorted(sizes)} a block count "
+                      "gives each a different decode cache size in tokens; leave decode_kv_blocks out (each "
+                      "decode engine then has the prefill side's cache, which engine.kv_tokens keeps the same "
+                      "in tokens) or sweep one block_size per spec")
     points = []
+    modes = set(s.engine.get("mode", []))
+    mixed = "disaggregated" in modes and len(modes) > 1
     for point in grid_points(s.engine):
+        if mixed:  # mode = [..., "disaggregated"]: each mode's runs take the keys that apply to it
+            other = ("instances",) if point.get("mode") == "disaggregated" else DISAGG_KEYS
+            point = {k: v for k, v in point.items() if k not in other}
         static = {k: v for k, v in point.items() if k in EngineConfig.__dataclass_fields__}
         if static.get("mode") == "disaggregated":  # both sides' settings, run colocated (run_engine)
             static["mode"] = "colocated"

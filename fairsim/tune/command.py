@@ -419,6 +419,10 @@ def _print_report(args, payload, front, entries, axes, train, held, n_rows) -> N
     def names(ws: list) -> str:
         return ", ".join(f"{w.window.name} {w.window.start_s:g}-{w.window.end_s:g} trace s ({len(w.scored)} req)" for w in ws)
 
+    if payload["fleet"] is not None:
+        from fairsim.cli_fleet import describe_deployment
+
+        print(f"deployment: {describe_deployment(payload['fleet'])}")
     print(f"training windows: {names(train)}\nheld-out windows: {names(held)}\ntargets: {args.targets}")
     print(f"\nPareto front of {n_rows} trials (worst training window):")
     print(report.front_table(front, axes))
