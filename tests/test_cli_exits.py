@@ -232,7 +232,7 @@ class TestSweepOptionsWithDryRun:
         spec.write_text('[[scenarios]]\nname = "rag"\nparams = { num_requests = 30 }\n'
                         '[[policies]]\nname = "fcfs"\n')
         res = run_fairsim("sweep", str(spec), "--out", str(tmp_path / "o"), "--workers", "2", "--dry-run")
-        assert res.returncode == 0 and res.stdout.splitlines()[-1] == f"1 runs; 0 done in {tmp_path / 'o'}"
+        assert res.returncode == 0 and res.stdout.splitlines()[-1] == f"1 run; 0 done in {tmp_path / 'o'}"
 
 
 BUDGET_CAP = "need at most 2147483647 tokens per step (2^31 - 1: vLLM counts a step's tokens in int32)"

@@ -137,7 +137,7 @@ def cmd_sweep(args: Any) -> int:
     if args.dry_run:
         table = plan_table(out, expand(spec, source))
         print(_show(table, list(table.columns)))
-        print(f"{len(table)} runs; {int((table['status'] == 'done').sum())} done in {out}")
+        print(f"{plural(len(table), 'run')}; {int((table['status'] == 'done').sum())} done in {out}")
         return 0
     try:
         summary = run_sweep(spec, out, args.executor, args.workers, args.address,
