@@ -659,7 +659,12 @@ class Engine:
         if not (self._waiting or self._preempted):
             return
         # A copy of the preempted front: re-admitting one removes it from the deque.
-        order = chain(list(self._preempted), ordered) if self._inc is not None else list(self._preempted) + ordered
+        if not self._preempted:
+            order = ordered  # the common case: no copy, no chain
+        elif self._inc is not None:
+            order = chain(list(self._preempted), ordered)
+        else:
+            order = list(self._preempted) + ordered
         if self._protect is not None and self._protect_stale():
             # PEEK: protect what the next max_num_seqs would hit.
             if self._protect_update is not None and self._lazy is None:
