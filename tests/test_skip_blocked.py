@@ -168,3 +168,25 @@ def test_conversation_long_outputs(name):
     _, res = _run(reqs, name, PROFILE, config)
     assert res.requests["preemptions"].sum() > 0 and res.requests["output_tokens"].max() > 500
     assert engine.skipped_attempts > len(res.steps) / 4
+
+
+@pytest.mark.parametrize("name", ["fcfs", "lpm"])
+def test_colocated_fleet_same_tables(name):
+    # Fleet members stretch blocked steps only up to the fleet's next event (a routing may
+    # reach them then): two instances against step-by-step ones.
+    from fairsim.routers import make_router
+    from fairsim.sim.fleet import Fleet, simulate_fleet
+
+    reqs, config = _rag_preempting()
+
+    def policies():
+        return [make_policy(name, PROFILE) for _ in range(2)]
+
+    router = make_router("round-robin", 2)
+    fleet = Fleet(reqs, policies(), router, PROFILE, config)
+    fast = fleet.run()
+    ref = simulate_fleet(reqs, policies(), make_router("round-robin", 2), PROFILE, config, fast_decode=False)
+    for table in TABLES:
+        pd.testing.assert_frame_equal(getattr(fast, table), getattr(ref, table), check_exact=True)
+    assert fast.requests["preemptions"].sum() > 0
+    assert all(engine.skipped_attempts > 0 for engine in fleet.engines)
