@@ -168,6 +168,7 @@ def test_conversation_long_outputs(name):
     _, res = _run(reqs, name, PROFILE, config)
     assert res.requests["preemptions"].sum() > 0 and res.requests["output_tokens"].max() > 500
     assert engine.skipped_attempts > len(res.steps) / 4
+    assert engine.chunk_run_steps > len(res.steps) / 10  # prefill chunks beside the decoders
 
 
 @pytest.mark.parametrize("name", ["fcfs", "lpm"])
