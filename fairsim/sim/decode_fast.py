@@ -229,7 +229,9 @@ class DecodeFastEngine(Engine):
     def _stretch(self, step: int, now: float, stop: int, until: float | None = None) -> tuple[int, float]:
         """Pure decode steps from ``step`` until step ``stop`` (the next decoder event) or an
         arrival is due, and (a fleet member) none starting at or after ``until`` (s); returns the
-        next step and its start time (s).
+        next step and its start time (s). Requests may wait only if their admission is blocked
+        (``_loop`` checks ``_still_blocked``): nothing in these steps changes that, and each row
+        counts them as waiting.
 
         Step ``i`` of the stretch has ``ctx + i * m`` context tokens and lasts
         ``step_time_colocated(m, ctx_i + m / 2, m, m, ctx_i)``; it starts at the previous start
