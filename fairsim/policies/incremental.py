@@ -31,6 +31,14 @@ The engine's side of the contract (``fairsim/sim/engine.py``):
   (``LazyLanes``: ``FastLane`` + ``ArrivalOrder``) and VTC's and DRR's class queues
   (``fairsim.policies.credit_fast``) take them.
 
+Optional ``moved_by`` (what can change the sequence between two reads; the colocated engine
+skips an admission attempt that cannot succeed only for an order that declares it,
+``fairsim.sim.decode_fast``): ``"queue"``, only an ``add`` of a new request or a ``remove``
+(``ArrivalOrder``: snapshots, their hits and stale marks do not move it); ``"snapshots"``, also
+an ``add`` that replaces a snapshot (``SortedKeyOrder``). Either way neither the clock (``now``)
+nor the reads themselves: reading changes nothing a later read or the policy's other calls see.
+Absent (``None``): anything may move it (Fairway's wait term, a cursor advanced by reading).
+
 Cost: ``add``/``remove`` are O(log n) (``sortedcontainers``) or O(1); ``iter_order`` yields the
 first ``k`` items in O(k log n) (sorted keys; Fairway's time-dependent Fast-lane score: slope
 buckets with bounds, ``fairsim.policies.fast_lane``), instead of an O(n log n) Python sort per
@@ -142,6 +150,9 @@ class ArrivalOrder:
     #: Least removals before a compaction (a copy of a small dict would cost more than its scan).
     COMPACT_MIN = 1024
 
+    #: The sequence moves only when a request joins or leaves (module docstring, ``moved_by``).
+    moved_by = "queue"
+
     def __init__(self) -> None:
         self.items: dict[str, QueuedRequest] = {}
         self._removed = 0  # removals since the dict was built or last compacted
@@ -208,6 +219,10 @@ class SortedKeyOrder:
     ``k`` changed since its last call; from its first call on, ``add``/``remove`` note the changes
     that can move them (a journal of O(1) per change).
     """
+
+    #: The sequence is the held keys' (computed at ``add``), so it moves only with an add or a
+    #: removal (module docstring, ``moved_by``).
+    moved_by = "snapshots"
 
     def __init__(self, key: Callable[[QueuedRequest], tuple]) -> None:
         self.key = key
@@ -358,6 +373,9 @@ class Lanes:
     hits (``set_resolver``/``stale``).
     """
 
+    #: Unknown in general (``combine`` may read the clock); set per instance where known.
+    moved_by: str | None = None
+
     def __init__(self, combine: Callable[..., Iterator[QueuedRequest]], *lanes: Any) -> None:
         self.lanes = lanes
         self.combine = combine
@@ -480,7 +498,10 @@ def klpm_order(policy: Any) -> Lanes:
         return _klpm_picks(oldest_lane.iter_order(now), longest_lane.iter_order(now),
                            len(oldest_lane), policy.turn, policy.k)
 
-    return Lanes(combine, ArrivalOrder(), SortedKeyOrder(longest_key))
+    lanes = Lanes(combine, ArrivalOrder(), SortedKeyOrder(longest_key))
+    # Its picks follow the two lanes and ``policy.turn``, which moves only at admissions.
+    lanes.moved_by = "snapshots"
+    return lanes
 
 
 def _klpm_picks(oldest: Iterator[QueuedRequest], longest: Iterator[QueuedRequest], n: int,

@@ -54,6 +54,9 @@ class BlockPool:
         # which vLLM gets from its hand-written doubly linked list.
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.num_evictions = 0
+        self.num_frees = 0
+        """``free`` calls so far: no block joins the free queue any other way, so while it stays
+        the same the free blocks only decrease (``fairsim.sim.decode_fast``'s skip of admissions)."""
         self._num_cached = 0
         self.on_key_change: Callable[[Hashable], None] | None = None
         """Called with a key each time it becomes hittable (its first block is cached) or stops
@@ -366,6 +369,7 @@ class BlockPool:
         ref = self.ref_cnt
         block_key = self.block_key
         free = self._free
+        self.num_frees += 1
         keyless: list[int] = []
         for b in block_ids:
             count = ref[b] - 1

@@ -25,6 +25,12 @@ preempted request exists, no request is prefilling and no decoder event or arriv
 run in one tight loop without a SimPy event per step ("stretch"); ``now`` accumulates with the
 same float operation as the reference (``now + duration``).
 
+Two more shortcuts keep the decisions: a step whose admission attempt is known to fail at the
+request the last one failed at skips the order and the attempt (``_still_blocked``, its proof
+there), and its pure decode steps stretch too; and the steps in which the last running request
+prefills a chunk that takes the whole budget the decoders leave, with no decoder event due, run
+in a tight loop of their own (``_chunk_run``).
+
 Where the aggregate would not be exact the step falls back to the reference: every decoder is
 written back to its explicit state and ``Engine._schedule`` runs the step. That happens when the
 decoders' block needs in a step exceed the free blocks (a preemption: vLLM preempts the newest
@@ -48,6 +54,7 @@ from itertools import repeat
 from fairsim import interrupt
 from fairsim.errors import EngineInvariantError
 from fairsim.sim.engine import Engine, _Live
+from fairsim.sim.lazy_hits import NO_KEY
 from fairsim.sim.result import Columns
 
 _STEP_COLUMNS = [
@@ -79,15 +86,34 @@ class DecodeFastEngine(Engine):
     Attributes:
         stretched_steps: Steps run by the tight decode loop (no SimPy event, no policy call).
         reference_steps: Steps that fell back to ``Engine._schedule`` (all decoders written back).
+        skipped_attempts: Steps in which the reference would have read the policy's order and
+            tried an admission that ``_still_blocked`` proves fails (stretched steps included).
+        chunk_run_steps: Steps run by ``_chunk_run`` (a prefill chunk beside the decoders).
+
+    Args:
+        skip_blocked: Skip admission attempts that cannot succeed (``_still_blocked``); False:
+            read the order and try in every step that can admit (the previous behaviour).
 
     Raises:
         ValueError: A prefill-only config (nothing decodes; use ``Engine``).
     """
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, skip_blocked: bool = True, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         if not self.colocated:
             raise ValueError("DecodeFastEngine models colocated mode only; use Engine for prefill-only")
+        # The exact skip of admission attempts that cannot succeed (``_still_blocked``): for an
+        # order that declares what moves it (``moved_by``, fairsim.policies.incremental) and a
+        # policy that is told nothing else per order (no ``on_prefill_tokens``) and stops at its
+        # first misfit (no ``skips_misfits``, no ``admission_limit``). A snapshot-moved order
+        # must be eager: lazy hits change its snapshots without counting in ``_order_changes``.
+        moved_by = getattr(self._inc, "moved_by", None)
+        self._skip = (skip_blocked and not self._skips_misfits and self._on_prefill_tokens is None
+                      and getattr(self.policy, "admission_limit", None) is None
+                      and (moved_by == "queue" or (moved_by == "snapshots" and self._lazy is None)))
+        #: The last admission attempt's misfit head: ``(request, its next key, _order_changes,
+        #: pool.num_frees)`` as they were then; None when the last attempt admitted or was not made.
+        self._blocked: tuple | None = None
         self._events: list[tuple[int, int, _Live]] = []  # (step, dec_seq, decoder)
         self._seq = 0  # registration counter: admission order among decoders
         self._m = 0  # registered decoders
@@ -104,6 +130,8 @@ class DecodeFastEngine(Engine):
         self._max_seqs = self.config.max_num_seqs
         self.stretched_steps = 0
         self.reference_steps = 0
+        self.skipped_attempts = 0
+        self.chunk_run_steps = 0
 
     # -- the step loop ---------------------------------------------------------------------------
     def _loop(self):
@@ -156,8 +184,8 @@ class DecodeFastEngine(Engine):
                 if due_step < step:
                     raise EngineInvariantError(f"step {step}: a decoder event of step {due_step} was missed")
                 until = env.peek() if member is not None else None
-                if (tail == 0 and due_step != step and not waiting and not preempted_q
-                        and (until is None or until > now)):
+                if (tail == 0 and due_step != step and (until is None or until > now)
+                        and (not (waiting or preempted_q) or self._still_blocked())):
                     step, now = self._stretch(step, now, due_step, until)
                     if member is not None:
                         if not member.advance(now):
@@ -166,6 +194,11 @@ class DecodeFastEngine(Engine):
                         yield env.timeout(now - synced)
                         synced = now
                     continue
+                if tail == 1 and member is None and due_step != step:
+                    first = step
+                    step, now = self._chunk_run(running[-1], step, now, due_step)
+                    if step != first:
+                        continue
                 due = []
                 while events and events[0][0] == step:
                     _, seq, live = heapq.heappop(events)
@@ -196,7 +229,9 @@ class DecodeFastEngine(Engine):
     def _stretch(self, step: int, now: float, stop: int, until: float | None = None) -> tuple[int, float]:
         """Pure decode steps from ``step`` until step ``stop`` (the next decoder event) or an
         arrival is due, and (a fleet member) none starting at or after ``until`` (s); returns the
-        next step and its start time (s).
+        next step and its start time (s). Requests may wait only if their admission is blocked
+        (``_loop`` checks ``_still_blocked``): nothing in these steps changes that, and each row
+        counts them as waiting.
 
         Step ``i`` of the stretch has ``ctx + i * m`` context tokens and lasts
         ``step_time_colocated(m, ctx_i + m / 2, m, m, ctx_i)``; it starts at the previous start
@@ -249,9 +284,132 @@ class DecodeFastEngine(Engine):
             self._ctx = ctx
             pool = self.pool
             cols = self._cols
-            for col, value in zip(cols[2:], (m, m, m, 0, m, pool.num_used, pool.num_cached, 0, 0)):
+            num_waiting = len(self._waiting) + len(self._preempted)
+            if num_waiting:
+                self.skipped_attempts += count  # _loop stretches with a queue only when blocked
+            for col, value in zip(cols[2:], (m, m, m, num_waiting, m, pool.num_used, pool.num_cached, 0, 0)):
                 col.extend(repeat(value, count))
         return step, now
+
+    def _chunk_run(self, live: _Live, step: int, now: float, stop: int) -> tuple[int, float]:
+        """Steps from ``step`` in which the decoders decode and ``live`` (the prefilling last
+        running request) takes the rest of the budget, until step ``stop`` (the next decoder
+        event), an arrival, its last chunk, or a chunk that needs more blocks than are free;
+        returns the next step and its start time (s).
+
+        Each is the step ``_fast_start`` and ``_fast_finish`` make when no decoder event is due
+        and the chunk takes the whole budget left (the same calls, floats and row): nothing
+        can be admitted (so the order is not read; ``_admit_waiting``, called with a queue,
+        would stop at once and clear ``_blocked``), ``live`` samples no token (so it finishes
+        nothing and ``_register`` would not take it), and every decoder's context grows by one.
+        A lone engine only: a fleet member's step ends are where other engines' events fall
+        (``_loop``). Most colocated steps under load are of this kind after each admission
+        (66,323 of FCFS's 264,538 on the conversation trace at ``--time-scale 8``)."""
+        pool = self.pool
+        bs = self.block_size
+        m = self._m
+        ctx = self._ctx
+        half = 0.5 * m
+        n = self._budget - m  # the chunk: the budget the decoders leave
+        total = live.req.prompt_len + live.generated
+        keys, blocks = live.keys, live.blocks
+        nxt = self._arrivals.next_time()
+        num_waiting = len(self._waiting) + len(self._preempted)
+        num_running = len(self._running)
+        cost = self.profile.step_time_colocated
+        a = self._append
+        intr = interrupt
+        first = step
+        while (step < stop and total - live.computed > n and (nxt is None or nxt > now)
+               and not intr.REQUESTED):
+            computed = live.computed
+            end = computed + n
+            need = -(-end // bs) - len(blocks)
+            evictions0 = pool.num_evictions
+            if need > 0:
+                if need > pool.num_free:
+                    break  # _fast_start preempts it
+                blocks.extend(pool.allocate(need))
+            if end // bs > live.num_cached_blocks < len(keys):
+                self._cache_blocks(live, end)
+            batch = [(live, n, computed)]
+            new_tokens, pair_sum, decodes, decode_ctx = _batch_sums(batch, m, ctx + half, m, ctx)
+            self.prefill_tokens += new_tokens - decodes
+            duration = cost(new_tokens, pair_sum, m + 1, decodes, decode_ctx)
+            a[0](now)
+            a[1](duration)
+            a[2](new_tokens)
+            a[3](decodes)
+            a[4](m + 1)
+            a[5](num_waiting)
+            a[6](num_running)
+            a[7](pool.num_used)
+            a[8](pool.num_cached)
+            a[9](pool.num_evictions - evictions0)
+            a[10](0)
+            end_s = now + duration
+            self._finish_batch(batch, step, now, end_s)  # computed += n (no token: more to prefill)
+            ctx += m
+            now = end_s
+            step += 1
+        if step != first:
+            self._ctx = ctx
+            self.chunk_run_steps += step - first
+            if num_waiting:
+                self._blocked = None
+        return step, now
+
+    def _still_blocked(self) -> bool:
+        """Whether this step's admission attempt (``_fast_start``: after the due decoders'
+        allocations and caching) fails at the request the last attempt failed at
+        (``_blocked``), so that reading the order and trying can be skipped with the same result.
+
+        The attempt tries the preempted requests first, then the policy's order, and stops at
+        the first that does not fit: ``need > F``, with ``F`` the free blocks and ``need`` the
+        head's blocks ``full`` minus those of its prefix hit already held by a running request
+        (``Engine._admit_waiting``: ``full - len(hit) + num_evictable(hit)``). Sufficient:
+
+        - The head is the same request. ``_order_changes`` counts every arrival, admission and
+          preemption (the preempted front and the order's membership), and, on the eager path,
+          every change of a key a waiting request watches (each re-key of a snapshot); it is
+          compared with its value at the last order read, not at the attempt, since a key
+          changed in between (that step's caching) re-keys its snapshot at the next read. An
+          order that moves only with its membership (``moved_by == "queue"``) or with its
+          snapshots (``"snapshots"``, eager path only: ``__init__``) therefore yields the same
+          head, and neither reads the clock nor changes when read: the skipped read is
+          invisible.
+        - ``need - F`` has not decreased since the last attempt. ``F`` rises only by ``free``
+          (``BlockPool.num_frees`` unchanged); it falls by one per allocated block, and an
+          allocation evicts at most that many cached blocks. The hit is the run of leading
+          cached keys, so it grows only if its next key (``keys[len(hit)]``) is cached; while
+          that key is not cached the hit can only shrink, and a held hit block stays held (a
+          reference goes only by ``free`` and comes only by ``touch``, which only an admission
+          does). An eviction can raise the held count by one (the key's next copy becomes the
+          one looked up, and it may be held), but only with an allocation that lowered ``F`` by
+          one. So ``need`` falls by at most what ``F`` fell, and ``need > F`` still holds.
+        - The next key is not cached now, and this step caches none before the admission: a
+          decoder caches only blocks past its prompt's hashed ones (``_register`` takes it with
+          every block up to its context cached), whose keys are its own (``("unique", id, j)``,
+          ``generated_block_keys``); and a prefilling request (the tail) is there in a step
+          that can admit only for its last chunk (a chunk short of the budget), so it was
+          admitted after the last attempt (which admitted nothing), and that changed
+          ``_order_changes``.
+        - PEEK's protected set would not be rebuilt (``_protect_stale``; it is with preempted
+          requests waiting), so the eviction hook sees the same set.
+
+        The budget and ``max_num_seqs`` need no check: an attempt that cannot start admits
+        nothing either. ``tests/test_skip_blocked.py`` compares the tables with the attempts
+        made (``skip_blocked=False``) and with the reference engine."""
+        blocked = self._blocked
+        if blocked is None or not self._skip:
+            return False
+        _, next_key, read_at, frees = blocked
+        pool = self.pool
+        if read_at != self._order_changes or frees != pool.num_frees:
+            return False
+        if self._protect is not None and self._protect_stale():
+            return False
+        return next_key is NO_KEY or not pool.is_cached(next_key)
 
     def _blocks_needed(self, due: list[_Live], step: int) -> int:
         """New blocks the due decoders take this step (each crossing a block boundary)."""
@@ -278,9 +436,14 @@ class DecodeFastEngine(Engine):
         remaining = m
         if tail is not None:
             remaining += tail.req.prompt_len + tail.generated - tail.computed
-        # Engine._schedule: the order at the step's start, where a waiting request could be admitted.
+        # Engine._schedule: the order at the step's start, where a waiting request could be
+        # admitted - unless the attempt is known to fail at the last one's head (_still_blocked).
         can_admit = remaining < self._budget and len(running) < self._max_seqs
-        ordered = self._order_waiting(now) if can_admit and self._waiting else []
+        skip = can_admit and self._blocked is not None and self._still_blocked()
+        ordered = self._order_waiting(now) if can_admit and self._waiting and not skip else []
+        # As of the order (the eager path syncs changed snapshots there): a key change by this
+        # step's caching below re-keys a snapshot at the next order, so it must count as a change.
+        read_at = self._order_changes
         if self._on_admitted is not None and can_admit:
             for live in self._preempted:
                 live.snap = None
@@ -318,8 +481,12 @@ class DecodeFastEngine(Engine):
                     self._cache_blocks(tail, end)
                 batch.append((tail, n, computed))
                 budget -= n
-        if not preempted and (self._waiting or self._preempted):
+        if skip:
+            self.skipped_attempts += 1
+        elif not preempted and (self._waiting or self._preempted):
             self._admit_waiting(now, budget, batch, ordered)
+            misfit = self.misfit
+            self._blocked = None if misfit is None else (misfit[0], misfit[1], read_at, pool.num_frees)
         # ctx + m / 2 = the reference's sum of (ctx_i + 1/2) over the decoders, exactly (module docstring)
         new_tokens, pair_sum, decodes, decode_ctx = _batch_sums(batch, m, ctx + 0.5 * m, m, ctx)
         self.prefill_tokens += new_tokens - decodes
@@ -380,6 +547,7 @@ class DecodeFastEngine(Engine):
         preempted by its own growth). ``_reference_finish`` ends it."""
         self._write_back(step, now)
         self.reference_steps += 1
+        self._blocked = None  # Engine._schedule tries as the reference does
         num_waiting = len(self._waiting) + len(self._preempted)
         pool = self.pool
         evictions0 = pool.num_evictions

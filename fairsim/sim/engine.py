@@ -275,6 +275,10 @@ class Engine:
         self._protect_runs: dict[int, tuple[_Live, Sequence[Hashable]]] | None = None
         self._front_runs: list[Sequence[Hashable]] = []  # the preempted front's hits at the last build
         self._rekeyed: set[int] = set()
+        #: Set by each ``_admit_waiting`` call: ``(request, its next key)`` when the first request
+        #: it tried did not fit and nothing was admitted (the key after its prefix hit, ``NO_KEY``
+        #: when the hit is at its cap), else None (``DecodeFastEngine`` skips later attempts).
+        self.misfit: tuple[_Live, Hashable] | None = None
         # Lazy hits (a fast path with ``set_resolver``; fairsim.sim.lazy_hits): invalidated
         # snapshots are not rebuilt at the step's start but when the order reads them.
         self._lazy = LazyHits(self) if self._inc is not None and hasattr(self._inc, "set_resolver") else None
@@ -674,12 +678,18 @@ class Engine:
         bs = self.block_size
         max_seqs = self.config.max_num_seqs
         running = self._running
+        self.misfit = None
         if budget <= 0 or len(running) >= max_seqs:
             return
         if not (self._waiting or self._preempted):
             return
         # A copy of the preempted front: re-admitting one removes it from the deque.
-        order = chain(list(self._preempted), ordered) if self._inc is not None else list(self._preempted) + ordered
+        if not self._preempted:
+            order = ordered  # the common case: no copy, no chain
+        elif self._inc is not None:
+            order = chain(list(self._preempted), ordered)
+        else:
+            order = list(self._preempted) + ordered
         if self._protect is not None and self._protect_stale():
             # PEEK: protect what the next max_num_seqs would hit.
             if self._protect_update is not None and self._lazy is None:
@@ -702,18 +712,21 @@ class Engine:
                 # Resumed after a preemption: recompute prompt and generated tokens, hit capped at
                 # num_tokens - 1 (vLLM: the request's num_tokens grew with its outputs).
                 L = live.req.prompt_len + live.generated
-                hit = pool.lookup_prefix(live.keys, min(len(live.keys), (L - 1) // bs))
+                cap = min(len(live.keys), (L - 1) // bs)
                 full_blocks = blocks_for(L, bs)
             else:
                 L = live.req.prompt_len
-                hit = pool.lookup_prefix(live.keys, live.max_hit_blocks)
+                cap = live.max_hit_blocks
                 full_blocks = live.num_prompt_blocks
+            hit = pool.lookup_prefix(live.keys, cap)
             h = len(hit) * bs
             # Admission gate: the whole remaining prompt must fit (scheduler_reserve_full_isl).
             need_full = full_blocks - len(hit) + pool.num_evictable(hit)
             if need_full > pool.num_free:
                 if self._skips_misfits:
                     continue
+                if not admitted:  # the first request misfits (DecodeFastEngine skips on it)
+                    self.misfit = (live, live.keys[len(hit)] if len(hit) < cap else NO_KEY)
                 break
             n = min(L - h, budget)
             pool.touch(hit)

@@ -1,0 +1,193 @@
+"""The colocated engine's exact skip of admission attempts that cannot succeed.
+
+``DecodeFastEngine._still_blocked`` lets a step skip reading the policy's order and trying an
+admission when the last attempt failed at its first request and nothing that could change that
+happened since. The decisions must be those of the attempts made: the request, step and
+token-gap tables are compared with ``skip_blocked=False`` (the previous code, an attempt in
+every step that can admit) and with the step-by-step engine (``fast_decode=False``), on traces
+with preemptions, shared prefixes, long outputs and every registered policy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from fairsim.costmodel import load_profile
+from fairsim.policies import make_policy
+from fairsim.policies.registry import policy_names
+from fairsim.scenarios import build_scenario
+from fairsim.sim import EngineConfig, simulate
+from fairsim.sim.decode_fast import DecodeFastEngine
+from fairsim.sim.keys import blocks_for
+from fairsim.sim.lazy_hits import NO_KEY
+from fairsim.types import Request
+from tests.strategies import BLOCK, profiles, traces
+from tests.utils import constant_profile
+
+PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
+CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
+#: Policies whose fast path declares ``moved_by`` (the skip applies to them).
+SKIPPING = ["fcfs", "lpm", "klpm", "klpm4", "klpm8", "ragcache", "peek", "suf", "lpm-aging",
+            "sjf-aging", "lof"]
+TABLES = ("requests", "steps", "token_gaps")
+
+
+def _run(requests, policy, profile, config, skip=True):
+    engine = DecodeFastEngine(requests, make_policy(policy, profile), profile, config, skip_blocked=skip)
+    return engine, engine.run()
+
+
+def _same_decisions(requests, policy, profile, config, reference=True):
+    """Run with and without the skip (and, with ``reference``, the step-by-step engine); assert
+    identical tables; return the skipping engine."""
+    engine, fast = _run(requests, policy, profile, config)
+    _, tried = _run(requests, policy, profile, config, skip=False)
+    others = [tried]
+    if reference:
+        others.append(simulate(requests, make_policy(policy, profile), profile, config, fast_decode=False))
+    for other in others:
+        for name in TABLES:
+            pd.testing.assert_frame_equal(getattr(fast, name), getattr(other, name), check_exact=True)
+    return engine
+
+
+def test_a_blocked_head_is_tried_once_by_hand():
+    # A (6-token prompt, 2 blocks of 4) decodes 9 steps and grows to 4 blocks of the 4; B
+    # (9 tokens: 3 blocks) arrives at 0.5 s and fits only once A finishes (end of step 9). Step 1
+    # tries B and fails; steps 2-9 would try again with nothing freed: all skipped (inside
+    # stretches of pure decode steps, or at A's block events), and B is admitted at step 10.
+    reqs = [Request("A", 0.0, 6, (), BLOCK, 10, {}), Request("B", 0.5, 9, (), BLOCK, 2, {})]
+    config = EngineConfig(block_size=BLOCK, kv_blocks=4, mode="colocated")
+    engine = _same_decisions(reqs, "fcfs", constant_profile(step_s=1.0), config)
+    assert engine.skipped_attempts == 8
+    _, res = _run(reqs, "fcfs", constant_profile(step_s=1.0), config)
+    assert res.requests.set_index("request_id").loc["B", "first_scheduled_step"] == 10
+    assert res.steps["waiting"].tolist() == [1] * 11 + [0]  # at each step's start: A, then B
+
+
+def _rag_preempting():
+    rag = build_scenario("rag", PROFILE, seed=2)
+    longest = max(r.prompt_len for r in rag.requests)
+    reqs = [dataclasses.replace(r, output_len=1 + (i * 53) % 700) for i, r in enumerate(rag.requests[:160])]
+    return reqs, EngineConfig(kv_tokens=4 * longest, mode="colocated", max_num_seqs=16)
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_every_policy_same_tables_with_preemptions(name):
+    reqs, config = _rag_preempting()
+    engine = _same_decisions(reqs, name, PROFILE, config, reference=False)
+    assert (engine.skipped_attempts > 0) == (name in SKIPPING)
+
+
+def test_only_declared_orders_skip():
+    # Fairway's order moves with the clock (wait / SLO), Preble's group pointer with each read,
+    # HRRN is told the prefill-token counter before each order: none declares ``moved_by``.
+    reqs, config = _rag_preempting()
+    for name in ("fairway", "preble", "hrrn", "drr"):
+        engine = DecodeFastEngine(reqs, make_policy(name, PROFILE), PROFILE, config)
+        assert not engine._skip
+    assert DecodeFastEngine(reqs, make_policy("lpm", PROFILE), PROFILE, config)._skip
+
+
+def test_each_condition_ends_the_skip():
+    # The blocked head's state set by hand: each event the proof names must end the skip.
+    reqs = [Request("A", 0.0, 9, (1, 2), BLOCK, 4, {}), Request("B", 0.0, 13, (1, 2, 3), BLOCK, 2, {})]
+    config = EngineConfig(block_size=BLOCK, kv_blocks=8, mode="colocated")
+    engine = DecodeFastEngine(reqs, make_policy("fcfs"), constant_profile(), config)
+    pool = engine.pool
+    head = engine._all[1]
+
+    def block_on(next_key):
+        engine._blocked = (head, next_key, engine._order_changes, pool.num_frees)
+
+    block_on(head.keys[2])
+    assert engine._still_blocked()
+    engine._skip = False  # an order that does not declare what moves it
+    assert not engine._still_blocked()
+    engine._skip = True
+    engine._order_changes += 1  # an arrival, admission, preemption or (eager) re-key
+    assert not engine._still_blocked()
+    block_on(head.keys[2])
+    ids = pool.allocate(3)  # allocations only lower the free blocks
+    pool.cache(ids[0], ("other", 0))  # a key that is not the head's next one
+    assert engine._still_blocked()
+    pool.cache(ids[1], head.keys[2])  # the head's next key: its hit may grow
+    assert not engine._still_blocked()
+    block_on(NO_KEY)  # a hit at its cap cannot grow
+    assert engine._still_blocked()
+    pool.free(ids[2:])  # a free block more
+    assert not engine._still_blocked()
+
+
+@st.composite
+def colocated_runs(draw):
+    base = draw(traces(max_requests=10))
+    reqs = [Request(r.request_id, r.arrival_time, r.prompt_len, r.block_hashes, BLOCK,
+                    draw(st.integers(1, 40)), {}) for r in base]
+    longest = max(blocks_for(r.prompt_len + r.output_len - 1, BLOCK) for r in reqs)
+    config = EngineConfig(budget_tokens=draw(st.sampled_from([2, 3, 4, 8, 16, 64])),
+                          max_num_seqs=draw(st.integers(1, 8)), block_size=BLOCK,
+                          kv_blocks=longest + draw(st.integers(0, 6)), mode="colocated")
+    return reqs, draw(profiles()), config, draw(st.sampled_from(SKIPPING))
+
+
+@settings(max_examples=150, deadline=None)
+@given(colocated_runs())
+def test_same_tables_small_traces(run):
+    reqs, profile, config, policy = run
+    _same_decisions(reqs, policy, profile, config)
+
+
+def test_sessions_open_loop():
+    # Agent sessions replayed at their timestamps: a turn may wait while the one before it (whose
+    # prompt it extends) still prefills or decodes, so its hit grows as that request's blocks are
+    # cached.
+    agent = build_scenario("agent", PROFILE, seed=3, num_sessions=8)
+    reqs = [dataclasses.replace(r, output_len=1 + (i * 31) % 300) for i, r in enumerate(agent.requests)]
+    longest = max(blocks_for(r.prompt_len + r.output_len - 1, 16) for r in reqs)
+    config = EngineConfig(kv_blocks=2 * longest, block_size=16, mode="colocated")
+    for name in ("fcfs", "lpm", "peek"):
+        engine = _same_decisions(reqs, name, PROFILE, config, reference=True)
+        assert engine.skipped_attempts > 0
+
+
+@pytest.mark.skipif(not CONVERSATION.exists(), reason="shared conversation trace not present")
+@pytest.mark.parametrize("name", ["fcfs", "lpm", "peek", "klpm4"])
+def test_conversation_long_outputs(name):
+    from fairsim.traces.formats import read_trace
+
+    reqs = [dataclasses.replace(r, arrival_time=8 * r.arrival_time)
+            for r in list(read_trace(CONVERSATION).requests)[:1500]]
+    config = EngineConfig(kv_blocks=451, mode="colocated")
+    engine = _same_decisions(reqs, name, PROFILE, config, reference=False)
+    _, res = _run(reqs, name, PROFILE, config)
+    assert res.requests["preemptions"].sum() > 0 and res.requests["output_tokens"].max() > 500
+    assert engine.skipped_attempts > len(res.steps) / 4
+    assert engine.chunk_run_steps > len(res.steps) / 10  # prefill chunks beside the decoders
+
+
+@pytest.mark.parametrize("name", ["fcfs", "lpm"])
+def test_colocated_fleet_same_tables(name):
+    # Fleet members stretch blocked steps only up to the fleet's next event (a routing may
+    # reach them then): two instances against step-by-step ones.
+    from fairsim.routers import make_router
+    from fairsim.sim.fleet import Fleet, simulate_fleet
+
+    reqs, config = _rag_preempting()
+
+    def policies():
+        return [make_policy(name, PROFILE) for _ in range(2)]
+
+    router = make_router("round-robin", 2)
+    fleet = Fleet(reqs, policies(), router, PROFILE, config)
+    fast = fleet.run()
+    ref = simulate_fleet(reqs, policies(), make_router("round-robin", 2), PROFILE, config, fast_decode=False)
+    for table in TABLES:
+        pd.testing.assert_frame_equal(getattr(fast, table), getattr(ref, table), check_exact=True)
+    assert fast.requests["preemptions"].sum() > 0
+    assert all(engine.skipped_attempts > 0 for engine in fleet.engines)
