@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from fairsim.routers import InstanceView, RouteRequest
 from fairsim.routers import base as router_base
 from fairsim.routers import dynamo_kv, llmd
+from fairsim.routers.sglang_cache_aware import SGLangCacheAware
 from fairsim.sim.block_pool import BlockPool
 from fairsim.sim.fleet import Fleet
 from fairsim.sim.result import Columns
@@ -90,10 +91,64 @@ def _reference_fleet_requests(self, parts):
     return Columns(merged)
 
 
+def _reference_sglang_choose(self, req, instances, now):
+    """SGLang's router before the faster evict and insert: a match per worker, then one more for
+    the chosen one, and the prompt inserted key by key."""
+    if now >= self._next_eviction:
+        self.evict()
+        self._next_eviction = now + self.interval
+    loads = [inst.in_flight for inst in instances]
+    hi, lo = max(loads), min(loads)
+    if hi - lo > self.abs_threshold and hi > lo * self.rel_threshold:
+        k = router_base.lowest(loads)
+    else:
+        matched = [self.match(req, k) for k in range(self.num_instances)]
+        best = max(range(self.num_instances), key=lambda k: (matched[k], -k))
+        rate = matched[best] / len(req.keys) if req.keys else 0.0
+        k = best if rate > self.cache_threshold else router_base.lowest([len(t) for t in self.trees])
+    self.last_match_blocks = self.match(req, k)
+    tree = self.trees[k]
+    for key in req.keys:
+        tree[key] = now
+    return k
+
+
+def _reference_sglang_evict(self):
+    """The eviction before the faster sort: (time, -position) per entry."""
+    for k, tree in enumerate(self.trees):
+        extra = len(tree) - self.max_tree_size
+        if extra > 0:
+            items = list(tree.items())
+            order = sorted(range(len(items)), key=lambda i: (items[i][1], -i))
+            keep = sorted(order[extra:])
+            self.trees[k] = {items[i][0]: items[i][1] for i in keep}
+
+
 def _reference(monkeypatch):
     monkeypatch.setattr(dynamo_kv, "cached_prefixes", _reference_prefixes)
     monkeypatch.setattr(llmd, "cached_prefixes", _reference_prefixes)
+    monkeypatch.setattr(SGLangCacheAware, "choose", _reference_sglang_choose)
+    monkeypatch.setattr(SGLangCacheAware, "evict", _reference_sglang_evict)
     monkeypatch.setattr(Fleet, "_fleet_requests", _reference_fleet_requests)
+
+
+@settings(max_examples=200, deadline=None)
+@given(entries=st.lists(st.tuples(st.integers(0, 30), st.integers(0, 4)), max_size=40),
+       size=st.integers(1, 12))
+def test_sglang_eviction_is_the_reference_one(entries, size):
+    # Entries (key, time) inserted in order, times with many ties: the same trees, in the same
+    # order, after the eviction.
+    trees = [{}, {}]
+    for key, t in entries:
+        trees[key % 2][key] = t
+    fast = SGLangCacheAware(2, max_tree_size=size)
+    reference = SGLangCacheAware(2, max_tree_size=size)
+    fast.trees = [dict(t) for t in trees]
+    reference.trees = [dict(t) for t in trees]
+    fast.evict()
+    _reference_sglang_evict(reference)
+    assert [list(t.items()) for t in fast.trees] == [list(t.items()) for t in reference.trees]
+    assert all(len(t) == min(len(src), size) for t, src in zip(fast.trees, trees))
 
 
 CASES = [("prefill-only", "dynamo-kv", ("--kv-blocks", "240")),
@@ -101,6 +156,8 @@ CASES = [("prefill-only", "dynamo-kv", ("--kv-blocks", "240")),
          ("prefill-only", "dynamo-kv", ("--kv-blocks", "240", "--router-param", "temperature=0.5")),
          ("prefill-only", "least-work", ("--kv-blocks", "240")),
          ("prefill-only", "sglang-cache-aware", ("--kv-blocks", "240")),
+         ("prefill-only", "sglang-cache-aware", ("--kv-blocks", "240", "--router-param", "eviction_interval_s=5",
+                                                 "--router-param", "max_tree_size=40")),
          ("colocated", "dynamo-kv", ("--kv-blocks", "250")),
          ("colocated", "llm-d", ("--replay", "closed", "--think-scale", "0.2", "--kv-blocks", "250"))]
 
