@@ -10,7 +10,8 @@ What a router may read of an instance (``InstanceView``) is explicit, because re
 exactly there:
 
 * exact engine state: ``cached_blocks`` (the instance's prefix cache, as a router fed by KV events
-  without lag sees it: Dynamo's ``KvIndexer``, llm-d's precise prefix scorer), ``waiting`` and
+  without lag sees it: Dynamo's ``KvIndexer``, llm-d's precise prefix scorer; for every instance
+  at once, ``cached_prefixes``), ``waiting`` and
   ``kv_usage`` (the engine's own counters, as scraped metrics without lag);
 * router-side bookkeeping, which a real router keeps itself: ``in_flight`` (requests routed and
   not finished), ``active_blocks`` and ``outstanding_tokens`` (see ``InstanceView``);

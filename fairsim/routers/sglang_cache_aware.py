@@ -73,6 +73,19 @@ class SGLangCacheAware(Router):
             n += 1
         return n
 
+    def matches(self, req: RouteRequest) -> list[int]:
+        """``[match(req, k) for every worker k]``, in one loop (no method call per worker)."""
+        keys = req.keys
+        out = []
+        for tree in self.trees:
+            n = 0
+            for key in keys:
+                if key not in tree:
+                    break
+                n += 1
+            out.append(n)
+        return out
+
     def choose(self, req: RouteRequest, instances: Sequence[InstanceView], now: float) -> int:
         if now >= self._next_eviction:
             self.evict()
@@ -83,10 +96,10 @@ class SGLangCacheAware(Router):
             k = lowest(loads)
             matched_k = self.match(req, k)
         else:
-            match = self.match
-            matched = [match(req, k) for k in range(self.num_instances)]
-            best = max(range(self.num_instances), key=lambda k: (matched[k], -k))
-            rate = matched[best] / len(req.keys) if req.keys else 0.0  # keys: the prompt's full blocks
+            matched = self.matches(req)
+            top = max(matched)
+            best = matched.index(top)  # the longest match, the lowest index on a tie
+            rate = top / len(req.keys) if req.keys else 0.0  # keys: the prompt's full blocks
             k = best if rate > self.cache_threshold else lowest([len(t) for t in self.trees])
             matched_k = matched[k]
         #: Blocks of this prompt the chosen worker's tree held before it was inserted (the
