@@ -10,7 +10,8 @@ What a router may read of an instance (``InstanceView``) is explicit, because re
 exactly there:
 
 * exact engine state: ``cached_blocks`` (the instance's prefix cache, as a router fed by KV events
-  without lag sees it: Dynamo's ``KvIndexer``, llm-d's precise prefix scorer), ``waiting`` and
+  without lag sees it: Dynamo's ``KvIndexer``, llm-d's precise prefix scorer; for every instance
+  at once, ``cached_prefixes``), ``waiting`` and
   ``kv_usage`` (the engine's own counters, as scraped metrics without lag);
 * router-side bookkeeping, which a real router keeps itself: ``in_flight`` (requests routed and
   not finished), ``active_blocks`` and ``outstanding_tokens`` (see ``InstanceView``);
@@ -20,14 +21,12 @@ exactly there:
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from collections.abc import Container, Hashable, Sequence
 from typing import Any
 
 from fairsim.types import Request
 
 
-@dataclass(frozen=True, slots=True)
 class RouteRequest:
     """A request as a router sees it at its release.
 
@@ -36,16 +35,21 @@ class RouteRequest:
         keys: The block keys of its prompt's full blocks of ``block_size`` tokens, in order
             (``fairsim.sim.keys.engine_block_keys``: equal keys = equal content and prefix).
         block_size: Tokens per block.
+        prompt_blocks: Blocks the prompt occupies, the last one partial or not
+            (``ceil(L / block_size)``).
+        overlaps: ``None``, or each instance's leading ``keys`` cached when the request was routed
+            (set by the first ``cached_prefixes`` call, which the routers with an exact view make;
+            the fleet reuses it for the chosen instance). As of the routing time only.
     """
 
-    request: Request
-    keys: tuple[Hashable, ...]
-    block_size: int
+    __slots__ = ("request", "keys", "block_size", "prompt_blocks", "overlaps")
 
-    @property
-    def prompt_blocks(self) -> int:
-        """Blocks the prompt occupies, the last one partial or not (``ceil(L / block_size)``)."""
-        return -(-self.request.prompt_len // self.block_size)
+    def __init__(self, request: Request, keys: tuple[Hashable, ...], block_size: int) -> None:
+        self.request = request
+        self.keys = keys
+        self.block_size = block_size
+        self.prompt_blocks = -(-request.prompt_len // block_size)
+        self.overlaps: list[int] | None = None
 
 
 class InstanceView:
@@ -72,8 +76,14 @@ class InstanceView:
         self.outstanding_tokens = 0
 
     def cached_blocks(self, keys: Sequence[Hashable], limit: int | None = None) -> int:
-        """Exact: leading ``keys`` cached on this instance now (at most ``limit`` of them)."""
+        """Exact: leading ``keys`` cached on this instance now (at most ``limit`` of them).
+        A router asking it of every instance calls ``cached_prefixes`` instead (the same counts)."""
         return self._engine.pool.count_prefix(keys, len(keys) if limit is None else limit)
+
+    @property
+    def hit_table(self) -> Container[Hashable]:
+        """Exact: the keys cached (hittable) on this instance now, for ``key in`` tests only."""
+        return self._engine.pool.hit_table
 
     @property
     def waiting(self) -> int:
@@ -132,6 +142,33 @@ class Router:
 
     def finished(self, req: RouteRequest, instance: int, now: float) -> None:
         """``req`` finished on ``instance`` at ``now`` (s). Default: nothing to do."""
+
+
+def cached_prefixes(req: RouteRequest, instances: Sequence[InstanceView]) -> list[int]:
+    """Exact: each instance's leading ``req.keys`` cached now, ``[inst.cached_blocks(req.keys)
+    for inst in instances]``, computed on the first call for ``req`` and kept in ``req.overlaps``
+    (``instances``: the whole fleet, in index order, as ``Router.choose`` gets it).
+
+    Why not ``cached_blocks`` per instance: the KV-aware routers ask for every instance on every
+    request, and a method call and a copy of the keys per instance was most of the router's
+    cost; this walks each instance's hit table directly. Why not one walk over a map key ->
+    instances holding it: keeping that map costs a Python step at every block cached or evicted
+    on any instance (hundreds of thousands per run), more than the walks it saves, which stop at
+    each instance's first missing key (docs/performance.md, "Fleets")."""
+    out = req.overlaps
+    if out is None:
+        keys = req.keys
+        out = []
+        for inst in instances:
+            table = inst.hit_table
+            n = 0
+            for key in keys:
+                if key not in table:
+                    break
+                n += 1
+            out.append(n)
+        req.overlaps = out
+    return out
 
 
 def lowest(values: Sequence[float]) -> int:

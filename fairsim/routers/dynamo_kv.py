@@ -29,7 +29,7 @@ import math
 import random
 from collections.abc import Sequence
 
-from fairsim.routers.base import InstanceView, Router, RouteRequest, check_param, number
+from fairsim.routers.base import InstanceView, Router, RouteRequest, cached_prefixes, check_param, number
 
 
 class DynamoKV(Router):
@@ -58,13 +58,10 @@ class DynamoKV(Router):
         """``logit_k`` of every instance (lower is better)."""
         bs = req.block_size
         L = req.request.prompt_len
-        out = []
-        for inst in instances:
-            overlap = inst.cached_blocks(req.keys)
-            prefill_blocks = (L - overlap * bs) / bs
-            decode_blocks = inst.active_blocks + req.prompt_blocks
-            out.append(self.overlap_weight * prefill_blocks + decode_blocks)
-        return out
+        own = req.prompt_blocks
+        weight = self.overlap_weight
+        return [weight * ((L - overlap * bs) / bs) + (inst.active_blocks + own)
+                for inst, overlap in zip(instances, cached_prefixes(req, instances))]
 
     def choose(self, req: RouteRequest, instances: Sequence[InstanceView], now: float) -> int:
         logits = self.logits(req, instances)

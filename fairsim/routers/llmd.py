@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fairsim.routers.base import InstanceView, Router, RouteRequest, check_param, highest, number
+from fairsim.routers.base import InstanceView, Router, RouteRequest, cached_prefixes, check_param, highest, number
 
 
 class LLMD(Router):
@@ -38,7 +38,7 @@ class LLMD(Router):
     def scores(self, req: RouteRequest, instances: Sequence[InstanceView]) -> list[float]:
         """Each instance's weighted total (higher is better)."""
         total_blocks = req.prompt_blocks
-        prefix = [inst.cached_blocks(req.keys) / total_blocks for inst in instances]
+        prefix = [overlap / total_blocks for overlap in cached_prefixes(req, instances)]
         queues = [inst.waiting for inst in instances]
         qmin, qmax = min(queues), max(queues)
         queue = [1.0 if qmax == qmin else (qmax - q) / (qmax - qmin) for q in queues]

@@ -73,6 +73,19 @@ class SGLangCacheAware(Router):
             n += 1
         return n
 
+    def matches(self, req: RouteRequest) -> list[int]:
+        """``[match(req, k) for every worker k]``, in one loop (no method call per worker)."""
+        keys = req.keys
+        out = []
+        for tree in self.trees:
+            n = 0
+            for key in keys:
+                if key not in tree:
+                    break
+                n += 1
+            out.append(n)
+        return out
+
     def choose(self, req: RouteRequest, instances: Sequence[InstanceView], now: float) -> int:
         if now >= self._next_eviction:
             self.evict()
@@ -81,17 +94,19 @@ class SGLangCacheAware(Router):
         hi, lo = max(loads), min(loads)
         if hi - lo > self.abs_threshold and hi > lo * self.rel_threshold:
             k = lowest(loads)
+            matched_k = self.match(req, k)
         else:
-            matched = [self.match(req, k) for k in range(self.num_instances)]
-            best = max(range(self.num_instances), key=lambda k: (matched[k], -k))
-            rate = matched[best] / len(req.keys) if req.keys else 0.0  # keys: the prompt's full blocks
+            matched = self.matches(req)
+            top = max(matched)
+            best = matched.index(top)  # the longest match, the lowest index on a tie
+            rate = top / len(req.keys) if req.keys else 0.0  # keys: the prompt's full blocks
             k = best if rate > self.cache_threshold else lowest([len(t) for t in self.trees])
+            matched_k = matched[k]
         #: Blocks of this prompt the chosen worker's tree held before it was inserted (the
         #: fleet reports it as what the router expected: ``router_cached_tokens``).
-        self.last_match_blocks = self.match(req, k)
-        tree = self.trees[k]
-        for key in req.keys:
-            tree[key] = now
+        self.last_match_blocks = matched_k
+        # As ``tree[key] = now`` per key, in order: new keys appended, present ones keep their place.
+        self.trees[k].update(dict.fromkeys(req.keys, now))
         return k
 
     def evict(self) -> None:
@@ -100,8 +115,9 @@ class SGLangCacheAware(Router):
         for k, tree in enumerate(self.trees):
             extra = len(tree) - self.max_tree_size
             if extra > 0:
-                # Among equal times the later inserted (deeper) keys go first.
-                items = list(tree.items())
-                order = sorted(range(len(items)), key=lambda i: (items[i][1], -i))
+                # Oldest time first and, among equal times, the later inserted (deeper) key first:
+                # a stable sort by time of the positions taken last to first.
+                keys, times = list(tree), list(tree.values())
+                order = sorted(range(len(keys) - 1, -1, -1), key=times.__getitem__)
                 keep = sorted(order[extra:])
-                self.trees[k] = {items[i][0]: items[i][1] for i in keep}
+                self.trees[k] = {keys[i]: times[i] for i in keep}

@@ -88,6 +88,12 @@ class BlockPool:
         """Blocks that currently carry a hash (hittable)."""
         return self._num_cached
 
+    @property
+    def hit_table(self) -> Container[Hashable]:
+        """The hittable keys, for ``key in`` tests only (read-only): a fleet's router walks every
+        instance's table per request without a method call per key (``fairsim.routers.base``)."""
+        return self._cached
+
     def is_cached(self, key: Hashable) -> bool:
         """True when some block holds ``key``."""
         return key in self._cached

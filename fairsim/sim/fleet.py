@@ -247,7 +247,12 @@ class Fleet:
         if not (isinstance(k, int) and 0 <= k < len(views)):
             raise EngineInvariantError(f"router {self.router_name!r} chose instance {k!r} of {len(views)}")
         view = views[k]
-        cached = view.cached_blocks(live.keys, live.max_hit_blocks) * bs
+        overlaps = rreq.overlaps  # the router's exact view of every instance, if it took one
+        if overlaps is None:
+            cached = view.cached_blocks(live.keys, live.max_hit_blocks) * bs
+        else:
+            # The same count: rreq.keys are live.keys' first L // bs and max_hit_blocks <= L // bs.
+            cached = min(overlaps[k], live.max_hit_blocks) * bs
         i = live.index
         self.instance_of[i] = k
         self._routed_cached[i] = cached
@@ -341,21 +346,34 @@ class Fleet:
                            instances=tuple(parts), router=self.router_name)
 
     def _fleet_requests(self, parts: list[SimResult]) -> Columns:
-        """Every instance's request rows in trace order, plus ``FLEET_REQUEST_COLUMNS``."""
-        n = len(self.lives)
+        """Every instance's request rows in trace order, plus ``FLEET_REQUEST_COLUMNS``.
+
+        Column by column: an instance's rows are its requests in trace order (``engine._all``
+        sorted by ``live.index``), so a column is the instances' columns laid end to end, then
+        taken in trace order (a gather in C, ``map(list.__getitem__, ...)``; the values stay the
+        engine's Python objects, so the DataFrame infers the same dtypes). The columns are the
+        first instance's with rows (a column another instance lacks is ``None`` there)."""
         names: list[str] | None = None
-        merged: dict[str, list] = {}
+        tables = []
+        position: list[int] = []  # trace row -> row in the instances' rows laid end to end
         for engine, part in zip(self.engines, parts):
             cols = part.columns("requests").columns
             if not cols:
                 continue
             if names is None:
                 names = list(cols)
-                merged = {c: [None] * n for c in names}
+            tables.append((cols, len(engine._all)))
+            position.extend(live.index for live in engine._all)
+        merged: dict[str, list] = {}
+        if names is not None:
+            row_of = [0] * len(position)
+            for row, index in enumerate(position):
+                row_of[index] = row
             for c in names:
-                dest = merged[c]
-                for live, value in zip(engine._all, cols.get(c, [None] * len(engine._all))):
-                    dest[live.index] = value
+                stacked: list = []
+                for cols, count in tables:
+                    stacked.extend(cols.get(c, [None] * count))
+                merged[c] = list(map(stacked.__getitem__, row_of))
         merged["instance"] = list(self.instance_of)
         merged["router_cached_tokens"] = list(self.router_cached)
         return Columns(merged)
