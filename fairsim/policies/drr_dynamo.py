@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import Hashable, Iterator, Sequence
 from itertools import chain
-
-from sortedcontainers import SortedList
 
 from fairsim.policies.base import arrival_key
 from fairsim.policies.clients import client_key
@@ -183,7 +181,7 @@ class DRRDynamo:
 class DRRDynamoOrder(ClassQueues):
     """``DRRDynamo.order`` kept across steps (``fairsim.policies.incremental``): the classes'
     FIFO queues (``ClassQueues``) and the ring of backlogged classes by vector position
-    (``SortedList``) are updated by ``add``/``remove``, so a read no longer regroups and re-sorts
+    (a sorted list) are updated by ``add``/``remove``, so a read no longer regroups and re-sorts
     the whole queue.
 
     ``iter_order`` makes ``DRRDynamo._sync``'s changes for what changed since the last read only
@@ -200,9 +198,9 @@ class DRRDynamoOrder(ClassQueues):
     (``set_resolver``/``stale`` of ``ClassQueues``): a cache change moves nothing here; the
     snapshots priced and yielded are this step's.
 
-    Cost per read: O(log n) per class that changed, plus the picks read, each O(classes its
-    scans visit); a pick that no class can pay in one more quantum costs O(classes), as in
-    ``order()``.
+    Cost per read: O(log n) comparisons (and a C memmove) per class that changed, plus the picks
+    read, each O(classes its scans visit); a pick that no class can pay in one more quantum costs
+    O(classes), as in ``order()``.
     """
 
     moved_by = "queue"
@@ -210,7 +208,9 @@ class DRRDynamoOrder(ClassQueues):
     def __init__(self, policy: DRRDynamo) -> None:
         super().__init__()
         self.policy = policy
-        self.ring = SortedList()  # vector positions of the classes with waiting requests
+        # Vector positions of the classes with waiting requests, sorted (a plain list: new classes
+        # go at its end, and a scan iterates it several times per read).
+        self.ring: list[int] = []
         self.class_at: dict[int, Hashable] = {}  # position -> class, for the classes in the ring
         self.unpriced: list[str] = []  # requests added since the last read (no cost yet)
 
@@ -238,17 +238,17 @@ class DRRDynamoOrder(ClassQueues):
             if k not in queues:
                 deficit.pop(k, None)  # Dynamo resets the deficit of a class with no waiting request
                 if p in class_at:
-                    ring.remove(p)
+                    del ring[bisect_left(ring, p)]
                     del class_at[p]
             elif p is None:
                 new.append(k)
             elif p not in class_at:
-                ring.add(p)
+                insort(ring, p)
                 class_at[p] = k
         self.touched.clear()
         for k in sorted(new, key=lambda k: queues[k][0]):  # (arrival, id) of the oldest: arrival_key
             p = position[k] = len(position)
-            ring.add(p)
+            ring.append(p)  # the largest position so far
             class_at[p] = k
         if policy.cursor["carry"] not in queues:
             policy.cursor["carry"] = None
@@ -281,8 +281,9 @@ class DRRDynamoOrder(ClassQueues):
 
         def scan() -> Iterator[Hashable]:
             # The ring from the first class at or after the round cursor, wrapping; lazy.
-            start = ring.bisect_left(round_pos)
-            for p in chain(ring.islice(start), ring.islice(0, start)):
+            start = bisect_left(ring, round_pos)
+            for j in chain(range(start, len(ring)), range(start)):
+                p = ring[j]
                 if p not in gone:
                     yield class_at[p]
 
