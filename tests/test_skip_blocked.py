@@ -33,7 +33,7 @@ PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
 #: Policies whose fast path declares ``moved_by`` (the skip applies to them).
 SKIPPING = ["fcfs", "lpm", "klpm", "klpm4", "klpm8", "ragcache", "peek", "suf", "lpm-aging",
-            "sjf-aging", "lof"]
+            "sjf-aging", "lof", "drr-dynamo"]
 TABLES = ("requests", "steps", "token_gaps")
 
 

@@ -140,11 +140,11 @@ def random_arrivals(rng, t: float, step: int, n: int, num_clients: int, known: d
 
 
 def credit_pair(name: str, quantum: int, profile: Profile):
-    """``(reference, fast, fast's incremental order)`` of a credit policy (DRR/DLPM: ``quantum``
+    """``(reference, fast, fast's incremental order)`` of a credit policy (DRR/DRR-Dynamo/DLPM: ``quantum``
     tokens; VTC: ``input_weight = quantum / 1000``): two fresh instances, the second's fast path."""
     from fairsim.policies import make_policy
 
-    params = {"quantum": quantum} if name in ("drr", "dlpm") else {"input_weight": quantum / 1000}
+    params = {"quantum": quantum} if name in ("drr", "drr-dynamo", "dlpm") else {"input_weight": quantum / 1000}
     fast = make_policy(name, profile, **params)
     return make_policy(name, profile, **params), fast, fast.incremental_order()
 

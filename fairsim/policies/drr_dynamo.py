@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import Hashable, Iterator, Sequence
+from itertools import chain
 
 from fairsim.policies.base import arrival_key
 from fairsim.policies.clients import client_key
 from fairsim.policies.credit import Replay
+from fairsim.policies.credit_fast import ClassQueues
 from fairsim.policies.drr import check_quantum
 from fairsim.types import QueuedRequest
 from fairsim.policies.space import IntRange
@@ -93,8 +95,9 @@ class DRRDynamo:
         return list(self._picks(waiting))
 
     def incremental_order(self):
-        """Fast path (``fairsim.policies.incremental``): the same picks, read lazily
-        (``DRRDynamoOrder``): the engine reads the few it can admit, not the whole queue."""
+        """Fast path (``fairsim.policies.incremental``): the same picks from classes kept across
+        steps, read lazily (``DRRDynamoOrder``): the engine reads the few it can admit, and a read
+        costs what changed since the last one, not the whole queue."""
         return DRRDynamoOrder(self)
 
     def _picks(self, waiting: Sequence[QueuedRequest]) -> Iterator[QueuedRequest]:
@@ -175,25 +178,158 @@ class DRRDynamo:
         self._replay.commit(self._replay.admitted_prefix(admitted))
 
 
-class DRRDynamoOrder:
-    """``DRRDynamo.order`` read lazily (``fairsim.policies.incremental``): the waiting snapshots
-    kept by ``add``/``remove``; ``iter_order`` syncs the policy's state with them (fixes the costs
-    of new requests, as ``order()`` does at the same step) and yields the picks one by one,
-    logging into the policy's ``Replay`` as far as they are read, so ``DRRDynamo.on_admitted``
-    commits the same state. Per step O(n log n) for the classes, plus the picks read."""
+class DRRDynamoOrder(ClassQueues):
+    """``DRRDynamo.order`` kept across steps (``fairsim.policies.incremental``): the classes'
+    FIFO queues (``ClassQueues``) and the ring of backlogged classes by vector position
+    (a sorted list) are updated by ``add``/``remove``, so a read no longer regroups and re-sorts
+    the whole queue.
+
+    ``iter_order`` makes ``DRRDynamo._sync``'s changes for what changed since the last read only
+    (the cost of each request added since, from this step's snapshot; positions for new classes
+    by their oldest request; the deficit dropped for a class with no waiting request left; the
+    carry dropped with its class), then yields the picks of ``DRRDynamo._pick_all`` one by one on
+    scratch overlays (deficits, heads, classes emptied in this order), logging into the policy's
+    ``Replay`` as far as they are read, so ``DRRDynamo.on_admitted`` commits the same state.
+
+    ``moved_by = "queue"``: the picks depend on the classes' membership, the costs (fixed when
+    first read; a new request counts as an ``add``, so it is priced at the read that follows its
+    arrival) and the deficits, round cursor and carry, which change only when an admission is
+    committed; not on the clock, later snapshots or the reads themselves. It takes lazy hits
+    (``set_resolver``/``stale`` of ``ClassQueues``): a cache change moves nothing here; the
+    snapshots priced and yielded are this step's.
+
+    Cost per read: O(log n) comparisons (and a C memmove) per class that changed, plus the picks
+    read, each O(classes its scans visit); a pick that no class can pay in one more quantum costs
+    O(classes), as in ``order()``.
+    """
+
+    moved_by = "queue"
 
     def __init__(self, policy: DRRDynamo) -> None:
+        super().__init__()
         self.policy = policy
-        self.items: dict[str, QueuedRequest] = {}
-
-    def __len__(self) -> int:
-        return len(self.items)
+        # Vector positions of the classes with waiting requests, sorted (a plain list: new classes
+        # go at its end, and a scan iterates it several times per read).
+        self.ring: list[int] = []
+        self.class_at: dict[int, Hashable] = {}  # position -> class, for the classes in the ring
+        self.unpriced: list[str] = []  # requests added since the last read (no cost yet)
 
     def add(self, q: QueuedRequest) -> None:
-        self.items[q.request_id] = q  # a fresh snapshot replaces the old one
+        if q.request_id not in self.items:
+            self.unpriced.append(q.request_id)
+        super().add(q)
 
     def remove(self, request_id: str) -> None:
-        del self.items[request_id]
+        super().remove(request_id)
+        self.policy.cost.pop(request_id, None)
+
+    def _sync(self) -> None:
+        """``DRRDynamo._sync`` for the requests and classes that changed since the last read."""
+        policy = self.policy
+        cost, items, queues = policy.cost, self.items, self.queues
+        for rid in self.unpriced:
+            if rid in items:
+                cost.setdefault(rid, self.current(rid).uncached_len)
+        self.unpriced = []
+        position, deficit, ring, class_at = policy.position, policy.deficit, self.ring, self.class_at
+        new = []
+        for k in self.touched:
+            p = position.get(k)
+            if k not in queues:
+                deficit.pop(k, None)  # Dynamo resets the deficit of a class with no waiting request
+                if p in class_at:
+                    del ring[bisect_left(ring, p)]
+                    del class_at[p]
+            elif p is None:
+                new.append(k)
+            elif p not in class_at:
+                insort(ring, p)
+                class_at[p] = k
+        self.touched.clear()
+        for k in sorted(new, key=lambda k: queues[k][0]):  # (arrival, id) of the oldest: arrival_key
+            p = position[k] = len(position)
+            ring.append(p)  # the largest position so far
+            class_at[p] = k
+        if policy.cursor["carry"] not in queues:
+            policy.cursor["carry"] = None
 
     def iter_order(self, now: float) -> Iterator[QueuedRequest]:
-        return self.policy._picks(list(self.items.values()))
+        self.policy._replay.commit(0)
+        self._sync()
+        if not self.items:
+            return iter(())
+        return self._pick_all()
+
+    def _pick_all(self) -> Iterator[QueuedRequest]:
+        """``DRRDynamo._pick_all`` over the kept ring: the same picks, credits and log."""
+        policy = self.policy
+        replay = policy._replay
+        log, cost, q = replay.log, policy.cost, policy.quantum
+        deficit, cursor, position = policy.deficit, policy.cursor, policy.position
+        queues, ring, class_at, current = self.queues, self.ring, self.class_at, self.current
+        d: dict[Hashable, float] = {}  # scratch deficits of the classes changed in this order
+        head: dict[Hashable, int] = {}  # class -> its head's index in its queue
+        gone: set[int] = set()  # positions of the classes this order emptied
+        left = len(ring)
+        round_pos, carry = cursor["round"], cursor["carry"]
+
+        def dget(k: Hashable) -> float:
+            return d[k] if k in d else deficit.get(k, 0.0)
+
+        def head_cost(k: Hashable) -> int:
+            return cost[queues[k][head.get(k, 0)][1]]
+
+        def scan() -> Iterator[Hashable]:
+            # The ring from the first class at or after the round cursor, wrapping; lazy.
+            start = bisect_left(ring, round_pos)
+            for j in chain(range(start, len(ring)), range(start)):
+                p = ring[j]
+                if p not in gone:
+                    yield class_at[p]
+
+        def credit(k: Hashable, amount: float) -> None:
+            d[k] = v = dget(k) + amount
+            log(deficit, k, v)
+
+        def serve(k: Hashable) -> QueuedRequest:
+            nonlocal round_pos, carry, left
+            queue = queues[k]
+            i = head.get(k, 0)
+            rid = queue[i][1]
+            dk = dget(k) - cost[rid]
+            head[k] = i + 1
+            round_pos = position[k] + 1
+            if i + 1 == len(queue):
+                dk = 0.0
+                gone.add(position[k])
+                left -= 1
+                carry = None
+            else:
+                carry = k if dk > 0 else None
+            d[k] = dk
+            log(deficit, k, dk)
+            log(cursor, "round", round_pos)
+            log(cursor, "carry", carry)
+            r = current(rid)
+            replay.placed(r)
+            return r
+
+        while left:
+            carried, carry = carry, None
+            if carried is not None and head_cost(carried) <= dget(carried):
+                yield serve(carried)
+                continue
+            for k in scan():
+                if head_cost(k) <= dget(k):  # credit carried from earlier rounds
+                    break
+                credit(k, q)
+                if head_cost(k) <= d[k]:
+                    break
+            else:
+                # Nobody could pay: every class gets the rounds the first payer needs.
+                backlogged = [class_at[p] for p in ring if p not in gone]  # vector order
+                rounds = min(math.ceil((head_cost(k) - dget(k)) / q) for k in backlogged)
+                for k in backlogged:
+                    credit(k, rounds * q)
+                k = next(k for k in scan() if head_cost(k) <= d[k])
+            yield serve(k)
