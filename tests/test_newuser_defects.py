@@ -336,3 +336,17 @@ class TestSweepUserPolicy:
         (tmp_path / "s.toml").write_text('[[scenarios]]\nname = "rag"\n[[policies]]\nname = "nopol_xyz:Cls"\n')
         code, _, err = run_cli(capsys, "sweep", "s.toml", "--out", "out", "--no-progress")
         assert code == 2 and "s.toml: policies[0].name: policy 'nopol_xyz:Cls': module 'nopol_xyz' not found" in err
+
+
+@pytest.mark.parametrize("deployment", [
+    ("--instances", "2", "--router", "round-robin"),
+    ("--mode", "disaggregated", "--prefill-instances", "2", "--decode-instances", "1"),
+])
+def test_a_policy_failing_in_a_fleet_is_named_as_on_one_engine(capsys, mypol, deployment):
+    """A fleet (and a disaggregated deployment) reports an exception escaping an instance's
+    policy as the lone engine does (``fleet.run_reporting_policy_failure``): the policy named,
+    exit 1, no traceback."""
+    code, _, err = run_cli(capsys, "run", "--policy", "mypol:Boom", "--max-requests", "5", *deployment)
+    assert code == 1, err
+    assert "fairsim: error in policy 'mypol:Boom' (Boom): ValueError: boom" in err
+    assert "Traceback" not in err and "bug in fairsim" not in err

@@ -66,7 +66,7 @@ from fairsim.routers.base import Router
 from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.engine import Engine, _Live, make_lives
-from fairsim.sim.fleet import Fleet, FleetMember, FleetResult
+from fairsim.sim.fleet import Fleet, FleetMember, FleetResult, run_reporting_policy_failure
 from fairsim.sim.keys import blocks_for
 from fairsim.sim.result import Columns, SimResult
 from fairsim.types import Request
@@ -527,13 +527,4 @@ def simulate_disaggregated(requests: Sequence[Request], policies: Sequence[Polic
         fleet = DisaggregatedFleet(requests, policies, router, decode_policies, profile, link, config,
                                    decode_kv_blocks=decode_kv_blocks, replay=replay, think_scale=think_scale,
                                    name=name, router_name=router_name)
-    try:
-        return fleet.run()
-    except (Exception, SystemExit) as exc:
-        from fairsim.policies.failure import policy_failure
-
-        for engine in fleet.engines:
-            found = policy_failure(exc, engine.policy, engine.policy_name, engine._inc)
-            if found is not None:
-                raise found[0] from found[1]
-        raise
+    return run_reporting_policy_failure(fleet)

@@ -406,6 +406,13 @@ def simulate_fleet(requests: Sequence[Request], policies: Sequence[Policy], rout
         fleet = Fleet(requests, policies, router, profile, config, progress, replay=replay,
                       think_scale=think_scale, fast_order=fast_order, name=name, router_name=router_name,
                       fast_decode=fast_decode)
+    return run_reporting_policy_failure(fleet)
+
+
+def run_reporting_policy_failure(fleet: Fleet) -> FleetResult:
+    """``fleet.run()``, with an exception raised inside an engine's ordering policy reported as a
+    lone engine reports it (``fairsim.policies.failure.policy_failure``: the policy named, its
+    traceback kept); any other exception propagates unchanged."""
     try:
         return fleet.run()
     except (Exception, SystemExit) as exc:
