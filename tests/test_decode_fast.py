@@ -25,7 +25,7 @@ from fairsim.sim.decode_fast import DecodeFastEngine
 from fairsim.sim.keys import blocks_for
 from fairsim.types import Request
 from tests.strategies import BLOCK, profiles, traces
-from tests.utils import constant_profile, same_as_reference
+from tests.utils import constant_profile, same_as_reference, rag_preempting
 
 PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
@@ -125,16 +125,9 @@ def test_vector_step_times_equal_the_scalar_ones(profile, m, ctxs, floor, f, e):
     assert got == [profile.step_time_colocated(m, x + 0.5 * m, m, m, x) for x in ctxs]
 
 
-def _rag_preempting():
-    rag = build_scenario("rag", PROFILE, seed=2)
-    longest = max(r.prompt_len for r in rag.requests)
-    reqs = [dataclasses.replace(r, output_len=1 + (i * 53) % 700) for i, r in enumerate(rag.requests[:160])]
-    return reqs, EngineConfig(kv_tokens=4 * longest, mode="colocated", max_num_seqs=16)
-
-
 @pytest.mark.parametrize("name", policy_names())
 def test_same_tables_every_policy_with_preemptions(name):
-    reqs, config = _rag_preempting()
+    reqs, config = rag_preempting(PROFILE)
     res = _both(reqs, name, PROFILE, config)
     assert res.requests["preemptions"].sum() > 0
     steps = res.steps

@@ -27,7 +27,7 @@ from fairsim.sim.keys import blocks_for
 from fairsim.sim.lazy_hits import NO_KEY
 from fairsim.types import Request
 from tests.strategies import BLOCK, profiles, traces
-from tests.utils import constant_profile
+from tests.utils import constant_profile, rag_preempting
 
 PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
@@ -70,16 +70,9 @@ def test_a_blocked_head_is_tried_once_by_hand():
     assert res.steps["waiting"].tolist() == [1] * 11 + [0]  # at each step's start: A, then B
 
 
-def _rag_preempting():
-    rag = build_scenario("rag", PROFILE, seed=2)
-    longest = max(r.prompt_len for r in rag.requests)
-    reqs = [dataclasses.replace(r, output_len=1 + (i * 53) % 700) for i, r in enumerate(rag.requests[:160])]
-    return reqs, EngineConfig(kv_tokens=4 * longest, mode="colocated", max_num_seqs=16)
-
-
 @pytest.mark.parametrize("name", policy_names())
 def test_every_policy_same_tables_with_preemptions(name):
-    reqs, config = _rag_preempting()
+    reqs, config = rag_preempting(PROFILE)
     engine = _same_decisions(reqs, name, PROFILE, config, reference=False)
     assert (engine.skipped_attempts > 0) == (name in SKIPPING)
 
@@ -87,7 +80,7 @@ def test_every_policy_same_tables_with_preemptions(name):
 def test_only_declared_orders_skip():
     # Fairway's order moves with the clock (wait / SLO), Preble's group pointer with each read,
     # HRRN is told the prefill-token counter before each order: none declares ``moved_by``.
-    reqs, config = _rag_preempting()
+    reqs, config = rag_preempting(PROFILE)
     for name in ("fairway", "preble", "hrrn", "drr"):
         engine = DecodeFastEngine(reqs, make_policy(name, PROFILE), PROFILE, config)
         assert not engine._skip
@@ -178,7 +171,7 @@ def test_colocated_fleet_same_tables(name):
     from fairsim.routers import make_router
     from fairsim.sim.fleet import Fleet, simulate_fleet
 
-    reqs, config = _rag_preempting()
+    reqs, config = rag_preempting(PROFILE)
 
     def policies():
         return [make_policy(name, PROFILE) for _ in range(2)]

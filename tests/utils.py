@@ -199,3 +199,18 @@ def ctrl_c_when(argv: list[str], ready: Callable[[], bool], cwd: Any, env: dict[
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
     return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+
+def rag_preempting(profile: Profile):
+    """160 requests of the ``rag`` scenario (seed 2) with outputs of 1-700 tokens on a colocated
+    engine of 4 longest prompts' KV and 16 sequences: a trace whose decodes preempt (the colocated
+    fast paths' comparisons with the step-by-step engine use it)."""
+    import dataclasses
+
+    from fairsim.scenarios import build_scenario
+    from fairsim.sim import EngineConfig
+
+    rag = build_scenario("rag", profile, seed=2)
+    longest = max(r.prompt_len for r in rag.requests)
+    reqs = [dataclasses.replace(r, output_len=1 + (i * 53) % 700) for i, r in enumerate(rag.requests[:160])]
+    return reqs, EngineConfig(kv_tokens=4 * longest, mode="colocated", max_num_seqs=16)
