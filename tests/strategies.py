@@ -155,3 +155,20 @@ def canonical_traces(draw, max_requests: int = 8):
         reqs.append(Request(f"q{i}", round(t, 3), prompt, hashes, block, draw(st.integers(1, 50)), labels,
                             session_id=session, after=after, delay_s=delay))
     return reqs, block
+
+
+@st.composite
+def colocated_traces(draw, max_spare_blocks: int = 12):
+    """A generated trace with 1-40 output tokens per request and a colocated engine whose KV
+    holds the longest request plus 0..``max_spare_blocks`` blocks (so decodes preempt): ``(requests,
+    config)``."""
+    from fairsim.sim.keys import blocks_for
+
+    base = draw(traces(max_requests=10))
+    reqs = [Request(r.request_id, r.arrival_time, r.prompt_len, r.block_hashes, BLOCK,
+                    draw(st.integers(1, 40)), {}) for r in base]
+    longest = max(blocks_for(r.prompt_len + r.output_len - 1, BLOCK) for r in reqs)
+    config = EngineConfig(budget_tokens=draw(st.sampled_from([2, 3, 4, 8, 16, 64])),
+                          max_num_seqs=draw(st.integers(1, 8)), block_size=BLOCK,
+                          kv_blocks=longest + draw(st.integers(0, max_spare_blocks)), mode="colocated")
+    return reqs, config

@@ -26,7 +26,7 @@ from fairsim.sim.decode_fast import DecodeFastEngine
 from fairsim.sim.keys import blocks_for
 from fairsim.sim.lazy_hits import NO_KEY
 from fairsim.types import Request
-from tests.strategies import BLOCK, profiles, traces
+from tests.strategies import BLOCK, colocated_traces, profiles
 from tests.utils import constant_profile, rag_preempting
 
 PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
@@ -119,13 +119,7 @@ def test_each_condition_ends_the_skip():
 
 @st.composite
 def colocated_runs(draw):
-    base = draw(traces(max_requests=10))
-    reqs = [Request(r.request_id, r.arrival_time, r.prompt_len, r.block_hashes, BLOCK,
-                    draw(st.integers(1, 40)), {}) for r in base]
-    longest = max(blocks_for(r.prompt_len + r.output_len - 1, BLOCK) for r in reqs)
-    config = EngineConfig(budget_tokens=draw(st.sampled_from([2, 3, 4, 8, 16, 64])),
-                          max_num_seqs=draw(st.integers(1, 8)), block_size=BLOCK,
-                          kv_blocks=longest + draw(st.integers(0, 6)), mode="colocated")
+    reqs, config = draw(colocated_traces(max_spare_blocks=6))
     return reqs, draw(profiles()), config, draw(st.sampled_from(SKIPPING))
 
 
