@@ -157,17 +157,21 @@ def cached_prefixes(req: RouteRequest, instances: Sequence[InstanceView]) -> lis
     each instance's first missing key (docs/performance.md, "Fleets")."""
     out = req.overlaps
     if out is None:
-        keys = req.keys
-        out = []
-        for inst in instances:
-            table = inst.hit_table
-            n = 0
-            for key in keys:
-                if key not in table:
-                    break
-                n += 1
-            out.append(n)
-        req.overlaps = out
+        out = req.overlaps = leading_runs(req.keys, [inst.hit_table for inst in instances])
+    return out
+
+
+def leading_runs(keys: Sequence[Hashable], tables: Sequence[Container]) -> list[int]:
+    """For each table, how many of ``keys`` from the first are in it (the prefix it holds, in
+    blocks). One call per request for all tables: routing runs it for every request."""
+    out = []
+    for table in tables:
+        n = 0
+        for key in keys:
+            if key not in table:
+                break
+            n += 1
+        out.append(n)
     return out
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from fairsim.routers.base import InstanceView, Router, RouteRequest, check_param, lowest, number
+from fairsim.routers.base import InstanceView, Router, RouteRequest, check_param, leading_runs, lowest, number
 
 
 class SGLangCacheAware(Router):
@@ -74,17 +74,8 @@ class SGLangCacheAware(Router):
         return n
 
     def matches(self, req: RouteRequest) -> list[int]:
-        """``[match(req, k) for every worker k]``, in one loop (no method call per worker)."""
-        keys = req.keys
-        out = []
-        for tree in self.trees:
-            n = 0
-            for key in keys:
-                if key not in tree:
-                    break
-                n += 1
-            out.append(n)
-        return out
+        """``[match(req, k) for every worker k]``, one call for all workers (``leading_runs``)."""
+        return leading_runs(req.keys, self.trees)
 
     def choose(self, req: RouteRequest, instances: Sequence[InstanceView], now: float) -> int:
         if now >= self._next_eviction:
