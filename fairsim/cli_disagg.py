@@ -332,7 +332,7 @@ def format_disaggregated(rows: dict[str, dict[str, Any]]) -> str:
 def disagg_figure(results: dict[str, Any], title: str = "Disaggregated") -> Any:
     """``disaggregated.png``: per role (rows: prefill, decode), instance and policy, requests
     served, busy time and held time (the held times of its requests, summed; bars)."""
-    from fairsim.figures import plt
+    from fairsim.figures import legend_and_title_above, plt
 
     names = [n for n, r in results.items() if getattr(r, "decode_instances", ())]
     summaries = {n: disagg_summary(results[n]) for n in names}
@@ -351,14 +351,10 @@ def disagg_figure(results: dict[str, Any], title: str = "Disaggregated") -> Any:
             ax.set_xlabel(f"{role} instance")
             ax.set_ylabel(label)
             ax.grid(alpha=0.3, axis="y")
-    # One legend for the figure, above the panels: inside the first panel it covered its bars.
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper right", ncol=max(1, len(labels)), fontsize=8, frameon=False)
     first = next(iter(summaries.values()), None)
     where = (f"{first['prefill_instances']} prefill behind {first['router']}, {first['decode_instances']} decode"
              if first else "")
-    fig.suptitle(x=0.01, ha="left", t=f"{title}: {where}")
-    fig.tight_layout(rect=(0, 0, 1, 0.92))  # room for the title and the legend
+    legend_and_title_above(fig, axes[0][0], f"{title}: {where}")
     return fig
 
 

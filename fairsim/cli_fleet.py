@@ -191,7 +191,7 @@ def format_instances(rows: dict[str, dict[str, Any]]) -> str:
 
 def fleet_figure(results: dict[str, Any], title: str = "Fleet") -> Any:
     """``fleet.png``: per instance and policy, requests served, busy time and hit rate (bars)."""
-    from fairsim.figures import plt
+    from fairsim.figures import legend_and_title_above, plt
 
     names = [n for n, r in results.items() if getattr(r, "instances", ())]
     summaries = {n: fleet_summary(results[n]) for n in names}
@@ -208,12 +208,8 @@ def fleet_figure(results: dict[str, Any], title: str = "Fleet") -> Any:
         ax.set_xlabel("instance")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3, axis="y")
-    # One legend for the figure, above the panels: inside the first panel it covered its bars.
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper right", ncol=max(1, len(labels)), fontsize=8, frameon=False)
     router = next(iter(summaries.values()))["router"] if summaries else ""
-    fig.suptitle(x=0.01, ha="left", t=f"{title}: instances behind {router}")
-    fig.tight_layout(rect=(0, 0, 1, 0.92))  # room for the title and the legend
+    legend_and_title_above(fig, axes[0], f"{title}: instances behind {router}")
     return fig
 
 

@@ -145,6 +145,15 @@ def bars(table: pd.DataFrame, x: str, y: str, hue: str, title: str = "", ylabel:
     return fig
 
 
+def legend_and_title_above(fig: Figure, ax: object, title: str) -> None:
+    """One legend for ``fig`` (``ax``'s handles) and a left-aligned ``title``, both above the
+    panels, which are laid out below them (inside a panel the legend covers bars)."""
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper right", ncol=max(1, len(labels)), fontsize=8, frameon=False)
+    fig.suptitle(x=0.01, ha="left", t=title)
+    fig.tight_layout(rect=(0, 0, 1, 0.92))  # room for the title and the legend
+
+
 def save(fig: Figure, path: str | Path, dpi: int = 110) -> Path:
     """Write ``fig`` to ``path`` (PNG, or the format its suffix names; folders created) atomically
     (``fairsim.io.atomic_write``) and close it.
