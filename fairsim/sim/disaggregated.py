@@ -65,7 +65,7 @@ from fairsim.policies.base import Policy
 from fairsim.routers.base import Router
 from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
-from fairsim.sim.engine import Engine, _Live, make_lives
+from fairsim.sim.engine import Engine, _Live, decode_request_columns, make_lives
 from fairsim.sim.fleet import Fleet, FleetMember, FleetResult, run_reporting_policy_failure
 from fairsim.sim.keys import blocks_for
 from fairsim.sim.result import Columns, SimResult
@@ -421,12 +421,7 @@ class DisaggregatedFleet(Fleet):
         cols["finish_s"] = finish
         cols["finish_step"] = [live.finish_step for live in lives]  # the decode instance's step
         cols["preemptions"] = [p + live.preemptions for p, live in zip(cols["preemptions"], lives)]
-        cols["output_tokens"] = [live.out_len for live in lives]
-        cols["e2e_s"] = [f - r for f, r in zip(finish, released)]
-        cols["tpot_s"] = [(live.finish_s - live.first_token_s) / (live.out_len - 1) if live.out_len > 1
-                          else float("nan") for live in lives]
-        cols["discarded_tokens"] = [live.discarded for live in lives]
-        cols["resume_cached_tokens"] = [live.resume_cached for live in lives]
+        cols.update(decode_request_columns(lives, released))
         cols["decode_instance"] = list(self.decode_of)
         cols["prefill_done_s"] = list(self.prefill_done)
         cols["kv_alloc_s"] = list(self.kv_alloc)

@@ -148,6 +148,20 @@ class _Live:
         self.next_key: Hashable = NO_KEY
 
 
+def decode_request_columns(lives: Sequence[_Live], released: Sequence[float]) -> dict[str, list]:
+    """The request table's decode columns, one value per request of ``lives`` (after the run):
+    ``output_tokens``, ``e2e_s`` (finish - release, s), ``tpot_s`` (vLLM's TPOT: (e2e - ttft) /
+    (output_tokens - 1), s; NaN for one token), ``discarded_tokens`` and ``resume_cached_tokens``."""
+    return {
+        "output_tokens": [live.out_len for live in lives],
+        "e2e_s": [live.finish_s - rel for live, rel in zip(lives, released)],
+        "tpot_s": [(live.finish_s - live.first_token_s) / (live.out_len - 1) if live.out_len > 1
+                   else float("nan") for live in lives],
+        "discarded_tokens": [live.discarded for live in lives],
+        "resume_cached_tokens": [live.resume_cached for live in lives],
+    }
+
+
 def make_lives(requests: Sequence[Request], block_size: int, colocated: bool) -> list[_Live]:
     """The engine-side state of ``requests``, sorted by (arrival, ``request_id``), each with its
     row ``index`` in that order. ``engine_block_keys``: every full block is hashed, as in vLLM
@@ -1014,13 +1028,7 @@ class Engine:
             "after": [r.after for r in reqs],
         }
         if self.colocated:
-            cols["output_tokens"] = [live.out_len for live in lives]
-            cols["e2e_s"] = [f - rel for f, rel in zip(finish, released)]
-            # vLLM's TPOT: (e2e - ttft) / (output_tokens - 1); undefined for one token.
-            cols["tpot_s"] = [(live.finish_s - live.first_token_s) / (live.out_len - 1) if live.out_len > 1
-                              else float("nan") for live in lives]
-            cols["discarded_tokens"] = [live.discarded for live in lives]
-            cols["resume_cached_tokens"] = [live.resume_cached for live in lives]
+            cols.update(decode_request_columns(lives, released))
         # Labels starting with "_" are private to generators (e.g. raw hash ids), not metrics.
         label_keys = sorted({k for r in reqs for k in r.labels if not k.startswith("_")})
         for k in label_keys:
