@@ -244,7 +244,11 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
     fleet's run (``--instances``/``--router``) adds ``instances``, ``router`` and ``router_params``;
     a ``--mode disaggregated`` run its deployment (``DisaggSpec.run_info``: the link as used,
     the bytes per token from ``profile``, loaded from ``args.profile`` when not given).
+    ``block_pool`` says which LRU block pool the engines ran on (``"compiled"`` or ``"python"``,
+    ``fairsim.sim.block_pool.block_pool_kind``; PEEK's hooked pool is always Python).
     """
+    from fairsim.sim.block_pool import block_pool_kind
+
     info = {
         "trace": trace.source, "policies": names, "params": parse_params(args.param),
         "profile": args.profile, "budget_tokens": args.budget, "max_num_seqs": args.max_num_seqs,
@@ -263,6 +267,7 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
         "trace_format": trace.format, "hash_block_size": trace.hash_block_size,
         "absolute_time": trace.absolute_time, "warnings": list(trace.warnings),
         "skipped_records": len(trace.skipped),
+        "block_pool": block_pool_kind(),  # the engines' plain pool: "compiled" or "python"
     }
     disagg = getattr(args, "disaggregated", None)  # --mode disaggregated (fairsim.cli_disagg)
     fleet = None if disagg is not None else fleet_spec(args)

@@ -16,6 +16,8 @@ file that differs (with a unified diff for text) and exits 1 if any does.
 Masked before storing, as they change from run to run of the same code (and only these):
 
 - ``wall_time_s`` values in JSON (stdout and ``summary.json``) -> ``"<wall>"``;
+- ``block_pool`` in ``run.json`` (``"compiled"`` where the extension is built, else ``"python"``)
+  -> ``"<pool>"``;
 - the ``wall s`` column of ``run``/``compare`` tables (the last figure of each row) -> ``<wall>``;
 - the run ids on ``sweep``'s ``computed:`` line, listed in the order the parallel workers
   finished them -> sorted;
@@ -123,6 +125,7 @@ FULL = QUICK + [
 ]
 
 WALL_JSON = re.compile(r'("wall_time_s":\s*)-?[0-9.eE+-]+')
+BLOCK_POOL_JSON = re.compile(r'("block_pool":\s*)"(?:compiled|python)"')
 WALL_COLUMN = re.compile(r"(?m)(?<=\s)\d+\.\d\d$")
 SWEEP_DONE = re.compile(r"(?m)^(computed: )(.*)$")
 
@@ -131,6 +134,7 @@ def mask(text: str, out: Path, repo: Path, table: bool) -> str:
     """``text`` with the run-to-run varying parts replaced (module docstring)."""
     text = text.replace(str(out), "{out}").replace(str(repo), "{repo}")
     text = WALL_JSON.sub(r'\1"<wall>"', text)
+    text = BLOCK_POOL_JSON.sub(r'\1"<pool>"', text)
     if table:
         text = WALL_COLUMN.sub("<wall>", text)
     return SWEEP_DONE.sub(lambda m: m[1] + " ".join(sorted(m[2].split())), text)

@@ -21,6 +21,7 @@ The pool knows block ids, hash keys and counts only - never requests, policies o
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from collections.abc import Callable, Container, Hashable, Iterable, Iterator, Sequence
 from itertools import islice
@@ -401,3 +402,38 @@ class BlockPool:
     def iter_free(self) -> Iterator[int]:
         """Iterate free block ids in LRU order (front = next to evict), without copying."""
         return iter(self._free)
+
+
+#: Set to ``1`` to run on the pure-Python pool even where the compiled one is built.
+PURE_PYTHON_ENV = "FAIRSIM_PURE_PYTHON"
+
+
+def compiled_pool_class() -> type | None:
+    """``fairsim.sim._block_pool_c.CompiledBlockPool`` (this class as a typed extension class,
+    built at install by ``setup.py``), or None where it was not built."""
+    try:
+        from fairsim.sim._block_pool_c import CompiledBlockPool
+    except ImportError:
+        return None
+    return CompiledBlockPool
+
+
+def block_pool_kind() -> str:
+    """Which pool ``new_block_pool`` gives: ``"compiled"`` where the extension imports and
+    ``FAIRSIM_PURE_PYTHON=1`` is not set, else ``"python"`` (run.json records it)."""
+    if os.environ.get(PURE_PYTHON_ENV) == "1" or compiled_pool_class() is None:
+        return "python"
+    return "compiled"
+
+
+def new_block_pool(num_blocks: int) -> BlockPool:
+    """The engines' plain LRU pool of ``num_blocks`` blocks: the compiled one (same behaviour,
+    decision for decision: ``tests/test_block_pool_compiled.py``) or this module's
+    ``BlockPool``, as ``block_pool_kind`` says.
+
+    Raises:
+        ValueError: ``num_blocks < 1``.
+    """
+    if block_pool_kind() == "compiled":
+        return compiled_pool_class()(num_blocks)
+    return BlockPool(num_blocks)

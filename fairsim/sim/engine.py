@@ -68,7 +68,7 @@ from fairsim.policies.failure import policy_name
 from fairsim.sim.arrivals import Arrivals, resolve_replay
 from fairsim.policies.clients import client_of_request
 from fairsim.policies.incremental import fast_path_of
-from fairsim.sim.block_pool import BlockPool
+from fairsim.sim.block_pool import new_block_pool
 from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.hooked_pool import HookedBlockPool
@@ -230,9 +230,10 @@ class Engine:
         self.config = config
         self.block_size, self.kv_blocks = resolve_capacity(requests, config)
         # A policy that changes eviction (PEEK, RAGCache+PGDSF) hands the pool a strategy object;
-        # without one the pool is the exact vLLM LRU BlockPool (DESIGN.md rule 2).
+        # without one the pool is the exact vLLM LRU BlockPool (DESIGN.md rule 2), compiled where
+        # it was built (new_block_pool); the hooked pool subclasses the pure one.
         hook = getattr(policy, "eviction_hook", None)
-        self.pool = BlockPool(self.kv_blocks) if hook is None else HookedBlockPool(self.kv_blocks, hook)
+        self.pool = new_block_pool(self.kv_blocks) if hook is None else HookedBlockPool(self.kv_blocks, hook)
         self._protect = getattr(hook, "protect", None)
         self.progress = progress
         self.colocated = config.mode == "colocated"

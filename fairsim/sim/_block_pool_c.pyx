@@ -1,0 +1,415 @@
+# cython: language_level=3
+"""``CompiledBlockPool``: ``fairsim.sim.block_pool.BlockPool`` as a typed extension class.
+
+The pure-Python ``BlockPool`` is the reference: this class has its public behaviour (the same
+blocks taken, free-queue order, lookups, counters, ``journal`` entries and ``on_key_change``
+calls in the same order, the same errors) and ``tests/test_block_pool_compiled.py`` compares
+the two operation by operation and engine run by engine run. What differs is the storage:
+
+- reference counts in a C ``int`` array (``ref_cnt`` reads a copy as a list);
+- the LRU free queue as an intrusive doubly linked list over C ``int`` arrays (``_prev``,
+  ``_next``, head and tail), like vLLM's ``FreeKVCacheBlockQueue``: O(1) removal from the
+  middle, push to either end, and the front ``n`` taken in O(n);
+- ``block_key`` (a Python list), the lookup ``key -> first block`` (a dict, ``hit_table``) and
+  the rare duplicates ``key -> {block: None}`` as in the reference.
+
+Differences a caller can see, none of which the engines rely on: ``ref_cnt`` is a copy (assign
+through the methods only); a block id outside ``0 .. num_blocks - 1`` raises ``IndexError`` (the
+reference's lists wrap a negative id around); ``journal``, ``watched`` and ``on_key_change`` are
+read once per call (a callback must not reassign them mid-call; the reference's bulk calls read
+them once too); it cannot be subclassed from Python code that expects ``_free`` (PEEK's
+``HookedBlockPool`` stays on the reference).
+"""
+
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+
+from fairsim.errors import EngineInvariantError
+
+
+cdef class CompiledBlockPool:
+    """A fixed pool of KV-cache blocks with a prefix-hash lookup and LRU eviction (module
+    docstring; ``BlockPool`` documents each method).
+
+    Args:
+        num_blocks: Usable blocks (>= 1).
+
+    Raises:
+        ValueError: ``num_blocks < 1``.
+    """
+
+    cdef int* _ref
+    cdef int* _prev
+    cdef int* _next
+    cdef int _head
+    cdef int _tail
+    cdef int _n_free
+    cdef Py_ssize_t _num_cached
+    cdef readonly int num_blocks
+    cdef readonly list block_key
+    cdef readonly dict _cached
+    cdef readonly dict _more
+    cdef public object num_evictions
+    cdef public object num_frees
+    cdef public object on_key_change
+    cdef public object watched
+    cdef public object journal
+
+    def __cinit__(self, int num_blocks):
+        if num_blocks < 1:
+            raise ValueError(f"num_blocks={num_blocks}: the pool needs at least 1 block")
+        self._ref = <int*> PyMem_Malloc(num_blocks * sizeof(int))
+        self._prev = <int*> PyMem_Malloc(num_blocks * sizeof(int))
+        self._next = <int*> PyMem_Malloc(num_blocks * sizeof(int))
+        if self._ref == NULL or self._prev == NULL or self._next == NULL:
+            raise MemoryError()
+        cdef int b
+        for b in range(num_blocks):  # all free, in id order
+            self._ref[b] = 0
+            self._prev[b] = b - 1
+            self._next[b] = b + 1 if b + 1 < num_blocks else -1
+        self._head = 0
+        self._tail = num_blocks - 1
+        self._n_free = num_blocks
+        self._num_cached = 0
+        self.num_blocks = num_blocks
+        self.block_key = [None] * num_blocks
+        self._cached = {}
+        self._more = {}
+        self.num_evictions = 0
+        self.num_frees = 0
+        self.on_key_change = None
+        self.watched = None
+        self.journal = None
+
+    def __dealloc__(self):
+        PyMem_Free(self._ref)
+        PyMem_Free(self._prev)
+        PyMem_Free(self._next)
+
+    # -- the free queue ----------------------------------------------------------------------------
+    cdef inline void _unlink(self, int b):
+        cdef int p = self._prev[b]
+        cdef int n = self._next[b]
+        if p >= 0:
+            self._next[p] = n
+        else:
+            self._head = n
+        if n >= 0:
+            self._prev[n] = p
+        else:
+            self._tail = p
+        self._n_free -= 1
+
+    cdef inline void _push_back(self, int b):
+        self._prev[b] = self._tail
+        self._next[b] = -1
+        if self._tail >= 0:
+            self._next[self._tail] = b
+        else:
+            self._head = b
+        self._tail = b
+        self._n_free += 1
+
+    cdef inline void _push_front(self, int b):
+        self._next[b] = self._head
+        self._prev[b] = -1
+        if self._head >= 0:
+            self._prev[self._head] = b
+        else:
+            self._tail = b
+        self._head = b
+        self._n_free += 1
+
+    cdef list _pop_front(self, int n):
+        """The front ``n`` blocks (``n <= _n_free``), off the queue, in order."""
+        cdef list out = [None] * n
+        cdef int b = self._head
+        cdef int i
+        for i in range(n):
+            out[i] = b
+            b = self._next[b]
+        self._head = b
+        if b >= 0:
+            self._prev[b] = -1
+        else:
+            self._tail = -1
+        self._n_free -= n
+        return out
+
+    cdef inline int _index(self, object block_id) except -1:
+        cdef long b = block_id
+        if b < 0 or b >= self.num_blocks:
+            raise IndexError(f"block {block_id} is not in this pool of {self.num_blocks} blocks")
+        return <int> b
+
+    # -- queries -----------------------------------------------------------------------------------
+    @property
+    def num_free(self):
+        """Blocks with ``ref_cnt == 0`` (empty or cached-but-evictable)."""
+        return self._n_free
+
+    @property
+    def num_used(self):
+        """Blocks held by at least one request (``ref_cnt > 0``)."""
+        return self.num_blocks - self._n_free
+
+    @property
+    def num_cached(self):
+        """Blocks that currently carry a hash (hittable)."""
+        return self._num_cached
+
+    @property
+    def hit_table(self):
+        """The hittable keys, for ``key in`` tests only (read-only)."""
+        return self._cached
+
+    @property
+    def ref_cnt(self):
+        """Reference count per block, a copy (``list[int]``)."""
+        return [self._ref[b] for b in range(self.num_blocks)]
+
+    def is_cached(self, key):
+        """True when some block holds ``key``."""
+        return key in self._cached
+
+    def lookup_prefix(self, keys, Py_ssize_t max_blocks):
+        """Block ids of the longest run of leading ``keys`` present in the cache, at most
+        ``max_blocks`` (read as ``keys[:max_blocks]``)."""
+        cdef dict cached = self._cached
+        cdef list hit = []
+        cdef Py_ssize_t i, n = _prefix_len(keys, max_blocks)
+        for i in range(n):
+            b = cached.get(keys[i])
+            if b is None:
+                break
+            hit.append(b)
+        return hit
+
+    def count_prefix(self, keys, Py_ssize_t max_blocks):
+        """Length in blocks of ``lookup_prefix(keys, max_blocks)``, without building the list."""
+        cdef dict cached = self._cached
+        cdef Py_ssize_t i, n = _prefix_len(keys, max_blocks)
+        for i in range(n):
+            if keys[i] not in cached:
+                return i
+        return n
+
+    def num_evictable(self, block_ids):
+        """How many of ``block_ids`` sit in the free queue."""
+        cdef Py_ssize_t count = 0
+        for block_id in block_ids:
+            if self._ref[self._index(block_id)] == 0:
+                count += 1
+        return count
+
+    # -- mutations ---------------------------------------------------------------------------------
+    def touch(self, block_ids):
+        """Take a reference on cache-hit blocks, removing free ones from the free queue."""
+        cdef int b
+        for block_id in block_ids:
+            b = self._index(block_id)
+            if self._ref[b] == 0:
+                self._unlink(b)
+            self._ref[b] += 1
+
+    def allocate(self, n):
+        """Take ``n`` blocks from the front of the free queue, evicting cached ones.
+
+        Raises:
+            ValueError: Fewer than ``n`` free blocks, or ``n < 0``.
+        """
+        if n > self._n_free:
+            raise ValueError(f"cannot allocate {n} blocks: only {self._n_free} free")
+        if n < 0:
+            raise ValueError(f"cannot allocate {n} blocks: a count is >= 0")
+        cdef list out = self._pop_front(n)
+        cdef Py_ssize_t evicted = self._claim(out, 0, n, self.journal, self.on_key_change, self.watched)
+        if evicted:
+            self.num_evictions += evicted
+            self._num_cached -= evicted
+        return out
+
+    cdef Py_ssize_t _claim(self, list taken, Py_ssize_t lo, Py_ssize_t hi, object journal,
+                           object notify, object watched) except -1:
+        """``taken[lo:hi]``, just off the free queue: ``ref_cnt = 1``, the cached ones evicted
+        in order (lookup table, ``journal``, ``on_key_change`` when a key's last block goes).
+        Returns the blocks evicted; the caller adds them to the counters."""
+        cdef list block_key = self.block_key
+        cdef dict cached = self._cached
+        cdef Py_ssize_t i, evicted = 0
+        cdef int b
+        for i in range(lo, hi):
+            b = taken[i]
+            self._ref[b] = 1
+            key = block_key[b]
+            if key is not None:
+                block_key[b] = None
+                evicted += 1
+                if <int> cached[key] != b or key in self._more:
+                    self._drop_duplicate(b, key)  # another block still holds the key
+                else:  # the key is no longer hittable
+                    del cached[key]
+                    if journal is not None and key not in journal:
+                        journal[key] = True
+                    if notify is not None and (watched is None or key in watched):
+                        notify(key)
+        return evicted
+
+    cdef int _drop_duplicate(self, int block_id, object key) except -1:
+        cdef dict more = self._more[key]
+        cdef object first = block_id
+        if self._cached[key] == block_id:
+            first = next(iter(more))
+            self._cached[key] = first
+        del more[first]
+        if not more:
+            del self._more[key]
+        return 0
+
+    cdef int _add_duplicate(self, int block_id, object key) except -1:
+        more = self._more.get(key)
+        if more is None:
+            more = self._more[key] = {}
+        more[block_id] = None
+        return 0
+
+    cdef int _cache_run(self, list blocks, keys, Py_ssize_t start, Py_ssize_t stop, object journal,
+                        object notify, object watched) except -1:
+        """``cache(blocks[j], keys[j])`` for ``j`` in ``range(start, stop)`` (``cache_blocks``)."""
+        cdef list block_key = self.block_key
+        cdef dict cached = self._cached
+        cdef Py_ssize_t j
+        cdef int b
+        for j in range(start, stop):
+            b = self._index(blocks[j])
+            key = keys[j]
+            if block_key[b] is not None:
+                raise EngineInvariantError(f"block {b} is already cached under {block_key[b]!r}")
+            block_key[b] = key
+            self._num_cached += 1  # per block: an error above leaves the earlier ones counted
+            if key in cached:
+                self._add_duplicate(b, key)  # another block with the same content: hits do not change
+                continue
+            cached[key] = b
+            if journal is not None and key not in journal:
+                journal[key] = False
+            if notify is not None and (watched is None or key in watched):
+                notify(key)
+        return 0
+
+    def cache(self, block_id, key):
+        """Register a full, scheduled block under ``key`` so later lookups hit it.
+
+        Raises:
+            EngineInvariantError: The block already holds a key.
+        """
+        self._cache_run([block_id], (key,), 0, 1, self.journal, self.on_key_change, self.watched)
+
+    def cache_blocks(self, block_ids, keys, Py_ssize_t start, Py_ssize_t stop):
+        """``cache(block_ids[j], keys[j])`` for ``j`` in ``range(start, stop)``, in one call.
+
+        Raises:
+            EngineInvariantError: A block already holds a key (blocks before it are cached).
+        """
+        cdef list blocks = block_ids if type(block_ids) is list else list(block_ids)
+        self._cache_run(blocks, keys, start, stop, self.journal, self.on_key_change, self.watched)
+
+    def grow_chunks(self, list blocks, keys, Py_ssize_t start, needs, stops):
+        """Several chunks of one request in a row, each ``blocks.extend(allocate(needs[i]))``
+        then ``cache_blocks(blocks, keys, stops[i - 1], stops[i])``; same effects in the same
+        order as those calls (``BlockPool.grow_chunks``).
+
+        Returns:
+            Per chunk, after it: ``num_used``, ``num_cached`` and the blocks it evicted.
+
+        Raises:
+            ValueError: Fewer than ``sum(needs)`` free blocks (nothing is changed then).
+            EngineInvariantError: A block to cache already holds a key.
+        """
+        cdef list need_list = needs if type(needs) is list else list(needs)
+        cdef list stop_list = stops if type(stops) is list else list(stops)
+        total = sum(need_list)
+        if total < 0:
+            raise ValueError(f"cannot allocate {total} blocks: a count is >= 0")
+        if total > self._n_free:
+            raise ValueError(f"cannot allocate {total} blocks: only {self._n_free} free")
+        cdef list taken = self._pop_front(total)
+        journal, notify, watched = self.journal, self.on_key_change, self.watched
+        cdef list used_after = []
+        cdef list cached_after = []
+        cdef list evicted_in = []
+        cdef Py_ssize_t used = self.num_blocks - self._n_free - total
+        cdef Py_ssize_t pos = 0, i, need, stop, evicted
+        cdef Py_ssize_t chunks = min(len(need_list), len(stop_list))
+        for i in range(chunks):
+            need = need_list[i]
+            stop = stop_list[i]
+            evicted = 0
+            if need > 0:
+                evicted = self._claim(taken, pos, pos + need, journal, notify, watched)
+                if evicted:
+                    self.num_evictions += evicted
+                    self._num_cached -= evicted
+                blocks.extend(taken[pos:pos + need])
+                pos += need
+                used += need
+            self._cache_run(blocks, keys, start, stop, journal, notify, watched)
+            if stop > start:
+                start = stop
+            used_after.append(used)
+            cached_after.append(self._num_cached)
+            evicted_in.append(evicted)
+        return used_after, cached_after, evicted_in
+
+    def free(self, block_ids):
+        """Drop one reference per block; blocks reaching 0 join the free queue: hashed ones at
+        the back (LRU), ones without a hash at the front, both in the order given (vLLM
+        ``BlockPool.free_blocks``).
+
+        Raises:
+            EngineInvariantError: A reference count went negative (the blocks before it are
+                freed; keyless ones among them are then in no queue, as in the reference).
+        """
+        cdef list block_key = self.block_key
+        cdef list keyless = []
+        cdef int b, count
+        cdef Py_ssize_t i
+        self.num_frees += 1
+        for block_id in block_ids:
+            b = self._index(block_id)
+            count = self._ref[b] - 1
+            self._ref[b] = count
+            if count:
+                if count < 0:
+                    raise EngineInvariantError(f"block {b}: ref_cnt went negative (freed twice)")
+            elif block_key[b] is None:
+                keyless.append(b)
+            else:
+                self._push_back(b)
+        for i in range(len(keyless) - 1, -1, -1):
+            self._push_front(keyless[i])
+
+    def free_queue(self):
+        """Free block ids in eviction order (front first). For tests and debugging."""
+        cdef list out = []
+        cdef int b = self._head
+        while b >= 0:
+            out.append(b)
+            b = self._next[b]
+        return out
+
+    def iter_free(self):
+        """Iterate free block ids in LRU order (front = next to evict); the queue must not change
+        while iterating."""
+        cdef int b = self._head
+        while b >= 0:
+            yield b
+            b = self._next[b]
+
+
+cdef inline Py_ssize_t _prefix_len(keys, Py_ssize_t max_blocks) except -1:
+    """``len(keys[:max_blocks])``."""
+    cdef Py_ssize_t n = len(keys)
+    if max_blocks < 0:
+        max_blocks = n + max_blocks if n + max_blocks > 0 else 0
+    return max_blocks if max_blocks < n else n
