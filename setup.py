@@ -45,7 +45,10 @@ class BuildPyWithBytecode(build_py):
                 compileall.compile_dir(root / package, quiet=1)
 
 
-extensions = cythonize([Extension("fairsim.sim._block_pool_c", ["fairsim/sim/_block_pool_c.pyx"])],
+# -ffp-contract=off: no fused multiply-add, so the compiled step times are Python's to the bit
+# (plan_chunks); a compiler without the flag fails the build, and the pure-Python path is used.
+extensions = cythonize([Extension("fairsim.sim._block_pool_c", ["fairsim/sim/_block_pool_c.pyx"],
+                                  extra_compile_args=["-ffp-contract=off"])],
                        compiler_directives={"language_level": "3"}, quiet=True)
 for ext in extensions:
     ext.optional = True  # set here: cythonize's Extension objects do not keep it

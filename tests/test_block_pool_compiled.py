@@ -22,7 +22,9 @@ import json
 import os
 import shutil
 import sysconfig
+from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -326,3 +328,70 @@ def test_run_json_records_the_pool(tmp_path, capsys, pure, kind):
         assert main(["run", "--policy", "fcfs", "--max-requests", "20", "--out", str(tmp_path)]) == 0
     capsys.readouterr()
     assert json.loads((tmp_path / "run.json").read_text())["block_pool"] == kind
+
+
+# -- the chunk burst's plan and rows -----------------------------------------------------------------
+@settings(max_examples=300, deadline=None)
+@given(total=st.integers(0, 40_000), computed=st.integers(0, 40_000), budget=st.integers(64, 4096),
+       bs=st.integers(16, 600), num_blocks=st.integers(0, 80), free_left=st.integers(0, 200),
+       stop=st.integers(0, 80), n_keys=st.integers(0, 90), now=st.floats(0, 1e6),
+       limit=st.floats(0, 2e6) | st.just(float("inf")),
+       coefficients=st.tuples(*[st.floats(0, 1.0, allow_subnormal=False)] * 4))
+def test_plan_chunks_matches_the_reference(total, computed, budget, bs, num_blocks, free_left, stop, n_keys,
+                                           now, limit, coefficients):
+    from fairsim import interrupt
+    from fairsim.costmodel import Profile
+    from fairsim.sim import _block_pool_c
+    from fairsim.sim.engine import plan_chunks
+
+    # The profile's own step-time method, on these coefficients.
+    profile = SimpleNamespace(a_s=coefficients[0], b_s_per_token=coefficients[1],
+                              k_s_per_pair=coefficients[2], d_s_per_request=coefficients[3])
+    args = (total, computed, budget, bs, num_blocks, free_left, stop, n_keys, now, limit)
+    want = plan_chunks(*args, partial(Profile.step_time_from_sums, profile))
+    got = _block_pool_c.plan_chunks(*args, *coefficients, interrupt)
+    assert got == want  # floats to the bit (==, and the same types)
+    assert [type(x) for x in got[3]] == [float] * len(want[3]) and type(got[5]) is float
+
+
+def test_plan_chunks_hand_computed_and_interrupt(monkeypatch):
+    from fairsim import interrupt
+    from fairsim.sim import _block_pool_c
+
+    # 10,000 tokens at budget 2,048 (512-token blocks, none held yet, 3 cached of 19 keys):
+    # chunks end at 2,048 / 4,096 / 6,144 / 8,192 tokens, 4 blocks each; the 5th leaves exactly
+    # the budget (1,808 left): not a burst chunk. Step time 1 + 0.001 per token (no pairs).
+    got = _block_pool_c.plan_chunks(10_000, 0, 2048, 512, 0, 100, 3, 19, 5.0, float("inf"),
+                                    1.0, 0.001, 0.0, 0.0, interrupt)
+    step = 1.0 + 0.001 * 2048
+    assert got == ([4, 4, 4, 4], [4, 8, 12, 16], [5.0, 5.0 + step, 5.0 + step + step, 5.0 + step + step + step],
+                   [step] * 4, 8192, 5.0 + step + step + step + step, 16)
+    assert abs(got[5] - 17.192) < 1e-9
+    # Only 9 blocks free: two chunks. The next arrival at 8.0 s: one (the next would start at 8.048).
+    assert _block_pool_c.plan_chunks(10_000, 0, 2048, 512, 0, 9, 3, 19, 5.0, float("inf"), 1.0, 0.001, 0.0, 0.0,
+                                     interrupt)[0] == [4, 4]
+    assert _block_pool_c.plan_chunks(10_000, 0, 2048, 512, 0, 100, 3, 19, 5.0, 8.0, 1.0, 0.001, 0.0, 0.0,
+                                     interrupt)[0] == [4]
+    monkeypatch.setattr(interrupt, "REQUESTED", True)
+    assert _block_pool_c.plan_chunks(10_000, 0, 2048, 512, 0, 100, 3, 19, 5.0, 8.0, 1.0, 0.001, 0.0, 0.0,
+                                     interrupt) == ([], [], [], [], 0, 5.0, 3)
+
+
+def test_burst_rows_match_the_engine_rows():
+    from fairsim.sim import _block_pool_c
+
+    rows = [("earlier",)]
+    _block_pool_c.burst_rows(rows, 7, [1.5, 2.5], [1.0, 1.25], 2048, 3, 1, [10, 14], [9, 13], [0, 2])
+    assert rows == [("earlier",), (7, 1.5, 1.0, 2048, 0, 1, 3, 1, 10, 9, 0, 0), (8, 2.5, 1.25, 2048, 0, 1, 3, 1, 14, 13, 2, 0)]
+
+
+def test_engine_uses_the_compiled_burst_only_with_the_compiled_pool_and_a_float_profile():
+    from tests.utils import constant_profile
+
+    reqs = build_scenario("rag", PROFILE, seed=2).requests[:5]
+    with _pure(None):
+        assert Engine(reqs, make_policy("fcfs", PROFILE), PROFILE, EngineConfig())._burst_c is not None
+        ints = dataclasses.replace(constant_profile(), a_s=1)
+        assert Engine(reqs, make_policy("fcfs", PROFILE), ints, EngineConfig())._burst_c is None
+    with _pure("1"):
+        assert Engine(reqs, make_policy("fcfs", PROFILE), PROFILE, EngineConfig())._burst_c is None

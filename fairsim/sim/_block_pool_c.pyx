@@ -413,3 +413,54 @@ cdef inline Py_ssize_t _prefix_len(keys, Py_ssize_t max_blocks) except -1:
     if max_blocks < 0:
         max_blocks = n + max_blocks if n + max_blocks > 0 else 0
     return max_blocks if max_blocks < n else n
+
+
+# -- the prefill-only chunk burst (fairsim.sim.engine.Engine._chunk_burst) ---------------------------
+def plan_chunks(long long total, long long computed, long long budget, long long bs, long long num_blocks,
+                long long free_left, long long stop, long long n_keys, double now, double limit,
+                double a_s, double b_s_per_token, double k_s_per_pair, double d_s_per_request, interrupt):
+    """``fairsim.sim.engine.plan_chunks`` (the reference) with the step time
+    ``Profile.step_time_from_sums`` inlined from its coefficients: the same float operations in
+    the same order (``a + b * budget + k * pair_sum + d * 1``), so the same durations to the bit.
+    ``interrupt`` is the ``fairsim.interrupt`` module (its ``REQUESTED`` read before each chunk).
+    """
+    cdef list needs = []
+    cdef list stops = []
+    cdef list starts_s = []
+    cdef list durations = []
+    cdef long long end, need, full
+    cdef double duration, fbudget = <double> budget
+    while total - computed > budget and now < limit and not interrupt.REQUESTED:
+        end = computed + budget
+        need = -((-end) // bs) - num_blocks  # Python's floor division (cdivision off): a ceiling
+        if need > 0:
+            if need > free_left:
+                break
+            free_left -= need
+            num_blocks += need
+        else:
+            need = 0
+        full = end // bs
+        if full > stop and stop < n_keys:
+            stop = full if full < n_keys else n_keys
+        duration = (a_s + b_s_per_token * fbudget
+                    + k_s_per_pair * (fbudget * (<double> computed + fbudget / 2.0))
+                    + d_s_per_request * 1.0)
+        needs.append(need)
+        stops.append(stop)
+        starts_s.append(now)
+        durations.append(duration)
+        computed = end
+        now = now + duration
+    return needs, stops, starts_s, durations, computed, now, stop
+
+
+def burst_rows(list rows, Py_ssize_t step, list starts_s, list durations, budget, num_waiting, num_running,
+               list used, list cached, list evicted):
+    """Append the burst's step rows to ``rows``, one per chunk: ``(step, start_s, duration,
+    budget, 0, 1, num_waiting, num_running, used, cached, evicted, 0)`` (``Engine._chunk_burst``'s
+    rows)."""
+    cdef Py_ssize_t i
+    for i in range(min(len(starts_s), len(durations), len(used), len(cached), len(evicted))):
+        rows.append((step + i, starts_s[i], durations[i], budget, 0, 1, num_waiting, num_running,
+                     used[i], cached[i], evicted[i], 0))

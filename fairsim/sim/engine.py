@@ -68,7 +68,7 @@ from fairsim.policies.failure import policy_name
 from fairsim.sim.arrivals import Arrivals, resolve_replay
 from fairsim.policies.clients import client_of_request
 from fairsim.policies.incremental import fast_path_of
-from fairsim.sim.block_pool import new_block_pool
+from fairsim.sim.block_pool import block_pool_kind, new_block_pool
 from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.hooked_pool import HookedBlockPool
@@ -89,6 +89,69 @@ _handle_of = attrgetter("handle")  # a snapshot's engine request (QueuedRequest.
 #: policies); a policy's is collected once ``Engine.run`` unfreezes.
 FREEZE_EVERY_MASK = 255
 FREEZE_SHIFT = 8  # log2(FREEZE_EVERY_MASK + 1)
+
+
+def plan_chunks(total: int, computed: int, budget: int, bs: int, num_blocks: int, free_left: int,
+                stop: int, n_keys: int, now: float, limit: float,
+                step_time: Callable[[int, float, int], float]) -> tuple[list[int], list[int], list[float],
+                                                                        list[float], int, float, int]:
+    """The chunks of a prefill-only burst (``Engine._chunk_burst``), each one full ``budget``
+    chunk of one request, planned before the pool does their work.
+
+    Chunks follow while more than ``budget`` tokens of ``total`` are left after ``computed``,
+    the clock ``now`` is below ``limit`` (the next arrival) and no Ctrl-C was requested, and stop
+    before one that needs more than ``free_left`` blocks. ``num_blocks`` is the request's blocks,
+    ``stop`` its blocks cached, ``n_keys`` its block keys; each chunk takes
+    ``step_time(budget, budget * (computed + budget / 2), 1)`` seconds.
+
+    Returns:
+        ``needs`` (blocks to allocate per chunk), ``stops`` (blocks cached after each), their
+        start times and durations (s), then ``computed``, ``now`` and ``stop`` after them.
+        ``fairsim.sim._block_pool_c.plan_chunks`` is the compiled twin (same results, to the
+        bit: ``tests/test_block_pool_compiled.py``).
+    """
+    needs: list[int] = []
+    stops: list[int] = []
+    starts_s: list[float] = []
+    durations: list[float] = []
+    while total - computed > budget and now < limit and not interrupt.REQUESTED:
+        end = computed + budget
+        need = -(-end // bs) - num_blocks
+        if need > 0:
+            if need > free_left:
+                break
+            free_left -= need
+            num_blocks += need
+        else:
+            need = 0
+        full = end // bs
+        if full > stop < n_keys:
+            stop = full if full < n_keys else n_keys
+        duration = step_time(budget, budget * (computed + budget / 2), 1)
+        needs.append(need)
+        stops.append(stop)
+        starts_s.append(now)
+        durations.append(duration)
+        computed = end
+        now = now + duration
+    return needs, stops, starts_s, durations, computed, now, stop
+
+
+def compiled_burst(profile: Profile) -> tuple[Any, tuple[float, ...]]:
+    """The compiled ``plan_chunks`` and the chunk burst's rows (the module
+    ``fairsim.sim._block_pool_c``) and the profile's step-time coefficients ``(a_s,
+    b_s_per_token, k_s_per_pair, d_s_per_request)``, where the compiled pool is in use
+    (``block_pool_kind``) and the profile's step time is ``Profile.step_time_from_sums`` with
+    float coefficients (the compiled plan does the same float operations in the same order);
+    else ``(None, ())``: the Python ``plan_chunks``."""
+    if block_pool_kind() != "compiled" or type(profile).step_time_from_sums is not Profile.step_time_from_sums:
+        return None, ()
+    coefficients = (profile.a_s, profile.b_s_per_token, profile.k_s_per_pair, profile.d_s_per_request)
+    if not all(type(c) is float for c in coefficients):
+        return None, ()
+    from fairsim.sim import _block_pool_c
+
+    return _block_pool_c, coefficients
 
 
 class _Live:
@@ -234,6 +297,7 @@ class Engine:
         # it was built (new_block_pool); the hooked pool subclasses the pure one.
         hook = getattr(policy, "eviction_hook", None)
         self.pool = new_block_pool(self.kv_blocks) if hook is None else HookedBlockPool(self.kv_blocks, hook)
+        self._burst_c, self._step_coefficients = compiled_burst(profile)
         self._protect = getattr(hook, "protect", None)
         self.progress = progress
         self.colocated = config.mode == "colocated"
@@ -496,33 +560,15 @@ class Engine:
             limit = fleet_due[0][0]
         # The chunks first (clock, blocks to allocate, blocks cached after each), then the pool's
         # work for all of them in one call and the rows at once.
-        free_left = self.pool.num_free
-        num_blocks = len(blocks)
-        start = stop = live.num_cached_blocks
-        needs: list[int] = []
-        stops: list[int] = []
-        starts_s: list[float] = []
-        durations: list[float] = []
-        while total - computed > budget and now < limit and not interrupt.REQUESTED:
-            end = computed + budget
-            need = -(-end // bs) - num_blocks
-            if need > 0:
-                if need > free_left:
-                    break
-                free_left -= need
-                num_blocks += need
-            else:
-                need = 0
-            full = end // bs
-            if full > stop < n_keys:
-                stop = full if full < n_keys else n_keys
-            duration = step_time(budget, budget * (computed + budget / 2), 1)
-            needs.append(need)
-            stops.append(stop)
-            starts_s.append(now)
-            durations.append(duration)
-            computed = end
-            now = now + duration
+        start = live.num_cached_blocks
+        if self._burst_c is not None:  # the compiled plan_chunks and burst_rows (same results)
+            needs, stops, starts_s, durations, computed, now, stop = self._burst_c.plan_chunks(
+                total, computed, budget, bs, len(blocks), self.pool.num_free, start, n_keys, now, limit,
+                *self._step_coefficients, interrupt)
+        else:
+            needs, stops, starts_s, durations, computed, now, stop = plan_chunks(
+                total, computed, budget, bs, len(blocks), self.pool.num_free, start, n_keys, now, limit,
+                step_time)
         if not needs:
             return now, step
         used, cached, evicted = self.pool.grow_chunks(blocks, keys, start, needs, stops)
@@ -532,9 +578,13 @@ class Engine:
         num_waiting = len(self._waiting) + len(self._preempted)  # no release, no admission here
         num_running = len(self._running)
         after = step + len(needs)
-        self._step_rows.extend([
-            (s, t, d, budget, 0, 1, num_waiting, num_running, u, c, e, 0)
-            for s, t, d, u, c, e in zip(range(step, after), starts_s, durations, used, cached, evicted)])
+        if self._burst_c is not None:
+            self._burst_c.burst_rows(self._step_rows, step, starts_s, durations, budget, num_waiting, num_running,
+                                     used, cached, evicted)
+        else:
+            self._step_rows.extend([
+                (s, t, d, budget, 0, 1, num_waiting, num_running, u, c, e, 0)
+                for s, t, d, u, c, e in zip(range(step, after), starts_s, durations, used, cached, evicted)])
         if step >> FREEZE_SHIFT != after >> FREEZE_SHIFT:  # crossed a multiple of the freeze period
             gc.freeze()
         return now, after
