@@ -17,6 +17,11 @@ Mirrors ``vllm/v1/core/block_pool.py`` (``BlockPool``) and ``FreeKVCacheBlockQue
 
 The pool knows block ids, hash keys and counts only - never requests, policies or SimPy
 (STYLE.md 2.1). Keys are any hashable content identity of a full block's prefix.
+
+``BlockPool`` is the reference implementation. The engines get their plain pool from
+``new_block_pool``: the compiled twin ``fairsim.sim._block_pool_c.CompiledBlockPool`` (C
+arrays for the counts and the free queue; built at install, optional) unless it was not built or
+``FAIRSIM_PURE_PYTHON=1``; ``tests/test_block_pool_compiled.py`` checks that they decide the same.
 """
 
 from __future__ import annotations
