@@ -1,5 +1,6 @@
 """The fixed costs of one ``fairsim run`` cut without changing a value: the step table's columns
-built on first read, the offered load's shared per-request work, the trace reader's end checks.
+built on first read, the offered load's shared per-request work, the fleet's and disaggregated
+mode's modules left out of a run on one engine.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from fairsim.costmodel import DEFAULT_PROFILE, load_profile
+from fairsim.deployment_options import DISAGG_OPTIONS, one_engine
 from fairsim.sim.result import Columns
 from fairsim.traces.offered import PrefillWork, _both_works, _busiest, busy_time, offered_load, prefill_work
 from fairsim.types import Request
@@ -132,3 +134,31 @@ def test_offered_load_hand_computed():
     assert (load.busy_s, load.ideal_busy_s) == (4.0, 3.0)  # ceil(2048 / 512) and ceil(1536 / 512) steps
     assert (load.load, load.ideal_load) == (0.4, 0.3)  # over the 10 s span
     assert (load.peak_load, load.peak_start_s) == (2 / 5.0, 0.0)  # one request per 5 s window
+
+
+# -- start-up: a run on one engine does not import the fleet's and disaggregated mode's modules --
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(["prefill-only", "colocated", "disaggregated"]), st.sampled_from([1, 2]),
+       st.sampled_from([None, "round-robin", "dynamo-kv"]), st.sampled_from([[], ["temperature=0.5"]]),
+       st.fixed_dictionaries({dest: st.sampled_from([None, 2]) for dest, _ in DISAGG_OPTIONS}))
+def test_one_engine_is_when_the_specs_are_none(mode, instances, router, router_param, disagg_values):
+    import argparse
+
+    from fairsim.cli_disagg import disagg_spec
+    from fairsim.cli_fleet import fleet_spec
+
+    def namespace() -> argparse.Namespace:
+        return argparse.Namespace(mode=mode, instances=instances, router=router, router_param=router_param,
+                                  seed=0, **disagg_values)
+
+    one = one_engine(namespace())
+    try:
+        args = namespace()
+        specs = (disagg_spec(args), fleet_spec(args))
+    except ValueError:
+        specs = None  # refused: only where one_engine sent the run to the checks
+    if one:
+        assert specs == (None, None)
+    else:
+        assert specs is None or specs[0] is not None or specs[1] is not None
