@@ -288,5 +288,7 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
     if fleet is not None:  # --instances/--router (fairsim.cli_fleet); a lone engine's run.json is as before
         info.update(instances=fleet.instances, router=fleet.router, router_params=fleet.params)
     if disagg is not None:
+        from fairsim.costmodel import load_profile
+
         info.update(disagg.run_info(profile or load_profile(args.profile)))
     atomic_write_text(out / "run.json", json.dumps(info, indent=2) + "\n")
