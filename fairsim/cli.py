@@ -32,11 +32,9 @@ from fairsim.deps import MissingDependencyError, missing_message
 from fairsim.errors import PolicyContractError, PolicyError, StatusError
 from fairsim.gcpause import freeze_for_exit
 from fairsim.io import path_arg
-from fairsim.cli_disagg import add_disagg_options
-from fairsim.cli_fleet import add_fleet_options
+from fairsim.deployment_options import add_disagg_options, add_fleet_options
 from fairsim.options import HelpFormatter, add_common, resolve_policies
 from fairsim.policies import policy_names
-from fairsim.ratios import with_baseline
 from fairsim.run import cmd_simulate
 
 # The option helpers and run/compare's parts live in fairsim.options and fairsim.run; these names
@@ -161,13 +159,15 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
 
 def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """Run the command named by ``args.command``; errors propagate to ``main``."""
-    if args.command in ("run", "compare"):
+    if args.command in ("run", "compare") and getattr(args, "policy_config", None) is not None:
         from fairsim.policy_config import apply_policy_config
 
         apply_policy_config(args, args.command)
     if args.command == "run":
         return cmd_simulate(args, [args.policy])
     if args.command == "compare":
+        from fairsim.ratios import with_baseline
+
         names, note = with_baseline(resolve_policies(args.policies), args.baseline)
         if note is not None:  # the baseline was added: it takes only its own NAME.KEY --param
             args.baseline_added = args.baseline

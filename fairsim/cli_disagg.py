@@ -1,6 +1,7 @@
 """``--mode disaggregated`` on ``run`` and ``compare``: ``--prefill-instances``,
 ``--decode-instances``, ``--kv-link-gbps``, ``--kv-bytes-per-token``, ``--decode-kv-blocks``, the line
 before the run, the KV capacity of both sides, the per-instance summary and ``disaggregated.png`` (``fairsim.sim.disaggregated`` runs it).
+The options themselves are added by ``fairsim.deployment_options``.
 
 Kept apart from ``fairsim/run.py`` (as ``cli_fleet``): ``disagg_spec`` checks the options and
 returns a ``DisaggSpec``, which ``run_one`` runs as it runs a ``FleetSpec``.
@@ -15,45 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fairsim.deployment_options import DISAGG_HELP, DISAGG_OPTIONS, add_disagg_options  # noqa: F401
 from fairsim.io import echo, plural
 from fairsim.types import Request
-
-DISAGG_HELP = {
-    "prefill_instances": "--mode disaggregated: prefill engines, behind --router (default round-robin); each runs "
-                         "the ordering policy (default 1)",
-    "decode_instances": "--mode disaggregated: decode engines; a request's KV moves to the one with the fewest "
-                        "active KV blocks when its prefill ends (default 1)",
-    "kv_link_gbps": "--mode disaggregated: KV link bandwidth per GPU, Gbit/s (default 400: one 400 Gb/s "
-                    "InfiniBand NDR port per GPU, as in NVIDIA DGX H100/H200)",
-    "kv_bytes_per_token": "--mode disaggregated: KV bytes per token per GPU (default: the profile's "
-                          "kv_capacity.kv_bytes_per_token, 2 x layers x kv_heads x head_dim x dtype bytes / TP)",
-    "decode_kv_blocks": "--mode disaggregated: each decode engine's KV cache in blocks (of the run's block size); "
-                        "default: the prefill side's (--kv-blocks/--kv-tokens/--kv-fraction or the profile's). "
-                        "Given, a prefill engine need only hold each prompt",
-}
-
-_OPTIONS = (("prefill_instances", "--prefill-instances"), ("decode_instances", "--decode-instances"),
-            ("kv_link_gbps", "--kv-link-gbps"), ("kv_bytes_per_token", "--kv-bytes-per-token"),
-            ("decode_kv_blocks", "--decode-kv-blocks"))
-
-
-def add_disagg_options(p: argparse.ArgumentParser) -> None:
-    """Add ``disaggregated`` to ``--mode`` and the options of the mode (``run``, ``compare``)."""
-    from fairsim.io import count_arg
-
-    for action in p._actions:
-        if action.dest == "mode":
-            action.choices = (*action.choices, "disaggregated")
-            action.help += "; disaggregated: prefill and decode on separate engines, the KV moving between them"
-    p.add_argument("--prefill-instances", type=count_arg, default=None, metavar="P",
-                   help=DISAGG_HELP["prefill_instances"])
-    p.add_argument("--decode-instances", type=count_arg, default=None, metavar="D",
-                   help=DISAGG_HELP["decode_instances"])
-    p.add_argument("--kv-link-gbps", type=float, default=None, metavar="GBPS", help=DISAGG_HELP["kv_link_gbps"])
-    p.add_argument("--kv-bytes-per-token", type=float, default=None, metavar="BYTES",
-                   help=DISAGG_HELP["kv_bytes_per_token"])
-    p.add_argument("--decode-kv-blocks", type=count_arg, default=None, metavar="N",
-                   help=DISAGG_HELP["decode_kv_blocks"])
 
 
 @dataclass(frozen=True)
@@ -225,14 +190,14 @@ def disagg_spec(args: argparse.Namespace) -> DisaggSpec | None:
     from fairsim.routers import DEFAULT_ROUTER, make_router
 
     if getattr(args, "mode", None) != "disaggregated":
-        given = [option for dest, option in _OPTIONS if getattr(args, dest, None) is not None]
+        given = [option for dest, option in DISAGG_OPTIONS if getattr(args, dest, None) is not None]
         if given:
             raise ValueError(f"{given[0]} needs --mode disaggregated")
         return None
     if getattr(args, "instances", 1) != 1:
         raise ValueError(f"--instances {args.instances}: --mode disaggregated counts its engines with "
                          f"--prefill-instances and --decode-instances")
-    options = dict(_OPTIONS)
+    options = dict(DISAGG_OPTIONS)
     check_deployment({dest: getattr(args, dest, None) for dest in options},
                      lambda dest, value: f"{options[dest]} {echo(value)}")
     params = parse_router_params(getattr(args, "router_param", []))

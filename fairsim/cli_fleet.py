@@ -1,5 +1,6 @@
-"""Fleet additions to ``run``/``compare``: ``--instances``, ``--router``, ``--router-param``, the
-per-instance summary and table, and ``fleet.png``.
+"""Fleet additions to ``run``/``compare``: ``--instances``, ``--router``, ``--router-param`` (the
+options themselves are added by ``fairsim.deployment_options``), the per-instance summary and
+table, and ``fleet.png``.
 
 Kept apart from ``fairsim/run.py`` (as ``cli_colocated``): ``run_one`` calls ``FleetSpec.run``
 when a fleet is asked for, and ``cmd_simulate`` adds ``fleet_summary`` to each policy's row.
@@ -15,27 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fairsim.deployment_options import FLEET_HELP, add_fleet_options  # noqa: F401 (their former home)
 from fairsim.io import echo, plural
 from fairsim.types import Request
-
-FLEET_HELP = {
-    "instances": "engines in the fleet (data-parallel replicas, each with its own KV cache and its own "
-                 "ordering-policy object), behind --router; 1 with no --router: the single engine",
-    "router": "which instance serves each request (docs/fleets.md): round-robin, least-work, session-affinity, "
-              "dynamo-kv, llm-d, sglang-cache-aware; default round-robin when --instances > 1",
-    "router_param": "a router parameter (repeatable), e.g. overlap_weight=2 or temperature=0.5 for dynamo-kv",
-}
-
-
-def add_fleet_options(p: argparse.ArgumentParser) -> None:
-    """``--instances``, ``--router`` and ``--router-param`` (``run`` and ``compare``)."""
-    from fairsim.io import count_arg
-    from fairsim.routers import ROUTERS
-
-    p.add_argument("--instances", type=count_arg, default=1, metavar="N", help=FLEET_HELP["instances"])
-    p.add_argument("--router", choices=tuple(ROUTERS), default=None, help=FLEET_HELP["router"])
-    p.add_argument("--router-param", action="append", default=[], metavar="KEY=VALUE",
-                   help=FLEET_HELP["router_param"])
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,12 @@
 """Summaries computed from the per-request result table (never kept on the side).
 
-Percentiles use numpy's default linear interpolation between order statistics.
+Percentiles use numpy's default linear interpolation between order statistics (``percentiles``:
+``np.percentile``'s result to the bit, without the module it imports on first use).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -13,6 +15,53 @@ if TYPE_CHECKING:  # tables may be DataFrames or the engine's ``Columns``; panda
     import pandas as pd
 
 STARVATION_FACTOR = 3.0  # the paper's criterion: worst TTFT above 3 x the policy's own p99
+
+
+def percentiles(values: Any, qs: Sequence[float]) -> list[float]:
+    """``np.percentile(values, qs)`` (method ``"linear"``, the default) as a list of floats.
+
+    The same steps as numpy 2's ``_quantile`` for one axis, in the same order, so the result is the
+    same to the bit (``tests/test_percentiles.py`` checks it against ``np.percentile``, with NaN,
+    infinities and signed zeros): virtual index ``(n - 1) * q / 100``; its neighbours ``floor`` and
+    ``floor + 1``, both the last element from index ``n - 1`` on (where numpy's weight is then
+    ``index + 1``); one ``partition`` of a copy at those positions and ``0``, ``-1``; numpy's
+    ``_lerp`` (``a + (b - a) * t``, or ``b - (b - a) * (1 - t)`` where ``t >= 0.5``; an infinite
+    neighbour can make it NaN, ``inf - inf`` or ``inf * 0``, with numpy's warnings); a NaN among the
+    values makes every percentile that NaN.
+    What it leaves out is ``np.unique`` over the partition positions (a ``sorted(set(...))``
+    here): its first call imports ``numpy.ma``, 12 ms of every ``fairsim run``'s start-up.
+
+    Args:
+        values: Numbers of one dimension (converted to float64; any shape is flattened).
+        qs: Percentiles, each in [0, 100].
+
+    Raises:
+        ValueError: No values, or a percentile outside [0, 100] (numpy's message). numpy raises
+            IndexError for no values.
+    """
+    arr = np.array(values, dtype=np.float64).ravel()  # a copy: partitioned in place below
+    n = arr.size
+    if n == 0:
+        raise ValueError("percentiles of no values")
+    q = np.true_divide(np.asarray(qs, dtype=np.float64), np.float64(100))
+    if not bool(((q >= 0) & (q <= 1)).all()):
+        raise ValueError("Percentiles must be in the range [0, 100]")
+    virtual = (n - 1) * q
+    previous = np.floor(virtual)
+    following = previous + 1
+    last = virtual >= n - 1  # from the last index on: the last element, both sides
+    previous[last] = -1
+    following[last] = -1
+    gamma = virtual - previous
+    lo, hi = previous.astype(np.intp), following.astype(np.intp)
+    arr.partition(sorted({0, -1, *lo.tolist(), *hi.tolist()}))
+    a, b = arr[lo], arr[hi]
+    diff = np.subtract(b, a)
+    out = np.add(a, diff * gamma)
+    np.subtract(b, diff * (1 - gamma), out=out, where=gamma >= 0.5, casting="unsafe", dtype=type(out.dtype))
+    if np.isnan(arr[-1]):  # NaN sorts last
+        np.copyto(out, arr[-1])
+    return out.tolist()
 
 
 def ttft_summary(requests: pd.DataFrame) -> dict[str, float]:
@@ -32,7 +81,7 @@ def ttft_summary(requests: pd.DataFrame) -> dict[str, float]:
         raise ValueError("no requests to summarise")
     if np.isnan(ttft).any():
         raise ValueError(f"{int(np.isnan(ttft).sum())} requests have no TTFT")
-    p50, p90, p99 = np.percentile(ttft, [50, 90, 99])
+    p50, p90, p99 = percentiles(ttft, [50, 90, 99])
     return {
         "requests": int(ttft.size),
         "ttft_mean_s": float(ttft.mean()),
@@ -58,7 +107,7 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame | None = None) -> dict
     out: dict[str, Any] = ttft_summary(requests)
     out["hit_rate"] = float(requests["cached_tokens"].sum() / requests["prompt_tokens"].sum())
     qd = np.asarray(requests["queue_delay_s"], dtype=np.float64)
-    out["queue_delay_p50_s"], out["queue_delay_p99_s"] = (float(v) for v in np.percentile(qd, [50, 99]))
+    out["queue_delay_p50_s"], out["queue_delay_p99_s"] = percentiles(qd, [50, 99])
     out["starved"] = bool(out["ttft_max_s"] > STARVATION_FACTOR * out["ttft_p99_s"])
     sim_time = float(requests["finish_s"].max() - requests["arrival_s"].min())
     out["sim_time_s"] = sim_time
@@ -115,7 +164,7 @@ def _pcts(values: np.ndarray, name: str) -> dict[str, float]:
     """``{name}_p50_s``, ``_p90_s``, ``_p99_s``, ``_max_s`` of ``values`` (NaN when empty)."""
     if values.size == 0:
         return {f"{name}_{q}_s": float("nan") for q in ("p50", "p90", "p99", "max")}
-    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    p50, p90, p99 = percentiles(values, [50, 90, 99])
     return {f"{name}_p50_s": float(p50), f"{name}_p90_s": float(p90), f"{name}_p99_s": float(p99),
             f"{name}_max_s": float(values.max())}
 

@@ -11,19 +11,21 @@ import gc
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fairsim import __version__
-from fairsim.cli_fleet import FleetSpec, check_fleet_trace, fleet_spec, fleet_summary
 from fairsim.costmodel import Profile
+from fairsim.deployment_options import one_engine
 from fairsim.gcpause import paused
 from fairsim.io import atomic_write, atomic_write_text, file_stem, strict_json
 from fairsim.options import delivered_figures, delivered_of, parse_params, policy_params, pre_run_load, replay_line
-from fairsim.ratios import add_ratios
 from fairsim.policies import make_policy
 from fairsim.sim import EngineConfig, SimResult, simulate
 from fairsim.traces import Trace
 from fairsim.types import Request
+
+if TYPE_CHECKING:  # a fleet's modules are imported only when one is asked for (start-up time)
+    from fairsim.cli_fleet import FleetSpec
 
 
 def run_one(name: str, requests: list[Request], profile: Profile, config: EngineConfig,
@@ -106,14 +108,16 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     from fairsim.description import Needs, describe_run
     from fairsim.metrics import summarize
     from fairsim.sim.capacity import describe_capacity
-    from fairsim.traces.closedload import delivered_what
-
-    from fairsim.cli_disagg import disagg_spec
 
     # --mode disaggregated (fairsim/cli_disagg.py; it sets args.mode to colocated for shaping), else
-    # --instances/--router (fairsim/cli_fleet.py); None: the single engine.
-    disagg = disagg_spec(args)
-    fleet = disagg or fleet_spec(args)
+    # --instances/--router (fairsim/cli_fleet.py); None: the single engine (neither module imported).
+    disagg = fleet = None
+    if not one_engine(args):
+        from fairsim.cli_disagg import disagg_spec
+        from fairsim.cli_fleet import fleet_spec
+
+        disagg = disagg_spec(args)
+        fleet = disagg or fleet_spec(args)
     # describe_run reads the trace: its long-lived objects, no garbage cycles; frozen until the
     # first Engine.run ends (it unfreezes; so does an error before it, below). fairsim/gcpause.py.
     with paused(freeze=True):
@@ -129,10 +133,17 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         engine = {"profile": profile.name, "kv_tokens": kv_blocks * block_size, "kv_blocks": kv_blocks,
                   "block_size": block_size, "kv_capacity_source": desc.capacity_source}
         load, load_what = pre_run_load(args, requests, profile)
-        check_fleet_trace(fleet, requests, trace.source)
+        if fleet is not None:
+            from fairsim.cli_fleet import check_fleet_trace
+
+            check_fleet_trace(fleet, requests, trace.source)
     rows: dict[str, dict[str, Any]] = {}
     baseline = getattr(args, "baseline", None)  # compare only (fairsim/ratios.py)
-    shown = (lambda: rows) if baseline is None else (lambda: add_ratios(rows, baseline))
+    if baseline is not None:
+        from fairsim.ratios import add_ratios
+
+    def shown() -> dict[str, dict[str, Any]]:
+        return rows if baseline is None else add_ratios(rows, baseline)
     results: dict[str, SimResult] = {}
     delivered_loads: dict[str, dict[str, Any]] = {}  # closed loop: per policy (run.json)
     try:  # from here on: the except below unfreezes (even a print to a closed stdout)
@@ -155,6 +166,8 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
 
                 summary.update(colocated_summary(result, slo))
             if args.replay == "closed":
+                from fairsim.traces.closedload import delivered_what
+
                 delivered = delivered_of(args, requests, profile, result)
                 print(f"{delivered.describe(delivered_what(name))}", file=stream)
                 summary.update(delivered_figures(delivered))
@@ -164,6 +177,8 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
 
                 summary.update(disagg_summary(result))
             elif fleet is not None:
+                from fairsim.cli_fleet import fleet_summary
+
                 summary.update(fleet_summary(result))
             summary["wall_time_s"] = result.wall_time_s
             summary["profile"] = profile.name
@@ -270,9 +285,15 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
         "block_pool": block_pool_kind(),  # the engines' plain pool: "compiled" or "python"
     }
     disagg = getattr(args, "disaggregated", None)  # --mode disaggregated (fairsim.cli_disagg)
-    fleet = None if disagg is not None else fleet_spec(args)
+    fleet = None
+    if disagg is None and not one_engine(args):
+        from fairsim.cli_fleet import fleet_spec
+
+        fleet = fleet_spec(args)
     if fleet is not None:  # --instances/--router (fairsim.cli_fleet); a lone engine's run.json is as before
         info.update(instances=fleet.instances, router=fleet.router, router_params=fleet.params)
     if disagg is not None:
+        from fairsim.costmodel import load_profile
+
         info.update(disagg.run_info(profile or load_profile(args.profile)))
     atomic_write_text(out / "run.json", json.dumps(info, indent=2) + "\n")

@@ -52,6 +52,15 @@ def test_run_imports_only_what_it_uses(one_request, mode):
     for name in ("calibration.cli", "fairsim.accept", "fairsim.live.cli", "fairsim.sweep",
                  "fairsim.analysis.cli", "fairsim.convert", "vllm", "ray", "matplotlib", "tqdm"):
         assert name not in mods, name
+    # One engine: no fleet or disaggregated pieces, no compare, --policy-config or closed-loop
+    # figures, no eviction hook's pool.
+    for name in ("fairsim.cli_fleet", "fairsim.cli_disagg", "fairsim.sim.fleet", "fairsim.sim.disaggregated",
+                 "fairsim.ratios", "fairsim.policy_config", "fairsim.traces.closedload",
+                 "fairsim.sim.hooked_pool"):
+        assert name not in mods, name
+    # np.percentile's np.unique imports numpy.ma (fairsim.metrics.percentiles does without it);
+    # pandas imports it itself.
+    assert ("numpy.ma" in mods) == (mode == "colocated")
     # hashlib: only traces with content segments (RAGPulse) hash their blocks (colocated runs
     # import pandas, which may import it itself).
     if mode == "prefill-only":

@@ -71,7 +71,6 @@ from fairsim.policies.incremental import fast_path_of
 from fairsim.sim.block_pool import block_pool_kind, new_block_pool
 from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
-from fairsim.sim.hooked_pool import HookedBlockPool
 from fairsim.sim.lazy_hits import NO_KEY, LazyHits
 from fairsim.sim.result import Columns, SimResult
 from fairsim.sim.keys import blocks_for, engine_block_keys, generated_block_keys
@@ -296,7 +295,12 @@ class Engine:
         # without one the pool is the exact vLLM LRU BlockPool (DESIGN.md rule 2), compiled where
         # it was built (new_block_pool); the hooked pool subclasses the pure one.
         hook = getattr(policy, "eviction_hook", None)
-        self.pool = new_block_pool(self.kv_blocks) if hook is None else HookedBlockPool(self.kv_blocks, hook)
+        if hook is None:
+            self.pool = new_block_pool(self.kv_blocks)
+        else:  # imported here: a run without such a policy does not need it (start-up time)
+            from fairsim.sim.hooked_pool import HookedBlockPool
+
+            self.pool = HookedBlockPool(self.kv_blocks, hook)
         self._burst_c, self._step_coefficients = compiled_burst(profile)
         self._protect = getattr(hook, "protect", None)
         self.progress = progress

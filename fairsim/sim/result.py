@@ -16,14 +16,21 @@ class Columns:
     The engine builds its tables as columns; ``pandas`` is imported only when a caller asks for
     a DataFrame (``to_pandas``, ``SimResult.requests``), so a ``fairsim run`` that writes no
     tables starts without it (start-up time). ``table[name]`` is the column as a numpy array
-    (converted once, then cached); ``len(table)`` is the number of rows.
+    (converted once, then cached); ``len(table)`` is the number of rows; ``table.columns`` is
+    ``name -> list of values`` in column order.
+
+    A table made ``from_tuples`` keeps its rows and builds a column when it is first read: a
+    ``fairsim run`` reads two of the step table's twelve columns (its summary's evictions and
+    preemptions), and building all twelve over 67,659 steps took 20 ms.
 
     Args:
         columns: ``name -> list of values``, in column order, all of one length.
     """
 
     def __init__(self, columns: dict[str, list[Any]]) -> None:
-        self.columns = columns
+        self._lists = columns
+        self._names = list(columns)
+        self._tuples: list[tuple] | None = None  # from_tuples: the rows the columns come from
         self._arrays: dict[str, Any] = {}
         self._rows = len(next(iter(columns.values()))) if columns else 0
 
@@ -35,11 +42,33 @@ class Columns:
 
     @classmethod
     def from_tuples(cls, rows: list[tuple], names: list[str]) -> Columns:
-        """From one tuple per row, values in ``names`` order.
+        """From one tuple per row, values in ``names`` order; a column is built on first read.
 
         One pass per column (``itemgetter``): ``zip(*rows)`` over hundreds of thousands of rows
         (a step table) took 5-8x longer, growing faster than the rows."""
-        return cls({name: list(map(itemgetter(i), rows)) for i, name in enumerate(names)})
+        table = cls({})
+        table._names = list(names)
+        table._tuples = rows
+        table._rows = len(rows)
+        return table
+
+    def _column(self, name: str) -> list[Any]:
+        """The list of column ``name``, built from the rows on first use.
+
+        Raises:
+            KeyError: No column ``name``.
+        """
+        values = self._lists.get(name)
+        if values is None:
+            if self._tuples is None or name not in self._names:
+                raise KeyError(name)
+            values = self._lists[name] = list(map(itemgetter(self._names.index(name)), self._tuples))
+        return values
+
+    @property
+    def columns(self) -> dict[str, list[Any]]:
+        """``name -> list of values``, every column, in column order."""
+        return {name: self._column(name) for name in self._names}
 
     def __len__(self) -> int:
         return self._rows
@@ -49,7 +78,7 @@ class Columns:
         if arr is None:
             import numpy as np
 
-            arr = self._arrays[name] = np.asarray(self.columns[name])
+            arr = self._arrays[name] = np.asarray(self._column(name))
         return arr
 
     def to_pandas(self) -> pd.DataFrame:

@@ -90,41 +90,54 @@ def prefill_work(requests: Sequence[Request], budget_tokens: int, ideal_reuse: b
     Raises:
         ValueError: ``budget_tokens < 1``.
     """
+    return _both_works(requests, budget_tokens, profile, colocated, ideal_reuse)[-1]
+
+
+def _both_works(requests: Sequence[Request], budget_tokens: int, profile: Profile | None, colocated: bool,
+                ideal_reuse: bool = True) -> tuple[PrefillWork, ...]:
+    """``(cold,)`` or ``(cold, ideal)``: ``prefill_work`` without and with ideal reuse, the arrival
+    order, arrival times, lengths and decode work computed once for both (``offered_load``).
+
+    Raises:
+        ValueError: ``budget_tokens < 1``; ``colocated`` without ``profile``.
+    """
     if budget_tokens < 1:
         raise ValueError(f"--budget {budget_tokens}: need >= 1 token per step")
     ordered = sorted(requests, key=lambda r: r.arrival_time)
-    seen: set[int] = set()
-    hits = np.zeros(len(ordered), dtype=np.float64)
-    lengths = np.fromiter((r.prompt_len for r in ordered), dtype=np.float64, count=len(ordered))
-    if ideal_reuse:
-        for i, r in enumerate(ordered):
-            hit = 0
-            for x in r.block_hashes:
-                if x not in seen:
-                    break
-                hit += 1
-            hits[i] = min(hit * r.hash_block_size, r.prompt_len - 1)
-            seen.update(r.block_hashes)
-    new = lengths - hits
-    decode_tokens = np.zeros(len(ordered), dtype=np.float64)
-    decode_s = np.zeros(len(ordered), dtype=np.float64)
+    n = len(ordered)
+    lengths = np.fromiter((r.prompt_len for r in ordered), dtype=np.float64, count=n)
+    arrival = np.fromiter((r.arrival_time for r in ordered), dtype=np.float64, count=n)
+    decode_tokens = np.zeros(n, dtype=np.float64)
+    decode_s = np.zeros(n, dtype=np.float64)
     if colocated:
         if profile is None:
             raise ValueError("prefill_work(colocated=True) needs the profile")
-        o1 = np.fromiter((r.output_len - 1 for r in ordered), dtype=np.float64, count=len(ordered))
+        o1 = np.fromiter((r.output_len - 1 for r in ordered), dtype=np.float64, count=n)
         p = profile
         ctx = o1 * lengths + o1 * (o1 - 1) / 2.0  # sum over g = 1..o-1 of L + g - 1
         decode_tokens = o1
         decode_s = (o1 * (p.b_s_per_token + p.d_s_per_request + p.f_s_per_decode + p.k_s_per_pair / 2)
                     + (p.k_s_per_pair + p.e_s_per_decode_ctx_token) * ctx)
-    return PrefillWork(
-        arrival_s=np.fromiter((r.arrival_time for r in ordered), dtype=np.float64, count=len(ordered)),
-        new_tokens=new,
-        pairs=(lengths**2 - hits**2) / 2.0,
-        chunks=np.ceil(new / budget_tokens),
-        decode_tokens=decode_tokens,
-        decode_s=decode_s,
-    )
+
+    def work(hits: np.ndarray) -> PrefillWork:
+        new = lengths - hits
+        return PrefillWork(arrival_s=arrival, new_tokens=new, pairs=(lengths**2 - hits**2) / 2.0,
+                           chunks=np.ceil(new / budget_tokens), decode_tokens=decode_tokens, decode_s=decode_s)
+
+    cold = work(np.zeros(n, dtype=np.float64))
+    if not ideal_reuse:
+        return (cold,)
+    seen: set[int] = set()
+    hits = np.zeros(n, dtype=np.float64)
+    for i, r in enumerate(ordered):
+        hit = 0
+        for x in r.block_hashes:
+            if x not in seen:
+                break
+            hit += 1
+        hits[i] = min(hit * r.hash_block_size, r.prompt_len - 1)
+        seen.update(r.block_hashes)
+    return cold, work(hits)
 
 
 def busy_time(profile: Profile, budget_tokens: int, new_tokens: np.ndarray | float,
@@ -250,8 +263,7 @@ def offered_load(requests: Sequence[Request], profile: Profile, budget_tokens: i
     if not requests:
         raise ValueError("offered load of an empty trace")
     check_load_window(window_s)
-    cold = prefill_work(requests, budget_tokens, ideal_reuse=False, profile=profile, colocated=colocated)
-    ideal = prefill_work(requests, budget_tokens, ideal_reuse=True, profile=profile, colocated=colocated)
+    cold, ideal = _both_works(requests, budget_tokens, profile, colocated)
     span = float(cold.arrival_s[-1] - cold.arrival_s[0])
     total = float(cold.new_tokens.sum())
 

@@ -16,6 +16,7 @@ import zlib
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import IO, Any
 
@@ -428,18 +429,20 @@ class Collector:
                 if req.request_id in seen:
                     raise TraceFormatError(path, where, "request_id",
                                            f"{req.request_id!r} duplicates {_at(seen[req.request_id])}")
-                for key, value in req.labels.items():
-                    kind = _kind(value)
-                    if kind == "null":
-                        continue
-                    first = kinds.get(key)
-                    if first is not None and first[0] != kind:
-                        raise TraceFormatError(path, where, key,
-                                               f"is a {kind}, but a {first[0]} at {_at(first[1])}; "
-                                               "a label must keep one type")
-                for key, value in req.labels.items():
-                    if value is not None:
-                        kinds.setdefault(key, (_kind(value), where))
+                labels = req.labels
+                if labels:  # most records of the public traces have none (the per-request hot path)
+                    for key, value in labels.items():
+                        kind = _kind(value)
+                        if kind == "null":
+                            continue
+                        first = kinds.get(key)
+                        if first is not None and first[0] != kind:
+                            raise TraceFormatError(path, where, key,
+                                                   f"is a {kind}, but a {first[0]} at {_at(first[1])}; "
+                                                   "a label must keep one type")
+                    for key, value in labels.items():
+                        if value is not None:
+                            kinds.setdefault(key, (_kind(value), where))
             except TraceFormatError as exc:
                 self.bad(exc)
                 continue
@@ -457,7 +460,7 @@ class Collector:
             good.append(req)
             locations[req.request_id] = where
         if sort:
-            good.sort(key=lambda r: r.arrival_time)
+            good.sort(key=attrgetter("arrival_time"))
         return Trace(name=name, source=path,
                      requests=tuple(good), skipped=tuple(self.skipped), absolute_time=absolute_time,
                      hash_block_size=hash_block_size, format=fmt, warnings=tuple(self.warnings),

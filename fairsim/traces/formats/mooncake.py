@@ -229,7 +229,9 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     block = hash_block_size or meta.get("hash_block_size")
     if block is None:
         block = DEFAULT_BLOCK
-        if not all(_fits(block, r) for r in rows):
+        # _fits(block, r) for every row, without a call per row (the per-row hot path).
+        if not all(r.ids is None or len(r.ids) in (-(-r.prompt_len // block), r.prompt_len // block)
+                   for r in rows):
             fits = [b for b in CANDIDATE_BLOCKS if all(_fits(b, r) for r in rows)]
             if len(fits) == 1:
                 block = fits[0]
@@ -242,6 +244,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     gaps = 0
     no_identity = 0
     stem = path.stem
+    add = out.add
     for row in rows:
         ids, prompt_len = row.ids, row.prompt_len
         if ids is None:
@@ -287,7 +290,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             continue
         if row.session_id is not None:
             last_of_session[row.session_id] = req
-        out.add(req, row.line)
+        add(req, row.line)
     if no_identity:
         out.warnings.append(
             f"{path}: {no_identity} records have no hash_ids: they have no prefix identity, so none of "
