@@ -21,7 +21,8 @@ Scheme (a kinetic bound, exact; our own design after the issue's sketch):
   joined, or when it was last re-keyed; a clock before ``t0`` is raised to it): ``K_i =
   score_i(t_i) - (t_i - t0) * s_hi``, and the bucket keeps its requests sorted by ``K`` (a plain
   list, kept sorted with ``bisect``: a bucket holds tens to a few thousand requests, where a
-  list's insert or delete, one ``memmove``, costs less than a ``SortedList``'s bookkeeping). For ``t >= t_i``, ``score_i(t) <= score_i(t_i) + (t - t_i) * s_i <= K_i + (t -
+  list's insert or delete, one ``memmove``, costs less than a ``SortedList``'s bookkeeping).
+  For ``t >= t_i``, ``score_i(t) <= score_i(t_i) + (t - t_i) * s_i <= K_i + (t -
   t0) * s_hi`` (the score is a line of slope ``s_i <= s_hi``, flat once capped; a later rise of
   ``s_hi`` only loosens the bound, as ``t >= t0``), and the score never falls with time, so at
   ``te``, the latest clock of any read (``>= t_i``), the best request not yet taken from a bucket
@@ -149,7 +150,6 @@ class FastLane:
         # risen), the largest h/max(c,1) any cache could give (None in small mode)]
         self._items: dict[str, list] = {}
         self._resolve: Callable[[QueuedRequest], QueuedRequest] | None = None
-        self._shapes: dict[int, tuple[float, float, int]] = {}  # prompt length -> _shape
         self._buckets: dict[int, _Bucket] = {}  # log-slope index -> bucket
         self._by_slot: list[_Bucket] = []
         cap = 16
@@ -239,20 +239,8 @@ class FastLane:
         else:
             del keys[bisect_left(keys, kt)]
 
-    def _shape(self, prompt_len: int) -> tuple[float, float, int]:
-        """``(SLO, slope 1 / SLO, slope bucket index)`` of a prompt of ``prompt_len`` tokens,
-        memoised: ``slo`` depends on the length only (``Fairway.slo``), and a queue holds many
-        requests of each length, so ``add`` pays no ``slo`` call or logarithm for most."""
-        shape = self._shapes.get(prompt_len)
-        if shape is None:
-            slo = self.slo(prompt_len)
-            s = 1.0 / slo
-            idx = math.floor(math.log(s) * _INV_LOG) if s > 0 else -(1 << 62)
-            shape = self._shapes[prompt_len] = (slo, s, idx)
-        return shape
-
-    def _bucket(self, idx: int) -> _Bucket:
-        """The bucket of slope index ``idx`` (``_shape``), made at the lane's clock if new."""
+    def _bucket(self, s: float) -> _Bucket:
+        idx = math.floor(math.log(s) * _INV_LOG) if s > 0 else -(1 << 62)
         b = self._buckets.get(idx)
         if b is None:
             slot = len(self._by_slot)
@@ -290,16 +278,17 @@ class FastLane:
                 if item is not None:
                     del self._items[rid]  # a different request under the same id: a new item
                     self._in_arrival = False
-                slo, s, _ = self._shape(q.prompt_len)
-                self._items[rid] = [q, hc, q.arrival_time, slo, s, None, None, hc, False, None]
+                slo = self.slo(q.prompt_len)
+                self._items[rid] = [q, hc, q.arrival_time, slo, 1.0 / slo, None, None, hc, False, None]
             else:
                 item[0] = q
                 item[1] = item[7] = hc
                 item[8] = False
             return
         if item is None:
-            slo, s, idx = self._shape(q.prompt_len)
-            b = self._bucket(idx)
+            slo = self.slo(q.prompt_len)
+            s = 1.0 / slo
+            b = self._bucket(s)
             if s > b.s_hi:
                 b.s_hi = s
                 self._sync(b)
@@ -425,7 +414,7 @@ class FastLane:
         key = self._key
         for rid, item in self._items.items():
             s = item[4]
-            b = self._bucket(self._shape(item[0].prompt_len)[2])
+            b = self._bucket(s)
             if s > b.s_hi:
                 b.s_hi = s  # the bound line is set once the bucket's keys are (_set_head below)
             item[9] = max(item[1], _hc_bound(item[0]))
