@@ -24,9 +24,12 @@ kept in parts:
   BLOCK leaves: the one cost per request that grew with the queue (measured: 8.5x per call at
   ten copies of the conversation trace).
 - A step need not walk at all: ``floor``, a lower bound on every margin that is not urgent (the
-  exact least one after a walk; a newcomer lowers it by its work and puts in its own, at least
-  ``D - `` all the work waiting; a leave only raises margins), decides that nobody new is due while
-  ``t < floor``.
+  exact least one after a walk; a leave only raises margins), decides that nobody new is due
+  while ``t < floor``. A newcomer with deadline ``d`` puts in ``d - `` all the work waiting
+  (``lookahead="queue"``): at most its own margin, and at most the new margin of every request
+  after it in deadline order, whose ``D >= d`` and whose ``P`` (which now counts the newcomer's
+  work) is at most all the work; those before it keep their margins. (Formerly the floor was
+  also lowered by the newcomer's work, a looser bound that walked more often.)
 - The FCFS estimate ``W`` of a new request is the work of the waiting requests ahead of it in
   arrival order: when it arrives after all of them (the usual case) that is the running total of
   the waiting requests' works; otherwise (in the live hook, a request that became waiting after a
@@ -106,6 +109,9 @@ class DueBlocks:
         self._removes: list[Key] = []  # removed since then, still in the blocks
         self.last: list[Key] = []  # the last key of each block (bisect here for a key's block)
         self._dirty: dict[int, _Block] = {}  # blocks to re-sum before the next walk
+        # Blocks whose total and least were kept up to date by appends (``_add_now``) and not
+        # re-summed: only their leaves to set before the next walk.
+        self._grown: dict[int, _Block] = {}
         self._moved: int | None = None  # blocks from this index on moved (a split, a compaction)
         self._size = 1  # leaves of the tree (a power of two >= len(blocks))
         self._leaves = 0  # leaves set from blocks (the others: no work, no margin)
@@ -167,6 +173,9 @@ class DueBlocks:
         if key > self.last[-1]:  # after every key (the usual newcomer): at the end, no bisect
             i = len(blocks) - 1
             b = blocks[i]
+            if id(b) not in self._dirty:
+                self._append(i, b, key, work)
+                return
             j = len(b.keys)
         else:
             i = self._block_of(key)
@@ -179,6 +188,26 @@ class DueBlocks:
         b.gone = None
         self.last[i] = b.keys[-1]
         self._dirty[id(b)] = b
+        if len(b.keys) > 2 * self.BLOCK:
+            self._split(i)
+
+    def _append(self, i: int, b: _Block, key: Key, work: int) -> None:
+        """Put ``key`` last in block ``i`` (``b``, the last block, not dirty): the margins before
+        it do not move, so its own margin updates ``b``'s total and least in O(1), no re-sum."""
+        b.keys.append(key)
+        b.dl.append(key[0])
+        b.work.append(work)
+        b.urgent.append(False)
+        b.gone = None
+        self.last[i] = key
+        if self.mode == "queue":
+            b.total += work
+            m = key[0] - b.total  # D - P, P its block's works up to and including it
+        else:
+            m = key[0] - work if self.mode == "own" else key[0]
+        if m < b.least:
+            b.least = m
+        self._grown[id(b)] = b
         if len(b.keys) > 2 * self.BLOCK:
             self._split(i)
 
@@ -231,6 +260,7 @@ class DueBlocks:
         self._blocks = out
         self.last = [b.keys[-1] for b in out]
         self._dirty = {id(b): b for b in out}
+        self._grown = {}
         self._moved = 0
 
     def _moved_from(self, i: int) -> None:
@@ -256,11 +286,22 @@ class DueBlocks:
             b.least = min(compress(margins, map(not_, b.urgent)), default=math.inf)
 
     def _leaf(self, i: int) -> None:
-        """Block ``i``'s pair into its leaf, and up to the root."""
+        """Block ``i``'s pair into its leaf, and up to the root (``_up`` for one path, inlined:
+        two or three of these per due test).
+
+        ``a if a <= c else c`` is ``min(a, c)`` (the first of equals) without the call."""
         b = self._blocks[i]
+        tot, lst = self._tot, self._lst
         node = self._size + i
-        self._tot[node], self._lst[node] = b.total, b.least
-        self._up(node >> 1, node >> 1)
+        tot[node], lst[node] = b.total, b.least
+        node >>= 1
+        while node:
+            left = node << 1
+            tl = tot[left]
+            tot[node] = tl + tot[left + 1]
+            a, c = lst[left], lst[left + 1] - tl
+            lst[node] = a if a <= c else c
+            node >>= 1
 
     def _up(self, lo: int, hi: int) -> None:
         """Combine the tree nodes ``lo..hi`` from their children, then their ancestors, to the root."""
@@ -304,13 +345,18 @@ class DueBlocks:
         if self._adds or self._removes:
             self._apply()
         margins_of: dict[int, list[int]] = {}  # id(block) -> its margins, for the walk below
-        for key, b in self._dirty.items():
+        dirty = self._dirty
+        for key, b in dirty.items():
             margins = margins_of[key] = self._margins(b)
             self._resum(b, margins)
+        changed = list(dirty.values())
+        if self._grown:
+            changed += [b for key, b in self._grown.items() if key not in dirty]
+            self._grown = {}
         moved = self._moved
         if moved is not None:
             self._retree()
-        for b in self._dirty.values():
+        for b in changed:
             i = self._block_of(b.keys[-1] if b.keys else b.gone)
             if moved is None or i < moved:  # the others were re-set by _retree
                 self._leaf(i)
@@ -500,7 +546,9 @@ class DeadlineOrder:
             due.add(key, own)
             if floor is not None:  # see the module docstring
                 if mode == "queue":
-                    floor = min(floor - own, d - total)
+                    # d - total bounds its own margin and the new margin of every request after
+                    # it (D >= d, P <= total); those before it keep theirs (module docstring).
+                    floor = min(floor, d - total)
                 else:
                     floor = min(floor, d - own if mode == "own" else d)
         p.horizon_ns = h

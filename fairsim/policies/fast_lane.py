@@ -19,8 +19,10 @@ Scheme (a kinetic bound, exact; our own design after the issue's sketch):
 - A bucket has a reference time ``t0`` (its creation) and a slope bound ``s_hi`` (the largest
   slope of a request added to it). A request's key is made at some clock ``t_i >= t0`` (when it
   joined, or when it was last re-keyed; a clock before ``t0`` is raised to it): ``K_i =
-  score_i(t_i) - (t_i - t0) * s_hi``, and the bucket keeps its requests sorted by ``K`` (a
-  ``SortedList``). For ``t >= t_i``, ``score_i(t) <= score_i(t_i) + (t - t_i) * s_i <= K_i + (t -
+  score_i(t_i) - (t_i - t0) * s_hi``, and the bucket keeps its requests sorted by ``K`` (a plain
+  list, kept sorted with ``bisect``: a bucket holds tens to a few thousand requests, where a
+  list's insert or delete, one ``memmove``, costs less than a ``SortedList``'s bookkeeping).
+  For ``t >= t_i``, ``score_i(t) <= score_i(t_i) + (t - t_i) * s_i <= K_i + (t -
   t0) * s_hi`` (the score is a line of slope ``s_i <= s_hi``, flat once capped; a later rise of
   ``s_hi`` only loosens the bound, as ``t >= t0``), and the score never falls with time, so at
   ``te``, the latest clock of any read (``>= t_i``), the best request not yet taken from a bucket
@@ -70,10 +72,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator
+from bisect import bisect_left, insort
 from heapq import heappop, heappush
 
 import numpy as np
-from sortedcontainers import SortedList
 
 from fairsim.types import QueuedRequest
 
@@ -123,7 +125,7 @@ class _Bucket:
     __slots__ = ("keys", "t0", "s_hi", "slot", "front")
 
     def __init__(self, slot: int, t0: float) -> None:
-        self.keys = SortedList()  # (-K, arrival_time, request_id)
+        self.keys: list[tuple] = []  # (-K, arrival_time, request_id), ascending (front first)
         self.front: tuple | None = None  # keys[0], or None when empty
         self.t0 = t0
         self.s_hi = 0.0  # bound on the slopes of the members (the largest slope ever added)
@@ -224,15 +226,18 @@ class FastLane:
         self._sync(b)
 
     def _insert(self, b: _Bucket, kt: tuple) -> None:
-        b.keys.add(kt)
+        insort(b.keys, kt)
         if b.front is None or kt < b.front:
             b.front = kt
             self._sync(b)
 
     def _delete(self, b: _Bucket, kt: tuple) -> None:
-        b.keys.remove(kt)
+        keys = b.keys
         if kt == b.front:
+            del keys[0]
             self._set_head(b)
+        else:
+            del keys[bisect_left(keys, kt)]
 
     def _bucket(self, s: float) -> _Bucket:
         idx = math.floor(math.log(s) * _INV_LOG) if s > 0 else -(1 << 62)
@@ -289,7 +294,12 @@ class FastLane:
                 self._sync(b)
             arr = q.arrival_time
             kt = self._kt(hc, arr, slo, rid, b)
-            self._items[rid] = [q, hc, arr, slo, s, b, kt, hc, False, max(hc, _hc_bound(q))]
+            # max(hc, _hc_bound(q)), inlined (hot: once per request)
+            L = q.prompt_len
+            bs = q.block_size
+            h = min(len(q.block_keys), (L - 1) // bs) * bs if bs > 0 else max(L - 1, 0)
+            top = h / max(L - h - q.num_computed_tokens, 1)
+            self._items[rid] = [q, hc, arr, slo, s, b, kt, hc, False, top if top > hc else hc]
         elif q.arrival_time != item[2] or q.prompt_len != item[0].prompt_len:
             self.remove(rid)  # not a cache change: a different request under the same id
             self._in_arrival = False
@@ -414,7 +424,7 @@ class FastLane:
             per_bucket.setdefault(b.slot, []).append(kt)
         for slot, kts in per_bucket.items():
             b = self._by_slot[slot]
-            b.keys = SortedList(kts)
+            b.keys = sorted(kts)
             self._set_head(b)
 
     def _to_small(self) -> None:
