@@ -31,9 +31,13 @@ from tests.utils import constant_profile, rag_preempting
 
 PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
-#: Policies whose fast path declares ``moved_by`` (the skip applies to them).
+#: Policies whose fast path declares ``moved_by`` or ``head_moved_by`` (the skip applies to them).
 SKIPPING = ["fcfs", "lpm", "klpm", "klpm4", "klpm8", "ragcache", "peek", "suf", "lpm-aging",
-            "sjf-aging", "lof", "drr-dynamo"]
+            "sjf-aging", "lof", "drr-dynamo", "vtc", "lpm-sglang"]
+#: Policies that declare what moves their order's first item only (``head_moved_by``; HRRN's
+#: only above 128 waiting). lpm-sglang's kept order declares it too (at or below 128, moved by
+#: the snapshots alone, so it skips on the eager path: ``SKIPPING``).
+HEAD_SKIPPING = ["vtc", "hrrn"]
 TABLES = ("requests", "steps", "token_gaps")
 
 
@@ -79,12 +83,55 @@ def test_every_policy_same_tables_with_preemptions(name):
 
 def test_only_declared_orders_skip():
     # Fairway's order moves with the clock (wait / SLO), Preble's group pointer with each read,
-    # HRRN is told the prefill-token counter before each order: none declares ``moved_by``.
+    # DRR's first visit with the charges (lazy snapshots): none declares ``moved_by`` or
+    # ``head_moved_by``. VTC's first item and HRRN's kept order (above 128 waiting) declare
+    # theirs only.
     reqs, config = rag_preempting(PROFILE)
-    for name in ("fairway", "preble", "hrrn", "drr"):
+    for name in ("fairway", "fairway-deadline", "preble", "drr"):
         engine = DecodeFastEngine(reqs, make_policy(name, PROFILE), PROFILE, config)
-        assert not engine._skip
+        assert not engine._skip and not engine._skip_head
+    for name in HEAD_SKIPPING:
+        engine = DecodeFastEngine(reqs, make_policy(name, PROFILE), PROFILE, config)
+        assert engine._skip_head and not engine._skip
+    assert not DecodeFastEngine(reqs, make_policy("hrrn", sglang_sort_limit=False), PROFILE, config)._skip_head
     assert DecodeFastEngine(reqs, make_policy("lpm", PROFILE), PROFILE, config)._skip
+
+
+def test_kept_order_declares_its_head_by_queue_length():
+    # SGLang's kept order: above 128 waiting it is read as kept (only joins and leaves move its
+    # first item); at or below it sorts: by the snapshots alone (LPM) or with HRRN's counter.
+    from fairsim.policies.sglang import SGLANG_SORT_LIMIT, KeptOrder
+    from fairsim.types import QueuedRequest
+
+    def snap(i):
+        return QueuedRequest(f"r{i}", float(i), 8, 0, 8)
+
+    plain, clock_free = KeptOrder(list), KeptOrder(list, clock_free=True)
+    for i in range(SGLANG_SORT_LIMIT):
+        plain.add(snap(i))
+        clock_free.add(snap(i))
+    assert (plain.head_moved_by, clock_free.head_moved_by) == (None, "snapshots")
+    plain.add(snap(SGLANG_SORT_LIMIT))
+    clock_free.add(snap(SGLANG_SORT_LIMIT))
+    assert (plain.head_moved_by, clock_free.head_moved_by) == ("queue", "queue")
+    plain.remove("r0")
+    assert plain.head_moved_by is None
+
+
+def test_hrrn_skips_above_the_sort_limit():
+    # A (40-token prompt, 10 blocks of 4, 30 outputs) holds the cache while 140 requests of 11-15
+    # blocks arrive: none fits until A finishes, then one at a time. HRRN keeps its order while
+    # more than 128 wait (its attempts skipped) and sorts by its ratios below (tried each step).
+    reqs = [Request("A", 0.0, 40, (), BLOCK, 30, {})]
+    for i in range(140):
+        n = 44 + 4 * (i % 5)
+        keys = (100 + i % 3,) + tuple(1000 * i + j for j in range(n // BLOCK - 1))
+        reqs.append(Request(f"B{i:03d}", 0.5 + 0.01 * (i % 7), n, keys, BLOCK, 1 + i % 4, {}))
+    config = EngineConfig(block_size=BLOCK, kv_blocks=22, mode="colocated")
+    profile = constant_profile(step_s=1.0, per_token_s=0.001)
+    engine = _same_decisions(reqs, "hrrn", profile, config)
+    assert engine.skipped_attempts > 20
+    assert engine._inc.head_moved_by is None  # the queue ran down below the limit
 
 
 def test_each_condition_ends_the_skip():
@@ -120,7 +167,7 @@ def test_each_condition_ends_the_skip():
 @st.composite
 def colocated_runs(draw):
     reqs, config = draw(colocated_traces(max_spare_blocks=6))
-    return reqs, draw(profiles()), config, draw(st.sampled_from(SKIPPING))
+    return reqs, draw(profiles()), config, draw(st.sampled_from(SKIPPING + ["hrrn"]))
 
 
 @settings(max_examples=150, deadline=None)
@@ -144,7 +191,7 @@ def test_sessions_open_loop():
 
 
 @pytest.mark.skipif(not CONVERSATION.exists(), reason="shared conversation trace not present")
-@pytest.mark.parametrize("name", ["fcfs", "lpm", "peek", "klpm4"])
+@pytest.mark.parametrize("name", ["fcfs", "lpm", "peek", "klpm4", "vtc"])
 def test_conversation_long_outputs(name):
     from fairsim.traces.formats import read_trace
 

@@ -127,6 +127,16 @@ class KeptOrder:
             self.items = dict(self.items)
             self._removed = 0
 
+    @property
+    def head_moved_by(self) -> str | None:
+        """What can move the first item before the next read (``fairsim.policies.incremental``):
+        above 128 waiting only a new request (appended) or a removal, since the kept order is
+        read as it is; at or below, a ``clock_free`` sort moves with the snapshots, another
+        (HRRN's ratios) with the policy's state too."""
+        if len(self) > SGLANG_SORT_LIMIT:
+            return "queue"
+        return "snapshots" if self.clock_free else None
+
     def iter_order(self, now: float = 0.0) -> Iterator[QueuedRequest]:
         if len(self) <= SGLANG_SORT_LIMIT:
             if not (self.clock_free and self._sorted):
@@ -201,6 +211,10 @@ class HRRN(_KeptSort):
         self.sglang_sort_limit = sglang_sort_limit
         self.sglang_dedup = sglang_dedup
         self.prefill_tokens = 0
+
+    #: ``on_prefill_tokens`` only stores the latest count, read by the next sort: calls skipped
+    #: between two orders change nothing (``fairsim.policies.base``).
+    prefill_tokens_latest = True
 
     def on_prefill_tokens(self, total: int) -> None:
         """The engine's prefill-token counter before this step's order (contract rule 5)."""
