@@ -33,10 +33,9 @@ PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
 #: Policies whose fast path declares ``moved_by`` or ``head_moved_by`` (the skip applies to them).
 SKIPPING = ["fcfs", "lpm", "klpm", "klpm4", "klpm8", "ragcache", "peek", "suf", "lpm-aging",
-            "sjf-aging", "lof", "drr-dynamo", "vtc", "lpm-sglang"]
-#: Policies that declare what moves their order's first item only (``head_moved_by``; HRRN's
-#: only above 128 waiting). lpm-sglang's kept order declares it too (at or below 128, moved by
-#: the snapshots alone, so it skips on the eager path: ``SKIPPING``).
+            "sjf-aging", "lof", "drr-dynamo", "vtc", "lpm-sglang", "hrrn"]
+#: Policies that declare what moves their order's first item only (``head_moved_by``: VTC's, and
+#: SGLang's kept order, which lpm-sglang has too).
 HEAD_SKIPPING = ["vtc", "hrrn"]
 TABLES = ("requests", "steps", "token_gaps")
 
@@ -99,7 +98,7 @@ def test_only_declared_orders_skip():
 
 def test_kept_order_declares_its_head_by_queue_length():
     # SGLang's kept order: above 128 waiting it is read as kept (only joins and leaves move its
-    # first item); at or below it sorts: by the snapshots alone (LPM) or with HRRN's counter.
+    # first item); at or below it sorts by the snapshots (and HRRN by its counter: the engine's).
     from fairsim.policies.sglang import SGLANG_SORT_LIMIT, KeptOrder
     from fairsim.types import QueuedRequest
 
@@ -110,18 +109,18 @@ def test_kept_order_declares_its_head_by_queue_length():
     for i in range(SGLANG_SORT_LIMIT):
         plain.add(snap(i))
         clock_free.add(snap(i))
-    assert (plain.head_moved_by, clock_free.head_moved_by) == (None, "snapshots")
+    assert (plain.head_moved_by, clock_free.head_moved_by) == ("snapshots", "snapshots")
     plain.add(snap(SGLANG_SORT_LIMIT))
     clock_free.add(snap(SGLANG_SORT_LIMIT))
     assert (plain.head_moved_by, clock_free.head_moved_by) == ("queue", "queue")
     plain.remove("r0")
-    assert plain.head_moved_by is None
+    assert plain.head_moved_by == "snapshots"
 
 
-def test_hrrn_skips_above_the_sort_limit():
+def test_hrrn_same_tables_across_the_sort_limit():
     # A (40-token prompt, 10 blocks of 4, 30 outputs) holds the cache while 140 requests of 11-15
     # blocks arrive: none fits until A finishes, then one at a time. HRRN keeps its order while
-    # more than 128 wait (its attempts skipped) and sorts by its ratios below (tried each step).
+    # more than 128 wait and sorts by its ratios below, which move with its counter.
     reqs = [Request("A", 0.0, 40, (), BLOCK, 30, {})]
     for i in range(140):
         n = 44 + 4 * (i % 5)
@@ -131,7 +130,7 @@ def test_hrrn_skips_above_the_sort_limit():
     profile = constant_profile(step_s=1.0, per_token_s=0.001)
     engine = _same_decisions(reqs, "hrrn", profile, config)
     assert engine.skipped_attempts > 20
-    assert engine._inc.head_moved_by is None  # the queue ran down below the limit
+    assert engine._inc.head_moved_by == "snapshots"  # the queue ran down below the limit
 
 
 def test_each_condition_ends_the_skip():
@@ -143,7 +142,7 @@ def test_each_condition_ends_the_skip():
     head = engine._all[1]
 
     def block_on(next_key):
-        engine._blocked = (head, next_key, engine._order_changes, pool.num_frees)
+        engine._blocked = (head, next_key, engine._order_changes, pool.num_frees, engine.prefill_tokens)
 
     block_on(head.keys[2])
     assert engine._still_blocked()
@@ -164,10 +163,27 @@ def test_each_condition_ends_the_skip():
     assert not engine._still_blocked()
 
 
+def test_hrrn_counter_ends_the_skip_below_the_sort_limit():
+    # At or below 128 waiting HRRN sorts by its ratios, which move with the prefill-token
+    # counter it is told: a skip needs the counter of the last read; above, it is not read.
+    from fairsim.policies.sglang import SGLANG_SORT_LIMIT
+
+    reqs = [Request("A", 0.0, 9, (1, 2), BLOCK, 4, {})]
+    config = EngineConfig(block_size=BLOCK, kv_blocks=8, mode="colocated")
+    engine = DecodeFastEngine(reqs, make_policy("hrrn"), constant_profile(), config)
+    engine._blocked = (engine._all[0], NO_KEY, engine._order_changes, engine.pool.num_frees, 100)
+    engine.prefill_tokens = 100
+    assert engine._inc.head_moved_by == "snapshots" and engine._still_blocked()
+    engine.prefill_tokens = 101  # a prefill chunk ran since the last read
+    assert not engine._still_blocked()
+    engine._inc.items = {f"r{i}": None for i in range(SGLANG_SORT_LIMIT + 1)}  # the order kept as is
+    assert engine._inc.head_moved_by == "queue" and engine._still_blocked()
+
+
 @st.composite
 def colocated_runs(draw):
     reqs, config = draw(colocated_traces(max_spare_blocks=6))
-    return reqs, draw(profiles()), config, draw(st.sampled_from(SKIPPING + ["hrrn"]))
+    return reqs, draw(profiles()), config, draw(st.sampled_from(SKIPPING))
 
 
 @settings(max_examples=150, deadline=None)
@@ -191,7 +207,7 @@ def test_sessions_open_loop():
 
 
 @pytest.mark.skipif(not CONVERSATION.exists(), reason="shared conversation trace not present")
-@pytest.mark.parametrize("name", ["fcfs", "lpm", "peek", "klpm4", "vtc"])
+@pytest.mark.parametrize("name", ["fcfs", "lpm", "peek", "klpm4", "vtc", "hrrn"])
 def test_conversation_long_outputs(name):
     from fairsim.traces.formats import read_trace
 

@@ -131,11 +131,10 @@ class KeptOrder:
     def head_moved_by(self) -> str | None:
         """What can move the first item before the next read (``fairsim.policies.incremental``):
         above 128 waiting only a new request (appended) or a removal, since the kept order is
-        read as it is; at or below, a ``clock_free`` sort moves with the snapshots, another
-        (HRRN's ratios) with the policy's state too."""
-        if len(self) > SGLANG_SORT_LIMIT:
-            return "queue"
-        return "snapshots" if self.clock_free else None
+        read as it is; at or below, the sort: the snapshots and, for HRRN's ratios, the
+        prefill-token counter it is told (``on_prefill_tokens``; the colocated engine's skip
+        then requires it unchanged, ``fairsim.sim.decode_fast``)."""
+        return "queue" if len(self) > SGLANG_SORT_LIMIT else "snapshots"
 
     def iter_order(self, now: float = 0.0) -> Iterator[QueuedRequest]:
         if len(self) <= SGLANG_SORT_LIMIT:

@@ -113,12 +113,13 @@ class DecodeFastEngine(Engine):
                     and (self._on_prefill_tokens is None
                          or getattr(self.policy, "prefill_tokens_latest", False) is True)
                     and getattr(self.policy, "admission_limit", None) is None)
-        self._skip = can_skip and self._moves_only_with_changes(moved_by)
+        self._skip = can_skip and self._moves_only_with_changes(moved_by, self.prefill_tokens)
         # Else an order that declares what moves its first item (``head_moved_by``, which may
         # change with the order's state: SGLang's kept order): asked at each skip.
         self._skip_head = can_skip and not self._skip and hasattr(self._inc, "head_moved_by")
         #: The last admission attempt's misfit head: ``(request, its next key, _order_changes,
-        #: pool.num_frees)`` as they were then; None when the last attempt admitted or was not made.
+        #: pool.num_frees, prefill_tokens)`` as they were at its order read and attempt; None when
+        #: the last attempt admitted or was not made.
         self._blocked: tuple | None = None
         self._events: list[tuple[int, int, _Live]] = []  # (step, dec_seq, decoder)
         self._seq = 0  # registration counter: admission order among decoders
@@ -387,7 +388,10 @@ class DecodeFastEngine(Engine):
           (``head_moved_by``, asked now: the last read saw the same membership, so the same
           state where the declaration depends on it): an attempt that fails at its first
           request reads nothing after it. HRRN's ``on_prefill_tokens`` only stores the latest
-          count for the next sort (``prefill_tokens_latest``), so skipping it is invisible too.
+          count for the next sort (``prefill_tokens_latest``), so skipping it is invisible too;
+          where its sort reads it (``"snapshots"``: SGLang's kept order at or below 128
+          waiting), the counter must also be the one told at the last read (it grows only
+          with prefill chunks, not in the decode steps of a blocked queue).
         - ``need - F`` has not decreased since the last attempt. ``F`` rises only by ``free``
           (``BlockPool.num_frees`` unchanged); it falls by one per allocated block, and an
           allocation evicts at most that many cached blocks. The hit is the run of leading
@@ -413,9 +417,10 @@ class DecodeFastEngine(Engine):
         blocked = self._blocked
         if blocked is None:
             return False
-        if not self._skip and not (self._skip_head and self._moves_only_with_changes(self._inc.head_moved_by)):
+        _, next_key, read_at, frees, told = blocked
+        if not self._skip and not (self._skip_head
+                                   and self._moves_only_with_changes(self._inc.head_moved_by, told)):
             return False
-        _, next_key, read_at, frees = blocked
         pool = self.pool
         if read_at != self._order_changes or frees != pool.num_frees:
             return False
@@ -423,11 +428,15 @@ class DecodeFastEngine(Engine):
             return False
         return next_key is NO_KEY or not pool.is_cached(next_key)
 
-    def _moves_only_with_changes(self, moved_by: str | None) -> bool:
-        """Whether an order (or its first item) declared moved by ``moved_by`` moves only with
-        what ``_order_changes`` counts: its membership (``"queue"``), or its snapshots too
-        (``"snapshots"``) where every re-key counts, the eager path."""
-        return moved_by == "queue" or (moved_by == "snapshots" and self._lazy is None)
+    def _moves_only_with_changes(self, moved_by: str | None, told: int) -> bool:
+        """Whether an order (or its first item) declared moved by ``moved_by`` is the same as
+        at its last read, where ``told`` was the prefill-token counter: moved only by its
+        membership (``"queue"``), or by its snapshots too (``"snapshots"``) where every re-key
+        counts, the eager path, and by the counter where the policy is told it (HRRN's sort)."""
+        if moved_by == "queue":
+            return True
+        return (moved_by == "snapshots" and self._lazy is None
+                and (self._on_prefill_tokens is None or told == self.prefill_tokens))
 
     def _blocks_needed(self, due: list[_Live], step: int) -> int:
         """New blocks the due decoders take this step (each crossing a block boundary)."""
@@ -462,6 +471,7 @@ class DecodeFastEngine(Engine):
         # As of the order (the eager path syncs changed snapshots there): a key change by this
         # step's caching below re-keys a snapshot at the next order, so it must count as a change.
         read_at = self._order_changes
+        told = self.prefill_tokens  # told to the policy before the order (on_prefill_tokens)
         if self._on_admitted is not None and can_admit:
             for live in self._preempted:
                 live.snap = None
@@ -504,7 +514,7 @@ class DecodeFastEngine(Engine):
         elif not preempted and (self._waiting or self._preempted):
             self._admit_waiting(now, budget, batch, ordered)
             misfit = self.misfit
-            self._blocked = None if misfit is None else (misfit[0], misfit[1], read_at, pool.num_frees)
+            self._blocked = None if misfit is None else (misfit[0], misfit[1], read_at, pool.num_frees, told)
         # ctx + m / 2 = the reference's sum of (ctx_i + 1/2) over the decoders, exactly (module docstring)
         new_tokens, pair_sum, decodes, decode_ctx = _batch_sums(batch, m, ctx + 0.5 * m, m, ctx)
         self.prefill_tokens += new_tokens - decodes
