@@ -221,7 +221,7 @@ def test_conversation_long_outputs(name):
     assert engine.chunk_run_steps > len(res.steps) / 10  # prefill chunks beside the decoders
 
 
-@pytest.mark.parametrize("name", ["fcfs", "lpm"])
+@pytest.mark.parametrize("name", ["fcfs", "lpm", "vtc", "hrrn"])
 def test_colocated_fleet_same_tables(name):
     # Fleet members stretch blocked steps only up to the fleet's next event (a routing may
     # reach them then): two instances against step-by-step ones.

@@ -113,7 +113,10 @@ class DecodeFastEngine(Engine):
                     and (self._on_prefill_tokens is None
                          or getattr(self.policy, "prefill_tokens_latest", False) is True)
                     and getattr(self.policy, "admission_limit", None) is None)
-        self._skip = can_skip and self._moves_only_with_changes(moved_by, self.prefill_tokens)
+        # Checked once, so only for a policy not told the counter (else its value at the last
+        # read would matter: ``_moves_only_with_changes``).
+        self._skip = (can_skip and self._on_prefill_tokens is None
+                      and self._moves_only_with_changes(moved_by, self.prefill_tokens))
         # Else an order that declares what moves its first item (``head_moved_by``, which may
         # change with the order's state: SGLang's kept order): asked at each skip.
         self._skip_head = can_skip and not self._skip and hasattr(self._inc, "head_moved_by")
