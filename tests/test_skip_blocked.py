@@ -31,9 +31,12 @@ from tests.utils import constant_profile, rag_preempting
 
 PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
-#: Policies whose fast path declares ``moved_by`` (the skip applies to them).
+#: Policies whose fast path declares ``moved_by`` or ``head_moved_by`` (the skip applies to them).
 SKIPPING = ["fcfs", "lpm", "klpm", "klpm4", "klpm8", "ragcache", "peek", "suf", "lpm-aging",
-            "sjf-aging", "lof", "drr-dynamo"]
+            "sjf-aging", "lof", "drr-dynamo", "vtc", "lpm-sglang", "hrrn"]
+#: Policies that declare what moves their order's first item only (``head_moved_by``: VTC's, and
+#: SGLang's kept order, which lpm-sglang has too).
+HEAD_SKIPPING = ["vtc", "hrrn"]
 TABLES = ("requests", "steps", "token_gaps")
 
 
@@ -79,12 +82,55 @@ def test_every_policy_same_tables_with_preemptions(name):
 
 def test_only_declared_orders_skip():
     # Fairway's order moves with the clock (wait / SLO), Preble's group pointer with each read,
-    # HRRN is told the prefill-token counter before each order: none declares ``moved_by``.
+    # DRR's first visit with the charges (lazy snapshots): none declares ``moved_by`` or
+    # ``head_moved_by``. VTC's first item and HRRN's kept order (above 128 waiting) declare
+    # theirs only.
     reqs, config = rag_preempting(PROFILE)
-    for name in ("fairway", "preble", "hrrn", "drr"):
+    for name in ("fairway", "fairway-deadline", "preble", "drr"):
         engine = DecodeFastEngine(reqs, make_policy(name, PROFILE), PROFILE, config)
-        assert not engine._skip
+        assert not engine._skip and not engine._skip_head
+    for name in HEAD_SKIPPING:
+        engine = DecodeFastEngine(reqs, make_policy(name, PROFILE), PROFILE, config)
+        assert engine._skip_head and not engine._skip
+    assert not DecodeFastEngine(reqs, make_policy("hrrn", sglang_sort_limit=False), PROFILE, config)._skip_head
     assert DecodeFastEngine(reqs, make_policy("lpm", PROFILE), PROFILE, config)._skip
+
+
+def test_kept_order_declares_its_head_by_queue_length():
+    # SGLang's kept order: above 128 waiting it is read as kept (only joins and leaves move its
+    # first item); at or below it sorts by the snapshots (and HRRN by its counter: the engine's).
+    from fairsim.policies.sglang import SGLANG_SORT_LIMIT, KeptOrder
+    from fairsim.types import QueuedRequest
+
+    def snap(i):
+        return QueuedRequest(f"r{i}", float(i), 8, 0, 8)
+
+    plain, clock_free = KeptOrder(list), KeptOrder(list, clock_free=True)
+    for i in range(SGLANG_SORT_LIMIT):
+        plain.add(snap(i))
+        clock_free.add(snap(i))
+    assert (plain.head_moved_by, clock_free.head_moved_by) == ("snapshots", "snapshots")
+    plain.add(snap(SGLANG_SORT_LIMIT))
+    clock_free.add(snap(SGLANG_SORT_LIMIT))
+    assert (plain.head_moved_by, clock_free.head_moved_by) == ("queue", "queue")
+    plain.remove("r0")
+    assert plain.head_moved_by == "snapshots"
+
+
+def test_hrrn_same_tables_across_the_sort_limit():
+    # A (40-token prompt, 10 blocks of 4, 30 outputs) holds the cache while 140 requests of 11-15
+    # blocks arrive: none fits until A finishes, then one at a time. HRRN keeps its order while
+    # more than 128 wait and sorts by its ratios below, which move with its counter.
+    reqs = [Request("A", 0.0, 40, (), BLOCK, 30, {})]
+    for i in range(140):
+        n = 44 + 4 * (i % 5)
+        keys = (100 + i % 3,) + tuple(1000 * i + j for j in range(n // BLOCK - 1))
+        reqs.append(Request(f"B{i:03d}", 0.5 + 0.01 * (i % 7), n, keys, BLOCK, 1 + i % 4, {}))
+    config = EngineConfig(block_size=BLOCK, kv_blocks=22, mode="colocated")
+    profile = constant_profile(step_s=1.0, per_token_s=0.001)
+    engine = _same_decisions(reqs, "hrrn", profile, config)
+    assert engine.skipped_attempts > 20
+    assert engine._inc.head_moved_by == "snapshots"  # the queue ran down below the limit
 
 
 def test_each_condition_ends_the_skip():
@@ -96,7 +142,7 @@ def test_each_condition_ends_the_skip():
     head = engine._all[1]
 
     def block_on(next_key):
-        engine._blocked = (head, next_key, engine._order_changes, pool.num_frees)
+        engine._blocked = (head, next_key, engine._order_changes, pool.num_frees, engine.prefill_tokens)
 
     block_on(head.keys[2])
     assert engine._still_blocked()
@@ -115,6 +161,23 @@ def test_each_condition_ends_the_skip():
     assert engine._still_blocked()
     pool.free(ids[2:])  # a free block more
     assert not engine._still_blocked()
+
+
+def test_hrrn_counter_ends_the_skip_below_the_sort_limit():
+    # At or below 128 waiting HRRN sorts by its ratios, which move with the prefill-token
+    # counter it is told: a skip needs the counter of the last read; above, it is not read.
+    from fairsim.policies.sglang import SGLANG_SORT_LIMIT
+
+    reqs = [Request("A", 0.0, 9, (1, 2), BLOCK, 4, {})]
+    config = EngineConfig(block_size=BLOCK, kv_blocks=8, mode="colocated")
+    engine = DecodeFastEngine(reqs, make_policy("hrrn"), constant_profile(), config)
+    engine._blocked = (engine._all[0], NO_KEY, engine._order_changes, engine.pool.num_frees, 100)
+    engine.prefill_tokens = 100
+    assert engine._inc.head_moved_by == "snapshots" and engine._still_blocked()
+    engine.prefill_tokens = 101  # a prefill chunk ran since the last read
+    assert not engine._still_blocked()
+    engine._inc.items = {f"r{i}": None for i in range(SGLANG_SORT_LIMIT + 1)}  # the order kept as is
+    assert engine._inc.head_moved_by == "queue" and engine._still_blocked()
 
 
 @st.composite
@@ -144,7 +207,7 @@ def test_sessions_open_loop():
 
 
 @pytest.mark.skipif(not CONVERSATION.exists(), reason="shared conversation trace not present")
-@pytest.mark.parametrize("name", ["fcfs", "lpm", "peek", "klpm4"])
+@pytest.mark.parametrize("name", ["fcfs", "lpm", "peek", "klpm4", "vtc", "hrrn"])
 def test_conversation_long_outputs(name):
     from fairsim.traces.formats import read_trace
 
@@ -158,7 +221,7 @@ def test_conversation_long_outputs(name):
     assert engine.chunk_run_steps > len(res.steps) / 10  # prefill chunks beside the decoders
 
 
-@pytest.mark.parametrize("name", ["fcfs", "lpm"])
+@pytest.mark.parametrize("name", ["fcfs", "lpm", "vtc", "hrrn"])
 def test_colocated_fleet_same_tables(name):
     # Fleet members stretch blocked steps only up to the fleet's next event (a routing may
     # reach them then): two instances against step-by-step ones.

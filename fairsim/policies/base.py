@@ -54,6 +54,9 @@ Optional capabilities, discovered by attribute (``getattr``):
   turn counter, Preble's group table).
 - ``on_prefill_tokens(total)``: the engine's prefill-token counter before an order (rule 5;
   HRRN). Its return value is ignored.
+- ``prefill_tokens_latest = True``: ``on_prefill_tokens`` only stores the count for the next
+  order, so a step that reads no order may skip the call (HRRN; the colocated engine's skip of
+  blocked admissions, ``fairsim.sim.decode_fast``).
 - ``skips_misfits = True``: a request that does not fit is skipped instead of stopping admission
   (Preble). Default False: head-of-line stop, as vLLM.
 - ``admission_limit``: after ``order()``, the engine considers at most this many requests from the

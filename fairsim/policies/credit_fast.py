@@ -108,6 +108,13 @@ class VTCOrder(ClassQueues):
     (their key grows by ``input_weight x charge`` per placement, as in ``VTC.order``).
     """
 
+    #: The first item is the oldest request of the class with the least key ``(counter, head
+    #: arrival, head id)``: the counters move only at ``_sync`` (classes that joined or left)
+    #: and ``VTC.on_admitted``, the class queues only with ``add``/``remove``; the charges
+    #: (snapshots) order only the items after it, and a read's bookkeeping (``_placed``,
+    #: ``_class_size``) is redone by the next read (``fairsim.policies.incremental``).
+    head_moved_by = "queue"
+
     def __init__(self, policy: Any) -> None:
         super().__init__()
         self.policy = policy

@@ -38,6 +38,13 @@ skips an admission attempt that cannot succeed only for an order that declares i
 an ``add`` that replaces a snapshot (``SortedKeyOrder``). Either way neither the clock (``now``)
 nor the reads themselves: reading changes nothing a later read or the policy's other calls see.
 Absent (``None``): anything may move it (Fairway's wait term, a cursor advanced by reading).
+Optional ``head_moved_by`` (read at each use, so it may be a property of the order's state):
+the same for the *first* item alone, where the rest of the sequence may move otherwise; that
+is all the skip needs, since it skips only attempts that fail at the first request
+(``VTCOrder``: the least-served class's oldest request, whatever the charges; ``KeptOrder``
+above SGLang's 128-waiting limit, where it keeps its order). For a policy told the engine's
+prefill-token counter (``on_prefill_tokens``), ``"snapshots"`` also means that counter (the
+engine skips only while it is unchanged; HRRN's sort at or below the limit).
 
 Cost: ``add``/``remove`` are O(log n) (``sortedcontainers``) or O(1); ``iter_order`` yields the
 first ``k`` items in O(k log n) (sorted keys; Fairway's time-dependent Fast-lane score: slope

@@ -127,6 +127,15 @@ class KeptOrder:
             self.items = dict(self.items)
             self._removed = 0
 
+    @property
+    def head_moved_by(self) -> str | None:
+        """What can move the first item before the next read (``fairsim.policies.incremental``):
+        above 128 waiting only a new request (appended) or a removal, since the kept order is
+        read as it is; at or below, the sort: the snapshots and, for HRRN's ratios, the
+        prefill-token counter it is told (``on_prefill_tokens``; the colocated engine's skip
+        then requires it unchanged, ``fairsim.sim.decode_fast``)."""
+        return "queue" if len(self) > SGLANG_SORT_LIMIT else "snapshots"
+
     def iter_order(self, now: float = 0.0) -> Iterator[QueuedRequest]:
         if len(self) <= SGLANG_SORT_LIMIT:
             if not (self.clock_free and self._sorted):
@@ -201,6 +210,10 @@ class HRRN(_KeptSort):
         self.sglang_sort_limit = sglang_sort_limit
         self.sglang_dedup = sglang_dedup
         self.prefill_tokens = 0
+
+    #: ``on_prefill_tokens`` only stores the latest count, read by the next sort: calls skipped
+    #: between two orders change nothing (``fairsim.policies.base``).
+    prefill_tokens_latest = True
 
     def on_prefill_tokens(self, total: int) -> None:
         """The engine's prefill-token counter before this step's order (contract rule 5)."""

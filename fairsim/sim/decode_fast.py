@@ -104,15 +104,25 @@ class DecodeFastEngine(Engine):
             raise ValueError("DecodeFastEngine models colocated mode only; use Engine for prefill-only")
         # The exact skip of admission attempts that cannot succeed (``_still_blocked``): for an
         # order that declares what moves it (``moved_by``, fairsim.policies.incremental) and a
-        # policy that is told nothing else per order (no ``on_prefill_tokens``) and stops at its
-        # first misfit (no ``skips_misfits``, no ``admission_limit``). A snapshot-moved order
-        # must be eager: lazy hits change its snapshots without counting in ``_order_changes``.
+        # policy that is told nothing else per order (no ``on_prefill_tokens``, or one that only
+        # stores the latest count: ``prefill_tokens_latest``) and stops at its first misfit (no
+        # ``skips_misfits``, no ``admission_limit``). A snapshot-moved order must be eager: lazy
+        # hits change its snapshots without counting in ``_order_changes``.
         moved_by = getattr(self._inc, "moved_by", None)
-        self._skip = (skip_blocked and not self._skips_misfits and self._on_prefill_tokens is None
-                      and getattr(self.policy, "admission_limit", None) is None
-                      and (moved_by == "queue" or (moved_by == "snapshots" and self._lazy is None)))
+        can_skip = (skip_blocked and not self._skips_misfits
+                    and (self._on_prefill_tokens is None
+                         or getattr(self.policy, "prefill_tokens_latest", False) is True)
+                    and getattr(self.policy, "admission_limit", None) is None)
+        # Checked once, so only for a policy not told the counter (else its value at the last
+        # read would matter: ``_moves_only_with_changes``).
+        self._skip = (can_skip and self._on_prefill_tokens is None
+                      and self._moves_only_with_changes(moved_by, self.prefill_tokens))
+        # Else an order that declares what moves its first item (``head_moved_by``, which may
+        # change with the order's state: SGLang's kept order): asked at each skip.
+        self._skip_head = can_skip and not self._skip and hasattr(self._inc, "head_moved_by")
         #: The last admission attempt's misfit head: ``(request, its next key, _order_changes,
-        #: pool.num_frees)`` as they were then; None when the last attempt admitted or was not made.
+        #: pool.num_frees, prefill_tokens)`` as they were at its order read and attempt; None when
+        #: the last attempt admitted or was not made.
         self._blocked: tuple | None = None
         self._events: list[tuple[int, int, _Live]] = []  # (step, dec_seq, decoder)
         self._seq = 0  # registration counter: admission order among decoders
@@ -377,7 +387,14 @@ class DecodeFastEngine(Engine):
           order that moves only with its membership (``moved_by == "queue"``) or with its
           snapshots (``"snapshots"``, eager path only: ``__init__``) therefore yields the same
           head, and neither reads the clock nor changes when read: the skipped read is
-          invisible.
+          invisible. The same holds of an order whose first item alone is declared so
+          (``head_moved_by``, asked now: the last read saw the same membership, so the same
+          state where the declaration depends on it): an attempt that fails at its first
+          request reads nothing after it. HRRN's ``on_prefill_tokens`` only stores the latest
+          count for the next sort (``prefill_tokens_latest``), so skipping it is invisible too;
+          where its sort reads it (``"snapshots"``: SGLang's kept order at or below 128
+          waiting), the counter must also be the one told at the last read (it grows only
+          with prefill chunks, not in the decode steps of a blocked queue).
         - ``need - F`` has not decreased since the last attempt. ``F`` rises only by ``free``
           (``BlockPool.num_frees`` unchanged); it falls by one per allocated block, and an
           allocation evicts at most that many cached blocks. The hit is the run of leading
@@ -401,15 +418,28 @@ class DecodeFastEngine(Engine):
         nothing either. ``tests/test_skip_blocked.py`` compares the tables with the attempts
         made (``skip_blocked=False``) and with the reference engine."""
         blocked = self._blocked
-        if blocked is None or not self._skip:
+        if blocked is None:
             return False
-        _, next_key, read_at, frees = blocked
+        _, next_key, read_at, frees, told = blocked
+        if not self._skip and not (self._skip_head
+                                   and self._moves_only_with_changes(self._inc.head_moved_by, told)):
+            return False
         pool = self.pool
         if read_at != self._order_changes or frees != pool.num_frees:
             return False
         if self._protect is not None and self._protect_stale():
             return False
         return next_key is NO_KEY or not pool.is_cached(next_key)
+
+    def _moves_only_with_changes(self, moved_by: str | None, told: int) -> bool:
+        """Whether an order (or its first item) declared moved by ``moved_by`` is the same as
+        at its last read, where ``told`` was the prefill-token counter: moved only by its
+        membership (``"queue"``), or by its snapshots too (``"snapshots"``) where every re-key
+        counts, the eager path, and by the counter where the policy is told it (HRRN's sort)."""
+        if moved_by == "queue":
+            return True
+        return (moved_by == "snapshots" and self._lazy is None
+                and (self._on_prefill_tokens is None or told == self.prefill_tokens))
 
     def _blocks_needed(self, due: list[_Live], step: int) -> int:
         """New blocks the due decoders take this step (each crossing a block boundary)."""
@@ -444,6 +474,7 @@ class DecodeFastEngine(Engine):
         # As of the order (the eager path syncs changed snapshots there): a key change by this
         # step's caching below re-keys a snapshot at the next order, so it must count as a change.
         read_at = self._order_changes
+        told = self.prefill_tokens  # told to the policy before the order (on_prefill_tokens)
         if self._on_admitted is not None and can_admit:
             for live in self._preempted:
                 live.snap = None
@@ -486,7 +517,7 @@ class DecodeFastEngine(Engine):
         elif not preempted and (self._waiting or self._preempted):
             self._admit_waiting(now, budget, batch, ordered)
             misfit = self.misfit
-            self._blocked = None if misfit is None else (misfit[0], misfit[1], read_at, pool.num_frees)
+            self._blocked = None if misfit is None else (misfit[0], misfit[1], read_at, pool.num_frees, told)
         # ctx + m / 2 = the reference's sum of (ctx_i + 1/2) over the decoders, exactly (module docstring)
         new_tokens, pair_sum, decodes, decode_ctx = _batch_sums(batch, m, ctx + 0.5 * m, m, ctx)
         self.prefill_tokens += new_tokens - decodes
