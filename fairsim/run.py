@@ -260,7 +260,8 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
     a ``--mode disaggregated`` run its deployment (``DisaggSpec.run_info``: the link as used,
     the bytes per token from ``profile``, loaded from ``args.profile`` when not given).
     ``block_pool`` says which LRU block pool the engines ran on (``"compiled"`` or ``"python"``,
-    ``fairsim.sim.block_pool.block_pool_kind``; PEEK's hooked pool is always Python).
+    ``fairsim.sim.block_pool.block_pool_kind``; PEEK's protection runs on it too, RAGCache's PGDSF
+    eviction always on the Python hooked pool).
     """
     from fairsim.sim.block_pool import block_pool_kind
 

@@ -17,6 +17,9 @@ Hook protocol (duck-typed; every method but ``select`` is optional):
   ``max_num_seqs`` waiting requests in the policy's order, the keys their prefix hit would use.
 - ``on_cache(b, key)``, ``on_touch(b)``, ``on_free(b)`` (``ref_cnt`` reached 0),
   ``on_evict(b, key)``: notifications from the hooked pool.
+- ``pool_rule`` (class attribute): a choice the compiled pool makes natively. Only
+  ``ProtectWaitingHits``'s, read from its ``protected`` dict (``fairsim.sim.block_pool.
+  compiled_rule``); a hook with ``bind`` or an ``on_*`` method keeps the hooked pool.
 
 Only the simulator runs these: the live vLLM hook reorders the queue but keeps vLLM's LRU, and
 must say so when asked to run a policy with an eviction hook (POLICIES.md, last section).
@@ -47,6 +50,11 @@ class ProtectWaitingHits:
     continuing chunks of running requests at the start of the next step see the previous step's
     set). With an empty set it is exactly LRU.
     """
+
+    #: Declares this choice to the simulator's block pool (``fairsim.sim.block_pool.PROTECTED_LAST``,
+    #: same text): the compiled pool then takes it natively, reading ``protected`` at each
+    #: allocation, instead of calling ``select`` (same blocks: ``tests/test_block_pool_peek.py``).
+    pool_rule = "unprotected LRU first, then protected LRU"
 
     def __init__(self) -> None:
         # The protected keys, each with the number of protected hits that use it (a key is

@@ -17,8 +17,15 @@ Differences a caller can see, none of which the engines rely on: ``ref_cnt`` is 
 through the methods only); a block id outside ``0 .. num_blocks - 1`` raises ``IndexError`` (the
 reference's lists wrap a negative id around); ``journal``, ``watched`` and ``on_key_change`` are
 read once per call (a callback must not reassign them mid-call; the reference's bulk calls read
-them once too); it cannot be subclassed from Python code that expects ``_free`` (PEEK's
-``HookedBlockPool`` stays on the reference).
+them once too); it cannot be subclassed from Python code that expects ``_free``.
+
+PEEK's eviction choice is native too: with ``protection`` set to an object whose ``protected``
+attribute is a dict (key -> count, a key protected while in it: ``ProtectWaitingHits``), an
+allocation takes the free blocks whose key is not protected first, in LRU order, then the
+protected ones in LRU order - what ``HookedBlockPool`` with that hook takes (the reference of this
+path; ``tests/test_block_pool_peek.py``). ``protection.protected`` is read once per ``allocate``
+and ``grow_chunks`` call (the engine replaces or changes it between calls, never inside one). Other
+eviction hooks (RAGCache's PGDSF) stay on ``HookedBlockPool``.
 """
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
@@ -53,6 +60,7 @@ cdef class CompiledBlockPool:
     cdef public object on_key_change
     cdef public object watched
     cdef public object journal
+    cdef public object protection
 
     def __cinit__(self, int num_blocks):
         if num_blocks < 1:
@@ -80,6 +88,9 @@ cdef class CompiledBlockPool:
         self.on_key_change = None
         self.watched = None
         self.journal = None
+        # None: plain LRU. Else an object whose ``protected`` dict (key -> count) names the keys
+        # an allocation takes last (PEEK's ``ProtectWaitingHits``; module docstring).
+        self.protection = None
 
     def __dealloc__(self):
         PyMem_Free(self._ref)
@@ -134,6 +145,39 @@ cdef class CompiledBlockPool:
         else:
             self._tail = -1
         self._n_free -= n
+        return out
+
+    cdef dict _protected_now(self):
+        """``protection.protected`` when there is one and it is not empty, else None (LRU)."""
+        if self.protection is None:
+            return None
+        cdef dict protected = self.protection.protected
+        return protected if protected else None
+
+    cdef list _take(self, Py_ssize_t n, dict protected):
+        """``n`` free blocks (``n <= _n_free``), off the queue, in the order to take them: the
+        front ``n`` without ``protected``; with it, the unprotected ones in LRU order, then the
+        protected ones in LRU order (``ProtectWaitingHits.select``: the walk stops at the
+        ``n``-th unprotected block, protected ones kept are at most ``n``)."""
+        if protected is None:
+            return self._pop_front(<int> n)
+        cdef list block_key = self.block_key
+        cdef list out = []
+        cdef list held = []
+        cdef Py_ssize_t i
+        cdef int b = self._head
+        while b >= 0 and len(out) < n:
+            key = block_key[b]
+            if key is not None and key in protected:
+                if len(held) < n:
+                    held.append(b)
+            else:
+                out.append(b)
+            b = self._next[b]
+        if len(out) < n:
+            out.extend(held[:n - len(out)])
+        for i in range(n):
+            self._unlink(out[i])
         return out
 
     cdef inline int _index(self, object block_id) except -1:
@@ -213,7 +257,8 @@ cdef class CompiledBlockPool:
             self._ref[b] += 1
 
     def allocate(self, n):
-        """Take ``n`` blocks from the front of the free queue, evicting cached ones.
+        """Take ``n`` blocks from the front of the free queue, evicting cached ones; with
+        ``protection``, unprotected free blocks first (LRU), then protected ones (LRU).
 
         Raises:
             ValueError: Fewer than ``n`` free blocks, or ``n < 0``.
@@ -222,7 +267,7 @@ cdef class CompiledBlockPool:
             raise ValueError(f"cannot allocate {n} blocks: only {self._n_free} free")
         if n < 0:
             raise ValueError(f"cannot allocate {n} blocks: a count is >= 0")
-        cdef list out = self._pop_front(n)
+        cdef list out = self._take(n, self._protected_now())
         cdef Py_ssize_t evicted = self._claim(out, 0, n, self.journal, self.on_key_change, self.watched)
         if evicted:
             self.num_evictions += evicted
@@ -319,6 +364,19 @@ cdef class CompiledBlockPool:
         then ``cache_blocks(blocks, keys, stops[i - 1], stops[i])``; same effects in the same
         order as those calls (``BlockPool.grow_chunks``).
 
+        With ``protection``: every chunk's blocks are the next ones of the one sequence ``_take``
+        gives for ``sum(needs)`` blocks at the start (the per-chunk ``allocate`` calls' blocks,
+        in order). Why: a chunk's choice depends only on the free queue's order, the free blocks'
+        keys and the protected dict. Within the call nothing joins the free queue (no free), the
+        protected dict does not change (the engine changes it between calls only), and the free
+        blocks' keys do not change (a chunk evicts only blocks it took and caches only the
+        request's own blocks, none free). So after a chunk takes the first ``k`` of the sequence
+        "unprotected in LRU order, then protected in LRU order", the rest of the queue - the same
+        blocks in the same relative order, minus those ``k`` - gives that sequence without its
+        first ``k``: taking the first ``k`` of the unprotected part leaves the rest of it and all
+        the protected part; taking more leaves only the tail of the protected part. By
+        induction, chunk ``i`` takes ``sequence[pos:pos + needs[i]]``.
+
         Returns:
             Per chunk, after it: ``num_used``, ``num_cached`` and the blocks it evicted.
 
@@ -333,7 +391,7 @@ cdef class CompiledBlockPool:
             raise ValueError(f"cannot allocate {total} blocks: a count is >= 0")
         if total > self._n_free:
             raise ValueError(f"cannot allocate {total} blocks: only {self._n_free} free")
-        cdef list taken = self._pop_front(total)
+        cdef list taken = self._take(total, self._protected_now())
         journal, notify, watched = self.journal, self.on_key_change, self.watched
         cdef list used_after = []
         cdef list cached_after = []

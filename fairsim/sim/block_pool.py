@@ -431,14 +431,44 @@ def block_pool_kind() -> str:
     return "compiled"
 
 
-def new_block_pool(num_blocks: int) -> BlockPool:
-    """The engines' plain LRU pool of ``num_blocks`` blocks: the compiled one (same behaviour,
-    decision for decision: ``tests/test_block_pool_compiled.py``) or this module's
-    ``BlockPool``, as ``block_pool_kind`` says.
+#: The eviction rule a hook declares (class attribute ``pool_rule``) to run on the compiled pool:
+#: an allocation takes free blocks whose key is not in ``hook.protected`` first, in LRU order, then
+#: the protected ones in LRU order (PEEK's ``fairsim.policies.eviction.ProtectWaitingHits``).
+PROTECTED_LAST = "unprotected LRU first, then protected LRU"
+
+#: Hook methods only ``HookedBlockPool`` calls: a hook with any of them keeps that pool.
+_HOOKED_ONLY = ("bind", "on_cache", "on_touch", "on_free", "on_evict")
+
+
+def compiled_rule(hook: object) -> bool:
+    """Whether the compiled pool can run ``hook``'s eviction itself: the hook declares
+    ``pool_rule == PROTECTED_LAST`` and has none of the notifications or ``bind`` (which only
+    ``HookedBlockPool`` calls)."""
+    return (getattr(hook, "pool_rule", None) == PROTECTED_LAST
+            and not any(hasattr(hook, name) for name in _HOOKED_ONLY))
+
+
+def new_block_pool(num_blocks: int, hook: object = None) -> BlockPool:
+    """The engines' pool of ``num_blocks`` blocks.
+
+    Without an eviction ``hook``: the plain LRU pool, the compiled one (same behaviour, decision
+    for decision: ``tests/test_block_pool_compiled.py``) or this module's ``BlockPool``, as
+    ``block_pool_kind`` says. With one: the compiled pool with ``protection = hook`` where it is
+    in use and the hook declares ``PROTECTED_LAST`` (``compiled_rule``; PEEK: same decisions as
+    the hooked pool, ``tests/test_block_pool_peek.py``), else ``HookedBlockPool(num_blocks,
+    hook)`` (RAGCache's PGDSF, or the pure-Python pool).
 
     Raises:
-        ValueError: ``num_blocks < 1``.
+        ValueError: ``num_blocks < 1``, or a hook without ``select`` (``HookedBlockPool``).
     """
-    if block_pool_kind() == "compiled":
-        return compiled_pool_class()(num_blocks)
-    return BlockPool(num_blocks)
+    compiled = block_pool_kind() == "compiled"
+    if hook is None:
+        return compiled_pool_class()(num_blocks) if compiled else BlockPool(num_blocks)
+    if compiled and compiled_rule(hook):
+        pool = compiled_pool_class()(num_blocks)
+        pool.protection = hook
+        return pool
+    # Imported here: a run without a hooked policy does not need the module (start-up time).
+    from fairsim.sim.hooked_pool import HookedBlockPool
+
+    return HookedBlockPool(num_blocks, hook)

@@ -292,15 +292,11 @@ class Engine:
         self.config = config
         self.block_size, self.kv_blocks = resolve_capacity(requests, config)
         # A policy that changes eviction (PEEK, RAGCache+PGDSF) hands the pool a strategy object;
-        # without one the pool is the exact vLLM LRU BlockPool (DESIGN.md rule 2), compiled where
-        # it was built (new_block_pool); the hooked pool subclasses the pure one.
+        # without one the pool is the exact vLLM LRU BlockPool (DESIGN.md rule 2). Compiled where
+        # it was built, PEEK's protection included (its hook declares the rule); other hooks get
+        # the hooked pool, which subclasses the pure one (new_block_pool).
         hook = getattr(policy, "eviction_hook", None)
-        if hook is None:
-            self.pool = new_block_pool(self.kv_blocks)
-        else:  # imported here: a run without such a policy does not need it (start-up time)
-            from fairsim.sim.hooked_pool import HookedBlockPool
-
-            self.pool = HookedBlockPool(self.kv_blocks, hook)
+        self.pool = new_block_pool(self.kv_blocks, hook)
         self._burst_c, self._step_coefficients = compiled_burst(profile)
         self._protect = getattr(hook, "protect", None)
         self.progress = progress

@@ -1,8 +1,10 @@
 """A block pool whose eviction choice is delegated to a policy's eviction hook.
 
 ``BlockPool`` stays the exact vLLM LRU pool and its ``allocate`` hot path is untouched; the engine
-builds a ``HookedBlockPool`` only when the policy exposes an ``eviction_hook`` (PEEK's soft
-protection, RAGCache's optional PGDSF). The hook protocol is documented in
+builds a ``HookedBlockPool`` only when the policy exposes an ``eviction_hook`` (RAGCache's optional
+PGDSF; PEEK's soft protection where the compiled pool is not in use - where it is, that pool makes
+PEEK's choice itself, and this class with ``ProtectWaitingHits`` is its reference:
+``fairsim.sim.block_pool.new_block_pool``). The hook protocol is documented in
 ``fairsim.policies.eviction``. This is a simulator-only departure from vLLM (DESIGN.md rule 2).
 """
 
