@@ -3,7 +3,7 @@
 - The optional compiled block pool (``fairsim/sim/_block_pool_c.pyx``, Cython). Where it does
   not compile (no C compiler) the install still succeeds, with a warning, and fairsim runs on
   the pure-Python pool (``fairsim.sim.block_pool.BlockPool``, the reference);
-  ``fairsim.sim.block_pool.new_block_pool`` picks whichever is there.
+  ``fairsim.sim.pool_choice.new_block_pool`` picks whichever is there.
 - An editable install (``pip install -e .``) writes the packages' bytecode (``__pycache__``)
   once: a wheel install gets it from pip, and a machine that sets ``PYTHONDONTWRITEBYTECODE``
   otherwise compiles every module at every start (0.07 CPU-s of a 0.31 s start-up here).

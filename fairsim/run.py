@@ -260,10 +260,10 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
     a ``--mode disaggregated`` run its deployment (``DisaggSpec.run_info``: the link as used,
     the bytes per token from ``profile``, loaded from ``args.profile`` when not given).
     ``block_pool`` says which LRU block pool the engines ran on (``"compiled"`` or ``"python"``,
-    ``fairsim.sim.block_pool.block_pool_kind``; PEEK's protection runs on it too, RAGCache's PGDSF
+    ``fairsim.sim.pool_choice.block_pool_kind``; PEEK's protection runs on it too, RAGCache's PGDSF
     eviction always on the Python hooked pool).
     """
-    from fairsim.sim.block_pool import block_pool_kind
+    from fairsim.sim.pool_choice import block_pool_kind
 
     info = {
         "trace": trace.source, "policies": names, "params": parse_params(args.param),

@@ -20,7 +20,8 @@ from hypothesis import given, settings, strategies as st
 from fairsim.policies import make_policy
 from fairsim.policies.eviction import PGDSFEviction, ProtectWaitingHits
 from fairsim.sim import EngineConfig
-from fairsim.sim.block_pool import PROTECTED_LAST, BlockPool, compiled_rule, new_block_pool
+from fairsim.sim.block_pool import BlockPool
+from fairsim.sim.pool_choice import PROTECTED_LAST, compiled_rule, new_block_pool
 from fairsim.sim.engine import Engine
 from fairsim.sim.hooked_pool import HookedBlockPool
 from tests.test_block_pool_compiled import (CONVERSATION, PROFILE, Compiled, _compiled_pool_is_built,  # noqa: F401

@@ -13,6 +13,7 @@ exports of ``fairsim/sweep/__init__.py``), which ``ast`` cannot see.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,7 +25,8 @@ def module_names(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
     ``__init__.py``)."""
     found: dict[str, Path] = {}
     for package in packages:
-        for path in sorted((root / package).rglob("*.py")):
+        # A Cython module (.pyx, built into an extension) is a module too: imports of it name it.
+        for path in sorted([*(root / package).rglob("*.py"), *(root / package).rglob("*.pyx")]):
             parts = path.relative_to(root).with_suffix("").parts
             if parts[-1] == "__init__":
                 parts = parts[:-1]
@@ -36,7 +38,12 @@ def imported(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The modules of ``modules`` that ``module`` (its source at ``path``) imports, anywhere in it."""
     is_package = path.name == "__init__.py"
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    source = path.read_text()
+    if path.suffix == ".pyx":  # Cython: not Python syntax; its Python-level import lines are
+        source = "\n".join(line.strip() for line in source.splitlines()
+                           if re.match(r"\s*(from\s+\S+\s+import\s|import\s)", line)
+                           and not line.lstrip().startswith("from libc") and "cimport" not in line)
+    for node in ast.walk(ast.parse(source, str(path))):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):

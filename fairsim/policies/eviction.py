@@ -51,7 +51,7 @@ class ProtectWaitingHits:
     set). With an empty set it is exactly LRU.
     """
 
-    #: Declares this choice to the simulator's block pool (``fairsim.sim.block_pool.PROTECTED_LAST``,
+    #: Declares this choice to the simulator's block pool (``fairsim.sim.pool_choice.PROTECTED_LAST``,
     #: same text): the compiled pool then takes it natively, reading ``protected`` at each
     #: allocation, instead of calling ``select`` (same blocks: ``tests/test_block_pool_peek.py``).
     pool_rule = "unprotected LRU first, then protected LRU"

@@ -19,14 +19,13 @@ The pool knows block ids, hash keys and counts only - never requests, policies o
 (STYLE.md 2.1). Keys are any hashable content identity of a full block's prefix.
 
 ``BlockPool`` is the reference implementation. The engines get their plain pool from
-``new_block_pool``: the compiled twin ``fairsim.sim._block_pool_c.CompiledBlockPool`` (C
+``fairsim.sim.pool_choice.new_block_pool``: the compiled twin ``fairsim.sim._block_pool_c.CompiledBlockPool`` (C
 arrays for the counts and the free queue; built at install, optional) unless it was not built or
 ``FAIRSIM_PURE_PYTHON=1``; ``tests/test_block_pool_compiled.py`` checks that they decide the same.
 """
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from collections.abc import Callable, Container, Hashable, Iterable, Iterator, Sequence
 from itertools import islice
@@ -407,68 +406,3 @@ class BlockPool:
     def iter_free(self) -> Iterator[int]:
         """Iterate free block ids in LRU order (front = next to evict), without copying."""
         return iter(self._free)
-
-
-#: Set to ``1`` to run on the pure-Python pool even where the compiled one is built.
-PURE_PYTHON_ENV = "FAIRSIM_PURE_PYTHON"
-
-
-def compiled_pool_class() -> type | None:
-    """``fairsim.sim._block_pool_c.CompiledBlockPool`` (this class as a typed extension class,
-    built at install by ``setup.py``), or None where it was not built."""
-    try:
-        from fairsim.sim._block_pool_c import CompiledBlockPool
-    except ImportError:
-        return None
-    return CompiledBlockPool
-
-
-def block_pool_kind() -> str:
-    """Which pool ``new_block_pool`` gives: ``"compiled"`` where the extension imports and
-    ``FAIRSIM_PURE_PYTHON=1`` is not set, else ``"python"`` (run.json records it)."""
-    if os.environ.get(PURE_PYTHON_ENV) == "1" or compiled_pool_class() is None:
-        return "python"
-    return "compiled"
-
-
-#: The eviction rule a hook declares (class attribute ``pool_rule``) to run on the compiled pool:
-#: an allocation takes free blocks whose key is not in ``hook.protected`` first, in LRU order, then
-#: the protected ones in LRU order (PEEK's ``fairsim.policies.eviction.ProtectWaitingHits``).
-PROTECTED_LAST = "unprotected LRU first, then protected LRU"
-
-#: Hook methods only ``HookedBlockPool`` calls: a hook with any of them keeps that pool.
-_HOOKED_ONLY = ("bind", "on_cache", "on_touch", "on_free", "on_evict")
-
-
-def compiled_rule(hook: object) -> bool:
-    """Whether the compiled pool can run ``hook``'s eviction itself: the hook declares
-    ``pool_rule == PROTECTED_LAST`` and has none of the notifications or ``bind`` (which only
-    ``HookedBlockPool`` calls)."""
-    return (getattr(hook, "pool_rule", None) == PROTECTED_LAST
-            and not any(hasattr(hook, name) for name in _HOOKED_ONLY))
-
-
-def new_block_pool(num_blocks: int, hook: object = None) -> BlockPool:
-    """The engines' pool of ``num_blocks`` blocks.
-
-    Without an eviction ``hook``: the plain LRU pool, the compiled one (same behaviour, decision
-    for decision: ``tests/test_block_pool_compiled.py``) or this module's ``BlockPool``, as
-    ``block_pool_kind`` says. With one: the compiled pool with ``protection = hook`` where it is
-    in use and the hook declares ``PROTECTED_LAST`` (``compiled_rule``; PEEK: same decisions as
-    the hooked pool, ``tests/test_block_pool_peek.py``), else ``HookedBlockPool(num_blocks,
-    hook)`` (RAGCache's PGDSF, or the pure-Python pool).
-
-    Raises:
-        ValueError: ``num_blocks < 1``, or a hook without ``select`` (``HookedBlockPool``).
-    """
-    compiled = block_pool_kind() == "compiled"
-    if hook is None:
-        return compiled_pool_class()(num_blocks) if compiled else BlockPool(num_blocks)
-    if compiled and compiled_rule(hook):
-        pool = compiled_pool_class()(num_blocks)
-        pool.protection = hook
-        return pool
-    # Imported here: a run without a hooked policy does not need the module (start-up time).
-    from fairsim.sim.hooked_pool import HookedBlockPool
-
-    return HookedBlockPool(num_blocks, hook)

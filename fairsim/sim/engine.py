@@ -68,7 +68,7 @@ from fairsim.policies.failure import policy_name
 from fairsim.sim.arrivals import Arrivals, resolve_replay
 from fairsim.policies.clients import client_of_request
 from fairsim.policies.incremental import fast_path_of
-from fairsim.sim.block_pool import block_pool_kind, new_block_pool
+from fairsim.sim.pool_choice import block_pool_kind, new_block_pool
 from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.lazy_hits import NO_KEY, LazyHits

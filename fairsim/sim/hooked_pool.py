@@ -4,7 +4,7 @@
 builds a ``HookedBlockPool`` only when the policy exposes an ``eviction_hook`` (RAGCache's optional
 PGDSF; PEEK's soft protection where the compiled pool is not in use - where it is, that pool makes
 PEEK's choice itself, and this class with ``ProtectWaitingHits`` is its reference:
-``fairsim.sim.block_pool.new_block_pool``). The hook protocol is documented in
+``fairsim.sim.pool_choice.new_block_pool``). The hook protocol is documented in
 ``fairsim.policies.eviction``. This is a simulator-only departure from vLLM (DESIGN.md rule 2).
 """
 
