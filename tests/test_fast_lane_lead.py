@@ -145,9 +145,9 @@ def test_kept_first_by_hand():
 @pytest.mark.parametrize("name", FAMILY)
 def test_family_colocated_same_tables_as_full_reads(name, monkeypatch):
     """The first 1,500 conversation requests colocated at time scale 8 (a blocked queue of
-    tens to hundreds): the tables with the kept first equal those of full reads, and the kept
-    first served most reads (Fairway-deadline's blocked reads stop at its due prefix on this
-    slice and read no Fast lane)."""
+    tens to hundreds): the tables with the kept first (its reads served, and skipped by the
+    engine through ``head_until``) equal those of full reads in every step (``CACHE_FIRST`` off:
+    no kept first, no skip)."""
     from fairsim.traces.formats import read_trace
 
     reqs = [dataclasses.replace(r, arrival_time=8 * r.arrival_time)
@@ -162,11 +162,16 @@ def test_family_colocated_same_tables_as_full_reads(name, monkeypatch):
         return original(self, now)
 
     monkeypatch.setattr(FastLane, "_bucket_order", counting)
-    kept = DecodeFastEngine(reqs, make_policy(name, PROFILE), PROFILE, config).run()
+    engine = DecodeFastEngine(reqs, make_policy(name, PROFILE), PROFILE, config)
+    kept = engine.run()
     counts = dict(served)
     monkeypatch.setattr(fast_lane, "CACHE_FIRST", False)
     full = DecodeFastEngine(reqs, make_policy(name, PROFILE), PROFILE, config).run()
     for table in TABLES:
         pd.testing.assert_frame_equal(getattr(kept, table), getattr(full, table), check_exact=True)
-    if name != "fairway-deadline":  # (its blocked reads stop in the due prefix here)
-        assert counts["kept"] > counts["full"] > 0
+    if name not in ("fairway-deadline", "fairway-patience"):
+        # The kept first's reads are skipped by the engine (``head_until``) or served.
+        assert engine.skipped_attempts > counts["full"] > 0 and counts["kept"] > 0
+    elif name == "fairway-patience":  # (its reads arm with the clock: not skipped, served)
+        assert engine.skipped_attempts == 0 and counts["kept"] > counts["full"] > 0
+    # (Fairway-deadline's blocked reads stop in its due prefix here: no Fast lane read.)

@@ -502,6 +502,16 @@ class FastLane:
         seq = small[1]
         return iter(seq) if self._resolve is None else map(self._resolve, seq)
 
+    def kept_until(self, now: float) -> float | None:
+        """The clock (s) up to which a read yields the last read's first request again, if
+        ``now`` is in its kept window (``_first``: nothing told since, as any ``add``,
+        ``remove`` or ``stale`` drops it), else ``None``. Such a read changes nothing, so an
+        engine may skip it (``fairsim.sim.decode_fast``)."""
+        first = self._first
+        if first is not None and first[1] <= now <= first[2] and CACHE_FIRST:
+            return first[2]
+        return None
+
     def _bucket_order(self, now: float) -> Iterator[QueuedRequest]:
         items = self._items
         n = len(items)

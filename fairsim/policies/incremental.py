@@ -382,6 +382,10 @@ class Lanes:
 
     #: Unknown in general (``combine`` may read the clock); set per instance where known.
     moved_by: str | None = None
+    #: Optional ``head_until(now)``: the clock (s) up to which the first item stays the last
+    #: read's and a read changes nothing, while nothing is told to the lanes; ``None`` when not
+    #: known (Fairway's family: ``FastLane.kept_until``; ``fairsim.sim.decode_fast``).
+    head_until: Callable[[float], float | None] | None = None
 
     def __init__(self, combine: Callable[..., Iterator[QueuedRequest]], *lanes: Any) -> None:
         self.lanes = lanes
@@ -454,7 +458,10 @@ def fairway_order(policy: Any) -> Lanes:
     fast_w, fair_w = policy.fast_weight, policy.fair_weight
 
     if not policy.fair_lane:  # the ablation reads the Fast lane alone: keep no Fair lane
-        return LazyLanes(lambda now, fast: fast.iter_order(now), FastLane(policy.slo))
+        fast = FastLane(policy.slo)
+        lanes = LazyLanes(lambda now, fast: fast.iter_order(now), fast)
+        lanes.head_until = fast.kept_until
+        return lanes
 
     def combine(now: float, fast: FastLane, fair: ArrivalOrder) -> Iterator[QueuedRequest]:
         n = len(fast)
@@ -465,7 +472,12 @@ def fairway_order(policy: Any) -> Lanes:
             return small
         return merge_lanes(fast.iter_order(now), fair.iter_order(now), n, fast_w, fair_w)
 
-    return LazyLanes(combine, FastLane(policy.slo), ArrivalOrder())
+    fast = FastLane(policy.slo)
+    lanes = LazyLanes(combine, fast, ArrivalOrder())
+    # The merge's first is the Fast lane's or the Fair lane's front, chosen by their snapshots:
+    # while the Fast lane keeps its first (nothing told since), the merge's is the same.
+    lanes.head_until = fast.kept_until
+    return lanes
 
 
 def fairway_carry_order(policy: Any, see_oldest: Callable[[QueuedRequest, float], None] | None = None) -> Lanes:
@@ -495,7 +507,13 @@ def fairway_carry_order(policy: Any, see_oldest: Callable[[QueuedRequest, float]
         return merge_lanes(fast.iter_order(now), fair_it, n, fast_w, fair_w,
                            0.0 if policy.fast_first else None, fast_w * policy.debt, o.request_id)
 
-    return LazyLanes(combine, FastLane(policy.slo, policy.wait_cap), ArrivalOrder())
+    fast = FastLane(policy.slo, policy.wait_cap)
+    lanes = LazyLanes(combine, fast, ArrivalOrder())
+    if see_oldest is None:
+        # As Fairway's, with the oldest and its debt, which move only with the membership and
+        # at admissions; not ``see_oldest``'s (Fairway-patience arms with the clock).
+        lanes.head_until = fast.kept_until
+    return lanes
 
 
 def klpm_order(policy: Any) -> Lanes:
