@@ -44,7 +44,12 @@ is all the skip needs, since it skips only attempts that fail at the first reque
 (``VTCOrder``: the least-served class's oldest request, whatever the charges; ``KeptOrder``
 above SGLang's 128-waiting limit, where it keeps its order). For a policy told the engine's
 prefill-token counter (``on_prefill_tokens``), ``"snapshots"`` also means that counter (the
-engine skips only while it is unchanged; HRRN's sort at or below the limit).
+engine skips only while it is unchanged; HRRN's sort at or below the limit). Optional
+``head_until(now)``: for a first item that moves with the clock, the clock up to which it stays
+the last read's and a read changes nothing, while nothing is told to the order (``None``: not
+known now); Fairway's family (not Fairway-patience, whose read arms with the clock) answers with
+its Fast lane's kept first (``FastLane.kept_until``): the merge's first is one of the two lanes'
+fronts, chosen by their snapshots and the carried debt, none of which moves with the clock.
 
 Cost: ``add``/``remove`` are O(log n) (``sortedcontainers``) or O(1); ``iter_order`` yields the
 first ``k`` items in O(k log n) (sorted keys; Fairway's time-dependent Fast-lane score: slope

@@ -406,7 +406,14 @@ class DecodeFastEngine(Engine):
           count for the next sort (``prefill_tokens_latest``), so skipping it is invisible too;
           where its sort reads it (``"snapshots"``: SGLang's kept order at or below 128
           waiting), the counter must also be the one told at the last read (it grows only
-          with prefill chunks, not in the decode steps of a blocked queue).
+          with prefill chunks, not in the decode steps of a blocked queue). Or the order
+          declares the clock up to which its first item stays the last read's and a read
+          changes nothing while it is told nothing (``head_until(now)``, asked now: the
+          Fairway family's Fast lane keeps its first with such a clock,
+          ``FastLane._lead_until``), and it has nothing to be told: no snapshot change waits
+          for the next read (``_dirty``, and with lazy hits ``raised`` and ``recheck``; every
+          request the last read resolved has a snapshot, so a change of its hit is one of
+          these). ``_blocked_until`` is then that clock, which ends a stretch (``_loop``).
         - ``need - F`` has not decreased since the last attempt. ``F`` rises only by ``free``
           (``BlockPool.num_frees`` unchanged); it falls by one per allocated block, and an
           allocation evicts at most that many cached blocks. The hit is the run of leading
