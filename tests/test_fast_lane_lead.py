@@ -94,13 +94,13 @@ def test_kept_first_equals_full_and_reference_reads(seed, cap, origin, bucketed)
                     ref = next(full.iter_order(now)).request_id
                 finally:
                     fast_lane.CACHE_FIRST = True
-                first = kept._first
+                first = kept._kept()
                 it = kept.iter_order(now)
                 got = next(it).request_id
                 assert got == ref == expected[0], (now, first)
                 if rng.random() < 0.1:
                     assert [got] + _ids(it) == expected
-                kept_now = kept._first
+                kept_now = kept._kept()
                 if kept_now is not None and kept_now[2] < math.inf and rng.random() < 0.5:
                     # the window's end and one ulp past it
                     for edge in (kept_now[2], math.nextafter(kept_now[2], math.inf)):
@@ -130,7 +130,7 @@ def test_kept_first_by_hand():
         assert s_b > s_a
         cross = 3.0 / (s_b - s_a)
         assert next(lane.iter_order(0.0)).request_id == "a"
-        rid, since, until = lane._first
+        rid, since, until = lane._kept()
         assert (rid, since) == ("a", 0.0)
         assert until < cross and until > cross * (1 - 1e-6)
         settled = lane._clock
@@ -138,7 +138,7 @@ def test_kept_first_by_hand():
         assert lane._clock == settled  # served from the kept first: no full read
         assert next(lane.iter_order(cross * (1 + 1e-9))).request_id == "b"
         lane.add(b)  # any change drops the kept first
-        assert lane._first is None
+        assert lane._kept() is None
 
 
 @pytest.mark.skipif(not CONVERSATION.exists(), reason="shared conversation trace not present")
@@ -157,7 +157,7 @@ def test_family_colocated_same_tables_as_full_reads(name, monkeypatch):
     original = FastLane._bucket_order
 
     def counting(self, now):
-        first = self._first
+        first = self._kept()
         served["kept" if first is not None and first[1] <= now <= first[2] else "full"] += 1
         return original(self, now)
 

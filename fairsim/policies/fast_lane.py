@@ -187,6 +187,10 @@ class FastLane:
         # first while nothing but the clock moves: ``(request_id, read clock, valid until)``
         # (``_lead_until``); None after any change (add, remove, stale, a mode switch).
         self._first: tuple[str, float, float] | None = None
+        # The state of the last read when it stopped right after its first item (the arguments
+        # of ``_lead_until``): the window is computed from it only when asked, since a read that
+        # goes on (an admission) or a change makes it useless. None: nothing pending.
+        self._lead_state: tuple | None = None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -272,7 +276,7 @@ class FastLane:
         the key (still an upper bound: the score rises with ``h / c``); only a rise above it
         re-keys, so a hit that flips between two values costs one re-key, not one per flip.
         """
-        self._first = None
+        self._first = self._lead_state = None
         rid = q.request_id
         hc = q.cached_len / max(q.uncached_len, 1)
         item = self._items.get(rid)
@@ -342,7 +346,7 @@ class FastLane:
     def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
         """Take lazy hits: ``resolve(q)`` gives this step's snapshot of ``q``'s request."""
         self._resolve = resolve
-        self._first = None
+        self._first = self._lead_state = None
 
     def stale(self, request_ids: Iterable[str], raised: Iterable[str] | None = None) -> None:
         """These requests' snapshots are out of date (a hit changed); they are read through the
@@ -357,7 +361,7 @@ class FastLane:
 
         Flag ``item[8]``: 0/False fresh, 1 stale (hit may only have fallen), 2 stale (may have
         risen)."""
-        self._first = None
+        self._first = self._lead_state = None
         items = self._items
         if raised is None:
             raised, request_ids = request_ids, ()
@@ -394,7 +398,7 @@ class FastLane:
 
     def remove(self, request_id: str) -> None:
         """The request left the waiting queue."""
-        self._first = None
+        self._first = self._lead_state = None
         item = self._items.pop(request_id)
         if not self._small:
             self._delete(item[5], item[6])
@@ -421,7 +425,7 @@ class FastLane:
         """Leave small mode: bucket every request, keys made at ``t0 = now`` (a stale one's with
         its largest possible ``h / c``, as ``stale`` would)."""
         self._small = False
-        self._first = None
+        self._first = self._lead_state = None
         self._clock = self._origin = now
         per_bucket: dict[int, list] = {}
         key = self._key
@@ -443,7 +447,7 @@ class FastLane:
     def _to_small(self) -> None:
         """Enter small mode: drop the buckets (the items keep their snapshots and stale flags)."""
         self._small = True
-        self._first = None
+        self._first = self._lead_state = None
         self._buckets = {}
         self._by_slot = []
         self._c[:] = EMPTY
@@ -502,12 +506,20 @@ class FastLane:
         seq = small[1]
         return iter(seq) if self._resolve is None else map(self._resolve, seq)
 
+    def _kept(self) -> tuple[str, float, float] | None:
+        """``_first``, computed from the last read's pending state first (``_lead_state``)."""
+        state = self._lead_state
+        if state is not None:
+            self._lead_state = None
+            self._first = self._lead_until(*state)
+        return self._first
+
     def kept_until(self, now: float) -> float | None:
         """The clock (s) up to which a read yields the last read's first request again, if
         ``now`` is in its kept window (``_first``: nothing told since, as any ``add``,
         ``remove`` or ``stale`` drops it), else ``None``. Such a read changes nothing, so an
         engine may skip it (``fairsim.sim.decode_fast``)."""
-        first = self._first
+        first = self._kept()
         if first is not None and first[1] <= now <= first[2] and CACHE_FIRST:
             return first[2]
         return None
@@ -517,7 +529,7 @@ class FastLane:
         n = len(items)
         if n == 0:
             return
-        first = self._first
+        first = self._kept()
         lead = None  # the first request, already yielded from the last read (_lead_until)
         if first is not None and first[1] <= now <= first[2] and CACHE_FIRST:
             lead = first[0]
@@ -604,10 +616,12 @@ class FastLane:
                             f"Fast lane: the kept first request {lead!r} is not the read's first {rid!r} at {now!r}")
                     continue  # yielded above
                 if te == now:  # (a clock gone back: bounds taken later than now; not kept)
-                    self._first = self._lead_until(now, -neg, items[rid], cand, opened, bound, nb)
+                    # Kept only if the reader stops here (the state as it is now; below).
+                    self._lead_state = (now, -neg, items[rid], cand, opened, bound, nb)
             # The engine's current snapshot object (same hit as ``q``, whose key was exact at the
             # step's start): admitting preempted requests may have made the engine rebuild it.
             yield q if self._resolve is None else self._resolve(q)
+            self._lead_state = None  # read on: the state moved (and the first was admitted)
 
     def _lead_until(self, now: float, score: float, item: list, cand: list, opened: list,
                     bound: np.ndarray, nb: int) -> tuple[str, float, float] | None:
