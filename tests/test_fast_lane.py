@@ -167,10 +167,12 @@ def test_a_read_far_before_arrival_keeps_the_bounds():
         assert _ids(lane.iter_order(T)) == expected
 
 
-def test_wasted_takes_are_rekeyed_at_the_next_read():
-    """A read that stops early leaves requests it took but did not yield; the next read re-keys
-    them at its clock, so each one's bound is its exact score there (the mechanism that keeps a
-    read's waste from growing with the queue; orders stay right without it, only slower)."""
+def test_wasted_takes_are_rekeyed_at_the_next_read(monkeypatch):
+    """A read that stops early leaves requests it took but did not yield; the next full read
+    re-keys them at its clock, so each one's bound is its exact score there (the mechanism that
+    keeps a read's waste from growing with the queue; orders stay right without it, only slower).
+    Full reads only: a kept first request (``CACHE_FIRST``) is yielded without settling."""
+    monkeypatch.setattr(fast_lane, "CACHE_FIRST", False)
     policy = make_policy("fairway", PROFILE)
     rng = random.Random(3)
     with _modes(0, -1):

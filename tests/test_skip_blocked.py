@@ -37,6 +37,9 @@ SKIPPING = ["fcfs", "lpm", "klpm", "klpm4", "klpm8", "ragcache", "peek", "suf", 
 #: Policies that declare what moves their order's first item only (``head_moved_by``: VTC's, and
 #: SGLang's kept order, which lpm-sglang has too).
 HEAD_SKIPPING = ["vtc", "hrrn"]
+#: Policies whose first item moves with the clock but is kept up to a known clock
+#: (``head_until``: the Fast lane's kept first); they skip where their lane is bucketed.
+CLOCK_SKIPPING = ["fairway", "fairway-abswait", "fairway-nofair", "fairway-carry", "fairway-plus"]
 TABLES = ("requests", "steps", "token_gaps")
 
 
@@ -77,7 +80,8 @@ def test_a_blocked_head_is_tried_once_by_hand():
 def test_every_policy_same_tables_with_preemptions(name):
     reqs, config = rag_preempting(PROFILE)
     engine = _same_decisions(reqs, name, PROFILE, config, reference=False)
-    assert (engine.skipped_attempts > 0) == (name in SKIPPING)
+    if name not in CLOCK_SKIPPING:
+        assert (engine.skipped_attempts > 0) == (name in SKIPPING)
 
 
 def test_only_declared_orders_skip():
@@ -89,6 +93,10 @@ def test_only_declared_orders_skip():
     for name in ("fairway", "fairway-deadline", "preble", "drr"):
         engine = DecodeFastEngine(reqs, make_policy(name, PROFILE), PROFILE, config)
         assert not engine._skip and not engine._skip_head
+        assert (engine._head_until is not None) == (name in CLOCK_SKIPPING)
+    for name in ("fairway-patience", "fairway-deadline", "preble", "drr", "vtc", "fcfs"):
+        engine = DecodeFastEngine(reqs, make_policy(name, PROFILE), PROFILE, config)
+        assert engine._head_until is None
     for name in HEAD_SKIPPING:
         engine = DecodeFastEngine(reqs, make_policy(name, PROFILE), PROFILE, config)
         assert engine._skip_head and not engine._skip
@@ -145,22 +153,46 @@ def test_each_condition_ends_the_skip():
         engine._blocked = (head, next_key, engine._order_changes, pool.num_frees, engine.prefill_tokens)
 
     block_on(head.keys[2])
-    assert engine._still_blocked()
+    assert engine._still_blocked(0.0)
     engine._skip = False  # an order that does not declare what moves it
-    assert not engine._still_blocked()
+    assert not engine._still_blocked(0.0)
     engine._skip = True
     engine._order_changes += 1  # an arrival, admission, preemption or (eager) re-key
-    assert not engine._still_blocked()
+    assert not engine._still_blocked(0.0)
     block_on(head.keys[2])
     ids = pool.allocate(3)  # allocations only lower the free blocks
     pool.cache(ids[0], ("other", 0))  # a key that is not the head's next one
-    assert engine._still_blocked()
+    assert engine._still_blocked(0.0)
     pool.cache(ids[1], head.keys[2])  # the head's next key: its hit may grow
-    assert not engine._still_blocked()
+    assert not engine._still_blocked(0.0)
     block_on(NO_KEY)  # a hit at its cap cannot grow
-    assert engine._still_blocked()
+    assert engine._still_blocked(0.0)
     pool.free(ids[2:])  # a free block more
-    assert not engine._still_blocked()
+    assert not engine._still_blocked(0.0)
+
+
+def test_clock_kept_head_ends_the_skip_at_its_clock_and_at_pending_changes():
+    # An order whose first item is kept up to a clock (``head_until``, the Fairway family's):
+    # the skip holds up to that clock only, and not while a snapshot change waits to be told.
+    reqs = [Request("A", 0.0, 9, (1, 2), BLOCK, 4, {}), Request("B", 0.0, 13, (1, 2, 3), BLOCK, 2, {})]
+    config = EngineConfig(block_size=BLOCK, kv_blocks=8, mode="colocated")
+    engine = DecodeFastEngine(reqs, make_policy("fcfs"), constant_profile(), config)
+    engine._skip = False
+    engine._head_until = lambda now: 5.0 if now <= 5.0 else None
+    engine._blocked = (engine._all[1], NO_KEY, engine._order_changes, engine.pool.num_frees, 0)
+    assert engine._still_blocked(4.0) and engine._blocked_until == 5.0
+    assert engine._still_blocked(5.0)
+    assert not engine._still_blocked(5.000001)
+    engine._dirty[1] = engine._all[0]  # a snapshot changed, not yet told to the order
+    assert not engine._still_blocked(4.0)
+    engine._dirty.clear()
+    if engine._lazy is not None:
+        engine._lazy.recheck.append(engine._all[0])
+        assert not engine._still_blocked(4.0)
+        engine._lazy.recheck.clear()
+    assert engine._still_blocked(4.0)
+    engine._head_until = None  # no kept head: as before
+    assert not engine._still_blocked(4.0)
 
 
 def test_hrrn_counter_ends_the_skip_below_the_sort_limit():
@@ -173,17 +205,17 @@ def test_hrrn_counter_ends_the_skip_below_the_sort_limit():
     engine = DecodeFastEngine(reqs, make_policy("hrrn"), constant_profile(), config)
     engine._blocked = (engine._all[0], NO_KEY, engine._order_changes, engine.pool.num_frees, 100)
     engine.prefill_tokens = 100
-    assert engine._inc.head_moved_by == "snapshots" and engine._still_blocked()
+    assert engine._inc.head_moved_by == "snapshots" and engine._still_blocked(0.0)
     engine.prefill_tokens = 101  # a prefill chunk ran since the last read
-    assert not engine._still_blocked()
+    assert not engine._still_blocked(0.0)
     engine._inc.items = {f"r{i}": None for i in range(SGLANG_SORT_LIMIT + 1)}  # the order kept as is
-    assert engine._inc.head_moved_by == "queue" and engine._still_blocked()
+    assert engine._inc.head_moved_by == "queue" and engine._still_blocked(0.0)
 
 
 @st.composite
 def colocated_runs(draw):
     reqs, config = draw(colocated_traces(max_spare_blocks=6))
-    return reqs, draw(profiles()), config, draw(st.sampled_from(SKIPPING))
+    return reqs, draw(profiles()), config, draw(st.sampled_from(SKIPPING + CLOCK_SKIPPING))
 
 
 @settings(max_examples=150, deadline=None)
@@ -207,7 +239,7 @@ def test_sessions_open_loop():
 
 
 @pytest.mark.skipif(not CONVERSATION.exists(), reason="shared conversation trace not present")
-@pytest.mark.parametrize("name", ["fcfs", "lpm", "peek", "klpm4", "vtc", "hrrn"])
+@pytest.mark.parametrize("name", ["fcfs", "lpm", "peek", "klpm4", "vtc", "hrrn", "fairway", "fairway-carry"])
 def test_conversation_long_outputs(name):
     from fairsim.traces.formats import read_trace
 

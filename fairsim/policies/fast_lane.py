@@ -77,6 +77,7 @@ from heapq import heappop, heappush
 
 import numpy as np
 
+from fairsim.errors import EngineInvariantError
 from fairsim.types import QueuedRequest
 
 #: Relative slope width of a bucket: slopes within a bucket differ by at most this factor - 1.
@@ -98,6 +99,9 @@ SMALL_HI = 32
 SMALL_LO = 12
 
 _INV_LOG = 1.0 / math.log1p(DELTA)
+#: Keep a bucketed read's first request for the later reads it provably stays first in
+#: (``FastLane._lead_until``); False: every read is a full one (the tests' reference).
+CACHE_FIRST = True
 
 
 def max_hit(q: QueuedRequest) -> int:
@@ -179,6 +183,14 @@ class FastLane:
         # in release order), and the largest such key added; a small read re-sorts otherwise.
         self._in_arrival = True
         self._last: tuple[float, str] | None = None
+        # The first request of the last bucketed read and the clocks between which it stays
+        # first while nothing but the clock moves: ``(request_id, read clock, valid until)``
+        # (``_lead_until``); None after any change (add, remove, stale, a mode switch).
+        self._first: tuple[str, float, float] | None = None
+        # The state of the last read when it stopped right after its first item (the arguments
+        # of ``_lead_until``): the window is computed from it only when asked, since a read that
+        # goes on (an admission) or a change makes it useless. None: nothing pending.
+        self._lead_state: tuple | None = None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -264,6 +276,7 @@ class FastLane:
         the key (still an upper bound: the score rises with ``h / c``); only a rise above it
         re-keys, so a hit that flips between two values costs one re-key, not one per flip.
         """
+        self._first = self._lead_state = None
         rid = q.request_id
         hc = q.cached_len / max(q.uncached_len, 1)
         item = self._items.get(rid)
@@ -333,6 +346,7 @@ class FastLane:
     def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
         """Take lazy hits: ``resolve(q)`` gives this step's snapshot of ``q``'s request."""
         self._resolve = resolve
+        self._first = self._lead_state = None
 
     def stale(self, request_ids: Iterable[str], raised: Iterable[str] | None = None) -> None:
         """These requests' snapshots are out of date (a hit changed); they are read through the
@@ -347,6 +361,7 @@ class FastLane:
 
         Flag ``item[8]``: 0/False fresh, 1 stale (hit may only have fallen), 2 stale (may have
         risen)."""
+        self._first = self._lead_state = None
         items = self._items
         if raised is None:
             raised, request_ids = request_ids, ()
@@ -383,6 +398,7 @@ class FastLane:
 
     def remove(self, request_id: str) -> None:
         """The request left the waiting queue."""
+        self._first = self._lead_state = None
         item = self._items.pop(request_id)
         if not self._small:
             self._delete(item[5], item[6])
@@ -409,6 +425,7 @@ class FastLane:
         """Leave small mode: bucket every request, keys made at ``t0 = now`` (a stale one's with
         its largest possible ``h / c``, as ``stale`` would)."""
         self._small = False
+        self._first = self._lead_state = None
         self._clock = self._origin = now
         per_bucket: dict[int, list] = {}
         key = self._key
@@ -430,6 +447,7 @@ class FastLane:
     def _to_small(self) -> None:
         """Enter small mode: drop the buckets (the items keep their snapshots and stale flags)."""
         self._small = True
+        self._first = self._lead_state = None
         self._buckets = {}
         self._by_slot = []
         self._c[:] = EMPTY
@@ -488,11 +506,37 @@ class FastLane:
         seq = small[1]
         return iter(seq) if self._resolve is None else map(self._resolve, seq)
 
+    def _kept(self) -> tuple[str, float, float] | None:
+        """``_first``, computed from the last read's pending state first (``_lead_state``)."""
+        state = self._lead_state
+        if state is not None:
+            self._lead_state = None
+            self._first = self._lead_until(*state)
+        return self._first
+
+    def kept_until(self, now: float) -> float | None:
+        """The clock (s) up to which a read yields the last read's first request again, if
+        ``now`` is in its kept window (``_first``: nothing told since, as any ``add``,
+        ``remove`` or ``stale`` drops it), else ``None``. Such a read changes nothing, so an
+        engine may skip it (``fairsim.sim.decode_fast``)."""
+        first = self._kept()
+        if first is not None and first[1] <= now <= first[2] and CACHE_FIRST:
+            return first[2]
+        return None
+
     def _bucket_order(self, now: float) -> Iterator[QueuedRequest]:
         items = self._items
         n = len(items)
         if n == 0:
             return
+        first = self._kept()
+        lead = None  # the first request, already yielded from the last read (_lead_until)
+        if first is not None and first[1] <= now <= first[2] and CACHE_FIRST:
+            lead = first[0]
+            q = items[lead][0]
+            # Not stale (``stale`` clears ``_first``), so this step's snapshot, as a read yields.
+            yield q if self._resolve is None else self._resolve(q)
+            # Read on (the first was admitted): the full read, whose first must be the same.
         cap = self.wait_cap
         self._settle(now)
         te = self._tmax = max(self._tmax, now)
@@ -565,9 +609,80 @@ class FastLane:
             self._frontier = -neg
             q = items[rid][0]
             out.append(q)
+            if i == 0:
+                if lead is not None:
+                    if rid != lead:
+                        raise EngineInvariantError(
+                            f"Fast lane: the kept first request {lead!r} is not the read's first {rid!r} at {now!r}")
+                    continue  # yielded above
+                if te == now:  # (a clock gone back: bounds taken later than now; not kept)
+                    # Kept only if the reader stops here (the state as it is now; below).
+                    self._lead_state = (now, -neg, items[rid], cand, opened, bound, nb)
             # The engine's current snapshot object (same hit as ``q``, whose key was exact at the
             # step's start): admitting preempted requests may have made the engine rebuild it.
             yield q if self._resolve is None else self._resolve(q)
+            self._lead_state = None  # read on: the state moved (and the first was admitted)
+
+    def _lead_until(self, now: float, score: float, item: list, cand: list, opened: list,
+                    bound: np.ndarray, nb: int) -> tuple[str, float, float] | None:
+        """The first request of a read at ``now`` (``item``, exact score ``score``), kept for the
+        later reads at clocks up to the returned ``valid until`` where nothing else changes
+        (``_first``); ``None`` when it can lose its place at once.
+
+        The read's state when it yields the first bounds every other request's score at a clock
+        ``t >= now`` by a line ``a + s (t - now)``: a candidate taken (``cand``: exact score ``a``
+        at ``now``, slope ``1 / SLO``), an opened bucket's next key (``opened``: its bound ``a``
+        at ``now``, slope ``s_hi``), an unopened bucket (``bound``, its line's slope). A score
+        rises at most at its slope (capped: flat), so these lines bound the others, and the
+        first's score stays at least ``score + s_f (t - now)`` (``s_f = 0`` with a cap: the
+        computed score never falls, its rounding being monotone). So it stays strictly first
+        while ``score - a - m > (s - s_f) (t - now) + m' (t - now)`` for every line, with
+        ``m = 4 MARGIN x`` the two scores' magnitudes at ``now`` and ``m' = 4 MARGIN (s + s_f)``
+        their growth: every operation of a score is correctly rounded (~1e-16 of its result,
+        the wait ``t - arrival`` included, whatever the clock's size), far inside the margin.
+        A full read at such a ``t`` yields it first (a read yields the exact order)."""
+        s_f = item[4] if self.wait_cap is None else 0.0
+        mag_f = 1.0 + abs(score) + 2.0 * item[1]
+        grow = 4.0 * MARGIN
+        until = math.inf
+        items = self._items
+        for neg, _, rid, _ in cand:
+            other = items[rid]
+            a = -neg
+            s = other[4]
+            slack = score - a - grow * (mag_f + abs(a) + 2.0 * other[1])
+            if slack <= 0.0:
+                return None
+            rate = s - s_f + grow * (s + s_f)
+            if rate > 0.0:
+                until = min(until, now + slack / rate)
+        # The buckets' lines are measured from the clock they were built at: their terms grow
+        # with the span since then.
+        span = max(now, self._t0_max) - self._origin
+        by_slot = self._by_slot
+        for neg, slot, _, _ in opened:
+            a = -neg
+            s = by_slot[slot].s_hi * (1.0 + 2.0 * MARGIN)
+            slack = score - a - grow * (mag_f + abs(a) + 2.0 * span * s)
+            if slack <= 0.0:
+                return None
+            rate = s - s_f + grow * (s + s_f)
+            if rate > 0.0:
+                until = min(until, now + slack / rate)
+        if nb:
+            # Unopened buckets (an opened or empty one reads about EMPTY: no limit).
+            a = bound[:nb]
+            s = self._s[:nb]
+            live = a > _EMPTY_BOUND
+            a, s = a[live], s[live]
+            slack = score - a - grow * (mag_f + np.abs(a) + 2.0 * span * s)
+            if not (slack > 0.0).all():
+                return None
+            rate = s - s_f + grow * (s + s_f)
+            rising = rate > 0.0
+            if rising.any():
+                until = min(until, now + float((slack[rising] / rate[rising]).min()))
+        return (item[0].request_id, now, until)
 
     def _rest(self, now: float, done: set[str]) -> Iterator[QueuedRequest]:
         """Every request not in ``done`` by the exact key: the rest of the order once ``done``

@@ -44,7 +44,12 @@ is all the skip needs, since it skips only attempts that fail at the first reque
 (``VTCOrder``: the least-served class's oldest request, whatever the charges; ``KeptOrder``
 above SGLang's 128-waiting limit, where it keeps its order). For a policy told the engine's
 prefill-token counter (``on_prefill_tokens``), ``"snapshots"`` also means that counter (the
-engine skips only while it is unchanged; HRRN's sort at or below the limit).
+engine skips only while it is unchanged; HRRN's sort at or below the limit). Optional
+``head_until(now)``: for a first item that moves with the clock, the clock up to which it stays
+the last read's and a read changes nothing, while nothing is told to the order (``None``: not
+known now); Fairway's family (not Fairway-patience, whose read arms with the clock) answers with
+its Fast lane's kept first (``FastLane.kept_until``): the merge's first is one of the two lanes'
+fronts, chosen by their snapshots and the carried debt, none of which moves with the clock.
 
 Cost: ``add``/``remove`` are O(log n) (``sortedcontainers``) or O(1); ``iter_order`` yields the
 first ``k`` items in O(k log n) (sorted keys; Fairway's time-dependent Fast-lane score: slope
@@ -382,6 +387,10 @@ class Lanes:
 
     #: Unknown in general (``combine`` may read the clock); set per instance where known.
     moved_by: str | None = None
+    #: Optional ``head_until(now)``: the clock (s) up to which the first item stays the last
+    #: read's and a read changes nothing, while nothing is told to the lanes; ``None`` when not
+    #: known (Fairway's family: ``FastLane.kept_until``; ``fairsim.sim.decode_fast``).
+    head_until: Callable[[float], float | None] | None = None
 
     def __init__(self, combine: Callable[..., Iterator[QueuedRequest]], *lanes: Any) -> None:
         self.lanes = lanes
@@ -454,7 +463,10 @@ def fairway_order(policy: Any) -> Lanes:
     fast_w, fair_w = policy.fast_weight, policy.fair_weight
 
     if not policy.fair_lane:  # the ablation reads the Fast lane alone: keep no Fair lane
-        return LazyLanes(lambda now, fast: fast.iter_order(now), FastLane(policy.slo))
+        fast = FastLane(policy.slo)
+        lanes = LazyLanes(lambda now, fast: fast.iter_order(now), fast)
+        lanes.head_until = fast.kept_until
+        return lanes
 
     def combine(now: float, fast: FastLane, fair: ArrivalOrder) -> Iterator[QueuedRequest]:
         n = len(fast)
@@ -465,7 +477,12 @@ def fairway_order(policy: Any) -> Lanes:
             return small
         return merge_lanes(fast.iter_order(now), fair.iter_order(now), n, fast_w, fair_w)
 
-    return LazyLanes(combine, FastLane(policy.slo), ArrivalOrder())
+    fast = FastLane(policy.slo)
+    lanes = LazyLanes(combine, fast, ArrivalOrder())
+    # The merge's first is the Fast lane's or the Fair lane's front, chosen by their snapshots:
+    # while the Fast lane keeps its first (nothing told since), the merge's is the same.
+    lanes.head_until = fast.kept_until
+    return lanes
 
 
 def fairway_carry_order(policy: Any, see_oldest: Callable[[QueuedRequest, float], None] | None = None) -> Lanes:
@@ -495,7 +512,13 @@ def fairway_carry_order(policy: Any, see_oldest: Callable[[QueuedRequest, float]
         return merge_lanes(fast.iter_order(now), fair_it, n, fast_w, fair_w,
                            0.0 if policy.fast_first else None, fast_w * policy.debt, o.request_id)
 
-    return LazyLanes(combine, FastLane(policy.slo, policy.wait_cap), ArrivalOrder())
+    fast = FastLane(policy.slo, policy.wait_cap)
+    lanes = LazyLanes(combine, fast, ArrivalOrder())
+    if see_oldest is None:
+        # As Fairway's, with the oldest and its debt, which move only with the membership and
+        # at admissions; not ``see_oldest``'s (Fairway-patience arms with the clock).
+        lanes.head_until = fast.kept_until
+    return lanes
 
 
 def klpm_order(policy: Any) -> Lanes:

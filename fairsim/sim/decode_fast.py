@@ -48,6 +48,7 @@ identical request, step and token-gap tables.
 from __future__ import annotations
 
 import heapq
+import math
 from array import array
 from itertools import repeat
 
@@ -120,6 +121,12 @@ class DecodeFastEngine(Engine):
         # Else an order that declares what moves its first item (``head_moved_by``, which may
         # change with the order's state: SGLang's kept order): asked at each skip.
         self._skip_head = can_skip and not self._skip and hasattr(self._inc, "head_moved_by")
+        # Else an order whose first item moves with the clock but is known to stay until a
+        # clock (``head_until``: the Fairway family's kept Fast-lane first), asked at each skip.
+        self._head_until = (getattr(self._inc, "head_until", None)
+                            if can_skip and not self._skip and not self._skip_head else None)
+        #: The clock (s) up to which the last ``_still_blocked`` that held holds (inf: any).
+        self._blocked_until = math.inf
         #: The last admission attempt's misfit head: ``(request, its next key, _order_changes,
         #: pool.num_frees, prefill_tokens)`` as they were at its order read and attempt; None when
         #: the last attempt admitted or was not made.
@@ -194,8 +201,13 @@ class DecodeFastEngine(Engine):
                 if due_step < step:
                     raise EngineInvariantError(f"step {step}: a decoder event of step {due_step} was missed")
                 until = env.peek() if member is not None else None
+                blocked = tail == 0 and due_step != step and (waiting or preempted_q) and self._still_blocked(now)
+                if blocked and self._blocked_until < math.inf:
+                    # A head kept up to a clock: no stretch step starts after it (_fast_start asks again).
+                    cut = math.nextafter(self._blocked_until, math.inf)
+                    until = cut if until is None or cut < until else until
                 if (tail == 0 and due_step != step and (until is None or until > now)
-                        and (not (waiting or preempted_q) or self._still_blocked())):
+                        and (not (waiting or preempted_q) or blocked)):
                     step, now = self._stretch(step, now, due_step, until)
                     if member is not None:
                         if not member.advance(now):
@@ -369,7 +381,7 @@ class DecodeFastEngine(Engine):
                 self._blocked = None
         return step, now
 
-    def _still_blocked(self) -> bool:
+    def _still_blocked(self, now: float) -> bool:
         """Whether this step's admission attempt (``_fast_start``: after the due decoders'
         allocations and caching) fails at the request the last attempt failed at
         (``_blocked``), so that reading the order and trying can be skipped with the same result.
@@ -394,7 +406,14 @@ class DecodeFastEngine(Engine):
           count for the next sort (``prefill_tokens_latest``), so skipping it is invisible too;
           where its sort reads it (``"snapshots"``: SGLang's kept order at or below 128
           waiting), the counter must also be the one told at the last read (it grows only
-          with prefill chunks, not in the decode steps of a blocked queue).
+          with prefill chunks, not in the decode steps of a blocked queue). Or the order
+          declares the clock up to which its first item stays the last read's and a read
+          changes nothing while it is told nothing (``head_until(now)``, asked now: the
+          Fairway family's Fast lane keeps its first with such a clock,
+          ``FastLane._lead_until``), and it has nothing to be told: no snapshot change waits
+          for the next read (``_dirty``, and with lazy hits ``raised`` and ``recheck``; every
+          request the last read resolved has a snapshot, so a change of its hit is one of
+          these). ``_blocked_until`` is then that clock, which ends a stretch (``_loop``).
         - ``need - F`` has not decreased since the last attempt. ``F`` rises only by ``free``
           (``BlockPool.num_frees`` unchanged); it falls by one per allocated block, and an
           allocation evicts at most that many cached blocks. The hit is the run of leading
@@ -421,9 +440,16 @@ class DecodeFastEngine(Engine):
         if blocked is None:
             return False
         _, next_key, read_at, frees, told = blocked
+        self._blocked_until = math.inf
         if not self._skip and not (self._skip_head
                                    and self._moves_only_with_changes(self._inc.head_moved_by, told)):
-            return False
+            if self._head_until is None or self._dirty or (
+                    self._lazy is not None and (self._lazy.raised or self._lazy.recheck)):
+                return False
+            until = self._head_until(now)
+            if until is None:
+                return False
+            self._blocked_until = until
         pool = self.pool
         if read_at != self._order_changes or frees != pool.num_frees:
             return False
@@ -469,7 +495,7 @@ class DecodeFastEngine(Engine):
         # Engine._schedule: the order at the step's start, where a waiting request could be
         # admitted - unless the attempt is known to fail at the last one's head (_still_blocked).
         can_admit = remaining < self._budget and len(running) < self._max_seqs
-        skip = can_admit and self._blocked is not None and self._still_blocked()
+        skip = can_admit and self._blocked is not None and self._still_blocked(now)
         ordered = self._order_waiting(now) if can_admit and self._waiting and not skip else []
         # As of the order (the eager path syncs changed snapshots there): a key change by this
         # step's caching below re-keys a snapshot at the next order, so it must count as a change.
