@@ -284,6 +284,11 @@ class DedupSortedOrder:
     sorted lists. ``add``/``remove`` O(log n); iteration O(1) per item.
     """
 
+    #: The sequence moves only with ``add`` (a new request or a replaced snapshot: the key and the
+    #: in-batch group are both read from the snapshot) and ``remove``; reading changes nothing
+    #: (``fairsim.policies.incremental``, ``moved_by``; the colocated engine's skip).
+    moved_by = "snapshots"
+
     def __init__(self, key: Callable[[QueuedRequest], tuple], dedup: bool = True) -> None:
         self.key = key
         self.dedup = dedup
