@@ -33,7 +33,8 @@ PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
 #: Policies whose fast path declares ``moved_by`` or ``head_moved_by`` (the skip applies to them).
 SKIPPING = ["fcfs", "lpm", "klpm", "klpm4", "klpm8", "ragcache", "peek", "suf", "lpm-aging",
-            "sjf-aging", "lof", "drr-dynamo", "vtc", "lpm-sglang", "hrrn", "shortest-prefill-first"]
+            "sjf-aging", "lof", "drr-dynamo", "vtc", "lpm-sglang", "hrrn", "shortest-prefill-first",
+            "dfs-weight"]
 #: Policies that declare what moves their order's first item only (``head_moved_by``: VTC's, and
 #: SGLang's kept order, which lpm-sglang has too).
 HEAD_SKIPPING = ["vtc", "hrrn"]

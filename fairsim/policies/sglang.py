@@ -422,6 +422,11 @@ class PrefixTreeOrder:
     node it enters.
     """
 
+    #: The tree moves only with ``add`` (a new request or a replaced snapshot: its node is its
+    #: snapshot's cached prefix) and ``remove``; a read sorts copies of the children and changes
+    #: nothing (``fairsim.policies.incremental``, ``moved_by``; the colocated engine's skip).
+    moved_by = "snapshots"
+
     def __init__(self) -> None:
         self.root = _Node()
         self._snaps: dict[str, QueuedRequest] = {}
