@@ -177,7 +177,7 @@ def test_engine_reads_the_front_of_order(name):
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from fairsim.live.engine import LiveConfig, live_scheduler, make_llm
+    from fairsim.live.engine import LiveConfig, live_scheduler, make_llm, shutdown_llm
     from fairsim.live.prompts import block_tokens
     from fairsim.live.scheduler import build_policy
 
@@ -232,7 +232,5 @@ def test_engine_reads_the_front_of_order(name):
         while engine.has_unfinished_requests():
             engine.step()
     finally:
+        shutdown_llm(llm)  # now, not at a later collection (fairsim.live.engine.make_llm)
         del llm
-        import gc
-
-        gc.collect()

@@ -7,6 +7,7 @@ live scheduler object is reachable at ``llm.llm_engine.engine_core.engine_core.s
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,6 +104,16 @@ def make_llm(config: LiveConfig = LiveConfig(), **overrides: Any) -> Any:
     for key, value in ENGINE_ENV.items():
         os.environ.setdefault(key, value)
     from vllm import LLM
+
+    # An engine dropped earlier in this process shuts down when the collector finalises its
+    # client (vLLM's InprocClient: weakref.finalize -> EngineCore.shutdown ->
+    # cleanup_dist_env_and_memory), which tears down the process-wide parallel groups - those of
+    # the engine built here too, if that happens after it set them up ("pipeline model parallel
+    # group is not initialized" at its first step). EngineCore.__init__ gc.freeze()s everything,
+    # so such a client can wait in the permanent generation until some gc.unfreeze(). Finalise
+    # every dropped engine now, before this one exists (vLLM's own shutdown unfreezes likewise).
+    gc.unfreeze()
+    gc.collect()
 
     max_model_len = config.max_model_len
     kwargs: dict[str, Any] = {}
