@@ -38,18 +38,24 @@ def test_random_operations_match_the_hooked_pool(num_blocks, data):
     random_operations([_Observed(HookedBlockPool(num_blocks, hook)), _Observed(compiled)], data, hook)
 
 
-def test_hand_computed_protected_last():
-    # 5 blocks; a request takes 0, 1, 2 (cached a, b, c) and frees them deepest first: the queue
-    # is 3, 4 (never used), 2 (c), 1 (b), 0 (a). With b and c protected, 4 blocks are 3, 4, 0
-    # (unprotected, LRU), then 2 (c, the older protected one): a and c evicted, b kept.
+def _abc_freed_bc_protected():
+    """Both pools of 5 blocks after a request took 0, 1, 2 (cached a, b, c) and freed them deepest
+    first, with b and c protected: (pool, hook) per pool, the hooked one first."""
     for pool in (HookedBlockPool(5, ProtectWaitingHits()), Compiled(5)):
         hook = getattr(pool, "hook", None) or ProtectWaitingHits()
         pool.protection = hook
         blocks = pool.allocate(3)
         pool.cache_blocks(blocks, "abc", 0, 3)
         pool.free(reversed(blocks))
-        assert pool.free_queue() == [3, 4, 2, 1, 0]
+        assert pool.free_queue() == [3, 4, 2, 1, 0]  # 3, 4 never used, then c, b, a
         hook.protect([("b", "c")])
+        yield pool, hook
+
+
+def test_hand_computed_protected_last():
+    # The queue is 3, 4 (never used), 2 (c), 1 (b), 0 (a). With b and c protected, 4 blocks are
+    # 3, 4, 0 (unprotected, LRU), then 2 (c, the older protected one): a and c evicted, b kept.
+    for pool, hook in _abc_freed_bc_protected():
         assert hook.protected == {"b": 1, "c": 1}
         assert pool.allocate(4) == [3, 4, 0, 2]
         assert (pool.num_evictions, pool.is_cached("b"), pool.is_cached("a"), pool.is_cached("c")) == (2, True, False,
@@ -60,13 +66,7 @@ def test_burst_takes_one_sequence_in_chunk_order():
     # Same start (a, b, c cached; b, c protected); a burst of 1 + 2 + 1 blocks caching x, y, z, w
     # as it goes: the chunks take 3 | 4, 0 | 2 of the one sequence, as the per-chunk allocate
     # calls do. Cached after each: 3 + x = 4; - a + y + z = 5; - c + w = 5.
-    for pool in (HookedBlockPool(5, ProtectWaitingHits()), Compiled(5)):
-        hook = getattr(pool, "hook", None) or ProtectWaitingHits()
-        pool.protection = hook
-        blocks = pool.allocate(3)
-        pool.cache_blocks(blocks, "abc", 0, 3)
-        pool.free(reversed(blocks))
-        hook.protect([("b", "c")])
+    for pool, hook in _abc_freed_bc_protected():
         grown: list[int] = []
         assert pool.grow_chunks(grown, "xyzw", 0, [1, 2, 1], [1, 3, 4]) == ([1, 3, 4], [4, 5, 5], [0, 1, 1])
         assert grown == [3, 4, 0, 2] and pool.free_queue() == [1]
