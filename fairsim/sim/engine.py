@@ -68,7 +68,7 @@ from fairsim.policies.failure import policy_name
 from fairsim.sim.arrivals import Arrivals, resolve_replay
 from fairsim.policies.clients import client_of_request
 from fairsim.policies.incremental import fast_path_of
-from fairsim.sim.pool_choice import block_pool_kind, new_block_pool
+from fairsim.sim.pool_choice import block_pool_kind, compiled_module, new_block_pool
 from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.lazy_hits import NO_KEY, LazyHits
@@ -148,9 +148,7 @@ def compiled_burst(profile: Profile) -> tuple[Any, tuple[float, ...]]:
     coefficients = (profile.a_s, profile.b_s_per_token, profile.k_s_per_pair, profile.d_s_per_request)
     if not all(type(c) is float for c in coefficients):
         return None, ()
-    from fairsim.sim import _block_pool_c
-
-    return _block_pool_c, coefficients
+    return compiled_module(), coefficients
 
 
 class _Live:

@@ -9,7 +9,9 @@ Kept apart from ``block_pool`` so that neither pool module imports the other's s
 
 from __future__ import annotations
 
+import importlib
 import os
+from types import ModuleType
 
 from fairsim.sim.block_pool import BlockPool
 
@@ -18,14 +20,26 @@ from fairsim.sim.block_pool import BlockPool
 PURE_PYTHON_ENV = "FAIRSIM_PURE_PYTHON"
 
 
-def compiled_pool_class() -> type | None:
-    """``fairsim.sim._block_pool_c.CompiledBlockPool`` (this class as a typed extension class,
-    built at install by ``setup.py``), or None where it was not built."""
+#: The optional extension (``fairsim/sim/_block_pool_c.pyx``), loaded by name: it is not a
+#: Python source, and naming it in an import statement reads as importing the package
+#: ``fairsim.sim``, which imports the engine, which imports this module.
+COMPILED_MODULE = "fairsim.sim._block_pool_c"
+
+
+def compiled_module() -> ModuleType | None:
+    """The compiled extension (``CompiledBlockPool`` and the compiled chunk plan, built at
+    install by ``setup.py``), or None where it was not built."""
     try:
-        from fairsim.sim._block_pool_c import CompiledBlockPool
+        return importlib.import_module(COMPILED_MODULE)
     except ImportError:
         return None
-    return CompiledBlockPool
+
+
+def compiled_pool_class() -> type | None:
+    """``fairsim.sim._block_pool_c.CompiledBlockPool`` (``BlockPool`` as a typed extension
+    class), or None where the extension was not built."""
+    module = compiled_module()
+    return None if module is None else module.CompiledBlockPool
 
 
 def block_pool_kind() -> str:
