@@ -45,7 +45,7 @@ def _check(engine: Engine) -> int:
     return checked
 
 
-@pytest.mark.parametrize("name", ["lpm", "fcfs", "peek", "drr"])
+@pytest.mark.parametrize("name", ["lpm", "suf", "peek", "drr"])
 @settings(max_examples=60, deadline=None)
 @given(sim=simulations(max_requests=10))
 def test_watched_keys_cover_every_hit_change(name, sim):
@@ -85,7 +85,7 @@ def test_hit_grows_one_key_at_a_time():
 
     profile = load_profile("a6000-llama3.1-8b-vllm-prior")
     b = make_request("b", 0.0, 21, hashes=(1, 2, 7, 8, 9), block=4)  # 5 full blocks, hit <= 5
-    engine = Engine([b], make_policy("fcfs", profile), profile,
+    engine = Engine([b], make_policy("suf", profile), profile,
                     EngineConfig(block_size=4, kv_blocks=16), fast_order=False)
     pool, live = engine.pool, engine._all[0]
     engine._waiting[id(live)] = live

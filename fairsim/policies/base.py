@@ -62,7 +62,9 @@ Optional capabilities, discovered by attribute (``getattr``):
 - ``admission_limit``: after ``order()``, the engine considers at most this many requests from the
   front of the order this step (``None`` = no limit; Preble admits only from one group).
 - ``uses_prefix_hits = False``: ``order()`` reads neither ``cached_len`` nor ``uncached_len``
-  (FCFS); the live hook then skips the prefix-cache lookups and shows ``cached_len = 0``.
+  (FCFS, LOF); the live hook then skips the prefix-cache lookups and shows ``cached_len = 0``, and
+  so does the simulator (its waiting requests watch no cache keys: ``Engine._hit_free``; not for a
+  policy with PEEK's protection). Admission still reads the cache: the tables' hits are real.
 - ``clock_free_order = True``: ``order()`` ignores ``now`` and changes state only as a repeated
   call would (its result and state after a second call with the same snapshots, with no
   ``on_admitted`` in between, are those of the first): the live hook then reuses the last order

@@ -358,7 +358,14 @@ class Engine:
         self.misfit: tuple[_Live, Hashable] | None = None
         # Lazy hits (a fast path with ``set_resolver``; fairsim.sim.lazy_hits): invalidated
         # snapshots are not rebuilt at the step's start but when the order reads them.
-        self._lazy = LazyHits(self) if self._inc is not None and hasattr(self._inc, "set_resolver") else None
+        # A policy whose order reads no prefix hit (``uses_prefix_hits = False``: FCFS, LOF) is
+        # shown ``cached_len = 0``, as the live hook shows it, so no cache event can make its
+        # snapshots stale: its requests watch no keys, nothing is re-snapshotted or re-keyed, and
+        # lazy hits have nothing to do. Not with PEEK's protection (its staleness test counts the
+        # changes of watched keys).
+        self._hit_free = getattr(policy, "uses_prefix_hits", True) is False and self._protect is None
+        self._lazy = (LazyHits(self) if self._inc is not None and hasattr(self._inc, "set_resolver")
+                      and not self._hit_free else None)
         self.env = simpy.Environment(initial_time=0.0)  # float clock: start_s is float64 even for one step
 
     # -- the step loop ---------------------------------------------------------------------------
@@ -880,19 +887,19 @@ class Engine:
     def _snapshot(self, live: _Live) -> QueuedRequest:
         snap = live.snap
         if snap is None:
-            snap = live.snap = self._make_snapshot(
-                live, self.pool.count_prefix(live.keys, live.max_hit_blocks) * self.block_size,
-                live.computed)
+            h = 0 if self._hit_free else self.pool.count_prefix(live.keys, live.max_hit_blocks) * self.block_size
+            snap = live.snap = self._make_snapshot(live, h, live.computed)
         return snap
 
     def _make_snapshot(self, live: _Live, h: int, computed: int) -> QueuedRequest:
         """The policy's view of ``live`` with a prefix hit of ``h`` tokens, ``computed`` done.
 
-        A waiting request's watched keys follow the hit it shows (``_rewatch``). The last
+        A waiting request's watched keys follow the hit it shows (``_rewatch``; none for a
+        policy shown no hits, ``_hit_free``). The last
         snapshot built is given again when nothing in it changed (snapshots are immutable): under
         overload a shared block that is evicted and cached again drops the snapshots of every
         request that shares it, mostly to the same hit."""
-        if id(live) in self._waiting:
+        if id(live) in self._waiting and not self._hit_free:
             self._rewatch(live, h // self.block_size)
         old = live.last_snap
         if (old is not None and old.cached_len == h and old.num_computed_tokens == computed

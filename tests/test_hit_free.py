@@ -1,0 +1,107 @@
+"""Hit-free policies (``uses_prefix_hits = False``: FCFS, LOF) are shown ``cached_len = 0``.
+
+Their order reads no prefix hit, so the engine shows them no hit (as the live hook does) and
+their waiting requests watch no keys: no cache event re-snapshots or re-keys them. The
+decisions must be those of the same order shown real hits: every table is compared with a
+copy of the policy that declares ``uses_prefix_hits = True`` (the watched path).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from fairsim.costmodel import load_profile
+from fairsim.policies import make_policy
+from fairsim.policies.fcfs import FCFS
+from fairsim.sim import EngineConfig, simulate
+from fairsim.sim.engine import Engine
+from fairsim.traces import load_trace
+from fairsim.types import Request
+from tests.strategies import BLOCK, colocated_traces, profiles, simulations
+from tests.utils import constant_profile
+
+PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
+CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
+HIT_FREE = ["fcfs", "lof"]
+TABLES = ("requests", "steps", "token_gaps")
+
+
+def _watched(policy):
+    """The same policy, declared to read hits: the engine shows them and watches keys."""
+    watched = type(f"Watched{type(policy).__name__}", (type(policy),), {"uses_prefix_hits": True})
+    copy = watched.__new__(watched)
+    copy.__dict__.update(policy.__dict__)
+    return copy
+
+
+def _same_tables(requests, name, profile, config):
+    free = simulate(requests, make_policy(name, profile), profile, config)
+    watched = simulate(requests, _watched(make_policy(name, profile)), profile, config)
+    for table in TABLES:
+        a, b = getattr(free, table), getattr(watched, table)
+        if a is None or b is None:
+            assert a is None and b is None
+        else:
+            pd.testing.assert_frame_equal(a, b, check_exact=True)
+    return free
+
+
+class _Recording(FCFS):
+    """FCFS that keeps every snapshot it is shown (the reference order, no fast path)."""
+
+    def __init__(self):
+        self.seen = []
+
+    def order(self, waiting, now):
+        self.seen.extend(waiting)
+        return super().order(waiting, now)
+
+
+def test_a_cached_prefix_is_shown_as_no_hit_by_hand():
+    # A (2 full blocks + 1 token) is prefilled in step 0 (budget 16 >= 9 tokens) and caches both
+    # blocks; B shares them and arrives at 5 s, after A finished. Its snapshot shows no hit
+    # (FCFS reads none), its admission still hits both blocks: cached_tokens 8 in the table.
+    reqs = [Request("A", 0.0, 2 * BLOCK + 1, (1, 2), BLOCK, 1, {}),
+            Request("B", 5.0, 2 * BLOCK + 3, (1, 2), BLOCK, 1, {})]
+    config = EngineConfig(budget_tokens=16, block_size=BLOCK, kv_blocks=8)
+    for policy, shown in ((_Recording(), 0), (_watched(_Recording()), 2 * BLOCK)):
+        engine = Engine(reqs, policy, constant_profile(step_s=1.0), config, fast_order=False)
+        result = engine.run()
+        b = [q for q in policy.seen if q.request_id == "B"]
+        assert [(q.cached_len, q.uncached_len) for q in b] == [(shown, 2 * BLOCK + 3 - shown)]
+        assert result.requests.set_index("request_id").loc["B", "cached_tokens"] == 2 * BLOCK
+        assert engine._watchers == {}
+    assert engine._hit_free is False and Engine(reqs, FCFS(), constant_profile(step_s=1.0), config)._hit_free
+
+
+@pytest.mark.parametrize("name", HIT_FREE)
+@settings(max_examples=40, deadline=None)
+@given(sim=simulations(max_requests=8))
+def test_prefill_only_tables_match_the_watched_path(name, sim):
+    requests, profile, config = sim
+    _same_tables(requests, name, profile, config)
+
+
+@pytest.mark.parametrize("name", HIT_FREE)
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_colocated_tables_match_the_watched_path(name, data):
+    requests, config = data.draw(colocated_traces())
+    _same_tables(requests, name, data.draw(profiles()), config)
+
+
+@pytest.mark.skipif(not CONVERSATION.exists(), reason="public conversation trace not present")
+@pytest.mark.parametrize("name", HIT_FREE)
+@pytest.mark.parametrize("mode", ["prefill-only", "colocated"])
+def test_conversation_slice_tables_match_the_watched_path(name, mode):
+    # 1,500 requests at 8x their rate: a queue, shared prefixes, evictions and (colocated) preemptions.
+    reqs = [dataclasses.replace(r, arrival_time=r.arrival_time / 8)
+            for r in load_trace(CONVERSATION).requests[:1500]]
+    config = EngineConfig(kv_blocks=300, block_size=512, mode=mode)
+    result = _same_tables(reqs, name, PROFILE, config)
+    assert result.steps["evictions"].sum() > 0
