@@ -29,11 +29,13 @@ def colocated_summary(result: SimResult, slo: dict[str, float]) -> dict[str, Any
     ``groups`` is ``metrics.group_summaries`` (per window/class label present in the trace);
     ``decode_tokens`` is the step table's sum of decoding requests' tokens.
     """
-    out = decode_summary(result.requests, result.token_gaps, slo)
-    out["decode_tokens"] = int(result.steps["decode_tokens"].sum())
+    # The engine's tables as built (``Columns``): pandas is imported only to group by a label.
+    requests, gaps = result.columns("requests"), result.columns("token_gaps")
+    out = decode_summary(requests, gaps, slo)
+    out["decode_tokens"] = int(result.columns("steps")["decode_tokens"].sum())
     if slo:
         out["slo"] = {f"{k}_s": v for k, v in slo.items()}
-    groups = group_summaries(result.requests, result.token_gaps, slo)
+    groups = group_summaries(requests, gaps, slo)
     if groups:
         out["groups"] = groups
     return out

@@ -177,11 +177,16 @@ def meets_slo(requests: pd.DataFrame, slo: dict[str, float]) -> np.ndarray:
     """
     ok = np.ones(len(requests), dtype=bool)
     if "ttft" in slo:
-        ok &= requests["ttft_s"].to_numpy(dtype=np.float64) <= slo["ttft"]
+        ok &= _floats(requests, "ttft_s") <= slo["ttft"]
     if "tpot" in slo:
-        tpot = requests["tpot_s"].to_numpy(dtype=np.float64)
+        tpot = _floats(requests, "tpot_s")
         ok &= np.isnan(tpot) | (tpot <= slo["tpot"])
     return ok
+
+
+def _floats(table: Any, name: str) -> np.ndarray:
+    """Column ``name`` of a DataFrame or ``Columns`` as a float64 array."""
+    return np.asarray(table[name], dtype=np.float64)
 
 
 def decode_summary(requests: pd.DataFrame, token_gaps: pd.DataFrame | None,
@@ -190,9 +195,11 @@ def decode_summary(requests: pd.DataFrame, token_gaps: pd.DataFrame | None,
 
     Args:
         requests: Request table with ``tpot_s``, ``e2e_s``, ``output_tokens``, ``ttft_s``,
-            ``arrival_s``, ``finish_s`` (``SimResult.requests`` in colocated mode).
-        token_gaps: ``SimResult.token_gaps`` (``request_row``, ``itl_s``), or ``None``; the rows
-            of ``requests`` must be those the gaps index (pass ``requests.index`` intact).
+            ``arrival_s``, ``finish_s`` (``SimResult.requests`` in colocated mode): a DataFrame,
+            or the engine's ``Columns`` (``SimResult.columns``: every request, no pandas).
+        token_gaps: ``SimResult.token_gaps`` (``request_row``, ``itl_s``; DataFrame or
+            ``Columns``), or ``None``; a DataFrame's rows must be those the gaps index (pass
+            ``requests.index`` intact), ``Columns`` are the whole table (every gap counts).
         slo: ``parse_slo`` output; with it, goodput is reported.
 
     Returns:
@@ -203,15 +210,17 @@ def decode_summary(requests: pd.DataFrame, token_gaps: pd.DataFrame | None,
         requests meeting every given SLO) and ``goodput_rps`` (such requests per second).
     """
     out: dict[str, Any] = {}
-    tpot = requests["tpot_s"].to_numpy(dtype=np.float64)
+    tpot = _floats(requests, "tpot_s")
     out.update(_pcts(tpot[~np.isnan(tpot)], "tpot"))
-    if token_gaps is not None:
-        rows = requests.index.to_numpy()
-        gaps = token_gaps["itl_s"].to_numpy(dtype=np.float64)[np.isin(token_gaps["request_row"].to_numpy(), rows)]
-    else:
+    if token_gaps is None:
         gaps = np.empty(0)
+    elif not hasattr(requests, "index"):  # Columns, the whole table: every gap is one of its requests'
+        gaps = _floats(token_gaps, "itl_s")
+    else:
+        rows = requests.index.to_numpy()
+        gaps = _floats(token_gaps, "itl_s")[np.isin(np.asarray(token_gaps["request_row"]), rows)]
     out.update(_pcts(gaps, "itl"))
-    out.update(_pcts(requests["e2e_s"].to_numpy(dtype=np.float64), "e2e"))
+    out.update(_pcts(_floats(requests, "e2e_s"), "e2e"))
     span = float(requests["finish_s"].max() - requests["arrival_s"].min())
     total = int(requests["output_tokens"].sum())
     out["output_tokens"] = total
@@ -227,13 +236,16 @@ def group_summaries(requests: pd.DataFrame, token_gaps: pd.DataFrame | None = No
                     slo: dict[str, float] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
     """Per label value of each ``GROUP_LABELS`` column present: ``{label: {value: summary}}``.
 
-    Each summary is ``ttft_summary`` plus, for a colocated table (with ``tpot_s``),
+    ``requests`` and ``token_gaps`` are DataFrames or the engine's ``Columns`` (converted, with
+    pandas, only where a label is present). Each summary is ``ttft_summary`` plus, for a colocated table (with ``tpot_s``),
     ``decode_summary``. Values are keyed by their string form, in sorted order.
     """
     out: dict[str, dict[str, dict[str, Any]]] = {}
-    for label in GROUP_LABELS:
-        if label not in requests.columns:
-            continue
+    present = [label for label in GROUP_LABELS if label in requests.columns]
+    if present and hasattr(requests, "to_pandas"):  # the engine's Columns: group with pandas
+        requests = requests.to_pandas()
+        token_gaps = token_gaps.to_pandas() if hasattr(token_gaps, "to_pandas") else token_gaps
+    for label in present:
         groups: dict[str, dict[str, Any]] = {}
         for value, part in sorted(requests.groupby(label, dropna=True), key=lambda kv: str(kv[0])):
             row: dict[str, Any] = ttft_summary(part)

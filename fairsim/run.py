@@ -161,7 +161,7 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
                 results[name] = result
             # Columns, not DataFrames: pandas is imported only to write --out tables (start-up).
             summary = summarize(result.columns("requests"), result.columns("steps"))
-            if result.token_gaps is not None:
+            if result.columns("token_gaps") is not None:  # read as built: no pandas
                 from fairsim.cli_colocated import colocated_summary
 
                 summary.update(colocated_summary(result, slo))

@@ -712,9 +712,8 @@ class DecodeFastEngine(Engine):
             data[name] = np.frombuffer(col, dtype=np.float64 if col.typecode == "d" else np.int64)
         return Columns(data)
 
-    def _gap_table(self):
+    def _gap_columns(self) -> Columns:
         import numpy as np
-        import pandas as pd
 
         starts = np.frombuffer(self._cols[0], dtype=np.float64)
         ends = starts + np.frombuffer(self._cols[1], dtype=np.float64)  # the loop's now + duration
@@ -734,4 +733,4 @@ class DecodeFastEngine(Engine):
         vals = gap_at[steps]
         explicit = order >= len(srow)
         vals[at[explicit]] = np.asarray(xval, dtype=np.float64)[order[explicit] - len(srow)]
-        return pd.DataFrame({"request_row": np.repeat(prow, plen), "itl_s": vals})
+        return Columns({"request_row": np.repeat(prow, plen), "itl_s": vals})

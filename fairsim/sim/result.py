@@ -88,6 +88,10 @@ class Columns:
         return pd.DataFrame(self.columns)
 
 
+#: The tables a ``SimResult`` may hold as ``Columns``, read as DataFrames (built on first access).
+_TABLES = ("requests", "steps", "token_gaps")
+
+
 @dataclass(frozen=True)
 class SimResult:
     """Output of one simulation.
@@ -127,24 +131,27 @@ class SimResult:
     kv_blocks: int
     block_size: int
     wall_time_s: float
-    token_gaps: pd.DataFrame | None = None
+    token_gaps: pd.DataFrame | Columns | None = None
     _frames: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __getattribute__(self, name: str) -> Any:
-        # ``requests``/``steps`` read as DataFrames: the engine stores ``Columns`` and the frame
-        # is built (importing pandas) on first access, then kept.
-        if name in ("requests", "steps"):
+        # ``requests``/``steps``/``token_gaps`` read as DataFrames: the engine stores ``Columns``
+        # and the frame is built (importing pandas) on first access, then kept.
+        if name in _TABLES:
             frames = object.__getattribute__(self, "_frames")
             frame = frames.get(name)
             if frame is None:
                 value = object.__getattribute__(self, name)
+                if value is None:  # no token gaps (prefill-only)
+                    return None
                 frame = frames[name] = value.to_pandas() if isinstance(value, Columns) else value
             return frame
         return object.__getattribute__(self, name)
 
     def columns(self, name: str) -> Any:
-        """Table ``name`` (``"requests"`` or ``"steps"``) without pandas when the engine built it:
-        a ``Columns`` (or the DataFrame if one was given); both support ``t[col]`` and ``len``."""
-        if name not in ("requests", "steps"):
-            raise ValueError(f"SimResult has tables 'requests' and 'steps', not {name!r}")
+        """Table ``name`` (``"requests"``, ``"steps"`` or ``"token_gaps"``) without pandas when
+        the engine built it: a ``Columns`` (or the DataFrame if one was given; ``None`` for the
+        token gaps of a prefill-only run); both support ``t[col]`` and ``len``."""
+        if name not in _TABLES:
+            raise ValueError(f"SimResult has tables 'requests', 'steps' and 'token_gaps', not {name!r}")
         return object.__getattribute__(self, name)
