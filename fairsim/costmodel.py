@@ -59,12 +59,13 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from fairsim.errors import ProfileError
 from fairsim.kvcapacity import KVCapacity, kv_capacity_from_dict
+
+if TYPE_CHECKING:  # numpy is imported where arrays are made: not at every run's start-up
+    import numpy as np
 
 SCHEMA_VERSION = 1
 DECODE_KEYS = ("e_s_per_decode_ctx_token", "f_s_per_decode", "min_step_s")
@@ -243,6 +244,8 @@ class Profile:
         exactly (``tests/test_decode_fast.py`` checks it); keep the two in step. Used by the
         colocated engine's decode loop (``fairsim.sim.decode_fast``).
         """
+        import numpy as np
+
         t = (
             self.a_s
             + self.b_s_per_token * new_tokens

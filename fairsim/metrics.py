@@ -1,17 +1,22 @@
 """Summaries computed from the per-request result table (never kept on the side).
 
 Percentiles use numpy's default linear interpolation between order statistics (``percentiles``:
-``np.percentile``'s result to the bit, without the module it imports on first use).
+``np.percentile``'s result to the bit). A run's headline figures (``summarize``) are computed in
+plain floats with numpy's operations (``fairsim.npfloat``), so a ``fairsim run`` on one engine
+does not import numpy (60 ms of its start-up); values numpy and a sort could order differently
+(NaN, ``-0.0``) take numpy's own path.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from fairsim import npfloat
 
 if TYPE_CHECKING:  # tables may be DataFrames or the engine's ``Columns``; pandas is not needed here
+    import numpy as np
     import pandas as pd
 
 STARVATION_FACTOR = 3.0  # the paper's criterion: worst TTFT above 3 x the policy's own p99
@@ -20,14 +25,15 @@ STARVATION_FACTOR = 3.0  # the paper's criterion: worst TTFT above 3 x the polic
 def percentiles(values: Any, qs: Sequence[float]) -> list[float]:
     """``np.percentile(values, qs)`` (method ``"linear"``, the default) as a list of floats.
 
-    The same steps as numpy 2's ``_quantile`` for one axis, in the same order, so the result is the
-    same to the bit (``tests/test_percentiles.py`` checks it against ``np.percentile``, with NaN,
-    infinities and signed zeros): virtual index ``(n - 1) * q / 100``; its neighbours ``floor`` and
-    ``floor + 1``, both the last element from index ``n - 1`` on (where numpy's weight is then
-    ``index + 1``); one ``partition`` of a copy at those positions and ``0``, ``-1``; numpy's
-    ``_lerp`` (``a + (b - a) * t``, or ``b - (b - a) * (1 - t)`` where ``t >= 0.5``; an infinite
-    neighbour can make it NaN, ``inf - inf`` or ``inf * 0``, with numpy's warnings); a NaN among the
-    values makes every percentile that NaN.
+    A list of floats without NaN or ``-0.0`` is done in plain floats (``npfloat.percentiles``,
+    the same operations). Anything else follows numpy 2's ``_quantile`` for one axis, step for
+    step, so the result is the same to the bit (``tests/test_percentiles.py`` checks both against
+    ``np.percentile``, with NaN, infinities and signed zeros): virtual index ``(n - 1) * q /
+    100``; its neighbours ``floor`` and ``floor + 1``, both the last element from index ``n - 1``
+    on (where numpy's weight is then ``index + 1``); one ``partition`` of a copy at those
+    positions and ``0``, ``-1``; numpy's ``_lerp`` (``a + (b - a) * t``, or ``b - (b - a) * (1 -
+    t)`` where ``t >= 0.5``; an infinite neighbour can make it NaN, ``inf - inf`` or ``inf * 0``,
+    with numpy's warnings); a NaN among the values makes every percentile that NaN.
     What it leaves out is ``np.unique`` over the partition positions (a ``sorted(set(...))``
     here): its first call imports ``numpy.ma``, 12 ms of every ``fairsim run``'s start-up.
 
@@ -39,6 +45,10 @@ def percentiles(values: Any, qs: Sequence[float]) -> list[float]:
         ValueError: No values, or a percentile outside [0, 100] (numpy's message). numpy raises
             IndexError for no values.
     """
+    if type(values) is list and all(type(v) is float for v in values) and npfloat.plain(values):
+        return npfloat.percentiles(values, qs)
+    import numpy as np
+
     arr = np.array(values, dtype=np.float64).ravel()  # a copy: partitioned in place below
     n = arr.size
     if n == 0:
@@ -64,11 +74,40 @@ def percentiles(values: Any, qs: Sequence[float]) -> list[float]:
     return out.tolist()
 
 
+def _column(table: Any, name: str) -> list:
+    """Column ``name`` of a DataFrame or the engine's ``Columns`` as a list of Python values
+    (``Columns.as_list``: no numpy)."""
+    as_list = getattr(table, "as_list", None)
+    return as_list(name) if as_list is not None else table[name].tolist()
+
+
+def _float_column(table: Any, name: str) -> list[float]:
+    """``_column`` as floats, as ``np.asarray(..., dtype=np.float64)`` converts (None -> NaN)."""
+    return [math.nan if v is None else float(v) for v in _column(table, name)]
+
+
+def _total(values: list) -> int | float:
+    """``values.sum()`` as numpy gives it: exact for integers, numpy's pairwise sum for floats."""
+    if all(type(v) is int for v in values):
+        return sum(values)
+    return npfloat.float_sum([float(v) for v in values])
+
+
+def _mean_max(values: list[float]) -> tuple[float, float]:
+    """``(values.mean(), values.max())`` of float64 values, numpy's floats."""
+    if npfloat.plain(values):
+        return npfloat.float_sum(values) / len(values), max(values)
+    import numpy as np
+
+    arr = np.asarray(values, dtype=np.float64)
+    return float(arr.mean()), float(arr.max())
+
+
 def ttft_summary(requests: pd.DataFrame) -> dict[str, float]:
     """TTFT statistics of a request table, seconds.
 
     Args:
-        requests: Rows with a ``ttft_s`` column.
+        requests: Rows with a ``ttft_s`` column (a DataFrame or the engine's ``Columns``).
 
     Returns:
         ``requests``, ``ttft_mean_s``, ``ttft_p50_s``, ``ttft_p90_s``, ``ttft_p99_s``, ``ttft_max_s``.
@@ -76,19 +115,21 @@ def ttft_summary(requests: pd.DataFrame) -> dict[str, float]:
     Raises:
         ValueError: An empty table or a missing TTFT (a request that never finished).
     """
-    ttft = np.asarray(requests["ttft_s"], dtype=np.float64)
-    if ttft.size == 0:
+    ttft = _float_column(requests, "ttft_s")
+    if not ttft:
         raise ValueError("no requests to summarise")
-    if np.isnan(ttft).any():
-        raise ValueError(f"{int(np.isnan(ttft).sum())} requests have no TTFT")
+    missing = sum(1 for v in ttft if v != v)
+    if missing:
+        raise ValueError(f"{missing} requests have no TTFT")
     p50, p90, p99 = percentiles(ttft, [50, 90, 99])
+    mean, worst = _mean_max(ttft)
     return {
-        "requests": int(ttft.size),
-        "ttft_mean_s": float(ttft.mean()),
-        "ttft_p50_s": float(p50),
-        "ttft_p90_s": float(p90),
-        "ttft_p99_s": float(p99),
-        "ttft_max_s": float(ttft.max()),
+        "requests": len(ttft),
+        "ttft_mean_s": mean,
+        "ttft_p50_s": p50,
+        "ttft_p90_s": p90,
+        "ttft_p99_s": p99,
+        "ttft_max_s": worst,
     }
 
 
@@ -96,7 +137,7 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame | None = None) -> dict
     """Headline figures of one run.
 
     ``requests``/``steps`` are DataFrames or the engine's ``fairsim.sim.result.Columns``
-    (``SimResult.columns``): only ``t[column]`` and ``len(t)`` are used, so no pandas is needed.
+    (``SimResult.columns``): columns are read as lists, so neither pandas nor numpy is needed.
 
     Returns:
         ``ttft_summary`` plus ``hit_rate`` (cached tokens at admission / prompt tokens),
@@ -105,18 +146,26 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame | None = None) -> dict
         tokens / sim time) and, with a step table, ``steps`` and ``evictions``.
     """
     out: dict[str, Any] = ttft_summary(requests)
-    out["hit_rate"] = float(requests["cached_tokens"].sum() / requests["prompt_tokens"].sum())
-    qd = np.asarray(requests["queue_delay_s"], dtype=np.float64)
+    prompt_tokens = _total(_column(requests, "prompt_tokens"))
+    out["hit_rate"] = float(_total(_column(requests, "cached_tokens")) / prompt_tokens)
+    qd = _float_column(requests, "queue_delay_s")
     out["queue_delay_p50_s"], out["queue_delay_p99_s"] = percentiles(qd, [50, 99])
     out["starved"] = bool(out["ttft_max_s"] > STARVATION_FACTOR * out["ttft_p99_s"])
-    sim_time = float(requests["finish_s"].max() - requests["arrival_s"].min())
+    sim_time = _extreme(_float_column(requests, "finish_s"), max) - _extreme(_float_column(requests, "arrival_s"), min)
     out["sim_time_s"] = sim_time
-    out["throughput_tokens_per_s"] = float(requests["prompt_tokens"].sum() / sim_time) if sim_time > 0 else float("nan")
+    out["throughput_tokens_per_s"] = float(prompt_tokens / sim_time) if sim_time > 0 else float("nan")
     if steps is not None:
         out["steps"] = int(len(steps))
-        out["evictions"] = int(steps["evictions"].sum())
-        out["preemptions"] = int(steps["preemptions"].sum())
+        out["evictions"] = int(_total(_column(steps, "evictions")))
+        out["preemptions"] = int(_total(_column(steps, "preemptions")))
     return out
+
+
+def _extreme(values: list[float], pick: Any) -> float:
+    """``values.max()`` / ``.min()`` (``pick``: ``max`` or ``min``) as numpy gives it (NaN wins)."""
+    if any(v != v for v in values):
+        return math.nan
+    return float(pick(values))
 
 
 # -- colocated mode (decode on the same engine) ------------------------------------------------
@@ -152,7 +201,7 @@ def parse_slo(text: str | None) -> dict[str, float]:
             seconds = float(value)
         except ValueError:
             raise ValueError(f"--slo {text!r}: {key}={value!r} is not a number of seconds") from None
-        if not (np.isfinite(seconds) and seconds > 0):
+        if not (math.isfinite(seconds) and seconds > 0):
             raise ValueError(f"--slo {text!r}: {key}={value!r} must be a number of seconds > 0")
         if key in out:
             raise ValueError(f"--slo {text!r}: {key} given twice")
@@ -175,6 +224,8 @@ def meets_slo(requests: pd.DataFrame, slo: dict[str, float]) -> np.ndarray:
     A one-token request has no TPOT and meets a TPOT SLO trivially (vLLM's benchmark counts
     goodput the same way: TPOT is undefined for it).
     """
+    import numpy as np
+
     ok = np.ones(len(requests), dtype=bool)
     if "ttft" in slo:
         ok &= _floats(requests, "ttft_s") <= slo["ttft"]
@@ -186,6 +237,8 @@ def meets_slo(requests: pd.DataFrame, slo: dict[str, float]) -> np.ndarray:
 
 def _floats(table: Any, name: str) -> np.ndarray:
     """Column ``name`` of a DataFrame or ``Columns`` as a float64 array."""
+    import numpy as np
+
     return np.asarray(table[name], dtype=np.float64)
 
 
@@ -209,6 +262,8 @@ def decode_summary(requests: pd.DataFrame, token_gaps: pd.DataFrame | None,
         tokens / (last finish - first arrival)), and with an SLO ``goodput_share`` (share of
         requests meeting every given SLO) and ``goodput_rps`` (such requests per second).
     """
+    import numpy as np
+
     out: dict[str, Any] = {}
     tpot = _floats(requests, "tpot_s")
     out.update(_pcts(tpot[~np.isnan(tpot)], "tpot"))

@@ -81,6 +81,15 @@ class Columns:
             arr = self._arrays[name] = np.asarray(self._column(name))
         return arr
 
+    def as_list(self, name: str) -> list[Any]:
+        """Column ``name`` as a list of Python values, without numpy (``fairsim.metrics``).
+
+        Raises:
+            KeyError: No column ``name``.
+        """
+        values = self._column(name)
+        return values if type(values) is list else values.tolist()
+
     def to_pandas(self) -> pd.DataFrame:
         """The table as a ``pandas.DataFrame`` (the same frame the column lists infer)."""
         import pandas as pd

@@ -38,13 +38,18 @@ The weight-read floor ``min_step_s`` is not counted (the bound stays a lower bou
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import dataclass
-
-import numpy as np
+from dataclasses import dataclass, fields
+from itertools import accumulate
+from typing import TYPE_CHECKING
 
 from fairsim.costmodel import Profile
+from fairsim.npfloat import float_sum
 from fairsim.types import Request
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_LOAD_WINDOW_S = 60.0
 """Length of the busiest-window load, seconds."""
@@ -77,7 +82,7 @@ class PrefillWork:
 
 def prefill_work(requests: Sequence[Request], budget_tokens: int, ideal_reuse: bool,
                  profile: Profile | None = None, colocated: bool = False) -> PrefillWork:
-    """The ``PrefillWork`` of ``requests`` at budget ``budget_tokens``.
+    """The ``PrefillWork`` of ``requests`` at budget ``budget_tokens`` (float64 arrays).
 
     Args:
         requests: The trace (any order; sorted by arrival here).
@@ -90,13 +95,20 @@ def prefill_work(requests: Sequence[Request], budget_tokens: int, ideal_reuse: b
     Raises:
         ValueError: ``budget_tokens < 1``.
     """
-    return _both_works(requests, budget_tokens, profile, colocated, ideal_reuse)[-1]
+    import numpy as np
+
+    work = _both_works(requests, budget_tokens, profile, colocated, ideal_reuse)[-1]
+    return PrefillWork(**{f.name: np.asarray(getattr(work, f.name), dtype=np.float64) for f in fields(work)})
 
 
 def _both_works(requests: Sequence[Request], budget_tokens: int, profile: Profile | None, colocated: bool,
                 ideal_reuse: bool = True) -> tuple[PrefillWork, ...]:
     """``(cold,)`` or ``(cold, ideal)``: ``prefill_work`` without and with ideal reuse, the arrival
     order, arrival times, lengths and decode work computed once for both (``offered_load``).
+
+    Its fields are lists of floats, each entry the float numpy's element-wise operations give
+    (the same IEEE operations in the same order; ``x * x`` for numpy's ``x ** 2``), so a run
+    computes its offered load without numpy (start-up; ``prefill_work`` makes the arrays).
 
     Raises:
         ValueError: ``budget_tokens < 1``; ``colocated`` without ``profile``.
@@ -105,37 +117,39 @@ def _both_works(requests: Sequence[Request], budget_tokens: int, profile: Profil
         raise ValueError(f"--budget {budget_tokens}: need >= 1 token per step")
     ordered = sorted(requests, key=lambda r: r.arrival_time)
     n = len(ordered)
-    lengths = np.fromiter((r.prompt_len for r in ordered), dtype=np.float64, count=n)
-    arrival = np.fromiter((r.arrival_time for r in ordered), dtype=np.float64, count=n)
-    decode_tokens = np.zeros(n, dtype=np.float64)
-    decode_s = np.zeros(n, dtype=np.float64)
+    lengths = [float(r.prompt_len) for r in ordered]
+    arrival = [float(r.arrival_time) for r in ordered]
+    decode_tokens = decode_s = [0.0] * n
     if colocated:
         if profile is None:
             raise ValueError("prefill_work(colocated=True) needs the profile")
-        o1 = np.fromiter((r.output_len - 1 for r in ordered), dtype=np.float64, count=n)
         p = profile
-        ctx = o1 * lengths + o1 * (o1 - 1) / 2.0  # sum over g = 1..o-1 of L + g - 1
-        decode_tokens = o1
-        decode_s = (o1 * (p.b_s_per_token + p.d_s_per_request + p.f_s_per_decode + p.k_s_per_pair / 2)
-                    + (p.k_s_per_pair + p.e_s_per_decode_ctx_token) * ctx)
+        per_decode = p.b_s_per_token + p.d_s_per_request + p.f_s_per_decode + p.k_s_per_pair / 2
+        per_ctx = p.k_s_per_pair + p.e_s_per_decode_ctx_token
+        decode_tokens = [float(r.output_len - 1) for r in ordered]
+        # ctx = o1 * L + o1 * (o1 - 1) / 2: the sum over g = 1..o-1 of L + g - 1
+        decode_s = [o1 * per_decode + per_ctx * (o1 * L + o1 * (o1 - 1) / 2.0)
+                    for o1, L in zip(decode_tokens, lengths)]
 
-    def work(hits: np.ndarray) -> PrefillWork:
-        new = lengths - hits
-        return PrefillWork(arrival_s=arrival, new_tokens=new, pairs=(lengths**2 - hits**2) / 2.0,
-                           chunks=np.ceil(new / budget_tokens), decode_tokens=decode_tokens, decode_s=decode_s)
+    def work(hits: list[float]) -> PrefillWork:
+        new = [L - h for L, h in zip(lengths, hits)]
+        return PrefillWork(arrival_s=arrival, new_tokens=new,
+                           pairs=[(L * L - h * h) / 2.0 for L, h in zip(lengths, hits)],
+                           chunks=[float(math.ceil(c / budget_tokens)) for c in new],
+                           decode_tokens=decode_tokens, decode_s=decode_s)
 
-    cold = work(np.zeros(n, dtype=np.float64))
+    cold = work([0.0] * n)
     if not ideal_reuse:
         return (cold,)
     seen: set[int] = set()
-    hits = np.zeros(n, dtype=np.float64)
+    hits = [0.0] * n
     for i, r in enumerate(ordered):
         hit = 0
         for x in r.block_hashes:
             if x not in seen:
                 break
             hit += 1
-        hits[i] = min(hit * r.hash_block_size, r.prompt_len - 1)
+        hits[i] = float(min(hit * r.hash_block_size, r.prompt_len - 1))
         seen.update(r.block_hashes)
     return cold, work(hits)
 
@@ -144,22 +158,40 @@ def busy_time(profile: Profile, budget_tokens: int, new_tokens: np.ndarray | flo
               pairs: np.ndarray | float, chunks: np.ndarray | float,
               decode_tokens: np.ndarray | float = 0.0, decode_s: np.ndarray | float = 0.0) -> np.ndarray | float:
     """Best-case busy seconds for work totals (scalars or arrays): the module docstring's ``busy``
-    (plus the decode work in colocated mode)."""
-    steps = np.ceil((np.asarray(new_tokens, dtype=np.float64) + decode_tokens) / budget_tokens)
+    (plus the decode work in colocated mode). Python floats in, a Python float out (no numpy)."""
+    if type(new_tokens) is float and type(decode_tokens) is float:
+        steps = float(math.ceil((new_tokens + decode_tokens) / budget_tokens))
+    else:
+        import numpy as np
+
+        steps = np.ceil((np.asarray(new_tokens, dtype=np.float64) + decode_tokens) / budget_tokens)
     return (profile.a_s * steps + profile.b_s_per_token * new_tokens
             + profile.k_s_per_pair * pairs + profile.d_s_per_request * chunks + decode_s)
 
 
 def _busiest(work: PrefillWork, profile: Profile, budget: int, window_s: float) -> tuple[float, float]:
-    """``(load, start_s)`` of the busiest ``window_s``-second window."""
+    """``(load, start_s)`` of the busiest ``window_s``-second window: the first window, starting
+    at an arrival, whose ``busy_time`` is the largest (numpy's ``argmax``: a NaN wins).
+
+    The window sums are differences of running sums (``np.cumsum``'s, in order) at the
+    arrivals ``[t, t + W)`` (``bisect_left``: ``np.searchsorted(side="left")``)."""
     t = work.arrival_s
-    cum = [np.concatenate(([0.0], np.cumsum(x)))
-           for x in (work.new_tokens, work.pairs, work.chunks, work.decode_tokens, work.decode_s)]
-    ends = np.searchsorted(t, t + window_s, side="left")
-    starts = np.arange(len(t))
-    busy = busy_time(profile, budget, *(c[ends] - c[starts] for c in cum))
-    best = int(np.argmax(busy))
-    return float(busy[best] / window_s), float(t[best])
+    cn, cp, cc, cdt, cds = ([0.0, *accumulate(x)]
+                            for x in (work.new_tokens, work.pairs, work.chunks, work.decode_tokens, work.decode_s))
+    a, b, k, d = profile.a_s, profile.b_s_per_token, profile.k_s_per_pair, profile.d_s_per_request
+    ceil = math.ceil
+    best, top = 0, -math.inf
+    for i, ti in enumerate(t):
+        e = bisect_left(t, ti + window_s)
+        new = cn[e] - cn[i]
+        busy = (a * float(ceil((new + (cdt[e] - cdt[i])) / budget)) + b * new + k * (cp[e] - cp[i])
+                + d * (cc[e] - cc[i]) + (cds[e] - cds[i]))
+        if busy > top:
+            best, top = i, busy
+        elif busy != busy:  # NaN: numpy's argmax stops at the first
+            best, top = i, busy
+            break
+    return top / window_s, t[best]
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,24 +296,24 @@ def offered_load(requests: Sequence[Request], profile: Profile, budget_tokens: i
         raise ValueError("offered load of an empty trace")
     check_load_window(window_s)
     cold, ideal = _both_works(requests, budget_tokens, profile, colocated)
-    span = float(cold.arrival_s[-1] - cold.arrival_s[0])
-    total = float(cold.new_tokens.sum())
+    span = cold.arrival_s[-1] - cold.arrival_s[0]
+    total = float_sum(cold.new_tokens)  # numpy's sums, to the bit (fairsim.npfloat)
 
     def busy(w: PrefillWork) -> float:
-        return float(busy_time(profile, budget_tokens, w.new_tokens.sum(), w.pairs.sum(), w.chunks.sum(),
-                               w.decode_tokens.sum(), w.decode_s.sum()))
+        return busy_time(profile, budget_tokens, float_sum(w.new_tokens), float_sum(w.pairs),
+                         float_sum(w.chunks), float_sum(w.decode_tokens), float_sum(w.decode_s))
 
     busy_cold, busy_ideal = busy(cold), busy(ideal)
     span_eff = span if span > 0 else float("nan")
     if 0 < span < window_s:  # the whole trace is the busiest window (module docstring)
-        peak, start, peak_ideal = busy_cold / span, float(cold.arrival_s[0]), busy_ideal / span
+        peak, start, peak_ideal = busy_cold / span, cold.arrival_s[0], busy_ideal / span
     else:
         peak, start = _busiest(cold, profile, budget_tokens, window_s)
         peak_ideal, _ = _busiest(ideal, profile, budget_tokens, window_s)
     return OfferedLoad(
         requests=len(requests), span_s=span, budget_tokens=budget_tokens,
         prompt_tokens_per_s=total / span_eff,
-        ideal_uncached_tokens_per_s=float(ideal.new_tokens.sum()) / span_eff,
+        ideal_uncached_tokens_per_s=float_sum(ideal.new_tokens) / span_eff,
         busy_s=busy_cold, ideal_busy_s=busy_ideal, capacity_tokens_per_s=total / busy_cold,
         load=busy_cold / span_eff, ideal_load=busy_ideal / span_eff, window_s=window_s,
         peak_load=peak, peak_ideal_load=peak_ideal, peak_start_s=start, colocated=colocated,

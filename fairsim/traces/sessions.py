@@ -15,8 +15,6 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-import numpy as np
-
 from fairsim.types import Request
 
 DEFAULT_SESSION_RATE = 0.1
@@ -84,6 +82,8 @@ def place_sessions(requests: Sequence[Request], rate: float, seed: int = 0) -> l
         raise ValueError(f"--session-rate {rate}: need a finite rate > 0 sessions/s")
     if seed < 0:
         raise ValueError(f"--seed {seed}: need an integer >= 0")
+    import numpy as np  # here: a run without --session-rate starts without numpy
+
     groups = session_groups(requests)
     gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=len(groups))
     starts = np.concatenate([[0.0], np.cumsum(gaps[1:])]) if len(groups) else np.zeros(0)
