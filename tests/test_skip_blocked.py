@@ -177,8 +177,11 @@ def test_clock_kept_head_ends_the_skip_at_its_clock_and_at_pending_changes():
     # the skip holds up to that clock only, and not while a snapshot change waits to be told.
     reqs = [Request("A", 0.0, 9, (1, 2), BLOCK, 4, {}), Request("B", 0.0, 13, (1, 2, 3), BLOCK, 2, {})]
     config = EngineConfig(block_size=BLOCK, kv_blocks=8, mode="colocated")
-    engine = DecodeFastEngine(reqs, make_policy("fcfs"), constant_profile(), config)
+    # Fairway's engine has lazy hits (a recheck pending ends the skip too); its head_until is
+    # replaced by a fixed clock.
+    engine = DecodeFastEngine(reqs, make_policy("fairway", constant_profile()), constant_profile(), config)
     engine._skip = False
+    engine._skip_head = False
     engine._head_until = lambda now: 5.0 if now <= 5.0 else None
     engine._blocked = (engine._all[1], NO_KEY, engine._order_changes, engine.pool.num_frees, 0)
     assert engine._still_blocked(4.0) and engine._blocked_until == 5.0
@@ -187,10 +190,9 @@ def test_clock_kept_head_ends_the_skip_at_its_clock_and_at_pending_changes():
     engine._dirty[1] = engine._all[0]  # a snapshot changed, not yet told to the order
     assert not engine._still_blocked(4.0)
     engine._dirty.clear()
-    if engine._lazy is not None:
-        engine._lazy.recheck.append(engine._all[0])
-        assert not engine._still_blocked(4.0)
-        engine._lazy.recheck.clear()
+    engine._lazy.recheck.append(engine._all[0])
+    assert not engine._still_blocked(4.0)
+    engine._lazy.recheck.clear()
     assert engine._still_blocked(4.0)
     engine._head_until = None  # no kept head: as before
     assert not engine._still_blocked(4.0)
