@@ -317,6 +317,10 @@ class DRROrder(ClassQueues):
         else:
             def current(rid):  # this step's snapshot (lazy hits), kept: the bounds start from it
                 item = items[rid]
+                if rid not in lo:
+                    # Never marked stale since it was added or resolved: it is this step's
+                    # snapshot by value, and may be yielded (fairsim.policies.incremental).
+                    return item[1]
                 r = resolve(item[1])
                 if r is not item[1]:
                     items[rid] = (item[0], r)
