@@ -169,20 +169,28 @@ def busy_time(profile: Profile, budget_tokens: int, new_tokens: np.ndarray | flo
             + profile.k_s_per_pair * pairs + profile.d_s_per_request * chunks + decode_s)
 
 
-def _busiest(work: PrefillWork, profile: Profile, budget: int, window_s: float) -> tuple[float, float]:
+def _window_ends(t: list[float], window_s: float) -> list[int]:
+    """For each arrival ``t[i]``, the index of the first arrival at or after ``t[i] + window_s``
+    (``np.searchsorted(t, t + window_s, side="left")``)."""
+    return [bisect_left(t, ti + window_s) for ti in t]
+
+
+def _busiest(work: PrefillWork, profile: Profile, budget: int, window_s: float,
+             ends: list[int] | None = None) -> tuple[float, float]:
     """``(load, start_s)`` of the busiest ``window_s``-second window: the first window, starting
     at an arrival, whose ``busy_time`` is the largest (numpy's ``argmax``: a NaN wins).
 
     The window sums are differences of running sums (``np.cumsum``'s, in order) at the
-    arrivals ``[t, t + W)`` (``bisect_left``: ``np.searchsorted(side="left")``)."""
+    arrivals ``[t, t + W)`` (``ends``: ``_window_ends``, computed here when not given)."""
     t = work.arrival_s
+    if ends is None:
+        ends = _window_ends(t, window_s)
     cn, cp, cc, cdt, cds = ([0.0, *accumulate(x)]
                             for x in (work.new_tokens, work.pairs, work.chunks, work.decode_tokens, work.decode_s))
     a, b, k, d = profile.a_s, profile.b_s_per_token, profile.k_s_per_pair, profile.d_s_per_request
     ceil = math.ceil
     best, top = 0, -math.inf
-    for i, ti in enumerate(t):
-        e = bisect_left(t, ti + window_s)
+    for i, e in enumerate(ends):
         new = cn[e] - cn[i]
         busy = (a * float(ceil((new + (cdt[e] - cdt[i])) / budget)) + b * new + k * (cp[e] - cp[i])
                 + d * (cc[e] - cc[i]) + (cds[e] - cds[i]))
@@ -192,6 +200,14 @@ def _busiest(work: PrefillWork, profile: Profile, budget: int, window_s: float) 
             best, top = i, busy
             break
     return top / window_s, t[best]
+
+
+def _whole_sum(values: list[float]) -> float:
+    """numpy's sum of non-negative multiples of 0.5 (tokens, chunks, pairs ``(L² - h²) / 2``):
+    below ``2**52`` every partial sum of any order is exact, so numpy's pairwise sum is the
+    exact sum, which ``math.fsum`` gives at C speed; above it, numpy's own order (``float_sum``)."""
+    total = math.fsum(values)
+    return total if total < 2.0**52 else float_sum(values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,23 +313,26 @@ def offered_load(requests: Sequence[Request], profile: Profile, budget_tokens: i
     check_load_window(window_s)
     cold, ideal = _both_works(requests, budget_tokens, profile, colocated)
     span = cold.arrival_s[-1] - cold.arrival_s[0]
-    total = float_sum(cold.new_tokens)  # numpy's sums, to the bit (fairsim.npfloat)
+    # numpy's sums, to the bit: exact ones for the whole and half tokens, numpy's pairwise order
+    # for decode seconds (fairsim.npfloat)
+    total = _whole_sum(cold.new_tokens)
 
     def busy(w: PrefillWork) -> float:
-        return busy_time(profile, budget_tokens, float_sum(w.new_tokens), float_sum(w.pairs),
-                         float_sum(w.chunks), float_sum(w.decode_tokens), float_sum(w.decode_s))
+        return busy_time(profile, budget_tokens, _whole_sum(w.new_tokens), _whole_sum(w.pairs),
+                         _whole_sum(w.chunks), _whole_sum(w.decode_tokens), float_sum(w.decode_s))
 
     busy_cold, busy_ideal = busy(cold), busy(ideal)
     span_eff = span if span > 0 else float("nan")
     if 0 < span < window_s:  # the whole trace is the busiest window (module docstring)
         peak, start, peak_ideal = busy_cold / span, cold.arrival_s[0], busy_ideal / span
     else:
-        peak, start = _busiest(cold, profile, budget_tokens, window_s)
-        peak_ideal, _ = _busiest(ideal, profile, budget_tokens, window_s)
+        ends = _window_ends(cold.arrival_s, window_s)  # the same arrivals in both
+        peak, start = _busiest(cold, profile, budget_tokens, window_s, ends)
+        peak_ideal, _ = _busiest(ideal, profile, budget_tokens, window_s, ends)
     return OfferedLoad(
         requests=len(requests), span_s=span, budget_tokens=budget_tokens,
         prompt_tokens_per_s=total / span_eff,
-        ideal_uncached_tokens_per_s=float_sum(ideal.new_tokens) / span_eff,
+        ideal_uncached_tokens_per_s=_whole_sum(ideal.new_tokens) / span_eff,
         busy_s=busy_cold, ideal_busy_s=busy_ideal, capacity_tokens_per_s=total / busy_cold,
         load=busy_cold / span_eff, ideal_load=busy_ideal / span_eff, window_s=window_s,
         peak_load=peak, peak_ideal_load=peak_ideal, peak_start_s=start, colocated=colocated,
