@@ -87,9 +87,11 @@ def _float_column(table: Any, name: str) -> list[float]:
 
 
 def _total(values: list) -> int | float:
-    """``values.sum()`` as numpy gives it: exact for integers, numpy's pairwise sum for floats."""
-    if all(type(v) is int for v in values):
-        return sum(values)
+    """``values.sum()`` as numpy gives it: exact for integers (or booleans), numpy's pairwise
+    sum where any value is a float."""
+    total = sum(values)  # an int unless a float is among the values
+    if type(total) is int:
+        return total
     return npfloat.float_sum([float(v) for v in values])
 
 
