@@ -104,6 +104,11 @@ _INV_LOG = 1.0 / math.log1p(DELTA)
 CACHE_FIRST = True
 
 
+def _bucket_index(s: float) -> int:
+    """The bucket of slope ``s`` (1/s): ``floor(log(s) / log(1 + DELTA))``."""
+    return math.floor(math.log(s) * _INV_LOG) if s > 0 else -(1 << 62)
+
+
 def max_hit(q: QueuedRequest) -> int:
     """The largest prefix hit ``h`` (tokens) any cache state could give ``q``: every full block
     of ``block_keys`` cached (at most ``L - 1`` tokens, as the engine); ``L - 1`` when the engine
@@ -148,6 +153,9 @@ class FastLane:
     def __init__(self, slo: Callable[[int], float], wait_cap: float | None = None) -> None:
         self.slo = slo
         self.wait_cap = wait_cap
+        # prompt length -> (SLO, slope 1 / SLO, bucket index): what ``add`` needs of a new
+        # request, computed once per length (the policy's ``slo`` and a logarithm are the cost).
+        self._by_len: dict[int, tuple[float, float, int]] = {}
         # request_id -> [snapshot, h/max(c,1), arrival, SLO, slope, bucket, key tuple, the h/max(c,1)
         # the key was made with (>= the current one: the key is an upper bound), stale (lazy
         # hits: 0 fresh, 1 out of date with a hit that can only have fallen, 2 one that may have
@@ -211,6 +219,15 @@ class FastLane:
             t = b.t0
         return (-(self._key(hc, arr, slo, t) - (t - b.t0) * b.s_hi), arr, rid)
 
+    def _slope(self, prompt_len: int) -> tuple[float, float, int]:
+        """``(SLO, 1 / SLO, bucket index)`` of a prompt of ``prompt_len`` tokens (``_by_len``)."""
+        per = self._by_len.get(prompt_len)
+        if per is None:
+            slo = self.slo(prompt_len)
+            s = 1.0 / slo
+            per = self._by_len[prompt_len] = (slo, s, _bucket_index(s))
+        return per
+
     def _sync(self, b: _Bucket) -> None:
         """Set ``b``'s bound line from its front key ``K``, ``t0`` and ``s_hi``: at a clock
         ``te >= t0`` the front scores at most ``K + (te - t0) s_hi`` (module docstring). With
@@ -232,16 +249,29 @@ class FastLane:
         self._c[slot] = k + 2.0 * MARGIN * (1.0 + abs(k)) - (b.t0 - self._origin) * b.s_hi
         self._s[slot] = b.s_hi * (1.0 + 2.0 * MARGIN)
 
+    def _sync_front(self, b: _Bucket) -> None:
+        """``_sync`` after a change of ``b``'s front alone: the slope ``_s`` (``s_hi``'s) stays."""
+        front = b.front
+        if front is None:
+            self._c[b.slot] = EMPTY
+            return
+        k = -front[0]
+        self._c[b.slot] = k + 2.0 * MARGIN * (1.0 + abs(k)) - (b.t0 - self._origin) * b.s_hi
+
     def _set_head(self, b: _Bucket) -> None:
         keys = b.keys
         b.front = keys[0] if keys else None
-        self._sync(b)
+        self._sync_front(b)
 
     def _insert(self, b: _Bucket, kt: tuple) -> None:
         insort(b.keys, kt)
-        if b.front is None or kt < b.front:
+        front = b.front
+        if front is None:  # empty until now: its slope line may be unset (a new or emptied slot)
             b.front = kt
             self._sync(b)
+        elif kt < front:
+            b.front = kt
+            self._sync_front(b)
 
     def _delete(self, b: _Bucket, kt: tuple) -> None:
         keys = b.keys
@@ -251,8 +281,8 @@ class FastLane:
         else:
             del keys[bisect_left(keys, kt)]
 
-    def _bucket(self, s: float) -> _Bucket:
-        idx = math.floor(math.log(s) * _INV_LOG) if s > 0 else -(1 << 62)
+    def _bucket(self, idx: int) -> _Bucket:
+        """The bucket of index ``idx`` (``_bucket_index``), made if there is none."""
         b = self._buckets.get(idx)
         if b is None:
             slot = len(self._by_slot)
@@ -291,24 +321,35 @@ class FastLane:
                 if item is not None:
                     del self._items[rid]  # a different request under the same id: a new item
                     self._in_arrival = False
-                slo = self.slo(q.prompt_len)
-                self._items[rid] = [q, hc, q.arrival_time, slo, 1.0 / slo, None, None, hc, False, None]
+                slo, s, _ = self._slope(q.prompt_len)
+                self._items[rid] = [q, hc, q.arrival_time, slo, s, None, None, hc, False, None]
             else:
                 item[0] = q
                 item[1] = item[7] = hc
                 item[8] = False
             return
         if item is None:
-            slo = self.slo(q.prompt_len)
-            s = 1.0 / slo
-            b = self._bucket(s)
+            L = q.prompt_len
+            per = self._by_len.get(L)
+            slo, s, idx = per if per is not None else self._slope(L)
+            b = self._buckets.get(idx)
+            if b is None:
+                b = self._bucket(idx)
             if s > b.s_hi:
                 b.s_hi = s
                 self._sync(b)
             arr = q.arrival_time
-            kt = self._kt(hc, arr, slo, rid, b)
+            # _kt, inlined (hot: once per request); the same float operations
+            t = self._clock
+            t0 = b.t0
+            if t < t0:
+                t = t0
+            wait = (t - arr) / slo
+            cap = self.wait_cap
+            if cap is not None and wait > cap:
+                wait = cap
+            kt = (-(hc + wait - (t - t0) * b.s_hi), arr, rid)
             # max(hc, _hc_bound(q)), inlined (hot: once per request)
-            L = q.prompt_len
             bs = q.block_size
             h = min(len(q.block_keys), (L - 1) // bs) * bs if bs > 0 else max(L - 1, 0)
             top = h / max(L - h - q.num_computed_tokens, 1)
@@ -431,9 +472,9 @@ class FastLane:
         key = self._key
         for rid, item in self._items.items():
             s = item[4]
-            b = self._bucket(s)
+            b = self._bucket(_bucket_index(s))
             if s > b.s_hi:
-                b.s_hi = s  # the bound line is set once the bucket's keys are (_set_head below)
+                b.s_hi = s  # the bound line is set once the bucket's keys are (_sync below)
             item[9] = max(item[1], _hc_bound(item[0]))
             item[7] = item[9] if item[8] == 2 else item[1]
             item[5] = b
@@ -442,7 +483,8 @@ class FastLane:
         for slot, kts in per_bucket.items():
             b = self._by_slot[slot]
             b.keys = sorted(kts)
-            self._set_head(b)
+            b.front = b.keys[0]
+            self._sync(b)  # intercept and slope: the slot may hold an old bucket's slope
 
     def _to_small(self) -> None:
         """Enter small mode: drop the buckets (the items keep their snapshots and stale flags)."""
@@ -640,6 +682,8 @@ class FastLane:
         ``m = 4 MARGIN x`` the two scores' magnitudes at ``now`` and ``m' = 4 MARGIN (s + s_f)``
         their growth: every operation of a score is correctly rounded (~1e-16 of its result,
         the wait ``t - arrival`` included, whatever the clock's size), far inside the margin.
+        The window's end itself is a clock, rounded to the clock's precision: it is taken one
+        ulp below the computed ``now + slack / rate``, so at or before the exact end.
         A full read at such a ``t`` yields it first (a read yields the exact order)."""
         s_f = item[4] if self.wait_cap is None else 0.0
         mag_f = 1.0 + abs(score) + 2.0 * item[1]
@@ -682,6 +726,12 @@ class FastLane:
             rising = rate > 0.0
             if rising.any():
                 until = min(until, now + float((slack[rising] / rate[rising]).min()))
+        # ``now + slack / rate`` is rounded to the clock's precision, up by as much as half an
+        # ulp of the clock (1.2e-7 s at wall-clock times of 1.7e9 s: more than the margins
+        # above at a steep line): one ulp down keeps the window's end at or before the exact
+        # one. (Found by the kept-first property test at a clock of 1.7e9 s.)
+        if until < math.inf:
+            until = math.nextafter(until, -math.inf)
         return (item[0].request_id, now, until)
 
     def _rest(self, now: float, done: set[str]) -> Iterator[QueuedRequest]:
