@@ -169,6 +169,9 @@ class FastLane:
         # x _s (per slot; _sync). EMPTY intercept: an empty bucket (or no bucket in that slot).
         self._c = np.full(cap, EMPTY)
         self._s = np.zeros(cap)
+        # Views of the first nb slots of _c and _s (a read's vectors), made again only when the
+        # number of slots or the arrays change: ``(nb, _c[:nb], _s[:nb])``.
+        self._views: tuple[int, np.ndarray, np.ndarray] = (0, self._c[:0], self._s[:0])
         self._t0_max = -math.inf  # the latest t0 of any bucket
         # The clock the bound lines are measured from (set when the buckets are built): every
         # bucket's t0 is at least it, so the lines' terms are >= 0 for clocks of any sign.
@@ -290,6 +293,7 @@ class FastLane:
                 grow = len(self._c)
                 self._c = np.concatenate([self._c, np.full(grow, EMPTY)])
                 self._s = np.concatenate([self._s, np.zeros(grow)])
+                self._views = (-1, self._c, self._s)  # views of the old arrays: make them again
             # t0 not before the origin (a clock gone back since the buckets were built): keys
             # are made at t0 or later (``_kt``), so a later t0 is valid.
             b = self._buckets[idx] = _Bucket(slot, max(self._clock, self._origin))
@@ -369,11 +373,27 @@ class FastLane:
         self._insert(b, kt)
 
     def _rekey_as(self, item: list, rid: str, hc: float) -> None:
-        """Key a bucketed request anew at the lane's clock, with ``h / c = hc``."""
+        """Key a bucketed request anew at the lane's clock, with ``h / c = hc``.
+
+        The new key mostly keeps the request's place (a re-key at the step's clock moves it
+        little, and a wasted take was the front of its bucket): then it is put in place, one
+        store instead of a delete and an insert (two shifts of the bucket's list). The keys of
+        a bucket are distinct (the request id is in each), so that place is the sorted one."""
         b = item[5]
-        self._delete(b, item[6])
+        old = item[6]
         item[7] = hc
         kt = item[6] = self._kt(hc, item[2], item[3], rid, b)
+        keys = b.keys
+        i = 0 if old == b.front else bisect_left(keys, old)
+        if (i == 0 or keys[i - 1] < kt) and (i + 1 == len(keys) or kt < keys[i + 1]):
+            keys[i] = kt
+            if i == 0:
+                b.front = kt
+                self._sync_front(b)
+            return
+        del keys[i]
+        if i == 0:
+            self._set_head(b)
         self._insert(b, kt)
 
     def _rekey(self, rid: str) -> None:
@@ -548,6 +568,11 @@ class FastLane:
         seq = small[1]
         return iter(seq) if self._resolve is None else map(self._resolve, seq)
 
+    def bucketed_order(self, now: float) -> Iterator[QueuedRequest]:
+        """``iter_order(now)`` of a lane that ``small_lane(now)`` has just found bucketed (it
+        returned ``None``): the mode is not checked again (Fairway's merge, once per read)."""
+        return self._bucket_order(now)
+
     def _kept(self) -> tuple[str, float, float] | None:
         """``_first``, computed from the last read's pending state first (``_lead_state``)."""
         state = self._lead_state
@@ -571,22 +596,32 @@ class FastLane:
         n = len(items)
         if n == 0:
             return
-        first = self._kept()
         lead = None  # the first request, already yielded from the last read (_lead_until)
-        if first is not None and first[1] <= now <= first[2] and CACHE_FIRST:
-            lead = first[0]
-            q = items[lead][0]
-            # Not stale (``stale`` clears ``_first``), so this step's snapshot, as a read yields.
-            yield q if self._resolve is None else self._resolve(q)
-            # Read on (the first was admitted): the full read, whose first must be the same.
+        if self._lead_state is not None or self._first is not None:
+            first = self._kept()
+            if first is not None and first[1] <= now <= first[2] and CACHE_FIRST:
+                lead = first[0]
+                q = items[lead][0]
+                # Not stale (``stale`` clears ``_first``), so this step's snapshot, as a read yields.
+                yield q if self._resolve is None else self._resolve(q)
+                # Read on (the first was admitted): the full read, whose first must be the same.
         cap = self.wait_cap
-        self._settle(now)
-        te = self._tmax = max(self._tmax, now)
+        if self._loose or self._waste:
+            self._settle(now)
+        else:
+            self._clock = now  # what _settle does when there is nothing to settle
+        te = self._tmax
+        if now > te:  # max(self._tmax, now)
+            te = self._tmax = now
         nb = len(self._by_slot)
         # The bound lines hold for te >= t0; a later clock gives a looser bound, still valid (a
         # score never falls with time). Empty buckets: about EMPTY.
-        bound = self._s[:nb] * (max(te, self._t0_max) - self._origin)
-        bound += self._c[:nb]
+        t0_max = self._t0_max
+        views = self._views
+        if views[0] != nb:
+            views = self._views = (nb, self._c[:nb], self._s[:nb])
+        bound = views[2] * ((t0_max if t0_max > te else te) - self._origin)
+        bound += views[1]
         by_slot = self._by_slot
         loose = self._loose
         out: list[QueuedRequest] = []  # yielded so far
@@ -594,7 +629,7 @@ class FastLane:
         self._waste = cand  # what is left in it when the engine stops reading
         opened: list = []  # heap of (-bound, slot, key tuple of the bucket's next, its position)
         nxt = int(bound.argmax())  # the unopened bucket with the highest bound
-        nxt_bound = float(bound[nxt])
+        nxt_bound = bound.item(nxt)
         ninf = -math.inf
         for i in range(n):
             if i == _LONG_READ and n - i > _LONG_READ:
@@ -615,7 +650,7 @@ class FastLane:
                     b = by_slot[slot]
                     bound[slot] = EMPTY
                     nxt = int(bound.argmax())
-                    nxt_bound = float(bound[nxt])
+                    nxt_bound = bound.item(nxt)
                     kt = b.front  # b.keys[0]
                     pos = 0
                 else:
@@ -634,8 +669,8 @@ class FastLane:
                         loose.append(rid)
                     counted = slot
                 wait = (now - item[2]) / item[3]
-                if cap is not None:
-                    wait = min(wait, cap)
+                if cap is not None and wait > cap:  # min(wait, cap)
+                    wait = cap
                 heappush(cand, (-(item[1] + wait), item[2], rid, counted))
                 # The bucket's next key by position (the keys do not change during a read; a
                 # bucket is in ``opened`` at most once, so the heap never compares past ``slot``).
