@@ -325,8 +325,10 @@ class FastLane:
                 if item is not None:
                     del self._items[rid]  # a different request under the same id: a new item
                     self._in_arrival = False
-                slo, s, _ = self._slope(q.prompt_len)
-                self._items[rid] = [q, hc, q.arrival_time, slo, s, None, None, hc, False, None]
+                # (not _slope: small mode needs no bucket index, whose logarithm it would pay
+                # for most requests, their prompt lengths being mostly distinct)
+                slo = self.slo(q.prompt_len)
+                self._items[rid] = [q, hc, q.arrival_time, slo, 1.0 / slo, None, None, hc, False, None]
             else:
                 item[0] = q
                 item[1] = item[7] = hc
