@@ -114,6 +114,15 @@ def test_kept_first_equals_full_and_reference_reads(seed, cap, origin, bucketed)
                 full.remove(rid)
 
 
+def test_kept_window_end_rounded_down_at_wall_clock_times():
+    """The example that found the window's end rounded up: at clocks of 1.7e9 s (an ulp of
+    2.4e-7 s) ``now + slack / rate`` landed past the crossing of the kept first's line (slope
+    0.04/s) with a steep one's (0.76/s), and a read at the window's end yielded the wrong
+    first. Taken one ulp down, the window ends at or before the crossing."""
+    test_kept_first_equals_full_and_reference_reads.hypothesis.inner_test(
+        seed=803, cap=None, origin=1.7e9, bucketed=True)
+
+
 def test_kept_first_by_hand():
     """Two requests: ``a`` (hit 3/4 of 4,000 tokens: h/c = 3, SLO of 4,000 tokens) and ``b``
     (no hit, 100 tokens, a shorter SLO: a steeper line). ``a`` leads from 0 until the lines

@@ -104,6 +104,11 @@ _INV_LOG = 1.0 / math.log1p(DELTA)
 CACHE_FIRST = True
 
 
+def _bucket_index(s: float) -> int:
+    """The bucket of slope ``s`` (1/s): ``floor(log(s) / log(1 + DELTA))``."""
+    return math.floor(math.log(s) * _INV_LOG) if s > 0 else -(1 << 62)
+
+
 def max_hit(q: QueuedRequest) -> int:
     """The largest prefix hit ``h`` (tokens) any cache state could give ``q``: every full block
     of ``block_keys`` cached (at most ``L - 1`` tokens, as the engine); ``L - 1`` when the engine
@@ -148,6 +153,9 @@ class FastLane:
     def __init__(self, slo: Callable[[int], float], wait_cap: float | None = None) -> None:
         self.slo = slo
         self.wait_cap = wait_cap
+        # prompt length -> (SLO, slope 1 / SLO, bucket index): what ``add`` needs of a new
+        # request, computed once per length (the policy's ``slo`` and a logarithm are the cost).
+        self._by_len: dict[int, tuple[float, float, int]] = {}
         # request_id -> [snapshot, h/max(c,1), arrival, SLO, slope, bucket, key tuple, the h/max(c,1)
         # the key was made with (>= the current one: the key is an upper bound), stale (lazy
         # hits: 0 fresh, 1 out of date with a hit that can only have fallen, 2 one that may have
@@ -161,6 +169,9 @@ class FastLane:
         # x _s (per slot; _sync). EMPTY intercept: an empty bucket (or no bucket in that slot).
         self._c = np.full(cap, EMPTY)
         self._s = np.zeros(cap)
+        # Views of the first nb slots of _c and _s (a read's vectors), made again only when the
+        # number of slots or the arrays change: ``(nb, _c[:nb], _s[:nb])``.
+        self._views: tuple[int, np.ndarray, np.ndarray] = (0, self._c[:0], self._s[:0])
         self._t0_max = -math.inf  # the latest t0 of any bucket
         # The clock the bound lines are measured from (set when the buckets are built): every
         # bucket's t0 is at least it, so the lines' terms are >= 0 for clocks of any sign.
@@ -211,6 +222,15 @@ class FastLane:
             t = b.t0
         return (-(self._key(hc, arr, slo, t) - (t - b.t0) * b.s_hi), arr, rid)
 
+    def _slope(self, prompt_len: int) -> tuple[float, float, int]:
+        """``(SLO, 1 / SLO, bucket index)`` of a prompt of ``prompt_len`` tokens (``_by_len``)."""
+        per = self._by_len.get(prompt_len)
+        if per is None:
+            slo = self.slo(prompt_len)
+            s = 1.0 / slo
+            per = self._by_len[prompt_len] = (slo, s, _bucket_index(s))
+        return per
+
     def _sync(self, b: _Bucket) -> None:
         """Set ``b``'s bound line from its front key ``K``, ``t0`` and ``s_hi``: at a clock
         ``te >= t0`` the front scores at most ``K + (te - t0) s_hi`` (module docstring). With
@@ -232,16 +252,29 @@ class FastLane:
         self._c[slot] = k + 2.0 * MARGIN * (1.0 + abs(k)) - (b.t0 - self._origin) * b.s_hi
         self._s[slot] = b.s_hi * (1.0 + 2.0 * MARGIN)
 
+    def _sync_front(self, b: _Bucket) -> None:
+        """``_sync`` after a change of ``b``'s front alone: the slope ``_s`` (``s_hi``'s) stays."""
+        front = b.front
+        if front is None:
+            self._c[b.slot] = EMPTY
+            return
+        k = -front[0]
+        self._c[b.slot] = k + 2.0 * MARGIN * (1.0 + abs(k)) - (b.t0 - self._origin) * b.s_hi
+
     def _set_head(self, b: _Bucket) -> None:
         keys = b.keys
         b.front = keys[0] if keys else None
-        self._sync(b)
+        self._sync_front(b)
 
     def _insert(self, b: _Bucket, kt: tuple) -> None:
         insort(b.keys, kt)
-        if b.front is None or kt < b.front:
+        front = b.front
+        if front is None:  # empty until now: its slope line may be unset (a new or emptied slot)
             b.front = kt
             self._sync(b)
+        elif kt < front:
+            b.front = kt
+            self._sync_front(b)
 
     def _delete(self, b: _Bucket, kt: tuple) -> None:
         keys = b.keys
@@ -251,8 +284,8 @@ class FastLane:
         else:
             del keys[bisect_left(keys, kt)]
 
-    def _bucket(self, s: float) -> _Bucket:
-        idx = math.floor(math.log(s) * _INV_LOG) if s > 0 else -(1 << 62)
+    def _bucket(self, idx: int) -> _Bucket:
+        """The bucket of index ``idx`` (``_bucket_index``), made if there is none."""
         b = self._buckets.get(idx)
         if b is None:
             slot = len(self._by_slot)
@@ -260,6 +293,7 @@ class FastLane:
                 grow = len(self._c)
                 self._c = np.concatenate([self._c, np.full(grow, EMPTY)])
                 self._s = np.concatenate([self._s, np.zeros(grow)])
+                self._views = (-1, self._c, self._s)  # views of the old arrays: make them again
             # t0 not before the origin (a clock gone back since the buckets were built): keys
             # are made at t0 or later (``_kt``), so a later t0 is valid.
             b = self._buckets[idx] = _Bucket(slot, max(self._clock, self._origin))
@@ -291,6 +325,8 @@ class FastLane:
                 if item is not None:
                     del self._items[rid]  # a different request under the same id: a new item
                     self._in_arrival = False
+                # (not _slope: small mode needs no bucket index, whose logarithm it would pay
+                # for most requests, their prompt lengths being mostly distinct)
                 slo = self.slo(q.prompt_len)
                 self._items[rid] = [q, hc, q.arrival_time, slo, 1.0 / slo, None, None, hc, False, None]
             else:
@@ -299,16 +335,27 @@ class FastLane:
                 item[8] = False
             return
         if item is None:
-            slo = self.slo(q.prompt_len)
-            s = 1.0 / slo
-            b = self._bucket(s)
+            L = q.prompt_len
+            per = self._by_len.get(L)
+            slo, s, idx = per if per is not None else self._slope(L)
+            b = self._buckets.get(idx)
+            if b is None:
+                b = self._bucket(idx)
             if s > b.s_hi:
                 b.s_hi = s
                 self._sync(b)
             arr = q.arrival_time
-            kt = self._kt(hc, arr, slo, rid, b)
+            # _kt, inlined (hot: once per request); the same float operations
+            t = self._clock
+            t0 = b.t0
+            if t < t0:
+                t = t0
+            wait = (t - arr) / slo
+            cap = self.wait_cap
+            if cap is not None and wait > cap:
+                wait = cap
+            kt = (-(hc + wait - (t - t0) * b.s_hi), arr, rid)
             # max(hc, _hc_bound(q)), inlined (hot: once per request)
-            L = q.prompt_len
             bs = q.block_size
             h = min(len(q.block_keys), (L - 1) // bs) * bs if bs > 0 else max(L - 1, 0)
             top = h / max(L - h - q.num_computed_tokens, 1)
@@ -328,11 +375,27 @@ class FastLane:
         self._insert(b, kt)
 
     def _rekey_as(self, item: list, rid: str, hc: float) -> None:
-        """Key a bucketed request anew at the lane's clock, with ``h / c = hc``."""
+        """Key a bucketed request anew at the lane's clock, with ``h / c = hc``.
+
+        The new key mostly keeps the request's place (a re-key at the step's clock moves it
+        little, and a wasted take was the front of its bucket): then it is put in place, one
+        store instead of a delete and an insert (two shifts of the bucket's list). The keys of
+        a bucket are distinct (the request id is in each), so that place is the sorted one."""
         b = item[5]
-        self._delete(b, item[6])
+        old = item[6]
         item[7] = hc
         kt = item[6] = self._kt(hc, item[2], item[3], rid, b)
+        keys = b.keys
+        i = 0 if old == b.front else bisect_left(keys, old)
+        if (i == 0 or keys[i - 1] < kt) and (i + 1 == len(keys) or kt < keys[i + 1]):
+            keys[i] = kt
+            if i == 0:
+                b.front = kt
+                self._sync_front(b)
+            return
+        del keys[i]
+        if i == 0:
+            self._set_head(b)
         self._insert(b, kt)
 
     def _rekey(self, rid: str) -> None:
@@ -431,9 +494,9 @@ class FastLane:
         key = self._key
         for rid, item in self._items.items():
             s = item[4]
-            b = self._bucket(s)
+            b = self._bucket(_bucket_index(s))
             if s > b.s_hi:
-                b.s_hi = s  # the bound line is set once the bucket's keys are (_set_head below)
+                b.s_hi = s  # the bound line is set once the bucket's keys are (_sync below)
             item[9] = max(item[1], _hc_bound(item[0]))
             item[7] = item[9] if item[8] == 2 else item[1]
             item[5] = b
@@ -442,7 +505,8 @@ class FastLane:
         for slot, kts in per_bucket.items():
             b = self._by_slot[slot]
             b.keys = sorted(kts)
-            self._set_head(b)
+            b.front = b.keys[0]
+            self._sync(b)  # intercept and slope: the slot may hold an old bucket's slope
 
     def _to_small(self) -> None:
         """Enter small mode: drop the buckets (the items keep their snapshots and stale flags)."""
@@ -506,6 +570,11 @@ class FastLane:
         seq = small[1]
         return iter(seq) if self._resolve is None else map(self._resolve, seq)
 
+    def bucketed_order(self, now: float) -> Iterator[QueuedRequest]:
+        """``iter_order(now)`` of a lane that ``small_lane(now)`` has just found bucketed (it
+        returned ``None``): the mode is not checked again (Fairway's merge, once per read)."""
+        return self._bucket_order(now)
+
     def _kept(self) -> tuple[str, float, float] | None:
         """``_first``, computed from the last read's pending state first (``_lead_state``)."""
         state = self._lead_state
@@ -529,22 +598,32 @@ class FastLane:
         n = len(items)
         if n == 0:
             return
-        first = self._kept()
         lead = None  # the first request, already yielded from the last read (_lead_until)
-        if first is not None and first[1] <= now <= first[2] and CACHE_FIRST:
-            lead = first[0]
-            q = items[lead][0]
-            # Not stale (``stale`` clears ``_first``), so this step's snapshot, as a read yields.
-            yield q if self._resolve is None else self._resolve(q)
-            # Read on (the first was admitted): the full read, whose first must be the same.
+        if self._lead_state is not None or self._first is not None:
+            first = self._kept()
+            if first is not None and first[1] <= now <= first[2] and CACHE_FIRST:
+                lead = first[0]
+                q = items[lead][0]
+                # Not stale (``stale`` clears ``_first``), so this step's snapshot, as a read yields.
+                yield q if self._resolve is None else self._resolve(q)
+                # Read on (the first was admitted): the full read, whose first must be the same.
         cap = self.wait_cap
-        self._settle(now)
-        te = self._tmax = max(self._tmax, now)
+        if self._loose or self._waste:
+            self._settle(now)
+        else:
+            self._clock = now  # what _settle does when there is nothing to settle
+        te = self._tmax
+        if now > te:  # max(self._tmax, now)
+            te = self._tmax = now
         nb = len(self._by_slot)
         # The bound lines hold for te >= t0; a later clock gives a looser bound, still valid (a
         # score never falls with time). Empty buckets: about EMPTY.
-        bound = self._s[:nb] * (max(te, self._t0_max) - self._origin)
-        bound += self._c[:nb]
+        t0_max = self._t0_max
+        views = self._views
+        if views[0] != nb:
+            views = self._views = (nb, self._c[:nb], self._s[:nb])
+        bound = views[2] * ((t0_max if t0_max > te else te) - self._origin)
+        bound += views[1]
         by_slot = self._by_slot
         loose = self._loose
         out: list[QueuedRequest] = []  # yielded so far
@@ -552,7 +631,7 @@ class FastLane:
         self._waste = cand  # what is left in it when the engine stops reading
         opened: list = []  # heap of (-bound, slot, key tuple of the bucket's next, its position)
         nxt = int(bound.argmax())  # the unopened bucket with the highest bound
-        nxt_bound = float(bound[nxt])
+        nxt_bound = bound.item(nxt)
         ninf = -math.inf
         for i in range(n):
             if i == _LONG_READ and n - i > _LONG_READ:
@@ -573,7 +652,7 @@ class FastLane:
                     b = by_slot[slot]
                     bound[slot] = EMPTY
                     nxt = int(bound.argmax())
-                    nxt_bound = float(bound[nxt])
+                    nxt_bound = bound.item(nxt)
                     kt = b.front  # b.keys[0]
                     pos = 0
                 else:
@@ -592,8 +671,8 @@ class FastLane:
                         loose.append(rid)
                     counted = slot
                 wait = (now - item[2]) / item[3]
-                if cap is not None:
-                    wait = min(wait, cap)
+                if cap is not None and wait > cap:  # min(wait, cap)
+                    wait = cap
                 heappush(cand, (-(item[1] + wait), item[2], rid, counted))
                 # The bucket's next key by position (the keys do not change during a read; a
                 # bucket is in ``opened`` at most once, so the heap never compares past ``slot``).
@@ -640,6 +719,8 @@ class FastLane:
         ``m = 4 MARGIN x`` the two scores' magnitudes at ``now`` and ``m' = 4 MARGIN (s + s_f)``
         their growth: every operation of a score is correctly rounded (~1e-16 of its result,
         the wait ``t - arrival`` included, whatever the clock's size), far inside the margin.
+        The window's end itself is a clock, rounded to the clock's precision: it is taken one
+        ulp below the computed ``now + slack / rate``, so at or before the exact end.
         A full read at such a ``t`` yields it first (a read yields the exact order)."""
         s_f = item[4] if self.wait_cap is None else 0.0
         mag_f = 1.0 + abs(score) + 2.0 * item[1]
@@ -682,6 +763,12 @@ class FastLane:
             rising = rate > 0.0
             if rising.any():
                 until = min(until, now + float((slack[rising] / rate[rising]).min()))
+        # ``now + slack / rate`` is rounded to the clock's precision, up by as much as half an
+        # ulp of the clock (1.2e-7 s at wall-clock times of 1.7e9 s: more than the margins
+        # above at a steep line): one ulp down keeps the window's end at or before the exact
+        # one. (Found by the kept-first property test at a clock of 1.7e9 s.)
+        if until < math.inf:
+            until = math.nextafter(until, -math.inf)
         return (item[0].request_id, now, until)
 
     def _rest(self, now: float, done: set[str]) -> Iterator[QueuedRequest]:

@@ -475,7 +475,7 @@ def fairway_order(policy: Any) -> Lanes:
         small = _small_merge(fast, now, fast_w, fair_w)
         if small is not None:
             return small
-        return merge_lanes(fast.iter_order(now), fair.iter_order(now), n, fast_w, fair_w)
+        return merge_lanes(fast.bucketed_order(now), fair.iter_order(now), n, fast_w, fair_w)
 
     fast = FastLane(policy.slo)
     lanes = LazyLanes(combine, fast, ArrivalOrder())
@@ -509,7 +509,7 @@ def fairway_carry_order(policy: Any, see_oldest: Callable[[QueuedRequest, float]
                              fast_w * policy.debt, True)
         if small is not None:
             return small
-        return merge_lanes(fast.iter_order(now), fair_it, n, fast_w, fair_w,
+        return merge_lanes(fast.bucketed_order(now), fair_it, n, fast_w, fair_w,
                            0.0 if policy.fast_first else None, fast_w * policy.debt, o.request_id)
 
     fast = FastLane(policy.slo, policy.wait_cap)
