@@ -74,11 +74,25 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from bisect import bisect_left, insort
 from heapq import heappop, heappush
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from fairsim.errors import EngineInvariantError
 from fairsim.types import QueuedRequest
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    #: numpy, imported by the first ``FastLane`` (``_load_numpy``): this module is imported by
+    #: every run's engine (``fairsim.policies.incremental``), and a run without the Fairway
+    #: family starts without numpy (60 ms).
+    np = None
+
+
+def _load_numpy() -> None:
+    global np
+    import numpy
+
+    np = numpy
 
 #: Relative slope width of a bucket: slopes within a bucket differ by at most this factor - 1.
 #: Narrower buckets waste fewer takes (a looser bound grows with a request's wait x DELTA) but
@@ -151,6 +165,8 @@ class FastLane:
     """
 
     def __init__(self, slo: Callable[[int], float], wait_cap: float | None = None) -> None:
+        if np is None:
+            _load_numpy()
         self.slo = slo
         self.wait_cap = wait_cap
         # prompt length -> (SLO, slope 1 / SLO, bucket index): what ``add`` needs of a new
