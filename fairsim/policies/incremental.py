@@ -514,10 +514,12 @@ def fairway_carry_order(policy: Any, see_oldest: Callable[[QueuedRequest, float]
 
     fast = FastLane(policy.slo, policy.wait_cap)
     lanes = LazyLanes(combine, fast, ArrivalOrder())
-    if see_oldest is None:
-        # As Fairway's, with the oldest and its debt, which move only with the membership and
-        # at admissions; not ``see_oldest``'s (Fairway-patience arms with the clock).
-        lanes.head_until = fast.kept_until
+    # As Fairway's, with the oldest and its debt, which move only with the membership and at
+    # admissions. Fairway-patience's ``see_oldest`` arms with the clock, but arming alone moves
+    # no item: the debt stays 0 until an admission in an armed step (counted by the engine), and
+    # ``armed`` is set anew from the clock at every read (once past its patience the oldest
+    # stays so), so a skipped read leaves the state the next read would leave anyway.
+    lanes.head_until = fast.kept_until
     return lanes
 
 
