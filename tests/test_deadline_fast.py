@@ -364,3 +364,47 @@ def test_an_emptied_block_stays_in_place_and_fills_again():
     assert due.blocks[len(blocks) // 2] is middle and middle.keys == [gap]
     newly, _ = due.mark_due(10 * 20)  # everything with margin <= 200 is due, in deadline order
     assert newly == [k for i, k in enumerate(keys) if k[0] - (i + 1) <= 200]
+
+
+@pytest.mark.parametrize("params", PARAMS[:5], ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()) or "default")
+@settings(max_examples=60, deadline=None)
+@given(history=histories(quiet=True), where=st.lists(st.floats(0, 1), min_size=1, max_size=4))
+def test_head_until_keeps_the_first_and_the_state(params, history, where):
+    """``DeadlineOrder.head_until(now)``: at every clock from ``now`` to the clock it gives, the
+    reference ``order()`` (on a copy of its policy, with the snapshots of the last read) puts the
+    same request first and leaves the policy's state as the read at ``now`` left it; at the
+    clock it gives exactly, too."""
+    import copy
+
+    ref = FairwayDeadline(odd_idle, **params)
+    fast_policy = FairwayDeadline(odd_idle, **params)
+    inc = fast_policy.incremental_order()
+    inc.due.BLOCK = 8
+    snaps: dict[str, object] = {}
+    now, seq = 0.0, 0
+    for step in history:
+        for t, L, h in step["new"]:
+            q = make_queued(f"r{seq:04d}", h, L - h, arrival=t, prompt_len=L)
+            seq += 1
+            now = max(now, t)
+            snaps[q.request_id] = q
+            inc.add(q)
+        waiting = list(snaps.values())
+        expect = [q.request_id for q in ref.order(waiting, now)]
+        got = [q.request_id for q in inc.iter_order(now)]
+        assert got == expect
+        until = inc.head_until(now)
+        if until is not None and expect:
+            assert until >= now
+            state = (dict(ref.deadline_ns), set(ref.urgent), ref.horizon_ns)
+            span = min(until, now + 1e6) - now
+            for c in {now, until if until != math.inf else now + 1e6, *(now + f * span for f in where)}:
+                other = copy.deepcopy(ref)
+                assert other.order(waiting, c)[0].request_id == expect[0], (now, c, until)
+                assert (other.deadline_ns, other.urgent, other.horizon_ns) == state
+        for a in step["admit"][:1]:  # one admission at most, then the clock moves
+            if expect:
+                rid = expect[a % len(expect)]
+                snaps.pop(rid)
+                inc.remove(rid)
+        now = max(now, now + step["dt"])

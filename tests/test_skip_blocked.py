@@ -41,7 +41,7 @@ HEAD_SKIPPING = ["vtc", "hrrn"]
 #: Policies whose first item moves with the clock but is kept up to a known clock
 #: (``head_until``: the Fast lane's kept first); they skip where their lane is bucketed.
 CLOCK_SKIPPING = ["fairway", "fairway-abswait", "fairway-nofair", "fairway-carry", "fairway-plus",
-                  "fairway-patience"]
+                  "fairway-patience", "fairway-deadline"]
 TABLES = ("requests", "steps", "token_gaps")
 
 
@@ -96,7 +96,7 @@ def test_only_declared_orders_skip():
         engine = DecodeFastEngine(reqs, make_policy(name, PROFILE), PROFILE, config)
         assert not engine._skip and not engine._skip_head
         assert (engine._head_until is not None) == (name in CLOCK_SKIPPING)
-    for name in ("fairway-deadline", "preble", "drr", "vtc", "fcfs"):
+    for name in ("preble", "drr", "vtc", "fcfs"):
         engine = DecodeFastEngine(reqs, make_policy(name, PROFILE), PROFILE, config)
         assert engine._head_until is None
     for name in HEAD_SKIPPING:

@@ -556,6 +556,32 @@ class DeadlineOrder:
         self._floor = floor
 
     # -- reading ---------------------------------------------------------------------------
+    def head_until(self, now: float) -> float | None:
+        """The clock (s) up to which a read yields the last read's first request again and
+        changes nothing, if one is known at ``now``; else ``None`` (the colocated engine's skip of
+        blocked admissions, ``fairsim.sim.decode_fast``, asks it with nothing told since the read).
+
+        With nothing told since the last read (no join or leave waits: ``_pending``, ``_gone``)
+        a read changes state only by marking new urgent requests, which it does only from the
+        clock ``_floor`` on (nobody new is due before it, module docstring). Below it the
+        first item is the due prefix's first while any request is urgent (deadline order,
+        fixed), else the merge's first, which is the Fast or the Fair lane's front chosen by
+        their snapshots: the same while the Fast lane keeps its first (``FastLane.kept_until``,
+        as Fairway's ``head_until``). The clock returned is the latest float whose due-test clock
+        (``now_ns``) is below ``_floor``, capped by the Fast lane's when it counts."""
+        floor = self._floor
+        if self._pending or self._gone or floor is None or now_ns(now) >= floor:
+            return None
+        limit = math.inf
+        if floor != math.inf:
+            limit = floor / 1e9
+            while now_ns(limit) >= floor:  # at most a few ulps above the last clock below it
+                limit = math.nextafter(limit, -math.inf)
+        if self.policy.urgent:
+            return limit
+        kept = self.fast.kept_until(now)
+        return None if kept is None else min(kept, limit)
+
     def iter_order(self, now: float) -> Iterator[QueuedRequest]:
         """``FairwayDeadline.order(snapshots, now)``'s sequence, lazily (state updated now)."""
         p = self.policy
