@@ -18,6 +18,7 @@ from fairsim.costmodel import Profile
 from fairsim.npfloat import float_sum, percentiles, plain
 from fairsim.traces.offered import PrefillWork, _both_works, _busiest, offered_load, prefill_work
 from fairsim.types import Request
+from tests.test_run_fixed_costs import reference_prefill_work
 
 
 def bits(values) -> list[int]:
@@ -58,37 +59,9 @@ def test_plain():
 
 # -- the offered load: the previous numpy code, as it was -------------------------------------
 
-def _numpy_works(requests, budget_tokens, profile, colocated):
-    ordered = sorted(requests, key=lambda r: r.arrival_time)
-    n = len(ordered)
-    lengths = np.fromiter((r.prompt_len for r in ordered), dtype=np.float64, count=n)
-    arrival = np.fromiter((r.arrival_time for r in ordered), dtype=np.float64, count=n)
-    decode_tokens = np.zeros(n, dtype=np.float64)
-    decode_s = np.zeros(n, dtype=np.float64)
-    if colocated:
-        o1 = np.fromiter((r.output_len - 1 for r in ordered), dtype=np.float64, count=n)
-        p = profile
-        ctx = o1 * lengths + o1 * (o1 - 1) / 2.0
-        decode_tokens = o1
-        decode_s = (o1 * (p.b_s_per_token + p.d_s_per_request + p.f_s_per_decode + p.k_s_per_pair / 2)
-                    + (p.k_s_per_pair + p.e_s_per_decode_ctx_token) * ctx)
-
-    def work(hits):
-        new = lengths - hits
-        return PrefillWork(arrival_s=arrival, new_tokens=new, pairs=(lengths**2 - hits**2) / 2.0,
-                           chunks=np.ceil(new / budget_tokens), decode_tokens=decode_tokens, decode_s=decode_s)
-
-    seen: set = set()
-    hits = np.zeros(n, dtype=np.float64)
-    for i, r in enumerate(ordered):
-        hit = 0
-        for x in r.block_hashes:
-            if x not in seen:
-                break
-            hit += 1
-        hits[i] = min(hit * r.hash_block_size, r.prompt_len - 1)
-        seen.update(r.block_hashes)
-    return work(np.zeros(n, dtype=np.float64)), work(hits)
+def _reference_works(requests, budget, profile, colocated):
+    """``(cold, ideal)`` as the numpy code built them (``tests/test_run_fixed_costs.py``)."""
+    return tuple(reference_prefill_work(requests, budget, reuse, profile, colocated) for reuse in (False, True))
 
 
 def _numpy_busy(profile, budget, new, pairs, chunks, dt=0.0, ds=0.0):
@@ -129,11 +102,11 @@ def loads(draw):
 @given(loads())
 def test_offered_load_is_the_numpy_codes(case):
     requests, profile, budget, window, colocated = case
-    for got, ref in zip(_both_works(requests, budget, profile, colocated), _numpy_works(requests, budget, profile, colocated)):
+    for got, ref in zip(_both_works(requests, budget, profile, colocated), _reference_works(requests, budget, profile, colocated)):
         for name in ("arrival_s", "new_tokens", "pairs", "chunks", "decode_tokens", "decode_s"):
             assert bits(getattr(got, name)) == bits(getattr(ref, name)), name
         assert bits(_busiest(got, profile, budget, window)) == bits(_numpy_busiest(ref, profile, budget, window))
-    cold, ideal = _numpy_works(requests, budget, profile, colocated)
+    cold, ideal = _reference_works(requests, budget, profile, colocated)
     load = offered_load(requests, profile, budget, window_s=max(window, 1e-3), colocated=colocated)
     busy = float(_numpy_busy(profile, budget, cold.new_tokens.sum(), cold.pairs.sum(), cold.chunks.sum(),
                              cold.decode_tokens.sum(), cold.decode_s.sum()))

@@ -89,7 +89,9 @@ def reference_prefill_work(requests, budget_tokens, ideal_reuse, profile=None, c
 
 
 def same_work(a: PrefillWork, b: PrefillWork) -> bool:
-    return all(np.array_equal(getattr(a, f).view(np.int64), getattr(b, f).view(np.int64))
+    """The same floats, bit for bit (``_both_works`` gives lists, ``prefill_work`` arrays)."""
+    return all(np.array_equal(np.asarray(getattr(a, f), dtype=np.float64).view(np.int64),
+                              np.asarray(getattr(b, f), dtype=np.float64).view(np.int64))
                for f in PrefillWork.__slots__)
 
 
@@ -128,8 +130,8 @@ def test_offered_load_hand_computed():
     profile = Profile("hand", "prior", 1.0, 0.0, 0.0, 0.0, (1, 1000), (0.05, 5.0), budget_tokens=512)
     reqs = [Request("a", 0.0, 1024, (1, 2), 512, 1, {}), Request("b", 10.0, 1024, (1, 3), 512, 1, {})]
     cold, ideal = _both_works(reqs, 512, profile, False)
-    assert cold.new_tokens.tolist() == [1024.0, 1024.0] and ideal.new_tokens.tolist() == [1024.0, 512.0]
-    assert ideal.pairs.tolist() == [1024**2 / 2, (1024**2 - 512**2) / 2]
+    assert cold.new_tokens == [1024.0, 1024.0] and ideal.new_tokens == [1024.0, 512.0]
+    assert ideal.pairs == [1024**2 / 2, (1024**2 - 512**2) / 2]
     load = offered_load(reqs, profile, 512, window_s=5.0)
     assert (load.busy_s, load.ideal_busy_s) == (4.0, 3.0)  # ceil(2048 / 512) and ceil(1536 / 512) steps
     assert (load.load, load.ideal_load) == (0.4, 0.3)  # over the 10 s span
