@@ -339,6 +339,101 @@ class SortedKeyOrder:
             self._entered.pop(key, None)
 
 
+class LazyKeyOrder(SortedKeyOrder):
+    """``SortedKeyOrder`` taking lazy hits (``fairsim.sim.lazy_hits``), for a key that a falling
+    prefix hit can only raise or keep: LPM-aging's ``N x first sight - h``, SJF-aging's
+    ``c + a x arrival`` (``c = max(1, L - h)``), LPM's ``-h``, each then by arrival and id.
+
+    Why it is exact: a stale request (``stale``) keeps its stored key. Its hit can only have
+    fallen since the order last saw its snapshot (lazy hits name in ``raised`` every request
+    whose hit may have risen), so its true key is at least the stored one: a lower bound. A
+    read walks the stored keys in order; a stale request met there is resolved and re-keyed,
+    and if its key moved (later, never earlier) the walk looks again at the same position;
+    else it is yielded. So an item is yielded only when its key is exact and no stored key,
+    hence no true key, of the requests after it is below it: the reference order. A raised
+    request (its key may fall) is resolved and re-keyed at once, in ``stale`` (as the eager
+    path re-adds it). Under overload most stale requests lie far behind the first few read
+    and are never resolved there, where the eager path rebuilt and re-keyed each of them.
+    ``head_changes`` (PEEK) is not for this order: PEEK keeps the eager ``SortedKeyOrder``.
+
+    Raises:
+        RuntimeError: A re-keyed stale request's key fell (``key`` is not of the kind above),
+            so the order read so far may be wrong.
+    """
+
+    #: With lazy hits the whole sequence can move without being told (a stale request's hit
+    #: falls silently), so only the first item is declared: such a fall only moves a request
+    #: later, never before the first, whose own changes are told (``fairsim.sim.decode_fast``).
+    moved_by = None
+    head_moved_by = "snapshots"
+    #: A silent fall of a stale request's hit cannot move the first item (read by
+    #: ``DecodeFastEngine``'s skip with lazy hits).
+    falls_behind = True
+
+    def __init__(self, key: Callable[[QueuedRequest], tuple]) -> None:
+        super().__init__(key)
+        self.resolve: Callable[[QueuedRequest], QueuedRequest] | None = None
+        self._stale: set[str] = set()
+
+    def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
+        """Lazy hits: stale requests are re-keyed from ``resolve(q)``, this step's snapshot."""
+        self.resolve = resolve
+
+    def stale(self, request_ids: Any, raised: Any = None) -> None:
+        """Lazy hits: these stored keys are lower bounds now (class docstring); ``raised`` (or,
+        for ``None``, all of them) may have fallen too: re-keyed now from this step's snapshot."""
+        by_id = self._by_id
+        request_ids = list(request_ids)
+        self._stale.update(rid for rid in request_ids if rid in by_id)
+        for rid in (request_ids if raised is None else raised):
+            held = by_id.get(rid)
+            if held is not None:
+                self._stale.discard(rid)
+                self.add(self.resolve(held[1]))
+
+    def remove(self, request_id: str) -> None:
+        super().remove(request_id)
+        self._stale.discard(request_id)
+
+    def add(self, q: QueuedRequest) -> None:
+        super().add(q)
+        self._stale.discard(q.request_id)
+
+    def iter_order(self, now: float = 0.0) -> Iterator[QueuedRequest]:
+        if not self._stale:
+            return super().iter_order(now)  # nothing to fix on the way: a plain walk
+        return self._walk()
+
+    def _walk(self) -> Iterator[QueuedRequest]:
+        keys, by_key, stale, resolve = self._keys, self._by_key, self._stale, self.resolve
+        i = 0
+        while i < len(keys):
+            k = keys[i]
+            q = by_key[k]
+            if stale and q.request_id in stale:
+                stale.discard(q.request_id)
+                q = resolve(q)
+                true = self.key(q)
+                if true < k:
+                    raise RuntimeError(
+                        f"LazyKeyOrder: the key of stale request {q.request_id!r} fell from {k!r} to "
+                        f"{true!r}; a falling hit must not lower the key")
+                self._replace(k, true, q)
+                if true != k:
+                    continue  # moved later: another key is at position i now
+            yield q
+            i += 1
+
+    def _replace(self, old: tuple, new: tuple, q: QueuedRequest) -> None:
+        """Store ``q`` (a held request's new snapshot) under ``new``, its key ``old`` till now."""
+        del self._by_key[old]
+        if new != old:
+            self._keys.remove(old)
+            self._keys.add(new)
+        self._by_key[new] = q
+        self._by_id[q.request_id] = (new, q)
+
+
 def merge_lanes(fast: Iterator[QueuedRequest], fair: Iterator[QueuedRequest], n: int,
                 fast_weight: float, fair_weight: float,
                 fast_ledger0: float | None = None,
@@ -581,6 +676,16 @@ class PrebleOrder:
 
     def __len__(self) -> int:
         return len(self._lane_of)
+
+    def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
+        """Lazy hits (``fairsim.sim.lazy_hits``): every lane yields ``resolve(q)``. A request's
+        group is fixed at its first ``add`` (a new request's fresh snapshot), so no later hit
+        moves it and stale snapshots need no care (``stale``)."""
+        for lane in self.lanes:
+            lane.set_resolver(resolve)
+
+    def stale(self, request_ids: Any, raised: Any = None) -> None:
+        """Lazy hits: the lanes are in arrival order and the groups fixed: nothing moves."""
 
     def add(self, q: QueuedRequest) -> None:
         g = self._lane_of.get(q.request_id)

@@ -105,6 +105,21 @@ class KeptOrder:
         self.items: dict[str, QueuedRequest] = {}  # kept order
         self.new: dict[str, QueuedRequest] = {}  # added since the last read
         self._removed = 0
+        self.resolve: Callable[[QueuedRequest], QueuedRequest] | None = None
+
+    def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
+        """Lazy hits (``fairsim.sim.lazy_hits``): a read yields ``resolve(q)``, this step's
+        snapshot, and the sort at or below 128 waiting sorts those. Above, the kept order reads
+        no snapshot, so the cache events of thousands of waiting requests cost nothing until
+        they are read (the eager path rebuilt each snapshot at the next step)."""
+        self.resolve = resolve
+
+    def stale(self, request_ids: Any, raised: Any = None) -> None:
+        """Lazy hits: these snapshots are out of date. Nothing is stored by them (each read
+        resolves what it sorts or yields); a clock-free sort kept from an earlier read is
+        redone."""
+        if request_ids or raised:
+            self._sorted = False
 
     def __len__(self) -> int:
         return len(self.items) + len(self.new)
@@ -127,6 +142,11 @@ class KeptOrder:
             self.items = dict(self.items)
             self._removed = 0
 
+    #: With lazy hits, no request is stale after a read at or below 128 waiting (the sort
+    #: resolves each), so no silent fall of a hit can move the sorted first item before the
+    #: next read (``DecodeFastEngine._head_unmoved``); above, the kept order reads no hit.
+    falls_behind = True
+
     @property
     def head_moved_by(self) -> str | None:
         """What can move the first item before the next read (``fairsim.policies.incremental``):
@@ -137,9 +157,11 @@ class KeptOrder:
         return "queue" if len(self) > SGLANG_SORT_LIMIT else "snapshots"
 
     def iter_order(self, now: float = 0.0) -> Iterator[QueuedRequest]:
+        resolve = self.resolve
         if len(self) <= SGLANG_SORT_LIMIT:
             if not (self.clock_free and self._sorted):
-                out = self.sort([*self.items.values(), *self.new.values()])
+                waiting = [*self.items.values(), *self.new.values()]
+                out = self.sort(waiting if resolve is None else list(map(resolve, waiting)))
                 self.items = {q.request_id: q for q in out}
                 self._removed = 0
                 self._sorted = True
@@ -148,7 +170,8 @@ class KeptOrder:
             for q in sorted(self.new.values(), key=arrival_key):
                 items[q.request_id] = q
         self.new = {}
-        return iter(self.items.values())
+        kept = iter(self.items.values())
+        return kept if resolve is None else map(resolve, kept)
 
 
 class _KeptSort:
