@@ -339,6 +339,19 @@ class SortedKeyOrder:
             self._entered.pop(key, None)
 
 
+def _bound(q: QueuedRequest) -> QueuedRequest:
+    """``q`` with the largest prefix hit its request can have: every full block of its prompt
+    but the last token's (``_Live.max_hit_blocks`` in ``fairsim.sim.engine``); its own hit when
+    the snapshot carries no block keys (nothing can then be hit)."""
+    bs = q.block_size
+    if bs <= 0 or not q.block_keys:
+        return q
+    h = min(len(q.block_keys), (q.prompt_len - 1) // bs) * bs
+    if h <= q.cached_len:
+        return q
+    return q._replace(cached_len=h, uncached_len=max(1, q.prompt_len - h - q.num_computed_tokens))
+
+
 class LazyKeyOrder(SortedKeyOrder):
     """``SortedKeyOrder`` taking lazy hits (``fairsim.sim.lazy_hits``), for a key that a falling
     prefix hit can only raise or keep: LPM-aging's ``N x first sight - h``, SJF-aging's
@@ -351,9 +364,13 @@ class LazyKeyOrder(SortedKeyOrder):
     and if its key moved (later, never earlier) the walk looks again at the same position;
     else it is yielded. So an item is yielded only when its key is exact and no stored key,
     hence no true key, of the requests after it is below it: the reference order. A raised
-    request (its key may fall) is resolved and re-keyed at once, in ``stale`` (as the eager
-    path re-adds it). Under overload most stale requests lie far behind the first few read
-    and are never resolved there, where the eager path rebuilt and re-keyed each of them.
+    request (its hit may have risen, its key fallen) is stored under its key at the largest
+    hit it can have (``_bound``), a lower bound again, and stays stale. Under overload most
+    stale requests lie far behind the first few read and are never resolved there, where the
+    eager path rebuilt and re-keyed each of them; and a request handed over as raised is not
+    named again before it is resolved (``LazyHits.bounded``), so the blocks a conversation's
+    running turn caches chunk by chunk no longer rebuild its waiting next turn's snapshot at
+    each chunk.
     ``head_changes`` (PEEK) is not for this order: PEEK keeps the eager ``SortedKeyOrder``.
 
     Raises:
@@ -380,16 +397,21 @@ class LazyKeyOrder(SortedKeyOrder):
         self.resolve = resolve
 
     def stale(self, request_ids: Any, raised: Any = None) -> None:
-        """Lazy hits: these stored keys are lower bounds now (class docstring); ``raised`` (or,
-        for ``None``, all of them) may have fallen too: re-keyed now from this step's snapshot."""
+        """Lazy hits: these stored keys are lower bounds now (class docstring); those in
+        ``raised`` (all for ``None``) may have risen, so their key is lowered to a bound: the key
+        at the largest hit the request can have (``_bound``), till a read resolves them."""
         by_id = self._by_id
         request_ids = list(request_ids)
-        self._stale.update(rid for rid in request_ids if rid in by_id)
+        stale = self._stale
+        stale.update(rid for rid in request_ids if rid in by_id)
         for rid in (request_ids if raised is None else raised):
             held = by_id.get(rid)
             if held is not None:
-                self._stale.discard(rid)
-                self.add(self.resolve(held[1]))
+                k, q = held
+                stale.add(rid)
+                bound = self.key(_bound(q))
+                if bound < k:
+                    self._replace(k, bound, q)
 
     def remove(self, request_id: str) -> None:
         super().remove(request_id)
