@@ -60,6 +60,7 @@ step.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from heapq import heapify, heappop, heappush
 from typing import Any, Protocol
 
 from sortedcontainers import SortedList
@@ -352,26 +353,34 @@ def _bound(q: QueuedRequest) -> QueuedRequest:
     return q._replace(cached_len=h, uncached_len=max(1, q.prompt_len - h - q.num_computed_tokens))
 
 
-class LazyKeyOrder(SortedKeyOrder):
-    """``SortedKeyOrder`` taking lazy hits (``fairsim.sim.lazy_hits``), for a key that a falling
-    prefix hit can only raise or keep: LPM-aging's ``N x first sight - h``, SJF-aging's
-    ``c + a x arrival`` (``c = max(1, L - h)``), LPM's ``-h``, each then by arrival and id.
+class LazyKeyOrder:
+    """Waiting requests by a per-snapshot key (as ``SortedKeyOrder``), taking lazy hits
+    (``fairsim.sim.lazy_hits``), for a key that a falling prefix hit can only raise or keep:
+    LPM-aging's ``N x first sight - h``, SJF-aging's ``c + a x arrival`` (``c = max(1, L - h)``),
+    LPM's ``-h``; each ends with ``request_id`` (keys are unique).
 
     Why it is exact: a stale request (``stale``) keeps its stored key. Its hit can only have
     fallen since the order last saw its snapshot (lazy hits name in ``raised`` every request
     whose hit may have risen), so its true key is at least the stored one: a lower bound. A
-    read walks the stored keys in order; a stale request met there is resolved and re-keyed,
-    and if its key moved (later, never earlier) the walk looks again at the same position;
-    else it is yielded. So an item is yielded only when its key is exact and no stored key,
-    hence no true key, of the requests after it is below it: the reference order. A raised
-    request (its hit may have risen, its key fallen) is stored under its key at the largest
-    hit it can have (``_bound``), a lower bound again, and stays stale. Under overload most
-    stale requests lie far behind the first few read and are never resolved there, where the
-    eager path rebuilt and re-keyed each of them; and a request handed over as raised is not
-    named again before it is resolved (``LazyHits.bounded``), so the blocks a conversation's
-    running turn caches chunk by chunk no longer rebuild its waiting next turn's snapshot at
-    each chunk.
-    ``head_changes`` (PEEK) is not for this order: PEEK keeps the eager ``SortedKeyOrder``.
+    raised request (its hit may have risen, its key fallen) is stored under its key at the
+    largest hit it can have (``_bound``), a lower bound again, and stays stale. A read takes
+    the least stored key; a stale request met there is resolved and re-keyed (later, never
+    earlier), and the read takes the least again; else it is yielded. So an item is yielded
+    only when its key is exact and no stored key, hence no true key, of the requests not yet
+    yielded is below it: the reference order. Under overload most stale requests lie far
+    behind the few read per step and are not resolved there, where the eager path rebuilt and
+    re-keyed each of them; and a request handed over as raised is not named again before it
+    is resolved (``LazyHits.bounded``), so the blocks a conversation's running turn caches
+    chunk by chunk do not rebuild its waiting next turn's snapshot at each chunk.
+
+    Held in a binary heap of keys (``heapq``, C-level) rather than a ``SortedList``: a step
+    reads a few items, and a heap push is a fraction of a sorted insertion. A key replaced or
+    removed stays in the heap, dead (its request's stored key differs, or it left), and is
+    dropped when it comes to the top; the heap is rebuilt from the live keys once the dead
+    outnumber them; a key pushed again while a copy of it waits (re-keyed away and back) is
+    taken once. The items a read took off the heap go back at the next read (those still held
+    under the same key). ``add``/``remove``/``stale`` O(log n) amortised; a read
+    O(log n) per item taken.
 
     Raises:
         RuntimeError: A re-keyed stale request's key fell (``key`` is not of the kind above),
@@ -379,22 +388,43 @@ class LazyKeyOrder(SortedKeyOrder):
     """
 
     #: With lazy hits the whole sequence can move without being told (a stale request's hit
-    #: falls silently), so only the first item is declared: such a fall only moves a request
-    #: later, never before the first, whose own changes are told (``fairsim.sim.decode_fast``).
+    #: falls silently), so only the first item is declared (``fairsim.sim.decode_fast``).
     moved_by = None
     head_moved_by = "snapshots"
-    #: A silent fall of a stale request's hit cannot move the first item (read by
-    #: ``DecodeFastEngine``'s skip with lazy hits).
+    #: A silent fall of a stale request's hit moves it later only, never before the first
+    #: item, whose own changes are told (read by ``DecodeFastEngine``'s skip with lazy hits).
     falls_behind = True
 
     def __init__(self, key: Callable[[QueuedRequest], tuple]) -> None:
-        super().__init__(key)
-        self.resolve: Callable[[QueuedRequest], QueuedRequest] | None = None
+        self.key = key
+        self._heap: list[tuple] = []
+        self._by_id: dict[str, tuple[tuple, QueuedRequest]] = {}  # request_id -> (stored key, snapshot)
+        self._taken: list[tuple] = []  # keys the last read took off the heap
         self._stale: set[str] = set()
+        self.resolve: Callable[[QueuedRequest], QueuedRequest] | None = None
+
+    def __len__(self) -> int:
+        return len(self._by_id)
 
     def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
         """Lazy hits: stale requests are re-keyed from ``resolve(q)``, this step's snapshot."""
         self.resolve = resolve
+
+    def add(self, q: QueuedRequest) -> None:
+        """A request joined, or its snapshot changed (exact again: no longer stale)."""
+        rid = q.request_id
+        k = self.key(q)
+        old = self._by_id.get(rid)
+        self._by_id[rid] = (k, q)
+        if old is None or old[0] != k:
+            heappush(self._heap, k)
+            self._compact()
+        self._stale.discard(rid)
+
+    def remove(self, request_id: str) -> None:
+        del self._by_id[request_id]
+        self._stale.discard(request_id)
+        self._compact()
 
     def stale(self, request_ids: Any, raised: Any = None) -> None:
         """Lazy hits: these stored keys are lower bounds now (class docstring); those in
@@ -404,6 +434,7 @@ class LazyKeyOrder(SortedKeyOrder):
         request_ids = list(request_ids)
         stale = self._stale
         stale.update(rid for rid in request_ids if rid in by_id)
+        heap = self._heap
         for rid in (request_ids if raised is None else raised):
             held = by_id.get(rid)
             if held is not None:
@@ -411,49 +442,58 @@ class LazyKeyOrder(SortedKeyOrder):
                 stale.add(rid)
                 bound = self.key(_bound(q))
                 if bound < k:
-                    self._replace(k, bound, q)
+                    by_id[rid] = (bound, q)
+                    heappush(heap, bound)
+        self._compact()
 
-    def remove(self, request_id: str) -> None:
-        super().remove(request_id)
-        self._stale.discard(request_id)
+    def _compact(self) -> None:
+        """Rebuild the heap from the live keys once the dead ones outnumber them."""
+        heap = self._heap
+        if len(heap) > 2 * len(self._by_id) + 64:
+            self._taken = []
+            heap[:] = [k for k, _ in self._by_id.values()]
+            heapify(heap)
 
-    def add(self, q: QueuedRequest) -> None:
-        super().add(q)
-        self._stale.discard(q.request_id)
+    def _put_back(self) -> None:
+        """The keys the last read took that are still live go back on the heap."""
+        by_id, heap = self._by_id, self._heap
+        for k in self._taken:
+            held = by_id.get(k[-1])
+            if held is not None and held[0] == k:
+                heappush(heap, k)
+        self._taken = []
 
     def iter_order(self, now: float = 0.0) -> Iterator[QueuedRequest]:
-        if not self._stale:
-            return super().iter_order(now)  # nothing to fix on the way: a plain walk
-        return self._walk()
+        """The snapshots by ascending key, exact as read (class docstring); ``now`` unused."""
+        self._put_back()
+        return self._read()
 
-    def _walk(self) -> Iterator[QueuedRequest]:
-        keys, by_key, stale, resolve = self._keys, self._by_key, self._stale, self.resolve
-        i = 0
-        while i < len(keys):
-            k = keys[i]
-            q = by_key[k]
-            if stale and q.request_id in stale:
-                stale.discard(q.request_id)
+    def _read(self) -> Iterator[QueuedRequest]:
+        heap, by_id, stale, taken = self._heap, self._by_id, self._stale, self._taken
+        key, resolve = self.key, self.resolve
+        while heap:
+            k = heappop(heap)
+            rid = k[-1]
+            held = by_id.get(rid)
+            if held is None or held[0] != k:
+                continue  # dead: removed, or stored under another key since
+            q = held[1]
+            if stale and rid in stale:
+                stale.discard(rid)
                 q = resolve(q)
-                true = self.key(q)
+                true = key(q)
                 if true < k:
                     raise RuntimeError(
-                        f"LazyKeyOrder: the key of stale request {q.request_id!r} fell from {k!r} to "
+                        f"LazyKeyOrder: the key of stale request {rid!r} fell from {k!r} to "
                         f"{true!r}; a falling hit must not lower the key")
-                self._replace(k, true, q)
+                by_id[rid] = (true, q)
                 if true != k:
-                    continue  # moved later: another key is at position i now
+                    heappush(heap, true)  # moved later: take the least again
+                    continue
+            while heap and heap[0] == k:
+                heappop(heap)  # a copy of k pushed again (re-keyed away and back): one is live
+            taken.append(k)
             yield q
-            i += 1
-
-    def _replace(self, old: tuple, new: tuple, q: QueuedRequest) -> None:
-        """Store ``q`` (a held request's new snapshot) under ``new``, its key ``old`` till now."""
-        del self._by_key[old]
-        if new != old:
-            self._keys.remove(old)
-            self._keys.add(new)
-        self._by_key[new] = q
-        self._by_id[q.request_id] = (new, q)
 
 
 def merge_lanes(fast: Iterator[QueuedRequest], fair: Iterator[QueuedRequest], n: int,
