@@ -106,19 +106,24 @@ class KeptOrder:
         self.new: dict[str, QueuedRequest] = {}  # added since the last read
         self._removed = 0
         self.resolve: Callable[[QueuedRequest], QueuedRequest] | None = None
+        self._stale: set[str] = set()  # lazy hits: held snapshots out of date
 
     def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
-        """Lazy hits (``fairsim.sim.lazy_hits``): a read yields ``resolve(q)``, this step's
-        snapshot, and the sort at or below 128 waiting sorts those. Above, the kept order reads
-        no snapshot, so the cache events of thousands of waiting requests cost nothing until
-        they are read (the eager path rebuilt each snapshot at the next step)."""
+        """Lazy hits (``fairsim.sim.lazy_hits``): a stale request's snapshot is replaced by
+        ``resolve(q)``, this step's, when a read reaches it; at or below 128 waiting the sort
+        resolves every stale one first. Above, the kept order reads no snapshot, so the cache
+        events of thousands of waiting requests cost nothing until they are read (the eager
+        path rebuilt each snapshot at the next step)."""
         self.resolve = resolve
 
-    def stale(self, request_ids: Any, raised: Any = None) -> None:
-        """Lazy hits: these snapshots are out of date. Nothing is stored by them (each read
-        resolves what it sorts or yields); a clock-free sort kept from an earlier read is
-        redone."""
+    def stale(self, request_ids: list[str], raised: list[str] | None = None) -> None:
+        """Lazy hits: these snapshots are out of date (whichever way their hit moved: each is
+        resolved before it is sorted or yielded); a clock-free sort kept from an earlier read
+        is redone."""
         if request_ids or raised:
+            self._stale.update(request_ids)
+            if raised:
+                self._stale.update(raised)
             self._sorted = False
 
     def __len__(self) -> int:
@@ -127,6 +132,7 @@ class KeptOrder:
     def add(self, q: QueuedRequest) -> None:
         rid = q.request_id
         self._sorted = False
+        self._stale.discard(rid)
         if rid in self.items:
             self.items[rid] = q
         else:
@@ -134,6 +140,7 @@ class KeptOrder:
 
     def remove(self, request_id: str) -> None:
         self._sorted = False
+        self._stale.discard(request_id)
         if self.new.pop(request_id, None) is not None:
             return
         del self.items[request_id]
@@ -157,11 +164,11 @@ class KeptOrder:
         return "queue" if len(self) > SGLANG_SORT_LIMIT else "snapshots"
 
     def iter_order(self, now: float = 0.0) -> Iterator[QueuedRequest]:
-        resolve = self.resolve
         if len(self) <= SGLANG_SORT_LIMIT:
+            if self._stale:
+                self._resolve_stale()
             if not (self.clock_free and self._sorted):
-                waiting = [*self.items.values(), *self.new.values()]
-                out = self.sort(waiting if resolve is None else list(map(resolve, waiting)))
+                out = self.sort([*self.items.values(), *self.new.values()])
                 self.items = {q.request_id: q for q in out}
                 self._removed = 0
                 self._sorted = True
@@ -170,8 +177,27 @@ class KeptOrder:
             for q in sorted(self.new.values(), key=arrival_key):
                 items[q.request_id] = q
         self.new = {}
-        kept = iter(self.items.values())
-        return kept if resolve is None else map(resolve, kept)
+        if self._stale:
+            return self._fresh()
+        return iter(self.items.values())
+
+    def _resolve_stale(self) -> None:
+        """Lazy hits: every held snapshot this step's (before a sort, which reads them all)."""
+        resolve, items, new = self.resolve, self.items, self.new
+        for rid in self._stale:
+            held = items if rid in items else new if rid in new else None
+            if held is not None:
+                held[rid] = resolve(held[rid])
+        self._stale.clear()
+
+    def _fresh(self) -> Iterator[QueuedRequest]:
+        """The kept order, each stale snapshot replaced by this step's as it is reached."""
+        items, stale, resolve = self.items, self._stale, self.resolve
+        for rid, q in items.items():
+            if rid in stale:
+                stale.discard(rid)
+                q = items[rid] = resolve(q)  # a value change: the iteration stays valid
+            yield q
 
 
 class _KeptSort:
