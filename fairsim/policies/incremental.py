@@ -363,8 +363,8 @@ assert _BOUND_FIELDS == ("cached_len", "uncached_len"), _BOUND_FIELDS
 class LazyKeyOrder:
     """Waiting requests by a per-snapshot key (as ``SortedKeyOrder``), taking lazy hits
     (``fairsim.sim.lazy_hits``), for a key that a falling prefix hit can only raise or keep:
-    LPM-aging's ``N x first sight - h``, SJF-aging's ``c + a x arrival`` (``c = max(1, L - h)``),
-    LPM's ``-h``; each ends with ``request_id`` (keys are unique).
+    LPM-aging's ``N x first sight - h``, SJF-aging's ``c + a x arrival`` (``c = max(1, L - h)``)
+    (LPM's ``-h`` would be one too); each ends with ``request_id`` (keys are unique).
 
     Why it is exact: a stale request (``stale``) keeps its stored key. Its hit can only have
     fallen since the order last saw its snapshot (lazy hits name in ``raised`` every request
