@@ -28,8 +28,10 @@ The engine's side of the contract (``fairsim/sim/engine.py``):
   have risen), and ``fn(q)`` gives the current
   step's snapshot of ``q``'s request (the same object for every call in a step). Everything yielded must be ``fn``'s result or a snapshot
   never marked stale since it was added or resolved. ``ArrivalOrder`` and Fairway's lanes
-  (``LazyLanes``: ``FastLane`` + ``ArrivalOrder``) and VTC's and DRR's class queues
-  (``fairsim.policies.credit_fast``) take them.
+  (``LazyLanes``: ``FastLane`` + ``ArrivalOrder``), VTC's and DRR's class queues
+  (``fairsim.policies.credit_fast``), LPM-aging's and SJF-aging's ``LazyKeyOrder``, Preble's
+  lanes (``StaleArrivalOrder``) and SGLang's kept order (``fairsim.policies.sglang.KeptOrder``)
+  take them.
 
 Optional ``moved_by`` (what can change the sequence between two reads; the colocated engine
 skips an admission attempt that cannot succeed only for an order that declares it,
@@ -44,7 +46,10 @@ is all the skip needs, since it skips only attempts that fail at the first reque
 (``VTCOrder``: the least-served class's oldest request, whatever the charges; ``KeptOrder``
 above SGLang's 128-waiting limit, where it keeps its order). For a policy told the engine's
 prefill-token counter (``on_prefill_tokens``), ``"snapshots"`` also means that counter (the
-engine skips only while it is unchanged; HRRN's sort at or below the limit). Optional
+engine skips only while it is unchanged; HRRN's sort at or below the limit). With lazy hits a
+``"snapshots"`` first item also needs ``falls_behind = True`` (a stale request's hit, falling
+unannounced, cannot move it: ``LazyKeyOrder``, ``KeptOrder``), and the engine skips only while
+no hit change waits to be told (``DecodeFastEngine._head_unmoved``). Optional
 ``head_until(now)``: for a first item that moves with the clock, the clock up to which it stays
 the last read's and a read changes nothing, while nothing is told to the order (``None``: not
 known now); Fairway's family (not Fairway-patience, whose read arms with the clock) answers with
@@ -786,9 +791,9 @@ class PrebleOrder:
         return len(self._lane_of)
 
     def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
-        """Lazy hits (``fairsim.sim.lazy_hits``): every lane yields ``resolve(q)``. A request's
-        group is fixed at its first ``add`` (a new request's fresh snapshot), so no later hit
-        moves it and stale snapshots need no care (``stale``)."""
+        """Lazy hits (``fairsim.sim.lazy_hits``): a lane yields ``resolve(q)`` for a stale
+        snapshot (``stale``). A request's group is fixed at its first ``add`` (a new request's
+        fresh snapshot), so no later hit moves it."""
         for lane in self.lanes:
             lane.set_resolver(resolve)
 
