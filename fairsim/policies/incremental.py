@@ -426,17 +426,23 @@ class LazyKeyOrder:
         """A request joined, or its snapshot changed (exact again: no longer stale)."""
         rid = q.request_id
         k = self.key(q)
-        old = self._by_id.get(rid)
-        self._by_id[rid] = (k, q)
+        by_id = self._by_id
+        old = by_id.get(rid)
+        by_id[rid] = (k, q)
         if old is None or old[0] != k:
-            heappush(self._heap, k)
-            self._compact()
-        self._stale.discard(rid)
+            heap = self._heap
+            heappush(heap, k)
+            if len(heap) > 2 * len(by_id) + 64:  # the test of ``_compact``, inlined (hot)
+                self._compact()
+        if old is not None:
+            self._stale.discard(rid)
 
     def remove(self, request_id: str) -> None:
-        del self._by_id[request_id]
+        by_id = self._by_id
+        del by_id[request_id]
         self._stale.discard(request_id)
-        self._compact()
+        if len(self._heap) > 2 * len(by_id) + 64:
+            self._compact()
 
     def stale(self, request_ids: list[str], raised: list[str] | None = None) -> None:
         """Lazy hits: these stored keys are lower bounds now (class docstring); those in
