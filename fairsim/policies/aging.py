@@ -196,9 +196,10 @@ class LPMAging:
         self.waiting.admitted(admitted)
 
     def incremental_order(self):
-        """Fast path (``fairsim.policies.incremental``): the static key kept sorted."""
-        from fairsim.policies.incremental import SortedKeyOrder
-        return SortedKeyOrder(self.key)
+        """Fast path (``fairsim.policies.incremental``): the static key kept sorted, with lazy
+        hits (``LazyKeyOrder``: a falling hit only raises the key)."""
+        from fairsim.policies.incremental import LazyKeyOrder
+        return LazyKeyOrder(self.key)
 
 
 class SJFAging:
@@ -240,6 +241,7 @@ class SJFAging:
         return sorted(waiting, key=self.key)
 
     def incremental_order(self):
-        """Fast path (``fairsim.policies.incremental``): the static key kept sorted."""
-        from fairsim.policies.incremental import SortedKeyOrder
-        return SortedKeyOrder(self.key)
+        """Fast path (``fairsim.policies.incremental``): the static key kept sorted, with lazy
+        hits (``LazyKeyOrder``: a falling hit only raises the key)."""
+        from fairsim.policies.incremental import LazyKeyOrder
+        return LazyKeyOrder(self.key)

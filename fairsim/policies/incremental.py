@@ -28,8 +28,10 @@ The engine's side of the contract (``fairsim/sim/engine.py``):
   have risen), and ``fn(q)`` gives the current
   step's snapshot of ``q``'s request (the same object for every call in a step). Everything yielded must be ``fn``'s result or a snapshot
   never marked stale since it was added or resolved. ``ArrivalOrder`` and Fairway's lanes
-  (``LazyLanes``: ``FastLane`` + ``ArrivalOrder``) and VTC's and DRR's class queues
-  (``fairsim.policies.credit_fast``) take them.
+  (``LazyLanes``: ``FastLane`` + ``ArrivalOrder``), VTC's and DRR's class queues
+  (``fairsim.policies.credit_fast``), LPM-aging's and SJF-aging's ``LazyKeyOrder``, Preble's
+  lanes (``StaleArrivalOrder``) and SGLang's kept order (``fairsim.policies.sglang.KeptOrder``)
+  take them.
 
 Optional ``moved_by`` (what can change the sequence between two reads; the colocated engine
 skips an admission attempt that cannot succeed only for an order that declares it,
@@ -44,7 +46,10 @@ is all the skip needs, since it skips only attempts that fail at the first reque
 (``VTCOrder``: the least-served class's oldest request, whatever the charges; ``KeptOrder``
 above SGLang's 128-waiting limit, where it keeps its order). For a policy told the engine's
 prefill-token counter (``on_prefill_tokens``), ``"snapshots"`` also means that counter (the
-engine skips only while it is unchanged; HRRN's sort at or below the limit). Optional
+engine skips only while it is unchanged; HRRN's sort at or below the limit). With lazy hits a
+``"snapshots"`` first item also needs ``falls_behind = True`` (a stale request's hit, falling
+unannounced, cannot move it: ``LazyKeyOrder``, ``KeptOrder``), and the engine skips only while
+no hit change waits to be told (``DecodeFastEngine._head_unmoved``). Optional
 ``head_until(now)``: for a first item that moves with the clock, the clock up to which it stays
 the last read's and a read changes nothing, while nothing is told to the order (``None``: not
 known now); Fairway's family (not Fairway-patience, whose read arms with the clock) answers with
@@ -60,6 +65,8 @@ step.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from heapq import heapify, heappop, heappush
+from itertools import chain
 from typing import Any, Protocol
 
 from sortedcontainers import SortedList
@@ -339,6 +346,173 @@ class SortedKeyOrder:
             self._entered.pop(key, None)
 
 
+def _bound(q: QueuedRequest) -> QueuedRequest:
+    """``q`` with the largest prefix hit its request can have: every full block of its prompt
+    but the last token's (``_Live.max_hit_blocks`` in ``fairsim.sim.engine``); its own hit when
+    the snapshot carries no block keys (nothing can then be hit)."""
+    bs = q.block_size
+    if bs <= 0 or not q.block_keys:
+        return q
+    h = min(len(q.block_keys), (q.prompt_len - 1) // bs) * bs
+    if h <= q.cached_len:
+        return q
+    # ``_replace`` by position (cached_len, uncached_len: _BOUND_FIELDS), a third of its cost.
+    return _make_queued(q[:3] + (h, max(1, q.prompt_len - h - q.num_computed_tokens)) + q[5:])
+
+
+_make_queued = QueuedRequest._make
+_BOUND_FIELDS = QueuedRequest._fields[3:5]
+assert _BOUND_FIELDS == ("cached_len", "uncached_len"), _BOUND_FIELDS
+
+
+class LazyKeyOrder:
+    """Waiting requests by a per-snapshot key (as ``SortedKeyOrder``), taking lazy hits
+    (``fairsim.sim.lazy_hits``), for a key that a falling prefix hit can only raise or keep:
+    LPM-aging's ``N x first sight - h``, SJF-aging's ``c + a x arrival`` (``c = max(1, L - h)``)
+    (LPM's ``-h`` would be one too); each ends with ``request_id`` (keys are unique).
+
+    Why it is exact: a stale request (``stale``) keeps its stored key. Its hit can only have
+    fallen since the order last saw its snapshot (lazy hits name in ``raised`` every request
+    whose hit may have risen), so its true key is at least the stored one: a lower bound. A
+    raised request (its hit may have risen, its key fallen) is stored under its key at the
+    largest hit it can have (``_bound``), a lower bound again, and stays stale. A read takes
+    the least stored key; a stale request met there is resolved and re-keyed (later, never
+    earlier), and the read takes the least again; else it is yielded. So an item is yielded
+    only when its key is exact and no stored key, hence no true key, of the requests not yet
+    yielded is below it: the reference order. Under overload most stale requests lie far
+    behind the few read per step and are not resolved there, where the eager path rebuilt and
+    re-keyed each of them; and a request handed over as raised is not named again before it
+    is resolved (``LazyHits.bounded``), so the blocks a conversation's running turn caches
+    chunk by chunk do not rebuild its waiting next turn's snapshot at each chunk.
+
+    Held in a binary heap of keys (``heapq``, C-level) rather than a ``SortedList``: a step
+    reads a few items, and a heap push is a fraction of a sorted insertion. A key replaced or
+    removed stays in the heap, dead (its request's stored key differs, or it left), and is
+    dropped when it comes to the top; the heap is rebuilt from the live keys once the dead
+    outnumber them; a key pushed again while a copy of it waits (re-keyed away and back) is
+    taken once. The items a read took off the heap go back at the next read (those still held
+    under the same key). ``add``/``remove``/``stale`` O(log n) amortised; a read
+    O(log n) per item taken.
+
+    Raises:
+        RuntimeError: A re-keyed stale request's key fell (``key`` is not of the kind above),
+            so the order read so far may be wrong.
+    """
+
+    #: With lazy hits the whole sequence can move without being told (a stale request's hit
+    #: falls silently), so only the first item is declared (``fairsim.sim.decode_fast``).
+    moved_by = None
+    head_moved_by = "snapshots"
+    #: A silent fall of a stale request's hit moves it later only, never before the first
+    #: item, whose own changes are told (read by ``DecodeFastEngine``'s skip with lazy hits).
+    falls_behind = True
+
+    def __init__(self, key: Callable[[QueuedRequest], tuple]) -> None:
+        self.key = key
+        self._heap: list[tuple] = []
+        self._by_id: dict[str, tuple[tuple, QueuedRequest]] = {}  # request_id -> (stored key, snapshot)
+        self._taken: list[tuple] = []  # keys the last read took off the heap
+        self._stale: set[str] = set()
+        self.resolve: Callable[[QueuedRequest], QueuedRequest] | None = None
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
+        """Lazy hits: stale requests are re-keyed from ``resolve(q)``, this step's snapshot."""
+        self.resolve = resolve
+
+    def add(self, q: QueuedRequest) -> None:
+        """A request joined, or its snapshot changed (exact again: no longer stale)."""
+        rid = q.request_id
+        k = self.key(q)
+        by_id = self._by_id
+        old = by_id.get(rid)
+        by_id[rid] = (k, q)
+        if old is None or old[0] != k:
+            heap = self._heap
+            heappush(heap, k)
+            if len(heap) > 2 * len(by_id) + 64:  # the test of ``_compact``, inlined (hot)
+                self._compact()
+        if old is not None:
+            self._stale.discard(rid)
+
+    def remove(self, request_id: str) -> None:
+        by_id = self._by_id
+        del by_id[request_id]
+        self._stale.discard(request_id)
+        if len(self._heap) > 2 * len(by_id) + 64:
+            self._compact()
+
+    def stale(self, request_ids: list[str], raised: list[str] | None = None) -> None:
+        """Lazy hits: these stored keys are lower bounds now (class docstring); those in
+        ``raised`` (all for ``None``) may have risen, so their key is lowered to a bound: the key
+        at the largest hit the request can have (``_bound``), till a read resolves them."""
+        by_id = self._by_id
+        stale = self._stale
+        stale.update(request_ids)  # held ones (lazy hits names no other; ``_read`` checks anyway)
+        heap, key = self._heap, self.key
+        for rid in (request_ids if raised is None else raised):
+            held = by_id.get(rid)
+            if held is not None:
+                k, q = held
+                stale.add(rid)
+                bound = key(_bound(q))
+                if bound < k:
+                    by_id[rid] = (bound, q)
+                    heappush(heap, bound)
+        self._compact()
+
+    def _compact(self) -> None:
+        """Rebuild the heap from the live keys once the dead ones outnumber them."""
+        heap = self._heap
+        if len(heap) > 2 * len(self._by_id) + 64:
+            self._taken = []
+            heap[:] = [k for k, _ in self._by_id.values()]
+            heapify(heap)
+
+    def _put_back(self) -> None:
+        """The keys the last read took that are still live go back on the heap."""
+        by_id, heap = self._by_id, self._heap
+        for k in self._taken:
+            held = by_id.get(k[-1])
+            if held is not None and held[0] == k:
+                heappush(heap, k)
+        self._taken = []
+
+    def iter_order(self, now: float = 0.0) -> Iterator[QueuedRequest]:
+        """The snapshots by ascending key, exact as read (class docstring); ``now`` unused."""
+        self._put_back()
+        return self._read()
+
+    def _read(self) -> Iterator[QueuedRequest]:
+        heap, by_id, stale, taken = self._heap, self._by_id, self._stale, self._taken
+        key, resolve = self.key, self.resolve
+        while heap:
+            k = heappop(heap)
+            rid = k[-1]
+            held = by_id.get(rid)
+            if held is None or held[0] != k:
+                continue  # dead: removed, or stored under another key since
+            q = held[1]
+            if stale and rid in stale:
+                stale.discard(rid)
+                q = resolve(q)
+                true = key(q)
+                if true < k:
+                    raise RuntimeError(
+                        f"LazyKeyOrder: the key of stale request {rid!r} fell from {k!r} to "
+                        f"{true!r}; a falling hit must not lower the key")
+                by_id[rid] = (true, q)
+                if true != k:
+                    heappush(heap, true)  # moved later: take the least again
+                    continue
+            while heap and heap[0] == k:
+                heappop(heap)  # a copy of k pushed again (re-keyed away and back): one is live
+            taken.append(k)
+            yield q
+
+
 def merge_lanes(fast: Iterator[QueuedRequest], fair: Iterator[QueuedRequest], n: int,
                 fast_weight: float, fair_weight: float,
                 fast_ledger0: float | None = None,
@@ -565,6 +739,46 @@ def longest_key(q: QueuedRequest) -> tuple[int, float, str]:
     return (-q.cached_len, q.arrival_time, q.request_id)
 
 
+class StaleArrivalOrder(ArrivalOrder):
+    """``ArrivalOrder`` that remembers which held snapshots lazy hits made stale and resolves
+    only those when a read reaches them; with none stale a read is the dict's own iteration
+    (C-level), where ``ArrivalOrder`` calls the resolver on every item yielded. For an order
+    that reads many items per step and whose requests' hits seldom change: Preble's lanes (up
+    to ``(g + 1) x 10`` items read per step). ``stale`` takes held ids only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._stale: set[str] = set()
+
+    def stale(self, request_ids: Any, raised: Any = None) -> None:
+        """Lazy hits: these held snapshots are out of date (resolved when read)."""
+        self._stale.update(request_ids)
+
+    def add(self, q: QueuedRequest) -> None:
+        super().add(q)
+        self._stale.discard(q.request_id)
+
+    def remove(self, request_id: str) -> None:
+        super().remove(request_id)
+        self._stale.discard(request_id)
+
+    def iter_order(self, now: float = 0.0) -> Iterator[QueuedRequest]:
+        if not self._sorted:  # a late arrival (``ArrivalOrder.iter_order``)
+            self.items = dict(sorted(self.items.items(), key=lambda kv: (kv[1].arrival_time, kv[0])))
+            self._sorted = True
+        if self._stale and self.resolve is not None:
+            return self._fresh()
+        return iter(self.items.values())  # every held snapshot is this step's
+
+    def _fresh(self) -> Iterator[QueuedRequest]:
+        items, stale, resolve = self.items, self._stale, self.resolve
+        for rid, q in items.items():
+            if rid in stale:
+                stale.discard(rid)
+                q = items[rid] = resolve(q)  # a value change: the iteration stays valid
+            yield q
+
+
 class PrebleOrder:
     """The fast path of ``Preble``: one arrival-ordered lane per hit group.
 
@@ -578,11 +792,28 @@ class PrebleOrder:
         self.policy = policy
         self.num_groups = num_groups
         self.quota = quota
-        self.lanes = [ArrivalOrder() for _ in range(num_groups)]
+        self.lanes = [StaleArrivalOrder() for _ in range(num_groups)]
         self._lane_of: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._lane_of)
+
+    def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
+        """Lazy hits (``fairsim.sim.lazy_hits``): a lane yields ``resolve(q)`` for a stale
+        snapshot (``stale``). A request's group is fixed at its first ``add`` (a new request's
+        fresh snapshot), so no later hit moves it."""
+        for lane in self.lanes:
+            lane.set_resolver(resolve)
+
+    def stale(self, request_ids: list[str], raised: list[str] | None = None) -> None:
+        """Lazy hits: the lanes are in arrival order and the groups fixed, so nothing moves;
+        each lane resolves its stale snapshots when read (``StaleArrivalOrder``)."""
+        lane_of, lanes = self._lane_of, self.lanes
+        for ids in (request_ids, raised or ()):
+            for rid in ids:
+                g = lane_of.get(rid)
+                if g is not None:
+                    lanes[g].stale((rid,))
 
     def add(self, q: QueuedRequest) -> None:
         g = self._lane_of.get(q.request_id)
@@ -603,5 +834,8 @@ class PrebleOrder:
             g = (g - 1) % groups
         policy.pointer = (g - 1) % groups
         policy.admission_limit = min(len(lanes[g]), (g + 1) * self.quota)
-        order = [g] + [x for x in range(groups - 1, -1, -1) if x != g]
-        return (q for x in order for q in lanes[x].iter_order(now))
+        # The served group first, read through C-level chains (the engine reads at most
+        # ``admission_limit`` items, all of the served group); the others only complete the
+        # permutation, each lane's read started when it is reached.
+        rest = (lanes[x].iter_order(now) for x in range(groups - 1, -1, -1) if x != g)
+        return chain(lanes[g].iter_order(now), chain.from_iterable(rest))

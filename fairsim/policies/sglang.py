@@ -106,6 +106,26 @@ class KeptOrder:
         self.items: dict[str, QueuedRequest] = {}  # kept order
         self.new: dict[str, QueuedRequest] = {}  # added since the last read
         self._removed = 0
+        self.resolve: Callable[[QueuedRequest], QueuedRequest] | None = None
+        self._stale: set[str] = set()  # lazy hits: held snapshots out of date
+
+    def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
+        """Lazy hits (``fairsim.sim.lazy_hits``): a stale request's snapshot is replaced by
+        ``resolve(q)``, this step's, when a read reaches it; at or below 128 waiting the sort
+        resolves every stale one first. Above, the kept order reads no snapshot, so the cache
+        events of thousands of waiting requests cost nothing until they are read (the eager
+        path rebuilt each snapshot at the next step)."""
+        self.resolve = resolve
+
+    def stale(self, request_ids: list[str], raised: list[str] | None = None) -> None:
+        """Lazy hits: these snapshots are out of date (whichever way their hit moved: each is
+        resolved before it is sorted or yielded); a clock-free sort kept from an earlier read
+        is redone."""
+        if request_ids or raised:
+            self._stale.update(request_ids)
+            if raised:
+                self._stale.update(raised)
+            self._sorted = False
 
     def __len__(self) -> int:
         return len(self.items) + len(self.new)
@@ -113,6 +133,7 @@ class KeptOrder:
     def add(self, q: QueuedRequest) -> None:
         rid = q.request_id
         self._sorted = False
+        self._stale.discard(rid)
         if rid in self.items:
             self.items[rid] = q
         else:
@@ -120,6 +141,7 @@ class KeptOrder:
 
     def remove(self, request_id: str) -> None:
         self._sorted = False
+        self._stale.discard(request_id)
         if self.new.pop(request_id, None) is not None:
             return
         del self.items[request_id]
@@ -127,6 +149,11 @@ class KeptOrder:
         if self._removed >= self.COMPACT_MIN and self._removed >= len(self.items) >> 2:
             self.items = dict(self.items)
             self._removed = 0
+
+    #: With lazy hits, no request is stale after a read at or below 128 waiting (the sort
+    #: resolves each), so no silent fall of a hit can move the sorted first item before the
+    #: next read (``DecodeFastEngine._head_unmoved``); above, the kept order reads no hit.
+    falls_behind = True
 
     @property
     def head_moved_by(self) -> str | None:
@@ -139,6 +166,8 @@ class KeptOrder:
 
     def iter_order(self, now: float = 0.0) -> Iterator[QueuedRequest]:
         if len(self) <= SGLANG_SORT_LIMIT:
+            if self._stale:
+                self._resolve_stale()
             if not (self.clock_free and self._sorted):
                 out = self.sort([*self.items.values(), *self.new.values()])
                 self.items = {q.request_id: q for q in out}
@@ -149,7 +178,27 @@ class KeptOrder:
             for q in sorted(self.new.values(), key=arrival_key):
                 items[q.request_id] = q
         self.new = {}
+        if self._stale:
+            return self._fresh()
         return iter(self.items.values())
+
+    def _resolve_stale(self) -> None:
+        """Lazy hits: every held snapshot this step's (before a sort, which reads them all)."""
+        resolve, items, new = self.resolve, self.items, self.new
+        for rid in self._stale:
+            held = items if rid in items else new if rid in new else None
+            if held is not None:
+                held[rid] = resolve(held[rid])
+        self._stale.clear()
+
+    def _fresh(self) -> Iterator[QueuedRequest]:
+        """The kept order, each stale snapshot replaced by this step's as it is reached."""
+        items, stale, resolve = self.items, self._stale, self.resolve
+        for rid, q in items.items():
+            if rid in stale:
+                stale.discard(rid)
+                q = items[rid] = resolve(q)  # a value change: the iteration stays valid
+            yield q
 
 
 class _KeptSort:

@@ -441,8 +441,7 @@ class DecodeFastEngine(Engine):
             return False
         _, next_key, read_at, frees, told = blocked
         self._blocked_until = math.inf
-        if not self._skip and not (self._skip_head
-                                   and self._moves_only_with_changes(self._inc.head_moved_by, told)):
+        if not self._skip and not (self._skip_head and self._head_unmoved(told)):
             if self._head_until is None or self._dirty or (
                     self._lazy is not None and (self._lazy.raised or self._lazy.recheck)):
                 return False
@@ -456,6 +455,25 @@ class DecodeFastEngine(Engine):
         if self._protect is not None and self._protect_stale():
             return False
         return next_key is NO_KEY or not pool.is_cached(next_key)
+
+    def _head_unmoved(self, told: int) -> bool:
+        """Whether the first item of an order that declares what moves it (``head_moved_by``) is
+        the one of its last read, where ``told`` was the prefill-token counter.
+
+        With lazy hits a ``"snapshots"`` head is declared only by an order whose first item a
+        silent fall of a stale request's hit cannot move (``falls_behind``: ``LazyKeyOrder``,
+        ``KeptOrder`` at or below 128, which resolves every request at each read so none is
+        stale after it). Every other change of a hit since the last read is pending: a request
+        with a snapshot is in ``_dirty`` when its hit changes, a stale one in ``raised`` when
+        its hit may rise, and a snapshot built from the journal is in ``recheck``; with none
+        pending the order holds what its last read held."""
+        moved_by = self._inc.head_moved_by
+        lazy = self._lazy
+        if lazy is None or moved_by != "snapshots":
+            return self._moves_only_with_changes(moved_by, told)
+        return (getattr(self._inc, "falls_behind", False) is True
+                and not (self._dirty or lazy.raised or lazy.recheck)
+                and (self._on_prefill_tokens is None or told == self.prefill_tokens))
 
     def _moves_only_with_changes(self, moved_by: str | None, told: int) -> bool:
         """Whether an order (or its first item) declared moved by ``moved_by`` is the same as
