@@ -34,10 +34,10 @@ CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces
 #: Policies whose fast path declares ``moved_by`` or ``head_moved_by`` (the skip applies to them).
 SKIPPING = ["fcfs", "lpm", "klpm", "klpm4", "klpm8", "ragcache", "peek", "suf", "lpm-aging",
             "sjf-aging", "lof", "drr-dynamo", "vtc", "lpm-sglang", "hrrn", "shortest-prefill-first",
-            "dfs-weight"]
-#: Policies that declare what moves their order's first item only (``head_moved_by``: VTC's, and
-#: SGLang's kept order, which lpm-sglang has too).
-HEAD_SKIPPING = ["vtc", "hrrn"]
+            "dfs-weight", "drr"]
+#: Policies that declare what moves their order's first item only (``head_moved_by``: VTC's,
+#: DRR's, and SGLang's kept order, which lpm-sglang has too).
+HEAD_SKIPPING = ["vtc", "hrrn", "drr"]
 #: Policies whose first item moves with the clock but is kept up to a known clock
 #: (``head_until``: the Fast lane's kept first); they skip where their lane is bucketed.
 CLOCK_SKIPPING = ["fairway", "fairway-abswait", "fairway-nofair", "fairway-carry", "fairway-plus",
@@ -92,7 +92,7 @@ def test_only_declared_orders_skip():
     # ``head_moved_by``. VTC's first item and HRRN's kept order (above 128 waiting) declare
     # theirs only.
     reqs, config = rag_preempting(PROFILE)
-    for name in ("fairway", "fairway-deadline", "preble", "drr"):
+    for name in ("fairway", "fairway-deadline", "preble"):
         engine = DecodeFastEngine(reqs, make_policy(name, PROFILE), PROFILE, config)
         assert not engine._skip and not engine._skip_head
         assert (engine._head_until is not None) == (name in CLOCK_SKIPPING)

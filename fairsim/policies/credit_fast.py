@@ -209,6 +209,17 @@ class DRROrder(ClassQueues):
     (the reference's skip of empty rounds), any other item O(log n).
     """
 
+    #: The visits follow the membership, the snapshots and the ring and deficits, which only an
+    #: admission changes (``DRR.on_admitted`` commits the log of the read it admitted from; a read
+    #: starts by discarding the last read's), never the clock: a read changes nothing the next
+    #: sees (``fairsim.policies.incremental``, the colocated skip of blocked admissions).
+    head_moved_by = "snapshots"
+    #: With lazy hits a stale head is priced by a lower bound of its charge (``_lo``) and
+    #: resolved only where the class can afford that bound; a silent fall of its hit raises the
+    #: charge, which leaves the bound valid, so while no change waits to be told a read makes
+    #: the last read's visits (``DecodeFastEngine._head_unmoved``).
+    falls_behind = True
+
     def __init__(self, policy: Any) -> None:
         super().__init__()
         self.policy = policy

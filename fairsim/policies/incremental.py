@@ -52,9 +52,11 @@ unannounced, cannot move it: ``LazyKeyOrder``, ``KeptOrder``), and the engine sk
 no hit change waits to be told (``DecodeFastEngine._head_unmoved``). Optional
 ``head_until(now)``: for a first item that moves with the clock, the clock up to which it stays
 the last read's and a read changes nothing, while nothing is told to the order (``None``: not
-known now); Fairway's family (not Fairway-patience, whose read arms with the clock) answers with
-its Fast lane's kept first (``FastLane.kept_until``): the merge's first is one of the two lanes'
-fronts, chosen by their snapshots and the carried debt, none of which moves with the clock.
+known now); Fairway's family answers with its Fast lane's kept first (``FastLane.kept_until``):
+the merge's first is one of the two lanes' fronts, chosen by their snapshots and the carried
+debt, none of which moves with the clock (Fairway-patience's arming moves no item until an
+admission); Fairway-deadline's order caps it at the clock from which a new request can be due
+(``DeadlineOrder.head_until``).
 
 Cost: ``add``/``remove`` are O(log n) (``sortedcontainers``) or O(1); ``iter_order`` yields the
 first ``k`` items in O(k log n) (sorted keys; Fairway's time-dependent Fast-lane score: slope
