@@ -34,7 +34,7 @@ CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces
 #: Policies whose fast path declares ``moved_by`` or ``head_moved_by`` (the skip applies to them).
 SKIPPING = ["fcfs", "lpm", "klpm", "klpm4", "klpm8", "ragcache", "peek", "suf", "lpm-aging",
             "sjf-aging", "lof", "drr-dynamo", "vtc", "lpm-sglang", "hrrn", "shortest-prefill-first",
-            "dfs-weight", "drr"]
+            "dfs-weight", "drr", "dlpm"]
 #: Policies that declare what moves their order's first item only (``head_moved_by``: VTC's,
 #: DRR's, and SGLang's kept order, which lpm-sglang has too).
 HEAD_SKIPPING = ["vtc", "hrrn", "drr"]

@@ -474,6 +474,13 @@ class DLPMOrder:
     O(clients) Python refill into C-level copies.
     """
 
+    #: The sequence follows the membership, the snapshots (an ``add`` that replaces one) and
+    #: the deficits, which only an admission changes (``DLPM.on_admitted`` commits the read's
+    #: log; a read starts by discarding the last one's), never the clock: a read changes
+    #: nothing a later read sees (``fairsim.policies.incremental``; the colocated skip of
+    #: blocked admissions; eager hits, so every snapshot change is an ``add`` the engine counts).
+    moved_by = "snapshots"
+
     def __init__(self, policy: Any) -> None:
         self.policy = policy
         self.queues: dict[Hashable, list] = {}  # client -> sorted list of LPM keys (bisect)
