@@ -560,6 +560,8 @@ class DecodeFastEngine(Engine):
             self.skipped_attempts += 1
         elif not preempted and (self._waiting or self._preempted):
             self._admit_waiting(now, budget, batch, ordered)
+            if self._lazy is not None:
+                self._lazy.end_step()
             misfit = self.misfit
             self._blocked = None if misfit is None else (misfit[0], misfit[1], read_at, pool.num_frees, told)
         # ctx + m / 2 = the reference's sum of (ctx_i + 1/2) over the decoders, exactly (module docstring)

@@ -663,6 +663,8 @@ class Engine:
             return batch, preempted  # vLLM admits no waiting request in a step that preempted
         if can_admit and budget > 0:
             self._admit_waiting(now, budget, batch, ordered)
+            if self._lazy is not None:
+                self._lazy.end_step()
         return batch, 0
 
     def _order_waiting(self, now: float) -> list[_Live] | Iterator[_Live]:

@@ -163,6 +163,12 @@ class LazyHits:
             e._inc.stale([live.req.request_id for key, live in dirty.items() if key in held],
                          [raised[key].req.request_id for key in up])
 
+    def end_step(self) -> None:
+        """The step's admission is over: no read follows before the next ``start_step``, which
+        starts a new journal before any, so stop recording changes until then (the chunk
+        steps in between cache and evict thousands of keys no read could look up)."""
+        self.pool.journal = None
+
     def resolve(self, q: QueuedRequest) -> QueuedRequest:
         """The snapshot of ``q``'s request as of the start of the current step (see the module)."""
         live = q.handle

@@ -1,0 +1,53 @@
+"""Lazy hits record the pool's changes only while a read can use them.
+
+``LazyHits.resolve`` reads the journal (each changed key's hittability at the step's start) only
+between ``start_step``, which starts a new journal, and the end of that step's admission
+(``LazyHits.end_step``); the chunk steps in between record nothing. The decisions must be those
+of a journal kept on all the time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fairsim.costmodel import load_profile
+from fairsim.policies import make_policy
+from fairsim.sim import EngineConfig, simulate
+from fairsim.sim.lazy_hits import LazyHits
+from fairsim.traces import load_trace
+
+PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
+CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
+LAZY = ["fairway", "fairway-deadline", "hrrn", "lpm-aging", "preble", "drr", "vtc"]
+
+
+@pytest.mark.skipif(not CONVERSATION.exists(), reason="public conversation trace not present")
+@pytest.mark.parametrize("name", LAZY)
+@pytest.mark.parametrize("mode", ["prefill-only", "colocated"])
+def test_tables_equal_a_journal_kept_on(name, mode, monkeypatch):
+    reqs = [dataclasses.replace(r, arrival_time=r.arrival_time / 4)
+            for r in load_trace(CONVERSATION).requests[:1200]]
+    config = EngineConfig(kv_blocks=300, block_size=512, mode=mode)
+    states = []
+    original = LazyHits.end_step
+
+    def watching(self):
+        original(self)
+        states.append(self.pool.journal)
+
+    monkeypatch.setattr(LazyHits, "end_step", watching)
+    windowed = simulate(reqs, make_policy(name, PROFILE), PROFILE, config)
+    assert states and all(journal is None for journal in states)  # off after each admission
+    monkeypatch.setattr(LazyHits, "end_step", lambda self: None)  # the journal never stops
+    always = simulate(reqs, make_policy(name, PROFILE), PROFILE, config)
+    for table in ("requests", "steps", "token_gaps"):
+        a, b = getattr(windowed, table), getattr(always, table)
+        if a is None:
+            assert b is None
+        else:
+            pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert windowed.steps["evictions"].sum() > 0
