@@ -51,3 +51,31 @@ def test_tables_equal_a_journal_kept_on(name, mode, monkeypatch):
         else:
             pd.testing.assert_frame_equal(a, b, check_exact=True)
     assert windowed.steps["evictions"].sum() > 0
+
+
+def test_resolve_reads_the_journal_only_for_the_keys_that_decide_the_hit():
+    # A request with keys k0..k4 (4-token blocks); k0 and k1 cached now, so its hit now is 2
+    # blocks and k2 decides whether it grows. A journal entry for k3 (past k2) cannot change the
+    # hit at the step's start: 2 blocks, no recheck. One saying k1 was not hittable at the start
+    # (cached since) makes it 1 block, built from the journal: rechecked at the next step.
+    from fairsim.sim.engine import Engine
+    from tests.utils import make_request
+
+    b = make_request("b", 0.0, 21, hashes=(1, 2, 7, 8, 9), block=4)
+    engine = Engine([b], make_policy("fairway", PROFILE), PROFILE, EngineConfig(block_size=4, kv_blocks=16))
+    lazy, pool, live = engine._lazy, engine.pool, engine._all[0]
+    engine._waiting[id(live)] = live
+    for j in (0, 1):
+        (block,) = pool.allocate(1)
+        pool.cache(block, live.keys[j])
+
+    def resolve(journal):
+        lazy.journal = journal
+        lazy.resolved, lazy.recheck, live.snap = {}, [], None
+        snap = lazy.resolve(engine._make_snapshot(live, 0, 0))
+        return snap.cached_len, lazy.recheck == [live]
+
+    assert resolve({}) == (8, False)
+    assert resolve({live.keys[3]: True}) == (8, False)
+    assert resolve({live.keys[1]: False}) == (4, True)
+    assert resolve({live.keys[2]: True}) == (12, True)  # k2 was hittable at the start (evicted since): 3 blocks

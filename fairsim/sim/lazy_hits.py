@@ -180,11 +180,15 @@ class LazyHits:
         if snap is None:
             self.bounded.discard(key)
             journal = self.journal
-            n = 0
+            cap = live.max_hit_blocks
+            n = self.pool.count_prefix(live.keys, cap)  # the hit now
             touched = False
-            if journal:
+            # The hit at the step's start is the hit now unless the journal names one of the keys
+            # that decide it (the hit's and the next one): then walk them, each as it was.
+            if journal and not journal.keys().isdisjoint(live.keys[: n + 1 if n < cap else n]):
+                n = 0
                 is_cached = self.pool.is_cached
-                for k in live.keys[: live.max_hit_blocks]:
+                for k in live.keys[:cap]:
                     present = journal.get(k)
                     if present is None:
                         present = is_cached(k)
@@ -193,8 +197,6 @@ class LazyHits:
                     if not present:
                         break
                     n += 1
-            else:
-                n = self.pool.count_prefix(live.keys, live.max_hit_blocks)
             e = self.engine
             # Computed tokens 0: at the step's start the request was plainly waiting (preempted
             # ones are not in the order); it may have been admitted since (on_admitted reads).
