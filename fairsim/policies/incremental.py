@@ -364,7 +364,8 @@ def _bound(q: QueuedRequest) -> QueuedRequest:
 
 _make_queued = QueuedRequest._make
 _BOUND_FIELDS = QueuedRequest._fields[3:5]
-assert _BOUND_FIELDS == ("cached_len", "uncached_len"), _BOUND_FIELDS
+if _BOUND_FIELDS != ("cached_len", "uncached_len"):  # _bound builds its snapshot by position
+    raise RuntimeError(f"QueuedRequest fields 3-4 are {_BOUND_FIELDS}; _bound expects cached_len, uncached_len")
 
 
 class LazyKeyOrder:
