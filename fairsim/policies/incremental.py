@@ -76,6 +76,7 @@ from sortedcontainers import SortedList
 from fairsim.errors import PolicyContractError
 from fairsim.policies.failure import policy_failure, policy_name
 from fairsim.policies.fast_lane import FastLane  # noqa: F401  (Fairway's Fast lane)
+from fairsim.policies.stale import resolve_stale
 from fairsim.types import QueuedRequest
 
 
@@ -774,12 +775,7 @@ class StaleArrivalOrder(ArrivalOrder):
         return iter(self.items.values())  # every held snapshot is this step's
 
     def _fresh(self) -> Iterator[QueuedRequest]:
-        items, stale, resolve = self.items, self._stale, self.resolve
-        for rid, q in items.items():
-            if rid in stale:
-                stale.discard(rid)
-                q = items[rid] = resolve(q)  # a value change: the iteration stays valid
-            yield q
+        yield from resolve_stale(self.items, self._stale, self.resolve)
 
 
 class PrebleOrder:

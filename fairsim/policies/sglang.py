@@ -28,6 +28,7 @@ from sortedcontainers import SortedList
 
 from fairsim.policies.space import Choice
 from fairsim.policies.base import arrival_key
+from fairsim.policies.stale import resolve_stale
 from fairsim.types import QueuedRequest
 
 SGLANG_SORT_LIMIT = 128
@@ -193,12 +194,7 @@ class KeptOrder:
 
     def _fresh(self) -> Iterator[QueuedRequest]:
         """The kept order, each stale snapshot replaced by this step's as it is reached."""
-        items, stale, resolve = self.items, self._stale, self.resolve
-        for rid, q in items.items():
-            if rid in stale:
-                stale.discard(rid)
-                q = items[rid] = resolve(q)  # a value change: the iteration stays valid
-            yield q
+        yield from resolve_stale(self.items, self._stale, self.resolve)
 
 
 class _KeptSort:
