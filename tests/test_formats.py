@@ -345,6 +345,19 @@ class TestAzure:
         assert [(x.arrival_time, x.prompt_len, x.output_len) for x in t.requests] == [
             (0.0, 1000, 20), (0.99, 2000, 30), (1.5, 300, 1)]
 
+    def test_rows_keep_the_file_lines_across_blank_lines(self, tmp_path):
+        # A blank line is skipped but counted: a row's id and an error name its line in the file.
+        # A short row's missing count is None; a repeated column's last copy wins (csv.DictReader's rules).
+        p = tmp_path / "gaps.csv"
+        p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens,ContextTokens\n"
+                     "2023-11-16 18:17:03.9799600,4808,10,7\n\n"
+                     "2023-11-16 18:17:04.0319600,3180,8,9\n")
+        r = load_trace(p).requests
+        assert [(x.request_id, x.prompt_len) for x in r] == [("gaps:2", 7), ("gaps:4", 9)]
+        p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n\n2023-11-16 18:17:03.9799600,4808\n")
+        with pytest.raises(TraceFormatError, match=r"gaps.csv:3: field 'GeneratedTokens': must be an integer, got None"):
+            load_trace(p)
+
     def test_iso_and_header_spelling(self, tmp_path):
         p = tmp_path / "iso.csv"
         p.write_text("timestamp, contexttokens ,GENERATEDTOKENS\r\n"

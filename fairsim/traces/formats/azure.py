@@ -16,9 +16,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from fairsim.errors import TraceFormatError
+from fairsim.traces.fastreq import make_request
 from fairsim.traces.formats._common import Collector, Head, output_tokens, text_lines
 from fairsim.traces.trace import Trace
-from fairsim.types import Request
 
 NAME = "azure"
 BLOCK = 512
@@ -72,31 +72,39 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     """
     path = Path(path)
     name = str(path)
+    stem = path.stem
     block = hash_block_size or BLOCK
     out = Collector(path, skip_bad)
     t0 = None
     previous = None
     with text_lines(path) as fh:
-        reader = csv.DictReader(fh)
+        reader = csv.reader(fh)
+        header = next(reader, [])
         # The header as written may differ in case or spaces (" ContextTokens", "timestamp").
-        given = {str(f).strip().lower(): f for f in reader.fieldnames or []}
+        given = [str(f).strip().lower() for f in header]
         missing = [c for c in COLUMNS if c.lower() not in given]
         if missing:
-            raise TraceFormatError(name, 1, missing[0], f"missing column (header: {reader.fieldnames})")
-        reader.fieldnames = [next((c for c in COLUMNS if c.lower() == str(f).strip().lower()), f)
-                             for f in reader.fieldnames]
-        for line, rec in enumerate(reader, start=2):
+            raise TraceFormatError(name, 1, missing[0], f"missing column (header: {header or None})")
+        # csv.DictReader's rules, by position (a dict per row cost more than the row's checks):
+        # the last of equal names wins, a short row's missing fields are None, empty rows are
+        # skipped. A row's line is the file's (``line_num``: blank lines counted).
+        where = [max(i for i, f in enumerate(given) if f == c.lower()) for c in COLUMNS]
+        for row in reader:
+            if not row:
+                continue
+            line = reader.line_num
+            rec = [row[i] if i < len(row) else None for i in where]  # TIMESTAMP, the two counts
             try:
                 try:
-                    t = parse_time(rec["TIMESTAMP"] or "")
+                    t = parse_time(rec[0] or "")
                 except ValueError:
-                    raise TraceFormatError(name, line, "TIMESTAMP", f"cannot parse {rec['TIMESTAMP']!r}") from None
+                    raise TraceFormatError(name, line, "TIMESTAMP", f"cannot parse {rec[0]!r}") from None
                 counts = {}
-                for col in COLUMNS[1:]:
+                for col, value in zip(COLUMNS[1:], rec[1:]):
                     try:
-                        counts[col] = int(rec[col])
+                        counts[col] = int(value)
                     except (TypeError, ValueError):
-                        raise TraceFormatError(name, line, col, f"must be an integer, got {rec[col]!r}") from None
+                        raise TraceFormatError(name, line, col, f"must be an integer, got {value!r}") from None
                 if counts["ContextTokens"] < 1:
                     raise TraceFormatError(name, line, "ContextTokens", f"{counts['ContextTokens']}: need >= 1")
                 labels: dict = {}
@@ -108,8 +116,8 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
                 continue
             previous = t
             t0 = t if t0 is None else t0
-            out.add(Request(f"{path.stem}:{line}", round(max(0.0, t - t0), 3), counts["ContextTokens"],
-                            (), block, gen, labels), line)
+            out.add(make_request(f"{stem}:{line}", round(max(0.0, t - t0), 3), counts["ContextTokens"],
+                                 (), block, gen, labels, None, None, 0.0, ()), line)
             if max_requests is not None and len(out.requests) >= max_requests:
                 break
-    return out.finish(path.stem, NAME, block)
+    return out.finish(stem, NAME, block)
