@@ -29,7 +29,15 @@ PARAMS = SamplingParams(max_tokens=1, detokenize=False)
 
 
 def plain_llm(policy: str, scheduler_cls: str = "fairsim.live.PolicyScheduler"):
-    """A plain ``vllm.LLM`` with the hook loaded by dotted path (what a user writes)."""
+    """A plain ``vllm.LLM`` with the hook loaded by dotted path (what a user writes).
+
+    First every engine an earlier test dropped is finalised, as ``fairsim.live.engine.make_llm``
+    does: its shutdown tears down the process-wide parallel groups, this engine's too if the
+    collector got to it later ("pipeline model parallel group is not initialized")."""
+    import gc
+
+    gc.unfreeze()
+    gc.collect()
     return vllm.LLM(
         model=str(TINY_LLAMA_DIR), load_format="dummy", skip_tokenizer_init=True,
         enforce_eager=True, gpu_memory_utilization=0.5, block_size=BLOCK, max_model_len=8192,
@@ -68,10 +76,10 @@ def hit_vs_miss(policy: str, scheduler_cls: str = "fairsim.live.PolicyScheduler"
         assert type(sched).__name__ == scheduler_cls.rsplit(".", 1)[1]
         return steps
     finally:
-        del llm
-        import gc
+        from fairsim.live.engine import shutdown_llm
 
-        gc.collect()
+        shutdown_llm(llm)  # now, not at a later collection (plain_llm)
+        del llm
 
 
 class TestHitVersusMiss:
