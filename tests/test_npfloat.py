@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 
 from fairsim.costmodel import Profile
 from fairsim.npfloat import float_sum, percentiles, plain
-from fairsim.traces.offered import PrefillWork, _both_works, _busiest, offered_load, prefill_work
+from fairsim.traces.offered import _both_works, _busiest, offered_load, prefill_work
 from fairsim.types import Request
 from tests.test_run_fixed_costs import reference_prefill_work
 

@@ -56,7 +56,7 @@ from collections import deque
 from itertools import chain, islice
 from operator import attrgetter
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
@@ -73,6 +73,9 @@ from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.lazy_hits import NO_KEY, LazyHits
 from fairsim.sim.result import Columns, SimResult
+
+if TYPE_CHECKING:  # the token-gap DataFrame of a fleet's or disaggregated run's parts
+    import pandas as pd
 from fairsim.sim.keys import blocks_for, engine_block_keys, generated_block_keys
 from fairsim.types import QueuedRequest, Request
 
