@@ -43,13 +43,21 @@ MESSAGE = "fairsim: interrupted; results already written are kept"
 #: ``WeakKeyDictionary``/``WeakValueDictionary``/``WeakSet``): an exception there is only printed.
 _WEAKREF_FILES = frozenset({weakref.__file__, _weakrefset.__file__})
 
+#: The import system's weakref callbacks, by (file, function): the module-lock callback ``cb`` of
+#: ``_get_module_lock`` (CPython 3.11+, run whenever an import's lock is freed) and the ``remove``
+#: callback of its own ``_WeakValueDictionary`` (3.12+). A KeyboardInterrupt raised there was only
+#: printed ("Exception ignored in: <function _get_module_lock.<locals>.cb>"), with its traceback.
+_IMPORT_CALLBACKS = frozenset({("<frozen importlib._bootstrap>", "cb"),
+                               ("<frozen importlib._bootstrap>", "remove")})
+
 
 def _in_finaliser(frame: types.FrameType | None, depth: int = 64) -> bool:
     """True when ``frame`` runs inside a ``__del__`` or one of Python's weakref callbacks (an
     exception there would only be printed, "Exception ignored in ...")."""
     while frame is not None and depth > 0:
         code = frame.f_code
-        if code.co_name == "__del__" or code.co_filename in _WEAKREF_FILES:
+        if code.co_name == "__del__" or code.co_filename in _WEAKREF_FILES \
+                or (code.co_filename, code.co_name) in _IMPORT_CALLBACKS:
             return True
         frame, depth = frame.f_back, depth - 1
     return False

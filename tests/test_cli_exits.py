@@ -125,6 +125,28 @@ class TestHandler:
         with pytest.raises(KeyboardInterrupt):  # elsewhere it raises at once
             interrupt._on_sigint(signal.SIGINT, sys._getframe())
 
+    def test_inside_the_import_systems_weakref_callback_it_is_only_recorded(self, monkeypatch):
+        # CPython frees an import's module lock through a weakref callback (``cb`` in
+        # ``_get_module_lock``); a KeyboardInterrupt raised there was printed as "Exception
+        # ignored" with its traceback (a CI run). The handler knows the callback by file and name.
+        import importlib._bootstrap as bootstrap
+
+        from fairsim import interrupt
+
+        lock = bootstrap._get_module_lock("fairsim_probe_module")
+        callback = bootstrap._module_locks["fairsim_probe_module"].__callback__
+        assert (callback.__code__.co_filename, callback.__code__.co_name) in interrupt._IMPORT_CALLBACKS
+        del lock
+        # a function of the same file and name, calling the handler as the signal would there
+        namespace = {"on_sigint": interrupt._on_sigint, "sys": sys, "SIGINT": signal.SIGINT}
+        exec(compile("def cb(ref):\n    on_sigint(SIGINT, sys._getframe())\n",
+                     callback.__code__.co_filename, "exec"), namespace)
+        monkeypatch.setattr(interrupt, "REQUESTED", False)
+        namespace["cb"](None)  # no KeyboardInterrupt
+        assert interrupt.REQUESTED
+        with pytest.raises(KeyboardInterrupt):  # out of it, it raises
+            interrupt._on_sigint(signal.SIGINT, sys._getframe())
+
     def test_an_interrupt_out_of_exec_code_still_exits_130(self, tmp_path):
         # CPython marks a KeyboardInterrupt that leaves exec() of a string (dataclasses build
         # their methods so at import) as unhandled, and under `python -m` then kills the process
