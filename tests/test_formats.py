@@ -8,6 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fairsim.cli import main
 from fairsim.errors import TraceFormatError
@@ -364,6 +366,19 @@ class TestAzure:
                      "2023-11-16T18:17:03.979Z,10,1\r\n2023-11-16T18:17:04.9799600,20,2\r\n")
         assert detect(p) == "azure"
         assert [(x.arrival_time, x.prompt_len) for x in load_trace(p).requests] == [(0.0, 10), (1.001, 20)]
+
+    @given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["", ".5", ".0319600", ".009930"]),
+                              st.sampled_from(["", "+00:00", "+02:00", "Z"]), st.sampled_from([" ", "T"])),
+                    min_size=1, max_size=12))
+    def test_the_readers_stamp_parser_equals_parse_time(self, rows):
+        # The reader keeps the last row's whole seconds (rows of one second share them): the same
+        # floats as parse_time row by row, also where the second, the zone or the separator changes.
+        from fairsim.traces.formats import azure
+
+        stamps = azure._Stamps()
+        for second, fraction, zone, sep in rows:
+            stamp = f"2023-11-16{sep}18:17:0{second}{fraction}{zone}"
+            assert stamps(stamp) == azure.parse_time(stamp)
 
     @pytest.mark.parametrize("stamp", ["2024-05-10", "2024-05-10 00:00:00.x", "yesterday",
                                        "2024-05-10 00:00:00.5 UTC"])
