@@ -34,7 +34,7 @@ CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces
 #: Policies whose fast path declares ``moved_by`` or ``head_moved_by`` (the skip applies to them).
 SKIPPING = ["fcfs", "lpm", "klpm", "klpm4", "klpm8", "ragcache", "peek", "suf", "lpm-aging",
             "sjf-aging", "lof", "drr-dynamo", "vtc", "lpm-sglang", "hrrn", "shortest-prefill-first",
-            "dfs-weight", "drr", "dlpm"]
+            "dfs-weight", "drr", "dlpm", "preble"]
 #: Policies that declare what moves their order's first item only (``head_moved_by``: VTC's,
 #: DRR's, and SGLang's kept order, which lpm-sglang has too).
 HEAD_SKIPPING = ["vtc", "hrrn", "drr"]
@@ -104,6 +104,77 @@ def test_only_declared_orders_skip():
         assert engine._skip_head and not engine._skip
     assert not DecodeFastEngine(reqs, make_policy("hrrn", sglang_sort_limit=False), PROFILE, config)._skip_head
     assert DecodeFastEngine(reqs, make_policy("lpm", PROFILE), PROFILE, config)._skip
+
+
+def test_group_turns_end_the_skip_at_each_condition():
+    # Preble serves its groups in turn and skips misfits: an attempt is skipped only where the
+    # last attempt at every non-empty group admitted nothing and, for each request it tried,
+    # nothing since could make it fit. The records are set by hand here.
+    reqs = [Request("A", 0.0, 9, (1, 2), BLOCK, 4, {}), Request("B", 0.0, 13, (1, 2, 3), BLOCK, 2, {}),
+            Request("C", 0.0, 13, (7, 8, 9), BLOCK, 2, {})]
+    config = EngineConfig(block_size=BLOCK, kv_blocks=8, mode="colocated")
+    engine = DecodeFastEngine(reqs, make_policy("preble"), constant_profile(), config)
+    assert engine._skip_groups and not engine._skip and not engine._skip_head
+    pool, inc = engine.pool, engine._inc
+    b, c = engine._all[1], engine._all[2]
+    for live, group in ((b, 3), (c, 0)):  # two waiting requests in two groups
+        engine._waiting[id(live)] = live
+        engine.policy._group[live.req.request_id] = group  # as if seen with such a hit
+        inc.add(engine._make_snapshot(live, 0, 0))
+    assert inc.turn_groups() == [0, 3]
+
+    def record(group, keys):
+        engine._group_blocked[group] = (keys, engine._order_changes, pool.num_frees)
+
+    record(3, [b.keys[2]])
+    assert not engine._still_blocked(0.0)  # group 0 has no record: its attempt may admit
+    record(0, [NO_KEY])
+    assert engine._still_blocked(0.0)
+    engine._order_changes += 1  # an arrival, admission or preemption
+    assert not engine._still_blocked(0.0)
+    record(3, [b.keys[2]])
+    record(0, [c.keys[1]])
+    ids = pool.allocate(3)  # allocations only lower the free blocks
+    pool.cache(ids[0], ("other", 0))
+    assert engine._still_blocked(0.0)
+    pool.cache(ids[1], c.keys[1])  # the next key of a request group 0's attempt tried
+    assert not engine._still_blocked(0.0)
+    record(0, [NO_KEY])
+    assert engine._still_blocked(0.0)
+    pool.free(ids[2:])  # a free block more
+    assert not engine._still_blocked(0.0)
+    record(3, [b.keys[2]])
+    record(0, [NO_KEY])
+    engine._waiting.clear()  # nothing waiting: no read to skip
+    assert not engine._still_blocked(0.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=10, max_size=10).filter(any), st.integers(0, 9),
+       st.integers(0, 45))
+def test_skip_reads_is_count_reads(sizes, pointer, count):
+    # Preble's order after skip_reads(count) is in the state count reads leave it in.
+    from fairsim.policies.incremental import PrebleOrder
+    from fairsim.types import QueuedRequest
+
+    def order_with_lanes():
+        policy = make_policy("preble")
+        policy.pointer = pointer
+        inc = PrebleOrder(policy, 10, 10)
+        for g, size in enumerate(sizes):
+            for i in range(size):
+                rid = f"g{g}-{i}"
+                policy._group[rid] = g
+                inc.add(QueuedRequest(rid, float(i), 8, 0, 8))
+        return policy, inc
+
+    read_policy, read = order_with_lanes()
+    for _ in range(count):
+        read.iter_order(0.0)
+    skip_policy, skipped = order_with_lanes()
+    skipped.skip_reads(count)
+    assert (skip_policy.pointer, skip_policy.admission_limit, skipped.served) == (
+        read_policy.pointer, read_policy.admission_limit, read.served)
 
 
 def test_kept_order_declares_its_head_by_queue_length():
@@ -243,7 +314,7 @@ def test_sessions_open_loop():
 
 
 @pytest.mark.skipif(not CONVERSATION.exists(), reason="shared conversation trace not present")
-@pytest.mark.parametrize("name", ["fcfs", "lpm", "peek", "klpm4", "vtc", "hrrn", "fairway", "fairway-carry"])
+@pytest.mark.parametrize("name", ["fcfs", "lpm", "peek", "klpm4", "vtc", "hrrn", "fairway", "fairway-carry", "preble"])
 def test_conversation_long_outputs(name):
     from fairsim.traces.formats import read_trace
 
@@ -257,7 +328,7 @@ def test_conversation_long_outputs(name):
     assert engine.chunk_run_steps > len(res.steps) / 10  # prefill chunks beside the decoders
 
 
-@pytest.mark.parametrize("name", ["fcfs", "lpm", "vtc", "hrrn"])
+@pytest.mark.parametrize("name", ["fcfs", "lpm", "vtc", "hrrn", "preble"])
 def test_colocated_fleet_same_tables(name):
     # Fleet members stretch blocked steps only up to the fleet's next event (a routing may
     # reach them then): two instances against step-by-step ones.

@@ -793,6 +793,9 @@ class PrebleOrder:
         self.quota = quota
         self.lanes = [StaleArrivalOrder() for _ in range(num_groups)]
         self._lane_of: dict[str, int] = {}
+        self._sizes = [0] * num_groups  # requests per group (len of each lane, without a call)
+        #: The group the last ``iter_order`` served (None before the first).
+        self.served: int | None = None
 
     def __len__(self) -> int:
         return len(self._lane_of)
@@ -818,23 +821,52 @@ class PrebleOrder:
         g = self._lane_of.get(q.request_id)
         if g is None:
             g = self._lane_of[q.request_id] = self.policy.group_of(q)
+            self._sizes[g] += 1
         self.lanes[g].add(q)
 
     def remove(self, request_id: str) -> None:
-        self.lanes[self._lane_of.pop(request_id)].remove(request_id)
+        g = self._lane_of.pop(request_id)
+        self._sizes[g] -= 1
+        self.lanes[g].remove(request_id)
 
     def iter_order(self, now: float) -> Iterator[QueuedRequest]:
         policy, lanes, groups = self.policy, self.lanes, self.num_groups
         if not self._lane_of:
             policy.admission_limit = 0
             return iter(())
-        g = policy.pointer
-        while not len(lanes[g]):
-            g = (g - 1) % groups
-        policy.pointer = (g - 1) % groups
-        policy.admission_limit = min(len(lanes[g]), (g + 1) * self.quota)
+        g = self._serve()
         # The served group first, read through C-level chains (the engine reads at most
         # ``admission_limit`` items, all of the served group); the others only complete the
         # permutation, each lane's read started when it is reached.
         rest = (lanes[x].iter_order(now) for x in range(groups - 1, -1, -1) if x != g)
         return chain(lanes[g].iter_order(now), chain.from_iterable(rest))
+
+    def _serve(self) -> int:
+        """A read's state change (``Preble.order``): the first non-empty group from the pointer
+        down is served, the pointer moves below it and ``admission_limit`` is its cap; returns
+        the group. Needs a waiting request."""
+        policy, sizes, groups = self.policy, self._sizes, self.num_groups
+        g = policy.pointer
+        while not sizes[g]:
+            g = (g - 1) % groups
+        policy.pointer = (g - 1) % groups
+        policy.admission_limit = min(sizes[g], (g + 1) * self.quota)
+        self.served = g
+        return g
+
+    def turn_groups(self) -> list[int]:
+        """The non-empty groups: with the membership unchanged, the reads serve them in turn."""
+        return [g for g, size in enumerate(self._sizes) if size]
+
+    def skip_reads(self, count: int) -> None:
+        """The state ``count`` reads would leave (pointer, ``admission_limit``, ``served``) with
+        the membership unchanged; a read's only state change is ``_serve``'s (the groups are
+        fixed and the lanes resolve stale snapshots without moving: ``stale``). The served
+        groups repeat with the period of the non-empty groups, so at most that many are
+        walked (``DecodeFastEngine``'s skip of attempts that cannot admit; needs a waiting
+        request)."""
+        if count <= 0:
+            return
+        period = len(self.turn_groups())
+        for _ in range((count - 1) % period + 1):
+            self._serve()

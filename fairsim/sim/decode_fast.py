@@ -125,6 +125,15 @@ class DecodeFastEngine(Engine):
         # clock (``head_until``: the Fairway family's kept Fast-lane first), asked at each skip.
         self._head_until = (getattr(self._inc, "head_until", None)
                             if can_skip and not self._skip and not self._skip_head else None)
+        # Else an order that skips misfits and serves its groups in turn, each read moving
+        # whose turn it is (``skip_reads``: Preble's): skipped where the last attempt of every
+        # group it serves failed and nothing since could change that (``_groups_blocked``).
+        self._skip_groups = (skip_blocked and self._skips_misfits and self._on_prefill_tokens is None
+                             and hasattr(self._inc, "skip_reads"))
+        self._record_misfits = self._skip_groups
+        #: Per served group, the last attempt at it that admitted nothing: ``(the next keys of
+        #: the requests it tried, _order_changes at its read, pool.num_frees)``.
+        self._group_blocked: dict[int, tuple[list, int, int]] = {}
         #: The clock (s) up to which the last ``_still_blocked`` that held holds (inf: any).
         self._blocked_until = math.inf
         #: The last admission attempt's misfit head: ``(request, its next key, _order_changes,
@@ -309,6 +318,8 @@ class DecodeFastEngine(Engine):
             num_waiting = len(self._waiting) + len(self._preempted)
             if num_waiting:
                 self.skipped_attempts += count  # _loop stretches with a queue only when blocked
+                if self._skip_groups and self._waiting and len(self._running) < self._max_seqs:
+                    self._inc.skip_reads(count)  # each step would have read (_fast_start's can_admit)
             for col, value in zip(cols[2:], (m, m, m, num_waiting, m, pool.num_used, pool.num_cached, 0, 0)):
                 col.extend(repeat(value, count))
         return step, now
@@ -379,6 +390,7 @@ class DecodeFastEngine(Engine):
             self.chunk_run_steps += step - first
             if num_waiting:
                 self._blocked = None
+                self._group_blocked.clear()
         return step, now
 
     def _still_blocked(self, now: float) -> bool:
@@ -436,6 +448,8 @@ class DecodeFastEngine(Engine):
         The budget and ``max_num_seqs`` need no check: an attempt that cannot start admits
         nothing either. ``tests/test_skip_blocked.py`` compares the tables with the attempts
         made (``skip_blocked=False``) and with the reference engine."""
+        if self._skip_groups:
+            return self._groups_blocked()
         blocked = self._blocked
         if blocked is None:
             return False
@@ -455,6 +469,36 @@ class DecodeFastEngine(Engine):
         if self._protect is not None and self._protect_stale():
             return False
         return next_key is NO_KEY or not pool.is_cached(next_key)
+
+    def _groups_blocked(self) -> bool:
+        """``_still_blocked`` for an order that serves its groups in turn and skips misfits
+        (``skip_reads``): whether every group a read can serve now had its last attempt fail
+        with nothing admitted, under the same conditions as a blocked head, for each request
+        that attempt tried. With the membership unchanged (``_order_changes``: every arrival,
+        admission and preemption) a read serves the same group's same requests (the groups are
+        fixed, each in arrival order, the cap the same) and the same preempted front, and each
+        of them still does not fit: no block freed since, and its next key not cached
+        (``_still_blocked``'s proof, which holds request by request, since an attempt that
+        admits nothing changes no block). So the attempt admits nothing, and the read's only
+        effect is to move whose turn it is (``skip_reads``). Needs a waiting request in the
+        order (else no read, and the preempted front alone has no record); a valid record
+        says no request arrived since its read, so every waiting request is in the order."""
+        if not self._waiting:
+            return False
+        records = self._group_blocked
+        changes, frees = self._order_changes, self.pool.num_frees
+        is_cached = self.pool.is_cached
+        groups = self._inc.turn_groups()
+        if not groups:  # the waiting requests join the order at its next read
+            return False
+        for g in groups:
+            record = records.get(g)
+            if record is None or record[1] != changes or record[2] != frees:
+                return False
+            for key in record[0]:
+                if key is not NO_KEY and is_cached(key):
+                    return False
+        return True
 
     def _head_unmoved(self, told: int) -> bool:
         """Whether the first item of an order that declares what moves it (``head_moved_by``) is
@@ -513,8 +557,11 @@ class DecodeFastEngine(Engine):
         # Engine._schedule: the order at the step's start, where a waiting request could be
         # admitted - unless the attempt is known to fail at the last one's head (_still_blocked).
         can_admit = remaining < self._budget and len(running) < self._max_seqs
-        skip = can_admit and self._blocked is not None and self._still_blocked(now)
-        ordered = self._order_waiting(now) if can_admit and self._waiting and not skip else []
+        skip = can_admit and (self._blocked is not None or self._skip_groups) and self._still_blocked(now)
+        read = can_admit and bool(self._waiting) and not skip
+        ordered = self._order_waiting(now) if read else []
+        if skip and self._skip_groups:
+            self._inc.skip_reads(1)  # the read skipped (_groups_blocked needs a waiting request)
         # As of the order (the eager path syncs changed snapshots there): a key change by this
         # step's caching below re-keys a snapshot at the next order, so it must count as a change.
         read_at = self._order_changes
@@ -559,11 +606,15 @@ class DecodeFastEngine(Engine):
         if skip:
             self.skipped_attempts += 1
         elif not preempted and (self._waiting or self._preempted):
+            before = len(running)
             self._admit_waiting(now, budget, batch, ordered)
             if self._lazy is not None:
                 self._lazy.end_step()
             misfit = self.misfit
             self._blocked = None if misfit is None else (misfit[0], misfit[1], read_at, pool.num_frees, told)
+            if read and self.misfits is not None and len(running) == before:
+                # an attempt at the group this step's read served that admitted nothing
+                self._group_blocked[self._inc.served] = (self.misfits, read_at, pool.num_frees)
         # ctx + m / 2 = the reference's sum of (ctx_i + 1/2) over the decoders, exactly (module docstring)
         new_tokens, pair_sum, decodes, decode_ctx = _batch_sums(batch, m, ctx + 0.5 * m, m, ctx)
         self.prefill_tokens += new_tokens - decodes
@@ -625,6 +676,7 @@ class DecodeFastEngine(Engine):
         self._write_back(step, now)
         self.reference_steps += 1
         self._blocked = None  # Engine._schedule tries as the reference does
+        self._group_blocked.clear()
         num_waiting = len(self._waiting) + len(self._preempted)
         pool = self.pool
         evictions0 = pool.num_evictions

@@ -359,6 +359,11 @@ class Engine:
         #: it tried did not fit and nothing was admitted (the key after its prefix hit, ``NO_KEY``
         #: when the hit is at its cap), else None (``DecodeFastEngine`` skips later attempts).
         self.misfit: tuple[_Live, Hashable] | None = None
+        #: Set by each ``_admit_waiting`` call that tried requests, where ``_record_misfits``
+        #: (``DecodeFastEngine``, a policy that skips misfits): the next key of each request it
+        #: tried that did not fit, in order; None when it tried none.
+        self.misfits: list[Hashable] | None = None
+        self._record_misfits = False
         # Lazy hits (a fast path with ``set_resolver``; fairsim.sim.lazy_hits): invalidated
         # snapshots are not rebuilt at the step's start but when the order reads them.
         # A policy whose order reads no prefix hit (``uses_prefix_hits = False``: FCFS, LOF) is
@@ -755,10 +760,12 @@ class Engine:
         max_seqs = self.config.max_num_seqs
         running = self._running
         self.misfit = None
+        self.misfits = None
         if budget <= 0 or len(running) >= max_seqs:
             return
         if not (self._waiting or self._preempted):
             return
+        misfits = self.misfits = [] if self._record_misfits else None
         # A copy of the preempted front: re-admitting one removes it from the deque.
         if not self._preempted:
             order = ordered  # the common case: no copy, no chain
@@ -800,6 +807,8 @@ class Engine:
             need_full = full_blocks - len(hit) + pool.num_evictable(hit)
             if need_full > pool.num_free:
                 if self._skips_misfits:
+                    if misfits is not None:
+                        misfits.append(live.keys[len(hit)] if len(hit) < cap else NO_KEY)
                     continue
                 if not admitted:  # the first request misfits (DecodeFastEngine skips on it)
                     self.misfit = (live, live.keys[len(hit)] if len(hit) < cap else NO_KEY)
