@@ -1,6 +1,7 @@
-"""``ArrivalOrder`` compacts its dict after many removals (a scan over deleted slots at
-the start of every iteration was FCFS's hot spot under overload): the order, the lookups of
-Fairway-carry's ``_UncachedView`` and the resolver's snapshots are unchanged by it."""
+"""``ArrivalOrder`` (an ``OrderedDict``) and ``StaleArrivalOrder`` (a dict compacted after
+many removals: a scan over deleted slots at the start of every iteration was FCFS's hot spot
+under overload): the order and the lookups of Fairway-carry's ``_UncachedView`` are those of
+a sorted list whatever the removals and compactions."""
 
 from __future__ import annotations
 
@@ -9,17 +10,17 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairsim.policies.incremental import ArrivalOrder, _UncachedView
+from fairsim.policies.incremental import ArrivalOrder, StaleArrivalOrder, _UncachedView
 from tests.utils import make_queued
 
 
 @settings(max_examples=100, deadline=None)
 @given(seed=st.integers(0, 10_000), compact_min=st.sampled_from([1, 2, 5, 1024]),
-       steps=st.integers(1, 60), front=st.floats(0.0, 1.0))
-def test_order_and_lookups_survive_compaction(seed, compact_min, steps, front):
+       steps=st.integers(1, 60), front=st.floats(0.0, 1.0), kind=st.sampled_from([ArrivalOrder, StaleArrivalOrder]))
+def test_order_and_lookups_survive_removals(seed, compact_min, steps, front, kind):
     rng = random.Random(seed)
-    order = ArrivalOrder()
-    order.COMPACT_MIN = compact_min
+    order = kind()
+    order.COMPACT_MIN = compact_min  # StaleArrivalOrder's; ArrivalOrder never compacts
     view = _UncachedView(order)
     held: dict[str, object] = {}
     t = 0.0
@@ -46,7 +47,7 @@ def test_order_and_lookups_survive_compaction(seed, compact_min, steps, front):
 
 def test_compaction_threshold_by_hand():
     """COMPACT_MIN 4: with 12 held, the 4th removal leaves 8 (4 >= 8 / 4): compacted once."""
-    order = ArrivalOrder()
+    order = StaleArrivalOrder()
     order.COMPACT_MIN = 4
     qs = [make_queued(f"r{i:02d}", 0, 1, arrival=float(i)) for i in range(12)]
     for q in qs:
