@@ -32,10 +32,10 @@ Scheme (a kinetic bound, exact; our own design after the issue's sketch):
   it, so the margin is at least ``1e-9`` of every term rounded (each rounding is ~1e-16 of its
   term). (Keyed before ``t0`` the two terms could cancel far below the margin; found in review.)
   A bucket's front is bounded by a line kept per bucket with twice that margin (``_sync``), so
-  a read evaluates every bucket's bound in two vector operations; the bucket's next key after
-  a take is bounded by the formula above.
-- ``iter_order(now)`` computes every bucket's bound of its front (numpy, one value per bucket, not
-  per request), then repeatedly takes the front of the bucket with the highest bound, scores it
+  a read evaluates every bucket's bound in one pass over the lines; the bucket's next key
+  after a take is bounded by the formula above.
+- ``iter_order(now)`` computes every bucket's bound of its front (one value per bucket, not per
+  request: ``CompiledBoundLines``, a C loop, or the numpy reference ``NumpyBoundLines``), then repeatedly takes the front of the bucket with the highest bound, scores it
   **exactly** (the same float operations as ``Fairway._fast_keys``, so the same floats as the
   reference) into a heap of candidates, and yields the best candidate once its exact score is
   strictly above every remaining bound (so a request tied in score, which may win on arrival or
@@ -63,9 +63,9 @@ bound reaches the *frontier* (the exact score of the last request the last read 
 be taken by the next read anyway: it is resolved at once (as of this step's start) and keyed by
 its hit.
 
-Cost: ``add``/``remove`` O(log n); ``iter_order`` O(B) numpy for ``B`` non-empty buckets plus
-O((k + waste) log n) Python for ``k`` items read, independent of the queue's length for a fixed
-slope spread. ``order()`` stays the reference; ``tests/test_fast_order.py`` checks identity.
+Cost: ``add``/``remove`` O(log n); ``iter_order`` O(B) in C (or numpy) for ``B`` buckets, once
+and again per bucket opened, plus O((k + waste) log n) Python for ``k`` items read, independent
+of the queue's length for a fixed slope spread. ``order()`` stays the reference; ``tests/test_fast_order.py`` checks identity.
 """
 
 from __future__ import annotations
@@ -370,7 +370,7 @@ class FastLane:
 
         exceeds that by ``2 MARGIN (1 + |K| + u s_hi)``, at least twice the margin the bound
         needs (``MARGIN (1 + |K| + (te - t0) s_hi)``, as ``u >= te - t0 >= 0``; the rounding of
-        these few operations is ~1e-16 of their terms). So a read costs two vector operations,
+        these few operations is ~1e-16 of their terms). So a read costs one pass over the lines,
         not a recomputation of every bucket's margin. (Measured from 0 instead of ``origin``, a
         negative clock made the line fall below the score, and wall-clock times (1.7e9 s in the
         live hook) loosened it by ``2e-9 x te x s_hi``; found in review.)"""
