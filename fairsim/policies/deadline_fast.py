@@ -392,26 +392,40 @@ class DueBlocks:
         self._dirty = {}
         tot, lst, size = self._tot, self._lst, self._size
         newly: list[Key] = []
-        stack = [(1, 0)]  # (node, work of the blocks before it)
+        # Nodes that may hold a due request (least - off <= t): (node, work of the blocks before it).
+        # Each descends to the left child that may, the right one waiting on the stack (deadline
+        # order); the children are tested before they are pushed (most are not due).
+        stack = [(1, 0)] if lst[1] <= t else []
         while stack:
             node, off = stack.pop()
-            if lst[node] - off > t:
-                continue
-            if node < size:
-                stack.append((2 * node + 1, off + tot[2 * node]))
-                stack.append((2 * node, off))  # popped first: deadline order
-                continue
-            i = node - size
-            b = self._blocks[i]
-            urg, keys = b.urgent, b.keys
-            margins = margins_of.get(id(b)) or self._margins(b)
-            # The requests due (margin m <= t + off) and not urgent yet: (t + off >= m) > urgent.
-            for j in list(compress(count(), map(gt, map(ge, repeat(t + off), margins), urg))):
-                urg[j] = True
-                newly.append(keys[j])
-            self._resum(b, margins)
-            self._leaf(i)
+            while node < size:
+                left = node << 1
+                roff = off + tot[left]
+                right = lst[left + 1] - roff <= t
+                if lst[left] - off <= t:
+                    if right:
+                        stack.append((left + 1, roff))
+                    node = left
+                elif right:
+                    node, off = left + 1, roff
+                else:
+                    break  # neither child may (after a leave a node's least is below its children's)
+            else:
+                self._open(node - size, off, t, margins_of, newly)
         return newly, lst[1]
+
+    def _open(self, i: int, off: int, t: int, margins_of: dict[int, list[int]], newly: list[Key]) -> None:
+        """Mark the requests of block ``i`` due at ``t`` (``off``: the work of the blocks before it)
+        and not urgent yet, into ``newly``; re-sum the block (its least exact again) and its leaf."""
+        b = self._blocks[i]
+        urg, keys = b.urgent, b.keys
+        margins = margins_of.get(id(b)) or self._margins(b)
+        # The requests due (margin m <= t + off) and not urgent yet: (t + off >= m) > urgent.
+        for j in list(compress(count(), map(gt, map(ge, repeat(t + off), margins), urg))):
+            urg[j] = True
+            newly.append(keys[j])
+        self._resum(b, margins)
+        self._leaf(i)
 
     def due_prefix(self, urgent: int) -> Iterator[Key]:
         """The keys in deadline order up to and including the last urgent one; ``urgent``: how
