@@ -125,7 +125,7 @@ def test_pure_python_switch(monkeypatch):
 
 
 def test_compiled_lane_needs_no_numpy():
-    """With the compiled lines a Fairway read imports no numpy (40 ms of a run's start)."""
+    """With the compiled lines a Fairway read imports no numpy (35-60 ms of a run's start)."""
     code = ("import sys\n"
             "from fairsim.policies.fast_lane import FastLane\n"
             "from fairsim.types import QueuedRequest\n"

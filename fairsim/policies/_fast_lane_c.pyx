@@ -9,7 +9,7 @@ of the maximum as ``numpy.argmax`` (NaN counts as the largest, the first of equa
 decision. A read of the Fast lane evaluates every bucket's bound once and finds the highest after
 each bucket it opens: one C loop over a few hundred doubles each, where the numpy calls cost a
 microsecond or two apiece. Where it is built, the Fast lane needs no numpy at all (its import is
-40 ms of a run's start).
+35-60 ms of a run's start on this machine).
 
 Storage: three C double arrays of ``cap`` slots: the intercepts ``c`` and slopes ``s`` of the
 lines (``FastLane._sync``) and the bounds ``b`` of the last ``evaluate`` (read by ``take`` and
