@@ -124,6 +124,12 @@ def test_pure_python_switch(monkeypatch):
     assert isinstance(FastLane(lambda L: 1.0)._lines, NumpyBoundLines)
 
 
+def test_no_extension_falls_back_to_numpy(monkeypatch):
+    """Where the extension was not built (no C compiler at install) the numpy lines are used."""
+    monkeypatch.setattr(fast_lane, "COMPILED_MODULE", "fairsim.policies._fast_lane_c_not_built")
+    assert bound_lines_class() is NumpyBoundLines
+
+
 def test_compiled_lane_needs_no_numpy():
     """With the compiled lines a Fairway read imports no numpy (35-60 ms of a run's start)."""
     code = ("import sys\n"

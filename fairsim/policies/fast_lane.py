@@ -238,7 +238,8 @@ class NumpyBoundLines:
         rising = rate > 0.0
         if not rising.any():
             return math.inf
-        return float((slack[rising] / rate[rising]).min())
+        with np.errstate(over="ignore"):  # a ratio past the largest float is inf, as in C
+            return float((slack[rising] / rate[rising]).min())
 
 
 #: Set to ``1`` to run on the pure-Python (numpy) bound lines even where the compiled ones are
