@@ -4,6 +4,9 @@
   not compile (no C compiler) the install still succeeds, with a warning, and fairsim runs on
   the pure-Python pool (``fairsim.sim.block_pool.BlockPool``, the reference);
   ``fairsim.sim.pool_choice.new_block_pool`` picks whichever is there.
+- The optional compiled bound lines of the Fairway family's Fast lane
+  (``fairsim/policies/_fast_lane_c.pyx``), the same way: where it is not built,
+  ``fairsim.policies.fast_lane.bound_lines_class`` gives the numpy reference.
 - An editable install (``pip install -e .``) writes the packages' bytecode (``__pycache__``)
   once: a wheel install gets it from pip, and a machine that sets ``PYTHONDONTWRITEBYTECODE``
   otherwise compiles every module at every start (0.07 CPU-s of a 0.31 s start-up here).
@@ -28,10 +31,10 @@ class OptionalBuildExt(build_ext):
     def build_extension(self, ext: Extension) -> None:
         try:
             super().build_extension(ext)
-        except Exception as exc:  # noqa: BLE001 - any failure: the pure-Python pool is used
+        except Exception as exc:  # noqa: BLE001 - any failure: the pure-Python reference is used
             if not ext.optional:
                 raise
-            print(f"warning: fairsim: {ext.name} was not built ({exc}); fairsim uses its pure-Python block pool")
+            print(f"warning: fairsim: {ext.name} was not built ({exc}); fairsim uses its pure-Python reference")
 
 
 class BuildPyWithBytecode(build_py):
@@ -47,7 +50,11 @@ class BuildPyWithBytecode(build_py):
 
 # -ffp-contract=off: no fused multiply-add, so the compiled step times are Python's to the bit
 # (plan_chunks); a compiler without the flag fails the build, and the pure-Python path is used.
+# The Fast lane's bound lines (``fairsim/policies/_fast_lane_c.pyx``): optional the same way, with
+# the numpy reference (``fairsim.policies.fast_lane.NumpyBoundLines``) where it is not built.
 extensions = cythonize([Extension("fairsim.sim._block_pool_c", ["fairsim/sim/_block_pool_c.pyx"],
+                                  extra_compile_args=["-ffp-contract=off"]),
+                        Extension("fairsim.policies._fast_lane_c", ["fairsim/policies/_fast_lane_c.pyx"],
                                   extra_compile_args=["-ffp-contract=off"])],
                        compiler_directives={"language_level": "3"}, quiet=True)
 for ext in extensions:

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import fairsim.policies.fast_lane as fast_lane
 from fairsim.policies import make_policy
-from fairsim.policies.fast_lane import EMPTY, MARGIN, FastLane
+from fairsim.policies.fast_lane import EMPTY, MARGIN, FastLane, NumpyBoundLines
 from fairsim.sim import simulate
 from fairsim.sim.config import EngineConfig
 from fairsim.types import QueuedRequest
@@ -49,15 +49,18 @@ def check_structure(lane: FastLane) -> None:
         assert b.keys == sorted(set(b.keys)), "keys sorted and distinct"
         assert set(b.keys) == members[b.slot], "exactly its items' keys"
         assert b.front == (b.keys[0] if b.keys else None)
+        c, s = lane._lines.line(b.slot)
         if b.front is None:
-            assert lane._c[b.slot] == EMPTY
+            assert c == EMPTY
         else:
             k = -b.front[0]
-            assert lane._c[b.slot] == k + 2.0 * MARGIN * (1.0 + abs(k)) - (b.t0 - lane._origin) * b.s_hi
-            assert lane._s[b.slot] == b.s_hi * (1.0 + 2.0 * MARGIN)
-    nb, cv, sv = lane._views
-    if nb == len(lane._by_slot):
-        assert np.shares_memory(cv, lane._c) and np.shares_memory(sv, lane._s)
+            assert c == k + 2.0 * MARGIN * (1.0 + abs(k)) - (b.t0 - lane._origin) * b.s_hi
+            assert s == b.s_hi * (1.0 + 2.0 * MARGIN)
+    lines = lane._lines
+    if isinstance(lines, NumpyBoundLines):
+        nb, cv, sv = lines._views
+        if nb == len(lane._by_slot):
+            assert np.shares_memory(cv, lines._c) and np.shares_memory(sv, lines._s)
 
 
 def _crossing_clocks(policy, qs, now):

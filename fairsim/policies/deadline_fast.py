@@ -10,13 +10,17 @@ newcomer's work) or leaves (it rises). The sums are of integers, exact in any or
 kept in parts:
 
 - ``DueBlocks`` keeps the deadline order in blocks of at most ``2 x BLOCK`` requests, each with
-  its total work and the least margin of its requests that are not urgent *within the block*
-  (``D - `` the block's own prefix sum); a request's margin is that less the totals of the blocks
-  before it. A segment tree over the blocks (``DueBlocks``) gives the least margin of any run of
-  them, so the due test descends only into the blocks that hold a newly due request: O(log(n /
-  BLOCK)) plus O(BLOCK) per such block. Joins and leaves are put into their blocks only when
-  the blocks are next read (a walk or a due prefix; most steps read neither), and each re-sums
-  its block only (O(BLOCK)), batched per read. A block split re-sets the tree's leaves from it on
+  its total work and the least margin (a lower bound on it, after a leave) of its requests that
+  are not urgent *within the block* (``D - `` the block's own prefix sum); a request's margin is
+  that less the totals of the blocks before it. A segment tree over the blocks (``DueBlocks``)
+  gives (a lower bound on) the least margin of any run of them, so the due test descends only
+  into the blocks that may hold a newly due request: O(log(n / BLOCK)) plus O(BLOCK) per such
+  block. Joins and leaves are put into their blocks only when
+  the blocks are next read (a walk or a due prefix; most steps read neither). A join re-sums
+  its block (O(BLOCK), batched per read; one appended last updates it in O(1)). A leave
+  re-sums nothing: it takes its work off its block's total and the tree's totals above it
+  (O(log(n / BLOCK))) and leaves the leasts as they were, lower bounds of the margins (which a
+  leave only raises), until a walk opens the block (``DueBlocks._drop_work``). A block split re-sets the tree's leaves from it on
   (O(n / BLOCK); newcomers mostly join the last block, so mostly O(1)); a block that leaves empty
   stays in place with a neutral leaf, so no leaf moves, and the empty and small blocks are
   compacted once the blocks outnumber ``2 n / BLOCK + 4`` (O(n), amortised O(1) per join or
@@ -24,7 +28,7 @@ kept in parts:
   BLOCK leaves: the one cost per request that grew with the queue (measured: 8.5x per call at
   ten copies of the conversation trace).
 - A step need not walk at all: ``floor``, a lower bound on every margin that is not urgent (the
-  exact least one after a walk; a leave only raises margins), decides that nobody new is due
+  tree's least after a walk, itself a lower bound; a leave only raises margins), decides that nobody new is due
   while ``t < floor``. A newcomer with deadline ``d`` puts in ``d - `` all the work waiting
   (``lookahead="queue"``): at most its own margin, and at most the new margin of every request
   after it in deadline order, whose ``D >= d`` and whose ``P`` (which now counts the newcomer's
@@ -87,10 +91,11 @@ class DueBlocks:
 
     Blocks of at most ``2 x BLOCK`` requests in deadline order (an emptied one stays, neutral, until
     ``_compact``), each with its total work and the
-    least margin of its requests that are not urgent, counted from the block's start; over the
-    blocks a segment tree of the pairs ``(total, least)`` combined as ``(t1 + t2, min(l1, l2 -
-    t1))`` gives the least margin of any run of blocks, so a walk descends only into the blocks that
-    have a due request: O(log(n / BLOCK)) per such block plus O(BLOCK) to open it.
+    least margin of its requests that are not urgent, counted from the block's start (a lower
+    bound on it after a leave, ``_drop_work``); over the blocks a segment tree of the pairs
+    ``(total, least)`` combined as ``(t1 + t2, min(l1, l2 - t1))`` gives (a lower bound on) the
+    least margin of any run of blocks, so a walk descends only into the blocks that may have a
+    due request: O(log(n / BLOCK)) per such block plus O(BLOCK) to open it.
 
     Args:
         lookahead: ``"queue"``, ``"own"`` or ``"none"`` (``FairwayDeadline.lookahead``): what a
@@ -231,6 +236,7 @@ class DueBlocks:
         i = self._block_of(key)
         b = self._blocks[i]
         j = bisect_left(b.keys, key)
+        w = b.work[j]
         del b.keys[j], b.dl[j], b.work[j], b.urgent[j]
         if b.keys:
             self.last[i] = b.keys[-1]
@@ -238,7 +244,29 @@ class DueBlocks:
             # ``last[i]`` keeps the key just removed: between the blocks around it in deadline
             # order, so the bisects stay right, and a key that falls there fills this block again.
             b.gone = self.last[i]
-        self._dirty[id(b)] = b
+        if self.mode == "queue" and id(b) not in self._dirty:  # (a dirty block is re-summed)
+            self._drop_work(i, b, w)
+
+    def _drop_work(self, i: int, b: _Block, w: int) -> None:
+        """Block ``i`` (``b``) lost a request of work ``w`` (``lookahead="queue"``): its total and
+        those of the tree nodes above its leaf fall by ``w``; no re-sum and no least is touched.
+
+        Exact where it matters: the walk's offsets (the totals before a block) and an append's
+        margin (``_append``) are sums of totals. The leasts (a block's, and the tree's ``lst``)
+        stay lower bounds: a leave only raises the margins after it, and a node's ``min(l1, l2 -
+        t1)`` only rises as ``t1`` falls. So the walk prunes no subtree that holds a due request,
+        and a block it opens has its margins summed anew and its least made exact
+        (``mark_due``). Formerly the block was re-summed at the next walk (O(BLOCK)): about one
+        re-sum per admission, for blocks the walk mostly never opened. A leaf that a pending
+        re-set (``_retree``) or ``_leaf`` rewrites from ``b`` is left to it."""
+        b.total -= w
+        moved = self._moved
+        if i < self._leaves and (moved is None or i < moved):
+            tot = self._tot
+            node = self._size + i
+            while node:
+                tot[node] -= w
+                node >>= 1
 
     def _compact(self) -> None:
         """Drop the empty blocks and join neighbours while the joined block holds at most
@@ -339,8 +367,9 @@ class DueBlocks:
         """Mark urgent every request that is due at clock ``t`` (ns) and not urgent yet.
 
         Returns:
-            The keys marked (deadline order) and the least margin left among the requests that
-            are not urgent (ns; ``inf`` if none): nobody new is due before that clock.
+            The keys marked (deadline order) and a lower bound on the least margin left among
+            the requests that are not urgent (ns; ``inf`` if none; exact but for the blocks left
+            since they were last opened, ``_drop_work``): nobody new is due before that clock.
         """
         if self._adds or self._removes:
             self._apply()
@@ -363,26 +392,40 @@ class DueBlocks:
         self._dirty = {}
         tot, lst, size = self._tot, self._lst, self._size
         newly: list[Key] = []
-        stack = [(1, 0)]  # (node, work of the blocks before it)
+        # Nodes that may hold a due request (least - off <= t): (node, work of the blocks before it).
+        # Each descends to the left child that may, the right one waiting on the stack (deadline
+        # order); the children are tested before they are pushed (most are not due).
+        stack = [(1, 0)] if lst[1] <= t else []
         while stack:
             node, off = stack.pop()
-            if lst[node] - off > t:
-                continue
-            if node < size:
-                stack.append((2 * node + 1, off + tot[2 * node]))
-                stack.append((2 * node, off))  # popped first: deadline order
-                continue
-            i = node - size
-            b = self._blocks[i]
-            urg, keys = b.urgent, b.keys
-            margins = margins_of.get(id(b)) or self._margins(b)
-            # The requests due (margin m <= t + off) and not urgent yet: (t + off >= m) > urgent.
-            for j in list(compress(count(), map(gt, map(ge, repeat(t + off), margins), urg))):
-                urg[j] = True
-                newly.append(keys[j])
-            self._resum(b, margins)
-            self._leaf(i)
+            while node < size:
+                left = node << 1
+                roff = off + tot[left]
+                right = lst[left + 1] - roff <= t
+                if lst[left] - off <= t:
+                    if right:
+                        stack.append((left + 1, roff))
+                    node = left
+                elif right:
+                    node, off = left + 1, roff
+                else:
+                    break  # neither child may (after a leave a node's least is below its children's)
+            else:
+                self._open(node - size, off, t, margins_of, newly)
         return newly, lst[1]
+
+    def _open(self, i: int, off: int, t: int, margins_of: dict[int, list[int]], newly: list[Key]) -> None:
+        """Mark the requests of block ``i`` due at ``t`` (``off``: the work of the blocks before it)
+        and not urgent yet, into ``newly``; re-sum the block (its least exact again) and its leaf."""
+        b = self._blocks[i]
+        urg, keys = b.urgent, b.keys
+        margins = margins_of.get(id(b)) or self._margins(b)
+        # The requests due (margin m <= t + off) and not urgent yet: (t + off >= m) > urgent.
+        for j in list(compress(count(), map(gt, map(ge, repeat(t + off), margins), urg))):
+            urg[j] = True
+            newly.append(keys[j])
+        self._resum(b, margins)
+        self._leaf(i)
 
     def due_prefix(self, urgent: int) -> Iterator[Key]:
         """The keys in deadline order up to and including the last urgent one; ``urgent``: how

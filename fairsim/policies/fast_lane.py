@@ -32,10 +32,10 @@ Scheme (a kinetic bound, exact; our own design after the issue's sketch):
   it, so the margin is at least ``1e-9`` of every term rounded (each rounding is ~1e-16 of its
   term). (Keyed before ``t0`` the two terms could cancel far below the margin; found in review.)
   A bucket's front is bounded by a line kept per bucket with twice that margin (``_sync``), so
-  a read evaluates every bucket's bound in two vector operations; the bucket's next key after
-  a take is bounded by the formula above.
-- ``iter_order(now)`` computes every bucket's bound of its front (numpy, one value per bucket, not
-  per request), then repeatedly takes the front of the bucket with the highest bound, scores it
+  a read evaluates every bucket's bound in one pass over the lines; the bucket's next key
+  after a take is bounded by the formula above.
+- ``iter_order(now)`` computes every bucket's bound of its front (one value per bucket, not per
+  request: ``CompiledBoundLines``, a C loop, or the numpy reference ``NumpyBoundLines``), then repeatedly takes the front of the bucket with the highest bound, scores it
   **exactly** (the same float operations as ``Fairway._fast_keys``, so the same floats as the
   reference) into a heap of candidates, and yields the best candidate once its exact score is
   strictly above every remaining bound (so a request tied in score, which may win on arrival or
@@ -63,14 +63,16 @@ bound reaches the *frontier* (the exact score of the last request the last read 
 be taken by the next read anyway: it is resolved at once (as of this step's start) and keyed by
 its hit.
 
-Cost: ``add``/``remove`` O(log n); ``iter_order`` O(B) numpy for ``B`` non-empty buckets plus
-O((k + waste) log n) Python for ``k`` items read, independent of the queue's length for a fixed
-slope spread. ``order()`` stays the reference; ``tests/test_fast_order.py`` checks identity.
+Cost: ``add``/``remove`` O(log n); ``iter_order`` O(B) in C (or numpy) for ``B`` buckets, once
+and again per bucket opened, plus O((k + waste) log n) Python for ``k`` items read, independent
+of the queue's length for a fixed slope spread. ``order()`` stays the reference; ``tests/test_fast_order.py`` checks identity.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
+import os
 from collections.abc import Callable, Iterable, Iterator
 from bisect import bisect_left, insort
 from heapq import heappop, heappush
@@ -82,9 +84,9 @@ from fairsim.types import QueuedRequest
 if TYPE_CHECKING:
     import numpy as np
 else:
-    #: numpy, imported by the first ``FastLane`` (``_load_numpy``): this module is imported by
-    #: every run's engine (``fairsim.policies.incremental``), and a run without the Fairway
-    #: family starts without numpy (60 ms).
+    #: numpy, imported by the first ``NumpyBoundLines`` (``_load_numpy``): this module is imported
+    #: by every run's engine (``fairsim.policies.incremental``), and a run without the Fairway
+    #: family, or with the compiled bound lines, starts without numpy (40-60 ms).
     np = None
 
 
@@ -141,6 +143,124 @@ def _hc_bound(q: QueuedRequest) -> float:
     return h / max(q.prompt_len - h - q.num_computed_tokens, 1)
 
 
+class NumpyBoundLines:
+    """The buckets' bound lines ``c[j] + u x s[j]`` (slot ``j``, ``FastLane._sync``) and a read's
+    scan of them, in numpy: the reference of ``fairsim.policies._fast_lane_c.CompiledBoundLines``
+    (same floats, same indices; ``tests/test_fast_lane_kernel.py``), used where that extension
+    was not built or ``FAIRSIM_PURE_PYTHON=1`` (``bound_lines_class``).
+
+    Args:
+        cap: Slots to start with (>= 1; ``ensure`` grows them).
+    """
+
+    def __init__(self, cap: int = 16) -> None:
+        if np is None:
+            _load_numpy()
+        self.cap = cap
+        self._c = np.full(cap, EMPTY)
+        self._s = np.zeros(cap)
+        # Views of the first nb slots of _c and _s (a read's vectors), made again only when the
+        # number of slots or the arrays change: ``(nb, _c[:nb], _s[:nb])``.
+        self._views: tuple[int, np.ndarray, np.ndarray] = (0, self._c[:0], self._s[:0])
+        self._b = self._c[:0]  # the last evaluate's bounds (``take`` sets opened ones EMPTY)
+        self.top = EMPTY  # the bound at the index the last evaluate or take returned
+
+    def ensure(self, n: int) -> None:
+        """At least ``n`` slots (doubling); new slots empty (intercept ``EMPTY``, slope 0)."""
+        cap = self.cap
+        if n <= cap:
+            return
+        while cap < n:
+            cap *= 2
+        grow = cap - self.cap
+        self._c = np.concatenate([self._c, np.full(grow, EMPTY)])
+        self._s = np.concatenate([self._s, np.zeros(grow)])
+        self._views = (-1, self._c, self._s)  # views of the old arrays: make them again
+        self.cap = cap
+
+    def set_line(self, slot: int, c: float, s: float) -> None:
+        self._c[slot] = c
+        self._s[slot] = s
+
+    def set_c(self, slot: int, c: float) -> None:
+        self._c[slot] = c
+
+    def clear(self) -> None:
+        """Every intercept ``EMPTY`` (the slopes stay)."""
+        self._c[:] = EMPTY
+
+    def line(self, slot: int) -> tuple[float, float]:
+        """``(c, s)`` of ``slot`` (tests)."""
+        return self._c.item(slot), self._s.item(slot)
+
+    def bound(self, slot: int) -> float:
+        """The bound of ``slot`` as the last ``evaluate``/``take`` left it."""
+        return self._b.item(slot)
+
+    def evaluate(self, nb: int, u: float) -> int:
+        """Bounds ``s[j] x u + c[j]`` of the first ``nb`` slots; returns their argmax (the first
+        of equals; ``top``: its bound).
+
+        Raises:
+            ValueError: ``nb < 1`` (numpy's argmax of an empty vector)."""
+        views = self._views
+        if views[0] != nb:
+            views = self._views = (nb, self._c[:nb], self._s[:nb])
+        b = self._b = views[2] * u
+        b += views[1]
+        j = int(b.argmax())
+        self.top = b.item(j)
+        return j
+
+    def take(self, slot: int) -> int:
+        """Set ``slot``'s bound to ``EMPTY`` (its bucket opened) and return the argmax of the
+        bounds left (``top``: its bound)."""
+        b = self._b
+        b[slot] = EMPTY
+        j = int(b.argmax())
+        self.top = b.item(j)
+        return j
+
+    def lead_limit(self, score: float, mag_f: float, grow: float, span: float,
+                   s_f: float) -> float | None:
+        """The unopened buckets' part of ``FastLane._lead_until`` over the last evaluate's bounds
+        ``a`` (those above ``_EMPTY_BOUND``, slopes ``s``): ``None`` when some ``slack = score -
+        a - grow (mag_f + |a| + 2 span s)`` is not positive, else the least ``slack / rate`` with
+        ``rate = s - s_f + grow (s + s_f)`` over the lines whose rate is positive (``inf``: none)."""
+        a = self._b
+        s = self._s[:len(a)]
+        live = a > _EMPTY_BOUND
+        a, s = a[live], s[live]
+        slack = score - a - grow * (mag_f + np.abs(a) + 2.0 * span * s)
+        if not (slack > 0.0).all():
+            return None
+        rate = s - s_f + grow * (s + s_f)
+        rising = rate > 0.0
+        if not rising.any():
+            return math.inf
+        with np.errstate(over="ignore"):  # a ratio past the largest float is inf, as in C
+            return float((slack[rising] / rate[rising]).min())
+
+
+#: Set to ``1`` to run on the pure-Python (numpy) bound lines even where the compiled ones are
+#: built (the block pool's switch too: ``fairsim.sim.pool_choice.PURE_PYTHON_ENV``).
+PURE_PYTHON_ENV = "FAIRSIM_PURE_PYTHON"
+#: The optional extension (``fairsim/policies/_fast_lane_c.pyx``, built at install by
+#: ``setup.py``), loaded by name as ``fairsim.sim.pool_choice`` loads the compiled pool.
+COMPILED_MODULE = "fairsim.policies._fast_lane_c"
+
+
+def bound_lines_class() -> type:
+    """``CompiledBoundLines`` where the extension imports and ``FAIRSIM_PURE_PYTHON=1`` is not
+    set, else ``NumpyBoundLines`` (the reference; same floats and decisions)."""
+    if os.environ.get(PURE_PYTHON_ENV) != "1":
+        try:
+            return importlib.import_module(COMPILED_MODULE).CompiledBoundLines
+        except ImportError:
+            pass
+    return NumpyBoundLines
+
+
 class _Bucket:
     """Requests with slopes within ``1 + DELTA`` of each other, sorted by their keys ``K``
     (module docstring)."""
@@ -165,8 +285,6 @@ class FastLane:
     """
 
     def __init__(self, slo: Callable[[int], float], wait_cap: float | None = None) -> None:
-        if np is None:
-            _load_numpy()
         self.slo = slo
         self.wait_cap = wait_cap
         # prompt length -> (SLO, slope 1 / SLO, bucket index): what ``add`` needs of a new
@@ -180,14 +298,11 @@ class FastLane:
         self._resolve: Callable[[QueuedRequest], QueuedRequest] | None = None
         self._buckets: dict[int, _Bucket] = {}  # log-slope index -> bucket
         self._by_slot: list[_Bucket] = []
-        cap = 16
-        # Each bucket's bound on its front's score at a clock t is the line _c + (t - _origin)
-        # x _s (per slot; _sync). EMPTY intercept: an empty bucket (or no bucket in that slot).
-        self._c = np.full(cap, EMPTY)
-        self._s = np.zeros(cap)
-        # Views of the first nb slots of _c and _s (a read's vectors), made again only when the
-        # number of slots or the arrays change: ``(nb, _c[:nb], _s[:nb])``.
-        self._views: tuple[int, np.ndarray, np.ndarray] = (0, self._c[:0], self._s[:0])
+        # Each bucket's bound on its front's score at a clock t is the line c + (t - _origin)
+        # x s (per slot; _sync). EMPTY intercept: an empty bucket (or no bucket in that slot).
+        # A read evaluates them all and scans for the highest (``bound_lines_class``).
+        self._lines = bound_lines_class()(16)
+        self._reads = 0  # reads that evaluated the lines (the kept first's state names its read)
         self._t0_max = -math.inf  # the latest t0 of any bucket
         # The clock the bound lines are measured from (set when the buckets are built): every
         # bucket's t0 is at least it, so the lines' terms are >= 0 for clocks of any sign.
@@ -256,26 +371,26 @@ class FastLane:
 
         exceeds that by ``2 MARGIN (1 + |K| + u s_hi)``, at least twice the margin the bound
         needs (``MARGIN (1 + |K| + (te - t0) s_hi)``, as ``u >= te - t0 >= 0``; the rounding of
-        these few operations is ~1e-16 of their terms). So a read costs two vector operations,
+        these few operations is ~1e-16 of their terms). So a read costs one pass over the lines,
         not a recomputation of every bucket's margin. (Measured from 0 instead of ``origin``, a
         negative clock made the line fall below the score, and wall-clock times (1.7e9 s in the
         live hook) loosened it by ``2e-9 x te x s_hi``; found in review.)"""
         slot = b.slot
         if b.front is None:
-            self._c[slot] = EMPTY
+            self._lines.set_c(slot, EMPTY)
             return
         k = -b.front[0]
-        self._c[slot] = k + 2.0 * MARGIN * (1.0 + abs(k)) - (b.t0 - self._origin) * b.s_hi
-        self._s[slot] = b.s_hi * (1.0 + 2.0 * MARGIN)
+        self._lines.set_line(slot, k + 2.0 * MARGIN * (1.0 + abs(k)) - (b.t0 - self._origin) * b.s_hi,
+                             b.s_hi * (1.0 + 2.0 * MARGIN))
 
     def _sync_front(self, b: _Bucket) -> None:
         """``_sync`` after a change of ``b``'s front alone: the slope ``_s`` (``s_hi``'s) stays."""
         front = b.front
         if front is None:
-            self._c[b.slot] = EMPTY
+            self._lines.set_c(b.slot, EMPTY)
             return
         k = -front[0]
-        self._c[b.slot] = k + 2.0 * MARGIN * (1.0 + abs(k)) - (b.t0 - self._origin) * b.s_hi
+        self._lines.set_c(b.slot, k + 2.0 * MARGIN * (1.0 + abs(k)) - (b.t0 - self._origin) * b.s_hi)
 
     def _set_head(self, b: _Bucket) -> None:
         keys = b.keys
@@ -305,11 +420,7 @@ class FastLane:
         b = self._buckets.get(idx)
         if b is None:
             slot = len(self._by_slot)
-            if slot == len(self._c):
-                grow = len(self._c)
-                self._c = np.concatenate([self._c, np.full(grow, EMPTY)])
-                self._s = np.concatenate([self._s, np.zeros(grow)])
-                self._views = (-1, self._c, self._s)  # views of the old arrays: make them again
+            self._lines.ensure(slot + 1)
             # t0 not before the origin (a clock gone back since the buckets were built): keys
             # are made at t0 or later (``_kt``), so a later t0 is valid.
             b = self._buckets[idx] = _Bucket(slot, max(self._clock, self._origin))
@@ -530,7 +641,7 @@ class FastLane:
         self._first = self._lead_state = None
         self._buckets = {}
         self._by_slot = []
-        self._c[:] = EMPTY
+        self._lines.clear()
         self._t0_max = -math.inf
         self._waste = []
         self._loose = []
@@ -635,19 +746,16 @@ class FastLane:
         # The bound lines hold for te >= t0; a later clock gives a looser bound, still valid (a
         # score never falls with time). Empty buckets: about EMPTY.
         t0_max = self._t0_max
-        views = self._views
-        if views[0] != nb:
-            views = self._views = (nb, self._c[:nb], self._s[:nb])
-        bound = views[2] * ((t0_max if t0_max > te else te) - self._origin)
-        bound += views[1]
+        lines = self._lines
+        nxt = lines.evaluate(nb, (t0_max if t0_max > te else te) - self._origin)  # the argmax
+        nxt_bound = lines.top  # the unopened bucket with the highest bound, and its bound
+        self._reads += 1
         by_slot = self._by_slot
         loose = self._loose
         out: list[QueuedRequest] = []  # yielded so far
         cand: list = []  # heap of exact keys (-score, arrival, request_id, slot or -1)
         self._waste = cand  # what is left in it when the engine stops reading
         opened: list = []  # heap of (-bound, slot, key tuple of the bucket's next, its position)
-        nxt = int(bound.argmax())  # the unopened bucket with the highest bound
-        nxt_bound = bound.item(nxt)
         ninf = -math.inf
         for i in range(n):
             if i == _LONG_READ and n - i > _LONG_READ:
@@ -666,9 +774,8 @@ class FastLane:
                 if fresh:
                     slot = nxt
                     b = by_slot[slot]
-                    bound[slot] = EMPTY
-                    nxt = int(bound.argmax())
-                    nxt_bound = bound.item(nxt)
+                    nxt = lines.take(slot)  # its bound EMPTY: the next highest
+                    nxt_bound = lines.top
                     kt = b.front  # b.keys[0]
                     pos = 0
                 else:
@@ -712,14 +819,14 @@ class FastLane:
                     continue  # yielded above
                 if te == now:  # (a clock gone back: bounds taken later than now; not kept)
                     # Kept only if the reader stops here (the state as it is now; below).
-                    self._lead_state = (now, -neg, items[rid], cand, opened, bound, nb)
+                    self._lead_state = (now, -neg, items[rid], cand, opened, self._reads, nb)
             # The engine's current snapshot object (same hit as ``q``, whose key was exact at the
             # step's start): admitting preempted requests may have made the engine rebuild it.
             yield q if self._resolve is None else self._resolve(q)
             self._lead_state = None  # read on: the state moved (and the first was admitted)
 
     def _lead_until(self, now: float, score: float, item: list, cand: list, opened: list,
-                    bound: np.ndarray, nb: int) -> tuple[str, float, float] | None:
+                    read: int, nb: int) -> tuple[str, float, float] | None:
         """The first request of a read at ``now`` (``item``, exact score ``score``), kept for the
         later reads at clocks up to the returned ``valid until`` where nothing else changes
         (``_first``); ``None`` when it can lose its place at once.
@@ -727,7 +834,8 @@ class FastLane:
         The read's state when it yields the first bounds every other request's score at a clock
         ``t >= now`` by a line ``a + s (t - now)``: a candidate taken (``cand``: exact score ``a``
         at ``now``, slope ``1 / SLO``), an opened bucket's next key (``opened``: its bound ``a``
-        at ``now``, slope ``s_hi``), an unopened bucket (``bound``, its line's slope). A score
+        at ``now``, slope ``s_hi``), an unopened bucket (the read's bounds, ``read``: its number,
+        kept in the lines until the next read; its line's slope). A score
         rises at most at its slope (capped: flat), so these lines bound the others, and the
         first's score stays at least ``score + s_f (t - now)`` (``s_f = 0`` with a cap: the
         computed score never falls, its rounding being monotone). So it stays strictly first
@@ -767,18 +875,16 @@ class FastLane:
             if rate > 0.0:
                 until = min(until, now + slack / rate)
         if nb:
-            # Unopened buckets (an opened or empty one reads about EMPTY: no limit).
-            a = bound[:nb]
-            s = self._s[:nb]
-            live = a > _EMPTY_BOUND
-            a, s = a[live], s[live]
-            slack = score - a - grow * (mag_f + np.abs(a) + 2.0 * span * s)
-            if not (slack > 0.0).all():
+            # Unopened buckets (an opened or empty one reads about EMPTY: no limit), from the
+            # bounds the read left in the lines (no read has evaluated them since: any change or
+            # read computes the pending window first, ``_kept``).
+            if read != self._reads:
+                raise EngineInvariantError(f"Fast lane: the kept first's read {read} is not the last ({self._reads})")
+            least = self._lines.lead_limit(score, mag_f, grow, span, s_f)
+            if least is None:
                 return None
-            rate = s - s_f + grow * (s + s_f)
-            rising = rate > 0.0
-            if rising.any():
-                until = min(until, now + float((slack[rising] / rate[rising]).min()))
+            if least < math.inf:
+                until = min(until, now + least)
         # ``now + slack / rate`` is rounded to the clock's precision, up by as much as half an
         # ulp of the clock (1.2e-7 s at wall-clock times of 1.7e9 s: more than the margins
         # above at a steep line): one ulp down keeps the window's end at or before the exact
