@@ -261,8 +261,11 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
     the bytes per token from ``profile``, loaded from ``args.profile`` when not given).
     ``block_pool`` says which LRU block pool the engines ran on (``"compiled"`` or ``"python"``,
     ``fairsim.sim.pool_choice.block_pool_kind``; PEEK's protection runs on it too, RAGCache's PGDSF
-    eviction always on the Python hooked pool).
+    eviction always on the Python hooked pool). ``bound_lines`` says which bound lines the
+    Fairway family's Fast lane reads (``"compiled"`` or ``"numpy"``,
+    ``fairsim.policies.fast_lane.bound_lines_kind``; the same decisions either way).
     """
+    from fairsim.policies.fast_lane import bound_lines_kind
     from fairsim.sim.pool_choice import block_pool_kind
 
     info = {
@@ -284,6 +287,7 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
         "absolute_time": trace.absolute_time, "warnings": list(trace.warnings),
         "skipped_records": len(trace.skipped),
         "block_pool": block_pool_kind(),  # the engines' plain pool: "compiled" or "python"
+        "bound_lines": bound_lines_kind(),  # the Fast lane's: "compiled" or "numpy"
     }
     disagg = getattr(args, "disaggregated", None)  # --mode disaggregated (fairsim.cli_disagg)
     fleet = None

@@ -17,6 +17,7 @@ Masked before storing, as they change from run to run of the same code (and only
 
 - ``wall_time_s`` values in JSON (stdout and ``summary.json``) -> ``"<wall>"``;
 - ``block_pool`` in ``run.json`` (``"compiled"`` where the extension is built, else ``"python"``)
+  and ``bound_lines`` (``"compiled"`` or ``"numpy"``)
   -> ``"<pool>"``;
 - the ``wall s`` column of ``run``/``compare`` tables (the last figure of each row) -> ``<wall>``;
 - the run ids on ``sweep``'s ``computed:`` line, listed in the order the parallel workers
@@ -126,6 +127,7 @@ FULL = QUICK + [
 
 WALL_JSON = re.compile(r'("wall_time_s":\s*)-?[0-9.eE+-]+')
 BLOCK_POOL_JSON = re.compile(r'("block_pool":\s*)"(?:compiled|python)"')
+BOUND_LINES_JSON = re.compile(r'("bound_lines":\s*)"(?:compiled|numpy)"')
 WALL_COLUMN = re.compile(r"(?m)(?<=\s)\d+\.\d\d$")
 SWEEP_DONE = re.compile(r"(?m)^(computed: )(.*)$")
 
@@ -135,6 +137,7 @@ def mask(text: str, out: Path, repo: Path, table: bool) -> str:
     text = text.replace(str(out), "{out}").replace(str(repo), "{repo}")
     text = WALL_JSON.sub(r'\1"<wall>"', text)
     text = BLOCK_POOL_JSON.sub(r'\1"<pool>"', text)
+    text = BOUND_LINES_JSON.sub(r'\1"<lines>"', text)
     if table:
         text = WALL_COLUMN.sub("<wall>", text)
     return SWEEP_DONE.sub(lambda m: m[1] + " ".join(sorted(m[2].split())), text)

@@ -261,6 +261,11 @@ def bound_lines_class() -> type:
     return NumpyBoundLines
 
 
+def bound_lines_kind() -> str:
+    """``"compiled"`` or ``"numpy"``: the bound lines ``bound_lines_class`` gives (``run.json``)."""
+    return "numpy" if bound_lines_class() is NumpyBoundLines else "compiled"
+
+
 class _Bucket:
     """Requests with slopes within ``1 + DELTA`` of each other, sorted by their keys ``K``
     (module docstring)."""
