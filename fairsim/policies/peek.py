@@ -73,8 +73,9 @@ class PEEK:
 
     def incremental_order(self):
         """Fast path (``fairsim.policies.incremental``): the saving is a function of the snapshot,
-        so the keys are kept sorted across steps."""
-        from fairsim.policies.incremental import SortedKeyOrder
+        so the keys are kept sorted across steps, the first ``max_num_seqs`` (what the protection
+        reads) in a sorted list and the rest in a heap (``fairsim.policies.peek_order``)."""
+        from fairsim.policies.peek_order import HeadHeapOrder
 
         idle_time, prefill_time = self.idle_prefill_time, self.prefill_time
 
@@ -85,4 +86,4 @@ class PEEK:
             saved = round(idle_time(r.prompt_len) - prefill_time(r.uncached_len, r.cached_len), 9)
             return (-saved, r.arrival_time, r.request_id)
 
-        return SortedKeyOrder(key)
+        return HeadHeapOrder(key)
