@@ -8,6 +8,8 @@ from fairsim.policies.eviction import ProtectWaitingHits
 from fairsim.types import QueuedRequest
 from fairsim.policies.space import Choice
 
+_ROUNDED_LIMIT = 100_000  # differences whose rounding the fast path keeps (bounds memory)
+
 
 class PEEK:
     """Cache-aware ranking by prefill time saved, with soft block protection.
@@ -78,12 +80,21 @@ class PEEK:
         from fairsim.policies.peek_order import HeadHeapOrder
 
         idle_time, prefill_time = self.idle_prefill_time, self.prefill_time
+        # round(x, 9) of each difference seen: a pure function, and a costly one (decimal
+        # rounding), of few distinct arguments (624 differences in 17,730 keys on the
+        # conversation trace). 0.0 and -0.0 share an entry: they compare equal, so the order is one.
+        rounded: dict[float, float] = {}
 
         def key(r: QueuedRequest) -> tuple[float, float, str]:
             # ``(-self.saved(r), arrival_time, request_id)`` with ``saved`` inlined (one call per
             # snapshot the engine adds); a subclass overriding ``saved`` gets no fast path
             # (``incremental.MIRRORED``), so the two cannot differ.
-            saved = round(idle_time(r.prompt_len) - prefill_time(r.uncached_len, r.cached_len), 9)
+            x = idle_time(r.prompt_len) - prefill_time(r.uncached_len, r.cached_len)
+            saved = rounded.get(x)
+            if saved is None:
+                if len(rounded) >= _ROUNDED_LIMIT:
+                    rounded.clear()
+                saved = rounded[x] = round(x, 9)
             return (-saved, r.arrival_time, r.request_id)
 
         return HeadHeapOrder(key)

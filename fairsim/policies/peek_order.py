@@ -60,13 +60,15 @@ class HeadHeapOrder:
         self._rest: dict[str, tuple] = {}
         self._taken: list[tuple] = []  # live keys a read took off the heap
         self._reads = 0  # iter_order calls, so a read resumed after a later one can tell
-        # head_changes' state (None until its first call): the head it last gave (key ->
-        # snapshot then) minus the keys that left it since (``_left``, key -> that snapshot),
-        # and the keys that entered since and are still in it. Dicts: ordered, so the result
-        # is deterministic, and a key that leaves and comes back is in neither.
-        self._shown: dict[tuple, QueuedRequest] | None = None
-        self._entered: dict[tuple, None] = {}
-        self._left: dict[tuple, QueuedRequest] = {}
+        # head_changes' state, by request id (a string: its hash is kept, a key tuple's is not):
+        # the head it last gave (-> (key, snapshot) then) minus what left it since (``_left``,
+        # the same pairs), and the keys that entered since and are still in it. Dicts: ordered,
+        # so the result is deterministic, and a request that leaves and comes back under the
+        # same key is in neither. Before the first call the head is empty (``cap`` 0), so
+        # nothing is noted and the first call gives its whole head as entered.
+        self._shown: dict[str, tuple[tuple, QueuedRequest]] = {}
+        self._entered: dict[str, tuple] = {}
+        self._left: dict[str, tuple[tuple, QueuedRequest]] = {}
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -126,25 +128,15 @@ class HeadHeapOrder:
         heappush(self._heap, k)
         self._rest[k[-1]] = k
 
-    def _pop_rest(self) -> tuple | None:
-        """The heap's least live key, taken out of it (None when none is left)."""
-        heap, rest = self._heap, self._rest
-        while heap:
-            k = heappop(heap)
-            if rest.get(k[-1]) is k:
-                del rest[k[-1]]
-                return k
-        return None
-
     def _refill(self) -> None:
-        """Fill the head up to ``cap`` from the heap's least keys."""
-        head = self._head
-        while len(head) < self._cap:
-            k = self._pop_rest()
-            if k is None:
-                return
-            head.append(k)  # above every key in the head (invariant)
-            self._note_in(k)
+        """Fill the head up to ``cap`` from the heap's least live keys."""
+        head, heap, rest = self._head, self._heap, self._rest
+        while len(head) < self._cap and heap:
+            k = heappop(heap)
+            if rest.get(k[-1]) is k:  # live (else a dead copy, dropped)
+                del rest[k[-1]]
+                head.append(k)  # above every key in the head (invariant)
+                self._note_in(k)
 
     def _compact(self) -> None:
         """Rebuild the heap from its live keys (the dead ones outnumber them)."""
@@ -162,22 +154,24 @@ class HeadHeapOrder:
 
     # -- head_changes' journal -------------------------------------------------------------------
     def _note_in(self, k: tuple) -> None:
-        shown = self._shown
-        if shown is not None:
-            q = self._left.pop(k, None)
-            if q is not None:  # back in the head with the key it was shown with: no change
-                shown[k] = q
-            else:
-                self._entered[k] = None
+        """``k`` entered the head."""
+        rid = k[-1]
+        was = self._left.get(rid)
+        if was is not None and was[0] == k:  # back with the key it was shown with: no change
+            del self._left[rid]
+            self._shown[rid] = was
+        else:
+            self._entered[rid] = k
 
     def _note_out(self, k: tuple) -> None:
-        shown = self._shown
-        if shown is not None:
-            q = shown.pop(k, None)
-            if q is not None:
-                self._left[k] = q
-            else:
-                self._entered.pop(k, None)
+        """``k`` left the head (a request is in the head under one key at a time, so a
+        shown request leaving is leaving under its shown key)."""
+        rid = k[-1]
+        was = self._shown.pop(rid, None)
+        if was is not None:
+            self._left[rid] = was
+        else:
+            self._entered.pop(rid, None)
 
     def head_changes(self, k: int) -> tuple[list[QueuedRequest], list[QueuedRequest]]:
         """How the first ``k`` of the order (all when fewer wait; none when ``k <= 0``) changed
@@ -191,8 +185,6 @@ class HeadHeapOrder:
         call gives the whole head as entered. The head kept sorted is resized to ``k`` (keys
         move between it and the heap).
         """
-        if self._shown is None:
-            self._shown = {}
         if self._taken:
             self._put_back()
         k = max(k, 0)
@@ -208,11 +200,11 @@ class HeadHeapOrder:
                 self._push_rest(out)
         by_id, shown = self._by_id, self._shown
         entered = []
-        for key in self._entered:
-            q = by_id[key[-1]][1]
-            shown[key] = q
+        for rid, key in self._entered.items():
+            q = by_id[rid][1]
+            shown[rid] = (key, q)
             entered.append(q)
-        left = list(self._left.values())
+        left = [q for _, q in self._left.values()]
         self._entered = {}
         self._left = {}
         return entered, left
