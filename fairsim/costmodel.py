@@ -350,7 +350,8 @@ class Profile:
 
 
 class PrefillTimes:
-    """``Profile.prefill_time(c, h)`` at the profile's budget: the same float, O(1) per call.
+    """``Profile.prefill_time(c, h)`` at the profile's budget: the same float, O(1) per call
+    (``PrefillTimes(profile).prefill_time``).
 
     ``prefill_time`` adds one step time per chunk of at most ``B`` (budget) tokens, in order,
     from 0.0: for ``c = q x B + r`` new tokens on top of ``h`` cached ones, ``q`` full chunks
@@ -380,9 +381,10 @@ class PrefillTimes:
         self._budget = profile.budget_tokens
         self._full: dict[int, list[float]] = {}  # h -> running total after j full chunks, j = 0, 1, ...
 
-    def __call__(self, new_tokens: int, cached_tokens: int = 0) -> float:
+    def prefill_time(self, new_tokens: int, cached_tokens: int = 0) -> float:
         """``T(c | h)`` in seconds: ``profile.prefill_time(new_tokens, cached_tokens)``; 0.0 for
-        ``new_tokens <= 0``."""
+        ``new_tokens <= 0``. Handed on as a bound method (``PrefillTimes(p).prefill_time``): a
+        call through ``__call__`` costs several times a method's in CPython."""
         if new_tokens <= 0:
             return 0.0
         budget = self._budget

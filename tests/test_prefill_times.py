@@ -16,7 +16,7 @@ CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces
 
 def test_by_hand():
     p = load_profile("a6000-llama3.1-8b-vllm-prior")
-    times = PrefillTimes(p)
+    times = PrefillTimes(p).prefill_time
     B = p.budget_tokens
     # Two full chunks then 3 tokens on top of 512 cached: the loop's sum, in its order.
     step = p.step_time_from_sums
@@ -36,7 +36,7 @@ def test_same_float_as_the_loop(which, calls):
     # Any sequence of calls (short prompts before long ones at the same h, and back): the
     # running totals extended on demand give the loop's float each time.
     profile = PROFILES[which]
-    times = PrefillTimes(profile)
+    times = PrefillTimes(profile).prefill_time
     for c, h in calls:
         assert times(c, h) == profile.prefill_time(c, h)
         assert times(c) == profile.prefill_time(c)
@@ -48,7 +48,7 @@ def test_pairs_of_the_conversation_trace():
     from fairsim.traces.formats import read_trace
 
     p = load_profile("a6000-llama3.1-8b-vllm-prior")
-    times = PrefillTimes(p)
+    times = PrefillTimes(p).prefill_time
     for r in list(read_trace(CONVERSATION).requests)[:3000]:
         L = r.prompt_len
         for h in range(0, L, 512 * 7):

@@ -114,7 +114,7 @@ def _peek(profile: Any, **params: Any) -> Policy:
     # PrefillTimes: the profile's prefill_time, same floats, O(1) per call (PEEK asks it per snapshot).
     from fairsim.costmodel import PrefillTimes
 
-    prefill_time = PrefillTimes(profile)
+    prefill_time = PrefillTimes(profile).prefill_time
     return policy_class("PEEK")(prefill_time, prefill_time, **params)
 
 
