@@ -34,9 +34,9 @@ class HeadHeapOrder:
     since its last call.
 
     Layout: ``_head``, a sorted list of the first ``min(cap, n)`` keys; ``_heap``, a heap holding
-    the other keys (``_rest``: request id -> its key object there) and dead copies (a key whose
-    request left or was re-keyed, or that moved to the head: its ``_rest`` entry is not that
-    object). Invariant: every key in ``_head`` is below every live key in ``_heap``, and the heap
+    the other keys (``_rest``: request id -> its key object there) and dead copies (keys whose
+    request left or was re-keyed while in the heap: ``_rest`` no longer holds that object; a key
+    that moves to the head is popped, so no copy of it stays). Invariant: every key in ``_head`` is below every live key in ``_heap``, and the heap
     holds no live key while ``len(_head) < cap``. A new key below the head's last goes into the
     head and pushes the last out to the heap; a key removed from the head is replaced by the
     heap's least. A read past the head takes keys off the heap; they go back before the next
