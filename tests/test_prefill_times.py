@@ -53,3 +53,15 @@ def test_pairs_of_the_conversation_trace():
         L = r.prompt_len
         for h in range(0, L, 512 * 7):
             assert times(L - h, h) == p.prefill_time(L - h, h)
+
+
+def test_idle_check_gives_the_loops_worst_gap():
+    # check_idle_consistency reads T(L | 0) from PrefillTimes: the same worst gap as the loop's
+    # floats give, on every shipped profile (their tables reach 262,144 tokens).
+    from fairsim.costmodel import IDLE_TABLE_SLACK_S, check_idle_consistency
+
+    for p in PROFILES:
+        gaps = [abs(t - p.prefill_time(L)) / p.prefill_time(L)
+                for L, t in zip(p.idle_prompt_tokens, p.idle_seconds)
+                if abs(t - p.prefill_time(L)) > IDLE_TABLE_SLACK_S]
+        assert check_idle_consistency(p, "x", tolerance=10.0) == max(gaps, default=0.0)
