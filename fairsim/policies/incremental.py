@@ -238,12 +238,15 @@ class SortedKeyOrder:
     """Waiting requests sorted by a per-snapshot key that does not depend on ``now``.
 
     ``key(q)`` must end with ``request_id`` (so keys are unique) and be a function of the snapshot
-    alone (LPM: ``(-cached_len, arrival_time, request_id)``; PEEK: ``(-saved, ...)``). Backed by a
+    alone (LPM: ``(-cached_len, arrival_time, request_id)``). Backed by a
     ``sortedcontainers.SortedList`` of keys: ``add``/``remove`` O(log n), iteration O(1) per item.
 
-    ``head_changes(k)`` (PEEK's protected set, ``Engine._update_protected``) says how the first
+    ``head_changes(k)`` (a protected set's head, ``Engine._update_protected``) says how the first
     ``k`` changed since its last call; from its first call on, ``add``/``remove`` note the changes
-    that can move them (a journal of O(1) per change).
+    that can move them (a journal of O(1) per change). PEEK, which reads it at every admitting
+    step, keeps its order in ``fairsim.policies.peek_order.HeadHeapOrder`` (same contract, the
+    head in a plain sorted list and the rest in a heap); this class is its reference in
+    ``tests/test_peek_order.py``.
     """
 
     #: The sequence is the held keys' (computed at ``add``), so it moves only with an add or a
@@ -293,7 +296,7 @@ class SortedKeyOrder:
             self._note_gone(k)
 
     def iter_order(self, now: float = 0.0) -> Iterator[QueuedRequest]:
-        return map(self._by_key.__getitem__, self._keys)  # C-level per item (PEEK reads max_num_seqs)
+        return map(self._by_key.__getitem__, self._keys)  # C-level per item
 
     def head(self, k: int) -> list[QueuedRequest]:
         """The first ``k`` snapshots of the order (all when fewer wait)."""

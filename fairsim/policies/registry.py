@@ -111,7 +111,11 @@ def _peek(profile: Any, **params: Any) -> Policy:
     # T_idle(L) for PEEK's saving comes from the same step model as T(c | h) (= T(L | 0)), not
     # from the measured/interpolated table: otherwise the table's interpolation error gives cold
     # requests a length-dependent "saving" and orders them by it instead of by arrival.
-    return policy_class("PEEK")(lambda L: profile.prefill_time(L, 0), profile.prefill_time, **params)
+    # PrefillTimes: the profile's prefill_time, same floats, O(1) per call (PEEK asks it per snapshot).
+    from fairsim.costmodel import PrefillTimes
+
+    prefill_time = PrefillTimes(profile).prefill_time
+    return policy_class("PEEK")(prefill_time, prefill_time, **params)
 
 
 POLICIES: dict[str, Callable[..., Policy]] = {
