@@ -237,27 +237,42 @@ class DRROrder(ClassQueues):
         # stored snapshot's charge is this step's, so ``_visits`` prices it without the resolver
         # (a call per visit; measured 7 idle visits per order on the conversation trace) and
         # resolves only what it yields.
+        # class -> the exact charge of its oldest request (queue index 0), for the classes whose
+        # head was priced exactly since it last changed: its id is not in ``_lo`` and its stored
+        # snapshot's charge is this step's. Dropped by every ``add``/``remove`` in the class and
+        # by ``stale`` of any of its requests, so an entry is always the charge ``_visits``
+        # would compute; it saves the lookups (queue, head id, bound, snapshot) of a visit, of
+        # which most are idle (7 per order on the conversation trace, each class a new one).
+        self._hc: dict[Hashable, int] = {}
 
     def stale(self, request_ids: Any, raised: Any = None) -> None:
         """Lazy hits: these snapshots are out of date. A hit that cannot have risen leaves the
         charge at least that of the snapshot the order last read (the stored one); one that may
         have risen (``raised``; ``None``: all) only at least ``L - max_hit``."""
-        items, lo = self.items, self._lo
+        items, lo, hc = self.items, self._lo, self._hc
         if raised is None:
             raised, request_ids = request_ids, ()
         for rid in request_ids:
+            item = items[rid]
+            hc.pop(item[0], None)
             if rid not in lo:
-                lo[rid] = items[rid][1].uncached_len
+                lo[rid] = item[1].uncached_len
         for rid in raised:
-            q = items[rid][1]
+            u, q = items[rid]
+            hc.pop(u, None)
             lo[rid] = max(1, q.prompt_len - max_hit(q) - q.num_computed_tokens)
 
     def add(self, q: QueuedRequest) -> None:
-        self._lo.pop(q.request_id, None)  # a fresh snapshot: its charge is exact again
+        rid = q.request_id
+        self._lo.pop(rid, None)  # a fresh snapshot: its charge is exact again
         super().add(q)
+        u = self.items[rid][0]
+        if self.queues[u][0][1] == rid:  # the class's oldest: its charge is this snapshot's
+            self._hc[u] = q.uncached_len
 
     def remove(self, request_id: str) -> None:
         self._lo.pop(request_id, None)
+        self._hc.pop(self.items[request_id][0], None)
         super().remove(request_id)
 
     def _link(self, u: Hashable) -> None:
@@ -288,7 +303,20 @@ class DRROrder(ClassQueues):
         policy = self.policy
         nxt, queues = self._nxt, self.queues
         cursor, deficit, emptied = policy.cursor, policy.deficit, policy.emptied
-        gone = {u for u in itertools.chain(self.touched, emptied) if u in nxt and (u in emptied or u not in queues)}
+        # One pass over the classes that changed: those that leave (emptied by admissions or
+        # without waiting requests) and those with waiting requests that are not in the ring
+        # once the leavers left (new ones, and emptied ones refilled since: they join again at
+        # the end). Most steps change one or two classes.
+        gone: list[Hashable] = []
+        new: list[Hashable] = []
+        for u in self.touched.union(emptied) if emptied else self.touched:
+            if u in nxt:
+                if u in emptied or u not in queues:
+                    gone.append(u)
+                    if u in queues:
+                        new.append(u)
+            elif u in queues:
+                new.append(u)
         pos = cursor["pos"]
         if pos is not None and pos in gone:
             k = nxt[pos]
@@ -300,10 +328,11 @@ class DRROrder(ClassQueues):
         for u in gone:  # deficit keys are ring classes (set by Replay.commit): drop the leavers'
             self._unlink(u)
             deficit.pop(u, None)
-        new = sorted((u for u in set(itertools.chain(self.touched, emptied)) if u in queues and u not in nxt),
-                     key=lambda u: queues[u][0])
-        for u in new:
-            self._link(u)
+        if new:
+            if len(new) > 1:
+                new.sort(key=lambda u: queues[u][0])
+            for u in new:
+                self._link(u)
         emptied.clear()
         self.touched.clear()
         if cursor["pos"] is None and self._first is not None:
@@ -325,7 +354,8 @@ class DRROrder(ClassQueues):
         append = changes.append
         deficit, cursor, emptied, q = policy.deficit, policy.cursor, policy.emptied, policy.quantum
         dreal = deficit.get
-        queues, items, resolve, lo = self.queues, self.items, self.resolve, self._lo
+        queues, items, resolve, lo, hc = self.queues, self.items, self.resolve, self._lo, self._hc
+        hget = hc.get
         if resolve is None:
             def current(rid):
                 return items[rid][1]
@@ -337,12 +367,33 @@ class DRROrder(ClassQueues):
                     items[rid] = (item[0], r)
                     lo.pop(rid, None)
                 return r
+
+        def price(k, i, credit_to):
+            # The charge of k's head (queue index i), exact, or a stale head's lower bound when
+            # that bound already exceeds ``credit_to`` (the deficit after this visit's credit;
+            # None: the visit is credited, price exactly): the visit is idle whatever the exact
+            # charge, so the head's snapshot is not rebuilt for it. An exact charge is kept
+            # (``_hc`` for a class's oldest request, ``ch`` for a later one, this order only).
+            rid = queues[k][i][1]
+            c = lo.get(rid)
+            if c is None:  # never marked stale: the stored snapshot's charge is this step's
+                c = items[rid][1].uncached_len
+            elif credit_to is None or c <= credit_to:
+                c = current(rid).uncached_len
+            else:
+                return c
+            if i:
+                ch[k] = c
+            else:
+                hc[k] = c
+            return c
+
         rnxt, rprv = self._nxt, self._prv
         snxt: dict[Hashable, Hashable] = {}
         sprv: dict[Hashable, Hashable] = {}
         d: dict[Hashable, float] = {}
         head: dict[Hashable, int] = {}
-        ch: dict[Hashable, int] = {}  # class -> charge of its current head
+        ch: dict[Hashable, int] = {}  # class -> charge of its current head, once it moved (this order)
         size = len(rnxt)
 
         k = cursor["pos"]
@@ -368,22 +419,42 @@ class DRROrder(ClassQueues):
             append((cursor, "credited", False))
             return n
 
+        def skip_rounds(k):
+            # DRR.order's skip of empty rounds: a whole round from k served nobody, so each class
+            # gains the m - 1 quanta more that the first one able to serve needs (exact charges).
+            ring = [k]
+            x = snxt[k] if k in snxt else rnxt[k]
+            while x != k:
+                ring.append(x)
+                x = snxt[x] if x in snxt else rnxt[x]
+            m = None
+            for x in ring:
+                cx = ch[x] if x in ch else hget(x)
+                if cx is None:
+                    cx = price(x, head.get(x, 0), None)
+                mx = math.ceil((cx - (d[x] if x in d else dreal(x, 0.0))) / q)
+                if m is None or mx < m:
+                    m = mx
+            if m > 1:
+                for x in ring:
+                    d[x] = v = (d[x] if x in d else dreal(x, 0.0)) + (m - 1) * q
+                    append((deficit, x, v))
+
         moved = False  # idle visits moved the cursor to k, not logged yet (see below)
         while size:
-            dk = d[k] if k in d else dreal(k, 0.0)
-            c = ch.get(k)
-            if c is None:
-                rid = queues[k][head.get(k, 0)][1]
-                c = lo.get(rid)  # a stale head's charge bound: decides an idle visit alone
-                if c is None:  # never marked stale: the stored snapshot's charge is this step's
-                    c = ch[k] = items[rid][1].uncached_len
-                elif credited or c <= dk + q:
-                    c = ch[k] = current(rid).uncached_len
             if not credited:
-                dk += q
-                d[k] = dk
-                append((deficit, k, dk))
-                if c > dk:
+                # Visits that credit k until one can serve (a run of idle visits, then the
+                # serving one). The charge is read after the credit is computed and before it
+                # is logged, as DRR.order compares it (``c > d`` after ``d += q``).
+                while True:
+                    dk = (d[k] if k in d else dreal(k, 0.0)) + q
+                    c = ch[k] if k in ch else hget(k)
+                    if c is None:
+                        c = price(k, head.get(k, 0), dk)
+                    d[k] = dk
+                    append((deficit, k, dk))
+                    if c <= dk:
+                        break
                     # An idle visit (its head still waits, so the class stays): the cursor
                     # moves on. Its cursor entries ("credited" True then False, "pos" the next
                     # class) are left out of the log: no placement mark falls before the
@@ -392,37 +463,29 @@ class DRROrder(ClassQueues):
                     # so every commit applies the reference's values or none of them.
                     k = snxt[k] if k in snxt else rnxt[k]
                     moved = True
-                else:
-                    if moved:
-                        append((cursor, "pos", k))
-                        moved = False
-                    credited = True
-                    append((cursor, "credited", True))
-            elif c > dk:
-                k = end_visit(k)
-            if c > dk:
-                idle_visits += 1
-                if idle_visits >= size:
-                    ring = [k]
-                    x = snxt[k] if k in snxt else rnxt[k]
-                    while x != k:
-                        ring.append(x)
-                        x = snxt[x] if x in snxt else rnxt[x]
-                    m = None
-                    for x in ring:
-                        cx = ch.get(x)
-                        if cx is None:
-                            rid = queues[x][head.get(x, 0)][1]
-                            cx = ch[x] = items[rid][1].uncached_len if rid not in lo else current(rid).uncached_len
-                        mx = math.ceil((cx - (d[x] if x in d else dreal(x, 0.0))) / q)
-                        if m is None or mx < m:
-                            m = mx
-                    if m > 1:
-                        for x in ring:
-                            d[x] = v = (d[x] if x in d else dreal(x, 0.0)) + (m - 1) * q
-                            append((deficit, x, v))
-                    idle_visits = 0
-                continue
+                    idle_visits += 1
+                    if idle_visits >= size:
+                        skip_rounds(k)
+                        idle_visits = 0
+                if moved:
+                    append((cursor, "pos", k))
+                    moved = False
+                credited = True
+                append((cursor, "credited", True))
+            else:
+                # The visit of k goes on (the cursor was left credited on it): it serves while
+                # its head's exact charge fits, else it ends.
+                dk = d[k] if k in d else dreal(k, 0.0)
+                c = ch[k] if k in ch else hget(k)
+                if c is None:
+                    c = price(k, head.get(k, 0), None)
+                if c > dk:
+                    k = end_visit(k)
+                    idle_visits += 1
+                    if idle_visits >= size:
+                        skip_rounds(k)
+                        idle_visits = 0
+                    continue
             idle_visits = 0
             queue = queues[k]
             last = len(queue) - 1
