@@ -26,7 +26,6 @@ makes identical decisions with and without them.
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 from bisect import bisect_left, insort
 from collections.abc import Callable, Hashable, Iterator
@@ -121,46 +120,64 @@ class VTCOrder(ClassQueues):
         self._keys = SortedList()  # (counter, head arrival, head rid) per backlogged class
         self._key_of: dict[Hashable, tuple] = {}
         self._class_of_rid: dict[str, Hashable] = {}  # head rid -> class
-        self._mins: list[tuple[float, int, Hashable]] = []  # lazy min-heap of backlogged counters
-        self._seq = itertools.count()
 
     def _sync(self) -> None:
-        policy = self.policy
-        counter, backlogged = policy.counter, policy._backlogged
+        """VTC's lift for the touched classes (``VTC._lift``): the leavers leave, the keys of the
+        classes that stayed are refreshed, then the floor is the least key's counter (every
+        class still backlogged has a key, each with its current counter, and no other class
+        has one), then the joiners are lifted to it and keyed. Only a touched class can have
+        left, joined or (``VTC.on_admitted``) changed its counter."""
         touched = self.touched
-        left = [u for u in touched if u in backlogged and u not in self.queues]
-        new = [u for u in touched if u not in backlogged and u in self.queues]
+        if not touched:
+            return
+        policy = self.policy
+        counter, backlogged, queues = policy.counter, policy._backlogged, self.queues
+        new = []
+        left = []
+        for u in touched:
+            if u in queues:
+                if u in backlogged:
+                    self._refresh(u)  # stayed: on_admitted may have charged it
+                else:
+                    new.append(u)  # new, or emptied by admissions and refilled: lifted below
+                    self._drop_key(u)
+            else:
+                if u in backlogged:
+                    left.append(u)
+                self._drop_key(u)
         if left:
             policy._last_left = max(counter.get(u, 0.0) for u in left)
             for u in left:
                 backlogged.discard(u)
-        mins = self._mins
-        for u in touched:  # on_admitted charged the classes of the admitted (removed) requests
-            if u in backlogged:
-                heapq.heappush(mins, (counter.get(u, 0.0), next(self._seq), u))
-        while mins and (mins[0][2] not in backlogged or counter.get(mins[0][2], 0.0) != mins[0][0]):
-            heapq.heappop(mins)
-        floor = mins[0][0] if mins else policy._last_left
+        keys = self._keys
+        floor = keys[0][0] if keys else policy._last_left
         for u in new:
             counter[u] = max(counter.get(u, 0.0), floor)
             backlogged.add(u)
-            heapq.heappush(mins, (counter[u], next(self._seq), u))
-        for u in touched:
             self._refresh(u)
         touched.clear()
 
-    def _refresh(self, u: Hashable) -> None:
+    def _drop_key(self, u: Hashable) -> None:
         old = self._key_of.pop(u, None)
         if old is not None:
             self._keys.remove(old)
             del self._class_of_rid[old[2]]
-        queue = self.queues.get(u)
-        if queue:
-            c = self.policy.counter[u]
-            arr, rid = queue[0]
-            key = self._key_of[u] = (c, arr, rid)
-            self._keys.add(key)
-            self._class_of_rid[rid] = u
+
+    def _refresh(self, u: Hashable) -> None:
+        """Key ``u`` (it has waiting requests) by its counter and head; no sorted-list work
+        when the key did not change (a request behind its head joined or left)."""
+        queue = self.queues[u]
+        arr, rid = queue[0]
+        key = (self.policy.counter[u], arr, rid)
+        old = self._key_of.get(u)
+        if old == key:
+            return
+        if old is not None:
+            self._keys.remove(old)
+            del self._class_of_rid[old[2]]
+        self._key_of[u] = key
+        self._keys.add(key)
+        self._class_of_rid[rid] = u
 
     def iter_order(self, now: float) -> Iterator[QueuedRequest]:
         self._sync()
@@ -237,30 +254,35 @@ class DRROrder(ClassQueues):
         # stored snapshot's charge is this step's, so ``_visits`` prices it without the resolver
         # (a call per visit; measured 7 idle visits per order on the conversation trace) and
         # resolves only what it yields.
-        # class -> the exact charge of its oldest request (queue index 0), for the classes whose
-        # head was priced exactly since it last changed: its id is not in ``_lo`` and its stored
-        # snapshot's charge is this step's. Dropped by every ``add``/``remove`` in the class and
-        # by ``stale`` of any of its requests, so an entry is always the charge ``_visits``
-        # would compute; it saves the lookups (queue, head id, bound, snapshot) of a visit, of
-        # which most are idle (7 per order on the conversation trace, each class a new one).
+        # class -> what is known of the charge of its oldest request (queue index 0): ``c > 0``
+        # its exact charge this step (the head's id is not in ``_lo``: the stored snapshot's
+        # charge), ``-b < 0`` a lower bound ``b`` of it (the head is stale: ``_lo``'s bound or,
+        # once resolved in a read, the bound it had, still below the exact charge). Set by
+        # ``add`` and ``stale`` of the head and when a visit prices it, dropped by ``remove``
+        # (the next head is priced at its first visit). It saves the lookups (queue, head id,
+        # bound, snapshot) of a visit, of which most are idle (7 per order on the conversation
+        # trace, each class visited about six times before it serves).
         self._hc: dict[Hashable, int] = {}
 
     def stale(self, request_ids: Any, raised: Any = None) -> None:
         """Lazy hits: these snapshots are out of date. A hit that cannot have risen leaves the
         charge at least that of the snapshot the order last read (the stored one); one that may
         have risen (``raised``; ``None``: all) only at least ``L - max_hit``."""
-        items, lo, hc = self.items, self._lo, self._hc
+        items, lo, hc, queues = self.items, self._lo, self._hc, self.queues
         if raised is None:
             raised, request_ids = request_ids, ()
         for rid in request_ids:
-            item = items[rid]
-            hc.pop(item[0], None)
-            if rid not in lo:
-                lo[rid] = item[1].uncached_len
+            u, q = items[rid]
+            b = lo.get(rid)
+            if b is None:
+                b = lo[rid] = q.uncached_len
+            if queues[u][0][1] == rid:
+                hc[u] = -b
         for rid in raised:
             u, q = items[rid]
-            hc.pop(u, None)
-            lo[rid] = max(1, q.prompt_len - max_hit(q) - q.num_computed_tokens)
+            b = lo[rid] = max(1, q.prompt_len - max_hit(q) - q.num_computed_tokens)
+            if queues[u][0][1] == rid:
+                hc[u] = -b
 
     def add(self, q: QueuedRequest) -> None:
         rid = q.request_id
@@ -381,6 +403,8 @@ class DRROrder(ClassQueues):
             elif credit_to is None or c <= credit_to:
                 c = current(rid).uncached_len
             else:
+                if not i:
+                    hc[k] = -c
                 return c
             if i:
                 ch[k] = c
@@ -430,7 +454,7 @@ class DRROrder(ClassQueues):
             m = None
             for x in ring:
                 cx = ch[x] if x in ch else hget(x)
-                if cx is None:
+                if cx is None or cx < 0:
                     cx = price(x, head.get(x, 0), None)
                 mx = math.ceil((cx - (d[x] if x in d else dreal(x, 0.0))) / q)
                 if m is None or mx < m:
@@ -451,6 +475,8 @@ class DRROrder(ClassQueues):
                     c = ch[k] if k in ch else hget(k)
                     if c is None:
                         c = price(k, head.get(k, 0), dk)
+                    elif c < 0:  # a stale head: its bound decides an idle visit alone
+                        c = -c if -c > dk else price(k, head.get(k, 0), dk)
                     d[k] = dk
                     append((deficit, k, dk))
                     if c <= dk:
@@ -477,7 +503,7 @@ class DRROrder(ClassQueues):
                 # its head's exact charge fits, else it ends.
                 dk = d[k] if k in d else dreal(k, 0.0)
                 c = ch[k] if k in ch else hget(k)
-                if c is None:
+                if c is None or c < 0:
                     c = price(k, head.get(k, 0), None)
                 if c > dk:
                     k = end_visit(k)
