@@ -213,13 +213,24 @@ class DRRDynamoOrder(ClassQueues):
         self.ring: list[int] = []
         self.class_at: dict[int, Hashable] = {}  # position -> class, for the classes in the ring
         self.unpriced: list[str] = []  # requests added since the last read (no cost yet)
+        # class -> the cost of its oldest request (fixed once priced), set at the first scan that
+        # reads it and dropped when the class's oldest request changes (a new older one, or a
+        # removal): a scan visit reads one dict instead of queue, head id and cost.
+        self.head_cost: dict[Hashable, int] = {}
 
     def add(self, q: QueuedRequest) -> None:
-        if q.request_id not in self.items:
-            self.unpriced.append(q.request_id)
-        super().add(q)
+        rid = q.request_id
+        if rid not in self.items:
+            self.unpriced.append(rid)
+            super().add(q)
+            u = self.items[rid][0]
+            if self.queues[u][0][1] == rid:
+                self.head_cost.pop(u, None)
+        else:
+            super().add(q)
 
     def remove(self, request_id: str) -> None:
+        self.head_cost.pop(self.items[request_id][0], None)
         super().remove(request_id)
         self.policy.cost.pop(request_id, None)
 
@@ -276,6 +287,19 @@ class DRRDynamoOrder(ClassQueues):
         deficit, cursor, position = policy.deficit, policy.cursor, policy.position
         dreal = deficit.get
         queues, ring, class_at, items, resolve = self.queues, self.ring, self.class_at, self.items, self.resolve
+        hcost = self.head_cost
+        hget = hcost.get
+        ch: dict[Hashable, int] = {}  # class -> cost of its head once it moved in this order
+
+        def price(x):
+            # The cost of x's head: its oldest request's is kept (head_cost) across reads.
+            i = head.get(x, 0)
+            c = cost[queues[x][i][1]]
+            if i:
+                ch[x] = c
+            else:
+                hcost[x] = c
+            return c
         n = len(ring)
         d: dict[Hashable, float] = {}  # scratch deficits of the classes changed in this order
         head: dict[Hashable, int] = {}  # class -> its head's index in its queue
@@ -287,7 +311,10 @@ class DRRDynamoOrder(ClassQueues):
             k = None
             if carry is not None:
                 dk = d[carry] if carry in d else dreal(carry, 0.0)
-                if cost[queues[carry][head.get(carry, 0)][1]] <= dk:
+                c = ch[carry] if carry in ch else hget(carry)
+                if c is None:
+                    c = price(carry)
+                if c <= dk:
                     k = carry
             if k is None:
                 # The scan: the ring from the first class at or after the round cursor, wrapping.
@@ -298,7 +325,9 @@ class DRRDynamoOrder(ClassQueues):
                         continue
                     x = class_at[p]
                     dk = d[x] if x in d else dreal(x, 0.0)
-                    c = cost[queues[x][head.get(x, 0)][1]]
+                    c = ch[x] if x in ch else hget(x)
+                    if c is None:
+                        c = price(x)
                     if c <= dk:  # credit carried from earlier rounds
                         k = x
                         break
@@ -311,7 +340,7 @@ class DRRDynamoOrder(ClassQueues):
                 else:
                     # Nobody could pay: every class gets the rounds the first payer needs.
                     backlogged = [class_at[p] for p in ring if p not in gone]  # vector order
-                    rounds = min(math.ceil((cost[queues[x][head.get(x, 0)][1]] - (d[x] if x in d else dreal(x, 0.0)))
+                    rounds = min(math.ceil(((ch[x] if x in ch else hget(x) or price(x)) - (d[x] if x in d else dreal(x, 0.0)))
                                            / q) for x in backlogged)
                     for x in backlogged:
                         d[x] = v = (d[x] if x in d else dreal(x, 0.0)) + rounds * q
@@ -320,7 +349,7 @@ class DRRDynamoOrder(ClassQueues):
                         p = ring[j]
                         if p not in gone:
                             x = class_at[p]
-                            if cost[queues[x][head.get(x, 0)][1]] <= d[x]:
+                            if (ch[x] if x in ch else hcost[x]) <= d[x]:
                                 k = x
                                 break
                     dk = d[k]
@@ -338,6 +367,7 @@ class DRRDynamoOrder(ClassQueues):
                 left -= 1
                 carry = None
             else:
+                ch[k] = cost[queue[i + 1][1]]
                 carry = k if dk > 0 else None
             d[k] = dk
             append((deficit, k, dk))
