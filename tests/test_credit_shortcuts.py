@@ -175,3 +175,36 @@ def test_conversation_slice_same_tables(name, case):
     assert len(result.requests) == len(requests)
     if case == "native-5-tenants":
         assert result.steps["waiting"].max() >= 100  # a long queue, five classes
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=st.lists(st.tuples(st.booleans(), st.integers(0, 60), st.integers(0, 3)), max_size=300),
+       compact_min=st.sampled_from([1, 4, 1024]))
+def test_run_sorted_keys_equals_a_sorted_list(ops, compact_min):
+    """VTC's key container (``RunSortedKeys``: a sorted list, then a run of keys added in
+    increasing order) holds and iterates the same keys as a ``SortedList`` under random adds
+    (mostly increasing, as VTC's one-request classes, some below the run or inside it) and
+    removals (from the front, as admissions, or anywhere), with compaction at any size."""
+    from sortedcontainers import SortedList
+
+    from fairsim.policies.credit_fast import RunSortedKeys
+
+    keys, ref = RunSortedKeys(), SortedList()
+    keys.COMPACT_MIN = compact_min
+    step = 0
+    for is_add, value, where in ops:
+        if is_add or not ref:
+            step += 1
+            # where 0-1: above every key so far (the run's case), 2: any value, 3: a repeat value
+            key = (step if where < 2 else value, value, f"r{step}")
+            keys.add(key)
+            ref.add(key)
+        else:
+            key = ref[0] if where < 2 else ref[value % len(ref)]
+            keys.remove(key)
+            ref.remove(key)
+        assert list(keys) == list(ref) and len(keys) == len(ref)
+        if ref:
+            assert keys.first() == ref[0]
+    with pytest.raises(ValueError):
+        keys.remove((-1, -1, "missing"))
