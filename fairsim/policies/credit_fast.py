@@ -700,21 +700,12 @@ class DLPMOrder:
         self.touched.add(u)
 
     def _refresh(self, u: Hashable) -> None:
-        """Key ``u`` in ``_pos`` by its head's LPM key while it waits with a deficit > 0, else
-        drop it; no sorted-list work when that did not change (a request behind its head
-        changed, or a commit left its deficit positive)."""
-        queue = self.queues.get(u)
-        key = queue[0] if queue and self.policy.deficit.get(u, 0.0) > 0 else None
-        pos_key = self._pos_key
-        old = pos_key.get(u)
-        if old == key:
-            return
+        old = self._pos_key.pop(u, None)
         if old is not None:
             self._pos.remove(old)
-        if key is None:
-            del pos_key[u]
-        else:
-            pos_key[u] = key
+        queue = self.queues.get(u)
+        if queue and self.policy.deficit.get(u, 0.0) > 0:
+            key = self._pos_key[u] = queue[0]
             self._pos.add(key)
 
     def iter_order(self, now: float) -> Iterator[QueuedRequest]:
