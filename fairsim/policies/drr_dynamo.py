@@ -300,6 +300,7 @@ class DRRDynamoOrder(ClassQueues):
             else:
                 hcost[x] = c
             return c
+
         n = len(ring)
         d: dict[Hashable, float] = {}  # scratch deficits of the classes changed in this order
         head: dict[Hashable, int] = {}  # class -> its head's index in its queue
