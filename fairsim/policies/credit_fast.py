@@ -652,6 +652,10 @@ class DLPMOrder:
     #: blocked admissions; eager hits, so every snapshot change is an ``add`` the engine counts).
     moved_by = "snapshots"
 
+    #: Least number of clients to re-sort at once for which ``iter_order`` rebuilds ``_pos``
+    #: (when they are also a quarter of its entries or more) instead of moving each one.
+    REBUILD_MIN = 256
+
     def __init__(self, policy: Any) -> None:
         self.policy = policy
         self.queues: dict[Hashable, list] = {}  # client -> sorted list of LPM keys (bisect)
@@ -718,8 +722,22 @@ class DLPMOrder:
         applied = policy._replay.applied
         # Real deficits change only by a commit: without one since the last read, only the
         # clients whose queue changed need re-sorting.
-        for u in (self.touched | self._logged) if applied != self._applied else self.touched:
-            self._refresh(u)
+        changed = (self.touched | self._logged) if applied != self._applied else self.touched
+        if len(changed) >= self.REBUILD_MIN and 4 * len(changed) >= len(self._pos_key):
+            # Many clients at once (the commit of a refill logs every backlogged client): set
+            # their entries, then sort all entries in one C-level pass instead of a SortedList
+            # remove and add per client. The same keys, so the same sorted sequence.
+            pos_key, real = self._pos_key, policy.deficit
+            for u in changed:
+                queue = queues.get(u)
+                if queue and real.get(u, 0.0) > 0:
+                    pos_key[u] = queue[0]
+                else:
+                    pos_key.pop(u, None)
+            self._pos = SortedList(pos_key.values())
+        else:
+            for u in changed:
+                self._refresh(u)
         self._applied = applied
         self._key = (self._version, applied)
         self.touched.clear()
