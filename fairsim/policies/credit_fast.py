@@ -98,6 +98,85 @@ class ClassQueues:
         self.touched.add(u)
 
 
+class RunSortedKeys:
+    """Unique keys in sorted order: a ``SortedList`` of keys and, above all of them, a *run* of
+    keys added in increasing order, kept in a dict (insertion order is sorted order).
+
+    VTC with one request per class (a trace without client labels: each request is its own
+    class) keys every new class ``(floor, arrival, id)`` with the same floor, in arrival order,
+    and removes the oldest: each key joins the run's end and leaves from its front, O(1) dict
+    work where a ``SortedList`` add and remove cost about 2 us each (24,000 of them on the
+    conversation trace). A key below the run's last key goes to the sorted list when it is also
+    below the run's first key (every sorted key stays below every run key), else the run is
+    moved into the sorted list first, so with keys added out of order this costs what the
+    sorted list alone would, plus that move. Iteration: the sorted list, then the run. As
+    ``fairsim.policies.incremental.ArrivalOrder``, the run is compacted (copied) once its
+    removals reach a quarter of it (and 1,024): a dict keeps a deleted slot until it grows, and
+    reading its first key scans them.
+    """
+
+    COMPACT_MIN = 1024
+
+    def __init__(self) -> None:
+        self._sorted = SortedList()
+        self._run: dict[tuple, None] = {}
+        self._last: tuple | None = None  # the run's largest key (its last), None when empty
+        self._removed = 0  # removals from the run since it was built or last compacted
+
+    def __len__(self) -> int:
+        return len(self._sorted) + len(self._run)
+
+    def __iter__(self) -> Iterator[tuple]:
+        return itertools.chain(self._sorted, self._run) if self._sorted else iter(self._run)
+
+    def first(self) -> tuple:
+        """The least key (``IndexError`` when empty)."""
+        if self._sorted:
+            return self._sorted[0]
+        for key in self._run:
+            return key
+        raise IndexError("no keys")
+
+    def add(self, key: tuple) -> None:
+        last = self._last
+        if last is None:
+            s = self._sorted
+            if not s or key > s[-1]:
+                self._run[key] = None
+                self._last = key
+            else:
+                s.add(key)
+        elif key > last:
+            self._run[key] = None
+            self._last = key
+        elif key < next(iter(self._run)):
+            self._sorted.add(key)
+        else:  # inside the run: the run joins the sorted list
+            self._sorted.update(self._run)
+            self._run = {}
+            self._last = None
+            self._removed = 0
+            self._sorted.add(key)
+
+    def remove(self, key: tuple) -> None:
+        run = self._run
+        if key not in run:
+            self._sorted.remove(key)
+            return
+        del run[key]
+        if not run:
+            self._run = {}
+            self._last = None
+            self._removed = 0
+            return
+        if key == self._last:
+            self._last = next(reversed(run))
+        self._removed += 1
+        if self._removed >= self.COMPACT_MIN and self._removed >= len(run) >> 2:
+            self._run = dict(run)  # same order, no deleted slots
+            self._removed = 0
+
+
 class VTCOrder(ClassQueues):
     """``VTC.order`` kept across steps: classes sorted by ``(counter, head arrival, head id)``.
 
@@ -118,49 +197,69 @@ class VTCOrder(ClassQueues):
     def __init__(self, policy: Any) -> None:
         super().__init__()
         self.policy = policy
-        self._keys = SortedList()  # (counter, head arrival, head rid) per backlogged class
+        self._keys = RunSortedKeys()  # (counter, head arrival, head rid) per backlogged class
         self._key_of: dict[Hashable, tuple] = {}
         self._class_of_rid: dict[str, Hashable] = {}  # head rid -> class
-        self._mins: list[tuple[float, int, Hashable]] = []  # lazy min-heap of backlogged counters
-        self._seq = itertools.count()
 
     def _sync(self) -> None:
-        policy = self.policy
-        counter, backlogged = policy.counter, policy._backlogged
+        """VTC's lift for the touched classes (``VTC._lift``): the leavers leave, the keys of the
+        classes that stayed are refreshed, then the floor is the least key's counter (every
+        class still backlogged has a key, each with its current counter, and no other class
+        has one), then the joiners are lifted to it and keyed. Only a touched class can have
+        left, joined or (``VTC.on_admitted``) changed its counter."""
         touched = self.touched
-        left = [u for u in touched if u in backlogged and u not in self.queues]
-        new = [u for u in touched if u not in backlogged and u in self.queues]
+        if not touched:
+            return
+        policy = self.policy
+        counter, backlogged, queues = policy.counter, policy._backlogged, self.queues
+        new = []
+        left = []
+        for u in touched:
+            if u in queues:
+                if u in backlogged:
+                    self._refresh(u)  # stayed: on_admitted may have charged it
+                else:
+                    new.append(u)  # new, or emptied by admissions and refilled: lifted below
+                    self._drop_key(u)
+            else:
+                if u in backlogged:
+                    left.append(u)
+                self._drop_key(u)
         if left:
             policy._last_left = max(counter.get(u, 0.0) for u in left)
             for u in left:
                 backlogged.discard(u)
-        mins = self._mins
-        for u in touched:  # on_admitted charged the classes of the admitted (removed) requests
-            if u in backlogged:
-                heapq.heappush(mins, (counter.get(u, 0.0), next(self._seq), u))
-        while mins and (mins[0][2] not in backlogged or counter.get(mins[0][2], 0.0) != mins[0][0]):
-            heapq.heappop(mins)
-        floor = mins[0][0] if mins else policy._last_left
+        keys = self._keys
+        floor = keys.first()[0] if len(keys) else policy._last_left
+        if len(new) > 1:  # by head, so that keys of one floor join the run in order
+            new.sort(key=lambda u: queues[u][0])
         for u in new:
             counter[u] = max(counter.get(u, 0.0), floor)
             backlogged.add(u)
-            heapq.heappush(mins, (counter[u], next(self._seq), u))
-        for u in touched:
             self._refresh(u)
         touched.clear()
 
-    def _refresh(self, u: Hashable) -> None:
+    def _drop_key(self, u: Hashable) -> None:
         old = self._key_of.pop(u, None)
         if old is not None:
             self._keys.remove(old)
             del self._class_of_rid[old[2]]
-        queue = self.queues.get(u)
-        if queue:
-            c = self.policy.counter[u]
-            arr, rid = queue[0]
-            key = self._key_of[u] = (c, arr, rid)
-            self._keys.add(key)
-            self._class_of_rid[rid] = u
+
+    def _refresh(self, u: Hashable) -> None:
+        """Key ``u`` (it has waiting requests) by its counter and head; no sorted-list work
+        when the key did not change (a request behind its head joined or left)."""
+        queue = self.queues[u]
+        arr, rid = queue[0]
+        key = (self.policy.counter[u], arr, rid)
+        old = self._key_of.get(u)
+        if old == key:
+            return
+        if old is not None:
+            self._keys.remove(old)
+            del self._class_of_rid[old[2]]
+        self._key_of[u] = key
+        self._keys.add(key)
+        self._class_of_rid[rid] = u
 
     def iter_order(self, now: float) -> Iterator[QueuedRequest]:
         self._sync()
@@ -237,27 +336,47 @@ class DRROrder(ClassQueues):
         # stored snapshot's charge is this step's, so ``_visits`` prices it without the resolver
         # (a call per visit; measured 7 idle visits per order on the conversation trace) and
         # resolves only what it yields.
+        # class -> what is known of the charge of its oldest request (queue index 0): ``c > 0``
+        # its exact charge this step (the head's id is not in ``_lo``: the stored snapshot's
+        # charge), ``-b < 0`` a lower bound ``b`` of it (the head is stale: ``_lo``'s bound or,
+        # once resolved in a read, the bound it had, still below the exact charge). Set by
+        # ``add`` and ``stale`` of the head and when a visit prices it, dropped by ``remove``
+        # (the next head is priced at its first visit). It saves the lookups (queue, head id,
+        # bound, snapshot) of a visit, of which most are idle (7 per order on the conversation
+        # trace, each class visited about six times before it serves).
+        self._hc: dict[Hashable, int] = {}
 
     def stale(self, request_ids: Any, raised: Any = None) -> None:
         """Lazy hits: these snapshots are out of date. A hit that cannot have risen leaves the
         charge at least that of the snapshot the order last read (the stored one); one that may
         have risen (``raised``; ``None``: all) only at least ``L - max_hit``."""
-        items, lo = self.items, self._lo
+        items, lo, hc, queues = self.items, self._lo, self._hc, self.queues
         if raised is None:
             raised, request_ids = request_ids, ()
         for rid in request_ids:
-            if rid not in lo:
-                lo[rid] = items[rid][1].uncached_len
+            u, q = items[rid]
+            b = lo.get(rid)
+            if b is None:
+                b = lo[rid] = q.uncached_len
+            if queues[u][0][1] == rid:
+                hc[u] = -b
         for rid in raised:
-            q = items[rid][1]
-            lo[rid] = max(1, q.prompt_len - max_hit(q) - q.num_computed_tokens)
+            u, q = items[rid]
+            b = lo[rid] = max(1, q.prompt_len - max_hit(q) - q.num_computed_tokens)
+            if queues[u][0][1] == rid:
+                hc[u] = -b
 
     def add(self, q: QueuedRequest) -> None:
-        self._lo.pop(q.request_id, None)  # a fresh snapshot: its charge is exact again
+        rid = q.request_id
+        self._lo.pop(rid, None)  # a fresh snapshot: its charge is exact again
         super().add(q)
+        u = self.items[rid][0]
+        if self.queues[u][0][1] == rid:  # the class's oldest: its charge is this snapshot's
+            self._hc[u] = q.uncached_len
 
     def remove(self, request_id: str) -> None:
         self._lo.pop(request_id, None)
+        self._hc.pop(self.items[request_id][0], None)
         super().remove(request_id)
 
     def _link(self, u: Hashable) -> None:
@@ -288,7 +407,20 @@ class DRROrder(ClassQueues):
         policy = self.policy
         nxt, queues = self._nxt, self.queues
         cursor, deficit, emptied = policy.cursor, policy.deficit, policy.emptied
-        gone = {u for u in itertools.chain(self.touched, emptied) if u in nxt and (u in emptied or u not in queues)}
+        # One pass over the classes that changed: those that leave (emptied by admissions or
+        # without waiting requests) and those with waiting requests that are not in the ring
+        # once the leavers left (new ones, and emptied ones refilled since: they join again at
+        # the end). Most steps change one or two classes.
+        gone: list[Hashable] = []
+        new: list[Hashable] = []
+        for u in self.touched.union(emptied) if emptied else self.touched:
+            if u in nxt:
+                if u in emptied or u not in queues:
+                    gone.append(u)
+                    if u in queues:
+                        new.append(u)
+            elif u in queues:
+                new.append(u)
         pos = cursor["pos"]
         if pos is not None and pos in gone:
             k = nxt[pos]
@@ -300,10 +432,11 @@ class DRROrder(ClassQueues):
         for u in gone:  # deficit keys are ring classes (set by Replay.commit): drop the leavers'
             self._unlink(u)
             deficit.pop(u, None)
-        new = sorted((u for u in set(itertools.chain(self.touched, emptied)) if u in queues and u not in nxt),
-                     key=lambda u: queues[u][0])
-        for u in new:
-            self._link(u)
+        if new:
+            if len(new) > 1:
+                new.sort(key=lambda u: queues[u][0])
+            for u in new:
+                self._link(u)
         emptied.clear()
         self.touched.clear()
         if cursor["pos"] is None and self._first is not None:
@@ -325,7 +458,8 @@ class DRROrder(ClassQueues):
         append = changes.append
         deficit, cursor, emptied, q = policy.deficit, policy.cursor, policy.emptied, policy.quantum
         dreal = deficit.get
-        queues, items, resolve, lo = self.queues, self.items, self.resolve, self._lo
+        queues, items, resolve, lo, hc = self.queues, self.items, self.resolve, self._lo, self._hc
+        hget = hc.get
         if resolve is None:
             def current(rid):
                 return items[rid][1]
@@ -337,12 +471,35 @@ class DRROrder(ClassQueues):
                     items[rid] = (item[0], r)
                     lo.pop(rid, None)
                 return r
+
+        def price(k, i, credit_to):
+            # The charge of k's head (queue index i), exact, or a stale head's lower bound when
+            # that bound already exceeds ``credit_to`` (the deficit after this visit's credit;
+            # None: the visit is credited, price exactly): the visit is idle whatever the exact
+            # charge, so the head's snapshot is not rebuilt for it. An exact charge is kept
+            # (``_hc`` for a class's oldest request, ``ch`` for a later one, this order only).
+            rid = queues[k][i][1]
+            c = lo.get(rid)
+            if c is None:  # never marked stale: the stored snapshot's charge is this step's
+                c = items[rid][1].uncached_len
+            elif credit_to is None or c <= credit_to:
+                c = current(rid).uncached_len
+            else:
+                if not i:
+                    hc[k] = -c
+                return c
+            if i:
+                ch[k] = c
+            else:
+                hc[k] = c
+            return c
+
         rnxt, rprv = self._nxt, self._prv
         snxt: dict[Hashable, Hashable] = {}
         sprv: dict[Hashable, Hashable] = {}
         d: dict[Hashable, float] = {}
         head: dict[Hashable, int] = {}
-        ch: dict[Hashable, int] = {}  # class -> charge of its current head
+        ch: dict[Hashable, int] = {}  # class -> charge of its current head, once it moved (this order)
         size = len(rnxt)
 
         k = cursor["pos"]
@@ -368,22 +525,44 @@ class DRROrder(ClassQueues):
             append((cursor, "credited", False))
             return n
 
+        def skip_rounds(k):
+            # DRR.order's skip of empty rounds: a whole round from k served nobody, so each class
+            # gains the m - 1 quanta more that the first one able to serve needs (exact charges).
+            ring = [k]
+            x = snxt[k] if k in snxt else rnxt[k]
+            while x != k:
+                ring.append(x)
+                x = snxt[x] if x in snxt else rnxt[x]
+            m = None
+            for x in ring:
+                cx = ch[x] if x in ch else hget(x)
+                if cx is None or cx < 0:
+                    cx = price(x, head.get(x, 0), None)
+                mx = math.ceil((cx - (d[x] if x in d else dreal(x, 0.0))) / q)
+                if m is None or mx < m:
+                    m = mx
+            if m > 1:
+                for x in ring:
+                    d[x] = v = (d[x] if x in d else dreal(x, 0.0)) + (m - 1) * q
+                    append((deficit, x, v))
+
         moved = False  # idle visits moved the cursor to k, not logged yet (see below)
         while size:
-            dk = d[k] if k in d else dreal(k, 0.0)
-            c = ch.get(k)
-            if c is None:
-                rid = queues[k][head.get(k, 0)][1]
-                c = lo.get(rid)  # a stale head's charge bound: decides an idle visit alone
-                if c is None:  # never marked stale: the stored snapshot's charge is this step's
-                    c = ch[k] = items[rid][1].uncached_len
-                elif credited or c <= dk + q:
-                    c = ch[k] = current(rid).uncached_len
             if not credited:
-                dk += q
-                d[k] = dk
-                append((deficit, k, dk))
-                if c > dk:
+                # Visits that credit k until one can serve (a run of idle visits, then the
+                # serving one). The charge is read after the credit is computed and before it
+                # is logged, as DRR.order compares it (``c > d`` after ``d += q``).
+                while True:
+                    dk = (d[k] if k in d else dreal(k, 0.0)) + q
+                    c = ch[k] if k in ch else hget(k)
+                    if c is None:
+                        c = price(k, head.get(k, 0), dk)
+                    elif c < 0:  # a stale head: its bound decides an idle visit alone
+                        c = -c if -c > dk else price(k, head.get(k, 0), dk)
+                    d[k] = dk
+                    append((deficit, k, dk))
+                    if c <= dk:
+                        break
                     # An idle visit (its head still waits, so the class stays): the cursor
                     # moves on. Its cursor entries ("credited" True then False, "pos" the next
                     # class) are left out of the log: no placement mark falls before the
@@ -392,37 +571,29 @@ class DRROrder(ClassQueues):
                     # so every commit applies the reference's values or none of them.
                     k = snxt[k] if k in snxt else rnxt[k]
                     moved = True
-                else:
-                    if moved:
-                        append((cursor, "pos", k))
-                        moved = False
-                    credited = True
-                    append((cursor, "credited", True))
-            elif c > dk:
-                k = end_visit(k)
-            if c > dk:
-                idle_visits += 1
-                if idle_visits >= size:
-                    ring = [k]
-                    x = snxt[k] if k in snxt else rnxt[k]
-                    while x != k:
-                        ring.append(x)
-                        x = snxt[x] if x in snxt else rnxt[x]
-                    m = None
-                    for x in ring:
-                        cx = ch.get(x)
-                        if cx is None:
-                            rid = queues[x][head.get(x, 0)][1]
-                            cx = ch[x] = items[rid][1].uncached_len if rid not in lo else current(rid).uncached_len
-                        mx = math.ceil((cx - (d[x] if x in d else dreal(x, 0.0))) / q)
-                        if m is None or mx < m:
-                            m = mx
-                    if m > 1:
-                        for x in ring:
-                            d[x] = v = (d[x] if x in d else dreal(x, 0.0)) + (m - 1) * q
-                            append((deficit, x, v))
-                    idle_visits = 0
-                continue
+                    idle_visits += 1
+                    if idle_visits >= size:
+                        skip_rounds(k)
+                        idle_visits = 0
+                if moved:
+                    append((cursor, "pos", k))
+                    moved = False
+                credited = True
+                append((cursor, "credited", True))
+            else:
+                # The visit of k goes on (the cursor was left credited on it): it serves while
+                # its head's exact charge fits, else it ends.
+                dk = d[k] if k in d else dreal(k, 0.0)
+                c = ch[k] if k in ch else hget(k)
+                if c is None or c < 0:
+                    c = price(k, head.get(k, 0), None)
+                if c > dk:
+                    k = end_visit(k)
+                    idle_visits += 1
+                    if idle_visits >= size:
+                        skip_rounds(k)
+                        idle_visits = 0
+                    continue
             idle_visits = 0
             queue = queues[k]
             last = len(queue) - 1
@@ -480,6 +651,10 @@ class DLPMOrder:
     #: nothing a later read sees (``fairsim.policies.incremental``; the colocated skip of
     #: blocked admissions; eager hits, so every snapshot change is an ``add`` the engine counts).
     moved_by = "snapshots"
+
+    #: Least number of clients to re-sort at once for which ``iter_order`` rebuilds ``_pos``
+    #: (when they are also a quarter of its entries or more) instead of moving each one.
+    REBUILD_MIN = 256
 
     def __init__(self, policy: Any) -> None:
         self.policy = policy
@@ -547,8 +722,22 @@ class DLPMOrder:
         applied = policy._replay.applied
         # Real deficits change only by a commit: without one since the last read, only the
         # clients whose queue changed need re-sorting.
-        for u in (self.touched | self._logged) if applied != self._applied else self.touched:
-            self._refresh(u)
+        changed = (self.touched | self._logged) if applied != self._applied else self.touched
+        if len(changed) >= self.REBUILD_MIN and 4 * len(changed) >= len(self._pos_key):
+            # Many clients at once (the commit of a refill logs every backlogged client): set
+            # their entries, then sort all entries in one C-level pass instead of a SortedList
+            # remove and add per client. The same keys, so the same sorted sequence.
+            pos_key, real = self._pos_key, policy.deficit
+            for u in changed:
+                queue = queues.get(u)
+                if queue and real.get(u, 0.0) > 0:
+                    pos_key[u] = queue[0]
+                else:
+                    pos_key.pop(u, None)
+            self._pos = SortedList(pos_key.values())
+        else:
+            for u in changed:
+                self._refresh(u)
         self._applied = applied
         self._key = (self._version, applied)
         self.touched.clear()

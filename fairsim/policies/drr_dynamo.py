@@ -213,13 +213,24 @@ class DRRDynamoOrder(ClassQueues):
         self.ring: list[int] = []
         self.class_at: dict[int, Hashable] = {}  # position -> class, for the classes in the ring
         self.unpriced: list[str] = []  # requests added since the last read (no cost yet)
+        # class -> the cost of its oldest request (fixed once priced), set at the first scan that
+        # reads it and dropped when the class's oldest request changes (a new older one, or a
+        # removal): a scan visit reads one dict instead of queue, head id and cost.
+        self.head_cost: dict[Hashable, int] = {}
 
     def add(self, q: QueuedRequest) -> None:
-        if q.request_id not in self.items:
-            self.unpriced.append(q.request_id)
-        super().add(q)
+        rid = q.request_id
+        if rid not in self.items:
+            self.unpriced.append(rid)
+            super().add(q)
+            u = self.items[rid][0]
+            if self.queues[u][0][1] == rid:
+                self.head_cost.pop(u, None)
+        else:
+            super().add(q)
 
     def remove(self, request_id: str) -> None:
+        self.head_cost.pop(self.items[request_id][0], None)
         super().remove(request_id)
         self.policy.cost.pop(request_id, None)
 
@@ -261,42 +272,94 @@ class DRRDynamoOrder(ClassQueues):
         return self._pick_all()
 
     def _pick_all(self) -> Iterator[QueuedRequest]:
-        """``DRRDynamo._pick_all`` over the kept ring: the same picks, credits and log."""
+        """``DRRDynamo._pick_all`` over the kept ring: the same picks, credits and log.
+
+        One loop with the helpers of ``DRRDynamo._pick_all`` (``head_cost``, ``scan``,
+        ``credit``, ``serve``, ``Replay.log``/``placed``) written out: it runs for every class a
+        scan visits, about six per pick on the conversation trace, where each helper was a
+        Python call. The arithmetic is the same expressions in the same order (a credit is
+        ``deficit + quantum``, a skip ``deficit + rounds * quantum``), so the floats are too."""
         policy = self.policy
         replay = policy._replay
-        log, cost, q = replay.log, policy.cost, policy.quantum
+        changes, marks, ids = replay._changes, replay._marks, replay.ids
+        append = changes.append
+        cost, q = policy.cost, policy.quantum
         deficit, cursor, position = policy.deficit, policy.cursor, policy.position
-        queues, ring, class_at, current = self.queues, self.ring, self.class_at, self.current
+        dreal = deficit.get
+        queues, ring, class_at, items, resolve = self.queues, self.ring, self.class_at, self.items, self.resolve
+        hcost = self.head_cost
+        hget = hcost.get
+        ch: dict[Hashable, int] = {}  # class -> cost of its head once it moved in this order
+
+        def price(x):
+            # The cost of x's head: its oldest request's is kept (head_cost) across reads.
+            i = head.get(x, 0)
+            c = cost[queues[x][i][1]]
+            if i:
+                ch[x] = c
+            else:
+                hcost[x] = c
+            return c
+
+        n = len(ring)
         d: dict[Hashable, float] = {}  # scratch deficits of the classes changed in this order
         head: dict[Hashable, int] = {}  # class -> its head's index in its queue
         gone: set[int] = set()  # positions of the classes this order emptied
-        left = len(ring)
+        left = n
         round_pos, carry = cursor["round"], cursor["carry"]
 
-        def dget(k: Hashable) -> float:
-            return d[k] if k in d else deficit.get(k, 0.0)
-
-        def head_cost(k: Hashable) -> int:
-            return cost[queues[k][head.get(k, 0)][1]]
-
-        def scan() -> Iterator[Hashable]:
-            # The ring from the first class at or after the round cursor, wrapping; lazy.
-            start = bisect_left(ring, round_pos)
-            for j in chain(range(start, len(ring)), range(start)):
-                p = ring[j]
-                if p not in gone:
-                    yield class_at[p]
-
-        def credit(k: Hashable, amount: float) -> None:
-            d[k] = v = dget(k) + amount
-            log(deficit, k, v)
-
-        def serve(k: Hashable) -> QueuedRequest:
-            nonlocal round_pos, carry, left
+        while left:
+            k = None
+            if carry is not None:
+                dk = d[carry] if carry in d else dreal(carry, 0.0)
+                c = ch[carry] if carry in ch else hget(carry)
+                if c is None:
+                    c = price(carry)
+                if c <= dk:
+                    k = carry
+            if k is None:
+                # The scan: the ring from the first class at or after the round cursor, wrapping.
+                start = bisect_left(ring, round_pos)
+                for j in chain(range(start, n), range(start)):
+                    p = ring[j]
+                    if p in gone:
+                        continue
+                    x = class_at[p]
+                    dk = d[x] if x in d else dreal(x, 0.0)
+                    c = ch[x] if x in ch else hget(x)
+                    if c is None:
+                        c = price(x)
+                    if c <= dk:  # credit carried from earlier rounds
+                        k = x
+                        break
+                    dk += q
+                    d[x] = dk
+                    append((deficit, x, dk))
+                    if c <= dk:
+                        k = x
+                        break
+                else:
+                    # Nobody could pay: every class gets the rounds the first payer needs.
+                    backlogged = [class_at[p] for p in ring if p not in gone]  # vector order
+                    rounds = min(math.ceil(((ch[x] if x in ch else hget(x) or price(x)) - (d[x] if x in d else dreal(x, 0.0)))
+                                           / q) for x in backlogged)
+                    for x in backlogged:
+                        d[x] = v = (d[x] if x in d else dreal(x, 0.0)) + rounds * q
+                        append((deficit, x, v))
+                    for j in chain(range(start, n), range(start)):
+                        p = ring[j]
+                        if p not in gone:
+                            x = class_at[p]
+                            if (ch[x] if x in ch else hcost[x]) <= d[x]:
+                                k = x
+                                break
+                    dk = d[k]
+            # Serve k (pop_candidate): charge the fixed cost; an emptied class leaves (deficit
+            # 0), else it carries while it has credit.
             queue = queues[k]
             i = head.get(k, 0)
             rid = queue[i][1]
-            dk = dget(k) - cost[rid]
+            dk -= cost[rid]
             head[k] = i + 1
             round_pos = position[k] + 1
             if i + 1 == len(queue):
@@ -305,31 +368,15 @@ class DRRDynamoOrder(ClassQueues):
                 left -= 1
                 carry = None
             else:
+                ch[k] = cost[queue[i + 1][1]]
                 carry = k if dk > 0 else None
             d[k] = dk
-            log(deficit, k, dk)
-            log(cursor, "round", round_pos)
-            log(cursor, "carry", carry)
-            r = current(rid)
-            replay.placed(r)
-            return r
-
-        while left:
-            carried, carry = carry, None
-            if carried is not None and head_cost(carried) <= dget(carried):
-                yield serve(carried)
-                continue
-            for k in scan():
-                if head_cost(k) <= dget(k):  # credit carried from earlier rounds
-                    break
-                credit(k, q)
-                if head_cost(k) <= d[k]:
-                    break
-            else:
-                # Nobody could pay: every class gets the rounds the first payer needs.
-                backlogged = [class_at[p] for p in ring if p not in gone]  # vector order
-                rounds = min(math.ceil((head_cost(k) - dget(k)) / q) for k in backlogged)
-                for k in backlogged:
-                    credit(k, rounds * q)
-                k = next(k for k in scan() if head_cost(k) <= d[k])
-            yield serve(k)
+            append((deficit, k, dk))
+            append((cursor, "round", round_pos))
+            append((cursor, "carry", carry))
+            r = items[rid][1]
+            if resolve is not None:
+                r = resolve(r)
+            ids.append(r.request_id)
+            marks.append(len(changes))
+            yield r
