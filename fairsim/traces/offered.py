@@ -144,13 +144,14 @@ def _both_works(requests: Sequence[Request], budget_tokens: int, profile: Profil
     seen: set[int] = set()
     hits = [0.0] * n
     for i, r in enumerate(ordered):
+        ids = r.block_hashes
         hit = 0
-        for x in r.block_hashes:
+        for x in ids:
             if x not in seen:
                 break
             hit += 1
         hits[i] = float(min(hit * r.hash_block_size, r.prompt_len - 1))
-        seen.update(r.block_hashes)
+        seen.update(ids[hit:] if hit else ids)  # its first ``hit`` ids are in already
     return cold, work(hits)
 
 
