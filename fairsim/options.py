@@ -658,7 +658,7 @@ def delivered_of(args: argparse.Namespace, requests: Sequence[Request], profile:
     from fairsim.traces.closedload import delivered_load
 
     cols = result.columns("requests")
-    sent = dict(zip(cols["request_id"], cols["released_s"]))
+    sent = dict(zip(cols.as_list("request_id"), cols.as_list("released_s")))
     return delivered_load(requests, sent, profile, args.budget, args.load_window,
                           getattr(args, "mode", None) == "colocated")
 
