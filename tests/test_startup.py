@@ -83,8 +83,9 @@ def test_core_parser_errors_match_the_full_parser():
 
 @pytest.mark.parametrize("policy", ["fcfs", "lpm", "drr"])
 def test_prefill_only_run_without_the_fairway_family_imports_no_numpy(one_request, policy):
-    # The offered load and the summary are computed in plain floats (fairsim.npfloat), the
-    # Fast lane imports numpy with its first lane: 60 ms of start-up saved.
+    # The offered load and the summary are computed in plain floats (fairsim.npfloat): 60 ms
+    # of start-up saved. (The Fairway family's Fast lane imports numpy only on the numpy bound
+    # lines: tests/test_fast_lane_kernel.py.)
     got = _probe("run", "--trace", str(one_request), "--policy", policy)
     assert got["status"] == 0 and policy in got["out"]
     assert "numpy" not in set(got["modules"])
