@@ -7,6 +7,8 @@
 - The optional compiled bound lines of the Fairway family's Fast lane
   (``fairsim/policies/_fast_lane_c.pyx``), the same way: where it is not built,
   ``fairsim.policies.fast_lane.bound_lines_class`` gives the numpy reference.
+- The optional compiled watcher-map updates (``fairsim/sim/_watch_c.pyx``), the same way:
+  where it is not built, the engine runs its pure-Python methods (``Engine._rewatch`` ...).
 - An editable install (``pip install -e .``) writes the packages' bytecode (``__pycache__``)
   once: a wheel install gets it from pip, and a machine that sets ``PYTHONDONTWRITEBYTECODE``
   otherwise compiles every module at every start (0.07 CPU-s of a 0.31 s start-up here).
@@ -55,7 +57,8 @@ class BuildPyWithBytecode(build_py):
 extensions = cythonize([Extension("fairsim.sim._block_pool_c", ["fairsim/sim/_block_pool_c.pyx"],
                                   extra_compile_args=["-ffp-contract=off"]),
                         Extension("fairsim.policies._fast_lane_c", ["fairsim/policies/_fast_lane_c.pyx"],
-                                  extra_compile_args=["-ffp-contract=off"])],
+                                  extra_compile_args=["-ffp-contract=off"]),
+                        Extension("fairsim.sim._watch_c", ["fairsim/sim/_watch_c.pyx"])],
                        compiler_directives={"language_level": "3"}, quiet=True)
 for ext in extensions:
     ext.optional = True  # set here: cythonize's Extension objects do not keep it

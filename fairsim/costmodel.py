@@ -170,6 +170,8 @@ class Profile:
     f_s_per_decode: float = 0.0
     min_step_s: float = 0.0
     _idle_memo: dict[int, float] = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
+    # The T_idle table's knots, values and segment slopes as floats (``_idle_time``), set once.
+    _idle_segments: tuple = field(default=(), init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         for key in ("a_s", "b_s_per_token", "k_s_per_pair", "d_s_per_request") + DECODE_KEYS:
@@ -193,6 +195,10 @@ class Profile:
                                f"steps would take no time")
         if self.max_model_len is not None and (isinstance(self.max_model_len, bool) or self.max_model_len < 2):
             raise ProfileError(f"profile {self.name!r}: max_model_len={self.max_model_len!r} must be an integer >= 2")
+        xs, ys = tuple(map(float, x)), tuple(map(float, y))
+        # interp's slope of each segment, the same float operations (``_idle_time``).
+        slopes = tuple((y1 - y0) / (x1 - x0) for x0, x1, y0, y1 in zip(xs, xs[1:], ys, ys[1:]))
+        object.__setattr__(self, "_idle_segments", (xs, ys, slopes))
 
     @property
     def kv_capacity_tokens(self) -> int | None:
@@ -311,7 +317,14 @@ class Profile:
         if prompt_len <= x[-1]:
             if prompt_len < x[0]:
                 return float(float(y[0]) * prompt_len / float(x[0]))
-            return interp(prompt_len, x, y)
+            # ``interp(prompt_len, x, y)`` with its floats and slopes made once (the Fairway
+            # family asks this once per distinct prompt length: thousands per trace).
+            xs, ys, slopes = self._idle_segments
+            j = bisect_right(x, prompt_len) - 1
+            if j == len(x) - 1 or x[j] == prompt_len:
+                return ys[j]
+            out = slopes[j] * (float(prompt_len) - xs[j]) + ys[j]
+            return out if out == out else interp(prompt_len, x, y)  # NaN: numpy's other ways
         last = int(x[-1])
         model_last = self.prefill_time(last)
         scale = float(y[-1]) / model_last if model_last > 0 else 1.0  # float64, as the table was

@@ -4,6 +4,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fairsim.costmodel import Profile, builtin_profiles, interp, load_profile, model_idle_table, save_profile
 from fairsim.errors import ProfileError
@@ -137,3 +139,31 @@ class TestProfileErrors:
     def test_decreasing_idle_table(self):
         with pytest.raises(ProfileError, match="non-decreasing"):
             profile(idle_seconds=(0.5, 0.1))
+
+
+@pytest.mark.parametrize("name", builtin_profiles())
+def test_idle_time_is_interp_at_every_length(name):
+    """``_idle_time`` interpolates with slopes made once (``Profile._idle_segments``): the float
+    ``interp`` gives, at every length of the table's range (every 7th past 30,000) and the knots."""
+    p = load_profile(name)
+    x, y = p.idle_prompt_tokens, p.idle_seconds
+    lengths = sorted(set(range(x[0], min(x[-1], 30_000) + 1)) | set(range(x[0], x[-1] + 1, 7)) | set(x))
+    assert [p._idle_time(n) for n in lengths] == [interp(n, x, y) for n in lengths]
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), points=st.integers(2, 8), float32=st.booleans())
+def test_idle_time_is_interp_on_random_tables(data, points, float32):
+    """Random tables (knots, non-decreasing values, float32 values too): the same float as
+    ``interp`` at random lengths inside them, and a float."""
+    x = tuple(sorted(data.draw(st.sets(st.integers(1, 100_000), min_size=points, max_size=points))))
+    steps = data.draw(st.lists(st.floats(0, 10, allow_nan=False), min_size=points, max_size=points))
+    y = tuple(np.cumsum(steps).tolist())
+    if float32:
+        y = tuple(np.float32(v) for v in y)
+        if any(b < a for a, b in zip(y, y[1:])):
+            return
+    p = profile(idle_prompt_tokens=x, idle_seconds=y)
+    for n in data.draw(st.lists(st.integers(x[0], x[-1]), min_size=1, max_size=20)) + list(x):
+        got = p._idle_time(n)
+        assert got == interp(n, x, y) and type(got) is float

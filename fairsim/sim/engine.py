@@ -71,7 +71,7 @@ from fairsim.policies.incremental import fast_path_of
 from fairsim.sim.pool_choice import block_pool_kind, compiled_module, new_block_pool
 from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
-from fairsim.sim.lazy_hits import NO_KEY, LazyHits
+from fairsim.sim.lazy_hits import NO_KEY, LazyHits, compiled_watch_class
 from fairsim.sim.result import Columns, SimResult
 
 if TYPE_CHECKING:  # the token-gap DataFrame of a fleet's or disaggregated run's parts
@@ -372,6 +372,15 @@ class Engine:
         # lazy hits have nothing to do. Not with PEEK's protection (its staleness test counts the
         # changes of watched keys).
         self._hit_free = getattr(policy, "uses_prefix_hits", True) is False and self._protect is None
+        # The snapshot and watcher-map updates compiled where built (``fairsim/sim/_watch_c.pyx``;
+        # the methods below are the reference, statement for statement); ``LazyHits`` takes its
+        # ``key_changed`` and ``resolve`` too.
+        watch_class = compiled_watch_class()
+        self._watch_c = None if watch_class is None else watch_class(self, NO_KEY, QueuedRequest)
+        if self._watch_c is not None:
+            c = self._watch_c
+            self._rewatch, self._drop, self._unwatch, self._snapshot, self._make_snapshot = (
+                c.rewatch, c.drop, c.unwatch, c.snapshot, c.make_snapshot)
         self._lazy = (LazyHits(self) if self._inc is not None and hasattr(self._inc, "set_resolver")
                       and not self._hit_free else None)
         self.env = simpy.Environment(initial_time=0.0)  # float clock: start_s is float64 even for one step

@@ -52,13 +52,33 @@ tables with the reference (``order()`` over fresh snapshots each step), and
 
 from __future__ import annotations
 
+import importlib
+import os
 from collections.abc import Hashable
 from typing import Any
 
+from fairsim.sim.pool_choice import PURE_PYTHON_ENV
 from fairsim.types import QueuedRequest
 
 #: ``_Live.next_key`` of a request whose hit cannot rise (equal to no block key).
 NO_KEY = object()
+
+#: The optional extension (``fairsim/sim/_watch_c.pyx``, built at install by ``setup.py``):
+#: the watcher-map updates compiled, loaded by name as the compiled pool is.
+COMPILED_MODULE = "fairsim.sim._watch_c"
+
+
+def compiled_watch_class() -> type | None:
+    """``fairsim.sim._watch_c.CompiledWatch`` (the compiled twin of ``Engine._rewatch``,
+    ``_drop``, ``_unwatch`` and ``LazyHits.key_changed``: same map, same fields, same order of
+    invalidations) where the extension imports and ``FAIRSIM_PURE_PYTHON=1`` is not set, else
+    None: the engine runs the pure-Python methods (the reference)."""
+    if os.environ.get(PURE_PYTHON_ENV) == "1":
+        return None
+    try:
+        return importlib.import_module(COMPILED_MODULE).CompiledWatch
+    except ImportError:
+        return None
 
 
 class LazyHits:
@@ -84,9 +104,17 @@ class LazyHits:
         # them by their largest possible hit already, so a key's next rise need not name them.
         self.bounded: set[int] = set()
         self._watchers = engine._watchers
-        # The engine's callback, with the change's direction kept (lazy path only).
-        self.pool.on_key_change = self.key_changed
-        engine._inc.set_resolver(self.resolve)
+        # The engine's callback, with the change's direction kept (lazy path only); compiled
+        # where the engine runs the compiled watcher map (``compiled_watch_class``).
+        compiled = getattr(engine, "_watch_c", None)
+        if compiled is None:
+            self.pool.on_key_change = self.key_changed
+            engine._inc.set_resolver(self.resolve)
+        else:
+            compiled.attach_lazy(self)
+            self.pool.on_key_change = compiled.key_changed
+            engine._inc.set_resolver(compiled.resolve)
+            self.start_step = compiled.start_step
 
     def key_changed(self, key: Hashable) -> None:
         """A key some waiting request may hit changed hittability (the pool calls this after the
