@@ -860,7 +860,7 @@ class Engine:
         rebuilt: the hit keys of the requests that left the head or were re-keyed since the
         last build are taken out, those of the requests that entered it (or were re-keyed) put
         in (``update_runs`` keeps a count per key, so the set is the one a rebuild gives). Who
-        entered and left comes from the fast path (``SortedKeyOrder.head_changes``), at a cost
+        entered and left comes from the fast path (``head_changes``: PEEK's ``peek_order.HeadHeapOrder``), at a cost
         that follows the changes, not ``max_num_seqs``. A waiting request's hit keys change
         only with its watched keys, which re-key it (``_rekeyed``, or ``_dirty`` when it changed
         after this step's order); a preempted request's keys are not watched, so its hit is
