@@ -90,6 +90,8 @@ def assert_same_credit_state(name: str, ref, fast) -> None:
     """The reference and the fast-path policy ended in the same credit state."""
     if name == "drr":
         assert (ref.deficit, ref.cursor) == (fast.deficit, fast.cursor)
+    elif name == "drr-dynamo":
+        assert (ref.deficit, ref.cursor, ref.position) == (fast.deficit, fast.cursor, fast.position)
     elif name == "dlpm":
         assert ref.deficit == fast.deficit
     else:
