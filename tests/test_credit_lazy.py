@@ -1,4 +1,4 @@
-"""Lazy hits in the credit fast paths (VTC, DRR: ``fairsim.policies.credit_fast.ClassQueues``).
+"""Lazy hits in the credit fast paths (VTC, DRR, DRR-Dynamo: ``fairsim.policies.credit_fast.ClassQueues``, ``drr_dynamo``).
 
 As the engine with ``fairsim.sim.lazy_hits``: after a cache event a waiting request's new hit is
 not re-added; the order is only told ``stale(ids)`` and reads the request's snapshot of the step
@@ -23,7 +23,7 @@ PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 
 
 @settings(max_examples=80, deadline=None)
-@given(seed=st.integers(0, 10_000), name=st.sampled_from(["drr", "vtc"]), n=st.integers(1, 40),
+@given(seed=st.integers(0, 10_000), name=st.sampled_from(["drr", "vtc", "drr-dynamo"]), n=st.integers(1, 40),
        num_clients=st.sampled_from([0, 1, 3, 8]), quantum=st.sampled_from([300, 2048]),
        changed=st.integers(0, 30), block=st.sampled_from([0, 512]))
 def test_stale_hits_read_through_the_resolver(seed, name, n, num_clients, quantum, changed, block):

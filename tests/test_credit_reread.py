@@ -18,7 +18,7 @@ PROFILE = load_profile("a6000-llama3.1-8b-vllm-prior")
 
 
 @settings(max_examples=80, deadline=None)
-@given(seed=st.integers(0, 10_000), name=st.sampled_from(["drr", "vtc", "dlpm"]),
+@given(seed=st.integers(0, 10_000), name=st.sampled_from(["drr", "vtc", "dlpm", "drr-dynamo"]),
        n=st.integers(1, 40), num_clients=st.sampled_from([0, 1, 3, 8]), quantum=st.sampled_from([300, 2048]))
 def test_reads_without_admission_change_nothing(seed, name, n, num_clients, quantum):
     rng = random.Random(seed)
