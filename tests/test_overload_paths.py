@@ -118,6 +118,9 @@ def test_lazy_snapshots_are_those_of_the_step_start(monkeypatch):
 
     monkeypatch.setattr(engine_mod.Engine, "_fast_order", recording)
     monkeypatch.setattr(lazy_hits.LazyHits, "resolve", checked)
+    # The Python methods (the reference): the compiled watcher map resolves in C, which the
+    # wrapper above cannot see; tests/test_watch_compiled.py holds it to these methods.
+    monkeypatch.setattr(engine_mod, "compiled_watch_class", lambda: None)
     requests, engine = _conversation_or_flood()
     for name in ("fairway", "fairway-carry", "fcfs"):
         simulate(requests, make_policy(name, PROFILE), PROFILE, engine)
