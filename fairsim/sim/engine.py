@@ -73,11 +73,11 @@ from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.lazy_hits import NO_KEY, LazyHits, compiled_watch_class
 from fairsim.sim.result import Columns, SimResult
+from fairsim.sim.keys import blocks_for, engine_block_keys, generated_block_keys
+from fairsim.types import QueuedRequest, Request
 
 if TYPE_CHECKING:  # the token-gap DataFrame of a fleet's or disaggregated run's parts
     import pandas as pd
-from fairsim.sim.keys import blocks_for, engine_block_keys, generated_block_keys
-from fairsim.types import QueuedRequest, Request
 
 _handle_of = attrgetter("handle")  # a snapshot's engine request (QueuedRequest.handle)
 

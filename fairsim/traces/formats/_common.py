@@ -20,7 +20,6 @@ from operator import attrgetter
 from pathlib import Path
 from typing import IO, Any
 
-
 from fairsim.errors import TraceFormatError
 from fairsim.traces.trace import Trace
 from fairsim.types import Request

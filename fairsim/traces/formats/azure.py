@@ -47,24 +47,13 @@ def parse_time(stamp: str) -> float:
     Raises:
         ValueError: Not such a date-time.
     """
-    m = _STAMP.fullmatch(stamp.strip())
-    if m is None:
-        raise ValueError(stamp)
-    return _whole_seconds(m[1] + (m[3] or "")) + float("0." + (m[2] or "0"))
-
-
-def _whole_seconds(stamp: str) -> float:
-    """POSIX seconds of a date-time without its fraction (``_STAMP``'s date-time and zone)."""
-    when = datetime.fromisoformat(stamp)
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return when.timestamp()
+    return _Stamps()(stamp)
 
 
 class _Stamps:
     """``parse_time`` for a file's rows in order: rows within one second (most of a busy trace)
     share its date-time, so the last one's POSIX seconds are kept (the same float, not parsed
-    again); the fraction is added as ``parse_time`` adds it."""
+    again) and the fraction is added to them."""
 
     def __init__(self) -> None:
         self._whole: str | None = None
@@ -77,7 +66,10 @@ class _Stamps:
             raise ValueError(stamp)
         whole = m[1] + (m[3] or "")
         if whole != self._whole:
-            self._seconds = _whole_seconds(whole)
+            when = datetime.fromisoformat(whole)
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=timezone.utc)
+            self._seconds = when.timestamp()
             self._whole = whole
         return self._seconds + float("0." + (m[2] or "0"))
 
