@@ -239,7 +239,9 @@ def test_due_blocks_equal_a_plain_walk(ops, mode, exact_leaves):
     prefix ends at the last urgent key. Adds and removes go into the blocks
     only when these are read (a walk, ``blocks``), so several of them, in any mix, are applied at
     once. With ``exact_leaves`` (the colocated skip's) a leave re-sums its block at the next
-    walk, so the least reported is the true one."""
+    walk, in every lookahead mode, so the least reported is the true one; without it the least
+    is only a lower bound in every mode (found by CI's derandomized run: a leave in ``"own"``
+    mode had left a block's least as it was)."""
     due = DueBlocks(mode)
     due.BLOCK = 8
     due.exact_leaves = exact_leaves
@@ -273,7 +275,7 @@ def test_due_blocks_equal_a_plain_walk(ops, mode, exact_leaves):
             urgent.update(expect)
             assert newly == expect
             assert least <= min(slacks, default=math.inf)
-            if exact_leaves or mode != "queue":
+            if exact_leaves:
                 assert least == min(slacks, default=math.inf)
         assert len(due) == len(keys)
         if op in ("walk", "blocks"):

@@ -250,11 +250,12 @@ class DueBlocks:
             # ``last[i]`` keeps the key just removed: between the blocks around it in deadline
             # order, so the bisects stay right, and a key that falls there fills this block again.
             b.gone = self.last[i]
-        if self.mode == "queue" and id(b) not in self._dirty:  # (a dirty block is re-summed)
+        if id(b) not in self._dirty:  # (a dirty block is re-summed)
             if self.exact_leaves:
                 self._dirty[id(b)] = b  # re-summed at the next walk: its least exact again
-            else:
+            elif self.mode == "queue":
                 self._drop_work(i, b, w)
+            # other modes: no total between blocks, and the least stays a lower bound
 
     def _drop_work(self, i: int, b: _Block, w: int) -> None:
         """Block ``i`` (``b``) lost a request of work ``w`` (``lookahead="queue"``): its total and
