@@ -37,7 +37,9 @@ The weight-read floor ``min_step_s`` is not counted (the bound stays a lower bou
 
 from __future__ import annotations
 
+import importlib
 import math
+import os
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -49,7 +51,26 @@ from fairsim.npfloat import float_sum
 from fairsim.types import Request
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     import numpy as np
+
+#: The optional typed loops (``fairsim/traces/_offered_c.pyx``, built at install by ``setup.py``),
+#: loaded by name (a ``.pyx`` in an import statement reads, to tools, as an import of the package).
+COMPILED_MODULE = "fairsim.traces._offered_c"
+
+
+def compiled_kernel() -> ModuleType | None:
+    """The compiled twin of this module's loops (same floats to the bit:
+    ``tests/test_offered_compiled.py``) where it was built and ``FAIRSIM_PURE_PYTHON=1`` is not
+    set, else None: the Python loops here (the reference) run."""
+    if os.environ.get("FAIRSIM_PURE_PYTHON") == "1":
+        return None
+    try:
+        return importlib.import_module(COMPILED_MODULE)
+    except ImportError:
+        return None
+
 
 DEFAULT_LOAD_WINDOW_S = 60.0
 """Length of the busiest-window load, seconds."""
@@ -102,13 +123,15 @@ def prefill_work(requests: Sequence[Request], budget_tokens: int, ideal_reuse: b
 
 
 def _both_works(requests: Sequence[Request], budget_tokens: int, profile: Profile | None, colocated: bool,
-                ideal_reuse: bool = True) -> tuple[PrefillWork, ...]:
+                ideal_reuse: bool = True, kernel: ModuleType | None = None) -> tuple[PrefillWork, ...]:
     """``(cold,)`` or ``(cold, ideal)``: ``prefill_work`` without and with ideal reuse, the arrival
     order, arrival times, lengths and decode work computed once for both (``offered_load``).
 
     Its fields are lists of floats, each entry the float numpy's element-wise operations give
     (the same IEEE operations in the same order; ``x * x`` for numpy's ``x ** 2``), so a run
     computes its offered load without numpy (start-up; ``prefill_work`` makes the arrays).
+    ``kernel`` (``compiled_kernel()``) runs the walk and the work lists as typed loops (the same
+    floats); None runs the Python loops here.
 
     Raises:
         ValueError: ``budget_tokens < 1``; ``colocated`` without ``profile``.
@@ -132,6 +155,10 @@ def _both_works(requests: Sequence[Request], budget_tokens: int, profile: Profil
                     for o1, L in zip(decode_tokens, lengths)]
 
     def work(hits: list[float]) -> PrefillWork:
+        if kernel is not None:
+            new, pairs, chunks = kernel.work_lists(lengths, hits, budget_tokens)
+            return PrefillWork(arrival_s=arrival, new_tokens=new, pairs=pairs, chunks=chunks,
+                               decode_tokens=decode_tokens, decode_s=decode_s)
         new = [L - h for L, h in zip(lengths, hits)]
         return PrefillWork(arrival_s=arrival, new_tokens=new,
                            pairs=[(L * L - h * h) / 2.0 for L, h in zip(lengths, hits)],
@@ -141,6 +168,8 @@ def _both_works(requests: Sequence[Request], budget_tokens: int, profile: Profil
     cold = work([0.0] * n)
     if not ideal_reuse:
         return (cold,)
+    if kernel is not None:
+        return cold, work(kernel.ideal_hits(ordered))
     seen: set[int] = set()
     hits = [0.0] * n
     for i, r in enumerate(ordered):
@@ -170,22 +199,31 @@ def busy_time(profile: Profile, budget_tokens: int, new_tokens: np.ndarray | flo
             + profile.k_s_per_pair * pairs + profile.d_s_per_request * chunks + decode_s)
 
 
-def _window_ends(t: list[float], window_s: float) -> list[int]:
-    """For each arrival ``t[i]``, the index of the first arrival at or after ``t[i] + window_s``
-    (``np.searchsorted(t, t + window_s, side="left")``)."""
+def _window_ends(t: list[float], window_s: float, kernel: ModuleType | None = None) -> list[int]:
+    """For each arrival ``t[i]`` (non-decreasing), the index of the first arrival at or after
+    ``t[i] + window_s`` (``np.searchsorted(t, t + window_s, side="left")``; ``kernel``: the
+    compiled forward scan, the same indices)."""
+    if kernel is not None:
+        return kernel.window_ends(t, window_s)
     return [bisect_left(t, ti + window_s) for ti in t]
 
 
 def _busiest(work: PrefillWork, profile: Profile, budget: int, window_s: float,
-             ends: list[int] | None = None) -> tuple[float, float]:
+             ends: list[int] | None = None, kernel: ModuleType | None = None) -> tuple[float, float]:
     """``(load, start_s)`` of the busiest ``window_s``-second window: the first window, starting
     at an arrival, whose ``busy_time`` is the largest (numpy's ``argmax``: a NaN wins).
 
     The window sums are differences of running sums (``np.cumsum``'s, in order) at the
-    arrivals ``[t, t + W)`` (``ends``: ``_window_ends``, computed here when not given)."""
+    arrivals ``[t, t + W)`` (``ends``: ``_window_ends``, computed here when not given).
+    ``kernel`` (``compiled_kernel()``): the same loop typed, the same floats."""
     t = work.arrival_s
     if ends is None:
-        ends = _window_ends(t, window_s)
+        ends = _window_ends(t, window_s, kernel)
+    if kernel is not None:
+        best, top = kernel.busiest(work.new_tokens, work.pairs, work.chunks, work.decode_tokens, work.decode_s,
+                                   ends, profile.a_s, profile.b_s_per_token, profile.k_s_per_pair,
+                                   profile.d_s_per_request, budget)
+        return top / window_s, t[best]
     cn, cp, cc, cdt, cds = ([0.0, *accumulate(x)]
                             for x in (work.new_tokens, work.pairs, work.chunks, work.decode_tokens, work.decode_s))
     a, b, k, d = profile.a_s, profile.b_s_per_token, profile.k_s_per_pair, profile.d_s_per_request
@@ -312,24 +350,27 @@ def offered_load(requests: Sequence[Request], profile: Profile, budget_tokens: i
     if not requests:
         raise ValueError("offered load of an empty trace")
     check_load_window(window_s)
-    cold, ideal = _both_works(requests, budget_tokens, profile, colocated)
+    kernel = compiled_kernel()
+    cold, ideal = _both_works(requests, budget_tokens, profile, colocated, kernel=kernel)
     span = cold.arrival_s[-1] - cold.arrival_s[0]
     # numpy's sums, to the bit: exact ones for the whole and half tokens, numpy's pairwise order
     # for decode seconds (fairsim.npfloat)
     total = _whole_sum(cold.new_tokens)
 
     def busy(w: PrefillWork) -> float:
+        # Prefill-only: no decode work, all zeros, whose sum is 0.0 in any order (no pairwise walk).
         return busy_time(profile, budget_tokens, _whole_sum(w.new_tokens), _whole_sum(w.pairs),
-                         _whole_sum(w.chunks), _whole_sum(w.decode_tokens), float_sum(w.decode_s))
+                         _whole_sum(w.chunks), _whole_sum(w.decode_tokens),
+                         float_sum(w.decode_s) if colocated else 0.0)
 
     busy_cold, busy_ideal = busy(cold), busy(ideal)
     span_eff = span if span > 0 else float("nan")
     if 0 < span < window_s:  # the whole trace is the busiest window (module docstring)
         peak, start, peak_ideal = busy_cold / span, cold.arrival_s[0], busy_ideal / span
     else:
-        ends = _window_ends(cold.arrival_s, window_s)  # the same arrivals in both
-        peak, start = _busiest(cold, profile, budget_tokens, window_s, ends)
-        peak_ideal, _ = _busiest(ideal, profile, budget_tokens, window_s, ends)
+        ends = _window_ends(cold.arrival_s, window_s, kernel)  # the same arrivals in both
+        peak, start = _busiest(cold, profile, budget_tokens, window_s, ends, kernel)
+        peak_ideal, _ = _busiest(ideal, profile, budget_tokens, window_s, ends, kernel)
     return OfferedLoad(
         requests=len(requests), span_s=span, budget_tokens=budget_tokens,
         prompt_tokens_per_s=total / span_eff,

@@ -1,0 +1,122 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The offered load's loops, typed: the compiled twin of ``fairsim.traces.offered``'s.
+
+Every run prints its trace's offered load before simulating (``fairsim.traces.offered``): an
+ideal-reuse walk over every hash block, per-request work lists, and the busiest window, each a
+Python loop over the requests (about 0.03 CPU-s of a 12,000-request run's start). These
+functions compute the same floats with the same IEEE operations in the same order (built with
+``-ffp-contract=off``: no fused multiply-add), so their results are the Python ones to the bit
+(``tests/test_offered_compiled.py``). ``fairsim.traces.offered.compiled_kernel`` picks this
+module where it is built and ``FAIRSIM_PURE_PYTHON=1`` is not set.
+"""
+
+from libc.math cimport ceil
+
+
+def ideal_hits(list ordered):
+    """Each request's ideal-reuse hit in tokens, as a float: the leading hash blocks seen in an
+    earlier request, times its hash block size, at most ``prompt_len - 1`` (``_both_works``).
+
+    Args:
+        ordered: ``Request`` objects in arrival order (``block_hashes`` a tuple of ints).
+
+    Returns:
+        A list of floats, one per request.
+    """
+    cdef set seen = set()
+    cdef Py_ssize_t n = len(ordered), i, j, hit, m
+    cdef list out = [0.0] * n
+    cdef tuple ids
+    cdef object r
+    cdef long long tokens, cap
+    for i in range(n):
+        r = ordered[i]
+        ids = tuple(r.block_hashes)
+        m = len(ids)
+        hit = 0
+        while hit < m and ids[hit] in seen:
+            hit += 1
+        tokens = hit * <long long>r.hash_block_size
+        cap = <long long>r.prompt_len - 1
+        out[i] = float(tokens if tokens < cap else cap)
+        for j in range(hit, m):  # its first ``hit`` ids are in already
+            seen.add(ids[j])
+    return out
+
+
+def work_lists(list lengths, list hits, long long budget):
+    """``(new, pairs, chunks)`` of ``_both_works``'s ``work``: ``L - h``, ``(L * L - h * h) / 2``
+    and ``ceil((L - h) / budget)`` per request, as floats (``lengths`` and ``hits`` floats)."""
+    cdef Py_ssize_t n = len(lengths), i
+    cdef list new = [0.0] * n, pairs = [0.0] * n, chunks = [0.0] * n
+    cdef double L, h, c, b = <double>budget
+    for i in range(n):
+        L = lengths[i]
+        h = hits[i]
+        c = L - h
+        new[i] = c
+        pairs[i] = (L * L - h * h) / 2.0
+        chunks[i] = ceil(c / b)
+    return new, pairs, chunks
+
+
+def window_ends(list t, double window_s):
+    """For each arrival ``t[i]`` (non-decreasing), the index of the first arrival at or after
+    ``t[i] + window_s`` (``_window_ends``'s ``bisect_left``, by one forward scan)."""
+    cdef Py_ssize_t n = len(t), i, e = 0
+    cdef list out = [0] * n
+    cdef double limit
+    for i in range(n):
+        limit = <double>t[i] + window_s
+        if e < i:
+            e = i
+        while e < n and <double>t[e] < limit:
+            e += 1
+        out[i] = e
+    return out
+
+
+def busiest(list new, list pairs, list chunks, list decode_tokens, list decode_s, list ends,
+            double a, double b, double k, double d, long long budget):
+    """``(best, top)`` of ``_busiest``: the index of the first window whose busy time is the
+    largest (a NaN wins at once, as numpy's ``argmax``) and that busy time, seconds, from running
+    sums taken in order (``[0.0, *accumulate(x)]``)."""
+    cdef Py_ssize_t n = len(new), i, e
+    cdef double[::1] cn = _running(new), cp = _running(pairs), cc = _running(chunks)
+    cdef double[::1] cdt = _running(decode_tokens), cds = _running(decode_s)
+    cdef double bud = <double>budget, top = -float("inf"), busy, x
+    cdef Py_ssize_t best = 0
+    for i in range(n):
+        e = ends[i]
+        x = cn[e] - cn[i]
+        busy = (a * ceil((x + (cdt[e] - cdt[i])) / bud) + b * x + k * (cp[e] - cp[i])
+                + d * (cc[e] - cc[i]) + (cds[e] - cds[i]))
+        if busy > top:
+            best = i
+            top = busy
+        elif busy != busy:
+            best = i
+            top = busy
+            break
+    return best, top
+
+
+cdef double[::1] _running(list values):
+    """``[0.0, *accumulate(values)]`` as doubles (the same additions in the same order)."""
+    cdef Py_ssize_t n = len(values), i
+    cdef double[::1] out = _doubles(n + 1)
+    cdef double acc
+    out[0] = 0.0
+    if n == 0:
+        return out
+    acc = <double>values[0]  # accumulate starts from the first value itself (not 0.0 + it)
+    out[1] = acc
+    for i in range(1, n):
+        acc = acc + <double>values[i]
+        out[i + 1] = acc
+    return out
+
+
+cdef double[::1] _doubles(Py_ssize_t n):
+    from array import array
+    return array("d", bytes(8 * n))

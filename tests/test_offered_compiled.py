@@ -1,0 +1,111 @@
+"""The offered load's compiled loops (``fairsim/traces/_offered_c.pyx``) against the Python ones
+(``fairsim.traces.offered``, the reference): the same floats, bit for bit, and the same indices.
+
+Skipped only on a machine without a C compiler; with one and no extension it fails, telling to
+reinstall (as ``tests/test_block_pool_compiled.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sysconfig
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from fairsim.costmodel import DEFAULT_PROFILE, load_profile
+from fairsim.traces.offered import _both_works, _busiest, _window_ends, compiled_kernel, offered_load
+from fairsim.types import Request
+from tests.strategies import traces
+
+PROFILE = load_profile(DEFAULT_PROFILE)
+CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
+
+
+def _c_compiler() -> str | None:
+    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
+    return shutil.which(cc)
+
+
+KERNEL = None if os.environ.get("FAIRSIM_PURE_PYTHON") == "1" else compiled_kernel()
+if KERNEL is None and (_c_compiler() is None or os.environ.get("FAIRSIM_PURE_PYTHON") == "1"):
+    pytest.skip("the compiled offered-load loops are not in use (no C compiler, or FAIRSIM_PURE_PYTHON=1)",
+                allow_module_level=True)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _kernel_is_built():
+    assert KERNEL is not None, (
+        f"a C compiler is present ({_c_compiler()}) but fairsim.traces._offered_c does not import: "
+        "reinstall (pip install -e .) to build it")
+
+
+def bits(values) -> list[str]:
+    """Floats as their exact hex (so -0.0, NaN and the last bit all count)."""
+    return [float(v).hex() for v in values]
+
+
+def same_works(a, b) -> bool:
+    return all(bits(getattr(a, f)) == bits(getattr(b, f)) for f in a.__slots__)
+
+
+@settings(max_examples=150, deadline=None)
+@given(traces(max_requests=14), st.sampled_from([1, 7, 512, 2048]), st.booleans(), st.booleans())
+def test_works_equal_the_python_loops(requests, budget, colocated, ideal):
+    py = _both_works(requests, budget, PROFILE, colocated, ideal)
+    c = _both_works(requests, budget, PROFILE, colocated, ideal, kernel=KERNEL)
+    assert len(py) == len(c)
+    assert all(same_works(x, y) for x, y in zip(py, c))
+
+
+@settings(max_examples=150, deadline=None)
+@given(traces(max_requests=14), st.sampled_from([1, 100, 2048]), st.booleans(),
+       st.sampled_from([1e-3, 0.25, 1.0, 3.0, 60.0]))
+def test_windows_and_busiest_equal_the_python_loops(requests, budget, colocated, window_s):
+    cold, ideal = _both_works(requests, budget, PROFILE, colocated)
+    ends = _window_ends(cold.arrival_s, window_s)
+    assert KERNEL.window_ends(cold.arrival_s, window_s) == ends
+    for work in (cold, ideal):
+        py = _busiest(work, PROFILE, budget, window_s, ends)
+        c = _busiest(work, PROFILE, budget, window_s, ends, KERNEL)
+        assert bits(py) == bits(c)
+
+
+def test_a_nan_coefficient_wins_at_once_as_in_python():
+    # numpy's argmax (and the Python loop) stop at the first NaN; so does the compiled loop.
+    reqs = [Request(f"q{i}", float(i), 600, (), 512, 1, {}) for i in range(4)]
+    cold, = _both_works(reqs, 512, PROFILE, False, ideal_reuse=False)
+    # (a Profile refuses a NaN coefficient; _busiest reads only these four)
+    nan_profile = SimpleNamespace(a_s=PROFILE.a_s, b_s_per_token=PROFILE.b_s_per_token, k_s_per_pair=math.nan,
+                                  d_s_per_request=PROFILE.d_s_per_request)
+    py = _busiest(cold, nan_profile, 512, 2.0)
+    c = _busiest(cold, nan_profile, 512, 2.0, kernel=KERNEL)
+    assert math.isnan(py[0]) and math.isnan(c[0]) and py[1] == c[1] == 0.0
+
+
+def test_hand_computed_hits_and_windows():
+    # a: blocks (1, 2); b shares block 1 and ends in a new one; c repeats a whole: its hit is
+    # capped at prompt_len - 1 tokens (vLLM computes the last token).
+    reqs = [Request("a", 0.0, 1024, (1, 2), 512, 1, {}), Request("b", 1.0, 1100, (1, 3), 512, 1, {}),
+            Request("c", 1.5, 1024, (1, 2), 512, 1, {})]
+    assert KERNEL.ideal_hits(reqs) == [0.0, 512.0, 1023.0]
+    # the first arrival at or after t + 1 s: 1.0 for 0.0, then 4.0 for 1.0 and 1.5, none for 4.0
+    assert KERNEL.window_ends([0.0, 1.0, 1.5, 1.5, 4.0], 1.0) == [1, 4, 4, 4, 5]
+    new, pairs, chunks = KERNEL.work_lists([1024.0, 1100.0], [0.0, 512.0], 512)
+    assert (new, pairs, chunks) == ([1024.0, 588.0], [524288.0, (1100.0**2 - 512.0**2) / 2], [2.0, 2.0])
+
+
+@pytest.mark.skipif(not CONVERSATION.exists(), reason="shared conversation trace not present")
+@pytest.mark.parametrize("colocated", [False, True])
+def test_conversation_offered_load_is_the_python_one(monkeypatch, colocated):
+    from fairsim.traces import load_trace
+
+    requests = load_trace(CONVERSATION).requests
+    compiled = offered_load(requests, PROFILE, 2048, 60.0, colocated)
+    monkeypatch.setenv("FAIRSIM_PURE_PYTHON", "1")
+    assert compiled_kernel() is None
+    assert offered_load(requests, PROFILE, 2048, 60.0, colocated) == compiled
