@@ -9,8 +9,9 @@
   ``fairsim.policies.fast_lane.bound_lines_class`` gives the numpy reference.
 - The optional compiled watcher-map updates (``fairsim/sim/_watch_c.pyx``), the same way:
   where it is not built, the engine runs its pure-Python methods (``Engine._rewatch`` ...).
-- The optional compiled loops of the offered load (``fairsim/traces/_offered_c.pyx``), the same
-  way: where it is not built, ``fairsim.traces.offered`` runs its Python loops.
+- The optional compiled loops of the offered load (``fairsim/traces/_offered_c.pyx``) and of the
+  Mooncake reader's plain rows (``fairsim/traces/formats/_mooncake_c.pyx``), the same way: where
+  they are not built, the Python loops run (``fairsim.compiled``).
 - An editable install (``pip install -e .``) writes the packages' bytecode (``__pycache__``)
   once: a wheel install gets it from pip, and a machine that sets ``PYTHONDONTWRITEBYTECODE``
   otherwise compiles every module at every start (0.07 CPU-s of a 0.31 s start-up here).
@@ -62,7 +63,9 @@ extensions = cythonize([Extension("fairsim.sim._block_pool_c", ["fairsim/sim/_bl
                                   extra_compile_args=["-ffp-contract=off"]),
                         Extension("fairsim.sim._watch_c", ["fairsim/sim/_watch_c.pyx"]),
                         Extension("fairsim.traces._offered_c", ["fairsim/traces/_offered_c.pyx"],
-                                  extra_compile_args=["-ffp-contract=off"])],
+                                  extra_compile_args=["-ffp-contract=off"]),
+                        Extension("fairsim.traces.formats._mooncake_c",
+                                  ["fairsim/traces/formats/_mooncake_c.pyx"])],
                        compiler_directives={"language_level": "3"}, quiet=True)
 for ext in extensions:
     ext.optional = True  # set here: cythonize's Extension objects do not keep it

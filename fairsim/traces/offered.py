@@ -37,15 +37,14 @@ The weight-read floor ``min_step_s`` is not counted (the bound stays a lower bou
 
 from __future__ import annotations
 
-import importlib
 import math
-import os
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
+from fairsim.compiled import compiled_twin
 from fairsim.costmodel import Profile
 from fairsim.npfloat import float_sum
 from fairsim.types import Request
@@ -55,21 +54,12 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-#: The optional typed loops (``fairsim/traces/_offered_c.pyx``, built at install by ``setup.py``),
-#: loaded by name (a ``.pyx`` in an import statement reads, to tools, as an import of the package).
-COMPILED_MODULE = "fairsim.traces._offered_c"
-
 
 def compiled_kernel() -> ModuleType | None:
-    """The compiled twin of this module's loops (same floats to the bit:
-    ``tests/test_offered_compiled.py``) where it was built and ``FAIRSIM_PURE_PYTHON=1`` is not
-    set, else None: the Python loops here (the reference) run."""
-    if os.environ.get("FAIRSIM_PURE_PYTHON") == "1":
-        return None
-    try:
-        return importlib.import_module(COMPILED_MODULE)
-    except ImportError:
-        return None
+    """The compiled twin of this module's loops (``fairsim/traces/_offered_c.pyx``, built at
+    install by ``setup.py``; same floats to the bit: ``tests/test_offered_compiled.py``), or None
+    where it was not built or ``FAIRSIM_PURE_PYTHON=1``: the Python loops here (the reference) run."""
+    return compiled_twin("fairsim.traces._offered_c")
 
 
 DEFAULT_LOAD_WINDOW_S = 60.0

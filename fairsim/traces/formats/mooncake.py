@@ -26,6 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fairsim.compiled import compiled_twin
 from fairsim.errors import TraceFormatError
 from fairsim.traces.formats._common import (
     _INT_ONLY,
@@ -195,6 +196,10 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         (its closed-loop send time is the predecessor's *finish* plus the delay). When no row
         has a timestamp, ``absolute_time`` is False and each session starts at 0.
 
+    A file of plain rows only (the four fields of the public traces, values ``_parse`` takes at
+    once) is read by the compiled twin (``fairsim/traces/formats/_mooncake_c.pyx``) where it is
+    built: the same requests (``tests/test_mooncake_compiled.py``). Any other file is read here.
+
     Raises:
         TraceFormatError: ``FILE:LINE: field 'NAME': reason`` for the first bad record (broken
             JSON, missing field, wrong type, negative length, a timestamp lower than the
@@ -208,6 +213,15 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     name = str(path)
     meta = read_sidecar(path)
     out = Collector(path, skip_bad)
+    kernel = compiled_twin("fairsim.traces.formats._mooncake_c")
+    if kernel is not None:
+        # A file of plain rows only (the public traces): the compiled twin builds the same
+        # requests; at any other row it gives None and the Python path below reads the file.
+        plain = kernel.plain_requests(iter_json_lines(path), path.stem, hash_block_size or meta.get("hash_block_size"))
+        if plain is not None:
+            out.requests, out.where, block = plain
+            # every row has a timestamp: absolute time unless the sidecar says otherwise (or no row)
+            return out.finish(path.stem, NAME, block, absolute_time=bool(meta.get("absolute_time", bool(out.requests))))
     rows: list[_Row] = []
     previous_ms = 0.0
     for line, rec in iter_json_lines(path):

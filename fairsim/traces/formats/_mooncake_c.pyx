@@ -1,0 +1,123 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The Mooncake reader's plain rows, typed: the compiled twin of ``mooncake.read``'s common path.
+
+A plain row has exactly ``timestamp``, ``input_length``, ``output_length`` and ``hash_ids``, of
+the types ``mooncake._parse`` accepts at once (every row of the public Mooncake traces). For a
+file of plain rows only, ``plain_requests`` builds the same ``Request`` objects as
+``mooncake.read`` (same fields, in the same order; ``tests/test_mooncake_compiled.py``) without
+the per-row ``_Row`` and Python calls: about 3x less CPU per row. At the first row it does not
+take -- any other field, a value ``_parse`` would check field by field, a broken line, a
+decreasing timestamp, a count of ids that fits no block, an id at two positions -- it returns
+None, and ``mooncake.read`` reads the file with its Python path (the reference), which raises,
+warns or skips exactly as before.
+"""
+
+from cpython.dict cimport PyDict_GetItem
+from cpython.object cimport PyObject, PyObject_GenericSetAttr
+from libc.math cimport isfinite
+
+from fairsim.types import Request
+
+cdef object _TS = "timestamp"
+cdef object _IN = "input_length"
+cdef object _OUT = "output_length"
+cdef object _IDS = "hash_ids"
+cdef double _INT_AS_FLOAT = 2.0 ** 1023  # mooncake._INT_AS_FLOAT
+cdef object _MAX_LEN = 2 ** 62  # longer prompts (none is real) take the Python path: no C overflow
+# Request's fields in order (a frozen dataclass: set through object.__setattr__, as make_request)
+cdef tuple _FIELDS = tuple(Request.__slots__)
+
+
+def plain_requests(object records, str stem, object block):
+    """``(requests, lines, block)`` of a file whose records are all plain, else None.
+
+    Args:
+        records: ``iter_json_lines(path)``'s ``(line, record or TraceFormatError)`` pairs.
+        stem: The file's stem (request ids are ``STEM:LINE``, as ``mooncake.read`` names them).
+        block: The hash block size given (``--hash-block-size`` or the sidecar's), or None:
+            512, which every row's id count must fit (else None: the Python path picks one).
+
+    Returns:
+        The requests in file order, their line numbers, and the hash block size; or None.
+    """
+    cdef list lines = [], ts_ms = [], lens = [], outs = [], idss = []
+    cdef double previous = 0.0, t
+    cdef object rec, ts, n, out, ids, x
+    cdef PyObject *p
+    cdef Py_ssize_t i, m, count
+    cdef long long L, bs, full
+    if block is not None and (type(block) is not int or not 1 <= block <= _MAX_LEN):
+        return None
+    for line, rec in records:
+        if type(rec) is not dict or len(<dict>rec) != 4:
+            return None
+        p = PyDict_GetItem(rec, _TS)
+        if p is NULL:
+            return None
+        ts = <object>p
+        p = PyDict_GetItem(rec, _IN)
+        if p is NULL:
+            return None
+        n = <object>p
+        p = PyDict_GetItem(rec, _OUT)
+        if p is NULL:
+            return None
+        out = <object>p
+        p = PyDict_GetItem(rec, _IDS)
+        if p is NULL:
+            return None
+        ids = <object>p
+        if (type(n) is not int or not 1 <= n <= _MAX_LEN or type(out) is not int or out < 1
+                or type(ids) is not list):
+            return None
+        if type(ts) is float:
+            t = ts
+            if not (t >= 0 and isfinite(t)):
+                return None
+        elif type(ts) is int:
+            if not (0 <= ts < _INT_AS_FLOAT):
+                return None
+            t = float(ts)
+        else:
+            return None
+        for x in <list>ids:
+            if type(x) is not int:
+                return None
+        if t < previous:
+            return None
+        previous = t
+        lines.append(line)
+        ts_ms.append(t)
+        lens.append(n)
+        outs.append(out)
+        idss.append(ids)
+    count = len(lines)
+    bs = 512 if block is None else block
+    cdef list requests = [None] * count
+    cdef object req, prompt, block_obj = bs
+    cdef object new = object.__new__
+    for i in range(count):
+        ids = idss[i]
+        prompt = lens[i]
+        L = prompt
+        m = len(<list>ids)
+        full = L // bs
+        # The count must fit the block (ceil or floor); with none given it must fit 512.
+        if (m != full and m != -(-L // bs)) or len(set(ids)) != m:
+            return None
+        req = new(Request)
+        PyObject_GenericSetAttr(req, _FIELDS[0], f"{stem}:{lines[i]}")
+        PyObject_GenericSetAttr(req, _FIELDS[1], <double>ts_ms[i] / 1000.0)
+        PyObject_GenericSetAttr(req, _FIELDS[2], prompt)
+        PyObject_GenericSetAttr(req, _FIELDS[3], tuple(ids[:full]))
+        PyObject_GenericSetAttr(req, _FIELDS[4], block_obj)
+        PyObject_GenericSetAttr(req, _FIELDS[5], outs[i])
+        PyObject_GenericSetAttr(req, _FIELDS[6], {})
+        PyObject_GenericSetAttr(req, _FIELDS[7], None)
+        PyObject_GenericSetAttr(req, _FIELDS[8], None)
+        PyObject_GenericSetAttr(req, _FIELDS[9], 0.0)
+        PyObject_GenericSetAttr(req, _FIELDS[10], ())
+        # Request.__post_init__ has nothing to refuse here: lengths >= 1, arrival >= 0, delay 0,
+        # no after, no segments, block >= 1, and at most L // block full blocks of ids.
+        requests[i] = req
+    return requests, lines, bs

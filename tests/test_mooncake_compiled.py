@@ -1,0 +1,171 @@
+"""The Mooncake reader's compiled plain rows (``fairsim/traces/formats/_mooncake_c.pyx``) against
+its Python path (the reference): on any file -- plain rows, rows it must hand back, bad rows --
+the same trace (every request field, the skipped rows, the warnings) or the same error.
+
+Skipped only on a machine without a C compiler; with one and no extension it fails, telling to
+reinstall (as ``tests/test_block_pool_compiled.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sysconfig
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from fairsim.compiled import PURE_PYTHON_ENV, compiled_twin
+from fairsim.errors import TraceFormatError
+from fairsim.traces.formats import mooncake
+
+CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
+KERNEL = compiled_twin("fairsim.traces.formats._mooncake_c")
+
+
+def _c_compiler() -> str | None:
+    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
+    return shutil.which(cc)
+
+
+if KERNEL is None and (_c_compiler() is None or os.environ.get(PURE_PYTHON_ENV) == "1"):
+    pytest.skip("the compiled Mooncake rows are not in use (no C compiler, or FAIRSIM_PURE_PYTHON=1)",
+                allow_module_level=True)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _kernel_is_built():
+    assert KERNEL is not None, (
+        f"a C compiler is present ({_c_compiler()}) but fairsim.traces.formats._mooncake_c does not "
+        "import: reinstall (pip install -e .) to build it")
+
+
+@contextlib.contextmanager
+def pure_python():
+    old = os.environ.get(PURE_PYTHON_ENV)
+    os.environ[PURE_PYTHON_ENV] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[PURE_PYTHON_ENV]
+        else:
+            os.environ[PURE_PYTHON_ENV] = old
+
+
+def outcome(path: Path, **kwargs):
+    """What ``mooncake.read`` gives: every field of every request and of the trace, or the error."""
+    try:
+        trace = mooncake.read(path, **kwargs)
+    except (TraceFormatError, ValueError) as exc:
+        return ("error", type(exc).__name__, str(exc))
+    requests = [(r.request_id, r.arrival_time.hex(), r.prompt_len, r.block_hashes, r.hash_block_size,
+                 r.output_len, r.labels, r.session_id, r.after, r.delay_s, r.segments) for r in trace.requests]
+    return ("trace", requests, [str(e) for e in trace.skipped], trace.warnings, trace.absolute_time,
+            trace.hash_block_size, trace.locations, trace.name, trace.format)
+
+
+def both(path: Path, **kwargs):
+    compiled = outcome(path, **kwargs)
+    with pure_python():
+        reference = outcome(path, **kwargs)
+    return compiled, reference
+
+
+BLOCK = 16
+
+
+@st.composite
+def plain_row(draw, t: float):
+    """A row the compiled path takes: the four fields, chained ids fitting 16-token blocks."""
+    n = draw(st.integers(1, 5 * BLOCK))
+    count = draw(st.sampled_from([n // BLOCK, -(-n // BLOCK)]))
+    first = draw(st.integers(0, 3))
+    ids = list(range(first * 100, first * 100 + count))
+    ts = draw(st.sampled_from([t, int(t)])) if float(int(t)) == t else t
+    return {"timestamp": ts, "input_length": n, "output_length": draw(st.integers(1, 9)), "hash_ids": ids}
+
+
+# Changes that make a row one the compiled path hands back (each the Python path takes, refuses,
+# or skips in its own way).
+VARIANTS = [
+    lambda r: {**r, "session_id": "s1"},
+    lambda r: {**r, "label": "x"},
+    lambda r: {**r, "input_length": float(r["input_length"])},
+    lambda r: {**r, "output_length": 0},
+    lambda r: {**r, "timestamp": -1},
+    lambda r: {**r, "timestamp": 2**1100},
+    lambda r: {**r, "hash_ids": r["hash_ids"] + [True]},
+    lambda r: {**r, "hash_ids": r["hash_ids"] + r["hash_ids"][:1]},
+    lambda r: {**r, "hash_ids": r["hash_ids"] + [10**6, 10**6 + 1, 10**6 + 2]},
+    lambda r: {k: v for k, v in r.items() if k != "hash_ids"},
+    lambda r: {k: v for k, v in r.items() if k != "timestamp"},
+    lambda r: {"delay": 5, **{k: v for k, v in r.items() if k != "timestamp"}},
+    lambda r: {**r, "input_length": 2**70},
+]
+
+
+@st.composite
+def mooncake_files(draw):
+    lines = []
+    t = 0.0
+    for _ in range(draw(st.integers(0, 8))):
+        t += draw(st.sampled_from([0.0, 0.5, 3.0, 1000.0]))
+        row = draw(plain_row(t))
+        kind = draw(st.sampled_from(["plain"] * 6 + ["variant", "earlier", "broken"]))
+        if kind == "variant":
+            lines.append(json.dumps(draw(st.sampled_from(VARIANTS))(row)))
+        elif kind == "earlier":
+            lines.append(json.dumps({**row, "timestamp": max(0.0, t - 1.0) if t >= 1.0 else -0.5}))
+        elif kind == "broken":
+            lines.append(draw(st.sampled_from(['{"timestamp": 1', "[1, 2]", "", "nan"])))
+        else:
+            lines.append(json.dumps(row))
+    return "\n".join(lines) + draw(st.sampled_from(["", "\n", "\n\n"]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(mooncake_files(), st.sampled_from([None, 16, 32]), st.sampled_from([None, 16, 64, 0, "16"]),
+       st.booleans())
+def test_any_file_reads_as_the_python_path_reads_it(text, given_block, sidecar_block, skip_bad):
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "t.jsonl"
+        path.write_text(text)
+        if sidecar_block is not None:
+            Path(folder, "t.jsonl.meta.json").write_text(json.dumps({"hash_block_size": sidecar_block}))
+        compiled, reference = both(path, skip_bad=skip_bad, hash_block_size=given_block)
+        assert compiled == reference
+
+
+def test_plain_rows_hand_computed(tmp_path):
+    path = tmp_path / "t.jsonl"
+    rows = [{"timestamp": 0, "input_length": 1100, "output_length": 3, "hash_ids": [7, 8, 9]},
+            {"timestamp": 2500.5, "input_length": 1024, "output_length": 1, "hash_ids": [7, 8]}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = KERNEL.plain_requests(mooncake.iter_json_lines(path), "t", None)
+    requests, lines, block = got
+    assert (lines, block) == ([1, 2], 512)
+    # 1,100 tokens: 2 full blocks of 512 (the third id, of the partial block, dropped)
+    assert [(r.request_id, r.arrival_time, r.prompt_len, r.block_hashes, r.output_len) for r in requests] == [
+        ("t:1", 0.0, 1100, (7, 8), 3), ("t:2", 2.5005, 1024, (7, 8), 1)]
+    assert outcome(path) == both(path)[1]
+
+
+def test_a_row_it_does_not_take_hands_the_file_back(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": []}\n'
+                    '{"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": [], "session_id": "a"}\n')
+    assert KERNEL.plain_requests(mooncake.iter_json_lines(path), "t", None) is None
+    compiled, reference = both(path)
+    assert compiled == reference and compiled[0] == "trace"
+
+
+@pytest.mark.skipif(not CONVERSATION.exists(), reason="shared conversation trace not present")
+def test_conversation_trace_reads_the_same():
+    compiled, reference = both(CONVERSATION)
+    assert compiled[0] == "trace" and len(compiled[1]) == 12031
+    assert compiled == reference
