@@ -9,6 +9,7 @@ reinstall (as ``tests/test_block_pool_compiled.py``).
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import shutil
@@ -66,7 +67,7 @@ def outcome(path: Path, **kwargs):
     requests = [(r.request_id, r.arrival_time.hex(), r.prompt_len, r.block_hashes, r.hash_block_size,
                  r.output_len, r.labels, r.session_id, r.after, r.delay_s, r.segments) for r in trace.requests]
     return ("trace", requests, [str(e) for e in trace.skipped], trace.warnings, trace.absolute_time,
-            trace.hash_block_size, trace.locations, trace.name, trace.format)
+            trace.hash_block_size, trace.locations, trace.name, trace.format, trace.source)
 
 
 def both(path: Path, **kwargs):
@@ -74,6 +75,10 @@ def both(path: Path, **kwargs):
     with pure_python():
         reference = outcome(path, **kwargs)
     return compiled, reference
+
+
+def plain(path: Path, block=None):
+    return mooncake._compiled_plain(KERNEL, path, block)
 
 
 BLOCK = 16
@@ -106,6 +111,9 @@ VARIANTS = [
     lambda r: {k: v for k, v in r.items() if k != "timestamp"},
     lambda r: {"delay": 5, **{k: v for k, v in r.items() if k != "timestamp"}},
     lambda r: {**r, "input_length": 2**70},
+    lambda r: {**r, "hash_ids": [2**64 - 1 - i for i in range(len(r["hash_ids"]))]},  # u64: orjson reads it
+    lambda r: {**r, "hash_ids": [2**64 + i for i in range(len(r["hash_ids"]))]},  # beyond: the json module
+    lambda r: {**r, "timestamp": 1234567890123456789.5},  # 19 digits in a float
 ]
 
 
@@ -125,16 +133,22 @@ def mooncake_files(draw):
             lines.append(draw(st.sampled_from(['{"timestamp": 1', "[1, 2]", "", "nan"])))
         else:
             lines.append(json.dumps(row))
-    return "\n".join(lines) + draw(st.sampled_from(["", "\n", "\n\n"]))
+    text = "\n".join(lines) + draw(st.sampled_from(["", "\n", "\n\n", "\n \n"]))
+    return draw(st.sampled_from(["", "\ufeff"])) + text
 
 
 @settings(max_examples=200, deadline=None)
 @given(mooncake_files(), st.sampled_from([None, 16, 32]), st.sampled_from([None, 16, 64, 0, "16"]),
-       st.booleans())
-def test_any_file_reads_as_the_python_path_reads_it(text, given_block, sidecar_block, skip_bad):
+       st.booleans(), st.sampled_from(["plain", "gzip", "gzip cut short"]))
+def test_any_file_reads_as_the_python_path_reads_it(text, given_block, sidecar_block, skip_bad, storage):
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "t.jsonl"
-        path.write_text(text)
+        data = text.encode()
+        if storage != "plain":
+            data = gzip.compress(data)
+            if storage == "gzip cut short":
+                data = data[:max(10, len(data) - 9)]
+        path.write_bytes(data)
         if sidecar_block is not None:
             Path(folder, "t.jsonl.meta.json").write_text(json.dumps({"hash_block_size": sidecar_block}))
         compiled, reference = both(path, skip_bad=skip_bad, hash_block_size=given_block)
@@ -146,9 +160,9 @@ def test_plain_rows_hand_computed(tmp_path):
     rows = [{"timestamp": 0, "input_length": 1100, "output_length": 3, "hash_ids": [7, 8, 9]},
             {"timestamp": 2500.5, "input_length": 1024, "output_length": 1, "hash_ids": [7, 8]}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    got = KERNEL.plain_requests(mooncake.iter_json_lines(path), "t", None)
-    requests, lines, block = got
-    assert (lines, block) == ([1, 2], 512)
+    got = plain(path)
+    requests, locations, block = got
+    assert (locations, block) == ({"t:1": 1, "t:2": 2}, 512)
     # 1,100 tokens: 2 full blocks of 512 (the third id, of the partial block, dropped)
     assert [(r.request_id, r.arrival_time, r.prompt_len, r.block_hashes, r.output_len) for r in requests] == [
         ("t:1", 0.0, 1100, (7, 8), 3), ("t:2", 2.5005, 1024, (7, 8), 1)]
@@ -159,7 +173,7 @@ def test_a_row_it_does_not_take_hands_the_file_back(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": []}\n'
                     '{"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": [], "session_id": "a"}\n')
-    assert KERNEL.plain_requests(mooncake.iter_json_lines(path), "t", None) is None
+    assert plain(path) is None
     compiled, reference = both(path)
     assert compiled == reference and compiled[0] == "trace"
 

@@ -23,32 +23,55 @@ cdef object _IN = "input_length"
 cdef object _OUT = "output_length"
 cdef object _IDS = "hash_ids"
 cdef double _INT_AS_FLOAT = 2.0 ** 1023  # mooncake._INT_AS_FLOAT
+cdef bytes _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")  # _common's
+cdef bytes _LONG_DIGITS = b"0" * 19
 cdef object _MAX_LEN = 2 ** 62  # longer prompts (none is real) take the Python path: no C overflow
 # Request's fields in order (a frozen dataclass: set through object.__setattr__, as make_request)
 cdef tuple _FIELDS = tuple(Request.__slots__)
 
 
-def plain_requests(object records, str stem, object block):
-    """``(requests, lines, block)`` of a file whose records are all plain, else None.
+def plain_requests(object lines_of_file, object loads, object safe, str stem, object block):
+    """``(requests, locations, block)`` of a file whose records are all plain, else None.
 
     Args:
-        records: ``iter_json_lines(path)``'s ``(line, record or TraceFormatError)`` pairs.
+        lines_of_file: The file's lines as bytes (``open_binary(path)``), read once.
+        loads: ``orjson.loads``.
+        safe: ``_common._orjson_safe``: a line with a run of 19+ digits is read by ``loads`` only
+            if it holds no integer beyond 64 bits (``iter_json_lines``' rule).
         stem: The file's stem (request ids are ``STEM:LINE``, as ``mooncake.read`` names them).
         block: The hash block size given (``--hash-block-size`` or the sidecar's), or None:
             512, which every row's id count must fit (else None: the Python path picks one).
 
     Returns:
-        The requests in file order, their line numbers, and the hash block size; or None.
+        The requests in file order (which is arrival order: the timestamps do not decrease),
+        ``{request_id: line}`` (the ids, ``STEM:LINE``, are distinct; no request has labels or
+        an ``after``: nothing is left for ``Collector.finish`` to check or sort), and the hash
+        block size; or None (a
+        line ``iter_json_lines`` would not give as a plain record: a blank line before more
+        records, broken JSON, a non-object, a byte-order mark; a row ``_parse`` would check
+        field by field; a decreasing timestamp; an id count or a repeated id to report).
     """
     cdef list lines = [], ts_ms = [], lens = [], outs = [], idss = []
     cdef double previous = 0.0, t
-    cdef object rec, ts, n, out, ids, x
+    cdef object rec, ts, n, out, ids, x, raw
     cdef PyObject *p
-    cdef Py_ssize_t i, m, count
+    cdef Py_ssize_t i, m, count, line = 0, blank = 0
     cdef long long L, bs, full
     if block is not None and (type(block) is not int or not 1 <= block <= _MAX_LEN):
         return None
-    for line, rec in records:
+    for raw in lines_of_file:
+        line += 1
+        if _LONG_DIGITS in (<bytes>raw).translate(_DIGITS_TO_ZERO) and not safe(raw):
+            return None
+        try:
+            rec = loads(raw)
+        except ValueError:  # orjson.JSONDecodeError: a blank line, or one to report
+            if not (<bytes>raw).strip():
+                blank = line
+                continue
+            return None
+        if blank:  # a blank line before more records: an error the Python path reports
+            return None
         if type(rec) is not dict or len(<dict>rec) != 4:
             return None
         p = PyDict_GetItem(rec, _TS)
@@ -94,6 +117,8 @@ def plain_requests(object records, str stem, object block):
     count = len(lines)
     bs = 512 if block is None else block
     cdef list requests = [None] * count
+    cdef dict locations = {}
+    cdef str rid
     cdef object req, prompt, block_obj = bs
     cdef object new = object.__new__
     for i in range(count):
@@ -106,7 +131,9 @@ def plain_requests(object records, str stem, object block):
         if (m != full and m != -(-L // bs)) or len(set(ids)) != m:
             return None
         req = new(Request)
-        PyObject_GenericSetAttr(req, _FIELDS[0], f"{stem}:{lines[i]}")
+        rid = f"{stem}:{lines[i]}"
+        locations[rid] = lines[i]
+        PyObject_GenericSetAttr(req, _FIELDS[0], rid)
         PyObject_GenericSetAttr(req, _FIELDS[1], <double>ts_ms[i] / 1000.0)
         PyObject_GenericSetAttr(req, _FIELDS[2], prompt)
         PyObject_GenericSetAttr(req, _FIELDS[3], tuple(ids[:full]))
@@ -120,4 +147,4 @@ def plain_requests(object records, str stem, object block):
         # Request.__post_init__ has nothing to refuse here: lengths >= 1, arrival >= 0, delay 0,
         # no after, no segments, block >= 1, and at most L // block full blocks of ids.
         requests[i] = req
-    return requests, lines, bs
+    return requests, locations, bs

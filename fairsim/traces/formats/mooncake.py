@@ -23,6 +23,7 @@ does, that one is used and a warning says so.
 from __future__ import annotations
 
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,8 @@ from fairsim.compiled import compiled_twin
 from fairsim.errors import TraceFormatError
 from fairsim.traces.formats._common import (
     _INT_ONLY,
-    Collector, Head, check_chained, check_hash_count, first_of, iter_json_lines, need_ids,
-    need_int, need_number, output_tokens)
+    Collector, Head, _orjson_safe, check_chained, check_hash_count, first_of, iter_json_lines,
+    need_ids, need_int, need_number, open_binary, output_tokens)
 from fairsim.traces.fastreq import make_request
 from fairsim.traces.trace import Trace
 from fairsim.types import Request
@@ -181,6 +182,19 @@ def _fits(block: int, row: _Row) -> bool:
     return row.ids is None or len(row.ids) in (-(-row.prompt_len // block), row.prompt_len // block)
 
 
+def _compiled_plain(kernel: Any, path: Path, block: Any) -> tuple[list[Request], dict[str, int], int] | None:
+    """``kernel.plain_requests`` over the file's lines, or None: a row it does not take, or a
+    file it cannot read to the end (a broken or cut gzip stream), which the Python path then
+    reads and reports as it always does."""
+    import orjson
+
+    try:
+        with open_binary(path) as fh:
+            return kernel.plain_requests(fh, orjson.loads, _orjson_safe, path.stem, block)
+    except (OSError, EOFError, zlib.error):
+        return None
+
+
 def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | None = None) -> Trace:
     """Read a Mooncake JSONL file (plain or gzip).
 
@@ -217,11 +231,13 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     if kernel is not None:
         # A file of plain rows only (the public traces): the compiled twin builds the same
         # requests; at any other row it gives None and the Python path below reads the file.
-        plain = kernel.plain_requests(iter_json_lines(path), path.stem, hash_block_size or meta.get("hash_block_size"))
-        if plain is not None:
-            out.requests, out.where, block = plain
+        plain = _compiled_plain(kernel, path, hash_block_size or meta.get("hash_block_size"))
+        if plain is not None:  # in arrival order, distinct ids, no labels, no after: nothing to check
+            requests, locations, block = plain
             # every row has a timestamp: absolute time unless the sidecar says otherwise (or no row)
-            return out.finish(path.stem, NAME, block, absolute_time=bool(meta.get("absolute_time", bool(out.requests))))
+            return Trace(name=path.stem, source=name, requests=tuple(requests), skipped=(),
+                         absolute_time=bool(meta.get("absolute_time", bool(requests))), hash_block_size=block,
+                         format=NAME, warnings=(), locations=locations)
     rows: list[_Row] = []
     previous_ms = 0.0
     for line, rec in iter_json_lines(path):
