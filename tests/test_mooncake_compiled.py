@@ -2,8 +2,8 @@
 its Python path (the reference): on any file -- plain rows, rows it must hand back, bad rows --
 the same trace (every request field, the skipped rows, the warnings) or the same error.
 
-Skipped only on a machine without a C compiler; with one and no extension it fails, telling to
-reinstall (as ``tests/test_block_pool_compiled.py``).
+Skipped only where the twin is not in use (no C compiler, ``FAIRSIM_PURE_PYTHON=1``); with a
+compiler and no extension it fails, telling to reinstall (``tests.utils.compiled_twin_or_skip``).
 """
 
 from __future__ import annotations
@@ -12,37 +12,19 @@ import contextlib
 import gzip
 import json
 import os
-import shutil
-import sysconfig
 import tempfile
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fairsim.compiled import PURE_PYTHON_ENV, compiled_twin
+from fairsim.compiled import PURE_PYTHON_ENV
 from fairsim.errors import TraceFormatError
 from fairsim.traces.formats import mooncake
+from tests.utils import compiled_twin_or_skip
 
 CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
-KERNEL = compiled_twin("fairsim.traces.formats._mooncake_c")
-
-
-def _c_compiler() -> str | None:
-    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
-    return shutil.which(cc)
-
-
-if KERNEL is None and (_c_compiler() is None or os.environ.get(PURE_PYTHON_ENV) == "1"):
-    pytest.skip("the compiled Mooncake rows are not in use (no C compiler, or FAIRSIM_PURE_PYTHON=1)",
-                allow_module_level=True)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _kernel_is_built():
-    assert KERNEL is not None, (
-        f"a C compiler is present ({_c_compiler()}) but fairsim.traces.formats._mooncake_c does not "
-        "import: reinstall (pip install -e .) to build it")
+KERNEL = compiled_twin_or_skip("fairsim.traces.formats._mooncake_c")
 
 
 @contextlib.contextmanager

@@ -1,16 +1,13 @@
 """The offered load's compiled loops (``fairsim/traces/_offered_c.pyx``) against the Python ones
 (``fairsim.traces.offered``, the reference): the same floats, bit for bit, and the same indices.
 
-Skipped only on a machine without a C compiler; with one and no extension it fails, telling to
-reinstall (as ``tests/test_block_pool_compiled.py``).
+Skipped only where the twin is not in use (no C compiler, ``FAIRSIM_PURE_PYTHON=1``); with a
+compiler and no extension it fails, telling to reinstall (``tests.utils.compiled_twin_or_skip``).
 """
 
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import sysconfig
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,27 +18,11 @@ from fairsim.costmodel import DEFAULT_PROFILE, load_profile
 from fairsim.traces.offered import _both_works, _busiest, _window_ends, compiled_kernel, offered_load
 from fairsim.types import Request
 from tests.strategies import traces
+from tests.utils import compiled_twin_or_skip
 
 PROFILE = load_profile(DEFAULT_PROFILE)
 CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
-
-
-def _c_compiler() -> str | None:
-    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
-    return shutil.which(cc)
-
-
-KERNEL = None if os.environ.get("FAIRSIM_PURE_PYTHON") == "1" else compiled_kernel()
-if KERNEL is None and (_c_compiler() is None or os.environ.get("FAIRSIM_PURE_PYTHON") == "1"):
-    pytest.skip("the compiled offered-load loops are not in use (no C compiler, or FAIRSIM_PURE_PYTHON=1)",
-                allow_module_level=True)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _kernel_is_built():
-    assert KERNEL is not None, (
-        f"a C compiler is present ({_c_compiler()}) but fairsim.traces._offered_c does not import: "
-        "reinstall (pip install -e .) to build it")
+KERNEL = compiled_twin_or_skip("fairsim.traces._offered_c")
 
 
 def bits(values) -> list[str]:

@@ -216,3 +216,26 @@ def rag_preempting(profile: Profile):
     longest = max(r.prompt_len for r in rag.requests)
     reqs = [dataclasses.replace(r, output_len=1 + (i * 53) % 700) for i, r in enumerate(rag.requests[:160])]
     return reqs, EngineConfig(kv_tokens=4 * longest, mode="colocated", max_num_seqs=16)
+
+
+def compiled_twin_or_skip(name: str) -> Any:
+    """The compiled twin ``name`` (``fairsim.compiled.compiled_twin``) for a test module that
+    compares it with its Python reference. Skips the module where the twin is not in use (no C
+    compiler, or ``FAIRSIM_PURE_PYTHON=1``); fails it where a compiler is present but the twin does
+    not import (an install that did not build it: reinstall)."""
+    import os
+    import shutil
+    import sysconfig
+
+    import pytest
+
+    from fairsim.compiled import PURE_PYTHON_ENV, compiled_twin
+
+    twin = compiled_twin(name)
+    if twin is not None:
+        return twin
+    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None or os.environ.get(PURE_PYTHON_ENV) == "1":
+        pytest.skip(f"{name} is not in use (no C compiler, or {PURE_PYTHON_ENV}=1)", allow_module_level=True)
+    pytest.fail(f"a C compiler is present ({cc}) but {name} does not import: reinstall (pip install -e .) "
+                "to build it", pytrace=False)

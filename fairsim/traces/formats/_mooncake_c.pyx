@@ -12,8 +12,7 @@ None, and ``mooncake.read`` reads the file with its Python path (the reference),
 warns or skips exactly as before.
 """
 
-from cpython.dict cimport PyDict_GetItem
-from cpython.object cimport PyObject, PyObject_GenericSetAttr
+from cpython.object cimport PyObject_GenericSetAttr
 from libc.math cimport isfinite
 
 from fairsim.types import Request
@@ -54,7 +53,6 @@ def plain_requests(object lines_of_file, object loads, object safe, str stem, ob
     cdef list lines = [], ts_ms = [], lens = [], outs = [], idss = []
     cdef double previous = 0.0, t
     cdef object rec, ts, n, out, ids, x, raw
-    cdef PyObject *p
     cdef Py_ssize_t i, m, count, line = 0, blank = 0
     cdef long long L, bs, full
     if block is not None and (type(block) is not int or not 1 <= block <= _MAX_LEN):
@@ -74,22 +72,11 @@ def plain_requests(object lines_of_file, object loads, object safe, str stem, ob
             return None
         if type(rec) is not dict or len(<dict>rec) != 4:
             return None
-        p = PyDict_GetItem(rec, _TS)
-        if p is NULL:
-            return None
-        ts = <object>p
-        p = PyDict_GetItem(rec, _IN)
-        if p is NULL:
-            return None
-        n = <object>p
-        p = PyDict_GetItem(rec, _OUT)
-        if p is NULL:
-            return None
-        out = <object>p
-        p = PyDict_GetItem(rec, _IDS)
-        if p is NULL:
-            return None
-        ids = <object>p
+        # (a missing field reads as None, which no type check below takes)
+        ts = (<dict>rec).get(_TS)
+        n = (<dict>rec).get(_IN)
+        out = (<dict>rec).get(_OUT)
+        ids = (<dict>rec).get(_IDS)
         if (type(n) is not int or not 1 <= n <= _MAX_LEN or type(out) is not int or out < 1
                 or type(ids) is not list):
             return None
