@@ -68,6 +68,15 @@ def test_a_nan_coefficient_wins_at_once_as_in_python():
     assert math.isnan(py[0]) and math.isnan(c[0]) and py[1] == c[1] == 0.0
 
 
+@pytest.mark.parametrize("budget", [2048, 10**20, 2**70 + 1])
+def test_budgets_past_c_integers_give_the_python_figures(budget, monkeypatch):
+    # A budget (or a length) no C integer holds: converted to a float as Python's ``float / int``.
+    reqs = [Request("a", 0.0, 10**6, (1, 2), 512, 1, {}), Request("b", 100.0, 10**6, (1, 3), 512, 1, {})]
+    compiled = offered_load(reqs, PROFILE, budget, 60.0)
+    monkeypatch.setenv("FAIRSIM_PURE_PYTHON", "1")
+    assert offered_load(reqs, PROFILE, budget, 60.0) == compiled
+
+
 def test_hand_computed_hits_and_windows():
     # a: blocks (1, 2); b shares block 1 and ends in a new one; c repeats a whole: its hit is
     # capped at prompt_len - 1 tokens (vLLM computes the last token).

@@ -27,8 +27,7 @@ def ideal_hits(list ordered):
     cdef Py_ssize_t n = len(ordered), i, j, hit, m
     cdef list out = [0.0] * n
     cdef tuple ids
-    cdef object r
-    cdef long long tokens, cap
+    cdef object r, tokens, cap
     for i in range(n):
         r = ordered[i]
         ids = tuple(r.block_hashes)
@@ -36,20 +35,21 @@ def ideal_hits(list ordered):
         hit = 0
         while hit < m and ids[hit] in seen:
             hit += 1
-        tokens = hit * <long long>r.hash_block_size
-        cap = <long long>r.prompt_len - 1
+        # Python integers, as in the reference (any length; float() raises where it does)
+        tokens = hit * r.hash_block_size
+        cap = r.prompt_len - 1
         out[i] = float(tokens if tokens < cap else cap)
         for j in range(hit, m):  # its first ``hit`` ids are in already
             seen.add(ids[j])
     return out
 
 
-def work_lists(list lengths, list hits, long long budget):
+def work_lists(list lengths, list hits, object budget):
     """``(new, pairs, chunks)`` of ``_both_works``'s ``work``: ``L - h``, ``(L * L - h * h) / 2``
     and ``ceil((L - h) / budget)`` per request, as floats (``lengths`` and ``hits`` floats)."""
     cdef Py_ssize_t n = len(lengths), i
     cdef list new = [0.0] * n, pairs = [0.0] * n, chunks = [0.0] * n
-    cdef double L, h, c, b = <double>budget
+    cdef double L, h, c, b = <double>budget  # int -> float as Python's float / int does
     for i in range(n):
         L = lengths[i]
         h = hits[i]
@@ -77,7 +77,7 @@ def window_ends(list t, double window_s):
 
 
 def busiest(list new, list pairs, list chunks, list decode_tokens, list decode_s, list ends,
-            double a, double b, double k, double d, long long budget):
+            double a, double b, double k, double d, object budget):
     """``(best, top)`` of ``_busiest``: the index of the first window whose busy time is the
     largest (a NaN wins at once, as numpy's ``argmax``) and that busy time, seconds, from running
     sums taken in order (``[0.0, *accumulate(x)]``)."""
