@@ -19,6 +19,8 @@ lines (``FastLane._sync``) and the bounds ``b`` of the last ``evaluate`` (read b
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.math cimport INFINITY, fabs
 
+from heapq import heappop, heappush
+
 #: ``fairsim.policies.fast_lane.EMPTY``: the intercept of an empty bucket.
 cdef double EMPTY = -1e300
 #: ``fairsim.policies.fast_lane._EMPTY_BOUND``: a bound at or below it is an empty bucket's.
@@ -148,6 +150,9 @@ cdef class CompiledBoundLines:
             ValueError: ``nb`` < 1 or above ``cap`` (``numpy.argmax`` of an empty vector raises
                 ValueError too).
         """
+        return self._evaluate(nb, u)
+
+    cdef Py_ssize_t _evaluate(self, Py_ssize_t nb, double u) except -1:
         cdef Py_ssize_t j
         cdef double* b = self._b
         cdef double* c = self._c
@@ -164,6 +169,9 @@ cdef class CompiledBoundLines:
     def take(self, Py_ssize_t slot):
         """Set ``slot``'s bound to ``EMPTY`` (its bucket opened) and return the argmax of the
         bounds left (``top``: its bound)."""
+        return self._take(slot)
+
+    cdef Py_ssize_t _take(self, Py_ssize_t slot) except -1:
         if slot < 0 or slot >= self._nb:
             raise IndexError(f"take: slot {slot} outside 0..{self._nb - 1}")
         self._b[slot] = EMPTY
@@ -194,3 +202,135 @@ cdef class CompiledBoundLines:
                     least = q
                 rising = True
         return least
+
+
+# -- a bucketed read of the Fast lane, typed ---------------------------------------------------
+#: ``fairsim.policies.fast_lane``, imported at the first read (it imports this module by name).
+cdef object _fl = None
+
+
+def bucket_order(lane, now):
+    """``FastLane._bucket_order_py(now)`` of ``lane`` (a ``fairsim.policies.fast_lane.FastLane``
+    on ``CompiledBoundLines``), typed: the same state read and written, the same floats (each
+    bound and score by the same double operations in the same order; ``-ffp-contract=off``),
+    the same heaps of the same tuples, so the same requests yielded in the same order and the
+    same state left for the next read. ``FastLane._bucket_order`` picks it; the Python method
+    stays the reference (``tests/test_fast_lane_kernel.py`` compares the two read by read).
+
+    A generator, lazy as the reference: nothing runs before the first ``next()``."""
+    global _fl
+    if _fl is None:
+        import fairsim.policies.fast_lane as fl
+        _fl = fl
+    cdef dict items = lane._items
+    cdef Py_ssize_t n = len(items)
+    if n == 0:
+        return
+    cdef object lead = None  # the first request, already yielded from the last read
+    cdef object first
+    cdef bint cache_first = _fl.CACHE_FIRST
+    if lane._lead_state is not None or lane._first is not None:
+        first = lane._kept()
+        if first is not None and first[1] <= now <= first[2] and cache_first:
+            lead = first[0]
+            q = (<list>items[lead])[0]
+            resolve = lane._resolve
+            yield q if resolve is None else resolve(q)
+    cap = lane.wait_cap
+    cdef bint has_cap = cap is not None
+    cdef double cap_v = cap if has_cap else 0.0
+    if lane._loose or lane._waste:
+        lane._settle(now)
+    else:
+        lane._clock = now
+    te_obj = lane._tmax
+    if now > te_obj:
+        te_obj = lane._tmax = now
+    cdef double te = te_obj
+    cdef double now_v = now
+    cdef list by_slot = lane._by_slot
+    cdef Py_ssize_t nb = len(by_slot)
+    cdef double t0_max = lane._t0_max
+    cdef CompiledBoundLines lines = lane._lines
+    cdef Py_ssize_t nxt = lines._evaluate(nb, (t0_max if t0_max > te else te) - <double>lane._origin)
+    cdef double nxt_bound = lines.top
+    lane._reads += 1
+    cdef list loose = lane._loose
+    cdef list out = []
+    cdef list cand = []
+    lane._waste = cand
+    cdef list opened = []
+    cdef double margin = _fl.MARGIN
+    cdef double empty_bound = _fl._EMPTY_BOUND
+    cdef Py_ssize_t long_read = _fl._LONG_READ
+    cdef Py_ssize_t i, slot, pos
+    cdef double top, wait, d, g, k, neg
+    cdef bint fresh
+    cdef tuple kt, nk, entry
+    cdef list item, keys
+    cdef object b, rid, counted
+    for i in range(n):
+        if i == long_read and n - i > long_read:
+            yield from lane._rest(now, {q.request_id for q in out})
+            return
+        while True:
+            top = -<double>(<tuple>opened[0])[0] if opened else -INFINITY
+            fresh = nxt_bound > top
+            if fresh:
+                top = nxt_bound
+            if top <= empty_bound or (cand and -<double>(<tuple>cand[0])[0] > top):
+                break
+            if fresh:
+                slot = nxt
+                b = by_slot[slot]
+                nxt = lines._take(slot)
+                nxt_bound = lines.top
+                kt = b.front
+                if kt is None:  # (an opened bucket's bound is above EMPTY only with a front)
+                    raise _fl.EngineInvariantError(f"Fast lane: bucket slot {slot} has a bound but no front")
+                pos = 0
+            else:
+                entry = heappop(opened)
+                slot = entry[1]
+                kt = entry[2]
+                pos = entry[3]
+                b = by_slot[slot]
+            rid = kt[2]
+            item = items[rid]
+            if item[8]:
+                lane._fresh(item)
+                loose.append(rid)
+                counted = -1
+            else:
+                if item[7] != item[1]:
+                    loose.append(rid)
+                counted = slot
+            wait = (now_v - <double>item[2]) / <double>item[3]
+            if has_cap and wait > cap_v:
+                wait = cap_v
+            heappush(cand, (-(<double>item[1] + wait), item[2], rid, counted))
+            pos += 1
+            keys = b.keys
+            if pos < len(keys):
+                nk = keys[pos]
+                d = te - <double>b.t0
+                g = d * <double>b.s_hi if d > 0.0 else 0.0
+                k = -<double>nk[0]
+                heappush(opened, (-(k + g + margin * (1.0 + fabs(k) + g)), slot, nk, pos))
+        entry = heappop(cand)
+        neg = entry[0]
+        rid = entry[2]
+        lane._frontier = -neg
+        q = (<list>items[rid])[0]
+        out.append(q)
+        if i == 0:
+            if lead is not None:
+                if rid != lead:
+                    raise _fl.EngineInvariantError(
+                        f"Fast lane: the kept first request {lead!r} is not the read's first {rid!r} at {now!r}")
+                continue
+            if te == now_v:
+                lane._lead_state = (now, -neg, items[rid], cand, opened, lane._reads, nb)
+        resolve = lane._resolve
+        yield q if resolve is None else resolve(q)
+        lane._lead_state = None

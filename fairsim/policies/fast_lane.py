@@ -261,6 +261,25 @@ def bound_lines_class() -> type:
     return NumpyBoundLines
 
 
+#: The methods with a compiled twin, each named with its Python reference (tests force the
+#: reference onto a lane through these names).
+PYTHON_METHODS = {"_bucket_order": "_bucket_order_py"}
+_COMPILED_READ: list = []  # [(CompiledBoundLines, bucket_order) or None] once looked up
+
+
+def _compiled_read() -> tuple[type, Callable[..., Iterator[QueuedRequest]]] | None:
+    """``(CompiledBoundLines, bucket_order)`` of the extension, or ``None`` where it is not built
+    or predates ``bucket_order``. A lane reads through it only on the compiled lines, so
+    ``FAIRSIM_PURE_PYTHON=1`` (numpy lines: ``bound_lines_class``) reads in Python."""
+    if not _COMPILED_READ:
+        try:
+            mod = importlib.import_module(COMPILED_MODULE)
+            _COMPILED_READ.append((mod.CompiledBoundLines, mod.bucket_order))
+        except (ImportError, AttributeError):
+            _COMPILED_READ.append(None)
+    return _COMPILED_READ[0]
+
+
 def bound_lines_kind() -> str:
     """``"compiled"`` or ``"numpy"``: the bound lines ``bound_lines_class`` gives (``run.json``)."""
     return "numpy" if bound_lines_class() is NumpyBoundLines else "compiled"
@@ -726,6 +745,16 @@ class FastLane:
         return None
 
     def _bucket_order(self, now: float) -> Iterator[QueuedRequest]:
+        """A bucketed read at ``now``: the compiled one (``_fast_lane_c.bucket_order``, the same
+        decisions and state) on the compiled bound lines, else ``_bucket_order_py``."""
+        compiled = _compiled_read()
+        if compiled is not None and type(self._lines) is compiled[0]:
+            return compiled[1](self, now)
+        return self._bucket_order_py(now)
+
+    def _bucket_order_py(self, now: float) -> Iterator[QueuedRequest]:
+        """A bucketed read (module docstring, ``iter_order``): the reference of the compiled
+        ``fairsim.policies._fast_lane_c.bucket_order``."""
         items = self._items
         n = len(items)
         if n == 0:
