@@ -28,8 +28,9 @@ compiled = pytest.importorskip("fairsim.policies._fast_lane_c", reason="compiled
 def python_lane(slo, cap) -> FastLane:
     """A lane on the compiled bound lines whose methods are all the Python reference's."""
     lane = FastLane(slo, cap)
-    for name, py in fast_lane.PYTHON_METHODS.items():
-        setattr(lane, name, getattr(lane, py))
+    for name in fast_lane.COMPILED_METHODS:
+        del lane.__dict__[name]  # the compiled method bound over the class's
+    lane._bucket_order = lane._bucket_order_py
     return lane
 
 

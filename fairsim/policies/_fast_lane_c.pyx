@@ -19,6 +19,7 @@ lines (``FastLane._sync``) and the bounds ``b`` of the last ``evaluate`` (read b
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.math cimport INFINITY, fabs
 
+from bisect import bisect_left, insort
 from heapq import heappop, heappush
 
 #: ``fairsim.policies.fast_lane.EMPTY``: the intercept of an empty bucket.
@@ -204,6 +205,299 @@ cdef class CompiledBoundLines:
         return least
 
 
+# -- the Fast lane's buckets and updates, typed -------------------------------------------------
+cdef class Bucket:
+    """``fairsim.policies.fast_lane._Bucket`` as a C struct (the same attributes, the same
+    meaning): the compiled reads and updates below read its fields without a lookup. A lane on
+    the compiled lines makes its buckets of this class (``FastLane.__init__``)."""
+
+    cdef public list keys  # (-K, arrival_time, request_id), ascending (front first)
+    cdef public tuple front  # keys[0], or None when empty
+    cdef public double t0
+    cdef public double s_hi
+    cdef public Py_ssize_t slot
+
+    def __init__(self, Py_ssize_t slot, double t0):
+        self.keys = []
+        self.front = None
+        self.t0 = t0
+        self.s_hi = 0.0
+        self.slot = slot
+
+
+cdef double _margin():
+    return _fl.MARGIN
+
+
+cdef inline int _load() except -1:
+    global _fl
+    if _fl is None:
+        import fairsim.policies.fast_lane as fl
+        _fl = fl
+    return 0
+
+
+cdef int _set_c(lines, Py_ssize_t slot, double c) except -1:
+    """``lines.set_c(slot, c)``, direct on the compiled lines (a test may give a lane numpy ones)."""
+    cdef CompiledBoundLines cl
+    if type(lines) is CompiledBoundLines:
+        cl = <CompiledBoundLines>lines
+        cl._check(slot)
+        cl._c[slot] = c
+    else:
+        lines.set_c(slot, c)
+    return 0
+
+
+cdef int _sync(lane, Bucket b) except -1:
+    """``FastLane._sync``: ``b``'s bound line from its front key, ``t0`` and ``s_hi``."""
+    cdef double k, m = _margin()
+    if b.front is None:
+        return _set_c(lane._lines, b.slot, EMPTY)
+    k = -<double>b.front[0]
+    lane._lines.set_line(b.slot, k + 2.0 * m * (1.0 + fabs(k)) - (b.t0 - <double>lane._origin) * b.s_hi,
+                         b.s_hi * (1.0 + 2.0 * m))
+    return 0
+
+
+cdef int _sync_front(lane, Bucket b) except -1:
+    """``FastLane._sync_front``: the intercept after a change of ``b``'s front alone."""
+    cdef double k
+    if b.front is None:
+        return _set_c(lane._lines, b.slot, EMPTY)
+    k = -<double>b.front[0]
+    return _set_c(lane._lines, b.slot, k + 2.0 * _margin() * (1.0 + fabs(k)) - (b.t0 - <double>lane._origin) * b.s_hi)
+
+
+cdef int _set_head(lane, Bucket b) except -1:
+    b.front = b.keys[0] if b.keys else None
+    return _sync_front(lane, b)
+
+
+cdef int _insert(lane, Bucket b, tuple kt) except -1:
+    insort(b.keys, kt)
+    front = b.front
+    if front is None:
+        b.front = kt
+        _sync(lane, b)
+    elif kt < front:
+        b.front = kt
+        _sync_front(lane, b)
+    return 0
+
+
+cdef int _delete(lane, Bucket b, tuple kt) except -1:
+    cdef list keys = b.keys
+    if kt == b.front:
+        del keys[0]
+        _set_head(lane, b)
+    else:
+        del keys[bisect_left(keys, kt)]
+    return 0
+
+
+cdef double _key(lane, double hc, double arr, double slo, double t0) except? -1.0:
+    """``FastLane._key``: ``hc + min((t0 - arr) / slo, wait_cap)``."""
+    cdef double wait = (t0 - arr) / slo
+    cap = lane.wait_cap
+    if cap is not None and wait > <double>cap:
+        wait = cap
+    return hc + wait
+
+
+cdef tuple _kt(lane, double hc, arr, double slo, rid, Bucket b):
+    """``FastLane._kt``: the sort key in ``b`` made at the lane's clock (not before ``t0``)."""
+    cdef double t = lane._clock
+    if t < b.t0:
+        t = b.t0
+    return (-(_key(lane, hc, arr, slo, t) - (t - b.t0) * b.s_hi), arr, rid)
+
+
+cdef int _rekey_as(lane, list item, rid, hc) except -1:
+    """``FastLane._rekey_as``: key ``item`` anew at the lane's clock with ``h / c = hc``."""
+    cdef Bucket b = <Bucket?>item[5]
+    cdef tuple old = item[6]
+    cdef tuple kt
+    cdef list keys
+    cdef Py_ssize_t i
+    item[7] = hc
+    kt = _kt(lane, hc, item[2], item[3], rid, b)
+    item[6] = kt
+    keys = b.keys
+    i = 0 if old == b.front else bisect_left(keys, old)
+    if (i == 0 or keys[i - 1] < kt) and (i + 1 == len(keys) or kt < keys[i + 1]):
+        keys[i] = kt
+        if i == 0:
+            b.front = kt
+            _sync_front(lane, b)
+        return 0
+    del keys[i]
+    if i == 0:
+        _set_head(lane, b)
+    return _insert(lane, b, kt)
+
+
+cdef int _fresh(lane, list item) except -1:
+    """``FastLane._fresh``: read a stale request's snapshot of this step."""
+    q = lane._resolve(item[0])
+    item[0] = q
+    item[1] = q.cached_len / max(q.uncached_len, 1)
+    item[8] = False
+    return 0
+
+
+cdef int _settle(lane, now) except -1:
+    """``FastLane._settle``: tighten the last read's loose keys, re-key its waste at ``now``."""
+    cdef dict items = lane._items
+    cdef list item
+    lane._clock = now
+    loose = lane._loose
+    if loose:
+        small = lane._small
+        for rid in loose:
+            it = items.get(rid)
+            if it is None:
+                continue
+            item = <list>it
+            if item[7] == item[1] or item[8] or small:
+                continue
+            _rekey_as(lane, item, rid, item[1])
+        lane._loose = []
+    for entry in lane._waste:
+        rid = (<tuple>entry)[2]
+        it = items.get(rid)
+        if (<tuple>entry)[3] < 0 or it is None or (<list>it)[8]:
+            continue
+        item = <list>it
+        _rekey_as(lane, item, rid, item[1])
+    lane._waste = []
+    return 0
+
+
+def settle(lane, now):
+    """``FastLane._settle(now)`` of ``lane``, compiled (``_settle_py`` the reference)."""
+    _load()
+    _settle(lane, now)
+
+
+def add(lane, q):
+    """``FastLane.add(q)`` of ``lane``, compiled (``_add_py`` the reference): the same items,
+    keys and bound lines, by the same operations."""
+    _load()
+    lane._first = lane._lead_state = None
+    rid = q.request_id
+    hc = q.cached_len / max(q.uncached_len, 1)
+    cdef dict items = lane._items
+    cdef object it = items.get(rid)
+    cdef list item
+    cdef Bucket b
+    cdef double t, t0, wait, slo_v
+    if it is None and lane._in_arrival:
+        last = lane._last
+        if last is None or (q.arrival_time, rid) > last:
+            lane._last = (q.arrival_time, rid)
+        else:
+            lane._in_arrival = False
+    if lane._small:
+        if it is None or q.arrival_time != (<list>it)[2] or q.prompt_len != (<list>it)[0].prompt_len:
+            if it is not None:
+                del items[rid]
+                lane._in_arrival = False
+            slo = lane.slo(q.prompt_len)
+            items[rid] = [q, hc, q.arrival_time, slo, 1.0 / slo, None, None, hc, False, None]
+        else:
+            item = <list>it
+            item[0] = q
+            item[1] = hc
+            item[7] = hc
+            item[8] = False
+        return
+    if it is None:
+        L = q.prompt_len
+        per = lane._by_len.get(L)
+        slo, s, idx = per if per is not None else lane._slope(L)
+        bo = lane._buckets.get(idx)
+        if bo is None:
+            bo = lane._bucket(idx)
+        b = <Bucket?>bo
+        if s > b.s_hi:
+            b.s_hi = s
+            _sync(lane, b)
+        arr = q.arrival_time
+        t = lane._clock
+        t0 = b.t0
+        if t < t0:
+            t = t0
+        slo_v = slo
+        wait = (t - <double>arr) / slo_v
+        cap = lane.wait_cap
+        if cap is not None and wait > <double>cap:
+            wait = cap
+        kt = (-(<double>hc + wait - (t - t0) * b.s_hi), arr, rid)
+        bs = q.block_size
+        h = min(len(q.block_keys), (L - 1) // bs) * bs if bs > 0 else max(L - 1, 0)
+        top = h / max(L - h - q.num_computed_tokens, 1)
+        items[rid] = [q, hc, arr, slo, s, b, kt, hc, False, top if top > hc else hc]
+    elif q.arrival_time != (<list>it)[2] or q.prompt_len != (<list>it)[0].prompt_len:
+        lane.remove(rid)
+        lane._in_arrival = False
+        lane.add(q)
+        return
+    else:
+        item = <list>it
+        item[0] = q
+        item[1] = hc
+        item[8] = False
+        if hc > item[7]:
+            _rekey_as(lane, item, rid, hc)
+        return
+    _insert(lane, b, kt)
+
+
+def remove(lane, request_id):
+    """``FastLane.remove(request_id)`` of ``lane``, compiled (``_remove_py`` the reference)."""
+    _load()
+    lane._first = lane._lead_state = None
+    cdef list item = lane._items.pop(request_id)
+    if not lane._small:
+        _delete(lane, <Bucket?>item[5], item[6])
+
+
+def stale(lane, request_ids, raised=None):
+    """``FastLane.stale(request_ids, raised)`` of ``lane``, compiled (``_stale_py`` the
+    reference)."""
+    _load()
+    lane._first = lane._lead_state = None
+    cdef dict items = lane._items
+    cdef list item
+    cdef double t, frontier
+    if raised is None:
+        raised, request_ids = request_ids, ()
+    for rid in request_ids:
+        item = items[rid]
+        if not item[8]:
+            item[8] = 1
+    if lane._small:
+        for rid in raised:
+            (<list>items[rid])[8] = 2
+        return
+    t = lane._clock
+    frontier = lane._frontier
+    res = lane._resolve
+    for rid in raised:
+        item = items[rid]
+        item[8] = 2
+        if res is not None and _key(lane, item[9], item[2], item[3], t) >= frontier:
+            _fresh(lane, item)
+            if item[1] <= item[7]:
+                if item[1] < item[7]:
+                    lane._loose.append(rid)
+                continue
+            _rekey_as(lane, item, rid, item[1])
+        elif item[7] < item[9]:
+            _rekey_as(lane, item, rid, item[9])
+
+
 # -- a bucketed read of the Fast lane, typed ---------------------------------------------------
 #: ``fairsim.policies.fast_lane``, imported at the first read (it imports this module by name).
 cdef object _fl = None
@@ -218,10 +512,7 @@ def bucket_order(lane, now):
     stays the reference (``tests/test_fast_lane_kernel.py`` compares the two read by read).
 
     A generator, lazy as the reference: nothing runs before the first ``next()``."""
-    global _fl
-    if _fl is None:
-        import fairsim.policies.fast_lane as fl
-        _fl = fl
+    _load()
     cdef dict items = lane._items
     cdef Py_ssize_t n = len(items)
     if n == 0:
@@ -240,7 +531,7 @@ def bucket_order(lane, now):
     cdef bint has_cap = cap is not None
     cdef double cap_v = cap if has_cap else 0.0
     if lane._loose or lane._waste:
-        lane._settle(now)
+        lane._settle(now)  # (the compiled ``settle`` on a lane that runs the compiled updates)
     else:
         lane._clock = now
     te_obj = lane._tmax
@@ -268,7 +559,8 @@ def bucket_order(lane, now):
     cdef bint fresh
     cdef tuple kt, nk, entry
     cdef list item, keys
-    cdef object b, rid, counted
+    cdef Bucket b
+    cdef object rid, counted
     for i in range(n):
         if i == long_read and n - i > long_read:
             yield from lane._rest(now, {q.request_id for q in out})
@@ -282,7 +574,7 @@ def bucket_order(lane, now):
                 break
             if fresh:
                 slot = nxt
-                b = by_slot[slot]
+                b = <Bucket?>by_slot[slot]
                 nxt = lines._take(slot)
                 nxt_bound = lines.top
                 kt = b.front
@@ -294,11 +586,11 @@ def bucket_order(lane, now):
                 slot = entry[1]
                 kt = entry[2]
                 pos = entry[3]
-                b = by_slot[slot]
+                b = <Bucket?>by_slot[slot]
             rid = kt[2]
             item = items[rid]
             if item[8]:
-                lane._fresh(item)
+                _fresh(lane, item)
                 loose.append(rid)
                 counted = -1
             else:
@@ -313,8 +605,8 @@ def bucket_order(lane, now):
             keys = b.keys
             if pos < len(keys):
                 nk = keys[pos]
-                d = te - <double>b.t0
-                g = d * <double>b.s_hi if d > 0.0 else 0.0
+                d = te - b.t0
+                g = d * b.s_hi if d > 0.0 else 0.0
                 k = -<double>nk[0]
                 heappush(opened, (-(k + g + margin * (1.0 + fabs(k) + g)), slot, nk, pos))
         entry = heappop(cand)

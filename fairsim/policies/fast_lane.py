@@ -76,6 +76,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from bisect import bisect_left, insort
 from heapq import heappop, heappush
+from types import MethodType, ModuleType
 from typing import TYPE_CHECKING
 
 from fairsim.errors import EngineInvariantError
@@ -261,23 +262,26 @@ def bound_lines_class() -> type:
     return NumpyBoundLines
 
 
-#: The methods with a compiled twin, each named with its Python reference (tests force the
-#: reference onto a lane through these names).
-PYTHON_METHODS = {"_bucket_order": "_bucket_order_py"}
-_COMPILED_READ: list = []  # [(CompiledBoundLines, bucket_order) or None] once looked up
+#: The methods a lane on the compiled bound lines runs compiled (``_fast_lane_c``, the same
+#: decisions and state), each bound over the Python reference of the same name in
+#: ``FastLane.__init__``; the read (``_bucket_order``) picks at each read instead.
+COMPILED_METHODS = ("add", "remove", "stale", "_settle")
+_COMPILED: list = []  # [the extension module, or None], once looked up
 
 
-def _compiled_read() -> tuple[type, Callable[..., Iterator[QueuedRequest]]] | None:
-    """``(CompiledBoundLines, bucket_order)`` of the extension, or ``None`` where it is not built
-    or predates ``bucket_order``. A lane reads through it only on the compiled lines, so
-    ``FAIRSIM_PURE_PYTHON=1`` (numpy lines: ``bound_lines_class``) reads in Python."""
-    if not _COMPILED_READ:
+def _compiled() -> ModuleType | None:
+    """The extension with its compiled Fast lane (``bucket_order``, ``Bucket`` and the update
+    methods), or ``None`` where it is not built or predates them. A lane uses it only on the
+    compiled lines, so ``FAIRSIM_PURE_PYTHON=1`` (numpy lines: ``bound_lines_class``) runs Python."""
+    if not _COMPILED:
         try:
             mod = importlib.import_module(COMPILED_MODULE)
-            _COMPILED_READ.append((mod.CompiledBoundLines, mod.bucket_order))
+            for name in ("bucket_order", "Bucket", "settle") + COMPILED_METHODS[:-1]:
+                getattr(mod, name)
         except (ImportError, AttributeError):
-            _COMPILED_READ.append(None)
-    return _COMPILED_READ[0]
+            mod = None
+        _COMPILED.append(mod)
+    return _COMPILED[0]
 
 
 def bound_lines_kind() -> str:
@@ -326,6 +330,14 @@ class FastLane:
         # x s (per slot; _sync). EMPTY intercept: an empty bucket (or no bucket in that slot).
         # A read evaluates them all and scans for the highest (``bound_lines_class``).
         self._lines = bound_lines_class()(16)
+        self._new_bucket: type = _Bucket
+        mod = _compiled()
+        if mod is not None and type(self._lines) is mod.CompiledBoundLines:
+            # The compiled updates and buckets (same state, same floats as these methods'):
+            # bound on the instance, so a call costs no dispatch.
+            self._new_bucket = mod.Bucket
+            for name in COMPILED_METHODS:
+                setattr(self, name, MethodType(getattr(mod, name.lstrip("_")), self))
         self._reads = 0  # reads that evaluated the lines (the kept first's state names its read)
         self._t0_max = -math.inf  # the latest t0 of any bucket
         # The clock the bound lines are measured from (set when the buckets are built): every
@@ -447,7 +459,7 @@ class FastLane:
             self._lines.ensure(slot + 1)
             # t0 not before the origin (a clock gone back since the buckets were built): keys
             # are made at t0 or later (``_kt``), so a later t0 is valid.
-            b = self._buckets[idx] = _Bucket(slot, max(self._clock, self._origin))
+            b = self._buckets[idx] = self._new_bucket(slot, max(self._clock, self._origin))
             self._by_slot.append(b)  # (its slot's intercept is EMPTY: new, or reset by _to_small)
             if b.t0 > self._t0_max:
                 self._t0_max = b.t0
@@ -747,9 +759,9 @@ class FastLane:
     def _bucket_order(self, now: float) -> Iterator[QueuedRequest]:
         """A bucketed read at ``now``: the compiled one (``_fast_lane_c.bucket_order``, the same
         decisions and state) on the compiled bound lines, else ``_bucket_order_py``."""
-        compiled = _compiled_read()
-        if compiled is not None and type(self._lines) is compiled[0]:
-            return compiled[1](self, now)
+        mod = _compiled()
+        if mod is not None and type(self._lines) is mod.CompiledBoundLines:
+            return mod.bucket_order(self, now)
         return self._bucket_order_py(now)
 
     def _bucket_order_py(self, now: float) -> Iterator[QueuedRequest]:
