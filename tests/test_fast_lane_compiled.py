@@ -132,3 +132,79 @@ def test_compiled_and_python_lanes_stay_identical(seed, cap, modes, origin, lazy
                 for lane in lanes:
                     lane.remove(rid)
             assert state(fast) == state(ref)
+
+
+# -- fairway-deadline's block sums (``_fast_lane_c.block_sums``/``open_due``) -------------------
+from fairsim.policies.deadline_fast import DueBlocks, _Block  # noqa: E402
+
+#: Integers of every size the sums meet: ns deadlines of a simulated clock and of a wall clock
+#: (1.7e18), works, and values at and past the 64-bit edge (there the kernels answer ``None``).
+_INTS = st.one_of(st.integers(-10**12, 10**12), st.integers(10**17, 2 * 10**18),
+                  st.integers(2**63 - 10**6, 2**63 + 10**6), st.integers(-2**63 - 10**6, -2**63 + 10**6))
+
+
+def _reference_sums(due: DueBlocks, b: _Block) -> tuple:
+    due._resum(b)
+    return b.total, b.least
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), mode=st.sampled_from(["queue", "own", "none"]), n=st.integers(0, 140))
+def test_block_sums_are_the_python_sums(data, mode, n):
+    """``block_sums`` gives ``_resum``'s total and least (the same ints, ``inf`` when no request
+    is free), or ``None`` exactly where a value or a partial sum leaves 64-bit integers."""
+    dl = data.draw(st.lists(_INTS, min_size=n, max_size=n))
+    work = data.draw(st.lists(_INTS, min_size=n, max_size=n))
+    urgent = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    due = DueBlocks(mode)
+    b = _Block([(d, 0.0, str(j)) for j, d in enumerate(dl)], list(work), list(urgent))
+    got = compiled.block_sums(b.dl, b.work, b.urgent, compiled.MODE_CODES[mode])
+    want = _reference_sums(due, b)
+    values = list(dl) + ([] if mode == "none" else list(work))
+    if mode == "queue":
+        p = 0
+        for d, w in zip(dl, work):
+            p += w
+            values += [p, d - p]
+    elif mode == "own":
+        values += [d - w for d, w in zip(dl, work)]
+    if any(not -2**63 <= v < 2**63 for v in values):
+        assert got is None
+    else:
+        assert got is not None and repr(got) == repr(want) and type(got[1]) is type(want[1])
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), mode=st.sampled_from(["queue", "own", "none"]), n=st.integers(1, 140))
+def test_open_due_marks_what_python_marks(data, mode, n):
+    """``open_due`` marks the same requests, in the same order, and leaves the same sums as
+    ``DueBlocks._open`` on the Python path; ``None`` leaves the block untouched."""
+    small = st.integers(-10**6, 10**6)
+    ints = data.draw(st.sampled_from([small, _INTS]))
+    dl = data.draw(st.lists(ints, min_size=n, max_size=n))
+    work = data.draw(st.lists(ints, min_size=n, max_size=n))
+    urgent = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    t = data.draw(st.one_of(small, _INTS))
+    keys = [(d, 0.0, str(j)) for j, d in enumerate(dl)]
+    runs = []
+    for kernel in (True, False):
+        due = DueBlocks(mode)
+        if not kernel:
+            due.kernel = None
+        due._blocks = [_Block(list(keys), list(work), list(urgent))]
+        due.last = [keys[-1]]
+        due._moved = 0  # every leaf to set
+        due._retree()
+        newly: list = []
+        due._open(0, 0, t, {}, newly)
+        b = due._blocks[0]
+        runs.append(repr((newly, b.urgent, b.total, b.least, due._tot, due._lst)))
+    assert runs[0] == runs[1]
+
+
+def test_due_blocks_use_the_kernel_unless_pure_python():
+    assert DueBlocks("queue").kernel is compiled
+    code = "from fairsim.policies.deadline_fast import DueBlocks\nprint(DueBlocks('queue').kernel)\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, FAIRSIM_PURE_PYTHON="1"))
+    assert out.stdout.strip() == "None"

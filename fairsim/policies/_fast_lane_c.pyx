@@ -626,3 +626,123 @@ def bucket_order(lane, now):
         resolve = lane._resolve
         yield q if resolve is None else resolve(q)
         lane._lead_state = None
+
+
+# -- fairway-deadline's block sums, on 64-bit integers ---------------------------------------
+cdef object _INF = float("inf")
+#: ``DueBlocks.mode`` -> the code the kernels below take.
+MODE_CODES = {"queue": 0, "own": 1, "none": 2}
+
+
+cdef int _margins_c(list dl, list work, int mode, long long* out, long long* total) except -1:
+    """The margins ``D - P`` of a block (``DueBlocks._margins``) into ``out`` and its total work
+    (``queue`` mode; else 0) into ``total``; 1 where a value or a sum leaves 64-bit integers or
+    is not an ``int`` (the caller then runs the Python reference), else 0. Integer sums are
+    exact in C as in Python while they fit, so the margins are Python's."""
+    cdef Py_ssize_t j, n = len(dl)
+    cdef long long p = 0, d, w, m
+    if len(work) != n:
+        raise ValueError(f"a block of {n} deadlines and {len(work)} works")
+    for j in range(n):
+        o = dl[j]
+        if type(o) is not int:
+            return 1
+        try:
+            d = o
+        except OverflowError:
+            return 1
+        if mode == 2:
+            m = d
+        else:
+            o = work[j]
+            if type(o) is not int:
+                return 1
+            try:
+                w = o
+            except OverflowError:
+                return 1
+            if mode == 0:
+                if __builtin_add_overflow(p, w, &p):
+                    return 1
+                if __builtin_sub_overflow(d, p, &m):
+                    return 1
+            elif __builtin_sub_overflow(d, w, &m):
+                return 1
+        out[j] = m
+    total[0] = p
+    return 0
+
+
+cdef tuple _sums(long long* margins, list urgent, Py_ssize_t n, long long total, int mode):
+    """``(total, least)`` as ``DueBlocks._resum`` sets them: the least margin of the requests not
+    urgent (``inf`` when none)."""
+    cdef Py_ssize_t j
+    cdef long long least = 0
+    cdef bint found = False
+    for j in range(n):
+        if urgent[j] is True:
+            continue
+        if not found or margins[j] < least:
+            least = margins[j]
+            found = True
+    cdef object tot = total if mode == 0 else 0
+    if not found:
+        return (tot, _INF)  # (a C conditional would turn the int into a double)
+    return (tot, least)
+
+
+cdef extern from *:
+    """
+    static int __fs_add_overflow(long long a, long long b, long long* r) { return __builtin_add_overflow(a, b, r); }
+    static int __fs_sub_overflow(long long a, long long b, long long* r) { return __builtin_sub_overflow(a, b, r); }
+    """
+    bint __builtin_add_overflow "__fs_add_overflow" (long long a, long long b, long long* r)
+    bint __builtin_sub_overflow "__fs_sub_overflow" (long long a, long long b, long long* r)
+
+
+def block_sums(list dl, list work, list urgent, int mode):
+    """``(total, least)`` of a block (``DueBlocks._resum(b)``'s values, the same ints) from its
+    deadlines, works and urgent flags (``mode``: ``MODE_CODES``), or ``None`` where a value leaves
+    64-bit integers (the caller runs the Python reference)."""
+    cdef Py_ssize_t n = len(dl)
+    cdef long long total = 0
+    cdef long long* margins = <long long*>PyMem_Malloc((n + 1) * sizeof(long long))
+    if margins == NULL:
+        raise MemoryError()
+    try:
+        if _margins_c(dl, work, mode, margins, &total):
+            return None
+        return _sums(margins, urgent, n, total, mode)
+    finally:
+        PyMem_Free(margins)
+
+
+def open_due(list dl, list work, list urgent, int mode, limit, list keys, list newly):
+    """``DueBlocks._open``'s marking: every request of the block whose margin is at most
+    ``limit`` (``t + off``, ns) and not urgent yet is marked urgent and its key appended to
+    ``newly`` (block order); returns the block's ``(total, least)`` after (``block_sums``), or
+    ``None``, with nothing changed, where a value leaves 64-bit integers."""
+    cdef Py_ssize_t j, n = len(dl)
+    cdef long long total = 0, lim
+    cdef long long* margins
+    if type(limit) is not int:
+        return None
+    try:
+        lim = limit
+    except OverflowError:
+        return None
+    if len(urgent) != n or len(keys) != n:
+        raise ValueError(f"a block of {n} deadlines, {len(urgent)} flags and {len(keys)} keys")
+    margins = <long long*>PyMem_Malloc((n + 1) * sizeof(long long))
+    if margins == NULL:
+        raise MemoryError()
+    try:
+        if _margins_c(dl, work, mode, margins, &total):
+            return None
+        for j in range(n):
+            if margins[j] <= lim and urgent[j] is not True:
+                urgent[j] = True
+                newly.append(keys[j])
+        return _sums(margins, urgent, n, total, mode)
+    finally:
+        PyMem_Free(margins)
