@@ -14,6 +14,17 @@ microsecond or two apiece. Where it is built, the Fast lane needs no numpy at al
 Storage: three C double arrays of ``cap`` slots: the intercepts ``c`` and slopes ``s`` of the
 lines (``FastLane._sync``) and the bounds ``b`` of the last ``evaluate`` (read by ``take`` and
 ``lead_limit``).
+
+Also here, each the typed twin of a Python reference that stays (same state, same floats or
+ints, same decisions; ``tests/test_fast_lane_compiled.py`` compares them bit for bit):
+
+- ``Bucket`` (``fast_lane._Bucket``'s fields as a C struct) and the Fast lane's ``add``,
+  ``remove``, ``stale``, ``settle`` and bucketed read ``bucket_order``
+  (``FastLane.add``/``remove``/``stale``/``_settle``/``_bucket_order_py``), used by a lane on
+  ``CompiledBoundLines`` (``FastLane.__init__``, ``FastLane._bucket_order``): the key and bound
+  arithmetic on C doubles, in Python's operation order, the bucket fields read without a lookup;
+- ``block_sums`` and ``open_due``: ``fairway-deadline``'s block margins on 64-bit integers
+  (``DueBlocks._margins``/``_resum``/``_open``), ``None`` where a value leaves 64 bits.
 """
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc

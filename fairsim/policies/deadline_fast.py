@@ -47,7 +47,9 @@ its first sight (the work is fixed then) and the items yielded, so a stale snaps
 only when it is yielded or first seen.
 
 Exactness (``tests/test_fast_order.py``, ``tests/test_deadline_fast.py``): integers, so the same
-deadlines, works and due decisions as ``order()``; ``W`` is summed from the same integers.
+deadlines, works and due decisions as ``order()`` (a block's sums run on 64-bit integers where the
+extension is built, ``block_kernel``: the same ints, the Python sums wherever a value leaves 64
+bits; ``tests/test_fast_lane_compiled.py``); ``W`` is summed from the same integers.
 State changes (new deadlines, the horizon ``H``, the sticky urgent set) are made when
 ``iter_order`` is called, not when it is read, and are mirrored into the policy's
 ``deadline_ns``/``work_ns``/``urgent``/``horizon_ns`` so both paths leave the policy in the same

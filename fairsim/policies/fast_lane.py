@@ -64,8 +64,14 @@ be taken by the next read anyway: it is resolved at once (as of this step's star
 its hit.
 
 Cost: ``add``/``remove`` O(log n); ``iter_order`` O(B) in C (or numpy) for ``B`` buckets, once
-and again per bucket opened, plus O((k + waste) log n) Python for ``k`` items read, independent
+and again per bucket opened, plus O((k + waste) log n) for ``k`` items read, independent
 of the queue's length for a fixed slope spread. ``order()`` stays the reference; ``tests/test_fast_order.py`` checks identity.
+
+Compiled: a lane on the compiled bound lines also runs ``add``, ``remove``, ``stale``, ``_settle``
+and its bucketed reads in ``fairsim/policies/_fast_lane_c.pyx`` (typed twins of the methods
+here, which stay the reference: same floats in the same operation order, same state;
+``COMPILED_METHODS``, ``_compiled``, ``tests/test_fast_lane_compiled.py``) and makes its
+buckets of the C struct ``Bucket``.
 """
 
 from __future__ import annotations
