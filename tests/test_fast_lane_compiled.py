@@ -56,6 +56,10 @@ def test_python_lane_runs_the_python_methods():
         assert type(fast.iter_order(3.0)).__name__ == "generator" and "cython" in type(fast.iter_order(3.0)).__module__
         assert type(ref.iter_order(3.0)).__module__ == "builtins"  # a Python generator
         assert [q.request_id for q in fast.iter_order(3.0)] == [q.request_id for q in ref.iter_order(3.0)]
+        for name in fast_lane.COMPILED_METHODS:
+            assert getattr(fast, name).__func__ is getattr(compiled, name.lstrip("_"))
+            assert getattr(ref, name).__func__ is getattr(FastLane, name)
+        assert type(fast._by_slot[0]) is compiled.Bucket
 
 
 def test_pure_python_switch_reads_in_python():
@@ -65,10 +69,11 @@ def test_pure_python_switch_reads_in_python():
             "fast_lane.SMALL_HI = fast_lane.SMALL_LO = -1\n"
             "from fairsim.types import QueuedRequest\n"
             "lane.add(QueuedRequest('a', 0.0, 10, 0, 10, 0, None))\n"
-            "print(type(lane._lines).__name__, type(lane.iter_order(1.0)).__module__)\n")
+            "print(type(lane._lines).__name__, type(lane.iter_order(1.0)).__module__,\n"
+            "      lane.add.__func__ is fast_lane.FastLane.add, type(lane._by_slot[0]).__name__)\n")
     env = dict(os.environ, FAIRSIM_PURE_PYTHON="1")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
-    assert out.stdout.split() == ["NumpyBoundLines", "builtins"]
+    assert out.stdout.split() == ["NumpyBoundLines", "builtins", "True", "_Bucket"]
 
 
 @settings(max_examples=40, deadline=None)
