@@ -6,7 +6,9 @@
   ``fairsim.sim.pool_choice.new_block_pool`` picks whichever is there.
 - The optional compiled bound lines of the Fairway family's Fast lane
   (``fairsim/policies/_fast_lane_c.pyx``), the same way: where it is not built,
-  ``fairsim.policies.fast_lane.bound_lines_class`` gives the numpy reference.
+  ``fairsim.policies.fast_lane.bound_lines_class`` gives the numpy reference. The same
+  extension holds the Fast lane's compiled updates and reads and ``fairway-deadline``'s block
+  sums; without it the Python methods run (``fast_lane._compiled``, ``deadline_fast.block_kernel``).
 - The optional compiled watcher-map updates (``fairsim/sim/_watch_c.pyx``), the same way:
   where it is not built, the engine runs its pure-Python methods (``Engine._rewatch`` ...).
 - The optional compiled loops of the offered load (``fairsim/traces/_offered_c.pyx``) and of the

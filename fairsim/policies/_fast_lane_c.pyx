@@ -14,10 +14,24 @@ microsecond or two apiece. Where it is built, the Fast lane needs no numpy at al
 Storage: three C double arrays of ``cap`` slots: the intercepts ``c`` and slopes ``s`` of the
 lines (``FastLane._sync``) and the bounds ``b`` of the last ``evaluate`` (read by ``take`` and
 ``lead_limit``).
+
+Also here, each the typed twin of a Python reference that stays (same state, same floats or
+ints, same decisions; ``tests/test_fast_lane_compiled.py`` compares them bit for bit):
+
+- ``Bucket`` (``fast_lane._Bucket``'s fields as a C struct) and the Fast lane's ``add``,
+  ``remove``, ``stale``, ``settle`` and bucketed read ``bucket_order``
+  (``FastLane.add``/``remove``/``stale``/``_settle``/``_bucket_order_py``), used by a lane on
+  ``CompiledBoundLines`` (``FastLane.__init__``, ``FastLane._bucket_order``): the key and bound
+  arithmetic on C doubles, in Python's operation order, the bucket fields read without a lookup;
+- ``block_sums`` and ``open_due``: ``fairway-deadline``'s block margins on 64-bit integers
+  (``DueBlocks._margins``/``_resum``/``_open``), ``None`` where a value leaves 64 bits.
 """
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.math cimport INFINITY, fabs
+
+from bisect import bisect_left, insort
+from heapq import heappop, heappush
 
 #: ``fairsim.policies.fast_lane.EMPTY``: the intercept of an empty bucket.
 cdef double EMPTY = -1e300
@@ -148,6 +162,9 @@ cdef class CompiledBoundLines:
             ValueError: ``nb`` < 1 or above ``cap`` (``numpy.argmax`` of an empty vector raises
                 ValueError too).
         """
+        return self._evaluate(nb, u)
+
+    cdef Py_ssize_t _evaluate(self, Py_ssize_t nb, double u) except -1:
         cdef Py_ssize_t j
         cdef double* b = self._b
         cdef double* c = self._c
@@ -164,6 +181,9 @@ cdef class CompiledBoundLines:
     def take(self, Py_ssize_t slot):
         """Set ``slot``'s bound to ``EMPTY`` (its bucket opened) and return the argmax of the
         bounds left (``top``: its bound)."""
+        return self._take(slot)
+
+    cdef Py_ssize_t _take(self, Py_ssize_t slot) except -1:
         if slot < 0 or slot >= self._nb:
             raise IndexError(f"take: slot {slot} outside 0..{self._nb - 1}")
         self._b[slot] = EMPTY
@@ -194,3 +214,546 @@ cdef class CompiledBoundLines:
                     least = q
                 rising = True
         return least
+
+
+# -- the Fast lane's buckets and updates, typed -------------------------------------------------
+cdef class Bucket:
+    """``fairsim.policies.fast_lane._Bucket`` as a C struct (the same attributes, the same
+    meaning): the compiled reads and updates below read its fields without a lookup. A lane on
+    the compiled lines makes its buckets of this class (``FastLane.__init__``)."""
+
+    cdef public list keys  # (-K, arrival_time, request_id), ascending (front first)
+    cdef public tuple front  # keys[0], or None when empty
+    cdef public double t0
+    cdef public double s_hi
+    cdef public Py_ssize_t slot
+
+    def __init__(self, Py_ssize_t slot, double t0):
+        self.keys = []
+        self.front = None
+        self.t0 = t0
+        self.s_hi = 0.0
+        self.slot = slot
+
+
+cdef double _margin():
+    return _fl.MARGIN
+
+
+cdef inline int _load() except -1:
+    global _fl
+    if _fl is None:
+        import fairsim.policies.fast_lane as fl
+        _fl = fl
+    return 0
+
+
+cdef int _set_c(lines, Py_ssize_t slot, double c) except -1:
+    """``lines.set_c(slot, c)``, direct on the compiled lines (a test may give a lane numpy ones)."""
+    cdef CompiledBoundLines cl
+    if type(lines) is CompiledBoundLines:
+        cl = <CompiledBoundLines>lines
+        cl._check(slot)
+        cl._c[slot] = c
+    else:
+        lines.set_c(slot, c)
+    return 0
+
+
+cdef int _sync(lane, Bucket b) except -1:
+    """``FastLane._sync``: ``b``'s bound line from its front key, ``t0`` and ``s_hi``."""
+    cdef double k, m = _margin()
+    if b.front is None:
+        return _set_c(lane._lines, b.slot, EMPTY)
+    k = -<double>b.front[0]
+    lane._lines.set_line(b.slot, k + 2.0 * m * (1.0 + fabs(k)) - (b.t0 - <double>lane._origin) * b.s_hi,
+                         b.s_hi * (1.0 + 2.0 * m))
+    return 0
+
+
+cdef int _sync_front(lane, Bucket b) except -1:
+    """``FastLane._sync_front``: the intercept after a change of ``b``'s front alone."""
+    cdef double k
+    if b.front is None:
+        return _set_c(lane._lines, b.slot, EMPTY)
+    k = -<double>b.front[0]
+    return _set_c(lane._lines, b.slot, k + 2.0 * _margin() * (1.0 + fabs(k)) - (b.t0 - <double>lane._origin) * b.s_hi)
+
+
+cdef int _set_head(lane, Bucket b) except -1:
+    b.front = b.keys[0] if b.keys else None
+    return _sync_front(lane, b)
+
+
+cdef int _insert(lane, Bucket b, tuple kt) except -1:
+    insort(b.keys, kt)
+    front = b.front
+    if front is None:
+        b.front = kt
+        _sync(lane, b)
+    elif kt < front:
+        b.front = kt
+        _sync_front(lane, b)
+    return 0
+
+
+cdef int _delete(lane, Bucket b, tuple kt) except -1:
+    cdef list keys = b.keys
+    if kt == b.front:
+        del keys[0]
+        _set_head(lane, b)
+    else:
+        del keys[bisect_left(keys, kt)]
+    return 0
+
+
+cdef double _key(lane, double hc, double arr, double slo, double t0) except? -1.0:
+    """``FastLane._key``: ``hc + min((t0 - arr) / slo, wait_cap)``."""
+    cdef double wait = (t0 - arr) / slo
+    cap = lane.wait_cap
+    if cap is not None and wait > <double>cap:
+        wait = cap
+    return hc + wait
+
+
+cdef tuple _kt(lane, double hc, arr, double slo, rid, Bucket b):
+    """``FastLane._kt``: the sort key in ``b`` made at the lane's clock (not before ``t0``)."""
+    cdef double t = lane._clock
+    if t < b.t0:
+        t = b.t0
+    return (-(_key(lane, hc, arr, slo, t) - (t - b.t0) * b.s_hi), arr, rid)
+
+
+cdef int _rekey_as(lane, list item, rid, hc) except -1:
+    """``FastLane._rekey_as``: key ``item`` anew at the lane's clock with ``h / c = hc``."""
+    cdef Bucket b = <Bucket?>item[5]
+    cdef tuple old = item[6]
+    cdef tuple kt
+    cdef list keys
+    cdef Py_ssize_t i
+    item[7] = hc
+    kt = _kt(lane, hc, item[2], item[3], rid, b)
+    item[6] = kt
+    keys = b.keys
+    i = 0 if old == b.front else bisect_left(keys, old)
+    if (i == 0 or keys[i - 1] < kt) and (i + 1 == len(keys) or kt < keys[i + 1]):
+        keys[i] = kt
+        if i == 0:
+            b.front = kt
+            _sync_front(lane, b)
+        return 0
+    del keys[i]
+    if i == 0:
+        _set_head(lane, b)
+    return _insert(lane, b, kt)
+
+
+cdef int _fresh(lane, list item) except -1:
+    """``FastLane._fresh``: read a stale request's snapshot of this step."""
+    q = lane._resolve(item[0])
+    item[0] = q
+    item[1] = q.cached_len / max(q.uncached_len, 1)
+    item[8] = False
+    return 0
+
+
+cdef int _settle(lane, now) except -1:
+    """``FastLane._settle``: tighten the last read's loose keys, re-key its waste at ``now``."""
+    cdef dict items = lane._items
+    cdef list item
+    lane._clock = now
+    loose = lane._loose
+    if loose:
+        small = lane._small
+        for rid in loose:
+            it = items.get(rid)
+            if it is None:
+                continue
+            item = <list>it
+            if item[7] == item[1] or item[8] or small:
+                continue
+            _rekey_as(lane, item, rid, item[1])
+        lane._loose = []
+    for entry in lane._waste:
+        rid = (<tuple>entry)[2]
+        it = items.get(rid)
+        if (<tuple>entry)[3] < 0 or it is None or (<list>it)[8]:
+            continue
+        item = <list>it
+        _rekey_as(lane, item, rid, item[1])
+    lane._waste = []
+    return 0
+
+
+def settle(lane, now):
+    """``FastLane._settle(now)`` of ``lane``, compiled (``_settle_py`` the reference)."""
+    _load()
+    _settle(lane, now)
+
+
+def add(lane, q):
+    """``FastLane.add(q)`` of ``lane``, compiled (``_add_py`` the reference): the same items,
+    keys and bound lines, by the same operations."""
+    _load()
+    lane._first = lane._lead_state = None
+    rid = q.request_id
+    hc = q.cached_len / max(q.uncached_len, 1)
+    cdef dict items = lane._items
+    cdef object it = items.get(rid)
+    cdef list item
+    cdef Bucket b
+    cdef double t, t0, wait, slo_v
+    if it is None and lane._in_arrival:
+        last = lane._last
+        if last is None or (q.arrival_time, rid) > last:
+            lane._last = (q.arrival_time, rid)
+        else:
+            lane._in_arrival = False
+    if lane._small:
+        if it is None or q.arrival_time != (<list>it)[2] or q.prompt_len != (<list>it)[0].prompt_len:
+            if it is not None:
+                del items[rid]
+                lane._in_arrival = False
+            slo = lane.slo(q.prompt_len)
+            items[rid] = [q, hc, q.arrival_time, slo, 1.0 / slo, None, None, hc, False, None]
+        else:
+            item = <list>it
+            item[0] = q
+            item[1] = hc
+            item[7] = hc
+            item[8] = False
+        return
+    if it is None:
+        L = q.prompt_len
+        per = lane._by_len.get(L)
+        slo, s, idx = per if per is not None else lane._slope(L)
+        bo = lane._buckets.get(idx)
+        if bo is None:
+            bo = lane._bucket(idx)
+        b = <Bucket?>bo
+        if s > b.s_hi:
+            b.s_hi = s
+            _sync(lane, b)
+        arr = q.arrival_time
+        t = lane._clock
+        t0 = b.t0
+        if t < t0:
+            t = t0
+        slo_v = slo
+        wait = (t - <double>arr) / slo_v
+        cap = lane.wait_cap
+        if cap is not None and wait > <double>cap:
+            wait = cap
+        kt = (-(<double>hc + wait - (t - t0) * b.s_hi), arr, rid)
+        bs = q.block_size
+        h = min(len(q.block_keys), (L - 1) // bs) * bs if bs > 0 else max(L - 1, 0)
+        top = h / max(L - h - q.num_computed_tokens, 1)
+        items[rid] = [q, hc, arr, slo, s, b, kt, hc, False, top if top > hc else hc]
+    elif q.arrival_time != (<list>it)[2] or q.prompt_len != (<list>it)[0].prompt_len:
+        lane.remove(rid)
+        lane._in_arrival = False
+        lane.add(q)
+        return
+    else:
+        item = <list>it
+        item[0] = q
+        item[1] = hc
+        item[8] = False
+        if hc > item[7]:
+            _rekey_as(lane, item, rid, hc)
+        return
+    _insert(lane, b, kt)
+
+
+def remove(lane, request_id):
+    """``FastLane.remove(request_id)`` of ``lane``, compiled (``_remove_py`` the reference)."""
+    _load()
+    lane._first = lane._lead_state = None
+    cdef list item = lane._items.pop(request_id)
+    if not lane._small:
+        _delete(lane, <Bucket?>item[5], item[6])
+
+
+def stale(lane, request_ids, raised=None):
+    """``FastLane.stale(request_ids, raised)`` of ``lane``, compiled (``_stale_py`` the
+    reference)."""
+    _load()
+    lane._first = lane._lead_state = None
+    cdef dict items = lane._items
+    cdef list item
+    cdef double t, frontier
+    if raised is None:
+        raised, request_ids = request_ids, ()
+    for rid in request_ids:
+        item = items[rid]
+        if not item[8]:
+            item[8] = 1
+    if lane._small:
+        for rid in raised:
+            (<list>items[rid])[8] = 2
+        return
+    t = lane._clock
+    frontier = lane._frontier
+    res = lane._resolve
+    for rid in raised:
+        item = items[rid]
+        item[8] = 2
+        if res is not None and _key(lane, item[9], item[2], item[3], t) >= frontier:
+            _fresh(lane, item)
+            if item[1] <= item[7]:
+                if item[1] < item[7]:
+                    lane._loose.append(rid)
+                continue
+            _rekey_as(lane, item, rid, item[1])
+        elif item[7] < item[9]:
+            _rekey_as(lane, item, rid, item[9])
+
+
+# -- a bucketed read of the Fast lane, typed ---------------------------------------------------
+#: ``fairsim.policies.fast_lane``, imported at the first read (it imports this module by name).
+cdef object _fl = None
+
+
+def bucket_order(lane, now):
+    """``FastLane._bucket_order_py(now)`` of ``lane`` (a ``fairsim.policies.fast_lane.FastLane``
+    on ``CompiledBoundLines``), typed: the same state read and written, the same floats (each
+    bound and score by the same double operations in the same order; ``-ffp-contract=off``),
+    the same heaps of the same tuples, so the same requests yielded in the same order and the
+    same state left for the next read. ``FastLane._bucket_order`` picks it; the Python method
+    stays the reference (``tests/test_fast_lane_kernel.py`` compares the two read by read).
+
+    A generator, lazy as the reference: nothing runs before the first ``next()``."""
+    _load()
+    cdef dict items = lane._items
+    cdef Py_ssize_t n = len(items)
+    if n == 0:
+        return
+    cdef object lead = None  # the first request, already yielded from the last read
+    cdef object first
+    cdef bint cache_first = _fl.CACHE_FIRST
+    if lane._lead_state is not None or lane._first is not None:
+        first = lane._kept()
+        if first is not None and first[1] <= now <= first[2] and cache_first:
+            lead = first[0]
+            q = (<list>items[lead])[0]
+            resolve = lane._resolve
+            yield q if resolve is None else resolve(q)
+    cap = lane.wait_cap
+    cdef bint has_cap = cap is not None
+    cdef double cap_v = cap if has_cap else 0.0
+    if lane._loose or lane._waste:
+        lane._settle(now)  # (the compiled ``settle`` on a lane that runs the compiled updates)
+    else:
+        lane._clock = now
+    te_obj = lane._tmax
+    if now > te_obj:
+        te_obj = lane._tmax = now
+    cdef double te = te_obj
+    cdef double now_v = now
+    cdef list by_slot = lane._by_slot
+    cdef Py_ssize_t nb = len(by_slot)
+    cdef double t0_max = lane._t0_max
+    cdef CompiledBoundLines lines = lane._lines
+    cdef Py_ssize_t nxt = lines._evaluate(nb, (t0_max if t0_max > te else te) - <double>lane._origin)
+    cdef double nxt_bound = lines.top
+    lane._reads += 1
+    cdef list loose = lane._loose
+    cdef list out = []
+    cdef list cand = []
+    lane._waste = cand
+    cdef list opened = []
+    cdef double margin = _fl.MARGIN
+    cdef double empty_bound = _fl._EMPTY_BOUND
+    cdef Py_ssize_t long_read = _fl._LONG_READ
+    cdef Py_ssize_t i, slot, pos
+    cdef double top, wait, d, g, k, neg
+    cdef bint fresh
+    cdef tuple kt, nk, entry
+    cdef list item, keys
+    cdef Bucket b
+    cdef object rid, counted
+    for i in range(n):
+        if i == long_read and n - i > long_read:
+            yield from lane._rest(now, {q.request_id for q in out})
+            return
+        while True:
+            top = -<double>(<tuple>opened[0])[0] if opened else -INFINITY
+            fresh = nxt_bound > top
+            if fresh:
+                top = nxt_bound
+            if top <= empty_bound or (cand and -<double>(<tuple>cand[0])[0] > top):
+                break
+            if fresh:
+                slot = nxt
+                b = <Bucket?>by_slot[slot]
+                nxt = lines._take(slot)
+                nxt_bound = lines.top
+                kt = b.front
+                if kt is None:  # (an opened bucket's bound is above EMPTY only with a front)
+                    raise _fl.EngineInvariantError(f"Fast lane: bucket slot {slot} has a bound but no front")
+                pos = 0
+            else:
+                entry = heappop(opened)
+                slot = entry[1]
+                kt = entry[2]
+                pos = entry[3]
+                b = <Bucket?>by_slot[slot]
+            rid = kt[2]
+            item = items[rid]
+            if item[8]:
+                _fresh(lane, item)
+                loose.append(rid)
+                counted = -1
+            else:
+                if item[7] != item[1]:
+                    loose.append(rid)
+                counted = slot
+            wait = (now_v - <double>item[2]) / <double>item[3]
+            if has_cap and wait > cap_v:
+                wait = cap_v
+            heappush(cand, (-(<double>item[1] + wait), item[2], rid, counted))
+            pos += 1
+            keys = b.keys
+            if pos < len(keys):
+                nk = keys[pos]
+                d = te - b.t0
+                g = d * b.s_hi if d > 0.0 else 0.0
+                k = -<double>nk[0]
+                heappush(opened, (-(k + g + margin * (1.0 + fabs(k) + g)), slot, nk, pos))
+        entry = heappop(cand)
+        neg = entry[0]
+        rid = entry[2]
+        lane._frontier = -neg
+        q = (<list>items[rid])[0]
+        out.append(q)
+        if i == 0:
+            if lead is not None:
+                if rid != lead:
+                    raise _fl.EngineInvariantError(
+                        f"Fast lane: the kept first request {lead!r} is not the read's first {rid!r} at {now!r}")
+                continue
+            if te == now_v:
+                lane._lead_state = (now, -neg, items[rid], cand, opened, lane._reads, nb)
+        resolve = lane._resolve
+        yield q if resolve is None else resolve(q)
+        lane._lead_state = None
+
+
+# -- fairway-deadline's block sums, on 64-bit integers ---------------------------------------
+cdef object _INF = float("inf")
+#: ``DueBlocks.mode`` -> the code the kernels below take.
+MODE_CODES = {"queue": 0, "own": 1, "none": 2}
+
+
+cdef int _margins_c(list dl, list work, int mode, long long* out, long long* total) except -1:
+    """The margins ``D - P`` of a block (``DueBlocks._margins``) into ``out`` and its total work
+    (``queue`` mode; else 0) into ``total``; 1 where a value or a sum leaves 64-bit integers or
+    is not an ``int`` (the caller then runs the Python reference), else 0. Integer sums are
+    exact in C as in Python while they fit, so the margins are Python's."""
+    cdef Py_ssize_t j, n = len(dl)
+    cdef long long p = 0, d, w, m
+    if len(work) != n:
+        raise ValueError(f"a block of {n} deadlines and {len(work)} works")
+    for j in range(n):
+        o = dl[j]
+        if type(o) is not int:
+            return 1
+        try:
+            d = o
+        except OverflowError:
+            return 1
+        if mode == 2:
+            m = d
+        else:
+            o = work[j]
+            if type(o) is not int:
+                return 1
+            try:
+                w = o
+            except OverflowError:
+                return 1
+            if mode == 0:
+                if __builtin_add_overflow(p, w, &p):
+                    return 1
+                if __builtin_sub_overflow(d, p, &m):
+                    return 1
+            elif __builtin_sub_overflow(d, w, &m):
+                return 1
+        out[j] = m
+    total[0] = p
+    return 0
+
+
+cdef tuple _sums(long long* margins, list urgent, Py_ssize_t n, long long total, int mode):
+    """``(total, least)`` as ``DueBlocks._resum`` sets them: the least margin of the requests not
+    urgent (``inf`` when none)."""
+    cdef Py_ssize_t j
+    cdef long long least = 0
+    cdef bint found = False
+    for j in range(n):
+        if urgent[j] is True:
+            continue
+        if not found or margins[j] < least:
+            least = margins[j]
+            found = True
+    cdef object tot = total if mode == 0 else 0
+    if not found:
+        return (tot, _INF)  # (a C conditional would turn the int into a double)
+    return (tot, least)
+
+
+cdef extern from *:
+    """
+    static int __fs_add_overflow(long long a, long long b, long long* r) { return __builtin_add_overflow(a, b, r); }
+    static int __fs_sub_overflow(long long a, long long b, long long* r) { return __builtin_sub_overflow(a, b, r); }
+    """
+    bint __builtin_add_overflow "__fs_add_overflow" (long long a, long long b, long long* r)
+    bint __builtin_sub_overflow "__fs_sub_overflow" (long long a, long long b, long long* r)
+
+
+def block_sums(list dl, list work, list urgent, int mode):
+    """``(total, least)`` of a block (``DueBlocks._resum(b)``'s values, the same ints) from its
+    deadlines, works and urgent flags (``mode``: ``MODE_CODES``), or ``None`` where a value leaves
+    64-bit integers (the caller runs the Python reference)."""
+    cdef Py_ssize_t n = len(dl)
+    cdef long long total = 0
+    cdef long long* margins = <long long*>PyMem_Malloc((n + 1) * sizeof(long long))
+    if margins == NULL:
+        raise MemoryError()
+    try:
+        if _margins_c(dl, work, mode, margins, &total):
+            return None
+        return _sums(margins, urgent, n, total, mode)
+    finally:
+        PyMem_Free(margins)
+
+
+def open_due(list dl, list work, list urgent, int mode, limit, list keys, list newly):
+    """``DueBlocks._open``'s marking: every request of the block whose margin is at most
+    ``limit`` (``t + off``, ns) and not urgent yet is marked urgent and its key appended to
+    ``newly`` (block order); returns the block's ``(total, least)`` after (``block_sums``), or
+    ``None``, with nothing changed, where a value leaves 64-bit integers."""
+    cdef Py_ssize_t j, n = len(dl)
+    cdef long long total = 0, lim
+    cdef long long* margins
+    if type(limit) is not int:
+        return None
+    try:
+        lim = limit
+    except OverflowError:
+        return None
+    if len(urgent) != n or len(keys) != n:
+        raise ValueError(f"a block of {n} deadlines, {len(urgent)} flags and {len(keys)} keys")
+    margins = <long long*>PyMem_Malloc((n + 1) * sizeof(long long))
+    if margins == NULL:
+        raise MemoryError()
+    try:
+        if _margins_c(dl, work, mode, margins, &total):
+            return None
+        for j in range(n):
+            if margins[j] <= lim and urgent[j] is not True:
+                urgent[j] = True
+                newly.append(keys[j])
+        return _sums(margins, urgent, n, total, mode)
+    finally:
+        PyMem_Free(margins)

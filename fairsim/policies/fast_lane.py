@@ -64,8 +64,14 @@ be taken by the next read anyway: it is resolved at once (as of this step's star
 its hit.
 
 Cost: ``add``/``remove`` O(log n); ``iter_order`` O(B) in C (or numpy) for ``B`` buckets, once
-and again per bucket opened, plus O((k + waste) log n) Python for ``k`` items read, independent
+and again per bucket opened, plus O((k + waste) log n) for ``k`` items read, independent
 of the queue's length for a fixed slope spread. ``order()`` stays the reference; ``tests/test_fast_order.py`` checks identity.
+
+Compiled: a lane on the compiled bound lines also runs ``add``, ``remove``, ``stale``, ``_settle``
+and its bucketed reads in ``fairsim/policies/_fast_lane_c.pyx`` (typed twins of the methods
+here, which stay the reference: same floats in the same operation order, same state;
+``COMPILED_METHODS``, ``_compiled``, ``tests/test_fast_lane_compiled.py``) and makes its
+buckets of the C struct ``Bucket``.
 """
 
 from __future__ import annotations
@@ -76,6 +82,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from bisect import bisect_left, insort
 from heapq import heappop, heappush
+from types import MethodType, ModuleType
 from typing import TYPE_CHECKING
 
 from fairsim.errors import EngineInvariantError
@@ -261,6 +268,28 @@ def bound_lines_class() -> type:
     return NumpyBoundLines
 
 
+#: The methods a lane on the compiled bound lines runs compiled (``_fast_lane_c``, the same
+#: decisions and state), each bound over the Python reference of the same name in
+#: ``FastLane.__init__``; the read (``_bucket_order``) picks at each read instead.
+COMPILED_METHODS = ("add", "remove", "stale", "_settle")
+_COMPILED: list = []  # [the extension module, or None], once looked up
+
+
+def _compiled() -> ModuleType | None:
+    """The extension with its compiled Fast lane (``bucket_order``, ``Bucket`` and the update
+    methods), or ``None`` where it is not built or predates them. A lane uses it only on the
+    compiled lines, so ``FAIRSIM_PURE_PYTHON=1`` (numpy lines: ``bound_lines_class``) runs Python."""
+    if not _COMPILED:
+        try:
+            mod = importlib.import_module(COMPILED_MODULE)
+            for name in ("bucket_order", "Bucket", "settle") + COMPILED_METHODS[:-1]:
+                getattr(mod, name)
+        except (ImportError, AttributeError):
+            mod = None
+        _COMPILED.append(mod)
+    return _COMPILED[0]
+
+
 def bound_lines_kind() -> str:
     """``"compiled"`` or ``"numpy"``: the bound lines ``bound_lines_class`` gives (``run.json``)."""
     return "numpy" if bound_lines_class() is NumpyBoundLines else "compiled"
@@ -307,6 +336,14 @@ class FastLane:
         # x s (per slot; _sync). EMPTY intercept: an empty bucket (or no bucket in that slot).
         # A read evaluates them all and scans for the highest (``bound_lines_class``).
         self._lines = bound_lines_class()(16)
+        self._new_bucket: type = _Bucket
+        mod = _compiled()
+        if mod is not None and type(self._lines) is mod.CompiledBoundLines:
+            # The compiled updates and buckets (same state, same floats as these methods'):
+            # bound on the instance, so a call costs no dispatch.
+            self._new_bucket = mod.Bucket
+            for name in COMPILED_METHODS:
+                setattr(self, name, MethodType(getattr(mod, name.lstrip("_")), self))
         self._reads = 0  # reads that evaluated the lines (the kept first's state names its read)
         self._t0_max = -math.inf  # the latest t0 of any bucket
         # The clock the bound lines are measured from (set when the buckets are built): every
@@ -428,7 +465,7 @@ class FastLane:
             self._lines.ensure(slot + 1)
             # t0 not before the origin (a clock gone back since the buckets were built): keys
             # are made at t0 or later (``_kt``), so a later t0 is valid.
-            b = self._buckets[idx] = _Bucket(slot, max(self._clock, self._origin))
+            b = self._buckets[idx] = self._new_bucket(slot, max(self._clock, self._origin))
             self._by_slot.append(b)  # (its slot's intercept is EMPTY: new, or reset by _to_small)
             if b.t0 > self._t0_max:
                 self._t0_max = b.t0
@@ -726,6 +763,16 @@ class FastLane:
         return None
 
     def _bucket_order(self, now: float) -> Iterator[QueuedRequest]:
+        """A bucketed read at ``now``: the compiled one (``_fast_lane_c.bucket_order``, the same
+        decisions and state) on the compiled bound lines, else ``_bucket_order_py``."""
+        mod = _compiled()
+        if mod is not None and type(self._lines) is mod.CompiledBoundLines:
+            return mod.bucket_order(self, now)
+        return self._bucket_order_py(now)
+
+    def _bucket_order_py(self, now: float) -> Iterator[QueuedRequest]:
+        """A bucketed read (module docstring, ``iter_order``): the reference of the compiled
+        ``fairsim.policies._fast_lane_c.bucket_order``."""
         items = self._items
         n = len(items)
         if n == 0:

@@ -1,0 +1,215 @@
+"""The Fast lane's compiled code paths (``fairsim/policies/_fast_lane_c.pyx``) against the Python
+reference, bit for bit: two lanes fed the same random history, one on the compiled read and
+updates, one forced onto the Python methods; every read yields the same requests and after every
+operation the two lanes hold the same state (keys, bound lines, waste, loose keys, frontier,
+clocks, kept first), compared through ``repr`` so that even a float's sign or last bit counts.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fairsim.policies.fast_lane as fast_lane
+from fairsim.policies import make_policy
+from fairsim.policies.fast_lane import FastLane
+from fairsim.types import QueuedRequest
+from tests.test_fast_lane import MODES, PROFILE, _modes
+
+compiled = pytest.importorskip("fairsim.policies._fast_lane_c", reason="compiled Fast lane not built")
+
+
+def python_lane(slo, cap) -> FastLane:
+    """A lane on the compiled bound lines whose methods are all the Python reference's."""
+    lane = FastLane(slo, cap)
+    for name in fast_lane.COMPILED_METHODS:
+        del lane.__dict__[name]  # the compiled method bound over the class's
+    lane._bucket_order = lane._bucket_order_py
+    return lane
+
+
+def state(lane: FastLane) -> str:
+    """Everything a later read or update depends on, as text (``repr``: floats to the bit)."""
+    lane._kept()  # the pending kept-first window, computed (as any later read or change would)
+    items = {rid: it[:5] + [None if it[5] is None else it[5].slot] + it[6:] for rid, it in lane._items.items()}
+    buckets = [(b.slot, b.t0, b.s_hi, b.keys, b.front) for b in lane._by_slot]
+    lines = [lane._lines.line(j) for j in range(len(lane._by_slot))]
+    return repr((items, buckets, lines, lane._loose, lane._waste, lane._frontier, lane._tmax,
+                 lane._clock, lane._reads, lane._first, lane._small, lane._t0_max, lane._origin,
+                 sorted((k, b.slot) for k, b in lane._buckets.items())))
+
+
+def test_python_lane_runs_the_python_methods():
+    """The reference twin really reads in Python (else the comparisons below compare nothing)."""
+    policy = make_policy("fairway", PROFILE)
+    with _modes(0, -1):
+        fast, ref = FastLane(policy.slo), python_lane(policy.slo, None)
+        for lane in (fast, ref):
+            for i in range(5):
+                lane.add(QueuedRequest(f"r{i}", i * 0.5, 100 + 300 * i, 0, 100 + 300 * i, 0, None))
+        assert type(fast.iter_order(3.0)).__name__ == "generator" and "cython" in type(fast.iter_order(3.0)).__module__
+        assert type(ref.iter_order(3.0)).__module__ == "builtins"  # a Python generator
+        assert [q.request_id for q in fast.iter_order(3.0)] == [q.request_id for q in ref.iter_order(3.0)]
+        for name in fast_lane.COMPILED_METHODS:
+            assert getattr(fast, name).__func__ is getattr(compiled, name.lstrip("_"))
+            assert getattr(ref, name).__func__ is getattr(FastLane, name)
+        assert type(fast._by_slot[0]) is compiled.Bucket
+
+
+def test_pure_python_switch_reads_in_python():
+    """``FAIRSIM_PURE_PYTHON=1``: numpy lines, so the reads are the Python method's."""
+    code = ("from fairsim.policies import fast_lane\n"
+            "lane = fast_lane.FastLane(lambda L: 1.0)\n"
+            "fast_lane.SMALL_HI = fast_lane.SMALL_LO = -1\n"
+            "from fairsim.types import QueuedRequest\n"
+            "lane.add(QueuedRequest('a', 0.0, 10, 0, 10, 0, None))\n"
+            "print(type(lane._lines).__name__, type(lane.iter_order(1.0)).__module__,\n"
+            "      lane.add.__func__ is fast_lane.FastLane.add, type(lane._by_slot[0]).__name__)\n")
+    env = dict(os.environ, FAIRSIM_PURE_PYTHON="1")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.split() == ["NumpyBoundLines", "builtins", "True", "_Bucket"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 1_000_000), cap=st.sampled_from([None, 0.0, 0.5, 3.0]), modes=st.sampled_from(MODES),
+       origin=st.sampled_from([0.0, -1e9, 1.7e9]), lazy=st.booleans(), ties=st.booleans())
+def test_compiled_and_python_lanes_stay_identical(seed, cap, modes, origin, lazy, ties):
+    rng = random.Random(seed)
+    policy = make_policy("fairway-carry", PROFILE, **({} if cap is None else {"wait_cap": cap}))
+    with _modes(*modes):
+        fast, ref = FastLane(policy.slo, policy.wait_cap), python_lane(policy.slo, policy.wait_cap)
+        lanes = (fast, ref)
+        current: dict[str, QueuedRequest] = {}
+        if lazy:
+            for lane in lanes:
+                lane.set_resolver(lambda q: current[q.request_id])
+        t = now = origin
+        for step in range(20):
+            for _ in range(rng.randint(0, 25 if step % 7 else 90)):  # now and then a long queue
+                t += rng.expovariate(4.0)
+                L = rng.choice([64, 512, 2048]) if ties else int(rng.lognormvariate(7.5, 1.3)) + 2
+                h = rng.randint(0, L - 1) if rng.random() < 0.5 else 0
+                q = QueuedRequest(f"r{step}-{rng.randrange(10**9)}", t if not ties else round(t, 1), L, h,
+                                  max(1, L - h), 0, None, block_size=16, block_keys=tuple(range(L // 16)))
+                current[q.request_id] = q
+                for lane in lanes:
+                    lane.add(q)
+            assert state(fast) == state(ref)
+            stale, raised = [], []
+            for rid in rng.sample(sorted(current), min(len(current), rng.randint(0, 10))):
+                old = current[rid]
+                h = rng.randint(0, old.prompt_len - 1)
+                q = current[rid] = old._replace(cached_len=h, uncached_len=max(1, old.prompt_len - h))
+                if not lazy or rng.random() < 0.5:
+                    for lane in lanes:
+                        lane.add(q)
+                else:
+                    stale.append(rid)
+                    if h > old.cached_len or rng.random() < 0.3:
+                        raised.append(rid)
+            if stale:
+                for lane in lanes:
+                    lane.stale(list(stale), list(raised))
+            assert state(fast) == state(ref)
+            if not current:
+                continue
+            now = max(now, t) + rng.random() * rng.choice([0.0, 0.1, 5.0])
+            if rng.random() < 0.1:
+                now -= rng.random()  # a clock gone back (the live hook's)
+            for _ in range(rng.randint(1, 3)):
+                k = rng.choice([0, 1, 1, 2, 3, 5, 70, len(current)])
+                got = []
+                for lane in lanes:
+                    it = lane.iter_order(now)
+                    got.append([next(it).request_id for _ in range(min(k, len(current)))])
+                assert got[0] == got[1]
+                assert fast.kept_until(now) == ref.kept_until(now)
+                assert state(fast) == state(ref)
+                now += rng.choice([0.0, 1e-6, 0.01])
+            for rid in rng.sample(sorted(current), min(len(current), rng.randint(0, 6))):
+                del current[rid]
+                for lane in lanes:
+                    lane.remove(rid)
+            assert state(fast) == state(ref)
+
+
+# -- fairway-deadline's block sums (``_fast_lane_c.block_sums``/``open_due``) -------------------
+from fairsim.policies.deadline_fast import DueBlocks, _Block  # noqa: E402
+
+#: Integers of every size the sums meet: ns deadlines of a simulated clock and of a wall clock
+#: (1.7e18), works, and values at and past the 64-bit edge (there the kernels answer ``None``).
+_INTS = st.one_of(st.integers(-10**12, 10**12), st.integers(10**17, 2 * 10**18),
+                  st.integers(2**63 - 10**6, 2**63 + 10**6), st.integers(-2**63 - 10**6, -2**63 + 10**6))
+
+
+def _reference_sums(due: DueBlocks, b: _Block) -> tuple:
+    due._resum(b)
+    return b.total, b.least
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), mode=st.sampled_from(["queue", "own", "none"]), n=st.integers(0, 140))
+def test_block_sums_are_the_python_sums(data, mode, n):
+    """``block_sums`` gives ``_resum``'s total and least (the same ints, ``inf`` when no request
+    is free), or ``None`` exactly where a value or a partial sum leaves 64-bit integers."""
+    dl = data.draw(st.lists(_INTS, min_size=n, max_size=n))
+    work = data.draw(st.lists(_INTS, min_size=n, max_size=n))
+    urgent = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    due = DueBlocks(mode)
+    b = _Block([(d, 0.0, str(j)) for j, d in enumerate(dl)], list(work), list(urgent))
+    got = compiled.block_sums(b.dl, b.work, b.urgent, compiled.MODE_CODES[mode])
+    want = _reference_sums(due, b)
+    values = list(dl) + ([] if mode == "none" else list(work))
+    if mode == "queue":
+        p = 0
+        for d, w in zip(dl, work):
+            p += w
+            values += [p, d - p]
+    elif mode == "own":
+        values += [d - w for d, w in zip(dl, work)]
+    if any(not -2**63 <= v < 2**63 for v in values):
+        assert got is None
+    else:
+        assert got is not None and repr(got) == repr(want) and type(got[1]) is type(want[1])
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), mode=st.sampled_from(["queue", "own", "none"]), n=st.integers(1, 140))
+def test_open_due_marks_what_python_marks(data, mode, n):
+    """``open_due`` marks the same requests, in the same order, and leaves the same sums as
+    ``DueBlocks._open`` on the Python path; ``None`` leaves the block untouched."""
+    small = st.integers(-10**6, 10**6)
+    ints = data.draw(st.sampled_from([small, _INTS]))
+    dl = data.draw(st.lists(ints, min_size=n, max_size=n))
+    work = data.draw(st.lists(ints, min_size=n, max_size=n))
+    urgent = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    t = data.draw(st.one_of(small, _INTS))
+    keys = [(d, 0.0, str(j)) for j, d in enumerate(dl)]
+    runs = []
+    for kernel in (True, False):
+        due = DueBlocks(mode)
+        if not kernel:
+            due.kernel = None
+        due._blocks = [_Block(list(keys), list(work), list(urgent))]
+        due.last = [keys[-1]]
+        due._moved = 0  # every leaf to set
+        due._retree()
+        newly: list = []
+        due._open(0, 0, t, {}, newly)
+        b = due._blocks[0]
+        runs.append(repr((newly, b.urgent, b.total, b.least, due._tot, due._lst)))
+    assert runs[0] == runs[1]
+
+
+def test_due_blocks_use_the_kernel_unless_pure_python():
+    assert DueBlocks("queue").kernel is compiled
+    code = "from fairsim.policies.deadline_fast import DueBlocks\nprint(DueBlocks('queue').kernel)\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, FAIRSIM_PURE_PYTHON="1"))
+    assert out.stdout.strip() == "None"
