@@ -55,6 +55,7 @@ cdef class CompiledBlockPool:
     cdef readonly list block_key
     cdef readonly dict _cached
     cdef readonly dict _more
+    cdef list _ids  # the block ids as Python ints, made once (no int object per handed-out id)
     cdef public object num_evictions
     cdef public object num_frees
     cdef public object on_key_change
@@ -81,6 +82,7 @@ cdef class CompiledBlockPool:
         self._num_cached = 0
         self.num_blocks = num_blocks
         self.block_key = [None] * num_blocks
+        self._ids = list(range(num_blocks))
         self._cached = {}
         self._more = {}
         self.num_evictions = 0
@@ -134,10 +136,11 @@ cdef class CompiledBlockPool:
     cdef list _pop_front(self, int n):
         """The front ``n`` blocks (``n <= _n_free``), off the queue, in order."""
         cdef list out = [None] * n
+        cdef list ids = self._ids
         cdef int b = self._head
         cdef int i
         for i in range(n):
-            out[i] = b
+            out[i] = ids[b]
             b = self._next[b]
         self._head = b
         if b >= 0:
@@ -162,6 +165,7 @@ cdef class CompiledBlockPool:
         if protected is None:
             return self._pop_front(<int> n)
         cdef list block_key = self.block_key
+        cdef list ids = self._ids
         cdef list out = []
         cdef list held = []
         cdef Py_ssize_t i
@@ -170,9 +174,9 @@ cdef class CompiledBlockPool:
             key = block_key[b]
             if key is not None and key in protected:
                 if len(held) < n:
-                    held.append(b)
+                    held.append(ids[b])
             else:
-                out.append(b)
+                out.append(ids[b])
             b = self._next[b]
         if len(out) < n:
             out.extend(held[:n - len(out)])
@@ -290,10 +294,14 @@ cdef class CompiledBlockPool:
             if key is not None:
                 block_key[b] = None
                 evicted += 1
-                if <int> cached[key] != b or key in self._more:
+                if self._more and key in self._more:
                     self._drop_duplicate(b, key)  # another block still holds the key
+                    continue
+                first = cached.pop(key)  # one lookup for the usual key (KeyError as cached[key])
+                if <int> first != b:  # (b is not the key's first block: not in a consistent pool)
+                    cached[key] = first
+                    self._drop_duplicate(b, key)
                 else:  # the key is no longer hittable
-                    del cached[key]
                     if journal is not None and key not in journal:
                         journal[key] = True
                     if notify is not None and (watched is None or key in watched):
@@ -323,6 +331,7 @@ cdef class CompiledBlockPool:
         """``cache(blocks[j], keys[j])`` for ``j`` in ``range(start, stop)`` (``cache_blocks``)."""
         cdef list block_key = self.block_key
         cdef dict cached = self._cached
+        cdef list ids = self._ids
         cdef Py_ssize_t j
         cdef int b
         for j in range(start, stop):
@@ -332,10 +341,10 @@ cdef class CompiledBlockPool:
                 raise EngineInvariantError(f"block {b} is already cached under {block_key[b]!r}")
             block_key[b] = key
             self._num_cached += 1  # per block: an error above leaves the earlier ones counted
-            if key in cached:
+            block_id = ids[b]
+            if cached.setdefault(key, block_id) is not block_id:  # one lookup: set where absent
                 self._add_duplicate(b, key)  # another block with the same content: hits do not change
                 continue
-            cached[key] = b
             if journal is not None and key not in journal:
                 journal[key] = False
             if notify is not None and (watched is None or key in watched):
