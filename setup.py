@@ -58,7 +58,8 @@ extensions = cythonize([Extension("fairsim.sim._block_pool_c", ["fairsim/sim/_bl
                                   extra_compile_args=["-ffp-contract=off"]),
                         Extension("fairsim.policies._fast_lane_c", ["fairsim/policies/_fast_lane_c.pyx"],
                                   extra_compile_args=["-ffp-contract=off"]),
-                        Extension("fairsim.sim._watch_c", ["fairsim/sim/_watch_c.pyx"])],
+                        Extension("fairsim.sim._watch_c", ["fairsim/sim/_watch_c.pyx"]),
+                        Extension("fairsim.policies._credit_c", ["fairsim/policies/_credit_c.pyx"])],
                        compiler_directives={"language_level": "3"}, quiet=True)
 for ext in extensions:
     ext.optional = True  # set here: cythonize's Extension objects do not keep it
