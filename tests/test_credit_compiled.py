@@ -1,11 +1,12 @@
-"""DRR's compiled visit loop (``fairsim/policies/_credit_c.pyx``, ``drr_visits``) is the Python
-generator (``DRROrder._visits``) statement for statement.
+"""The credit orders' compiled read loops (``fairsim/policies/_credit_c.pyx``: DRR's
+``drr_visits``, DRR-Dynamo's ``drr_dynamo_picks``) are their Python generators
+(``DRROrder._visits``, ``DRRDynamoOrder._pick_all``) statement for statement.
 
 - Side by side on random queues (clients, arrivals, stale hits told lazily, admissions of a
   prefix, quanta small enough to skip empty rounds): every read yields the same snapshots, logs
   the same entries into the policy's ``Replay``, resolves the same requests in the same order and
-  leaves the same kept charges (``_hc``, ``_lo``) and snapshots (``items``); the committed state
-  is the same after every admission.
+  leaves the same kept charges (DRR's ``_hc``, ``_lo``; DRR-Dynamo's ``head_cost`` and costs) and
+  snapshots (``items``); the committed state is the same after every admission.
 - Engine runs on slices of the conversation trace give identical request and step tables with
   the compiled loop and with the Python one.
 
@@ -24,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairsim.costmodel import load_profile
-from fairsim.policies import credit_fast, make_policy
+from fairsim.policies import credit_fast, drr_dynamo, make_policy
 from fairsim.sim import simulate
 from fairsim.sim.config import EngineConfig
 from tests.utils import admit, assert_same_credit_state, random_arrivals
@@ -38,26 +39,28 @@ CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces
 def _python_order(policy):
     """``policy``'s fast path reading with the Python generator (the reference)."""
     inc = policy.incremental_order()
-    inc._read = inc._visits
+    inc._read = inc._visits if policy.name == "drr" else inc._pick_all
     return inc
 
 
 def _log(policy) -> tuple:
     """The policy's ``Replay`` log, each target dict named (the two policies own different dicts)."""
-    names = {id(policy.deficit): "deficit", id(policy.cursor): "cursor", id(policy.emptied): "emptied"}
+    names = {id(policy.deficit): "deficit", id(policy.cursor): "cursor",
+             id(getattr(policy, "emptied", None)): "emptied"}
     replay = policy._replay
     return ([(names[id(t)], k, v) for t, k, v in replay._changes], list(replay._marks), list(replay.ids))
 
 
 @settings(max_examples=120, deadline=None)
-@given(seed=st.integers(0, 10_000), n=st.integers(1, 40), num_clients=st.sampled_from([0, 1, 3, 8]),
-       quantum=st.sampled_from([40, 300, 2048]), changed=st.integers(0, 20))
-def test_compiled_visits_equal_the_python_generator(seed, n, num_clients, quantum, changed):
+@given(seed=st.integers(0, 10_000), name=st.sampled_from(["drr", "drr-dynamo"]), n=st.integers(1, 40),
+       num_clients=st.sampled_from([0, 1, 3, 8]), quantum=st.sampled_from([40, 300, 2048]),
+       changed=st.integers(0, 20))
+def test_compiled_loops_equal_the_python_generators(seed, name, n, num_clients, quantum, changed):
     rng = random.Random(seed)
-    py_policy = make_policy("drr", PROFILE, quantum=quantum)
-    c_policy = make_policy("drr", PROFILE, quantum=quantum)
+    py_policy = make_policy(name, PROFILE, quantum=quantum)
+    c_policy = make_policy(name, PROFILE, quantum=quantum)
     py_inc, c_inc = _python_order(py_policy), c_policy.incremental_order()
-    assert c_inc._read != c_inc._visits  # the compiled loop is in use
+    assert not hasattr(c_inc._read, "__func__")  # the compiled loop, not the Python method
     current: dict = {}  # this step's snapshots (the engine's)
     reads: dict = {"py": [], "c": []}
     py_inc.set_resolver(lambda q: reads["py"].append(q.request_id) or current[q.request_id])
@@ -89,7 +92,11 @@ def test_compiled_visits_equal_the_python_generator(seed, n, num_clients, quantu
             got.append(q)
         assert _log(c_policy) == _log(py_policy)
         assert reads["c"] == reads["py"]
-        assert (c_inc._hc, c_inc._lo, c_inc.items) == (py_inc._hc, py_inc._lo, py_inc.items)
+        assert c_inc.items == py_inc.items
+        if name == "drr":
+            assert (c_inc._hc, c_inc._lo) == (py_inc._hc, py_inc._lo)
+        else:
+            assert (c_inc.head_cost, c_policy.cost) == (py_inc.head_cost, py_policy.cost)
         admitted = got[:k]
         if admitted:
             py_policy.on_admitted(admitted, 0.0)
@@ -97,8 +104,9 @@ def test_compiled_visits_equal_the_python_generator(seed, n, num_clients, quantu
         admit(current, py_inc, admitted)
         for q in admitted:
             c_inc.remove(q.request_id)
-        assert_same_credit_state("drr", py_policy, c_policy)
-        assert c_policy.emptied == py_policy.emptied
+        assert_same_credit_state(name, py_policy, c_policy)
+        if name == "drr":
+            assert c_policy.emptied == py_policy.emptied
 
 
 def test_compiled_visits_skip_empty_rounds_as_the_python_generator():
@@ -133,8 +141,9 @@ def _conversation(n: int, scale: float = 1.0, clients: int = 0):
 
 
 @pytest.mark.skipif(not CONVERSATION.exists(), reason="shared conversation trace not present")
+@pytest.mark.parametrize("name", ["drr", "drr-dynamo"])
 @pytest.mark.parametrize("case", ["native", "ts8", "colocated-ts8", "native-5-tenants"])
-def test_conversation_slice_same_tables_compiled_and_python(case, monkeypatch):
+def test_conversation_slice_same_tables_compiled_and_python(name, case, monkeypatch):
     if case == "native":
         requests, config = _conversation(1500), EngineConfig(kv_blocks=451)
     elif case == "ts8":
@@ -143,9 +152,10 @@ def test_conversation_slice_same_tables_compiled_and_python(case, monkeypatch):
         requests, config = _conversation(400, scale=8.0), EngineConfig(kv_blocks=451, mode="colocated")
     else:
         requests, config = _conversation(500, clients=5), EngineConfig(kv_blocks=451)
-    compiled = simulate(requests, make_policy("drr", PROFILE), PROFILE, config)
-    monkeypatch.setattr(credit_fast, "compiled_drr_visits", lambda: None)
-    python = simulate(requests, make_policy("drr", PROFILE), PROFILE, config)
+    compiled = simulate(requests, make_policy(name, PROFILE), PROFILE, config)
+    for module in (credit_fast, drr_dynamo):
+        monkeypatch.setattr(module, "compiled_credit_loop", lambda loop: None)
+    python = simulate(requests, make_policy(name, PROFILE), PROFILE, config)
     pd.testing.assert_frame_equal(compiled.requests, python.requests, check_exact=True)
     pd.testing.assert_frame_equal(compiled.steps, python.steps, check_exact=True)
     assert len(compiled.requests) == len(requests)

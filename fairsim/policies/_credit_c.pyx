@@ -1,23 +1,26 @@
 # cython: language_level=3
-"""``drr_visits``: DRR's lazy visit loop (``DRROrder._visits``) as a typed generator.
+"""The credit orders' lazy pick loops as typed generators: DRR's visits (``drr_visits``) and
+DRR-Dynamo's picks (``drr_dynamo_picks``).
 
-The pure-Python generator ``fairsim.policies.credit_fast.DRROrder._visits`` is the reference;
-this is it statement for statement: the same visits, the same placements in the same order, the
-same entries logged into the policy's ``Replay`` (``_changes``, ``_marks``, ``ids``), the same
-snapshots resolved (``current``) and charges cached (``_hc``, ``_lo``) at the same points. Its
-inner functions (``current``, ``price``, ``end_visit``, ``skip_rounds``) are methods of
-``_Scratch``, which holds the order's scratch overlays (deficits, heads, ring links) and the
-counters they shared through ``nonlocal``. ``tests/test_credit_compiled.py`` compares the two on
-random queues and engine runs.
+The pure-Python generators are the reference: ``fairsim.policies.credit_fast.DRROrder._visits``
+and ``fairsim.policies.drr_dynamo.DRRDynamoOrder._pick_all``. Each generator here is its
+reference statement for statement: the same visits and picks, the same placements in the same
+order, the same entries logged into the policy's ``Replay`` (``_changes``, ``_marks``, ``ids``),
+the same snapshots resolved and costs or charges cached (``_hc``, ``_lo``, ``head_cost``) at the
+same points. ``_visits``'s inner functions (``current``, ``price``, ``end_visit``,
+``skip_rounds``) are methods of ``_Scratch``, which holds the order's scratch overlays and the
+counters they shared through ``nonlocal``. ``tests/test_credit_compiled.py`` compares each with
+its reference on random queues and engine runs.
 
-Why compiled: on the conversation trace at its native rate DRR's ring holds about 2,800 classes
-and every order makes about seven idle visits before the one that serves (59,000 per run), each
-a handful of dict operations that the interpreter's dispatch dominates. The arithmetic is the
-reference's: deficits are Python floats (``float + float``), charges Python ints, compared as
-Python compares them; ``math.ceil`` of the same float quotient.
+Why compiled: on the conversation trace at its native rate the ring holds about 2,800 classes
+and every order makes about seven idle visits (DRR; DRR-Dynamo's scans about six) before the one
+that serves, each a handful of dict operations that the interpreter's dispatch dominates. The
+arithmetic is the reference's: deficits are Python floats (``float + float``), charges Python
+ints, compared as Python compares them; ``math.ceil`` of the same float quotient.
 """
 
 import math
+from bisect import bisect_left
 
 
 cdef class _Scratch:
@@ -219,3 +222,121 @@ def drr_visits(order):
             if ends:
                 k = nk
                 break
+
+
+cdef object _dynamo_price(dict cost, dict queues, dict head, dict ch, dict hcost, object x):
+    """The cost of ``x``'s head: its oldest request's is kept (``head_cost``) across reads."""
+    i = head.get(x, 0)
+    c = cost[(<list>queues[x])[i][1]]
+    if i:
+        ch[x] = c
+    else:
+        hcost[x] = c
+    return c
+
+
+def drr_dynamo_picks(order):
+    """``order._pick_all()`` (``fairsim.policies.drr_dynamo.DRRDynamoOrder``), compiled: a
+    generator of the same picks, with the same effects on the order and its policy's
+    ``Replay`` (the same expressions in the same order, so the same floats)."""
+    policy = order.policy
+    replay = policy._replay
+    cdef list changes = replay._changes
+    cdef list marks = replay._marks
+    cdef list ids = replay.ids
+    cdef dict cost = policy.cost
+    q = policy.quantum
+    cdef dict deficit = policy.deficit, cursor = policy.cursor, position = policy.position
+    cdef dict queues = order.queues, class_at = order.class_at, items = order.items
+    cdef list ring = order.ring
+    resolve = order.resolve
+    cdef dict hcost = order.head_cost
+    cdef dict ch = {}  # class -> cost of its head once it moved in this order
+    cdef Py_ssize_t n = len(ring)
+    cdef dict d = {}  # scratch deficits of the classes changed in this order
+    cdef dict head = {}  # class -> its head's index in its queue
+    cdef set gone = set()  # positions of the classes this order emptied
+    cdef Py_ssize_t left = n, start, jj, j, i
+    cdef list queue, backlogged
+    round_pos, carry = cursor["round"], cursor["carry"]
+
+    while left:
+        k = None
+        if carry is not None:
+            dk = d[carry] if carry in d else deficit.get(carry, 0.0)
+            c = ch[carry] if carry in ch else hcost.get(carry)
+            if c is None:
+                c = _dynamo_price(cost, queues, head, ch, hcost, carry)
+            if c <= dk:
+                k = carry
+        if k is None:
+            # The scan: the ring from the first class at or after the round cursor, wrapping
+            # (positions start..n-1, then 0..start-1).
+            start = bisect_left(ring, round_pos)
+            for jj in range(n):
+                j = start + jj
+                if j >= n:
+                    j -= n
+                p = ring[j]
+                if p in gone:
+                    continue
+                x = class_at[p]
+                dk = d[x] if x in d else deficit.get(x, 0.0)
+                c = ch[x] if x in ch else hcost.get(x)
+                if c is None:
+                    c = _dynamo_price(cost, queues, head, ch, hcost, x)
+                if c <= dk:  # credit carried from earlier rounds
+                    k = x
+                    break
+                dk += q
+                d[x] = dk
+                changes.append((deficit, x, dk))
+                if c <= dk:
+                    k = x
+                    break
+            else:
+                # Nobody could pay: every class gets the rounds the first payer needs.
+                backlogged = [class_at[p] for p in ring if p not in gone]  # vector order
+                rounds = min([math.ceil(((ch[x] if x in ch else hcost.get(x) or _dynamo_price(cost, queues, head, ch, hcost, x))
+                                         - (d[x] if x in d else deficit.get(x, 0.0))) / q) for x in backlogged])
+                for x in backlogged:
+                    v = (d[x] if x in d else deficit.get(x, 0.0)) + rounds * q
+                    d[x] = v
+                    changes.append((deficit, x, v))
+                for jj in range(n):
+                    j = start + jj
+                    if j >= n:
+                        j -= n
+                    p = ring[j]
+                    if p not in gone:
+                        x = class_at[p]
+                        if (ch[x] if x in ch else hcost[x]) <= d[x]:
+                            k = x
+                            break
+                dk = d[k]
+        # Serve k (pop_candidate): charge the fixed cost; an emptied class leaves (deficit 0),
+        # else it carries while it has credit.
+        queue = <list>queues[k]
+        i = head.get(k, 0)
+        rid = queue[i][1]
+        dk = dk - cost[rid]
+        head[k] = i + 1
+        round_pos = position[k] + 1
+        if i + 1 == len(queue):
+            dk = 0.0
+            gone.add(position[k])
+            left -= 1
+            carry = None
+        else:
+            ch[k] = cost[queue[i + 1][1]]
+            carry = k if dk > 0 else None
+        d[k] = dk
+        changes.append((deficit, k, dk))
+        changes.append((cursor, "round", round_pos))
+        changes.append((cursor, "carry", carry))
+        r = (<tuple>items[rid])[1]
+        if resolve is not None:
+            r = resolve(r)
+        ids.append(r.request_id)
+        marks.append(len(changes))
+        yield r

@@ -41,18 +41,19 @@ from fairsim.policies.fast_lane import PURE_PYTHON_ENV, max_hit
 from fairsim.types import QueuedRequest
 
 #: The optional extension (``fairsim/policies/_credit_c.pyx``, built at install by ``setup.py``):
-#: DRR's visit loop compiled, loaded by name as the compiled pool is.
+#: DRR's visit loop and DRR-Dynamo's pick loop compiled, loaded by name as the compiled pool is.
 COMPILED_MODULE = "fairsim.policies._credit_c"
 
 
-def compiled_drr_visits() -> Callable[[Any], Iterator[QueuedRequest]] | None:
-    """``fairsim.policies._credit_c.drr_visits`` (the compiled twin of ``DRROrder._visits``:
-    same placements, same log) where the extension imports and ``FAIRSIM_PURE_PYTHON=1`` is not
-    set, else None: ``DRROrder`` runs its Python generator (the reference)."""
+def compiled_credit_loop(name: str) -> Callable[[Any], Iterator[QueuedRequest]] | None:
+    """The compiled twin ``name`` of a credit order's read loop (``"drr_visits"``:
+    ``DRROrder._visits``; ``"drr_dynamo_picks"``: ``DRRDynamoOrder._pick_all``; same
+    placements, same log) where the extension imports and ``FAIRSIM_PURE_PYTHON=1`` is not set,
+    else None: the order runs its Python generator (the reference)."""
     if os.environ.get(PURE_PYTHON_ENV) == "1":
         return None
     try:
-        return importlib.import_module(COMPILED_MODULE).drr_visits
+        return getattr(importlib.import_module(COMPILED_MODULE), name)
     except ImportError:
         return None
 
@@ -363,8 +364,8 @@ class DRROrder(ClassQueues):
         # bound, snapshot) of a visit, of which most are idle (7 per order on the conversation
         # trace, each class visited about six times before it serves).
         self._hc: dict[Hashable, int] = {}
-        # The visit loop: compiled where built (``compiled_drr_visits``), else ``_visits``.
-        compiled = compiled_drr_visits()
+        # The visit loop: compiled where built (``compiled_credit_loop``), else ``_visits``.
+        compiled = compiled_credit_loop("drr_visits")
         self._read = self._visits if compiled is None else (lambda: compiled(self))
 
     def stale(self, request_ids: Any, raised: Any = None) -> None:
