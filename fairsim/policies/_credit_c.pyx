@@ -21,6 +21,7 @@ ints, compared as Python compares them; ``math.ceil`` of the same float quotient
 
 import math
 from bisect import bisect_left
+from heapq import heappop, heappush
 
 
 cdef class _Scratch:
@@ -340,3 +341,38 @@ def drr_dynamo_picks(order):
         ids.append(r.request_id)
         marks.append(len(changes))
         yield r
+
+
+def lazy_key_read(order):
+    """``order._read()`` (``fairsim.policies.incremental.LazyKeyOrder``, the aging orders' fast
+    path), compiled: a generator of the same snapshots, with the same effects on the order (keys
+    popped, re-keyed stale requests pushed, ``_taken``) and the same error."""
+    cdef list heap = order._heap
+    cdef dict by_id = order._by_id
+    cdef set stale = order._stale
+    cdef list taken = order._taken
+    key, resolve = order.key, order.resolve
+    cdef tuple held
+    while heap:
+        k = heappop(heap)
+        rid = k[-1]
+        held = by_id.get(rid)
+        if held is None or held[0] != k:
+            continue  # dead: removed, or stored under another key since
+        q = held[1]
+        if stale and rid in stale:
+            stale.discard(rid)
+            q = resolve(q)
+            true = key(q)
+            if true < k:
+                raise RuntimeError(
+                    f"LazyKeyOrder: the key of stale request {rid!r} fell from {k!r} to "
+                    f"{true!r}; a falling hit must not lower the key")
+            by_id[rid] = (true, q)
+            if true != k:
+                heappush(heap, true)  # moved later: take the least again
+                continue
+        while heap and heap[0] == k:
+            heappop(heap)  # a copy of k pushed again (re-keyed away and back): one is live
+        taken.append(k)
+        yield q
