@@ -1,7 +1,8 @@
-"""The fast paths' compiled read loops (``fairsim/policies/_credit_c.pyx``: DRR's
-``drr_visits``, DRR-Dynamo's ``drr_dynamo_picks``, the aging orders' ``lazy_key_read``) are
-their Python generators (``DRROrder._visits``, ``DRRDynamoOrder._pick_all``,
-``LazyKeyOrder._read``) statement for statement.
+"""The fast paths' compiled parts (``fairsim/policies/_credit_c.pyx``: DRR's ``drr_visits``,
+DRR-Dynamo's ``drr_dynamo_picks``, the aging orders' ``lazy_key_read``, DFS-weight's
+``CompiledCountedPrefixTree``) are their Python references (``DRROrder._visits``,
+``DRRDynamoOrder._pick_all``, ``LazyKeyOrder._read``, ``sglang.CountedPrefixTree``) statement
+for statement.
 
 - Side by side on random queues (clients, arrivals, stale hits told lazily, admissions of a
   prefix, quanta small enough to skip empty rounds): every read yields the same snapshots, logs
@@ -10,8 +11,10 @@ their Python generators (``DRROrder._visits``, ``DRRDynamoOrder._pick_all``,
   snapshots (``items``); the committed state is the same after every admission.
 - The lazy-key read side by side on random adds, removals, stale hits (fallen or raised) and
   partial reads: the same snapshots, the same heap, kept keys and ``_taken`` after every read.
+- The counted prefix tree side by side on random adds (new and replaced snapshots), removals
+  and partial and full reads: the same sequences.
 - Engine runs on slices of the conversation trace give identical request and step tables with
-  the compiled loop and with the Python one (DRR, DRR-Dynamo, SJF-aging, LPM-aging).
+  the compiled code and with the Python one (DRR, DRR-Dynamo, SJF-aging, LPM-aging, DFS-weight).
 
 Skipped where the extension is not built (the Python generator then runs everywhere).
 """
@@ -30,6 +33,7 @@ from hypothesis import strategies as st
 from fairsim.costmodel import load_profile
 from fairsim.policies import aging, credit_fast, drr_dynamo, make_policy
 from fairsim.policies.incremental import LazyKeyOrder
+from fairsim.policies.sglang import CountedPrefixTree
 from fairsim.sim import simulate
 from fairsim.sim.config import EngineConfig
 from tests.utils import admit, assert_same_credit_state, random_arrivals
@@ -145,7 +149,7 @@ def _conversation(n: int, scale: float = 1.0, clients: int = 0):
 
 
 @pytest.mark.skipif(not CONVERSATION.exists(), reason="shared conversation trace not present")
-@pytest.mark.parametrize("name", ["drr", "drr-dynamo", "sjf-aging", "lpm-aging"])
+@pytest.mark.parametrize("name", ["drr", "drr-dynamo", "sjf-aging", "lpm-aging", "dfs-weight"])
 @pytest.mark.parametrize("case", ["native", "ts8", "colocated-ts8", "native-5-tenants"])
 def test_conversation_slice_same_tables_compiled_and_python(name, case, monkeypatch):
     if case == "native":
@@ -231,3 +235,44 @@ def test_compiled_lazy_key_read_refuses_a_falling_key():
     order.stale(["r1"], [])
     with pytest.raises(RuntimeError, match="fell from"):
         list(order.iter_order())
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 100_000), branching=st.sampled_from([1, 2, 3]), depth=st.integers(0, 7),
+       same_time=st.booleans())
+def test_compiled_counted_tree_reads_as_the_python_tree(seed, branching, depth, same_time):
+    """Random adds (new and replaced snapshots: another hit, so another node) and removals;
+    after each change a partial read (the engine's lazy read) and a full read of both trees are
+    equal, snapshot for snapshot. Few key letters make shared paths and equal weights (ties by
+    the first arrival, which removals make unknown until a read compares the node)."""
+    from fairsim.types import QueuedRequest
+
+    rng = random.Random(seed)
+    ref, fast = CountedPrefixTree(), make_policy("dfs-weight", PROFILE).incremental_order()
+    assert type(fast).__name__ == "CompiledCountedPrefixTree"
+    live: dict = {}
+    for i in range(120):
+        op = rng.random()
+        if live and op < 0.3:
+            rid = rng.choice(sorted(live))
+            del live[rid]
+            ref.remove(rid)
+            fast.remove(rid)
+        else:
+            if live and op < 0.5:
+                rid = rng.choice(sorted(live))
+                t, keys = live[rid]
+            else:
+                rid = f"r{i:03d}"
+                t = float(rng.randint(0, 5)) if same_time else i + rng.random()
+                keys = tuple("ABC"[rng.randrange(branching)] + str(j) for j in range(rng.randint(0, depth)))
+                live[rid] = (t, keys)
+            L, h = 16 * len(keys) + 5, 16 * rng.randint(0, len(keys))
+            snap = QueuedRequest(rid, t, L, h, max(1, L - h), 0, None, keys, rng.choice([16, 16, 0]))
+            ref.add(snap)
+            fast.add(snap)
+        assert len(fast) == len(ref) == len(live)
+        k = rng.randint(0, 3)
+        part = fast.iter_order()
+        assert [next(part) for _ in range(min(k, len(live)))] == list(ref.iter_order())[:k]
+        assert list(fast.iter_order()) == list(ref.iter_order())

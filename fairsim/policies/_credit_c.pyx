@@ -20,7 +20,7 @@ ints, compared as Python compares them; ``math.ceil`` of the same float quotient
 """
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from heapq import heappop, heappush
 
 
@@ -376,3 +376,142 @@ def lazy_key_read(order):
             heappop(heap)  # a copy of k pushed again (re-keyed away and back): one is live
         taken.append(k)
         yield q
+
+
+cdef class _CNode:
+    """``fairsim.policies.sglang._CountedNode`` with C fields."""
+
+    cdef dict children
+    cdef list own  # sorted (arrival_time, request_id) of the hits ending here
+    cdef Py_ssize_t count  # waiting requests at this node or below: the weight
+    cdef object first  # least (arrival_time, request_id) below, or None: not known
+
+    def __cinit__(self, first):
+        self.children = {}
+        self.own = []
+        self.count = 0
+        self.first = first
+
+
+cdef object _node_first(_CNode node):
+    """``sglang._first``: ``node.first``, recomputing the unknown ones below it (iterative)."""
+    cdef list stack = [node]
+    cdef list unknown, firsts
+    cdef _CNode n, c
+    while stack:
+        n = <_CNode>stack[-1]
+        if n.first is not None:
+            stack.pop()
+            continue
+        unknown = [c for c in n.children.values() if c.first is None]
+        if unknown:
+            stack.extend(unknown)
+            continue
+        stack.pop()
+        firsts = [c.first for c in n.children.values()]
+        if n.own:
+            firsts.append(n.own[0])
+        n.first = min(firsts)
+    return node.first
+
+
+cdef tuple _node_key(_CNode c):
+    """``sglang._child_key``: ``(-weight, first arrival)``."""
+    return (-c.count, c.first if c.first is not None else _node_first(c))
+
+
+def _node_key_py(c):
+    return _node_key(<_CNode>c)
+
+
+cdef class CompiledCountedPrefixTree:
+    """``fairsim.policies.sglang.CountedPrefixTree`` (``dfs-weight``'s fast path, the reference)
+    compiled: the same tree, counts, cached first arrivals and walk, so the same order."""
+
+    moved_by = "snapshots"  # as CountedPrefixTree: only add (a new or replaced snapshot) and remove
+
+    cdef _CNode root
+    cdef dict _snaps
+
+    def __init__(self):
+        self.root = _CNode(None)
+        self._snaps = {}
+
+    def __len__(self):
+        return len(self._snaps)
+
+    def add(self, q):
+        rid = q.request_id
+        if rid in self._snaps:
+            self.remove(rid)
+        self._snaps[rid] = q
+        mine = (q.arrival_time, rid)
+        cdef _CNode node = self.root, child
+        cdef Py_ssize_t bs = q.block_size
+        path = q.block_keys[: q.cached_len // bs] if bs > 0 else ()
+        for key in path:
+            child = node.children.get(key)
+            if child is None:
+                child = _CNode(mine)
+                node.children[key] = child
+            elif child.first is not None and mine < child.first:
+                child.first = mine
+            child.count += 1
+            node = child
+        insort(node.own, mine)
+
+    def remove(self, request_id):
+        q = self._snaps.pop(request_id)
+        mine = (q.arrival_time, request_id)
+        cdef _CNode node = self.root, child
+        cdef Py_ssize_t bs = q.block_size
+        path = q.block_keys[: q.cached_len // bs] if bs > 0 else ()
+        for key in path:
+            child = <_CNode>node.children[key]
+            child.count -= 1
+            if not child.count:
+                del node.children[key]  # nothing waits below it any more
+                return
+            if child.first == mine:
+                child.first = None  # the next one is found when a read needs it
+            node = child
+        del node.own[bisect_left(node.own, mine)]
+
+    def iter_order(self, now=0.0):
+        return _counted_walk(self.root, self._snaps)
+
+
+def _counted_walk(_CNode root, dict snaps):
+    """``CountedPrefixTree.iter_order``: children heaviest first (the best by ``min``, the rest
+    sorted when asked for: ``sglang._heaviest_first``), each subtree before the node's own."""
+    cdef list stack = [[root, None, 0]]  # node, its children in order (None: none read yet), next index
+    cdef list top, rest
+    cdef _CNode node, best, c
+    cdef Py_ssize_t i
+    while stack:
+        top = <list>stack[-1]
+        node = <_CNode>top[0]
+        child = None
+        children = node.children
+        if children:
+            rest = <list>top[1]
+            i = top[2]
+            if rest is None:
+                if len(children) == 1:
+                    rest = list(children.values())
+                else:
+                    best = min(children.values(), key=_node_key_py)
+                    rest = [best]
+                top[1] = rest
+            elif i == 1 and len(rest) == 1 and len(children) > 1:
+                best = <_CNode>rest[0]
+                rest.extend(sorted([c for c in children.values() if c is not best], key=_node_key_py))
+            if i < len(rest):
+                child = rest[i]
+                top[2] = i + 1
+        if child is not None:
+            stack.append([child, None, 0])
+            continue
+        stack.pop()
+        for _, rid in node.own:
+            yield snaps[rid]

@@ -41,17 +41,18 @@ from fairsim.policies.fast_lane import PURE_PYTHON_ENV, max_hit
 from fairsim.types import QueuedRequest
 
 #: The optional extension (``fairsim/policies/_credit_c.pyx``, built at install by ``setup.py``):
-#: DRR's visit loop, DRR-Dynamo's pick loop and the aging orders' lazy-key read compiled, loaded
-#: by name as the compiled pool is.
+#: DRR's visit loop, DRR-Dynamo's pick loop, the aging orders' lazy-key read and DFS-weight's
+#: counted prefix tree compiled, loaded by name as the compiled pool is.
 COMPILED_MODULE = "fairsim.policies._credit_c"
 
 
 def compiled_credit_loop(name: str) -> Callable[[Any], Iterator[QueuedRequest]] | None:
     """The compiled twin ``name`` of a fast path's read loop (``"drr_visits"``:
     ``DRROrder._visits``; ``"drr_dynamo_picks"``: ``DRRDynamoOrder._pick_all``;
-    ``"lazy_key_read"``: ``fairsim.policies.incremental.LazyKeyOrder._read``; same items, same
-    log and effects) where the extension imports and ``FAIRSIM_PURE_PYTHON=1`` is not set, else
-    None: the order runs its Python generator (the reference)."""
+    ``"lazy_key_read"``: ``fairsim.policies.incremental.LazyKeyOrder._read``;
+    ``"CompiledCountedPrefixTree"``: ``fairsim.policies.sglang.CountedPrefixTree``, a class;
+    same items, same log and effects) where the extension imports and ``FAIRSIM_PURE_PYTHON=1``
+    is not set, else None: the order runs its Python code (the reference)."""
     if os.environ.get(PURE_PYTHON_ENV) == "1":
         return None
     try:
