@@ -1,8 +1,8 @@
 """The fast paths' compiled parts (``fairsim/policies/_credit_c.pyx``: DRR's ``drr_visits``,
 DRR-Dynamo's ``drr_dynamo_picks``, the aging orders' ``lazy_key_read``, DFS-weight's
-``CompiledCountedPrefixTree``) are their Python references (``DRROrder._visits``,
-``DRRDynamoOrder._pick_all``, ``LazyKeyOrder._read``, ``sglang.CountedPrefixTree``) statement
-for statement.
+``CompiledCountedPrefixTree``, PEEK's ``CompiledHeadHeapOrder``) are their Python references
+(``DRROrder._visits``, ``DRRDynamoOrder._pick_all``, ``LazyKeyOrder._read``,
+``sglang.CountedPrefixTree``, ``peek_order.HeadHeapOrder``) statement for statement.
 
 - Side by side on random queues (clients, arrivals, stale hits told lazily, admissions of a
   prefix, quanta small enough to skip empty rounds): every read yields the same snapshots, logs
@@ -13,6 +13,9 @@ for statement.
   partial reads: the same snapshots, the same heap, kept keys and ``_taken`` after every read.
 - The counted prefix tree side by side on random adds (new and replaced snapshots), removals
   and partial and full reads: the same sequences.
+- The head-and-heap order side by side on random adds, removals, partial reads (one resumed
+  after a later one) and head resizes: the same reads, the same ``head_changes`` and the same
+  head, heap, dead copies and journal after every operation.
 - Engine runs on slices of the conversation trace give identical request and step tables with
   the compiled code and with the Python one (DRR, DRR-Dynamo, SJF-aging, LPM-aging, DFS-weight).
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from itertools import islice
 from pathlib import Path
 
 import pandas as pd
@@ -33,6 +37,7 @@ from hypothesis import strategies as st
 from fairsim.costmodel import load_profile
 from fairsim.policies import aging, credit_fast, drr_dynamo, make_policy
 from fairsim.policies.incremental import LazyKeyOrder
+from fairsim.policies.peek_order import HeadHeapOrder
 from fairsim.policies.sglang import CountedPrefixTree
 from fairsim.sim import simulate
 from fairsim.sim.config import EngineConfig
@@ -149,7 +154,7 @@ def _conversation(n: int, scale: float = 1.0, clients: int = 0):
 
 
 @pytest.mark.skipif(not CONVERSATION.exists(), reason="shared conversation trace not present")
-@pytest.mark.parametrize("name", ["drr", "drr-dynamo", "sjf-aging", "lpm-aging", "dfs-weight"])
+@pytest.mark.parametrize("name", ["drr", "drr-dynamo", "sjf-aging", "lpm-aging", "dfs-weight", "peek"])
 @pytest.mark.parametrize("case", ["native", "ts8", "colocated-ts8", "native-5-tenants"])
 def test_conversation_slice_same_tables_compiled_and_python(name, case, monkeypatch):
     if case == "native":
@@ -276,3 +281,48 @@ def test_compiled_counted_tree_reads_as_the_python_tree(seed, branching, depth, 
         part = fast.iter_order()
         assert [next(part) for _ in range(min(k, len(live)))] == list(ref.iter_order())[:k]
         assert list(fast.iter_order()) == list(ref.iter_order())
+
+
+def _head_heap_state(order) -> tuple:
+    return (order._head, order._heap, order._rest, order._by_id, order._cap, order._taken, order._reads,
+            order._shown, order._entered, order._left)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["add", "add", "remove", "read", "head", "resume"]),
+                              st.integers(0, 7), st.integers(0, 5), st.integers(0, 6)), max_size=80))
+def test_compiled_head_heap_order_is_the_python_one(ops):
+    from fairsim.types import QueuedRequest
+
+    def key(q):
+        return (-q.cached_len, q.arrival_time, q.request_id)
+
+    py_order = HeadHeapOrder(key)
+    c_order = make_policy("peek", PROFILE).incremental_order()
+    assert type(c_order).__name__ == "CompiledHeadHeapOrder"
+    c_order = type(c_order)(key)
+    held: set = set()
+    for op, n, score, k in ops:
+        rid = f"r{n}"
+        if op == "add":
+            q = QueuedRequest(rid, float(score % 3), 10, score, 1, 0)
+            py_order.add(q)
+            c_order.add(q)
+            held.add(rid)
+        elif op == "remove" and rid in held:
+            py_order.remove(rid)
+            c_order.remove(rid)
+            held.discard(rid)
+        elif op == "read":  # the first k + 1 items, as the engine's admission reads
+            assert list(islice(c_order.iter_order(0.0), k + 1)) == list(islice(py_order.iter_order(0.0), k + 1))
+        elif op == "resume":  # a read left waiting while a later read takes keys off the heap
+            py_first, c_first = py_order.iter_order(), c_order.iter_order()
+            got = list(islice(c_first, k))
+            assert got == list(islice(py_first, k))
+            assert list(c_order.iter_order()) == list(py_order.iter_order())
+            assert list(c_first) == list(py_first)  # the resumed read goes on after its last key
+        elif op == "head":
+            assert c_order.head_changes(k) == py_order.head_changes(k)
+        assert _head_heap_state(c_order) == _head_heap_state(py_order)
+        assert len(c_order) == len(py_order) == len(held)
+    assert list(c_order.iter_order()) == list(py_order.iter_order())

@@ -21,7 +21,8 @@ ints, compared as Python compares them; ``math.ceil`` of the same float quotient
 
 import math
 from bisect import bisect_left, insort
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
+from itertools import islice
 
 
 cdef class _Scratch:
@@ -515,3 +516,182 @@ def _counted_walk(_CNode root, dict snaps):
         stack.pop()
         for _, rid in node.own:
             yield snaps[rid]
+
+
+cdef class CompiledHeadHeapOrder:
+    """``fairsim.policies.peek_order.HeadHeapOrder`` (PEEK's fast path, the reference) compiled:
+    the same head, heap, dead copies, head-change journal and reads, method for method (its
+    helpers are C methods here), so the same order and the same ``head_changes``."""
+
+    moved_by = "snapshots"
+
+    cdef readonly object key
+    cdef readonly dict _by_id, _rest, _shown, _entered, _left
+    cdef readonly Py_ssize_t _cap, _reads
+    cdef readonly list _head, _heap, _taken
+
+    def __init__(self, key):
+        self.key = key
+        self._by_id = {}
+        self._cap = 0
+        self._head = []
+        self._heap = []
+        self._rest = {}
+        self._taken = []
+        self._reads = 0
+        self._shown = {}
+        self._entered = {}
+        self._left = {}
+
+    def __len__(self):
+        return len(self._by_id)
+
+    def add(self, q):
+        rid = q.request_id
+        k = self.key(q)
+        old = self._by_id.get(rid)
+        if old is not None:
+            if old[0] == k:  # same place: keep the key object (``_rest`` knows it by identity)
+                self._by_id[rid] = (old[0], q)
+                return
+            self._take_out(rid, old[0])
+        self._by_id[rid] = (k, q)
+        self._put_in(k)
+
+    def remove(self, request_id):
+        k = self._by_id.pop(request_id)[0]
+        self._take_out(request_id, k)
+
+    cdef _put_in(self, tuple k):
+        if self._taken:
+            self._put_back()
+        cdef list head = self._head
+        if len(head) < self._cap:  # the heap holds no live key: every key belongs to the head
+            insort(head, k)
+            self._note_in(k)
+        elif head and k < head[-1]:
+            insort(head, k)
+            self._note_in(k)
+            out = head.pop()
+            self._note_out(out)
+            self._push_rest(out)
+        else:
+            self._push_rest(k)
+
+    cdef _take_out(self, rid, tuple k):
+        if self._taken:
+            self._put_back()
+        cdef dict rest = self._rest
+        if rest.get(rid) is k:  # in the heap: its copy there is dead from now on
+            del rest[rid]
+            if len(self._heap) > 2 * len(rest) + 64:
+                self._compact()
+            return
+        cdef list head = self._head
+        i = bisect_left(head, k)
+        del head[i]
+        self._note_out(k)
+        self._refill()
+
+    cdef _push_rest(self, tuple k):
+        heappush(self._heap, k)
+        self._rest[k[-1]] = k
+
+    cdef _refill(self):
+        cdef list head = self._head, heap = self._heap
+        cdef dict rest = self._rest
+        while len(head) < self._cap and heap:
+            k = heappop(heap)
+            if rest.get(k[-1]) is k:  # live (else a dead copy, dropped)
+                del rest[k[-1]]
+                head.append(k)  # above every key in the head (invariant)
+                self._note_in(k)
+
+    cdef _compact(self):
+        cdef list heap = self._heap
+        heap[:] = self._rest.values()
+        heapify(heap)
+
+    cdef _put_back(self):
+        cdef list heap = self._heap
+        for k in self._taken:
+            heappush(heap, k)
+        self._taken = []
+
+    cdef _note_in(self, tuple k):
+        rid = k[-1]
+        was = self._left.get(rid)
+        if was is not None and was[0] == k:  # back with the key it was shown with: no change
+            del self._left[rid]
+            self._shown[rid] = was
+        else:
+            self._entered[rid] = k
+
+    cdef _note_out(self, tuple k):
+        rid = k[-1]
+        was = self._shown.pop(rid, None)
+        if was is not None:
+            self._left[rid] = was
+        else:
+            self._entered.pop(rid, None)
+
+    def head_changes(self, k):
+        if self._taken:
+            self._put_back()
+        cdef Py_ssize_t n = max(k, 0)
+        cdef list head = self._head
+        if n >= self._cap:
+            self._cap = n
+            self._refill()
+        else:
+            self._cap = n
+            while len(head) > n:
+                out = head.pop()
+                self._note_out(out)
+                self._push_rest(out)
+        cdef dict by_id = self._by_id, shown = self._shown
+        cdef list entered = []
+        for rid, key in self._entered.items():
+            q = by_id[rid][1]
+            shown[rid] = (key, q)
+            entered.append(q)
+        left = [q for _, q in self._left.values()]
+        self._entered = {}
+        self._left = {}
+        return entered, left
+
+    def iter_order(self, now=0.0):
+        if self._taken:
+            self._put_back()
+        self._reads += 1
+        return _head_heap_read(self, self._reads)
+
+    def head(self, k):
+        return list(islice(self.iter_order(), k))
+
+
+def _head_heap_read(CompiledHeadHeapOrder order, Py_ssize_t read):
+    """``HeadHeapOrder._read``: the head's snapshots, then the heap's live keys taken in order;
+    a read resumed after a later read puts the later one's keys back and goes on after the last
+    key it yielded."""
+    cdef dict by_id = order._by_id
+    for k in order._head:
+        yield by_id[k[-1]][1]
+    cdef list heap = order._heap
+    cdef dict rest = order._rest
+    last = None  # the last key yielded from the heap
+    while True:
+        if order._reads != read:
+            order._put_back()
+            order._reads += 1
+            read = order._reads
+        if not heap:
+            return
+        k = heappop(heap)
+        rid = k[-1]
+        if rest.get(rid) is not k:
+            continue  # dead: dropped for good
+        order._taken.append(k)
+        if last is None or k > last:
+            last = k
+            yield by_id[rid][1]

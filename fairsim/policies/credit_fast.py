@@ -41,8 +41,9 @@ from fairsim.policies.fast_lane import PURE_PYTHON_ENV, max_hit
 from fairsim.types import QueuedRequest
 
 #: The optional extension (``fairsim/policies/_credit_c.pyx``, built at install by ``setup.py``):
-#: DRR's visit loop, DRR-Dynamo's pick loop, the aging orders' lazy-key read and DFS-weight's
-#: counted prefix tree compiled, loaded by name as the compiled pool is.
+#: DRR's visit loop, DRR-Dynamo's pick loop, the aging orders' lazy-key read, DFS-weight's
+#: counted prefix tree and PEEK's head-and-heap order compiled, loaded by name as the compiled
+#: pool is.
 COMPILED_MODULE = "fairsim.policies._credit_c"
 
 
@@ -51,7 +52,7 @@ def compiled_credit_loop(name: str) -> Callable[[Any], Iterator[QueuedRequest]] 
     ``DRROrder._visits``; ``"drr_dynamo_picks"``: ``DRRDynamoOrder._pick_all``;
     ``"lazy_key_read"``: ``fairsim.policies.incremental.LazyKeyOrder._read``;
     ``"CompiledCountedPrefixTree"``: ``fairsim.policies.sglang.CountedPrefixTree``, a class;
-    same items, same log and effects) where the extension imports and ``FAIRSIM_PURE_PYTHON=1``
+    ``"CompiledHeadHeapOrder"``: ``fairsim.policies.peek_order.HeadHeapOrder``, a class; same items, same log and effects) where the extension imports and ``FAIRSIM_PURE_PYTHON=1``
     is not set, else None: the order runs its Python code (the reference)."""
     if os.environ.get(PURE_PYTHON_ENV) == "1":
         return None
