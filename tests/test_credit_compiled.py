@@ -1,14 +1,16 @@
 """The fast paths' compiled parts (``fairsim/policies/_credit_c.pyx``: DRR's ``drr_visits``,
-DRR-Dynamo's ``drr_dynamo_picks``, the aging orders' ``lazy_key_read``, DFS-weight's
-``CompiledCountedPrefixTree``, PEEK's ``CompiledHeadHeapOrder``) are their Python references
-(``DRROrder._visits``, ``DRRDynamoOrder._pick_all``, ``LazyKeyOrder._read``,
-``sglang.CountedPrefixTree``, ``peek_order.HeadHeapOrder``) statement for statement.
+DRR-Dynamo's ``drr_dynamo_picks``, VTC's ``vtc_merge``, the aging orders' ``lazy_key_read``,
+DFS-weight's ``CompiledCountedPrefixTree``, PEEK's ``CompiledHeadHeapOrder``) are their Python
+references (``DRROrder._visits``, ``DRRDynamoOrder._pick_all``, ``VTCOrder._merge``,
+``LazyKeyOrder._read``, ``sglang.CountedPrefixTree``, ``peek_order.HeadHeapOrder``) statement
+for statement.
 
 - Side by side on random queues (clients, arrivals, stale hits told lazily, admissions of a
   prefix, quanta small enough to skip empty rounds): every read yields the same snapshots, logs
-  the same entries into the policy's ``Replay``, resolves the same requests in the same order and
-  leaves the same kept charges (DRR's ``_hc``, ``_lo``; DRR-Dynamo's ``head_cost`` and costs) and
-  snapshots (``items``); the committed state is the same after every admission.
+  the same entries into the policy's ``Replay`` (VTC: the same placements), resolves the same
+  requests in the same order and leaves the same kept charges (DRR's ``_hc``, ``_lo``;
+  DRR-Dynamo's ``head_cost`` and costs) and snapshots (``items``); the committed state is the
+  same after every admission.
 - The lazy-key read side by side on random adds, removals, stale hits (fallen or raised) and
   partial reads: the same snapshots, the same heap, kept keys and ``_taken`` after every read.
 - The counted prefix tree side by side on random adds (new and replaced snapshots), removals
@@ -17,7 +19,8 @@ DRR-Dynamo's ``drr_dynamo_picks``, the aging orders' ``lazy_key_read``, DFS-weig
   after a later one) and head resizes: the same reads, the same ``head_changes`` and the same
   head, heap, dead copies and journal after every operation.
 - Engine runs on slices of the conversation trace give identical request and step tables with
-  the compiled code and with the Python one (DRR, DRR-Dynamo, SJF-aging, LPM-aging, DFS-weight).
+  the compiled code and with the Python one (DRR, DRR-Dynamo, VTC, SJF-aging, LPM-aging,
+  DFS-weight, PEEK).
 
 Skipped where the extension is not built (the Python generator then runs everywhere).
 """
@@ -52,12 +55,16 @@ CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces
 def _python_order(policy):
     """``policy``'s fast path reading with the Python generator (the reference)."""
     inc = policy.incremental_order()
-    inc._read = inc._visits if policy.name == "drr" else inc._pick_all
+    inc._read = {"drr": "_visits", "drr-dynamo": "_pick_all", "vtc": "_merge"}[policy.name]
+    inc._read = getattr(inc, inc._read)
     return inc
 
 
 def _log(policy) -> tuple:
-    """The policy's ``Replay`` log, each target dict named (the two policies own different dicts)."""
+    """The policy's ``Replay`` log, each target dict named (the two policies own different dicts);
+    VTC's placements (``_placed``, ``_class_size``)."""
+    if policy.name == "vtc":
+        return dict(policy._placed), dict(policy._class_size)
     names = {id(policy.deficit): "deficit", id(policy.cursor): "cursor",
              id(getattr(policy, "emptied", None)): "emptied"}
     replay = policy._replay
@@ -65,13 +72,14 @@ def _log(policy) -> tuple:
 
 
 @settings(max_examples=120, deadline=None)
-@given(seed=st.integers(0, 10_000), name=st.sampled_from(["drr", "drr-dynamo"]), n=st.integers(1, 40),
+@given(seed=st.integers(0, 10_000), name=st.sampled_from(["drr", "drr-dynamo", "vtc"]), n=st.integers(1, 40),
        num_clients=st.sampled_from([0, 1, 3, 8]), quantum=st.sampled_from([40, 300, 2048]),
        changed=st.integers(0, 20))
 def test_compiled_loops_equal_the_python_generators(seed, name, n, num_clients, quantum, changed):
     rng = random.Random(seed)
-    py_policy = make_policy(name, PROFILE, quantum=quantum)
-    c_policy = make_policy(name, PROFILE, quantum=quantum)
+    params = {"input_weight": quantum / 1000} if name == "vtc" else {"quantum": quantum}
+    py_policy = make_policy(name, PROFILE, **params)
+    c_policy = make_policy(name, PROFILE, **params)
     py_inc, c_inc = _python_order(py_policy), c_policy.incremental_order()
     assert not hasattr(c_inc._read, "__func__")  # the compiled loop, not the Python method
     current: dict = {}  # this step's snapshots (the engine's)
@@ -108,7 +116,7 @@ def test_compiled_loops_equal_the_python_generators(seed, name, n, num_clients, 
         assert c_inc.items == py_inc.items
         if name == "drr":
             assert (c_inc._hc, c_inc._lo) == (py_inc._hc, py_inc._lo)
-        else:
+        elif name == "drr-dynamo":
             assert (c_inc.head_cost, c_policy.cost) == (py_inc.head_cost, py_policy.cost)
         admitted = got[:k]
         if admitted:
@@ -154,7 +162,7 @@ def _conversation(n: int, scale: float = 1.0, clients: int = 0):
 
 
 @pytest.mark.skipif(not CONVERSATION.exists(), reason="shared conversation trace not present")
-@pytest.mark.parametrize("name", ["drr", "drr-dynamo", "sjf-aging", "lpm-aging", "dfs-weight", "peek"])
+@pytest.mark.parametrize("name", ["drr", "drr-dynamo", "vtc", "sjf-aging", "lpm-aging", "dfs-weight", "peek"])
 @pytest.mark.parametrize("case", ["native", "ts8", "colocated-ts8", "native-5-tenants"])
 def test_conversation_slice_same_tables_compiled_and_python(name, case, monkeypatch):
     if case == "native":

@@ -695,3 +695,39 @@ def _head_heap_read(CompiledHeadHeapOrder order, Py_ssize_t read):
         if last is None or k > last:
             last = k
             yield by_id[rid][1]
+
+
+def vtc_merge(order):
+    """``order._merge()`` (``fairsim.policies.credit_fast.VTCOrder``), compiled: the sorted
+    classes merged with a heap of the classes already served in this order, the same
+    placements noted in the policy's ``_placed`` and ``_class_size``."""
+    policy = order.policy
+    w = policy.input_weight
+    cdef dict placed = policy._placed, class_size = policy._class_size
+    cdef dict queues = order.queues, items = order.items, class_of = order._class_of_rid
+    resolve = order.resolve
+    cdef list heap = []
+    cdef list queue
+    cdef Py_ssize_t i
+    it = iter(order._keys)
+    nxt = next(it, None)
+    while True:
+        if heap and (nxt is None or heap[0][:3] < nxt):
+            value, _, rid, u, i = heappop(heap)
+        elif nxt is None:
+            return
+        else:
+            value, _, rid = nxt
+            u, i = class_of[rid], 0
+            nxt = next(it, None)
+            class_size[u] = len(<list>queues[u])  # VTC.on_admitted: did admissions empty u?
+        r = (<tuple>items[rid])[1]
+        if resolve is not None:
+            r = resolve(r)
+        placed[rid] = (u, r.uncached_len)
+        yield r
+        i += 1
+        queue = <list>queues[u]
+        if i < len(queue):
+            arr2, rid2 = queue[i]
+            heappush(heap, (value + w * r.uncached_len, arr2, rid2, u, i))

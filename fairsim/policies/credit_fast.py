@@ -41,19 +41,20 @@ from fairsim.policies.fast_lane import PURE_PYTHON_ENV, max_hit
 from fairsim.types import QueuedRequest
 
 #: The optional extension (``fairsim/policies/_credit_c.pyx``, built at install by ``setup.py``):
-#: DRR's visit loop, DRR-Dynamo's pick loop, the aging orders' lazy-key read, DFS-weight's
-#: counted prefix tree and PEEK's head-and-heap order compiled, loaded by name as the compiled
-#: pool is.
+#: DRR's visit loop, DRR-Dynamo's pick loop, VTC's merge, the aging orders' lazy-key read,
+#: DFS-weight's counted prefix tree and PEEK's head-and-heap order compiled, loaded by name as
+#: the compiled pool is.
 COMPILED_MODULE = "fairsim.policies._credit_c"
 
 
 def compiled_credit_loop(name: str) -> Callable[[Any], Iterator[QueuedRequest]] | None:
-    """The compiled twin ``name`` of a fast path's read loop (``"drr_visits"``:
-    ``DRROrder._visits``; ``"drr_dynamo_picks"``: ``DRRDynamoOrder._pick_all``;
-    ``"lazy_key_read"``: ``fairsim.policies.incremental.LazyKeyOrder._read``;
+    """The compiled twin ``name`` of a fast path's read loop or order (``"drr_visits"``:
+    ``DRROrder._visits``; ``"drr_dynamo_picks"``: ``DRRDynamoOrder._pick_all``; ``"vtc_merge"``:
+    ``VTCOrder._merge``; ``"lazy_key_read"``: ``fairsim.policies.incremental.LazyKeyOrder._read``;
     ``"CompiledCountedPrefixTree"``: ``fairsim.policies.sglang.CountedPrefixTree``, a class;
-    ``"CompiledHeadHeapOrder"``: ``fairsim.policies.peek_order.HeadHeapOrder``, a class; same items, same log and effects) where the extension imports and ``FAIRSIM_PURE_PYTHON=1``
-    is not set, else None: the order runs its Python code (the reference)."""
+    ``"CompiledHeadHeapOrder"``: ``fairsim.policies.peek_order.HeadHeapOrder``, a class; the
+    same items, log and effects) where the extension imports and ``FAIRSIM_PURE_PYTHON=1`` is
+    not set, else None: the order runs its Python code (the reference)."""
     if os.environ.get(PURE_PYTHON_ENV) == "1":
         return None
     try:
@@ -223,6 +224,9 @@ class VTCOrder(ClassQueues):
         self._keys = RunSortedKeys()  # (counter, head arrival, head rid) per backlogged class
         self._key_of: dict[Hashable, tuple] = {}
         self._class_of_rid: dict[str, Hashable] = {}  # head rid -> class
+        # The merge: compiled where built (``compiled_credit_loop``), else ``_merge``.
+        compiled = compiled_credit_loop("vtc_merge")
+        self._read = self._merge if compiled is None else (lambda: compiled(self))
 
     def _sync(self) -> None:
         """VTC's lift for the touched classes (``VTC._lift``): the leavers leave, the keys of the
@@ -288,7 +292,7 @@ class VTCOrder(ClassQueues):
         self._sync()
         self.policy._placed = {}
         self.policy._class_size = {}
-        return self._merge()
+        return self._read()
 
     def _merge(self) -> Iterator[QueuedRequest]:
         w = self.policy.input_weight
