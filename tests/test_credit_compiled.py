@@ -1,16 +1,17 @@
 """The fast paths' compiled parts (``fairsim/policies/_credit_c.pyx``: DRR's ``drr_visits``,
-DRR-Dynamo's ``drr_dynamo_picks``, VTC's ``vtc_merge``, the aging orders' ``lazy_key_read``,
-DFS-weight's ``CompiledCountedPrefixTree``, PEEK's ``CompiledHeadHeapOrder``) are their Python
-references (``DRROrder._visits``, ``DRRDynamoOrder._pick_all``, ``VTCOrder._merge``,
-``LazyKeyOrder._read``, ``sglang.CountedPrefixTree``, ``peek_order.HeadHeapOrder``) statement
-for statement.
+DRR-Dynamo's ``drr_dynamo_picks``, VTC's ``vtc_merge``, DLPM's ``dlpm_passes``, the aging
+orders' ``lazy_key_read``, DFS-weight's ``CompiledCountedPrefixTree``, PEEK's
+``CompiledHeadHeapOrder``) are their Python references (``DRROrder._visits``,
+``DRRDynamoOrder._pick_all``, ``VTCOrder._merge``, ``DLPMOrder._passes``, ``LazyKeyOrder._read``,
+``sglang.CountedPrefixTree``, ``peek_order.HeadHeapOrder``) statement for statement.
 
-- Side by side on random queues (clients, arrivals, stale hits told lazily, admissions of a
-  prefix, quanta small enough to skip empty rounds): every read yields the same snapshots, logs
+- Side by side on random queues (clients, arrivals, hits told lazily or as fresh snapshots,
+  admissions of a prefix, quanta small enough to skip empty rounds): every read yields the same
+  snapshots, logs
   the same entries into the policy's ``Replay`` (VTC: the same placements), resolves the same
   requests in the same order and leaves the same kept charges (DRR's ``_hc``, ``_lo``;
-  DRR-Dynamo's ``head_cost`` and costs) and snapshots (``items``); the committed state is the
-  same after every admission.
+  DRR-Dynamo's ``head_cost`` and costs; DLPM's kept first refill) and snapshots (``items``); the
+  committed state is the same after every admission.
 - The lazy-key read side by side on random adds, removals, stale hits (fallen or raised) and
   partial reads: the same snapshots, the same heap, kept keys and ``_taken`` after every read.
 - The counted prefix tree side by side on random adds (new and replaced snapshots), removals
@@ -19,7 +20,7 @@ for statement.
   after a later one) and head resizes: the same reads, the same ``head_changes`` and the same
   head, heap, dead copies and journal after every operation.
 - Engine runs on slices of the conversation trace give identical request and step tables with
-  the compiled code and with the Python one (DRR, DRR-Dynamo, VTC, SJF-aging, LPM-aging,
+  the compiled code and with the Python one (DRR, DRR-Dynamo, VTC, DLPM, SJF-aging, LPM-aging,
   DFS-weight, PEEK).
 
 Skipped where the extension is not built (the Python generator then runs everywhere).
@@ -55,7 +56,7 @@ CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces
 def _python_order(policy):
     """``policy``'s fast path reading with the Python generator (the reference)."""
     inc = policy.incremental_order()
-    inc._read = {"drr": "_visits", "drr-dynamo": "_pick_all", "vtc": "_merge"}[policy.name]
+    inc._read = {"drr": "_visits", "drr-dynamo": "_pick_all", "vtc": "_merge", "dlpm": "_passes"}[policy.name]
     inc._read = getattr(inc, inc._read)
     return inc
 
@@ -65,14 +66,13 @@ def _log(policy) -> tuple:
     VTC's placements (``_placed``, ``_class_size``)."""
     if policy.name == "vtc":
         return dict(policy._placed), dict(policy._class_size)
-    names = {id(policy.deficit): "deficit", id(policy.cursor): "cursor",
-             id(getattr(policy, "emptied", None)): "emptied"}
+    names = {id(getattr(policy, name, None)): name for name in ("deficit", "cursor", "emptied")}
     replay = policy._replay
     return ([(names[id(t)], k, v) for t, k, v in replay._changes], list(replay._marks), list(replay.ids))
 
 
 @settings(max_examples=120, deadline=None)
-@given(seed=st.integers(0, 10_000), name=st.sampled_from(["drr", "drr-dynamo", "vtc"]), n=st.integers(1, 40),
+@given(seed=st.integers(0, 10_000), name=st.sampled_from(["drr", "drr-dynamo", "vtc", "dlpm"]), n=st.integers(1, 40),
        num_clients=st.sampled_from([0, 1, 3, 8]), quantum=st.sampled_from([40, 300, 2048]),
        changed=st.integers(0, 20))
 def test_compiled_loops_equal_the_python_generators(seed, name, n, num_clients, quantum, changed):
@@ -84,8 +84,10 @@ def test_compiled_loops_equal_the_python_generators(seed, name, n, num_clients, 
     assert not hasattr(c_inc._read, "__func__")  # the compiled loop, not the Python method
     current: dict = {}  # this step's snapshots (the engine's)
     reads: dict = {"py": [], "c": []}
-    py_inc.set_resolver(lambda q: reads["py"].append(q.request_id) or current[q.request_id])
-    c_inc.set_resolver(lambda q: reads["c"].append(q.request_id) or current[q.request_id])
+    lazy = name != "dlpm"  # DLPM's order takes fresh snapshots (add), the others lazy hits
+    if lazy:
+        py_inc.set_resolver(lambda q: reads["py"].append(q.request_id) or current[q.request_id])
+        c_inc.set_resolver(lambda q: reads["c"].append(q.request_id) or current[q.request_id])
     t = 0.0
     for step in range(14):
         t = random_arrivals(rng, t, step, n, num_clients, current, py_inc)
@@ -100,8 +102,12 @@ def test_compiled_loops_equal_the_python_generators(seed, name, n, num_clients, 
             if h > q.cached_len:
                 raised.append(rid)
             current[rid] = q._replace(cached_len=h, uncached_len=max(1, q.prompt_len - h))
-        py_inc.stale(stale, raised)
-        c_inc.stale(stale, raised)
+        for inc in (py_inc, c_inc):
+            if lazy:
+                inc.stale(stale, raised)
+            else:
+                for rid in stale:
+                    inc.add(current[rid])
         if not current:
             continue
         k = rng.randint(0, min(4, len(current)))
@@ -118,6 +124,13 @@ def test_compiled_loops_equal_the_python_generators(seed, name, n, num_clients, 
             assert (c_inc._hc, c_inc._lo) == (py_inc._hc, py_inc._lo)
         elif name == "drr-dynamo":
             assert (c_inc.head_cost, c_policy.cost) == (py_inc.head_cost, py_policy.cost)
+        elif name == "dlpm":  # the first refill kept for the next read, and the clients logged
+            assert c_inc._logged == py_inc._logged and list(c_inc._pos) == list(py_inc._pos)
+            assert (c_inc._refill is None) == (py_inc._refill is None)
+            if c_inc._refill is not None:
+                (ck, cd, ce, ch), (pk, pd_, pe, ph) = c_inc._refill, py_inc._refill
+                assert (ck, cd, ch) == (pk, pd_, ph)
+                assert [e[1:] for e in ce] == [e[1:] for e in pe]
         admitted = got[:k]
         if admitted:
             py_policy.on_admitted(admitted, 0.0)
@@ -162,7 +175,7 @@ def _conversation(n: int, scale: float = 1.0, clients: int = 0):
 
 
 @pytest.mark.skipif(not CONVERSATION.exists(), reason="shared conversation trace not present")
-@pytest.mark.parametrize("name", ["drr", "drr-dynamo", "vtc", "sjf-aging", "lpm-aging", "dfs-weight", "peek"])
+@pytest.mark.parametrize("name", ["drr", "drr-dynamo", "vtc", "dlpm", "sjf-aging", "lpm-aging", "dfs-weight", "peek"])
 @pytest.mark.parametrize("case", ["native", "ts8", "colocated-ts8", "native-5-tenants"])
 def test_conversation_slice_same_tables_compiled_and_python(name, case, monkeypatch):
     if case == "native":

@@ -731,3 +731,75 @@ def vtc_merge(order):
         if i < len(queue):
             arr2, rid2 = queue[i]
             heappush(heap, (value + w * r.uncached_len, arr2, rid2, u, i))
+
+
+def dlpm_passes(order):
+    """``order._passes()`` (``fairsim.policies.credit_fast.DLPMOrder``), compiled: the same
+    passes, placements and log entries (``Replay.log`` and ``placed`` written out), and the same
+    first refill kept and reused (``order._refill``)."""
+    policy = order.policy
+    replay = policy._replay
+    cdef dict real = policy.deficit
+    q = policy.quantum
+    cdef list changes = replay._changes, marks = replay._marks, ids = replay.ids
+    cdef dict queues = order.queues, items = order.items
+    cdef set logged = order._logged
+    cdef dict d = {}
+    cdef dict head = {}
+    cdef Py_ssize_t left = len(items), i, n0
+    cdef list heap = [], queue, backlogged
+    cdef bint first = True
+    source = iter(order._pos)  # pass 1: the persistent sorted heads
+    state_key = order._key
+    while left:
+        nxt = next(source, None) if source is not None else None
+        while True:  # one pass: merge of the clients with credit, in LPM order
+            if heap and (nxt is None or heap[0][0] < nxt):
+                key, u = heappop(heap)
+            elif nxt is None:
+                break
+            else:
+                key = nxt
+                u = (<tuple>items[key[2]])[0]
+                nxt = next(source, None)
+            r = (<tuple>items[key[2]])[1]
+            v = (d[u] if u in d else real.get(u, 0.0)) - r.uncached_len
+            d[u] = v
+            changes.append((real, u, v))
+            logged.add(u)
+            i = head.get(u, 0) + 1
+            head[u] = i
+            queue = <list>queues[u]
+            if i == len(queue):  # its queue empties here: it leaves, deficit reset (DLPM.order)
+                changes.append((real, u, 0.0))
+            ids.append(r.request_id)
+            marks.append(len(changes))
+            left -= 1
+            yield r
+            if d[u] > 0 and i < len(queue):
+                heappush(heap, (queue[i], u))
+        source = None
+        if not left:
+            return
+        # Every backlogged client now has a deficit <= 0: refill (DLPM.order), next pass.
+        cached = order._refill if first else None
+        if cached is not None and cached[0] == state_key:
+            _, dvals, entries, heap0 = cached  # the same state as the last read's refill
+            d.update(dvals)
+            changes.extend(entries)
+            logged.update(dvals)
+            heap = list(heap0)
+        else:
+            backlogged = [u for u, queue in queues.items() if head.get(u, 0) < len(queue)]
+            m = min([int(-(d[u] if u in d else real.get(u, 0.0)) // q) + 1 for u in backlogged])
+            n0 = len(changes)
+            for u in backlogged:
+                v = (d[u] if u in d else real.get(u, 0.0)) + m * q
+                d[u] = v
+                changes.append((real, u, v))
+                logged.add(u)
+            heap = [(queues[u][head.get(u, 0)], u) for u in backlogged if d[u] > 0]
+            heapify(heap)
+            if first:
+                order._refill = (state_key, {u: d[u] for u in backlogged}, changes[n0:], list(heap))
+        first = False

@@ -41,16 +41,17 @@ from fairsim.policies.fast_lane import PURE_PYTHON_ENV, max_hit
 from fairsim.types import QueuedRequest
 
 #: The optional extension (``fairsim/policies/_credit_c.pyx``, built at install by ``setup.py``):
-#: DRR's visit loop, DRR-Dynamo's pick loop, VTC's merge, the aging orders' lazy-key read,
-#: DFS-weight's counted prefix tree and PEEK's head-and-heap order compiled, loaded by name as
-#: the compiled pool is.
+#: DRR's visit loop, DRR-Dynamo's pick loop, VTC's merge, DLPM's passes, the aging orders'
+#: lazy-key read, DFS-weight's counted prefix tree and PEEK's head-and-heap order compiled,
+#: loaded by name as the compiled pool is.
 COMPILED_MODULE = "fairsim.policies._credit_c"
 
 
 def compiled_credit_loop(name: str) -> Callable[[Any], Iterator[QueuedRequest]] | None:
     """The compiled twin ``name`` of a fast path's read loop or order (``"drr_visits"``:
     ``DRROrder._visits``; ``"drr_dynamo_picks"``: ``DRRDynamoOrder._pick_all``; ``"vtc_merge"``:
-    ``VTCOrder._merge``; ``"lazy_key_read"``: ``fairsim.policies.incremental.LazyKeyOrder._read``;
+    ``VTCOrder._merge``; ``"dlpm_passes"``: ``DLPMOrder._passes``; ``"lazy_key_read"``:
+    ``fairsim.policies.incremental.LazyKeyOrder._read``;
     ``"CompiledCountedPrefixTree"``: ``fairsim.policies.sglang.CountedPrefixTree``, a class;
     ``"CompiledHeadHeapOrder"``: ``fairsim.policies.peek_order.HeadHeapOrder``, a class; the
     same items, log and effects) where the extension imports and ``FAIRSIM_PURE_PYTHON=1`` is
@@ -698,6 +699,9 @@ class DLPMOrder:
         self._applied = -1  # Replay.applied at the last iter_order
         self._key: tuple[int, int] = (-1, -1)
         self._refill: tuple | None = None  # (key, deficits, log entries, heap) of the first refill
+        # The passes: compiled where built (``compiled_credit_loop``), else ``_passes``.
+        compiled = compiled_credit_loop("dlpm_passes")
+        self._read = self._passes if compiled is None else (lambda: compiled(self))
 
     def __len__(self) -> int:
         return len(self.items)
@@ -774,7 +778,7 @@ class DLPMOrder:
         self._logged = set()
         if not self.items:
             return iter(())
-        return self._passes()
+        return self._read()
 
     def _passes(self) -> Iterator[QueuedRequest]:
         policy = self.policy
