@@ -22,7 +22,6 @@ from fairsim.policies.space import FloatRange, IntRange
 from fairsim.types import QueuedRequest
 
 
-
 def lazy_key_order(key: Callable[[QueuedRequest], tuple]) -> Any:
     """``LazyKeyOrder(key)`` (``fairsim.policies.incremental``) reading with its compiled twin
     (``fairsim.policies._credit_c.lazy_key_read``: the same snapshots, the same effects) where
@@ -36,6 +35,7 @@ def lazy_key_order(key: Callable[[QueuedRequest], tuple]) -> Any:
     if compiled is not None:
         order._read = lambda: compiled(order)
     return order
+
 
 class WaitingPasses:
     """How many scheduling passes each waiting request has waited, from the policy contract alone.
