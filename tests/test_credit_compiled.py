@@ -1,27 +1,22 @@
-"""The fast paths' compiled parts (``fairsim/policies/_credit_c.pyx``: DRR's ``drr_visits``,
-DRR-Dynamo's ``drr_dynamo_picks``, VTC's ``vtc_merge``, DLPM's ``dlpm_passes``, the aging
-orders' ``lazy_key_read``, DFS-weight's ``CompiledCountedPrefixTree``, PEEK's
-``CompiledHeadHeapOrder``) are their Python references (``DRROrder._visits``,
-``DRRDynamoOrder._pick_all``, ``VTCOrder._merge``, ``DLPMOrder._passes``, ``LazyKeyOrder._read``,
+"""The fast paths' compiled twins (``fairsim/policies/_credit_c.pyx``: DRR's ``drr_visits``,
+DRR-Dynamo's ``drr_dynamo_picks``, DLPM's ``dlpm_passes``, DFS-weight's
+``CompiledCountedPrefixTree``, PEEK's ``CompiledHeadHeapOrder``) are their Python references
+(``DRROrder._visits``, ``DRRDynamoOrder._pick_all``, ``DLPMOrder._passes``,
 ``sglang.CountedPrefixTree``, ``peek_order.HeadHeapOrder``) statement for statement.
 
 - Side by side on random queues (clients, arrivals, hits told lazily or as fresh snapshots,
   admissions of a prefix, quanta small enough to skip empty rounds): every read yields the same
   snapshots, logs
-  the same entries into the policy's ``Replay`` (VTC: the same placements), resolves the same
-  requests in the same order and leaves the same kept charges (DRR's ``_hc``, ``_lo``;
+  the same entries into the policy's ``Replay``, resolves the same requests in the same order and leaves the same kept charges (DRR's ``_hc``, ``_lo``;
   DRR-Dynamo's ``head_cost`` and costs; DLPM's kept first refill) and snapshots (``items``); the
   committed state is the same after every admission.
-- The lazy-key read side by side on random adds, removals, stale hits (fallen or raised) and
-  partial reads: the same snapshots, the same heap, kept keys and ``_taken`` after every read.
 - The counted prefix tree side by side on random adds (new and replaced snapshots), removals
   and partial and full reads: the same sequences.
 - The head-and-heap order side by side on random adds, removals, partial reads (one resumed
   after a later one) and head resizes: the same reads, the same ``head_changes`` and the same
   head, heap, dead copies and journal after every operation.
 - Engine runs on slices of the conversation trace give identical request and step tables with
-  the compiled code and with the Python one (DRR, DRR-Dynamo, VTC, DLPM, SJF-aging, LPM-aging,
-  DFS-weight, PEEK).
+  the compiled code and with the Python one (DRR, DRR-Dynamo, DLPM, DFS-weight, PEEK).
 
 Skipped where the extension is not built (the Python generator then runs everywhere).
 """
@@ -39,8 +34,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairsim.costmodel import load_profile
-from fairsim.policies import aging, credit_fast, drr_dynamo, make_policy
-from fairsim.policies.incremental import LazyKeyOrder
+from fairsim.policies import compiled_twins, make_policy
 from fairsim.policies.peek_order import HeadHeapOrder
 from fairsim.policies.sglang import CountedPrefixTree
 from fairsim.sim import simulate
@@ -56,30 +50,26 @@ CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces
 def _python_order(policy):
     """``policy``'s fast path reading with the Python generator (the reference)."""
     inc = policy.incremental_order()
-    inc._read = {"drr": "_visits", "drr-dynamo": "_pick_all", "vtc": "_merge", "dlpm": "_passes"}[policy.name]
+    inc._read = {"drr": "_visits", "drr-dynamo": "_pick_all", "dlpm": "_passes"}[policy.name]
     inc._read = getattr(inc, inc._read)
     return inc
 
 
 def _log(policy) -> tuple:
-    """The policy's ``Replay`` log, each target dict named (the two policies own different dicts);
-    VTC's placements (``_placed``, ``_class_size``)."""
-    if policy.name == "vtc":
-        return dict(policy._placed), dict(policy._class_size)
+    """The policy's ``Replay`` log, each target dict named (the two policies own different dicts)."""
     names = {id(getattr(policy, name, None)): name for name in ("deficit", "cursor", "emptied")}
     replay = policy._replay
     return ([(names[id(t)], k, v) for t, k, v in replay._changes], list(replay._marks), list(replay.ids))
 
 
 @settings(max_examples=120, deadline=None)
-@given(seed=st.integers(0, 10_000), name=st.sampled_from(["drr", "drr-dynamo", "vtc", "dlpm"]), n=st.integers(1, 40),
+@given(seed=st.integers(0, 10_000), name=st.sampled_from(["drr", "drr-dynamo", "dlpm"]), n=st.integers(1, 40),
        num_clients=st.sampled_from([0, 1, 3, 8]), quantum=st.sampled_from([40, 300, 2048]),
        changed=st.integers(0, 20))
 def test_compiled_loops_equal_the_python_generators(seed, name, n, num_clients, quantum, changed):
     rng = random.Random(seed)
-    params = {"input_weight": quantum / 1000} if name == "vtc" else {"quantum": quantum}
-    py_policy = make_policy(name, PROFILE, **params)
-    c_policy = make_policy(name, PROFILE, **params)
+    py_policy = make_policy(name, PROFILE, quantum=quantum)
+    c_policy = make_policy(name, PROFILE, quantum=quantum)
     py_inc, c_inc = _python_order(py_policy), c_policy.incremental_order()
     assert not hasattr(c_inc._read, "__func__")  # the compiled loop, not the Python method
     current: dict = {}  # this step's snapshots (the engine's)
@@ -175,7 +165,7 @@ def _conversation(n: int, scale: float = 1.0, clients: int = 0):
 
 
 @pytest.mark.skipif(not CONVERSATION.exists(), reason="shared conversation trace not present")
-@pytest.mark.parametrize("name", ["drr", "drr-dynamo", "vtc", "dlpm", "sjf-aging", "lpm-aging", "dfs-weight", "peek"])
+@pytest.mark.parametrize("name", ["drr", "drr-dynamo", "dlpm", "dfs-weight", "peek"])
 @pytest.mark.parametrize("case", ["native", "ts8", "colocated-ts8", "native-5-tenants"])
 def test_conversation_slice_same_tables_compiled_and_python(name, case, monkeypatch):
     if case == "native":
@@ -187,80 +177,11 @@ def test_conversation_slice_same_tables_compiled_and_python(name, case, monkeypa
     else:
         requests, config = _conversation(500, clients=5), EngineConfig(kv_blocks=451)
     compiled = simulate(requests, make_policy(name, PROFILE), PROFILE, config)
-    monkeypatch.setattr(credit_fast, "compiled_credit_loop", lambda loop: None)
-    monkeypatch.setattr(drr_dynamo, "compiled_credit_loop", lambda loop: None)
+    monkeypatch.setattr(compiled_twins, "compiled_twin", lambda name: None)
     python = simulate(requests, make_policy(name, PROFILE), PROFILE, config)
     pd.testing.assert_frame_equal(compiled.requests, python.requests, check_exact=True)
     pd.testing.assert_frame_equal(compiled.steps, python.steps, check_exact=True)
     assert len(compiled.requests) == len(requests)
-
-
-def _lpm_aging_like_key(q):
-    """A key that a falling hit only raises (LPM-aging's with no passes): ``-h`` first."""
-    return (-q.cached_len, q.arrival_time, q.request_id)
-
-
-@settings(max_examples=120, deadline=None)
-@given(seed=st.integers(0, 100_000), n=st.integers(1, 30), reads=st.integers(1, 6))
-def test_compiled_lazy_key_read_equals_the_python_read(seed, n, reads):
-    from fairsim.types import QueuedRequest
-
-    rng = random.Random(seed)
-    py_order = LazyKeyOrder(_lpm_aging_like_key)
-    c_order = aging.lazy_key_order(_lpm_aging_like_key)
-    assert not hasattr(c_order._read, "__func__")  # the compiled read, not the Python method
-    waiting: dict = {}
-    calls: dict = {"py": [], "c": []}
-    py_order.set_resolver(lambda q: calls["py"].append(q.request_id) or waiting[q.request_id])
-    c_order.set_resolver(lambda q: calls["c"].append(q.request_id) or waiting[q.request_id])
-    for step in range(10):
-        for i in range(rng.randint(0, n)):
-            L = rng.randint(2, 200)
-            keys = tuple(range(L // 16))
-            h = rng.randint(0, min(len(keys), (L - 1) // 16)) * 16
-            q = QueuedRequest(f"r{step}-{i}", rng.choice([0.0, float(step)]), L, h, max(1, L - h), 0, None,
-                              keys, 16)
-            waiting[q.request_id] = q
-            for order in (py_order, c_order):
-                order.add(q)
-        changed = rng.sample(sorted(waiting), k=min(len(waiting), rng.randint(0, 8)))
-        raised = []
-        for rid in changed:
-            q = waiting[rid]
-            h = rng.randint(0, min(len(q.block_keys), (q.prompt_len - 1) // 16)) * 16
-            if h > q.cached_len:
-                raised.append(rid)
-            waiting[rid] = q._replace(cached_len=h, uncached_len=max(1, q.prompt_len - h))
-        for order in (py_order, c_order):
-            order.stale(changed, raised)
-        for _ in range(rng.randint(1, reads)):
-            k = rng.randint(0, len(waiting))
-            py_it, c_it = py_order.iter_order(), c_order.iter_order()
-            for _ in range(k):
-                assert next(c_it) is next(py_it)
-            assert calls["c"] == calls["py"]
-            assert (c_order._heap, c_order._by_id, c_order._stale, c_order._taken) == \
-                (py_order._heap, py_order._by_id, py_order._stale, py_order._taken)
-        for rid in rng.sample(sorted(waiting), k=min(len(waiting), rng.randint(0, 4))):
-            del waiting[rid]
-            for order in (py_order, c_order):
-                order.remove(rid)
-
-
-def test_compiled_lazy_key_read_refuses_a_falling_key():
-    """As ``LazyKeyOrder._read``: a re-keyed stale request whose key fell is an error."""
-    from fairsim.types import QueuedRequest
-
-    waiting = {}
-    order = aging.lazy_key_order(lambda q: (q.cached_len, q.arrival_time, q.request_id))
-    order.set_resolver(lambda q: waiting[q.request_id])
-    for i, h in enumerate((32, 48)):
-        waiting[f"r{i}"] = QueuedRequest(f"r{i}", float(i), 100, h, 100 - h, 0, None, ("a",) * 6, 16)
-        order.add(waiting[f"r{i}"])
-    waiting["r1"] = waiting["r1"]._replace(cached_len=0, uncached_len=100)
-    order.stale(["r1"], [])
-    with pytest.raises(RuntimeError, match="fell from"):
-        list(order.iter_order())
 
 
 @settings(max_examples=150, deadline=None)

@@ -15,26 +15,11 @@ serving engines ship". Two of them count *waiting passes*; the count is defined 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from fairsim.policies.space import FloatRange, IntRange
 from fairsim.types import QueuedRequest
-
-
-def lazy_key_order(key: Callable[[QueuedRequest], tuple]) -> Any:
-    """``LazyKeyOrder(key)`` (``fairsim.policies.incremental``) reading with its compiled twin
-    (``fairsim.policies._credit_c.lazy_key_read``: the same snapshots, the same effects) where
-    built and ``FAIRSIM_PURE_PYTHON=1`` is not set, else with its Python ``_read`` (the
-    reference)."""
-    from fairsim.policies.credit_fast import compiled_credit_loop
-    from fairsim.policies.incremental import LazyKeyOrder
-
-    order = LazyKeyOrder(key)
-    compiled = compiled_credit_loop("lazy_key_read")
-    if compiled is not None:
-        order._read = lambda: compiled(order)
-    return order
 
 
 class WaitingPasses:
@@ -213,7 +198,8 @@ class LPMAging:
     def incremental_order(self):
         """Fast path (``fairsim.policies.incremental``): the static key kept sorted, with lazy
         hits (``LazyKeyOrder``: a falling hit only raises the key)."""
-        return lazy_key_order(self.key)
+        from fairsim.policies.incremental import LazyKeyOrder
+        return LazyKeyOrder(self.key)
 
 
 class SJFAging:
@@ -257,4 +243,5 @@ class SJFAging:
     def incremental_order(self):
         """Fast path (``fairsim.policies.incremental``): the static key kept sorted, with lazy
         hits (``LazyKeyOrder``: a falling hit only raises the key)."""
-        return lazy_key_order(self.key)
+        from fairsim.policies.incremental import LazyKeyOrder
+        return LazyKeyOrder(self.key)

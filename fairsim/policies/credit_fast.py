@@ -26,10 +26,8 @@ makes identical decisions with and without them.
 from __future__ import annotations
 
 import heapq
-import importlib
 import itertools
 import math
-import os
 from bisect import bisect_left, insort
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
@@ -37,32 +35,9 @@ from typing import Any
 from sortedcontainers import SortedList
 
 from fairsim.policies.clients import client_key
-from fairsim.policies.fast_lane import PURE_PYTHON_ENV, max_hit
+from fairsim.policies import compiled_twins
+from fairsim.policies.fast_lane import max_hit
 from fairsim.types import QueuedRequest
-
-#: The optional extension (``fairsim/policies/_credit_c.pyx``, built at install by ``setup.py``):
-#: DRR's visit loop, DRR-Dynamo's pick loop, VTC's merge, DLPM's passes, the aging orders'
-#: lazy-key read, DFS-weight's counted prefix tree and PEEK's head-and-heap order compiled,
-#: loaded by name as the compiled pool is.
-COMPILED_MODULE = "fairsim.policies._credit_c"
-
-
-def compiled_credit_loop(name: str) -> Callable[[Any], Iterator[QueuedRequest]] | None:
-    """The compiled twin ``name`` of a fast path's read loop or order (``"drr_visits"``:
-    ``DRROrder._visits``; ``"drr_dynamo_picks"``: ``DRRDynamoOrder._pick_all``; ``"vtc_merge"``:
-    ``VTCOrder._merge``; ``"dlpm_passes"``: ``DLPMOrder._passes``; ``"lazy_key_read"``:
-    ``fairsim.policies.incremental.LazyKeyOrder._read``;
-    ``"CompiledCountedPrefixTree"``: ``fairsim.policies.sglang.CountedPrefixTree``, a class;
-    ``"CompiledHeadHeapOrder"``: ``fairsim.policies.peek_order.HeadHeapOrder``, a class; the
-    same items, log and effects) where the extension imports and ``FAIRSIM_PURE_PYTHON=1`` is
-    not set, else None: the order runs its Python code (the reference)."""
-    if os.environ.get(PURE_PYTHON_ENV) == "1":
-        return None
-    try:
-        return getattr(importlib.import_module(COMPILED_MODULE), name)
-    except ImportError:
-        return None
-
 
 class ClassQueues:
     """Waiting snapshots grouped by class (``client_key``), each class in ``arrival_key`` order.
@@ -225,9 +200,6 @@ class VTCOrder(ClassQueues):
         self._keys = RunSortedKeys()  # (counter, head arrival, head rid) per backlogged class
         self._key_of: dict[Hashable, tuple] = {}
         self._class_of_rid: dict[str, Hashable] = {}  # head rid -> class
-        # The merge: compiled where built (``compiled_credit_loop``), else ``_merge``.
-        compiled = compiled_credit_loop("vtc_merge")
-        self._read = self._merge if compiled is None else (lambda: compiled(self))
 
     def _sync(self) -> None:
         """VTC's lift for the touched classes (``VTC._lift``): the leavers leave, the keys of the
@@ -293,7 +265,7 @@ class VTCOrder(ClassQueues):
         self._sync()
         self.policy._placed = {}
         self.policy._class_size = {}
-        return self._read()
+        return self._merge()
 
     def _merge(self) -> Iterator[QueuedRequest]:
         w = self.policy.input_weight
@@ -373,8 +345,8 @@ class DRROrder(ClassQueues):
         # bound, snapshot) of a visit, of which most are idle (7 per order on the conversation
         # trace, each class visited about six times before it serves).
         self._hc: dict[Hashable, int] = {}
-        # The visit loop: compiled where built (``compiled_credit_loop``), else ``_visits``.
-        compiled = compiled_credit_loop("drr_visits")
+        # The visit loop: its compiled twin where built (``compiled_twins``), else ``_visits``.
+        compiled = compiled_twins.compiled_twin("drr_visits")
         self._read = self._visits if compiled is None else (lambda: compiled(self))
 
     def stale(self, request_ids: Any, raised: Any = None) -> None:
@@ -699,8 +671,8 @@ class DLPMOrder:
         self._applied = -1  # Replay.applied at the last iter_order
         self._key: tuple[int, int] = (-1, -1)
         self._refill: tuple | None = None  # (key, deficits, log entries, heap) of the first refill
-        # The passes: compiled where built (``compiled_credit_loop``), else ``_passes``.
-        compiled = compiled_credit_loop("dlpm_passes")
+        # The passes: their compiled twin where built (``compiled_twins``), else ``_passes``.
+        compiled = compiled_twins.compiled_twin("dlpm_passes")
         self._read = self._passes if compiled is None else (lambda: compiled(self))
 
     def __len__(self) -> int:

@@ -79,7 +79,7 @@ class PEEK:
         reads) in a sorted list and the rest in a heap (``fairsim.policies.peek_order``; its
         compiled twin ``fairsim.policies._credit_c.CompiledHeadHeapOrder`` where built, the
         Python class being the reference, chosen with ``FAIRSIM_PURE_PYTHON=1``)."""
-        from fairsim.policies.credit_fast import compiled_credit_loop
+        from fairsim.policies.compiled_twins import compiled_twin
         from fairsim.policies.peek_order import HeadHeapOrder
 
         idle_time, prefill_time = self.idle_prefill_time, self.prefill_time
@@ -100,5 +100,5 @@ class PEEK:
                 saved = rounded[x] = round(x, 9)
             return (-saved, r.arrival_time, r.request_id)
 
-        compiled = compiled_credit_loop("CompiledHeadHeapOrder")  # its compiled twin, where built
+        compiled = compiled_twin("CompiledHeadHeapOrder")  # its compiled twin, where built
         return HeadHeapOrder(key) if compiled is None else compiled(key)

@@ -667,7 +667,7 @@ class DFSWeight:
         """Fast path: ``CountedPrefixTree`` (the same tree, counts instead of member lists), its
         compiled twin where built (``fairsim.policies._credit_c.CompiledCountedPrefixTree``; the
         Python class is the reference, chosen with ``FAIRSIM_PURE_PYTHON=1``)."""
-        from fairsim.policies.credit_fast import compiled_credit_loop
+        from fairsim.policies.compiled_twins import compiled_twin
 
-        compiled = compiled_credit_loop("CompiledCountedPrefixTree")
+        compiled = compiled_twin("CompiledCountedPrefixTree")
         return CountedPrefixTree() if compiled is None else compiled()
