@@ -14,6 +14,9 @@
 - The optional compiled loops of the offered load (``fairsim/traces/_offered_c.pyx``) and of the
   Mooncake reader's plain rows (``fairsim/traces/formats/_mooncake_c.pyx``), the same way: where
   they are not built, the Python loops run (``fairsim.compiled``).
+- The optional compiled read loops of DRR, DRR-Dynamo and DLPM, DFS-weight's tree and PEEK's
+  order (``fairsim/policies/_credit_c.pyx``), the same way: where it is not built, each order
+  runs its Python code (``fairsim.policies.compiled_twins``).
 - An editable install (``pip install -e .``) writes the packages' bytecode (``__pycache__``)
   once: a wheel install gets it from pip, and a machine that sets ``PYTHONDONTWRITEBYTECODE``
   otherwise compiles every module at every start (0.07 CPU-s of a 0.31 s start-up here).
@@ -67,7 +70,8 @@ extensions = cythonize([Extension("fairsim.sim._block_pool_c", ["fairsim/sim/_bl
                         Extension("fairsim.traces._offered_c", ["fairsim/traces/_offered_c.pyx"],
                                   extra_compile_args=["-ffp-contract=off"]),
                         Extension("fairsim.traces.formats._mooncake_c",
-                                  ["fairsim/traces/formats/_mooncake_c.pyx"])],
+                                  ["fairsim/traces/formats/_mooncake_c.pyx"]),
+                        Extension("fairsim.policies._credit_c", ["fairsim/policies/_credit_c.pyx"])],
                        compiler_directives={"language_level": "3"}, quiet=True)
 for ext in extensions:
     ext.optional = True  # set here: cythonize's Extension objects do not keep it

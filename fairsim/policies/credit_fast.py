@@ -35,9 +35,9 @@ from typing import Any
 from sortedcontainers import SortedList
 
 from fairsim.policies.clients import client_key
+from fairsim.policies import compiled_twins
 from fairsim.policies.fast_lane import max_hit
 from fairsim.types import QueuedRequest
-
 
 class ClassQueues:
     """Waiting snapshots grouped by class (``client_key``), each class in ``arrival_key`` order.
@@ -345,6 +345,9 @@ class DRROrder(ClassQueues):
         # bound, snapshot) of a visit, of which most are idle (7 per order on the conversation
         # trace, each class visited about six times before it serves).
         self._hc: dict[Hashable, int] = {}
+        # The visit loop: its compiled twin where built (``compiled_twins``), else ``_visits``.
+        compiled = compiled_twins.compiled_twin("drr_visits")
+        self._read = self._visits if compiled is None else (lambda: compiled(self))
 
     def stale(self, request_ids: Any, raised: Any = None) -> None:
         """Lazy hits: these snapshots are out of date. A hit that cannot have risen leaves the
@@ -447,7 +450,7 @@ class DRROrder(ClassQueues):
         self._sync()
         if not self.items:
             return iter(())
-        return self._visits()
+        return self._read()
 
     def _visits(self) -> Iterator[QueuedRequest]:
         policy = self.policy
@@ -668,6 +671,9 @@ class DLPMOrder:
         self._applied = -1  # Replay.applied at the last iter_order
         self._key: tuple[int, int] = (-1, -1)
         self._refill: tuple | None = None  # (key, deficits, log entries, heap) of the first refill
+        # The passes: their compiled twin where built (``compiled_twins``), else ``_passes``.
+        compiled = compiled_twins.compiled_twin("dlpm_passes")
+        self._read = self._passes if compiled is None else (lambda: compiled(self))
 
     def __len__(self) -> int:
         return len(self.items)
@@ -744,7 +750,7 @@ class DLPMOrder:
         self._logged = set()
         if not self.items:
             return iter(())
-        return self._passes()
+        return self._read()
 
     def _passes(self) -> Iterator[QueuedRequest]:
         policy = self.policy

@@ -10,6 +10,7 @@ from itertools import chain
 from fairsim.policies.base import arrival_key
 from fairsim.policies.clients import client_key
 from fairsim.policies.credit import Replay
+from fairsim.policies import compiled_twins
 from fairsim.policies.credit_fast import ClassQueues
 from fairsim.policies.drr import check_quantum
 from fairsim.types import QueuedRequest
@@ -217,6 +218,9 @@ class DRRDynamoOrder(ClassQueues):
         # reads it and dropped when the class's oldest request changes (a new older one, or a
         # removal): a scan visit reads one dict instead of queue, head id and cost.
         self.head_cost: dict[Hashable, int] = {}
+        # The pick loop: its compiled twin where built (``compiled_twins``), else ``_pick_all``.
+        compiled = compiled_twins.compiled_twin("drr_dynamo_picks")
+        self._read = self._pick_all if compiled is None else (lambda: compiled(self))
 
     def add(self, q: QueuedRequest) -> None:
         rid = q.request_id
@@ -269,7 +273,7 @@ class DRRDynamoOrder(ClassQueues):
         self._sync()
         if not self.items:
             return iter(())
-        return self._pick_all()
+        return self._read()
 
     def _pick_all(self) -> Iterator[QueuedRequest]:
         """``DRRDynamo._pick_all`` over the kept ring: the same picks, credits and log.

@@ -76,7 +76,10 @@ class PEEK:
     def incremental_order(self):
         """Fast path (``fairsim.policies.incremental``): the saving is a function of the snapshot,
         so the keys are kept sorted across steps, the first ``max_num_seqs`` (what the protection
-        reads) in a sorted list and the rest in a heap (``fairsim.policies.peek_order``)."""
+        reads) in a sorted list and the rest in a heap (``fairsim.policies.peek_order``; its
+        compiled twin ``fairsim.policies._credit_c.CompiledHeadHeapOrder`` where built, the
+        Python class being the reference, chosen with ``FAIRSIM_PURE_PYTHON=1``)."""
+        from fairsim.policies.compiled_twins import compiled_twin
         from fairsim.policies.peek_order import HeadHeapOrder
 
         idle_time, prefill_time = self.idle_prefill_time, self.prefill_time
@@ -97,4 +100,5 @@ class PEEK:
                 saved = rounded[x] = round(x, 9)
             return (-saved, r.arrival_time, r.request_id)
 
-        return HeadHeapOrder(key)
+        compiled = compiled_twin("CompiledHeadHeapOrder")  # its compiled twin, where built
+        return HeadHeapOrder(key) if compiled is None else compiled(key)

@@ -664,5 +664,10 @@ class DFSWeight:
         return list(tree.iter_order())
 
     def incremental_order(self) -> CountedPrefixTree:
-        """Fast path: ``CountedPrefixTree`` (the same tree, counts instead of member lists)."""
-        return CountedPrefixTree()
+        """Fast path: ``CountedPrefixTree`` (the same tree, counts instead of member lists), its
+        compiled twin where built (``fairsim.policies._credit_c.CompiledCountedPrefixTree``; the
+        Python class is the reference, chosen with ``FAIRSIM_PURE_PYTHON=1``)."""
+        from fairsim.policies.compiled_twins import compiled_twin
+
+        compiled = compiled_twin("CompiledCountedPrefixTree")
+        return CountedPrefixTree() if compiled is None else compiled()
