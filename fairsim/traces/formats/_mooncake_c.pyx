@@ -5,7 +5,8 @@ A plain row has exactly ``timestamp``, ``input_length``, ``output_length`` and `
 the types ``mooncake._parse`` accepts at once (every row of the public Mooncake traces). For a
 file of plain rows only, ``plain_requests`` builds the same ``Request`` objects as
 ``mooncake.read`` (same fields, in the same order; ``tests/test_mooncake_compiled.py``) without
-the per-row ``_Row`` and Python calls: about 3x less CPU per row. At the first row it does not
+the per-row ``_Row`` and Python calls (the conversation trace's read: 101 -> 55 ms CPU, of which
+``orjson`` is about 20; ``experiments/perf_fixed_costs.py``). At the first row it does not
 take -- any other field, a value ``_parse`` would check field by field, a broken line, a
 decreasing timestamp, a count of ids that fits no block, an id at two positions -- it returns
 None, and ``mooncake.read`` reads the file with its Python path (the reference), which raises,
@@ -25,8 +26,6 @@ cdef double _INT_AS_FLOAT = 2.0 ** 1023  # mooncake._INT_AS_FLOAT
 cdef bytes _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")  # _common's
 cdef bytes _LONG_DIGITS = b"0" * 19
 cdef object _MAX_LEN = 2 ** 62  # longer prompts (none is real) take the Python path: no C overflow
-# Request's fields in order (a frozen dataclass: set through object.__setattr__, as make_request)
-cdef tuple _FIELDS = tuple(Request.__slots__)
 
 
 def plain_requests(object lines_of_file, object loads, object safe, str stem, object block):
@@ -120,17 +119,18 @@ def plain_requests(object lines_of_file, object loads, object safe, str stem, ob
         req = new(Request)
         rid = f"{stem}:{lines[i]}"
         locations[rid] = lines[i]
-        PyObject_GenericSetAttr(req, _FIELDS[0], rid)
-        PyObject_GenericSetAttr(req, _FIELDS[1], <double>ts_ms[i] / 1000.0)
-        PyObject_GenericSetAttr(req, _FIELDS[2], prompt)
-        PyObject_GenericSetAttr(req, _FIELDS[3], tuple(ids[:full]))
-        PyObject_GenericSetAttr(req, _FIELDS[4], block_obj)
-        PyObject_GenericSetAttr(req, _FIELDS[5], outs[i])
-        PyObject_GenericSetAttr(req, _FIELDS[6], {})
-        PyObject_GenericSetAttr(req, _FIELDS[7], None)
-        PyObject_GenericSetAttr(req, _FIELDS[8], None)
-        PyObject_GenericSetAttr(req, _FIELDS[9], 0.0)
-        PyObject_GenericSetAttr(req, _FIELDS[10], ())
+        # Every field, as make_request sets them (a frozen dataclass: object.__setattr__'s way)
+        PyObject_GenericSetAttr(req, "request_id", rid)
+        PyObject_GenericSetAttr(req, "arrival_time", <double>ts_ms[i] / 1000.0)
+        PyObject_GenericSetAttr(req, "prompt_len", prompt)
+        PyObject_GenericSetAttr(req, "block_hashes", tuple(ids[:full]))
+        PyObject_GenericSetAttr(req, "hash_block_size", block_obj)
+        PyObject_GenericSetAttr(req, "output_len", outs[i])
+        PyObject_GenericSetAttr(req, "labels", {})
+        PyObject_GenericSetAttr(req, "session_id", None)
+        PyObject_GenericSetAttr(req, "after", None)
+        PyObject_GenericSetAttr(req, "delay_s", 0.0)
+        PyObject_GenericSetAttr(req, "segments", ())
         # Request.__post_init__ has nothing to refuse here: lengths >= 1, arrival >= 0, delay 0,
         # no after, no segments, block >= 1, and at most L // block full blocks of ids.
         requests[i] = req
