@@ -37,7 +37,8 @@ from fairsim.policies.registry import policy_names
 from fairsim.scenarios import build_scenario
 from fairsim.sim import EngineConfig, simulate
 from fairsim.sim.block_pool import BlockPool
-from fairsim.sim.pool_choice import PURE_PYTHON_ENV, block_pool_kind, compiled_pool_class, new_block_pool
+from fairsim.compiled import PURE_PYTHON_ENV
+from fairsim.sim.pool_choice import block_pool_kind, compiled_pool_class, new_block_pool
 from fairsim.sim.engine import Engine
 from tests.utils import rag_preempting
 

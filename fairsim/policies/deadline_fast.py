@@ -61,17 +61,16 @@ and, past it, the set that the lanes skip) and the rare sum of ``W`` over the qu
 
 from __future__ import annotations
 
-import importlib
 import math
-import os
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from itertools import accumulate, compress, count, repeat
 from operator import ge, gt, not_, sub
 from typing import Any
 
+from fairsim.compiled import compiled_twin
 from fairsim.policies.deadline_clock import now_ns, to_ns
-from fairsim.policies.fast_lane import COMPILED_MODULE, PURE_PYTHON_ENV
+from fairsim.policies.fast_lane import COMPILED_MODULE
 from fairsim.policies.incremental import ArrivalOrder, FastLane, merge_lanes
 from fairsim.types import QueuedRequest
 
@@ -82,12 +81,8 @@ def block_kernel() -> Any:
     """The compiled block sums (``fairsim.policies._fast_lane_c``: ``block_sums``, ``open_due``,
     ``MODE_CODES``), or ``None`` where the extension is not built, predates them, or
     ``FAIRSIM_PURE_PYTHON=1`` (then ``DueBlocks`` sums in Python, the reference)."""
-    if os.environ.get(PURE_PYTHON_ENV) == "1":
-        return None
-    try:
-        mod = importlib.import_module(COMPILED_MODULE)
-        mod.block_sums, mod.open_due, mod.MODE_CODES  # noqa: B018 - present in this build
-    except (ImportError, AttributeError):
+    mod = compiled_twin(COMPILED_MODULE)
+    if mod is None or not all(hasattr(mod, name) for name in ("block_sums", "open_due", "MODE_CODES")):
         return None
     return mod
 

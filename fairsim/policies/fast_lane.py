@@ -78,13 +78,13 @@ from __future__ import annotations
 
 import importlib
 import math
-import os
 from collections.abc import Callable, Iterable, Iterator
 from bisect import bisect_left, insort
 from heapq import heappop, heappush
 from types import MethodType, ModuleType
 from typing import TYPE_CHECKING
 
+from fairsim.compiled import compiled_twin
 from fairsim.errors import EngineInvariantError
 from fairsim.types import QueuedRequest
 
@@ -249,9 +249,6 @@ class NumpyBoundLines:
             return float((slack[rising] / rate[rising]).min())
 
 
-#: Set to ``1`` to run on the pure-Python (numpy) bound lines even where the compiled ones are
-#: built (the block pool's switch too: ``fairsim.sim.pool_choice.PURE_PYTHON_ENV``).
-PURE_PYTHON_ENV = "FAIRSIM_PURE_PYTHON"
 #: The optional extension (``fairsim/policies/_fast_lane_c.pyx``, built at install by
 #: ``setup.py``), loaded by name as ``fairsim.sim.pool_choice`` loads the compiled pool.
 COMPILED_MODULE = "fairsim.policies._fast_lane_c"
@@ -260,12 +257,8 @@ COMPILED_MODULE = "fairsim.policies._fast_lane_c"
 def bound_lines_class() -> type:
     """``CompiledBoundLines`` where the extension imports and ``FAIRSIM_PURE_PYTHON=1`` is not
     set, else ``NumpyBoundLines`` (the reference; same floats and decisions)."""
-    if os.environ.get(PURE_PYTHON_ENV) != "1":
-        try:
-            return importlib.import_module(COMPILED_MODULE).CompiledBoundLines
-        except ImportError:
-            pass
-    return NumpyBoundLines
+    module = compiled_twin(COMPILED_MODULE)
+    return NumpyBoundLines if module is None else module.CompiledBoundLines
 
 
 #: The methods a lane on the compiled bound lines runs compiled (``_fast_lane_c``, the same

@@ -52,12 +52,10 @@ tables with the reference (``order()`` over fresh snapshots each step), and
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Hashable
 from typing import Any
 
-from fairsim.sim.pool_choice import PURE_PYTHON_ENV
+from fairsim.compiled import compiled_twin
 from fairsim.types import QueuedRequest
 
 #: ``_Live.next_key`` of a request whose hit cannot rise (equal to no block key).
@@ -73,12 +71,8 @@ def compiled_watch_class() -> type | None:
     ``_drop``, ``_unwatch`` and ``LazyHits.key_changed``: same map, same fields, same order of
     invalidations) where the extension imports and ``FAIRSIM_PURE_PYTHON=1`` is not set, else
     None: the engine runs the pure-Python methods (the reference)."""
-    if os.environ.get(PURE_PYTHON_ENV) == "1":
-        return None
-    try:
-        return importlib.import_module(COMPILED_MODULE).CompiledWatch
-    except ImportError:
-        return None
+    module = compiled_twin(COMPILED_MODULE)
+    return None if module is None else module.CompiledWatch
 
 
 class LazyHits:

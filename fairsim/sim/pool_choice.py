@@ -10,15 +10,10 @@ Kept apart from ``block_pool`` so that neither pool module imports the other's s
 from __future__ import annotations
 
 import importlib
-import os
 from types import ModuleType
 
+from fairsim.compiled import compiled_twin
 from fairsim.sim.block_pool import BlockPool
-
-
-#: Set to ``1`` to run on the pure-Python pool even where the compiled one is built.
-PURE_PYTHON_ENV = "FAIRSIM_PURE_PYTHON"
-
 
 #: The optional extension (``fairsim/sim/_block_pool_c.pyx``), loaded by name: it is not a
 #: Python source, and naming it in an import statement reads as importing the package
@@ -45,9 +40,7 @@ def compiled_pool_class() -> type | None:
 def block_pool_kind() -> str:
     """Which pool ``new_block_pool`` gives: ``"compiled"`` where the extension imports and
     ``FAIRSIM_PURE_PYTHON=1`` is not set, else ``"python"`` (run.json records it)."""
-    if os.environ.get(PURE_PYTHON_ENV) == "1" or compiled_pool_class() is None:
-        return "python"
-    return "compiled"
+    return "python" if compiled_twin(COMPILED_MODULE) is None else "compiled"
 
 
 #: The eviction rule a hook declares (class attribute ``pool_rule``) to run on the compiled pool:
