@@ -166,3 +166,91 @@ def test_conversation_trace_reads_the_same():
     compiled, reference = both(CONVERSATION)
     assert compiled[0] == "trace" and len(compiled[1]) == 12031
     assert compiled == reference
+
+
+# How a row's text may be written: the scanner (``_Scanner``) reads the common row from its bytes
+# and hands any other text to ``orjson.loads``; both must give what the Python path gives.
+WHITESPACE = st.sampled_from(["", " ", "  ", "\t", "\r"])
+NUMBER_TEXT = [  # (replacement for one integer's text) each a number orjson reads or refuses
+    lambda v: f"0{v}", lambda v: f"-{v}", lambda v: f"{v}.0", lambda v: f"{v}e0", lambda v: f"{v}E1",
+    lambda v: str(v).rjust(19, "9"), lambda v: "1" * 18, lambda v: "-0", lambda v: "0",
+    lambda v: f"{v}x", lambda v: f'"{v}"', lambda v: "true", lambda v: "null",
+]
+
+
+@st.composite
+def written_row(draw, row: dict) -> str:
+    """``row`` as JSON text with drawn spacing, key order, and at most one odd token."""
+    ws = lambda: draw(WHITESPACE)  # noqa: E731
+    names = draw(st.permutations(list(row)))
+    odd = draw(st.sampled_from([None] * 4 + ["number", "key", "repeat", "after", "array"]))
+    odd_name = draw(st.sampled_from(names)) if odd in ("number", "key", "repeat") else None
+    members = []
+    for name in names:
+        value = row[name]
+        if isinstance(value, list):
+            items = [str(x) for x in value]
+            if odd == "array" and items:
+                items[draw(st.integers(0, len(items) - 1))] = draw(st.sampled_from(NUMBER_TEXT))(1)
+            text = "[" + ws() + f"{ws()},{ws()}".join(items) + ws() + "]"
+        else:
+            text = json.dumps(value)
+            if odd == "number" and name == odd_name and isinstance(value, int):
+                text = draw(st.sampled_from(NUMBER_TEXT))(value)
+        key = json.dumps(name)
+        if odd == "key" and name == odd_name:
+            key = draw(st.sampled_from(['"\\u0074imestamp"', '"input_length "', '"hash_id"', '"Hash_ids"']))
+        members.append(f"{ws()}{key}{ws()}:{ws()}{text}{ws()}")
+        if odd == "repeat" and name == odd_name:
+            members.append(f"{ws()}{key}:{text}")
+    tail = draw(st.sampled_from(["", " x", "}", ",", " {}"])) if odd == "after" else ws()
+    return ws() + "{" + ",".join(members) + "}" + tail
+
+
+@st.composite
+def written_files(draw):
+    lines, t = [], 0.0
+    for _ in range(draw(st.integers(1, 6))):
+        t += draw(st.sampled_from([0.0, 1.0, 3.0]))
+        lines.append(draw(written_row(draw(plain_row(t)))))
+    return "\n".join(lines) + draw(st.sampled_from(["", "\n", "\r\n"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(written_files(), st.sampled_from([None, 16]))
+def test_any_spelling_of_a_row_reads_as_the_python_path_reads_it(text, given_block):
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "t.jsonl"
+        path.write_bytes(text.encode())
+        compiled, reference = both(path, hash_block_size=given_block)
+        assert compiled == reference
+
+
+def test_spaced_and_reordered_rows_are_scanned_hand_computed(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('\t{ "hash_ids" :[ 9 ,8,7 ] ,"output_length":2,"input_length" : 1536,"timestamp":0 }\r\n'
+                    '{"timestamp":12,"input_length":1023,"output_length":1,"hash_ids":[4,5]}\n', encoding="utf-8")
+    requests, locations, block = plain(path)
+    # 1,536 tokens: 3 full blocks, ids in any order; 1,023 tokens: 1 full block (ceil count 2)
+    assert [(r.arrival_time, r.prompt_len, r.block_hashes, r.output_len) for r in requests] == [
+        (0.0, 1536, (9, 8, 7), 2), (0.012, 1023, (4,), 1)]
+    assert (locations, block) == ({"t:1": 1, "t:2": 2}, 512)
+    # a repeated id in an unordered row is found (the sorted check), and the file handed back
+    path.write_text('{"timestamp":0,"input_length":1536,"output_length":1,"hash_ids":[9,7,9]}\n', encoding="utf-8")
+    assert plain(path) is None
+    assert both(path)[0] == both(path)[1]
+
+
+@pytest.mark.parametrize("field", ["timestamp", "input_length", "output_length", "hash_ids"])
+@pytest.mark.parametrize("number", range(len(NUMBER_TEXT)))
+def test_every_odd_number_in_every_field_reads_as_the_python_path_reads_it(tmp_path, field, number):
+    row = {"timestamp": 5, "input_length": 1100, "output_length": 3, "hash_ids": [7, 8, 9]}
+    text = NUMBER_TEXT[number](row[field][0] if field == "hash_ids" else row[field])
+    members = [f'"{k}": {text if k == field and k != "hash_ids" else json.dumps(v)}' for k, v in row.items()]
+    if field == "hash_ids":
+        members[-1] = f'"hash_ids": [7, {text}, 9]'
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}\n'
+                    "{" + ", ".join(members) + "}\n", encoding="utf-8")
+    compiled, reference = both(path)
+    assert compiled == reference

@@ -5,16 +5,26 @@ A plain row has exactly ``timestamp``, ``input_length``, ``output_length`` and `
 the types ``mooncake._parse`` accepts at once (every row of the public Mooncake traces). For a
 file of plain rows only, ``plain_requests`` builds the same ``Request`` objects as
 ``mooncake.read`` (same fields, in the same order; ``tests/test_mooncake_compiled.py``) without
-the per-row ``_Row`` and Python calls (the conversation trace's read: 101 -> 55 ms CPU, of which
-``orjson`` is about 20; ``experiments/perf_fixed_costs.py``). At the first row it does not
+the per-row ``_Row`` and Python calls. Each line is first scanned from its bytes
+(``_Scanner``: the four fields as unsigned integers of at most 18 digits, in any order and
+spacing); a line it does not take is read by ``orjson.loads``, so JSON's rules are orjson's.
+The conversation trace's read, with the cyclic collector paused as ``fairsim run`` reads it:
+40 -> 13 ms (``orjson`` for every line: 24 ms of it); before this twin, 101 ms CPU.
+At the first row it does not
 take -- any other field, a value ``_parse`` would check field by field, a broken line, a
 decreasing timestamp, a count of ids that fits no block, an id at two positions -- it returns
 None, and ``mooncake.read`` reads the file with its Python path (the reference), which raises,
 warns or skips exactly as before.
 """
 
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_FromLongLong
 from cpython.object cimport PyObject_GenericSetAttr
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.math cimport isfinite
+from libc.stdlib cimport free, qsort, realloc
+from libc.string cimport memcmp
 
 from fairsim.types import Request
 
@@ -28,8 +38,187 @@ cdef bytes _LONG_DIGITS = b"0" * 19
 cdef object _MAX_LEN = 2 ** 62  # longer prompts (none is real) take the Python path: no C overflow
 
 
+cdef enum:
+    _F_TS = 0
+    _F_IN = 1
+    _F_OUT = 2
+    _F_IDS = 3
+    _ALL_FIELDS = 15
+    _MAX_DIGITS = 18  # below 2**62 (_MAX_LEN): no C overflow, no 19-digit run to check
+
+
+cdef inline Py_ssize_t _skip_ws(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) noexcept:
+    """The index of the first byte at or after ``i`` that is not JSON whitespace."""
+    while i < n and (p[i] == 32 or p[i] == 10 or p[i] == 13 or p[i] == 9):
+        i += 1
+    return i
+
+
+cdef inline Py_ssize_t _uint(const unsigned char* p, Py_ssize_t i, Py_ssize_t n, long long* value) noexcept:
+    """A JSON integer of 1 to 18 digits, unsigned, at ``p[i]``: the index after it, or -1 for
+    anything else (a sign, a leading zero, 19 or more digits). A fraction or an exponent after the
+    digits is found by the caller, which takes only whitespace, ``,``, ``]`` or ``}`` next."""
+    cdef Py_ssize_t start = i
+    cdef long long v = 0
+    while i < n and 48 <= p[i] <= 57:
+        v = v * 10 + (p[i] - 48)
+        i += 1
+    if i == start or i - start > _MAX_DIGITS or (p[start] == 48 and i - start > 1):
+        return -1
+    value[0] = v
+    return i
+
+
+cdef inline int _field(const unsigned char* p, Py_ssize_t start, Py_ssize_t length) noexcept:
+    """Which of the four fields the key ``p[start:start + length]`` names, or -1."""
+    cdef const char* k = <const char*>p + start
+    if length == 9 and memcmp(k, b"timestamp", 9) == 0:
+        return _F_TS
+    if length == 12 and memcmp(k, b"input_length", 12) == 0:
+        return _F_IN
+    if length == 13 and memcmp(k, b"output_length", 13) == 0:
+        return _F_OUT
+    if length == 8 and memcmp(k, b"hash_ids", 8) == 0:
+        return _F_IDS
+    return -1
+
+
+cdef class _Scanner:
+    """Reads a plain row's fields straight from its bytes (no dict, no list): the four fields
+    once each, integers of at most 18 digits, ids into a C buffer. Any other line -- another
+    field, a repeated key, an escape, a float, a sign, a leading zero, anything after the object
+    -- is not scanned (``scan`` returns False) and ``orjson.loads`` reads it, so what a line
+    means is orjson's in every case; a scanned line gives the values ``loads`` would."""
+    cdef long long values[3]
+    cdef long long* ids
+    cdef long long* sorted_ids
+    cdef Py_ssize_t count, capacity
+
+    def __dealloc__(self):
+        free(self.ids)
+        free(self.sorted_ids)
+
+    cdef int _push(self, long long value) except -1:
+        cdef Py_ssize_t grown
+        cdef long long* a
+        cdef long long* b
+        if self.count == self.capacity:
+            grown = 64 if self.capacity == 0 else 2 * self.capacity
+            a = <long long*>realloc(self.ids, grown * sizeof(long long))
+            if a == NULL:
+                raise MemoryError()
+            self.ids = a
+            b = <long long*>realloc(self.sorted_ids, grown * sizeof(long long))
+            if b == NULL:
+                raise MemoryError()
+            self.sorted_ids = b
+            self.capacity = grown
+        self.ids[self.count] = value
+        self.count += 1
+        return 0
+
+    cdef bint scan(self, bytes line) except -1:
+        cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(line)
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(line), i, start
+        cdef int seen = 0, f
+        cdef long long v
+        self.count = 0
+        i = _skip_ws(p, 0, n)
+        if i >= n or p[i] != 123:  # '{'
+            return False
+        i += 1
+        while True:
+            i = _skip_ws(p, i, n)
+            if i >= n or p[i] != 34:  # '"'
+                return False
+            start = i + 1
+            i = start
+            while i < n and p[i] != 34:
+                if p[i] == 92 or p[i] < 32:  # an escape or a control byte
+                    return False
+                i += 1
+            if i >= n:
+                return False
+            f = _field(p, start, i - start)
+            if f < 0 or seen & (1 << f):
+                return False
+            seen |= 1 << f
+            i = _skip_ws(p, i + 1, n)
+            if i >= n or p[i] != 58:  # ':'
+                return False
+            i = _skip_ws(p, i + 1, n)
+            if f == _F_IDS:
+                if i >= n or p[i] != 91:  # '['
+                    return False
+                i = _skip_ws(p, i + 1, n)
+                if i < n and p[i] == 93:  # ']'
+                    i += 1
+                else:
+                    while True:
+                        i = _uint(p, i, n, &v)
+                        if i < 0:
+                            return False
+                        self._push(v)
+                        i = _skip_ws(p, i, n)
+                        if i < n and p[i] == 44:  # ','
+                            i = _skip_ws(p, i + 1, n)
+                        elif i < n and p[i] == 93:
+                            i += 1
+                            break
+                        else:
+                            return False
+            else:
+                i = _uint(p, i, n, &self.values[f])
+                if i < 0:
+                    return False
+            i = _skip_ws(p, i, n)
+            if i < n and p[i] == 44:
+                i += 1
+            elif i < n and p[i] == 125:  # '}'
+                i += 1
+                break
+            else:
+                return False
+        return seen == _ALL_FIELDS and _skip_ws(p, i, n) == n
+
+    cdef bint distinct(self) noexcept:
+        """Whether the scanned ids are pairwise distinct (a sorted copy's neighbours differ)."""
+        cdef Py_ssize_t k
+        for k in range(1, self.count):
+            if self.ids[k] <= self.ids[k - 1]:
+                break
+        else:
+            return True  # increasing (Mooncake's chained ids mostly are): no sort needed
+        for k in range(self.count):
+            self.sorted_ids[k] = self.ids[k]
+        qsort(self.sorted_ids, self.count, sizeof(long long), _compare)
+        for k in range(1, self.count):
+            if self.sorted_ids[k] == self.sorted_ids[k - 1]:
+                return False
+        return True
+
+    cdef tuple leading(self, Py_ssize_t k):
+        """The first ``k`` scanned ids as a tuple of Python ints."""
+        cdef tuple out = PyTuple_New(k)
+        cdef object x
+        cdef Py_ssize_t j
+        for j in range(k):
+            x = PyLong_FromLongLong(self.ids[j])
+            Py_INCREF(x)
+            PyTuple_SET_ITEM(out, j, x)
+        return out
+
+
+cdef int _compare(const void* a, const void* b) noexcept nogil:
+    cdef long long x = (<const long long*>a)[0], y = (<const long long*>b)[0]
+    return (x > y) - (x < y)
+
+
 def plain_requests(object lines_of_file, object loads, object safe, str stem, object block):
     """``(requests, locations, block)`` of a file whose records are all plain, else None.
+
+    Each line is scanned first (``_Scanner``: the common row, read from its bytes); a line the
+    scanner does not take is read by ``loads`` and checked as a dict.
 
     Args:
         lines_of_file: The file's lines as bytes (``open_binary(path)``), read once.
@@ -49,83 +238,90 @@ def plain_requests(object lines_of_file, object loads, object safe, str stem, ob
         records, broken JSON, a non-object, a byte-order mark; a row ``_parse`` would check
         field by field; a decreasing timestamp; an id count or a repeated id to report).
     """
-    cdef list lines = [], ts_ms = [], lens = [], outs = [], idss = []
+    cdef list requests = []
+    cdef dict locations = {}
     cdef double previous = 0.0, t
-    cdef object rec, ts, n, out, ids, x, raw
-    cdef Py_ssize_t i, m, count, line = 0, blank = 0
+    cdef object rec, ts, n, out, ids, x, raw, req, hashes
+    cdef Py_ssize_t m, line = 0, blank = 0
     cdef long long L, bs, full
+    cdef _Scanner scanner = _Scanner()
+    cdef str rid
+    cdef object new = object.__new__
     if block is not None and (type(block) is not int or not 1 <= block <= _MAX_LEN):
         return None
+    bs = 512 if block is None else block
+    cdef object block_obj = bs
     for raw in lines_of_file:
         line += 1
-        if _LONG_DIGITS in (<bytes>raw).translate(_DIGITS_TO_ZERO) and not safe(raw):
-            return None
-        try:
-            rec = loads(raw)
-        except ValueError:  # orjson.JSONDecodeError: a blank line, or one to report
-            if not (<bytes>raw).strip():
-                blank = line
-                continue
-            return None
-        if blank:  # a blank line before more records: an error the Python path reports
-            return None
-        if type(rec) is not dict or len(<dict>rec) != 4:
-            return None
-        # (a missing field reads as None, which no type check below takes)
-        ts = (<dict>rec).get(_TS)
-        n = (<dict>rec).get(_IN)
-        out = (<dict>rec).get(_OUT)
-        ids = (<dict>rec).get(_IDS)
-        if (type(n) is not int or not 1 <= n <= _MAX_LEN or type(out) is not int or out < 1
-                or type(ids) is not list):
-            return None
-        if type(ts) is float:
-            t = ts
-            if not (t >= 0 and isfinite(t)):
+        if scanner.scan(raw):
+            if blank:  # a blank line before more records: an error the Python path reports
                 return None
-        elif type(ts) is int:
-            if not (0 <= ts < _INT_AS_FLOAT):
+            L = scanner.values[_F_IN]
+            if L < 1 or scanner.values[_F_OUT] < 1:
                 return None
-            t = float(ts)
+            t = <double>scanner.values[_F_TS]  # as float(int): rounded to nearest, ties to even
+            m = scanner.count
+            full = L // bs
+            # The count must fit the block (ceil or floor); with none given it must fit 512.
+            if (m != full and m != -(-L // bs)) or not scanner.distinct():
+                return None
+            n = L
+            out = scanner.values[_F_OUT]
+            hashes = scanner.leading(full)
         else:
-            return None
-        for x in <list>ids:
-            if type(x) is not int:
+            if _LONG_DIGITS in (<bytes>raw).translate(_DIGITS_TO_ZERO) and not safe(raw):
                 return None
+            try:
+                rec = loads(raw)
+            except ValueError:  # orjson.JSONDecodeError: a blank line, or one to report
+                if not (<bytes>raw).strip():
+                    blank = line
+                    continue
+                return None
+            if blank:
+                return None
+            if type(rec) is not dict or len(<dict>rec) != 4:
+                return None
+            # (a missing field reads as None, which no type check below takes)
+            ts = (<dict>rec).get(_TS)
+            n = (<dict>rec).get(_IN)
+            out = (<dict>rec).get(_OUT)
+            ids = (<dict>rec).get(_IDS)
+            if (type(n) is not int or not 1 <= n <= _MAX_LEN or type(out) is not int or out < 1
+                    or type(ids) is not list):
+                return None
+            if type(ts) is float:
+                t = ts
+                if not (t >= 0 and isfinite(t)):
+                    return None
+            elif type(ts) is int:
+                if not (0 <= ts < _INT_AS_FLOAT):
+                    return None
+                t = float(ts)
+            else:
+                return None
+            for x in <list>ids:
+                if type(x) is not int:
+                    return None
+            L = n
+            m = len(<list>ids)
+            full = L // bs
+            if (m != full and m != -(-L // bs)) or len(set(ids)) != m:
+                return None
+            hashes = tuple(ids[:full])
         if t < previous:
             return None
         previous = t
-        lines.append(line)
-        ts_ms.append(t)
-        lens.append(n)
-        outs.append(out)
-        idss.append(ids)
-    count = len(lines)
-    bs = 512 if block is None else block
-    cdef list requests = [None] * count
-    cdef dict locations = {}
-    cdef str rid
-    cdef object req, prompt, block_obj = bs
-    cdef object new = object.__new__
-    for i in range(count):
-        ids = idss[i]
-        prompt = lens[i]
-        L = prompt
-        m = len(<list>ids)
-        full = L // bs
-        # The count must fit the block (ceil or floor); with none given it must fit 512.
-        if (m != full and m != -(-L // bs)) or len(set(ids)) != m:
-            return None
         req = new(Request)
-        rid = f"{stem}:{lines[i]}"
-        locations[rid] = lines[i]
+        rid = f"{stem}:{line}"
+        locations[rid] = line
         # Every field, as make_request sets them (a frozen dataclass: object.__setattr__'s way)
         PyObject_GenericSetAttr(req, "request_id", rid)
-        PyObject_GenericSetAttr(req, "arrival_time", <double>ts_ms[i] / 1000.0)
-        PyObject_GenericSetAttr(req, "prompt_len", prompt)
-        PyObject_GenericSetAttr(req, "block_hashes", tuple(ids[:full]))
+        PyObject_GenericSetAttr(req, "arrival_time", t / 1000.0)
+        PyObject_GenericSetAttr(req, "prompt_len", n)
+        PyObject_GenericSetAttr(req, "block_hashes", hashes)
         PyObject_GenericSetAttr(req, "hash_block_size", block_obj)
-        PyObject_GenericSetAttr(req, "output_len", outs[i])
+        PyObject_GenericSetAttr(req, "output_len", out)
         PyObject_GenericSetAttr(req, "labels", {})
         PyObject_GenericSetAttr(req, "session_id", None)
         PyObject_GenericSetAttr(req, "after", None)
@@ -133,5 +329,5 @@ def plain_requests(object lines_of_file, object loads, object safe, str stem, ob
         PyObject_GenericSetAttr(req, "segments", ())
         # Request.__post_init__ has nothing to refuse here: lengths >= 1, arrival >= 0, delay 0,
         # no after, no segments, block >= 1, and at most L // block full blocks of ids.
-        requests[i] = req
+        requests.append(req)
     return requests, locations, bs
