@@ -222,7 +222,7 @@ def plain_requests(object lines_of_file, object loads, object safe, str stem, ob
 
     Args:
         lines_of_file: The file's lines as bytes (``open_binary(path)``), read once.
-        loads: ``orjson.loads``.
+        loads: ``orjson.loads``, or a function that calls it.
         safe: ``_common._orjson_safe``: a line with a run of 19+ digits is read by ``loads`` only
             if it holds no integer beyond 64 bits (``iter_json_lines``' rule).
         stem: The file's stem (request ids are ``STEM:LINE``, as ``mooncake.read`` names them).
