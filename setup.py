@@ -11,9 +11,10 @@
   sums; without it the Python methods run (``fast_lane._compiled``, ``deadline_fast.block_kernel``).
 - The optional compiled watcher-map updates (``fairsim/sim/_watch_c.pyx``), the same way:
   where it is not built, the engine runs its pure-Python methods (``Engine._rewatch`` ...).
-- The optional compiled loops of the offered load (``fairsim/traces/_offered_c.pyx``) and of the
-  Mooncake reader's plain rows (``fairsim/traces/formats/_mooncake_c.pyx``), the same way: where
-  they are not built, the Python loops run (``fairsim.compiled``).
+- The optional compiled loops of the offered load (``fairsim/traces/_offered_c.pyx``), of the
+  Mooncake reader's plain rows (``fairsim/traces/formats/_mooncake_c.pyx``) and of the Bailian
+  reader's re-chained ids (``fairsim/traces/formats/_chain_c.pyx``), the same way: where they
+  are not built, the Python loops run (``fairsim.compiled``).
 - The optional compiled read loops of DRR, DRR-Dynamo and DLPM, DFS-weight's tree and PEEK's
   order (``fairsim/policies/_credit_c.pyx``), the same way: where it is not built, each order
   runs its Python code (``fairsim.policies.compiled_twins``).
@@ -71,6 +72,7 @@ extensions = cythonize([Extension("fairsim.sim._block_pool_c", ["fairsim/sim/_bl
                                   extra_compile_args=["-ffp-contract=off"]),
                         Extension("fairsim.traces.formats._mooncake_c",
                                   ["fairsim/traces/formats/_mooncake_c.pyx"]),
+                        Extension("fairsim.traces.formats._chain_c", ["fairsim/traces/formats/_chain_c.pyx"]),
                         Extension("fairsim.policies._credit_c", ["fairsim/policies/_credit_c.pyx"])],
                        compiler_directives={"language_level": "3"}, quiet=True)
 for ext in extensions:

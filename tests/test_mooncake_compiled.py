@@ -8,37 +8,21 @@ compiler and no extension it fails, telling to reinstall (``tests.utils.compiled
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
-import os
 import tempfile
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fairsim.compiled import PURE_PYTHON_ENV
 from fairsim.errors import TraceFormatError
 from fairsim.traces.formats import mooncake
 from fairsim.types import Request
-from tests.utils import compiled_twin_or_skip
+from tests.utils import compiled_twin_or_skip, pure_python
 
 CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
 KERNEL = compiled_twin_or_skip("fairsim.traces.formats._mooncake_c")
-
-
-@contextlib.contextmanager
-def pure_python():
-    old = os.environ.get(PURE_PYTHON_ENV)
-    os.environ[PURE_PYTHON_ENV] = "1"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ[PURE_PYTHON_ENV]
-        else:
-            os.environ[PURE_PYTHON_ENV] = old
 
 
 def outcome(path: Path, **kwargs):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 import time
@@ -239,3 +241,21 @@ def compiled_twin_or_skip(name: str) -> Any:
         pytest.skip(f"{name} is not in use (no C compiler, or {PURE_PYTHON_ENV}=1)", allow_module_level=True)
     pytest.fail(f"a C compiler is present ({cc}) but {name} does not import: reinstall (pip install -e .) "
                 "to build it", pytrace=False)
+
+
+@contextlib.contextmanager
+def pure_python():
+    """Run the block with ``FAIRSIM_PURE_PYTHON=1`` (the Python references instead of the compiled
+    twins), restoring the variable after; for hypothesis tests, where ``monkeypatch`` (a
+    function-scoped fixture) is not reset between examples."""
+    from fairsim.compiled import PURE_PYTHON_ENV
+
+    old = os.environ.get(PURE_PYTHON_ENV)
+    os.environ[PURE_PYTHON_ENV] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[PURE_PYTHON_ENV]
+        else:
+            os.environ[PURE_PYTHON_ENV] = old

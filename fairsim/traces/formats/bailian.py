@@ -18,16 +18,20 @@ says so). A turn whose parent is not in the file (a sampled trace) starts its ow
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
+from fairsim.compiled import compiled_twin
 from fairsim.errors import TraceFormatError
 from fairsim.traces.formats._common import (
     Collector, Head, check_hash_count, full_block_ids, iter_json_lines, need_ids, need_int,
     need_number, output_tokens)
+from fairsim.traces.fastreq import make_request
 from fairsim.traces.trace import Trace
-from fairsim.types import Request
 
 NAME = "bailian"
+COMPILED_MODULE = "fairsim.traces.formats._chain_c"
+"""The optional extension with the compiled ``chain_ids`` (built at install by ``setup.py``)."""
 BLOCK = 16
 _KNOWN = ("chat_id", "parent_chat_id", "timestamp", "input_length", "output_length", "hash_ids")
 """Required fields, checked in this order (so the first missing one is always the same)."""
@@ -37,6 +41,34 @@ def sniff(head: Head) -> bool:
     """A JSON object line with ``chat_id``, ``parent_chat_id`` and ``hash_ids``."""
     rec = head.first_record
     return isinstance(rec, dict) and {"chat_id", "parent_chat_id", "hash_ids"} <= rec.keys()
+
+
+def chain_ids(id_lists: list[Sequence[int]]) -> list[tuple[int, ...]]:
+    """Each request's ids re-chained (module docstring): block ``j`` is named by the pair (name
+    of block ``j - 1``, ``ids[j]``), names handed out as ``0, 1, 2, ...`` in order of first
+    appearance over ``id_lists`` in order. The compiled twin (``_chain_c.chain_ids``: the same
+    names, to the int) where it is built and every id fits 64 bits.
+
+    Args:
+        id_lists: Each request's hash ids (ints), in the order its requests are built.
+
+    Returns:
+        One tuple of names per request, each as long as its ids.
+    """
+    kernel = compiled_twin(COMPILED_MODULE)
+    if kernel is not None:
+        named = kernel.chain_ids(id_lists)
+        if named is not None:
+            return named
+    chain: dict[tuple[int, int], int] = {}
+    out = []
+    for ids in id_lists:
+        names, parent = [], -1
+        for h in ids:
+            parent = chain.setdefault((parent, h), len(chain))
+            names.append(parent)
+        out.append(tuple(names))
+    return out
 
 
 def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | None = None) -> Trace:
@@ -78,25 +110,17 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         chat_line[chat] = line
         rows.append((line, chat, parent, ts, prompt, output, ids, labels))
     t0 = min((r[3] for r in rows), default=0.0)
-    by_id = {}
+    arrival_of: dict[int, float] = {}  # chat -> its request's arrival (s from t0), once accepted
     session_of: dict[int, str] = {}
     orphans = gaps = 0
-    chain: dict[tuple[int, int], int] = {}
-
-    def chained(ids: tuple[int, ...]) -> tuple[int, ...]:
-        out, parent = [], -1
-        for h in ids:
-            parent = chain.setdefault((parent, h), len(chain))
-            out.append(parent)
-        return tuple(out)
-
     first_row, refused = {}, set()
     for row in rows:
         first_row.setdefault(row[1], row)
+    accepted = []  # (line, request fields but the ids, the ids of its full blocks), in order
     for line, chat, parent, ts, prompt, output, ids, labels in sorted(rows, key=lambda r: r[3]):
         after = None
         delay = 0.0
-        if parent >= 0 and parent not in by_id and parent in first_row:
+        if parent >= 0 and parent not in arrival_of and parent in first_row:
             # The parent is in the file but not before this turn: itself, later, or a cycle.
             p_line, _, _, p_ts = first_row[parent][:4]
             if parent == chat:
@@ -109,21 +133,21 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             refused.add(chat)
             out.bad(TraceFormatError(name, line, "parent_chat_id", f"{parent}: {why}"))
             continue
-        if parent >= 0 and parent in by_id:
-            prev = by_id[parent]
-            after = prev.request_id
-            delay = max(0.0, ts - t0 - prev.arrival_time)
+        if parent >= 0 and parent in arrival_of:
+            after = str(parent)
+            delay = max(0.0, ts - t0 - arrival_of[parent])
             session = session_of[parent]
             gaps += 1
         else:
             orphans += parent >= 0
             session = str(chat)
         session_of[chat] = session
-        req = Request(str(chat), ts - t0, prompt, chained(full_block_ids(ids, prompt, block)), block, output,
-                      labels, session_id=session, after=after, delay_s=delay)
-        if chat not in by_id:
-            by_id[chat] = req
-        out.add(req, line)
+        arrival_of[chat] = ts - t0
+        accepted.append((line, (str(chat), ts - t0, prompt), (output, labels, session, after, delay),
+                         full_block_ids(ids, prompt, block)))
+    # The ids are named in the order of the requests built (arrival), as they were one by one.
+    for (line, head, tail, _), hashes in zip(accepted, chain_ids([a[3] for a in accepted])):
+        out.add(make_request(*head, hashes, block, *tail, ()), line)
     if gaps:
         out.warnings.append(
             f"{path}: think time of {gaps} follow-up turns taken as the gap to the parent turn's "
