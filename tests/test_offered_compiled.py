@@ -99,3 +99,44 @@ def test_conversation_offered_load_is_the_python_one(monkeypatch, colocated):
     monkeypatch.setenv("FAIRSIM_PURE_PYTHON", "1")
     assert compiled_kernel() is None
     assert offered_load(requests, PROFILE, 2048, 60.0, colocated) == compiled
+
+
+def _ideal_hits_reference(requests):
+    """The reference walk of ``_both_works`` (a set of the ids seen), over requests in order."""
+    seen, out = set(), []
+    for r in requests:
+        hit = 0
+        for x in r.block_hashes:
+            if x not in seen:
+                break
+            hit += 1
+        out.append(float(min(hit * r.hash_block_size, r.prompt_len - 1)))
+        seen.update(r.block_hashes[hit:])
+    return out
+
+
+# Id sets that take each path of ``ideal_hits``: dense ints (a byte per id), and ids that force
+# the set (negative, past the dense bound, past 64 bits, equal but not ints: 1.0 == True == 1).
+ID_POOLS = {"dense": [0, 1, 2, 3, 5, 8], "negative": [-1, 0, 1, 2], "sparse": [0, 1, 10**7, 10**7 + 1],
+            "past 64 bits": [0, 1, 2**64, 2**64 + 1], "equal non-ints": [1, 1.0, True, 2, 2.0]}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(sorted(ID_POOLS)), st.data())
+def test_ideal_hits_of_any_ids_equal_the_python_walk(pool, data):
+    requests = []
+    for i in range(data.draw(st.integers(0, 8))):
+        ids = tuple(data.draw(st.lists(st.sampled_from(ID_POOLS[pool]), max_size=5)))
+        requests.append(SimpleNamespace(block_hashes=ids, hash_block_size=16,
+                                        prompt_len=data.draw(st.integers(1, 100))))
+    assert bits(KERNEL.ideal_hits(requests)) == bits(_ideal_hits_reference(requests))
+
+
+def test_ideal_hits_hand_computed_on_both_paths():
+    def reqs(ids_lists):
+        return [SimpleNamespace(block_hashes=ids, hash_block_size=512, prompt_len=2000) for ids in ids_lists]
+    # the second shares the first's two leading ids, the third only its first (then a new one)
+    for shift in (0, 10**9, -5):  # dense, past the dense bound, negative: the same hits
+        got = KERNEL.ideal_hits(reqs([(shift + 0, shift + 1, shift + 2), (shift + 0, shift + 1, shift + 7),
+                                      (shift + 0, shift + 9, shift + 1)]))
+        assert got == [0.0, 1024.0, 512.0]
