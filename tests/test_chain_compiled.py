@@ -9,6 +9,8 @@ compiler and no extension it fails, telling to reinstall (``tests.utils.compiled
 from __future__ import annotations
 
 import json
+from array import array
+from functools import partial
 
 from hypothesis import given, settings, strategies as st
 
@@ -37,6 +39,8 @@ def test_ids_past_64_bits_or_not_ints_are_handed_back():
     assert KERNEL.chain_ids([[1, True]]) is None
     assert KERNEL.chain_ids([[1, 2.0]]) is None
     assert KERNEL.chain_ids([[-2**63, 2**63 - 1]]) == [(0, 1)]
+    assert KERNEL.chain_ids([array("q", [7, 8]), [7, 8, 9], array("i", [1])]) is None  # not 'q': handed back
+    assert KERNEL.chain_ids([array("q", [7, 8]), [7, 8, 9]]) == [(0, 1), (0, 1, 2)]
 
 
 POOLS = {"dense": st.integers(0, 6), "negative": st.integers(-3, 3), "sparse": st.sampled_from([0, 5, 10**12, 2**62]),
@@ -47,8 +51,8 @@ POOLS = {"dense": st.integers(0, 6), "negative": st.integers(-3, 3), "sparse": s
 @given(st.sampled_from(sorted(POOLS)), st.data())
 def test_any_ids_get_the_reference_names(pool, data):
     id_lists = data.draw(st.lists(st.lists(POOLS[pool], max_size=6), max_size=8))
-    if data.draw(st.booleans()):
-        id_lists = [tuple(ids) for ids in id_lists]
+    kind = data.draw(st.sampled_from([list, tuple] + ([] if pool == "past 64 bits" else [partial(array, "q")])))
+    id_lists = [kind(ids) for ids in id_lists]  # the reader gives arrays of 64-bit ids, or lists
     want = reference(id_lists)
     assert bailian.chain_ids(id_lists) == want
     got = KERNEL.chain_ids(id_lists)

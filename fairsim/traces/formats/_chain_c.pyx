@@ -12,6 +12,7 @@ object shared by every request that has it. Ids that are not Python ints within 
 reader then runs the reference. ``tests/test_chain_compiled.py`` compares the two.
 """
 
+from cpython.array cimport array
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
@@ -101,14 +102,15 @@ cdef class _Pairs:
 cdef class _FirstSight:
     """For dense ids ``0 <= h < size``: the name and parent of each id's first pair. Chained ids
     (the files' own, TRACES.md) always come with the same parent, so every later sight of ``h``
-    is that pair: two array reads, no hashing; a pair with another parent goes to ``_Pairs``."""
-    cdef long long* parents
-    cdef long long* names  # -1: not seen yet
+    is that pair: two array reads, no hashing; a pair with another parent goes to ``_Pairs``.
+    Names are below the count of ids read, kept as 32-bit ints (the caller checks it fits)."""
+    cdef int* parents
+    cdef int* names  # -1: not seen yet
 
     def __cinit__(self, Py_ssize_t size):
         cdef Py_ssize_t i
-        self.parents = <long long*>malloc(size * sizeof(long long))
-        self.names = <long long*>malloc(size * sizeof(long long))
+        self.parents = <int*>malloc(size * sizeof(int))
+        self.names = <int*>malloc(size * sizeof(int))
         if self.parents == NULL or self.names == NULL:
             raise MemoryError()
         for i in range(size):
@@ -132,14 +134,26 @@ def chain_ids(list id_lists):
     (``_FirstSight``), the rest and the pairs of an id seen with another parent in ``_Pairs``.
 
     Args:
-        id_lists: Each request's ids (a list or tuple of ints), in the order the reader names
-            them.
+        id_lists: Each request's ids (a list or tuple of ints, or an ``array('q')``), in the
+            order the reader names them.
     """
     cdef object ids, x, name_obj
+    cdef const long long[:] view
     cdef Py_ssize_t j, m, total = 0
     cdef long long h, low = 0, high = -1
     cdef int overflow
     for ids in id_lists:  # first: every id an int within 64 bits, and their range
+        if type(ids) is array:
+            if (<array>ids).typecode != 'q':
+                return None
+            view = ids
+            total += view.shape[0]
+            for j in range(view.shape[0]):
+                if view[j] < low:
+                    low = view[j]
+                if view[j] > high:
+                    high = view[j]
+            continue
         if type(ids) is not list and type(ids) is not tuple:
             return None
         m = len(ids)
@@ -156,24 +170,29 @@ def chain_ids(list id_lists):
             if h > high:
                 high = h
     cdef _FirstSight first = None
-    if low >= 0 and high < _DENSE_PER_ID * total + 65536:
+    if low >= 0 and high < _DENSE_PER_ID * total + 65536 and total < 2**31 - 1:
         first = _FirstSight(high + 1)
     cdef _Pairs pairs = _Pairs()
     cdef list names = []  # name -> its Python int, made once
     cdef list out = []
     cdef tuple chained
     cdef long long parent, name, count = 0, seen
+    cdef bint is_array
     for ids in id_lists:
+        is_array = type(ids) is array
+        if is_array:
+            view = ids
         m = len(ids)
         chained = PyTuple_New(m)
         parent = -1
         for j in range(m):
-            h = PyLong_AsLongLongAndOverflow(ids[j], &overflow)
+            h = view[j] if is_array else PyLong_AsLongLongAndOverflow(ids[j], &overflow)
             if first is not None and first.names[h] >= 0 and first.parents[h] == parent:
                 name = first.names[h]
             elif first is not None and first.names[h] < 0:
-                name = first.names[h] = count
-                first.parents[h] = parent
+                name = count
+                first.names[h] = <int>count
+                first.parents[h] = <int>parent
                 count += 1
             else:
                 seen = pairs.count

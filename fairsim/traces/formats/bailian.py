@@ -18,13 +18,14 @@ says so). A turn whose parent is not in the file (a sampled trace) starts its ow
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from pathlib import Path
 
 from fairsim.compiled import compiled_twin
 from fairsim.errors import TraceFormatError
 from fairsim.traces.formats._common import (
-    Collector, Head, check_hash_count, full_block_ids, iter_json_lines, need_ids, need_int,
+    Collector, Head, check_hash_count, iter_json_lines, need_ids, need_int,
     need_number, output_tokens)
 from fairsim.traces.fastreq import make_request
 from fairsim.traces.trace import Trace
@@ -43,6 +44,15 @@ def sniff(head: Head) -> bool:
     return isinstance(rec, dict) and {"chat_id", "parent_chat_id", "hash_ids"} <= rec.keys()
 
 
+def _compact(ids: list[int]) -> Sequence[int]:
+    """``ids`` as 64-bit integers (``array('q')``: 8 bytes an id, not a Python int's 32 until
+    they are named), or as given where one does not fit."""
+    try:
+        return array("q", ids)
+    except OverflowError:
+        return ids
+
+
 def chain_ids(id_lists: list[Sequence[int]]) -> list[tuple[int, ...]]:
     """Each request's ids re-chained (module docstring): block ``j`` is named by the pair (name
     of block ``j - 1``, ``ids[j]``), names handed out as ``0, 1, 2, ...`` in order of first
@@ -50,7 +60,8 @@ def chain_ids(id_lists: list[Sequence[int]]) -> list[tuple[int, ...]]:
     names, to the int) where it is built and every id fits 64 bits.
 
     Args:
-        id_lists: Each request's hash ids (ints), in the order its requests are built.
+        id_lists: Each request's hash ids (ints: lists, tuples or ``array('q')``), in the order
+            its requests are built.
 
     Returns:
         One tuple of names per request, each as long as its ids.
@@ -102,7 +113,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             prompt = need_int(rec["input_length"], name, line, "input_length", 1)
             labels = {k: v for k, v in rec.items() if k not in _KNOWN}
             output = output_tokens(rec["output_length"], name, line, "output_length", labels)
-            ids = need_ids(rec["hash_ids"], name, line, "hash_ids")
+            ids = _compact(need_ids(rec["hash_ids"], name, line, "hash_ids"))
             check_hash_count(len(ids), prompt, block, name, line, "hash_ids")
         except TraceFormatError as exc:
             out.bad(exc)
@@ -144,7 +155,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         session_of[chat] = session
         arrival_of[chat] = ts - t0
         accepted.append((line, (str(chat), ts - t0, prompt), (output, labels, session, after, delay),
-                         full_block_ids(ids, prompt, block)))
+                         ids[: prompt // block]))  # the full blocks' ids (a partial block is never a hit)
     # The ids are named in the order of the requests built (arrival), as they were one by one.
     for (line, head, tail, _), hashes in zip(accepted, chain_ids([a[3] for a in accepted])):
         out.add(make_request(*head, hashes, block, *tail, ()), line)
