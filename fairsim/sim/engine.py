@@ -172,8 +172,11 @@ class _Live:
         self.keys = keys
         # vLLM caps the hit at L - 1 tokens so the last token is recomputed for its logits
         # (KVCacheManager.get_computed_blocks -> find_longest_cache_hit(max_length=L - 1)).
-        self.max_hit_blocks = min(len(keys), (req.prompt_len - 1) // block_size)
-        self.num_prompt_blocks = blocks_for(req.prompt_len, block_size)
+        # (inlined min and blocks_for: this runs once per request of the trace, at start-up)
+        prompt_len = req.prompt_len
+        cap = (prompt_len - 1) // block_size
+        self.max_hit_blocks = cap if cap < len(keys) else len(keys)
+        self.num_prompt_blocks = -(-prompt_len // block_size)
         self.computed = 0
         self.blocks: list[int] = []
         self.num_cached_blocks = 0

@@ -106,7 +106,7 @@ def engine_block_keys(request: Request, block_size: int) -> tuple[Hashable, ...]
     if full <= len(keys):
         return keys
     rid = request.request_id
-    return keys + tuple(("unique", rid, j) for j in range(len(keys), full))
+    return keys + tuple([("unique", rid, j) for j in range(len(keys), full)])
 
 
 def generated_block_keys(request: Request, block_size: int) -> tuple[Hashable, ...]:
@@ -123,7 +123,7 @@ def generated_block_keys(request: Request, block_size: int) -> tuple[Hashable, .
     if full <= len(keys):
         return keys
     rid = request.request_id
-    return keys + tuple(("unique", rid, j) for j in range(len(keys), full))
+    return keys + tuple([("unique", rid, j) for j in range(len(keys), full)])
 
 
 def reusable_blocks(keys_per_request: Iterable[Sequence[Hashable]]) -> int:
