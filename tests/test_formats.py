@@ -380,6 +380,32 @@ class TestAzure:
             stamp = f"2023-11-16{sep}18:17:0{second}{fraction}{zone}"
             assert stamps(stamp) == azure.parse_time(stamp)
 
+    def test_bad_counts_are_named_in_column_order_and_skipped(self, tmp_path):
+        # Each row's first problem, in the reader's order: the time, ContextTokens as an integer,
+        # GeneratedTokens as an integer, ContextTokens >= 1, GeneratedTokens >= 0 (0 -> 1 token
+        # with the label), the time not decreasing.
+        p = tmp_path / "c.csv"
+        p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                     "2023-11-16 18:17:03.5,x,y\n"      # 2: ContextTokens first
+                     "2023-11-16 18:17:03.5,0,y\n"      # 3: GeneratedTokens before ContextTokens >= 1
+                     "2023-11-16 18:17:03.5,0,5\n"      # 4: ContextTokens >= 1
+                     "2023-11-16 18:17:03.5,10,-1\n"    # 5: GeneratedTokens negative
+                     "2023-11-16 18:17:04.5, 20 ,0\n"   # 6: good: int() takes the spaces; 0 -> 1
+                     "2023-11-16 18:17:04.0,30,3\n"     # 7: earlier than row 6
+                     "2023-11-16 18:17:05.5,40\n")      # 8: GeneratedTokens missing
+        with pytest.raises(TraceFormatError, match=r"c.csv:2: field 'ContextTokens': must be an integer, got 'x'"):
+            load_trace(p)
+        t = load_trace(p, skip_bad=True)
+        assert [str(e).split(": ", 1)[1] for e in t.skipped] == [
+            "field 'ContextTokens': must be an integer, got 'x'",
+            "field 'GeneratedTokens': must be an integer, got 'y'",
+            "field 'ContextTokens': 0: need >= 1",
+            "field 'GeneratedTokens': negative: -1 (need >= 0)",
+            "field 'TIMESTAMP': decreases: earlier than the previous row",
+            "field 'GeneratedTokens': must be an integer, got None"]
+        assert [(r.request_id, r.arrival_time, r.prompt_len, r.output_len, r.labels) for r in t.requests] == [
+            ("c:6", 0.0, 20, 1, {"observed_output_length": 0})]
+
     @pytest.mark.parametrize("stamp", ["2024-05-10", "2024-05-10 00:00:00.x", "yesterday",
                                        "2024-05-10 00:00:00.5 UTC"])
     def test_bad_stamps_are_named(self, tmp_path, stamp):

@@ -74,6 +74,18 @@ class _Stamps:
         return self._seconds + float("0." + (m[2] or "0"))
 
 
+def _count(value: str | None, path: str, line: int, column: str) -> int:
+    """A count column's text as an int (``int()``'s rules: spaces, a sign, underscores).
+
+    Raises:
+        TraceFormatError: Not an integer (or the field is missing).
+    """
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise TraceFormatError(path, line, column, f"must be an integer, got {value!r}") from None
+
+
 def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | None = None,
          max_requests: int | None = None) -> Trace:
     """Read an Azure CSV.
@@ -108,34 +120,37 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         # the last of equal names wins, a short row's missing fields are None, empty rows are
         # skipped. A row's line is the file's (``line_num``: blank lines counted).
         where = [max(i for i, f in enumerate(given) if f == c.lower()) for c in COLUMNS]
+        i_time, i_context, i_generated = where
+        top = max(where)
         for row in reader:
             if not row:
                 continue
             line = reader.line_num
-            rec = [row[i] if i < len(row) else None for i in where]  # TIMESTAMP, the two counts
+            if len(row) > top:  # (a short row's missing fields are None, below)
+                stamp, context, generated = row[i_time], row[i_context], row[i_generated]
+            else:
+                stamp, context, generated = [row[i] if i < len(row) else None for i in where]
             try:
                 try:
-                    t = stamp_seconds(rec[0] or "")
+                    t = stamp_seconds(stamp or "")
                 except ValueError:
-                    raise TraceFormatError(name, line, "TIMESTAMP", f"cannot parse {rec[0]!r}") from None
-                counts = {}
-                for col, value in zip(COLUMNS[1:], rec[1:]):
-                    try:
-                        counts[col] = int(value)
-                    except (TypeError, ValueError):
-                        raise TraceFormatError(name, line, col, f"must be an integer, got {value!r}") from None
-                if counts["ContextTokens"] < 1:
-                    raise TraceFormatError(name, line, "ContextTokens", f"{counts['ContextTokens']}: need >= 1")
+                    raise TraceFormatError(name, line, "TIMESTAMP", f"cannot parse {stamp!r}") from None
+                prompt = _count(context, name, line, "ContextTokens")
+                gen = _count(generated, name, line, "GeneratedTokens")
+                if prompt < 1:
+                    raise TraceFormatError(name, line, "ContextTokens", f"{prompt}: need >= 1")
                 labels: dict = {}
-                gen = output_tokens(counts["GeneratedTokens"], name, line, "GeneratedTokens", labels)
+                if gen < 1:  # 0 becomes 1 with the label, a negative count is refused
+                    gen = output_tokens(gen, name, line, "GeneratedTokens", labels)
                 if previous is not None and t < previous:
                     raise TraceFormatError(name, line, "TIMESTAMP", "decreases: earlier than the previous row")
             except TraceFormatError as exc:
                 out.bad(exc)
                 continue
             previous = t
-            t0 = t if t0 is None else t0
-            out.add(make_request(f"{stem}:{line}", round(max(0.0, t - t0), 3), counts["ContextTokens"],
+            if t0 is None:
+                t0 = t
+            out.add(make_request(f"{stem}:{line}", round(max(0.0, t - t0), 3), prompt,
                                  (), block, gen, labels, None, None, 0.0, ()), line)
             if max_requests is not None and len(out.requests) >= max_requests:
                 break
