@@ -105,3 +105,15 @@ class TestBulkPaths:
         assert events == ["b", "b"]
         assert pool.journal == {"c": True, "b": True}
         assert pool.num_evictions == 2 and pool.num_cached == 1 and pool.is_cached("a")
+
+
+def test_admit_hand_computed():
+    # Blocks of 2 tokens. A 4-token prompt: no hit, one chunk of 4 takes blocks 0 and 1 and
+    # caches both; the same prefix plus a 5th token hits them both (cap (5 - 1) // 2 = 2), its
+    # chunk of 1 (the budget) takes block 2, which is not full; a 10-block prompt misfits.
+    pool = BlockPool(4)
+    assert pool.admit(("a", "b"), 1, 2, 4, 10, 2) == ([0, 1], 0, 4, 2)
+    assert pool.admit(("a", "b"), 2, 3, 5, 1, 2) == ([0, 1, 2], 2, 1, 2)
+    assert pool.ref_cnt == [2, 2, 1, 0] and pool.num_free == 1
+    assert pool.admit(("x",), 0, 10, 20, 8, 2) == 0  # the hit (0 blocks), nothing changed
+    assert pool.ref_cnt == [2, 2, 1, 0] and pool.num_free == 1

@@ -139,7 +139,7 @@ def random_operations(pools: list[_Observed], data, hook=None) -> None:
     protected_runs: list[tuple[str, ...]] = []
     for _ in range(data.draw(st.integers(1, 40))):
         ref = pools[0].pool
-        op = data.draw(st.sampled_from(["allocate", "hit", "touch", "free", "cache", "cache_blocks", "grow",
+        op = data.draw(st.sampled_from(["allocate", "hit", "admit", "touch", "free", "cache", "cache_blocks", "grow",
                                         "journal", "watched", "query"] + (["protect"] * 2 if hook else [])))
         if op == "allocate":  # sometimes one more than free: the error, nothing changed
             n = data.draw(st.integers(0, ref.num_free + 1))
@@ -154,6 +154,19 @@ def random_operations(pools: list[_Observed], data, hook=None) -> None:
             _both(pools, lambda p: p.num_evictable(hit))
             _both(pools, lambda p: p.touch(hit))
             held.append((list(hit), keys, len(hit)))
+        elif op == "admit":  # a waiting request's admission: hit, gate, first chunk's blocks
+            keys = data.draw(keys_st)
+            cap = data.draw(st.integers(0, len(keys)))
+            bs = data.draw(st.integers(1, 4))
+            tokens = data.draw(st.integers(cap * bs + 1, cap * bs + 3 * bs))  # the hit is below the prompt
+            full = -(-tokens // bs)
+            reserve = data.draw(st.sampled_from([full, full - 1, 0]))  # the gate, and a loose one
+            budget = data.draw(st.integers(1, 3 * bs))
+            got = _both(pools, lambda p: p.admit(keys, cap, reserve, tokens, budget, bs))
+            if got[0] == "ok" and not isinstance(got[1], int):
+                blocks, hit, n, cached = got[1]
+                assert hit * bs + n <= tokens and n <= budget and len(blocks) == -(-(hit * bs + n) // bs)
+                held.append((blocks, keys, cached))
         elif op == "touch":
             ids = data.draw(st.lists(st.integers(0, num_blocks - 1), max_size=4))
             _both(pools, lambda p: p.touch(ids))

@@ -368,6 +368,55 @@ cdef class CompiledBlockPool:
         cdef list blocks = block_ids if type(block_ids) is list else list(block_ids)
         self._cache_run(blocks, keys, start, stop, self.journal, self.on_key_change, self.watched)
 
+    def admit(self, keys, Py_ssize_t max_blocks, Py_ssize_t full_blocks, tokens, budget,
+              Py_ssize_t block_size):
+        """``BlockPool.admit`` (the reference): the same calls' effects in the same order, run
+        on the pool's arrays (no Python call per step of it)."""
+        cdef dict cached = self._cached
+        cdef list hit = []
+        cdef Py_ssize_t i, num_hit, evictable = 0, n, done, need, full, stop
+        cdef int b
+        cdef Py_ssize_t m = _prefix_len(keys, max_blocks)
+        for i in range(m):  # lookup_prefix
+            block_id = cached.get(keys[i])
+            if block_id is None:
+                break
+            hit.append(block_id)
+        num_hit = len(hit)
+        for i in range(num_hit):  # num_evictable
+            if self._ref[self._index(hit[i])] == 0:
+                evictable += 1
+        if full_blocks - num_hit + evictable > self._n_free:
+            return num_hit
+        done = num_hit * block_size
+        left = tokens - done  # Python ints: a C integer could overflow on a huge prompt
+        n = budget if left > budget else left
+        for i in range(num_hit):  # touch
+            b = self._index(hit[i])
+            if self._ref[b] == 0:
+                self._unlink(b)
+            self._ref[b] += 1
+        need = -(-(done + n) // block_size) - num_hit
+        if need > self._n_free:
+            raise ValueError(f"cannot allocate {need} blocks: only {self._n_free} free")
+        if need < 0:
+            raise ValueError(f"cannot allocate {need} blocks: a count is >= 0")
+        cdef list taken = self._take(need, self._protected_now())  # allocate
+        journal, notify, watched = self.journal, self.on_key_change, self.watched
+        cdef Py_ssize_t evicted = self._claim(taken, 0, need, journal, notify, watched)
+        if evicted:
+            self.num_evictions += evicted
+            self._num_cached -= evicted
+        cdef list blocks = hit + taken
+        full = (done + n) // block_size
+        stop = len(keys)
+        if full > stop:
+            full = stop
+        if full > num_hit:  # cache_blocks
+            self._cache_run(blocks, keys, num_hit, full, journal, notify, watched)
+            return blocks, num_hit, n, full
+        return blocks, num_hit, n, num_hit
+
     def grow_chunks(self, list blocks, keys, Py_ssize_t start, needs, stops):
         """Several chunks of one request in a row, each ``blocks.extend(allocate(needs[i]))``
         then ``cache_blocks(blocks, keys, stops[i - 1], stops[i])``; same effects in the same

@@ -278,6 +278,43 @@ class BlockPool:
             if notify is not None and (watched is None or key in watched):
                 notify(key)
 
+    def admit(self, keys: Sequence[Hashable], max_blocks: int, full_blocks: int, tokens: int, budget: int,
+              block_size: int) -> int | tuple[list[int], int, int, int]:
+        """Admit a request if its whole remaining prompt fits: its prefix hit, the gate, then
+        its first chunk's blocks (``Engine._admit_waiting``; vLLM ``KVCacheManager``'s
+        ``get_computed_blocks`` then ``allocate_slots`` with the full-prompt reserve).
+
+        The calls, in order: ``lookup_prefix(keys, max_blocks)``; the gate ``full_blocks -
+        hit + num_evictable(hit) <= num_free`` (else nothing changes); ``touch(hit)``;
+        ``allocate`` of the blocks the chunk of ``n = min(tokens - hit tokens, budget)`` tokens
+        adds; ``cache_blocks`` of the blocks it fills (at most ``len(keys)``).
+
+        Args:
+            keys: The request's block keys. max_blocks: Cap on its hit (blocks).
+            full_blocks: Blocks its whole remaining prompt needs. tokens: Tokens to compute,
+                hit included. budget: Tokens this step can still schedule (>= 1).
+            block_size: Tokens per block.
+
+        Returns:
+            The hit in blocks where the prompt does not fit (nothing changed); else ``(blocks,
+            hit blocks, n, blocks cached)``: the request's blocks (the hit first), its hit, the
+            chunk's tokens, and how many of its leading blocks are now cached.
+        """
+        hit = self.lookup_prefix(keys, max_blocks)
+        num_hit = len(hit)
+        if full_blocks - num_hit + self.num_evictable(hit) > self.num_free:
+            return num_hit
+        done = num_hit * block_size
+        n = min(tokens - done, budget)
+        self.touch(hit)
+        blocks = hit + self.allocate(-(-(done + n) // block_size) - num_hit)
+        full = min((done + n) // block_size, len(keys))
+        cached = num_hit
+        if full > cached:
+            self.cache_blocks(blocks, keys, cached, full)
+            cached = full
+        return blocks, num_hit, n, cached
+
     def grow_chunks(self, blocks: list[int], keys: Sequence[Hashable], start: int,
                     needs: Sequence[int], stops: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
         """Several chunks of one request in a row, each ``blocks.extend(allocate(needs[i]))`` then

@@ -813,28 +813,24 @@ class Engine:
                 L = live.req.prompt_len
                 cap = live.max_hit_blocks
                 full_blocks = live.num_prompt_blocks
-            hit = pool.lookup_prefix(live.keys, cap)
-            h = len(hit) * bs
-            # Admission gate: the whole remaining prompt must fit (scheduler_reserve_full_isl).
-            need_full = full_blocks - len(hit) + pool.num_evictable(hit)
-            if need_full > pool.num_free:
+            # The hit, the admission gate (the whole remaining prompt must fit:
+            # scheduler_reserve_full_isl), the first chunk's blocks: BlockPool.admit.
+            got = pool.admit(live.keys, cap, full_blocks, L, budget, bs)
+            if got.__class__ is int:  # it does not fit; got: its hit in blocks
                 if self._skips_misfits:
                     if misfits is not None:
-                        misfits.append(live.keys[len(hit)] if len(hit) < cap else NO_KEY)
+                        misfits.append(live.keys[got] if got < cap else NO_KEY)
                     continue
                 if not admitted:  # the first request misfits (DecodeFastEngine skips on it)
-                    self.misfit = (live, live.keys[len(hit)] if len(hit) < cap else NO_KEY)
+                    self.misfit = (live, live.keys[got] if got < cap else NO_KEY)
                 break
-            n = min(L - h, budget)
-            pool.touch(hit)
-            live.blocks = hit + pool.allocate(blocks_for(h + n, bs) - len(hit))
-            live.num_cached_blocks = len(hit)
+            live.blocks, hit_blocks, n, live.num_cached_blocks = got
+            h = hit_blocks * bs
             live.computed = h
             if live.cached_at_admission is None:
                 live.cached_at_admission = h
             else:
                 live.resume_cached += h
-            self._cache_blocks(live, h + n)
             self._order_changes += 1
             if live.preempted:
                 live.preempted = False
