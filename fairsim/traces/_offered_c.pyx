@@ -14,13 +14,12 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from libc.math cimport ceil
 
 
-
 def ideal_hits(list ordered):
     """Each request's ideal-reuse hit in tokens, as a float: the leading hash blocks seen in an
     earlier request, times its hash block size, at most ``prompt_len - 1`` (``_both_works``).
 
     Where every id is a Python ``int`` in ``0 .. 8 x (ids) + 65536`` (the public traces' ids,
-    and the Bailian reader's re-chained names) the ids seen are a byte per id (``_dense_hits``):
+    and the Bailian reader's re-chained names) the ids seen are a byte per id (``_walk``):
     no hashing, the same hits as the set of the reference, since such ids are equal exactly when
     they are the same integer.
 
@@ -33,7 +32,7 @@ def ideal_hits(list ordered):
     cdef Py_ssize_t n = len(ordered), i, j, m, total = 0
     cdef long long h, high = -1
     cdef int overflow
-    cdef object r, x
+    cdef object x
     cdef bint dense = True
     cdef tuple ids
     for i in range(n):
@@ -53,16 +52,19 @@ def ideal_hits(list ordered):
                 high = h
         if not dense:
             break
-    if dense and high < 8 * total + 65536:
-        return _dense_hits(ordered, high + 1)
-    return _set_hits(ordered)
+    if not (dense and high < 8 * total + 65536):
+        return _walk(ordered, None)
+    return _walk(ordered, bytearray(high + 1))
 
 
-cdef list _dense_hits(list ordered, Py_ssize_t size):
-    """``ideal_hits`` with the ids seen marked in a byte array of ``size`` (every id an int in
-    ``0 .. size - 1``)."""
-    cdef bytearray marks = bytearray(size)
-    cdef unsigned char* seen = marks
+cdef list _walk(list ordered, bytearray marks):
+    """``ideal_hits``' walk, the ids seen in ``marks`` (a byte per id: every id an int below
+    its length) where given, else in a set (any ids: the reference's own rule)."""
+    cdef set ids_seen = set()
+    cdef unsigned char* seen = NULL
+    cdef bint dense = marks is not None
+    if dense:
+        seen = marks
     cdef Py_ssize_t n = len(ordered), i, j, hit, m
     cdef list out = [0.0] * n
     cdef tuple ids
@@ -72,36 +74,17 @@ cdef list _dense_hits(list ordered, Py_ssize_t size):
         ids = tuple(r.block_hashes)
         m = len(ids)
         hit = 0
-        while hit < m and seen[<long long>ids[hit]]:
-            hit += 1
-        tokens = hit * r.hash_block_size
-        cap = r.prompt_len - 1
-        out[i] = float(tokens if tokens < cap else cap)
-        for j in range(hit, m):
-            seen[<long long>ids[j]] = 1
-    return out
-
-
-cdef list _set_hits(list ordered):
-    """``ideal_hits`` with the ids seen in a set (any ids: the reference's own rule)."""
-    cdef set seen = set()
-    cdef Py_ssize_t n = len(ordered), i, j, hit, m
-    cdef list out = [0.0] * n
-    cdef tuple ids
-    cdef object r, tokens, cap
-    for i in range(n):
-        r = ordered[i]
-        ids = tuple(r.block_hashes)
-        m = len(ids)
-        hit = 0
-        while hit < m and ids[hit] in seen:
+        while hit < m and (seen[<long long>ids[hit]] if dense else ids[hit] in ids_seen):
             hit += 1
         # Python integers, as in the reference (any length; float() raises where it does)
         tokens = hit * r.hash_block_size
         cap = r.prompt_len - 1
         out[i] = float(tokens if tokens < cap else cap)
         for j in range(hit, m):  # its first ``hit`` ids are in already
-            seen.add(ids[j])
+            if dense:
+                seen[<long long>ids[j]] = 1
+            else:
+                ids_seen.add(ids[j])
     return out
 
 
