@@ -401,7 +401,8 @@ class DecodeFastEngine(Engine):
         The attempt tries the preempted requests first, then the policy's order, and stops at
         the first that does not fit: ``need > F``, with ``F`` the free blocks and ``need`` the
         head's blocks ``full`` minus those of its prefix hit already held by a running request
-        (``Engine._admit_waiting``: ``full - len(hit) + num_evictable(hit)``). Sufficient:
+        (``BlockPool.admit``, from ``Engine._admit_waiting``: ``full - len(hit) +
+        num_evictable(hit)``). Sufficient:
 
         - The head is the same request. ``_order_changes`` counts every arrival, admission and
           preemption (the preempted front and the order's membership), and, on the eager path,
