@@ -213,3 +213,45 @@ def test_due_blocks_use_the_kernel_unless_pure_python():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env=dict(os.environ, FAIRSIM_PURE_PYTHON="1"))
     assert out.stdout.strip() == "None"
+
+
+_FIRST = st.one_of(st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.5]), st.floats(-1e6, 1e6, allow_nan=False))
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["put", "drop", "search", "assign", "behind"]),
+                              _FIRST, st.integers(0, 3), st.integers(0, 10**6)), max_size=80),
+       exotic=st.sampled_from([None, 1, float("nan")]))
+def test_bucket_mirror_finds_bisect_places(ops, exotic):
+    """A compiled bucket's search over its mirrored doubles gives ``bisect``'s index, ties on
+    the first field included (compared as tuples), and its keys stay those ``insort`` and
+    ``del`` would leave; a key whose first field is not a float or is NaN, an assignment of the
+    keys, and a list changed behind the mirror's back fall back to (or rebuild from) the tuples."""
+    from bisect import bisect_left, bisect_right, insort
+
+    b = compiled.Bucket(0, 0.0)
+    ref: list[tuple] = []
+    for i, (op, first, arrival, n) in enumerate(ops):
+        kt = (first, arrival, f"r{i}")
+        if op == "put":
+            b.insert_key(kt)
+            insort(ref, kt)
+        elif op == "drop" and ref:
+            j = n % len(ref)
+            b.delete_at(j)
+            del ref[j]
+        elif op == "search":
+            assert b.search(kt) == bisect_left(ref, kt) and b.search(kt, True) == bisect_right(ref, kt)
+        elif op == "assign":
+            ref = sorted(ref + [kt])
+            b.keys = list(ref)
+        elif op == "behind" and exotic is not None and i % 7 == 0:
+            kt = (exotic, arrival, f"x{i}")  # (an int or NaN first field: searched as tuples)
+            b.keys.append(kt)  # behind the mirror's back: the next search rebuilds it
+            ref.append(kt)
+            if exotic == 1:
+                ref.sort()
+                b.keys = list(ref)
+        assert b.keys == ref or any(k[0] != k[0] for k in ref)
+        if all(type(k[0]) is float for k in ref) and b.mirrored() is not None and len(b.mirrored()) == len(ref):
+            assert b.mirrored() == [k[0] for k in ref]

@@ -18,7 +18,8 @@ lines (``FastLane._sync``) and the bounds ``b`` of the last ``evaluate`` (read b
 Also here, each the typed twin of a Python reference that stays (same state, same floats or
 ints, same decisions; ``tests/test_fast_lane_compiled.py`` compares them bit for bit):
 
-- ``Bucket`` (``fast_lane._Bucket``'s fields as a C struct) and the Fast lane's ``add``,
+- ``Bucket`` (``fast_lane._Bucket``'s fields as a C struct, plus a C array mirroring its keys'
+  first field, searched in place of ``bisect``) and the Fast lane's ``add``,
   ``remove``, ``stale``, ``settle`` and bucketed read ``bucket_order``
   (``FastLane.add``/``remove``/``stale``/``_settle``/``_bucket_order_py``), used by a lane on
   ``CompiledBoundLines`` (``FastLane.__init__``, ``FastLane._bucket_order``): the key and bound
@@ -28,9 +29,10 @@ ints, same decisions; ``tests/test_fast_lane_compiled.py`` compares them bit for
 """
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from libc.string cimport memmove
 from libc.math cimport INFINITY, fabs
 
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right
 from heapq import heappop, heappush
 
 #: ``fairsim.policies.fast_lane.EMPTY``: the intercept of an empty bucket.
@@ -220,20 +222,172 @@ cdef class CompiledBoundLines:
 cdef class Bucket:
     """``fairsim.policies.fast_lane._Bucket`` as a C struct (the same attributes, the same
     meaning): the compiled reads and updates below read its fields without a lookup. A lane on
-    the compiled lines makes its buckets of this class (``FastLane.__init__``)."""
+    the compiled lines makes its buckets of this class (``FastLane.__init__``).
 
-    cdef public list keys  # (-K, arrival_time, request_id), ascending (front first)
+    It also mirrors the first field of every key (``-K``, a float) in a C array, in the keys'
+    order, so that the compiled updates find a key's place by a binary search over contiguous
+    doubles (``_search``) instead of ``bisect`` over the tuples: under deep overload a bucket
+    holds hundreds to thousands of keys, scattered in memory, and each of ``bisect``'s tuple
+    comparisons was a cache miss or two (the Fast lane's cost per request at 10x the trace
+    grew with them). Only the compiled functions below change the keys of a compiled lane's
+    buckets (each updating the mirror); assigning ``keys`` (``FastLane._to_buckets``) rebuilds
+    it, and a search that finds the mirror's length differing from the list's rebuilds it too.
+    """
+
+    cdef list _keys  # (-K, arrival_time, request_id), ascending (front first)
     cdef public tuple front  # keys[0], or None when empty
     cdef public double t0
     cdef public double s_hi
     cdef public Py_ssize_t slot
+    cdef double* _kv  # float(keys[j][0]) for j < _kn (``_mirror``)
+    cdef Py_ssize_t _kn  # keys mirrored
+    cdef Py_ssize_t _kcap  # doubles allocated at _kv
+    cdef bint _exotic  # a key whose first field is not a float, or NaN: search the tuples instead
+
+    def __cinit__(self, *args, **kwargs):
+        self._kv = NULL
+        self._kn = 0
+        self._kcap = 0
+        self._exotic = False
 
     def __init__(self, Py_ssize_t slot, double t0):
-        self.keys = []
+        self._keys = []
         self.front = None
         self.t0 = t0
         self.s_hi = 0.0
         self.slot = slot
+
+    def __dealloc__(self):
+        PyMem_Free(self._kv)
+
+    @property
+    def keys(self):
+        """The keys ``(-K, arrival_time, request_id)``, ascending (front first)."""
+        return self._keys
+
+    @keys.setter
+    def keys(self, list value):
+        self._keys = value
+        self._mirror()
+
+    def search(self, tuple kt, bint right=False):
+        """``_search`` (tests: the same index as ``bisect``)."""
+        return self._search(kt, right)
+
+    def insert_key(self, tuple kt):
+        """Insert ``kt`` at its sorted place, as the compiled updates do (tests)."""
+        self._put(self._search(kt, True), kt)
+
+    def delete_at(self, Py_ssize_t i):
+        """Delete ``keys[i]``, as the compiled updates do (tests)."""
+        self._drop(i)
+
+    def mirrored(self):
+        """The mirror's doubles, or ``None`` where a key is not a plain float (tests)."""
+        if self._exotic:
+            return None
+        return [self._kv[j] for j in range(self._kn)]
+
+    cdef int _reserve(self, Py_ssize_t n) except -1:
+        cdef Py_ssize_t cap = self._kcap if self._kcap > 0 else 16
+        cdef double* kv
+        if n <= self._kcap:
+            return 0
+        while cap < n:
+            cap *= 2
+        kv = <double*>PyMem_Realloc(self._kv, cap * sizeof(double))
+        if kv == NULL:
+            raise MemoryError()
+        self._kv = kv
+        self._kcap = cap
+        return 0
+
+    cdef int _mirror(self) except -1:
+        """Rebuild the mirror from ``keys``."""
+        cdef list keys = self._keys
+        cdef Py_ssize_t j, n = len(keys)
+        cdef double x
+        self._reserve(n)
+        self._exotic = False
+        for j in range(n):
+            first = (<tuple>keys[j])[0]
+            if type(first) is not float:
+                self._exotic = True
+                x = 0.0
+            else:
+                x = first
+                if x != x:
+                    self._exotic = True
+            self._kv[j] = x
+        self._kn = n
+        return 0
+
+    cdef Py_ssize_t _search(self, tuple kt, bint right) except -1:
+        """``bisect_right(keys, kt)`` if ``right`` else ``bisect_left(keys, kt)``, the same
+        index: keys whose first field is below ``kt[0]`` sort before it and those above after
+        (a tuple compares by its first unequal field; floats compare as in Python), so only the
+        keys whose first field equals ``kt[0]`` (a tie, rare) are compared as tuples."""
+        cdef list keys = self._keys
+        cdef Py_ssize_t lo, hi, mid, n
+        cdef double x
+        cdef double* kv
+        first = kt[0]
+        if self._kn != len(keys):
+            self._mirror()
+        if self._exotic or type(first) is not float or first != first:
+            return bisect_right(keys, kt) if right else bisect_left(keys, kt)
+        x = first
+        kv = self._kv
+        n = self._kn
+        lo, hi = 0, n
+        while lo < hi:  # the first index whose value is >= x
+            mid = (lo + hi) >> 1
+            if kv[mid] < x:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == n or kv[lo] != x:
+            return lo
+        hi = lo + 1
+        while hi < n and kv[hi] == x:
+            hi += 1
+        return bisect_right(keys, kt, lo, hi) if right else bisect_left(keys, kt, lo, hi)
+
+    cdef int _put(self, Py_ssize_t i, tuple kt) except -1:
+        """Insert ``kt`` at index ``i`` of ``keys`` and of the mirror."""
+        if self._kn != len(self._keys):  # (keys changed behind the mirror's back)
+            self._keys.insert(i, kt)
+            return self._mirror()
+        self._keys.insert(i, kt)
+        self._reserve(self._kn + 1)
+        if i < self._kn:
+            memmove(&self._kv[i + 1], &self._kv[i], (self._kn - i) * sizeof(double))
+        self._kn += 1
+        return self._store(i, kt)
+
+    cdef int _store(self, Py_ssize_t i, tuple kt) except -1:
+        """The mirror's entry ``i`` from ``kt`` (already at ``keys[i]``)."""
+        first = kt[0]
+        cdef double x = 0.0
+        if type(first) is not float:
+            self._exotic = True
+        else:
+            x = first
+            if x != x:
+                self._exotic = True
+        self._kv[i] = x
+        return 0
+
+    cdef int _drop(self, Py_ssize_t i) except -1:
+        """Delete index ``i`` of ``keys`` and of the mirror."""
+        if self._kn != len(self._keys):
+            del self._keys[i]
+            return self._mirror()
+        del self._keys[i]
+        self._kn -= 1
+        if i < self._kn:
+            memmove(&self._kv[i], &self._kv[i + 1], (self._kn - i) * sizeof(double))
+        return 0
 
 
 cdef double _margin():
@@ -281,12 +435,12 @@ cdef int _sync_front(lane, Bucket b) except -1:
 
 
 cdef int _set_head(lane, Bucket b) except -1:
-    b.front = b.keys[0] if b.keys else None
+    b.front = b._keys[0] if b._keys else None
     return _sync_front(lane, b)
 
 
 cdef int _insert(lane, Bucket b, tuple kt) except -1:
-    insort(b.keys, kt)
+    b._put(b._search(kt, True), kt)  # insort(b.keys, kt)
     front = b.front
     if front is None:
         b.front = kt
@@ -298,12 +452,11 @@ cdef int _insert(lane, Bucket b, tuple kt) except -1:
 
 
 cdef int _delete(lane, Bucket b, tuple kt) except -1:
-    cdef list keys = b.keys
     if kt == b.front:
-        del keys[0]
+        b._drop(0)
         _set_head(lane, b)
     else:
-        del keys[bisect_left(keys, kt)]
+        b._drop(b._search(kt, False))
     return 0
 
 
@@ -324,6 +477,31 @@ cdef tuple _kt(lane, double hc, arr, double slo, rid, Bucket b):
     return (-(_key(lane, hc, arr, slo, t) - (t - b.t0) * b.s_hi), arr, rid)
 
 
+cdef inline bint _below(Bucket b, Py_ssize_t j, tuple kt) except -1:
+    """``keys[j] < kt``, by the mirror's double where the first fields differ (a tie, or a
+    mirror out of step with the list, compares the tuples)."""
+    cdef double x
+    first = kt[0]
+    if b._exotic or b._kn != len(b._keys) or type(first) is not float:
+        return b._keys[j] < kt
+    x = first
+    if b._kv[j] != x:
+        return b._kv[j] < x
+    return b._keys[j] < kt
+
+
+cdef inline bint _above(Bucket b, Py_ssize_t j, tuple kt) except -1:
+    """``kt < keys[j]``, as ``_below``."""
+    cdef double x
+    first = kt[0]
+    if b._exotic or b._kn != len(b._keys) or type(first) is not float:
+        return kt < b._keys[j]
+    x = first
+    if b._kv[j] != x:
+        return x < b._kv[j]
+    return kt < b._keys[j]
+
+
 cdef int _rekey_as(lane, list item, rid, hc) except -1:
     """``FastLane._rekey_as``: key ``item`` anew at the lane's clock with ``h / c = hc``."""
     cdef Bucket b = <Bucket?>item[5]
@@ -334,15 +512,16 @@ cdef int _rekey_as(lane, list item, rid, hc) except -1:
     item[7] = hc
     kt = _kt(lane, hc, item[2], item[3], rid, b)
     item[6] = kt
-    keys = b.keys
-    i = 0 if old == b.front else bisect_left(keys, old)
-    if (i == 0 or keys[i - 1] < kt) and (i + 1 == len(keys) or kt < keys[i + 1]):
+    keys = b._keys
+    i = 0 if old == b.front else b._search(old, False)
+    if (i == 0 or _below(b, i - 1, kt)) and (i + 1 == len(keys) or _above(b, i + 1, kt)):
         keys[i] = kt
+        b._store(i, kt)
         if i == 0:
             b.front = kt
             _sync_front(lane, b)
         return 0
-    del keys[i]
+    b._drop(i)
     if i == 0:
         _set_head(lane, b)
     return _insert(lane, b, kt)
@@ -613,7 +792,7 @@ def bucket_order(lane, now):
                 wait = cap_v
             heappush(cand, (-(<double>item[1] + wait), item[2], rid, counted))
             pos += 1
-            keys = b.keys
+            keys = b._keys
             if pos < len(keys):
                 nk = keys[pos]
                 d = te - b.t0
