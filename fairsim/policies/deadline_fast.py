@@ -87,6 +87,20 @@ def block_kernel() -> Any:
     return mod
 
 
+#: The compiled twin of ``DueBlocks`` (``fairsim/policies/_deadline_c.pyx``), optional.
+TWIN_MODULE = "fairsim.policies._deadline_c"
+
+
+def due_blocks(lookahead: str) -> Any:
+    """A ``DueBlocks`` for ``lookahead``: the compiled twin (``_deadline_c.DueBlocks``, the same
+    blocks, walks, marks and floors, ``tests/test_deadline_compiled.py``) where it is built and
+    ``FAIRSIM_PURE_PYTHON`` is not ``1``, else this module's reference."""
+    mod = compiled_twin(TWIN_MODULE)
+    if mod is None:
+        return DueBlocks(lookahead)
+    return mod.DueBlocks(lookahead, DueBlocks.BLOCK)
+
+
 class _Block:
     """A run of the deadline order: keys, works (ns), urgent flags; its total work and least margin."""
 
@@ -506,7 +520,7 @@ class DeadlineOrder:
         # back before the next read with the same arrival and prompt keeps its deadline, as in
         # order(), which sees only the waiting queue of each call.
         self._left: dict[str, tuple[float, int, Key, int, bool]] = {}
-        self.due = DueBlocks(policy.lookahead)
+        self.due = due_blocks(policy.lookahead)
         self._total = 0  # work of the waiting requests with a deadline (ns)
         self._alast: tuple[float, str] | None = None  # latest (arrival, request_id) given a deadline
         self._floor: float | None = None  # nobody new is due before this clock (ns); None: walk
