@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -96,3 +97,37 @@ def test_a_hand_computed_walk():
         due.remove(a)  # c's margin rises to 30 - 5 = 25; the floor stays a lower bound
         assert due.mark_due(4) == ([], 5)
         assert list(due.due_prefix(1)) == [b]
+
+
+@pytest.mark.parametrize("mode", ["queue", "own", "none"])
+def test_twin_over_a_long_queue(mode):
+    """Thousands of operations with the queue grown past a hundred blocks of 4, mostly appended
+    last (the usual newcomer) with some in the middle and ties, removes anywhere, walks at a
+    clock that moves on; ``exact_leaves`` from the middle on: the same answers and state."""
+    rng = np.random.default_rng(7)
+    ref, got = DueBlocks(mode), twin.DueBlocks(mode, DueBlocks.BLOCK)
+    ref.BLOCK = got.BLOCK = 4
+    keys: list = []
+    top, clock, marked = 0, -10**6, 0
+    for seq in range(6000):
+        if seq == 3000:
+            ref.exact_leaves = got.exact_leaves = True
+        r = rng.random()
+        if r < 0.45 or not keys:
+            top += int(rng.integers(0, 3))
+            d = top if rng.random() < 0.8 else int(rng.integers(0, top + 1))
+            key, w = (d * 1000, float(rng.integers(0, 2)), f"r{seq:05d}"), int(rng.integers(0, 900))
+            keys.append(key)
+            ref.add(key, w)
+            got.add(key, w)
+        elif r < 0.8:
+            key = keys.pop(int(rng.integers(0, len(keys))))
+            ref.remove(key)
+            got.remove(key)
+        else:
+            clock += int(rng.integers(0, 5000))
+            a, b = ref.mark_due(clock), got.mark_due(clock)
+            assert repr(a) == repr(b)
+            marked += len(a[0])
+            assert _state(ref) == _state(got)
+    assert _state(ref) == _state(got) and len(got.blocks) > 20 and marked > 100

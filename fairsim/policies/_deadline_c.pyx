@@ -1,4 +1,4 @@
-# cython: language_level=3, boundscheck=False, wraparound=False
+# cython: language_level=3
 """Compiled twin of ``fairsim.policies.deadline_fast.DueBlocks`` (``fairway-deadline``'s due test).
 
 ``DueBlocks`` here is the reference statement for statement: the same blocks (split, emptied in
@@ -398,17 +398,13 @@ cdef class DueBlocks:
         return 0
 
     def due_prefix(self, urgent):
-        """The keys in deadline order up to and including the last urgent one (a list; the
-        reference yields them)."""
-        cdef list out = []
+        """The keys in deadline order up to and including the last urgent one, lazily."""
         cdef Block b
-        cdef Py_ssize_t left = urgent, j, m
+        cdef Py_ssize_t left = urgent, j
         for b in self.blocks:
-            m = len(b.keys)
-            for j in range(m):
-                out.append(b.keys[j])
+            for j in range(len(b.keys)):
+                yield b.keys[j]
                 if b.urgent[j] is True:
                     left -= 1
                     if not left:
-                        return out
-        return out
+                        return

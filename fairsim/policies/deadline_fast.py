@@ -524,6 +524,8 @@ class DeadlineOrder:
         self._total = 0  # work of the waiting requests with a deadline (ns)
         self._alast: tuple[float, str] | None = None  # latest (arrival, request_id) given a deadline
         self._floor: float | None = None  # nobody new is due before this clock (ns); None: walk
+        # prompt length -> to_ns(policy.slo(length)): SLO depends only on the length (Fairway.slo)
+        self._slo_ns: dict[int, int] = {}
 
     def __len__(self) -> int:
         return len(self.snap)
@@ -628,30 +630,34 @@ class DeadlineOrder:
             self._alast = fresh[-1]
         slo, slack, use_h = p.slo, p.slack, p.horizon == "max"
         deadline, key_of, due = p.deadline_ns, self._key_of, self.due
+        slo_ns = self._slo_ns
         h = p.horizon_ns
         mode = p.lookahead
-        floor = self._floor
+        least = math.inf  # the least of the newcomers' bounds below (the floor's candidates)
         for (arrival, rid), ahead in zip(fresh, aheads):
             own = work[rid]
             wait = round(slack * ahead) + own
             if use_h and h > wait:
                 wait = h
-            q = snap[rid]
-            d = deadline[rid] = round(arrival * 1e9) + max(round(slo(q.prompt_len) * 1e9), wait)  # to_ns
+            length = snap[rid].prompt_len
+            patience = slo_ns.get(length)
+            if patience is None:
+                patience = slo_ns[length] = round(slo(length) * 1e9)  # to_ns
+            d = deadline[rid] = round(arrival * 1e9) + (patience if patience > wait else wait)  # to_ns, max
             if ahead + own > h:
                 h = ahead + own
             key = key_of[rid] = (d, arrival, rid)
             due.add(key, own)
-            if floor is not None:  # see the module docstring
-                if mode == "queue":
-                    # d - total bounds its own margin and the new margin of every request after
-                    # it (D >= d, P <= total); those before it keep theirs (module docstring).
-                    floor = min(floor, d - total)
-                else:
-                    floor = min(floor, d - own if mode == "own" else d)
+            # d - total bounds its own margin and the new margin of every request after it
+            # (D >= d, P <= total); those before it keep theirs (module docstring). Other modes:
+            # its own margin only.
+            bound = d - total if mode == "queue" else d - own if mode == "own" else d
+            if bound < least:
+                least = bound
         p.horizon_ns = h
         self._total = total
-        self._floor = floor
+        if self._floor is not None and least < self._floor:  # min(floor, least), the first of equals
+            self._floor = least
 
     # -- reading ---------------------------------------------------------------------------
     def head_until(self, now: float) -> float | None:
