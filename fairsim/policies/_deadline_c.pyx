@@ -16,6 +16,8 @@ Fairway (docs/performance.md).
 """
 
 import math
+
+cimport cython
 from itertools import accumulate, compress, count, repeat
 from operator import ge, gt, not_, sub
 
@@ -27,6 +29,8 @@ except ImportError:  # pragma: no cover - built together by setup.py
 cdef object _INF = math.inf
 
 
+@cython.boundscheck(False)  # indices in range by construction (a bisect; tree nodes < 2 size)
+@cython.wraparound(False)
 cdef Py_ssize_t _bisect_key(list keys, tuple key) except -1:
     """``bisect_left(keys, key)`` for deadline keys ``(D, arrival, request_id)``: the deadlines
     compared first, as ints (the whole tuples only where they tie), the same index."""
@@ -216,6 +220,8 @@ cdef class DueBlocks:
                 self._drop_work(i, b, w)
         return 0
 
+    @cython.boundscheck(False)  # indices in range by construction (a bisect; tree nodes < 2 size)
+    @cython.wraparound(False)
     cdef int _drop_work(self, Py_ssize_t i, Block b, object w) except -1:
         cdef list tot
         cdef Py_ssize_t node
@@ -280,6 +286,8 @@ cdef class DueBlocks:
             b.least = min(compress(margins, map(not_, b.urgent)), default=_INF)
         return 0
 
+    @cython.boundscheck(False)  # indices in range by construction (a bisect; tree nodes < 2 size)
+    @cython.wraparound(False)
     cdef int _leaf(self, Py_ssize_t i) except -1:
         cdef Block b = self._blocks[i]
         cdef list tot = self._tot, lst = self._lst
