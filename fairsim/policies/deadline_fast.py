@@ -50,6 +50,9 @@ Exactness (``tests/test_fast_order.py``, ``tests/test_deadline_fast.py``): integ
 deadlines, works and due decisions as ``order()`` (a block's sums run on 64-bit integers where the
 extension is built, ``block_kernel``: the same ints, the Python sums wherever a value leaves 64
 bits; ``tests/test_fast_lane_compiled.py``); ``W`` is summed from the same integers.
+``DeadlineOrder`` uses ``DueBlocks``'s compiled twin where it is built (``due_blocks``,
+``fairsim/policies/_deadline_c.pyx``: the same blocks, tree, walks, keys marked and floors,
+call by call, ``tests/test_deadline_compiled.py``); this module's ``DueBlocks`` is the reference.
 State changes (new deadlines, the horizon ``H``, the sticky urgent set) are made when
 ``iter_order`` is called, not when it is read, and are mirrored into the policy's
 ``deadline_ns``/``work_ns``/``urgent``/``horizon_ns`` so both paths leave the policy in the same
