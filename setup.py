@@ -73,7 +73,8 @@ extensions = cythonize([Extension("fairsim.sim._block_pool_c", ["fairsim/sim/_bl
                         Extension("fairsim.traces.formats._mooncake_c",
                                   ["fairsim/traces/formats/_mooncake_c.pyx"]),
                         Extension("fairsim.traces.formats._chain_c", ["fairsim/traces/formats/_chain_c.pyx"]),
-                        Extension("fairsim.policies._credit_c", ["fairsim/policies/_credit_c.pyx"])],
+                        Extension("fairsim.policies._credit_c", ["fairsim/policies/_credit_c.pyx"]),
+                        Extension("fairsim.policies._deadline_c", ["fairsim/policies/_deadline_c.pyx"])],
                        compiler_directives={"language_level": "3"}, quiet=True)
 for ext in extensions:
     ext.optional = True  # set here: cythonize's Extension objects do not keep it

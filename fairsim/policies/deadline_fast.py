@@ -50,6 +50,9 @@ Exactness (``tests/test_fast_order.py``, ``tests/test_deadline_fast.py``): integ
 deadlines, works and due decisions as ``order()`` (a block's sums run on 64-bit integers where the
 extension is built, ``block_kernel``: the same ints, the Python sums wherever a value leaves 64
 bits; ``tests/test_fast_lane_compiled.py``); ``W`` is summed from the same integers.
+``DeadlineOrder`` uses ``DueBlocks``'s compiled twin where it is built (``due_blocks``,
+``fairsim/policies/_deadline_c.pyx``: the same blocks, tree, walks, keys marked and floors,
+call by call, ``tests/test_deadline_compiled.py``); this module's ``DueBlocks`` is the reference.
 State changes (new deadlines, the horizon ``H``, the sticky urgent set) are made when
 ``iter_order`` is called, not when it is read, and are mirrored into the policy's
 ``deadline_ns``/``work_ns``/``urgent``/``horizon_ns`` so both paths leave the policy in the same
@@ -85,6 +88,20 @@ def block_kernel() -> Any:
     if mod is None or not all(hasattr(mod, name) for name in ("block_sums", "open_due", "MODE_CODES")):
         return None
     return mod
+
+
+#: The compiled twin of ``DueBlocks`` (``fairsim/policies/_deadline_c.pyx``), optional.
+TWIN_MODULE = "fairsim.policies._deadline_c"
+
+
+def due_blocks(lookahead: str) -> Any:
+    """A ``DueBlocks`` for ``lookahead``: the compiled twin (``_deadline_c.DueBlocks``, the same
+    blocks, walks, marks and floors, ``tests/test_deadline_compiled.py``) where it is built and
+    ``FAIRSIM_PURE_PYTHON`` is not ``1``, else this module's reference."""
+    mod = compiled_twin(TWIN_MODULE)
+    if mod is None:
+        return DueBlocks(lookahead)
+    return mod.DueBlocks(lookahead, DueBlocks.BLOCK)
 
 
 class _Block:
@@ -506,10 +523,12 @@ class DeadlineOrder:
         # back before the next read with the same arrival and prompt keeps its deadline, as in
         # order(), which sees only the waiting queue of each call.
         self._left: dict[str, tuple[float, int, Key, int, bool]] = {}
-        self.due = DueBlocks(policy.lookahead)
+        self.due = due_blocks(policy.lookahead)
         self._total = 0  # work of the waiting requests with a deadline (ns)
         self._alast: tuple[float, str] | None = None  # latest (arrival, request_id) given a deadline
         self._floor: float | None = None  # nobody new is due before this clock (ns); None: walk
+        # prompt length -> to_ns(policy.slo(length)): SLO depends only on the length (Fairway.slo)
+        self._slo_ns: dict[int, int] = {}
 
     def __len__(self) -> int:
         return len(self.snap)
@@ -614,30 +633,34 @@ class DeadlineOrder:
             self._alast = fresh[-1]
         slo, slack, use_h = p.slo, p.slack, p.horizon == "max"
         deadline, key_of, due = p.deadline_ns, self._key_of, self.due
+        slo_ns = self._slo_ns
         h = p.horizon_ns
         mode = p.lookahead
-        floor = self._floor
+        least = math.inf  # the least of the newcomers' bounds below (the floor's candidates)
         for (arrival, rid), ahead in zip(fresh, aheads):
             own = work[rid]
             wait = round(slack * ahead) + own
             if use_h and h > wait:
                 wait = h
-            q = snap[rid]
-            d = deadline[rid] = round(arrival * 1e9) + max(round(slo(q.prompt_len) * 1e9), wait)  # to_ns
+            length = snap[rid].prompt_len
+            patience = slo_ns.get(length)
+            if patience is None:
+                patience = slo_ns[length] = round(slo(length) * 1e9)  # to_ns
+            d = deadline[rid] = round(arrival * 1e9) + (patience if patience > wait else wait)  # to_ns, max
             if ahead + own > h:
                 h = ahead + own
             key = key_of[rid] = (d, arrival, rid)
             due.add(key, own)
-            if floor is not None:  # see the module docstring
-                if mode == "queue":
-                    # d - total bounds its own margin and the new margin of every request after
-                    # it (D >= d, P <= total); those before it keep theirs (module docstring).
-                    floor = min(floor, d - total)
-                else:
-                    floor = min(floor, d - own if mode == "own" else d)
+            # d - total bounds its own margin and the new margin of every request after it
+            # (D >= d, P <= total); those before it keep theirs (module docstring). Other modes:
+            # its own margin only.
+            bound = d - total if mode == "queue" else d - own if mode == "own" else d
+            if bound < least:
+                least = bound
         p.horizon_ns = h
         self._total = total
-        self._floor = floor
+        if self._floor is not None and least < self._floor:  # min(floor, least), the first of equals
+            self._floor = least
 
     # -- reading ---------------------------------------------------------------------------
     def head_until(self, now: float) -> float | None:

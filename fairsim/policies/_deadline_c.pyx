@@ -1,0 +1,418 @@
+# cython: language_level=3
+"""Compiled twin of ``fairsim.policies.deadline_fast.DueBlocks`` (``fairway-deadline``'s due test).
+
+``DueBlocks`` here is the reference statement for statement: the same blocks (split, emptied in
+place, compacted at the same points), the same segment tree over them, the same walk, the same
+keys marked and the same floor returned by ``mark_due`` (``tests/test_deadline_compiled.py``
+compares the two call by call). The tree's totals and leasts stay Python objects (ints, or
+``inf``), so the sums are the reference's at any size; a block's margins are summed by
+``fairsim.policies._fast_lane_c``'s ``block_sums``/``open_due`` on 64-bit integers, and by the
+Python expressions of the reference where a value leaves 64 bits or that extension is absent.
+
+Why compiled: at the conversation trace's native rate about 3,800 requests wait and every
+admission and arrival goes through a block (a bisect, four list edits, a walk up the tree):
+the interpreter's dispatch of those few lines dominated ``fairway-deadline``'s extra cost over
+Fairway (docs/performance.md).
+"""
+
+import math
+
+cimport cython
+from itertools import accumulate, compress, count, repeat
+from operator import ge, gt, not_, sub
+
+try:  # the 64-bit block sums (optional like this module; the Python expressions otherwise)
+    from fairsim.policies._fast_lane_c import MODE_CODES, block_sums, open_due
+except ImportError:  # pragma: no cover - built together by setup.py
+    MODE_CODES, block_sums, open_due = {"queue": 0, "own": 1, "none": 2}, None, None
+
+cdef object _INF = math.inf
+
+
+@cython.boundscheck(False)  # indices in range by construction (a bisect; tree nodes < 2 size)
+@cython.wraparound(False)
+cdef Py_ssize_t _bisect_key(list keys, tuple key) except -1:
+    """``bisect_left(keys, key)`` for deadline keys ``(D, arrival, request_id)``: the deadlines
+    compared first, as ints (the whole tuples only where they tie), the same index."""
+    cdef Py_ssize_t lo = 0, hi = len(keys), mid
+    cdef tuple k
+    d = key[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        k = <tuple>keys[mid]
+        if k[0] < d:
+            lo = mid + 1
+        elif k[0] > d:
+            hi = mid
+        elif k < key:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+cdef class Block:
+    """``deadline_fast._Block``: a run of the deadline order (keys, deadlines, works, urgent
+    flags), its total work and least margin, and an emptied block's place (``gone``)."""
+
+    cdef public list keys, dl, work, urgent
+    cdef public object total, least, gone
+
+    def __init__(self, list keys, list work, list urgent):
+        self.keys, self.work, self.urgent = keys, work, urgent
+        self.dl = [k[0] for k in keys]
+        self.total = 0
+        self.least = _INF
+        self.gone = None
+
+
+cdef class DueBlocks:
+    """``deadline_fast.DueBlocks`` compiled (see there for the structure and the bounds).
+
+    Args:
+        lookahead: ``"queue"``, ``"own"`` or ``"none"``.
+        block: ``DueBlocks.BLOCK`` of the reference (settable, as the reference's, by tests).
+    """
+
+    cdef public str mode
+    cdef public Py_ssize_t BLOCK, n
+    cdef public bint exact_leaves
+    cdef public list _blocks, _removes, last, _tot, _lst
+    cdef public dict _adds, _dirty, _grown
+    cdef public object _moved
+    cdef public Py_ssize_t _size, _leaves
+    cdef int _code
+    cdef bint _queue
+
+    def __init__(self, str lookahead, Py_ssize_t block):
+        self.mode = lookahead
+        self.BLOCK = block
+        self._blocks = []
+        self._adds = {}
+        self._removes = []
+        self.last = []
+        self._dirty = {}  # block -> block (identity keys), as the reference's id(block) -> block
+        self.exact_leaves = False
+        self._grown = {}
+        self._moved = None
+        self._size = 1
+        self._leaves = 0
+        self._tot = [0, 0]
+        self._lst = [_INF, _INF]
+        self.n = 0
+        self._code = MODE_CODES.get(lookahead, 2)
+        self._queue = lookahead == "queue"
+
+    def __len__(self):
+        return self.n
+
+    cdef Py_ssize_t _block_of(self, object key) except -1:
+        cdef Py_ssize_t i = _bisect_key(self.last, key)
+        cdef Py_ssize_t top = len(self._blocks) - 1
+        return i if i < top else top
+
+    def add(self, key, work):
+        self.n += 1
+        self._adds[key] = work
+
+    def remove(self, key):
+        self.n -= 1
+        if self._adds.pop(key, None) is None:
+            self._removes.append(key)
+
+    @property
+    def blocks(self):
+        if self._adds or self._removes:
+            self._apply()
+        return self._blocks
+
+    cdef int _apply(self) except -1:
+        cdef list removes = self._removes
+        cdef dict adds = self._adds
+        self._removes, self._adds = [], {}
+        for key in removes:
+            self._remove_now(key)
+        for key, work in adds.items():
+            self._add_now(key, work)
+        if len(self._blocks) > 2 * self.n // self.BLOCK + 4:
+            self._compact()
+        return 0
+
+    cdef int _add_now(self, object key, object work) except -1:
+        cdef list blocks = self._blocks
+        cdef Block b
+        cdef Py_ssize_t i, j
+        if not blocks:
+            b = Block([key], [work], [False])
+            blocks.append(b)
+            self.last.append(key)
+            self._dirty[b] = b
+            self._moved = 0
+            return 0
+        if key > self.last[len(self.last) - 1]:
+            i = len(blocks) - 1
+            b = blocks[i]
+            if b not in self._dirty:
+                self._append(i, b, key, work)
+                return 0
+            j = len(b.keys)
+        else:
+            i = self._block_of(key)
+            b = blocks[i]
+            j = _bisect_key(b.keys, key)
+        b.keys.insert(j, key)
+        b.dl.insert(j, key[0])
+        b.work.insert(j, work)
+        b.urgent.insert(j, False)
+        b.gone = None
+        self.last[i] = b.keys[len(b.keys) - 1]
+        self._dirty[b] = b
+        if len(b.keys) > 2 * self.BLOCK:
+            self._split(i)
+        return 0
+
+    cdef int _append(self, Py_ssize_t i, Block b, object key, object work) except -1:
+        b.keys.append(key)
+        b.dl.append(key[0])
+        b.work.append(work)
+        b.urgent.append(False)
+        b.gone = None
+        self.last[i] = key
+        if self._queue:
+            b.total += work
+            m = key[0] - b.total
+        else:
+            m = key[0] - work if self._code == 1 else key[0]
+        if m < b.least:
+            b.least = m
+        self._grown[b] = b
+        if len(b.keys) > 2 * self.BLOCK:
+            self._split(i)
+        return 0
+
+    cdef int _split(self, Py_ssize_t i) except -1:
+        cdef Block b = self._blocks[i]
+        cdef Py_ssize_t half = len(b.keys) // 2
+        cdef Block c = Block(b.keys[half:], b.work[half:], b.urgent[half:])
+        del b.keys[half:], b.dl[half:], b.work[half:], b.urgent[half:]
+        self._blocks.insert(i + 1, c)
+        self.last[i] = b.keys[len(b.keys) - 1]
+        self.last.insert(i + 1, c.keys[len(c.keys) - 1])
+        self._dirty[b] = b
+        self._dirty[c] = c
+        self._moved_from(i)
+        return 0
+
+    cdef int _remove_now(self, object key) except -1:
+        cdef Py_ssize_t i = self._block_of(key)
+        cdef Block b = self._blocks[i]
+        cdef Py_ssize_t j = _bisect_key(b.keys, key)
+        w = b.work[j]
+        del b.keys[j], b.dl[j], b.work[j], b.urgent[j]
+        if b.keys:
+            self.last[i] = b.keys[len(b.keys) - 1]
+        else:
+            b.gone = self.last[i]
+        if b not in self._dirty:
+            if self.exact_leaves:
+                self._dirty[b] = b
+            elif self._queue:
+                self._drop_work(i, b, w)
+        return 0
+
+    @cython.boundscheck(False)  # indices in range by construction (a bisect; tree nodes < 2 size)
+    @cython.wraparound(False)
+    cdef int _drop_work(self, Py_ssize_t i, Block b, object w) except -1:
+        cdef list tot
+        cdef Py_ssize_t node
+        b.total = b.total - w
+        moved = self._moved
+        if i < self._leaves and (moved is None or i < <Py_ssize_t>moved):
+            tot = self._tot
+            node = self._size + i
+            while node:
+                tot[node] = tot[node] - w
+                node >>= 1
+        return 0
+
+    cdef int _compact(self) except -1:
+        cdef list out = []
+        cdef Block b, c
+        for b in self._blocks:
+            if not b.keys:
+                continue
+            if out and len((<Block>out[len(out) - 1]).keys) + len(b.keys) <= self.BLOCK:
+                c = out[len(out) - 1]
+                c.keys += b.keys
+                c.dl += b.dl
+                c.work += b.work
+                c.urgent += b.urgent
+            else:
+                b.gone = None
+                out.append(b)
+        self._blocks = out
+        self.last = [(<Block>b).keys[len((<Block>b).keys) - 1] for b in out]
+        self._dirty = {b: b for b in out}
+        self._grown = {}
+        self._moved = 0
+        return 0
+
+    cdef int _moved_from(self, Py_ssize_t i) except -1:
+        if self._moved is None or i < <Py_ssize_t>self._moved:
+            self._moved = i
+        return 0
+
+    cdef list _margins(self, Block b):
+        """The reference's ``_margins`` (Python ints at any size)."""
+        if self._code == 0:
+            return list(map(sub, b.dl, accumulate(b.work)))
+        if self._code == 1:
+            return list(map(sub, b.dl, b.work))
+        return b.dl
+
+    cdef int _resum(self, Block b) except -1:
+        """``b``'s total work and least margin that is not urgent (64-bit sums, else the reference's)."""
+        cdef list margins
+        if block_sums is not None:
+            sums = block_sums(b.dl, b.work, b.urgent, self._code)
+            if sums is not None:
+                b.total, b.least = sums
+                return 0
+        margins = self._margins(b)
+        b.total = sum(b.work) if self._queue else 0
+        if True not in b.urgent:
+            b.least = min(margins, default=_INF)
+        else:
+            b.least = min(compress(margins, map(not_, b.urgent)), default=_INF)
+        return 0
+
+    @cython.boundscheck(False)  # indices in range by construction (a bisect; tree nodes < 2 size)
+    @cython.wraparound(False)
+    cdef int _leaf(self, Py_ssize_t i) except -1:
+        cdef Block b = self._blocks[i]
+        cdef list tot = self._tot, lst = self._lst
+        cdef Py_ssize_t node = self._size + i, left
+        tot[node] = b.total
+        lst[node] = b.least
+        node >>= 1
+        while node:
+            left = node << 1
+            tl = tot[left]
+            tot[node] = tl + tot[left + 1]
+            a = lst[left]
+            c = lst[left + 1] - tl
+            lst[node] = a if a <= c else c
+            node >>= 1
+        return 0
+
+    cdef int _up(self, Py_ssize_t lo, Py_ssize_t hi) except -1:
+        cdef list tot = self._tot, lst = self._lst
+        cdef Py_ssize_t node, left
+        while lo:
+            for node in range(lo, hi + 1):
+                left = 2 * node
+                tot[node] = tot[left] + tot[left + 1]
+                lst[node] = min(lst[left], lst[left + 1] - tot[left])
+            lo, hi = lo >> 1, hi >> 1
+        return 0
+
+    cdef int _retree(self) except -1:
+        cdef Py_ssize_t n = len(self._blocks), f = self._moved, size, end, i
+        cdef Block b
+        self._moved = None
+        if n > self._size:
+            size = self._size
+            while size < n:
+                size *= 2
+            self._size, self._tot, self._lst = size, [0] * (2 * size), [_INF] * (2 * size)
+            f, self._leaves = 0, 0
+        size = self._size
+        cdef list tot = self._tot, lst = self._lst
+        end = n if n > self._leaves else self._leaves
+        for i in range(f, end):
+            if i < n:
+                b = self._blocks[i]
+                tot[size + i], lst[size + i] = b.total, b.least
+            else:
+                tot[size + i], lst[size + i] = 0, _INF
+        self._leaves = n
+        self._up((size + f) >> 1, (size + (end if end > f + 1 else f + 1) - 1) >> 1)
+        return 0
+
+    def mark_due(self, t):
+        """The reference's ``mark_due``: ``(keys marked, floor)``."""
+        cdef Block b
+        cdef list changed, stack, newly, tot, lst
+        cdef Py_ssize_t node, left, size, i
+        if self._adds or self._removes:
+            self._apply()
+        dirty = self._dirty
+        for b in dirty:
+            self._resum(b)
+        changed = list(dirty)
+        if self._grown:
+            changed += [b for b in self._grown if b not in dirty]
+            self._grown = {}
+        moved = self._moved
+        if moved is not None:
+            self._retree()
+        for b in changed:
+            i = self._block_of(b.keys[len(b.keys) - 1] if b.keys else b.gone)
+            if moved is None or i < <Py_ssize_t>moved:
+                self._leaf(i)
+        self._dirty = {}
+        tot, lst, size = self._tot, self._lst, self._size
+        newly = []
+        stack = [(1, 0)] if lst[1] <= t else []
+        while stack:
+            node, off = stack.pop()
+            while node < size:
+                left = node << 1
+                roff = off + tot[left]
+                right = lst[left + 1] - roff <= t
+                if lst[left] - off <= t:
+                    if right:
+                        stack.append((left + 1, roff))
+                    node = left
+                elif right:
+                    node, off = left + 1, roff
+                else:
+                    break
+            else:
+                self._open(node - size, off, t, newly)
+        return newly, lst[1]
+
+    cdef int _open(self, Py_ssize_t i, object off, object t, list newly) except -1:
+        cdef Block b = self._blocks[i]
+        cdef list urg = b.urgent, keys = b.keys, margins
+        cdef Py_ssize_t j
+        limit = t + off
+        if open_due is not None:
+            sums = open_due(b.dl, b.work, urg, self._code, limit, keys, newly)
+            if sums is not None:
+                b.total, b.least = sums
+                self._leaf(i)
+                return 0
+        margins = self._margins(b)
+        for j in list(compress(count(), map(gt, map(ge, repeat(limit), margins), urg))):
+            urg[j] = True
+            newly.append(keys[j])
+        b.total = sum(b.work) if self._queue else 0
+        if True not in urg:
+            b.least = min(margins, default=_INF)
+        else:
+            b.least = min(compress(margins, map(not_, urg)), default=_INF)
+        self._leaf(i)
+        return 0
+
+    def due_prefix(self, urgent):
+        """The keys in deadline order up to and including the last urgent one, lazily."""
+        cdef Block b
+        cdef Py_ssize_t left = urgent, j
+        for b in self.blocks:
+            for j in range(len(b.keys)):
+                yield b.keys[j]
+                if b.urgent[j] is True:
+                    left -= 1
+                    if not left:
+                        return

@@ -1,0 +1,133 @@
+"""The compiled twin of ``DueBlocks`` (``fairsim/policies/_deadline_c.pyx``) against the Python
+reference (``fairsim.policies.deadline_fast.DueBlocks``), call by call.
+
+The same random operations -- adds (deadlines that tie, so the tuples' other fields decide),
+removes, walks at random clocks, reads of the blocks and of the due prefix, the colocated skip's
+``exact_leaves`` switched on midway -- go to both; every answer (keys marked, the floor, its
+type), the blocks (keys, works, flags, totals, leasts, an emptied block's place) and the segment
+tree must be equal, with values past 64 bits too (there the twin sums as Python does).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fairsim.compiled import compiled_twin
+from fairsim.policies.deadline_fast import TWIN_MODULE, DueBlocks, due_blocks
+
+twin = compiled_twin(TWIN_MODULE)
+pytestmark = pytest.mark.skipif(twin is None, reason="fairsim.policies._deadline_c is not built")
+
+#: Deadlines and works: small (many ties), ns of a simulated clock, and past the 64-bit edge.
+_VALUES = st.one_of(st.integers(-40, 40), st.integers(-10**12, 10**12),
+                    st.integers(2**63 - 10**3, 2**63 + 10**3), st.integers(-2**63 - 10**3, -2**63 + 10**3))
+
+
+def _state(due) -> str:
+    """Everything a later call reads: the blocks, the tree, the pending changes' effect."""
+    blocks = [(b.keys, b.dl, b.work, b.urgent, b.total, b.least, b.gone) for b in due._blocks]
+    return repr((blocks, due.last, due._tot, due._lst, due._size, due._leaves, due._moved, len(due)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["add", "add", "add", "remove", "remove", "walk", "blocks",
+                                               "prefix", "exact"]),
+                              _VALUES, _VALUES, _VALUES, st.integers(0, 10**6)), max_size=160),
+       mode=st.sampled_from(["queue", "own", "none"]), block=st.sampled_from([1, 2, 4, 8, 64]))
+def test_twin_answers_as_the_reference(ops, mode, block):
+    ref, got = DueBlocks(mode), twin.DueBlocks(mode, DueBlocks.BLOCK)
+    ref.BLOCK = got.BLOCK = block
+    keys: list = []
+    for seq, (op, d, w, t, pick) in enumerate(ops):
+        if op == "add":
+            key = (d, float(pick % 3), f"r{seq:03d}")  # ties on d: arrival, then id decide
+            keys.append(key)
+            ref.add(key, w)
+            got.add(key, w)
+        elif op == "remove" and keys:
+            key = keys.pop(pick % len(keys))
+            ref.remove(key)
+            got.remove(key)
+        elif op == "walk":
+            a, b = ref.mark_due(t), got.mark_due(t)
+            assert repr(a) == repr(b) and type(a[1]) is type(b[1])
+        elif op == "blocks":
+            assert [k for b in ref.blocks for k in b.keys] == [k for b in got.blocks for k in b.keys]
+        elif op == "prefix":
+            urgent = sum(u for b in ref.blocks for u in b.urgent)
+            assert urgent == sum(u for b in got.blocks for u in b.urgent)
+            if urgent:
+                assert list(ref.due_prefix(urgent)) == list(got.due_prefix(urgent))
+        elif op == "exact":
+            ref.exact_leaves = got.exact_leaves = True
+        assert len(ref) == len(got) == len(keys)
+        assert _state(ref) == _state(got)
+    ref.blocks, got.blocks  # apply what is pending
+    assert _state(ref) == _state(got)
+    assert sorted(keys) == [k for b in got.blocks for k in b.keys]
+
+
+def test_due_blocks_picks_the_twin_unless_pure_python():
+    assert type(due_blocks("queue")) is twin.DueBlocks and due_blocks("own").mode == "own"
+    code = ("from fairsim.policies.deadline_fast import due_blocks\n"
+            "print(type(due_blocks('queue')).__module__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, FAIRSIM_PURE_PYTHON="1"))
+    assert out.stdout.strip() == "fairsim.policies.deadline_fast"
+
+
+def test_a_hand_computed_walk():
+    """Three requests in ``queue`` mode, works 5, 3, 2 ns, deadlines 10, 12, 30: margins
+    ``D - P`` = 10 - 5, 12 - 8, 30 - 10 = 5, 4, 20. Nobody is due before clock 4; at 4 only b;
+    after a leaves, c's margin is 30 - 5 = 25 and the floor (a's stale 5) stays below it."""
+    for due in (DueBlocks("queue"), twin.DueBlocks("queue", DueBlocks.BLOCK)):
+        a, b, c = (10, 0.0, "a"), (12, 0.0, "b"), (30, 0.0, "c")
+        due.add(a, 5)
+        due.add(b, 3)
+        due.add(c, 2)
+        assert due.mark_due(3) == ([], 4)  # nobody: the least margin is b's 12 - 8
+        assert due.mark_due(4) == ([b], 5)  # b due; a's 10 - 5 is the least left
+        due.remove(a)  # c's margin rises to 30 - 5 = 25; the floor stays a lower bound
+        assert due.mark_due(4) == ([], 5)
+        assert list(due.due_prefix(1)) == [b]
+
+
+@pytest.mark.parametrize("mode", ["queue", "own", "none"])
+def test_twin_over_a_long_queue(mode):
+    """Thousands of operations with the queue grown past a hundred blocks of 4, mostly appended
+    last (the usual newcomer) with some in the middle and ties, removes anywhere, walks at a
+    clock that moves on; ``exact_leaves`` from the middle on: the same answers and state."""
+    rng = np.random.default_rng(7)
+    ref, got = DueBlocks(mode), twin.DueBlocks(mode, DueBlocks.BLOCK)
+    ref.BLOCK = got.BLOCK = 4
+    keys: list = []
+    top, clock, marked = 0, -10**6, 0
+    for seq in range(6000):
+        if seq == 3000:
+            ref.exact_leaves = got.exact_leaves = True
+        r = rng.random()
+        if r < 0.45 or not keys:
+            top += int(rng.integers(0, 3))
+            d = top if rng.random() < 0.8 else int(rng.integers(0, top + 1))
+            key, w = (d * 1000, float(rng.integers(0, 2)), f"r{seq:05d}"), int(rng.integers(0, 900))
+            keys.append(key)
+            ref.add(key, w)
+            got.add(key, w)
+        elif r < 0.8:
+            key = keys.pop(int(rng.integers(0, len(keys))))
+            ref.remove(key)
+            got.remove(key)
+        else:
+            clock += int(rng.integers(0, 5000))
+            a, b = ref.mark_due(clock), got.mark_due(clock)
+            assert repr(a) == repr(b)
+            marked += len(a[0])
+            assert _state(ref) == _state(got)
+    assert _state(ref) == _state(got) and len(got.blocks) > 20 and marked > 100
