@@ -223,6 +223,9 @@ cdef class CompiledBlockPool:
     def lookup_prefix(self, keys, Py_ssize_t max_blocks):
         """Block ids of the longest run of leading ``keys`` present in the cache, at most
         ``max_blocks`` (read as ``keys[:max_blocks]``)."""
+        return self._lookup(keys, max_blocks)
+
+    cdef list _lookup(self, keys, Py_ssize_t max_blocks):
         cdef dict cached = self._cached
         cdef list hit = []
         cdef Py_ssize_t i, n = _prefix_len(keys, max_blocks)
@@ -244,6 +247,9 @@ cdef class CompiledBlockPool:
 
     def num_evictable(self, block_ids):
         """How many of ``block_ids`` sit in the free queue."""
+        return self._evictable(block_ids)
+
+    cdef Py_ssize_t _evictable(self, block_ids) except -1:
         cdef Py_ssize_t count = 0
         for block_id in block_ids:
             if self._ref[self._index(block_id)] == 0:
@@ -253,12 +259,16 @@ cdef class CompiledBlockPool:
     # -- mutations ---------------------------------------------------------------------------------
     def touch(self, block_ids):
         """Take a reference on cache-hit blocks, removing free ones from the free queue."""
+        self._touch(block_ids)
+
+    cdef int _touch(self, block_ids) except -1:
         cdef int b
         for block_id in block_ids:
             b = self._index(block_id)
             if self._ref[b] == 0:
                 self._unlink(b)
             self._ref[b] += 1
+        return 0
 
     def allocate(self, n):
         """Take ``n`` blocks from the front of the free queue, evicting cached ones; with
@@ -267,6 +277,9 @@ cdef class CompiledBlockPool:
         Raises:
             ValueError: Fewer than ``n`` free blocks, or ``n < 0``.
         """
+        return self._allocate(n)
+
+    cdef list _allocate(self, n):
         if n > self._n_free:
             raise ValueError(f"cannot allocate {n} blocks: only {self._n_free} free")
         if n < 0:
@@ -370,52 +383,24 @@ cdef class CompiledBlockPool:
 
     def admit(self, keys, Py_ssize_t max_blocks, Py_ssize_t full_blocks, tokens, budget,
               Py_ssize_t block_size):
-        """``BlockPool.admit`` (the reference): the same calls' effects in the same order, run
-        on the pool's arrays (no Python call per step of it)."""
-        cdef dict cached = self._cached
-        cdef list hit = []
-        cdef Py_ssize_t i, num_hit, evictable = 0, n, done, need, full, stop
-        cdef int b
-        cdef Py_ssize_t m = _prefix_len(keys, max_blocks)
-        for i in range(m):  # lookup_prefix
-            block_id = cached.get(keys[i])
-            if block_id is None:
-                break
-            hit.append(block_id)
-        num_hit = len(hit)
-        for i in range(num_hit):  # num_evictable
-            if self._ref[self._index(hit[i])] == 0:
-                evictable += 1
-        if full_blocks - num_hit + evictable > self._n_free:
+        """``BlockPool.admit`` (the reference): the same calls in the same order, each this
+        class's own code, with no Python call between them."""
+        cdef list hit = self._lookup(keys, max_blocks)
+        cdef Py_ssize_t num_hit = len(hit), done, n, full
+        if full_blocks - num_hit + self._evictable(hit) > self._n_free:
             return num_hit
         done = num_hit * block_size
         left = tokens - done  # Python ints: a C integer could overflow on a huge prompt
         n = budget if left > budget else left
-        for i in range(num_hit):  # touch
-            b = self._index(hit[i])
-            if self._ref[b] == 0:
-                self._unlink(b)
-            self._ref[b] += 1
-        need = -(-(done + n) // block_size) - num_hit
-        if need > self._n_free:
-            raise ValueError(f"cannot allocate {need} blocks: only {self._n_free} free")
-        if need < 0:
-            raise ValueError(f"cannot allocate {need} blocks: a count is >= 0")
-        cdef list taken = self._take(need, self._protected_now())  # allocate
-        journal, notify, watched = self.journal, self.on_key_change, self.watched
-        cdef Py_ssize_t evicted = self._claim(taken, 0, need, journal, notify, watched)
-        if evicted:
-            self.num_evictions += evicted
-            self._num_cached -= evicted
-        cdef list blocks = hit + taken
+        self._touch(hit)
+        cdef list blocks = hit + self._allocate(-(-(done + n) // block_size) - num_hit)
         full = (done + n) // block_size
-        stop = len(keys)
-        if full > stop:
-            full = stop
-        if full > num_hit:  # cache_blocks
-            self._cache_run(blocks, keys, num_hit, full, journal, notify, watched)
-            return blocks, num_hit, n, full
-        return blocks, num_hit, n, num_hit
+        if full > len(keys):
+            full = len(keys)
+        if full <= num_hit:
+            return blocks, num_hit, n, num_hit
+        self._cache_run(blocks, keys, num_hit, full, self.journal, self.on_key_change, self.watched)
+        return blocks, num_hit, n, full
 
     def grow_chunks(self, list blocks, keys, Py_ssize_t start, needs, stops):
         """Several chunks of one request in a row, each ``blocks.extend(allocate(needs[i]))``

@@ -290,9 +290,11 @@ class BlockPool:
         adds; ``cache_blocks`` of the blocks it fills (at most ``len(keys)``).
 
         Args:
-            keys: The request's block keys. max_blocks: Cap on its hit (blocks).
-            full_blocks: Blocks its whole remaining prompt needs. tokens: Tokens to compute,
-                hit included. budget: Tokens this step can still schedule (>= 1).
+            keys: The request's block keys.
+            max_blocks: Cap on its hit (blocks).
+            full_blocks: Blocks its whole remaining prompt needs.
+            tokens: Tokens to compute, hit included.
+            budget: Tokens this step can still schedule (>= 1).
             block_size: Tokens per block.
 
         Returns:
