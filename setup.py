@@ -12,8 +12,9 @@
 - The optional compiled watcher-map updates (``fairsim/sim/_watch_c.pyx``), the same way:
   where it is not built, the engine runs its pure-Python methods (``Engine._rewatch`` ...).
 - The optional compiled loops of the offered load (``fairsim/traces/_offered_c.pyx``), of the
-  Mooncake reader's plain rows (``fairsim/traces/formats/_mooncake_c.pyx``) and of the Bailian
-  reader's re-chained ids (``fairsim/traces/formats/_chain_c.pyx``), the same way: where they
+  Mooncake and Azure readers' plain rows (``fairsim/traces/formats/_mooncake_c.pyx``,
+  ``_azure_c.pyx``) and of the Bailian reader's re-chained ids
+  (``fairsim/traces/formats/_chain_c.pyx``), the same way: where they
   are not built, the Python loops run (``fairsim.compiled``).
 - The optional compiled read loops of DRR, DRR-Dynamo and DLPM, DFS-weight's tree and PEEK's
   order (``fairsim/policies/_credit_c.pyx``), the same way: where it is not built, each order
@@ -75,6 +76,7 @@ extensions = cythonize([Extension("fairsim.sim._block_pool_c", ["fairsim/sim/_bl
                         Extension("fairsim.traces.formats._mooncake_c",
                                   ["fairsim/traces/formats/_mooncake_c.pyx"]),
                         Extension("fairsim.traces.formats._chain_c", ["fairsim/traces/formats/_chain_c.pyx"]),
+                        Extension("fairsim.traces.formats._azure_c", ["fairsim/traces/formats/_azure_c.pyx"]),
                         Extension("fairsim.policies._credit_c", ["fairsim/policies/_credit_c.pyx"]),
                         Extension("fairsim.policies._deadline_c", ["fairsim/policies/_deadline_c.pyx"])],
                        compiler_directives={"language_level": "3"}, quiet=True)

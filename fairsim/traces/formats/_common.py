@@ -37,6 +37,10 @@ OBSERVED_OUTPUT = "observed_output_length"
 """Label recording an output length of 0 in the file (the request itself gets ``output_len=1``:
 vLLM always samples at least one token, the one that ends the prefill)."""
 
+GZIP_CUT_SHORT = ("the gzip stream ends before its end-of-stream marker (the file was cut short); "
+                  "this line and any after it are lost")
+"""The error of a gzip file cut short (a download that stopped), at the first line it loses."""
+
 
 @dataclass(frozen=True)
 class Head:
@@ -218,9 +222,7 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
                 yield line_no, (rec if isinstance(rec, dict) else TraceFormatError(
                     name, line_no, "<json>", f"expected an object, got {type(rec).__name__}"))
     except EOFError:  # a gzip file cut short (a download that stopped): the lines before it stand
-        yield line_no + 1, TraceFormatError(
-            name, line_no + 1, "<gzip>", "the gzip stream ends before its end-of-stream marker (the file "
-            "was cut short); this line and any after it are lost")
+        yield line_no + 1, TraceFormatError(name, line_no + 1, "<gzip>", GZIP_CUT_SHORT)
     except (gzip.BadGzipFile, zlib.error) as exc:
         raise OSError(f"{path}: broken gzip stream: {exc}") from None
 
@@ -472,5 +474,7 @@ def _at(where: int | str) -> str:
 
 
 def text_lines(path: Path) -> io.TextIOWrapper:
-    """``path`` as text lines (gzip by magic bytes), for CSV readers."""
-    return io.TextIOWrapper(open_binary(path), encoding="utf-8-sig", newline="")
+    """``path`` as text lines (gzip by magic bytes), for CSV readers. Bytes that are not UTF-8
+    come as lone surrogates (``surrogateescape``), so a field holding one fails its own check,
+    naming its line and column, and a column the reader does not use is not refused."""
+    return io.TextIOWrapper(open_binary(path), encoding="utf-8-sig", errors="surrogateescape", newline="")

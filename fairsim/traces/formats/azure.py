@@ -11,13 +11,18 @@ is a cache miss (nothing is invented). Arrival times are rebased so the first re
 from __future__ import annotations
 
 import csv
+import gzip
 import re
+import zlib
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
+from fairsim.compiled import compiled_twin
 from fairsim.errors import TraceFormatError
 from fairsim.traces.fastreq import make_request
-from fairsim.traces.formats._common import Collector, Head, output_tokens, text_lines
+from fairsim.traces.formats._common import (GZIP_CUT_SHORT, OBSERVED_OUTPUT, Collector, Head, open_binary,
+                                            output_tokens, text_lines)
 from fairsim.traces.trace import Trace
 
 NAME = "azure"
@@ -86,6 +91,41 @@ def _count(value: str | None, path: str, line: int, column: str) -> int:
         raise TraceFormatError(path, line, column, f"must be an integer, got {value!r}") from None
 
 
+def _positions(header: list[str]) -> list[int] | None:
+    """The positions of ``COLUMNS`` in a header row (names matched without regard to case or
+    surrounding spaces; the last of equal names wins, as ``csv.DictReader``'s); None where one
+    is missing."""
+    given = [str(f).strip().lower() for f in header]
+    if any(c.lower() not in given for c in COLUMNS):
+        return None
+    return [max(i for i, f in enumerate(given) if f == c.lower()) for c in COLUMNS]
+
+
+def _compiled_plain(kernel: Any, path: Path, block: Any,
+                    max_requests: int | None) -> tuple[list, dict[str, int]] | None:
+    """``kernel.plain_requests`` over the file's body, or None: a header it does not take (a
+    quote, a carriage return inside it, a byte outside ASCII, a missing column), a row it does
+    not take, or a file it cannot read to the end (a broken or cut gzip stream), which the Python
+    path then reads and reports as it always does."""
+    if type(block) is not int or block < 1:
+        return None  # Request refuses it: the Python path says so
+    try:
+        with open_binary(path) as fh:
+            header = fh.readline()
+            if header.startswith(b"\xef\xbb\xbf"):  # utf-8-sig: text_lines drops the byte-order mark
+                header = header[3:]
+            header = header[:-1] if header.endswith(b"\n") else header
+            header = header[:-1] if header.endswith(b"\r") else header
+            if not header.isascii() or any(c in header for c in (b'"', b"\r", b"\0")):
+                return None
+            where = _positions(header.decode("ascii").split(","))
+            if where is None:
+                return None
+            return kernel.plain_requests(fh, *where, path.stem, block, max_requests, OBSERVED_OUTPUT)
+    except (OSError, EOFError, zlib.error):
+        return None
+
+
 def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | None = None,
          max_requests: int | None = None) -> Trace:
     """Read an Azure CSV.
@@ -96,6 +136,10 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         hash_block_size: Ignored except as the nominal block (the file has no identity).
         max_requests: Stop after this many good rows (for quick windows of large files).
 
+    A file of plain rows only (those of the public traces) is read by the compiled twin
+    (``fairsim/traces/formats/_azure_c.pyx``) where it is built: the same requests
+    (``tests/test_azure_compiled.py``). Any other file is read here.
+
     Raises:
         TraceFormatError: A missing column (line 1), an unparsable timestamp or count, a
             ``ContextTokens`` below 1, a timestamp lower than the previous row's.
@@ -104,54 +148,66 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     name = str(path)
     stem = path.stem
     block = hash_block_size or BLOCK
+    kernel = compiled_twin("fairsim.traces.formats._azure_c")
+    if kernel is not None:
+        plain = _compiled_plain(kernel, path, block, max_requests)
+        if plain is not None:  # in arrival order, distinct ids, no after, one label type: nothing to check
+            requests, locations = plain
+            return Trace(name=stem, source=name, requests=tuple(requests), skipped=(), absolute_time=True,
+                         hash_block_size=block, format=NAME, warnings=(), locations=locations)
     out = Collector(path, skip_bad)
     t0 = None
     previous = None
     stamp_seconds = _Stamps()
     with text_lines(path) as fh:
         reader = csv.reader(fh)
-        header = next(reader, [])
-        # The header as written may differ in case or spaces (" ContextTokens", "timestamp").
-        given = [str(f).strip().lower() for f in header]
-        missing = [c for c in COLUMNS if c.lower() not in given]
-        if missing:
-            raise TraceFormatError(name, 1, missing[0], f"missing column (header: {header or None})")
-        # csv.DictReader's rules, by position (a dict per row cost more than the row's checks):
-        # the last of equal names wins, a short row's missing fields are None, empty rows are
-        # skipped. A row's line is the file's (``line_num``: blank lines counted).
-        where = [max(i for i, f in enumerate(given) if f == c.lower()) for c in COLUMNS]
-        i_time, i_context, i_generated = where
-        top = max(where)
-        for row in reader:
-            if not row:
-                continue
-            line = reader.line_num
-            if len(row) > top:  # (a short row's missing fields are None, below)
-                stamp, context, generated = row[i_time], row[i_context], row[i_generated]
-            else:
-                stamp, context, generated = [row[i] if i < len(row) else None for i in where]
-            try:
+        try:
+            header = next(reader, [])
+            # The header as written may differ in case or spaces (" ContextTokens", "timestamp").
+            where = _positions(header)
+            if where is None:
+                given = [str(f).strip().lower() for f in header]
+                missing = [c for c in COLUMNS if c.lower() not in given]
+                raise TraceFormatError(name, 1, missing[0], f"missing column (header: {header or None})")
+            # csv.DictReader's rules, by position (a dict per row cost more than the row's checks):
+            # the last of equal names wins, a short row's missing fields are None, empty rows are
+            # skipped. A row's line is the file's (``line_num``: blank lines counted).
+            i_time, i_context, i_generated = where
+            top = max(where)
+            for row in reader:
+                if not row:
+                    continue
+                line = reader.line_num
+                if len(row) > top:  # (a short row's missing fields are None, below)
+                    stamp, context, generated = row[i_time], row[i_context], row[i_generated]
+                else:
+                    stamp, context, generated = [row[i] if i < len(row) else None for i in where]
                 try:
-                    t = stamp_seconds(stamp or "")
-                except ValueError:
-                    raise TraceFormatError(name, line, "TIMESTAMP", f"cannot parse {stamp!r}") from None
-                prompt = _count(context, name, line, "ContextTokens")
-                gen = _count(generated, name, line, "GeneratedTokens")
-                if prompt < 1:
-                    raise TraceFormatError(name, line, "ContextTokens", f"{prompt}: need >= 1")
-                labels: dict = {}
-                if gen < 1:  # 0 becomes 1 with the label, a negative count is refused
-                    gen = output_tokens(gen, name, line, "GeneratedTokens", labels)
-                if previous is not None and t < previous:
-                    raise TraceFormatError(name, line, "TIMESTAMP", "decreases: earlier than the previous row")
-            except TraceFormatError as exc:
-                out.bad(exc)
-                continue
-            previous = t
-            if t0 is None:
-                t0 = t
-            out.add(make_request(f"{stem}:{line}", round(max(0.0, t - t0), 3), prompt,
-                                 (), block, gen, labels, None, None, 0.0, ()), line)
-            if max_requests is not None and len(out.requests) >= max_requests:
-                break
+                    try:
+                        t = stamp_seconds(stamp or "")
+                    except ValueError:
+                        raise TraceFormatError(name, line, "TIMESTAMP", f"cannot parse {stamp!r}") from None
+                    prompt = _count(context, name, line, "ContextTokens")
+                    gen = _count(generated, name, line, "GeneratedTokens")
+                    if prompt < 1:
+                        raise TraceFormatError(name, line, "ContextTokens", f"{prompt}: need >= 1")
+                    labels: dict = {}
+                    if gen < 1:  # 0 becomes 1 with the label, a negative count is refused
+                        gen = output_tokens(gen, name, line, "GeneratedTokens", labels)
+                    if previous is not None and t < previous:
+                        raise TraceFormatError(name, line, "TIMESTAMP", "decreases: earlier than the previous row")
+                except TraceFormatError as exc:
+                    out.bad(exc)
+                    continue
+                previous = t
+                if t0 is None:
+                    t0 = t
+                out.add(make_request(f"{stem}:{line}", round(max(0.0, t - t0), 3), prompt,
+                                     (), block, gen, labels, None, None, 0.0, ()), line)
+                if max_requests is not None and len(out.requests) >= max_requests:
+                    break
+        except EOFError:  # a gzip file cut short (a download that stopped): the rows before it stand
+            out.bad(TraceFormatError(name, reader.line_num + 1, "<gzip>", GZIP_CUT_SHORT))
+        except (gzip.BadGzipFile, zlib.error) as exc:
+            raise OSError(f"{path}: broken gzip stream: {exc}") from None
     return out.finish(stem, NAME, block)

@@ -1,0 +1,247 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The Azure reader's plain rows, typed: the compiled twin of ``azure.read``'s common path.
+
+A plain row is one line of the CSV's body without quotes, carriage returns inside the line,
+NUL or non-ASCII bytes, with at least the header's named columns, where the ``TIMESTAMP`` field
+is ``YYYY-MM-DD HH:MM[:SS][.digits][Z|+HH:MM|-HH:MM]`` (``T`` may replace the space) and each
+count is 1 to 18 ASCII digits (every row of the public 2023 and 2024 traces). For a file of
+plain rows only, ``plain_requests`` builds the same ``Request`` objects as ``azure.read`` (same
+fields, same order; ``tests/test_azure_compiled.py``) without ``csv``, the regular expression,
+``datetime`` and the per-row Python calls: the date-time is turned into POSIX seconds with integer
+arithmetic (days from the civil date; exact, as ``datetime.timestamp()`` is for whole seconds)
+and the fraction is parsed by CPython's own ``float()`` routine (``PyOS_string_to_double``), so
+``t`` is ``azure.parse_time``'s to the bit.
+
+At the first line it does not take -- a quote, a space around a field, a short row, a date or
+zone it does not check itself, a count that is not plain digits or below 1, a decreasing
+timestamp -- it returns None, and ``azure.read`` reads the whole file with its Python path (the
+reference), which raises, warns or skips exactly as before.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.object cimport PyObject_GenericSetAttr
+from cpython.ref cimport PyObject
+
+import builtins
+
+from fairsim.types import Request
+
+cdef extern from "Python.h":
+    double PyOS_string_to_double(const char* s, char** endptr, PyObject* overflow_exception) except? -1.0
+
+cdef object _round = builtins.round
+#: csv's default ``field_size_limit``: a longer line may hold a field ``csv`` refuses.
+cdef Py_ssize_t _CSV_FIELD_LIMIT = 131072
+cdef enum:
+    _MAX_FRACTION = 60  # longest fraction handled here (``0.`` + digits in a stack buffer)
+cdef int _DAYS[13]
+_DAYS[:] = [0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+
+
+cdef inline bint _digits(const unsigned char* p, Py_ssize_t i, Py_ssize_t k) noexcept:
+    """Whether ``p[i:i + k]`` are all ASCII digits."""
+    cdef Py_ssize_t j
+    for j in range(i, i + k):
+        if p[j] < 48 or p[j] > 57:
+            return False
+    return True
+
+
+cdef inline int _two(const unsigned char* p, Py_ssize_t i) noexcept:
+    return (p[i] - 48) * 10 + (p[i + 1] - 48)
+
+
+cdef inline long long _days_from_civil(long long y, int m, int d) noexcept:
+    """Days from 1970-01-01 to ``y-m-d`` (proleptic Gregorian, ``y >= 1``; H. Hinnant's
+    ``days_from_civil``), as ``date.toordinal() - 719163``."""
+    cdef long long era, yoe, doy, doe
+    if m <= 2:
+        y -= 1
+    era = y // 400  # y >= 0 here: C's division is floor division
+    yoe = y - era * 400
+    doy = (153 * (m - 3 if m > 2 else m + 9) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+cdef bint _stamp(const unsigned char* p, Py_ssize_t n, double* out) except -1:
+    """``azure.parse_time`` of the field ``p[:n]``, into ``out``; False where this does not check
+    the text itself (the Python path then reads the file).
+
+    ``datetime.fromisoformat``'s checks of what is taken: year 1-9999, month 1-12, the month's
+    days (leap years), hour 0-23, minute and second 0-59, a zone ``Z`` or ``+HH:MM``/``-HH:MM``
+    with hour 0-23 and minute 0-59."""
+    cdef Py_ssize_t i
+    cdef int year, month, day, hour, minute, second = 0, zone = 0, dim
+    cdef long long seconds
+    cdef char buf[_MAX_FRACTION + 3]
+    cdef Py_ssize_t f0 = 0, nf = 0
+    cdef double fraction
+    if n < 16 or not _digits(p, 0, 4) or p[4] != 45 or not _digits(p, 5, 2) or p[7] != 45 \
+            or not _digits(p, 8, 2) or (p[10] != 32 and p[10] != 84) or not _digits(p, 11, 2) \
+            or p[13] != 58 or not _digits(p, 14, 2):
+        return False
+    year = (p[0] - 48) * 1000 + (p[1] - 48) * 100 + _two(p, 2)
+    month, day, hour, minute = _two(p, 5), _two(p, 8), _two(p, 11), _two(p, 14)
+    i = 16
+    if i < n and p[i] == 58:  # :SS
+        if i + 3 > n or not _digits(p, i + 1, 2):
+            return False
+        second = _two(p, i + 1)
+        i += 3
+    if i < n and p[i] == 46:  # .digits (any number of them)
+        f0 = i + 1
+        i = f0
+        while i < n and 48 <= p[i] <= 57:
+            i += 1
+        nf = i - f0
+        if nf == 0 or nf > _MAX_FRACTION:
+            return False
+    if i < n:  # the zone
+        if p[i] == 90 and i + 1 == n:  # Z
+            i += 1
+        elif (p[i] == 43 or p[i] == 45) and i + 6 == n and _digits(p, i + 1, 2) and p[i + 3] == 58 \
+                and _digits(p, i + 4, 2):
+            if _two(p, i + 1) > 23 or _two(p, i + 4) > 59:
+                return False
+            zone = _two(p, i + 1) * 3600 + _two(p, i + 4) * 60
+            if p[i] == 45:
+                zone = -zone
+            i = n
+        else:
+            return False
+    if year < 1 or not 1 <= month <= 12 or hour > 23 or minute > 59 or second > 59:
+        return False
+    dim = _DAYS[month]
+    if month == 2 and year % 4 == 0 and (year % 100 != 0 or year % 400 == 0):
+        dim = 29
+    if not 1 <= day <= dim:
+        return False
+    # datetime.timestamp(): whole seconds from the epoch (exact in a double), less the zone
+    seconds = _days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second - zone
+    # float("0." + digits), as parse_time adds it ("0.0" where there are none)
+    buf[0] = 48
+    buf[1] = 46
+    if nf == 0:
+        buf[2] = 48
+        buf[3] = 0
+    else:
+        for i in range(nf):
+            buf[2 + i] = p[f0 + i]
+        buf[2 + nf] = 0
+    fraction = PyOS_string_to_double(buf, NULL, NULL)
+    out[0] = <double>seconds + fraction
+    return True
+
+
+cdef inline bint _count(const unsigned char* p, Py_ssize_t n, long long* out) noexcept:
+    """``int()`` of a field of 1 to 18 ASCII digits (leading zeros allowed, as ``int`` takes them)."""
+    cdef Py_ssize_t i
+    cdef long long v = 0
+    if n < 1 or n > 18:
+        return False
+    for i in range(n):
+        if p[i] < 48 or p[i] > 57:
+            return False
+        v = v * 10 + (p[i] - 48)
+    out[0] = v
+    return True
+
+
+def plain_requests(object body_lines, Py_ssize_t i_time, Py_ssize_t i_context, Py_ssize_t i_generated,
+                   str stem, object block, object max_requests, str observed_label):
+    """``(requests, locations)`` of a file whose body rows are all plain, else None.
+
+    Args:
+        body_lines: The file's lines after the header, as bytes (``open_binary(path)`` after one
+            ``readline``), read at most once.
+        i_time, i_context, i_generated: The columns' positions (``azure._positions``: the last of
+            equal names).
+        stem: The file's stem (request ids are ``STEM:LINE``, the header being line 1).
+        block: The nominal hash block (an int >= 1).
+        max_requests: Stop after this many requests (``azure.read``'s), or None.
+        observed_label: ``_common.OBSERVED_OUTPUT``: a ``GeneratedTokens`` of 0 becomes 1 with
+            this label set to 0 (``output_tokens``).
+
+    Returns:
+        The requests in file order (arrival order: the timestamps do not decrease, and the
+        rebased, rounded arrivals neither) and ``{request_id: line}`` (the ids are distinct, no
+        request has an ``after``, and the only label has one type: ``Collector.finish`` has
+        nothing to check or sort); or None (module docstring).
+    """
+    cdef list requests = []
+    cdef dict locations = {}, labels
+    cdef object raw, req, arrival
+    cdef const unsigned char* p
+    cdef Py_ssize_t n, i, line = 1, nfield, start
+    cdef Py_ssize_t top = max(i_time, i_context, i_generated)
+    cdef Py_ssize_t t_at = 0, t_len = 0, c_at = 0, c_len = 0, g_at = 0, g_len = 0
+    cdef unsigned char c
+    cdef long long prompt, gen
+    cdef double t, t0 = 0.0, previous = 0.0
+    cdef bint first = True
+    cdef str rid
+    cdef object new = object.__new__
+    for raw in body_lines:
+        line += 1
+        p = <const unsigned char*>PyBytes_AS_STRING(raw)
+        n = PyBytes_GET_SIZE(raw)
+        if n and p[n - 1] == 10:
+            n -= 1
+            if n and p[n - 1] == 13:
+                n -= 1
+        if n == 0:
+            continue  # an empty row: csv gives [], which the reader skips (its line counted)
+        if n > _CSV_FIELD_LIMIT:
+            return None
+        nfield = 0
+        start = 0
+        for i in range(n + 1):
+            c = p[i] if i < n else 44  # the line's end closes its last field
+            if c == 44:
+                if nfield == i_time:
+                    t_at, t_len = start, i - start
+                if nfield == i_context:
+                    c_at, c_len = start, i - start
+                if nfield == i_generated:
+                    g_at, g_len = start, i - start
+                nfield += 1
+                start = i + 1
+            elif c == 34 or c == 13 or c == 0 or c >= 128:  # a quote, a line break csv sees, NUL, non-ASCII
+                return None
+        if nfield <= top:  # a short row: the Python path names the missing field
+            return None
+        if not _stamp(p + t_at, t_len, &t) or not _count(p + c_at, c_len, &prompt) \
+                or not _count(p + g_at, g_len, &gen) or prompt < 1:
+            return None
+        if not first and t < previous:
+            return None
+        previous = t
+        if first:
+            t0 = t
+            first = False
+        labels = {}
+        if gen == 0:  # output_tokens: vLLM samples at least one token; the 0 is kept as a label
+            labels[observed_label] = 0
+            gen = 1
+        arrival = _round(t - t0 if t - t0 > 0.0 else 0.0, 3)  # round(max(0.0, t - t0), 3)
+        rid = f"{stem}:{line}"
+        req = new(Request)
+        # Every field, as make_request sets them (a frozen dataclass: object.__setattr__'s way);
+        # Request.__post_init__ has nothing to refuse: lengths >= 1, arrival >= 0, block >= 1.
+        PyObject_GenericSetAttr(req, "request_id", rid)
+        PyObject_GenericSetAttr(req, "arrival_time", arrival)
+        PyObject_GenericSetAttr(req, "prompt_len", prompt)
+        PyObject_GenericSetAttr(req, "block_hashes", ())
+        PyObject_GenericSetAttr(req, "hash_block_size", block)
+        PyObject_GenericSetAttr(req, "output_len", gen)
+        PyObject_GenericSetAttr(req, "labels", labels)
+        PyObject_GenericSetAttr(req, "session_id", None)
+        PyObject_GenericSetAttr(req, "after", None)
+        PyObject_GenericSetAttr(req, "delay_s", 0.0)
+        PyObject_GenericSetAttr(req, "segments", ())
+        requests.append(req)
+        locations[rid] = line
+        if max_requests is not None and len(requests) >= max_requests:
+            break
+    return requests, locations

@@ -1,0 +1,199 @@
+"""The Azure reader's compiled plain rows (``fairsim/traces/formats/_azure_c.pyx``) against its
+Python path (the reference): on any file -- plain rows, rows it must hand back, bad rows -- the
+same trace (every request field, the skipped rows, the warnings) or the same error.
+
+Skipped only where the twin is not in use (no C compiler, ``FAIRSIM_PURE_PYTHON=1``); with a
+compiler and no extension it fails, telling to reinstall (``tests.utils.compiled_twin_or_skip``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import tempfile
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from fairsim.errors import TraceFormatError
+from fairsim.traces.formats import azure
+from fairsim.types import Request
+from tests.utils import compiled_twin_or_skip, pure_python
+
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
+KERNEL = compiled_twin_or_skip("fairsim.traces.formats._azure_c")
+
+
+def outcome(path: Path, **kwargs):
+    """What ``azure.read`` gives: every field of every request and of the trace, or the error."""
+    try:
+        trace = azure.read(path, **kwargs)
+    except (TraceFormatError, ValueError) as exc:
+        return ("error", type(exc).__name__, str(exc))
+    # every field of Request (a field added later is compared too; one left unset raises here)
+    requests = [tuple(repr(getattr(r, name)) for name in Request.__slots__) for r in trace.requests]
+    return ("trace", requests, [str(e) for e in trace.skipped], trace.warnings, trace.absolute_time,
+            trace.hash_block_size, trace.locations, trace.name, trace.format, trace.source)
+
+
+def both(path: Path, **kwargs):
+    compiled = outcome(path, **kwargs)
+    with pure_python():
+        reference = outcome(path, **kwargs)
+    return compiled, reference
+
+
+def plain(path: Path, block=512, max_requests=None):
+    return azure._compiled_plain(KERNEL, path, block, max_requests)
+
+
+def test_plain_rows_hand_computed(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\r\n"
+                    "2023-11-16 18:17:03.9799600,4808,10\r\n"
+                    "2023-11-16 18:17:04.0001,1,0\r\n"
+                    "\r\n"
+                    "2024-05-10 00:00:00+02:00,300,7\r\n")
+    requests, locations = plain(path)
+    assert locations == {"t:2": 2, "t:3": 3, "t:5": 5}
+    # 18:17:04.0001 - 18:17:03.97996 = 0.02014 s -> 0.02. The 2024 row is 22:00 UTC of May 9th
+    # (+02:00): 175 days (30 + 31 + 31 + 29 + 31 + 23, 2024 a leap year) and 3 h 42 min 57 s after
+    # 18:17:03 of 2023-11-16, so 15,133,377 - 0.97996 s after the first row.
+    assert [(r.request_id, r.arrival_time, r.prompt_len, r.output_len, r.labels, r.block_hashes)
+            for r in requests] == [
+        ("t:2", 0.0, 4808, 10, {}, ()),
+        ("t:3", 0.02, 1, 1, {"observed_output_length": 0}, ()),
+        ("t:5", 15133376.02, 300, 7, {}, ())]
+    compiled, reference = both(path)
+    assert compiled == reference and compiled[0] == "trace"
+
+
+def test_a_row_it_does_not_take_hands_the_file_back(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                    "2023-11-16 18:17:03.97,10,1\n"
+                    '2023-11-16 18:17:04.5,"12",1\n')  # a quoted count: csv's to read
+    assert plain(path) is None
+    compiled, reference = both(path)
+    assert compiled == reference and compiled[0] == "trace" and len(compiled[1]) == 2
+
+
+@pytest.mark.parametrize("name", ["AzureLLMInferenceTrace_code.csv", "AzureLLMInferenceTrace_conv.csv"])
+def test_public_traces_read_the_same(name):
+    path = TRACES / name
+    if not path.exists():
+        pytest.skip(f"shared trace {name} not present")
+    assert plain(path) is not None  # every row plain: the compiled path reads the whole file
+    compiled, reference = both(path)
+    assert compiled[0] == "trace" and len(compiled[1]) > 8000
+    assert compiled == reference
+
+
+# How a timestamp may be written: the forms the twin reads itself and those it hands back.
+STAMPS = st.one_of(
+    st.builds(lambda d, sep, sec, frac, zone: d.strftime(f"%Y-%m-%d{sep}%H:%M") + sec + frac + zone,
+              st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 30)),
+              st.sampled_from([" ", "T"]),
+              st.sampled_from([":00", ":59", ":07", "", ":60", ":5"]),
+              st.sampled_from(["", ".9799600", ".0", ".5", ".000001", "." + "9" * 40, "." + "1" * 70, "."]),
+              st.sampled_from(["", "", "Z", "+00:00", "-05:30", "+23:59", "+24:00", "+05:75", "+0530", "+05",
+                               " ", "z"])),
+    st.sampled_from(["2023-02-29 00:00:00", "2024-02-29 23:59:59.5", "1900-02-29 00:00", "2000-02-29 00:00",
+                     "0000-01-01 00:00", "2023-13-01 00:00", "2023-00-10 00:00", "2023-04-31 00:00",
+                     "2023-11-16 24:00:00", "2023-11-16 18:60:00", " 2023-11-16 18:17:03", "2023-11-16",
+                     "2023-11-16 18:17:03 ", "2023/11/16 18:17:03", "", "x", "٢٠٢٣-11-16 18:17:03"]),
+)
+COUNTS = st.one_of(st.integers(0, 10**6).map(str), st.sampled_from(
+    ["0", "1", "007", "-1", "+5", " 5", "5 ", "1_000", "1.0", "", "x", "1" * 18, "1" * 19, "１２"]))
+HEADERS = st.sampled_from([
+    "TIMESTAMP,ContextTokens,GeneratedTokens", "timestamp, contexttokens , GENERATEDTOKENS",
+    "ContextTokens,TIMESTAMP,GeneratedTokens,Note", "TIMESTAMP,ContextTokens", "TIMESTAMP,ContextTokens,GeneratedTokens,ContextTokens",
+    '"TIMESTAMP",ContextTokens,GeneratedTokens', "\ufeffTIMESTAMP,ContextTokens,GeneratedTokens", ""])
+
+
+@st.composite
+def azure_files(draw):
+    header = draw(HEADERS)
+    names = [f.strip().lower().lstrip("\ufeff").strip('"') for f in header.split(",")]
+    lines = [header]
+    base = datetime(2023, 11, 16, 18, 17, 3)
+    for _ in range(draw(st.integers(0, 8))):
+        kind = draw(st.sampled_from(["plain"] * 6 + ["stamp", "count", "odd"]))
+        base += timedelta(seconds=draw(st.sampled_from([0.0, 0.25, 1.0, 90000.0, -2.0])))
+        stamp = base.strftime("%Y-%m-%d %H:%M:%S.%f") + draw(st.sampled_from(["", "0", "+00:00"]))
+        fields = {"timestamp": stamp if kind != "stamp" else draw(STAMPS),
+                  "contexttokens": str(draw(st.integers(1, 5000))) if kind != "count" else draw(COUNTS),
+                  "generatedtokens": str(draw(st.integers(0, 900))) if kind != "count" else draw(COUNTS)}
+        row = ",".join(fields.get(n, "note") for n in names)
+        if kind == "odd":
+            row = draw(st.sampled_from([row + ",", row.split(",")[0], "", " ", row + '"', row.replace(",", ", ", 1),
+                                        row + ",\x00", row + ",é", row + "\r" + row, '"' + row + '"']))
+        lines.append(row)
+    end = draw(st.sampled_from(["\n", "\r\n"]))
+    return end.join(lines) + draw(st.sampled_from(["", end, end + end]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(azure_files(), st.sampled_from([None, 16, -1]), st.sampled_from([None, 1, 3]), st.booleans(),
+       st.sampled_from(["plain", "gzip", "gzip cut short", "latin-1"]))
+def test_any_file_reads_as_the_python_path_reads_it(text, block, max_requests, skip_bad, storage):
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "t.csv"
+        data = text.encode("latin-1", errors="replace") if storage == "latin-1" else text.encode()
+        if storage.startswith("gzip"):
+            data = gzip.compress(data)
+            if storage == "gzip cut short":
+                data = data[:max(10, len(data) - 9)]
+        path.write_bytes(data)
+        compiled, reference = both(path, skip_bad=skip_bad, hash_block_size=block, max_requests=max_requests)
+        assert compiled == reference
+
+
+@settings(max_examples=300, deadline=None)
+@given(STAMPS)
+def test_a_timestamp_reads_as_parse_time_reads_it(stamp):
+    """Where the twin reads a time itself, it is ``parse_time``'s float to the bit; where
+    ``parse_time`` refuses it, the twin hands the file back."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "t.csv"
+        path.write_text(f"TIMESTAMP,ContextTokens,GeneratedTokens\n1970-01-01 00:00:00,5,5\n{stamp},5,5\n")
+        got = plain(path)
+    try:
+        t = azure.parse_time(stamp)
+    except ValueError:
+        assert got is None
+        return
+    if t < 0.0:  # before the first row's 0 s: the Python path reports it
+        assert got is None
+    elif got is not None:
+        assert got[0][1].arrival_time == round(t, 3)
+
+
+def test_a_gzip_file_cut_short_keeps_its_rows_and_names_the_line(tmp_path):
+    """Both paths: the rows before the cut stand (``--skip-bad``), else the error names the
+    first line lost; never an internal error."""
+    rows = "TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
+        f"2023-11-16 18:17:{i:02d}.5,{10 + i},1\n" for i in range(40))
+    data = gzip.compress(rows.encode())
+    path = tmp_path / "t.csv"
+    path.write_bytes(data[:len(data) // 2])
+    compiled, reference = both(path)
+    assert compiled == reference and compiled[0] == "error"
+    assert "field '<gzip>'" in compiled[2] and "cut short" in compiled[2]
+    kept, reference = both(path, skip_bad=True)
+    assert kept == reference and kept[0] == "trace" and 0 < len(kept[1]) < 40
+    assert len(kept[2]) == 1 and kept[2][0].startswith(f"{path}:{len(kept[1]) + 2}: field '<gzip>'")
+
+
+def test_bytes_that_are_not_utf8_fail_their_field_only(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"TIMESTAMP,ContextTokens,GeneratedTokens,Note\n"
+                     b"2023-11-16 18:17:03.5,10,1,caf\xe9\n"  # an unused column: read
+                     b"2023-11-16 18:17:04.5,1\xe90,1,x\n")  # a count: refused, line and column named
+    compiled, reference = both(path)
+    assert compiled == reference
+    assert compiled == ("error", "TraceFormatError",
+                        f"{path}:3: field 'ContextTokens': must be an integer, got '1\\udce90'")
+    kept = both(path, skip_bad=True)[0]
+    assert kept[0] == "trace" and [r[0] for r in kept[1]] == ["'t:2'"]
