@@ -91,3 +91,54 @@ def test_a_file_reads_as_with_the_python_names(tmp_path_factory, text, skip_bad)
     compiled = outcome(path, skip_bad=skip_bad)
     with pure_python():
         assert outcome(path, skip_bad=skip_bad) == compiled
+
+
+def test_split_ids_hand_computed():
+    line = b'{"chat_id": 3, "hash_ids" : [ 0 , 17,123456789012345678 ], "turn": 1}\n'
+    rest, ids = KERNEL.split_ids(line)
+    assert rest == b'{"chat_id": 3, "hash_ids" : [], "turn": 1}\n'
+    assert ids == array("q", [0, 17, 123456789012345678])
+    assert KERNEL.split_ids(b'{"hash_ids": []}') == (b'{"hash_ids": []}', array("q"))
+    for refused in (b'{"hash_ids": [01]}', b'{"hash_ids": [1,]}', b'{"hash_ids": [-1]}', b'{"hash_ids": [1.0]}',
+                    b'{"hash_ids": [1234567890123456789]}', b'{"hash_ids": [1], "hash_ids": [2]}',
+                    b'{"a": "\\\\", "hash_ids": [1]}', b'{"hash_ids": ["1"]}', b'{"hash_ids" [1]}', b'{"hash_ids": 1}'):
+        assert KERNEL.split_ids(refused) is None, refused
+
+
+# Ways to write a line's hash_ids that the bytes scanner must read as a JSON parser does, or hand
+# to the parser: spacing, JSON's integer spelling, ids as text, a nested or repeated key, escapes.
+SPELLINGS = [
+    lambda text: text,
+    lambda text: text.replace('"hash_ids": [', '"hash_ids" :[ ').replace(", ", " ,"),
+    lambda text: text.replace('"hash_ids": [', '"hash_ids": [0'),  # a leading zero: not JSON
+    lambda text: text.replace('"hash_ids": [', '"hash_ids": [-'),
+    lambda text: text.replace('"hash_ids": [', '"hash_ids": [1234567890123456789, '),  # 19 digits
+    lambda text: text.replace('"hash_ids": [', '"hash_ids": [18446744073709551615, '),  # u64
+    lambda text: text.replace('"hash_ids": [', '"hash_ids": [true, '),
+    lambda text: text.replace('"hash_ids": [', '"hash_ids": ["7", '),
+    lambda text: text.replace('"hash_ids": [', '"hash_ids": [7.0, '),
+    lambda text: text.replace('"hash_ids"', '"hash\\u005fids"'),
+    lambda text: text.replace('"type": "text"', '"type": "te\\"xt"'),
+    lambda text: text.replace('"type": "text"', '"type": "hash_ids"'),
+    lambda text: text.replace('"type": "text"', '"type": {"hash_ids": []}'),
+    lambda text: text[:-1] + ', "hash_ids": [1]}',
+    lambda text: text.replace('"type": "text", ', '"hash_ids": [], '),
+    lambda text: text.replace("]", "]]", 1),
+    lambda text: text + " x",
+]
+
+
+@st.composite
+def spelled_files(draw):
+    lines = draw(bailian_files()).splitlines()
+    return "\n".join(draw(st.sampled_from(SPELLINGS))(line) for line in lines) + "\n"
+
+
+@settings(max_examples=200, deadline=None)
+@given(spelled_files(), st.booleans())
+def test_any_spelling_of_the_ids_reads_as_the_python_path(tmp_path_factory, text, skip_bad):
+    path = tmp_path_factory.mktemp("bailian") / "t.jsonl"
+    path.write_text(text)
+    compiled = outcome(path, skip_bad=skip_bad)
+    with pure_python():
+        assert outcome(path, skip_bad=skip_bad) == compiled

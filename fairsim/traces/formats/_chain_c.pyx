@@ -12,12 +12,14 @@ object shared by every request that has it. Ids that are not Python ints within 
 reader then runs the reference. ``tests/test_chain_compiled.py`` compares the two.
 """
 
-from cpython.array cimport array
+from cpython.array cimport array, clone
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport uint64_t
 from libc.stdlib cimport free, malloc
+from libc.string cimport memchr
 
 
 cdef inline uint64_t _mix(long long parent, long long h) noexcept:
@@ -207,3 +209,88 @@ def chain_ids(list id_lists):
             parent = name
         out.append(chained)
     return out
+
+
+cdef bytes _IDS_KEY = b'"hash_ids"'
+cdef array _Q = array("q")
+
+
+cdef inline Py_ssize_t _skip_ws(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) noexcept:
+    """The first position from ``i`` that is not JSON whitespace (space, tab, LF, CR)."""
+    while i < n and (p[i] == 32 or p[i] == 9 or p[i] == 10 or p[i] == 13):
+        i += 1
+    return i
+
+
+cdef Py_ssize_t _scan_ids(const unsigned char* p, Py_ssize_t i, Py_ssize_t n, long long* out) noexcept:
+    """From just after a ``[``: JSON integers (``0`` or 1-18 digits without a leading zero)
+    separated by commas, up to the ``]``; their values into ``out`` (when not NULL). Returns the
+    position of the ``]``, -1 where the text is anything else, and the count in ``out``'s absence
+    is taken by the caller from a first pass (``split_ids``)."""
+    cdef Py_ssize_t k = 0, start
+    cdef long long v
+    i = _skip_ws(p, i, n)
+    if i < n and p[i] == 93:  # ]
+        return i
+    while True:
+        if i >= n or not 48 <= p[i] <= 57:
+            return -1
+        start = i
+        v = 0
+        while i < n and 48 <= p[i] <= 57:
+            v = v * 10 + (p[i] - 48)
+            i += 1
+            if i - start > 18:
+                return -1
+        if p[start] == 48 and i - start > 1:  # a leading zero: not JSON
+            return -1
+        if out != NULL:
+            out[k] = v
+        k += 1
+        i = _skip_ws(p, i, n)
+        if i < n and p[i] == 44:  # ,
+            i = _skip_ws(p, i + 1, n)
+        elif i < n and p[i] == 93:
+            return i
+        else:
+            return -1
+
+
+def split_ids(bytes raw):
+    """A Bailian line's ``hash_ids`` read from its bytes: ``(rest, ids)``, ``rest`` the line with
+    that array written ``[]`` and ``ids`` its integers as an ``array('q')``; or None.
+
+    Taken only where that is exactly what a JSON parser sees: no backslash in the line (so no
+    escaped key, and ``"hash_ids"`` followed by ``:`` can only be a key), exactly one
+    ``"hash_ids"`` (one such key), and an array of non-negative integers of at most 18 digits
+    (within 64 bits) in JSON's spelling. The caller parses ``rest`` and checks that its top-level
+    ``hash_ids`` is the empty array put there (``iter_json_lines``' ``split``), so a nested key,
+    or a line that is not JSON, goes to the parser whole.
+    """
+    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(raw)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(raw), at, i, j, k, end, count
+    cdef array ids
+    if memchr(p, 92, n) != NULL:  # a backslash
+        return None
+    at = raw.find(_IDS_KEY)
+    if at < 0 or raw.find(_IDS_KEY, at + 1) >= 0:
+        return None
+    i = _skip_ws(p, at + 10, n)
+    if i >= n or p[i] != 58:  # :
+        return None
+    i = _skip_ws(p, i + 1, n)
+    if i >= n or p[i] != 91:  # [
+        return None
+    end = _scan_ids(p, i + 1, n, NULL)
+    if end < 0:
+        return None
+    count = 0  # the commas between the brackets, plus one where there is an integer
+    for j in range(i + 1, end):
+        if p[j] == 44:
+            count += 1
+    k = _skip_ws(p, i + 1, n)
+    if k < end:
+        count += 1
+    ids = clone(_Q, count, False)
+    _scan_ids(p, i + 1, n, ids.data.as_longlongs)
+    return raw[:i] + b"[]" + raw[end + 1:], ids

@@ -14,7 +14,7 @@ import math
 import re
 import zlib
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -161,7 +161,8 @@ def _orjson_safe(raw: bytes) -> bool:
     return True
 
 
-def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+def iter_json_lines(path: Path, split: Callable[[bytes], tuple[bytes, Any] | None] | None = None,
+                    field: str = "hash_ids") -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, decoded JSON object or TraceFormatError)`` for each record line.
 
     Blank lines at the end of the file are accepted (RAGPulse files end with several); a blank
@@ -177,6 +178,13 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
     ``json`` as before, so records, values and error messages are those of ``json.loads``.
 
     A gzip file cut short yields its complete lines, then an error at the line after them.
+
+    ``split`` (a compiled scanner, e.g. ``_chain_c.split_ids``) may take a line's long integer
+    array ``field`` from its bytes: ``(rest, values)``, ``rest`` the line with that array written
+    ``[]``. ``rest`` is parsed instead of the line, and where its top-level ``field`` is that empty
+    array, ``values`` (e.g. an ``array('q')``) is put in its place; anything else (None, a
+    ``rest`` that is not an object, a ``field`` that is not the placeholder) parses the line as
+    above.
     """
     import orjson  # here, not at import: a CSV trace never pays its start-up (~5 ms)
 
@@ -189,7 +197,19 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
         with open_binary(path) as fh:
             for line_no, raw in enumerate(fh, start=1):
                 rec = None
-                if long_digits not in raw.translate(digits) or safe(raw):  # most lines: no 19-digit run
+                got = split(raw) if split is not None else None
+                if got is not None:
+                    rest, values = got
+                    if long_digits not in rest.translate(digits) or safe(rest):
+                        try:
+                            rec = loads(rest)
+                        except fast_error:
+                            pass
+                    if type(rec) is dict and type(rec.get(field)) is list and not rec[field]:
+                        rec[field] = values  # the placeholder: the array as read from the bytes
+                    else:
+                        rec = None
+                if rec is None and (long_digits not in raw.translate(digits) or safe(raw)):  # most lines: no 19-digit run
                     try:
                         rec = loads(raw)
                     except fast_error:

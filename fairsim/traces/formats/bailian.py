@@ -98,7 +98,10 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     out = Collector(path, skip_bad)
     rows = []
     chat_line: dict[int, int] = {}
-    for line, rec in iter_json_lines(path):
+    kernel = compiled_twin(COMPILED_MODULE)
+    # Where built, each line's ids are read from its bytes into an array('q') (the kernel's
+    # split_ids): the ids need_ids and _compact would make from the parsed list.
+    for line, rec in iter_json_lines(path, None if kernel is None else kernel.split_ids):
         try:
             if isinstance(rec, TraceFormatError):
                 raise rec
@@ -113,7 +116,9 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             prompt = need_int(rec["input_length"], name, line, "input_length", 1)
             labels = {k: v for k, v in rec.items() if k not in _KNOWN}
             output = output_tokens(rec["output_length"], name, line, "output_length", labels)
-            ids = _compact(need_ids(rec["hash_ids"], name, line, "hash_ids"))
+            ids = rec["hash_ids"]
+            if type(ids) is not array:  # (an array: split_ids' own, of non-negative 64-bit ints)
+                ids = _compact(need_ids(ids, name, line, "hash_ids"))
             check_hash_count(len(ids), prompt, block, name, line, "hash_ids")
         except TraceFormatError as exc:
             out.bad(exc)
