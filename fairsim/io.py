@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -162,6 +161,8 @@ def _not_empty(path: str | Path, option: str | None) -> None:
 
 
 def _probe(folder: Path, option: str | None, named: Path) -> None:
+    import tempfile  # here, not at import: a run without output files never needs it (start-up)
+
     try:
         fd, tmp = tempfile.mkstemp(prefix=".fairsim-probe-", dir=folder)
     except OSError as exc:
@@ -184,6 +185,8 @@ def atomic_write(path: str | Path, write: Callable[[Path], Any]) -> Path:
         OutputError: Creating, writing or renaming failed (the temporary file is removed; the
             message names ``path`` and the reason).
     """
+    import tempfile  # (as in _probe)
+
     final = Path(path)
     try:
         fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
