@@ -141,8 +141,11 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     (``tests/test_azure_compiled.py``). Any other file is read here.
 
     Raises:
-        TraceFormatError: A missing column (line 1), an unparsable timestamp or count, a
-            ``ContextTokens`` below 1, a timestamp lower than the previous row's.
+        TraceFormatError: A missing column (line 1), an unparsable timestamp or count (a byte
+            that is not UTF-8 makes its field unparsable), a ``ContextTokens`` below 1, a
+            timestamp lower than the previous row's, a gzip stream cut short (field ``<gzip>``,
+            at the first line lost; with ``skip_bad`` the rows before it are kept).
+        OSError: A broken gzip stream.
     """
     path = Path(path)
     name = str(path)
