@@ -16,32 +16,20 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fairsim.errors import TraceFormatError
 from fairsim.traces.formats import azure
-from fairsim.types import Request
-from tests.utils import compiled_twin_or_skip, pure_python
+from tests.utils import compiled_twin_or_skip, read_both_ways, read_outcome
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
 KERNEL = compiled_twin_or_skip("fairsim.traces.formats._azure_c")
 
 
 def outcome(path: Path, **kwargs):
-    """What ``azure.read`` gives: every field of every request and of the trace, or the error."""
-    try:
-        trace = azure.read(path, **kwargs)
-    except (TraceFormatError, ValueError) as exc:
-        return ("error", type(exc).__name__, str(exc))
-    # every field of Request (a field added later is compared too; one left unset raises here)
-    requests = [tuple(repr(getattr(r, name)) for name in Request.__slots__) for r in trace.requests]
-    return ("trace", requests, [str(e) for e in trace.skipped], trace.warnings, trace.absolute_time,
-            trace.hash_block_size, trace.locations, trace.name, trace.format, trace.source)
+    """What ``azure.read`` gives (``tests.utils.read_outcome``)."""
+    return read_outcome(azure.read, path, **kwargs)
 
 
 def both(path: Path, **kwargs):
-    compiled = outcome(path, **kwargs)
-    with pure_python():
-        reference = outcome(path, **kwargs)
-    return compiled, reference
+    return read_both_ways(azure.read, path, **kwargs)
 
 
 def plain(path: Path, block=512, max_requests=None):

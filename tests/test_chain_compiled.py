@@ -83,14 +83,19 @@ def outcome(path, **kwargs):
             [str(e) for e in trace.skipped], trace.warnings, trace.locations)
 
 
-@settings(max_examples=150, deadline=None)
-@given(bailian_files(), st.booleans())
-def test_a_file_reads_as_with_the_python_names(tmp_path_factory, text, skip_bad):
+def assert_reads_as_python(tmp_path_factory, text: str, skip_bad: bool) -> None:
+    """The file ``text`` reads the same with the compiled twins and with the Python path."""
     path = tmp_path_factory.mktemp("bailian") / "t.jsonl"
     path.write_text(text)
     compiled = outcome(path, skip_bad=skip_bad)
     with pure_python():
         assert outcome(path, skip_bad=skip_bad) == compiled
+
+
+@settings(max_examples=150, deadline=None)
+@given(bailian_files(), st.booleans())
+def test_a_file_reads_as_with_the_python_names(tmp_path_factory, text, skip_bad):
+    assert_reads_as_python(tmp_path_factory, text, skip_bad)
 
 
 def test_split_ids_hand_computed():
@@ -137,8 +142,4 @@ def spelled_files(draw):
 @settings(max_examples=200, deadline=None)
 @given(spelled_files(), st.booleans())
 def test_any_spelling_of_the_ids_reads_as_the_python_path(tmp_path_factory, text, skip_bad):
-    path = tmp_path_factory.mktemp("bailian") / "t.jsonl"
-    path.write_text(text)
-    compiled = outcome(path, skip_bad=skip_bad)
-    with pure_python():
-        assert outcome(path, skip_bad=skip_bad) == compiled
+    assert_reads_as_python(tmp_path_factory, text, skip_bad)

@@ -259,3 +259,27 @@ def pure_python():
             del os.environ[PURE_PYTHON_ENV]
         else:
             os.environ[PURE_PYTHON_ENV] = old
+
+
+def read_outcome(read: Callable[..., Any], path: Any, **kwargs: Any) -> tuple:
+    """What the trace reader ``read`` gives for ``path``: every field of every request and of the
+    trace, or the error (type and message), for comparing a compiled reader with its reference."""
+    from fairsim.errors import TraceFormatError
+
+    try:
+        trace = read(path, **kwargs)
+    except (TraceFormatError, ValueError) as exc:
+        return ("error", type(exc).__name__, str(exc))
+    # every field of Request (a field added later is compared too; one left unset raises here)
+    requests = [tuple(repr(getattr(r, name)) for name in Request.__slots__) for r in trace.requests]
+    return ("trace", requests, [str(e) for e in trace.skipped], trace.warnings, trace.absolute_time,
+            trace.hash_block_size, trace.locations, trace.name, trace.format, trace.source)
+
+
+def read_both_ways(read: Callable[..., Any], path: Any, **kwargs: Any) -> tuple[tuple, tuple]:
+    """``(compiled, reference)``: ``read_outcome`` with the compiled twins, then with
+    ``FAIRSIM_PURE_PYTHON=1``."""
+    compiled = read_outcome(read, path, **kwargs)
+    with pure_python():
+        reference = read_outcome(read, path, **kwargs)
+    return compiled, reference
