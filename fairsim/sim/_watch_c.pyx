@@ -15,12 +15,23 @@ watcher entries, 13,446 drops), a quarter of the Python operations of a Fairway 
 dict operations that the interpreter's dispatch dominates.
 """
 
+#: The snapshot's fields in ``fairsim.types.QueuedRequest``'s order: ``make_snapshot`` builds it
+#: as that tuple (``tuple.__new__``, what ``QueuedRequest._make`` does, without the Python
+#: ``__new__`` frame) and reads a kept one by position, where ``snapshot_class`` has them.
+SNAPSHOT_FIELDS = ("request_id", "arrival_time", "prompt_len", "cached_len", "uncached_len",
+                   "num_computed_tokens", "handle", "block_keys", "block_size", "client",
+                   "arrival_prefill_tokens", "output_len")
+cdef object _tuple_new = tuple.__new__
+
 
 cdef class CompiledWatch:
     """The watcher map ``watchers`` (the engine's ``_watchers``, shared, not copied) and its
     updates for one engine. ``no_key``: ``fairsim.sim.lazy_hits.NO_KEY``. ``attach_lazy`` binds
-    the lazy path (its ``raised``/``bounded``, the engine's ``_dirty`` and the pool's
-    ``is_cached``), read at each ``key_changed`` call since the engine replaces them per step."""
+    the lazy path: its ``raised``, ``bounded``, ``resolved``, ``journal`` and ``recheck`` and the
+    engine's ``_dirty`` are held here too (no attribute lookup per ``key_changed`` or ``resolve``
+    call). In the lazy path only ``start_step`` replaces them (``LazyHits.start_step`` is this
+    class's once attached; ``Engine._fast_order`` replaces ``_dirty`` only without lazy hits), and
+    it sets the attributes and these fields to the same new objects."""
 
     cdef dict watchers
     cdef dict waiting
@@ -30,8 +41,16 @@ cdef class CompiledWatch:
     cdef object is_cached
     cdef object count_prefix
     cdef object snapshot_class
+    cdef bint plain_snapshots  # snapshot_class is a tuple of SNAPSHOT_FIELDS (QueuedRequest)
     cdef object block_size
     cdef bint hit_free
+    # The lazy path's per-step containers, the same objects as its attributes (attach_lazy)
+    cdef dict dirty
+    cdef dict raised
+    cdef set bounded
+    cdef dict resolved
+    cdef object journal
+    cdef list recheck
 
     def __init__(self, engine, no_key, snapshot_class):
         self.watchers = engine._watchers
@@ -42,6 +61,8 @@ cdef class CompiledWatch:
         self.is_cached = engine.pool.is_cached
         self.count_prefix = engine.pool.count_prefix
         self.snapshot_class = snapshot_class
+        self.plain_snapshots = (isinstance(snapshot_class, type) and issubclass(snapshot_class, tuple)
+                                and getattr(snapshot_class, "_fields", None) == SNAPSHOT_FIELDS)
         self.block_size = engine.block_size
         self.hit_free = engine._hit_free
 
@@ -49,6 +70,12 @@ cdef class CompiledWatch:
         """Bind the lazy path (``fairsim.sim.lazy_hits.LazyHits``) for ``key_changed`` and
         ``resolve``."""
         self.lazy = lazy
+        self.dirty = self.engine._dirty
+        self.raised = lazy.raised
+        self.bounded = lazy.bounded
+        self.resolved = lazy.resolved
+        self.journal = lazy.journal
+        self.recheck = lazy.recheck
 
     cdef void _drop_range(self, object lid, object keys, Py_ssize_t start, Py_ssize_t stop) except *:
         cdef dict watchers = self.watchers
@@ -112,9 +139,9 @@ cdef class CompiledWatch:
         """``LazyHits.key_changed`` (after ``attach_lazy``)."""
         cdef dict watchers = self.watchers
         cdef dict bucket = watchers[key]
-        cdef dict dirty = self.engine._dirty
-        cdef dict raised = self.lazy.raised
-        cdef set bounded = self.lazy.bounded
+        cdef dict dirty = self.dirty
+        cdef dict raised = self.raised
+        cdef set bounded = self.bounded
         cdef list drop = []
         if self.is_cached(key):
             for k, live in bucket.items():
@@ -152,50 +179,67 @@ cdef class CompiledWatch:
         """``LazyHits.start_step`` (after ``attach_lazy``)."""
         cdef object lazy = self.lazy
         cdef object e = self.engine
-        cdef dict dirty = e._dirty
-        cdef dict raised = lazy.raised
+        cdef dict dirty = self.dirty
+        cdef dict raised = self.raised
         cdef set held
         cdef list up
-        for live in lazy.recheck:
+        for live in self.recheck:
             live.snap = None
             dirty[id(live)] = live
             raised[id(live)] = live
-        lazy.recheck = []
+        lazy.recheck = self.recheck = []
         journal = {}
-        lazy.journal = journal
+        lazy.journal = self.journal = journal
         lazy.pool.journal = journal
-        lazy.resolved = {}
+        lazy.resolved = self.resolved = {}
         if dirty or raised:
             held = e._in_inc
             up = [key for key in raised if key in held]
-            lazy.bounded.update(up)
-            e._dirty = {}
-            lazy.raised = {}
+            self.bounded.update(up)
+            e._dirty = self.dirty = {}
+            lazy.raised = self.raised = {}
             e._inc.stale([live.req.request_id for key, live in dirty.items() if key in held],
                          [raised[key].req.request_id for key in up])
 
     def make_snapshot(self, live, h, computed):
         """``Engine._make_snapshot`` (``snapshot_class``: ``fairsim.types.QueuedRequest``)."""
+        cdef tuple kept
         if id(live) in self.waiting and not self.hit_free:
             self.rewatch(live, h // self.block_size)
         old = live.last_snap
-        if (old is not None and old.cached_len == h and old.num_computed_tokens == computed
-                and old.arrival_time == live.released_s
-                and old.arrival_prefill_tokens == live.arrival_prefill):
-            return old
+        if not self.plain_snapshots:
+            if (old is not None and old.cached_len == h and old.num_computed_tokens == computed
+                    and old.arrival_time == live.released_s
+                    and old.arrival_prefill_tokens == live.arrival_prefill):
+                return old
+            req = live.req
+            snap = self.snapshot_class(
+                req.request_id, live.released_s, req.prompt_len, h,
+                max(1, req.prompt_len - h - computed), computed, live, live.keys,
+                self.block_size, live.client, live.arrival_prefill, req.output_len,
+            )
+            live.last_snap = snap
+            return snap
+        if old is not None:  # (by position: cached_len, num_computed_tokens, arrival_time, arrival_prefill_tokens)
+            if not isinstance(old, tuple):
+                raise TypeError(f"a kept snapshot is {type(old).__name__}, not {self.snapshot_class.__name__}")
+            kept = <tuple>old
+            if (kept[3] == h and kept[5] == computed and kept[1] == live.released_s
+                    and kept[10] == live.arrival_prefill):
+                return old
         req = live.req
-        snap = self.snapshot_class(
-            req.request_id, live.released_s, req.prompt_len, h,
-            max(1, req.prompt_len - h - computed), computed, live, live.keys,
+        prompt_len = req.prompt_len
+        snap = _tuple_new(self.snapshot_class, (
+            req.request_id, live.released_s, prompt_len, h,
+            max(1, prompt_len - h - computed), computed, live, live.keys,
             self.block_size, live.client, live.arrival_prefill, req.output_len,
-        )
+        ))
         live.last_snap = snap
         return snap
 
     def resolve(self, q):
         """``LazyHits.resolve`` (after ``attach_lazy``)."""
-        cdef object lazy = self.lazy
-        cdef dict resolved = lazy.resolved
+        cdef dict resolved = self.resolved
         cdef Py_ssize_t n, cap
         cdef bint touched
         live = q.handle
@@ -205,8 +249,8 @@ cdef class CompiledWatch:
             return snap
         snap = live.snap
         if snap is None:
-            lazy.bounded.discard(key)
-            journal = lazy.journal
+            self.bounded.discard(key)
+            journal = self.journal
             cap = live.max_hit_blocks
             keys = live.keys
             n = self.count_prefix(keys, cap)
@@ -225,6 +269,6 @@ cdef class CompiledWatch:
             snap = self.engine._make_snapshot(live, n * self.block_size, 0)
             live.snap = snap
             if touched:
-                lazy.recheck.append(live)
+                self.recheck.append(live)
         resolved[key] = snap
         return snap
