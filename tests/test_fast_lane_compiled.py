@@ -62,6 +62,42 @@ def test_python_lane_runs_the_python_methods():
         assert type(fast._by_slot[0]) is compiled.Bucket
 
 
+def test_snapshot_positions_are_queued_request_fields():
+    """The compiled lane reads a ``QueuedRequest`` by position: its positions are the fields'."""
+    assert compiled.SNAPSHOT_POSITIONS
+    for name, i in compiled.SNAPSHOT_POSITIONS.items():
+        assert QueuedRequest._fields[i] == name
+
+
+class OtherSnapshot(QueuedRequest):
+    """A snapshot of another type: the compiled lane reads its fields by name."""
+
+    __slots__ = ()
+
+
+def test_another_snapshot_type_reads_the_same():
+    """Fields read by name (another type) or by position (``QueuedRequest``): the same lane."""
+    policy = make_policy("fairway", PROFILE)
+    with _modes(0, -1):
+        lanes, orders = [], []
+        for kind in (QueuedRequest, OtherSnapshot):
+            lane = FastLane(policy.slo)
+            order = []
+            for i in range(40):
+                lane.add(kind(f"r{i}", i * 0.5, 100 + 37 * i, 64 * (i % 3), 100 + 37 * i - 64 * (i % 3), 0, None,
+                              tuple(range(i % 4)), 16))
+                if i == 19:  # a read builds the buckets: the later adds take the bucketed path
+                    order += [q.request_id for q in lane.iter_order(10.0)]
+                    assert not lane._small
+            lane.add(kind("r3", 1.5, 211, 64, 147, 0, None, (0, 1, 2, 3), 16))  # a re-add, a higher hit
+            lane.remove("r5")
+            order += [q.request_id for q in lane.iter_order(30.0)]
+            lanes.append(lane)
+            orders.append(order)
+        assert orders[0] == orders[1]
+        assert state(lanes[0]) == state(lanes[1]).replace("OtherSnapshot", "QueuedRequest")
+
+
 def test_pure_python_switch_reads_in_python():
     """``FAIRSIM_PURE_PYTHON=1``: numpy lines, so the reads are the Python method's."""
     code = ("from fairsim.policies import fast_lane\n"

@@ -395,11 +395,42 @@ cdef double _margin():
 
 
 cdef inline int _load() except -1:
-    global _fl
+    global _fl, _QueuedRequest
     if _fl is None:
         import fairsim.policies.fast_lane as fl
+        from fairsim.types import QueuedRequest
         _fl = fl
+        _QueuedRequest = QueuedRequest
     return 0
+
+
+#: ``fairsim.types.QueuedRequest`` (set by ``_load``): a snapshot of that type is read by position.
+cdef object _QueuedRequest = None
+# Positions of the snapshot fields read here, in QueuedRequest's order (checked against its
+# _fields by tests/test_fast_lane_compiled.py).
+cdef enum:
+    _ID = 0
+    _ARRIVAL = 1
+    _PROMPT = 2
+    _CACHED = 3
+    _UNCACHED = 4
+    _COMPUTED = 5
+    _KEYS = 7
+    _BLOCK = 8
+
+
+#: The positions above by field name (for tests/test_fast_lane_compiled.py).
+SNAPSHOT_POSITIONS = {"request_id": _ID, "arrival_time": _ARRIVAL, "prompt_len": _PROMPT, "cached_len": _CACHED,
+                      "uncached_len": _UNCACHED, "num_computed_tokens": _COMPUTED, "block_keys": _KEYS,
+                      "block_size": _BLOCK}
+
+
+cdef inline object _q(object q, Py_ssize_t i, str name):
+    """Field ``name`` of snapshot ``q``: by position (``i``) for a ``QueuedRequest`` (no attribute
+    lookup from C: a tuple read), else ``getattr`` (any other snapshot type)."""
+    if type(q) is _QueuedRequest:
+        return (<tuple>q)[i]
+    return getattr(q, name)
 
 
 cdef int _set_c(lines, Py_ssize_t slot, double c) except -1:
@@ -531,7 +562,7 @@ cdef int _fresh(lane, list item) except -1:
     """``FastLane._fresh``: read a stale request's snapshot of this step."""
     q = lane._resolve(item[0])
     item[0] = q
-    item[1] = q.cached_len / max(q.uncached_len, 1)
+    item[1] = _q(q, _CACHED, "cached_len") / max(_q(q, _UNCACHED, "uncached_len"), 1)
     item[8] = False
     return 0
 
@@ -575,8 +606,10 @@ def add(lane, q):
     keys and bound lines, by the same operations."""
     _load()
     lane._first = lane._lead_state = None
-    rid = q.request_id
-    hc = q.cached_len / max(q.uncached_len, 1)
+    rid = _q(q, _ID, "request_id")
+    hc = _q(q, _CACHED, "cached_len") / max(_q(q, _UNCACHED, "uncached_len"), 1)
+    arrival = _q(q, _ARRIVAL, "arrival_time")
+    prompt = _q(q, _PROMPT, "prompt_len")
     cdef dict items = lane._items
     cdef object it = items.get(rid)
     cdef list item
@@ -584,17 +617,17 @@ def add(lane, q):
     cdef double t, t0, wait, slo_v
     if it is None and lane._in_arrival:
         last = lane._last
-        if last is None or (q.arrival_time, rid) > last:
-            lane._last = (q.arrival_time, rid)
+        if last is None or (arrival, rid) > last:
+            lane._last = (arrival, rid)
         else:
             lane._in_arrival = False
     if lane._small:
-        if it is None or q.arrival_time != (<list>it)[2] or q.prompt_len != (<list>it)[0].prompt_len:
+        if it is None or arrival != (<list>it)[2] or prompt != _q((<list>it)[0], _PROMPT, "prompt_len"):
             if it is not None:
                 del items[rid]
                 lane._in_arrival = False
-            slo = lane.slo(q.prompt_len)
-            items[rid] = [q, hc, q.arrival_time, slo, 1.0 / slo, None, None, hc, False, None]
+            slo = lane.slo(prompt)
+            items[rid] = [q, hc, arrival, slo, 1.0 / slo, None, None, hc, False, None]
         else:
             item = <list>it
             item[0] = q
@@ -603,7 +636,7 @@ def add(lane, q):
             item[8] = False
         return
     if it is None:
-        L = q.prompt_len
+        L = prompt
         per = lane._by_len.get(L)
         slo, s, idx = per if per is not None else lane._slope(L)
         bo = lane._buckets.get(idx)
@@ -613,7 +646,7 @@ def add(lane, q):
         if s > b.s_hi:
             b.s_hi = s
             _sync(lane, b)
-        arr = q.arrival_time
+        arr = arrival
         t = lane._clock
         t0 = b.t0
         if t < t0:
@@ -624,11 +657,11 @@ def add(lane, q):
         if cap is not None and wait > <double>cap:
             wait = cap
         kt = (-(<double>hc + wait - (t - t0) * b.s_hi), arr, rid)
-        bs = q.block_size
-        h = min(len(q.block_keys), (L - 1) // bs) * bs if bs > 0 else max(L - 1, 0)
-        top = h / max(L - h - q.num_computed_tokens, 1)
+        bs = _q(q, _BLOCK, "block_size")
+        h = min(len(_q(q, _KEYS, "block_keys")), (L - 1) // bs) * bs if bs > 0 else max(L - 1, 0)
+        top = h / max(L - h - _q(q, _COMPUTED, "num_computed_tokens"), 1)
         items[rid] = [q, hc, arr, slo, s, b, kt, hc, False, top if top > hc else hc]
-    elif q.arrival_time != (<list>it)[2] or q.prompt_len != (<list>it)[0].prompt_len:
+    elif arrival != (<list>it)[2] or prompt != _q((<list>it)[0], _PROMPT, "prompt_len"):
         lane.remove(rid)
         lane._in_arrival = False
         lane.add(q)
