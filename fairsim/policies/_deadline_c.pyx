@@ -27,6 +27,7 @@ except ImportError:  # pragma: no cover - built together by setup.py
     MODE_CODES, block_sums, open_due = {"queue": 0, "own": 1, "none": 2}, None, None
 
 cdef object _INF = math.inf
+cdef object _floor_of = math.floor
 
 
 @cython.boundscheck(False)  # indices in range by construction (a bisect; tree nodes < 2 size)
@@ -112,13 +113,21 @@ cdef class DueBlocks:
         return i if i < top else top
 
     def add(self, key, work):
-        self.n += 1
-        self._adds[key] = work
+        self._add(key, work)
 
     def remove(self, key):
+        self._remove(key)
+
+    cdef inline int _add(self, object key, object work) except -1:
+        self.n += 1
+        self._adds[key] = work
+        return 0
+
+    cdef inline int _remove(self, object key) except -1:
         self.n -= 1
         if self._adds.pop(key, None) is None:
             self._removes.append(key)
+        return 0
 
     @property
     def blocks(self):
@@ -341,6 +350,9 @@ cdef class DueBlocks:
 
     def mark_due(self, t):
         """The reference's ``mark_due``: ``(keys marked, floor)``."""
+        return self._mark_due(t)
+
+    cdef tuple _mark_due(self, object t):
         cdef Block b
         cdef list changed, stack, newly, tot, lst
         cdef Py_ssize_t node, left, size, i
@@ -416,3 +428,219 @@ cdef class DueBlocks:
                     left -= 1
                     if not left:
                         return
+
+
+cdef class DeadlineCore:
+    """The per-request bookkeeping of ``deadline_fast.DeadlineOrder`` compiled: ``add``,
+    ``remove``, ``stale``, ``_current``, ``_restore``, ``_assign`` and ``iter_order``'s state
+    updates, statement for statement the reference's (the same dicts, in the same insertion
+    order, the same integers, the same calls to the lanes and the due blocks), the attributes
+    public under the reference's names. ``deadline_fast.CompiledDeadlineOrder`` puts it before
+    ``DeadlineOrder``, whose read (``_read``), ``head_until`` and ``set_resolver`` it keeps
+    (``tests/test_deadline_compiled.py`` compares the two call by call, state and all).
+
+    Why compiled: at the conversation trace's native rate these few dict and attribute operations
+    per join, leave and first sight were most of what ``fairway-deadline`` adds to Fairway's
+    loop (docs/performance.md).
+
+    Args:
+        policy: The ``FairwayDeadline`` (its ``work_ns``, ``deadline_ns``, ``urgent``,
+            ``horizon_ns`` are read and written as the reference does).
+        fast: Its ``FastLane``; fair: its ``ArrivalOrder``; due: a ``DueBlocks`` of this module.
+    """
+
+    cdef public object policy, fast, fair, _resolve, _alast, _floor, _total
+    cdef public dict snap, _stale, _pending, _key_of, _left, _slo_ns
+    cdef public list _gone
+    cdef public DueBlocks due
+
+    def __init__(self, policy, fast, fair, DueBlocks due):
+        self.policy = policy
+        self.fast = fast
+        self.fair = fair
+        self.snap = {}
+        self._stale = {}
+        self._resolve = None
+        self._pending = {}
+        self._key_of = {}
+        self._gone = []
+        self._left = {}
+        self.due = due
+        self._total = 0
+        self._alast = None
+        self._floor = None
+        self._slo_ns = {}
+
+    def __len__(self):
+        return len(self.snap)
+
+    def add(self, q):
+        """The reference's ``add``."""
+        rid = q.request_id
+        if rid not in self.snap:
+            back = self._left.pop(rid, None)
+            if back is not None and (<tuple>back)[:2] == (q.arrival_time, q.prompt_len):
+                self._restore(rid, back[2], back[3], back[4])
+            else:
+                self._pending[rid] = None
+        self._stale.pop(rid, None)
+        self.fast.add(q)
+        self.fair.add(q)
+        self.snap[rid] = q
+
+    def remove(self, request_id):
+        """The reference's ``remove``."""
+        self.fast.remove(request_id)
+        self.fair.remove(request_id)
+        self._stale.pop(request_id, None)
+        p = self.policy
+        k = self._key_of.pop(request_id, None)
+        if k is None:
+            del self.snap[request_id]
+            del self._pending[request_id]
+            return
+        q = self.snap.pop(request_id)
+        work = p.work_ns.pop(request_id)
+        urgent = p.urgent
+        self._left[request_id] = (q.arrival_time, q.prompt_len, k, work, request_id in urgent)
+        self._gone.append(k)
+        self._total = self._total - work
+        del p.deadline_ns[request_id]
+        urgent.discard(request_id)
+
+    def _restore(self, rid, key, work, urgent):
+        """The reference's ``_restore``."""
+        p = self.policy
+        self._gone.remove(key)
+        self._key_of[rid] = key
+        self._total = self._total + work
+        p.work_ns[rid] = work
+        p.deadline_ns[rid] = key[0]
+        if urgent:
+            p.urgent.add(rid)
+
+    def stale(self, request_ids, raised=None):
+        """The reference's ``stale``."""
+        cdef dict st = self._stale
+        self.fast.stale(request_ids, raised)
+        self.fair.stale(request_ids, raised)
+        for rid in request_ids:
+            st[rid] = None
+
+    def _current(self, rid):
+        """The reference's ``_current``."""
+        return self._cur(rid)
+
+    cdef object _cur(self, object rid):
+        if rid in self._stale:
+            del self._stale[rid]
+            q = self._resolve(self.snap[rid])
+            self.snap[rid] = q
+            return q
+        return self.snap[rid]
+
+    def _assign(self):
+        """The reference's ``_assign`` (``FairwayDeadline.work`` inlined: ``incremental_order``
+        gives this path only to a policy that does not override it)."""
+        cdef list fresh, aheads
+        cdef dict snap = self.snap, work, rates, slo_ns = self._slo_ns, deadline, key_of = self._key_of
+        cdef DueBlocks due = self.due
+        cdef bint use_h
+        cdef int mode
+        p = self.policy
+        fresh = sorted([((<object>snap[rid]).arrival_time, rid) for rid in self._pending])
+        self._pending = {}
+        work = p.work_ns
+        rates, idle = p._rate, p.idle_prefill_time
+        if self._alast is None or fresh[0] > self._alast:
+            ahead = self._total
+            aheads = []
+            for _, rid in fresh:
+                q = self._cur(rid)
+                length = q.prompt_len
+                rate = rates.get(length)
+                if rate is None:
+                    rate = rates[length] = idle(length) / length
+                w = round(rate * q.uncached_len * 1e9)  # to_ns(work(q))
+                work[rid] = w
+                aheads.append(ahead)
+                ahead = ahead + w
+            total = ahead
+        else:
+            for _, rid in fresh:
+                q = self._cur(rid)
+                length = q.prompt_len
+                rate = rates.get(length)
+                if rate is None:
+                    rate = rates[length] = idle(length) / length
+                work[rid] = round(rate * q.uncached_len * 1e9)
+            new = {rid for _, rid in fresh}
+            ahead, by_id = 0, {}
+            for q in sorted(snap.values(), key=_arrival_id):
+                if q.request_id in new:
+                    by_id[q.request_id] = ahead
+                ahead = ahead + work[q.request_id]
+            aheads = [by_id[rid] for _, rid in fresh]
+            total = self._total + sum([work[rid] for _, rid in fresh])
+        if self._alast is None or fresh[len(fresh) - 1] > self._alast:
+            self._alast = fresh[len(fresh) - 1]
+        slo, slack, use_h = p.slo, p.slack, p.horizon == "max"
+        deadline = p.deadline_ns
+        h = p.horizon_ns
+        mode = MODE_CODES.get(p.lookahead, 2)
+        least = _INF
+        for i in range(len(fresh)):
+            arrival, rid = <tuple>fresh[i]
+            ahead = aheads[i]
+            own = work[rid]
+            wait = round(slack * ahead) + own
+            if use_h and h > wait:
+                wait = h
+            length = (<object>snap[rid]).prompt_len
+            patience = slo_ns.get(length)
+            if patience is None:
+                patience = slo_ns[length] = round(slo(length) * 1e9)
+            d = round(arrival * 1e9) + (patience if patience > wait else wait)
+            deadline[rid] = d
+            if ahead + own > h:
+                h = ahead + own
+            key = (d, arrival, rid)
+            key_of[rid] = key
+            due._add(key, own)
+            bound = d - total if mode == 0 else d - own if mode == 1 else d
+            if bound < least:
+                least = bound
+        p.horizon_ns = h
+        self._total = total
+        if self._floor is not None and least < self._floor:
+            self._floor = least
+
+    def _update(self, now):
+        """``iter_order``'s state updates (the reference's lines before its read); returns the
+        number of waiting requests (0: nothing to read)."""
+        cdef DueBlocks due = self.due
+        cdef Py_ssize_t n
+        cdef tuple marked
+        cdef list newly
+        if self._gone:
+            for k in self._gone:
+                due._remove(k)
+            self._gone = []
+        if self._left:
+            self._left = {}
+        n = len(self.snap)
+        if n == 0:
+            return 0
+        if self._pending:
+            self._assign()
+        t = _floor_of(now * 1e9)  # deadline_clock.now_ns
+        if self._floor is None or t >= self._floor:
+            marked = due._mark_due(t)
+            newly, self._floor = marked
+            if newly:
+                self.policy.urgent.update([(<tuple>k)[2] for k in newly])
+        return n
+
+
+def _arrival_id(q):
+    return (q.arrival_time, q.request_id)
