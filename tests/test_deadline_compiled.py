@@ -10,6 +10,7 @@ tree must be equal, with values past 64 bits too (there the twin sums as Python 
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -222,3 +223,20 @@ def test_deadline_order_picks_the_compiled_bookkeeping_unless_pure_python():
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                              env=dict(os.environ, FAIRSIM_PURE_PYTHON=pure))
         assert out.stdout.strip() == name
+
+
+@settings(max_examples=2000, deadline=None)
+@given(x=st.one_of(st.floats(allow_nan=False, allow_infinity=False),
+                   st.integers(-2**60, 2**60).map(lambda n: n / 2),  # halfway cases
+                   st.floats(-1e4, 1e4).map(lambda f: f * 1e9)))
+def test_float_round_is_pythons_round(x):
+    """The twin's ``round`` of a float (halfway cases to even, past 64 bits too) is Python's."""
+    got = twin.float_round(x)
+    assert got == round(x) and type(got) is int
+
+
+def test_float_round_raises_as_round():
+    for bad, error in ((math.inf, OverflowError), (-math.inf, OverflowError), (math.nan, ValueError)):
+        with pytest.raises(error):
+            twin.float_round(bad)
+    assert [twin.float_round(v) for v in (0.5, 1.5, 2.5, -0.5, -2.5, 2.4999999999999996)] == [0, 2, 2, 0, -2, 2]

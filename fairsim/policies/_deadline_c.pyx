@@ -26,6 +26,9 @@ try:  # the 64-bit block sums (optional like this module; the Python expressions
 except ImportError:  # pragma: no cover - built together by setup.py
     MODE_CODES, block_sums, open_due = {"queue": 0, "own": 1, "none": 2}, None, None
 
+from libc.math cimport fabs, isfinite, round as c_round
+from cpython.long cimport PyLong_FromDouble
+
 cdef object _INF = math.inf
 cdef object _floor_of = math.floor
 
@@ -561,7 +564,7 @@ cdef class DeadlineCore:
                 rate = rates.get(length)
                 if rate is None:
                     rate = rates[length] = idle(length) / length
-                w = round(rate * q.uncached_len * 1e9)  # to_ns(work(q))
+                w = _round(rate * q.uncached_len * 1e9)  # to_ns(work(q)): a float's round
                 work[rid] = w
                 aheads.append(ahead)
                 ahead = ahead + w
@@ -573,7 +576,7 @@ cdef class DeadlineCore:
                 rate = rates.get(length)
                 if rate is None:
                     rate = rates[length] = idle(length) / length
-                work[rid] = round(rate * q.uncached_len * 1e9)
+                work[rid] = _round(rate * q.uncached_len * 1e9)
             new = {rid for _, rid in fresh}
             ahead, by_id = 0, {}
             for q in sorted(snap.values(), key=_arrival_id):
@@ -593,14 +596,14 @@ cdef class DeadlineCore:
             arrival, rid = <tuple>fresh[i]
             ahead = aheads[i]
             own = work[rid]
-            wait = round(slack * ahead) + own
+            wait = _round(slack * ahead) + own
             if use_h and h > wait:
                 wait = h
             length = (<object>snap[rid]).prompt_len
             patience = slo_ns.get(length)
             if patience is None:
                 patience = slo_ns[length] = round(slo(length) * 1e9)
-            d = round(arrival * 1e9) + (patience if patience > wait else wait)
+            d = _round(arrival * 1e9) + (patience if patience > wait else wait)
             deadline[rid] = d
             if ahead + own > h:
                 h = ahead + own
@@ -642,5 +645,23 @@ cdef class DeadlineCore:
         return n
 
 
+cdef object _round(double x):
+    """Python's ``round(x)`` of a float ``x``, as CPython's ``float.__round__`` computes it
+    (Objects/floatobject.c: C ``round``, then the halfway case to even; an int), without the
+    call; an infinite or NaN ``x`` goes to ``round`` itself, which raises as it does there."""
+    cdef double r
+    if not isfinite(x):
+        return round(x)
+    r = c_round(x)
+    if fabs(x - r) == 0.5:
+        r = 2.0 * c_round(x / 2.0)
+    return PyLong_FromDouble(r)
+
+
 def _arrival_id(q):
     return (q.arrival_time, q.request_id)
+
+
+def float_round(double x):
+    """``_round(x)`` from Python (``tests/test_deadline_compiled.py`` checks it against ``round``)."""
+    return _round(x)
