@@ -240,3 +240,33 @@ def test_float_round_raises_as_round():
         with pytest.raises(error):
             twin.float_round(bad)
     assert [twin.float_round(v) for v in (0.5, 1.5, 2.5, -0.5, -2.5, 2.4999999999999996)] == [0, 2, 2, 0, -2, 2]
+
+
+@pytest.mark.parametrize("mode", ["queue", "own", "none"])
+def test_twin_tree_in_c_then_past_64_bits(mode):
+    """The twin's segment tree runs on C integers while every value is a 64-bit int (or inf)
+    and on Python ints from the first value past that on: a queue of small values walked at
+    clocks past 64 bits either way (compared as a clamped clock), then deadlines of 2^70 and works
+    of -2^64 and 2^65 join; the same answers and state at every call."""
+    ref, got = DueBlocks(mode), twin.DueBlocks(mode, DueBlocks.BLOCK)
+    ref.BLOCK = got.BLOCK = 2
+
+    def both(op, *args):
+        a, b = getattr(ref, op)(*args), getattr(got, op)(*args)
+        assert repr(a) == repr(b) and _state(ref) == _state(got)
+        return a
+
+    for k in range(12):
+        both("add", (100 * k, 0.0, f"r{k:02d}"), 7 + k)
+    assert both("mark_due", -2**80)[0] == []  # nobody, long before
+    both("mark_due", 300)
+    both("remove", (500, 0.0, "r05"))
+    both("mark_due", 310)
+    assert not got._big
+    for k in range(6):  # past 64 bits (a block of these alone, too): the tree goes to Python ints
+        both("add", (2**70 + k, 1.0, f"big{k}"), -2**64 if k % 2 else 2**65)
+    both("mark_due", 900)
+    assert got._big
+    both("remove", (700, 0.0, "r07"))
+    marked, floor = both("mark_due", 2**71)
+    assert marked and _state(ref) == _state(got)

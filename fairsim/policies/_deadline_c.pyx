@@ -4,10 +4,14 @@
 ``DueBlocks`` here is the reference statement for statement: the same blocks (split, emptied in
 place, compacted at the same points), the same segment tree over them, the same walk, the same
 keys marked and the same floor returned by ``mark_due`` (``tests/test_deadline_compiled.py``
-compares the two call by call). The tree's totals and leasts stay Python objects (ints, or
-``inf``), so the sums are the reference's at any size; a block's margins are summed by
+compares the two call by call). The tree's totals and leasts are C 128-bit integers while every
+leaf is a 64-bit int or ``inf`` (a node sums at most 2^40 leaves, so no sum overflows, and
+``inf`` is a value above them all, never due, whatever is subtracted from it), and Python
+objects, with the reference's code, from the first value past that on (``DueBlocks._go_big``):
+the sums are the reference's at any size. A block's margins are summed by
 ``fairsim.policies._fast_lane_c``'s ``block_sums``/``open_due`` on 64-bit integers, and by the
 Python expressions of the reference where a value leaves 64 bits or that extension is absent.
+``DeadlineCore`` compiles ``DeadlineOrder``'s bookkeeping the same way (see there).
 
 Why compiled: at the conversation trace's native rate about 3,800 requests wait and every
 admission and arrival goes through a block (a bisect, four list edits, a walk up the tree):
@@ -27,10 +31,50 @@ except ImportError:  # pragma: no cover - built together by setup.py
     MODE_CODES, block_sums, open_due = {"queue": 0, "own": 1, "none": 2}, None, None
 
 from libc.math cimport fabs, isfinite, round as c_round
-from cpython.long cimport PyLong_FromDouble
+from cpython.long cimport (PyLong_AsLongLongAndOverflow, PyLong_FromDouble, PyLong_FromLongLong,
+                           PyLong_FromUnsignedLongLong)
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
+
+cdef extern from *:
+    ctypedef long long i128 "__int128"
 
 cdef object _INF = math.inf
 cdef object _floor_of = math.floor
+
+# The segment tree in C (``DueBlocks._ct``/``_cl``): 128-bit values, the leaves 64-bit ints, so no
+# sum of the tree overflows (a node sums at most 2^40 leaves) and ``inf`` has a value of its own.
+cdef i128 _I_INF = (<i128>1) << 120  # the reference's ``math.inf`` (a least with no margin)
+cdef i128 _T_CAP = (<i128>1) << 115  # a clock past 64 bits compares as this: every finite tree
+# value, and a value less the totals before it, is below 2^112 in magnitude
+cdef i128 _I64_MIN = -((<i128>1) << 63)
+cdef i128 _I64_END = (<i128>1) << 63
+
+
+cdef inline bint _to_i128(object x, i128* out) except -1:
+    """``x`` as a C tree value: an int of 64 bits, or ``math.inf``; False for anything else
+    (the tree then goes to Python objects, ``DueBlocks._go_big``)."""
+    cdef int overflow = 0
+    cdef long long v
+    if type(x) is int:
+        v = PyLong_AsLongLongAndOverflow(x, &overflow)
+        if overflow:
+            return False
+        out[0] = v
+        return True
+    if type(x) is float and x == _INF:
+        out[0] = _I_INF
+        return True
+    return False
+
+
+cdef object _from_i128(i128 v):
+    """A C tree value as the reference holds it: ``math.inf``, or an int."""
+    if v == _I_INF:
+        return _INF
+    if _I64_MIN <= v < _I64_END:
+        return PyLong_FromLongLong(<long long>v)
+    return (PyLong_FromLongLong(<long long>(v >> 64)) << 64) + PyLong_FromUnsignedLongLong(
+        <unsigned long long>(v & <i128>0xFFFFFFFFFFFFFFFF))
 
 
 @cython.boundscheck(False)  # indices in range by construction (a bisect; tree nodes < 2 size)
@@ -81,7 +125,14 @@ cdef class DueBlocks:
     cdef public str mode
     cdef public Py_ssize_t BLOCK, n
     cdef public bint exact_leaves
-    cdef public list _blocks, _removes, last, _tot, _lst
+    cdef public list _blocks, _removes, last
+    # The segment tree: ``_ct``/``_cl`` (C, 2 size values each) while every value fits
+    # (``_to_i128``), else ``_otot``/``_olst`` (Python lists, the reference's code) from then on
+    # (``_big``). ``_tot``/``_lst`` read it as the reference's lists.
+    cdef list _otot, _olst
+    cdef i128* _ct
+    cdef i128* _cl
+    cdef readonly bint _big
     cdef public dict _adds, _dirty, _grown
     cdef public object _moved
     cdef public Py_ssize_t _size, _leaves
@@ -101,14 +152,45 @@ cdef class DueBlocks:
         self._moved = None
         self._size = 1
         self._leaves = 0
-        self._tot = [0, 0]
-        self._lst = [_INF, _INF]
+        self._big = False
+        self._otot, self._olst = None, None
+        self._ct = <i128*>PyMem_Realloc(NULL, 2 * sizeof(i128))
+        self._cl = <i128*>PyMem_Realloc(NULL, 2 * sizeof(i128))
+        if self._ct is NULL or self._cl is NULL:
+            raise MemoryError()
+        self._ct[0] = self._ct[1] = 0
+        self._cl[0] = self._cl[1] = _I_INF
         self.n = 0
         self._code = MODE_CODES.get(lookahead, 2)
         self._queue = lookahead == "queue"
 
+    def __dealloc__(self):
+        PyMem_Free(self._ct)
+        PyMem_Free(self._cl)
+
     def __len__(self):
         return self.n
+
+    @property
+    def _tot(self):
+        """The tree's totals, as the reference's list."""
+        if self._big:
+            return self._otot
+        return [_from_i128(self._ct[k]) for k in range(2 * self._size)]
+
+    @property
+    def _lst(self):
+        """The tree's leasts, as the reference's list."""
+        if self._big:
+            return self._olst
+        return [_from_i128(self._cl[k]) for k in range(2 * self._size)]
+
+    cdef int _go_big(self) except -1:
+        """From now on the tree in Python objects (a value that is not a 64-bit int or inf came)."""
+        if not self._big:
+            self._otot, self._olst = self._tot, self._lst
+            self._big = True
+        return 0
 
     cdef Py_ssize_t _block_of(self, object key) except -1:
         cdef Py_ssize_t i = _bisect_key(self.last, key)
@@ -237,11 +319,19 @@ cdef class DueBlocks:
     cdef int _drop_work(self, Py_ssize_t i, Block b, object w) except -1:
         cdef list tot
         cdef Py_ssize_t node
+        cdef i128 cw
         b.total = b.total - w
         moved = self._moved
         if i < self._leaves and (moved is None or i < <Py_ssize_t>moved):
-            tot = self._tot
             node = self._size + i
+            if not self._big:
+                if _to_i128(w, &cw) and cw != _I_INF:
+                    while node:
+                        self._ct[node] -= cw
+                        node >>= 1
+                    return 0
+                self._go_big()
+            tot = self._otot
             while node:
                 tot[node] = tot[node] - w
                 node >>= 1
@@ -302,8 +392,28 @@ cdef class DueBlocks:
     @cython.wraparound(False)
     cdef int _leaf(self, Py_ssize_t i) except -1:
         cdef Block b = self._blocks[i]
-        cdef list tot = self._tot, lst = self._lst
         cdef Py_ssize_t node = self._size + i, left
+        cdef i128 ct, cl, ca, cc
+        cdef i128* T = self._ct
+        cdef i128* L = self._cl
+        if not self._big:
+            if _to_i128(b.total, &ct) and ct != _I_INF and _to_i128(b.least, &cl):
+                T[node] = ct
+                L[node] = cl
+                node >>= 1
+                while node:
+                    left = node << 1
+                    ct = T[left]
+                    T[node] = ct + T[left + 1]
+                    ca = L[left]
+                    cc = L[left + 1]
+                    if cc != _I_INF:
+                        cc = cc - ct
+                    L[node] = ca if ca <= cc else cc
+                    node >>= 1
+                return 0
+            self._go_big()
+        cdef list tot = self._otot, lst = self._olst
         tot[node] = b.total
         lst[node] = b.least
         node >>= 1
@@ -317,9 +427,26 @@ cdef class DueBlocks:
             node >>= 1
         return 0
 
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
     cdef int _up(self, Py_ssize_t lo, Py_ssize_t hi) except -1:
-        cdef list tot = self._tot, lst = self._lst
         cdef Py_ssize_t node, left
+        cdef i128 ca, cc
+        cdef i128* T = self._ct
+        cdef i128* L = self._cl
+        if not self._big:
+            while lo:
+                for node in range(lo, hi + 1):
+                    left = 2 * node
+                    T[node] = T[left] + T[left + 1]
+                    ca = L[left]
+                    cc = L[left + 1]
+                    if cc != _I_INF:
+                        cc = cc - T[left]
+                    L[node] = ca if ca <= cc else cc  # min(): the first of equals
+                lo, hi = lo >> 1, hi >> 1
+            return 0
+        cdef list tot = self._otot, lst = self._olst
         while lo:
             for node in range(lo, hi + 1):
                 left = 2 * node
@@ -331,16 +458,49 @@ cdef class DueBlocks:
     cdef int _retree(self) except -1:
         cdef Py_ssize_t n = len(self._blocks), f = self._moved, size, end, i
         cdef Block b
+        cdef i128 ct, cl
+        cdef i128* grown
         self._moved = None
+        if not self._big:  # every leaf to set fits, or the tree goes to Python objects first
+            for i in range(0 if n > self._size else f, n):
+                b = self._blocks[i]
+                if not (_to_i128(b.total, &ct) and ct != _I_INF and _to_i128(b.least, &cl)):
+                    self._go_big()
+                    break
         if n > self._size:
             size = self._size
             while size < n:
                 size *= 2
-            self._size, self._tot, self._lst = size, [0] * (2 * size), [_INF] * (2 * size)
+            if self._big:
+                self._otot, self._olst = [0] * (2 * size), [_INF] * (2 * size)
+            else:
+                grown = <i128*>PyMem_Realloc(self._ct, 2 * size * sizeof(i128))
+                if grown is NULL:
+                    raise MemoryError()
+                self._ct = grown
+                grown = <i128*>PyMem_Realloc(self._cl, 2 * size * sizeof(i128))
+                if grown is NULL:
+                    raise MemoryError()
+                self._cl = grown
+                for i in range(2 * size):
+                    self._ct[i] = 0
+                    self._cl[i] = _I_INF
+            self._size = size
             f, self._leaves = 0, 0
         size = self._size
-        cdef list tot = self._tot, lst = self._lst
         end = n if n > self._leaves else self._leaves
+        if not self._big:
+            for i in range(f, end):
+                if i < n:
+                    b = self._blocks[i]
+                    _to_i128(b.total, &self._ct[size + i])
+                    _to_i128(b.least, &self._cl[size + i])
+                else:
+                    self._ct[size + i], self._cl[size + i] = 0, _I_INF
+            self._leaves = n
+            self._up((size + f) >> 1, (size + (end if end > f + 1 else f + 1) - 1) >> 1)
+            return 0
+        cdef list tot = self._otot, lst = self._olst
         for i in range(f, end):
             if i < n:
                 b = self._blocks[i]
@@ -359,6 +519,7 @@ cdef class DueBlocks:
         cdef Block b
         cdef list changed, stack, newly, tot, lst
         cdef Py_ssize_t node, left, size, i
+        cdef i128 clock
         if self._adds or self._removes:
             self._apply()
         dirty = self._dirty
@@ -376,8 +537,14 @@ cdef class DueBlocks:
             if moved is None or i < <Py_ssize_t>moved:
                 self._leaf(i)
         self._dirty = {}
-        tot, lst, size = self._tot, self._lst, self._size
         newly = []
+        if not self._big:
+            if type(t) is int:
+                if not _to_i128(t, &clock):
+                    clock = _T_CAP if t > 0 else -_T_CAP
+                return self._walk(clock, t, newly)
+            self._go_big()
+        tot, lst, size = self._otot, self._olst, self._size
         stack = [(1, 0)] if lst[1] <= t else []
         while stack:
             node, off = stack.pop()
@@ -396,6 +563,44 @@ cdef class DueBlocks:
             else:
                 self._open(node - size, off, t, newly)
         return newly, lst[1]
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    cdef tuple _walk(self, i128 clock, object t, list newly):
+        """``mark_due``'s walk over the C tree (``clock``: ``t``, or +-``_T_CAP`` past 64 bits):
+        the reference's, ``inf`` never due; an opened block may send the tree to Python objects
+        (``_go_big``), which changes no node the walk reads later (only the opened leaf's
+        ancestors; the stack holds right siblings)."""
+        cdef Py_ssize_t node_at[130]
+        cdef i128 off_at[130]
+        cdef Py_ssize_t depth = 0, node, left, size = self._size
+        cdef i128 off, roff, v
+        cdef i128* T = self._ct
+        cdef i128* L = self._cl
+        cdef bint right
+        if L[1] != _I_INF and L[1] <= clock:
+            node_at[0], off_at[0], depth = 1, 0, 1
+        while depth:
+            depth -= 1
+            node, off = node_at[depth], off_at[depth]
+            while node < size:
+                left = node << 1
+                roff = off + T[left]
+                v = L[left + 1]
+                right = v != _I_INF and v - roff <= clock
+                v = L[left]
+                if v != _I_INF and v - off <= clock:
+                    if right:
+                        node_at[depth], off_at[depth] = left + 1, roff
+                        depth += 1
+                    node = left
+                elif right:
+                    node, off = left + 1, roff
+                else:
+                    break
+            else:
+                self._open(node - size, _from_i128(off), t, newly)
+        return newly, self._olst[1] if self._big else _from_i128(self._cl[1])
 
     cdef int _open(self, Py_ssize_t i, object off, object t, list newly) except -1:
         cdef Block b = self._blocks[i]

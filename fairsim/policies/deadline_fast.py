@@ -53,6 +53,10 @@ bits; ``tests/test_fast_lane_compiled.py``); ``W`` is summed from the same integ
 ``DeadlineOrder`` uses ``DueBlocks``'s compiled twin where it is built (``due_blocks``,
 ``fairsim/policies/_deadline_c.pyx``: the same blocks, tree, walks, keys marked and floors,
 call by call, ``tests/test_deadline_compiled.py``); this module's ``DueBlocks`` is the reference.
+``FairwayDeadline.incremental_order`` builds ``deadline_order(policy)``: where the twin is built,
+``CompiledDeadlineOrder``, whose joins, leaves, stale marks, first sights and state updates are
+``_deadline_c.DeadlineCore``'s (this module's ``DeadlineOrder`` statement for statement, the same
+state after every call, the same test file) and whose read is ``DeadlineOrder._read``.
 State changes (new deadlines, the horizon ``H``, the sticky urgent set) are made when
 ``iter_order`` is called, not when it is read, and are mirrored into the policy's
 ``deadline_ns``/``work_ns``/``urgent``/``horizon_ns`` so both paths leave the policy in the same
