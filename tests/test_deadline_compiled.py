@@ -10,6 +10,7 @@ tree must be equal, with values past 64 bits too (there the twin sums as Python 
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -20,7 +21,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairsim.compiled import compiled_twin
-from fairsim.policies.deadline_fast import TWIN_MODULE, DueBlocks, due_blocks
+from fairsim.policies.deadline_fast import TWIN_MODULE, DeadlineOrder, DueBlocks, deadline_order, due_blocks
+from fairsim.policies.fairway_deadline import FairwayDeadline
+from tests.test_deadline_fast import histories, odd_idle
+from tests.utils import make_queued
 
 twin = compiled_twin(TWIN_MODULE)
 pytestmark = pytest.mark.skipif(twin is None, reason="fairsim.policies._deadline_c is not built")
@@ -131,3 +135,138 @@ def test_twin_over_a_long_queue(mode):
             marked += len(a[0])
             assert _state(ref) == _state(got)
     assert _state(ref) == _state(got) and len(got.blocks) > 20 and marked > 100
+
+
+# -- the compiled bookkeeping of DeadlineOrder (``_deadline_c.DeadlineCore``) ----------------------
+
+def _order_state(inc) -> str:
+    """Everything of a ``DeadlineOrder`` and its policy that a later call reads (the lanes are
+    read through the order they give)."""
+    p = inc.policy
+    mine = (inc.snap, inc._stale, inc._pending, inc._key_of, inc._gone, inc._left, inc._total,
+            type(inc._total), inc._alast, inc._floor, type(inc._floor), inc._slo_ns, len(inc))
+    policy = (p.deadline_ns, p.work_ns, sorted(p.urgent), p.horizon_ns, p._rate)
+    return repr((mine, [list(d) for d in mine[:6] if isinstance(d, dict)], policy, _state(inc.due)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps=histories(quiet=True), params=st.sampled_from([{}, {"lookahead": "own"}, {"lookahead": "none"},
+                                                  {"horizon": "own"}, {"fair_lane": False}]),
+       lazy=st.booleans(), block=st.sampled_from([1, 4, 64]))
+def test_compiled_order_as_the_reference_call_by_call(steps, params, lazy, block):
+    """``CompiledDeadlineOrder`` (``deadline_order``) and the reference ``DeadlineOrder`` fed the
+    same random history (tests/test_deadline_fast.py's: first sights in and out of arrival order,
+    snapshot changes, stale marks, admissions, requests back before the next read, a clock that
+    goes back): after every call the same state, theirs and their policies' (to the insertion
+    order of every dict), and the same items read."""
+    pols = [FairwayDeadline(odd_idle, **params), FairwayDeadline(odd_idle, **params)]
+    ref, got = DeadlineOrder(pols[0]), deadline_order(pols[1])
+    assert type(got) is not DeadlineOrder and isinstance(got, DeadlineOrder)
+    assert type(got.due) is twin.DueBlocks
+    orders = (ref, got)
+    snaps: dict = {}
+    for inc in orders:
+        inc.due.BLOCK = block
+        if lazy:
+            inc.set_resolver(lambda q: snaps[q.request_id])
+    now, seq = 0.0, 0
+    for step in steps:
+        for t, L, h in (reversed(step["new"]) if step["reverse"] else step["new"]):
+            q = make_queued(f"r{seq:04d}", h, L - h, arrival=t, prompt_len=L)
+            seq += 1
+            now = max(now, t)
+            snaps[q.request_id] = q
+            for inc in orders:
+                inc.add(q)
+        ids = sorted(snaps)
+        changed = []
+        for pick, frac in step["changes"]:
+            if ids:
+                old = snaps[ids[pick % len(ids)]]
+                h = min(old.prompt_len - 1, int(frac * old.prompt_len))
+                snaps[old.request_id] = q = old._replace(cached_len=h, uncached_len=max(1, old.prompt_len - h))
+                changed.append(q.request_id)
+                if not lazy:
+                    for inc in orders:
+                        inc.add(q)
+        if lazy and changed:
+            for inc in orders:
+                inc.stale(sorted(set(changed)))
+        assert _order_state(ref) == _order_state(got)
+        read = step["read"]
+        a, b = ([x.request_id for x, _ in zip(inc.iter_order(now), range(read))] for inc in orders)
+        assert a == b
+        assert _order_state(ref) == _order_state(got)
+        ids = sorted(snaps)
+        gone = [ids[k % len(ids)] for k in step["admit"]] if ids else []
+        gone += a[:step["admit_front"]]
+        gone = list(dict.fromkeys(gone))
+        for rid in gone:
+            for inc in orders:
+                inc.remove(rid)
+        assert _order_state(ref) == _order_state(got)
+        for rid in gone[:step["readd"]]:  # back before the next read (the live hook)
+            for inc in orders:
+                inc.add(snaps[rid])
+        for rid in gone[step["readd"]:]:
+            del snaps[rid]
+        assert _order_state(ref) == _order_state(got)
+        now += step["dt"]
+
+
+def test_deadline_order_picks_the_compiled_bookkeeping_unless_pure_python():
+    code = ("from fairsim.costmodel import load_profile\n"
+            "from fairsim.policies import make_policy\n"
+            "p = make_policy('fairway-deadline', load_profile('a6000-llama3.1-8b-vllm-prior'))\n"
+            "print(type(p.incremental_order()).__name__)\n")
+    for pure, name in (("0", "CompiledDeadlineOrder"), ("1", "DeadlineOrder")):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env=dict(os.environ, FAIRSIM_PURE_PYTHON=pure))
+        assert out.stdout.strip() == name
+
+
+@settings(max_examples=2000, deadline=None)
+@given(x=st.one_of(st.floats(allow_nan=False, allow_infinity=False),
+                   st.integers(-2**60, 2**60).map(lambda n: n / 2),  # halfway cases
+                   st.floats(-1e4, 1e4).map(lambda f: f * 1e9)))
+def test_float_round_is_pythons_round(x):
+    """The twin's ``round`` of a float (halfway cases to even, past 64 bits too) is Python's."""
+    got = twin.float_round(x)
+    assert got == round(x) and type(got) is int
+
+
+def test_float_round_raises_as_round():
+    for bad, error in ((math.inf, OverflowError), (-math.inf, OverflowError), (math.nan, ValueError)):
+        with pytest.raises(error):
+            twin.float_round(bad)
+    assert [twin.float_round(v) for v in (0.5, 1.5, 2.5, -0.5, -2.5, 2.4999999999999996)] == [0, 2, 2, 0, -2, 2]
+
+
+@pytest.mark.parametrize("mode", ["queue", "own", "none"])
+def test_twin_tree_in_c_then_past_64_bits(mode):
+    """The twin's segment tree runs on C integers while every value is a 64-bit int (or inf)
+    and on Python ints from the first value past that on: a queue of small values walked at
+    clocks past 64 bits either way (compared as a clamped clock), then deadlines of 2^70 and works
+    of -2^64 and 2^65 join; the same answers and state at every call."""
+    ref, got = DueBlocks(mode), twin.DueBlocks(mode, DueBlocks.BLOCK)
+    ref.BLOCK = got.BLOCK = 2
+
+    def both(op, *args):
+        a, b = getattr(ref, op)(*args), getattr(got, op)(*args)
+        assert repr(a) == repr(b) and _state(ref) == _state(got)
+        return a
+
+    for k in range(12):
+        both("add", (100 * k, 0.0, f"r{k:02d}"), 7 + k)
+    assert both("mark_due", -2**80)[0] == []  # nobody, long before
+    both("mark_due", 300)
+    both("remove", (500, 0.0, "r05"))
+    both("mark_due", 310)
+    assert not got._big
+    for k in range(6):  # past 64 bits (a block of these alone, too): the tree goes to Python ints
+        both("add", (2**70 + k, 1.0, f"big{k}"), -2**64 if k % 2 else 2**65)
+    both("mark_due", 900)
+    assert got._big
+    both("remove", (700, 0.0, "r07"))
+    marked, floor = both("mark_due", 2**71)
+    assert marked and _state(ref) == _state(got)

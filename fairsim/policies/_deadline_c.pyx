@@ -4,10 +4,14 @@
 ``DueBlocks`` here is the reference statement for statement: the same blocks (split, emptied in
 place, compacted at the same points), the same segment tree over them, the same walk, the same
 keys marked and the same floor returned by ``mark_due`` (``tests/test_deadline_compiled.py``
-compares the two call by call). The tree's totals and leasts stay Python objects (ints, or
-``inf``), so the sums are the reference's at any size; a block's margins are summed by
+compares the two call by call). The tree's totals and leasts are C 128-bit integers while every
+leaf is a 64-bit int or ``inf`` (a node sums at most 2^40 leaves, so no sum overflows, and
+``inf`` is a value above them all, never due, whatever is subtracted from it), and Python
+objects, with the reference's code, from the first value past that on (``DueBlocks._go_big``):
+the sums are the reference's at any size. A block's margins are summed by
 ``fairsim.policies._fast_lane_c``'s ``block_sums``/``open_due`` on 64-bit integers, and by the
 Python expressions of the reference where a value leaves 64 bits or that extension is absent.
+``DeadlineCore`` compiles ``DeadlineOrder``'s bookkeeping the same way (see there).
 
 Why compiled: at the conversation trace's native rate about 3,800 requests wait and every
 admission and arrival goes through a block (a bisect, four list edits, a walk up the tree):
@@ -26,7 +30,51 @@ try:  # the 64-bit block sums (optional like this module; the Python expressions
 except ImportError:  # pragma: no cover - built together by setup.py
     MODE_CODES, block_sums, open_due = {"queue": 0, "own": 1, "none": 2}, None, None
 
+from libc.math cimport fabs, isfinite, round as c_round
+from cpython.long cimport (PyLong_AsLongLongAndOverflow, PyLong_FromDouble, PyLong_FromLongLong,
+                           PyLong_FromUnsignedLongLong)
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
+
+cdef extern from *:
+    ctypedef long long i128 "__int128"
+
 cdef object _INF = math.inf
+cdef object _floor_of = math.floor
+
+# The segment tree in C (``DueBlocks._ct``/``_cl``): 128-bit values, the leaves 64-bit ints, so no
+# sum of the tree overflows (a node sums at most 2^40 leaves) and ``inf`` has a value of its own.
+cdef i128 _I_INF = (<i128>1) << 120  # the reference's ``math.inf`` (a least with no margin)
+cdef i128 _T_CAP = (<i128>1) << 115  # a clock past 64 bits compares as this: every finite tree
+# value, and a value less the totals before it, is below 2^112 in magnitude
+cdef i128 _I64_MIN = -((<i128>1) << 63)
+cdef i128 _I64_END = (<i128>1) << 63
+
+
+cdef inline bint _to_i128(object x, i128* out) except -1:
+    """``x`` as a C tree value: an int of 64 bits, or ``math.inf``; False for anything else
+    (the tree then goes to Python objects, ``DueBlocks._go_big``)."""
+    cdef int overflow = 0
+    cdef long long v
+    if type(x) is int:
+        v = PyLong_AsLongLongAndOverflow(x, &overflow)
+        if overflow:
+            return False
+        out[0] = v
+        return True
+    if type(x) is float and x == _INF:
+        out[0] = _I_INF
+        return True
+    return False
+
+
+cdef object _from_i128(i128 v):
+    """A C tree value as the reference holds it: ``math.inf``, or an int."""
+    if v == _I_INF:
+        return _INF
+    if _I64_MIN <= v < _I64_END:
+        return PyLong_FromLongLong(<long long>v)
+    return (PyLong_FromLongLong(<long long>(v >> 64)) << 64) + PyLong_FromUnsignedLongLong(
+        <unsigned long long>(v & <i128>0xFFFFFFFFFFFFFFFF))
 
 
 @cython.boundscheck(False)  # indices in range by construction (a bisect; tree nodes < 2 size)
@@ -77,7 +125,14 @@ cdef class DueBlocks:
     cdef public str mode
     cdef public Py_ssize_t BLOCK, n
     cdef public bint exact_leaves
-    cdef public list _blocks, _removes, last, _tot, _lst
+    cdef public list _blocks, _removes, last
+    # The segment tree: ``_ct``/``_cl`` (C, 2 size values each) while every value fits
+    # (``_to_i128``), else ``_otot``/``_olst`` (Python lists, the reference's code) from then on
+    # (``_big``). ``_tot``/``_lst`` read it as the reference's lists.
+    cdef list _otot, _olst
+    cdef i128* _ct
+    cdef i128* _cl
+    cdef readonly bint _big
     cdef public dict _adds, _dirty, _grown
     cdef public object _moved
     cdef public Py_ssize_t _size, _leaves
@@ -97,14 +152,45 @@ cdef class DueBlocks:
         self._moved = None
         self._size = 1
         self._leaves = 0
-        self._tot = [0, 0]
-        self._lst = [_INF, _INF]
+        self._big = False
+        self._otot, self._olst = None, None
+        self._ct = <i128*>PyMem_Realloc(NULL, 2 * sizeof(i128))
+        self._cl = <i128*>PyMem_Realloc(NULL, 2 * sizeof(i128))
+        if self._ct is NULL or self._cl is NULL:
+            raise MemoryError()
+        self._ct[0] = self._ct[1] = 0
+        self._cl[0] = self._cl[1] = _I_INF
         self.n = 0
         self._code = MODE_CODES.get(lookahead, 2)
         self._queue = lookahead == "queue"
 
+    def __dealloc__(self):
+        PyMem_Free(self._ct)
+        PyMem_Free(self._cl)
+
     def __len__(self):
         return self.n
+
+    @property
+    def _tot(self):
+        """The tree's totals, as the reference's list."""
+        if self._big:
+            return self._otot
+        return [_from_i128(self._ct[k]) for k in range(2 * self._size)]
+
+    @property
+    def _lst(self):
+        """The tree's leasts, as the reference's list."""
+        if self._big:
+            return self._olst
+        return [_from_i128(self._cl[k]) for k in range(2 * self._size)]
+
+    cdef int _go_big(self) except -1:
+        """From now on the tree in Python objects (a value that is not a 64-bit int or inf came)."""
+        if not self._big:
+            self._otot, self._olst = self._tot, self._lst
+            self._big = True
+        return 0
 
     cdef Py_ssize_t _block_of(self, object key) except -1:
         cdef Py_ssize_t i = _bisect_key(self.last, key)
@@ -112,13 +198,21 @@ cdef class DueBlocks:
         return i if i < top else top
 
     def add(self, key, work):
-        self.n += 1
-        self._adds[key] = work
+        self._add(key, work)
 
     def remove(self, key):
+        self._remove(key)
+
+    cdef inline int _add(self, object key, object work) except -1:
+        self.n += 1
+        self._adds[key] = work
+        return 0
+
+    cdef inline int _remove(self, object key) except -1:
         self.n -= 1
         if self._adds.pop(key, None) is None:
             self._removes.append(key)
+        return 0
 
     @property
     def blocks(self):
@@ -225,11 +319,19 @@ cdef class DueBlocks:
     cdef int _drop_work(self, Py_ssize_t i, Block b, object w) except -1:
         cdef list tot
         cdef Py_ssize_t node
+        cdef i128 cw
         b.total = b.total - w
         moved = self._moved
         if i < self._leaves and (moved is None or i < <Py_ssize_t>moved):
-            tot = self._tot
             node = self._size + i
+            if not self._big:
+                if _to_i128(w, &cw) and cw != _I_INF:
+                    while node:
+                        self._ct[node] -= cw
+                        node >>= 1
+                    return 0
+                self._go_big()
+            tot = self._otot
             while node:
                 tot[node] = tot[node] - w
                 node >>= 1
@@ -290,8 +392,28 @@ cdef class DueBlocks:
     @cython.wraparound(False)
     cdef int _leaf(self, Py_ssize_t i) except -1:
         cdef Block b = self._blocks[i]
-        cdef list tot = self._tot, lst = self._lst
         cdef Py_ssize_t node = self._size + i, left
+        cdef i128 ct, cl, ca, cc
+        cdef i128* T = self._ct
+        cdef i128* L = self._cl
+        if not self._big:
+            if _to_i128(b.total, &ct) and ct != _I_INF and _to_i128(b.least, &cl):
+                T[node] = ct
+                L[node] = cl
+                node >>= 1
+                while node:
+                    left = node << 1
+                    ct = T[left]
+                    T[node] = ct + T[left + 1]
+                    ca = L[left]
+                    cc = L[left + 1]
+                    if cc != _I_INF:
+                        cc = cc - ct
+                    L[node] = ca if ca <= cc else cc
+                    node >>= 1
+                return 0
+            self._go_big()
+        cdef list tot = self._otot, lst = self._olst
         tot[node] = b.total
         lst[node] = b.least
         node >>= 1
@@ -305,9 +427,26 @@ cdef class DueBlocks:
             node >>= 1
         return 0
 
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
     cdef int _up(self, Py_ssize_t lo, Py_ssize_t hi) except -1:
-        cdef list tot = self._tot, lst = self._lst
         cdef Py_ssize_t node, left
+        cdef i128 ca, cc
+        cdef i128* T = self._ct
+        cdef i128* L = self._cl
+        if not self._big:
+            while lo:
+                for node in range(lo, hi + 1):
+                    left = 2 * node
+                    T[node] = T[left] + T[left + 1]
+                    ca = L[left]
+                    cc = L[left + 1]
+                    if cc != _I_INF:
+                        cc = cc - T[left]
+                    L[node] = ca if ca <= cc else cc  # min(): the first of equals
+                lo, hi = lo >> 1, hi >> 1
+            return 0
+        cdef list tot = self._otot, lst = self._olst
         while lo:
             for node in range(lo, hi + 1):
                 left = 2 * node
@@ -319,16 +458,49 @@ cdef class DueBlocks:
     cdef int _retree(self) except -1:
         cdef Py_ssize_t n = len(self._blocks), f = self._moved, size, end, i
         cdef Block b
+        cdef i128 ct, cl
+        cdef i128* grown
         self._moved = None
+        if not self._big:  # every leaf to set fits, or the tree goes to Python objects first
+            for i in range(0 if n > self._size else f, n):
+                b = self._blocks[i]
+                if not (_to_i128(b.total, &ct) and ct != _I_INF and _to_i128(b.least, &cl)):
+                    self._go_big()
+                    break
         if n > self._size:
             size = self._size
             while size < n:
                 size *= 2
-            self._size, self._tot, self._lst = size, [0] * (2 * size), [_INF] * (2 * size)
+            if self._big:
+                self._otot, self._olst = [0] * (2 * size), [_INF] * (2 * size)
+            else:
+                grown = <i128*>PyMem_Realloc(self._ct, 2 * size * sizeof(i128))
+                if grown is NULL:
+                    raise MemoryError()
+                self._ct = grown
+                grown = <i128*>PyMem_Realloc(self._cl, 2 * size * sizeof(i128))
+                if grown is NULL:
+                    raise MemoryError()
+                self._cl = grown
+                for i in range(2 * size):
+                    self._ct[i] = 0
+                    self._cl[i] = _I_INF
+            self._size = size
             f, self._leaves = 0, 0
         size = self._size
-        cdef list tot = self._tot, lst = self._lst
         end = n if n > self._leaves else self._leaves
+        if not self._big:
+            for i in range(f, end):
+                if i < n:
+                    b = self._blocks[i]
+                    _to_i128(b.total, &self._ct[size + i])
+                    _to_i128(b.least, &self._cl[size + i])
+                else:
+                    self._ct[size + i], self._cl[size + i] = 0, _I_INF
+            self._leaves = n
+            self._up((size + f) >> 1, (size + (end if end > f + 1 else f + 1) - 1) >> 1)
+            return 0
+        cdef list tot = self._otot, lst = self._olst
         for i in range(f, end):
             if i < n:
                 b = self._blocks[i]
@@ -341,9 +513,13 @@ cdef class DueBlocks:
 
     def mark_due(self, t):
         """The reference's ``mark_due``: ``(keys marked, floor)``."""
+        return self._mark_due(t)
+
+    cdef tuple _mark_due(self, object t):
         cdef Block b
         cdef list changed, stack, newly, tot, lst
         cdef Py_ssize_t node, left, size, i
+        cdef i128 clock
         if self._adds or self._removes:
             self._apply()
         dirty = self._dirty
@@ -361,8 +537,14 @@ cdef class DueBlocks:
             if moved is None or i < <Py_ssize_t>moved:
                 self._leaf(i)
         self._dirty = {}
-        tot, lst, size = self._tot, self._lst, self._size
         newly = []
+        if not self._big:
+            if type(t) is int:
+                if not _to_i128(t, &clock):
+                    clock = _T_CAP if t > 0 else -_T_CAP
+                return self._walk(clock, t, newly)
+            self._go_big()
+        tot, lst, size = self._otot, self._olst, self._size
         stack = [(1, 0)] if lst[1] <= t else []
         while stack:
             node, off = stack.pop()
@@ -381,6 +563,44 @@ cdef class DueBlocks:
             else:
                 self._open(node - size, off, t, newly)
         return newly, lst[1]
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    cdef tuple _walk(self, i128 clock, object t, list newly):
+        """``mark_due``'s walk over the C tree (``clock``: ``t``, or +-``_T_CAP`` past 64 bits):
+        the reference's, ``inf`` never due; an opened block may send the tree to Python objects
+        (``_go_big``), which changes no node the walk reads later (only the opened leaf's
+        ancestors; the stack holds right siblings)."""
+        cdef Py_ssize_t node_at[130]
+        cdef i128 off_at[130]
+        cdef Py_ssize_t depth = 0, node, left, size = self._size
+        cdef i128 off, roff, v
+        cdef i128* T = self._ct
+        cdef i128* L = self._cl
+        cdef bint right
+        if L[1] != _I_INF and L[1] <= clock:
+            node_at[0], off_at[0], depth = 1, 0, 1
+        while depth:
+            depth -= 1
+            node, off = node_at[depth], off_at[depth]
+            while node < size:
+                left = node << 1
+                roff = off + T[left]
+                v = L[left + 1]
+                right = v != _I_INF and v - roff <= clock
+                v = L[left]
+                if v != _I_INF and v - off <= clock:
+                    if right:
+                        node_at[depth], off_at[depth] = left + 1, roff
+                        depth += 1
+                    node = left
+                elif right:
+                    node, off = left + 1, roff
+                else:
+                    break
+            else:
+                self._open(node - size, _from_i128(off), t, newly)
+        return newly, self._olst[1] if self._big else _from_i128(self._cl[1])
 
     cdef int _open(self, Py_ssize_t i, object off, object t, list newly) except -1:
         cdef Block b = self._blocks[i]
@@ -416,3 +636,237 @@ cdef class DueBlocks:
                     left -= 1
                     if not left:
                         return
+
+
+cdef class DeadlineCore:
+    """The per-request bookkeeping of ``deadline_fast.DeadlineOrder`` compiled: ``add``,
+    ``remove``, ``stale``, ``_current``, ``_restore``, ``_assign`` and ``iter_order``'s state
+    updates, statement for statement the reference's (the same dicts, in the same insertion
+    order, the same integers, the same calls to the lanes and the due blocks), the attributes
+    public under the reference's names. ``deadline_fast.CompiledDeadlineOrder`` puts it before
+    ``DeadlineOrder``, whose read (``_read``), ``head_until`` and ``set_resolver`` it keeps
+    (``tests/test_deadline_compiled.py`` compares the two call by call, state and all).
+
+    Why compiled: at the conversation trace's native rate these few dict and attribute operations
+    per join, leave and first sight were most of what ``fairway-deadline`` adds to Fairway's
+    loop (docs/performance.md).
+
+    Args:
+        policy: The ``FairwayDeadline`` (its ``work_ns``, ``deadline_ns``, ``urgent``,
+            ``horizon_ns`` are read and written as the reference does).
+        fast: Its ``FastLane``; fair: its ``ArrivalOrder``; due: a ``DueBlocks`` of this module.
+    """
+
+    cdef public object policy, fast, fair, _resolve, _alast, _floor, _total
+    cdef public dict snap, _stale, _pending, _key_of, _left, _slo_ns
+    cdef public list _gone
+    cdef public DueBlocks due
+
+    def __init__(self, policy, fast, fair, DueBlocks due):
+        self.policy = policy
+        self.fast = fast
+        self.fair = fair
+        self.snap = {}
+        self._stale = {}
+        self._resolve = None
+        self._pending = {}
+        self._key_of = {}
+        self._gone = []
+        self._left = {}
+        self.due = due
+        self._total = 0
+        self._alast = None
+        self._floor = None
+        self._slo_ns = {}
+
+    def __len__(self):
+        return len(self.snap)
+
+    def add(self, q):
+        """The reference's ``add``."""
+        rid = q.request_id
+        if rid not in self.snap:
+            back = self._left.pop(rid, None)
+            if back is not None and (<tuple>back)[:2] == (q.arrival_time, q.prompt_len):
+                self._restore(rid, back[2], back[3], back[4])
+            else:
+                self._pending[rid] = None
+        self._stale.pop(rid, None)
+        self.fast.add(q)
+        self.fair.add(q)
+        self.snap[rid] = q
+
+    def remove(self, request_id):
+        """The reference's ``remove``."""
+        self.fast.remove(request_id)
+        self.fair.remove(request_id)
+        self._stale.pop(request_id, None)
+        p = self.policy
+        k = self._key_of.pop(request_id, None)
+        if k is None:
+            del self.snap[request_id]
+            del self._pending[request_id]
+            return
+        q = self.snap.pop(request_id)
+        work = p.work_ns.pop(request_id)
+        urgent = p.urgent
+        self._left[request_id] = (q.arrival_time, q.prompt_len, k, work, request_id in urgent)
+        self._gone.append(k)
+        self._total = self._total - work
+        del p.deadline_ns[request_id]
+        urgent.discard(request_id)
+
+    def _restore(self, rid, key, work, urgent):
+        """The reference's ``_restore``."""
+        p = self.policy
+        self._gone.remove(key)
+        self._key_of[rid] = key
+        self._total = self._total + work
+        p.work_ns[rid] = work
+        p.deadline_ns[rid] = key[0]
+        if urgent:
+            p.urgent.add(rid)
+
+    def stale(self, request_ids, raised=None):
+        """The reference's ``stale``."""
+        cdef dict st = self._stale
+        self.fast.stale(request_ids, raised)
+        self.fair.stale(request_ids, raised)
+        for rid in request_ids:
+            st[rid] = None
+
+    def _current(self, rid):
+        """The reference's ``_current``."""
+        return self._cur(rid)
+
+    cdef object _cur(self, object rid):
+        if rid in self._stale:
+            del self._stale[rid]
+            q = self._resolve(self.snap[rid])
+            self.snap[rid] = q
+            return q
+        return self.snap[rid]
+
+    def _assign(self):
+        """The reference's ``_assign`` (``FairwayDeadline.work`` inlined: ``incremental_order``
+        gives this path only to a policy that does not override it)."""
+        cdef list fresh, aheads
+        cdef dict snap = self.snap, work, rates, slo_ns = self._slo_ns, deadline, key_of = self._key_of
+        cdef DueBlocks due = self.due
+        cdef bint use_h
+        cdef int mode
+        p = self.policy
+        fresh = sorted([((<object>snap[rid]).arrival_time, rid) for rid in self._pending])
+        self._pending = {}
+        work = p.work_ns
+        rates, idle = p._rate, p.idle_prefill_time
+        if self._alast is None or fresh[0] > self._alast:
+            ahead = self._total
+            aheads = []
+            for _, rid in fresh:
+                q = self._cur(rid)
+                length = q.prompt_len
+                rate = rates.get(length)
+                if rate is None:
+                    rate = rates[length] = idle(length) / length
+                w = _round(rate * q.uncached_len * 1e9)  # to_ns(work(q)): a float's round
+                work[rid] = w
+                aheads.append(ahead)
+                ahead = ahead + w
+            total = ahead
+        else:
+            for _, rid in fresh:
+                q = self._cur(rid)
+                length = q.prompt_len
+                rate = rates.get(length)
+                if rate is None:
+                    rate = rates[length] = idle(length) / length
+                work[rid] = _round(rate * q.uncached_len * 1e9)
+            new = {rid for _, rid in fresh}
+            ahead, by_id = 0, {}
+            for q in sorted(snap.values(), key=_arrival_id):
+                if q.request_id in new:
+                    by_id[q.request_id] = ahead
+                ahead = ahead + work[q.request_id]
+            aheads = [by_id[rid] for _, rid in fresh]
+            total = self._total + sum([work[rid] for _, rid in fresh])
+        if self._alast is None or fresh[len(fresh) - 1] > self._alast:
+            self._alast = fresh[len(fresh) - 1]
+        slo, slack, use_h = p.slo, p.slack, p.horizon == "max"
+        deadline = p.deadline_ns
+        h = p.horizon_ns
+        mode = MODE_CODES.get(p.lookahead, 2)
+        least = _INF
+        for i in range(len(fresh)):
+            arrival, rid = <tuple>fresh[i]
+            ahead = aheads[i]
+            own = work[rid]
+            wait = _round(slack * ahead) + own
+            if use_h and h > wait:
+                wait = h
+            length = (<object>snap[rid]).prompt_len
+            patience = slo_ns.get(length)
+            if patience is None:
+                patience = slo_ns[length] = round(slo(length) * 1e9)
+            d = _round(arrival * 1e9) + (patience if patience > wait else wait)
+            deadline[rid] = d
+            if ahead + own > h:
+                h = ahead + own
+            key = (d, arrival, rid)
+            key_of[rid] = key
+            due._add(key, own)
+            bound = d - total if mode == 0 else d - own if mode == 1 else d
+            if bound < least:
+                least = bound
+        p.horizon_ns = h
+        self._total = total
+        if self._floor is not None and least < self._floor:
+            self._floor = least
+
+    def _update(self, now):
+        """``iter_order``'s state updates (the reference's lines before its read); returns the
+        number of waiting requests (0: nothing to read)."""
+        cdef DueBlocks due = self.due
+        cdef Py_ssize_t n
+        cdef tuple marked
+        cdef list newly
+        if self._gone:
+            for k in self._gone:
+                due._remove(k)
+            self._gone = []
+        if self._left:
+            self._left = {}
+        n = len(self.snap)
+        if n == 0:
+            return 0
+        if self._pending:
+            self._assign()
+        t = _floor_of(now * 1e9)  # deadline_clock.now_ns
+        if self._floor is None or t >= self._floor:
+            marked = due._mark_due(t)
+            newly, self._floor = marked
+            if newly:
+                self.policy.urgent.update([(<tuple>k)[2] for k in newly])
+        return n
+
+
+cdef object _round(double x):
+    """Python's ``round(x)`` of a float ``x``, as CPython's ``float.__round__`` computes it
+    (Objects/floatobject.c: C ``round``, then the halfway case to even; an int), without the
+    call; an infinite or NaN ``x`` goes to ``round`` itself, which raises as it does there."""
+    cdef double r
+    if not isfinite(x):
+        return round(x)
+    r = c_round(x)
+    if fabs(x - r) == 0.5:
+        r = 2.0 * c_round(x / 2.0)
+    return PyLong_FromDouble(r)
+
+
+def _arrival_id(q):
+    return (q.arrival_time, q.request_id)
+
+
+def float_round(double x):
+    """``_round(x)`` from Python (``tests/test_deadline_compiled.py`` checks it against ``round``)."""
+    return _round(x)

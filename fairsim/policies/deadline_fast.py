@@ -53,6 +53,10 @@ bits; ``tests/test_fast_lane_compiled.py``); ``W`` is summed from the same integ
 ``DeadlineOrder`` uses ``DueBlocks``'s compiled twin where it is built (``due_blocks``,
 ``fairsim/policies/_deadline_c.pyx``: the same blocks, tree, walks, keys marked and floors,
 call by call, ``tests/test_deadline_compiled.py``); this module's ``DueBlocks`` is the reference.
+``FairwayDeadline.incremental_order`` builds ``deadline_order(policy)``: where the twin is built,
+``CompiledDeadlineOrder``, whose joins, leaves, stale marks, first sights and state updates are
+``_deadline_c.DeadlineCore``'s (this module's ``DeadlineOrder`` statement for statement, the same
+state after every call, the same test file) and whose read is ``DeadlineOrder._read``.
 State changes (new deadlines, the horizon ``H``, the sticky urgent set) are made when
 ``iter_order`` is called, not when it is read, and are mirrored into the policy's
 ``deadline_ns``/``work_ns``/``urgent``/``horizon_ns`` so both paths leave the policy in the same
@@ -64,6 +68,7 @@ and, past it, the set that the lanes skip) and the rare sum of ``W`` over the qu
 
 from __future__ import annotations
 
+import functools
 import math
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
@@ -92,6 +97,17 @@ def block_kernel() -> Any:
 
 #: The compiled twin of ``DueBlocks`` (``fairsim/policies/_deadline_c.pyx``), optional.
 TWIN_MODULE = "fairsim.policies._deadline_c"
+
+
+def deadline_order(policy: Any) -> DeadlineOrder:
+    """The fast path of ``policy`` (a ``FairwayDeadline``): ``DeadlineOrder`` with its bookkeeping
+    compiled (``CompiledDeadlineOrder``: ``_deadline_c.DeadlineCore``, the same state call by
+    call, ``tests/test_deadline_compiled.py``) where the twin is built and
+    ``FAIRSIM_PURE_PYTHON`` is not ``1``, else the reference."""
+    mod = compiled_twin(TWIN_MODULE)
+    if mod is None or not hasattr(mod, "DeadlineCore"):
+        return DeadlineOrder(policy)
+    return _compiled_order_class(mod)(policy)
 
 
 def due_blocks(lookahead: str) -> Any:
@@ -735,3 +751,24 @@ class DeadlineOrder:
             return
         yield from merge_lanes(fast, fair, rest, p.fast_weight, p.fair_weight,
                                0.0 if p.fast_first else None)
+
+
+@functools.cache
+def _compiled_order_class(mod: Any) -> type:
+    """``DeadlineOrder`` with ``mod.DeadlineCore``'s compiled ``add``, ``remove``, ``stale``,
+    ``_current``, ``_assign`` and state updates first in its MRO; the read (``_read``),
+    ``head_until`` and ``set_resolver`` are the reference's."""
+
+    class CompiledDeadlineOrder(mod.DeadlineCore, DeadlineOrder):
+        __doc__ = DeadlineOrder.__doc__
+
+        def __init__(self, policy: Any) -> None:
+            policy.deadline_ns, policy.work_ns, policy.urgent = {}, {}, set()
+            mod.DeadlineCore.__init__(self, policy, FastLane(policy.slo), ArrivalOrder(),
+                                      mod.DueBlocks(policy.lookahead, DueBlocks.BLOCK))
+
+        def iter_order(self, now: float) -> Iterator[QueuedRequest]:
+            n = self._update(now)  # the reference's state updates (compiled)
+            return self._read(now, n) if n else iter(())
+
+    return CompiledDeadlineOrder

@@ -290,7 +290,8 @@ class FairwayDeadline(Fairway):
         return charge_merge(waiting, fast, fair, work, fast_w, fair_w, 0.0, fair_w * work[fair[0]])
 
     def incremental_order(self):
-        """Fast path (``fairsim.policies.deadline_fast.DeadlineOrder``), or ``None`` for a subclass
+        """Fast path (``fairsim.policies.deadline_fast.DeadlineOrder``, its bookkeeping compiled
+        where built: ``deadline_order``), or ``None`` for a subclass
         that overrides a method it mirrors (``work``, ``fcfs_works``, ``_assign``, ``merge``) and for the
         ablations it does not mirror (extending horizons, ``estimate="dedup"``,
         ``patience="deadline"``). Fairway's own mirrored methods (``order``, ``_fast_keys``, ...:
@@ -301,8 +302,8 @@ class FairwayDeadline(Fairway):
             return None
         if any(getattr(cls, m) is not getattr(FairwayDeadline, m) for m in ("work", "fcfs_works", "_assign", "merge")):
             return None
-        from fairsim.policies.deadline_fast import DeadlineOrder
-        return DeadlineOrder(self)
+        from fairsim.policies.deadline_fast import deadline_order
+        return deadline_order(self)
 
     def order(self, waiting: Sequence[QueuedRequest], now: float) -> list[QueuedRequest]:
         """Urgent requests and those with earlier deadlines first (by deadline), then Fairway's merge."""
