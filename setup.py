@@ -19,8 +19,10 @@
 - The optional compiled read loops of DRR, DRR-Dynamo and DLPM, DFS-weight's tree and PEEK's
   order (``fairsim/policies/_credit_c.pyx``), the same way: where it is not built, each order
   runs its Python code (``fairsim.policies.compiled_twins``).
-- The optional compiled due blocks of ``fairway-deadline`` (``fairsim/policies/_deadline_c.pyx``),
-  the same way: where it is not built, ``deadline_fast.DueBlocks`` runs (``deadline_fast.due_blocks``).
+- The optional compiled due blocks and order bookkeeping of ``fairway-deadline``
+  (``fairsim/policies/_deadline_c.pyx``), the same way: where it is not built,
+  ``deadline_fast.DueBlocks`` and ``DeadlineOrder`` run (``deadline_fast.due_blocks``,
+  ``deadline_fast.deadline_order``).
 - An editable install (``pip install -e .``) writes the packages' bytecode (``__pycache__``)
   once: a wheel install gets it from pip, and a machine that sets ``PYTHONDONTWRITEBYTECODE``
   otherwise compiles every module at every start (0.07 CPU-s of a 0.31 s start-up here).
