@@ -220,20 +220,28 @@ cdef class CompiledWatch:
             )
             live.last_snap = snap
             return snap
+        released = live.released_s
+        prefill = live.arrival_prefill
         if old is not None:  # (by position: cached_len, num_computed_tokens, arrival_time, arrival_prefill_tokens)
             if not isinstance(old, tuple):
                 raise TypeError(f"a kept snapshot is {type(old).__name__}, not {self.snapshot_class.__name__}")
             kept = <tuple>old
-            if (kept[3] == h and kept[5] == computed and kept[1] == live.released_s
-                    and kept[10] == live.arrival_prefill):
+            if kept[3] == h and kept[5] == computed and kept[1] == released and kept[10] == prefill:
                 return old
-        req = live.req
-        prompt_len = req.prompt_len
-        snap = _tuple_new(self.snapshot_class, (
-            req.request_id, live.released_s, prompt_len, h,
-            max(1, prompt_len - h - computed), computed, live, live.keys,
-            self.block_size, live.client, live.arrival_prefill, req.output_len,
-        ))
+            # The fields fixed per request (id, prompt, keys, block size, client, output) from the
+            # kept snapshot: ``_Live.req``, ``keys`` and ``client`` are set once, at its creation.
+            prompt_len = kept[2]
+            snap = _tuple_new(self.snapshot_class, (
+                kept[0], released, prompt_len, h, max(1, prompt_len - h - computed), computed, live,
+                kept[7], kept[8], kept[9], prefill, kept[11],
+            ))
+        else:
+            req = live.req
+            prompt_len = req.prompt_len
+            snap = _tuple_new(self.snapshot_class, (
+                req.request_id, released, prompt_len, h, max(1, prompt_len - h - computed), computed,
+                live, live.keys, self.block_size, live.client, prefill, req.output_len,
+            ))
         live.last_snap = snap
         return snap
 
