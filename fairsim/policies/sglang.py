@@ -62,18 +62,33 @@ def in_batch_deprioritized(waiting: Sequence[QueuedRequest]) -> set[str]:
     """Request ids SGLang's ``_compute_prefix_matches`` puts in ``temporary_deprioritized``.
 
     Walked in arrival order (SGLang walks its queue's current order; ours), the first request of
-    each ``in_batch_group`` keeps its place and every later one is de-prioritised.
+    each ``in_batch_group`` keeps its place and every later one is de-prioritised: per group, all
+    members but the least by ``arrival_key``. The members are grouped in one pass (the group
+    inlined) and only groups of two or more are sorted, so a queue whose groups are all distinct
+    (a trace without shared prefixes) costs no sort (HRRN and LPM call this in every sorted step).
     """
-    seen: set[tuple] = set()
-    out: set[str] = set()
-    for r in sorted(waiting, key=arrival_key):
-        group = in_batch_group(r)
-        if group is None:
+    first: dict[tuple, QueuedRequest] = {}  # group -> its first member met
+    shared: dict[tuple, list[QueuedRequest]] = {}  # group -> all its members, where two or more
+    for r in waiting:
+        bs = r.block_size
+        if r.cached_len > SGLANG_DEDUP_TOKENS or bs <= 0:
             continue
-        if group in seen:
-            out.add(r.request_id)
+        keys = r.block_keys
+        m = -(-SGLANG_DEDUP_TOKENS // bs)
+        if len(keys) < m:
+            continue
+        group = tuple(keys[:m])
+        met = first.get(group)
+        if met is None:
+            first[group] = r
+        elif group in shared:
+            shared[group].append(r)
         else:
-            seen.add(group)
+            shared[group] = [met, r]
+    out: set[str] = set()
+    for members in shared.values():
+        members.sort(key=arrival_key)
+        out.update(r.request_id for r in members[1:])
     return out
 
 
@@ -266,16 +281,23 @@ class HRRN(_KeptSort):
         self.prefill_tokens = total
 
     def _sorted(self, waiting: Sequence[QueuedRequest]) -> list[QueuedRequest]:
+        """``waiting`` by the key ``(0, -ratio, arrival_time, request_id)``, de-prioritised ones
+        by ``(1, 0.0, arrival_time, request_id)``: the others first, each part sorted by the
+        rest of its key. Keys are built in one comprehension and the indices sorted by them
+        (no Python call per item; the keys are unique, so the order is that of sorting by the
+        whole key)."""
         late = in_batch_deprioritized(waiting) if self.sglang_dedup else ()
         p = self.prefill_tokens
-
-        def key(r: QueuedRequest) -> tuple:
-            if r.request_id in late:
-                return (1, 0.0, r.arrival_time, r.request_id)
-            ratio = max(0, p - r.arrival_prefill_tokens) / r.uncached_len
-            return (0, -ratio, r.arrival_time, r.request_id)
-
-        return sorted(waiting, key=key)
+        if late:
+            rest = [r for r in waiting if r.request_id not in late]
+            behind = sorted((r for r in waiting if r.request_id in late), key=arrival_key)
+        else:
+            rest, behind = waiting, []
+        keys = [(-(max(0, p - r.arrival_prefill_tokens) / r.uncached_len), r.arrival_time, r.request_id)
+                for r in rest]
+        out = [rest[i] for i in sorted(range(len(keys)), key=keys.__getitem__)]
+        out += behind
+        return out
 
     def incremental_order(self) -> KeptOrder | None:
         """Fast path with the fallback on (``KeptOrder``); none without it (the ratio of every
