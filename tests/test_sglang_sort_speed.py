@@ -1,16 +1,36 @@
 """HRRN's sort and SGLang's in-batch de-prioritisation (fairsim/policies/sglang.py) against their
 plain formulations, kept here as the references: the fast versions build the keys in one pass
 and sort only the groups that have two or more members, and must give the same sets and orders
-on any queue (shared groups, hits above and below 32 tokens, keyless snapshots, ties)."""
+on any queue (shared groups, hits above and below 32 tokens, keyless snapshots, ties). Both
+paths are checked: the Python one (``_twins`` set to None) and the compiled twins
+(``fairsim/policies/_credit_c.pyx``) where built."""
 
 from __future__ import annotations
+
+import contextlib
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import pytest
+
+from fairsim.policies import sglang
 from fairsim.policies.base import arrival_key
 from fairsim.policies.sglang import HRRN, SGLANG_DEDUP_TOKENS, in_batch_deprioritized
 from fairsim.types import QueuedRequest
+
+TWINS = sglang._twins
+PATHS = ["python"] + (["compiled"] if TWINS is not None else [])
+
+
+@contextlib.contextmanager
+def on_path(path):
+    """The Python path (``_twins`` None) or, where built, the compiled twins."""
+    sglang._twins = None if path == "python" else TWINS
+    try:
+        yield
+    finally:
+        sglang._twins = TWINS
 
 
 def reference_group(q: QueuedRequest) -> tuple | None:
@@ -66,22 +86,27 @@ def queues(draw):
     return [out[i] for i in order]
 
 
+@pytest.mark.parametrize("path", PATHS)
 @settings(max_examples=300, deadline=None)
-@given(queues())
-def test_deprioritized_set_is_the_arrival_walk(waiting):
-    assert in_batch_deprioritized(waiting) == reference_deprioritized(waiting)
+@given(waiting=queues())
+def test_deprioritized_set_is_the_arrival_walk(path, waiting):
+    with on_path(path):
+        assert in_batch_deprioritized(waiting) == reference_deprioritized(waiting)
 
 
+@pytest.mark.parametrize("path", PATHS)
 @settings(max_examples=300, deadline=None)
-@given(queues(), st.integers(0, 6000), st.booleans())
-def test_hrrn_sort_is_the_keyed_sort(waiting, p, dedup):
+@given(waiting=queues(), p=st.integers(0, 6000), dedup=st.booleans())
+def test_hrrn_sort_is_the_keyed_sort(path, waiting, p, dedup):
     policy = HRRN(sglang_dedup=dedup)
     policy.on_prefill_tokens(p)
-    got = [r.request_id for r in policy._sorted(waiting)]
+    with on_path(path):
+        got = [r.request_id for r in policy._sorted(waiting)]
     assert got == [r.request_id for r in reference_hrrn_sorted(waiting, p, dedup)]
 
 
-def test_shared_group_keeps_its_oldest_member_ahead():
+@pytest.mark.parametrize("path", PATHS)
+def test_shared_group_keeps_its_oldest_member_ahead(path):
     # Hand example: x2 and x3 share x1's first 16-token blocks (32 tokens) with no hit; x1 is the
     # oldest of the group, so x2 and x3 go behind. y hits 48 tokens (> 32): never checked.
     def q(rid, t, keys, h=0, arr_p=0, L=100):
@@ -89,8 +114,9 @@ def test_shared_group_keeps_its_oldest_member_ahead():
 
     w = [q("x3", 3.0, ("A", "B", "C")), q("x1", 1.0, ("A", "B")), q("y", 0.5, ("A", "B"), h=48),
          q("x2", 2.0, ("A", "B", "D"))]
-    assert in_batch_deprioritized(w) == {"x2", "x3"}
     policy = HRRN()
     policy.on_prefill_tokens(50)
-    # ratios: y 50 / 52, x1 50 / 100: y first; x2 and x3 behind by arrival.
-    assert [r.request_id for r in policy._sorted(w)] == ["y", "x1", "x2", "x3"]
+    with on_path(path):
+        assert in_batch_deprioritized(w) == {"x2", "x3"}
+        # ratios: y 50 / 52, x1 50 / 100: y first; x2 and x3 behind by arrival.
+        assert [r.request_id for r in policy._sorted(w)] == ["y", "x1", "x2", "x3"]

@@ -9,6 +9,10 @@
   ``fairsim.policies.sglang.CountedPrefixTree``.
 - ``CompiledHeadHeapOrder``: PEEK's head-and-heap order with C helper methods; reference
   ``fairsim.policies.peek_order.HeadHeapOrder``.
+- ``in_batch_deprioritized``, ``hrrn_keyed``: SGLang's in-batch de-prioritisation and HRRN's
+  keyed sort, which HRRN runs over the whole queue in every step at or below 128 waiting (its
+  ratios move every step); references ``fairsim.policies.sglang.in_batch_deprioritized_python``
+  and ``hrrn_keyed_python`` (``tests/test_sglang_sort_speed.py`` compares them).
 
 Each twin is its reference statement for statement: the same visits, picks and placements in
 the same order, the same entries logged into the policy's ``Replay`` (``_changes``, ``_marks``,
@@ -742,3 +746,57 @@ def dlpm_passes(order):
             if first:
                 order._refill = (state_key, {u: d[u] for u in backlogged}, changes[n0:], list(heap))
         first = False
+
+
+def in_batch_deprioritized(waiting, Py_ssize_t tokens):
+    """``fairsim.policies.sglang.in_batch_deprioritized_python`` (the reference), compiled: the
+    same one pass grouping the requests whose hit is at most ``tokens`` by their first
+    ``ceil(tokens / block_size)`` block keys, then every member but the least by
+    ``(arrival_time, request_id)`` of each group of two or more."""
+    cdef dict first = {}
+    cdef dict shared = {}
+    cdef list members
+    cdef Py_ssize_t bs, m
+    cdef set out = set()
+    for r in waiting:
+        bs = r.block_size
+        if r.cached_len > tokens or bs <= 0:
+            continue
+        keys = r.block_keys
+        m = -(-tokens // bs)
+        if len(keys) < m:
+            continue
+        group = tuple(keys[:m])
+        met = first.get(group)
+        if met is None:
+            first[group] = r
+        else:
+            members = shared.get(group)
+            if members is None:
+                shared[group] = [met, r]
+            else:
+                members.append(r)
+    for members in shared.values():
+        members.sort(key=_arrival_key)
+        for j in range(1, len(members)):
+            out.add(members[j].request_id)
+    return out
+
+
+def _arrival_key(r):
+    return (r.arrival_time, r.request_id)
+
+
+def hrrn_keyed(list rest, p):
+    """``fairsim.policies.sglang.hrrn_keyed_python`` (the reference), compiled: ``rest`` sorted by
+    ``(-(max(0, p - arrival_prefill_tokens) / uncached_len), arrival_time, request_id)``, the
+    same Python objects compared (ints, then their true quotient, negated)."""
+    cdef Py_ssize_t n = len(rest), i
+    cdef list keys = [None] * n
+    for i in range(n):
+        r = rest[i]
+        waited = p - r.arrival_prefill_tokens
+        if not waited > 0:
+            waited = 0
+        keys[i] = (-(waited / r.uncached_len), r.arrival_time, r.request_id)
+    return [rest[i] for i in sorted(range(n), key=keys.__getitem__)]

@@ -10,6 +10,10 @@ which is the reference the twin matches statement for statement (``tests/test_cr
 - ``"CompiledCountedPrefixTree"``: ``fairsim.policies.sglang.CountedPrefixTree`` (a class);
 - ``"CompiledHeadHeapOrder"``: ``fairsim.policies.peek_order.HeadHeapOrder`` (a class).
 
+``fairsim.policies.sglang`` loads two more from the same module itself (``_twins``):
+``in_batch_deprioritized`` (reference ``sglang.in_batch_deprioritized_python``) and
+``hrrn_keyed`` (reference ``sglang.hrrn_keyed_python``), HRRN's sort at or below 128 waiting.
+
 A module of its own, so that a policy with a twin imports no other policy's module for it (on
 this machine no bytecode is written, and compiling ``credit_fast``'s source at every start cost
 PEEK and DFS-weight about 45 M instructions).

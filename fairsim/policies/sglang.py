@@ -28,6 +28,7 @@ from sortedcontainers import SortedList
 
 from fairsim.policies.space import Choice
 from fairsim.policies.base import arrival_key
+from fairsim.policies.compiled_twins import COMPILED_MODULE, compiled_module
 from fairsim.policies.stale import resolve_stale
 from fairsim.types import QueuedRequest
 
@@ -36,6 +37,12 @@ SGLANG_SORT_LIMIT = 128
 
 SGLANG_DEDUP_TOKENS = 32
 """``IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD`` and ``..._DEPRIORITIZE_THRESHOLD`` (both 32 tokens)."""
+
+#: The compiled twins of ``in_batch_deprioritized_python`` and ``hrrn_keyed_python``
+#: (``fairsim/policies/_credit_c.pyx``) where built, else None (``fairsim.compiled``; an
+#: extension built before they existed has neither: both then run in Python).
+_module = compiled_module(COMPILED_MODULE)
+_twins = _module if hasattr(_module, "hrrn_keyed") and hasattr(_module, "in_batch_deprioritized") else None
 
 SOURCE = ("sgl-project/sglang python/sglang/srt/managers/schedule_policy.py at "
           "00550cd11b35def9d584bf761a1e32729c20a21d")
@@ -59,6 +66,14 @@ def in_batch_group(q: QueuedRequest) -> tuple | None:
 
 
 def in_batch_deprioritized(waiting: Sequence[QueuedRequest]) -> set[str]:
+    """Request ids SGLang's ``_compute_prefix_matches`` puts in ``temporary_deprioritized``
+    (``in_batch_deprioritized_python``; its compiled twin where built)."""
+    if _twins is not None:
+        return _twins.in_batch_deprioritized(waiting, SGLANG_DEDUP_TOKENS)
+    return in_batch_deprioritized_python(waiting)
+
+
+def in_batch_deprioritized_python(waiting: Sequence[QueuedRequest]) -> set[str]:
     """Request ids SGLang's ``_compute_prefix_matches`` puts in ``temporary_deprioritized``.
 
     Walked in arrival order (SGLang walks its queue's current order; ours), the first request of
@@ -90,6 +105,15 @@ def in_batch_deprioritized(waiting: Sequence[QueuedRequest]) -> set[str]:
         members.sort(key=arrival_key)
         out.update(r.request_id for r in members[1:])
     return out
+
+
+def hrrn_keyed_python(rest: list[QueuedRequest], p: int) -> list[QueuedRequest]:
+    """``rest`` sorted by HRRN's key ``(-ratio, arrival_time, request_id)`` at the prefill-token
+    counter ``p`` (``HRRN``). The keys are built in one comprehension and the indices sorted by
+    them: no Python call per item, and the keys are unique, so the order is the keyed sort's."""
+    keys = [(-(max(0, p - r.arrival_prefill_tokens) / r.uncached_len), r.arrival_time, r.request_id)
+            for r in rest]
+    return [rest[i] for i in sorted(range(len(keys)), key=keys.__getitem__)]
 
 
 def keep_previous(previous: dict[str, int], waiting: Sequence[QueuedRequest]) -> list[QueuedRequest]:
@@ -283,19 +307,15 @@ class HRRN(_KeptSort):
     def _sorted(self, waiting: Sequence[QueuedRequest]) -> list[QueuedRequest]:
         """``waiting`` by the key ``(0, -ratio, arrival_time, request_id)``, de-prioritised ones
         by ``(1, 0.0, arrival_time, request_id)``: the others first, each part sorted by the
-        rest of its key. Keys are built in one comprehension and the indices sorted by them
-        (no Python call per item; the keys are unique, so the order is that of sorting by the
-        whole key)."""
+        rest of its key (``hrrn_keyed_python``, or its compiled twin where built)."""
         late = in_batch_deprioritized(waiting) if self.sglang_dedup else ()
         p = self.prefill_tokens
         if late:
             rest = [r for r in waiting if r.request_id not in late]
             behind = sorted((r for r in waiting if r.request_id in late), key=arrival_key)
         else:
-            rest, behind = waiting, []
-        keys = [(-(max(0, p - r.arrival_prefill_tokens) / r.uncached_len), r.arrival_time, r.request_id)
-                for r in rest]
-        out = [rest[i] for i in sorted(range(len(keys)), key=keys.__getitem__)]
+            rest, behind = list(waiting), []
+        out = hrrn_keyed_python(rest, p) if _twins is None else _twins.hrrn_keyed(rest, p)
         out += behind
         return out
 
