@@ -5,6 +5,7 @@ extension is not built, or ``FAIRSIM_PURE_PYTHON=1`` is set, each fast path runs
 which is the reference the twin matches statement for statement (``tests/test_credit_compiled.py``):
 
 - ``"drr_visits"``: ``fairsim.policies.credit_fast.DRROrder._visits`` (a generator);
+- ``"drr_sync"``: ``fairsim.policies.credit_fast.DRROrder._sync_python`` (the ring's update);
 - ``"drr_dynamo_picks"``: ``fairsim.policies.drr_dynamo.DRRDynamoOrder._pick_all``;
 - ``"dlpm_passes"``: ``fairsim.policies.credit_fast.DLPMOrder._passes``;
 - ``"CompiledCountedPrefixTree"``: ``fairsim.policies.sglang.CountedPrefixTree`` (a class);
@@ -30,7 +31,7 @@ COMPILED_MODULE = "fairsim.policies._credit_c"
 
 def compiled_twin(name: str) -> Any:
     """The compiled twin ``name`` (module docstring) where the extension imports and
-    ``FAIRSIM_PURE_PYTHON=1`` is not set (``fairsim.compiled``), else None: the caller runs its
-    Python code."""
+    ``FAIRSIM_PURE_PYTHON=1`` is not set (``fairsim.compiled``), else None (also where an
+    extension built before that twin existed lacks it): the caller runs its Python code."""
     module = compiled_module(COMPILED_MODULE)
-    return None if module is None else getattr(module, name)
+    return None if module is None else getattr(module, name, None)
