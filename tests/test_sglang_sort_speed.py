@@ -19,7 +19,7 @@ from fairsim.policies.base import arrival_key
 from fairsim.policies.sglang import HRRN, SGLANG_DEDUP_TOKENS, in_batch_deprioritized
 from fairsim.types import QueuedRequest
 
-TWINS = sglang._twins
+TWINS = sglang._compiled()
 PATHS = ["python"] + (["compiled"] if TWINS is not None else [])
 
 

@@ -38,11 +38,22 @@ SGLANG_SORT_LIMIT = 128
 SGLANG_DEDUP_TOKENS = 32
 """``IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD`` and ``..._DEPRIORITIZE_THRESHOLD`` (both 32 tokens)."""
 
-#: The compiled twins of ``in_batch_deprioritized_python`` and ``hrrn_keyed_python``
-#: (``fairsim/policies/_credit_c.pyx``) where built, else None (``fairsim.compiled``; an
-#: extension built before they existed has neither: both then run in Python).
-_module = compiled_module(COMPILED_MODULE)
-_twins = _module if hasattr(_module, "hrrn_keyed") and hasattr(_module, "in_batch_deprioritized") else None
+_UNLOADED = object()
+
+#: The module holding the compiled twins of ``in_batch_deprioritized_python`` and
+#: ``hrrn_keyed_python`` (``fairsim/policies/_credit_c.pyx``) where built, else None
+#: (``fairsim.compiled``; an extension built before they existed has neither: both then run in
+#: Python). Loaded at the first call (``_compiled``), so the orders of this module that use
+#: neither (LOF, shortest-prefill-first's fast path) do not load the extension at start-up.
+_twins: Any = _UNLOADED
+
+
+def _compiled() -> Any:
+    global _twins
+    if _twins is _UNLOADED:
+        module = compiled_module(COMPILED_MODULE)
+        _twins = module if hasattr(module, "hrrn_keyed") and hasattr(module, "in_batch_deprioritized") else None
+    return _twins
 
 SOURCE = ("sgl-project/sglang python/sglang/srt/managers/schedule_policy.py at "
           "00550cd11b35def9d584bf761a1e32729c20a21d")
@@ -68,8 +79,9 @@ def in_batch_group(q: QueuedRequest) -> tuple | None:
 def in_batch_deprioritized(waiting: Sequence[QueuedRequest]) -> set[str]:
     """Request ids SGLang's ``_compute_prefix_matches`` puts in ``temporary_deprioritized``
     (``in_batch_deprioritized_python``; its compiled twin where built)."""
-    if _twins is not None:
-        return _twins.in_batch_deprioritized(waiting, SGLANG_DEDUP_TOKENS)
+    twins = _compiled()
+    if twins is not None:
+        return twins.in_batch_deprioritized(waiting, SGLANG_DEDUP_TOKENS)
     return in_batch_deprioritized_python(waiting)
 
 
@@ -315,7 +327,8 @@ class HRRN(_KeptSort):
             behind = sorted((r for r in waiting if r.request_id in late), key=arrival_key)
         else:
             rest, behind = list(waiting), []
-        out = hrrn_keyed_python(rest, p) if _twins is None else _twins.hrrn_keyed(rest, p)
+        twins = _compiled()
+        out = hrrn_keyed_python(rest, p) if twins is None else twins.hrrn_keyed(rest, p)
         out += behind
         return out
 
