@@ -1,7 +1,8 @@
-"""The fast paths' compiled twins (``fairsim/policies/_credit_c.pyx``: DRR's ``drr_visits``,
+"""The fast paths' compiled twins (``fairsim/policies/_credit_c.pyx``: DRR's ``drr_visits`` and
+``drr_sync``,
 DRR-Dynamo's ``drr_dynamo_picks``, DLPM's ``dlpm_passes``, DFS-weight's
 ``CompiledCountedPrefixTree``, PEEK's ``CompiledHeadHeapOrder``) are their Python references
-(``DRROrder._visits``, ``DRRDynamoOrder._pick_all``, ``DLPMOrder._passes``,
+(``DRROrder._visits`` and ``_sync_python``, ``DRRDynamoOrder._pick_all``, ``DLPMOrder._passes``,
 ``sglang.CountedPrefixTree``, ``peek_order.HeadHeapOrder``) statement for statement.
 
 - Side by side on random queues (clients, arrivals, hits told lazily or as fresh snapshots,
@@ -52,6 +53,8 @@ def _python_order(policy):
     inc = policy.incremental_order()
     inc._read = {"drr": "_visits", "drr-dynamo": "_pick_all", "dlpm": "_passes"}[policy.name]
     inc._read = getattr(inc, inc._read)
+    if policy.name == "drr":
+        inc._sync = inc._sync_python
     return inc
 
 
@@ -72,6 +75,8 @@ def test_compiled_loops_equal_the_python_generators(seed, name, n, num_clients, 
     c_policy = make_policy(name, PROFILE, quantum=quantum)
     py_inc, c_inc = _python_order(py_policy), c_policy.incremental_order()
     assert not hasattr(c_inc._read, "__func__")  # the compiled loop, not the Python method
+    if name == "drr":
+        assert not hasattr(c_inc._sync, "__func__") and hasattr(py_inc._sync, "__func__")
     current: dict = {}  # this step's snapshots (the engine's)
     reads: dict = {"py": [], "c": []}
     lazy = name != "dlpm"  # DLPM's order takes fresh snapshots (add), the others lazy hits
@@ -131,6 +136,7 @@ def test_compiled_loops_equal_the_python_generators(seed, name, n, num_clients, 
         assert_same_credit_state(name, py_policy, c_policy)
         if name == "drr":
             assert c_policy.emptied == py_policy.emptied
+            assert (c_inc._nxt, c_inc._prv, c_inc._first) == (py_inc._nxt, py_inc._prv, py_inc._first)
 
 
 def test_compiled_visits_skip_empty_rounds_as_the_python_generator():

@@ -9,6 +9,10 @@
   ``fairsim.policies.sglang.CountedPrefixTree``.
 - ``CompiledHeadHeapOrder``: PEEK's head-and-heap order with C helper methods; reference
   ``fairsim.policies.peek_order.HeadHeapOrder``.
+- ``in_batch_deprioritized``, ``hrrn_keyed``: SGLang's in-batch de-prioritisation and HRRN's
+  keyed sort, which HRRN runs over the whole queue in every step at or below 128 waiting (its
+  ratios move every step); references ``fairsim.policies.sglang.in_batch_deprioritized_python``
+  and ``hrrn_keyed_python`` (``tests/test_sglang_sort_speed.py`` compares them).
 
 Each twin is its reference statement for statement: the same visits, picks and placements in
 the same order, the same entries logged into the policy's ``Replay`` (``_changes``, ``_marks``,
@@ -742,3 +746,122 @@ def dlpm_passes(order):
             if first:
                 order._refill = (state_key, {u: d[u] for u in backlogged}, changes[n0:], list(heap))
         first = False
+
+
+def in_batch_deprioritized(waiting, Py_ssize_t tokens):
+    """``fairsim.policies.sglang.in_batch_deprioritized_python`` (the reference), compiled: the
+    same one pass grouping the requests whose hit is at most ``tokens`` by their first
+    ``ceil(tokens / block_size)`` block keys, then every member but the least by
+    ``(arrival_time, request_id)`` of each group of two or more."""
+    cdef dict first = {}
+    cdef dict shared = {}
+    cdef list members
+    cdef Py_ssize_t bs, m
+    cdef set out = set()
+    for r in waiting:
+        bs = r.block_size
+        if r.cached_len > tokens or bs <= 0:
+            continue
+        keys = r.block_keys
+        m = -(-tokens // bs)
+        if len(keys) < m:
+            continue
+        group = tuple(keys[:m])
+        met = first.get(group)
+        if met is None:
+            first[group] = r
+        else:
+            members = shared.get(group)
+            if members is None:
+                shared[group] = [met, r]
+            else:
+                members.append(r)
+    for members in shared.values():
+        members.sort(key=_arrival_key)
+        for j in range(1, len(members)):
+            out.add(members[j].request_id)
+    return out
+
+
+def _arrival_key(r):
+    return (r.arrival_time, r.request_id)
+
+
+def hrrn_keyed(list rest, p):
+    """``fairsim.policies.sglang.hrrn_keyed_python`` (the reference), compiled: ``rest`` sorted by
+    ``(-(max(0, p - arrival_prefill_tokens) / uncached_len), arrival_time, request_id)``, the
+    same Python objects compared (ints, then their true quotient, negated)."""
+    cdef Py_ssize_t n = len(rest), i
+    cdef list keys = [None] * n
+    for i in range(n):
+        r = rest[i]
+        waited = p - r.arrival_prefill_tokens
+        if not waited > 0:
+            waited = 0
+        keys[i] = (-(waited / r.uncached_len), r.arrival_time, r.request_id)
+    return [rest[i] for i in sorted(range(n), key=keys.__getitem__)]
+
+
+def drr_sync(order):
+    """``order._sync_python()`` (``fairsim.policies.credit_fast.DRROrder``), compiled: the same
+    leavers unlinked and joiners linked in the same order, the same cursor moves and deficit
+    drops, the touched and emptied classes cleared. On a trace whose every request is its own
+    class (no client labels) each admitting step links the new requests and unlinks the
+    admitted ones, a few interpreted dict operations each."""
+    policy = order.policy
+    cdef dict nxt = order._nxt
+    cdef dict prv = order._prv
+    cdef dict queues = order.queues
+    cdef dict cursor = policy.cursor
+    cdef dict deficit = policy.deficit
+    cdef dict emptied = policy.emptied
+    cdef set touched = order.touched
+    cdef list gone = []
+    cdef list new = []
+    first = order._first
+    for u in (touched.union(emptied) if emptied else touched):
+        if u in nxt:
+            if u in emptied or u not in queues:
+                gone.append(u)
+                if u in queues:
+                    new.append(u)
+        elif u in queues:
+            new.append(u)
+    pos = cursor["pos"]
+    if pos is not None and pos in gone:
+        k = nxt[pos]
+        while k in gone and k != pos:
+            k = nxt[k]
+        cursor.update(pos=None if k in gone else k, credited=False)
+    elif pos is not None and pos not in nxt:
+        cursor.update(pos=None, credited=False)
+    for u in gone:  # DRROrder._unlink
+        n = nxt.pop(u)
+        p = prv.pop(u)
+        if n == u:
+            first = None
+        else:
+            nxt[p] = n
+            prv[n] = p
+            if first == u:
+                first = n
+        deficit.pop(u, None)
+    if new:
+        if len(new) > 1:
+            new.sort(key=lambda u: queues[u][0])
+        for u in new:  # DRROrder._link
+            if first is None:
+                nxt[u] = u
+                prv[u] = u
+                first = u
+            else:
+                last = prv[first]
+                nxt[last] = u
+                prv[u] = last
+                nxt[u] = first
+                prv[first] = u
+    order._first = first
+    emptied.clear()
+    touched.clear()
+    if cursor["pos"] is None and first is not None:
+        cursor.update(pos=first, credited=False)

@@ -348,6 +348,9 @@ class DRROrder(ClassQueues):
         # The visit loop: its compiled twin where built (``compiled_twins``), else ``_visits``.
         compiled = compiled_twins.compiled_twin("drr_visits")
         self._read = self._visits if compiled is None else (lambda: compiled(self))
+        # The ring's update at each read: its compiled twin where built, else ``_sync_python``.
+        sync = compiled_twins.compiled_twin("drr_sync")
+        self._sync = self._sync_python if sync is None else (lambda: sync(self))
 
     def stale(self, request_ids: Any, raised: Any = None) -> None:
         """Lazy hits: these snapshots are out of date. A hit that cannot have risen leaves the
@@ -406,7 +409,9 @@ class DRROrder(ClassQueues):
         if self._first == u:
             self._first = n
 
-    def _sync(self) -> None:
+    def _sync_python(self) -> None:
+        """``DRR._update_ring``'s rules for the classes that changed since the last call (the
+        reference of the compiled ``drr_sync``)."""
         policy = self.policy
         nxt, queues = self._nxt, self.queues
         cursor, deficit, emptied = policy.cursor, policy.deficit, policy.emptied

@@ -28,6 +28,7 @@ from sortedcontainers import SortedList
 
 from fairsim.policies.space import Choice
 from fairsim.policies.base import arrival_key
+from fairsim.policies.compiled_twins import COMPILED_MODULE, compiled_module
 from fairsim.policies.stale import resolve_stale
 from fairsim.types import QueuedRequest
 
@@ -36,6 +37,23 @@ SGLANG_SORT_LIMIT = 128
 
 SGLANG_DEDUP_TOKENS = 32
 """``IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD`` and ``..._DEPRIORITIZE_THRESHOLD`` (both 32 tokens)."""
+
+_UNLOADED = object()
+
+#: The module holding the compiled twins of ``in_batch_deprioritized_python`` and
+#: ``hrrn_keyed_python`` (``fairsim/policies/_credit_c.pyx``) where built, else None
+#: (``fairsim.compiled``; an extension built before they existed has neither: both then run in
+#: Python). Loaded at the first call (``_compiled``), so the orders of this module that use
+#: neither (LOF, shortest-prefill-first's fast path) do not load the extension at start-up.
+_twins: Any = _UNLOADED
+
+
+def _compiled() -> Any:
+    global _twins
+    if _twins is _UNLOADED:
+        module = compiled_module(COMPILED_MODULE)
+        _twins = module if hasattr(module, "hrrn_keyed") and hasattr(module, "in_batch_deprioritized") else None
+    return _twins
 
 SOURCE = ("sgl-project/sglang python/sglang/srt/managers/schedule_policy.py at "
           "00550cd11b35def9d584bf761a1e32729c20a21d")
@@ -59,22 +77,55 @@ def in_batch_group(q: QueuedRequest) -> tuple | None:
 
 
 def in_batch_deprioritized(waiting: Sequence[QueuedRequest]) -> set[str]:
+    """Request ids SGLang's ``_compute_prefix_matches`` puts in ``temporary_deprioritized``
+    (``in_batch_deprioritized_python``; its compiled twin where built)."""
+    twins = _compiled()
+    if twins is not None:
+        return twins.in_batch_deprioritized(waiting, SGLANG_DEDUP_TOKENS)
+    return in_batch_deprioritized_python(waiting)
+
+
+def in_batch_deprioritized_python(waiting: Sequence[QueuedRequest]) -> set[str]:
     """Request ids SGLang's ``_compute_prefix_matches`` puts in ``temporary_deprioritized``.
 
     Walked in arrival order (SGLang walks its queue's current order; ours), the first request of
-    each ``in_batch_group`` keeps its place and every later one is de-prioritised.
+    each ``in_batch_group`` keeps its place and every later one is de-prioritised: per group, all
+    members but the least by ``arrival_key``. The members are grouped in one pass (the group
+    inlined) and only groups of two or more are sorted, so a queue whose groups are all distinct
+    (a trace without shared prefixes) costs no sort (HRRN and LPM call this in every sorted step).
     """
-    seen: set[tuple] = set()
-    out: set[str] = set()
-    for r in sorted(waiting, key=arrival_key):
-        group = in_batch_group(r)
-        if group is None:
+    first: dict[tuple, QueuedRequest] = {}  # group -> its first member met
+    shared: dict[tuple, list[QueuedRequest]] = {}  # group -> all its members, where two or more
+    for r in waiting:
+        bs = r.block_size
+        if r.cached_len > SGLANG_DEDUP_TOKENS or bs <= 0:
             continue
-        if group in seen:
-            out.add(r.request_id)
+        keys = r.block_keys
+        m = -(-SGLANG_DEDUP_TOKENS // bs)
+        if len(keys) < m:
+            continue
+        group = tuple(keys[:m])
+        met = first.get(group)
+        if met is None:
+            first[group] = r
+        elif group in shared:
+            shared[group].append(r)
         else:
-            seen.add(group)
+            shared[group] = [met, r]
+    out: set[str] = set()
+    for members in shared.values():
+        members.sort(key=arrival_key)
+        out.update(r.request_id for r in members[1:])
     return out
+
+
+def hrrn_keyed_python(rest: list[QueuedRequest], p: int) -> list[QueuedRequest]:
+    """``rest`` sorted by HRRN's key ``(-ratio, arrival_time, request_id)`` at the prefill-token
+    counter ``p`` (``HRRN``). The keys are built in one comprehension and the indices sorted by
+    them: no Python call per item, and the keys are unique, so the order is the keyed sort's."""
+    keys = [(-(max(0, p - r.arrival_prefill_tokens) / r.uncached_len), r.arrival_time, r.request_id)
+            for r in rest]
+    return [rest[i] for i in sorted(range(len(keys)), key=keys.__getitem__)]
 
 
 def keep_previous(previous: dict[str, int], waiting: Sequence[QueuedRequest]) -> list[QueuedRequest]:
@@ -266,16 +317,20 @@ class HRRN(_KeptSort):
         self.prefill_tokens = total
 
     def _sorted(self, waiting: Sequence[QueuedRequest]) -> list[QueuedRequest]:
+        """``waiting`` by the key ``(0, -ratio, arrival_time, request_id)``, de-prioritised ones
+        by ``(1, 0.0, arrival_time, request_id)``: the others first, each part sorted by the
+        rest of its key (``hrrn_keyed_python``, or its compiled twin where built)."""
         late = in_batch_deprioritized(waiting) if self.sglang_dedup else ()
         p = self.prefill_tokens
-
-        def key(r: QueuedRequest) -> tuple:
-            if r.request_id in late:
-                return (1, 0.0, r.arrival_time, r.request_id)
-            ratio = max(0, p - r.arrival_prefill_tokens) / r.uncached_len
-            return (0, -ratio, r.arrival_time, r.request_id)
-
-        return sorted(waiting, key=key)
+        if late:
+            rest = [r for r in waiting if r.request_id not in late]
+            behind = sorted((r for r in waiting if r.request_id in late), key=arrival_key)
+        else:
+            rest, behind = list(waiting), []
+        twins = _compiled()
+        out = hrrn_keyed_python(rest, p) if twins is None else twins.hrrn_keyed(rest, p)
+        out += behind
+        return out
 
     def incremental_order(self) -> KeptOrder | None:
         """Fast path with the fallback on (``KeptOrder``); none without it (the ratio of every
