@@ -16,7 +16,7 @@ import pytest
 
 from fairsim.policies import sglang
 from fairsim.policies.base import arrival_key
-from fairsim.policies.sglang import HRRN, SGLANG_DEDUP_TOKENS, in_batch_deprioritized
+from fairsim.policies.sglang import HRRN, SGLANG_DEDUP_TOKENS, in_batch_deprioritized, in_batch_group
 from fairsim.types import QueuedRequest
 
 TWINS = sglang._compiled()
@@ -33,20 +33,10 @@ def on_path(path):
         sglang._twins = TWINS
 
 
-def reference_group(q: QueuedRequest) -> tuple | None:
-    """``in_batch_group`` as first written (the rule the fast pass inlines)."""
-    if q.cached_len > SGLANG_DEDUP_TOKENS or q.block_size <= 0:
-        return None
-    m = -(-SGLANG_DEDUP_TOKENS // q.block_size)
-    if len(q.block_keys) < m:
-        return None
-    return tuple(q.block_keys[:m])
-
-
 def reference_deprioritized(waiting):
     seen, out = set(), set()
     for r in sorted(waiting, key=arrival_key):
-        group = reference_group(r)
+        group = in_batch_group(r)  # the rule the fast pass inlines
         if group is None:
             continue
         if group in seen:
