@@ -16,7 +16,7 @@ import pytest
 
 from fairsim.policies import sglang
 from fairsim.policies.base import arrival_key
-from fairsim.policies.sglang import HRRN, SGLANG_DEDUP_TOKENS, in_batch_deprioritized, in_batch_group
+from fairsim.policies.sglang import HRRN, in_batch_deprioritized, in_batch_group
 from fairsim.types import QueuedRequest
 
 TWINS = sglang._compiled()
