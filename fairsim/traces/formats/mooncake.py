@@ -107,6 +107,9 @@ def _pick(rec: dict[str, Any], names: tuple[str, str], path: str, line: int) -> 
 
 _PLAIN = frozenset({"timestamp", "input_length", "output_length", "hash_ids"})
 """The fields of a plain Mooncake row (the public traces have these and no others)."""
+_IDENT = frozenset({"request_id", "session_id", "after"})
+"""Fields a plain row may add and still take the quick check, as strings (``fairsim convert``
+writes ``request_id``, and ``session_id``/``after`` for sessions)."""
 
 _INF = float("inf")
 _INT_AS_FLOAT = 2**1023  # an int below it converts to a float (larger ones: need_number says so)
@@ -115,20 +118,26 @@ _INT_AS_FLOAT = 2**1023  # an int below it converts to a float (larger ones: nee
 def _parse(rec: dict[str, Any], path: str, line: int) -> _Row:
     row = _Row()
     row.line = line
-    if rec.keys() == _PLAIN:
+    keys = rec.keys()
+    if keys == _PLAIN or (_PLAIN < keys and keys - _PLAIN <= _IDENT):
         # The common row, checked in one expression; anything it does not accept as is (a bad or
-        # unusual value) goes through the field-by-field checks below, which name the field.
+        # unusual value, an identity that is not a string) goes through the field-by-field checks
+        # below, which name the field. (A string identity is kept as is there too.)
         ts, n, out, ids = rec["timestamp"], rec["input_length"], rec["output_length"], rec["hash_ids"]
+        get = rec.get
+        rid, sid, after = get("request_id"), get("session_id"), get("after")
         if (type(n) is int and n >= 1 and type(out) is int and out >= 1
                 and (type(ts) is float and 0 <= ts < _INF or type(ts) is int and 0 <= ts < _INT_AS_FLOAT)
-                and type(ids) is list and set(map(type, ids)) <= _INT_ONLY):
+                and type(ids) is list and set(map(type, ids)) <= _INT_ONLY
+                and (rid is None or type(rid) is str) and (sid is None or type(sid) is str)
+                and (after is None or type(after) is str)):
             row.ts_ms = float(ts)
             row.delay_ms = None
             row.prompt_len = n
             row.output_len = out
             row.labels = {}
             row.ids = ids
-            row.request_id = row.session_id = row.after = None
+            row.request_id, row.session_id, row.after = rid, sid, after
             row.segments = ()
             return row
     t = _pick(rec, _TIME, path, line)

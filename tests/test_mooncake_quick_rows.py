@@ -1,0 +1,86 @@
+"""The Mooncake reader's quick check of a row (``mooncake._parse``): a plain row, with or without
+string identities (``request_id``, ``session_id``, ``after``: what ``fairsim convert`` writes),
+gives what the field-by-field checks give. The Python path is read both ways (the compiled twin
+is switched off: ``FAIRSIM_PURE_PYTHON=1``): with the quick check for identities, and with it off
+(``mooncake._IDENT`` empty, so such rows take the field-by-field checks)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from fairsim.traces.formats import mooncake
+from tests.utils import pure_python, read_outcome
+
+IDENT_VALUES = st.sampled_from([None, "a", "s1", "conv:3", "", 7, True, 2.5, ["x"]])
+
+
+@st.composite
+def rows(draw):
+    lines, t = [], 0
+    for i in range(draw(st.integers(1, 8))):
+        t += draw(st.sampled_from([0, 250, 1000]))
+        n = draw(st.integers(1, 3 * 512))
+        ids = list(range(i * 10, i * 10 + -(-n // 512)))
+        row = {"timestamp": draw(st.sampled_from([t, float(t)])), "input_length": n,
+               "output_length": draw(st.sampled_from([1, 5, 0])), "hash_ids": ids}
+        for key in draw(st.sets(st.sampled_from(["request_id", "session_id", "after"]))):
+            row[key] = draw(IDENT_VALUES)
+        if draw(st.booleans()):
+            row = dict(reversed(list(row.items())))  # another key order
+        lines.append(json.dumps(row))
+    return "\n".join(lines) + "\n"
+
+
+def both_ways(path: Path):
+    with pure_python():
+        quick = read_outcome(mooncake.read, path)
+        saved = mooncake._IDENT
+        mooncake._IDENT = frozenset()
+        try:
+            checked = read_outcome(mooncake.read, path)
+        finally:
+            mooncake._IDENT = saved
+    return quick, checked
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows())
+def test_rows_with_identities_read_as_the_field_by_field_checks(text):
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "t.jsonl"
+        path.write_text(text)
+        quick, checked = both_ways(path)
+        assert quick == checked
+
+
+def test_a_converted_row_takes_the_quick_check(tmp_path, monkeypatch):
+    """A row as ``fairsim convert`` writes it is accepted by the quick check (no field-by-field
+    call), and its identity is kept."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [4, 5], '
+                    '"request_id": "conv:1", "session_id": "s", "after": null}\n')
+
+    def refuse(*args):
+        raise AssertionError("the field-by-field checks ran")
+
+    monkeypatch.setattr(mooncake, "_pick", refuse)
+    with pure_python():
+        trace = mooncake.read(path)
+    (r,) = trace.requests
+    assert (r.request_id, r.session_id, r.after, r.prompt_len, r.block_hashes, r.output_len) == (
+        "conv:1", "s", None, 600, (4,), 3)
+
+
+@pytest.mark.parametrize("value", [7, True, ["x"]])
+def test_an_identity_that_is_not_a_string_takes_the_checks(tmp_path, value):
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [4, 5],
+                                "session_id": value}) + "\n")
+    quick, checked = both_ways(path)
+    assert quick == checked
+    assert (quick[0] == "trace") == (type(value) is int)  # 7 -> "7"; a bool or a list is refused
