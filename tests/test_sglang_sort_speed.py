@@ -36,7 +36,7 @@ def on_path(path):
 def reference_deprioritized(waiting):
     seen, out = set(), set()
     for r in sorted(waiting, key=arrival_key):
-        group = in_batch_group(r)  # the rule the fast pass inlines
+        group = in_batch_group(r)
         if group is None:
             continue
         if group in seen:

@@ -90,21 +90,16 @@ def in_batch_deprioritized_python(waiting: Sequence[QueuedRequest]) -> set[str]:
 
     Walked in arrival order (SGLang walks its queue's current order; ours), the first request of
     each ``in_batch_group`` keeps its place and every later one is de-prioritised: per group, all
-    members but the least by ``arrival_key``. The members are grouped in one pass (the group
-    inlined) and only groups of two or more are sorted, so a queue whose groups are all distinct
-    (a trace without shared prefixes) costs no sort (HRRN and LPM call this in every sorted step).
+    members but the least by ``arrival_key``. The members are grouped in one pass and only groups
+    of two or more are sorted, so a queue whose groups are all distinct (a trace without shared
+    prefixes) costs no sort (HRRN and LPM call this in every sorted step).
     """
     first: dict[tuple, QueuedRequest] = {}  # group -> its first member met
     shared: dict[tuple, list[QueuedRequest]] = {}  # group -> all its members, where two or more
     for r in waiting:
-        bs = r.block_size
-        if r.cached_len > SGLANG_DEDUP_TOKENS or bs <= 0:
+        group = in_batch_group(r)
+        if group is None:
             continue
-        keys = r.block_keys
-        m = -(-SGLANG_DEDUP_TOKENS // bs)
-        if len(keys) < m:
-            continue
-        group = tuple(keys[:m])
         met = first.get(group)
         if met is None:
             first[group] = r

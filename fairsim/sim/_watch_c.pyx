@@ -17,7 +17,7 @@ dict operations that the interpreter's dispatch dominates.
 
 #: The snapshot's fields in ``fairsim.types.QueuedRequest``'s order: ``make_snapshot`` builds it
 #: as that tuple (``tuple.__new__``, what ``QueuedRequest._make`` does, without the Python
-#: ``__new__`` frame) and reads a kept one by position, where ``snapshot_class`` has them.
+#: ``__new__`` frame) and reads a kept one by position (``snapshot_class`` must have them).
 SNAPSHOT_FIELDS = ("request_id", "arrival_time", "prompt_len", "cached_len", "uncached_len",
                    "num_computed_tokens", "handle", "block_keys", "block_size", "client",
                    "arrival_prefill_tokens", "output_len")
@@ -41,7 +41,6 @@ cdef class CompiledWatch:
     cdef object is_cached
     cdef object count_prefix
     cdef object snapshot_class
-    cdef bint plain_snapshots  # snapshot_class is a tuple of SNAPSHOT_FIELDS (QueuedRequest)
     cdef object block_size
     cdef bint hit_free
     # The lazy path's per-step containers, the same objects as its attributes (attach_lazy)
@@ -60,9 +59,10 @@ cdef class CompiledWatch:
         self.lazy = None
         self.is_cached = engine.pool.is_cached
         self.count_prefix = engine.pool.count_prefix
+        if not (isinstance(snapshot_class, type) and issubclass(snapshot_class, tuple)
+                and getattr(snapshot_class, "_fields", None) == SNAPSHOT_FIELDS):
+            raise TypeError(f"snapshot_class must be a named tuple of {SNAPSHOT_FIELDS}, got {snapshot_class!r}")
         self.snapshot_class = snapshot_class
-        self.plain_snapshots = (isinstance(snapshot_class, type) and issubclass(snapshot_class, tuple)
-                                and getattr(snapshot_class, "_fields", None) == SNAPSHOT_FIELDS)
         self.block_size = engine.block_size
         self.hit_free = engine._hit_free
 
@@ -207,19 +207,6 @@ cdef class CompiledWatch:
         if id(live) in self.waiting and not self.hit_free:
             self.rewatch(live, h // self.block_size)
         old = live.last_snap
-        if not self.plain_snapshots:
-            if (old is not None and old.cached_len == h and old.num_computed_tokens == computed
-                    and old.arrival_time == live.released_s
-                    and old.arrival_prefill_tokens == live.arrival_prefill):
-                return old
-            req = live.req
-            snap = self.snapshot_class(
-                req.request_id, live.released_s, req.prompt_len, h,
-                max(1, req.prompt_len - h - computed), computed, live, live.keys,
-                self.block_size, live.client, live.arrival_prefill, req.output_len,
-            )
-            live.last_snap = snap
-            return snap
         released = live.released_s
         prefill = live.arrival_prefill
         if old is not None:  # (by position: cached_len, num_computed_tokens, arrival_time, arrival_prefill_tokens)
@@ -228,20 +215,17 @@ cdef class CompiledWatch:
             kept = <tuple>old
             if kept[3] == h and kept[5] == computed and kept[1] == released and kept[10] == prefill:
                 return old
-            # The fields fixed per request (id, prompt, keys, block size, client, output) from the
-            # kept snapshot: ``_Live.req``, ``keys`` and ``client`` are set once, at its creation.
-            prompt_len = kept[2]
-            snap = _tuple_new(self.snapshot_class, (
-                kept[0], released, prompt_len, h, max(1, prompt_len - h - computed), computed, live,
-                kept[7], kept[8], kept[9], prefill, kept[11],
-            ))
+            # The fields fixed per request from the kept snapshot: ``_Live.req``, ``keys`` and
+            # ``client`` are set once, at its creation.
+            rid, prompt_len, keys, client, out_len = kept[0], kept[2], kept[7], kept[9], kept[11]
         else:
             req = live.req
-            prompt_len = req.prompt_len
-            snap = _tuple_new(self.snapshot_class, (
-                req.request_id, released, prompt_len, h, max(1, prompt_len - h - computed), computed,
-                live, live.keys, self.block_size, live.client, prefill, req.output_len,
-            ))
+            rid, prompt_len, out_len = req.request_id, req.prompt_len, req.output_len
+            keys, client = live.keys, live.client
+        snap = _tuple_new(self.snapshot_class, (
+            rid, released, prompt_len, h, max(1, prompt_len - h - computed), computed, live, keys,
+            self.block_size, client, prefill, out_len,
+        ))
         live.last_snap = snap
         return snap
 
