@@ -23,6 +23,9 @@
   (``fairsim/policies/_deadline_c.pyx``), the same way: where it is not built,
   ``deadline_fast.DueBlocks`` and ``DeadlineOrder`` run (``deadline_fast.due_blocks``,
   ``deadline_fast.deadline_order``).
+- The optional compiled merge of the Fairway family's two lanes, its Fair lane's resolved read
+  and the lanes' join/leave/stale dispatch (``fairsim/policies/_merge_c.pyx``), the same way:
+  where it is not built, ``fairsim.policies.incremental``'s Python code runs (``merge_of``).
 - An editable install (``pip install -e .``) writes the packages' bytecode (``__pycache__``)
   once: a wheel install gets it from pip, and a machine that sets ``PYTHONDONTWRITEBYTECODE``
   otherwise compiles every module at every start (0.07 CPU-s of a 0.31 s start-up here).
@@ -80,7 +83,9 @@ extensions = cythonize([Extension("fairsim.sim._block_pool_c", ["fairsim/sim/_bl
                         Extension("fairsim.traces.formats._chain_c", ["fairsim/traces/formats/_chain_c.pyx"]),
                         Extension("fairsim.traces.formats._azure_c", ["fairsim/traces/formats/_azure_c.pyx"]),
                         Extension("fairsim.policies._credit_c", ["fairsim/policies/_credit_c.pyx"]),
-                        Extension("fairsim.policies._deadline_c", ["fairsim/policies/_deadline_c.pyx"])],
+                        Extension("fairsim.policies._deadline_c", ["fairsim/policies/_deadline_c.pyx"]),
+                        Extension("fairsim.policies._merge_c", ["fairsim/policies/_merge_c.pyx"],
+                                  extra_compile_args=["-ffp-contract=off"])],
                        compiler_directives={"language_level": "3"}, quiet=True)
 for ext in extensions:
     ext.optional = True  # set here: cythonize's Extension objects do not keep it

@@ -74,11 +74,22 @@ from typing import Any, Protocol
 
 from sortedcontainers import SortedList
 
+from fairsim.compiled import compiled_twin
 from fairsim.errors import PolicyContractError
 from fairsim.policies.failure import policy_failure, policy_name
 from fairsim.policies.fast_lane import FastLane  # noqa: F401  (Fairway's Fast lane)
 from fairsim.policies.stale import resolve_stale
 from fairsim.types import QueuedRequest
+
+#: The compiled twins of ``merge_lanes``, ``ArrivalOrder._resolved`` and ``LazyLanes``'s
+#: dispatch (``fairsim/policies/_merge_c.pyx``; ``_merge_twin``).
+MERGE_MODULE = "fairsim.policies._merge_c"
+
+
+def _merge_twin() -> Any:
+    """The extension ``_merge_c``, or None where it is not built or ``FAIRSIM_PURE_PYTHON=1``
+    is set (looked up per order, so the switch holds from the next run on)."""
+    return compiled_twin(MERGE_MODULE)
 
 
 #: Methods an ``incremental_order`` mirrors: a subclass overriding one of them without its own
@@ -182,10 +193,17 @@ class ArrivalOrder:
         self._last: tuple[float, str] | None = None
         self._sorted = True
         self.resolve: Callable[[QueuedRequest], QueuedRequest] | None = None
+        # ``_resolved``'s compiled twin (``_merge_c.Resolved``), set with the resolver.
+        self._resolved_twin: Callable[..., Iterator[QueuedRequest]] | None = None
 
     def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
-        """Lazy hits (``fairsim.sim.lazy_hits``): yield ``resolve(q)``, this step's snapshot."""
+        """Lazy hits (``fairsim.sim.lazy_hits``): yield ``resolve(q)``, this step's snapshot.
+        Read through ``_merge_c.Resolved`` (the same calls and write-backs as ``_resolved``)
+        where it is built and no subclass replaces ``_resolved``."""
         self.resolve = resolve
+        mod = _merge_twin()
+        if mod is not None and type(self)._resolved is ArrivalOrder._resolved:
+            self._resolved_twin = mod.Resolved
 
     def stale(self, request_ids: Any, raised: Any = None) -> None:
         """Lazy hits: these snapshots are out of date; the arrival order does not depend on them."""
@@ -223,6 +241,8 @@ class ArrivalOrder:
             self._sort()
         if self.resolve is None:
             return iter(self.items.values())
+        if self._resolved_twin is not None:
+            return self._resolved_twin(self.items, self.resolve)
         return self._resolved(self.resolve)
 
     def _resolved(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> Iterator[QueuedRequest]:
@@ -530,6 +550,8 @@ def merge_lanes(fast: Iterator[QueuedRequest], fair: Iterator[QueuedRequest], n:
                 carried: float = 0.0, oldest: str | None = None) -> Iterator[QueuedRequest]:
     """Fairway's merge of the two lanes (``Fairway.order`` / ``FairwayCarry.order``), lazily.
 
+    The reference of its compiled twin ``_merge_c.Merge`` (``merge_of``).
+
     Args:
         fast, fair: The lanes, each yielding all ``n`` waiting snapshots.
         n: Number of waiting requests (>= 1).
@@ -561,6 +583,17 @@ def merge_lanes(fast: Iterator[QueuedRequest], fair: Iterator[QueuedRequest], n:
             fast_ledger -= carried
             carried = 0.0
             oldest = None
+
+
+def merge_of(fast_weight: Any, fair_weight: Any) -> Callable[..., Iterator[QueuedRequest]]:
+    """``merge_lanes``, or its compiled twin ``_merge_c.Merge`` (same arguments, same items, same
+    lane reads) where it is built and both weights are ``float`` objects: the twin's ledgers are C
+    doubles, which are Python's floats only when every charge is ``float * int`` (Fairway's
+    weights are, ``Fairway.__init__``)."""
+    mod = _merge_twin()
+    if mod is None or type(fast_weight) is not float or type(fair_weight) is not float:
+        return merge_lanes
+    return mod.Merge
 
 
 class Lanes:
@@ -597,7 +630,24 @@ class Lanes:
 
 
 class LazyLanes(Lanes):
-    """``Lanes`` whose lanes all take lazy hits (``fairsim.sim.lazy_hits``): Fairway's two."""
+    """``Lanes`` whose lanes all take lazy hits (``fairsim.sim.lazy_hits``): Fairway's two.
+
+    Over a Fast lane and an ``ArrivalOrder`` (Fairway's family), ``add``, ``remove`` and ``stale``
+    are the compiled ``_merge_c.LanePair``'s where it is built (the same calls to the Fast lane,
+    ``ArrivalOrder.add``/``remove`` inline, no call of its empty ``stale``), bound on the
+    instance; a subclass or patch that replaces one of them is called as it is.
+    """
+
+    def __init__(self, combine: Callable[..., Iterator[QueuedRequest]], *lanes: Any) -> None:
+        super().__init__(combine, *lanes)
+        mod = _merge_twin()
+        if mod is None or len(lanes) != 2 or type(lanes[1]) is not ArrivalOrder:
+            return
+        pair = mod.LanePair(*lanes)
+        cls = type(self)
+        for name, reference in (("add", Lanes.add), ("remove", Lanes.remove), ("stale", _LAZY_STALE)):
+            if getattr(cls, name) is reference:
+                setattr(self, name, getattr(pair, name))
 
     def set_resolver(self, resolve: Callable[[QueuedRequest], QueuedRequest]) -> None:
         """Lazy hits: every lane yields ``resolve(q)``, this step's snapshot of ``q``'s request."""
@@ -609,6 +659,9 @@ class LazyLanes(Lanes):
         may have risen (``None``: any of them). Passed to every lane (module docstring)."""
         for lane in self.lanes:
             lane.stale(request_ids, raised)
+
+
+_LAZY_STALE = LazyLanes.stale  # the reference ``stale`` (a patched one is not replaced: ``__init__``)
 
 
 class _UncachedView:
@@ -628,17 +681,19 @@ class _UncachedView:
 
 def _small_merge(fast: FastLane, now: float, fast_w: float, fair_w: float,
                  fast_ledger0: float | None = None, carried: float = 0.0,
-                 oldest: bool = False) -> Iterator[QueuedRequest] | None:
+                 oldest: bool = False, merge: Callable[..., Iterator[QueuedRequest]] = merge_lanes,
+                 ) -> Iterator[QueuedRequest] | None:
     """Fairway's merge over a small Fast lane (``FastLane.small_lane``: this step's snapshots in
     both lane orders, no buckets), yielded through the resolver; ``None`` when the lane is
     bucketed. ``oldest``: ``carried`` comes off once the Fair lane's front is placed
-    (Fairway-carry's debt); the other arguments are ``merge_lanes``'s."""
+    (Fairway-carry's debt); ``merge``: ``merge_lanes`` or its twin (``merge_of``); the other
+    arguments are ``merge_lanes``'s."""
     small = fast.small_lane(now)
     if small is None:
         return None
     by_arrival, order = small
-    merged = merge_lanes(iter(order), iter(by_arrival), len(order), fast_w, fair_w, fast_ledger0,
-                         carried, by_arrival[0].request_id if oldest else None)
+    merged = merge(iter(order), iter(by_arrival), len(order), fast_w, fair_w, fast_ledger0,
+                   carried, by_arrival[0].request_id if oldest else None)
     res = fast._resolve
     return merged if res is None else map(res, merged)
 
@@ -657,10 +712,12 @@ def fairway_order(policy: Any) -> Lanes:
         n = len(fast)
         if n <= 1:
             return fast.iter_order(now)
-        small = _small_merge(fast, now, fast_w, fair_w)
+        small = _small_merge(fast, now, fast_w, fair_w, merge=merge)
         if small is not None:
             return small
-        return merge_lanes(fast.bucketed_order(now), fair.iter_order(now), n, fast_w, fair_w)
+        return merge(fast.bucketed_order(now), fair.iter_order(now), n, fast_w, fair_w)
+
+    merge = merge_of(fast_w, fair_w)
 
     fast = FastLane(policy.slo)
     lanes = LazyLanes(combine, fast, ArrivalOrder())
@@ -691,11 +748,13 @@ def fairway_carry_order(policy: Any, see_oldest: Callable[[QueuedRequest, float]
         if n == 1:
             return fair_it  # o alone (this step's snapshot of it)
         small = _small_merge(fast, now, fast_w, fair_w, 0.0 if policy.fast_first else None,
-                             fast_w * policy.debt, True)
+                             fast_w * policy.debt, True, merge)
         if small is not None:
             return small
-        return merge_lanes(fast.bucketed_order(now), fair_it, n, fast_w, fair_w,
-                           0.0 if policy.fast_first else None, fast_w * policy.debt, o.request_id)
+        return merge(fast.bucketed_order(now), fair_it, n, fast_w, fair_w,
+                     0.0 if policy.fast_first else None, fast_w * policy.debt, o.request_id)
+
+    merge = merge_of(fast_w, fair_w)
 
     fast = FastLane(policy.slo, policy.wait_cap)
     lanes = LazyLanes(combine, fast, ArrivalOrder())
