@@ -8,12 +8,15 @@ against their Python references in ``fairsim.policies.incremental``.
 - ``Resolved`` against ``ArrivalOrder._resolved``: the same snapshots and write-backs.
 - ``LanePair`` against ``Lanes.add``/``remove`` and ``LazyLanes.stale``: the same lanes after
   random joins, leaves, replaced snapshots and stale marks; not bound over a subclass's method.
-- Whole runs of the Fairway family with ``FAIRSIM_PURE_PYTHON`` on and off: the same tables.
+- The Fairway family's fast path built with ``FAIRSIM_PURE_PYTHON`` on and off: the same items
+  at every read of random joins, reads, admissions and stale marks; whole runs: the same tables.
 """
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -218,6 +221,72 @@ def test_lane_pair_is_not_bound_over_a_replaced_method():
 def test_fairway_order_uses_the_twins():
     lanes = fairway_order(make_policy("fairway", PROFILE))
     assert type(lanes.add.__self__) is twin.LanePair
+
+
+@contextmanager
+def _pure_python():
+    old = os.environ.get("FAIRSIM_PURE_PYTHON")
+    os.environ["FAIRSIM_PURE_PYTHON"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["FAIRSIM_PURE_PYTHON"]
+        else:
+            os.environ["FAIRSIM_PURE_PYTHON"] = old
+
+
+@settings(deadline=None, max_examples=60)
+@given(name=st.sampled_from(["fairway", "fairway-carry", "fairway-plus", "fairway-patience"]),
+       ops=st.lists(st.tuples(st.sampled_from(["add", "add", "add", "read", "read", "stale", "raise"]),
+                              st.integers(0, 10**6), st.integers(1, 3000), st.integers(0, 5)),
+                    max_size=120),
+       lazy=st.booleans())
+def test_family_read_as_the_reference(name, ops, lazy):
+    """The whole fast path, compiled (``Merge``, ``Resolved``, ``LanePair`` and the compiled Fast
+    lane) against the pure-Python one: the same items at every read (partial
+    reads, admissions, stale marks, over and under the small lane's size), the same carry state."""
+    with _pure_python():
+        ref_policy = make_policy(name, PROFILE)
+        ref = ref_policy.incremental_order()
+    got_policy = make_policy(name, PROFILE)
+    got = got_policy.incremental_order()
+    fresh: dict[str, object] = {}
+    if lazy:  # a resolver giving a new snapshot object for a request marked stale
+        for order in (ref, got):
+            order.set_resolver(lambda q: fresh.get(q.request_id, q))
+    waiting: dict[str, object] = {}
+    now = 0.0
+    for seq, (op, pick, work, take) in enumerate(ops):
+        now += 0.25
+        if op == "add":
+            q = make_queued(f"r{seq:03d}", work % 11 * 16, work, now, prompt_len=work + work % 11 * 16)
+            waiting[q.request_id] = q
+            ref.add(q)
+            got.add(q)
+        elif not waiting:
+            continue
+        elif op == "read":
+            ref_ids = [q.request_id for _, q in zip(range(take + 1), ref.iter_order(now))]
+            got_ids = [q.request_id for _, q in zip(range(take + 1), got.iter_order(now))]
+            assert got_ids == ref_ids
+            for rid in ref_ids[:take // 2]:  # admitted
+                del waiting[rid]
+                ref.remove(rid)
+                got.remove(rid)
+                for policy in (ref_policy, got_policy):
+                    if hasattr(policy, "debt"):
+                        policy.debt += 1.5
+            for attr in ("oldest", "debt", "armed"):
+                assert getattr(got_policy, attr, None) == getattr(ref_policy, attr, None), attr
+        elif lazy:
+            rid = sorted(waiting)[pick % len(waiting)]
+            fresh[rid] = waiting[rid] = waiting[rid]._replace(cached_len=pick % 3 * 16)
+            raised = None if op == "raise" else [rid] if pick % 2 else []
+            ref.stale([rid], raised)
+            got.stale([rid], raised)
+    if waiting:
+        assert [q.request_id for q in got.iter_order(now + 1)] == [q.request_id for q in ref.iter_order(now + 1)]
 
 
 def _runs(requests, config):
