@@ -62,6 +62,12 @@ Cost: ``add``/``remove`` are O(log n) (``sortedcontainers``) or O(1); ``iter_ord
 first ``k`` items in O(k log n) (sorted keys; Fairway's time-dependent Fast-lane score: slope
 buckets with bounds, ``fairsim.policies.fast_lane``), instead of an O(n log n) Python sort per
 step.
+
+Compiled: ``merge_lanes``, ``ArrivalOrder._resolved`` and ``LazyLanes``'s ``add``/``remove``/
+``stale`` over a Fast lane and an ``ArrivalOrder`` have typed twins in
+``fairsim/policies/_merge_c.pyx`` (``merge_of``, ``_merge_twin``; ``FAIRSIM_PURE_PYTHON=1`` runs
+the code here, which stays the reference: same items, same lane reads, same ledgers to the bit;
+``tests/test_merge_compiled.py``).
 """
 
 from __future__ import annotations
