@@ -758,7 +758,7 @@ cdef class DeadlineCore:
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
-    cdef bint _assign_ints(self, list fresh) except -1:
+    cpdef bint _assign_ints(self, list fresh) except -1:
         """The reference's ``_assign`` for newcomers that arrived after every request with a
         deadline (the usual case), on C integers: the same float operations (``rate x c x 1e9``,
         ``slack x W``, ``arrival x 1e9``, ``SLO x 1e9``, each rounded as ``round`` does), the same
@@ -876,7 +876,7 @@ cdef class DeadlineCore:
         finally:
             PyMem_Free(ws)
 
-    cdef int _assign_objects(self, list fresh) except -1:
+    cpdef int _assign_objects(self, list fresh) except -1:
         """The reference's ``_assign`` on Python ints (any size, any order of arrival)."""
         cdef list aheads
         cdef dict snap = self.snap, work, rates, slo_ns = self._slo_ns, deadline, key_of = self._key_of
