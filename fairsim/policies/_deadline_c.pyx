@@ -642,9 +642,10 @@ cdef class DeadlineCore:
     """The per-request bookkeeping of ``deadline_fast.DeadlineOrder`` compiled: ``add``,
     ``remove``, ``stale``, ``_current``, ``_restore``, ``_assign`` and ``iter_order``'s state
     updates, statement for statement the reference's (the same dicts, in the same insertion
-    order, the same integers, the same calls to the lanes and the due blocks), the attributes
+    order, the same integers, the same calls to the lanes and the due blocks; ``_assign``'s
+    usual case on C integers, ``_assign_ints``, with the same values), the attributes
     public under the reference's names. ``deadline_fast.CompiledDeadlineOrder`` puts it before
-    ``DeadlineOrder``, whose read (``_read``), ``head_until`` and ``set_resolver`` it keeps
+    ``DeadlineOrder``, whose read (``_read``, ``_read_due``), ``head_until`` and ``set_resolver`` it keeps
     (``tests/test_deadline_compiled.py`` compares the two call by call, state and all).
 
     Why compiled: at the conversation trace's native rate these few dict and attribute operations

@@ -768,7 +768,7 @@ class DeadlineOrder:
 @functools.cache
 def _compiled_order_class(mod: Any) -> type:
     """``DeadlineOrder`` with ``mod.DeadlineCore``'s compiled ``add``, ``remove``, ``stale``,
-    ``_current``, ``_assign`` and state updates first in its MRO; the read (``_read``),
+    ``_current``, ``_assign`` and state updates first in its MRO; the read (``_read``, ``_read_due``),
     ``head_until`` and ``set_resolver`` are the reference's."""
 
     class CompiledDeadlineOrder(mod.DeadlineCore, DeadlineOrder):
