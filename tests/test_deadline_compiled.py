@@ -159,6 +159,43 @@ def test_compiled_order_as_the_reference_call_by_call(steps, params, lazy, block
     snapshot changes, stale marks, admissions, requests back before the next read, a clock that
     goes back): after every call the same state, theirs and their policies' (to the insertion
     order of every dict), and the same items read."""
+    _both_orders(steps, params, lazy, block)
+
+
+@settings(max_examples=100, deadline=None)
+@given(steps=histories(quiet=True), slack=st.sampled_from([1.25, 1e7, 1e8, 3e8, 1e9, 1e12]),
+       shift=st.sampled_from([0.0, 1e9, 1.2e9, 2.5e9, 5e9]), lazy=st.booleans(),
+       params=st.sampled_from([{}, {"lookahead": "own"}, {"horizon": "own"}]))
+def test_compiled_first_sights_past_64_bits_as_the_reference(steps, slack, shift, lazy, params):
+    """The twin's first sights on C integers (``_assign_ints``) and, where a value would pass
+    2^60 ns (arrivals ``shift`` seconds later: 1e9 s is 2^59.8 ns; a slack that makes ``slack x
+    W`` pass it once enough work waits, so steps on either side), on Python ints
+    (``_assign_objects``): the same state as the reference after every call."""
+    _both_orders(steps, dict(params, slack=slack), lazy, 64, shift)
+
+
+def test_compiled_first_sights_take_both_paths():
+    """The C integers at an ordinary clock, the Python ints past 2^60 ns (the same deadlines)."""
+    for shift, big in ((0.0, False), (2.5e9, True)):
+        pol, ref_pol = FairwayDeadline(odd_idle), FairwayDeadline(odd_idle)
+        got, ref = deadline_order(pol), DeadlineOrder(ref_pol)
+        for inc in (got, ref):
+            for k in range(3):
+                inc.add(make_queued(f"r{k}", 0, 100 * (k + 1), arrival=shift + k, prompt_len=100 * (k + 1)))
+        fresh = sorted((q.arrival_time, rid) for rid, q in got.snap.items())
+        got._pending = {}
+        assert got._assign_ints(fresh) is not big  # (the path taken; nothing written when False)
+        assert pol.deadline_ns == {} if big else len(pol.deadline_ns) == 3
+        if big:
+            got._assign_objects(fresh)
+        ref._assign()
+        assert _order_state(ref) == _order_state(got)
+        assert max(pol.deadline_ns.values()) >= 2**60 if big else max(pol.deadline_ns.values()) < 2**40
+
+
+def _both_orders(steps, params, lazy, block, shift=0.0):
+    """Feed ``steps`` to a ``CompiledDeadlineOrder`` and the reference (arrivals ``shift`` s
+    later) and compare them after every call."""
     pols = [FairwayDeadline(odd_idle, **params), FairwayDeadline(odd_idle, **params)]
     ref, got = DeadlineOrder(pols[0]), deadline_order(pols[1])
     assert type(got) is not DeadlineOrder and isinstance(got, DeadlineOrder)
@@ -172,9 +209,9 @@ def test_compiled_order_as_the_reference_call_by_call(steps, params, lazy, block
     now, seq = 0.0, 0
     for step in steps:
         for t, L, h in (reversed(step["new"]) if step["reverse"] else step["new"]):
-            q = make_queued(f"r{seq:04d}", h, L - h, arrival=t, prompt_len=L)
+            q = make_queued(f"r{seq:04d}", h, L - h, arrival=t + shift, prompt_len=L)
             seq += 1
-            now = max(now, t)
+            now = max(now, t + shift)
             snaps[q.request_id] = q
             for inc in orders:
                 inc.add(q)

@@ -33,7 +33,7 @@ except ImportError:  # pragma: no cover - built together by setup.py
 from libc.math cimport fabs, isfinite, round as c_round
 from cpython.long cimport (PyLong_AsLongLongAndOverflow, PyLong_FromDouble, PyLong_FromLongLong,
                            PyLong_FromUnsignedLongLong)
-from cpython.mem cimport PyMem_Free, PyMem_Realloc
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 
 cdef extern from *:
     ctypedef long long i128 "__int128"
@@ -642,9 +642,10 @@ cdef class DeadlineCore:
     """The per-request bookkeeping of ``deadline_fast.DeadlineOrder`` compiled: ``add``,
     ``remove``, ``stale``, ``_current``, ``_restore``, ``_assign`` and ``iter_order``'s state
     updates, statement for statement the reference's (the same dicts, in the same insertion
-    order, the same integers, the same calls to the lanes and the due blocks), the attributes
+    order, the same integers, the same calls to the lanes and the due blocks; ``_assign``'s
+    usual case on C integers, ``_assign_ints``, with the same values), the attributes
     public under the reference's names. ``deadline_fast.CompiledDeadlineOrder`` puts it before
-    ``DeadlineOrder``, whose read (``_read``), ``head_until`` and ``set_resolver`` it keeps
+    ``DeadlineOrder``, whose read (``_read``, ``_read_due``), ``head_until`` and ``set_resolver`` it keeps
     (``tests/test_deadline_compiled.py`` compares the two call by call, state and all).
 
     Why compiled: at the conversation trace's native rate these few dict and attribute operations
@@ -749,15 +750,141 @@ cdef class DeadlineCore:
 
     def _assign(self):
         """The reference's ``_assign`` (``FairwayDeadline.work`` inlined: ``incremental_order``
-        gives this path only to a policy that does not override it)."""
-        cdef list fresh, aheads
+        gives this path only to a policy that does not override it): ``_assign_ints`` where its
+        integers fit 64 bits, else ``_assign_objects`` (Python ints)."""
+        cdef list fresh = sorted([((<object>self.snap[rid]).arrival_time, rid) for rid in self._pending])
+        self._pending = {}
+        if not self._assign_ints(fresh):
+            self._assign_objects(fresh)
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    cpdef bint _assign_ints(self, list fresh) except -1:
+        """The reference's ``_assign`` for newcomers that arrived after every request with a
+        deadline (the usual case), on C integers: the same float operations (``rate x c x 1e9``,
+        ``slack x W``, ``arrival x 1e9``, ``SLO x 1e9``, each rounded as ``round`` does), the same
+        integers (every one below 2^60 in magnitude, sums below 2^62, checked), the same dicts
+        written in the same order. Returns False, having written nothing but the per-length
+        caches (``_rate``, ``_slo_ns``: the values and order the reference gives them) and the
+        resolved snapshots (``_cur``, as the reference), where that does not hold: then
+        ``_assign_objects`` runs on Python ints."""
+        cdef Py_ssize_t n = len(fresh), i
+        cdef dict snap = self.snap, work, rates, slo_ns = self._slo_ns, deadline, key_of = self._key_of
+        cdef DueBlocks due = self.due
+        cdef long long ahead, ahead0, own, wait, h, h0, d, total, least, bound, cl
+        cdef int overflow = 0
+        cdef long long* ws
+        cdef long long* pats
+        cdef long long* arrs
+        cdef double x
+        cdef int mode
+        cdef bint use_h
+        cdef tuple item
+        p = self.policy
+        if self._alast is not None and not fresh[0] > self._alast:
+            return False
+        if not (_fits(self._total, &ahead0) and _fits(p.horizon_ns, &h0)):
+            return False
+        ahead, h = ahead0, h0
+        slack = p.slack
+        if type(slack) is not float:
+            return False
+        ws = <long long*>PyMem_Malloc(3 * n * sizeof(long long))
+        if ws is NULL:
+            raise MemoryError()
+        pats, arrs = ws + n, ws + 2 * n
+        try:
+            work = p.work_ns
+            rates, idle = p._rate, p.idle_prefill_time
+            for i in range(n):  # the works (the reference's first loop: resolve, rate, round)
+                rid = (<tuple>fresh[i])[1]
+                q = self._cur(rid)
+                length = q.prompt_len
+                rate = rates.get(length)
+                if rate is None:
+                    rate = rates[length] = idle(length) / length
+                c = q.uncached_len
+                cl = PyLong_AsLongLongAndOverflow(c, &overflow) if type(c) is int else _EXACT
+                if type(rate) is float and not overflow and -_EXACT < cl < _EXACT:
+                    x = <double>rate * <double>cl * 1e9  # float x int: the int made a double (exact)
+                else:
+                    overflow = 0
+                    x = rate * c * 1e9
+                if not _ns_of(x, &ws[i]):
+                    return False
+            slo = p.slo
+            for i in range(n):  # the patience, arrival (the second loop's per-request floats)
+                item = <tuple>fresh[i]
+                length = (<object>snap[item[1]]).prompt_len
+                patience = slo_ns.get(length)
+                if patience is None:
+                    patience = slo_ns[length] = round(slo(length) * 1e9)
+                arrival = item[0]
+                if not (_fits(patience, &pats[i]) and type(arrival) is float
+                        and _ns_of(<double>arrival * 1e9, &arrs[i])):
+                    return False
+            total = ahead
+            for i in range(n):
+                total += ws[i]
+                if not _small(total):
+                    return False
+            use_h = p.horizon == "max"
+            mode = MODE_CODES.get(p.lookahead, 2)
+            deadline = p.deadline_ns
+            least = _LL_MAX
+            for i in range(n):  # (checked before any write: the wait and the deadline fit)
+                own = ws[i]
+                x = <double>slack * <double>ahead
+                if not (isfinite(x) and fabs(x) < _SMALL):
+                    return False
+                wait = _c_round(x) + own
+                if use_h and h > wait:
+                    wait = h
+                d = arrs[i] + (pats[i] if pats[i] > wait else wait)
+                if not _small(d):
+                    return False
+                if ahead + own > h:
+                    h = ahead + own
+                ahead += own
+            ahead, h = ahead0, h0
+            for i in range(n):  # the writes, in the reference's order per dict
+                item = <tuple>fresh[i]
+                rid = item[1]
+                own = ws[i]
+                w = own
+                work[rid] = w
+                wait = _c_round(<double>slack * <double>ahead) + own
+                if use_h and h > wait:
+                    wait = h
+                d = arrs[i] + (pats[i] if pats[i] > wait else wait)
+                dd = d
+                deadline[rid] = dd
+                if ahead + own > h:
+                    h = ahead + own
+                key = (dd, item[0], rid)
+                key_of[rid] = key
+                due._add(key, w)
+                bound = d - total if mode == 0 else d - own if mode == 1 else d
+                if bound < least:
+                    least = bound
+                ahead += own
+            self._alast = fresh[n - 1]
+            p.horizon_ns = h
+            self._total = total
+            if self._floor is not None and least < self._floor:
+                self._floor = least
+            return True
+        finally:
+            PyMem_Free(ws)
+
+    cpdef int _assign_objects(self, list fresh) except -1:
+        """The reference's ``_assign`` on Python ints (any size, any order of arrival)."""
+        cdef list aheads
         cdef dict snap = self.snap, work, rates, slo_ns = self._slo_ns, deadline, key_of = self._key_of
         cdef DueBlocks due = self.due
         cdef bint use_h
         cdef int mode
         p = self.policy
-        fresh = sorted([((<object>snap[rid]).arrival_time, rid) for rid in self._pending])
-        self._pending = {}
         work = p.work_ns
         rates, idle = p._rate, p.idle_prefill_time
         if self._alast is None or fresh[0] > self._alast:
@@ -822,6 +949,7 @@ cdef class DeadlineCore:
         self._total = total
         if self._floor is not None and least < self._floor:
             self._floor = least
+        return 0
 
     def _update(self, now):
         """``iter_order``'s state updates (the reference's lines before its read); returns the
@@ -848,6 +976,45 @@ cdef class DeadlineCore:
             if newly:
                 self.policy.urgent.update([(<tuple>k)[2] for k in newly])
         return n
+
+
+# ``_assign_ints``'s range: each integer below 2^60 in magnitude, each sum of two below 2^62.
+cdef long long _LL_MAX = 0x7FFFFFFFFFFFFFFF
+cdef double _SMALL = 1152921504606846976.0  # 2^60
+cdef long long _EXACT = 1LL << 53  # an int below this in magnitude is exact as a double
+
+
+cdef inline bint _fits(object v, long long* out):
+    """``v`` an int below 2^60 in magnitude: into ``out``."""
+    cdef int overflow = 0
+    cdef long long c
+    if type(v) is not int:
+        return False
+    c = PyLong_AsLongLongAndOverflow(v, &overflow)
+    if overflow or not -(1LL << 60) < c < (1LL << 60):
+        return False
+    out[0] = c
+    return True
+
+
+cdef inline bint _small(long long v):
+    return -(1LL << 62) < v < (1LL << 62)
+
+
+cdef inline bint _ns_of(double x, long long* out):
+    """``round(x)`` into ``out`` where ``x`` is finite and below 2^60 in magnitude."""
+    if not (isfinite(x) and fabs(x) < _SMALL):
+        return False
+    out[0] = _c_round(x)
+    return True
+
+
+cdef inline long long _c_round(double x):
+    """``round(x)`` of a finite float below 2^62 in magnitude (``_round``'s rule)."""
+    cdef double r = c_round(x)
+    if fabs(x - r) == 0.5:
+        r = 2.0 * c_round(x / 2.0)
+    return <long long>r
 
 
 cdef object _round(double x):

@@ -79,7 +79,7 @@ from typing import Any
 from fairsim.compiled import compiled_twin
 from fairsim.policies.deadline_clock import now_ns, to_ns
 from fairsim.policies.fast_lane import COMPILED_MODULE
-from fairsim.policies.incremental import ArrivalOrder, FastLane, merge_lanes
+from fairsim.policies.incremental import ArrivalOrder, FastLane, _small_merge, merge_lanes
 from fairsim.types import QueuedRequest
 
 Key = tuple[int, float, str]  # (D in ns, arrival time in s, request_id): the deadline order
@@ -730,22 +730,34 @@ class DeadlineOrder:
 
     def _read(self, now: float, n: int) -> Iterator[QueuedRequest]:
         """The due prefix (deadline order up to the last urgent request), then the other requests
-        in the merge of ``FairwayDeadline.merge`` (``now`` in seconds)."""
+        in the merge of ``FairwayDeadline.merge`` (``now`` in seconds). With nobody urgent (most
+        reads) the merge itself, as ``fairway_order`` reads it: no generator around it."""
+        if self.policy.urgent:  # the urgent flags in the blocks are those of policy.urgent
+            return self._read_due(now, n)
+        p = self.policy
+        fast = self.fast
+        if not p.fair_lane:
+            return fast.iter_order(now)
+        fast_ledger0 = 0.0 if p.fast_first else None
+        small = _small_merge(fast, now, p.fast_weight, p.fair_weight, fast_ledger0)
+        if small is not None:  # (a short queue: both lanes from the Fast lane's one sort)
+            return small
+        return merge_lanes(fast.bucketed_order(now), self.fair.iter_order(now), n, p.fast_weight,
+                           p.fair_weight, fast_ledger0)
+
+    def _read_due(self, now: float, n: int) -> Iterator[QueuedRequest]:
+        """``_read`` with an urgent request: the due prefix first, then the merge of the rest."""
         current = self._current
         skip: set[str] = set()  # the due prefix, yielded first
-        if self.policy.urgent:  # the urgent flags in the blocks are those of policy.urgent
-            for k in self.due.due_prefix(len(self.policy.urgent)):
-                skip.add(k[2])
-                yield current(k[2])
+        for k in self.due.due_prefix(len(self.policy.urgent)):
+            skip.add(k[2])
+            yield current(k[2])
         rest = n - len(skip)
         if rest == 0:
             return
         p = self.policy
-        if skip:
-            fast = (q for q in self.fast.iter_order(now) if q.request_id not in skip)
-            fair = (q for q in self.fair.iter_order(now) if q.request_id not in skip)
-        else:  # nobody due: the merge of the whole queue
-            fast, fair = iter(self.fast.iter_order(now)), self.fair.iter_order(now)
+        fast = (q for q in self.fast.iter_order(now) if q.request_id not in skip)
+        fair = (q for q in self.fair.iter_order(now) if q.request_id not in skip)
         if not p.fair_lane:
             yield from fast
             return
@@ -756,7 +768,7 @@ class DeadlineOrder:
 @functools.cache
 def _compiled_order_class(mod: Any) -> type:
     """``DeadlineOrder`` with ``mod.DeadlineCore``'s compiled ``add``, ``remove``, ``stale``,
-    ``_current``, ``_assign`` and state updates first in its MRO; the read (``_read``),
+    ``_current``, ``_assign`` and state updates first in its MRO; the read (``_read``, ``_read_due``),
     ``head_until`` and ``set_resolver`` are the reference's."""
 
     class CompiledDeadlineOrder(mod.DeadlineCore, DeadlineOrder):
