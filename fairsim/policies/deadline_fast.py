@@ -79,7 +79,7 @@ from typing import Any
 from fairsim.compiled import compiled_twin
 from fairsim.policies.deadline_clock import now_ns, to_ns
 from fairsim.policies.fast_lane import COMPILED_MODULE
-from fairsim.policies.incremental import ArrivalOrder, FastLane, _small_merge, merge_lanes
+from fairsim.policies.incremental import ArrivalOrder, FastLane, _small_merge, merge_of
 from fairsim.types import QueuedRequest
 
 Key = tuple[int, float, str]  # (D in ns, arrival time in s, request_id): the deadline order
@@ -529,6 +529,8 @@ class DeadlineOrder:
         policy.deadline_ns, policy.work_ns, policy.urgent = {}, {}, set()
         self.fast = FastLane(policy.slo)
         self.fair = ArrivalOrder()
+        # ``merge_lanes`` or its compiled twin (``merge_of``: float weights), chosen once.
+        self._merge = merge_of(policy.fast_weight, policy.fair_weight)
         self.snap: dict[str, QueuedRequest] = {}  # request_id -> stored snapshot
         self._stale: dict[str, None] = {}  # stored snapshot out of date (lazy hits), resolve at the read
         self._resolve: Callable[[QueuedRequest], QueuedRequest] | None = None
@@ -739,11 +741,12 @@ class DeadlineOrder:
         if not p.fair_lane:
             return fast.iter_order(now)
         fast_ledger0 = 0.0 if p.fast_first else None
-        small = _small_merge(fast, now, p.fast_weight, p.fair_weight, fast_ledger0)
+        merge = self._merge
+        small = _small_merge(fast, now, p.fast_weight, p.fair_weight, fast_ledger0, merge=merge)
         if small is not None:  # (a short queue: both lanes from the Fast lane's one sort)
             return small
-        return merge_lanes(fast.bucketed_order(now), self.fair.iter_order(now), n, p.fast_weight,
-                           p.fair_weight, fast_ledger0)
+        return merge(fast.bucketed_order(now), self.fair.iter_order(now), n, p.fast_weight,
+                     p.fair_weight, fast_ledger0)
 
     def _read_due(self, now: float, n: int) -> Iterator[QueuedRequest]:
         """``_read`` with an urgent request: the due prefix first, then the merge of the rest."""
@@ -761,7 +764,7 @@ class DeadlineOrder:
         if not p.fair_lane:
             yield from fast
             return
-        yield from merge_lanes(fast, fair, rest, p.fast_weight, p.fair_weight,
+        yield from self._merge(fast, fair, rest, p.fast_weight, p.fair_weight,
                                0.0 if p.fast_first else None)
 
 
@@ -778,6 +781,7 @@ def _compiled_order_class(mod: Any) -> type:
             policy.deadline_ns, policy.work_ns, policy.urgent = {}, {}, set()
             mod.DeadlineCore.__init__(self, policy, FastLane(policy.slo), ArrivalOrder(),
                                       mod.DueBlocks(policy.lookahead, DueBlocks.BLOCK))
+            self._merge = merge_of(policy.fast_weight, policy.fair_weight)  # as the reference's
 
         def iter_order(self, now: float) -> Iterator[QueuedRequest]:
             n = self._update(now)  # the reference's state updates (compiled)
