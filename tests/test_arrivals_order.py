@@ -13,12 +13,6 @@ from fairsim.sim.arrivals import Arrivals, in_release_order
 from fairsim.types import Request
 
 
-def _heap_arrivals(pairs):
-    """The reference: the same requests queued out of order, so the heap is used."""
-    arrivals = Arrivals(list(reversed(pairs)) if len(pairs) > 1 else pairs, "open")
-    return arrivals
-
-
 def _drain(arrivals, clock):
     out = []
     for now in clock:
@@ -26,14 +20,19 @@ def _drain(arrivals, clock):
     return out, len(arrivals), dict(arrivals.released_s)
 
 
+def _entries(reqs):
+    return [(r.arrival_time, r.request_id, r, None) for r in reqs]
+
+
 def test_in_release_order_hand_examples():
     r = [Request("b", 0.0, 10), Request("a", 1.0, 10), Request("c", 1.0, 10)]
-    assert in_release_order(r)
-    assert not in_release_order([r[1], r[0]])  # time decreases
-    assert not in_release_order([r[2], r[1]])  # same time, id decreases
-    assert not in_release_order([r[0], r[0]])  # not strictly increasing
-    assert not in_release_order([Request("x", math.nan, 10), Request("y", math.nan, 10)])
-    assert in_release_order([]) and in_release_order(r[:1])
+    assert in_release_order(_entries(r))
+    assert not in_release_order(_entries([r[1], r[0]]))  # time decreases
+    assert not in_release_order(_entries([r[2], r[1]]))  # same time, id decreases
+    assert not in_release_order(_entries([r[0], r[0]]))  # not strictly increasing
+    assert not in_release_order(_entries([Request("x", math.nan, 10), Request("y", math.nan, 10)]))
+    assert not in_release_order(_entries([Request("x", 0.0, 10), Request("y", math.nan, 10)]))
+    assert in_release_order([]) and in_release_order(_entries(r[:1]))
 
 
 def test_deque_used_only_in_open_loop_release_order():

@@ -87,15 +87,14 @@ def check_sessions(requests: Sequence[Request], source: str | None = None,
             state[w] = 2
 
 
-def in_release_order(requests: Sequence[Request]) -> bool:
-    """True when ``(arrival_time, request_id)`` strictly increases along ``requests`` and no time
-    is NaN (tuples compare an identical NaN as equal, so NaNs are refused first): open loop then
-    releases them in this order."""
-    times = [r.arrival_time for r in requests]
-    if any(t != t for t in times):  # NaN
+def in_release_order(entries: Sequence[tuple]) -> bool:
+    """True when the queue entries ``(release_s, request_id, ...)`` strictly increase (request ids
+    are unique, so a comparison never reaches the third item) and no time is NaN (tuples compare
+    an identical NaN as equal, so NaNs are refused first): a heap would release them in this
+    order."""
+    if any(e[0] != e[0] for e in entries):  # NaN
         return False
-    keys = list(zip(times, [r.request_id for r in requests]))
-    return all(map(tuple.__lt__, keys, islice(keys, 1, None)))
+    return all(map(tuple.__lt__, entries, islice(entries, 1, None)))
 
 
 class Arrivals(Generic[T]):
@@ -147,11 +146,16 @@ class Arrivals(Generic[T]):
         self.finished_s: dict[str, float] = {}
         if replay == "closed":
             check_sessions(reqs)
-        if replay == "open" and in_release_order(reqs):
-            self._heap = deque([(req.arrival_time, req.request_id, req, item) for req, item in requests])
+        if replay == "open":
+            entries = [(req.arrival_time, req.request_id, req, item) for req, item in requests]
+            if in_release_order(entries):
+                self._heap = deque(entries)
+            else:
+                for entry in entries:
+                    heapq.heappush(self._heap, entry)
         else:
             for req, item in requests:
-                if replay == "closed" and req.after is not None:
+                if req.after is not None:
                     self._followers.setdefault(req.after, []).append((req, item))
                     self._held += 1
                 else:
