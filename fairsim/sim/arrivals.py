@@ -172,7 +172,8 @@ class Arrivals(Generic[T]):
         return self._heap[0][0] if self._heap else None
 
     def pop_due(self, now: float) -> list[tuple[float, Request, T]]:
-        """Release every queued request whose release time is ``<= now`` (s), in heap order.
+        """Release every queued request whose release time is ``<= now`` (s), in ``(release time,
+        request_id)`` order (the heap's, or the deque's, which is the same: class docstring).
 
         Returns:
             ``[(release_s, request, item)]``; ``release_s`` is the release time itself (<= now).
