@@ -438,7 +438,7 @@ class Engine:
         # SimPy clock follows it at idle waits and at the end (as ``DecodeFastEngine``).
         env = self.env
         arrivals = self._arrivals
-        due = arrivals.heap  # (release_s, ...) min-heap: a step pops only when its head is due
+        due = arrivals.heap  # (release_s, ...) queue, next release first: a step pops only when its head is due
         waiting = self._waiting
         preempted_q = self._preempted
         running = self._running
