@@ -28,7 +28,12 @@ and ``grow_chunks`` call (the engine replaces or changes it between calls, never
 eviction hooks (RAGCache's PGDSF) stay on ``HookedBlockPool``.
 """
 
+from cpython.dict cimport PyDict_Contains
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
+
+
+cdef extern from "Python.h":
+    Py_ssize_t PyDict_GET_SIZE(object)
 
 from fairsim.errors import EngineInvariantError
 
@@ -317,7 +322,7 @@ cdef class CompiledBlockPool:
                 else:  # the key is no longer hittable
                     if journal is not None and key not in journal:
                         journal[key] = True
-                    if notify is not None and (watched is None or key in watched):
+                    if notify is not None and _watched(watched, key):
                         notify(key)
         return evicted
 
@@ -360,7 +365,7 @@ cdef class CompiledBlockPool:
                 continue
             if journal is not None and key not in journal:
                 journal[key] = False
-            if notify is not None and (watched is None or key in watched):
+            if notify is not None and _watched(watched, key):
                 notify(key)
         return 0
 
@@ -508,6 +513,19 @@ cdef class CompiledBlockPool:
             b = self._next[b]
 
 
+cdef inline bint _watched(object watched, object key) except -1:
+    """``watched is None or key in watched`` (the pool's filter of ``on_key_change`` calls), with
+    no lookup in an empty dict: a policy shown no hits (FCFS) watches no key, and the lookups of
+    every block cached or evicted were 2 % of its run's instructions. The same answer: an empty
+    dict holds no key, and the key was already hashed as a key of the lookup table. The size is
+    read per key (a callback may change the map)."""
+    if watched is None:
+        return True
+    if type(watched) is dict:
+        return PyDict_GET_SIZE(watched) != 0 and PyDict_Contains(watched, key) == 1
+    return key in watched
+
+
 cdef inline Py_ssize_t _prefix_len(keys, Py_ssize_t max_blocks) except -1:
     """``len(keys[:max_blocks])``."""
     cdef Py_ssize_t n = len(keys)
@@ -523,7 +541,10 @@ def plan_chunks(long long total, long long computed, long long budget, long long
     """``fairsim.sim.engine.plan_chunks`` (the reference) with the step time
     ``Profile.step_time_from_sums`` inlined from its coefficients: the same float operations in
     the same order (``a + b * budget + k * pair_sum + d * 1``), so the same durations to the bit.
-    ``interrupt`` is the ``fairsim.interrupt`` module (its ``REQUESTED`` read before each chunk).
+    ``interrupt`` is the ``fairsim.interrupt`` module: its ``REQUESTED`` is read once, before the
+    first chunk, which is the reference's read before each chunk: Python runs its signal handler
+    (which sets it) only between bytecodes, and the loop runs none (no Python call, no allocation
+    of a collected object that could start the cyclic collector and a finaliser).
     """
     cdef list needs = []
     cdef list stops = []
@@ -531,7 +552,8 @@ def plan_chunks(long long total, long long computed, long long budget, long long
     cdef list durations = []
     cdef long long end, need, full
     cdef double duration, fbudget = <double> budget
-    while total - computed > budget and now < limit and not interrupt.REQUESTED:
+    cdef bint requested = interrupt.REQUESTED
+    while total - computed > budget and now < limit and not requested:
         end = computed + budget
         need = -((-end) // bs) - num_blocks  # Python's floor division (cdivision off): a ceiling
         if need > 0:

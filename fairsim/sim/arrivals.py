@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
+from itertools import islice
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Generic, TypeVar
 
@@ -85,6 +87,16 @@ def check_sessions(requests: Sequence[Request], source: str | None = None,
             state[w] = 2
 
 
+def in_release_order(entries: Sequence[tuple]) -> bool:
+    """True when the queue entries ``(release_s, request_id, ...)`` strictly increase (request ids
+    are unique, so a comparison never reaches the third item) and no time is NaN (tuples compare
+    an identical NaN as equal, so NaNs are refused first): a heap would release them in this
+    order."""
+    if any(e[0] != e[0] for e in entries):  # NaN
+        return False
+    return all(map(tuple.__lt__, entries, islice(entries, 1, None)))
+
+
 class Arrivals(Generic[T]):
     """Releases requests to a waiting queue, in (release time, ``request_id``) order.
 
@@ -96,7 +108,14 @@ class Arrivals(Generic[T]):
             as its predecessor finished, 2 doubles think and tool times).
 
     Ordering: a min-heap keyed by ``(release_s, request_id)``; ids are unique, so ties never fall
-    through to the items and the order is deterministic.
+    through to the items and the order is deterministic. In open loop nothing is queued after the
+    start, so where ``requests`` come in that order already (strictly increasing ``(arrival_time,
+    request_id)``: the engine's ``make_lives`` sorts them so) the queue is a ``deque`` in that
+    order, popped from the left in O(1) instead of a heap pop's O(log n) tuple comparisons
+    (measured: 12,031 heap pops of the conversation trace took 10-25 ms, the deque 0.4 ms). Both
+    release the same requests in the same order: a heap of strictly increasing keys pops them
+    in increasing order. Input out of that order (or with a NaN time, which compares false) keeps
+    the heap.
 
     Raises:
         ValueError: A bad ``replay`` or ``think_scale``; duplicate request ids.
@@ -114,11 +133,12 @@ class Arrivals(Generic[T]):
             raise ValueError("request ids must be unique within a trace")
         self.replay = replay
         self.think_scale = think_scale
-        self._heap: list[tuple[float, str, Request, T]] = []
-        #: The queued releases, a min-heap of ``(release_s, request_id, request, item)`` (the same
-        #: list for the whole run; read-only outside this class): ``heap[0][0] <= now`` says a
-        #: ``pop_due(now)`` would release something, without a call (the engine's step loop).
-        self.heap = self._heap
+        #: The queued releases, ``(release_s, request_id, request, item)``: a min-heap (list) or,
+        #: open loop with the requests in release order, a ``deque`` in that order (class
+        #: docstring). The same object for the whole run; read-only outside this class: its
+        #: first item is the next release, so ``heap[0][0] <= now`` says a ``pop_due(now)``
+        #: would release something, without a call (the engine's step loop).
+        self._heap: list[tuple[float, str, Request, T]] | deque[tuple[float, str, Request, T]] = []
         # closed loop: predecessor id -> [(request, item)] waiting for it to finish
         self._followers: dict[str, list[tuple[Request, T]]] = {}
         self._held = 0
@@ -126,12 +146,21 @@ class Arrivals(Generic[T]):
         self.finished_s: dict[str, float] = {}
         if replay == "closed":
             check_sessions(reqs)
-        for req, item in requests:
-            if replay == "closed" and req.after is not None:
-                self._followers.setdefault(req.after, []).append((req, item))
-                self._held += 1
+        if replay == "open":
+            entries = [(req.arrival_time, req.request_id, req, item) for req, item in requests]
+            if in_release_order(entries):
+                self._heap = deque(entries)
             else:
-                heapq.heappush(self._heap, (req.arrival_time, req.request_id, req, item))
+                for entry in entries:
+                    heapq.heappush(self._heap, entry)
+        else:
+            for req, item in requests:
+                if req.after is not None:
+                    self._followers.setdefault(req.after, []).append((req, item))
+                    self._held += 1
+                else:
+                    heapq.heappush(self._heap, (req.arrival_time, req.request_id, req, item))
+        self.heap = self._heap
 
     def __len__(self) -> int:
         """Requests not yet released (queued for a time, or held for a predecessor)."""
@@ -143,15 +172,17 @@ class Arrivals(Generic[T]):
         return self._heap[0][0] if self._heap else None
 
     def pop_due(self, now: float) -> list[tuple[float, Request, T]]:
-        """Release every queued request whose release time is ``<= now`` (s), in heap order.
+        """Release every queued request whose release time is ``<= now`` (s), in ``(release time,
+        request_id)`` order (the heap's, or the deque's, which is the same: class docstring).
 
         Returns:
             ``[(release_s, request, item)]``; ``release_s`` is the release time itself (<= now).
         """
         out = []
         heap = self._heap
+        in_order = heap.__class__ is deque  # (class docstring: the same order as the heap's)
         while heap and heap[0][0] <= now:
-            t, _, req, item = heapq.heappop(heap)
+            t, _, req, item = heap.popleft() if in_order else heapq.heappop(heap)
             self.released_s[req.request_id] = t
             out.append((t, req, item))
         return out
