@@ -291,3 +291,55 @@ def test_bucket_mirror_finds_bisect_places(ops, exotic):
         assert b.keys == ref or any(k[0] != k[0] for k in ref)
         if all(type(k[0]) is float for k in ref) and b.mirrored() is not None and len(b.mirrored()) == len(ref):
             assert b.mirrored() == [k[0] for k in ref]
+
+
+@settings(max_examples=80, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["put", "put", "front", "front", "drop", "search", "peek"]),
+                              _FIRST, st.integers(0, 3), st.integers(0, 10**6)), max_size=200))
+def test_bucket_front_taken_off_by_its_start_index(ops):
+    """Front deletions move the bucket's start index (dead slots, dropped in bulk) instead of
+    shifting the list: with the keys read only through searches and the mirror in between
+    (neither drops the dead slots), every search gives ``bisect``'s index, the mirror is the
+    live keys' first fields, and the keys handed out at the end are what ``insort`` and ``del``
+    leave, also after runs of front deletions past the bulk drop and a bucket emptied."""
+    from bisect import bisect_left, bisect_right, insort
+
+    b = compiled.Bucket(0, 0.0)
+    ref: list[tuple] = []
+    for i, (op, first, arrival, n) in enumerate(ops):
+        kt = (first, arrival, f"r{i}")
+        if op == "put":
+            b.insert_key(kt)
+            insort(ref, kt)
+        elif op == "front" and ref:
+            for _ in range(1 + n % 20):  # a run of admissions from the front
+                if not ref:
+                    break
+                b.delete_at(0)
+                del ref[0]
+        elif op == "drop" and ref:
+            j = n % len(ref)
+            b.delete_at(j)
+            del ref[j]
+        elif op == "search":
+            assert b.search(kt) == bisect_left(ref, kt) and b.search(kt, True) == bisect_right(ref, kt)
+        elif op == "peek":
+            assert b.mirrored() == [k[0] for k in ref]
+    assert b.mirrored() == [k[0] for k in ref]
+    assert b.keys == ref
+    assert b.mirrored() == [k[0] for k in ref]
+
+
+def test_bucket_front_deletions_leave_no_dead_slot_in_the_keys():
+    """Hand-made: 40 keys, 30 taken from the front (the bulk drop runs at 16 dead slots of 32
+    or more), one new front: the keys are the 10 left after it, in order."""
+    b = compiled.Bucket(0, 0.0)
+    keys = [(float(i), 0, f"r{i}") for i in range(40)]
+    for kt in keys:
+        b.insert_key(kt)
+    for _ in range(30):
+        b.delete_at(0)
+    b.insert_key((-1.0, 0, "new"))
+    assert b.search((35.0, 0, "r35")) == 6
+    assert b.keys == [(-1.0, 0, "new")] + keys[30:]
+    assert b.mirrored() == [-1.0] + [float(i) for i in range(30, 40)]
