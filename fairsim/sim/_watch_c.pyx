@@ -21,7 +21,32 @@ dict operations that the interpreter's dispatch dominates.
 SNAPSHOT_FIELDS = ("request_id", "arrival_time", "prompt_len", "cached_len", "uncached_len",
                    "num_computed_tokens", "handle", "block_keys", "block_size", "client",
                    "arrival_prefill_tokens", "output_len")
-cdef object _tuple_new = tuple.__new__
+cdef extern from *:
+    """
+    /* tuple.__new__(cls, items) without the Python call: tuple's own tp_new on (items,), as
+       the slot wrapper calls it (cls is checked to be a tuple subclass in __init__). */
+    static PyObject* __fs_tuple_new(PyObject* cls, PyObject* items) {
+        PyObject* args = PyTuple_Pack(1, items);
+        PyObject* made;
+        if (args == NULL) return NULL;
+        made = PyTuple_Type.tp_new((PyTypeObject*)cls, args, NULL);
+        Py_DECREF(args);
+        return made;
+    }
+    """
+    object _tuple_new "__fs_tuple_new" (object cls, object items)
+
+
+cdef inline bint _names_any(dict journal, keys, Py_ssize_t m) except -1:
+    """Whether ``journal`` holds one of ``keys[:m]`` (``not journal.keys().isdisjoint(keys[:m])``,
+    without the slice)."""
+    cdef Py_ssize_t i
+    if m > len(keys):
+        m = len(keys)
+    for i in range(m):
+        if keys[i] in journal:
+            return True
+    return False
 
 
 cdef class CompiledWatch:
@@ -43,6 +68,10 @@ cdef class CompiledWatch:
     cdef object snapshot_class
     cdef object block_size
     cdef bint hit_free
+    # 1: the engine's ``_make_snapshot`` is this object's ``make_snapshot``, so ``snapshot`` and
+    # ``resolve`` run it from C; 0: they call the engine's; -1: not looked at yet (the engine
+    # binds it after constructing this object: ``_snapshot_of``).
+    cdef readonly int direct
     # The lazy path's per-step containers, the same objects as its attributes (attach_lazy)
     cdef dict dirty
     cdef dict raised
@@ -65,6 +94,7 @@ cdef class CompiledWatch:
         self.snapshot_class = snapshot_class
         self.block_size = engine.block_size
         self.hit_free = engine._hit_free
+        self.direct = -1
 
     def attach_lazy(self, lazy):
         """Bind the lazy path (``fairsim.sim.lazy_hits.LazyHits``) for ``key_changed`` and
@@ -89,6 +119,10 @@ cdef class CompiledWatch:
 
     def rewatch(self, live, Py_ssize_t hit_blocks):
         """``Engine._rewatch``."""
+        self._rewatch(live, hit_blocks)
+
+    cdef int _rewatch(self, live, Py_ssize_t hit_blocks) except -1:
+        """``rewatch``'s body, called from C by ``make_snapshot`` (no Python call per snapshot)."""
         cdef Py_ssize_t cap = live.max_hit_blocks
         cdef Py_ssize_t w, old, i
         cdef dict watchers
@@ -109,7 +143,7 @@ cdef class CompiledWatch:
             live.watched = 0
             old = 0
         if w == old:
-            return
+            return 0
         lid = id(live)
         if w > old:
             watchers = self.watchers
@@ -123,6 +157,7 @@ cdef class CompiledWatch:
         else:
             self._drop_range(lid, keys, w, old)
         live.watched = w
+        return 0
 
     def drop(self, live, keys):
         """``Engine._drop``: stop watching ``keys`` (a sequence) for ``live``."""
@@ -171,7 +206,7 @@ cdef class CompiledWatch:
         snap = live.snap
         if snap is None:
             h = 0 if self.hit_free else self.count_prefix(live.keys, live.max_hit_blocks) * self.block_size
-            snap = self.engine._make_snapshot(live, h, live.computed)
+            snap = self._snapshot_of(live, h, live.computed)
             live.snap = snap
         return snap
 
@@ -182,30 +217,52 @@ cdef class CompiledWatch:
         cdef dict dirty = self.dirty
         cdef dict raised = self.raised
         cdef set held
+        cdef set bounded
         cdef list up
-        for live in self.recheck:
-            live.snap = None
-            dirty[id(live)] = live
-            raised[id(live)] = live
-        lazy.recheck = self.recheck = []
+        if self.recheck:  # (an empty one stays: it is the lazy path's ``recheck`` too)
+            for live in self.recheck:
+                live.snap = None
+                dirty[id(live)] = live
+                raised[id(live)] = live
+            lazy.recheck = self.recheck = []
         journal = {}
         lazy.journal = self.journal = journal
         lazy.pool.journal = journal
         lazy.resolved = self.resolved = {}
         if dirty or raised:
             held = e._in_inc
-            up = [key for key in raised if key in held]
-            self.bounded.update(up)
+            bounded = self.bounded
+            # ``raised``'s held requests, in its order, each bounded from now on (one pass: the
+            # reference's list ``up`` of keys, then ``bounded.update(up)``, then their ids).
+            up = []
+            for key, live in raised.items():
+                if key in held:
+                    bounded.add(key)
+                    up.append(live.req.request_id)
             e._dirty = self.dirty = {}
             lazy.raised = self.raised = {}
-            e._inc.stale([live.req.request_id for key, live in dirty.items() if key in held],
-                         [raised[key].req.request_id for key in up])
+            e._inc.stale([live.req.request_id for key, live in dirty.items() if key in held], up)
 
     def make_snapshot(self, live, h, computed):
         """``Engine._make_snapshot`` (``snapshot_class``: ``fairsim.types.QueuedRequest``)."""
+        return self._make_snapshot(live, h, computed)
+
+    cdef object _snapshot_of(self, live, h, computed):
+        """The engine's ``_make_snapshot(live, h, computed)``, as ``snapshot`` and ``resolve``
+        call it: this object's ``_make_snapshot`` from C where the engine's is this object's
+        ``make_snapshot`` (``Engine.__init__`` binds it so), else the engine's, called."""
+        if self.direct < 0:
+            made = self.engine._make_snapshot
+            self.direct = getattr(made, "__self__", None) is self and getattr(made, "__func__", None) is _MAKE_SNAPSHOT
+        if self.direct:
+            return self._make_snapshot(live, h, computed)
+        return self.engine._make_snapshot(live, h, computed)
+
+    cdef object _make_snapshot(self, live, h, computed):
+        """``make_snapshot``'s body, called from C (``_snapshot_of``)."""
         cdef tuple kept
         if id(live) in self.waiting and not self.hit_free:
-            self.rewatch(live, h // self.block_size)
+            self._rewatch(live, h // self.block_size)
         old = live.last_snap
         released = live.released_s
         prefill = live.arrival_prefill
@@ -247,7 +304,7 @@ cdef class CompiledWatch:
             keys = live.keys
             n = self.count_prefix(keys, cap)
             touched = False
-            if journal and not journal.keys().isdisjoint(keys[: n + 1 if n < cap else n]):
+            if journal and _names_any(journal, keys, n + 1 if n < cap else n):
                 n = 0
                 for k in keys[:cap]:
                     present = journal.get(k)
@@ -258,9 +315,14 @@ cdef class CompiledWatch:
                     if not present:
                         break
                     n += 1
-            snap = self.engine._make_snapshot(live, n * self.block_size, 0)
+            snap = self._snapshot_of(live, n * self.block_size, 0)
             live.snap = snap
             if touched:
                 self.recheck.append(live)
         resolved[key] = snap
         return snap
+
+
+#: ``CompiledWatch.make_snapshot`` as bound methods of it carry it (``__func__``): the engine's
+#: ``_make_snapshot`` is run from C only where it is this function (``_snapshot_of``).
+_MAKE_SNAPSHOT = CompiledWatch.make_snapshot
