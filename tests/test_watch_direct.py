@@ -6,6 +6,8 @@
 - ``snapshot`` and ``resolve`` run ``make_snapshot`` from C only where the engine's
   ``_make_snapshot`` is that method; an engine whose ``_make_snapshot`` was replaced before the
   run calls the replacement, and the tables stay the same.
+- ``_Live``'s fields are read and written in place only for plain object slots, and a run through
+  the attribute protocol instead gives the same tables.
 """
 
 from __future__ import annotations
@@ -99,5 +101,47 @@ def test_snapshots_made_in_c_only_for_the_engines_own_method():
     assert replaced._watch_c.direct == 0
     # Every new request's snapshot (``snapshot``) and every lazy read (``resolve``) went through it.
     assert count[0] >= len(requests)
+    pd.testing.assert_frame_equal(req_a, req_b, check_exact=True)
+    pd.testing.assert_frame_equal(steps_a, steps_b, check_exact=True)
+
+
+def test_live_slots_reached_in_place_only_for_plain_slots():
+    """``_bind_live_type`` takes the engine's ``_Live`` (every field a plain object slot) and
+    refuses a type whose fields are not all slots or whose attribute protocol is its own."""
+    from fairsim.sim import _watch_c
+    from fairsim.sim.engine import _Live
+
+    class Props:
+        __slots__ = tuple(f for f in _watch_c.LIVE_FIELDS if f != "snap")
+        snap = property(lambda self: None)
+
+    class Hooked:
+        __slots__ = _watch_c.LIVE_FIELDS
+
+        def __getattribute__(self, name):
+            return object.__getattribute__(self, name)
+
+    try:
+        assert _watch_c._bind_live_type(Props) is False
+        assert _watch_c._bind_live_type(Hooked) is False
+        assert _watch_c._bind_live_type(None) is False
+    finally:
+        assert _watch_c._bind_live_type(_Live) is True
+
+
+def test_attribute_protocol_fallback_gives_the_same_tables():
+    """With ``_Live``'s slots not reached in place (every read and write through ``getattr``/
+    ``setattr``), a run's tables are those of the in-place run."""
+    from fairsim.sim import _watch_c
+    from fairsim.sim.engine import _Live
+
+    requests = _slice(600)
+    req_a, steps_a = _tables(_engine(requests, "fairway", compiled=True))
+    plain = _engine(requests, "fairway", compiled=True)
+    try:
+        assert _watch_c._bind_live_type(None) is False
+        req_b, steps_b = _tables(plain)
+    finally:
+        assert _watch_c._bind_live_type(_Live) is True
     pd.testing.assert_frame_equal(req_a, req_b, check_exact=True)
     pd.testing.assert_frame_equal(steps_a, steps_b, check_exact=True)
