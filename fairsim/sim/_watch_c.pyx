@@ -13,7 +13,11 @@ compares the two on random operation sequences and engine runs (tables and map a
 Why compiled: under overload these run tens of thousands of times per trace (Fairway on the
 conversation trace at its native rate: 19,668 re-watches, 49,681 key changes visiting 77,197
 watcher entries, 13,446 drops), a quarter of the Python operations of a Fairway run, each a few
-dict operations that the interpreter's dispatch dominates.
+dict operations that the interpreter's dispatch dominates. Inside, the methods call each other
+from C (``make_snapshot``'s ``_rewatch``; ``snapshot`` and ``resolve``'s ``_make_snapshot`` where
+the engine's ``_make_snapshot`` is this object's) and reach ``_Live``'s slots in place
+(``_get``/``_set``), not through Python calls and attribute lookups
+(``tests/test_watch_direct.py``).
 """
 
 #: The snapshot's fields in ``fairsim.types.QueuedRequest``'s order: ``make_snapshot`` builds it
