@@ -753,6 +753,8 @@ def stale(lane, request_ids, raised=None):
         item = items[rid]
         if not item[8]:
             item[8] = 1
+    if not raised:  # (none raised: nothing below runs; the lane's clock and frontier unread)
+        return
     if lane._small:
         for rid in raised:
             (<list>items[rid])[8] = 2

@@ -1,4 +1,5 @@
 # cython: language_level=3
+from cpython.ref cimport PyObject
 """``CompiledWatch``: the engine's watcher-map updates as a typed extension class.
 
 The pure-Python methods are the reference: ``fairsim.sim.engine.Engine._rewatch``, ``_drop`` and
@@ -12,7 +13,11 @@ compares the two on random operation sequences and engine runs (tables and map a
 Why compiled: under overload these run tens of thousands of times per trace (Fairway on the
 conversation trace at its native rate: 19,668 re-watches, 49,681 key changes visiting 77,197
 watcher entries, 13,446 drops), a quarter of the Python operations of a Fairway run, each a few
-dict operations that the interpreter's dispatch dominates.
+dict operations that the interpreter's dispatch dominates. Inside, the methods call each other
+from C (``make_snapshot``'s ``_rewatch``; ``snapshot`` and ``resolve``'s ``_make_snapshot`` where
+the engine's ``_make_snapshot`` is this object's) and reach ``_Live``'s slots in place
+(``_get``/``_set``), not through Python calls and attribute lookups
+(``tests/test_watch_direct.py``).
 """
 
 #: The snapshot's fields in ``fairsim.types.QueuedRequest``'s order: ``make_snapshot`` builds it
@@ -21,7 +26,132 @@ dict operations that the interpreter's dispatch dominates.
 SNAPSHOT_FIELDS = ("request_id", "arrival_time", "prompt_len", "cached_len", "uncached_len",
                    "num_computed_tokens", "handle", "block_keys", "block_size", "client",
                    "arrival_prefill_tokens", "output_len")
-cdef object _tuple_new = tuple.__new__
+cdef extern from *:
+    """
+    /* tuple.__new__(cls, items) without the Python call: tuple's own tp_new on (items,), as
+       the slot wrapper calls it (cls is checked to be a tuple subclass in __init__). */
+    static PyObject* __fs_tuple_new(PyObject* cls, PyObject* items) {
+        PyObject* args = PyTuple_Pack(1, items);
+        PyObject* made;
+        if (args == NULL) return NULL;
+        made = PyTuple_Type.tp_new((PyTypeObject*)cls, args, NULL);
+        Py_DECREF(args);
+        return made;
+    }
+    """
+    object _tuple_new "__fs_tuple_new" (object cls, object items)
+
+
+# -- ``_Live``'s slots, read and written in place -----------------------------------------------
+# The engine's ``_Live`` keeps its fields in ``__slots__``: a read through the attribute protocol
+# (type lookup, member descriptor) costs some hundred instructions, a few hundred thousand times a
+# run (``key_changed``, ``rewatch``, ``make_snapshot``). For an object of exactly that type, whose
+# fields are plain object slots (checked once, ``_bind_live_type``), ``_get``/``_set`` read and
+# write the slot where ``getattr``/``setattr`` would (the member descriptor's offset): the same
+# value, the same reference counts; an unset slot, or any other object, goes through
+# ``getattr``/``setattr`` (so an ``AttributeError`` is the protocol's own).
+cdef extern from *:
+    """
+    #include "structmember.h"
+    /* The offset of a writable object slot (a __slots__ entry) from its member descriptor, or -1. */
+    static Py_ssize_t __fs_slot_offset(PyObject* descr) {
+        PyMemberDef* m;
+        if (Py_TYPE(descr) != &PyMemberDescr_Type) return -1;
+        m = ((PyMemberDescrObject*)descr)->d_member;
+        if (m->type != T_OBJECT_EX || (m->flags & READONLY)) return -1;
+        return m->offset;
+    }
+    static inline PyObject* __fs_slot_peek(PyObject* o, Py_ssize_t off) { return *(PyObject**)((char*)o + off); }
+    static inline void __fs_slot_put(PyObject* o, Py_ssize_t off, PyObject* v) {
+        PyObject** at = (PyObject**)((char*)o + off);
+        PyObject* old = *at;
+        Py_INCREF(v);
+        *at = v;
+        Py_XDECREF(old);
+    }
+    """
+    Py_ssize_t _slot_offset "__fs_slot_offset" (object descr)
+    PyObject* _slot_peek "__fs_slot_peek" (object o, Py_ssize_t off)
+    void _slot_put "__fs_slot_put" (object o, Py_ssize_t off, object v)
+
+
+cdef enum:
+    SNAP = 0
+    NEXT_KEY = 1
+    PARTIAL = 2
+    WATCHED = 3
+    KEYS = 4
+    MAX_HIT = 5
+    LAST_SNAP = 6
+    RELEASED = 7
+    PREFILL = 8
+    REQ = 9
+    CLIENT = 10
+    COMPUTED = 11
+    N_SLOTS = 12
+
+#: The ``_Live`` fields read or written here, by the codes above.
+LIVE_FIELDS = ("snap", "next_key", "partial", "watched", "keys", "max_hit_blocks", "last_snap",
+               "released_s", "arrival_prefill", "req", "client", "computed")
+cdef object _LIVE_TYPE = None  # the type whose slots ``_get``/``_set`` reach in place (None: none)
+cdef Py_ssize_t _OFF[N_SLOTS]
+
+
+def _bind_live_type(live_type):
+    """Reach ``live_type``'s fields in place where each of ``LIVE_FIELDS`` is a writable object
+    slot of it and its attribute protocol is ``object``'s; else (and for ``None``) nowhere.
+    Returns whether it does."""
+    global _LIVE_TYPE
+    cdef Py_ssize_t offs[N_SLOTS]
+    cdef Py_ssize_t f
+    _LIVE_TYPE = None
+    if live_type is None or not isinstance(live_type, type):
+        return False
+    if (live_type.__getattribute__ is not object.__getattribute__
+            or live_type.__setattr__ is not object.__setattr__):
+        return False
+    for f in range(N_SLOTS):
+        descr = getattr(live_type, LIVE_FIELDS[f], None)
+        if descr is None:
+            return False
+        offs[f] = _slot_offset(descr)
+        if offs[f] < 0:
+            return False
+    for f in range(N_SLOTS):
+        _OFF[f] = offs[f]
+    _LIVE_TYPE = live_type
+    return True
+
+
+cdef inline object _get(object o, int f):
+    """``getattr(o, LIVE_FIELDS[f])``."""
+    cdef PyObject* v
+    if type(o) is _LIVE_TYPE:
+        v = _slot_peek(o, _OFF[f])
+        if v != NULL:
+            return <object>v
+    return getattr(o, LIVE_FIELDS[f])
+
+
+cdef inline int _set(object o, int f, object v) except -1:
+    """``setattr(o, LIVE_FIELDS[f], v)``."""
+    if type(o) is _LIVE_TYPE:
+        _slot_put(o, _OFF[f], v)
+        return 0
+    setattr(o, LIVE_FIELDS[f], v)
+    return 0
+
+
+cdef inline bint _names_any(dict journal, keys, Py_ssize_t m) except -1:
+    """Whether ``journal`` holds one of ``keys[:m]`` (``not journal.keys().isdisjoint(keys[:m])``,
+    without the slice)."""
+    cdef Py_ssize_t i
+    if m > len(keys):
+        m = len(keys)
+    for i in range(m):
+        if keys[i] in journal:
+            return True
+    return False
 
 
 cdef class CompiledWatch:
@@ -43,6 +173,10 @@ cdef class CompiledWatch:
     cdef object snapshot_class
     cdef object block_size
     cdef bint hit_free
+    # 1: the engine's ``_make_snapshot`` is this object's ``make_snapshot``, so ``snapshot`` and
+    # ``resolve`` run it from C; 0: they call the engine's; -1: not looked at yet (the engine
+    # binds it after constructing this object: ``_snapshot_of``).
+    cdef readonly int direct
     # The lazy path's per-step containers, the same objects as its attributes (attach_lazy)
     cdef dict dirty
     cdef dict raised
@@ -65,6 +199,9 @@ cdef class CompiledWatch:
         self.snapshot_class = snapshot_class
         self.block_size = engine.block_size
         self.hit_free = engine._hit_free
+        self.direct = -1
+        from fairsim.sim.engine import _Live  # (here: the engine module imports this one's loader)
+        _bind_live_type(_Live)
 
     def attach_lazy(self, lazy):
         """Bind the lazy path (``fairsim.sim.lazy_hits.LazyHits``) for ``key_changed`` and
@@ -89,27 +226,31 @@ cdef class CompiledWatch:
 
     def rewatch(self, live, Py_ssize_t hit_blocks):
         """``Engine._rewatch``."""
-        cdef Py_ssize_t cap = live.max_hit_blocks
+        self._rewatch(live, hit_blocks)
+
+    cdef int _rewatch(self, live, Py_ssize_t hit_blocks) except -1:
+        """``rewatch``'s body, called from C by ``make_snapshot`` (no Python call per snapshot)."""
+        cdef Py_ssize_t cap = _get(live, MAX_HIT)
         cdef Py_ssize_t w, old, i
         cdef dict watchers
         cdef object bucket
-        keys = live.keys
+        keys = _get(live, KEYS)
         if hit_blocks < cap:
             w = hit_blocks + 1
             nk = keys[hit_blocks]
         else:
             w = cap
             nk = self.no_key
-        live.next_key = nk
-        old = live.watched
-        if live.partial:
-            live.partial = False
+        _set(live, NEXT_KEY, nk)
+        old = _get(live, WATCHED)
+        if _get(live, PARTIAL):
+            _set(live, PARTIAL, False)
             if old > w:
                 self._drop_range(id(live), keys, w, old)
-            live.watched = 0
+            _set(live, WATCHED, 0)
             old = 0
         if w == old:
-            return
+            return 0
         lid = id(live)
         if w > old:
             watchers = self.watchers
@@ -122,7 +263,8 @@ cdef class CompiledWatch:
                     (<dict>bucket)[lid] = live
         else:
             self._drop_range(lid, keys, w, old)
-        live.watched = w
+        _set(live, WATCHED, w)
+        return 0
 
     def drop(self, live, keys):
         """``Engine._drop``: stop watching ``keys`` (a sequence) for ``live``."""
@@ -130,10 +272,10 @@ cdef class CompiledWatch:
 
     def unwatch(self, live):
         """``Engine._unwatch``."""
-        self._drop_range(id(live), live.keys, 0, live.watched)
-        live.partial = False
-        live.watched = 0
-        live.next_key = self.no_key
+        self._drop_range(id(live), _get(live, KEYS), 0, _get(live, WATCHED))
+        _set(live, PARTIAL, False)
+        _set(live, WATCHED, 0)
+        _set(live, NEXT_KEY, self.no_key)
 
     def key_changed(self, key):
         """``LazyHits.key_changed`` (after ``attach_lazy``)."""
@@ -145,34 +287,34 @@ cdef class CompiledWatch:
         cdef list drop = []
         if self.is_cached(key):
             for k, live in bucket.items():
-                if live.snap is not None:
-                    live.snap = None
+                if _get(live, SNAP) is not None:
+                    _set(live, SNAP, None)
                     dirty[k] = live
                     raised[k] = live
-                elif live.next_key == key and k not in bounded:
+                elif _get(live, NEXT_KEY) == key and k not in bounded:
                     raised[k] = live
                 else:
                     drop.append(k)
         else:
             for k, live in bucket.items():
-                if live.snap is not None:
-                    live.snap = None
+                if _get(live, SNAP) is not None:
+                    _set(live, SNAP, None)
                     dirty[k] = live
-                elif live.next_key != key or k in bounded:
+                elif _get(live, NEXT_KEY) != key or k in bounded:
                     drop.append(k)
         if drop:
             for k in drop:
-                bucket.pop(k).partial = True
+                _set(bucket.pop(k), PARTIAL, True)
             if not bucket:
                 del watchers[key]
 
     def snapshot(self, live):
         """``Engine._snapshot``."""
-        snap = live.snap
+        snap = _get(live, SNAP)
         if snap is None:
-            h = 0 if self.hit_free else self.count_prefix(live.keys, live.max_hit_blocks) * self.block_size
-            snap = self.engine._make_snapshot(live, h, live.computed)
-            live.snap = snap
+            h = 0 if self.hit_free else self.count_prefix(_get(live, KEYS), _get(live, MAX_HIT)) * self.block_size
+            snap = self._snapshot_of(live, h, _get(live, COMPUTED))
+            _set(live, SNAP, snap)
         return snap
 
     def start_step(self):
@@ -182,33 +324,55 @@ cdef class CompiledWatch:
         cdef dict dirty = self.dirty
         cdef dict raised = self.raised
         cdef set held
+        cdef set bounded
         cdef list up
-        for live in self.recheck:
-            live.snap = None
-            dirty[id(live)] = live
-            raised[id(live)] = live
-        lazy.recheck = self.recheck = []
+        if self.recheck:  # (an empty one stays: it is the lazy path's ``recheck`` too)
+            for live in self.recheck:
+                _set(live, SNAP, None)
+                dirty[id(live)] = live
+                raised[id(live)] = live
+            lazy.recheck = self.recheck = []
         journal = {}
         lazy.journal = self.journal = journal
         lazy.pool.journal = journal
         lazy.resolved = self.resolved = {}
         if dirty or raised:
             held = e._in_inc
-            up = [key for key in raised if key in held]
-            self.bounded.update(up)
+            bounded = self.bounded
+            # ``raised``'s held requests, in its order, each bounded from now on (one pass: the
+            # reference's list ``up`` of keys, then ``bounded.update(up)``, then their ids).
+            up = []
+            for key, live in raised.items():
+                if key in held:
+                    bounded.add(key)
+                    up.append(_get(live, REQ).request_id)
             e._dirty = self.dirty = {}
             lazy.raised = self.raised = {}
-            e._inc.stale([live.req.request_id for key, live in dirty.items() if key in held],
-                         [raised[key].req.request_id for key in up])
+            e._inc.stale([_get(live, REQ).request_id for key, live in dirty.items() if key in held], up)
 
     def make_snapshot(self, live, h, computed):
         """``Engine._make_snapshot`` (``snapshot_class``: ``fairsim.types.QueuedRequest``)."""
+        return self._make_snapshot(live, h, computed)
+
+    cdef object _snapshot_of(self, live, h, computed):
+        """The engine's ``_make_snapshot(live, h, computed)``, as ``snapshot`` and ``resolve``
+        call it: this object's ``_make_snapshot`` from C where the engine's is this object's
+        ``make_snapshot`` (``Engine.__init__`` binds it so), else the engine's, called."""
+        if self.direct < 0:
+            made = self.engine._make_snapshot
+            self.direct = getattr(made, "__self__", None) is self and getattr(made, "__func__", None) is _MAKE_SNAPSHOT
+        if self.direct:
+            return self._make_snapshot(live, h, computed)
+        return self.engine._make_snapshot(live, h, computed)
+
+    cdef object _make_snapshot(self, live, h, computed):
+        """``make_snapshot``'s body, called from C (``_snapshot_of``)."""
         cdef tuple kept
         if id(live) in self.waiting and not self.hit_free:
-            self.rewatch(live, h // self.block_size)
-        old = live.last_snap
-        released = live.released_s
-        prefill = live.arrival_prefill
+            self._rewatch(live, h // self.block_size)
+        old = _get(live, LAST_SNAP)
+        released = _get(live, RELEASED)
+        prefill = _get(live, PREFILL)
         if old is not None:  # (by position: cached_len, num_computed_tokens, arrival_time, arrival_prefill_tokens)
             if not isinstance(old, tuple):
                 raise TypeError(f"a kept snapshot is {type(old).__name__}, not {self.snapshot_class.__name__}")
@@ -219,14 +383,14 @@ cdef class CompiledWatch:
             # ``client`` are set once, at its creation.
             rid, prompt_len, keys, client, out_len = kept[0], kept[2], kept[7], kept[9], kept[11]
         else:
-            req = live.req
+            req = _get(live, REQ)
             rid, prompt_len, out_len = req.request_id, req.prompt_len, req.output_len
-            keys, client = live.keys, live.client
+            keys, client = _get(live, KEYS), _get(live, CLIENT)
         snap = _tuple_new(self.snapshot_class, (
             rid, released, prompt_len, h, max(1, prompt_len - h - computed), computed, live, keys,
             self.block_size, client, prefill, out_len,
         ))
-        live.last_snap = snap
+        _set(live, LAST_SNAP, snap)
         return snap
 
     def resolve(self, q):
@@ -234,20 +398,21 @@ cdef class CompiledWatch:
         cdef dict resolved = self.resolved
         cdef Py_ssize_t n, cap
         cdef bint touched
-        live = q.handle
+        # (``q.handle`` by position for a snapshot of ``snapshot_class``: no property call)
+        live = (<tuple>q)[6] if type(q) is self.snapshot_class else q.handle
         key = id(live)
         snap = resolved.get(key)
         if snap is not None:
             return snap
-        snap = live.snap
+        snap = _get(live, SNAP)
         if snap is None:
             self.bounded.discard(key)
             journal = self.journal
-            cap = live.max_hit_blocks
-            keys = live.keys
+            cap = _get(live, MAX_HIT)
+            keys = _get(live, KEYS)
             n = self.count_prefix(keys, cap)
             touched = False
-            if journal and not journal.keys().isdisjoint(keys[: n + 1 if n < cap else n]):
+            if journal and _names_any(journal, keys, n + 1 if n < cap else n):
                 n = 0
                 for k in keys[:cap]:
                     present = journal.get(k)
@@ -258,9 +423,14 @@ cdef class CompiledWatch:
                     if not present:
                         break
                     n += 1
-            snap = self.engine._make_snapshot(live, n * self.block_size, 0)
-            live.snap = snap
+            snap = self._snapshot_of(live, n * self.block_size, 0)
+            _set(live, SNAP, snap)
             if touched:
                 self.recheck.append(live)
         resolved[key] = snap
         return snap
+
+
+#: ``CompiledWatch.make_snapshot`` as bound methods of it carry it (``__func__``): the engine's
+#: ``_make_snapshot`` is run from C only where it is this function (``_snapshot_of``).
+_MAKE_SNAPSHOT = CompiledWatch.make_snapshot
