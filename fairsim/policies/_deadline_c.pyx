@@ -137,7 +137,7 @@ cdef class Block:
     cdef long long* _w
     cdef char* _u
     cdef Py_ssize_t _cap
-    cdef bint _obj  # the lists below hold the block (a value past 64 bits came)
+    cdef readonly bint _obj  # the lists below hold the block (a value past 64 bits came)
     cdef list _odl, _owork, _ourg
 
     def __cinit__(self, *args):
