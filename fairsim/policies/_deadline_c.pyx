@@ -8,9 +8,12 @@ compares the two call by call). The tree's totals and leasts are C 128-bit integ
 leaf is a 64-bit int or ``inf`` (a node sums at most 2^40 leaves, so no sum overflows, and
 ``inf`` is a value above them all, never due, whatever is subtracted from it), and Python
 objects, with the reference's code, from the first value past that on (``DueBlocks._go_big``):
-the sums are the reference's at any size. A block's margins are summed by
-``fairsim.policies._fast_lane_c``'s ``block_sums``/``open_due`` on 64-bit integers, and by the
-Python expressions of the reference where a value leaves 64 bits or that extension is absent.
+the sums are the reference's at any size. A block holds its deadlines, works and urgent flags in
+C arrays while each value is a 64-bit int, and sums its margins there with each sum checked
+(``Block._margins_c``); a block with a value or a sum past that holds the reference's Python
+lists from then on (``Block._to_objects``), summed by ``fairsim.policies._fast_lane_c``'s
+``block_sums``/``open_due`` on 64-bit integers and by the Python expressions of the reference
+where they leave 64 bits or that extension is absent.
 ``DeadlineCore`` compiles ``DeadlineOrder``'s bookkeeping the same way (see there).
 
 Why compiled: at the conversation trace's native rate about 3,800 requests wait and every
