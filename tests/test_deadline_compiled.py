@@ -307,3 +307,45 @@ def test_twin_tree_in_c_then_past_64_bits(mode):
     both("remove", (700, 0.0, "r07"))
     marked, floor = both("mark_due", 2**71)
     assert marked and _state(ref) == _state(got)
+
+
+@pytest.mark.parametrize("mode", ["queue", "own", "none"])
+def test_twin_blocks_in_c_arrays_then_python_ints(mode):
+    """A block of the twin holds its deadlines, works and flags in C arrays while each is a
+    64-bit int, and the reference's Python lists from the first value past that on, or from a
+    margin sum past 64 bits (``queue``: two works near 2^62 after deadlines near -2^62); a block
+    split off it with values that fit is in C again, and a compaction joins both kinds. The same
+    answers and state as the reference at every call."""
+    ref, got = DueBlocks(mode), twin.DueBlocks(mode, DueBlocks.BLOCK)
+    ref.BLOCK = got.BLOCK = 2
+
+    def both(op, *args):
+        a, b = getattr(ref, op)(*args), getattr(got, op)(*args)
+        assert repr(a) == repr(b) and _state(ref) == _state(got)
+        return a
+
+    for k in range(8):
+        both("add", (100 * k, 0.0, f"r{k}"), 7 + k)
+    both("mark_due", 250)
+    assert not any(b._obj for b in got.blocks)
+    both("add", (2**64 + 50, 0.0, "big"), 3)  # last, into the last block: that block to lists
+    both("mark_due", 260)
+    assert [b._obj for b in got.blocks][-1] and not got.blocks[0]._obj
+    for k in range(4):  # in the middle of a C block, and splitting it
+        both("add", (100 * k + 1, 0.0, f"m{k}"), 1)
+    both("mark_due", 310)
+    both("remove", (2**64 + 50, 0.0, "big"))
+    for k in range(9):  # the last block (lists) grows past 2 BLOCK: the halves cut off are in C
+        both("add", (1000 + k, 0.0, f"n{k}"), 2)
+    both("mark_due", 320)
+    assert not got.blocks[-1]._obj and len(got.blocks) > 4
+    edge = 2**62  # works that fit, sums that do not (queue): that block's sums on Python ints
+    both("add", (-edge, 0.0, "e0"), edge)
+    both("add", (-edge + 1, 0.0, "e1"), edge)
+    marked, _ = both("mark_due", 330)
+    assert (mode == "queue") == got.blocks[0]._obj and marked
+    for key in [k for b in ref.blocks for k in b.keys][2:]:  # empties and joins (compaction)
+        both("remove", key)
+    both("mark_due", 10**6)
+    assert len(got.blocks) == 1
+    assert list(ref.due_prefix(1)) == list(got.due_prefix(1))

@@ -8,9 +8,12 @@ compares the two call by call). The tree's totals and leasts are C 128-bit integ
 leaf is a 64-bit int or ``inf`` (a node sums at most 2^40 leaves, so no sum overflows, and
 ``inf`` is a value above them all, never due, whatever is subtracted from it), and Python
 objects, with the reference's code, from the first value past that on (``DueBlocks._go_big``):
-the sums are the reference's at any size. A block's margins are summed by
-``fairsim.policies._fast_lane_c``'s ``block_sums``/``open_due`` on 64-bit integers, and by the
-Python expressions of the reference where a value leaves 64 bits or that extension is absent.
+the sums are the reference's at any size. A block holds its deadlines, works and urgent flags in
+C arrays while each value is a 64-bit int, and sums its margins there with each sum checked
+(``Block._margins_c``); a block with a value or a sum past that holds the reference's Python
+lists from then on (``Block._to_objects``), summed by ``fairsim.policies._fast_lane_c``'s
+``block_sums``/``open_due`` on 64-bit integers and by the Python expressions of the reference
+where they leave 64 bits or that extension is absent.
 ``DeadlineCore`` compiles ``DeadlineOrder``'s bookkeeping the same way (see there).
 
 Why compiled: at the conversation trace's native rate about 3,800 requests wait and every
@@ -34,9 +37,18 @@ from libc.math cimport fabs, isfinite, round as c_round
 from cpython.long cimport (PyLong_AsLongLongAndOverflow, PyLong_FromDouble, PyLong_FromLongLong,
                            PyLong_FromUnsignedLongLong)
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from libc.string cimport memcpy, memmove
 
 cdef extern from *:
     ctypedef long long i128 "__int128"
+
+cdef extern from *:
+    """
+    static int __fsd_add_overflow(long long a, long long b, long long* r) { return __builtin_add_overflow(a, b, r); }
+    static int __fsd_sub_overflow(long long a, long long b, long long* r) { return __builtin_sub_overflow(a, b, r); }
+    """
+    bint __builtin_add_overflow "__fsd_add_overflow" (long long a, long long b, long long* r) nogil
+    bint __builtin_sub_overflow "__fsd_sub_overflow" (long long a, long long b, long long* r) nogil
 
 cdef object _INF = math.inf
 cdef object _floor_of = math.floor
@@ -99,19 +111,253 @@ cdef Py_ssize_t _bisect_key(list keys, tuple key) except -1:
     return lo
 
 
+cdef inline bint _i64(object x, long long* out):
+    """``x`` an ``int`` of 64 bits: into ``out`` (False for a value past them, or not an int)."""
+    cdef int overflow = 0
+    cdef long long v
+    if type(x) is not int:
+        return False
+    v = PyLong_AsLongLongAndOverflow(x, &overflow)
+    if overflow:
+        return False
+    out[0] = v
+    return True
+
+
 cdef class Block:
     """``deadline_fast._Block``: a run of the deadline order (keys, deadlines, works, urgent
-    flags), its total work and least margin, and an emptied block's place (``gone``)."""
+    flags), its total work and least margin, and an emptied block's place (``gone``).
 
-    cdef public list keys, dl, work, urgent
+    The deadlines, works and flags are C arrays (``_d``, ``_w``, ``_u``) while every deadline and
+    work is an ``int`` of 64 bits, so a block's sums, opens and bisects read contiguous memory,
+    not scattered Python ints; the block holds Python lists instead (``_obj``, the reference's
+    lists and code) from the first value past that on (``_to_objects``). ``dl``, ``work`` and
+    ``urgent`` read either as the reference's lists (tests)."""
+
+    cdef public list keys
     cdef public object total, least, gone
+    cdef long long* _d
+    cdef long long* _w
+    cdef char* _u
+    cdef Py_ssize_t _cap
+    cdef readonly bint _obj  # the lists below hold the block (a value past 64 bits came)
+    cdef list _odl, _owork, _ourg
+
+    def __cinit__(self, *args):
+        self._d = self._w = NULL
+        self._u = NULL
+        self._cap = 0
+        self._obj = False
 
     def __init__(self, list keys, list work, list urgent):
-        self.keys, self.work, self.urgent = keys, work, urgent
-        self.dl = [k[0] for k in keys]
+        cdef Py_ssize_t j, n = len(keys)
+        self.keys = keys
         self.total = 0
         self.least = _INF
         self.gone = None
+        self._reserve(n)
+        for j in range(n):
+            if not (_i64((<tuple>keys[j])[0], &self._d[j]) and _i64(work[j], &self._w[j])):
+                self._odl, self._owork, self._ourg = [k[0] for k in keys], list(work), list(urgent)
+                self._obj = True
+                return
+            self._u[j] = urgent[j] is True
+
+    def __dealloc__(self):
+        PyMem_Free(self._d)
+        PyMem_Free(self._w)
+        PyMem_Free(self._u)
+
+    cdef int _reserve(self, Py_ssize_t n) except -1:
+        """Room for ``n`` values in the C arrays."""
+        cdef Py_ssize_t cap = self._cap if self._cap else 16
+        cdef void* p
+        if n <= self._cap:
+            return 0
+        while cap < n:
+            cap *= 2
+        p = PyMem_Realloc(self._d, cap * sizeof(long long))
+        if p is NULL:
+            raise MemoryError()
+        self._d = <long long*>p
+        p = PyMem_Realloc(self._w, cap * sizeof(long long))
+        if p is NULL:
+            raise MemoryError()
+        self._w = <long long*>p
+        p = PyMem_Realloc(self._u, cap * sizeof(char))
+        if p is NULL:
+            raise MemoryError()
+        self._u = <char*>p
+        self._cap = cap
+        return 0
+
+    cdef int _to_objects(self) except -1:
+        """From now on the block in Python lists (the reference's), with the same values."""
+        cdef Py_ssize_t j, n
+        if not self._obj:
+            n = len(self.keys)
+            self._odl = [PyLong_FromLongLong(self._d[j]) for j in range(n)]
+            self._owork = [PyLong_FromLongLong(self._w[j]) for j in range(n)]
+            self._ourg = [self._u[j] == 1 for j in range(n)]
+            self._obj = True
+        return 0
+
+    @property
+    def dl(self):
+        """The keys' deadlines, as the reference's list."""
+        if self._obj:
+            return self._odl
+        return [PyLong_FromLongLong(self._d[j]) for j in range(len(self.keys))]
+
+    @property
+    def work(self):
+        """The works (ns), as the reference's list."""
+        if self._obj:
+            return self._owork
+        return [PyLong_FromLongLong(self._w[j]) for j in range(len(self.keys))]
+
+    @property
+    def urgent(self):
+        """The urgent flags, as the reference's list."""
+        if self._obj:
+            return self._ourg
+        return [self._u[j] == 1 for j in range(len(self.keys))]
+
+    cdef inline bint _is_urgent(self, Py_ssize_t j):
+        return self._ourg[j] is True if self._obj else self._u[j] == 1
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    cdef Py_ssize_t _bisect(self, tuple key) except -1:
+        """``bisect_left(keys, key)``: on the C deadlines (ints; the tuples only where they tie)."""
+        cdef Py_ssize_t lo = 0, hi = len(self.keys), mid
+        cdef long long d
+        cdef long long* D = self._d
+        if self._obj or not _i64(key[0], &d):
+            return _bisect_key(self.keys, key)
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if D[mid] < d:
+                lo = mid + 1
+            elif D[mid] > d:
+                hi = mid
+            elif <tuple>self.keys[mid] < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    cdef int _insert(self, Py_ssize_t j, tuple key, object work) except -1:
+        """``key`` (work ``work``, not urgent) at index ``j`` of the four sequences."""
+        cdef Py_ssize_t n = len(self.keys)
+        cdef long long d, w
+        if not self._obj:
+            if _i64(key[0], &d) and _i64(work, &w):
+                self._reserve(n + 1)
+                if j < n:
+                    memmove(&self._d[j + 1], &self._d[j], (n - j) * sizeof(long long))
+                    memmove(&self._w[j + 1], &self._w[j], (n - j) * sizeof(long long))
+                    memmove(&self._u[j + 1], &self._u[j], (n - j) * sizeof(char))
+                self._d[j], self._w[j], self._u[j] = d, w, 0
+                self.keys.insert(j, key)
+                return 0
+            self._to_objects()
+        self.keys.insert(j, key)
+        self._odl.insert(j, key[0])
+        self._owork.insert(j, work)
+        self._ourg.insert(j, False)
+        return 0
+
+    cdef object _delete(self, Py_ssize_t j):
+        """Drop index ``j`` of the four sequences; returns its work."""
+        cdef Py_ssize_t n = len(self.keys)
+        del self.keys[j]
+        if self._obj:
+            w = self._owork[j]
+            del self._odl[j], self._owork[j], self._ourg[j]
+            return w
+        w = PyLong_FromLongLong(self._w[j])
+        if j < n - 1:
+            memmove(&self._d[j], &self._d[j + 1], (n - 1 - j) * sizeof(long long))
+            memmove(&self._w[j], &self._w[j + 1], (n - 1 - j) * sizeof(long long))
+            memmove(&self._u[j], &self._u[j + 1], (n - 1 - j) * sizeof(char))
+        return w
+
+    cdef Block _cut(self, Py_ssize_t half):
+        """Move the values from ``half`` on into a new block (returned), the rest kept here."""
+        cdef Py_ssize_t n = len(self.keys), m = n - half
+        cdef Block c
+        if self._obj:
+            c = Block(self.keys[half:], self._owork[half:], self._ourg[half:])
+            del self.keys[half:], self._odl[half:], self._owork[half:], self._ourg[half:]
+            return c
+        c = Block.__new__(Block)
+        c.keys = self.keys[half:]
+        c.total, c.least, c.gone = 0, _INF, None
+        c._reserve(m)
+        memcpy(c._d, &self._d[half], m * sizeof(long long))
+        memcpy(c._w, &self._w[half], m * sizeof(long long))
+        memcpy(c._u, &self._u[half], m * sizeof(char))
+        del self.keys[half:]
+        return c
+
+    cdef int _extend(self, Block b) except -1:
+        """``b``'s values after this block's (``_compact``'s join)."""
+        cdef Py_ssize_t n = len(self.keys), m = len(b.keys)
+        if not self._obj and not b._obj:
+            self._reserve(n + m)
+            memcpy(&self._d[n], b._d, m * sizeof(long long))
+            memcpy(&self._w[n], b._w, m * sizeof(long long))
+            memcpy(&self._u[n], b._u, m * sizeof(char))
+            self.keys += b.keys
+            return 0
+        self._to_objects()
+        self.keys += b.keys
+        self._odl += b.dl
+        self._owork += b.work
+        self._ourg += b.urgent
+        return 0
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    cdef bint _margins_c(self, int code, long long* out, long long* total):
+        """The margins ``D - P`` into ``out`` and the total work (``queue``; else 0) into
+        ``total`` on C integers; False where a sum leaves 64 bits (the Python sums then)."""
+        cdef Py_ssize_t j, n = len(self.keys)
+        cdef long long p = 0, m
+        cdef long long* D = self._d
+        cdef long long* W = self._w
+        for j in range(n):
+            if code == 0:
+                if __builtin_add_overflow(p, W[j], &p) or __builtin_sub_overflow(D[j], p, &m):
+                    return False
+            elif code == 1:
+                if __builtin_sub_overflow(D[j], W[j], &m):
+                    return False
+            else:
+                m = D[j]
+            out[j] = m
+        total[0] = p
+        return True
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    cdef tuple _least_c(self, long long* margins, long long total, int code):
+        """``(total, least)`` as the reference's ``_resum`` sets them (``inf``: no margin)."""
+        cdef Py_ssize_t j, n = len(self.keys)
+        cdef long long least = 0
+        cdef bint found = False
+        cdef char* U = self._u
+        for j in range(n):
+            if U[j]:
+                continue
+            if not found or margins[j] < least:
+                least = margins[j]
+                found = True
+        tot = PyLong_FromLongLong(total) if code == 0 else 0
+        if not found:
+            return (tot, _INF)
+        return (tot, PyLong_FromLongLong(least))
 
 
 cdef class DueBlocks:
@@ -138,6 +384,8 @@ cdef class DueBlocks:
     cdef public Py_ssize_t _size, _leaves
     cdef int _code
     cdef bint _queue
+    cdef long long* _scratch  # a block's margins (``_sums_c``), grown as needed
+    cdef Py_ssize_t _scap
 
     def __init__(self, str lookahead, Py_ssize_t block):
         self.mode = lookahead
@@ -167,6 +415,17 @@ cdef class DueBlocks:
     def __dealloc__(self):
         PyMem_Free(self._ct)
         PyMem_Free(self._cl)
+        PyMem_Free(self._scratch)
+
+    cdef long long* _margins_buf(self, Py_ssize_t n) except NULL:
+        """Room for ``n`` margins (at least one)."""
+        cdef void* p
+        if n >= self._scap:
+            p = PyMem_Realloc(self._scratch, (n + 1) * sizeof(long long))
+            if p is NULL:
+                raise MemoryError()
+            self._scratch, self._scap = <long long*>p, n + 1
+        return self._scratch
 
     def __len__(self):
         return self.n
@@ -253,11 +512,8 @@ cdef class DueBlocks:
         else:
             i = self._block_of(key)
             b = blocks[i]
-            j = _bisect_key(b.keys, key)
-        b.keys.insert(j, key)
-        b.dl.insert(j, key[0])
-        b.work.insert(j, work)
-        b.urgent.insert(j, False)
+            j = b._bisect(key)
+        b._insert(j, key, work)
         b.gone = None
         self.last[i] = b.keys[len(b.keys) - 1]
         self._dirty[b] = b
@@ -266,10 +522,7 @@ cdef class DueBlocks:
         return 0
 
     cdef int _append(self, Py_ssize_t i, Block b, object key, object work) except -1:
-        b.keys.append(key)
-        b.dl.append(key[0])
-        b.work.append(work)
-        b.urgent.append(False)
+        b._insert(len(b.keys), key, work)
         b.gone = None
         self.last[i] = key
         if self._queue:
@@ -287,8 +540,7 @@ cdef class DueBlocks:
     cdef int _split(self, Py_ssize_t i) except -1:
         cdef Block b = self._blocks[i]
         cdef Py_ssize_t half = len(b.keys) // 2
-        cdef Block c = Block(b.keys[half:], b.work[half:], b.urgent[half:])
-        del b.keys[half:], b.dl[half:], b.work[half:], b.urgent[half:]
+        cdef Block c = b._cut(half)
         self._blocks.insert(i + 1, c)
         self.last[i] = b.keys[len(b.keys) - 1]
         self.last.insert(i + 1, c.keys[len(c.keys) - 1])
@@ -300,9 +552,8 @@ cdef class DueBlocks:
     cdef int _remove_now(self, object key) except -1:
         cdef Py_ssize_t i = self._block_of(key)
         cdef Block b = self._blocks[i]
-        cdef Py_ssize_t j = _bisect_key(b.keys, key)
-        w = b.work[j]
-        del b.keys[j], b.dl[j], b.work[j], b.urgent[j]
+        cdef Py_ssize_t j = b._bisect(key)
+        w = b._delete(j)
         if b.keys:
             self.last[i] = b.keys[len(b.keys) - 1]
         else:
@@ -345,10 +596,7 @@ cdef class DueBlocks:
                 continue
             if out and len((<Block>out[len(out) - 1]).keys) + len(b.keys) <= self.BLOCK:
                 c = out[len(out) - 1]
-                c.keys += b.keys
-                c.dl += b.dl
-                c.work += b.work
-                c.urgent += b.urgent
+                c._extend(b)
             else:
                 b.gone = None
                 out.append(b)
@@ -365,27 +613,37 @@ cdef class DueBlocks:
         return 0
 
     cdef list _margins(self, Block b):
-        """The reference's ``_margins`` (Python ints at any size)."""
+        """The reference's ``_margins`` (Python ints at any size; ``b`` in Python lists)."""
         if self._code == 0:
-            return list(map(sub, b.dl, accumulate(b.work)))
+            return list(map(sub, b._odl, accumulate(b._owork)))
         if self._code == 1:
-            return list(map(sub, b.dl, b.work))
-        return b.dl
+            return list(map(sub, b._odl, b._owork))
+        return b._odl
 
     cdef int _resum(self, Block b) except -1:
-        """``b``'s total work and least margin that is not urgent (64-bit sums, else the reference's)."""
+        """``b``'s total work and least margin that is not urgent: on C integers while ``b``'s
+        values and sums fit 64 bits, else the reference's sums on Python ints (``b`` then in
+        Python lists, ``Block._to_objects``)."""
         cdef list margins
+        cdef long long total
+        cdef long long* buf
+        if not b._obj:
+            buf = self._margins_buf(len(b.keys))
+            if b._margins_c(self._code, buf, &total):
+                b.total, b.least = b._least_c(buf, total, self._code)
+                return 0
+            b._to_objects()
         if block_sums is not None:
-            sums = block_sums(b.dl, b.work, b.urgent, self._code)
+            sums = block_sums(b._odl, b._owork, b._ourg, self._code)
             if sums is not None:
                 b.total, b.least = sums
                 return 0
         margins = self._margins(b)
-        b.total = sum(b.work) if self._queue else 0
-        if True not in b.urgent:
+        b.total = sum(b._owork) if self._queue else 0
+        if True not in b._ourg:
             b.least = min(margins, default=_INF)
         else:
-            b.least = min(compress(margins, map(not_, b.urgent)), default=_INF)
+            b.least = min(compress(margins, map(not_, b._ourg)), default=_INF)
         return 0
 
     @cython.boundscheck(False)  # indices in range by construction (a bisect; tree nodes < 2 size)
@@ -602,13 +860,31 @@ cdef class DueBlocks:
                 self._open(node - size, _from_i128(off), t, newly)
         return newly, self._olst[1] if self._big else _from_i128(self._cl[1])
 
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
     cdef int _open(self, Py_ssize_t i, object off, object t, list newly) except -1:
         cdef Block b = self._blocks[i]
-        cdef list urg = b.urgent, keys = b.keys, margins
-        cdef Py_ssize_t j
+        cdef list urg, keys = b.keys, margins
+        cdef Py_ssize_t j, n = len(b.keys)
+        cdef long long lim, total
+        cdef long long* buf
+        cdef char* U
         limit = t + off
+        if not b._obj:  # C integers: the margins due are those <= limit (open_due's rule)
+            buf = self._margins_buf(n)
+            if _i64(limit, &lim) and b._margins_c(self._code, buf, &total):
+                U = b._u
+                for j in range(n):
+                    if buf[j] <= lim and not U[j]:
+                        U[j] = 1
+                        newly.append(keys[j])
+                b.total, b.least = b._least_c(buf, total, self._code)
+                self._leaf(i)
+                return 0
+            b._to_objects()
+        urg = b._ourg
         if open_due is not None:
-            sums = open_due(b.dl, b.work, urg, self._code, limit, keys, newly)
+            sums = open_due(b._odl, b._owork, urg, self._code, limit, keys, newly)
             if sums is not None:
                 b.total, b.least = sums
                 self._leaf(i)
@@ -617,7 +893,7 @@ cdef class DueBlocks:
         for j in list(compress(count(), map(gt, map(ge, repeat(limit), margins), urg))):
             urg[j] = True
             newly.append(keys[j])
-        b.total = sum(b.work) if self._queue else 0
+        b.total = sum(b._owork) if self._queue else 0
         if True not in urg:
             b.least = min(margins, default=_INF)
         else:
@@ -632,7 +908,7 @@ cdef class DueBlocks:
         for b in self.blocks:
             for j in range(len(b.keys)):
                 yield b.keys[j]
-                if b.urgent[j] is True:
+                if b._is_urgent(j):
                     left -= 1
                     if not left:
                         return
