@@ -279,12 +279,9 @@ def test_float_round_raises_as_round():
     assert [twin.float_round(v) for v in (0.5, 1.5, 2.5, -0.5, -2.5, 2.4999999999999996)] == [0, 2, 2, 0, -2, 2]
 
 
-@pytest.mark.parametrize("mode", ["queue", "own", "none"])
-def test_twin_tree_in_c_then_past_64_bits(mode):
-    """The twin's segment tree runs on C integers while every value is a 64-bit int (or inf)
-    and on Python ints from the first value past that on: a queue of small values walked at
-    clocks past 64 bits either way (compared as a clamped clock), then deadlines of 2^70 and works
-    of -2^64 and 2^65 join; the same answers and state at every call."""
+def _small_block_pair(mode):
+    """The reference ``DueBlocks`` and its twin with blocks of 2 keys, and ``both(op, *args)``:
+    the call on each, asserting the same answer and state, returning the reference's answer."""
     ref, got = DueBlocks(mode), twin.DueBlocks(mode, DueBlocks.BLOCK)
     ref.BLOCK = got.BLOCK = 2
 
@@ -292,6 +289,17 @@ def test_twin_tree_in_c_then_past_64_bits(mode):
         a, b = getattr(ref, op)(*args), getattr(got, op)(*args)
         assert repr(a) == repr(b) and _state(ref) == _state(got)
         return a
+
+    return ref, got, both
+
+
+@pytest.mark.parametrize("mode", ["queue", "own", "none"])
+def test_twin_tree_in_c_then_past_64_bits(mode):
+    """The twin's segment tree runs on C integers while every value is a 64-bit int (or inf)
+    and on Python ints from the first value past that on: a queue of small values walked at
+    clocks past 64 bits either way (compared as a clamped clock), then deadlines of 2^70 and works
+    of -2^64 and 2^65 join; the same answers and state at every call."""
+    ref, got, both = _small_block_pair(mode)
 
     for k in range(12):
         both("add", (100 * k, 0.0, f"r{k:02d}"), 7 + k)
@@ -316,13 +324,7 @@ def test_twin_blocks_in_c_arrays_then_python_ints(mode):
     margin sum past 64 bits (``queue``: two works near 2^62 after deadlines near -2^62); a block
     split off it with values that fit is in C again, and a compaction joins both kinds. The same
     answers and state as the reference at every call."""
-    ref, got = DueBlocks(mode), twin.DueBlocks(mode, DueBlocks.BLOCK)
-    ref.BLOCK = got.BLOCK = 2
-
-    def both(op, *args):
-        a, b = getattr(ref, op)(*args), getattr(got, op)(*args)
-        assert repr(a) == repr(b) and _state(ref) == _state(got)
-        return a
+    ref, got, both = _small_block_pair(mode)
 
     for k in range(8):
         both("add", (100 * k, 0.0, f"r{k}"), 7 + k)

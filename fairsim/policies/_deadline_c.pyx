@@ -1262,12 +1262,8 @@ cdef long long _EXACT = 1LL << 53  # an int below this in magnitude is exact as 
 
 cdef inline bint _fits(object v, long long* out):
     """``v`` an int below 2^60 in magnitude: into ``out``."""
-    cdef int overflow = 0
     cdef long long c
-    if type(v) is not int:
-        return False
-    c = PyLong_AsLongLongAndOverflow(v, &overflow)
-    if overflow or not -(1LL << 60) < c < (1LL << 60):
+    if not _i64(v, &c) or not -(1LL << 60) < c < (1LL << 60):
         return False
     out[0] = c
     return True
