@@ -20,7 +20,11 @@ request over the untiled run's (``vs x1``, whole process; ``loop vs x1``): the m
 ratios of the pairs run one after the other.
 
 ``--compare PATH`` also runs an installed peer simulator on the same (shaped) requests in the
-same call and prints fairsim's requests per wall-second over the peer's. ``--compare dynamo``:
+same call and prints fairsim's requests per wall-second over the peer's, measured as whole
+processes in interleaved pairs: the peer is prepared once before the first policy runs (its
+files; Dynamo's probe), then runs once right before each policy run, and each policy's ratio is
+the median over its ``--repeat`` pairs of the pair's ratio (``Peer``, ``_rounds``), so the
+machine's drift over the call moves it little. ``--compare dynamo``:
 NVIDIA Dynamo's offline replay (``fairsim.bench_dynamo``, which says how it is run and aligned),
 with its TTFT p50/p99 beside fairsim's; where Dynamo is not installed a line says it is skipped and
 fairsim's figures are printed as usual. Otherwise the peer is
@@ -38,12 +42,14 @@ import contextlib
 import dataclasses
 import io
 import json
+import math
 import os
 import re
 import shutil
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -213,17 +219,12 @@ def find_peer(path: str) -> str:
 _PEER_COUNT = re.compile(r"Completed / Total\D*?(\d+)\s*/\s*(\d+)")
 
 
-def bench_peer(peer: str, requests: list, budget: int, tmp: Path, decode: bool = False) -> dict[str, Any]:
-    """Run sched-sim's ``trace`` command on ``requests``, written to ``tmp/sched-sim-trace.json``;
-    its figures.
+def prepare_peer(peer: str, requests: list, budget: int, tmp: Path, decode: bool = False) -> list[str]:
+    """Write ``requests`` as sched-sim's trace, ``tmp/sched-sim-trace.json``; the command of its
+    ``trace`` run on it.
 
     Each request gets one output token, or with ``decode`` (fairsim's ``--mode colocated``) its
     trace ``output_len``.
-
-    Raises:
-        ValueError: The peer failed, or exited 0 without printing TTFT figures and a
-            ``Completed / Total`` count of ``len(requests)`` (not sched-sim's ``trace`` command run
-            on this trace: its time would be no peer's figure).
     """
     from fairsim.io import atomic_write_text
 
@@ -232,7 +233,19 @@ def bench_peer(peer: str, requests: list, budget: int, tmp: Path, decode: bool =
         {"id": r.request_id, "timestamp": r.arrival_time, "prompt_tokens": r.prompt_len,
          "output_tokens": r.output_len if decode else 1}
         for r in requests]))
-    cmd = [peer, "trace", str(path), "--scheduler", "chunked", "--token-budget", str(budget), "--no-gantt"]
+    return [peer, "trace", str(path), "--scheduler", "chunked", "--token-budget", str(budget), "--no-gantt"]
+
+
+def run_peer(cmd: list[str], n: int) -> dict[str, Any]:
+    """One timed run of sched-sim's ``cmd`` (``prepare_peer``'s) on its trace of ``n`` requests;
+    its figures.
+
+    Raises:
+        ValueError: The peer failed, or exited 0 without printing TTFT figures and a
+            ``Completed / Total`` count of ``n`` (not sched-sim's ``trace`` command run on this
+            trace: its time would be no peer's figure).
+    """
+    peer = cmd[0]
     try:
         wall, peak, code, out, err = _timed(cmd)
     except OSError as exc:  # e.g. a script without a shebang, or one naming a missing interpreter
@@ -240,7 +253,6 @@ def bench_peer(peer: str, requests: list, budget: int, tmp: Path, decode: bool =
     if code != 0:
         said = " | ".join(err.strip().splitlines())[-800:] or "(nothing on stderr)"  # one line
         raise ValueError(f"bench: --compare {peer}: its trace command exited {code}: {said}")
-    n = len(requests)
     counted = _PEER_COUNT.search(out)
     if "TTFT" not in out or counted is None or int(counted.group(2)) != n:
         said = (f"counted {counted.group(2)} requests, not the {n:,} it was given" if counted
@@ -250,6 +262,16 @@ def bench_peer(peer: str, requests: list, budget: int, tmp: Path, decode: bool =
                          f"Completed / Total); {SCHED_SIM_INSTALL}")
     return {"requests": n, "process_s": wall, "requests_per_s": n / wall, "peak_mib": peak,
             "command": " ".join(cmd)}
+
+
+def bench_peer(peer: str, requests: list, budget: int, tmp: Path, decode: bool = False) -> dict[str, Any]:
+    """Run sched-sim's ``trace`` command once on ``requests`` (``prepare_peer``, ``run_peer``);
+    its figures.
+
+    Raises:
+        ValueError: As ``run_peer``.
+    """
+    return run_peer(prepare_peer(peer, requests, budget, tmp, decode), len(requests))
 
 
 def _median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -263,8 +285,107 @@ def _median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
-def _median_run(argv: list[str], name: str, repeat: int) -> dict[str, Any]:
-    return _median_row([bench_policy(argv, name) for _ in range(repeat)])
+class PeerError(ValueError):
+    """A peer run failed or disagreed with the peer's first run (``Peer.run``): raised after
+    fairsim's finished rows are printed and written (exit 2, as any ``ValueError``)."""
+
+
+#: The peer's figures that do not depend on the machine (its simulation is deterministic): every
+#: run must give the first run's (``Peer.run``). Wall times, rates and peak memory vary.
+PEER_FIXED = ("requests", "sim_time_s", "ttft_p50_s", "ttft_p99_s", "ttft_min_s", "speedup_ratio", "command")
+
+
+class Peer:
+    """A peer simulator prepared once (its files written, Dynamo's probe run) before the first
+    policy runs, then run once before each policy run (``_rounds``); every run's row is kept.
+
+    ``name``: its row's name (``dynamo``, ``sched-sim``); ``compare``: the ``--compare`` value
+    that named it (for messages); ``run_once``: one timed run, returning its row
+    (``process_s``, ``requests_per_s``, ...) or raising ``ValueError``.
+    """
+
+    def __init__(self, name: str, compare: str, run_once: Callable[[], dict[str, Any]]) -> None:
+        self.name = name
+        self.compare = compare
+        self._run_once = run_once
+        self.runs: list[dict[str, Any]] = []
+
+    def run(self) -> dict[str, Any]:
+        """One more timed run; its row.
+
+        Raises:
+            PeerError: The run failed, or one of its ``PEER_FIXED`` figures differs from the
+                first run's (the message names the figure and both values).
+        """
+        try:
+            row = self._run_once()
+        except ValueError as exc:
+            raise PeerError(str(exc)) from None
+        if self.runs:
+            first = self.runs[0]
+            for key in PEER_FIXED:
+                if key in first and not _same(first[key], row.get(key)):
+                    raise PeerError(f"bench: --compare {self.compare}: its run {len(self.runs) + 1} gave {key} "
+                                    f"{row.get(key)!r}, its first run {first[key]!r}; the peer's simulation "
+                                    f"must give the same figures every run")
+        self.runs.append(row)
+        return row
+
+    def row(self) -> dict[str, Any]:
+        """The peer's row: its run with the median process time over all its runs (``_median_row``)."""
+        return _median_row([dict(r) for r in self.runs])
+
+
+def _same(a: Any, b: Any) -> bool:
+    """``a == b``, NaN equal to NaN (a figure the peer did not report is NaN every run)."""
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+
+
+def _rounds(name: str, repeat: int, argv: list[str], argv_other: list[str] | None = None,
+            peer: Peer | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """``repeat`` rounds of policy ``name``'s runs: its run of ``argv`` (the row's run) and, with
+    ``argv_other``, the run it is compared with (``--tile``'s untiled trace, ``--vs-one-engine``'s
+    one engine). Without a peer each round is (other, run); with one it is (peer, run, other),
+    so each pair the ratios use is two runs back to back: the peer's and the run after it, the
+    run and the other run after it. Returns (runs, other runs, peer runs), in the order run.
+
+    Raises:
+        StatusError: A policy's run failed (``bench_policy``).
+        PeerError: A peer run failed (``Peer.run``).
+    """
+    runs: list[dict[str, Any]] = []
+    others: list[dict[str, Any]] = []
+    peer_runs: list[dict[str, Any]] = []
+    for _ in range(repeat):
+        if peer is None and argv_other is not None:
+            others.append(bench_policy(argv_other, name))
+        if peer is not None:
+            peer_runs.append(peer.run())
+        runs.append(bench_policy(argv, name))
+        if peer is not None and argv_other is not None:
+            others.append(bench_policy(argv_other, name))
+    return runs, others, peer_runs
+
+
+def _add_peer_pairs(row: dict[str, Any], runs: list[dict[str, Any]], peer_runs: list[dict[str, Any]],
+                    peer: Peer | None) -> dict[str, Any]:
+    """``row`` with the peer's pairs: ``peer_pairs``, every pair's ``[peer process_s, policy
+    process_s]`` (seconds, in the order run), and ``vs_<peer>`` (``peer_ratio_key``): the median
+    over the pairs of the policy's requests per wall-second over the peer's in that pair (the
+    same requests, so the peer's process time over the policy's). Unchanged without a peer."""
+    if peer is None:
+        return row
+    pairs = list(zip(peer_runs, runs))
+    row["peer_pairs"] = [[p["process_s"], r["process_s"]] for p, r in pairs]
+    row[peer_ratio_key(peer.name)] = statistics.median(r["requests_per_s"] / p["requests_per_s"] for p, r in pairs)
+    return row
+
+
+def _median_run(argv: list[str], name: str, repeat: int, peer: Peer | None = None) -> dict[str, Any]:
+    """``repeat`` runs of ``name`` (each after a peer run, with a peer); the median one
+    (``_median_row``), with the peer's pairs (``_add_peer_pairs``)."""
+    runs, _, peer_runs = _rounds(name, repeat, argv, peer=peer)
+    return _add_peer_pairs(_median_row(runs), runs, peer_runs, peer)
 
 
 def one_engine_args(args: argparse.Namespace, closed: bool) -> argparse.Namespace:
@@ -281,20 +402,21 @@ def one_engine_args(args: argparse.Namespace, closed: bool) -> argparse.Namespac
     return one
 
 
-def _paired_runs(argv_base: list[str], argv_tiled: list[str], name: str, repeat: int) -> dict[str, Any]:
+def _paired_runs(argv_base: list[str], argv_tiled: list[str], name: str, repeat: int,
+                 peer: Peer | None = None) -> dict[str, Any]:
     """``--tile N``: the tiled run of ``name`` and, alternating with it, the trace itself
     (``repeat`` times each); the tiled row (its median run, ``_median_row``) with the untiled
     runs' medians ``tile1_process_s`` and ``tile1_loop_s``, and the cost per request over the
     untiled run's, whole process (``per_request_vs_tile1``) and loop alone
     (``loop_per_request_vs_tile1``): the median over the ``repeat`` pairs (an untiled run and
-    the tiled run right after it) of each pair's ratio, as an interleaved benchmark pairs its
+    the tiled run right after it; with a peer, the tiled run and the untiled run after it) of
+    each pair's ratio, as an interleaved benchmark pairs its
     runs, so a drift of the machine's speed, or one slow run, moves neither ratio much.
     ``tile_pairs``: every pair's ``[untiled process_s, tiled process_s, untiled loop_s, tiled
-    loop_s]`` (seconds), in the order run."""
-    base, tiled = [], []
-    for _ in range(repeat):
-        base.append(bench_policy(argv_base, name))
-        tiled.append(bench_policy(argv_tiled, name))
+    loop_s]`` (seconds), in the order run. With a peer, each round is the peer's run, the tiled
+    run, then the untiled run (``_rounds``), and the peer pairs with the tiled runs
+    (``_add_peer_pairs``): the row's req/s is theirs."""
+    tiled, base, peer_runs = _rounds(name, repeat, argv_tiled, argv_base, peer)
     scale = base[0]["requests"] / tiled[0]["requests"]  # copies x fewer requests in the untiled run
     pairs = list(zip(base, tiled))
     row = _median_row(tiled)
@@ -307,10 +429,11 @@ def _paired_runs(argv_base: list[str], argv_tiled: list[str], name: str, repeat:
     row["tile_pairs"] = [[b["process_s"], t["process_s"], b["loop_s"], t["loop_s"]] for b, t in pairs]
     if repeat > 1:
         row["tile1_process_s_runs"] = sorted(r["process_s"] for r in base)
-    return row
+    return _add_peer_pairs(row, tiled, peer_runs, peer)
 
 
-def _one_engine_pairs(argv_one: list[str], argv_fleet: list[str], name: str, repeat: int) -> dict[str, Any]:
+def _one_engine_pairs(argv_one: list[str], argv_fleet: list[str], name: str, repeat: int,
+                      peer: Peer | None = None) -> dict[str, Any]:
     """``--vs-one-engine``: the fleet run of ``name`` and, alternating with it, the same requests
     on one engine at the same per-engine load (``one_engine_args``), ``repeat`` times each; the
     fleet row (its median run, ``_median_row``) with the one-engine runs' medians
@@ -318,11 +441,10 @@ def _one_engine_pairs(argv_one: list[str], argv_fleet: list[str], name: str, rep
     engine's, whole process (``vs_one_engine``) and loop alone (``loop_vs_one_engine``): the
     median over the ``repeat`` pairs of each pair's ratio (as ``_paired_runs``).
     ``one_engine_pairs``: every pair's ``[one-engine process_s, fleet process_s, one-engine
-    loop_s, fleet loop_s]`` (seconds), in the order run."""
-    one, fleet = [], []
-    for _ in range(repeat):
-        one.append(bench_policy(argv_one, name))
-        fleet.append(bench_policy(argv_fleet, name))
+    loop_s, fleet loop_s]`` (seconds), in the order run. With a peer, each round is the peer's
+    run, the fleet run, then the one-engine run (``_rounds``), and the peer pairs with the fleet
+    runs (``_add_peer_pairs``): the row's req/s is theirs."""
+    fleet, one, peer_runs = _rounds(name, repeat, argv_fleet, argv_one, peer)
     pairs = list(zip(one, fleet))
     row = _median_row(fleet)
     row["one_engine_process_s"] = statistics.median(r["process_s"] for r in one)
@@ -331,7 +453,7 @@ def _one_engine_pairs(argv_one: list[str], argv_fleet: list[str], name: str, rep
     row["loop_vs_one_engine"] = (statistics.median(f["loop_s"] / o["loop_s"] for o, f in pairs)
                                  if all(o["loop_s"] > 0 for o in one) else float("nan"))
     row["one_engine_pairs"] = [[o["process_s"], f["process_s"], o["loop_s"], f["loop_s"]] for o, f in pairs]
-    return row
+    return _add_peer_pairs(row, fleet, peer_runs, peer)
 
 
 def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
@@ -339,10 +461,13 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
 
     Raises:
         ValueError: Bad ``--repeat``/``--tile``, a bad trace or option (checked here, before any
-            child runs); a failed peer (``bench_peer``), raised after fairsim's figures are
-            printed and written.
+            child runs), or a peer that cannot be prepared (Dynamo's probe failed), before any
+            policy runs.
+        PeerError: A peer run failed (``Peer.run``): raised after the policies that finished
+            before it are printed and written, with their pairs and the peer's row so far (a
+            peer failing on its first run: before any policy runs, so nothing is printed).
         StatusError: A policy's run failed (``bench_policy``): raised after the policies
-            that finished before it are printed and written (no peer run then).
+            that finished before it are printed and written (no later peer run then).
         KeyboardInterrupt: Ctrl-C, likewise raised after the finished policies are printed
             and written.
         MissingDependencyError: ``--compare`` names no installed executable.
@@ -446,47 +571,44 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
 
             one = one_engine_args(args, resolve_replay(requests, args.replay) == "closed")
             argv_base = run_argv(one)
-        # What stopped the call (a failed child, the peer, Ctrl-C): raised once the policies that
-        # finished are printed and written. At most one: a failed child or Ctrl-C ends the loop.
+        # The peer prepared once, before any policy runs: one that cannot run (Dynamo's probe)
+        # fails here, before the long work. Its trace goes to --out (kept, so the printed
+        # command can be run again).
+        runner = None
+        if peer is not None:
+            runner = _prepare_peer(peer_name, peer, requests, args.out if args.out is not None else tmp,
+                                   config, profile, args)
+        # What stopped the call (a failed child, a failed peer run, Ctrl-C): raised once the
+        # policies that finished are printed and written. At most one: each ends the loop.
         stopped: BaseException | None = None
         try:
             for name in names:
                 try:
                     if vs_one:
-                        rows[name] = _one_engine_pairs(argv_base, argv, name, args.repeat)
+                        rows[name] = _one_engine_pairs(argv_base, argv, name, args.repeat, runner)
                         rows[name].update(one_engine_time_scale=one.time_scale,
                                           one_engine_think_scale=one.think_scale)
                     elif args.tile > 1:
-                        rows[name] = _paired_runs(argv_base, argv, name, args.repeat)
+                        rows[name] = _paired_runs(argv_base, argv, name, args.repeat, runner)
                     else:
-                        rows[name] = _median_run(argv, name, args.repeat)
-                except StatusError as exc:
+                        rows[name] = _median_run(argv, name, args.repeat, runner)
+                except (StatusError, PeerError) as exc:
                     stopped = exc
                     break
                 r = rows[name]
                 if deployment is not None:
                     r["deployment"] = deployment
-                print(f"bench: {name} done in {r['process_s']:.2f} s (loop {r['loop_s']:.2f} s)",
+                versus = f"; x {peer_name} {r[peer_ratio_key(peer_name)]:.2f}" if runner is not None else ""
+                print(f"bench: {name} done in {r['process_s']:.2f} s (loop {r['loop_s']:.2f} s){versus}",
                       file=sys.stderr)
-            if peer is not None and stopped is None:
-                try:
-                    # Its trace goes to --out (kept, so the printed command can be run again).
-                    folder = args.out if args.out is not None else tmp
-                    decode = getattr(args, "mode", "prefill-only") == "colocated"
-                    if peer_name == "dynamo":
-                        rows["dynamo"] = _bench_dynamo(requests, folder, config, profile, args, decode)
-                    else:
-                        rows["sched-sim"] = bench_peer(peer, requests, args.budget, folder, decode)
-                except ValueError as exc:  # keep fairsim's figures: printed and written, then the error
-                    stopped = exc
         except KeyboardInterrupt as exc:  # fairsim.cli.main exits 130
             stopped = exc
-    has_peer = peer_name in rows  # a peer figure (none when the peer failed or is absent)
-    done = [name for name in names if name in rows]  # all but after a failed child
+    done = [name for name in names if name in rows]  # all but after a failed child or peer run
+    # The peer's row: all its runs so far (those of an unfinished policy too), when a finished
+    # policy has pairs with it.
+    has_peer = runner is not None and bool(done)
     if has_peer:
-        base = rows[peer_name]["requests_per_s"]
-        for name in done:
-            rows[name][peer_ratio_key(peer_name)] = rows[name]["requests_per_s"] / base
+        rows[peer_name] = runner.row()
     # Printed before bench.json is written, so a failed write loses no figure.
     if done:
         if args.format == "json":
@@ -524,19 +646,31 @@ def peer_ratio_key(peer_name: str) -> str:
     return "vs_" + peer_name.replace("-", "_")
 
 
-def _bench_dynamo(requests: list, folder: Path, config: Any, profile: Any, args: argparse.Namespace,
-                  decode: bool) -> dict[str, Any]:
-    """``fairsim.bench_dynamo.bench_dynamo`` with this call's engine settings: the same KV blocks,
-    block size, budget and ``max_num_seqs`` as the children, and the profile's time for one cold
-    budget-sized chunk to align Dynamo's step times to."""
-    from fairsim.bench_dynamo import bench_dynamo
-    from fairsim.options import capacity_of
+def _prepare_peer(peer_name: str, peer: str, requests: list, folder: Path, config: Any, profile: Any,
+                  args: argparse.Namespace) -> Peer:
+    """The peer of ``--compare``, prepared in ``folder`` before any policy runs: Dynamo's replay
+    (``fairsim.bench_dynamo.prepare_dynamo``, its probe run) with this call's engine settings (the
+    same KV blocks, block size, budget and ``max_num_seqs`` as the children, and the profile's
+    time for one cold budget-sized chunk to align its step times to), or sched-sim's trace
+    (``prepare_peer``; ``peer`` its executable). Both get the trace's output lengths with
+    ``--mode colocated``, else one output token per request.
 
-    block_size, kv_blocks = capacity_of(requests, config, args)
-    return bench_dynamo(requests, folder, budget=config.budget_tokens, block_size=block_size,
-                        kv_blocks=kv_blocks, max_num_seqs=config.max_num_seqs,
-                        chunk_s=profile.prefill_time(config.budget_tokens, 0, config.budget_tokens),
-                        decode=decode)
+    Raises:
+        ValueError: Dynamo's probe failed, or the requests mix hash-block sizes.
+    """
+    decode = getattr(args, "mode", "prefill-only") == "colocated"
+    if peer_name == "dynamo":
+        from fairsim.bench_dynamo import prepare_dynamo
+        from fairsim.options import capacity_of
+
+        block_size, kv_blocks = capacity_of(requests, config, args)
+        replay = prepare_dynamo(requests, folder, budget=config.budget_tokens, block_size=block_size,
+                                kv_blocks=kv_blocks, max_num_seqs=config.max_num_seqs,
+                                chunk_s=profile.prefill_time(config.budget_tokens, 0, config.budget_tokens),
+                                decode=decode)
+        return Peer("dynamo", "dynamo", replay.run)
+    cmd = prepare_peer(peer, requests, args.budget, folder, decode)
+    return Peer("sched-sim", peer, lambda: run_peer(cmd, len(requests)))
 
 
 def _seconds(value: float) -> str:
@@ -602,6 +736,10 @@ def _print_table(args: argparse.Namespace, names: list[str], rows: dict[str, dic
               + (f", think scale {think:g}" if think != args.think_scale else "")
               + f"), the two run alternately (whole process; loop alone); the median of the {args.repeat} "
               f"pair ratio(s)")
+    if peer is not None:
+        runs = len(rows[peer].get("process_s_runs", [None]))
+        print(f"x {peer}: the median over the {args.repeat} pair(s) of the policy's req/s over {peer}'s, each "
+              f"policy run right after a {peer} run ({peer}'s row: the median of its {runs} run(s))")
     tokens = ("the trace's output lengths" if getattr(args, "mode", "") == "colocated" else "one output token")
     kept = "" if args.out is not None else "; a temporary trace file: --out DIR keeps it"
     if peer == "sched-sim":

@@ -19,7 +19,8 @@ shaped requests as fairsim's runs and the same engine settings:
 
 The timed run is one fresh process, ``python dynamo_replay.py dynamo-replay.json``, started like
 fairsim's own (``fairsim.timed._timed``): its whole-process wall time and peak memory are those
-of fairsim's rows. Its ``loop_s`` is Dynamo's own ``wall_time_ms`` (the Rust runtime's
+of fairsim's rows. ``prepare_dynamo`` writes its files and runs the probe once; bench then runs
+it (``DynamoReplay.run``) right before each policy run, pairing the two. Its ``loop_s`` is Dynamo's own ``wall_time_ms`` (the Rust runtime's
 construction and run). Open loop only: Dynamo replays arrival times, so ``--replay closed`` has
 no counterpart.
 
@@ -34,6 +35,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -193,19 +195,48 @@ def probe_chunk_ms(folder: Path, *, budget: int, block_size: int, kv_blocks: int
     return parse_report(done.stdout, 1)["ttft_min_s"] * 1000.0
 
 
-def bench_dynamo(requests: Sequence[Request], folder: Path, *, budget: int, block_size: int, kv_blocks: int,
-                 max_num_seqs: int, chunk_s: float, decode: bool) -> dict[str, Any]:
-    """Run Dynamo's replay on ``requests`` in a fresh timed process; its row for bench's table.
+@dataclass(frozen=True)
+class DynamoReplay:
+    """Dynamo's timed replay, prepared once (``prepare_dynamo``) and run as often as bench pairs
+    it with a policy's run: ``cmd`` (its files kept in the folder ``prepare_dynamo`` got), the
+    number of requests it replays and the ``speedup_ratio`` it was given."""
+
+    cmd: tuple[str, ...]
+    requests: int
+    speedup_ratio: float
+
+    def run(self) -> dict[str, Any]:
+        """One fresh timed process of the replay (``fairsim.timed._timed``); its row for bench's
+        table: ``parse_report``'s figures, ``process_s``, ``requests_per_s``, ``peak_mib``,
+        ``loop_requests_per_s``, ``speedup_ratio`` and ``command``.
+
+        Raises:
+            ValueError: The replay failed, or its figures are not whole (``parse_report``).
+        """
+        from fairsim.timed import _timed
+
+        wall, peak, code, out, err = _timed(list(self.cmd))
+        if code != 0:
+            raise _failure(code, err)
+        row = parse_report(out, self.requests)
+        n = row["requests"]
+        row.update(process_s=wall, requests_per_s=n / wall, peak_mib=peak,
+                   loop_requests_per_s=n / row["loop_s"] if row["loop_s"] > 0 else float("inf"),
+                   speedup_ratio=self.speedup_ratio, command=" ".join(self.cmd))
+        return row
+
+
+def prepare_dynamo(requests: Sequence[Request], folder: Path, *, budget: int, block_size: int, kv_blocks: int,
+                   max_num_seqs: int, chunk_s: float, decode: bool) -> DynamoReplay:
+    """Write the replay's script, trace and arguments to ``folder`` (kept, so the printed
+    ``command`` can be run again) and run the untimed probe that sets ``speedup_ratio``.
 
     ``chunk_s``: fairsim's time for one cold ``budget``-token chunk (``Profile.prefill_time``),
-    which Dynamo's ``speedup_ratio`` is set to match (module docstring). ``folder`` keeps the
-    trace, the arguments and the script, so the printed ``command`` can be run again.
+    which Dynamo's ``speedup_ratio`` is set to match (module docstring).
 
     Raises:
-        ValueError: The probe or the replay failed, or the replay's figures are not whole
-            (``parse_report``).
+        ValueError: The requests mix hash-block sizes, or the probe failed.
     """
-    from fairsim.timed import _timed
     from fairsim.io import atomic_write_text
 
     hash_block = trace_block_size(requests)
@@ -218,13 +249,16 @@ def bench_dynamo(requests: Sequence[Request], folder: Path, *, budget: int, bloc
     spec = _write_spec(folder, ARGS_NAME, str(trace),
                        engine_args(budget=budget, block_size=block_size, kv_blocks=kv_blocks,
                                    max_num_seqs=max_num_seqs, speedup_ratio=speedup), hash_block)
-    cmd = [sys.executable, str(folder / SCRIPT_NAME), str(spec)]
-    wall, peak, code, out, err = _timed(cmd)
-    if code != 0:
-        raise _failure(code, err)
-    row = parse_report(out, len(requests))
-    n = row["requests"]
-    row.update(process_s=wall, requests_per_s=n / wall, peak_mib=peak,
-               loop_requests_per_s=n / row["loop_s"] if row["loop_s"] > 0 else float("inf"),
-               speedup_ratio=speedup, command=" ".join(cmd))
-    return row
+    return DynamoReplay(cmd=(sys.executable, str(folder / SCRIPT_NAME), str(spec)), requests=len(requests),
+                        speedup_ratio=speedup)
+
+
+def bench_dynamo(requests: Sequence[Request], folder: Path, *, budget: int, block_size: int, kv_blocks: int,
+                 max_num_seqs: int, chunk_s: float, decode: bool) -> dict[str, Any]:
+    """Prepare Dynamo's replay of ``requests`` (``prepare_dynamo``) and run it once; its row.
+
+    Raises:
+        ValueError: As ``prepare_dynamo`` and ``DynamoReplay.run``.
+    """
+    return prepare_dynamo(requests, folder, budget=budget, block_size=block_size, kv_blocks=kv_blocks,
+                          max_num_seqs=max_num_seqs, chunk_s=chunk_s, decode=decode).run()

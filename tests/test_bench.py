@@ -104,8 +104,11 @@ def test_bench_runs_each_policy_and_the_peer(capsys, tmp_path):
         assert 0 < r["loop_s"] < r["process_s"]
         assert abs(r["requests_per_s"] * r["process_s"] - 40) < 1e-6
         assert r["peak_mib"] > 10
-        assert abs(r["vs_sched_sim"] - r["requests_per_s"] / rows["sched-sim"]["requests_per_s"]) < 1e-9
+        # One pair: the peer's run and this policy's run after it; the ratio is that pair's.
+        (peer_s, policy_s), = r["peer_pairs"]
+        assert policy_s == r["process_s"] and abs(r["vs_sched_sim"] - peer_s / policy_s) < 1e-9
     assert rows["sched-sim"]["requests"] == 40
+    assert sorted(rows["sched-sim"]["process_s_runs"]) == sorted(rows[n]["peer_pairs"][0][0] for n in ("fcfs", "lpm"))
     assert os.path.basename(rows["sched-sim"]["command"].split()[0]) == "peer"
 
 
@@ -133,6 +136,20 @@ _COUNTING_PEER = ("#!/bin/sh\nn=$(grep -o '\"id\"' \"$2\" | wc -l)\n"
                   "echo '| Latency Percentiles | TTFT (p50 / p90 / p99) | 1 / 2 / 3 ms |'\n")
 
 
+def _logging_peer(log, fail_on: int | None = None) -> str:
+    """``_COUNTING_PEER`` that first appends ``P`` to the file ``log``; with ``fail_on``, its run
+    of that number (1-based) exits 3 instead."""
+    fail = "" if fail_on is None else f'[ "$(grep -c P {log})" = {fail_on} ] && {{ echo broke >&2; exit 3; }}\n'
+    return _COUNTING_PEER.replace("#!/bin/sh\n", f"#!/bin/sh\necho P >> {log}\n{fail}", 1)
+
+
+def _peer_file(tmp_path, text: str):
+    peer = tmp_path / "peer"
+    peer.write_text(text)
+    peer.chmod(peer.stat().st_mode | stat.S_IEXEC)
+    return peer
+
+
 @pytest.mark.parametrize("script, says", [
     ("#!/bin/sh\necho first >&2\necho second >&2\nexit 3\n", "exited 3: first | second"),  # fails
     ("#!/bin/sh\nexit 0\n", "printed no TTFT"),  # not sched-sim (e.g. /bin/true): no made-up figure
@@ -140,22 +157,100 @@ _COUNTING_PEER = ("#!/bin/sh\nn=$(grep -o '\"id\"' \"$2\" | wc -l)\n"
     ("#!/bin/sh\necho 'TTFT 1 ms | Completed / Total | 3 / 3'\n", "counted 3 requests, not the 40 it was given"),
     ("echo no shebang\n", "cannot run it"),  # executable, but not a program the system can start
 ])
+def test_a_bad_peer_exits_2_before_any_policy_runs(capsys, tmp_path, monkeypatch, script, says):
+    # The peer runs first (before the first policy's first run), so a peer that cannot run costs
+    # no policy run: nothing printed, no bench.json.
+    def never(*args, **kwargs):
+        raise AssertionError("a policy ran before the peer's first run")
+
+    monkeypatch.setattr("fairsim.bench.bench_policy", never)
+    peer = _peer_file(tmp_path, script)
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs,lpm", "--max-requests", "40",
+                          "--compare", str(peer), "--out", tmp_path / "o")
+    assert code == 2 and out == "" and not (tmp_path / "o" / "bench.json").exists()
+    assert err.count("\n") == 1 and err.startswith(f"fairsim: error: bench: --compare {peer}: ") and says in err
+
+
 @pytest.mark.parametrize("fmt", ["table", "json"])
-def test_a_bad_peer_exits_2_and_keeps_fairsims_figures(capsys, tmp_path, script, says, fmt):
-    peer = tmp_path / "peer"
-    peer.write_text(script)
-    peer.chmod(peer.stat().st_mode | stat.S_IEXEC)
+def test_a_peer_failing_later_keeps_the_finished_policies_and_their_pairs(capsys, tmp_path, fmt):
+    # Runs: peer, fcfs, peer (fails). fcfs finished with its pair; lpm did not run.
+    log = tmp_path / "log"
+    peer = _peer_file(tmp_path, _logging_peer(log, fail_on=2))
     code, out, err = _cli(capsys, "bench", "--policies", "fcfs,lpm", "--max-requests", "40",
                           "--compare", str(peer), "--out", tmp_path / "o", "--format", fmt)
     errors = [line for line in err.splitlines() if not line.startswith("bench: ")]  # no progress lines
-    assert code == 2 and len(errors) == 1 and errors[0].startswith("fairsim: error:") and says in errors[0]
-    if fmt == "json":
-        assert set(json.loads(out)) == {"fcfs", "lpm"}  # no peer row
-    else:
-        assert out.splitlines()[2].startswith("fcfs") and out.splitlines()[3].startswith("lpm")
-        assert "x sched-sim" not in out  # no peer column without a peer figure
+    assert code == 2 and errors == [f"fairsim: error: bench: --compare {peer}: its trace command exited 3: broke"]
+    assert log.read_text() == "P\nP\n"
     rows = json.loads((tmp_path / "o" / "bench.json").read_text())
-    assert set(rows) == {"fcfs", "lpm"} and rows["fcfs"]["requests"] == 40
+    assert set(rows) == {"fcfs", "sched-sim"} and rows["fcfs"]["requests"] == 40
+    assert rows["fcfs"]["peer_pairs"] == [[rows["sched-sim"]["process_s"], rows["fcfs"]["process_s"]]]
+    if fmt == "json":
+        assert json.loads(out) == rows
+    else:
+        lines = out.splitlines()
+        assert lines[1].split()[-1] == "sched-sim" and lines[2].startswith("fcfs") and lines[3].startswith("sched-sim")
+        assert "lpm" not in out
+
+
+def test_the_peer_runs_before_each_policy_run_and_the_ratio_is_the_median_of_the_pairs(capsys, tmp_path,
+                                                                                      monkeypatch):
+    from tests.utils import timed_walls
+
+    log = tmp_path / "log"
+    peer = _peer_file(tmp_path, _logging_peer(log))
+    # Wall seconds in the order run, (peer, policy) x 3 for fcfs then lpm.
+    fcfs = [(1.0, 2.0), (3.0, 2.0), (2.0, 8.0)]  # peer/policy 0.5, 1.5, 0.25: median 0.5
+    lpm = [(2.0, 1.0), (2.0, 4.0), (2.0, 2.0)]  # 2, 0.5, 1: median 1
+    timed_walls(monkeypatch, log, [s for pair in fcfs + lpm for s in pair])
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs,lpm", "--max-requests", "40", "--repeat", "3",
+                          "--compare", str(peer), "--out", tmp_path / "o")
+    assert code == 0, err
+    assert log.read_text().split() == ["P", "fcfs"] * 3 + ["P", "lpm"] * 3
+    rows = json.loads((tmp_path / "o" / "bench.json").read_text())
+    assert rows["fcfs"]["peer_pairs"] == [list(p) for p in fcfs] and rows["lpm"]["peer_pairs"] == [list(p) for p in lpm]
+    # The median of the pair ratios, not the ratio of the medians (fcfs: 2 s / 2 s = 1).
+    assert rows["fcfs"]["vs_sched_sim"] == 0.5 and rows["lpm"]["vs_sched_sim"] == 1.0
+    assert rows["fcfs"]["process_s"] == 2.0 and rows["lpm"]["process_s"] == 2.0
+    # The peer's row: the median (lower middle) of all its 6 runs.
+    assert rows["sched-sim"]["process_s_runs"] == [1.0, 2.0, 2.0, 2.0, 2.0, 3.0]
+    assert rows["sched-sim"]["process_s"] == 2.0 and rows["sched-sim"]["requests_per_s"] == 20.0
+    table = out.splitlines()
+    assert table[2].split()[-1] == "0.50" and table[3].split()[-1] == "1.00"
+    assert ("x sched-sim: the median over the 3 pair(s) of the policy's req/s over sched-sim's, each policy "
+            "run right after a sched-sim run (sched-sim's row: the median of its 6 run(s))") in table
+
+
+@pytest.mark.parametrize("option, runs", [
+    (["--tile", "2"], ["P", "tiled", "untiled"]),
+    (["--instances", "2", "--vs-one-engine"], ["P", "fleet", "one"]),
+])
+def test_with_a_peer_each_round_is_peer_then_the_rows_run_then_its_partner(capsys, tmp_path, monkeypatch,
+                                                                          option, runs):
+    # The peer pairs with the runs whose req/s the row gives (the tiled ones, the fleet's); each
+    # ratio's pair is two runs back to back.
+    from tests.utils import timed_walls
+
+    log = tmp_path / "log"
+    peer = _peer_file(tmp_path, _logging_peer(log))
+    # (peer, row's run, partner) x 2: peer/row 2/4, 6/4: median 1 (the row's median run: 4 s).
+    cmds = timed_walls(monkeypatch, log, [2.0, 4.0, 1.0, 6.0, 4.0, 2.0])
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs", "--max-requests", "40", "--repeat", "2",
+                          "--compare", str(peer), "--format", "json", *option)
+    assert code == 0, err
+
+    def kind(cmd):
+        if "--policy" not in cmd:
+            return "P"
+        if option[0] == "--tile":
+            return "tiled" if "tiled.jsonl" in " ".join(cmd) else "untiled"
+        return "fleet" if "--instances" in cmd else "one"
+
+    assert [kind(c) for c in cmds] == runs * 2
+    r = json.loads(out)["fcfs"]
+    assert r["peer_pairs"] == [[2.0, 4.0], [6.0, 4.0]] and r["vs_sched_sim"] == 1.0
+    assert r["process_s_runs"] == [4.0, 4.0]
+    partner = r["tile_pairs"] if option[0] == "--tile" else r["one_engine_pairs"]
+    assert [p[:2] for p in partner] == [[1.0, 4.0], [2.0, 4.0]]  # [partner, row's run] of each round
 
 
 def test_a_peer_that_is_a_folder_is_named(capsys, tmp_path):
@@ -179,17 +274,19 @@ def test_a_failing_policy_keeps_the_ones_before_it(capsys, tmp_path, monkeypatch
     write_failing_policy(tmp_path, "benchfailpol")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-    peer = tmp_path / "peer.sh"  # leaves a mark if it is run
-    peer.write_text(f"#!/bin/sh\ntouch {tmp_path / 'peer-ran'}\necho TTFT\n")
-    peer.chmod(0o755)
+    log = tmp_path / "log"
+    peer = _peer_file(tmp_path, _logging_peer(log))  # runs before each policy run
     try:
         code, out, err = _cli(capsys, "bench", "--policies", "fcfs,benchfailpol:Boom,lpm", "--max-requests", "60",
                               "--out", tmp_path / "o", "--compare", peer, "--format", "json")
     finally:
         sys.modules.pop("benchfailpol", None)  # imported by the policy check: not left for other tests
     assert code == 1
-    assert set(json.loads(out)) == {"fcfs"}  # lpm not run after the failure, nor the peer
-    assert not (tmp_path / "peer-ran").exists()
+    # lpm not run after the failure; the peer's figures are those of its runs so far (before fcfs
+    # and before the failed policy).
+    assert log.read_text() == "P\nP\n"
+    assert set(json.loads(out)) == {"fcfs", "sched-sim"}
+    assert len(json.loads(out)["sched-sim"]["process_s_runs"]) == 2
     assert json.loads((tmp_path / "o" / "bench.json").read_text())["fcfs"]["requests"] == 60
     last = err.strip().splitlines()[-1]
     assert last == ("fairsim: bench: policy 'benchfailpol:Boom' (its fairsim run exited 1): "
@@ -305,3 +402,24 @@ def test_a_bare_peer_name_of_a_file_here_says_what_is_wrong(capsys, tmp_path, mo
     (tmp_path / "peer.txt").chmod(0o755)
     code, out, err = _cli(capsys, "bench", "--policies", "fcfs", "--compare", "peer.txt")
     assert code == 2 and "a bare name is looked up on PATH only; give it as ./peer.txt" in err
+
+
+def test_ctrl_c_during_a_peer_run_prints_the_finished_policies_with_their_pairs(capsys, tmp_path, monkeypatch):
+    import fairsim.bench as bench
+
+    real, calls = bench.run_peer, []
+
+    def second_interrupted(cmd, n):
+        calls.append(cmd)
+        if len(calls) == 2:  # the peer's run before lpm's
+            raise KeyboardInterrupt
+        return real(cmd, n)
+
+    monkeypatch.setattr(bench, "run_peer", second_interrupted)
+    peer = _peer_file(tmp_path, _COUNTING_PEER)
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs,lpm", "--max-requests", "40", "--compare", peer,
+                          "--format", "json", "--out", tmp_path / "o")
+    assert code == 130 and err.strip().endswith("fairsim: interrupted; results already written are kept")
+    rows = json.loads(out)
+    assert set(rows) == {"fcfs", "sched-sim"} and len(rows["fcfs"]["peer_pairs"]) == 1
+    assert json.loads((tmp_path / "o" / "bench.json").read_text()) == rows

@@ -104,6 +104,7 @@ def test_dynamo_runs_on_the_same_requests_when_installed(capsys, tmp_path):
     assert dyn["requests"] == 40 and 0 < dyn["loop_s"] < dyn["process_s"]
     assert 0 < dyn["ttft_p50_s"] <= dyn["ttft_p99_s"]
     assert abs(rows["fcfs"]["vs_dynamo"] - rows["fcfs"]["requests_per_s"] / dyn["requests_per_s"]) < 1e-9
+    assert rows["fcfs"]["peer_pairs"] == [[dyn["process_s"], rows["fcfs"]["process_s"]]]  # one pair
     assert len((tmp_path / "dynamo-trace.jsonl").read_text().splitlines()) == 40
 
 
@@ -119,3 +120,78 @@ def test_dynamos_step_times_are_aligned_to_the_profiles(tmp_path):
     row = bench_dynamo.bench_dynamo([req], tmp_path, budget=2048, block_size=512, kv_blocks=64,
                                     max_num_seqs=256, chunk_s=chunk_s, decode=False)
     assert row["ttft_p50_s"] == pytest.approx(chunk_s, rel=1e-6)
+
+
+def _fake_dynamo(monkeypatch, log, ttft_ms: str = "120.0", probe_exit: int = 0) -> None:
+    """Dynamo "installed" as a stand-in replay script: it appends ``probe`` or ``P`` to the file
+    ``log`` at each start and prints the summary line of a replay that completed every request
+    of its trace. ``ttft_ms``: a Python expression of ``runs`` (the timed runs so far, this one
+    included) for its median TTFT; ``probe_exit``: the probe's exit status."""
+    script = f'''import json, sys
+spec = json.load(open(sys.argv[1]))
+probe = sys.argv[1].endswith("dynamo-probe.json")
+with open({str(log)!r}, "a") as f:
+    f.write("probe\\n" if probe else "P\\n")
+if probe and {probe_exit}:
+    print("no engine", file=sys.stderr)
+    sys.exit({probe_exit})
+runs = open({str(log)!r}).read().split().count("P")
+n = sum(1 for _ in open(spec["trace"]))
+print(json.dumps({{"num_requests": n, "completed_requests": n, "wall_time_ms": 5.0, "duration_ms": 9000.0,
+                  "median_ttft_ms": {ttft_ms}, "p99_ttft_ms": 4500.0, "min_ttft_ms": 50.0}}))
+'''
+    monkeypatch.setattr(bench_dynamo, "dynamo_available", lambda: True)
+    monkeypatch.setattr(bench_dynamo, "CHILD_SCRIPT", script)
+
+
+def test_dynamo_is_prepared_once_then_run_before_each_policy_run(capsys, tmp_path, monkeypatch):
+    from tests.utils import timed_walls
+
+    log = tmp_path / "log"
+    _fake_dynamo(monkeypatch, log)
+    # Wall seconds in the order run, (dynamo, policy) x 2 for fcfs then lpm (the probe is untimed).
+    timed_walls(monkeypatch, log, [1.0, 2.0, 4.0, 2.0, 3.0, 1.0, 3.0, 3.0])
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs,lpm", "--max-requests", "40", "--repeat", "2",
+                          "--compare", "dynamo", "--out", tmp_path / "o")
+    assert code == 0, err
+    assert log.read_text().split() == ["probe"] + ["P", "fcfs"] * 2 + ["P", "lpm"] * 2
+    rows = json.loads((tmp_path / "o" / "bench.json").read_text())
+    assert rows["fcfs"]["peer_pairs"] == [[1.0, 2.0], [4.0, 2.0]]
+    assert rows["lpm"]["peer_pairs"] == [[3.0, 1.0], [3.0, 3.0]]
+    assert rows["fcfs"]["vs_dynamo"] == 1.25  # median of 1/2 and 4/2
+    assert rows["lpm"]["vs_dynamo"] == 2.0  # median of 3/1 and 3/3
+    dyn = rows["dynamo"]
+    assert dyn["process_s_runs"] == [1.0, 3.0, 3.0, 4.0] and dyn["process_s"] == 3.0  # lower middle of 4
+    assert dyn["ttft_p50_s"] == 0.12 and dyn["sim_time_s"] == 9.0 and dyn["requests"] == 40
+    table = out.splitlines()
+    assert table[2].split()[-1] == "1.25" and table[3].split()[-1] == "2.00" and table[4].startswith("dynamo ")
+    assert ("x dynamo: the median over the 2 pair(s) of the policy's req/s over dynamo's, each policy run "
+            "right after a dynamo run (dynamo's row: the median of its 4 run(s))") in table
+
+
+def test_a_dynamo_whose_probe_fails_stops_before_any_policy_runs(capsys, tmp_path, monkeypatch):
+    log = tmp_path / "log"
+    _fake_dynamo(monkeypatch, log, probe_exit=3)
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs,lpm", "--max-requests", "40",
+                          "--compare", "dynamo", "--out", tmp_path / "o")
+    assert code == 2 and out == "" and not (tmp_path / "o" / "bench.json").exists()
+    assert err.strip() == "fairsim: error: bench: --compare dynamo: its replay exited 3: no engine"
+    assert log.read_text() == "probe\n"  # no timed run, no policy
+
+
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_a_dynamo_run_that_disagrees_with_its_first_is_refused_after_the_finished_rows(capsys, tmp_path,
+                                                                                      monkeypatch, fmt):
+    # Its second timed run reports another TTFT p50: runs dynamo, fcfs, dynamo (refused).
+    log = tmp_path / "log"
+    _fake_dynamo(monkeypatch, log, ttft_ms="120.0 if runs == 1 else 130.0")
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs,lpm", "--max-requests", "40",
+                          "--compare", "dynamo", "--out", tmp_path / "o", "--format", fmt)
+    assert code == 2
+    assert err.strip().splitlines()[-1] == (
+        "fairsim: error: bench: --compare dynamo: its run 2 gave ttft_p50_s 0.13, its first run 0.12; the peer's "
+        "simulation must give the same figures every run")
+    assert log.read_text().split() == ["probe", "P", "P"]
+    rows = json.loads((tmp_path / "o" / "bench.json").read_text())
+    assert set(rows) == {"fcfs", "dynamo"} and rows["dynamo"]["ttft_p50_s"] == 0.12
+    assert ("lpm" not in out) and (fmt == "json" or "x dynamo: the median over the 1 pair(s)" in out)

@@ -283,3 +283,28 @@ def read_both_ways(read: Callable[..., Any], path: Any, **kwargs: Any) -> tuple[
     with pure_python():
         reference = read_outcome(read, path, **kwargs)
     return compiled, reference
+
+
+def timed_walls(monkeypatch, log: Any, walls: list[float]) -> list[list[str]]:
+    """Make every whole process bench times (``fairsim.timed._timed``, and ``fairsim.bench``'s
+    reference to it) still run but report the next of ``walls`` (seconds) as its wall time. A
+    ``fairsim run`` child's start is appended to the file ``log`` as a line with its policy's
+    name (a fake peer logs its own). Returns the commands timed, in order."""
+    import fairsim.bench
+    import fairsim.timed
+
+    real = fairsim.timed._timed
+    it = iter(walls)
+    cmds: list[list[str]] = []
+
+    def timed(cmd: list[str]) -> tuple:
+        cmds.append(list(cmd))
+        if "--policy" in cmd:
+            with open(log, "a") as f:
+                f.write(cmd[cmd.index("--policy") + 1] + "\n")
+        _, peak, code, out, err = real(cmd)
+        return next(it), peak, code, out, err
+
+    monkeypatch.setattr(fairsim.timed, "_timed", timed)
+    monkeypatch.setattr(fairsim.bench, "_timed", timed)
+    return cmds
