@@ -264,16 +264,6 @@ def run_peer(cmd: list[str], n: int) -> dict[str, Any]:
             "command": " ".join(cmd)}
 
 
-def bench_peer(peer: str, requests: list, budget: int, tmp: Path, decode: bool = False) -> dict[str, Any]:
-    """Run sched-sim's ``trace`` command once on ``requests`` (``prepare_peer``, ``run_peer``);
-    its figures.
-
-    Raises:
-        ValueError: As ``run_peer``.
-    """
-    return run_peer(prepare_peer(peer, requests, budget, tmp, decode), len(requests))
-
-
 def _median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The run with the median process time (the lower middle one of an even count), with every
     run's process time when there are several."""
