@@ -11,7 +11,21 @@ module where it is built and ``FAIRSIM_PURE_PYTHON=1`` is not set.
 """
 
 from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.number cimport PyNumber_Float
 from libc.math cimport ceil
+
+
+def columns(list ordered):
+    """``(lengths, arrival)`` of ``_both_works``: ``float(r.prompt_len)`` and
+    ``float(r.arrival_time)`` per request, in the order given (Python's ``float()`` each)."""
+    cdef Py_ssize_t n = len(ordered), i
+    cdef list lengths = [0.0] * n, arrival = [0.0] * n
+    cdef object r
+    for i in range(n):
+        r = ordered[i]
+        lengths[i] = PyNumber_Float(r.prompt_len)
+        arrival[i] = PyNumber_Float(r.arrival_time)
+    return lengths, arrival
 
 
 def ideal_hits(list ordered):
