@@ -327,6 +327,34 @@ def test_program_freezes_before_exit(tmp_path):
     assert json.loads(out.stdout)["fcfs"]["requests"] == 20
 
 
+def test_program_imports_the_command_line_with_the_collector_off():
+    # fairsim/__main__.py: no cyclic collection while fairsim.cli and what it imports load (their
+    # objects are long-lived): with a collection due at every allocation, none may start before
+    # fairsim.cli has its main, and the collector is on again after the import.
+    import subprocess
+    import sys
+
+    code = ("import gc, sys\n"
+            "during = []\n"
+            "def seen(phase, info):\n"
+            "    cli = sys.modules.get('fairsim.cli')\n"
+            "    if phase == 'start' and cli is not None and not hasattr(cli, 'main'):\n"
+            "        during.append(info['generation'])\n"
+            "gc.callbacks.append(seen)\n"
+            "from fairsim.__main__ import program\n"
+            "gc.set_threshold(1)\n"
+            "sys.argv = ['fairsim', '--version']\n"
+            "try:\n"
+            "    program()\n"
+            "except SystemExit:\n"
+            "    pass\n"
+            "print('during', len(during), 'enabled', gc.isenabled(), 'frozen', gc.get_freeze_count() > 0, "
+            "file=sys.stderr)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "during 0 enabled True frozen True" in out.stderr, out.stderr
+    assert out.stdout.startswith("fairsim ")  # --version ran
+
+
 def test_no_exit_freeze_once_torch_is_imported(monkeypatch):
     # Live commands import vLLM/PyTorch; skipping the final collection there made triton's
     # nanobind print hundreds of "leaked type" lines at exit (hook-overhead, found by the lead).

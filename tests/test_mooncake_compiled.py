@@ -8,6 +8,7 @@ compiler and no extension it fails, telling to reinstall (``tests.utils.compiled
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import tempfile
@@ -17,6 +18,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from fairsim.traces.formats import mooncake
+from fairsim.types import Request
 from tests.utils import compiled_twin_or_skip, read_both_ways, read_outcome
 
 CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
@@ -122,6 +124,21 @@ def test_plain_rows_hand_computed(tmp_path):
     assert [(r.request_id, r.arrival_time, r.prompt_len, r.block_hashes, r.output_len) for r in requests] == [
         ("t:1", 0.0, 1100, (7, 8), 3), ("t:2", 2.5005, 1024, (7, 8), 1)]
     assert outcome(path) == both(path)[1]
+
+
+def test_fields_go_straight_into_the_request_slots(tmp_path):
+    # Request's fields are all writable object slots: the twin writes them there (no attribute
+    # lookup per field), and the requests are the reference's, every slot set.
+    assert KERNEL.slots_written_directly()
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 1500, "input_length": 1030, "output_length": 3, "hash_ids": [4, 9, 2]}\n')
+    (r,), _, _ = plain(path)
+    assert (r.request_id, r.arrival_time, r.prompt_len, r.block_hashes, r.hash_block_size, r.output_len,
+            r.labels, r.session_id, r.after, r.delay_s, r.segments) == ("t:1", 1.5, 1030, (4, 9), 512, 3, {},
+                                                                        None, None, 0.0, ())
+    assert r == Request("t:1", 1.5, 1030, (4, 9), 512, 3) and hash(r) == hash(Request("t:1", 1.5, 1030, (4, 9), 512, 3))
+    with pytest.raises(dataclasses.FrozenInstanceError):  # still a frozen Request
+        r.prompt_len = 1
 
 
 def test_a_row_it_does_not_take_hands_the_file_back(tmp_path):

@@ -132,6 +132,16 @@ def test_ideal_hits_of_any_ids_equal_the_python_walk(pool, data):
     assert bits(KERNEL.ideal_hits(requests)) == bits(_ideal_hits_reference(requests))
 
 
+def test_columns_are_pythons_float_of_each_field():
+    # ints (one past 2**53, rounded as float() rounds it) and floats, as _both_works' Python lists
+    reqs = [SimpleNamespace(prompt_len=n, arrival_time=t) for n, t in ((7, 0), (2**53 + 1, 1.5), (3, 2**60 + 1))]
+    lengths, arrival = KERNEL.columns(reqs)
+    assert bits(lengths) == bits([float(r.prompt_len) for r in reqs]) == bits([7.0, 2.0**53, 3.0])
+    assert bits(arrival) == bits([float(r.arrival_time) for r in reqs])
+    with pytest.raises(OverflowError):  # as float() raises
+        KERNEL.columns([SimpleNamespace(prompt_len=10**400, arrival_time=0.0)])
+
+
 def test_ideal_hits_hand_computed_on_both_paths():
     def reqs(ids_lists):
         return [SimpleNamespace(block_hashes=ids, hash_block_size=512, prompt_len=2000) for ids in ids_lists]

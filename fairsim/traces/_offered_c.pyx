@@ -11,17 +11,32 @@ module where it is built and ``FAIRSIM_PURE_PYTHON=1`` is not set.
 """
 
 from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.number cimport PyNumber_Float
 from libc.math cimport ceil
+
+
+def columns(list ordered):
+    """``(lengths, arrival)`` of ``_both_works``: ``float(r.prompt_len)`` and
+    ``float(r.arrival_time)`` per request, in the order given (Python's ``float()`` each)."""
+    cdef Py_ssize_t n = len(ordered), i
+    cdef list lengths = [0.0] * n, arrival = [0.0] * n
+    cdef object r
+    for i in range(n):
+        r = ordered[i]
+        lengths[i] = PyNumber_Float(r.prompt_len)
+        arrival[i] = PyNumber_Float(r.arrival_time)
+    return lengths, arrival
 
 
 def ideal_hits(list ordered):
     """Each request's ideal-reuse hit in tokens, as a float: the leading hash blocks seen in an
     earlier request, times its hash block size, at most ``prompt_len - 1`` (``_both_works``).
 
-    Where every id is a Python ``int`` in ``0 .. 8 x (ids) + 65536`` (the public traces' ids,
-    and the Bailian reader's re-chained names) the ids seen are a byte per id (``_walk``):
-    no hashing, the same hits as the set of the reference, since such ids are equal exactly when
-    they are the same integer.
+    Where every id is a Python ``int`` in ``0 .. 8 x (ids so far) + 65536`` (the public traces'
+    ids, and the Bailian reader's re-chained names) the ids seen are a byte per id, read and
+    marked in one pass over each request's ids (``_dense_walk``): no hashing, the same hits as
+    the set of the reference, since such ids are equal exactly when they are the same integer.
+    At the first other id the walk starts over with a set (``_walk``: any ids).
 
     Args:
         ordered: ``Request`` objects in arrival order (``block_hashes`` a tuple of ints).
@@ -29,42 +44,61 @@ def ideal_hits(list ordered):
     Returns:
         A list of floats, one per request.
     """
-    cdef Py_ssize_t n = len(ordered), i, j, m, total = 0
-    cdef long long h, high = -1
-    cdef int overflow
-    cdef object x
-    cdef bint dense = True
+    cdef list out = _dense_walk(ordered)
+    return out if out is not None else _walk(ordered)
+
+
+cdef list _dense_walk(list ordered):
+    """``ideal_hits`` with the ids seen as a byte per id (a ``bytearray`` grown as larger ids
+    come), or None at the first id that is not an ``int`` in ``0 .. 8 x (ids so far) + 65536``.
+
+    One pass per request: its leading ids are read until the first one not seen (the hit), and
+    every id from there on is marked; marking as it goes is the reference's ``seen.update`` after
+    the hit, as no id past the first miss is read again for this request."""
+    cdef Py_ssize_t n = len(ordered), i, j, hit, m, size = 65536, total = 0
+    cdef bytearray marks = bytearray(size)
+    cdef unsigned char* seen = marks
+    cdef list out = [0.0] * n
     cdef tuple ids
+    cdef object r, x, tokens, cap
+    cdef long long h
+    cdef int overflow
+    cdef bint leading
     for i in range(n):
-        ids = tuple((<object>ordered[i]).block_hashes)
+        r = ordered[i]
+        ids = tuple(r.block_hashes)
         m = len(ids)
         total += m
+        hit = 0
+        leading = True
         for j in range(m):
             x = ids[j]
             if type(x) is not int:
-                dense = False
-                break
+                return None
             h = PyLong_AsLongLongAndOverflow(x, &overflow)
             if overflow or h < 0:
-                dense = False
-                break
-            if h > high:
-                high = h
-        if not dense:
-            break
-    if not (dense and high < 8 * total + 65536):
-        return _walk(ordered, None)
-    return _walk(ordered, bytearray(high + 1))
+                return None
+            if h >= size:
+                if h >= 8 * total + 65536:  # sparse ids: a byte per id would waste memory
+                    return None
+                marks.extend(bytes(max(h + 1, 2 * size) - size))
+                size = len(marks)
+                seen = marks
+            if leading and seen[h]:
+                hit += 1
+            else:
+                leading = False
+                seen[h] = 1
+        # Python integers, as in the reference (any length; float() raises where it does)
+        tokens = hit * r.hash_block_size
+        cap = r.prompt_len - 1
+        out[i] = float(tokens if tokens < cap else cap)
+    return out
 
 
-cdef list _walk(list ordered, bytearray marks):
-    """``ideal_hits``' walk, the ids seen in ``marks`` (a byte per id: every id an int below
-    its length) where given, else in a set (any ids: the reference's own rule)."""
+cdef list _walk(list ordered):
+    """``ideal_hits``' walk with the ids seen in a set (any ids: the reference's own rule)."""
     cdef set ids_seen = set()
-    cdef unsigned char* seen = NULL
-    cdef bint dense = marks is not None
-    if dense:
-        seen = marks
     cdef Py_ssize_t n = len(ordered), i, j, hit, m
     cdef list out = [0.0] * n
     cdef tuple ids
@@ -74,17 +108,14 @@ cdef list _walk(list ordered, bytearray marks):
         ids = tuple(r.block_hashes)
         m = len(ids)
         hit = 0
-        while hit < m and (seen[<long long>ids[hit]] if dense else ids[hit] in ids_seen):
+        while hit < m and ids[hit] in ids_seen:
             hit += 1
         # Python integers, as in the reference (any length; float() raises where it does)
         tokens = hit * r.hash_block_size
         cap = r.prompt_len - 1
         out[i] = float(tokens if tokens < cap else cap)
         for j in range(hit, m):  # its first ``hit`` ids are in already
-            if dense:
-                seen[<long long>ids[j]] = 1
-            else:
-                ids_seen.add(ids[j])
+            ids_seen.add(ids[j])
     return out
 
 

@@ -42,6 +42,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from itertools import accumulate
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from fairsim.compiled import compiled_twin
@@ -120,18 +121,21 @@ def _both_works(requests: Sequence[Request], budget_tokens: int, profile: Profil
     Its fields are lists of floats, each entry the float numpy's element-wise operations give
     (the same IEEE operations in the same order; ``x * x`` for numpy's ``x ** 2``), so a run
     computes its offered load without numpy (start-up; ``prefill_work`` makes the arrays).
-    ``kernel`` (``compiled_kernel()``) runs the walk and the work lists as typed loops (the same
-    floats); None runs the Python loops here.
+    ``kernel`` (``compiled_kernel()``) runs the lengths and arrival times, the walk and the work
+    lists as typed loops (the same floats); None runs the Python loops here.
 
     Raises:
         ValueError: ``budget_tokens < 1``; ``colocated`` without ``profile``.
     """
     if budget_tokens < 1:
         raise ValueError(f"--budget {budget_tokens}: need >= 1 token per step")
-    ordered = sorted(requests, key=lambda r: r.arrival_time)
+    ordered = sorted(requests, key=attrgetter("arrival_time"))  # the same keys, no Python call
     n = len(ordered)
-    lengths = [float(r.prompt_len) for r in ordered]
-    arrival = [float(r.arrival_time) for r in ordered]
+    if kernel is not None:
+        lengths, arrival = kernel.columns(ordered)
+    else:
+        lengths = [float(r.prompt_len) for r in ordered]
+        arrival = [float(r.arrival_time) for r in ordered]
     decode_tokens = decode_s = [0.0] * n
     if colocated:
         if profile is None:

@@ -19,7 +19,7 @@ warns or skips exactly as before.
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_FromLongLong
-from cpython.object cimport PyObject_GenericSetAttr
+from cpython.object cimport PyObject, PyObject_GenericSetAttr
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.math cimport isfinite
@@ -27,6 +27,71 @@ from libc.stdlib cimport free, qsort, realloc
 from libc.string cimport memcmp
 
 from fairsim.types import Request
+
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+        int flags
+    enum:
+        T_OBJECT_EX
+        READONLY
+
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+
+
+# Request's fields, in the order ``plain_requests`` sets them (``make_request``'s).
+_FIELDS = ("request_id", "arrival_time", "prompt_len", "block_hashes", "hash_block_size", "output_len",
+           "labels", "session_id", "after", "delay_s", "segments")
+cdef Py_ssize_t _OFFSET[11]
+
+
+cdef bint _slot_offsets() except -1:
+    """Fill ``_OFFSET`` with where each field of ``_FIELDS`` lives in a ``Request`` and return True,
+    where each is a plain object slot of ``Request`` (a ``member_descriptor`` of type
+    ``T_OBJECT_EX``, writable) and they are all its slots; else False (``_put`` then sets
+    attributes by ``PyObject_GenericSetAttr``).
+
+    Writing a slot of a new ``Request`` there is what setting the attribute does (the member
+    descriptor's ``PyMember_SetOne``: the old value, NULL in a new object, is replaced), without
+    looking the name up on the type for each of the 11 fields of every row."""
+    cdef PyMemberDef* member
+    cdef Py_ssize_t i
+    if sorted(_FIELDS) != sorted(getattr(Request, "__slots__", ())):
+        return False
+    for i, name in enumerate(_FIELDS):
+        descr = Request.__dict__.get(name)
+        if type(descr) is not type(Request.__dict__.get("prompt_len")) or type(descr).__name__ != "member_descriptor":
+            return False
+        if descr.__objclass__ is not Request:
+            return False
+        member = (<PyMemberDescrObject*><PyObject*>descr).d_member
+        if member.type != T_OBJECT_EX or member.flags & READONLY:
+            return False
+        _OFFSET[i] = member.offset
+    return True
+
+
+cdef bint _DIRECT = _slot_offsets()
+
+
+def slots_written_directly() -> bool:
+    """Whether ``plain_requests`` writes a request's fields into its slots (``_slot_offsets``)."""
+    return _DIRECT
+
+
+cdef inline int _put(object obj, Py_ssize_t i, object value) except -1:
+    """Set field ``_FIELDS[i]`` of ``obj``, a ``Request`` just made by ``object.__new__`` (each
+    field set once): into its slot (``_slot_offsets``), else as ``object.__setattr__`` does."""
+    if _DIRECT:
+        Py_INCREF(value)
+        (<PyObject**>((<char*><PyObject*>obj) + _OFFSET[i]))[0] = <PyObject*>value
+        return 0
+    return PyObject_GenericSetAttr(obj, _FIELDS[i], value)
 
 cdef object _TS = "timestamp"
 cdef object _IN = "input_length"
@@ -315,18 +380,19 @@ def plain_requests(object lines_of_file, object loads, object safe, str stem, ob
         req = new(Request)
         rid = f"{stem}:{line}"
         locations[rid] = line
-        # Every field, as make_request sets them (a frozen dataclass: object.__setattr__'s way)
-        PyObject_GenericSetAttr(req, "request_id", rid)
-        PyObject_GenericSetAttr(req, "arrival_time", t / 1000.0)
-        PyObject_GenericSetAttr(req, "prompt_len", n)
-        PyObject_GenericSetAttr(req, "block_hashes", hashes)
-        PyObject_GenericSetAttr(req, "hash_block_size", block_obj)
-        PyObject_GenericSetAttr(req, "output_len", out)
-        PyObject_GenericSetAttr(req, "labels", {})
-        PyObject_GenericSetAttr(req, "session_id", None)
-        PyObject_GenericSetAttr(req, "after", None)
-        PyObject_GenericSetAttr(req, "delay_s", 0.0)
-        PyObject_GenericSetAttr(req, "segments", ())
+        # Every field, as make_request sets them (a frozen dataclass: object.__setattr__'s way),
+        # in _FIELDS' order
+        _put(req, 0, rid)
+        _put(req, 1, t / 1000.0)
+        _put(req, 2, n)
+        _put(req, 3, hashes)
+        _put(req, 4, block_obj)
+        _put(req, 5, out)
+        _put(req, 6, {})
+        _put(req, 7, None)
+        _put(req, 8, None)
+        _put(req, 9, 0.0)
+        _put(req, 10, ())
         # Request.__post_init__ has nothing to refuse here: lengths >= 1, arrival >= 0, delay 0,
         # no after, no segments, block >= 1, and at most L // block full blocks of ids.
         requests.append(req)
