@@ -42,7 +42,7 @@ def state(lane: FastLane) -> str:
     lines = [lane._lines.line(j) for j in range(len(lane._by_slot))]
     return repr((items, buckets, lines, lane._loose, lane._waste, lane._frontier, lane._tmax,
                  lane._clock, lane._reads, lane._first, lane._small, lane._t0_max, lane._origin,
-                 sorted((k, b.slot) for k, b in lane._buckets.items())))
+                 sorted((k, b.slot) for k, b in lane._buckets.items()), sorted(lane._by_len.items())))
 
 
 def test_python_lane_runs_the_python_methods():
@@ -60,6 +60,49 @@ def test_python_lane_runs_the_python_methods():
             assert getattr(fast, name).__func__ is getattr(compiled, name.lstrip("_"))
             assert getattr(ref, name).__func__ is getattr(FastLane, name)
         assert type(fast._by_slot[0]) is compiled.Bucket
+
+
+@pytest.mark.parametrize("slo", [1.0, 3, 0.37, 1e-300, 5e-324, 1e300, float("inf"), 0.0, -2.0, float("nan")])
+def test_compiled_slope_is_the_reference(slo):
+    """A bucketed lane's add of a new prompt length keeps ``FastLane._slope``'s ``(SLO, 1 / SLO,
+    bucket index)`` (the compiled copy: ``log`` and the product in C), or raises its error:
+    an int SLO, tiny and huge ones (an infinite ``1 / SLO``: ``math.floor``'s OverflowError),
+    a zero (ZeroDivisionError), a negative or NaN one (no bucket by the logarithm)."""
+    seen = []
+    with _modes(0, -1):
+        for lane in (FastLane(lambda L: 1.0), python_lane(lambda L: 1.0, None)):
+            lane.add(QueuedRequest("r0", 0.0, 100, 0, 100, 0, None))
+            list(lane.iter_order(0.0))  # (bucketed from here)
+            assert not lane._small
+            lane.slo = lambda L: slo
+            try:
+                lane.add(QueuedRequest("r1", 1.0, 200, 0, 200, 0, None))
+                seen.append(repr(lane._by_len[200]))
+            except Exception as exc:  # noqa: BLE001 - compared with the reference's
+                seen.append(f"{type(exc).__name__}: {exc}")
+    assert seen[0] == seen[1]
+    try:
+        expected = repr(FastLane._slope(python_lane(lambda L: slo, None), 200))
+    except (ZeroDivisionError, OverflowError) as exc:
+        expected = f"{type(exc).__name__}: {exc}"
+    assert seen[0] == expected
+
+
+def test_compiled_add_calls_a_replaced_slope():
+    """A lane class that replaces ``_slope`` has the compiled add call it."""
+    calls = []
+
+    class Lane(FastLane):
+        def _slope(self, prompt_len):
+            calls.append(prompt_len)
+            return super()._slope(prompt_len)
+
+    with _modes(0, -1):
+        lane = Lane(lambda L: 2.0)
+        lane.add(QueuedRequest("r0", 0.0, 100, 0, 100, 0, None))
+        list(lane.iter_order(0.0))
+        lane.add(QueuedRequest("r1", 1.0, 300, 0, 300, 0, None))
+    assert lane.add.__func__ is compiled.add and calls[-1] == 300
 
 
 def test_snapshot_positions_are_queued_request_fields():

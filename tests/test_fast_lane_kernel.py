@@ -10,6 +10,7 @@ import random
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -82,6 +83,43 @@ def test_compiled_lines_equal_numpy(lines, cap, u, takes, lead):
     b.clear()
     assert [a.line(j) for j in range(nb)] == [b.line(j) for j in range(nb)]
     assert all(a.line(j)[0] == EMPTY for j in range(nb))
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(st.tuples(st.one_of(st.sampled_from([EMPTY, 0.0, 1.5, math.nan, math.inf, -math.inf]), _c),
+                                st.sampled_from([0.0, 0.5])), min_size=1, max_size=100),
+       u=st.sampled_from([0.0, 1.0, 7.0, math.inf]), takes=st.lists(st.integers(0, 99), max_size=40))
+def test_compiled_argmax_over_blocks_equals_numpy(lines, u, takes):
+    """The compiled argmax reads per-block summaries (32 slots a block): over several blocks,
+    with NaNs (the first wins, wherever the largest number is), infinities, ties across
+    blocks and takes that empty a block's best, it picks numpy's index and bound."""
+    a, b = _pair(4)
+    for x in (a, b):
+        x.ensure(len(lines))
+        for slot, (c, s) in enumerate(lines):
+            x.set_line(slot, c, s)
+    nb = len(lines)
+    with np.errstate(invalid="ignore"):  # (inf x 0: NaN, as in C)
+        assert a.evaluate(nb, u) == b.evaluate(nb, u)
+    _same_float(a.top, b.top)
+    for slot in takes:
+        if slot < nb:
+            assert a.take(slot) == b.take(slot)
+            _same_float(a.top, b.top)
+
+
+def test_argmax_across_blocks_by_hand():
+    """Across the compiled lines' blocks of 32 slots: a tie goes to the earlier block, a take
+    moves to the next, and a NaN in a later block wins over a larger number before it."""
+    for x in _pair(4):
+        x.ensure(100)
+        for slot in range(100):
+            x.set_line(slot, 5.0 if slot in (40, 70) else 1.0, 0.0)
+        assert x.evaluate(100, 1.0) == 40 and x.top == 5.0
+        assert x.take(40) == 70 and x.top == 5.0
+        assert x.take(70) == 0 and x.top == 1.0
+        x.set_line(90, math.nan, 0.0)
+        assert x.evaluate(100, 1.0) == 90 and math.isnan(x.top)
 
 
 def test_argmax_by_hand():

@@ -145,3 +145,73 @@ def test_attribute_protocol_fallback_gives_the_same_tables():
         assert _watch_c._bind_live_type(_Live) is True
     pd.testing.assert_frame_equal(req_a, req_b, check_exact=True)
     pd.testing.assert_frame_equal(steps_a, steps_b, check_exact=True)
+
+
+def _read_all(order) -> tuple[list, str | None, bool]:
+    """What a reader of ``order`` sees: the items, the error that ended it (``TYPE: message``,
+    or None at its end), and whether a further ``next()`` ends it (a finished generator)."""
+    items, error = [], None
+    try:
+        for live in order:
+            items.append(live)
+    except Exception as exc:  # noqa: BLE001 - compared with the reference's
+        error = f"{type(exc).__name__}: {exc}"
+    try:
+        next(order)
+        ended = False
+    except StopIteration:
+        ended = True
+    return items, error, ended
+
+
+class _Failing(Exception):
+    pass
+
+
+def _failing(snaps):
+    yield from snaps
+    raise _Failing("the order's own error")
+
+
+def test_checked_order_is_the_reference_generator():
+    """``CompiledWatch.checked`` (``_watch_c.CheckedOrder``) against ``Engine._checked`` on
+    good and bad orders: the same lives, the same ``PolicyContractError`` messages (duplicate,
+    foreign, stale, short), the order's own error passed on, the same snapshots kept for
+    ``on_admitted``, and finished after an error or the end."""
+    from fairsim.types import QueuedRequest
+
+    engine = _engine(_slice(40), "fairway", True)
+    assert engine._checked.__self__ is engine._watch_c  # the compiled one is bound
+    lives = engine._all[:4]
+    snaps = []
+    for i, live in enumerate(lives):
+        q = QueuedRequest(f"r{i}", float(i), 10, 0, 10, 0, live)
+        live.snap = q if i != 2 else None  # (a request whose snapshot is not kept is accepted)
+        snaps.append(q)
+    engine._in_inc.clear()
+    engine._in_inc.update(id(live) for live in lives[:3])  # lives[3]: not held
+    s0, s1, s2, s3 = snaps
+    stale = QueuedRequest("r0", 0.0, 10, 0, 10, 0, lives[0])  # lives[0].snap is s0
+    contract = "PolicyContractError: policy 'fairway': incremental_order() yielded "
+    cases = [  # (order, n, the error that ends it)
+        ([s0, s1, s2], 3, None), ([s2, s0, s1], 3, None), ([], 0, None),
+        ([s0, s1, s0], 3, contract + "a duplicate entry 'r0'"),
+        ([s0, "not a snapshot"], 3, contract + "a foreign or stale entry 'not a snapshot'"),
+        ([s1, s3], 3, contract + "a foreign or stale entry 'r3'"),
+        ([stale], 1, contract + "a foreign or stale entry 'r0'"),
+        ([s0, s1], 3, contract + "2 of the 3 waiting requests"),
+        ([s0, s1, s2], 2, contract + "3 of the 2 waiting requests"),
+        (None, 3, "_Failing: the order's own error"),  # (None: _failing([s1]))
+    ]
+    for on_admitted in (None, lambda *args: None):
+        engine._on_admitted = on_admitted
+        for items, n, error in cases:
+            seen = []
+            for check in (engine._checked, lambda it, k: Engine._checked(engine, it, k)):
+                engine._step_snaps = {}
+                it = _failing([s1]) if items is None else iter(items)
+                seen.append((_read_all(check(it, n)), dict(engine._step_snaps)))
+            assert seen[0] == seen[1], (items, n)
+            (got, got_error, ended), kept = seen[0]
+            assert got_error == error and ended
+            assert kept == ({} if on_admitted is None else {id(q.handle): q for q in snaps if q.handle in got})

@@ -28,9 +28,10 @@ ints, same decisions; ``tests/test_fast_lane_compiled.py`` compares them bit for
   (``DueBlocks._margins``/``_resum``/``_open``), ``None`` where a value leaves 64 bits.
 """
 
+from cpython.long cimport PyLong_FromDouble
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.string cimport memmove
-from libc.math cimport INFINITY, fabs
+from libc.math cimport INFINITY, fabs, floor, isfinite, log
 
 from bisect import bisect_left, bisect_right
 from heapq import heappop, heappush
@@ -39,6 +40,10 @@ from heapq import heappop, heappush
 cdef double EMPTY = -1e300
 #: ``fairsim.policies.fast_lane._EMPTY_BOUND``: a bound at or below it is an empty bucket's.
 cdef double EMPTY_BOUND = -1e299
+
+
+cdef enum:
+    _SPAN = 32  # slots per block of ``CompiledBoundLines``'s argmax summaries
 
 
 cdef class CompiledBoundLines:
@@ -52,6 +57,11 @@ cdef class CompiledBoundLines:
     cdef double* _c
     cdef double* _s
     cdef double* _b
+    # Per block of ``_SPAN`` slots of the last evaluate, its first NaN or else its largest
+    # bound (``_bm``) and that slot (``_bi``): ``take`` rescans one block and the blocks' summaries
+    # instead of every slot (the Fast lane takes ~2 buckets per read of hundreds).
+    cdef double* _bm
+    cdef Py_ssize_t* _bi
     cdef readonly Py_ssize_t cap
     cdef Py_ssize_t _nb  # slots of the last evaluate
     cdef readonly double top  # the bound at the index the last evaluate or take returned
@@ -62,7 +72,9 @@ cdef class CompiledBoundLines:
         self._c = <double*>PyMem_Malloc(cap * sizeof(double))
         self._s = <double*>PyMem_Malloc(cap * sizeof(double))
         self._b = <double*>PyMem_Malloc(cap * sizeof(double))
-        if self._c == NULL or self._s == NULL or self._b == NULL:
+        self._bm = <double*>PyMem_Malloc((cap // _SPAN + 1) * sizeof(double))
+        self._bi = <Py_ssize_t*>PyMem_Malloc((cap // _SPAN + 1) * sizeof(Py_ssize_t))
+        if self._c == NULL or self._s == NULL or self._b == NULL or self._bm == NULL or self._bi == NULL:
             raise MemoryError()
         self.cap = cap
         self._nb = 0
@@ -73,6 +85,8 @@ cdef class CompiledBoundLines:
         PyMem_Free(self._c)
         PyMem_Free(self._s)
         PyMem_Free(self._b)
+        PyMem_Free(self._bm)
+        PyMem_Free(self._bi)
 
     cdef void _fill(self, Py_ssize_t start):
         cdef Py_ssize_t j
@@ -91,6 +105,8 @@ cdef class CompiledBoundLines:
         cdef double* c
         cdef double* s
         cdef double* b
+        cdef double* bm
+        cdef Py_ssize_t* bi
         if n <= cap:
             return
         while cap < n:
@@ -107,6 +123,14 @@ cdef class CompiledBoundLines:
         if b == NULL:
             raise MemoryError()
         self._b = b
+        bm = <double*>PyMem_Realloc(self._bm, (cap // _SPAN + 1) * sizeof(double))
+        if bm == NULL:
+            raise MemoryError()
+        self._bm = bm
+        bi = <Py_ssize_t*>PyMem_Realloc(self._bi, (cap // _SPAN + 1) * sizeof(Py_ssize_t))
+        if bi == NULL:
+            raise MemoryError()
+        self._bi = bi
         old = self.cap
         self.cap = cap
         self._fill(old)
@@ -136,25 +160,48 @@ cdef class CompiledBoundLines:
         self._check(slot)
         return self._b[slot]
 
+    cdef void _summarise(self, Py_ssize_t blk):
+        """Block ``blk``'s ``_bm``/``_bi`` from the bounds: its first NaN, else its first
+        largest bound (``_argmax``'s rule within the block)."""
+        cdef double* b = self._b
+        cdef Py_ssize_t k, lo = blk * _SPAN, end = lo + _SPAN, best = lo
+        cdef double v, hi = b[lo]
+        if end > self._nb:
+            end = self._nb
+        if hi == hi:
+            for k in range(lo + 1, end):
+                v = b[k]
+                if not v <= hi:  # above ``hi`` or a NaN: both rare
+                    if v != v:
+                        hi = v
+                        best = k
+                        break
+                    hi = v
+                    best = k
+        self._bm[blk] = hi
+        self._bi[blk] = best
+
     cdef Py_ssize_t _argmax(self):
         """First index of the largest bound among the first ``_nb`` (a NaN counts as the
-        largest, as in ``numpy.argmax``); sets ``top``."""
-        cdef double* b = self._b
-        cdef Py_ssize_t j, best = 0
-        cdef double v, hi = b[0]
+        largest, as in ``numpy.argmax``: the first NaN); sets ``top``. From the blocks'
+        summaries (``_summarise``): the first block holding a NaN gives its first NaN, else the
+        first block holding the largest bound gives its first slot of it."""
+        cdef double* bm = self._bm
+        cdef Py_ssize_t q, nblk = (self._nb + _SPAN - 1) // _SPAN, best = 0
+        cdef double v, hi = bm[0]
         if hi != hi:
             self.top = hi
-            return 0
-        for j in range(1, self._nb):
-            v = b[j]
-            if v > hi:
+            return self._bi[0]
+        for q in range(1, nblk):
+            v = bm[q]
+            if not v <= hi:
+                if v != v:
+                    self.top = v
+                    return self._bi[q]
                 hi = v
-                best = j
-            elif v != v:
-                self.top = v
-                return j
+                best = q
         self.top = hi
-        return best
+        return self._bi[best]
 
     def evaluate(self, Py_ssize_t nb, double u):
         """Bounds ``s[j] x u + c[j]`` of the first ``nb`` slots (rounded after the product and
@@ -178,6 +225,8 @@ cdef class CompiledBoundLines:
             p = s[j] * u
             b[j] = p + c[j]
         self._nb = nb
+        for j in range((nb + _SPAN - 1) // _SPAN):
+            self._summarise(j)
         return self._argmax()
 
     def take(self, Py_ssize_t slot):
@@ -189,6 +238,7 @@ cdef class CompiledBoundLines:
         if slot < 0 or slot >= self._nb:
             raise IndexError(f"take: slot {slot} outside 0..{self._nb - 1}")
         self._b[slot] = EMPTY
+        self._summarise(slot // _SPAN)
         return self._argmax()
 
     def lead_limit(self, double score, double mag_f, double grow, double span, double s_f):
@@ -450,17 +500,20 @@ cdef double _margin():
 
 
 cdef inline int _load() except -1:
-    global _fl, _QueuedRequest
+    global _fl, _QueuedRequest, _FastLane_slope
     if _fl is None:
         import fairsim.policies.fast_lane as fl
         from fairsim.types import QueuedRequest
         _fl = fl
         _QueuedRequest = QueuedRequest
+        _FastLane_slope = fl.FastLane._slope
     return 0
 
 
 #: ``fairsim.types.QueuedRequest`` (set by ``_load``): a snapshot of that type is read by position.
 cdef object _QueuedRequest = None
+#: ``FastLane._slope`` (set by ``_load``): ``_slope`` runs its own copy for a lane that keeps it.
+cdef object _FastLane_slope = None
 # Positions of the snapshot fields read here, in QueuedRequest's order (checked against its
 # _fields by tests/test_fast_lane_compiled.py).
 cdef enum:
@@ -654,6 +707,29 @@ def settle(lane, now):
     _settle(lane, now)
 
 
+cdef tuple _slope(lane, L):
+    """``FastLane._slope(L)`` (the reference, called where ``lane``'s class replaces it): the
+    lane's ``(SLO, 1 / SLO, bucket index)`` of a ``L``-token prompt, made once per length and
+    kept in ``_by_len``. The index is ``_bucket_index``'s ``floor(log(s) * _INV_LOG)`` by the
+    same libm ``log`` and double product (``math.log`` of a positive finite float is ``log``);
+    any other ``s`` (not positive, or an infinite product) goes to ``_bucket_index`` itself.
+    Why: the Fairway family meets a new prompt length at most adds (8,531 of 12,031 on the
+    conversation trace), and two Python frames per add were ~1 % of a run's instructions."""
+    if type(lane)._slope is not _FastLane_slope:
+        return lane._slope(L)
+    slo = lane.slo(L)
+    s_obj = 1.0 / slo  # (Python's division: its error on a zero SLO, its float for any number)
+    cdef double s = s_obj, x
+    if s > 0.0:
+        x = log(s) * <double>_fl._INV_LOG
+        idx = PyLong_FromDouble(floor(x)) if isfinite(x) else _fl._bucket_index(s_obj)  # (math.floor's int)
+    else:
+        idx = _fl._bucket_index(s_obj)
+    per = (slo, s_obj, idx)
+    lane._by_len[L] = per
+    return per
+
+
 def add(lane, q):
     """``FastLane.add(q)`` of ``lane``, compiled (``_add_py`` the reference): the same items,
     keys and bound lines, by the same operations."""
@@ -691,7 +767,7 @@ def add(lane, q):
     if it is None:
         L = prompt
         per = lane._by_len.get(L)
-        slo, s, idx = per if per is not None else lane._slope(L)
+        slo, s, idx = per if per is not None else _slope(lane, L)
         bo = lane._buckets.get(idx)
         if bo is None:
             bo = lane._bucket(idx)
@@ -804,7 +880,11 @@ def bucket_order(lane, now):
             lead = first[0]
             q = (<list>items[lead])[0]
             resolve = lane._resolve
-            yield q if resolve is None else resolve(q)
+            q = q if resolve is None else resolve(q)
+            try:
+                yield q
+            except GeneratorExit:  # closed unread (below)
+                return
     cap = lane.wait_cap
     cdef bint has_cap = cap is not None
     cdef double cap_v = cap if has_cap else 0.0
@@ -901,7 +981,13 @@ def bucket_order(lane, now):
             if te == now_v:
                 lane._lead_state = (now, -neg, items[rid], cand, opened, lane._reads, nb)
         resolve = lane._resolve
-        yield q if resolve is None else resolve(q)
+        q = q if resolve is None else resolve(q)
+        try:
+            yield q
+        except GeneratorExit:
+            # Closed (the reader stopped: most reads): return as the reference's frame ends,
+            # without the traceback an escaping GeneratorExit builds at every close.
+            return
         lane._lead_state = None
 
 

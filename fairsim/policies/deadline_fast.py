@@ -745,7 +745,7 @@ class DeadlineOrder:
         small = _small_merge(fast, now, p.fast_weight, p.fair_weight, fast_ledger0, merge=merge)
         if small is not None:  # (a short queue: both lanes from the Fast lane's one sort)
             return small
-        return merge(fast.bucketed_order(now), self.fair.iter_order(now), n, p.fast_weight,
+        return merge(fast._bucket_order(now), self.fair.iter_order(now), n, p.fast_weight,
                      p.fair_weight, fast_ledger0)
 
     def _read_due(self, now: float, n: int) -> Iterator[QueuedRequest]:

@@ -760,7 +760,7 @@ class FastLane:
     def _bucket_order(self, now: float) -> Iterator[QueuedRequest]:
         """A bucketed read at ``now``: the compiled one (``_fast_lane_c.bucket_order``, the same
         decisions and state) on the compiled bound lines, else ``_bucket_order_py``."""
-        mod = _compiled()
+        mod = _COMPILED[0] if _COMPILED else _compiled()  # (once per read: no call once looked up)
         if mod is not None and type(self._lines) is mod.CompiledBoundLines:
             return mod.bucket_order(self, now)
         return self._bucket_order_py(now)

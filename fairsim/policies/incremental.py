@@ -721,7 +721,7 @@ def fairway_order(policy: Any) -> Lanes:
         small = _small_merge(fast, now, fast_w, fair_w, merge=merge)
         if small is not None:
             return small
-        return merge(fast.bucketed_order(now), fair.iter_order(now), n, fast_w, fair_w)
+        return merge(fast._bucket_order(now), fair.iter_order(now), n, fast_w, fair_w)  # (bucketed_order's body)
 
     merge = merge_of(fast_w, fair_w)
 
@@ -757,7 +757,7 @@ def fairway_carry_order(policy: Any, see_oldest: Callable[[QueuedRequest, float]
                              fast_w * policy.debt, True, merge)
         if small is not None:
             return small
-        return merge(fast.bucketed_order(now), fair_it, n, fast_w, fair_w,
+        return merge(fast._bucket_order(now), fair_it, n, fast_w, fair_w,
                      0.0 if policy.fast_first else None, fast_w * policy.debt, o.request_id)
 
     merge = merge_of(fast_w, fair_w)

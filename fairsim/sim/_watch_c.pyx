@@ -26,6 +26,9 @@ the engine's ``_make_snapshot`` is this object's) and reach ``_Live``'s slots in
 SNAPSHOT_FIELDS = ("request_id", "arrival_time", "prompt_len", "cached_len", "uncached_len",
                    "num_computed_tokens", "handle", "block_keys", "block_size", "client",
                    "arrival_prefill_tokens", "output_len")
+
+from fairsim.errors import PolicyContractError  # (CheckedOrder's errors: the engine's class)
+
 cdef extern from *:
     """
     /* tuple.__new__(cls, items) without the Python call: tuple's own tp_new on (items,), as
@@ -350,6 +353,10 @@ cdef class CompiledWatch:
             lazy.raised = self.raised = {}
             e._inc.stale([_get(live, REQ).request_id for key, live in dirty.items() if key in held], up)
 
+    def checked(self, snaps, Py_ssize_t n):
+        """``Engine._checked(snaps, n)``: the same items, checks and errors (``CheckedOrder``)."""
+        return CheckedOrder(self.engine, snaps, n)
+
     def make_snapshot(self, live, h, computed):
         """``Engine._make_snapshot`` (``snapshot_class``: ``fairsim.types.QueuedRequest``)."""
         return self._make_snapshot(live, h, computed)
@@ -434,3 +441,75 @@ cdef class CompiledWatch:
 #: ``CompiledWatch.make_snapshot`` as bound methods of it carry it (``__func__``): the engine's
 #: ``_make_snapshot`` is run from C only where it is this function (``_snapshot_of``).
 _MAKE_SNAPSHOT = CompiledWatch.make_snapshot
+
+
+cdef class CheckedOrder:
+    """``Engine._checked(snaps, n)`` (the reference, a generator) as an iterator: yields each
+    snapshot's ``handle`` (a waiting ``_Live``) as it reads ``snaps``; raises the reference's
+    ``PolicyContractError`` on an item that is not a held waiting request's snapshot of this
+    step, on one read twice, or when ``snaps`` ends after other than ``n`` items; with the
+    engine's ``_on_admitted`` set, keeps each item in its ``_step_snaps`` (``id(live) -> q``).
+
+    Why: the engine reads it once per admission candidate (tens of thousands of times per
+    trace); a generator frame resumed per item was a few percent of a Fairway run's
+    instructions. The engine's ``_in_inc``, ``_step_snaps`` and ``_on_admitted`` are read at
+    creation (the reference reads them at the first item; the engine changes neither binding
+    between the two, only ``_step_snaps``'s content), ``policy_name`` when it reports.
+    ``tests/test_watch_direct.py`` compares it with the reference.
+    """
+
+    cdef object engine
+    cdef object snaps
+    cdef Py_ssize_t n
+    cdef set seen
+    cdef set held
+    cdef dict keep
+    cdef bint done
+
+    def __init__(self, engine, snaps, Py_ssize_t n):
+        self.engine = engine
+        self.snaps = iter(snaps)
+        self.n = n
+        self.seen = set()
+        self.held = engine._in_inc
+        self.keep = engine._step_snaps if engine._on_admitted is not None else None
+        self.done = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.done:
+            raise StopIteration
+        cdef set seen = self.seen
+        cdef bint ended = False
+        try:
+            q = next(self.snaps)
+        except StopIteration:
+            ended = True
+        except BaseException:
+            self.done = True  # (a generator that raised is finished)
+            raise
+        if ended:  # (raised outside the handler: no StopIteration as its context, as the reference)
+            self.done = True
+            if len(seen) != self.n:
+                raise PolicyContractError(
+                    f"policy {self.engine.policy_name!r}: incremental_order() yielded {len(seen)} "
+                    f"of the {self.n} waiting requests")
+            raise StopIteration
+        try:
+            live = q.handle
+        except AttributeError:  # not a snapshot: reported below as foreign
+            live = None
+        key = id(live)
+        # held: id()s of live _Live objects, so a held key's ``live`` is a _Live (has ``snap``).
+        if key in seen or key not in self.held or (_get(live, SNAP) is not q and _get(live, SNAP) is not None):
+            self.done = True
+            raise PolicyContractError(
+                f"policy {self.engine.policy_name!r}: incremental_order() yielded "
+                f"{'a duplicate' if key in seen else 'a foreign or stale'} entry "
+                f"{getattr(q, 'request_id', q)!r}")
+        seen.add(key)
+        if self.keep is not None:
+            self.keep[key] = q
+        return live

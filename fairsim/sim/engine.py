@@ -388,6 +388,7 @@ class Engine:
             c = self._watch_c
             self._rewatch, self._drop, self._unwatch, self._snapshot, self._make_snapshot = (
                 c.rewatch, c.drop, c.unwatch, c.snapshot, c.make_snapshot)
+            self._checked = c.checked  # (``_watch_c.CheckedOrder``: the reference's items and errors)
         self._lazy = (LazyHits(self) if self._inc is not None and hasattr(self._inc, "set_resolver")
                       and not self._hit_free else None)
         self.env = simpy.Environment(initial_time=0.0)  # float clock: start_s is float64 even for one step
@@ -724,17 +725,22 @@ class Engine:
                 if key in held and key in waiting:
                     inc.add(self._snapshot(live))
             self._dirty = {}
-        new = []
-        for key in reversed(waiting):  # newly released requests are at the end (release order)
-            if key in held:
-                break
-            new.append(waiting[key])
-        for live in reversed(new):
-            inc.add(self._snapshot(live))
-            held.add(id(live))
-        if new:
-            self._order_changes += 1
-        self._step_snaps = {}
+        # Newly released requests are at the end of ``waiting`` (release order); ``held`` is a
+        # subset of its keys (a request leaves both at admission), so there are some only while
+        # it is the smaller (most ordering steps release none: no scan then).
+        if len(held) != len(waiting):
+            new = []
+            for key in reversed(waiting):
+                if key in held:
+                    break
+                new.append(waiting[key])
+            for live in reversed(new):
+                inc.add(self._snapshot(live))
+                held.add(id(live))
+            if new:
+                self._order_changes += 1
+        if self._on_admitted is not None:  # (read by _admit_waiting for on_admitted only)
+            self._step_snaps = {}
         ordered = self._checked(inc.iter_order(now), len(waiting))
         limit = getattr(self.policy, "admission_limit", None)
         return ordered if limit is None else islice(ordered, limit)
