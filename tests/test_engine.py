@@ -127,3 +127,32 @@ class TestDeterminism:
         a = simulate(reqs, make_policy("fairway", constant_profile(0.05, 1e-4)), constant_profile(0.05, 1e-4))
         b = simulate(reqs, make_policy("fairway", constant_profile(0.05, 1e-4)), constant_profile(0.05, 1e-4))
         assert a.requests.equals(b.requests) and a.steps.equals(b.steps)
+
+
+def test_live_waiting_fields_lie_first_in_memory():
+    """``_Live``'s fields that a waiting request's events touch (``_LiveWaiting``) take the
+    object's first twelve pointer slots, bytes 16-111 after the object header, read back from
+    the object's memory (CPython lays out slots in name order after the base class's); the other
+    fields follow. The twelve are the ones the compiled watcher map reaches in place."""
+    import ctypes
+    import sys
+
+    from fairsim.sim.engine import _Live, _LiveWaiting
+    from fairsim.types import Request
+
+    live = _Live(Request("r", 0.0, 100), (), 16)
+    marks = [object() for _ in _LiveWaiting.__slots__ + _Live.__slots__]
+    names = {}
+    for name, mark in zip(_LiveWaiting.__slots__ + _Live.__slots__, marks):
+        setattr(live, name, mark)
+        names[id(mark)] = name
+    words = (ctypes.c_void_p * (sys.getsizeof(live) // 8)).from_address(id(live))
+    offsets = {names[w]: 8 * i for i, w in enumerate(words) if w in names}
+    assert len(offsets) == 33
+    assert sorted(offsets[n] for n in _LiveWaiting.__slots__) == list(range(16, 112, 8))
+    assert min(offsets[n] for n in _Live.__slots__) == 112
+    try:
+        from fairsim.sim._watch_c import LIVE_FIELDS
+    except ImportError:
+        return
+    assert sorted(LIVE_FIELDS) == sorted(_LiveWaiting.__slots__)

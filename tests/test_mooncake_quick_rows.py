@@ -84,3 +84,30 @@ def test_an_identity_that_is_not_a_string_takes_the_checks(tmp_path, value):
     quick, checked = both_ways(path)
     assert quick == checked
     assert (quick[0] == "trace") == (type(value) is int)  # 7 -> "7"; a bool or a list is refused
+
+
+@pytest.mark.parametrize("ident", [False, True])
+@pytest.mark.parametrize("pure", [False, True])
+def test_equal_lengths_share_one_int_object(tmp_path, ident, pure):
+    """Requests with equal prompt (or output) lengths hold one int object for them, on the
+    compiled plain-row path and the Python path (rows with a ``request_id`` take the Python path),
+    lengths above CPython's small-int cache; the values are those of the file."""
+    rows = [(1000, 300), (700, 1000), (1000, 300), (2000, 700)]
+    lines = []
+    for i, (n, out) in enumerate(rows):
+        ids = list(range(10 * i, 10 * i + n // 512))  # the full blocks' ids
+        row = {"timestamp": i, "input_length": n, "output_length": out, "hash_ids": ids}
+        if ident:
+            row["request_id"] = f"r{i}"
+        lines.append(json.dumps(row))
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    if pure:
+        with pure_python():
+            reqs = mooncake.read(path).requests
+    else:
+        reqs = mooncake.read(path).requests
+    assert [(r.prompt_len, r.output_len) for r in reqs] == rows
+    assert reqs[0].prompt_len is reqs[2].prompt_len is reqs[1].output_len
+    assert reqs[0].output_len is reqs[2].output_len
+    assert reqs[1].prompt_len is reqs[3].output_len

@@ -158,16 +158,35 @@ def compiled_burst(profile: Profile) -> tuple[Any, tuple[float, ...]]:
     return compiled_module(), coefficients
 
 
-class _Live:
-    """Mutable engine-side state of one request (never shown to policies)."""
+class _LiveWaiting:
+    """The fields of ``_Live`` that a *waiting* request's events read and write, laid out first.
+
+    CPython places a class's ``__slots__`` in name order after its base's, so these twelve
+    (the ``_watch_c.LIVE_FIELDS``: release, snapshot, watch, re-key, admission check) take the
+    object's first 112 bytes, two or three 64-byte cache lines, where in one flat ``__slots__``
+    they spread over all five lines of the object (alphabetical order put ``arrival_prefill``
+    first and ``watched`` last). Under overload a request waits long enough for its object to
+    leave the cache, and each event on it (a re-snapshot after a watched key changed, the order's
+    read, its admission) then paid a miss per line touched (docs/performance.md, item 4).
+    Only a layout: the fields are ``_Live``'s, set by its ``__init__``.
+    """
 
     __slots__ = (
-        "req", "keys", "max_hit_blocks", "num_prompt_blocks", "computed", "blocks",
-        "num_cached_blocks", "cached_at_admission", "first_scheduled_s", "first_scheduled_step",
-        "finish_s", "finish_step", "preemptions", "preempted", "snap", "released_s", "out_len",
-        "generated", "first_token_s", "last_token_s", "discarded", "resume_cached", "index",
-        "dec_seq", "dec_step", "dec_c0", "dec_g0", "watched", "next_key", "partial", "last_snap",
-        "client", "arrival_prefill",
+        "req", "keys", "max_hit_blocks", "computed", "snap", "released_s", "watched", "next_key",
+        "partial", "last_snap", "client", "arrival_prefill",
+    )
+
+
+class _Live(_LiveWaiting):
+    """Mutable engine-side state of one request (never shown to policies). The fields a waiting
+    request's events touch are ``_LiveWaiting``'s (first in memory); these are read once it runs
+    or finishes."""
+
+    __slots__ = (
+        "num_prompt_blocks", "blocks", "num_cached_blocks", "cached_at_admission",
+        "first_scheduled_s", "first_scheduled_step", "finish_s", "finish_step", "preemptions",
+        "preempted", "out_len", "generated", "first_token_s", "last_token_s", "discarded",
+        "resume_cached", "index", "dec_seq", "dec_step", "dec_c0", "dec_g0",
     )
 
     def __init__(self, req: Request, keys: tuple[Hashable, ...], block_size: int,

@@ -305,6 +305,7 @@ def plain_requests(object lines_of_file, object loads, object safe, str stem, ob
     """
     cdef list requests = []
     cdef dict locations = {}
+    cdef dict lengths = {}  # length -> the one int object of that value
     cdef double previous = 0.0, t
     cdef object rec, ts, n, out, ids, x, raw, req, hashes
     cdef Py_ssize_t m, line = 0, blank = 0
@@ -377,6 +378,9 @@ def plain_requests(object lines_of_file, object loads, object safe, str stem, ob
         if t < previous:
             return None
         previous = t
+        # Equal lengths share one int object (``mooncake.read``'s rule, which see).
+        n = lengths.setdefault(n, n)
+        out = lengths.setdefault(out, out)
         req = new(Request)
         rid = f"{stem}:{line}"
         locations[rid] = line

@@ -290,8 +290,13 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     no_identity = 0
     stem = path.stem
     add = out.add
+    # Equal lengths share one int object: a trace has a few thousand distinct prompt and output
+    # lengths, and every snapshot of a waiting request holds both (``QueuedRequest``), so the
+    # engine touches a few thousand objects that stay in the cache, not a cold one per request
+    # (docs/performance.md, item 4). (Small ints are shared by CPython already.)
+    same_length = {}.setdefault
     for row in rows:
-        ids, prompt_len = row.ids, row.prompt_len
+        ids, prompt_len = row.ids, same_length(row.prompt_len, row.prompt_len)
         if ids is None:
             no_identity += 1
             ids = row.ids = []
@@ -328,7 +333,8 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         try:
             # Request(...) and full_block_ids, without the per-call overhead (the per-row hot path).
             req = make_request(row.request_id or f"{stem}:{row.line}", arrival, prompt_len,
-                               tuple(ids[:full]), block, row.output_len, row.labels, row.session_id,
+                               tuple(ids[:full]), block, same_length(row.output_len, row.output_len),
+                               row.labels, row.session_id,
                                after, delay_s, row.segments)
         except ValueError as exc:
             out.bad(TraceFormatError(name, row.line, "<record>", str(exc)))
