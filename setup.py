@@ -11,6 +11,9 @@
   sums; without it the Python methods run (``fast_lane._compiled``, ``deadline_fast.block_kernel``).
 - The optional compiled watcher-map updates (``fairsim/sim/_watch_c.pyx``), the same way:
   where it is not built, the engine runs its pure-Python methods (``Engine._rewatch`` ...).
+- The optional compiled per-request states and request-table read of the engine
+  (``fairsim/sim/_live_c.pyx``), the same way: where it is not built, ``make_lives`` and
+  ``Engine._request_table`` run their Python loops (``fairsim.sim.engine.compiled_lives``).
 - The optional compiled loops of the offered load (``fairsim/traces/_offered_c.pyx``), of the
   Mooncake and Azure readers' plain rows (``fairsim/traces/formats/_mooncake_c.pyx``,
   ``_azure_c.pyx``) and of the Bailian reader's re-chained ids
@@ -76,6 +79,7 @@ extensions = cythonize([Extension("fairsim.sim._block_pool_c", ["fairsim/sim/_bl
                         Extension("fairsim.policies._fast_lane_c", ["fairsim/policies/_fast_lane_c.pyx"],
                                   extra_compile_args=["-ffp-contract=off"]),
                         Extension("fairsim.sim._watch_c", ["fairsim/sim/_watch_c.pyx"]),
+                        Extension("fairsim.sim._live_c", ["fairsim/sim/_live_c.pyx"]),
                         Extension("fairsim.traces._offered_c", ["fairsim/traces/_offered_c.pyx"],
                                   extra_compile_args=["-ffp-contract=off"]),
                         Extension("fairsim.traces.formats._mooncake_c",

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import time
 from collections import deque
 from itertools import chain, islice
@@ -61,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from fairsim import interrupt
+from fairsim.compiled import PURE_PYTHON_ENV, compiled_twin
 from fairsim.costmodel import Profile
 from fairsim.errors import EngineInvariantError, PolicyContractError
 from fairsim.policies.base import Policy, check_permutation
@@ -254,9 +256,16 @@ def decode_request_columns(lives: Sequence[_Live], released: Sequence[float]) ->
 def make_lives(requests: Sequence[Request], block_size: int, colocated: bool) -> list[_Live]:
     """The engine-side state of ``requests``, sorted by (arrival, ``request_id``), each with its
     row ``index`` in that order. ``engine_block_keys``: every full block is hashed, as in vLLM
-    (not only the trace's); colocated mode also keys the generated tokens' blocks."""
+    (not only the trace's); colocated mode also keys the generated tokens' blocks.
+
+    The compiled twin (``compiled_lives``: ``_live_c.new_lives``) builds the same states where
+    it is built; the loop below is the reference."""
     ordered = sorted(requests, key=attrgetter("arrival_time", "request_id"))  # the same key tuples, no Python call
     bs = block_size
+    twin = compiled_lives()
+    if twin is not None:
+        return twin.new_lives(ordered, bs, colocated, generated_block_keys if colocated else engine_block_keys,
+                              client_of_request, NO_KEY)
     if colocated:
         lives = [_Live(r, generated_block_keys(r, bs), bs, r.output_len) for r in ordered]
     else:
@@ -264,6 +273,44 @@ def make_lives(requests: Sequence[Request], block_size: int, colocated: bool) ->
     for i, live in enumerate(lives):
         live.index = i
     return lives
+
+
+def compiled_lives() -> Any:
+    """``fairsim.sim._live_c`` bound to ``_Live`` (its slots' offsets: ``_live_c.bind``), or None
+    where it is not built, ``FAIRSIM_PURE_PYTHON=1`` is set or ``_Live``'s slots are not the
+    ones it writes: ``make_lives`` and ``Engine._request_table`` then run their Python loops."""
+    global _LIVE_TWIN
+    if os.environ.get(PURE_PYTHON_ENV) == "1":
+        return None
+    if _LIVE_TWIN is False:
+        module = compiled_twin("fairsim.sim._live_c")
+        _LIVE_TWIN = module if module is not None and module.bind(_Live) else None
+    return _LIVE_TWIN
+
+
+_LIVE_TWIN: Any = False  # compiled_lives' module once looked up (False: not yet)
+
+
+def _table_columns(lives: list[_Live]) -> tuple[list, ...]:
+    """The request table's columns read from ``lives``, in ``_live_c.TABLE_FIELDS``' order:
+    ``req``, ``released_s``, ``first_token_s``, ``first_scheduled_s``, ``finish_s``,
+    ``cached_at_admission``, ``first_scheduled_step``, ``finish_step``, ``preemptions``, then
+    their requests' ``request_id``, ``arrival_time``, ``prompt_len``, ``session_id``, ``after``,
+    ``labels``. One pass in C where ``compiled_lives`` is there and every state is an exact
+    ``_Live`` (``_live_c.table_columns``); these comprehensions are the reference."""
+    twin = compiled_lives()
+    if twin is not None:
+        try:
+            return twin.table_columns(lives)
+        except TypeError:  # a state of another class further on: the reference reads it
+            pass
+    reqs = [live.req for live in lives]
+    return (reqs, [live.released_s for live in lives], [live.first_token_s for live in lives],
+            [live.first_scheduled_s for live in lives], [live.finish_s for live in lives],
+            [live.cached_at_admission for live in lives], [live.first_scheduled_step for live in lives],
+            [live.finish_step for live in lives], [live.preemptions for live in lives],
+            [r.request_id for r in reqs], [r.arrival_time for r in reqs], [r.prompt_len for r in reqs],
+            [r.session_id for r in reqs], [r.after for r in reqs], [r.labels for r in reqs])
 
 
 class Engine:
@@ -1113,32 +1160,29 @@ class Engine:
         lives = self._all
         if not lives:
             return Columns({})
-        reqs = [live.req for live in lives]
-        released = [live.released_s for live in lives]
-        first_token = [live.first_token_s for live in lives]
-        first_sched = [live.first_scheduled_s for live in lives]
-        finish = [live.finish_s for live in lives]
+        (reqs, released, first_token, first_sched, finish, cached, first_step, finish_step, preemptions,
+         request_id, arrival, prompt, session, after, labels) = _table_columns(lives)
         cols: dict[str, list] = {
-            "request_id": [r.request_id for r in reqs],
-            "arrival_s": [r.arrival_time for r in reqs],
-            "prompt_tokens": [r.prompt_len for r in reqs],
-            "cached_tokens": [live.cached_at_admission for live in lives],
+            "request_id": request_id,
+            "arrival_s": arrival,
+            "prompt_tokens": prompt,
+            "cached_tokens": cached,
             "first_scheduled_s": first_sched,
             "first_token_s": first_token,
             "ttft_s": [t - rel for t, rel in zip(first_token, released)],
             "finish_s": finish,
             "queue_delay_s": [t - rel for t, rel in zip(first_sched, released)],
-            "first_scheduled_step": [live.first_scheduled_step for live in lives],
-            "finish_step": [live.finish_step for live in lives],
-            "preemptions": [live.preemptions for live in lives],
+            "first_scheduled_step": first_step,
+            "finish_step": finish_step,
+            "preemptions": preemptions,
             "released_s": released,
-            "session_id": [r.session_id for r in reqs],
-            "after": [r.after for r in reqs],
+            "session_id": session,
+            "after": after,
         }
         if self.colocated:
             cols.update(decode_request_columns(lives, released))
         # Labels starting with "_" are private to generators (e.g. raw hash ids), not metrics.
-        label_keys = sorted({k for r in reqs for k in r.labels if not k.startswith("_")})
+        label_keys = sorted({k for d in labels if d for k in d if not k.startswith("_")})
         for k in label_keys:
             cols[k] = [r.labels.get(k) for r in reqs]
         return Columns(cols)

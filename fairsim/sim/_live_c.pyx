@@ -1,0 +1,228 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The engine's per-request states and request table, typed: the compiled twin of
+``fairsim.sim.engine.make_lives`` (after its sort) and of ``Engine._request_table``'s columns
+read from those states.
+
+``new_lives`` builds the same ``_Live`` objects as ``_Live(req, keys, block_size, out_len)`` with
+``index = i`` (same field values; ``tests/test_live_compiled.py``), writing the 33 fields into the
+object's slots (offsets from ``_Live``'s member descriptors, checked at import as
+``_mooncake_c`` checks ``Request``'s) instead of 33 attribute stores and a Python call per
+request. The keys and the client take the references' common case in C (a request whose hash
+block is the engine's and whose trace ids cover every full block: the keys are its
+``block_hashes``; no labels and no session: no client) and call the Python functions otherwise.
+
+``state_columns`` reads the request table's per-state columns in one pass over the states (each
+object's cache lines once, where one list comprehension per column touched them once per
+column: at 10x the trace they no longer stay in the cache between columns).
+"""
+
+from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.long cimport PyLong_FromSsize_t
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF
+
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+        int flags
+    enum:
+        T_OBJECT_EX
+        READONLY
+
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+
+
+# _Live's fields, in the order _Live.__init__ sets them (then ``index``, which make_lives sets).
+FIELDS = ("req", "keys", "max_hit_blocks", "num_prompt_blocks", "computed", "blocks",
+          "num_cached_blocks", "cached_at_admission", "first_scheduled_s", "first_scheduled_step",
+          "finish_s", "finish_step", "preemptions", "preempted", "released_s", "snap", "out_len",
+          "generated", "first_token_s", "last_token_s", "discarded", "resume_cached", "index",
+          "dec_seq", "dec_step", "dec_c0", "dec_g0", "watched", "partial", "last_snap", "client",
+          "arrival_prefill", "next_key")
+DEF NFIELDS = 33
+cdef enum:
+    F_REQ, F_KEYS, F_MAX_HIT, F_PROMPT_BLOCKS, F_COMPUTED, F_BLOCKS, F_NUM_CACHED, F_CACHED_ADM,
+    F_FIRST_S, F_FIRST_STEP, F_FINISH_S, F_FINISH_STEP, F_PREEMPTIONS, F_PREEMPTED, F_RELEASED,
+    F_SNAP, F_OUT_LEN, F_GENERATED, F_FIRST_TOKEN, F_LAST_TOKEN, F_DISCARDED, F_RESUME_CACHED,
+    F_INDEX, F_DEC_SEQ, F_DEC_STEP, F_DEC_C0, F_DEC_G0, F_WATCHED, F_PARTIAL, F_LAST_SNAP,
+    F_CLIENT, F_ARRIVAL_PREFILL, F_NEXT_KEY
+
+cdef Py_ssize_t _OFFSET[NFIELDS]
+cdef object _LIVE = None  # the class whose offsets _OFFSET holds
+
+
+def bind(object live_type) -> bool:
+    """Fill the slot offsets of ``live_type`` (``fairsim.sim.engine._Live``) and return True, where
+    its slots and its bases' are exactly ``FIELDS``, each a writable object slot (a
+    ``member_descriptor`` of type ``T_OBJECT_EX``) and it has no ``__dict__``; else False (the
+    engine then uses ``make_lives``' Python loop). Writing a new object's slot is what the member
+    descriptor's ``__set__`` does to a slot that holds NULL."""
+    global _LIVE
+    cdef PyMemberDef* member
+    cdef Py_ssize_t i
+    names = []
+    for klass in live_type.__mro__[:-1]:
+        names.extend(getattr(klass, "__slots__", ("__dict__",)))
+    if len(FIELDS) != NFIELDS or sorted(names) != sorted(FIELDS):
+        return False
+    for i, name in enumerate(FIELDS):
+        descr = getattr(live_type, name)
+        if type(descr).__name__ != "member_descriptor" or not issubclass(live_type, descr.__objclass__):
+            return False
+        member = (<PyMemberDescrObject*><PyObject*>descr).d_member
+        if member.type != T_OBJECT_EX or member.flags & READONLY:
+            return False
+        _OFFSET[i] = member.offset
+    _LIVE = live_type
+    return True
+
+
+cdef inline void _put(object obj, int i, object value) noexcept:
+    """Field ``FIELDS[i]`` of ``obj``, new (the slot holds NULL), set to ``value``."""
+    Py_INCREF(value)
+    (<PyObject**>((<char*><PyObject*>obj) + _OFFSET[i]))[0] = <PyObject*>value
+
+
+cdef inline object _get(object obj, int i):
+    """Field ``FIELDS[i]`` of ``obj`` (a borrowed slot value as a new reference)."""
+    cdef PyObject* p = (<PyObject**>((<char*><PyObject*>obj) + _OFFSET[i]))[0]
+    if p == NULL:
+        raise AttributeError(FIELDS[i])
+    return <object>p
+
+
+def new_lives(list ordered, object block_size, bint colocated, object keys_of, object client_of,
+              object no_key):
+    """``[_Live(r, keys_of(r, block_size), block_size, out_len) for r in ordered]`` with
+    ``index = i``: ``make_lives``' loop (``out_len``: ``r.output_len`` when ``colocated``, else 1).
+
+    Args:
+        ordered: The requests, sorted (``make_lives``).
+        block_size: Tokens per engine block (int >= 1).
+        colocated: Whether the keys cover the output (``generated_block_keys``) or the prompt
+            (``engine_block_keys``); ``keys_of`` is that function.
+        client_of: ``client_of_request``.
+        no_key: ``fairsim.sim.lazy_hits.NO_KEY``.
+
+    Raises:
+        RuntimeError: ``bind`` did not succeed. Whatever ``keys_of`` or ``client_of`` raise.
+    """
+    if _LIVE is None:
+        raise RuntimeError("_live_c.bind() did not succeed")
+    cdef Py_ssize_t n = len(ordered), i, bs = block_size, prompt_len, cap, nkeys, full
+    cdef list lives = PyList_New(n)
+    cdef object req, keys, hashes, live, client, out_len, labels, session_id
+    cdef object new = object.__new__
+    cdef object one = 1
+    cdef object zero = 0
+    cdef object live_type = _LIVE
+    for i in range(n):
+        req = ordered[i]
+        # keys: engine_block_keys / generated_block_keys; their common case in C
+        prompt_len = req.prompt_len
+        out_len = req.output_len if colocated else one
+        if bs < 1:  # block_keys' ValueError
+            keys_of(req, block_size)
+        hashes = req.block_hashes
+        full = (prompt_len + <Py_ssize_t>out_len - 1) // bs if colocated else prompt_len // bs
+        if (type(hashes) is tuple and not req.segments and req.hash_block_size == block_size
+                and full <= len(<tuple>hashes)):
+            keys = hashes
+        else:
+            keys = keys_of(req, block_size)
+        # client: client_of_request; no labels and no session: None
+        labels = req.labels
+        session_id = req.session_id
+        if not labels and session_id is None:
+            client = None
+        else:
+            client = client_of(req, keys)
+        nkeys = len(keys)
+        cap = (prompt_len - 1) // bs
+        live = new(live_type)
+        _put(live, F_REQ, req)
+        _put(live, F_KEYS, keys)
+        _put(live, F_MAX_HIT, PyLong_FromSsize_t(cap if cap < nkeys else nkeys))
+        _put(live, F_PROMPT_BLOCKS, PyLong_FromSsize_t(-(-prompt_len // bs)))
+        _put(live, F_COMPUTED, zero)
+        _put(live, F_BLOCKS, [])
+        _put(live, F_NUM_CACHED, zero)
+        _put(live, F_CACHED_ADM, None)
+        _put(live, F_FIRST_S, None)
+        _put(live, F_FIRST_STEP, None)
+        _put(live, F_FINISH_S, None)
+        _put(live, F_FINISH_STEP, None)
+        _put(live, F_PREEMPTIONS, zero)
+        _put(live, F_PREEMPTED, False)
+        _put(live, F_RELEASED, None)
+        _put(live, F_SNAP, None)
+        _put(live, F_OUT_LEN, out_len)
+        _put(live, F_GENERATED, zero)
+        _put(live, F_FIRST_TOKEN, None)
+        _put(live, F_LAST_TOKEN, None)
+        _put(live, F_DISCARDED, zero)
+        _put(live, F_RESUME_CACHED, zero)
+        _put(live, F_INDEX, PyLong_FromSsize_t(i))
+        _put(live, F_DEC_SEQ, None)
+        _put(live, F_DEC_STEP, zero)
+        _put(live, F_DEC_C0, zero)
+        _put(live, F_DEC_G0, zero)
+        _put(live, F_WATCHED, zero)
+        _put(live, F_PARTIAL, False)
+        _put(live, F_LAST_SNAP, None)
+        _put(live, F_CLIENT, client)
+        _put(live, F_ARRIVAL_PREFILL, zero)
+        _put(live, F_NEXT_KEY, no_key)
+        Py_INCREF(live)
+        PyList_SET_ITEM(lives, i, live)
+    return lives
+
+
+#: What ``table_columns`` returns, in order: the states' fields, then their requests' fields.
+TABLE_FIELDS = ("req", "released_s", "first_token_s", "first_scheduled_s", "finish_s",
+                "cached_at_admission", "first_scheduled_step", "finish_step", "preemptions",
+                "req.request_id", "req.arrival_time", "req.prompt_len", "req.session_id",
+                "req.after", "req.labels")
+_STATE = (F_REQ, F_RELEASED, F_FIRST_TOKEN, F_FIRST_S, F_FINISH_S, F_CACHED_ADM, F_FIRST_STEP,
+          F_FINISH_STEP, F_PREEMPTIONS)
+DEF NSTATE = 9
+DEF NTABLE = 15
+
+
+def table_columns(list lives):
+    """``tuple([o.<f> for o in lives] for f in TABLE_FIELDS)`` (a dotted name read through
+    ``req``), read in one pass over ``lives``: states made by ``new_lives`` (``_Live`` objects
+    of the bound class). ``Engine._request_table``'s comprehensions are the reference.
+
+    Raises:
+        RuntimeError: ``bind`` did not succeed. TypeError: an object of another class.
+        AttributeError: an unset field (as reading it in Python raises).
+    """
+    if _LIVE is None:
+        raise RuntimeError("_live_c.bind() did not succeed")
+    cdef Py_ssize_t n = len(lives), i
+    cdef int j
+    cdef int state[NSTATE]
+    cdef list cols = [PyList_New(n) for j in range(NTABLE)]
+    cdef object live, req, value
+    for j in range(NSTATE):
+        state[j] = _STATE[j]
+    for i in range(n):
+        live = lives[i]
+        if type(live) is not _LIVE:
+            raise TypeError(f"table_columns: a {type(live).__name__}, not a state of new_lives")
+        for j in range(NSTATE):
+            value = _get(live, state[j])
+            Py_INCREF(value)
+            PyList_SET_ITEM(cols[j], i, value)
+        req = _get(live, F_REQ)
+        for j, value in enumerate((req.request_id, req.arrival_time, req.prompt_len,
+                                   req.session_id, req.after, req.labels), NSTATE):
+            Py_INCREF(value)
+            PyList_SET_ITEM(cols[j], i, value)
+    return tuple(cols)
