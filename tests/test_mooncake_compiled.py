@@ -74,6 +74,12 @@ VARIANTS = [
 ]
 
 
+# A ``request_id`` the compiled path takes (a string: scanned where it is printable ASCII without
+# escapes, else read by orjson; an empty one named ``STEM:LINE``), or hands back (not a string, a
+# repeat of an earlier id or of a ``STEM:LINE`` name).
+REQUEST_IDS = ["a", "b", "", "t:2", "t:1", "caf\u00e9", "tab\there", "q\"uote", 7, None]
+
+
 @st.composite
 def mooncake_files(draw):
     lines = []
@@ -81,8 +87,11 @@ def mooncake_files(draw):
     for _ in range(draw(st.integers(0, 8))):
         t += draw(st.sampled_from([0.0, 0.5, 3.0, 1000.0]))
         row = draw(plain_row(t))
-        kind = draw(st.sampled_from(["plain"] * 6 + ["variant", "earlier", "broken"]))
-        if kind == "variant":
+        kind = draw(st.sampled_from(["plain"] * 6 + ["variant", "earlier", "broken", "named"]))
+        if kind == "named":
+            lines.append(json.dumps({**row, "request_id": draw(st.sampled_from(REQUEST_IDS))},
+                                    ensure_ascii=draw(st.booleans())))
+        elif kind == "variant":
             lines.append(json.dumps(draw(st.sampled_from(VARIANTS))(row)))
         elif kind == "earlier":
             lines.append(json.dumps({**row, "timestamp": max(0.0, t - 1.0) if t >= 1.0 else -0.5}))
@@ -139,6 +148,25 @@ def test_fields_go_straight_into_the_request_slots(tmp_path):
     assert r == Request("t:1", 1.5, 1030, (4, 9), 512, 3) and hash(r) == hash(Request("t:1", 1.5, 1030, (4, 9), 512, 3))
     with pytest.raises(dataclasses.FrozenInstanceError):  # still a frozen Request
         r.prompt_len = 1
+
+
+def test_rows_with_a_request_id_hand_computed(tmp_path):
+    # fairsim convert's and bench --tile's rows: the id is kept; an empty one reads as STEM:LINE
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": [1, 2], "request_id": "x#1"}\n'
+                    '{"request_id":"", "timestamp": 5, "input_length": 600, "output_length": 2, "hash_ids": [3]}\n'
+                    '{"timestamp": 6, "input_length": 9, "output_length": 2, "hash_ids": [], "request_id": "\\u00e9"}\n')
+    requests, locations, block = plain(path)
+    assert locations == {"x#1": 1, "t:2": 2, "\u00e9": 3} and block == 512
+    assert [(r.request_id, r.arrival_time, r.block_hashes) for r in requests] == [
+        ("x#1", 0.0, (1,)), ("t:2", 0.005, (3,)), ("\u00e9", 0.006, ())]
+    assert both(path)[0] == both(path)[1] == outcome(path)
+    # a repeated id (here the name the second row would get) is the Python path's to report
+    path.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [], "request_id": "t:2"}\n'
+                    '{"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": []}\n')
+    assert plain(path) is None
+    compiled, reference = both(path)
+    assert compiled == reference and compiled[0] == "error" and "duplicates line 1" in compiled[2]
 
 
 def test_a_row_it_does_not_take_hands_the_file_back(tmp_path):

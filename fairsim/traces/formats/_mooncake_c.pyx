@@ -2,7 +2,8 @@
 """The Mooncake reader's plain rows, typed: the compiled twin of ``mooncake.read``'s common path.
 
 A plain row has exactly ``timestamp``, ``input_length``, ``output_length`` and ``hash_ids``, of
-the types ``mooncake._parse`` accepts at once (every row of the public Mooncake traces). For a
+the types ``mooncake._parse`` accepts at once (every row of the public Mooncake traces), and may
+add a string ``request_id`` (``fairsim convert``'s and ``bench --tile``'s files). For a
 file of plain rows only, ``plain_requests`` builds the same ``Request`` objects as
 ``mooncake.read`` (same fields, in the same order; ``tests/test_mooncake_compiled.py``) without
 the per-row ``_Row`` and Python calls. Each line is first scanned from its bytes
@@ -97,6 +98,7 @@ cdef object _TS = "timestamp"
 cdef object _IN = "input_length"
 cdef object _OUT = "output_length"
 cdef object _IDS = "hash_ids"
+cdef object _RID = "request_id"
 cdef double _INT_AS_FLOAT = 2.0 ** 1023  # mooncake._INT_AS_FLOAT
 cdef bytes _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")  # _common's
 cdef bytes _LONG_DIGITS = b"0" * 19
@@ -108,7 +110,8 @@ cdef enum:
     _F_IN = 1
     _F_OUT = 2
     _F_IDS = 3
-    _ALL_FIELDS = 15
+    _F_RID = 4  # optional: ``request_id``, a string of printable ASCII without escapes
+    _ALL_FIELDS = 15  # the four required fields
     _MAX_DIGITS = 18  # below 2**62 (_MAX_LEN): no C overflow, no 19-digit run to check
 
 
@@ -135,7 +138,7 @@ cdef inline Py_ssize_t _uint(const unsigned char* p, Py_ssize_t i, Py_ssize_t n,
 
 
 cdef inline int _field(const unsigned char* p, Py_ssize_t start, Py_ssize_t length) noexcept:
-    """Which of the four fields the key ``p[start:start + length]`` names, or -1."""
+    """Which of the four fields or ``request_id`` the key ``p[start:start + length]`` names, or -1."""
     cdef const char* k = <const char*>p + start
     if length == 9 and memcmp(k, b"timestamp", 9) == 0:
         return _F_TS
@@ -145,6 +148,8 @@ cdef inline int _field(const unsigned char* p, Py_ssize_t start, Py_ssize_t leng
         return _F_OUT
     if length == 8 and memcmp(k, b"hash_ids", 8) == 0:
         return _F_IDS
+    if length == 10 and memcmp(k, b"request_id", 10) == 0:
+        return _F_RID
     return -1
 
 
@@ -158,6 +163,7 @@ cdef class _Scanner:
     cdef long long* ids
     cdef long long* sorted_ids
     cdef Py_ssize_t count, capacity
+    cdef Py_ssize_t rid_start, rid_len  # the request_id string's bytes (rid_len -1: none)
 
     def __dealloc__(self):
         free(self.ids)
@@ -188,6 +194,7 @@ cdef class _Scanner:
         cdef int seen = 0, f
         cdef long long v
         self.count = 0
+        self.rid_len = -1
         i = _skip_ws(p, 0, n)
         if i >= n or p[i] != 123:  # '{'
             return False
@@ -212,7 +219,21 @@ cdef class _Scanner:
             if i >= n or p[i] != 58:  # ':'
                 return False
             i = _skip_ws(p, i + 1, n)
-            if f == _F_IDS:
+            if f == _F_RID:
+                # printable ASCII only: any escape, control or non-ASCII byte goes to orjson
+                if i >= n or p[i] != 34:
+                    return False
+                i += 1
+                start = i
+                while i < n and p[i] != 34:
+                    if p[i] == 92 or p[i] < 32 or p[i] > 126:
+                        return False
+                    i += 1
+                if i >= n:
+                    return False
+                self.rid_start, self.rid_len = start, i - start
+                i += 1
+            elif f == _F_IDS:
                 if i >= n or p[i] != 91:  # '['
                     return False
                 i = _skip_ws(p, i + 1, n)
@@ -244,7 +265,13 @@ cdef class _Scanner:
                 break
             else:
                 return False
-        return seen == _ALL_FIELDS and _skip_ws(p, i, n) == n
+        return seen & _ALL_FIELDS == _ALL_FIELDS and _skip_ws(p, i, n) == n
+
+    cdef object request_id(self, bytes line):
+        """The scanned line's ``request_id`` (a str), or None where it has none."""
+        if self.rid_len < 0:
+            return None
+        return line[self.rid_start:self.rid_start + self.rid_len].decode("ascii")
 
     cdef bint distinct(self) noexcept:
         """Whether the scanned ids are pairwise distinct (a sorted copy's neighbours differ)."""
@@ -290,15 +317,16 @@ def plain_requests(object lines_of_file, object loads, object safe, str stem, ob
         loads: ``orjson.loads``, or a function that calls it.
         safe: ``_common._orjson_safe``: a line with a run of 19+ digits is read by ``loads`` only
             if it holds no integer beyond 64 bits (``iter_json_lines``' rule).
-        stem: The file's stem (request ids are ``STEM:LINE``, as ``mooncake.read`` names them).
+        stem: The file's stem (a row without a ``request_id``, or with an empty one, is named
+            ``STEM:LINE``, as ``mooncake.read`` names it).
         block: The hash block size given (``--hash-block-size`` or the sidecar's), or None:
             512, which every row's id count must fit (else None: the Python path picks one).
 
     Returns:
         The requests in file order (which is arrival order: the timestamps do not decrease),
-        ``{request_id: line}`` (the ids, ``STEM:LINE``, are distinct; no request has labels or
-        an ``after``: nothing is left for ``Collector.finish`` to check or sort), and the hash
-        block size; or None (a
+        ``{request_id: line}`` (the ids are distinct; no request has labels or an ``after``:
+        nothing is left for ``Collector.finish`` to check or sort), and the hash block size; or
+        None (a repeated ``request_id``, which ``Collector.finish`` reports; a
         line ``iter_json_lines`` would not give as a plain record: a blank line before more
         records, broken JSON, a non-object, a byte-order mark; a row ``_parse`` would check
         field by field; a decreasing timestamp; an id count or a repeated id to report).
@@ -312,6 +340,7 @@ def plain_requests(object lines_of_file, object loads, object safe, str stem, ob
     cdef long long L, bs, full
     cdef _Scanner scanner = _Scanner()
     cdef str rid
+    cdef object given
     cdef object new = object.__new__
     if block is not None and (type(block) is not int or not 1 <= block <= _MAX_LEN):
         return None
@@ -334,6 +363,7 @@ def plain_requests(object lines_of_file, object loads, object safe, str stem, ob
             n = L
             out = scanner.values[_F_OUT]
             hashes = scanner.leading(full)
+            given = scanner.request_id(raw)
         else:
             if _LONG_DIGITS in (<bytes>raw).translate(_DIGITS_TO_ZERO) and not safe(raw):
                 return None
@@ -346,7 +376,10 @@ def plain_requests(object lines_of_file, object loads, object safe, str stem, ob
                 return None
             if blank:
                 return None
-            if type(rec) is not dict or len(<dict>rec) != 4:
+            if type(rec) is not dict:
+                return None
+            given = (<dict>rec).get(_RID)
+            if len(<dict>rec) != (4 if given is None else 5) or (given is not None and type(given) is not str):
                 return None
             # (a missing field reads as None, which no type check below takes)
             ts = (<dict>rec).get(_TS)
@@ -382,7 +415,10 @@ def plain_requests(object lines_of_file, object loads, object safe, str stem, ob
         n = lengths.setdefault(n, n)
         out = lengths.setdefault(out, out)
         req = new(Request)
-        rid = f"{stem}:{line}"
+        # ``mooncake.read``: ``row.request_id or f"{stem}:{line}"`` (an empty id is replaced)
+        rid = given if given else f"{stem}:{line}"
+        if rid in locations:  # a duplicate: Collector.finish reports it (the Python path)
+            return None
         locations[rid] = line
         # Every field, as make_request sets them (a frozen dataclass: object.__setattr__'s way),
         # in _FIELDS' order
