@@ -65,9 +65,11 @@ def bind(object live_type) -> bool:
     global _LIVE
     cdef PyMemberDef* member
     cdef Py_ssize_t i
+    cdef Py_ssize_t offsets[NFIELDS]  # copied to _OFFSET only once every field checks out
     names = []
-    for klass in live_type.__mro__[:-1]:
-        names.extend(getattr(klass, "__slots__", ("__dict__",)))
+    for klass in live_type.__mro__:
+        if klass is not object:
+            names.extend(getattr(klass, "__slots__", ("__dict__",)))
     if len(FIELDS) != NFIELDS or sorted(names) != sorted(FIELDS):
         return False
     for i, name in enumerate(FIELDS):
@@ -77,7 +79,9 @@ def bind(object live_type) -> bool:
         member = (<PyMemberDescrObject*><PyObject*>descr).d_member
         if member.type != T_OBJECT_EX or member.flags & READONLY:
             return False
-        _OFFSET[i] = member.offset
+        offsets[i] = member.offset
+    for i in range(NFIELDS):
+        _OFFSET[i] = offsets[i]
     _LIVE = live_type
     return True
 
@@ -217,12 +221,18 @@ def table_columns(list lives):
         if type(live) is not _LIVE:
             raise TypeError(f"table_columns: a {type(live).__name__}, not a state of new_lives")
         for j in range(NSTATE):
-            value = _get(live, state[j])
-            Py_INCREF(value)
-            PyList_SET_ITEM(cols[j], i, value)
+            _set(cols[j], i, _get(live, state[j]))
         req = _get(live, F_REQ)
-        for j, value in enumerate((req.request_id, req.arrival_time, req.prompt_len,
-                                   req.session_id, req.after, req.labels), NSTATE):
-            Py_INCREF(value)
-            PyList_SET_ITEM(cols[j], i, value)
+        _set(cols[NSTATE], i, req.request_id)
+        _set(cols[NSTATE + 1], i, req.arrival_time)
+        _set(cols[NSTATE + 2], i, req.prompt_len)
+        _set(cols[NSTATE + 3], i, req.session_id)
+        _set(cols[NSTATE + 4], i, req.after)
+        _set(cols[NSTATE + 5], i, req.labels)
     return tuple(cols)
+
+
+cdef inline void _set(list column, Py_ssize_t i, object value) noexcept:
+    """Item ``i`` of ``column`` (a new list from ``PyList_New``: the item is NULL) set to ``value``."""
+    Py_INCREF(value)
+    PyList_SET_ITEM(column, i, value)
