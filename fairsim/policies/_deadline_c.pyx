@@ -938,11 +938,19 @@ cdef class DeadlineCore:
     cdef public dict snap, _stale, _pending, _key_of, _left, _slo_ns
     cdef public list _gone
     cdef public DueBlocks due
+    # The Fast lane's methods, bound once (as ``_merge_c.LanePair``: a lane binds its compiled
+    # ones in its ``__init__``); ``_fair_inline``: ``fair`` is exactly an ``ArrivalOrder``, whose
+    # ``add``/``remove`` run inline here, statement for statement, and whose ``stale`` does nothing.
+    cdef object _fast_add, _fast_remove, _fast_stale
+    cdef readonly bint _fair_inline
 
     def __init__(self, policy, fast, fair, DueBlocks due):
+        from fairsim.policies.incremental import ArrivalOrder
         self.policy = policy
         self.fast = fast
         self.fair = fair
+        self._fast_add, self._fast_remove, self._fast_stale = fast.add, fast.remove, fast.stale
+        self._fair_inline = type(fair) is ArrivalOrder
         self.snap = {}
         self._stale = {}
         self._resolve = None
@@ -969,14 +977,29 @@ cdef class DeadlineCore:
             else:
                 self._pending[rid] = None
         self._stale.pop(rid, None)
-        self.fast.add(q)
-        self.fair.add(q)
+        self._fast_add(q)
+        if self._fair_inline:  # ArrivalOrder.add(self.fair, q)
+            fair = self.fair
+            items = fair.items
+            if rid not in items:
+                key = (q.arrival_time, rid)
+                last = fair._last
+                if last is not None and key < last:
+                    fair._sorted = False
+                else:
+                    fair._last = key
+            items[rid] = q
+        else:
+            self.fair.add(q)
         self.snap[rid] = q
 
     def remove(self, request_id):
         """The reference's ``remove``."""
-        self.fast.remove(request_id)
-        self.fair.remove(request_id)
+        self._fast_remove(request_id)
+        if self._fair_inline:  # ArrivalOrder.remove(self.fair, request_id)
+            del self.fair.items[request_id]
+        else:
+            self.fair.remove(request_id)
         self._stale.pop(request_id, None)
         p = self.policy
         k = self._key_of.pop(request_id, None)
@@ -1007,8 +1030,9 @@ cdef class DeadlineCore:
     def stale(self, request_ids, raised=None):
         """The reference's ``stale``."""
         cdef dict st = self._stale
-        self.fast.stale(request_ids, raised)
-        self.fair.stale(request_ids, raised)
+        self._fast_stale(request_ids, raised)
+        if not self._fair_inline:  # (ArrivalOrder.stale does nothing)
+            self.fair.stale(request_ids, raised)
         for rid in request_ids:
             st[rid] = None
 
