@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairsim.compiled import compiled_twin
+from fairsim.policies.deadline_clock import now_ns
 from fairsim.policies.deadline_fast import TWIN_MODULE, DeadlineOrder, DueBlocks, deadline_order, due_blocks
 from fairsim.policies.fairway_deadline import FairwayDeadline
 from tests.test_deadline_fast import histories, odd_idle
@@ -279,6 +280,25 @@ def test_float_round_raises_as_round():
         with pytest.raises(error):
             twin.float_round(bad)
     assert [twin.float_round(v) for v in (0.5, 1.5, 2.5, -0.5, -2.5, 2.4999999999999996)] == [0, 2, 2, 0, -2, 2]
+
+
+@given(now=st.one_of(st.floats(-1e290, 1e290), st.integers(-10**12, 10**12),  # (now x 1e9 finite)
+                     st.floats(-1e6, 1e6), st.integers(-2**40, 2**40).map(lambda n: n / 1e9)))
+def test_floor_ns_is_now_ns(now):
+    """The twin's due-test clock (``_update``) is ``deadline_clock.now_ns``: the same int."""
+    got = twin.floor_ns(now)
+    assert got == now_ns(now) and type(got) is int
+
+
+def test_floor_ns_and_round_any_raise_and_defer_as_python():
+    for bad, error in ((math.inf, OverflowError), (-math.inf, OverflowError), (math.nan, ValueError)):
+        with pytest.raises(error):
+            twin.floor_ns(bad)
+        with pytest.raises(error):
+            twin.round_any(bad)
+    assert twin.floor_ns(np.float64(1.5)) == 1_500_000_000  # (not a float: math.floor itself)
+    assert [twin.round_any(v) for v in (2.5, 3.5, -0.5, 7, np.float64(2.5))] == [2, 4, 0, 7, 2]
+    assert [twin.floor_ns(v) for v in (1e-9, -1e-9, 0.9999999999, 2)] == [now_ns(v) for v in (1e-9, -1e-9, 0.9999999999, 2)]
 
 
 def _small_block_pair(mode):
