@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairsim.compiled import compiled_twin
+from fairsim.policies.deadline_clock import now_ns
 from fairsim.policies.deadline_fast import TWIN_MODULE, DeadlineOrder, DueBlocks, deadline_order, due_blocks
 from fairsim.policies.fairway_deadline import FairwayDeadline
 from tests.test_deadline_fast import histories, odd_idle
@@ -146,7 +147,8 @@ def _order_state(inc) -> str:
     mine = (inc.snap, inc._stale, inc._pending, inc._key_of, inc._gone, inc._left, inc._total,
             type(inc._total), inc._alast, inc._floor, type(inc._floor), inc._slo_ns, len(inc))
     policy = (p.deadline_ns, p.work_ns, sorted(p.urgent), p.horizon_ns, p._rate)
-    return repr((mine, [list(d) for d in mine[:6] if isinstance(d, dict)], policy, _state(inc.due)))
+    fair = (list(inc.fair.items.items()), inc.fair._last, inc.fair._sorted)  # (the twin edits it inline)
+    return repr((mine, [list(d) for d in mine[:6] if isinstance(d, dict)], policy, fair, _state(inc.due)))
 
 
 @settings(max_examples=150, deadline=None)
@@ -200,6 +202,7 @@ def _both_orders(steps, params, lazy, block, shift=0.0):
     ref, got = DeadlineOrder(pols[0]), deadline_order(pols[1])
     assert type(got) is not DeadlineOrder and isinstance(got, DeadlineOrder)
     assert type(got.due) is twin.DueBlocks
+    assert got._fair_inline  # (its Fair lane is exactly an ArrivalOrder: edited inline)
     orders = (ref, got)
     snaps: dict = {}
     for inc in orders:
@@ -279,6 +282,25 @@ def test_float_round_raises_as_round():
     assert [twin.float_round(v) for v in (0.5, 1.5, 2.5, -0.5, -2.5, 2.4999999999999996)] == [0, 2, 2, 0, -2, 2]
 
 
+@given(now=st.one_of(st.floats(-1e290, 1e290), st.integers(-10**12, 10**12),  # (now x 1e9 finite)
+                     st.floats(-1e6, 1e6), st.integers(-2**40, 2**40).map(lambda n: n / 1e9)))
+def test_floor_ns_is_now_ns(now):
+    """The twin's due-test clock (``_update``) is ``deadline_clock.now_ns``: the same int."""
+    got = twin.floor_ns(now)
+    assert got == now_ns(now) and type(got) is int
+
+
+def test_floor_ns_and_round_any_raise_and_defer_as_python():
+    for bad, error in ((math.inf, OverflowError), (-math.inf, OverflowError), (math.nan, ValueError)):
+        with pytest.raises(error):
+            twin.floor_ns(bad)
+        with pytest.raises(error):
+            twin.round_any(bad)
+    assert twin.floor_ns(np.float64(1.5)) == 1_500_000_000  # (not a float: math.floor itself)
+    assert [twin.round_any(v) for v in (2.5, 3.5, -0.5, 7, np.float64(2.5))] == [2, 4, 0, 7, 2]
+    assert [twin.floor_ns(v) for v in (1e-9, -1e-9, 0.9999999999, 2)] == [now_ns(v) for v in (1e-9, -1e-9, 0.9999999999, 2)]
+
+
 def _small_block_pair(mode):
     """The reference ``DueBlocks`` and its twin with blocks of 2 keys, and ``both(op, *args)``:
     the call on each, asserting the same answer and state, returning the reference's answer."""
@@ -351,3 +373,38 @@ def test_twin_blocks_in_c_arrays_then_python_ints(mode):
     both("mark_due", 10**6)
     assert len(got.blocks) == 1
     assert list(ref.due_prefix(1)) == list(got.due_prefix(1))
+
+
+def test_compiled_core_calls_a_fair_lane_that_is_not_an_arrival_order():
+    """``DeadlineCore`` edits an ``ArrivalOrder`` inline; any other Fair lane (here a subclass
+    that records its calls) gets the reference's calls, ``stale`` included, and the same state."""
+    from fairsim.policies.fast_lane import FastLane
+    from fairsim.policies.incremental import ArrivalOrder
+
+    calls = []
+
+    class Recording(ArrivalOrder):
+        def add(self, q):
+            calls.append(("add", q.request_id))
+            super().add(q)
+
+        def remove(self, request_id):
+            calls.append(("remove", request_id))
+            super().remove(request_id)
+
+        def stale(self, request_ids, raised=None):
+            calls.append(("stale", list(request_ids)))
+
+    pol = FairwayDeadline(odd_idle)
+    core = twin.DeadlineCore(pol, FastLane(pol.slo), Recording(), twin.DueBlocks("queue", DueBlocks.BLOCK))
+    inline = twin.DeadlineCore(pol, FastLane(pol.slo), ArrivalOrder(), twin.DueBlocks("queue", DueBlocks.BLOCK))
+    assert not core._fair_inline and inline._fair_inline
+    for k in (1, 0, 2):  # r0 arrives before r1, added after it: the lane is left unsorted
+        for c in (core, inline):
+            c.add(make_queued(f"r{k}", 0, 100, arrival=float(k), prompt_len=100))
+    core.stale(["r2"])
+    core.remove("r1")
+    inline.remove("r1")
+    assert calls == [("add", "r1"), ("add", "r0"), ("add", "r2"), ("stale", ["r2"]), ("remove", "r1")]
+    for fair in (core.fair, inline.fair):
+        assert list(fair.items) == ["r0", "r2"] and fair._last == (2.0, "r2") and fair._sorted is False

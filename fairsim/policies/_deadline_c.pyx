@@ -33,7 +33,7 @@ try:  # the 64-bit block sums (optional like this module; the Python expressions
 except ImportError:  # pragma: no cover - built together by setup.py
     MODE_CODES, block_sums, open_due = {"queue": 0, "own": 1, "none": 2}, None, None
 
-from libc.math cimport fabs, isfinite, round as c_round
+from libc.math cimport fabs, floor as c_floor, isfinite, round as c_round
 from cpython.long cimport (PyLong_AsLongLongAndOverflow, PyLong_FromDouble, PyLong_FromLongLong,
                            PyLong_FromUnsignedLongLong)
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
@@ -938,11 +938,19 @@ cdef class DeadlineCore:
     cdef public dict snap, _stale, _pending, _key_of, _left, _slo_ns
     cdef public list _gone
     cdef public DueBlocks due
+    # The Fast lane's methods, bound once (as ``_merge_c.LanePair``: a lane binds its compiled
+    # ones in its ``__init__``); ``_fair_inline``: ``fair`` is exactly an ``ArrivalOrder``, whose
+    # ``add``/``remove`` run inline here, statement for statement, and whose ``stale`` does nothing.
+    cdef object _fast_add, _fast_remove, _fast_stale
+    cdef readonly bint _fair_inline
 
     def __init__(self, policy, fast, fair, DueBlocks due):
+        from fairsim.policies.incremental import ArrivalOrder
         self.policy = policy
         self.fast = fast
         self.fair = fair
+        self._fast_add, self._fast_remove, self._fast_stale = fast.add, fast.remove, fast.stale
+        self._fair_inline = type(fair) is ArrivalOrder
         self.snap = {}
         self._stale = {}
         self._resolve = None
@@ -969,14 +977,29 @@ cdef class DeadlineCore:
             else:
                 self._pending[rid] = None
         self._stale.pop(rid, None)
-        self.fast.add(q)
-        self.fair.add(q)
+        self._fast_add(q)
+        if self._fair_inline:  # ArrivalOrder.add(self.fair, q)
+            fair = self.fair
+            items = fair.items
+            if rid not in items:
+                key = (q.arrival_time, rid)
+                last = fair._last
+                if last is not None and key < last:
+                    fair._sorted = False
+                else:
+                    fair._last = key
+            items[rid] = q
+        else:
+            self.fair.add(q)
         self.snap[rid] = q
 
     def remove(self, request_id):
         """The reference's ``remove``."""
-        self.fast.remove(request_id)
-        self.fair.remove(request_id)
+        self._fast_remove(request_id)
+        if self._fair_inline:  # ArrivalOrder.remove(self.fair, request_id)
+            del self.fair.items[request_id]
+        else:
+            self.fair.remove(request_id)
         self._stale.pop(request_id, None)
         p = self.policy
         k = self._key_of.pop(request_id, None)
@@ -985,13 +1008,19 @@ cdef class DeadlineCore:
             del self._pending[request_id]
             return
         q = self.snap.pop(request_id)
-        work = p.work_ns.pop(request_id)
-        urgent = p.urgent
-        self._left[request_id] = (q.arrival_time, q.prompt_len, k, work, request_id in urgent)
+        # (the policy's state read as its exact types, so each edit is a direct C call; any
+        # other type is read through its methods, as the reference does)
+        work_ns, urgent = p.work_ns, p.urgent
+        work = (<dict>work_ns).pop(request_id) if type(work_ns) is dict else work_ns.pop(request_id)
+        flag = (request_id in <set>urgent) if type(urgent) is set else (request_id in urgent)
+        self._left[request_id] = (q.arrival_time, q.prompt_len, k, work, flag)
         self._gone.append(k)
         self._total = self._total - work
         del p.deadline_ns[request_id]
-        urgent.discard(request_id)
+        if type(urgent) is set:
+            (<set>urgent).discard(request_id)
+        else:
+            urgent.discard(request_id)
 
     def _restore(self, rid, key, work, urgent):
         """The reference's ``_restore``."""
@@ -1007,8 +1036,9 @@ cdef class DeadlineCore:
     def stale(self, request_ids, raised=None):
         """The reference's ``stale``."""
         cdef dict st = self._stale
-        self.fast.stale(request_ids, raised)
-        self.fair.stale(request_ids, raised)
+        self._fast_stale(request_ids, raised)
+        if not self._fair_inline:  # (ArrivalOrder.stale does nothing)
+            self.fair.stale(request_ids, raised)
         for rid in request_ids:
             st[rid] = None
 
@@ -1056,6 +1086,7 @@ cdef class DeadlineCore:
         cdef int mode
         cdef bint use_h
         cdef tuple item
+        cdef list lens
         p = self.policy
         if self._alast is not None and not fresh[0] > self._alast:
             return False
@@ -1072,10 +1103,12 @@ cdef class DeadlineCore:
         try:
             work = p.work_ns
             rates, idle = p._rate, p.idle_prefill_time
+            lens = []  # each newcomer's prompt_len (its snapshot is ``snap[rid]`` from here on)
             for i in range(n):  # the works (the reference's first loop: resolve, rate, round)
                 rid = (<tuple>fresh[i])[1]
                 q = self._cur(rid)
                 length = q.prompt_len
+                lens.append(length)
                 rate = rates.get(length)
                 if rate is None:
                     rate = rates[length] = idle(length) / length
@@ -1091,10 +1124,10 @@ cdef class DeadlineCore:
             slo = p.slo
             for i in range(n):  # the patience, arrival (the second loop's per-request floats)
                 item = <tuple>fresh[i]
-                length = (<object>snap[item[1]]).prompt_len
+                length = lens[i]  # (the reference's ``snap[rid].prompt_len``: the same object)
                 patience = slo_ns.get(length)
                 if patience is None:
-                    patience = slo_ns[length] = round(slo(length) * 1e9)
+                    patience = slo_ns[length] = _round_any(slo(length) * 1e9)
                 arrival = item[0]
                 if not (_fits(patience, &pats[i]) and type(arrival) is float
                         and _ns_of(<double>arrival * 1e9, &arrs[i])):
@@ -1210,7 +1243,7 @@ cdef class DeadlineCore:
             length = (<object>snap[rid]).prompt_len
             patience = slo_ns.get(length)
             if patience is None:
-                patience = slo_ns[length] = round(slo(length) * 1e9)
+                patience = slo_ns[length] = _round_any(slo(length) * 1e9)
             d = _round(arrival * 1e9) + (patience if patience > wait else wait)
             deadline[rid] = d
             if ahead + own > h:
@@ -1227,9 +1260,18 @@ cdef class DeadlineCore:
             self._floor = least
         return 0
 
+    def iter_order(self, now):
+        """The reference's ``iter_order``: the state updates (``_update``) now, then its read
+        (``_read``, the reference's, looked up on the instance) when anyone waits."""
+        cdef Py_ssize_t n = self._update_c(now)
+        return self._read(now, n) if n else iter(())
+
     def _update(self, now):
         """``iter_order``'s state updates (the reference's lines before its read); returns the
         number of waiting requests (0: nothing to read)."""
+        return self._update_c(now)
+
+    cdef Py_ssize_t _update_c(self, object now) except -1:
         cdef DueBlocks due = self.due
         cdef Py_ssize_t n
         cdef tuple marked
@@ -1245,7 +1287,7 @@ cdef class DeadlineCore:
             return 0
         if self._pending:
             self._assign()
-        t = _floor_of(now * 1e9)  # deadline_clock.now_ns
+        t = _floor_ns(now)  # deadline_clock.now_ns
         if self._floor is None or t >= self._floor:
             marked = due._mark_due(t)
             newly, self._floor = marked
@@ -1300,6 +1342,36 @@ cdef object _round(double x):
     if fabs(x - r) == 0.5:
         r = 2.0 * c_round(x / 2.0)
     return PyLong_FromDouble(r)
+
+
+cdef object _round_any(object x):
+    """``round(x)``: ``_round`` for a float (no call), ``round`` itself for anything else."""
+    if type(x) is float:
+        return _round(<double>x)
+    return round(x)
+
+
+cdef object _floor_ns(object now):
+    """``deadline_clock.now_ns(now)``, ``math.floor(now x 1e9)``: for a finite float product C
+    ``floor`` made an int (``math.floor`` of a float does the same, ``float.__floor__``),
+    ``math.floor`` itself for anything else (it raises as there for inf and NaN)."""
+    cdef double x
+    v = now * 1e9
+    if type(v) is float:
+        x = <double>v
+        if isfinite(x):
+            return PyLong_FromDouble(c_floor(x))
+    return _floor_of(v)
+
+
+def floor_ns(now):
+    """``_floor_ns(now)`` from Python (``tests/test_deadline_compiled.py`` checks it against ``now_ns``)."""
+    return _floor_ns(now)
+
+
+def round_any(x):
+    """``_round_any(x)`` from Python (``tests/test_deadline_compiled.py``)."""
+    return _round_any(x)
 
 
 def _arrival_id(q):

@@ -771,7 +771,7 @@ class DeadlineOrder:
 @functools.cache
 def _compiled_order_class(mod: Any) -> type:
     """``DeadlineOrder`` with ``mod.DeadlineCore``'s compiled ``add``, ``remove``, ``stale``,
-    ``_current``, ``_assign`` and state updates first in its MRO; the read (``_read``, ``_read_due``),
+    ``_current``, ``_assign``, ``iter_order`` and state updates first in its MRO; the read (``_read``, ``_read_due``),
     ``head_until`` and ``set_resolver`` are the reference's."""
 
     class CompiledDeadlineOrder(mod.DeadlineCore, DeadlineOrder):
@@ -783,8 +783,7 @@ def _compiled_order_class(mod: Any) -> type:
                                       mod.DueBlocks(policy.lookahead, DueBlocks.BLOCK))
             self._merge = merge_of(policy.fast_weight, policy.fair_weight)  # as the reference's
 
-        def iter_order(self, now: float) -> Iterator[QueuedRequest]:
-            n = self._update(now)  # the reference's state updates (compiled)
-            return self._read(now, n) if n else iter(())
+        # (``iter_order`` is ``DeadlineCore``'s, first in the MRO: the reference's state updates
+        # compiled, then the reference's ``_read``; no Python frame around them.)
 
     return CompiledDeadlineOrder
