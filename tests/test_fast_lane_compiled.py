@@ -386,3 +386,75 @@ def test_bucket_front_deletions_leave_no_dead_slot_in_the_keys():
     assert b.search((35.0, 0, "r35")) == 6
     assert b.keys == [(-1.0, 0, "new")] + keys[30:]
     assert b.mirrored() == [-1.0] + [float(i) for i in range(30, 40)]
+
+
+def _slo_pair(name: str = "fairway", **params):
+    """Two policies of ``name`` on two copies of the profile: one asked through a ``SloCurve``,
+    one through the reference ``Fairway.slo`` (their memos compared after)."""
+    from fairsim.costmodel import load_profile
+    a = make_policy(name, load_profile("a6000-llama3.1-8b-vllm-prior"), **params)
+    b = make_policy(name, load_profile("a6000-llama3.1-8b-vllm-prior"), **params)
+    return a, b, compiled.slo_curve(a.slo)
+
+
+@pytest.mark.parametrize("name", ["fairway", "fairway-carry", "fairway-patience", "fairway-plus"])
+def test_slo_curve_is_fairway_slo(name):
+    """``SloCurve`` gives ``Fairway.slo``'s floats to the bit (and its errors) at lengths inside
+    the ``T_idle`` table (the table's own points, between them), below it, past it, and at
+    non-``int`` lengths, and leaves the same memo entries in the policy and the profile."""
+    a, b, curve = _slo_pair(name)
+    assert curve is not None and curve.reference == a.slo
+    x = a.idle_prefill_time.__self__.idle_prompt_tokens
+    rng = random.Random(7)
+    lengths = ([-1, 0, 1, x[0] - 1] + list(x) + [v + 1 for v in x] + [v - 1 for v in x]
+               + [rng.randrange(1, 2 * x[-1]) for _ in range(3000)] + [True, 100.0, 2.5])
+    for L in lengths + lengths:  # (the second pass: every answer from the memo)
+        results = []
+        for ask in (curve, b.slo):
+            try:
+                v = ask(L)
+                results.append((type(v), v.hex() if isinstance(v, float) else v))
+            except Exception as exc:  # noqa: BLE001 - compared with the reference's
+                results.append((type(exc), str(exc)))
+        assert results[0] == results[1], L
+    assert repr(a._slo_by_len) == repr(b._slo_by_len)
+    assert repr(a.idle_prefill_time.__self__._idle_memo) == repr(b.idle_prefill_time.__self__._idle_memo)
+
+
+def test_slo_curve_follows_the_policy_and_falls_back():
+    """The curve reads the policy's floor, multiplier and mode at each new length (the
+    reference's reads): an absolute policy, or a floor that is not a float, is answered by
+    ``Fairway.slo`` itself; a policy or profile that replaces a reference method gets no curve."""
+    a, b, curve = _slo_pair()
+    for policy in (a, b):
+        policy.slo_floor = 0.02
+    assert curve(3000).hex() == b.slo(3000).hex() and a._slo_by_len[3000] > 0.02
+    for policy in (a, b):
+        policy.wait_mode = "absolute"
+    assert curve(3001) == b.slo(3001) == 0.02
+    for policy in (a, b):
+        policy.wait_mode, policy.slo_floor = "relative", 1
+    assert curve(5) == b.slo(5) == 1 and type(a._slo_by_len[5]) is int
+
+    class Patient(type(a)):
+        def slo(self, prompt_len):
+            return 2.0
+
+    c = Patient(a.idle_prefill_time)
+    assert compiled.slo_curve(c.slo) is None and compiled.slo_curve(lambda L: 1.0) is None
+    d = make_policy("fairway", PROFILE)
+    d.idle_prefill_time = lambda L: 0.5
+    assert compiled.slo_curve(d.slo) is None
+
+
+def test_lane_with_a_replaced_slo_calls_it():
+    """A lane whose ``slo`` is replaced after it was made calls the new one (not its curve)."""
+    policy = make_policy("fairway", PROFILE)
+    with _modes(0, -1):
+        lane = FastLane(policy.slo)
+        assert type(lane._slo_c) is compiled.SloCurve
+        lane.add(QueuedRequest("r0", 0.0, 100, 0, 100, 0, None))
+        list(lane.iter_order(0.0))
+        lane.slo = lambda L: 7.0
+        lane.add(QueuedRequest("r1", 1.0, 300, 0, 300, 0, None))
+    assert lane._by_len[300][0] == 7.0 and lane._items["r0"][3] == policy.slo(100) != 7.0

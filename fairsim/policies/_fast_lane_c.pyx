@@ -707,6 +707,144 @@ def settle(lane, now):
     _settle(lane, now)
 
 
+cdef class SloCurve:
+    """``Fairway.slo`` (the reference, with ``Profile.idle_prefill_time`` and ``_idle_time``) of
+    one policy, for a lane's new prompt lengths: a length already asked, or one inside the
+    profile's ``T_idle`` table, is answered here (the table's segment by a binary search over
+    its C copy, ``slopes[j] * (float(L) - xs[j]) + ys[j]`` by the same double operations, then
+    ``max(slo_floor, slo_multiplier * T)``) and memoised in the policy's ``_slo_by_len`` and
+    the profile's ``_idle_memo`` as the reference does; any other length (below the table's
+    first point, past its last, a non-``int``, a NaN), or a policy whose ``wait_mode`` is not
+    ``"relative"``, calls the reference. ``slo_curve`` makes one only where the policy's and
+    the profile's methods are those references. Why: the Fairway family meets a new prompt
+    length at most adds (8,559 of 12,031 on the conversation trace), and the reference's three
+    Python frames were ~8 k instructions each (2 % of a run). ``tests/test_fast_lane_compiled.py``
+    compares it with the reference."""
+
+    cdef readonly object reference  # the policy's bound ``slo`` (the fallback)
+    cdef object policy
+    cdef dict idle_memo
+    cdef long long* x
+    cdef double* xs
+    cdef double* ys
+    cdef double* slopes
+    cdef Py_ssize_t n
+
+    def __cinit__(self):
+        self.x = NULL
+        self.xs = self.ys = self.slopes = NULL
+
+    def __init__(self, reference, policy, dict idle_memo, tuple x, tuple xs, tuple ys, tuple slopes):
+        cdef Py_ssize_t j, n = len(x)
+        if n < 2 or len(xs) != n or len(ys) != n or len(slopes) != n - 1:
+            raise ValueError(f"SloCurve: a table of {n} points needs {n} floats and {n - 1} slopes")
+        self.reference = reference
+        self.policy = policy
+        self.idle_memo = idle_memo
+        self.n = n
+        self.x = <long long*> PyMem_Malloc(n * sizeof(long long))
+        self.xs = <double*> PyMem_Malloc(n * sizeof(double))
+        self.ys = <double*> PyMem_Malloc(n * sizeof(double))
+        self.slopes = <double*> PyMem_Malloc(n * sizeof(double))
+        if self.x == NULL or self.xs == NULL or self.ys == NULL or self.slopes == NULL:
+            raise MemoryError()
+        for j in range(n):
+            self.x[j] = x[j]
+            self.xs[j] = xs[j]
+            self.ys[j] = ys[j]
+            self.slopes[j] = slopes[j] if j < n - 1 else 0.0
+
+    def __dealloc__(self):
+        PyMem_Free(self.x)
+        PyMem_Free(self.xs)
+        PyMem_Free(self.ys)
+        PyMem_Free(self.slopes)
+
+    def __call__(self, L):
+        return self._get(L)
+
+    cdef object _get(self, L):
+        """``Fairway.slo(L)``: the same float, the same memo entries."""
+        policy = self.policy
+        cdef dict memo = policy._slo_by_len
+        slo = memo.get(L)
+        if slo is not None:
+            return slo
+        cdef long long Lc
+        cdef Py_ssize_t lo, hi, mid, j
+        cdef double t, m
+        floor_obj = policy.slo_floor
+        mult = policy.slo_multiplier
+        if (type(L) is not int or type(floor_obj) is not float or type(mult) is not float
+                or policy.wait_mode != "relative"):
+            return self.reference(L)
+        try:
+            Lc = L
+        except OverflowError:
+            return self.reference(L)
+        if Lc < self.x[0] or Lc > self.x[self.n - 1]:
+            return self.reference(L)  # (below the first point, past the last: rare)
+        t_obj = self.idle_memo.get(L)
+        if t_obj is None:
+            lo, hi = 0, self.n  # bisect_right(x, L) - 1: the last point at or below L
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if Lc < self.x[mid]:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            j = lo - 1
+            if j == self.n - 1 or self.x[j] == Lc:
+                t = self.ys[j]
+            else:
+                t = self.slopes[j] * (<double> Lc - self.xs[j]) + self.ys[j]
+                if t != t:
+                    return self.reference(L)  # (NaN: numpy's other ways, in the reference)
+            t_obj = self.idle_memo[L] = t
+        else:
+            t = t_obj
+        m = <double> mult * t
+        slo = m if m > <double> floor_obj else floor_obj  # max(slo_floor, m): the first of equals
+        memo[L] = slo
+        return slo
+
+
+def slo_curve(slo):
+    """A ``SloCurve`` of ``slo`` where it is ``Fairway.slo`` bound to a policy whose
+    ``idle_prefill_time`` is ``Profile.idle_prefill_time`` bound to a ``Profile`` with the
+    reference ``_idle_time``, integer table lengths and float ``slo_floor``/``slo_multiplier``;
+    else ``None`` (the lane calls ``slo``)."""
+    from fairsim.costmodel import Profile
+    from fairsim.policies.fairway import Fairway
+    policy = getattr(slo, "__self__", None)
+    if getattr(slo, "__func__", None) is not Fairway.slo or not isinstance(policy, Fairway):
+        return None
+    idle = getattr(policy, "idle_prefill_time", None)
+    profile = getattr(idle, "__self__", None)
+    if (getattr(idle, "__func__", None) is not Profile.idle_prefill_time or not isinstance(profile, Profile)
+            or type(profile)._idle_time is not Profile._idle_time
+            or type(policy.slo_floor) is not float or type(policy.slo_multiplier) is not float
+            or type(getattr(policy, "_slo_by_len", None)) is not dict):
+        return None
+    x = tuple(profile.idle_prompt_tokens)
+    segments = profile._idle_segments
+    if (type(profile._idle_memo) is not dict or len(segments) != 3
+            or any(type(v) is not int or not 0 < v < 2 ** 53 for v in x)):
+        return None
+    xs, ys, slopes = segments
+    return SloCurve(slo, policy, profile._idle_memo, x, tuple(xs), tuple(ys), tuple(slopes))
+
+
+cdef inline object _lane_slo(lane, L):
+    """``lane.slo(L)``: by the lane's ``SloCurve`` from C where it has one (``_slo_c``) of the
+    ``slo`` it holds now (a lane whose ``slo`` was replaced calls the new one)."""
+    slo = lane.slo
+    curve = lane._slo_c
+    if type(curve) is SloCurve and (<SloCurve> curve).reference is slo:
+        return (<SloCurve> curve)._get(L)
+    return slo(L)
+
+
 cdef tuple _slope(lane, L):
     """``FastLane._slope(L)`` (the reference, called where ``lane``'s class replaces it): the
     lane's ``(SLO, 1 / SLO, bucket index)`` of a ``L``-token prompt, made once per length and
@@ -717,7 +855,7 @@ cdef tuple _slope(lane, L):
     conversation trace), and two Python frames per add were ~1 % of a run's instructions."""
     if type(lane)._slope is not _FastLane_slope:
         return lane._slope(L)
-    slo = lane.slo(L)
+    slo = _lane_slo(lane, L)
     s_obj = 1.0 / slo  # (Python's division: its error on a zero SLO, its float for any number)
     cdef double s = s_obj, x
     if s > 0.0:
@@ -755,7 +893,7 @@ def add(lane, q):
             if it is not None:
                 del items[rid]
                 lane._in_arrival = False
-            slo = lane.slo(prompt)
+            slo = _lane_slo(lane, prompt)
             items[rid] = [q, hc, arrival, slo, 1.0 / slo, None, None, hc, False, None]
         else:
             item = <list>it

@@ -277,7 +277,7 @@ def _compiled() -> ModuleType | None:
     if not _COMPILED:
         try:
             mod = importlib.import_module(COMPILED_MODULE)
-            for name in ("bucket_order", "Bucket", "settle") + COMPILED_METHODS[:-1]:
+            for name in ("bucket_order", "Bucket", "settle", "slo_curve") + COMPILED_METHODS[:-1]:
                 getattr(mod, name)
         except (ImportError, AttributeError):
             mod = None
@@ -332,11 +332,15 @@ class FastLane:
         # A read evaluates them all and scans for the highest (``bound_lines_class``).
         self._lines = bound_lines_class()(16)
         self._new_bucket: type = _Bucket
+        # ``slo`` as the compiled updates call it (``_fast_lane_c.SloCurve``: the same floats and
+        # memo entries as ``Fairway.slo``, without its Python frames), or None: they call ``slo``.
+        self._slo_c = None
         mod = _compiled()
         if mod is not None and type(self._lines) is mod.CompiledBoundLines:
             # The compiled updates and buckets (same state, same floats as these methods'):
             # bound on the instance, so a call costs no dispatch.
             self._new_bucket = mod.Bucket
+            self._slo_c = mod.slo_curve(slo)
             for name in COMPILED_METHODS:
                 setattr(self, name, MethodType(getattr(mod, name.lstrip("_")), self))
         self._reads = 0  # reads that evaluated the lines (the kept first's state names its read)
