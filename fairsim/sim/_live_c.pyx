@@ -22,19 +22,7 @@ from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF
 
 
-cdef extern from "structmember.h":
-    ctypedef struct PyMemberDef:
-        int type
-        Py_ssize_t offset
-        int flags
-    enum:
-        T_OBJECT_EX
-        READONLY
-
-
-cdef extern from "Python.h":
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef* d_member
+from fairsim._member_slots cimport PyMemberDef, PyMemberDescrObject, READONLY, T_OBJECT_EX
 
 
 # _Live's fields, in the order _Live.__init__ sets them (then ``index``, which make_lives sets).

@@ -30,19 +30,7 @@ from libc.string cimport memcmp
 from fairsim.types import Request
 
 
-cdef extern from "structmember.h":
-    ctypedef struct PyMemberDef:
-        int type
-        Py_ssize_t offset
-        int flags
-    enum:
-        T_OBJECT_EX
-        READONLY
-
-
-cdef extern from "Python.h":
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef* d_member
+from fairsim._member_slots cimport PyMemberDef, PyMemberDescrObject, READONLY, T_OBJECT_EX
 
 
 # Request's fields, in the order ``plain_requests`` sets them (``make_request``'s).
