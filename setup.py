@@ -29,6 +29,13 @@
 - The optional compiled merge of the Fairway family's two lanes, its Fair lane's resolved read
   and the lanes' join/leave/stale dispatch (``fairsim/policies/_merge_c.pyx``), the same way:
   where it is not built, ``fairsim.policies.incremental``'s Python code runs (``merge_of``).
+- The modules in ``fairsim.compiled.WHOLE_MODULES`` (the engine's step loop, the arrivals, the
+  orders' Python bookkeeping) compiled whole from their own ``.py`` source, optional the same way,
+  with ``annotation_typing=False`` (a hint such as ``x: float`` does not convert a value) and
+  ``-ffp-contract=off``, so the extension computes what the source does. Each gets a stamp file
+  of the source it was built from (``fairsim.compiled.source_stamp``); where the source changed
+  since, or ``FAIRSIM_PURE_PYTHON=1`` is set, fairsim imports the source
+  (``fairsim.compiled.SourceFinder``).
 - An editable install (``pip install -e .``) writes the packages' bytecode (``__pycache__``)
   once: a wheel install gets it from pip, and a machine that sets ``PYTHONDONTWRITEBYTECODE``
   otherwise compiles every module at every start (0.07 CPU-s of a 0.31 s start-up here).
@@ -36,6 +43,8 @@
 """
 
 import compileall
+import importlib.util
+import os
 from pathlib import Path
 
 from Cython.Build import cythonize  # a build requirement (pyproject.toml [build-system])
@@ -44,11 +53,32 @@ from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 PACKAGES = ("fairsim", "calibration")  # pyproject.toml [tool.setuptools.packages.find]
+ROOT = Path(__file__).resolve().parent
+
+
+def _compiled_module() -> object:
+    """``fairsim/compiled.py`` loaded by its path (standard library only; importing the package
+    is not needed to build it)."""
+    spec = importlib.util.spec_from_file_location("_fairsim_compiled", ROOT / "fairsim" / "compiled.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+COMPILED = _compiled_module()
+#: Dotted name -> source path of each module compiled whole (``fairsim.compiled.WHOLE_MODULES``).
+WHOLE_SOURCES = {name: ROOT.joinpath(*name.split(".")).with_suffix(".py") for name in COMPILED.WHOLE_MODULES}
 
 
 class OptionalBuildExt(build_ext):
     """``build_ext`` that warns and carries on when an optional extension fails to build, for
-    any reason (setuptools' own ``optional`` handling covers compiler errors only)."""
+    any reason (setuptools' own ``optional`` handling covers compiler errors only), and that
+    compiles on every core unless ``--parallel``/``-j`` says otherwise (pip gives no ``-j``)."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = os.cpu_count() or 1
 
     def build_extension(self, ext: Extension) -> None:
         try:
@@ -57,6 +87,21 @@ class OptionalBuildExt(build_ext):
             if not ext.optional:
                 raise
             print(f"warning: fairsim: {ext.name} was not built ({exc}); fairsim uses its pure-Python reference")
+            return
+        source = WHOLE_SOURCES.get(ext.name)
+        if source is not None:  # the stamp of the source it was built from (fairsim.compiled.SourceFinder)
+            stamp = Path(self.get_ext_fullpath(ext.name) + COMPILED.STAMP_SUFFIX)
+            stamp.write_text(COMPILED.source_stamp(source) + "\n")
+
+    def copy_extensions_to_source(self) -> None:
+        """``--inplace`` (and an editable install): each built extension is copied into the source
+        tree (setuptools), and a whole module's stamp with it."""
+        super().copy_extensions_to_source()
+        for name in WHOLE_SOURCES:
+            filename = self.get_ext_filename(name)  # relative: this project's packages sit at its root
+            built = Path(self.build_lib, filename + COMPILED.STAMP_SUFFIX)
+            if built.is_file():
+                self.copy_file(str(built), str(ROOT / (filename + COMPILED.STAMP_SUFFIX)), level=self.verbose)
 
 
 class BuildPyWithBytecode(build_py):
@@ -91,6 +136,10 @@ extensions = cythonize([Extension("fairsim.sim._block_pool_c", ["fairsim/sim/_bl
                         Extension("fairsim.policies._merge_c", ["fairsim/policies/_merge_c.pyx"],
                                   extra_compile_args=["-ffp-contract=off"])],
                        compiler_directives={"language_level": "3"}, quiet=True)
+# The modules compiled whole: plain Python source, so type hints stay hints (annotation_typing).
+extensions += cythonize([Extension(name, [str(source.relative_to(ROOT))], extra_compile_args=["-ffp-contract=off"])
+                         for name, source in WHOLE_SOURCES.items()],
+                        compiler_directives={"language_level": "3", "annotation_typing": False}, quiet=True)
 for ext in extensions:
     ext.optional = True  # set here: cythonize's Extension objects do not keep it
 setup(ext_modules=extensions, cmdclass={"build_ext": OptionalBuildExt, "build_py": BuildPyWithBytecode})

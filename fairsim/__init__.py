@@ -12,3 +12,9 @@ Units everywhere: time in seconds (float), lengths in tokens (int).
 """
 
 __version__ = "0.1.0"
+
+from fairsim.compiled import install_source_finder
+
+# Before any module that setup.py compiles whole is imported: where its source was edited since
+# the build, or FAIRSIM_PURE_PYTHON=1 is set, the source runs (fairsim/compiled.py).
+install_source_finder()
