@@ -184,7 +184,9 @@ def test_compiled_and_python_lanes_stay_identical(seed, cap, modes, origin, lazy
             stale, raised = [], []
             for rid in rng.sample(sorted(current), min(len(current), rng.randint(0, 10))):
                 old = current[rid]
-                h = rng.randint(0, old.prompt_len - 1)
+                # A hit any cache could give (whole blocks of block_keys, at most L - 1: as the
+                # engine's); a stale request's key is bounded by that (fast_lane.max_hit).
+                h = rng.randint(0, fast_lane.max_hit(old))
                 q = current[rid] = old._replace(cached_len=h, uncached_len=max(1, old.prompt_len - h))
                 if not lazy or rng.random() < 0.5:
                     for lane in lanes:
