@@ -73,12 +73,16 @@ WHOLE_SOURCES = {name: ROOT.joinpath(*name.split(".")).with_suffix(".py") for na
 class OptionalBuildExt(build_ext):
     """``build_ext`` that warns and carries on when an optional extension fails to build, for
     any reason (setuptools' own ``optional`` handling covers compiler errors only), and that
-    compiles on every core unless ``--parallel``/``-j`` says otherwise (pip gives no ``-j``)."""
+    compiles on the usable cores (at most 8) unless ``--parallel``/``-j`` says otherwise (pip
+    gives no ``-j``)."""
 
     def finalize_options(self) -> None:
         super().finalize_options()
         if not self.parallel:
-            self.parallel = os.cpu_count() or 1
+            # The cores this process may use (not the host's count, in a container), at most 8:
+            # each compiler process of the engine's C file takes a few hundred MB.
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            self.parallel = max(1, min(cores, 8))
 
     def build_extension(self, ext: Extension) -> None:
         try:

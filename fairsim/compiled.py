@@ -6,6 +6,10 @@ Fairway family's merge of its two lanes, the credit orders' loops, fairway-deadl
 and Azure readers' plain rows, the Bailian reader's re-chained ids. Each module that has one loads
 it here. The Python code is the reference and each twin gives its results to the bit (a test per
 twin compares them). ``FAIRSIM_PURE_PYTHON=1`` runs the references everywhere.
+
+The modules of ``WHOLE_MODULES`` (the engine's step loop, the orders' modules) are also compiled
+whole from their own source (below): the same code, which ``SourceFinder`` runs as source where
+``FAIRSIM_PURE_PYTHON=1`` is set or the source changed since the build.
 """
 
 from __future__ import annotations
