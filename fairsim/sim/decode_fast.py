@@ -174,7 +174,7 @@ class DecodeFastEngine(Engine):
         # pending SimPy event (no routing can reach it before that).
         member = self._member
         now = env.now
-        synced = now  # the SimPy clock follows ``now`` at idle waits and stretch ends
+        synced = now  # a lone engine's SimPy clock follows ``now`` at the run's end
         step = 0
         while arrivals or waiting or preempted_q or self._running:
             if intr.REQUESTED:  # a Ctrl-C swallowed by a finaliser still stops the run
@@ -195,9 +195,9 @@ class DecodeFastEngine(Engine):
                 if nxt is None:
                     raise EngineInvariantError(
                         f"at {now:.6f} s closed-loop turns are held but no request is queued or running")
+                # A lone engine is the environment's only process: the SimPy clock is synced at
+                # the run's end (below), no event for the wait (as Engine._loop).
                 now = now + (nxt - now)  # the reference's env.now after timeout(nxt - now)
-                yield env.timeout(now - synced)
-                synced = now
                 continue
             m = self._m
             tail = len(running) - m
@@ -218,12 +218,8 @@ class DecodeFastEngine(Engine):
                 if (tail == 0 and due_step != step and (until is None or until > now)
                         and (not (waiting or preempted_q) or blocked)):
                     step, now = self._stretch(step, now, due_step, until)
-                    if member is not None:
-                        if not member.advance(now):
-                            yield env.timeout(now - env.now)
-                    elif now != synced:
-                        yield env.timeout(now - synced)
-                        synced = now
+                    if member is not None and not member.advance(now):
+                        yield env.timeout(now - env.now)
                     continue
                 if tail == 1 and member is None and due_step != step:
                     first = step

@@ -502,7 +502,8 @@ class Engine:
         # schedule and one to finish the batch (``self._running`` is updated in place, so the
         # local stays valid), and no SimPy event: the clock is ``now``, advanced
         # as ``now + duration`` - the float SimPy's ``timeout(duration)`` would give - and the
-        # SimPy clock follows it at idle waits and at the end (as ``DecodeFastEngine``).
+        # SimPy clock follows it at the end (as ``DecodeFastEngine``); a fleet member yields at
+        # each step and waits for its inbox when idle (``member.idle``).
         env = self.env
         arrivals = self._arrivals
         due = arrivals.heap  # (release_s, ...) queue, next release first: a step pops only when its head is due
@@ -548,9 +549,9 @@ class Engine:
                 if nxt is None:
                     raise EngineInvariantError(
                         f"at {now:.6f} s closed-loop turns are held but no request is queued or running")
+                # A lone engine is the environment's only process: nothing else reads the SimPy
+                # clock before the run's end, which syncs it (below), so no event for the wait.
                 now = now + (nxt - now)  # env.now after timeout(nxt - now)
-                yield timeout(now - synced)
-                synced = now
                 continue
             if burst is not None:
                 live = running[0] if running else None
