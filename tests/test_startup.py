@@ -65,6 +65,16 @@ def test_run_imports_only_what_it_uses(one_request, mode):
     # No pandas (0.25 s of start-up; it loads pyarrow too where installed): the engine's tables
     # are Columns, the decode figures (colocated) read them with numpy.
     assert "pandas" not in mods
+    # No SimPy: a lone engine runs its step loop directly (fairsim.sim.engine); importing simpy
+    # reads its version from the installed metadata (importlib.metadata, 25-35 ms).
+    assert "simpy" not in mods and "importlib.metadata" not in mods
+
+
+def test_a_fleet_runs_in_a_simpy_environment(one_request):
+    # The engines of a fleet advance together as processes of one SimPy environment.
+    got = _probe("run", "--trace", str(one_request), "--instances", "2")
+    assert got["status"] == 0
+    assert {"simpy", "fairsim.sim.fleet"} <= set(got["modules"])
 
 
 def test_core_parser_errors_match_the_full_parser():

@@ -173,8 +173,7 @@ class DecodeFastEngine(Engine):
         # completions, as Engine._loop) and stretches only steps that start before the next
         # pending SimPy event (no routing can reach it before that).
         member = self._member
-        now = env.now
-        synced = now  # a lone engine's SimPy clock follows ``now`` at the run's end
+        now = env.now if env is not None else 0.0  # a lone engine has no environment (Engine.run)
         step = 0
         while arrivals or waiting or preempted_q or self._running:
             if intr.REQUESTED:  # a Ctrl-C swallowed by a finaliser still stops the run
@@ -195,8 +194,7 @@ class DecodeFastEngine(Engine):
                 if nxt is None:
                     raise EngineInvariantError(
                         f"at {now:.6f} s closed-loop turns are held but no request is queued or running")
-                # A lone engine is the environment's only process: the SimPy clock is synced at
-                # the run's end (below), no event for the wait (as Engine._loop).
+                # A lone engine is its own only process: no event for the wait (as Engine._loop).
                 now = now + (nxt - now)  # the reference's env.now after timeout(nxt - now)
                 continue
             m = self._m
@@ -246,8 +244,6 @@ class DecodeFastEngine(Engine):
                 yield env.timeout(end_s - env.now)
             now = self._reference_finish(step, now, end_s, batch)
             step += 1
-        if now != synced and member is None:
-            yield env.timeout(now - synced)
 
     #: Stretches of at least this many steps are computed with numpy (below it, a Python loop
     #: is cheaper than the array set-up); the floats are the same either way.

@@ -1,8 +1,13 @@
 """SimPy model of a vLLM-v1-style chunked-prefill engine with a prefix cache.
 
-SimPy time is seconds. One SimPy process drives the step loop; it keeps the clock itself (a
-step ends at ``now + duration``, the float SimPy's ``timeout(duration)`` gives) and yields to
-SimPy only to wait for the next release and at the end, so a step costs no event. Released
+SimPy time is seconds. The step loop is a SimPy process function; it keeps the clock itself (a
+step ends at ``now + duration``, the float SimPy's ``timeout(duration)`` gives), so a step
+costs no event. A fleet member (``fairsim.sim.fleet``) runs it as a process of the fleet's
+environment and yields to it at step ends and when idle. A lone engine is its own only process:
+nothing else could run between its steps, so ``Engine.run`` drives the loop directly, with no
+SimPy environment (and ``simpy`` is not imported: its import reads its version from the
+installed metadata, 25-35 ms of a short run's start-up). The clock, and so every table, is the
+same either way (the same floats: ``now + duration``). Released
 requests are drained from the arrival process (``fairsim.sim.arrivals``: open loop =
 timestamps, closed loop = a turn is released when its predecessor finished plus its think time)
 at the start of every step, so a request released exactly at a step's start time is waiting for
@@ -58,8 +63,6 @@ from itertools import chain, islice
 from operator import attrgetter
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
-
-import simpy
 
 from fairsim import interrupt
 from fairsim.compiled import PURE_PYTHON_ENV, compiled_twin
@@ -314,7 +317,8 @@ def _table_columns(lives: list[_Live]) -> tuple[list, ...]:
 
 
 class Engine:
-    """Chunked-prefill engine driven by one SimPy process (see the module docstring).
+    """Chunked-prefill engine: its step loop is one SimPy process in a fleet, driven directly
+    when it runs alone (see the module docstring).
 
     Args:
         requests: The trace, any order (sorted here by arrival, then ``request_id``).
@@ -457,7 +461,9 @@ class Engine:
             self._checked = c.checked  # (``_watch_c.CheckedOrder``: the reference's items and errors)
         self._lazy = (LazyHits(self) if self._inc is not None and hasattr(self._inc, "set_resolver")
                       and not self._hit_free else None)
-        self.env = simpy.Environment(initial_time=0.0)  # float clock: start_s is float64 even for one step
+        # The SimPy environment of the fleet this engine is a member of (``fairsim.sim.fleet`` and
+        # ``fairsim.sim.disaggregated`` set it); a lone engine has none (``run``).
+        self.env = None
 
     # -- the step loop ---------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -474,8 +480,10 @@ class Engine:
         # with the trace and made cost per request grow with its length).
         gc.freeze()
         try:
-            self.env.process(self._loop())
-            self.env.run()
+            # A lone engine is its own only process: its loop yields no SimPy event (a fleet
+            # member's does, to the fleet's environment), so it runs to its end directly.
+            for event in self._loop():
+                raise EngineInvariantError(f"a lone engine's step loop yielded {event!r}")
             unfinished = [r.req.request_id for r in self._all if r.finish_s is None]
             if unfinished:
                 raise EngineInvariantError(f"{len(unfinished)} requests never finished, first {unfinished[0]!r}")
@@ -501,9 +509,9 @@ class Engine:
         # due, a run of them in one ``_chunk_burst`` call (prefill-only), else one call to
         # schedule and one to finish the batch (``self._running`` is updated in place, so the
         # local stays valid), and no SimPy event: the clock is ``now``, advanced
-        # as ``now + duration`` - the float SimPy's ``timeout(duration)`` would give - and the
-        # SimPy clock follows it at the end (as ``DecodeFastEngine``); a fleet member yields at
-        # each step and waits for its inbox when idle (``member.idle``).
+        # as ``now + duration`` - the float SimPy's ``timeout(duration)`` would give; a fleet
+        # member yields at each step and waits for its inbox when idle (``member.idle``), a
+        # lone engine never yields (``run``; as ``DecodeFastEngine``).
         env = self.env
         arrivals = self._arrivals
         due = arrivals.heap  # (release_s, ...) queue, next release first: a step pops only when its head is due
@@ -515,7 +523,7 @@ class Engine:
         schedule = self._schedule
         finish_batch = self._finish_batch
         watch = self._watch
-        timeout = env.timeout
+        timeout = env.timeout if env is not None else None
         progress = self.progress
         colocated = self.colocated
         step_time = (self.profile.step_time_colocated if colocated
@@ -528,7 +536,7 @@ class Engine:
         member = self._member
         route_due = member.route_due if member is not None else None
         step = 0
-        now = synced = env.now
+        now = env.now if env is not None else 0.0
         while running or waiting or preempted_q or arrivals:
             if interrupt.REQUESTED:  # a Ctrl-C swallowed by a finaliser still stops the run
                 raise KeyboardInterrupt
@@ -549,8 +557,7 @@ class Engine:
                 if nxt is None:
                     raise EngineInvariantError(
                         f"at {now:.6f} s closed-loop turns are held but no request is queued or running")
-                # A lone engine is the environment's only process: nothing else reads the SimPy
-                # clock before the run's end, which syncs it (below), so no event for the wait.
+                # A lone engine is its own only process: no event for the wait.
                 now = now + (nxt - now)  # env.now after timeout(nxt - now)
                 continue
             if burst is not None:
@@ -620,8 +627,6 @@ class Engine:
             step += 1
             if not step & FREEZE_EVERY_MASK:
                 gc.freeze()
-        if now != synced and member is None:
-            yield timeout(now - synced)
 
     def _chunk_burst(self, live: _Live, now: float, step: int) -> tuple[float, int]:
         """Run prefill-only steps whose batch is one full-budget chunk of ``live`` (the first
