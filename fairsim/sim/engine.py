@@ -6,7 +6,7 @@ costs no event. A fleet member (``fairsim.sim.fleet``) runs it as a process of t
 environment and yields to it at step ends and when idle. A lone engine is its own only process:
 nothing else could run between its steps, so ``Engine.run`` drives the loop directly, with no
 SimPy environment (and ``simpy`` is not imported: its import reads its version from the
-installed metadata, 25-35 ms of a short run's start-up). The clock, and so every table, is the
+installed metadata, 15-35 ms of a short run's start-up). The clock, and so every table, is the
 same either way (the same floats: ``now + duration``). Released
 requests are drained from the arrival process (``fairsim.sim.arrivals``: open loop =
 timestamps, closed loop = a turn is released when its predecessor finished plus its think time)
