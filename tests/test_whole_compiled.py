@@ -91,24 +91,30 @@ def _loaded_files(env: dict[str, str]) -> dict[str, str]:
     return json.loads(out.stdout)
 
 
-def test_the_built_extensions_are_loaded_and_pure_python_loads_the_sources():
+@pytest.fixture(scope="module")
+def built_env() -> tuple[dict[str, str], dict[str, str]]:
+    """This environment less ``FAIRSIM_PURE_PYTHON``, and the files its imports load; skips where
+    no module was compiled whole (no C compiler)."""
     env = {k: v for k, v in os.environ.items() if k != compiled.PURE_PYTHON_ENV}
     files = _loaded_files(env)
     if not any(f.endswith(SUFFIX) for f in files.values()):
         pytest.skip("no module was compiled whole (no C compiler)")
+    return env, files
+
+
+def test_the_built_extensions_are_loaded_and_pure_python_loads_the_sources(built_env):
+    env, files = built_env
     assert all(f.endswith(SUFFIX) for f in files.values()), files  # all built, none stale
     pure = _loaded_files(dict(env, **{compiled.PURE_PYTHON_ENV: "1"}))
     assert all(f.endswith(".py") for f in pure.values()), pure
 
 
 @pytest.mark.parametrize("mode", [[], ["--mode", "colocated", "--time-scale", "4"]], ids=["prefill", "colocated"])
-def test_compiled_and_source_decide_the_same(tmp_path, mode):
+def test_compiled_and_source_decide_the_same(tmp_path, mode, built_env):
     """Every registered policy over the packaged conversation window (1,407 requests at 6.8x the
     engine's prefill capacity: long queues, evictions; colocated: preemptions): the request and
     step tables of the compiled modules equal those of their sources."""
-    env = {k: v for k, v in os.environ.items() if k != compiled.PURE_PYTHON_ENV}
-    if not any(f.endswith(SUFFIX) for f in _loaded_files(env).values()):
-        pytest.skip("no module was compiled whole (no C compiler)")
+    env, _ = built_env
     outs = {}
     for label, extra in (("compiled", {}), ("source", {compiled.PURE_PYTHON_ENV: "1"})):
         outs[label] = tmp_path / label
