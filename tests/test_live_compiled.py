@@ -109,9 +109,45 @@ def test_runs_give_the_reference_tables(sim, policy, colocated):
         with pytest.MonkeyPatch.context() as m:
             if not compiled:
                 m.setattr(engine_module, "compiled_lives", lambda: None)
-            result = Engine(reqs, make_policy(policy, profile), profile, config).run()
-        tables.append(result.columns("requests").columns)
-    assert tables[0] == tables[1] or _nan_equal(tables[0], tables[1])
+            engine = Engine(reqs, make_policy(policy, profile), profile, config)
+            assert isinstance(engine._finish_batch, live_c.Finisher) is compiled
+            result = engine.run()
+        tables.append([_as_columns(result.columns(name)) for name in ("requests", "steps", "token_gaps")])
+    for a, b in zip(*tables):
+        assert a == b or _nan_equal(a, b)
+
+
+def _as_columns(table) -> dict | None:
+    """A result table as ``name -> list`` (None for a prefill-only run's token gaps)."""
+    if table is None:
+        return None
+    if hasattr(table, "as_list"):
+        return {name: table.as_list(name) for name in table.columns}
+    return table.to_dict("list")
+
+
+def test_finisher_hands_a_foreign_batch_to_the_reference():
+    """A batch item that is not a ``(state, n, context)`` tuple of the bound class: the whole
+    batch goes to ``Engine._finish_batch`` (here a list item, which the reference unpacks)."""
+    reqs = [Request(f"r{i}", 0.0, 6, (), 4, 1, {}) for i in range(3)]
+    profile = PROFILE
+    engines = [Engine(reqs, make_policy("fcfs", profile), profile, EngineConfig(block_size=4, kv_blocks=8))
+               for _ in range(2)]
+    finisher = engines[0]._finish_batch
+    assert isinstance(finisher, live_c.Finisher)
+    got = []
+    for engine, batch_of in zip(engines, (lambda lives: [[lv, 6, 0] for lv in lives],
+                                          lambda lives: [(lv, 6, 0) for lv in lives])):
+        lives = engine._all[:2]
+        for live in lives:
+            live.blocks = engine.pool.allocate(2)
+        done = engine._finish_batch(batch_of(lives), 3, 1.0, 2.0)
+        got.append((done, [(lv.computed, lv.generated, lv.first_scheduled_s, lv.first_scheduled_step,
+                             lv.first_token_s, lv.finish_s, lv.finish_step, lv.blocks) for lv in lives],
+                    engine.pool.num_free, dict(engine._arrivals.finished_s)))
+    assert got[0] == got[1]
+    assert got[0][0] == 2 and got[0][1][0] == (6, 1, 1.0, 3, 2.0, 2.0, 3, [])
+    assert got[0][3] == {"r0": 2.0, "r1": 2.0}
 
 
 def _nan_equal(a: dict, b: dict) -> bool:

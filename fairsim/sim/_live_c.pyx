@@ -14,12 +14,17 @@ block is the engine's and whose trace ids cover every full block: the keys are i
 ``state_columns`` reads the request table's per-state columns in one pass over the states (each
 object's cache lines once, where one list comprehension per column touched them once per
 column: at 10x the trace they no longer stay in the cache between columns).
+
+``Finisher`` is ``Engine._finish_batch`` (the end of a step: advance each scheduled request,
+sample the tokens due, finish requests) reading and writing the states' slots in C: the compiled
+engine read them through Python's generic attribute lookup, about 170 instructions each, some
+20 reads and writes per request.
 """
 
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.long cimport PyLong_FromSsize_t
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 
 
 from fairsim._member_slots cimport PyMemberDef, PyMemberDescrObject, READONLY, T_OBJECT_EX
@@ -224,3 +229,78 @@ cdef inline void _set(list column, Py_ssize_t i, object value) noexcept:
     """Item ``i`` of ``column`` (a new list from ``PyList_New``: the item is NULL) set to ``value``."""
     Py_INCREF(value)
     PyList_SET_ITEM(column, i, value)
+
+
+cdef inline void _replace(object obj, int i, object value) noexcept:
+    """Field ``FIELDS[i]`` of ``obj`` (holding a value or NULL) set to ``value``: what the member
+    descriptor's ``__set__`` does (the new value in, then the old one released)."""
+    cdef PyObject** slot = <PyObject**>((<char*><PyObject*>obj) + _OFFSET[i])
+    cdef PyObject* old = slot[0]
+    Py_INCREF(value)
+    slot[0] = <PyObject*>value
+    Py_XDECREF(old)
+
+
+cdef class Finisher:
+    """``Engine._finish_batch`` of one engine (the reference, statement for statement), called
+    as ``finisher(batch, step, start, end)`` and returning the number of requests finished.
+
+    The states are read and written in their slots (``bind``); the engine's ``pool``,
+    ``_arrivals`` and ``_record_gap`` are looked up at each use, as the reference does.
+    ``inline_finish``: the engine's ``_request_finished`` is ``Engine``'s (set ``finish_s``,
+    ``finish_step``, then ``Arrivals.finished``), done here; else the engine's method is called.
+    A batch with an item that is not a ``(state, new_tokens, context)`` tuple of the bound class
+    is handed whole to ``reference`` (``Engine._finish_batch``, called with the engine). ``tests/test_live_compiled.py`` compares whole
+    runs' tables with and without it.
+
+    Raises:
+        RuntimeError: ``bind`` did not succeed (at creation). Whatever the reference raises.
+    """
+
+    cdef object engine
+    cdef object reference
+    cdef bint inline_finish
+
+    def __init__(self, engine, reference, bint inline_finish):
+        if _LIVE is None:
+            raise RuntimeError("_live_c.bind() did not succeed")
+        self.engine = engine
+        self.reference = reference
+        self.inline_finish = inline_finish
+
+    def __call__(self, list batch, object step, object start, object end):
+        cdef Py_ssize_t finished = 0
+        cdef object item, live, req, generated, computed
+        cdef object live_type = _LIVE
+        engine = self.engine
+        for item in batch:
+            if type(item) is not tuple or len(<tuple>item) != 3 or type((<tuple>item)[0]) is not live_type:
+                return self.reference(engine, batch, step, start, end)
+        for item in batch:
+            live = (<tuple>item)[0]
+            if _get(live, F_FIRST_S) is None:
+                _replace(live, F_FIRST_S, start)
+                _replace(live, F_FIRST_STEP, step)
+            computed = _get(live, F_COMPUTED) + (<tuple>item)[1]
+            _replace(live, F_COMPUTED, computed)
+            req = _get(live, F_REQ)
+            if computed < req.prompt_len + _get(live, F_GENERATED):
+                continue  # a chunk of a longer prefill: no token sampled
+            _replace(live, F_GENERATED, _get(live, F_GENERATED) + 1)
+            if _get(live, F_FIRST_TOKEN) is None:
+                _replace(live, F_FIRST_TOKEN, end)
+            else:
+                engine._record_gap(live, step, end - _get(live, F_LAST_TOKEN))
+            _replace(live, F_LAST_TOKEN, end)
+            if _get(live, F_GENERATED) >= _get(live, F_OUT_LEN):
+                if self.inline_finish:
+                    _replace(live, F_FINISH_S, end)
+                    _replace(live, F_FINISH_STEP, step)
+                    engine._arrivals.finished(req.request_id, end)
+                else:
+                    engine._request_finished(live, end, step)
+                # Deepest block first, so the tail is evicted before the shared prefix.
+                engine.pool.free(reversed(_get(live, F_BLOCKS)))
+                _replace(live, F_BLOCKS, [])
+                finished += 1
+        return finished

@@ -461,6 +461,12 @@ class Engine:
             self._checked = c.checked  # (``_watch_c.CheckedOrder``: the reference's items and errors)
         self._lazy = (LazyHits(self) if self._inc is not None and hasattr(self._inc, "set_resolver")
                       and not self._hit_free else None)
+        # The end of each step compiled where ``_live_c`` is bound (``_live_c.Finisher``: the
+        # states' slots read in C; ``_finish_batch`` below is the reference).
+        lives_c = compiled_lives()
+        if lives_c is not None:
+            self._finish_batch = lives_c.Finisher(
+                self, Engine._finish_batch, type(self)._request_finished is Engine._request_finished)
         # The SimPy environment of the fleet this engine is a member of (``fairsim.sim.fleet`` and
         # ``fairsim.sim.disaggregated`` set it); a lone engine has none (``run``).
         self.env = None
