@@ -26,6 +26,17 @@ from tests.strategies import simulations
 CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "conversation_trace.jsonl"
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _watched_path():
+    """The watched path on every trace: where no two requests share a first block the engine
+    watches nothing (``first_keys_unique``; ``tests/test_hit_free.py`` compares the two)."""
+    from fairsim.sim import engine as engine_module
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(engine_module, "first_keys_unique", lambda lives: False)
+        yield
+
+
 def _check(engine: Engine) -> int:
     pool, bs = engine.pool, engine.block_size
     expected: dict = {}

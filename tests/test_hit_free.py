@@ -17,6 +17,7 @@ from hypothesis import given, settings, strategies as st
 
 from fairsim.costmodel import load_profile
 from fairsim.policies import make_policy
+from fairsim.policies.registry import policy_names
 from fairsim.policies.fcfs import FCFS
 from fairsim.sim import EngineConfig, simulate
 from fairsim.sim.engine import Engine
@@ -105,3 +106,105 @@ def test_conversation_slice_tables_match_the_watched_path(name, mode):
     config = EngineConfig(kv_blocks=300, block_size=512, mode=mode)
     result = _same_tables(reqs, name, PROFILE, config)
     assert result.steps["evictions"].sum() > 0
+
+
+# -- traces whose requests share no first block: nothing is watched for any policy ------------
+
+def _first_keys_apart(requests):
+    """The requests with their first hash id made their own (the later ids stay shared with
+    other requests' later blocks, which no waiting request can then hit)."""
+    return [dataclasses.replace(r, block_hashes=(2_000_000 + i,) + r.block_hashes[1:]) if r.block_hashes else r
+            for i, r in enumerate(requests)]
+
+
+def _unwatched_equals_watched(requests, name, profile, config):
+    """Every table of ``name`` equal with the no-reuse shortcut and with it off (the watched
+    path, ``first_keys_unique`` patched to False); the shortcut is taken where it may be."""
+    from fairsim.sim import engine as engine_module
+
+    engines = []
+    for shortcut in (True, False):
+        with pytest.MonkeyPatch.context() as m:
+            if not shortcut:
+                m.setattr(engine_module, "first_keys_unique", lambda lives: False)
+            engine = Engine(requests, make_policy(name, profile), profile, config)
+            engines.append((engine, engine.run()))
+    (on, a), (off, b) = engines
+    assert on._unwatched == (on._hit_free or on._protect is None)
+    assert on._watchers == {} and (on._lazy is None or not on._unwatched)
+    for table in TABLES:
+        x, y = getattr(a, table), getattr(b, table)
+        if x is None or y is None:
+            assert x is None and y is None
+        else:
+            pd.testing.assert_frame_equal(x, y, check_exact=True)
+    return a
+
+
+@settings(max_examples=150, deadline=None)
+@given(sim=simulations(max_requests=8), name=st.sampled_from(sorted(policy_names())))
+def test_prefill_only_without_shared_first_blocks_matches_the_watched_path(sim, name):
+    requests, profile, config = sim
+    _unwatched_equals_watched(_first_keys_apart(requests), name, profile, config)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), name=st.sampled_from(sorted(policy_names())))
+def test_colocated_without_shared_first_blocks_matches_the_watched_path(data, name):
+    """Colocated: decodes preempt, and a preempted request hits its own cached blocks when it
+    is admitted again (read at each step, not watched)."""
+    requests, config = data.draw(colocated_traces())
+    _unwatched_equals_watched(_first_keys_apart(requests), name, data.draw(profiles()), config)
+
+
+def test_first_keys_unique_by_hand():
+    from fairsim.sim.engine import first_keys_unique, make_lives
+
+    apart = [Request("a", 0.0, 9, (1, 7), 4, 1, {}), Request("b", 0.0, 9, (2, 7), 4, 1, {}),
+             Request("c", 0.0, 3, (), 4, 1, {})]  # c: no full block, no key
+    shared = apart + [Request("d", 1.0, 5, (1,), 4, 1, {})]
+    assert first_keys_unique(make_lives(apart, 4, False))
+    assert not first_keys_unique(make_lives(shared, 4, False))
+    # without prefix ids every key is the request's own (an Azure-like trace)
+    assert first_keys_unique(make_lives([Request(f"r{i}", 0.0, 9, (), 4, 1, {}) for i in range(5)], 4, False))
+
+
+@pytest.mark.skipif(not CONVERSATION.exists(), reason="public conversation trace not present")
+def test_a_trace_with_shared_prefixes_is_watched():
+    reqs = load_trace(CONVERSATION).requests[:200]
+    engine = Engine(reqs, make_policy("fairway", PROFILE), PROFILE, EngineConfig(kv_blocks=300, block_size=512))
+    assert not engine._unwatched and engine._lazy is not None  # (Fairway's fast path takes lazy hits)
+
+
+class _AdmittedHits(FCFS):
+    """FCFS shown real hits, keeping the snapshot of every request it is told was admitted:
+    a preempted request's hit on its own blocks shows there."""
+
+    uses_prefix_hits = True
+
+    def __init__(self):
+        self.admitted = []
+
+    def on_admitted(self, admitted, now):
+        self.admitted.extend((q.request_id, q.cached_len, q.uncached_len) for q in admitted)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_preempted_requests_show_their_own_hits_without_shared_first_blocks(data):
+    from fairsim.sim import engine as engine_module
+
+    requests, config = data.draw(colocated_traces(max_spare_blocks=3))
+    requests = _first_keys_apart(requests)
+    profile = data.draw(profiles())
+    seen = []
+    for shortcut in (True, False):
+        with pytest.MonkeyPatch.context() as m:
+            if not shortcut:
+                m.setattr(engine_module, "first_keys_unique", lambda lives: False)
+            policy = _AdmittedHits()
+            engine = Engine(requests, policy, profile, config)
+            assert engine._unwatched is shortcut
+            engine.run()
+            seen.append(policy.admitted)
+    assert seen[0] == seen[1]

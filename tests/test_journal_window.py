@@ -53,13 +53,18 @@ def test_tables_equal_a_journal_kept_on(name, mode, monkeypatch):
     assert windowed.steps["evictions"].sum() > 0
 
 
-def test_resolve_reads_the_journal_only_for_the_keys_that_decide_the_hit():
+def test_resolve_reads_the_journal_only_for_the_keys_that_decide_the_hit(monkeypatch):
     # A request with keys k0..k4 (4-token blocks); k0 and k1 cached now, so its hit now is 2
     # blocks and k2 decides whether it grows. A journal entry for k3 (past k2) cannot change the
     # hit at the step's start: 2 blocks, no recheck. One saying k1 was not hittable at the start
     # (cached since) makes it 1 block, built from the journal: rechecked at the next step.
+    # (A lone request shares its first block with nobody, so the engine would take no lazy hits
+    # (``first_keys_unique``): the watched path is forced, the blocks being cached by hand.)
+    from fairsim.sim import engine as engine_module
     from fairsim.sim.engine import Engine
     from tests.utils import make_request
+
+    monkeypatch.setattr(engine_module, "first_keys_unique", lambda lives: False)
 
     b = make_request("b", 0.0, 21, hashes=(1, 2, 7, 8, 9), block=4)
     engine = Engine([b], make_policy("fairway", PROFILE), PROFILE, EngineConfig(block_size=4, kv_blocks=16))

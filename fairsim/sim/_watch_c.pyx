@@ -176,6 +176,7 @@ cdef class CompiledWatch:
     cdef object snapshot_class
     cdef object block_size
     cdef bint hit_free
+    cdef bint unwatched
     # 1: the engine's ``_make_snapshot`` is this object's ``make_snapshot``, so ``snapshot`` and
     # ``resolve`` run it from C; 0: they call the engine's; -1: not looked at yet (the engine
     # binds it after constructing this object: ``_snapshot_of``).
@@ -202,6 +203,7 @@ cdef class CompiledWatch:
         self.snapshot_class = snapshot_class
         self.block_size = engine.block_size
         self.hit_free = engine._hit_free
+        self.unwatched = engine._unwatched
         self.direct = -1
         from fairsim.sim.engine import _Live  # (here: the engine module imports this one's loader)
         _bind_live_type(_Live)
@@ -375,7 +377,7 @@ cdef class CompiledWatch:
     cdef object _make_snapshot(self, live, h, computed):
         """``make_snapshot``'s body, called from C (``_snapshot_of``)."""
         cdef tuple kept
-        if id(live) in self.waiting and not self.hit_free:
+        if id(live) in self.waiting and not self.unwatched:
             self._rewatch(live, h // self.block_size)
         old = _get(live, LAST_SNAP)
         released = _get(live, RELEASED)

@@ -278,6 +278,28 @@ def make_lives(requests: Sequence[Request], block_size: int, colocated: bool) ->
     return lives
 
 
+def first_keys_unique(lives: Sequence[_Live]) -> bool:
+    """Whether no two of ``lives`` share their first block key (a request without a full
+    block has none), so no waiting request can ever have a prefix hit (``Engine._unwatched``).
+
+    A hit is a run of leading blocks present in the cache, so it starts at the request's first
+    block; a block is cached by the request that computes it, and a request computes blocks only
+    once admitted, so a request that waits for the first time (``Engine._waiting``) hits a
+    block another request computed. Stops at the first shared key: a trace with prefix reuse
+    (a shared system prompt) shows one within its first requests."""
+    seen: set[Hashable] = set()
+    add = seen.add
+    n = 0
+    for live in lives:
+        keys = live.keys
+        if keys:
+            add(keys[0])
+            n += 1
+            if len(seen) != n:
+                return False
+    return True
+
+
 def compiled_lives() -> Any:
     """``fairsim.sim._live_c`` bound to ``_Live`` (its slots' offsets: ``_live_c.bind``), or None
     where it is not built, ``FAIRSIM_PURE_PYTHON=1`` is set or ``_Live``'s slots are not the
@@ -449,6 +471,15 @@ class Engine:
         # lazy hits have nothing to do. Not with PEEK's protection (its staleness test counts the
         # changes of watched keys).
         self._hit_free = getattr(policy, "uses_prefix_hits", True) is False and self._protect is None
+        # Where no two requests share their first block key (a trace without prefix ids, as
+        # Azure's), no request waiting for its first admission can ever hit (``first_keys_unique``),
+        # so its snapshot never goes stale: nothing is watched, and there are no lazy hits. A
+        # preempted request waits apart (``_preempted``), is re-snapshotted at every step it can
+        # be admitted in, and is never watched, so its hit on its own blocks is read as before.
+        # Not with PEEK's protection (its staleness test counts the changes of watched keys) nor
+        # in a fleet (an instance's requests are routed to it during the run).
+        self._unwatched = self._hit_free or (self._protect is None and member is None
+                                             and first_keys_unique(self._all))
         # The snapshot and watcher-map updates compiled where built (``fairsim/sim/_watch_c.pyx``;
         # the methods below are the reference, statement for statement); ``LazyHits`` takes its
         # ``key_changed`` and ``resolve`` too.
@@ -460,7 +491,7 @@ class Engine:
                 c.rewatch, c.drop, c.unwatch, c.snapshot, c.make_snapshot)
             self._checked = c.checked  # (``_watch_c.CheckedOrder``: the reference's items and errors)
         self._lazy = (LazyHits(self) if self._inc is not None and hasattr(self._inc, "set_resolver")
-                      and not self._hit_free else None)
+                      and not self._unwatched else None)
         # The end of each step compiled where ``_live_c`` is bound (``_live_c.Finisher``: the
         # states' slots read in C; ``_finish_batch`` below is the reference).
         lives_c = compiled_lives()
@@ -1006,11 +1037,12 @@ class Engine:
         """The policy's view of ``live`` with a prefix hit of ``h`` tokens, ``computed`` done.
 
         A waiting request's watched keys follow the hit it shows (``_rewatch``; none for a
-        policy shown no hits, ``_hit_free``). The last
+        policy shown no hits, ``_hit_free``, nor where no waiting request can hit,
+        ``_unwatched``). The last
         snapshot built is given again when nothing in it changed (snapshots are immutable): under
         overload a shared block that is evicted and cached again drops the snapshots of every
         request that shares it, mostly to the same hit."""
-        if id(live) in self._waiting and not self._hit_free:
+        if id(live) in self._waiting and not self._unwatched:
             self._rewatch(live, h // self.block_size)
         old = live.last_snap
         if (old is not None and old.cached_len == h and old.num_computed_tokens == computed
