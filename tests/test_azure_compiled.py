@@ -57,6 +57,18 @@ def test_plain_rows_hand_computed(tmp_path):
     assert compiled == reference and compiled[0] == "trace"
 
 
+def test_fields_go_straight_into_the_request_slots(tmp_path):
+    # Request's fields are all writable object slots: the twin writes them there (no attribute
+    # lookup per field), every one of them.
+    assert KERNEL.slots_written_directly()
+    path = tmp_path / "t.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,700,0\n")
+    (r,), _ = plain(path, block=64)
+    assert (r.request_id, r.arrival_time, r.prompt_len, r.block_hashes, r.hash_block_size, r.output_len,
+            r.labels, r.session_id, r.after, r.delay_s, r.segments) == (
+        "t:2", 0.0, 700, (), 64, 1, {"observed_output_length": 0}, None, None, 0.0, ())
+
+
 def test_a_row_it_does_not_take_hands_the_file_back(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"

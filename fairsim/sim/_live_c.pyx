@@ -7,9 +7,10 @@ read from those states.
 ``index = i`` (same field values; ``tests/test_live_compiled.py``), writing the 33 fields into the
 object's slots (offsets from ``_Live``'s member descriptors, checked at import as
 ``_mooncake_c`` checks ``Request``'s) instead of 33 attribute stores and a Python call per
-request. The keys and the client take the references' common case in C (a request whose hash
+request. The keys and the client take the references' common cases in C (a request whose hash
 block is the engine's and whose trace ids cover every full block: the keys are its
-``block_hashes``; no labels and no session: no client) and call the Python functions otherwise.
+``block_hashes``; one without ids or segments, as an Azure row: a request-unique key per full
+block; no labels and no session: no client) and call the Python functions otherwise.
 
 ``state_columns`` reads the request table's per-state columns in one pass over the states (each
 object's cache lines once, where one list comprehension per column touched them once per
@@ -25,6 +26,7 @@ from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.long cimport PyLong_FromSsize_t
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 
 
 from fairsim._member_slots cimport PyMemberDef, PyMemberDescrObject, READONLY, T_OBJECT_EX
@@ -93,6 +95,18 @@ cdef inline object _get(object obj, int i):
     return <object>p
 
 
+cdef tuple _unique_keys(object request_id, Py_ssize_t full):
+    """``engine_block_keys`` / ``generated_block_keys`` of a request without ids or segments: a
+    request-unique key ``("unique", request_id, j)`` for each of its ``full`` full blocks."""
+    cdef tuple keys = PyTuple_New(full)
+    cdef Py_ssize_t j
+    for j in range(full):
+        key = ("unique", request_id, j)
+        Py_INCREF(key)
+        PyTuple_SET_ITEM(keys, j, key)
+    return keys
+
+
 def new_lives(list ordered, object block_size, bint colocated, object keys_of, object client_of,
               object no_key):
     """``[_Live(r, keys_of(r, block_size), block_size, out_len) for r in ordered]`` with
@@ -130,6 +144,8 @@ def new_lives(list ordered, object block_size, bint colocated, object keys_of, o
         if (type(hashes) is tuple and not req.segments and req.hash_block_size == block_size
                 and full <= len(<tuple>hashes)):
             keys = hashes
+        elif type(hashes) is tuple and not hashes and not req.segments:
+            keys = _unique_keys(req.request_id, full)  # no ids (an Azure row): every key its own
         else:
             keys = keys_of(req, block_size)
         # client: client_of_request; no labels and no session: None

@@ -19,12 +19,27 @@ reference), which raises, warns or skips exactly as before.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from cpython.object cimport PyObject_GenericSetAttr
 from cpython.ref cimport PyObject
 
 import builtins
 
 from fairsim.types import Request
+
+from fairsim.traces.formats._request_slots cimport put_request_field, request_fields, request_slot_offsets
+
+_FIELDS = request_fields()
+cdef Py_ssize_t _OFFSET[11]
+cdef bint _DIRECT = request_slot_offsets(Request, _FIELDS, _OFFSET)
+
+
+def slots_written_directly() -> bool:
+    """Whether ``plain_requests`` writes a request's fields into its slots (``request_slot_offsets``)."""
+    return _DIRECT
+
+
+cdef inline int _put(object obj, Py_ssize_t i, object value) except -1:
+    """Set field ``_FIELDS[i]`` of ``obj``, a ``Request`` just made by ``object.__new__``."""
+    return put_request_field(obj, _DIRECT, _OFFSET, _FIELDS, i, value)
 
 cdef extern from "Python.h":
     double PyOS_string_to_double(const char* s, char** endptr, PyObject* overflow_exception) except? -1.0
@@ -227,19 +242,19 @@ def plain_requests(object body_lines, Py_ssize_t i_time, Py_ssize_t i_context, P
         arrival = _round(t - t0 if t - t0 > 0.0 else 0.0, 3)  # round(max(0.0, t - t0), 3)
         rid = f"{stem}:{line}"
         req = new(Request)
-        # Every field, as make_request sets them (a frozen dataclass: object.__setattr__'s way);
+        # Every field, as make_request sets them (a frozen dataclass: into its slots, ``_put``);
         # Request.__post_init__ has nothing to refuse: lengths >= 1, arrival >= 0, block >= 1.
-        PyObject_GenericSetAttr(req, "request_id", rid)
-        PyObject_GenericSetAttr(req, "arrival_time", arrival)
-        PyObject_GenericSetAttr(req, "prompt_len", prompt)
-        PyObject_GenericSetAttr(req, "block_hashes", ())
-        PyObject_GenericSetAttr(req, "hash_block_size", block)
-        PyObject_GenericSetAttr(req, "output_len", gen)
-        PyObject_GenericSetAttr(req, "labels", labels)
-        PyObject_GenericSetAttr(req, "session_id", None)
-        PyObject_GenericSetAttr(req, "after", None)
-        PyObject_GenericSetAttr(req, "delay_s", 0.0)
-        PyObject_GenericSetAttr(req, "segments", ())
+        _put(req, 0, rid)
+        _put(req, 1, arrival)
+        _put(req, 2, prompt)
+        _put(req, 3, ())
+        _put(req, 4, block)
+        _put(req, 5, gen)
+        _put(req, 6, labels)
+        _put(req, 7, None)
+        _put(req, 8, None)
+        _put(req, 9, 0.0)
+        _put(req, 10, ())
         requests.append(req)
         locations[rid] = line
         if max_requests is not None and len(requests) >= max_requests:

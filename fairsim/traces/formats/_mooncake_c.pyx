@@ -30,57 +30,22 @@ from libc.string cimport memcmp
 from fairsim.types import Request
 
 
-from fairsim._member_slots cimport PyMemberDef, PyMemberDescrObject, READONLY, T_OBJECT_EX
+from fairsim.traces.formats._request_slots cimport put_request_field, request_fields, request_slot_offsets
 
 
-# Request's fields, in the order ``plain_requests`` sets them (``make_request``'s).
-_FIELDS = ("request_id", "arrival_time", "prompt_len", "block_hashes", "hash_block_size", "output_len",
-           "labels", "session_id", "after", "delay_s", "segments")
+_FIELDS = request_fields()
 cdef Py_ssize_t _OFFSET[11]
-
-
-cdef bint _slot_offsets() except -1:
-    """Fill ``_OFFSET`` with where each field of ``_FIELDS`` lives in a ``Request`` and return True,
-    where each is a plain object slot of ``Request`` (a ``member_descriptor`` of type
-    ``T_OBJECT_EX``, writable) and they are all its slots; else False (``_put`` then sets
-    attributes by ``PyObject_GenericSetAttr``).
-
-    Writing a slot of a new ``Request`` there is what setting the attribute does (the member
-    descriptor's ``PyMember_SetOne``: the old value, NULL in a new object, is replaced), without
-    looking the name up on the type for each of the 11 fields of every row."""
-    cdef PyMemberDef* member
-    cdef Py_ssize_t i
-    if sorted(_FIELDS) != sorted(getattr(Request, "__slots__", ())):
-        return False
-    for i, name in enumerate(_FIELDS):
-        descr = Request.__dict__.get(name)
-        if type(descr) is not type(Request.__dict__.get("prompt_len")) or type(descr).__name__ != "member_descriptor":
-            return False
-        if descr.__objclass__ is not Request:
-            return False
-        member = (<PyMemberDescrObject*><PyObject*>descr).d_member
-        if member.type != T_OBJECT_EX or member.flags & READONLY:
-            return False
-        _OFFSET[i] = member.offset
-    return True
-
-
-cdef bint _DIRECT = _slot_offsets()
+cdef bint _DIRECT = request_slot_offsets(Request, _FIELDS, _OFFSET)
 
 
 def slots_written_directly() -> bool:
-    """Whether ``plain_requests`` writes a request's fields into its slots (``_slot_offsets``)."""
+    """Whether ``plain_requests`` writes a request's fields into its slots (``request_slot_offsets``)."""
     return _DIRECT
 
 
 cdef inline int _put(object obj, Py_ssize_t i, object value) except -1:
-    """Set field ``_FIELDS[i]`` of ``obj``, a ``Request`` just made by ``object.__new__`` (each
-    field set once): into its slot (``_slot_offsets``), else as ``object.__setattr__`` does."""
-    if _DIRECT:
-        Py_INCREF(value)
-        (<PyObject**>((<char*><PyObject*>obj) + _OFFSET[i]))[0] = <PyObject*>value
-        return 0
-    return PyObject_GenericSetAttr(obj, _FIELDS[i], value)
+    """Set field ``_FIELDS[i]`` of ``obj``, a ``Request`` just made by ``object.__new__``."""
+    return put_request_field(obj, _DIRECT, _OFFSET, _FIELDS, i, value)
 
 cdef object _TS = "timestamp"
 cdef object _IN = "input_length"
