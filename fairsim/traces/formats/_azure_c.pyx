@@ -25,21 +25,14 @@ import builtins
 
 from fairsim.types import Request
 
-from fairsim.traces.formats._request_slots cimport put_request_field, request_fields, request_slot_offsets
+from fairsim.traces.formats._request_slots cimport RequestSlots, put_field, request_slots
 
-_FIELDS = request_fields()
-cdef Py_ssize_t _OFFSET[11]
-cdef bint _DIRECT = request_slot_offsets(Request, _FIELDS, _OFFSET)
+cdef RequestSlots _SLOTS = request_slots(Request)
 
 
 def slots_written_directly() -> bool:
-    """Whether ``plain_requests`` writes a request's fields into its slots (``request_slot_offsets``)."""
-    return _DIRECT
-
-
-cdef inline int _put(object obj, Py_ssize_t i, object value) except -1:
-    """Set field ``_FIELDS[i]`` of ``obj``, a ``Request`` just made by ``object.__new__``."""
-    return put_request_field(obj, _DIRECT, _OFFSET, _FIELDS, i, value)
+    """Whether ``plain_requests`` writes a request's fields into its slots (``request_slots``)."""
+    return _SLOTS.direct
 
 cdef extern from "Python.h":
     double PyOS_string_to_double(const char* s, char** endptr, PyObject* overflow_exception) except? -1.0
@@ -242,19 +235,19 @@ def plain_requests(object body_lines, Py_ssize_t i_time, Py_ssize_t i_context, P
         arrival = _round(t - t0 if t - t0 > 0.0 else 0.0, 3)  # round(max(0.0, t - t0), 3)
         rid = f"{stem}:{line}"
         req = new(Request)
-        # Every field, as make_request sets them (a frozen dataclass: into its slots, ``_put``);
+        # Every field, as make_request sets them (a frozen dataclass: into its slots, ``put_field``);
         # Request.__post_init__ has nothing to refuse: lengths >= 1, arrival >= 0, block >= 1.
-        _put(req, 0, rid)
-        _put(req, 1, arrival)
-        _put(req, 2, prompt)
-        _put(req, 3, ())
-        _put(req, 4, block)
-        _put(req, 5, gen)
-        _put(req, 6, labels)
-        _put(req, 7, None)
-        _put(req, 8, None)
-        _put(req, 9, 0.0)
-        _put(req, 10, ())
+        put_field(&_SLOTS, req, 0, rid)
+        put_field(&_SLOTS, req, 1, arrival)
+        put_field(&_SLOTS, req, 2, prompt)
+        put_field(&_SLOTS, req, 3, ())
+        put_field(&_SLOTS, req, 4, block)
+        put_field(&_SLOTS, req, 5, gen)
+        put_field(&_SLOTS, req, 6, labels)
+        put_field(&_SLOTS, req, 7, None)
+        put_field(&_SLOTS, req, 8, None)
+        put_field(&_SLOTS, req, 9, 0.0)
+        put_field(&_SLOTS, req, 10, ())
         requests.append(req)
         locations[rid] = line
         if max_requests is not None and len(requests) >= max_requests:

@@ -20,7 +20,6 @@ warns or skips exactly as before.
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_FromLongLong
-from cpython.object cimport PyObject, PyObject_GenericSetAttr
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.math cimport isfinite
@@ -30,22 +29,14 @@ from libc.string cimport memcmp
 from fairsim.types import Request
 
 
-from fairsim.traces.formats._request_slots cimport put_request_field, request_fields, request_slot_offsets
+from fairsim.traces.formats._request_slots cimport RequestSlots, put_field, request_slots
 
-
-_FIELDS = request_fields()
-cdef Py_ssize_t _OFFSET[11]
-cdef bint _DIRECT = request_slot_offsets(Request, _FIELDS, _OFFSET)
+cdef RequestSlots _SLOTS = request_slots(Request)
 
 
 def slots_written_directly() -> bool:
-    """Whether ``plain_requests`` writes a request's fields into its slots (``request_slot_offsets``)."""
-    return _DIRECT
-
-
-cdef inline int _put(object obj, Py_ssize_t i, object value) except -1:
-    """Set field ``_FIELDS[i]`` of ``obj``, a ``Request`` just made by ``object.__new__``."""
-    return put_request_field(obj, _DIRECT, _OFFSET, _FIELDS, i, value)
+    """Whether ``plain_requests`` writes a request's fields into its slots (``request_slots``)."""
+    return _SLOTS.direct
 
 cdef object _TS = "timestamp"
 cdef object _IN = "input_length"
@@ -374,18 +365,18 @@ def plain_requests(object lines_of_file, object loads, object safe, str stem, ob
             return None
         locations[rid] = line
         # Every field, as make_request sets them (a frozen dataclass: object.__setattr__'s way),
-        # in _FIELDS' order
-        _put(req, 0, rid)
-        _put(req, 1, t / 1000.0)
-        _put(req, 2, n)
-        _put(req, 3, hashes)
-        _put(req, 4, block_obj)
-        _put(req, 5, out)
-        _put(req, 6, {})
-        _put(req, 7, None)
-        _put(req, 8, None)
-        _put(req, 9, 0.0)
-        _put(req, 10, ())
+        # in request_fields()' order
+        put_field(&_SLOTS, req, 0, rid)
+        put_field(&_SLOTS, req, 1, t / 1000.0)
+        put_field(&_SLOTS, req, 2, n)
+        put_field(&_SLOTS, req, 3, hashes)
+        put_field(&_SLOTS, req, 4, block_obj)
+        put_field(&_SLOTS, req, 5, out)
+        put_field(&_SLOTS, req, 6, {})
+        put_field(&_SLOTS, req, 7, None)
+        put_field(&_SLOTS, req, 8, None)
+        put_field(&_SLOTS, req, 9, 0.0)
+        put_field(&_SLOTS, req, 10, ())
         # Request.__post_init__ has nothing to refuse here: lengths >= 1, arrival >= 0, delay 0,
         # no after, no segments, block >= 1, and at most L // block full blocks of ids.
         requests.append(req)

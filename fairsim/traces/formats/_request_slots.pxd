@@ -1,11 +1,16 @@
 # The readers' compiled twins (_mooncake_c, _azure_c) write a new ``Request``'s fields into its
-# ``__slots__`` by offset instead of setting 11 attributes per row. Inline functions only:
-# nothing is built from this file.
+# ``__slots__`` by offset instead of setting 11 attributes per row. A struct and inline
+# functions only: nothing is built from this file.
 
 from cpython.object cimport PyObject, PyObject_GenericSetAttr
 from cpython.ref cimport Py_INCREF
 
 from fairsim._member_slots cimport PyMemberDef, PyMemberDescrObject, READONLY, T_OBJECT_EX
+
+
+cdef struct RequestSlots:
+    bint direct  # every field is a writable object slot: written at its offset
+    Py_ssize_t offset[11]  # where field ``request_fields()[i]`` lives in the object
 
 
 cdef inline tuple request_fields():
@@ -14,39 +19,42 @@ cdef inline tuple request_fields():
             "output_len", "labels", "session_id", "after", "delay_s", "segments")
 
 
-cdef inline bint request_slot_offsets(object request, tuple fields, Py_ssize_t* offsets) except -1:
-    """Fill ``offsets[i]`` with where field ``fields[i]`` lives in a ``request`` object and return
-    True, where each is a plain object slot of ``request`` (a ``member_descriptor`` of type
-    ``T_OBJECT_EX``, writable) and they are all its slots; else False (``put_request_field``
-    then sets attributes by ``PyObject_GenericSetAttr``).
+cdef inline RequestSlots request_slots(object request) except *:
+    """Where each of ``request_fields()`` lives in a ``request`` object, ``direct`` where each is
+    a plain object slot of ``request`` (a ``member_descriptor`` of type ``T_OBJECT_EX``,
+    writable) and they are all its slots; else not ``direct`` (``put_field`` then sets
+    attributes by ``PyObject_GenericSetAttr``).
 
     Writing a slot of a new object there is what setting the attribute does (the member
     descriptor's ``PyMember_SetOne``: the old value, NULL in a new object, is replaced), without
     looking the name up on the type for each field of every row."""
+    cdef RequestSlots slots
     cdef PyMemberDef* member
     cdef Py_ssize_t i
+    fields = request_fields()
+    slots.direct = False
     if sorted(fields) != sorted(getattr(request, "__slots__", ())):
-        return False
+        return slots
     for i, name in enumerate(fields):
         descr = request.__dict__.get(name)
         if type(descr) is not type(request.__dict__.get("prompt_len")) or type(descr).__name__ != "member_descriptor":
-            return False
+            return slots
         if descr.__objclass__ is not request:
-            return False
+            return slots
         member = (<PyMemberDescrObject*><PyObject*>descr).d_member
         if member.type != T_OBJECT_EX or member.flags & READONLY:
-            return False
-        offsets[i] = member.offset
-    return True
+            return slots
+        slots.offset[i] = member.offset
+    slots.direct = True
+    return slots
 
 
-cdef inline int put_request_field(object obj, bint direct, Py_ssize_t* offsets, tuple fields, Py_ssize_t i,
-                                  object value) except -1:
-    """Set field ``fields[i]`` of ``obj``, a request just made by ``object.__new__`` (each field
-    set once): into its slot where ``direct`` (``request_slot_offsets`` succeeded), else as
-    ``object.__setattr__`` does."""
-    if direct:
+cdef inline int put_field(RequestSlots* slots, object obj, Py_ssize_t i, object value) except -1:
+    """Set field ``request_fields()[i]`` of ``obj``, a request just made by ``object.__new__``
+    (each field set once): into its slot where ``slots.direct``, else as ``object.__setattr__``
+    does."""
+    if slots.direct:
         Py_INCREF(value)
-        (<PyObject**>((<char*><PyObject*>obj) + offsets[i]))[0] = <PyObject*>value
+        (<PyObject**>((<char*><PyObject*>obj) + slots.offset[i]))[0] = <PyObject*>value
         return 0
-    return PyObject_GenericSetAttr(obj, fields[i], value)
+    return PyObject_GenericSetAttr(obj, request_fields()[i], value)
