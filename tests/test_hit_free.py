@@ -121,7 +121,7 @@ def _first_keys_apart(requests):
             for i, r in enumerate(requests)]
 
 
-def _unwatched_equals_watched(requests, name, profile, config):
+def _unwatched_equals_watched(requests, name, profile, config, engine_class=Engine):
     """Every table of ``name`` equal with the no-reuse shortcut and with it off (the watched
     path, ``first_keys_unique`` patched to False); the shortcut is taken where it may be."""
     from fairsim.sim import engine as engine_module
@@ -131,7 +131,7 @@ def _unwatched_equals_watched(requests, name, profile, config):
         with pytest.MonkeyPatch.context() as m:
             if not shortcut:
                 m.setattr(engine_module, "first_keys_unique", lambda lives: False)
-            engine = Engine(requests, make_policy(name, profile), profile, config)
+            engine = engine_class(requests, make_policy(name, profile), profile, config)
             engines.append((engine, engine.run()))
     (on, a), (off, b) = engines
     assert on._unwatched == (on._hit_free or on._protect is None)
@@ -148,12 +148,16 @@ def test_prefill_only_without_shared_first_blocks_matches_the_watched_path(sim, 
 
 
 @settings(max_examples=150, deadline=None)
-@given(data=st.data(), name=st.sampled_from(sorted(policy_names())))
-def test_colocated_without_shared_first_blocks_matches_the_watched_path(data, name):
+@given(data=st.data(), name=st.sampled_from(sorted(policy_names())), fast_decode=st.booleans())
+def test_colocated_without_shared_first_blocks_matches_the_watched_path(data, name, fast_decode):
     """Colocated: decodes preempt, and a preempted request hits its own cached blocks when it
-    is admitted again (read at each step, not watched)."""
+    is admitted again (read at each step, not watched); on the step-by-step engine and on the
+    decode fast path ``simulate`` runs."""
+    from fairsim.sim.decode_fast import DecodeFastEngine
+
     requests, config = data.draw(colocated_traces())
-    _unwatched_equals_watched(_first_keys_apart(requests), name, data.draw(profiles()), config)
+    _unwatched_equals_watched(_first_keys_apart(requests), name, data.draw(profiles()), config,
+                              DecodeFastEngine if fast_decode else Engine)
 
 
 def test_first_keys_unique_by_hand():
@@ -193,16 +197,19 @@ class _AdmittedHits(FCFS):
 def test_preempted_requests_show_their_own_hits_without_shared_first_blocks(data):
     from fairsim.sim import engine as engine_module
 
+    from fairsim.sim.decode_fast import DecodeFastEngine
+
     requests, config = data.draw(colocated_traces(max_spare_blocks=3))
     requests = _first_keys_apart(requests)
     profile = data.draw(profiles())
+    engine_class = data.draw(st.sampled_from([Engine, DecodeFastEngine]))
     seen = []
     for shortcut in (True, False):
         with pytest.MonkeyPatch.context() as m:
             if not shortcut:
                 m.setattr(engine_module, "first_keys_unique", lambda lives: False)
             policy = _AdmittedHits()
-            engine = Engine(requests, policy, profile, config)
+            engine = engine_class(requests, policy, profile, config)
             assert engine._unwatched is shortcut
             engine.run()
             seen.append(policy.admitted)
