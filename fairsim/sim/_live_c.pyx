@@ -25,11 +25,11 @@ engine read them through Python's generic attribute lookup, about 170 instructio
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.long cimport PyLong_FromSsize_t
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 
 
-from fairsim._member_slots cimport PyMemberDef, PyMemberDescrObject, READONLY, T_OBJECT_EX
+from fairsim._member_slots cimport PyMemberDef, PyMemberDescrObject, READONLY, T_OBJECT_EX, slot_peek, slot_put
 
 
 # _Live's fields, in the order _Live.__init__ sets them (then ``index``, which make_lives sets).
@@ -82,14 +82,13 @@ def bind(object live_type) -> bool:
 
 
 cdef inline void _put(object obj, int i, object value) noexcept:
-    """Field ``FIELDS[i]`` of ``obj``, new (the slot holds NULL), set to ``value``."""
-    Py_INCREF(value)
-    (<PyObject**>((<char*><PyObject*>obj) + _OFFSET[i]))[0] = <PyObject*>value
+    """Field ``FIELDS[i]`` of ``obj`` set to ``value`` (its slot: new, or holding a value)."""
+    slot_put(obj, _OFFSET[i], value)
 
 
 cdef inline object _get(object obj, int i):
     """Field ``FIELDS[i]`` of ``obj`` (a borrowed slot value as a new reference)."""
-    cdef PyObject* p = (<PyObject**>((<char*><PyObject*>obj) + _OFFSET[i]))[0]
+    cdef PyObject* p = slot_peek(obj, _OFFSET[i])
     if p == NULL:
         raise AttributeError(FIELDS[i])
     return <object>p
@@ -247,16 +246,6 @@ cdef inline void _set(list column, Py_ssize_t i, object value) noexcept:
     PyList_SET_ITEM(column, i, value)
 
 
-cdef inline void _replace(object obj, int i, object value) noexcept:
-    """Field ``FIELDS[i]`` of ``obj`` (holding a value or NULL) set to ``value``: what the member
-    descriptor's ``__set__`` does (the new value in, then the old one released)."""
-    cdef PyObject** slot = <PyObject**>((<char*><PyObject*>obj) + _OFFSET[i])
-    cdef PyObject* old = slot[0]
-    Py_INCREF(value)
-    slot[0] = <PyObject*>value
-    Py_XDECREF(old)
-
-
 cdef class Finisher:
     """``Engine._finish_batch`` of one engine (the reference, statement for statement), called
     as ``finisher(batch, step, start, end)`` and returning the number of requests finished.
@@ -266,8 +255,8 @@ cdef class Finisher:
     ``inline_finish``: the engine's ``_request_finished`` is ``Engine``'s (set ``finish_s``,
     ``finish_step``, then ``Arrivals.finished``), done here; else the engine's method is called.
     A batch with an item that is not a ``(state, new_tokens, context)`` tuple of the bound class
-    is handed whole to ``reference`` (``Engine._finish_batch``, called with the engine). ``tests/test_live_compiled.py`` compares whole
-    runs' tables with and without it.
+    is handed whole to ``reference`` (``Engine._finish_batch``, called with the engine).
+    ``tests/test_live_compiled.py`` compares whole runs' tables with and without it.
 
     Raises:
         RuntimeError: ``bind`` did not succeed (at creation). Whatever the reference raises.
@@ -295,28 +284,30 @@ cdef class Finisher:
         for item in batch:
             live = (<tuple>item)[0]
             if _get(live, F_FIRST_S) is None:
-                _replace(live, F_FIRST_S, start)
-                _replace(live, F_FIRST_STEP, step)
+                _put(live, F_FIRST_S, start)
+                _put(live, F_FIRST_STEP, step)
             computed = _get(live, F_COMPUTED) + (<tuple>item)[1]
-            _replace(live, F_COMPUTED, computed)
+            _put(live, F_COMPUTED, computed)
             req = _get(live, F_REQ)
-            if computed < req.prompt_len + _get(live, F_GENERATED):
+            generated = _get(live, F_GENERATED)
+            if computed < req.prompt_len + generated:
                 continue  # a chunk of a longer prefill: no token sampled
-            _replace(live, F_GENERATED, _get(live, F_GENERATED) + 1)
+            generated = generated + 1
+            _put(live, F_GENERATED, generated)
             if _get(live, F_FIRST_TOKEN) is None:
-                _replace(live, F_FIRST_TOKEN, end)
+                _put(live, F_FIRST_TOKEN, end)
             else:
                 engine._record_gap(live, step, end - _get(live, F_LAST_TOKEN))
-            _replace(live, F_LAST_TOKEN, end)
-            if _get(live, F_GENERATED) >= _get(live, F_OUT_LEN):
+            _put(live, F_LAST_TOKEN, end)
+            if generated >= _get(live, F_OUT_LEN):  # (``_record_gap`` leaves ``generated`` as it is)
                 if self.inline_finish:
-                    _replace(live, F_FINISH_S, end)
-                    _replace(live, F_FINISH_STEP, step)
+                    _put(live, F_FINISH_S, end)
+                    _put(live, F_FINISH_STEP, step)
                     engine._arrivals.finished(req.request_id, end)
                 else:
                     engine._request_finished(live, end, step)
                 # Deepest block first, so the tail is evicted before the shared prefix.
                 engine.pool.free(reversed(_get(live, F_BLOCKS)))
-                _replace(live, F_BLOCKS, [])
+                _put(live, F_BLOCKS, [])
                 finished += 1
         return finished

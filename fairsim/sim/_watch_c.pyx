@@ -64,18 +64,10 @@ cdef extern from *:
         if (m->type != T_OBJECT_EX || (m->flags & READONLY)) return -1;
         return m->offset;
     }
-    static inline PyObject* __fs_slot_peek(PyObject* o, Py_ssize_t off) { return *(PyObject**)((char*)o + off); }
-    static inline void __fs_slot_put(PyObject* o, Py_ssize_t off, PyObject* v) {
-        PyObject** at = (PyObject**)((char*)o + off);
-        PyObject* old = *at;
-        Py_INCREF(v);
-        *at = v;
-        Py_XDECREF(old);
-    }
     """
     Py_ssize_t _slot_offset "__fs_slot_offset" (object descr)
-    PyObject* _slot_peek "__fs_slot_peek" (object o, Py_ssize_t off)
-    void _slot_put "__fs_slot_put" (object o, Py_ssize_t off, object v)
+
+from fairsim._member_slots cimport slot_peek as _slot_peek, slot_put as _slot_put
 
 
 cdef enum:

@@ -288,15 +288,12 @@ def first_keys_unique(lives: Sequence[_Live]) -> bool:
     block another request computed. Stops at the first shared key: a trace with prefix reuse
     (a shared system prompt) shows one within its first requests."""
     seen: set[Hashable] = set()
-    add = seen.add
-    n = 0
     for live in lives:
-        keys = live.keys
-        if keys:
-            add(keys[0])
-            n += 1
-            if len(seen) != n:
+        if live.keys:
+            first = live.keys[0]
+            if first in seen:
                 return False
+            seen.add(first)
     return True
 
 

@@ -25,7 +25,7 @@ import builtins
 
 from fairsim.types import Request
 
-from fairsim.traces.formats._request_slots cimport RequestSlots, put_field, request_slots
+from fairsim.traces.formats._request_slots cimport RequestSlots, fill_request, request_slots
 
 cdef RequestSlots _SLOTS = request_slots(Request)
 
@@ -235,19 +235,9 @@ def plain_requests(object body_lines, Py_ssize_t i_time, Py_ssize_t i_context, P
         arrival = _round(t - t0 if t - t0 > 0.0 else 0.0, 3)  # round(max(0.0, t - t0), 3)
         rid = f"{stem}:{line}"
         req = new(Request)
-        # Every field, as make_request sets them (a frozen dataclass: into its slots, ``put_field``);
+        # Every field, as make_request sets them (a frozen dataclass: into its slots);
         # Request.__post_init__ has nothing to refuse: lengths >= 1, arrival >= 0, block >= 1.
-        put_field(&_SLOTS, req, 0, rid)
-        put_field(&_SLOTS, req, 1, arrival)
-        put_field(&_SLOTS, req, 2, prompt)
-        put_field(&_SLOTS, req, 3, ())
-        put_field(&_SLOTS, req, 4, block)
-        put_field(&_SLOTS, req, 5, gen)
-        put_field(&_SLOTS, req, 6, labels)
-        put_field(&_SLOTS, req, 7, None)
-        put_field(&_SLOTS, req, 8, None)
-        put_field(&_SLOTS, req, 9, 0.0)
-        put_field(&_SLOTS, req, 10, ())
+        fill_request(&_SLOTS, req, rid, arrival, prompt, (), block, gen, labels)
         requests.append(req)
         locations[rid] = line
         if max_requests is not None and len(requests) >= max_requests:

@@ -29,7 +29,7 @@ from libc.string cimport memcmp
 from fairsim.types import Request
 
 
-from fairsim.traces.formats._request_slots cimport RequestSlots, put_field, request_slots
+from fairsim.traces.formats._request_slots cimport RequestSlots, fill_request, request_slots
 
 cdef RequestSlots _SLOTS = request_slots(Request)
 
@@ -364,19 +364,8 @@ def plain_requests(object lines_of_file, object loads, object safe, str stem, ob
         if rid in locations:  # a duplicate: Collector.finish reports it (the Python path)
             return None
         locations[rid] = line
-        # Every field, as make_request sets them (a frozen dataclass: object.__setattr__'s way),
-        # in request_fields()' order
-        put_field(&_SLOTS, req, 0, rid)
-        put_field(&_SLOTS, req, 1, t / 1000.0)
-        put_field(&_SLOTS, req, 2, n)
-        put_field(&_SLOTS, req, 3, hashes)
-        put_field(&_SLOTS, req, 4, block_obj)
-        put_field(&_SLOTS, req, 5, out)
-        put_field(&_SLOTS, req, 6, {})
-        put_field(&_SLOTS, req, 7, None)
-        put_field(&_SLOTS, req, 8, None)
-        put_field(&_SLOTS, req, 9, 0.0)
-        put_field(&_SLOTS, req, 10, ())
+        # Every field, as make_request sets them (a frozen dataclass: into its slots)
+        fill_request(&_SLOTS, req, rid, t / 1000.0, n, hashes, block_obj, out, {})
         # Request.__post_init__ has nothing to refuse here: lengths >= 1, arrival >= 0, delay 0,
         # no after, no segments, block >= 1, and at most L // block full blocks of ids.
         requests.append(req)

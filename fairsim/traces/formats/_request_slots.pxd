@@ -3,9 +3,8 @@
 # functions only: nothing is built from this file.
 
 from cpython.object cimport PyObject, PyObject_GenericSetAttr
-from cpython.ref cimport Py_INCREF
 
-from fairsim._member_slots cimport PyMemberDef, PyMemberDescrObject, READONLY, T_OBJECT_EX
+from fairsim._member_slots cimport PyMemberDef, PyMemberDescrObject, READONLY, T_OBJECT_EX, slot_put
 
 
 cdef struct RequestSlots:
@@ -54,7 +53,26 @@ cdef inline int put_field(RequestSlots* slots, object obj, Py_ssize_t i, object 
     (each field set once): into its slot where ``slots.direct``, else as ``object.__setattr__``
     does."""
     if slots.direct:
-        Py_INCREF(value)
-        (<PyObject**>((<char*><PyObject*>obj) + slots.offset[i]))[0] = <PyObject*>value
+        slot_put(obj, slots.offset[i], value)
         return 0
     return PyObject_GenericSetAttr(obj, request_fields()[i], value)
+
+
+cdef inline int fill_request(RequestSlots* slots, object req, object request_id, object arrival_time,
+                             object prompt_len, object block_hashes, object hash_block_size,
+                             object output_len, object labels) except -1:
+    """Every field of ``req``, a ``Request`` just made by ``object.__new__``, in
+    ``request_fields()``' order, as ``make_request`` sets them for a row with no session, no
+    ``after``, no delay and no segments (``put_field``)."""
+    put_field(slots, req, 0, request_id)
+    put_field(slots, req, 1, arrival_time)
+    put_field(slots, req, 2, prompt_len)
+    put_field(slots, req, 3, block_hashes)
+    put_field(slots, req, 4, hash_block_size)
+    put_field(slots, req, 5, output_len)
+    put_field(slots, req, 6, labels)
+    put_field(slots, req, 7, None)
+    put_field(slots, req, 8, None)
+    put_field(slots, req, 9, 0.0)
+    put_field(slots, req, 10, ())
+    return 0
