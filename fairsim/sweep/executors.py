@@ -4,57 +4,24 @@ Each outcome is ``("ok", requests, steps)`` or ``("failed", "Type: message", tra
 (``fairsim.sweep.runs.execute_safely``): a run that raises is reported, the others go on. The
 callback (the sweep driver) writes the files, in this process only.
 
-Local workers die with their parent: each sets ``PR_SET_PDEATHSIG`` (Linux ``prctl(2)``: the
-kernel sends SIGKILL to the worker when the process that started it exits) and also runs a
-watchdog thread that exits when ``os.getppid()`` changes (other POSIX systems, and the window
-before ``prctl`` took effect). A ``kill -9`` of the sweep therefore leaves no orphan computing
-in the background. Workers ignore SIGINT; on Ctrl-C the driver terminates them.
+Local workers are a ``fairsim.workerpool.WorkerPool``: they die with the sweep (a ``kill -9``
+of it leaves no orphan computing in the background), ignore SIGINT (on Ctrl-C the driver
+terminates them), and a worker killed at any moment costs its run only, never a hang.
 """
 
 from __future__ import annotations
 
-import ctypes
-import multiprocessing
 import os
-import signal
-import sys
-import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from fairsim.sweep.runs import execute_safely
 from fairsim.sweep.runspec import RunSpec
+from fairsim.workerpool import WorkerPool
 
 Outcome = tuple[str, Any, Any]
 OnResult = Callable[[RunSpec, Outcome], None]
-
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-WATCHDOG_PERIOD_S = 0.5
-
-
-def _watch_parent(parent_pid: int) -> None:
-    while True:
-        time.sleep(WATCHDOG_PERIOD_S)
-        if os.getppid() != parent_pid:
-            os._exit(1)  # the sweep is gone: nobody would write this worker's result
-
-
-def worker_init(parent_pid: int) -> None:
-    """Initialiser of a local worker: die with ``parent_pid`` (module docstring), ignore SIGINT."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):  # no prctl in this libc: the watchdog below still works
-            pass
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
-    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True,
-                     name="fairsim-parent-watchdog").start()
-
 
 def _bar(total: int, desc: str, progress: bool) -> Any:
     from tqdm import tqdm
@@ -63,14 +30,16 @@ def _bar(total: int, desc: str, progress: bool) -> Any:
 
 
 def run_local(todo: Sequence[RunSpec], on_result: OnResult, workers: int | None = None,
-              progress: bool = True) -> None:
+              progress: bool = True, execute: Callable[[RunSpec], Outcome] = execute_safely) -> None:
     """Run ``todo`` on ``workers`` local processes (1: in this process), in completion order.
 
-    Workers are started with ``spawn`` (a fresh interpreter: no inherited locks, threads or
-    file descriptors) and die with this process. If a worker process dies (killed, out of
-    memory), the runs without a result are run again one at a time in a fresh single-worker
-    pool, where the run whose worker dies is known (one in flight): it alone is reported
-    failed (``worker process died``), and the others go on.
+    ``execute`` turns a run into its outcome (module-level, so workers can import it; the tests
+    pass one that kills its worker).
+
+    Workers are spawned processes (``fairsim.workerpool.WorkerPool``) that die with this
+    process. If a worker process dies (killed, out of memory), the run it had in flight is run
+    again after the others, alone; if its worker dies again, that run alone is reported failed
+    (``worker process died: killed by SIGKILL``), and the others go on.
 
     Raises:
         ValueError: ``workers < 1``.
@@ -81,57 +50,20 @@ def run_local(todo: Sequence[RunSpec], on_result: OnResult, workers: int | None 
     with _bar(len(todo), "sweep", progress) as bar:
         if workers == 1 or len(todo) <= 1:
             for run in todo:
-                on_result(run, execute_safely(run))
+                on_result(run, execute(run))
                 bar.update(1)
             return
-        remaining = list(todo)
-        isolate = False
-        while remaining:
-            size = 1 if isolate else min(workers, len(remaining))
-            done, broke = _pool_pass(remaining, size, on_result, bar)
-            remaining = [r for r in remaining if r.run_id not in done]
-            if broke and isolate:  # one worker, runs in order: the first without a result
-                culprit = remaining.pop(0)
-                on_result(culprit, ("failed", f"worker process died: {broke}", ""))
+        with WorkerPool(min(workers, len(todo)), execute) as pool:
+            orphans: list[RunSpec] = []
+            for i, outcome, died in pool.run(todo):
+                if died:  # maybe its own fault, maybe the others' memory: try it again alone
+                    orphans.append(todo[i])
+                    continue
+                on_result(todo[i], outcome)
                 bar.update(1)
-                isolate = False
-            elif broke:
-                isolate = True
-
-
-def _pool_pass(runs: Sequence[RunSpec], size: int, on_result: OnResult,
-               bar: Any) -> tuple[set[str], str | None]:
-    """Run ``runs`` on a fresh pool of ``size`` workers until done or a worker dies.
-
-    Returns:
-        The ids with an outcome, and the pool's error text if a worker died (else None).
-    """
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from concurrent.futures.process import BrokenProcessPool
-
-    done: set[str] = set()
-    pool = ProcessPoolExecutor(max_workers=size, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=worker_init, initargs=(os.getpid(),))
-    try:
-        futures = {pool.submit(execute_safely, run): run for run in runs}
-        for fut in as_completed(futures):
-            try:
-                outcome = fut.result()
-            except BrokenProcessPool as exc:  # a worker was killed (e.g. out of memory)
-                pool.shutdown(wait=True, cancel_futures=True)
-                return done, str(exc)
-            on_result(futures[fut], outcome)
-            done.add(futures[fut].run_id)
-            bar.update(1)
-    except BaseException:
-        # Ctrl-C or a write error: stop now rather than wait for the running simulations.
-        procs = getattr(pool, "_processes", None) or {}  # private, but no public way to stop
-        for proc in list(procs.values()):
-            proc.terminate()
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
-    return done, None
+            for i, outcome, died in pool.run(orphans, parallel=1):
+                on_result(orphans[i], ("failed", f"worker process died: {died}", "") if died else outcome)
+                bar.update(1)
 
 
 def run_ray(todo: Sequence[RunSpec], on_result: OnResult, address: str | None = None,

@@ -260,7 +260,10 @@ def _requeue_interrupted(study: Any) -> None:
 
 class LocalExecutor:
     """Evaluate a batch in this process (``workers`` 1) or on ``workers`` local processes (spawned
-    once for the study). A context manager; calling it yields ``(index, Result)`` as trials finish."""
+    once for the study: ``fairsim.workerpool.WorkerPool``). A context manager; calling it yields
+    ``(index, Result)`` as trials finish. A trial whose worker process dies (killed, out of
+    memory) is a failed trial (``worker process died: killed by SIGKILL``), as a failed Ray task
+    is; the others go on."""
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
@@ -268,26 +271,22 @@ class LocalExecutor:
 
     def __enter__(self) -> "LocalExecutor":
         if self.workers > 1:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
+            from fairsim.workerpool import WorkerPool
 
-            self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"))
+            self.pool = WorkerPool(self.workers, _call_packed)
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.pool is not None:
-            self.pool.shutdown(wait=exc[0] is None, cancel_futures=True)
+            self.pool.close(kill=exc[0] is not None)
 
     def __call__(self, evaluate: Evaluate, items: Sequence[tuple[str, dict[str, Any]]]) -> Iterator[tuple[int, Result]]:
         if self.pool is None:
             for i, item in enumerate(items):
                 yield i, evaluate(*item)
             return
-        from concurrent.futures import as_completed
-
-        futures = {self.pool.submit(evaluate, *item): i for i, item in enumerate(items)}
-        for fut in as_completed(futures):
-            yield futures[fut], fut.result()
+        for i, result, died in self.pool.run([(evaluate, *item) for item in items]):
+            yield i, result if died is None else Result(None, {}, f"worker process died: {died}")
 
 
 class RayExecutor:
@@ -343,3 +342,7 @@ class RayExecutor:
 
 def _call(evaluate: Evaluate, policy: str, params: dict[str, Any]) -> Result:
     return evaluate(policy, params)
+
+
+def _call_packed(item: tuple[Evaluate, str, dict[str, Any]]) -> Result:
+    return item[0](item[1], item[2])
