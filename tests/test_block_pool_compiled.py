@@ -16,6 +16,8 @@ build the extension); with a compiler and no extension they fail, telling to rei
 
 from __future__ import annotations
 
+from array import array
+
 import contextlib
 import dataclasses
 import json
@@ -419,12 +421,28 @@ def test_plan_chunks_hand_computed_and_interrupt(monkeypatch):
                                      interrupt) == ([], [], [], [], 0, 5.0, 3)
 
 
-def test_burst_rows_match_the_engine_rows():
+def test_step_log_gives_the_reference_columns():
+    """The compiled ``StepLog`` gives the columns (values and typecodes) the Python one gives,
+    across its buffer's growth (rows past its first 1,024)."""
     from fairsim.sim import _block_pool_c
+    from fairsim.sim.steplog import STEP_TYPECODES, StepLog
 
-    rows = [("earlier",)]
-    _block_pool_c.burst_rows(rows, 7, [1.5, 2.5], [1.0, 1.25], 2048, 3, 1, [10, 14], [9, 13], [0, 2])
-    assert rows == [("earlier",), (7, 1.5, 1.0, 2048, 0, 1, 3, 1, 10, 9, 0, 0), (8, 2.5, 1.25, 2048, 0, 1, 3, 1, 14, 13, 2, 0)]
+    logs = (_block_pool_c.StepLog(), StepLog())
+    assert [c.tolist() for c in logs[0].arrays()] == [[]] * 12
+    for log in logs:
+        log.add(6, 0.5, 1.0, 2048, 0, 1, 4, 1, 9, 8, 0, 0)
+        log.add_burst(7, [1.5, 2.5], [1.0, 1.25], 2048, 3, 1, [10, 14], [9, 13], [0, 2])
+    assert [c.tolist() for c in logs[0].arrays()] == [c.tolist() for c in logs[1].arrays()] == [
+        [6, 7, 8], [0.5, 1.5, 2.5], [1.0, 1.0, 1.25], [2048] * 3, [0] * 3, [1] * 3, [4, 3, 3], [1] * 3,
+        [9, 10, 14], [8, 9, 13], [0, 0, 2], [0] * 3]
+    for log in logs:
+        for i in range(3, 1500):
+            log.add(i + 6, i / 3, 0.25, i, i % 7, 2, 3 * i, 4, 10**12 + i, 5, -1, 1)
+        log.add_burst(1506, [9.0] * 700, [0.5] * 700, 2048, 3, 1, list(range(700)), [1] * 700, [0] * 700)
+    got, want = logs[0].arrays(), logs[1].arrays()
+    assert len(logs[0]) == len(logs[1]) == 3 + 1497 + 700
+    assert [c.typecode for c in got] == list(STEP_TYPECODES)
+    assert [c.tolist() for c in got] == [c.tolist() for c in want]
 
 
 def test_engine_uses_the_compiled_burst_only_with_the_compiled_pool_and_a_float_profile():

@@ -5,6 +5,7 @@ mode's modules left out of a run on one engine.
 
 from __future__ import annotations
 
+from array import array
 from operator import itemgetter
 
 import numpy as np
@@ -19,7 +20,17 @@ from fairsim.types import Request
 from tests.strategies import traces
 
 NAMES = ["step", "start_s", "tokens"]
+CODES = "qdq"
 ROWS = st.lists(st.tuples(st.integers(0, 10**6), st.floats(0, 1e6), st.integers(-5, 5)), max_size=30)
+
+
+def typed(rows: list[tuple]) -> dict[str, array]:
+    """The rows as the engine keeps its step table: one typed array per column."""
+    cols = {name: array(code) for name, code in zip(NAMES, CODES)}
+    for row in rows:
+        for name, value in zip(NAMES, row):
+            cols[name].append(value)
+    return cols
 
 
 def eager(rows: list[tuple], names: list[str]) -> dict[str, list]:
@@ -29,28 +40,32 @@ def eager(rows: list[tuple], names: list[str]) -> dict[str, list]:
 @settings(max_examples=100, deadline=None)
 @given(ROWS, st.permutations(NAMES))
 def test_lazy_step_columns_equal_the_eager_ones(rows, read_order):
-    table = Columns.from_tuples(rows, NAMES)
+    table = Columns.from_arrays(typed(rows))
     want = eager(rows, NAMES)
     assert len(table) == len(rows)
     for name in read_order[:2]:  # some columns read first (as the run's summary does)
         assert table[name].tolist() == want[name]
     assert list(table.columns) == NAMES  # column order kept, whatever was read first
     assert table.columns == want
-    assert table.to_pandas().to_dict("list") == want
+    assert [type(v) for v in table.as_list("step")] == [int] * len(rows)  # ints stay ints
+    frame = table.to_pandas()
+    assert frame.to_dict("list") == want
+    if rows:
+        assert list(frame.dtypes.astype(str)) == ["int64", "float64", "int64"]
 
 
 def test_lazy_columns_build_only_what_is_read():
-    table = Columns.from_tuples([(0, 1.5, 3), (1, 2.5, 4)], NAMES)
+    table = Columns.from_arrays(typed([(0, 1.5, 3), (1, 2.5, 4)]))
     assert table["tokens"].tolist() == [3, 4]
     assert list(table._lists) == ["tokens"]
 
 
 def test_unknown_column_is_a_key_error():
-    for table in (Columns.from_tuples([(0, 1.0, 2)], NAMES), Columns.from_tuples([], NAMES),
+    for table in (Columns.from_arrays(typed([(0, 1.0, 2)])), Columns.from_arrays(typed([])),
                   Columns({"step": [0]})):
         with pytest.raises(KeyError):
             table["nosuch"]
-    empty = Columns.from_tuples([], NAMES)
+    empty = Columns.from_arrays(typed([]))
     assert len(empty) == 0 and empty.columns == {n: [] for n in NAMES}
     assert empty["tokens"].tolist() == []
 

@@ -28,8 +28,10 @@ and ``grow_chunks`` call (the engine replaces or changes it between calls, never
 eviction hooks (RAGCache's PGDSF) stay on ``HookedBlockPool``.
 """
 
+from cpython cimport array
+import array
 from cpython.dict cimport PyDict_Contains
-from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 
 
 cdef extern from "Python.h":
@@ -578,12 +580,104 @@ def plan_chunks(long long total, long long computed, long long budget, long long
     return needs, stops, starts_s, durations, computed, now, stop
 
 
-def burst_rows(list rows, Py_ssize_t step, list starts_s, list durations, budget, num_waiting, num_running,
-               list used, list cached, list evicted):
-    """Append the burst's step rows to ``rows``, one per chunk: ``(step, start_s, duration,
-    budget, 0, 1, num_waiting, num_running, used, cached, evicted, 0)`` (``Engine._chunk_burst``'s
-    rows)."""
-    cdef Py_ssize_t i
-    for i in range(min(len(starts_s), len(durations), len(used), len(cached), len(evicted))):
-        rows.append((step + i, starts_s[i], durations[i], budget, 0, 1, num_waiting, num_running,
-                     used[i], cached[i], evicted[i], 0))
+cdef struct _StepRow:
+    long long step
+    double start_s
+    double duration_s
+    long long tokens, decode_tokens, requests, waiting, running, used, cached, evictions, preemptions
+
+
+cdef class StepLog:
+    """``fairsim.sim.steplog.StepLog``, its rows in one growing C buffer of 12 numbers each: a
+    row is written without creating a Python object (``add``'s counts: the engine's ints)."""
+
+    cdef _StepRow* _rows
+    cdef Py_ssize_t _n, _cap
+
+    def __dealloc__(self):
+        PyMem_Free(self._rows)
+
+    def __len__(self):
+        return self._n
+
+    cdef _StepRow* _more(self, Py_ssize_t k) except NULL:
+        """Room for ``k`` more rows; the first of them."""
+        cdef Py_ssize_t cap
+        cdef _StepRow* grown
+        if self._n + k > self._cap:
+            cap = max(self._n + k, 2 * self._cap, 1024)
+            grown = <_StepRow*> PyMem_Realloc(self._rows, cap * sizeof(_StepRow))
+            if grown == NULL:
+                raise MemoryError()
+            self._rows, self._cap = grown, cap
+        return self._rows + self._n
+
+    def add(self, long long step, double start_s, double duration_s, long long tokens, long long decode_tokens,
+            long long requests, long long waiting, long long running, long long kv_blocks_used,
+            long long kv_blocks_cached, long long evictions, long long preemptions):
+        cdef _StepRow* r = self._more(1)
+        r.step, r.start_s, r.duration_s, r.tokens, r.decode_tokens = step, start_s, duration_s, tokens, decode_tokens
+        r.requests, r.waiting, r.running, r.used, r.cached = requests, waiting, running, kv_blocks_used, kv_blocks_cached
+        r.evictions, r.preemptions = evictions, preemptions
+        self._n += 1
+
+    def add_burst(self, long long step, list starts_s, list durations, long long budget, long long num_waiting,
+                  long long num_running, list used, list cached, list evicted):
+        cdef Py_ssize_t i, k = min(len(starts_s), len(durations), len(used), len(cached), len(evicted))
+        cdef _StepRow* r = self._more(k)
+        for i in range(k):
+            r[i].step, r[i].start_s, r[i].duration_s = step + i, starts_s[i], durations[i]
+            r[i].tokens, r[i].decode_tokens, r[i].requests = budget, 0, 1
+            r[i].waiting, r[i].running = num_waiting, num_running
+            r[i].used, r[i].cached, r[i].evictions, r[i].preemptions = used[i], cached[i], evicted[i], 0
+        self._n += k
+
+    def arrays(self):
+        """The columns as ``fairsim.sim.steplog.StepLog.arrays`` gives them (new arrays)."""
+        cdef Py_ssize_t i, n = self._n
+        cdef list cols = [array.clone(_Q if code == "q" else _D, n, False) for code in _CODES]
+        cdef long long* q
+        cdef double* d
+        cdef _StepRow* r = self._rows
+        d = (<array.array>cols[1]).data.as_doubles
+        for i in range(n):
+            d[i] = r[i].start_s
+        d = (<array.array>cols[2]).data.as_doubles
+        for i in range(n):
+            d[i] = r[i].duration_s
+        q = (<array.array>cols[0]).data.as_longlongs
+        for i in range(n):
+            q[i] = r[i].step
+        q = (<array.array>cols[3]).data.as_longlongs
+        for i in range(n):
+            q[i] = r[i].tokens
+        q = (<array.array>cols[4]).data.as_longlongs
+        for i in range(n):
+            q[i] = r[i].decode_tokens
+        q = (<array.array>cols[5]).data.as_longlongs
+        for i in range(n):
+            q[i] = r[i].requests
+        q = (<array.array>cols[6]).data.as_longlongs
+        for i in range(n):
+            q[i] = r[i].waiting
+        q = (<array.array>cols[7]).data.as_longlongs
+        for i in range(n):
+            q[i] = r[i].running
+        q = (<array.array>cols[8]).data.as_longlongs
+        for i in range(n):
+            q[i] = r[i].used
+        q = (<array.array>cols[9]).data.as_longlongs
+        for i in range(n):
+            q[i] = r[i].cached
+        q = (<array.array>cols[10]).data.as_longlongs
+        for i in range(n):
+            q[i] = r[i].evictions
+        q = (<array.array>cols[11]).data.as_longlongs
+        for i in range(n):
+            q[i] = r[i].preemptions
+        return cols
+
+
+_CODES = "qddqqqqqqqqq"  # fairsim.sim.steplog.STEP_TYPECODES
+cdef array.array _Q = array.array("q")
+cdef array.array _D = array.array("d")

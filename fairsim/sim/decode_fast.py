@@ -57,12 +57,7 @@ from fairsim.errors import EngineInvariantError
 from fairsim.sim.engine import Engine, _Live
 from fairsim.sim.lazy_hits import NO_KEY
 from fairsim.sim.result import Columns
-
-_STEP_COLUMNS = [
-    "step", "start_s", "duration_s", "tokens", "decode_tokens", "requests", "waiting", "running",
-    "kv_blocks_used", "kv_blocks_cached", "evictions", "preemptions",
-]
-
+from fairsim.sim.steplog import STEP_COLUMNS
 
 def _batch_sums(batch: list, new_tokens: int, pair_sum: float, decodes: int,
                 decode_ctx: int) -> tuple[int, float, int, int]:
@@ -146,7 +141,7 @@ class DecodeFastEngine(Engine):
         self._ctx = 0  # sum of their computed tokens at the current step's start
         # Step table columns (the step number is the row number): start and duration in seconds,
         # then counts; typed arrays, so the table needs no per-value conversion at the end.
-        self._cols: list[array] = [array("d"), array("d")] + [array("q") for _ in _STEP_COLUMNS[3:]]
+        self._cols: list[array] = [array("d"), array("d")] + [array("q") for _ in STEP_COLUMNS[3:]]
         # Token gaps: explicit rows (request row, step, seconds) and decoder segments (request
         # row, first step, last step), each step of a segment one gap between consecutive ends.
         self._xg: tuple[list[int], list[int], list[float]] = ([], [], [])
@@ -773,7 +768,7 @@ class DecodeFastEngine(Engine):
 
         cols = self._cols
         data = {"step": np.arange(len(cols[0]), dtype=np.int64)}
-        for name, col in zip(_STEP_COLUMNS[1:], cols):
+        for name, col in zip(STEP_COLUMNS[1:], cols):
             data[name] = np.frombuffer(col, dtype=np.float64 if col.typecode == "d" else np.int64)
         return Columns(data)
 

@@ -78,6 +78,7 @@ from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.lazy_hits import NO_KEY, LazyHits, compiled_watch_class
 from fairsim.sim.result import Columns, SimResult
+from fairsim.sim.steplog import STEP_COLUMNS, StepLog
 from fairsim.sim.keys import blocks_for, engine_block_keys, generated_block_keys
 from fairsim.types import QueuedRequest, Request
 
@@ -149,12 +150,12 @@ def plan_chunks(total: int, computed: int, budget: int, bs: int, num_blocks: int
 
 
 def compiled_burst(profile: Profile) -> tuple[Any, tuple[float, ...]]:
-    """The compiled ``plan_chunks`` and the chunk burst's rows (the module
-    ``fairsim.sim._block_pool_c``) and the profile's step-time coefficients ``(a_s,
-    b_s_per_token, k_s_per_pair, d_s_per_request)``, where the compiled pool is in use
-    (``block_pool_kind``) and the profile's step time is ``Profile.step_time_from_sums`` with
-    float coefficients (the compiled plan does the same float operations in the same order);
-    else ``(None, ())``: the Python ``plan_chunks``."""
+    """The compiled ``plan_chunks`` and ``StepLog`` (the module ``fairsim.sim._block_pool_c``)
+    and the profile's step-time coefficients ``(a_s, b_s_per_token, k_s_per_pair,
+    d_s_per_request)``, where the compiled pool is in use (``block_pool_kind``) and the
+    profile's step time is ``Profile.step_time_from_sums`` with float coefficients (the compiled
+    plan does the same float operations in the same order); else ``(None, ())``: the Python
+    ``plan_chunks`` and ``fairsim.sim.steplog.StepLog``."""
     if block_pool_kind() != "compiled" or type(profile).step_time_from_sums is not Profile.step_time_from_sums:
         return None, ()
     coefficients = (profile.a_s, profile.b_s_per_token, profile.k_s_per_pair, profile.d_s_per_request)
@@ -419,7 +420,7 @@ class Engine:
         self._waiting: dict[int, _Live] = {}  # id(live) -> live, release order
         self._preempted: deque[_Live] = deque()  # front of waiting, vLLM prepend order
         self._running: list[_Live] = []  # admission order
-        self._step_rows: list[tuple] = []
+        self._steps = self._burst_c.StepLog() if self._burst_c is not None else StepLog()
         # Which waiting requests may hit each key: a cached or evicted key invalidates only their
         # snapshots, so a step rebuilds few snapshots instead of one per waiting request.
         self._watchers: dict[Hashable, dict[int, _Live]] = {}
@@ -553,7 +554,7 @@ class Engine:
         preempted_q = self._preempted
         running = self._running
         pool = self.pool
-        append_row = self._step_rows.append
+        append_row = self._steps.add
         schedule = self._schedule
         finish_batch = self._finish_batch
         watch = self._watch
@@ -643,11 +644,8 @@ class Engine:
                     pair_sum += n * (ctx + n / 2)
                 duration = step_time(new_tokens, pair_sum, len(batch))
             self.prefill_tokens += new_tokens - decodes
-            append_row((
-                step, now, duration, new_tokens, decodes, len(batch), num_waiting, len(running),
-                pool.num_used, pool.num_cached, pool.num_evictions - evictions0,
-                preempted,
-            ))
+            append_row(step, now, duration, new_tokens, decodes, len(batch), num_waiting, len(running),
+                       pool.num_used, pool.num_cached, pool.num_evictions - evictions0, preempted)
             end = now + duration
             if member is not None and not member.advance(end):
                 # The step's completions happen at its end, after the other engines' earlier events.
@@ -698,7 +696,7 @@ class Engine:
         # The chunks first (clock, blocks to allocate, blocks cached after each), then the pool's
         # work for all of them in one call and the rows at once.
         start = live.num_cached_blocks
-        if self._burst_c is not None:  # the compiled plan_chunks and burst_rows (same results)
+        if self._burst_c is not None:  # the compiled plan_chunks (same results)
             needs, stops, starts_s, durations, computed, now, stop = self._burst_c.plan_chunks(
                 total, computed, budget, bs, len(blocks), self.pool.num_free, start, n_keys, now, limit,
                 *self._step_coefficients, interrupt)
@@ -715,13 +713,7 @@ class Engine:
         num_waiting = len(self._waiting) + len(self._preempted)  # no release, no admission here
         num_running = len(self._running)
         after = step + len(needs)
-        if self._burst_c is not None:
-            self._burst_c.burst_rows(self._step_rows, step, starts_s, durations, budget, num_waiting, num_running,
-                                     used, cached, evicted)
-        else:
-            self._step_rows.extend([
-                (s, t, d, budget, 0, 1, num_waiting, num_running, u, c, e, 0)
-                for s, t, d, u, c, e in zip(range(step, after), starts_s, durations, used, cached, evicted)])
+        self._steps.add_burst(step, starts_s, durations, budget, num_waiting, num_running, used, cached, evicted)
         if step >> FREEZE_SHIFT != after >> FREEZE_SHIFT:  # crossed a multiple of the freeze period
             gc.freeze()
         return now, after
@@ -1229,10 +1221,7 @@ class Engine:
         return Columns(cols)
 
     def _step_table(self) -> Columns:
-        return Columns.from_tuples(self._step_rows, [
-            "step", "start_s", "duration_s", "tokens", "decode_tokens", "requests", "waiting", "running",
-            "kv_blocks_used", "kv_blocks_cached", "evictions", "preemptions",
-        ])
+        return Columns.from_arrays(dict(zip(STEP_COLUMNS, self._steps.arrays())))
 
 
     def _gap_table(self) -> pd.DataFrame:
