@@ -428,21 +428,29 @@ def test_step_log_gives_the_reference_columns():
     from fairsim.sim.steplog import STEP_TYPECODES, StepLog
 
     logs = (_block_pool_c.StepLog(), StepLog())
-    assert [c.tolist() for c in logs[0].arrays()] == [[]] * 12
+
+    def columns(log):
+        return [log.column(j) for j in range(12)]
+
+    assert [c.tolist() for c in columns(logs[0])] == [[]] * 12
     for log in logs:
         log.add(6, 0.5, 1.0, 2048, 0, 1, 4, 1, 9, 8, 0, 0)
         log.add_burst(7, [1.5, 2.5], [1.0, 1.25], 2048, 3, 1, [10, 14], [9, 13], [0, 2])
-    assert [c.tolist() for c in logs[0].arrays()] == [c.tolist() for c in logs[1].arrays()] == [
+    assert [c.tolist() for c in columns(logs[0])] == [c.tolist() for c in columns(logs[1])] == [
         [6, 7, 8], [0.5, 1.5, 2.5], [1.0, 1.0, 1.25], [2048] * 3, [0] * 3, [1] * 3, [4, 3, 3], [1] * 3,
         [9, 10, 14], [8, 9, 13], [0, 0, 2], [0] * 3]
     for log in logs:
         for i in range(3, 1500):
             log.add(i + 6, i / 3, 0.25, i, i % 7, 2, 3 * i, 4, 10**12 + i, 5, -1, 1)
         log.add_burst(1506, [9.0] * 700, [0.5] * 700, 2048, 3, 1, list(range(700)), [1] * 700, [0] * 700)
-    got, want = logs[0].arrays(), logs[1].arrays()
+    got, want = columns(logs[0]), columns(logs[1])
     assert len(logs[0]) == len(logs[1]) == 3 + 1497 + 700
     assert [c.typecode for c in got] == list(STEP_TYPECODES)
     assert [c.tolist() for c in got] == [c.tolist() for c in want]
+    for log in logs:
+        for j in (-1, 12):
+            with pytest.raises(IndexError, match=f"step column {j}"):
+                log.column(j)
 
 
 def test_engine_uses_the_compiled_burst_only_with_the_compiled_pool_and_a_float_profile():

@@ -24,13 +24,13 @@ CODES = "qdq"
 ROWS = st.lists(st.tuples(st.integers(0, 10**6), st.floats(0, 1e6), st.integers(-5, 5)), max_size=30)
 
 
-def typed(rows: list[tuple]) -> dict[str, array]:
-    """The rows as the engine keeps its step table: one typed array per column."""
-    cols = {name: array(code) for name, code in zip(NAMES, CODES)}
+def logged(rows: list[tuple]) -> Columns:
+    """The rows as the engine keeps its step table: typed columns, each read when first needed."""
+    cols = [array(code) for code in CODES]
     for row in rows:
-        for name, value in zip(NAMES, row):
-            cols[name].append(value)
-    return cols
+        for col, value in zip(cols, row):
+            col.append(value)
+    return Columns.from_log(NAMES, cols.__getitem__, len(rows))
 
 
 def eager(rows: list[tuple], names: list[str]) -> dict[str, list]:
@@ -40,7 +40,7 @@ def eager(rows: list[tuple], names: list[str]) -> dict[str, list]:
 @settings(max_examples=100, deadline=None)
 @given(ROWS, st.permutations(NAMES))
 def test_lazy_step_columns_equal_the_eager_ones(rows, read_order):
-    table = Columns.from_arrays(typed(rows))
+    table = logged(rows)
     want = eager(rows, NAMES)
     assert len(table) == len(rows)
     for name in read_order[:2]:  # some columns read first (as the run's summary does)
@@ -55,17 +55,17 @@ def test_lazy_step_columns_equal_the_eager_ones(rows, read_order):
 
 
 def test_lazy_columns_build_only_what_is_read():
-    table = Columns.from_arrays(typed([(0, 1.5, 3), (1, 2.5, 4)]))
+    table = logged([(0, 1.5, 3), (1, 2.5, 4)])
     assert table["tokens"].tolist() == [3, 4]
     assert list(table._lists) == ["tokens"]
 
 
 def test_unknown_column_is_a_key_error():
-    for table in (Columns.from_arrays(typed([(0, 1.0, 2)])), Columns.from_arrays(typed([])),
+    for table in (logged([(0, 1.0, 2)]), logged([]),
                   Columns({"step": [0]})):
         with pytest.raises(KeyError):
             table["nosuch"]
-    empty = Columns.from_arrays(typed([]))
+    empty = logged([])
     assert len(empty) == 0 and empty.columns == {n: [] for n in NAMES}
     assert empty["tokens"].tolist() == []
 

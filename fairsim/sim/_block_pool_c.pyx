@@ -632,52 +632,31 @@ cdef class StepLog:
             r[i].used, r[i].cached, r[i].evictions, r[i].preemptions = used[i], cached[i], evicted[i], 0
         self._n += k
 
-    def arrays(self):
-        """The columns as ``fairsim.sim.steplog.StepLog.arrays`` gives them (new arrays)."""
+    def column(self, Py_ssize_t j):
+        """Column ``j`` (``STEP_COLUMNS`` order) as a new typed array
+        (``fairsim.sim.steplog.StepLog.column``).
+
+        Raises:
+            IndexError: ``j`` not in 0..11.
+        """
         cdef Py_ssize_t i, n = self._n
-        cdef list cols = [array.clone(_Q if code == "q" else _D, n, False) for code in _CODES]
-        cdef long long* q
-        cdef double* d
-        cdef _StepRow* r = self._rows
-        d = (<array.array>cols[1]).data.as_doubles
-        for i in range(n):
-            d[i] = r[i].start_s
-        d = (<array.array>cols[2]).data.as_doubles
-        for i in range(n):
-            d[i] = r[i].duration_s
-        q = (<array.array>cols[0]).data.as_longlongs
-        for i in range(n):
-            q[i] = r[i].step
-        q = (<array.array>cols[3]).data.as_longlongs
-        for i in range(n):
-            q[i] = r[i].tokens
-        q = (<array.array>cols[4]).data.as_longlongs
-        for i in range(n):
-            q[i] = r[i].decode_tokens
-        q = (<array.array>cols[5]).data.as_longlongs
-        for i in range(n):
-            q[i] = r[i].requests
-        q = (<array.array>cols[6]).data.as_longlongs
-        for i in range(n):
-            q[i] = r[i].waiting
-        q = (<array.array>cols[7]).data.as_longlongs
-        for i in range(n):
-            q[i] = r[i].running
-        q = (<array.array>cols[8]).data.as_longlongs
-        for i in range(n):
-            q[i] = r[i].used
-        q = (<array.array>cols[9]).data.as_longlongs
-        for i in range(n):
-            q[i] = r[i].cached
-        q = (<array.array>cols[10]).data.as_longlongs
-        for i in range(n):
-            q[i] = r[i].evictions
-        q = (<array.array>cols[11]).data.as_longlongs
-        for i in range(n):
-            q[i] = r[i].preemptions
-        return cols
+        cdef const char* at
+        cdef array.array col
+        if not 0 <= j < 12:
+            raise IndexError(f"step column {j}: there are 12")
+        col = array.clone(_D if _CODES[j] == "d" else _Q, n, False)
+        at = (<const char*> self._rows) + 8 * j  # the j-th 8-byte field of each row
+        if _CODES[j] == "d":
+            for i in range(n):
+                col.data.as_doubles[i] = (<const double*> (at + i * sizeof(_StepRow)))[0]
+        else:
+            for i in range(n):
+                col.data.as_longlongs[i] = (<const long long*> (at + i * sizeof(_StepRow)))[0]
+        return col
 
 
+# A row is 12 fields of 8 bytes in declaration order, so field j lies at byte 8 * j (column).
+assert sizeof(_StepRow) == 96
 _CODES = "qddqqqqqqqqq"  # fairsim.sim.steplog.STEP_TYPECODES
 cdef array.array _Q = array.array("q")
 cdef array.array _D = array.array("d")

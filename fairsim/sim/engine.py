@@ -1221,7 +1221,7 @@ class Engine:
         return Columns(cols)
 
     def _step_table(self) -> Columns:
-        return Columns.from_arrays(dict(zip(STEP_COLUMNS, self._steps.arrays())))
+        return Columns.from_log(STEP_COLUMNS, self._steps.column, len(self._steps))
 
 
     def _gap_table(self) -> pd.DataFrame:

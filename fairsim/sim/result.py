@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -18,10 +19,9 @@ class Columns:
     (converted once, then cached); ``len(table)`` is the number of rows; ``table.columns`` is
     ``name -> list of values`` in column order.
 
-    A table made ``from_arrays`` (the engine's step table) keeps its typed arrays and builds a
-    list column when it is first read: a ``fairsim run`` reads two of the step table's twelve
-    columns (its summary's evictions and preemptions), and building all twelve over 67,659
-    steps took 20 ms.
+    A table made ``from_log`` (the engine's step table) builds a column when it is first read:
+    a ``fairsim run`` reads two of the step table's twelve columns (its summary's evictions and
+    preemptions), and building all twelve over 67,659 steps took 20 ms.
 
     Args:
         columns: ``name -> list of values``, in column order, all of one length.
@@ -30,7 +30,7 @@ class Columns:
     def __init__(self, columns: dict[str, list[Any]]) -> None:
         self._lists = columns
         self._names = list(columns)
-        self._typed: dict[str, Any] = {}  # from_arrays: name -> typed array, read as a list on first use
+        self._column_of: Callable[[int], Any] | None = None  # from_log: column j as a typed array
         self._arrays: dict[str, Any] = {}
         self._rows = len(next(iter(columns.values()))) if columns else 0
 
@@ -41,27 +41,28 @@ class Columns:
         return cls({k: [row[k] for row in rows] for k in names})
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, Any]) -> Columns:
-        """From ``array.array`` columns of equal length, each turned into a list of Python
-        values (``tolist``: ints for integer typecodes, floats for ``"d"``) when first read."""
+    def from_log(cls, names: Sequence[str], column: Callable[[int], Any], rows: int) -> Columns:
+        """A table of ``rows`` rows whose ``names[j]`` column is ``column(j)`` (an ``array.array``
+        of that length, e.g. ``fairsim.sim.steplog.StepLog.column``), asked for when first read
+        and turned into a list of Python values (``tolist``: ints for integer typecodes, floats
+        for ``"d"``)."""
         table = cls({})
-        table._names = list(arrays)
-        table._typed = arrays
-        table._rows = len(next(iter(arrays.values()))) if arrays else 0
+        table._names = list(names)
+        table._column_of = column
+        table._rows = rows
         return table
 
     def _column(self, name: str) -> list[Any]:
-        """The list of column ``name``, built from its typed array on first use.
+        """The list of column ``name``, built on first use (``from_log``).
 
         Raises:
             KeyError: No column ``name``.
         """
         values = self._lists.get(name)
         if values is None:
-            typed = self._typed.get(name)
-            if typed is None:
+            if self._column_of is None or name not in self._names:
                 raise KeyError(name)
-            values = self._lists[name] = typed.tolist()
+            values = self._lists[name] = self._column_of(self._names.index(name)).tolist()
         return values
 
     @property

@@ -5,7 +5,8 @@ bytes kept to the run's end: 660,000 steps of a ten times tiled conversation tra
 of the run's peak. ``StepLog`` keeps each column as a typed ``array`` (8 bytes a number), and the
 compiled block pool's ``StepLog`` (``fairsim.sim._block_pool_c``, the twin the engine takes with
 the compiled chunk burst) keeps the rows in one C buffer and writes a row without creating an
-object. Both give the same ``arrays()``; ``Engine._step_table`` reads them as ``Columns``.
+object. Both give the same columns (``column``); ``Engine._step_table`` reads them as
+``Columns``, each built when first read (a run's summary reads 2 of the 12).
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ class StepLog:
         for i, (t, d, u, c, e) in enumerate(zip(starts_s, durations, used, cached, evicted)):
             self.add(step + i, t, d, budget, 0, 1, num_waiting, num_running, u, c, e, 0)
 
-    def arrays(self) -> list[array]:
-        """The columns, one typed ``array`` per name of ``STEP_COLUMNS`` (the log's own)."""
-        return self._cols
+    def column(self, j: int) -> array:
+        """Column ``j`` (``STEP_COLUMNS`` order) as a typed ``array`` (the log's own).
+
+        Raises:
+            IndexError: ``j`` not in 0..11.
+        """
+        if not 0 <= j < len(self._cols):
+            raise IndexError(f"step column {j}: there are {len(self._cols)}")
+        return self._cols[j]
