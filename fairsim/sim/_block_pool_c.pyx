@@ -33,6 +33,8 @@ import array
 from cpython.dict cimport PyDict_Contains
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 
+from fairsim.sim.steplog import STEP_TYPECODES as _CODES
+
 
 cdef extern from "Python.h":
     Py_ssize_t PyDict_GET_SIZE(object)
@@ -657,6 +659,5 @@ cdef class StepLog:
 
 # A row is 12 fields of 8 bytes in declaration order, so field j lies at byte 8 * j (column).
 assert sizeof(_StepRow) == 96
-_CODES = "qddqqqqqqqqq"  # fairsim.sim.steplog.STEP_TYPECODES
 cdef array.array _Q = array.array("q")
 cdef array.array _D = array.array("d")

@@ -59,6 +59,7 @@ from fairsim.sim.lazy_hits import NO_KEY
 from fairsim.sim.result import Columns
 from fairsim.sim.steplog import STEP_COLUMNS
 
+
 def _batch_sums(batch: list, new_tokens: int, pair_sum: float, decodes: int,
                 decode_ctx: int) -> tuple[int, float, int, int]:
     """The step-time arguments of ``batch`` (``[(request, new tokens, context tokens)]``) added to

@@ -345,4 +345,4 @@ def _call(evaluate: Evaluate, policy: str, params: dict[str, Any]) -> Result:
 
 
 def _call_packed(item: tuple[Evaluate, str, dict[str, Any]]) -> Result:
-    return item[0](item[1], item[2])
+    return _call(*item)

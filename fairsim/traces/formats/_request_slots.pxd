@@ -3,6 +3,7 @@
 # functions only: nothing is built from this file.
 
 from cpython.object cimport PyObject, PyObject_GenericSetAttr
+from libc.string cimport memset
 
 from fairsim._member_slots cimport PyMemberDef, PyMemberDescrObject, READONLY, T_OBJECT_EX, slot_put
 
@@ -31,7 +32,7 @@ cdef inline RequestSlots request_slots(object request) except *:
     cdef PyMemberDef* member
     cdef Py_ssize_t i
     fields = request_fields()
-    slots.direct = False
+    memset(&slots, 0, sizeof(slots))  # not direct, no offsets: nothing read is left unset
     if sorted(fields) != sorted(getattr(request, "__slots__", ())):
         return slots
     for i, name in enumerate(fields):
