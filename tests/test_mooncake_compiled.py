@@ -135,6 +135,38 @@ def test_plain_rows_hand_computed(tmp_path):
     assert outcome(path) == both(path)[1]
 
 
+def test_equal_ids_share_one_int_object(tmp_path):
+    # Ids above 256 (CPython shares the small ints itself) that repeat across rows come back as
+    # one object, as the engine's dict lookups then find them by identity; an id far beyond the
+    # ids scanned (here 10**15 after 3 ids: past 4 per id scanned + 65,536) gets an object of its
+    # own each time, so no table is sized by it; the values are the reference's either way.
+    path = tmp_path / "t.jsonl"
+    rows = [{"timestamp": 0, "input_length": 1536, "output_length": 1, "hash_ids": [300, 301, 5000]},
+            {"timestamp": 1, "input_length": 1536, "output_length": 1, "hash_ids": [300, 301, 6000]},
+            {"timestamp": 2, "input_length": 1024, "output_length": 1, "hash_ids": [10**15, 301]},
+            {"timestamp": 3, "input_length": 1024, "output_length": 1, "hash_ids": [10**15, 7000]},
+            # a float time: orjson reads this row (the scanner takes integers only); its ids are
+            # shared the same way, the first object seen of a value kept
+            {"timestamp": 4.5, "input_length": 1536, "output_length": 1, "hash_ids": [300, 7000, 8000]}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    a, b, c, d, e = plain(path)[0]
+    assert [r.block_hashes for r in (a, b, c, d, e)] == [(300, 301, 5000), (300, 301, 6000), (10**15, 301),
+                                                        (10**15, 7000), (300, 7000, 8000)]
+    assert a.block_hashes[0] is b.block_hashes[0] is e.block_hashes[0]
+    assert a.block_hashes[1] is b.block_hashes[1] is c.block_hashes[1] and d.block_hashes[1] is e.block_hashes[1]
+    assert c.block_hashes[0] == d.block_hashes[0] and c.block_hashes[0] is not d.block_hashes[0]
+    assert outcome(path) == both(path)[1]
+
+
+def test_conversation_trace_ids_are_shared():
+    if not CONVERSATION.exists():
+        pytest.skip("the shared conversation trace is not here")
+    first: dict[int, int] = {}
+    for r in plain(CONVERSATION, None)[0]:
+        for x in r.block_hashes:
+            assert first.setdefault(x, x) is x  # every repeat of an id is its first object
+
+
 def test_fields_go_straight_into_the_request_slots(tmp_path):
     # Request's fields are all writable object slots: the twin writes them there (no attribute
     # lookup per field), and the requests are the reference's, every slot set.

@@ -19,12 +19,13 @@ warns or skips exactly as before.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from cpython.long cimport PyLong_FromLongLong
-from cpython.ref cimport Py_INCREF
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.math cimport isfinite
 from libc.stdlib cimport free, qsort, realloc
-from libc.string cimport memcmp
+from libc.string cimport memcmp, memset
 
 from fairsim.types import Request
 
@@ -57,6 +58,10 @@ cdef enum:
     _F_RID = 4  # optional: ``request_id``, a string of printable ASCII without escapes
     _ALL_FIELDS = 15  # the four required fields
     _MAX_DIGITS = 18  # below 2**62 (_MAX_LEN): no C overflow, no 19-digit run to check
+    # ``_Scanner.leading``'s table of shared ids holds an id below 4 per id scanned so far plus
+    # 65,536 (a window's ids start above 0): at most 32 bytes per id scanned, an int's size.
+    _SHARED_PER_ID = 4
+    _SHARED_MIN = 65536
 
 
 cdef inline Py_ssize_t _skip_ws(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) noexcept:
@@ -108,10 +113,19 @@ cdef class _Scanner:
     cdef long long* sorted_ids
     cdef Py_ssize_t count, capacity
     cdef Py_ssize_t rid_start, rid_len  # the request_id string's bytes (rid_len -1: none)
+    # The int object of each id below ``shared_cap`` made so far (NULL: none yet), one owned
+    # reference each: ``leading``'s rule that equal ids share one object.
+    cdef PyObject** shared
+    cdef Py_ssize_t shared_cap, scanned
 
     def __dealloc__(self):
+        cdef Py_ssize_t i
         free(self.ids)
         free(self.sorted_ids)
+        if self.shared != NULL:
+            for i in range(self.shared_cap):
+                Py_XDECREF(self.shared[i])
+            free(self.shared)
 
     cdef int _push(self, long long value) except -1:
         cdef Py_ssize_t grown
@@ -234,15 +248,77 @@ cdef class _Scanner:
         return True
 
     cdef tuple leading(self, Py_ssize_t k):
-        """The first ``k`` scanned ids as a tuple of Python ints."""
+        """The first ``k`` scanned ids as a tuple of Python ints; equal ids share one object.
+
+        Mooncake's chained ids are dense from 0 and repeat wherever requests share a prefix (the
+        conversation trace: 288,500 ids, 182,790 distinct), and the engine keys its cache, its
+        watchers and its hit lookups by them. One object per value saves the repeats' memory
+        (32 bytes each, 3.4 MB of the conversation trace, ten times that at ``--tile 10``) and
+        lets a dict lookup of an id find it by identity, without comparing two int objects
+        that may be cold (docs/performance.md, item 4; ``mooncake.read`` shares equal lengths
+        for the same reason). The objects come from a table indexed by the id, grown while an
+        id stays below ``_SHARED_PER_ID`` times the ids scanned so far plus ``_SHARED_MIN``
+        (so sparse or huge ids never size it: they get an object each, as before)."""
         cdef tuple out = PyTuple_New(k)
         cdef object x
+        cdef PyObject* o
         cdef Py_ssize_t j
+        cdef long long v
+        self.scanned += k
         for j in range(k):
-            x = PyLong_FromLongLong(self.ids[j])
+            v = self.ids[j]
+            if self._sharable(v):
+                o = self.shared[v]
+                if o == NULL:
+                    x = PyLong_FromLongLong(v)
+                    Py_INCREF(x)  # the table's reference
+                    self.shared[v] = <PyObject*>x
+                else:
+                    x = <object>o
+            else:
+                x = PyLong_FromLongLong(v)
             Py_INCREF(x)
             PyTuple_SET_ITEM(out, j, x)
         return out
+
+    cdef tuple shared_tuple(self, list ids, Py_ssize_t k):
+        """``tuple(ids[:k])`` for ids that ``loads`` read (Python ints), each id that ``leading``
+        shares replaced by the table's object of its value (the first one seen is kept)."""
+        cdef tuple out = PyTuple_New(k)
+        cdef object x
+        cdef PyObject* o
+        cdef Py_ssize_t j
+        cdef long long v
+        cdef int overflow
+        self.scanned += k
+        for j in range(k):
+            x = ids[j]
+            v = PyLong_AsLongLongAndOverflow(x, &overflow)
+            if not overflow and v >= 0 and self._sharable(v):
+                o = self.shared[v]
+                if o == NULL:
+                    Py_INCREF(x)  # the table's reference
+                    self.shared[v] = <PyObject*>x
+                else:
+                    x = <object>o
+            Py_INCREF(x)
+            PyTuple_SET_ITEM(out, j, x)
+        return out
+
+    cdef inline bint _sharable(self, long long v) except -1:
+        """Whether id ``v`` (>= 0) has a slot in ``shared``, grown for it where the bound allows."""
+        return v < self.shared_cap or (v < self.scanned * _SHARED_PER_ID + _SHARED_MIN and self._grow(v))
+
+    cdef bint _grow(self, long long v) except -1:
+        """Make ``shared`` hold index ``v`` (at least doubling it, new slots NULL)."""
+        cdef Py_ssize_t cap = 2 * self.shared_cap if 2 * self.shared_cap > v else v + 1
+        cdef PyObject** a = <PyObject**>realloc(self.shared, cap * sizeof(PyObject*))
+        if a == NULL:
+            raise MemoryError()
+        memset(&a[self.shared_cap], 0, (cap - self.shared_cap) * sizeof(PyObject*))
+        self.shared = a
+        self.shared_cap = cap
+        return True
 
 
 cdef int _compare(const void* a, const void* b) noexcept nogil:
@@ -351,7 +427,7 @@ def plain_requests(object lines_of_file, object loads, object safe, str stem, ob
             full = L // bs
             if (m != full and m != -(-L // bs)) or len(set(ids)) != m:
                 return None
-            hashes = tuple(ids[:full])
+            hashes = scanner.shared_tuple(<list>ids, full)
         if t < previous:
             return None
         previous = t
