@@ -251,9 +251,9 @@ cdef class _Scanner:
         """The first ``k`` scanned ids as a tuple of Python ints; equal ids share one object.
 
         Mooncake's chained ids are dense from 0 and repeat wherever requests share a prefix (the
-        conversation trace: 288,500 ids, 182,790 distinct), and the engine keys its cache, its
-        watchers and its hit lookups by them. One object per value saves the repeats' memory
-        (32 bytes each, 3.4 MB of the conversation trace, ten times that at ``--tile 10``) and
+        conversation trace: 276,491 full-block ids, 170,899 distinct), and the engine keys its
+        cache, its watchers and its hit lookups by them. One object per value saves the repeats'
+        memory (32 bytes each, 3.0 MB of the conversation trace, ten times that at ``--tile 10``) and
         lets a dict lookup of an id find it by identity, without comparing two int objects
         that may be cold (docs/performance.md, item 4; ``mooncake.read`` shares equal lengths
         for the same reason). The objects come from a table indexed by the id, grown while an
@@ -307,11 +307,18 @@ cdef class _Scanner:
 
     cdef inline bint _sharable(self, long long v) except -1:
         """Whether id ``v`` (>= 0) has a slot in ``shared``, grown for it where the bound allows."""
-        return v < self.shared_cap or (v < self.scanned * _SHARED_PER_ID + _SHARED_MIN and self._grow(v))
+        cdef Py_ssize_t bound
+        if v < self.shared_cap:
+            return True
+        bound = self.scanned * _SHARED_PER_ID + _SHARED_MIN
+        return v < bound and self._grow(v, bound)
 
-    cdef bint _grow(self, long long v) except -1:
-        """Make ``shared`` hold index ``v`` (at least doubling it, new slots NULL)."""
-        cdef Py_ssize_t cap = 2 * self.shared_cap if 2 * self.shared_cap > v else v + 1
+    cdef bint _grow(self, long long v, Py_ssize_t bound) except -1:
+        """Make ``shared`` hold index ``v`` (< ``bound``): doubled, but to ``bound`` slots at
+        most; the new slots NULL."""
+        cdef Py_ssize_t cap = 2 * self.shared_cap if 2 * self.shared_cap < bound else bound
+        if cap <= v:
+            cap = v + 1
         cdef PyObject** a = <PyObject**>realloc(self.shared, cap * sizeof(PyObject*))
         if a == NULL:
             raise MemoryError()
