@@ -11,7 +11,7 @@ json`` with the same trace, shaping and engine options, so every figure is that 
   process is started by a bare interpreter, ``_SPAWNER``, so bench's own memory is not in it);
 - ``sim_time_s``, ``steps``, ``requests``: from the run's summary.
 
-``--repeat N`` runs each policy N times and keeps the run with the median process time.
+``--repeat N`` (default 3) runs each policy N times and keeps the run with the median process time.
 ``--tile N`` concatenates N copies of the trace, each shifted by the trace's span plus its mean
 gap and with its own request ids, sessions and prefix content (hash ids offset), to measure how
 cost per request grows with the trace length: each policy then also runs on the trace itself,

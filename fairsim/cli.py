@@ -120,7 +120,8 @@ def build_parser(full: bool = True) -> argparse.ArgumentParser:
     bench.add_argument("--compare", metavar="PATH",
                        help="also run this peer simulator on the same requests: 'dynamo' (NVIDIA Dynamo's "
                             "offline replay) or sched-sim's executable")
-    bench.add_argument("--repeat", type=int, default=1, help="runs per policy; the median is kept")
+    bench.add_argument("--repeat", type=int, default=3,
+                       help="runs per policy; the median is kept (so one slow run does not move it)")
     bench.add_argument("--tile", type=int, default=1, metavar="N",
                        help="concatenate N time-shifted copies of the trace")
     bench.add_argument("--vs-one-engine", action="store_true",

@@ -93,7 +93,7 @@ def test_bench_runs_each_policy_and_the_peer(capsys, tmp_path):
     peer = tmp_path / "peer"
     peer.write_text(_COUNTING_PEER)
     peer.chmod(peer.stat().st_mode | stat.S_IEXEC)
-    code, out, _ = _cli(capsys, "bench", "--policies", "fcfs,lpm", "--max-requests", "40",
+    code, out, _ = _cli(capsys, "bench", "--policies", "fcfs,lpm", "--max-requests", "40", "--repeat", "1",
                         "--compare", str(peer), "--format", "json")
     assert code == 0
     rows = json.loads(out)
@@ -176,7 +176,7 @@ def test_a_peer_failing_later_keeps_the_finished_policies_and_their_pairs(capsys
     # Runs: peer, fcfs, peer (fails). fcfs finished with its pair; lpm did not run.
     log = tmp_path / "log"
     peer = _peer_file(tmp_path, _logging_peer(log, fail_on=2))
-    code, out, err = _cli(capsys, "bench", "--policies", "fcfs,lpm", "--max-requests", "40",
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs,lpm", "--max-requests", "40", "--repeat", "1",
                           "--compare", str(peer), "--out", tmp_path / "o", "--format", fmt)
     errors = [line for line in err.splitlines() if not line.startswith("bench: ")]  # no progress lines
     assert code == 2 and errors == [f"fairsim: error: bench: --compare {peer}: its trace command exited 3: broke"]
@@ -278,7 +278,7 @@ def test_a_failing_policy_keeps_the_ones_before_it(capsys, tmp_path, monkeypatch
     peer = _peer_file(tmp_path, _logging_peer(log))  # runs before each policy run
     try:
         code, out, err = _cli(capsys, "bench", "--policies", "fcfs,benchfailpol:Boom,lpm", "--max-requests", "60",
-                              "--out", tmp_path / "o", "--compare", peer, "--format", "json")
+                              "--repeat", "1", "--out", tmp_path / "o", "--compare", peer, "--format", "json")
     finally:
         sys.modules.pop("benchfailpol", None)  # imported by the policy check: not left for other tests
     assert code == 1
@@ -317,7 +317,7 @@ def test_tile_also_runs_the_trace_itself_and_gives_the_cost_ratio(capsys):
 def test_tile_of_the_generated_input_of_a_seed(capsys):
     # --seed 3 without --trace: the tiled file holds that generated input (seed not passed on
     # with it); the untiled children generate it again from the seed.
-    code, out, err = _cli(capsys, "bench", "--policies", "fcfs", "--seed", "3", "--max-requests", "30",
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs", "--seed", "3", "--max-requests", "30", "--repeat", "1",
                           "--tile", "2", "--format", "json")
     assert code == 0, err
     r = json.loads(out)["fcfs"]
@@ -417,8 +417,8 @@ def test_ctrl_c_during_a_peer_run_prints_the_finished_policies_with_their_pairs(
 
     monkeypatch.setattr(bench, "run_peer", second_interrupted)
     peer = _peer_file(tmp_path, _COUNTING_PEER)
-    code, out, err = _cli(capsys, "bench", "--policies", "fcfs,lpm", "--max-requests", "40", "--compare", peer,
-                          "--format", "json", "--out", tmp_path / "o")
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs,lpm", "--max-requests", "40", "--repeat", "1",
+                          "--compare", peer, "--format", "json", "--out", tmp_path / "o")
     assert code == 130 and err.strip().endswith("fairsim: interrupted; results already written are kept")
     rows = json.loads(out)
     assert set(rows) == {"fcfs", "sched-sim"} and len(rows["fcfs"]["peer_pairs"]) == 1

@@ -185,7 +185,7 @@ def test_a_dynamo_run_that_disagrees_with_its_first_is_refused_after_the_finishe
     # Its second timed run reports another TTFT p50: runs dynamo, fcfs, dynamo (refused).
     log = tmp_path / "log"
     _fake_dynamo(monkeypatch, log, ttft_ms="120.0 if runs == 1 else 130.0")
-    code, out, err = _cli(capsys, "bench", "--policies", "fcfs,lpm", "--max-requests", "40",
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs,lpm", "--max-requests", "40", "--repeat", "1",
                           "--compare", "dynamo", "--out", tmp_path / "o", "--format", fmt)
     assert code == 2
     assert err.strip().splitlines()[-1] == (
