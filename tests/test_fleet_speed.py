@@ -76,7 +76,7 @@ def test_vs_one_engine_in_closed_loop_stretches_think_times_too(capsys, monkeypa
     write_canonical(Trace("s", "test", reqs), trace)
     calls = _fake_runs(monkeypatch, [(2, 1), (3, 2)])
     code, out, err = _cli(capsys, "bench", "--policies", "fcfs", "--trace", trace, "--instances", "2",
-                          "--think-scale", "1.5", "--vs-one-engine")
+                          "--think-scale", "1.5", "--vs-one-engine", "--repeat", "1")
     assert code == 0, err
     assert float(_value(calls[0], "--think-scale")) == 3.0 and float(_value(calls[0], "--time-scale")) == 2.0
     assert float(_value(calls[1], "--think-scale")) == 1.5
