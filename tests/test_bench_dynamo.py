@@ -97,7 +97,7 @@ def test_closed_loop_has_no_dynamo_counterpart(capsys):
 def test_dynamo_runs_on_the_same_requests_when_installed(capsys, tmp_path):
     pytest.importorskip("dynamo.replay", reason="Dynamo is not installed (docs/performance.md: the recipe)")
     code, out, _ = _cli(capsys, "bench", "--policies", "fcfs", "--max-requests", "40", "--compare", "dynamo",
-                        "--format", "json", "--out", tmp_path)
+                        "--repeat", "1", "--format", "json", "--out", tmp_path)
     assert code == 0
     rows = json.loads(out)
     dyn = rows["dynamo"]
