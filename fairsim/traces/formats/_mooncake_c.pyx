@@ -24,8 +24,8 @@ from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.math cimport isfinite
-from libc.stdlib cimport free, qsort, realloc
-from libc.string cimport memcmp, memset
+from libc.stdlib cimport calloc, free, qsort, realloc
+from libc.string cimport memcmp
 
 from fairsim.types import Request
 
@@ -59,9 +59,15 @@ cdef enum:
     _ALL_FIELDS = 15  # the four required fields
     _MAX_DIGITS = 18  # below 2**62 (_MAX_LEN): no C overflow, no 19-digit run to check
     # ``_Scanner.leading``'s table of shared ids holds an id below 4 per id scanned so far plus
-    # 65,536 (a window's ids start above 0): at most 32 bytes per id scanned, an int's size.
+    # 65,536 (a window's ids start above 0): at most 32 bytes per id scanned, an int's size. Its
+    # pages of 8,192 slots (64 KiB) stay below glibc's mmap threshold (128 KiB): freeing one
+    # larger block would raise that threshold for the rest of the run, and the heap's later
+    # large blocks would then fragment it (a colocated run's peak rose by 11 MB so).
     _SHARED_PER_ID = 4
     _SHARED_MIN = 65536
+    _PAGE_BITS = 13
+    _PAGE = 8192
+    _PAGE_MASK = 8191
 
 
 cdef inline Py_ssize_t _skip_ws(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) noexcept:
@@ -113,19 +119,24 @@ cdef class _Scanner:
     cdef long long* sorted_ids
     cdef Py_ssize_t count, capacity
     cdef Py_ssize_t rid_start, rid_len  # the request_id string's bytes (rid_len -1: none)
-    # The int object of each id below ``shared_cap`` made so far (NULL: none yet), one owned
-    # reference each: ``leading``'s rule that equal ids share one object.
-    cdef PyObject** shared
-    cdef Py_ssize_t shared_cap, scanned
+    # The int object of each id made so far (NULL: none yet), one owned reference each, in
+    # pages of ``_PAGE`` ids (``pages[v >> _PAGE_BITS]``, NULL: none made): ``leading``'s rule
+    # that equal ids share one object.
+    cdef PyObject*** pages
+    cdef Py_ssize_t n_pages, scanned
 
     def __dealloc__(self):
-        cdef Py_ssize_t i
+        cdef Py_ssize_t p, i
+        cdef PyObject** page
         free(self.ids)
         free(self.sorted_ids)
-        if self.shared != NULL:
-            for i in range(self.shared_cap):
-                Py_XDECREF(self.shared[i])
-            free(self.shared)
+        for p in range(self.n_pages):
+            page = self.pages[p]
+            if page != NULL:
+                for i in range(_PAGE):
+                    Py_XDECREF(page[i])
+                free(page)
+        free(self.pages)
 
     cdef int _push(self, long long value) except -1:
         cdef Py_ssize_t grown
@@ -256,27 +267,27 @@ cdef class _Scanner:
         memory (32 bytes each, 3.0 MB of the conversation trace, ten times that at ``--tile 10``) and
         lets a dict lookup of an id find it by identity, without comparing two int objects
         that may be cold (docs/performance.md, item 4; ``mooncake.read`` shares equal lengths
-        for the same reason). The objects come from a table indexed by the id, grown while an
-        id stays below ``_SHARED_PER_ID`` times the ids scanned so far plus ``_SHARED_MIN``
-        (so sparse or huge ids never size it: they get an object each, as before)."""
+        for the same reason). The objects come from a table indexed by the id (``_slot``: pages
+        of ``_PAGE`` slots), which takes an id below ``_SHARED_PER_ID`` times the ids scanned
+        so far plus ``_SHARED_MIN`` (so sparse or huge ids never size it: they get an object
+        each, as before)."""
         cdef tuple out = PyTuple_New(k)
         cdef object x
-        cdef PyObject* o
+        cdef PyObject** slot
         cdef Py_ssize_t j
         cdef long long v
         self.scanned += k
         for j in range(k):
             v = self.ids[j]
-            if self._sharable(v):
-                o = self.shared[v]
-                if o == NULL:
-                    x = PyLong_FromLongLong(v)
-                    Py_INCREF(x)  # the table's reference
-                    self.shared[v] = <PyObject*>x
-                else:
-                    x = <object>o
-            else:
+            slot = self._slot(v)
+            if slot == NULL:
                 x = PyLong_FromLongLong(v)
+            elif slot[0] == NULL:
+                x = PyLong_FromLongLong(v)
+                Py_INCREF(x)  # the table's reference
+                slot[0] = <PyObject*>x
+            else:
+                x = <object>slot[0]
             Py_INCREF(x)
             PyTuple_SET_ITEM(out, j, x)
         return out
@@ -286,7 +297,7 @@ cdef class _Scanner:
         shares replaced by the table's object of its value (the first one seen is kept)."""
         cdef tuple out = PyTuple_New(k)
         cdef object x
-        cdef PyObject* o
+        cdef PyObject** slot
         cdef Py_ssize_t j
         cdef long long v
         cdef int overflow
@@ -294,38 +305,41 @@ cdef class _Scanner:
         for j in range(k):
             x = ids[j]
             v = PyLong_AsLongLongAndOverflow(x, &overflow)
-            if not overflow and v >= 0 and self._sharable(v):
-                o = self.shared[v]
-                if o == NULL:
+            slot = self._slot(v) if not overflow and v >= 0 else NULL
+            if slot != NULL:
+                if slot[0] == NULL:
                     Py_INCREF(x)  # the table's reference
-                    self.shared[v] = <PyObject*>x
+                    slot[0] = <PyObject*>x
                 else:
-                    x = <object>o
+                    x = <object>slot[0]
             Py_INCREF(x)
             PyTuple_SET_ITEM(out, j, x)
         return out
 
-    cdef inline bint _sharable(self, long long v) except -1:
-        """Whether id ``v`` (>= 0) has a slot in ``shared``, grown for it where the bound allows."""
-        cdef Py_ssize_t bound
-        if v < self.shared_cap:
-            return True
-        bound = self.scanned * _SHARED_PER_ID + _SHARED_MIN
-        return v < bound and self._grow(v, bound)
-
-    cdef bint _grow(self, long long v, Py_ssize_t bound) except -1:
-        """Make ``shared`` hold index ``v`` (< ``bound``): doubled, but to ``bound`` slots at
-        most; the new slots NULL."""
-        cdef Py_ssize_t cap = 2 * self.shared_cap if 2 * self.shared_cap < bound else bound
-        if cap <= v:
-            cap = v + 1
-        cdef PyObject** a = <PyObject**>realloc(self.shared, cap * sizeof(PyObject*))
-        if a == NULL:
+    cdef PyObject** _slot(self, long long v) except? NULL:
+        """The table's slot of id ``v`` (>= 0), its page made if the bound allows; NULL where it
+        does not (the id is not shared)."""
+        cdef Py_ssize_t p = <Py_ssize_t>(v >> _PAGE_BITS), n, i
+        cdef PyObject*** grown
+        cdef PyObject** page
+        if p < self.n_pages and self.pages[p] != NULL:
+            return &self.pages[p][v & _PAGE_MASK]
+        if v >= self.scanned * _SHARED_PER_ID + _SHARED_MIN:
+            return NULL
+        if p >= self.n_pages:
+            n = 2 * self.n_pages if 2 * self.n_pages > p else p + 1
+            grown = <PyObject***>realloc(self.pages, n * sizeof(PyObject**))
+            if grown == NULL:
+                raise MemoryError()
+            for i in range(self.n_pages, n):
+                grown[i] = NULL
+            self.pages = grown
+            self.n_pages = n
+        page = <PyObject**>calloc(_PAGE, sizeof(PyObject*))
+        if page == NULL:
             raise MemoryError()
-        memset(&a[self.shared_cap], 0, (cap - self.shared_cap) * sizeof(PyObject*))
-        self.shared = a
-        self.shared_cap = cap
-        return True
+        self.pages[p] = page
+        return &page[v & _PAGE_MASK]
 
 
 cdef int _compare(const void* a, const void* b) noexcept nogil:
