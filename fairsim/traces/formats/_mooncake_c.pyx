@@ -273,21 +273,10 @@ cdef class _Scanner:
         each, as before)."""
         cdef tuple out = PyTuple_New(k)
         cdef object x
-        cdef PyObject** slot
         cdef Py_ssize_t j
-        cdef long long v
         self.scanned += k
         for j in range(k):
-            v = self.ids[j]
-            slot = self._slot(v)
-            if slot == NULL:
-                x = PyLong_FromLongLong(v)
-            elif slot[0] == NULL:
-                x = PyLong_FromLongLong(v)
-                Py_INCREF(x)  # the table's reference
-                slot[0] = <PyObject*>x
-            else:
-                x = <object>slot[0]
+            x = self._shared(self.ids[j], None)
             Py_INCREF(x)
             PyTuple_SET_ITEM(out, j, x)
         return out
@@ -297,7 +286,6 @@ cdef class _Scanner:
         shares replaced by the table's object of its value (the first one seen is kept)."""
         cdef tuple out = PyTuple_New(k)
         cdef object x
-        cdef PyObject** slot
         cdef Py_ssize_t j
         cdef long long v
         cdef int overflow
@@ -305,16 +293,23 @@ cdef class _Scanner:
         for j in range(k):
             x = ids[j]
             v = PyLong_AsLongLongAndOverflow(x, &overflow)
-            slot = self._slot(v) if not overflow and v >= 0 else NULL
-            if slot != NULL:
-                if slot[0] == NULL:
-                    Py_INCREF(x)  # the table's reference
-                    slot[0] = <PyObject*>x
-                else:
-                    x = <object>slot[0]
+            if not overflow and v >= 0:
+                x = self._shared(v, x)
             Py_INCREF(x)
             PyTuple_SET_ITEM(out, j, x)
         return out
+
+    cdef object _shared(self, long long v, object made):
+        """The table's object of id ``v`` (>= 0) where it holds one; else ``made`` (an int of
+        value ``v``; None: a new one), kept in the table where the table takes ``v``."""
+        cdef PyObject** slot = self._slot(v)
+        if slot != NULL and slot[0] != NULL:
+            return <object>slot[0]
+        x = PyLong_FromLongLong(v) if made is None else made
+        if slot != NULL:
+            Py_INCREF(x)  # the table's reference
+            slot[0] = <PyObject*>x
+        return x
 
     cdef PyObject** _slot(self, long long v) except? NULL:
         """The table's slot of id ``v`` (>= 0), its page made if the bound allows; NULL where it
