@@ -66,8 +66,8 @@ cdef enum:
     _SHARED_PER_ID = 4
     _SHARED_MIN = 65536
     _PAGE_BITS = 13
-    _PAGE = 8192
-    _PAGE_MASK = 8191
+    _PAGE = 1 << _PAGE_BITS
+    _PAGE_MASK = _PAGE - 1
 
 
 cdef inline Py_ssize_t _skip_ws(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) noexcept:
@@ -264,9 +264,9 @@ cdef class _Scanner:
         Mooncake's chained ids are dense from 0 and repeat wherever requests share a prefix (the
         conversation trace: 276,491 full-block ids, 170,899 distinct), and the engine keys its
         cache, its watchers and its hit lookups by them. One object per value saves the repeats'
-        memory (32 bytes each, 3.0 MB of the conversation trace, ten times that at ``--tile 10``) and
-        lets a dict lookup of an id find it by identity, without comparing two int objects
-        that may be cold (docs/performance.md, item 4; ``mooncake.read`` shares equal lengths
+        memory (32 bytes each, 3.0 MB of the conversation trace, ten times that at ``--tile
+        10``) and lets a dict lookup of an id find it by identity, without comparing two int
+        objects that may be cold (docs/performance.md, item 4; ``mooncake.read`` shares equal lengths
         for the same reason). The objects come from a table indexed by the id (``_slot``: pages
         of ``_PAGE`` slots), which takes an id below ``_SHARED_PER_ID`` times the ids scanned
         so far plus ``_SHARED_MIN`` (so sparse or huge ids never size it: they get an object
