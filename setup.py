@@ -22,6 +22,9 @@
 - The optional compiled read loops of DRR, DRR-Dynamo and DLPM, DFS-weight's tree and PEEK's
   order (``fairsim/policies/_credit_c.pyx``), the same way: where it is not built, each order
   runs its Python code (``fairsim.policies.compiled_twins``).
+- The optional compiled sorted list of the kept orders' keys (``fairsim/policies/_sorted_c.pyx``),
+  the same way: where it is not built, ``fairsim.policies.sorted_keys.SortedKeys`` is
+  ``sortedcontainers.SortedList``.
 - The optional compiled due blocks and order bookkeeping of ``fairway-deadline``
   (``fairsim/policies/_deadline_c.pyx``), the same way: where it is not built,
   ``deadline_fast.DueBlocks`` and ``DeadlineOrder`` run (``deadline_fast.due_blocks``,
@@ -136,6 +139,7 @@ extensions = cythonize([Extension("fairsim.sim._block_pool_c", ["fairsim/sim/_bl
                         Extension("fairsim.traces.formats._chain_c", ["fairsim/traces/formats/_chain_c.pyx"]),
                         Extension("fairsim.traces.formats._azure_c", ["fairsim/traces/formats/_azure_c.pyx"]),
                         Extension("fairsim.policies._credit_c", ["fairsim/policies/_credit_c.pyx"]),
+                        Extension("fairsim.policies._sorted_c", ["fairsim/policies/_sorted_c.pyx"]),
                         Extension("fairsim.policies._deadline_c", ["fairsim/policies/_deadline_c.pyx"]),
                         Extension("fairsim.policies._merge_c", ["fairsim/policies/_merge_c.pyx"],
                                   extra_compile_args=["-ffp-contract=off"])],

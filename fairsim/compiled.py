@@ -2,7 +2,7 @@
 
 Several hot loops have a typed Cython twin built at install (``setup.py``; each optional, so an
 install without a C compiler still works): the block pool, the watcher map, the Fast lane, the
-Fairway family's merge of its two lanes, the credit orders' loops, fairway-deadline's due blocks and bookkeeping, the engine's per-request states and request-table read, the offered load, the Mooncake
+Fairway family's merge of its two lanes, the credit orders' loops, the kept orders' sorted list, fairway-deadline's due blocks and bookkeeping, the engine's per-request states and request-table read, the offered load, the Mooncake
 and Azure readers' plain rows, the Bailian reader's re-chained ids. Each module that has one loads
 it here. The Python code is the reference and each twin gives its results to the bit (a test per
 twin compares them). ``FAIRSIM_PURE_PYTHON=1`` runs the references everywhere.

@@ -32,7 +32,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
-from sortedcontainers import SortedList
+from fairsim.policies.sorted_keys import SortedKeys
 
 from fairsim.policies.clients import client_key
 from fairsim.policies import compiled_twins
@@ -99,7 +99,7 @@ class ClassQueues:
 
 
 class RunSortedKeys:
-    """Unique keys in sorted order: a ``SortedList`` of keys and, above all of them, a *run* of
+    """Unique keys in sorted order: a sorted list of keys (``SortedKeys``) and, above all of them, a *run* of
     keys added in increasing order, kept in a dict (insertion order is sorted order).
 
     VTC with one request per class (a trace without client labels: each request is its own
@@ -118,7 +118,7 @@ class RunSortedKeys:
     COMPACT_MIN = 1024
 
     def __init__(self) -> None:
-        self._sorted = SortedList()
+        self._sorted = SortedKeys()
         self._run: dict[tuple, None] = {}
         self._last: tuple | None = None  # the run's largest key (its last), None when empty
         self._removed = 0  # removals from the run since it was built or last compacted
@@ -670,7 +670,7 @@ class DLPMOrder:
         self.items: dict[str, tuple[Hashable, QueuedRequest, tuple]] = {}
         self.touched: set[Hashable] = set()
         self._logged: set[Hashable] = set()  # clients whose deficit the last order logged
-        self._pos = SortedList()  # head LPM key of each waiting client with a deficit > 0
+        self._pos = SortedKeys()  # head LPM key of each waiting client with a deficit > 0
         self._pos_key: dict[Hashable, tuple] = {}
         self._version = 0  # add/remove calls so far
         self._applied = -1  # Replay.applied at the last iter_order
@@ -736,7 +736,7 @@ class DLPMOrder:
         changed = (self.touched | self._logged) if applied != self._applied else self.touched
         if len(changed) >= self.REBUILD_MIN and 4 * len(changed) >= len(self._pos_key):
             # Many clients at once (the commit of a refill logs every backlogged client): set
-            # their entries, then sort all entries in one C-level pass instead of a SortedList
+            # their entries, then sort all entries in one C-level pass instead of a SortedKeys
             # remove and add per client. The same keys, so the same sorted sequence.
             pos_key, real = self._pos_key, policy.deficit
             for u in changed:
@@ -745,7 +745,7 @@ class DLPMOrder:
                     pos_key[u] = queue[0]
                 else:
                     pos_key.pop(u, None)
-            self._pos = SortedList(pos_key.values())
+            self._pos = SortedKeys(pos_key.values())
         else:
             for u in changed:
                 self._refresh(u)

@@ -78,7 +78,7 @@ from heapq import heapify, heappop, heappush
 from itertools import chain
 from typing import Any, Protocol
 
-from sortedcontainers import SortedList
+from fairsim.policies.sorted_keys import SortedKeys
 
 from fairsim.compiled import compiled_twin
 from fairsim.errors import PolicyContractError
@@ -264,8 +264,9 @@ class SortedKeyOrder:
     """Waiting requests sorted by a per-snapshot key that does not depend on ``now``.
 
     ``key(q)`` must end with ``request_id`` (so keys are unique) and be a function of the snapshot
-    alone (LPM: ``(-cached_len, arrival_time, request_id)``). Backed by a
-    ``sortedcontainers.SortedList`` of keys: ``add``/``remove`` O(log n), iteration O(1) per item.
+    alone (LPM: ``(-cached_len, arrival_time, request_id)``). Backed by a sorted list of keys
+    (``fairsim.policies.sorted_keys.SortedKeys``: ``sortedcontainers.SortedList`` or its compiled
+    twin): ``add``/``remove`` O(log n), iteration O(1) per item.
 
     ``head_changes(k)`` (a protected set's head, ``Engine._update_protected``) says how the first
     ``k`` changed since its last call; from its first call on, ``add``/``remove`` note the changes
@@ -281,7 +282,7 @@ class SortedKeyOrder:
 
     def __init__(self, key: Callable[[QueuedRequest], tuple]) -> None:
         self.key = key
-        self._keys = SortedList()
+        self._keys = SortedKeys()
         self._by_id: dict[str, tuple[tuple, QueuedRequest]] = {}
         self._by_key: dict[tuple, QueuedRequest] = {}
         # head_changes' state (None until its first call): the head it last gave (key ->

@@ -24,7 +24,7 @@ from bisect import bisect_left, insort
 from itertools import chain
 from typing import Any
 
-from sortedcontainers import SortedList
+from fairsim.policies.sorted_keys import SortedKeys
 
 from fairsim.policies.space import Choice
 from fairsim.policies.base import arrival_key
@@ -388,11 +388,11 @@ class DedupSortedOrder:
     def __init__(self, key: Callable[[QueuedRequest], tuple], dedup: bool = True) -> None:
         self.key = key
         self.dedup = dedup
-        self.kept = SortedList()
-        self.late = SortedList()
+        self.kept = SortedKeys()
+        self.late = SortedKeys()
         self._by_id: dict[str, tuple[tuple, QueuedRequest, tuple | None]] = {}
         self._by_key: dict[tuple, QueuedRequest] = {}
-        self._groups: dict[tuple, SortedList] = {}
+        self._groups: dict[tuple, SortedKeys] = {}
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -410,7 +410,7 @@ class DedupSortedOrder:
             return
         members = self._groups.get(group)
         if members is None:
-            members = self._groups[group] = SortedList()
+            members = self._groups[group] = SortedKeys()
         mine = (q.arrival_time, rid)
         members.add(mine)
         if members[0] != mine:
@@ -489,8 +489,8 @@ class _Node:
 
     def __init__(self) -> None:
         self.children: dict[Hashable, _Node] = {}
-        self.own = SortedList()  # (arrival_time, request_id) of the requests whose hit ends here
-        self.members = SortedList()  # the same for the whole subtree: weight and first arrival
+        self.own = SortedKeys()  # (arrival_time, request_id) of the requests whose hit ends here
+        self.members = SortedKeys()  # the same for the whole subtree: weight and first arrival
 
 
 def _dfs(root: _Node) -> Iterator[tuple[float, str]]:

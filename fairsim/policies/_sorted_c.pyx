@@ -1,0 +1,285 @@
+# cython: language_level=3
+"""Compiled twin of ``sortedcontainers.SortedList`` for the orders' sorted keys.
+
+``SortedKeys`` is the subset of ``SortedList`` that the orders use (``add``, ``remove``,
+``discard``, ``update``, ``in``, iteration, ``len``, indexing, ``islice``, ``irange``,
+``clear``), with the
+same algorithm: the values in sublists of at most twice the load factor (1,000), each sorted,
+and the last value of each in ``_maxes``; ``add`` bisects right (an equal value goes after the
+ones already held), ``remove`` bisects left (the first equal value goes), sublists split above
+twice the load and merge with a neighbour at or below half of it, ``update`` re-chunks the
+whole list when it adds a quarter of its length or more. So a ``SortedKeys`` holds the same
+objects in the same order as a ``SortedList`` given the same calls, and raises the same errors
+(``ValueError`` for a missing value, ``IndexError`` out of range, the keys' own ``TypeError``).
+
+Why compiled: ``SortedList`` is pure Python; an add or remove runs some 3,000 instructions of
+interpreted bookkeeping around its C-level ``bisect`` and ``list.insert``. LPM's, SJF's, SUF's,
+LOF's and KLPM's kept orders, DLPM's sorted client heads, VTC's keys and SGLang's kept order
+make one or two per waiting request and per re-key (about a tenth of an LPM run on the
+conversation trace). Here the bisects compare with ``PyObject_RichCompareBool``, as ``bisect``
+does, and the bookkeeping is C. ``tests/test_sorted_keys.py`` compares it with ``SortedList`` on
+random operation sequences, with a small load so that sublists split and merge.
+"""
+
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.object cimport PyObject_RichCompareBool, Py_LT
+from itertools import chain, islice
+
+cdef inline Py_ssize_t _bisect_right(list a, object x) except -1:
+    """``bisect.bisect_right(a, x)``: the same comparisons (``x < a[mid]``)."""
+    cdef Py_ssize_t lo = 0, hi = PyList_GET_SIZE(a), mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if PyObject_RichCompareBool(x, <object>PyList_GET_ITEM(a, mid), Py_LT):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+cdef inline Py_ssize_t _bisect_left(list a, object x) except -1:
+    """``bisect.bisect_left(a, x)``: the same comparisons (``a[mid] < x``)."""
+    cdef Py_ssize_t lo = 0, hi = PyList_GET_SIZE(a), mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if PyObject_RichCompareBool(<object>PyList_GET_ITEM(a, mid), x, Py_LT):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+cdef class SortedKeys:
+    """A sorted list of comparable values (duplicates allowed): ``SortedList``'s layout and rules.
+
+    Args:
+        iterable: Initial values (any order), or None.
+        load: Load factor (sublist size); ``SortedList``'s default 1,000. Tests pass a small
+            one to exercise splits and merges.
+
+    Raises:
+        ValueError: ``load`` < 4 (``SortedList._reset``'s rule).
+    """
+
+    cdef list _lists
+    cdef list _maxes
+    cdef Py_ssize_t _len
+    cdef Py_ssize_t _load
+
+    def __init__(self, iterable=None, Py_ssize_t load=1000):
+        if load < 4:
+            raise ValueError(f"load must be >= 4, got {load}")
+        self._lists = []
+        self._maxes = []
+        self._len = 0
+        self._load = load
+        if iterable is not None:
+            self.update(iterable)
+
+    def __len__(self):
+        return self._len
+
+    def __iter__(self):
+        return chain.from_iterable(self._lists)
+
+    def __repr__(self):
+        return f"SortedKeys({list(self)!r})"
+
+    def clear(self):
+        """Remove every value."""
+        self._lists = []
+        self._maxes = []
+        self._len = 0
+
+    cpdef add(self, value):
+        """Insert ``value`` after any equal values held."""
+        cdef list lists = self._lists, maxes = self._maxes, sub
+        cdef Py_ssize_t pos
+        if maxes:
+            pos = _bisect_right(maxes, value)
+            if pos == PyList_GET_SIZE(maxes):
+                pos -= 1
+                sub = <list>PyList_GET_ITEM(lists, pos)
+                sub.append(value)
+                maxes[pos] = value
+            else:
+                sub = <list>PyList_GET_ITEM(lists, pos)
+                sub.insert(_bisect_right(sub, value), value)
+            self._expand(pos)
+        else:
+            lists.append([value])
+            maxes.append(value)
+        self._len += 1
+
+    cdef void _expand(self, Py_ssize_t pos) except *:
+        cdef list lists = self._lists, sub = <list>PyList_GET_ITEM(self._lists, pos), half
+        cdef Py_ssize_t load = self._load
+        if PyList_GET_SIZE(sub) > (load << 1):
+            half = sub[load:]
+            del sub[load:]
+            self._maxes[pos] = sub[-1]
+            lists.insert(pos + 1, half)
+            self._maxes.insert(pos + 1, half[-1])
+
+    def update(self, iterable):
+        """Add every value of ``iterable`` (``SortedList.update``'s two regimes)."""
+        cdef list values = sorted(iterable), sub
+        cdef Py_ssize_t pos, n, load = self._load
+        if self._maxes:
+            if PyList_GET_SIZE(values) * 4 >= self._len:
+                # The held values first, then the new ones: the stable sort keeps equal values
+                # in that order, as SortedList's does.
+                held = []
+                for sub in self._lists:
+                    held.extend(sub)
+                held.extend(values)
+                values = held
+                values.sort()
+                self.clear()
+            else:
+                for value in values:
+                    self.add(value)
+                return
+        n = PyList_GET_SIZE(values)
+        for pos in range(0, n, load):
+            sub = values[pos:pos + load]
+            self._lists.append(sub)
+            self._maxes.append(sub[-1])
+        self._len = n
+
+    cdef Py_ssize_t _find(self, value, Py_ssize_t *idx) except -2:
+        """Position of the first value equal to ``value`` (its sublist; ``idx`` its index), or -1."""
+        cdef list maxes = self._maxes, sub
+        cdef Py_ssize_t pos
+        if not maxes:
+            return -1
+        pos = _bisect_left(maxes, value)
+        if pos == PyList_GET_SIZE(maxes):
+            return -1
+        sub = <list>PyList_GET_ITEM(self._lists, pos)
+        idx[0] = _bisect_left(sub, value)
+        if <object>PyList_GET_ITEM(sub, idx[0]) == value:
+            return pos
+        return -1
+
+    def __contains__(self, value):
+        cdef Py_ssize_t idx = 0
+        return self._find(value, &idx) >= 0
+
+    cpdef remove(self, value):
+        """Remove the first value equal to ``value``.
+
+        Raises:
+            ValueError: None is held.
+        """
+        cdef Py_ssize_t idx = 0
+        cdef Py_ssize_t pos = self._find(value, &idx)
+        if pos < 0:
+            raise ValueError(f"{value!r} not in list")
+        self._delete(pos, idx)
+
+    def discard(self, value):
+        """Remove the first value equal to ``value`` if one is held."""
+        cdef Py_ssize_t idx = 0
+        cdef Py_ssize_t pos = self._find(value, &idx)
+        if pos >= 0:
+            self._delete(pos, idx)
+
+    cdef void _delete(self, Py_ssize_t pos, Py_ssize_t idx) except *:
+        cdef list lists = self._lists, maxes = self._maxes
+        cdef list sub = <list>PyList_GET_ITEM(lists, pos), prev_sub
+        cdef Py_ssize_t n, prev
+        del sub[idx]
+        self._len -= 1
+        n = PyList_GET_SIZE(sub)
+        if n > (self._load >> 1):
+            maxes[pos] = sub[-1]
+        elif PyList_GET_SIZE(lists) > 1:
+            if not pos:
+                pos += 1
+            prev = pos - 1
+            prev_sub = <list>PyList_GET_ITEM(lists, prev)
+            prev_sub.extend(<list>PyList_GET_ITEM(lists, pos))
+            maxes[prev] = prev_sub[-1]
+            del lists[pos]
+            del maxes[pos]
+            self._expand(prev)
+        elif n:
+            maxes[pos] = sub[-1]
+        else:
+            del lists[pos]
+            del maxes[pos]
+
+    def __getitem__(self, index):
+        """The value at an ``int`` position (negative from the end), or a ``list`` for a slice.
+
+        Raises:
+            IndexError: The position is out of range.
+        """
+        cdef list sub
+        cdef Py_ssize_t i
+        if isinstance(index, slice):
+            return list(self)[index]
+        i = index
+        if i < 0:
+            i += self._len
+        if i < 0 or i >= self._len:
+            raise IndexError("list index out of range")
+        for sub in self._lists:
+            if i < PyList_GET_SIZE(sub):
+                return <object>PyList_GET_ITEM(sub, i)
+            i -= PyList_GET_SIZE(sub)
+        raise IndexError("list index out of range")  # not reached: the lengths sum to _len
+
+    def islice(self, start=None, stop=None, reverse=False):
+        """An iterator over the values at positions ``start`` to ``stop`` (``SortedList.islice``)."""
+        start, stop, _ = slice(start, stop).indices(self._len)
+        if start >= stop:
+            return iter(())
+        if reverse:
+            return iter(list(self)[start:stop][::-1])
+        return islice(chain.from_iterable(self._lists), start, stop)
+
+    def irange(self, minimum=None, maximum=None, inclusive=(True, True), reverse=False):
+        """An iterator over the values from ``minimum`` to ``maximum`` (``SortedList.irange``:
+        None is unbounded; ``inclusive`` says whether each bound is included)."""
+        cdef list lists = self._lists, maxes = self._maxes, out = []
+        cdef Py_ssize_t pos, idx, max_pos, max_idx, p
+        if not maxes:
+            return iter(())
+        if minimum is None:
+            pos = idx = 0
+        elif inclusive[0]:
+            pos = _bisect_left(maxes, minimum)
+            if pos == PyList_GET_SIZE(maxes):
+                return iter(())
+            idx = _bisect_left(<list>PyList_GET_ITEM(lists, pos), minimum)
+        else:
+            pos = _bisect_right(maxes, minimum)
+            if pos == PyList_GET_SIZE(maxes):
+                return iter(())
+            idx = _bisect_right(<list>PyList_GET_ITEM(lists, pos), minimum)
+        if maximum is None:
+            max_pos = PyList_GET_SIZE(maxes) - 1
+            max_idx = PyList_GET_SIZE(<list>PyList_GET_ITEM(lists, max_pos))
+        else:
+            max_pos = _bisect_right(maxes, maximum) if inclusive[1] else _bisect_left(maxes, maximum)
+            if max_pos == PyList_GET_SIZE(maxes):
+                max_pos -= 1
+                max_idx = PyList_GET_SIZE(<list>PyList_GET_ITEM(lists, max_pos))
+            elif inclusive[1]:
+                max_idx = _bisect_right(<list>PyList_GET_ITEM(lists, max_pos), maximum)
+            else:
+                max_idx = _bisect_left(<list>PyList_GET_ITEM(lists, max_pos), maximum)
+        if pos > max_pos or (pos == max_pos and idx >= max_idx):
+            return iter(())
+        if pos == max_pos:
+            out = (<list>PyList_GET_ITEM(lists, pos))[idx:max_idx]
+        else:
+            out = (<list>PyList_GET_ITEM(lists, pos))[idx:]
+            for p in range(pos + 1, max_pos):
+                out.extend(<list>PyList_GET_ITEM(lists, p))
+            out.extend((<list>PyList_GET_ITEM(lists, max_pos))[:max_idx])
+        if reverse:
+            out.reverse()
+        return iter(out)

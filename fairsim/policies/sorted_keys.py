@@ -1,0 +1,20 @@
+"""The sorted list that the kept orders hold their keys in.
+
+``SortedKeys`` is ``sortedcontainers.SortedList`` (the reference), or, where it was built and
+``FAIRSIM_PURE_PYTHON=1`` is not set, its compiled twin ``fairsim.policies._sorted_c.SortedKeys``:
+the same algorithm and layout, so the same objects in the same order after the same calls, with
+the bookkeeping in C (``tests/test_sorted_keys.py`` compares them). Construct it with no
+argument or an iterable; use ``add``, ``remove``, ``discard``, ``update``, ``in``, iteration,
+``len``, indexing and ``islice`` (the subset the twin has).
+"""
+
+from __future__ import annotations
+
+from sortedcontainers import SortedList
+
+from fairsim.compiled import compiled_twin
+
+_twin = compiled_twin("fairsim.policies._sorted_c")
+
+#: The class to construct: the compiled twin where built, else ``SortedList``.
+SortedKeys = SortedList if _twin is None else _twin.SortedKeys

@@ -1,0 +1,139 @@
+"""The compiled sorted list (``fairsim/policies/_sorted_c.pyx``) against ``SortedList``.
+
+Both are driven by the same operations; after each, the twin holds the same objects (by
+identity, so equal values keep ``SortedList``'s order among themselves) and raises the same
+errors. A small load factor makes sublists split and merge within a few dozen values."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sortedcontainers import SortedList
+
+_sorted_c = pytest.importorskip("fairsim.policies._sorted_c")
+SortedKeys = _sorted_c.SortedKeys
+
+
+def reference(load: int, values=None) -> SortedList:
+    ref = SortedList(values)
+    ref._reset(load)
+    return ref
+
+
+def same(twin, ref) -> None:
+    assert len(twin) == len(ref)
+    assert [id(v) for v in twin] == [id(v) for v in ref]
+
+
+# Values are (key, tag) tuples compared by key only (tag is a distinct object), so equal keys
+# are distinguishable and the twin must keep them in SortedList's order.
+class Tagged:
+    __slots__ = ("key", "tag")
+
+    def __init__(self, key: int, tag: int) -> None:
+        self.key, self.tag = key, tag
+
+    def __lt__(self, other: "Tagged") -> bool:
+        return self.key < other.key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Tagged) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __repr__(self) -> str:
+        return f"Tagged({self.key}, {self.tag})"
+
+
+operation = st.one_of(
+    st.tuples(st.just("add"), st.integers(0, 40)),
+    st.tuples(st.just("remove"), st.integers(0, 40)),
+    st.tuples(st.just("discard"), st.integers(0, 40)),
+    st.tuples(st.just("update"), st.lists(st.integers(0, 40), max_size=30)),
+    st.tuples(st.just("contains"), st.integers(0, 40)),
+    st.tuples(st.just("getitem"), st.integers(-50, 50)),
+    st.tuples(st.just("islice"), st.tuples(st.none() | st.integers(-50, 50), st.none() | st.integers(-50, 50))),
+    st.tuples(st.just("irange"), st.tuples(st.none() | st.integers(-1, 41), st.none() | st.integers(-1, 41),
+                                           st.booleans(), st.booleans(), st.booleans())),
+)
+
+
+def outcome(call):
+    try:
+        return ("ok", call())
+    except (ValueError, IndexError) as exc:
+        return (type(exc).__name__, None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(4, 8), st.lists(st.integers(0, 40), max_size=20), st.lists(operation, max_size=120))
+def test_same_objects_in_the_same_order_as_sorted_list(load, initial, ops):
+    tag = iter(range(10**9))
+    first = [Tagged(k, next(tag)) for k in initial]
+    twin, ref = SortedKeys(first, load=load), reference(load, first)
+    same(twin, ref)
+    for op, arg in ops:
+        if op in ("add", "remove", "discard", "contains"):
+            value = Tagged(arg, next(tag))
+            got = outcome(lambda: getattr(twin, op)(value) if op != "contains" else value in twin)
+            want = outcome(lambda: getattr(ref, op)(value) if op != "contains" else value in ref)
+            assert got == want
+        elif op == "update":
+            values = [Tagged(k, next(tag)) for k in arg]
+            twin.update(values)
+            ref.update(values)
+        elif op == "getitem":
+            got, want = outcome(lambda: twin[arg]), outcome(lambda: ref[arg])
+            assert got[0] == want[0] and got[1] is want[1]
+        elif op == "irange":
+            low, high, inc_low, inc_high, rev = arg
+            low = None if low is None else Tagged(low, -1)
+            high = None if high is None else Tagged(high, -1)
+            got = twin.irange(low, high, inclusive=(inc_low, inc_high), reverse=rev)
+            want = ref.irange(low, high, inclusive=(inc_low, inc_high), reverse=rev)
+            assert [id(v) for v in got] == [id(v) for v in want]
+        else:
+            start, stop = arg
+            assert [id(v) for v in twin.islice(start, stop)] == [id(v) for v in ref.islice(start, stop)]
+            assert ([id(v) for v in twin.islice(start, stop, reverse=True)]
+                    == [id(v) for v in ref.islice(start, stop, reverse=True)])
+        same(twin, ref)
+
+
+def test_hand_made_split_and_merge():
+    # load 4: a sublist splits above 8 values and merges with a neighbour at or below 2.
+    twin = SortedKeys(load=4)
+    for v in [5, 1, 9, 3, 7, 2, 8, 4, 6, 0]:
+        twin.add(v)
+    assert list(twin) == list(range(10))
+    assert (twin[0], twin[-1], twin[4], twin[-3]) == (0, 9, 4, 7)
+    assert twin[2:5] == [2, 3, 4]
+    for v in [0, 1, 2, 3, 4, 5, 6]:
+        twin.remove(v)
+    assert list(twin) == [7, 8, 9] and len(twin) == 3
+    with pytest.raises(ValueError, match="not in list"):
+        twin.remove(1)
+    with pytest.raises(IndexError):
+        twin[3]
+    twin.discard(1)  # absent: nothing happens
+    assert 8 in twin and 1 not in twin
+    twin.clear()
+    assert len(twin) == 0 and list(twin) == [] and 8 not in twin
+    with pytest.raises(ValueError):
+        twin.remove(8)
+
+
+def test_tuples_as_the_orders_key_them():
+    keys = [(-3, 2.0, "b"), (-3, 1.0, "a"), (0, 0.5, "c"), (-7, 9.0, "d")]
+    twin = SortedKeys(keys)
+    assert list(twin) == sorted(keys)
+    assert list(twin.islice(0, 2)) == sorted(keys)[:2]
+    with pytest.raises(TypeError):
+        twin.add("not a tuple")
+
+
+def test_load_below_four_is_refused():
+    with pytest.raises(ValueError, match="load must be >= 4"):
+        SortedKeys(load=3)
