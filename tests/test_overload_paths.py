@@ -14,6 +14,7 @@ from fairsim.policies.eviction import ProtectWaitingHits
 from fairsim.scenarios import build_scenario
 from fairsim.sim import engine as engine_mod
 from fairsim.sim import simulate
+from fairsim.sim import simulation as simulation_mod
 from fairsim.sim.block_pool import BlockPool
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.hooked_pool import HookedBlockPool
@@ -34,18 +35,20 @@ def test_peek_same_tables_when_ordering_every_step(monkeypatch):
     requests, engine = _rag()
     skipped = simulate(requests, make_policy("peek", PROFILE), PROFILE, engine, fast_order=False,
                        fast_chunks=False)
-    schedule = engine_mod.Engine._schedule
     extra = []
 
-    def every_step(self, now):
-        running = self._running
-        remaining = sum(r.req.prompt_len + r.generated - r.computed for r in running)
-        if self._waiting and not (remaining < self.config.budget_tokens
-                                  and len(running) < self.config.max_num_seqs):
-            extra.append(list(self._order_waiting(now)))  # what the old engine computed, unused
-        return schedule(self, now)
+    class EveryStep(engine_mod.Engine):
+        def _schedule(self, now):
+            running = self._running
+            remaining = sum(r.req.prompt_len + r.generated - r.computed for r in running)
+            if self._waiting and not (remaining < self.config.budget_tokens
+                                      and len(running) < self.config.max_num_seqs):
+                extra.append(list(self._order_waiting(now)))  # what the old engine computed, unused
+            return super()._schedule(now)
 
-    monkeypatch.setattr(engine_mod.Engine, "_schedule", every_step)
+    # A subclass that simulate() builds (prefill-only): the compiled Engine is an extension
+    # type, whose methods cannot be patched.
+    monkeypatch.setattr(simulation_mod, "Engine", EveryStep)
     every = simulate(requests, make_policy("peek", PROFILE), PROFILE, engine, fast_order=False,
                      fast_chunks=False)
     assert len(extra) > 20  # steps that cannot admit, with requests waiting
@@ -92,11 +95,11 @@ def test_lazy_snapshots_are_those_of_the_step_start(monkeypatch):
     from fairsim.sim import lazy_hits
 
     starts = {}
-    fast_order = engine_mod.Engine._fast_order
 
-    def recording(self, now):
-        starts["cached"] = set(self.pool._cached)
-        return fast_order(self, now)
+    class Recording(engine_mod.Engine):
+        def _fast_order(self, now):
+            starts["cached"] = set(self.pool._cached)
+            return super()._fast_order(now)
 
     resolve = lazy_hits.LazyHits.resolve
     seen = {"journal": 0, "n": 0}
@@ -116,7 +119,7 @@ def test_lazy_snapshots_are_those_of_the_step_start(monkeypatch):
         seen["journal"] += bool(self.journal)
         return snap
 
-    monkeypatch.setattr(engine_mod.Engine, "_fast_order", recording)
+    monkeypatch.setattr(simulation_mod, "Engine", Recording)  # simulate() builds it (prefill-only)
     monkeypatch.setattr(lazy_hits.LazyHits, "resolve", checked)
     # The Python methods (the reference): the compiled watcher map resolves in C, which the
     # wrapper above cannot see; tests/test_watch_compiled.py holds it to these methods.

@@ -125,3 +125,28 @@ def test_compiled_and_source_decide_the_same(tmp_path, mode, built_env):
     assert len(tables) >= 2 * 20 and tables == sorted(p.name for p in outs["source"].glob("*.parquet"))
     for name in tables:
         pd.testing.assert_frame_equal(pd.read_parquet(outs["compiled"] / name), pd.read_parquet(outs["source"] / name))
+
+
+def test_the_compiled_engines_data_attributes_are_declared_fields():
+    """``fairsim/sim/engine.pxd`` declares every data attribute the engine sets, so the compiled
+    methods read them as C fields: what is left in the instance's ``__dict__`` is only the
+    methods that ``__init__`` replaces with compiled twins, before and after a run. An attribute
+    added to ``engine.py`` without its declaration would show up here."""
+    from fairsim.costmodel import load_profile
+    from fairsim.policies import make_policy
+    from fairsim.scenarios import build_scenario
+    from fairsim.sim import engine as engine_mod
+
+    if not engine_mod.__file__.endswith(SUFFIX):
+        pytest.skip("the engine is not compiled here")
+    assert type(engine_mod.Engine.__dict__["pool"]).__name__ == "getset_descriptor"
+    profile = load_profile("a6000-llama3.1-8b-vllm-prior")
+    rag = build_scenario("rag", profile, seed=5)
+    for name in ("fcfs", "fairway", "peek", "drr"):
+        engine = engine_mod.Engine(rag.requests[:40], make_policy(name, profile), profile, rag.engine)
+        for when in ("built", "run"):
+            extra = {k for k in vars(engine) if not callable(getattr(engine_mod.Engine, k, None))}
+            assert not extra, (name, when, extra)
+            if when == "built":
+                engine.run()
+    assert engine.pool is not None and engine.prefill_tokens > 0  # read from Python as before
