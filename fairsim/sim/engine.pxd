@@ -21,3 +21,9 @@ cdef class Engine:
     cdef public object _on_prefill_tokens, _step_snaps, _inc, _in_inc, _dirty, _order_changes
     cdef public object _protected_at, _protect_update, _protect_runs, _front_runs, _rekeyed
     cdef public object misfit, misfits, _record_misfits, _hit_free, _unwatched, _watch_c, _lazy, env
+
+    # Called from the compiled methods as C functions (a subclass's override still runs: the call
+    # checks for one).
+    cpdef _order_waiting(self, now)
+    cpdef _fast_order(self, now)
+    cpdef _admit_waiting(self, now, budget, batch, ordered)
