@@ -32,11 +32,10 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
-from fairsim.policies.sorted_keys import SortedKeys
-
 from fairsim.policies.clients import client_key
 from fairsim.policies import compiled_twins
 from fairsim.policies.fast_lane import max_hit
+from fairsim.policies.sorted_keys import SortedKeys
 from fairsim.types import QueuedRequest
 
 class ClassQueues:
@@ -99,8 +98,9 @@ class ClassQueues:
 
 
 class RunSortedKeys:
-    """Unique keys in sorted order: a sorted list of keys (``SortedKeys``) and, above all of them, a *run* of
-    keys added in increasing order, kept in a dict (insertion order is sorted order).
+    """Unique keys in sorted order: a sorted list of keys (``SortedKeys``) and, above all of
+    them, a *run* of keys added in increasing order, kept in a dict (insertion order is sorted
+    order).
 
     VTC with one request per class (a trace without client labels: each request is its own
     class) keys every new class ``(floor, arrival, id)`` with the same floor, in arrival order,

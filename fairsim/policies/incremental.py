@@ -78,12 +78,11 @@ from heapq import heapify, heappop, heappush
 from itertools import chain
 from typing import Any, Protocol
 
-from fairsim.policies.sorted_keys import SortedKeys
-
 from fairsim.compiled import compiled_twin
 from fairsim.errors import PolicyContractError
 from fairsim.policies.failure import policy_failure, policy_name
 from fairsim.policies.fast_lane import FastLane  # noqa: F401  (Fairway's Fast lane)
+from fairsim.policies.sorted_keys import SortedKeys
 from fairsim.policies.stale import resolve_stale
 from fairsim.types import QueuedRequest
 

@@ -24,11 +24,10 @@ from bisect import bisect_left, insort
 from itertools import chain
 from typing import Any
 
-from fairsim.policies.sorted_keys import SortedKeys
-
 from fairsim.policies.space import Choice
 from fairsim.policies.base import arrival_key
 from fairsim.policies.compiled_twins import COMPILED_MODULE, compiled_module
+from fairsim.policies.sorted_keys import SortedKeys
 from fairsim.policies.stale import resolve_stale
 from fairsim.types import QueuedRequest
 
