@@ -5,7 +5,7 @@
 the same algorithm and layout, so the same objects in the same order after the same calls, with
 the bookkeeping in C (``tests/test_sorted_keys.py`` compares them). Construct it with no
 argument or an iterable; use ``add``, ``remove``, ``discard``, ``update``, ``in``, iteration,
-``len``, indexing and ``islice`` (the subset the twin has).
+``len``, indexing, ``islice`` and ``irange`` (the subset the twin has).
 """
 
 from __future__ import annotations
