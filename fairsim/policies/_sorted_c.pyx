@@ -49,6 +49,11 @@ cdef inline Py_ssize_t _bisect_left(list a, object x) except -1:
     return lo
 
 
+cdef inline Py_ssize_t _bisect(list a, object x, bint right) except -1:
+    """``_bisect_right`` where ``right``, else ``_bisect_left``."""
+    return _bisect_right(a, x) if right else _bisect_left(a, x)
+
+
 cdef class SortedKeys:
     """A sorted list of comparable values (duplicates allowed): ``SortedList``'s layout and rules.
 
@@ -245,32 +250,28 @@ cdef class SortedKeys:
         None is unbounded; ``inclusive`` says whether each bound is included)."""
         cdef list lists = self._lists, maxes = self._maxes, out = []
         cdef Py_ssize_t pos, idx, max_pos, max_idx, p
+        cdef bint right
         if not maxes:
             return iter(())
         if minimum is None:
             pos = idx = 0
-        elif inclusive[0]:
-            pos = _bisect_left(maxes, minimum)
+        else:  # the first value past the lower bound: right of equals where it is excluded
+            right = not inclusive[0]
+            pos = _bisect(maxes, minimum, right)
             if pos == PyList_GET_SIZE(maxes):
                 return iter(())
-            idx = _bisect_left(<list>PyList_GET_ITEM(lists, pos), minimum)
-        else:
-            pos = _bisect_right(maxes, minimum)
-            if pos == PyList_GET_SIZE(maxes):
-                return iter(())
-            idx = _bisect_right(<list>PyList_GET_ITEM(lists, pos), minimum)
+            idx = _bisect(<list>PyList_GET_ITEM(lists, pos), minimum, right)
+        max_pos = PyList_GET_SIZE(maxes) - 1
         if maximum is None:
-            max_pos = PyList_GET_SIZE(maxes) - 1
             max_idx = PyList_GET_SIZE(<list>PyList_GET_ITEM(lists, max_pos))
-        else:
-            max_pos = _bisect_right(maxes, maximum) if inclusive[1] else _bisect_left(maxes, maximum)
-            if max_pos == PyList_GET_SIZE(maxes):
-                max_pos -= 1
+        else:  # the end of the range: right of equals where the upper bound is included
+            right = bool(inclusive[1])
+            p = _bisect(maxes, maximum, right)
+            if p > max_pos:
                 max_idx = PyList_GET_SIZE(<list>PyList_GET_ITEM(lists, max_pos))
-            elif inclusive[1]:
-                max_idx = _bisect_right(<list>PyList_GET_ITEM(lists, max_pos), maximum)
             else:
-                max_idx = _bisect_left(<list>PyList_GET_ITEM(lists, max_pos), maximum)
+                max_pos = p
+                max_idx = _bisect(<list>PyList_GET_ITEM(lists, max_pos), maximum, right)
         if pos > max_pos or (pos == max_pos and idx >= max_idx):
             return iter(())
         if pos == max_pos:
