@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import traceback
 from collections.abc import Sequence
 
 from fairsim import __version__
@@ -266,6 +265,8 @@ def _interrupted(debug: bool) -> int:
     from fairsim import interrupt
 
     if debug:
+        import traceback
+
         traceback.print_exc()
     return interrupt.report()
 
@@ -275,6 +276,8 @@ def _error_status(exc: Exception, debug: bool) -> int:
 
     def fail(message: str, status: int) -> int:
         if debug:
+            import traceback
+
             traceback.print_exception(exc)
         print(f"fairsim: {message}", file=sys.stderr)
         return status
@@ -308,6 +311,8 @@ _DEBUG_HINT = "\n(rerun with fairsim --debug ... for the traceback)"
 def _bug(exc: BaseException, debug: bool) -> int:
     """Report an internal error (exit 1): the exception, and the traceback only with ``--debug``."""
     if debug:
+        import traceback  # here, not at the top: traceback, linecache and tokenize cost every run ~5 ms
+
         traceback.print_exception(exc)
     print(f"fairsim: internal error (a bug in fairsim, please report it): {type(exc).__name__}: {exc}"
           + ("" if debug else "\n(rerun with fairsim --debug ... for the traceback)"), file=sys.stderr)

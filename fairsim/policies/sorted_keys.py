@@ -10,11 +10,13 @@ argument or an iterable; use ``add``, ``remove``, ``discard``, ``update``, ``in`
 
 from __future__ import annotations
 
-from sortedcontainers import SortedList
-
 from fairsim.compiled import compiled_twin
 
 _twin = compiled_twin("fairsim.policies._sorted_c")
 
-#: The class to construct: the compiled twin where built, else ``SortedList``.
-SortedKeys = SortedList if _twin is None else _twin.SortedKeys
+#: The class to construct: the compiled twin where built, else ``SortedList`` (imported only then:
+#: the ``sortedcontainers`` package costs a run about 2.5 ms of imports).
+if _twin is None:
+    from sortedcontainers import SortedList as SortedKeys
+else:
+    SortedKeys = _twin.SortedKeys
