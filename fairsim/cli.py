@@ -260,14 +260,22 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.ArgumentParser, argpar
         return parser, parser.parse_args(argv)
 
 
+def _print_traceback(exc: BaseException | None) -> None:
+    """``--debug``: print ``exc``'s traceback (``None``: the exception being handled) to stderr."""
+    import traceback  # here, not at the top: traceback, linecache and tokenize cost every run ~5 ms
+
+    if exc is None:
+        traceback.print_exc()
+    else:
+        traceback.print_exception(exc)
+
+
 def _interrupted(debug: bool) -> int:
     """Ctrl-C: ``fairsim.interrupt.MESSAGE``, exit 130 (the traceback first with ``--debug``)."""
     from fairsim import interrupt
 
     if debug:
-        import traceback
-
-        traceback.print_exc()
+        _print_traceback(None)
     return interrupt.report()
 
 
@@ -276,9 +284,7 @@ def _error_status(exc: Exception, debug: bool) -> int:
 
     def fail(message: str, status: int) -> int:
         if debug:
-            import traceback
-
-            traceback.print_exception(exc)
+            _print_traceback(exc)
         print(f"fairsim: {message}", file=sys.stderr)
         return status
 
@@ -311,9 +317,7 @@ _DEBUG_HINT = "\n(rerun with fairsim --debug ... for the traceback)"
 def _bug(exc: BaseException, debug: bool) -> int:
     """Report an internal error (exit 1): the exception, and the traceback only with ``--debug``."""
     if debug:
-        import traceback  # here, not at the top: traceback, linecache and tokenize cost every run ~5 ms
-
-        traceback.print_exception(exc)
+        _print_traceback(exc)
     print(f"fairsim: internal error (a bug in fairsim, please report it): {type(exc).__name__}: {exc}"
           + ("" if debug else "\n(rerun with fairsim --debug ... for the traceback)"), file=sys.stderr)
     return 1
