@@ -9,6 +9,8 @@ numpy (hypothesis, to the bit).
 from __future__ import annotations
 
 import math
+from itertools import compress, repeat
+from operator import eq
 from collections.abc import Sequence
 
 #: numpy's unrolled block of a pairwise sum (``PW_BLOCKSIZE`` in
@@ -59,11 +61,11 @@ def plain(values: Sequence[float]) -> bool:
     """Whether ``values`` are all finite and none is ``-0.0``: there a sort puts every order
     statistic where numpy's partition does (the same float), so ``percentiles`` may sort, and
     no operation of numpy's would warn (``inf - inf``)."""
-    isfinite, copysign = math.isfinite, math.copysign
-    for v in values:
-        if not isfinite(v) or (v == 0.0 and copysign(1.0, v) < 0):
-            return False
-    return True
+    if not all(map(math.isfinite, values)):
+        return False
+    zeros = compress(values, map(eq, values, repeat(0.0)))  # read in C; 0.0 == -0.0: both kinds
+    copysign = math.copysign
+    return not any(copysign(1.0, z) < 0 for z in zeros)
 
 
 def percentiles(values: Sequence[float], qs: Sequence[float]) -> list[float]:

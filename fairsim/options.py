@@ -23,6 +23,7 @@ import math
 import re
 import sys
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any
 
 from fairsim.costmodel import DEFAULT_PROFILE, Profile, load_profile
@@ -503,7 +504,7 @@ def shape_sessions(args: argparse.Namespace, trace: Trace) -> list[Request]:
     args.replay = resolve_replay(trace.requests, args.replay)
     if args.replay == "closed":
         check_sessions(trace.requests, trace.source, trace.locations)  # named error before any long work
-    requests = sorted(trace.requests, key=lambda r: (r.arrival_time, r.request_id))
+    requests = sorted(trace.requests, key=attrgetter("arrival_time", "request_id"))  # no Python frame per request
     # Formats without absolute time (Claude Code sessions) give offsets from the session start.
     if not getattr(trace, "absolute_time", True) and args.session_rate is None:
         args.session_rate = DEFAULT_SESSION_RATE

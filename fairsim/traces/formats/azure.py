@@ -10,11 +10,9 @@ is a cache miss (nothing is invented). Arrival times are rebased so the first re
 
 from __future__ import annotations
 
-import csv
 import gzip
 import re
 import zlib
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +59,10 @@ class _Stamps:
     again) and the fraction is added to them."""
 
     def __init__(self) -> None:
+        # Here, not at the top: only the Python path parses dates (``_azure_c`` reads plain files).
+        from datetime import datetime, timezone
+
+        self._datetime, self._utc = datetime, timezone.utc
         self._whole: str | None = None
         self._seconds = 0.0
 
@@ -71,9 +73,9 @@ class _Stamps:
             raise ValueError(stamp)
         whole = m[1] + (m[3] or "")
         if whole != self._whole:
-            when = datetime.fromisoformat(whole)
+            when = self._datetime.fromisoformat(whole)
             if when.tzinfo is None:
-                when = when.replace(tzinfo=timezone.utc)
+                when = when.replace(tzinfo=self._utc)
             self._seconds = when.timestamp()
             self._whole = whole
         return self._seconds + float("0." + (m[2] or "0"))
@@ -162,6 +164,8 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     t0 = None
     previous = None
     stamp_seconds = _Stamps()
+    import csv  # the Python path only (start-up of a run on another format)
+
     with text_lines(path) as fh:
         reader = csv.reader(fh)
         try:
