@@ -9,6 +9,7 @@ compiler and no extension it fails, telling to reinstall (``tests.utils.compiled
 from __future__ import annotations
 
 import gzip
+import math
 import tempfile
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -197,3 +198,29 @@ def test_bytes_that_are_not_utf8_fail_their_field_only(tmp_path):
                         f"{path}:3: field 'ContextTokens': must be an integer, got '1\\udce90'")
     kept = both(path, skip_bad=True)[0]
     assert kept[0] == "trace" and [r[0] for r in kept[1]] == ["'t:2'"]
+
+
+#: Halves and their neighbours (where ``round`` decides), whole ms, and values up to past 2**32 ms.
+ARRIVALS = st.one_of(
+    st.floats(min_value=0.0, max_value=5e6, allow_nan=False, allow_infinity=False),
+    st.integers(0, 10**10).map(lambda ms: ms / 1000),
+    st.integers(0, 10**10).map(lambda ms: (ms + 0.5) / 1000),
+    st.tuples(st.integers(0, 10**9), st.sampled_from([-1, 1])).map(
+        lambda p: math.nextafter((p[0] + 0.5) / 1000, math.copysign(math.inf, p[1]))),
+)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(ARRIVALS)
+def test_arrivals_round_to_the_ms_as_round_does(x):
+    """The twin's rounding of an arrival (``_round_ms``) is ``round(x, 3)``, to the bit."""
+    assert KERNEL.round_ms(x).hex() == round(x, 3).hex()
+
+
+def test_rounding_hand_computed():
+    """Ties go to the even ms on the exact binary value; 0.0625 s is 62.5 ms exactly."""
+    assert KERNEL.round_ms(0.0625) == 0.062  # an exact tie: even
+    assert KERNEL.round_ms(0.0635) == round(0.0635, 3) == 0.064  # the double 0.0635 lies above 63.5 ms
+    assert KERNEL.round_ms(1.2344999) == 1.234
+    assert KERNEL.round_ms(0.0) == 0.0
+    assert KERNEL.round_ms(4294967.2965) == round(4294967.2965, 3)  # past 2**32 ms: round decides
