@@ -163,7 +163,10 @@ def _both_works(requests: Sequence[Request], budget_tokens: int, profile: Profil
     if not ideal_reuse:
         return (cold,)
     if kernel is not None:
-        return cold, work(kernel.ideal_hits(ordered))
+        hits = kernel.ideal_hits(ordered)
+        # No hit anywhere (a trace without prefix identity, Azure's): the ideal work is the cold
+        # work, list for list, and offered_load reads it once.
+        return cold, (work(hits) if any(hits) else cold)
     seen: set[int] = set()
     hits = [0.0] * n
     for i, r in enumerate(ordered):
@@ -175,7 +178,7 @@ def _both_works(requests: Sequence[Request], budget_tokens: int, profile: Profil
             hit += 1
         hits[i] = float(min(hit * r.hash_block_size, r.prompt_len - 1))
         seen.update(ids[hit:] if hit else ids)  # its first ``hit`` ids are in already
-    return cold, work(hits)
+    return cold, (work(hits) if any(hits) else cold)
 
 
 def busy_time(profile: Profile, budget_tokens: int, new_tokens: np.ndarray | float,
@@ -357,14 +360,15 @@ def offered_load(requests: Sequence[Request], profile: Profile, budget_tokens: i
                          _whole_sum(w.chunks), _whole_sum(w.decode_tokens),
                          float_sum(w.decode_s) if colocated else 0.0)
 
-    busy_cold, busy_ideal = busy(cold), busy(ideal)
+    busy_cold = busy(cold)
+    busy_ideal = busy_cold if ideal is cold else busy(ideal)
     span_eff = span if span > 0 else float("nan")
     if 0 < span < window_s:  # the whole trace is the busiest window (module docstring)
         peak, start, peak_ideal = busy_cold / span, cold.arrival_s[0], busy_ideal / span
     else:
         ends = _window_ends(cold.arrival_s, window_s, kernel)  # the same arrivals in both
         peak, start = _busiest(cold, profile, budget_tokens, window_s, ends, kernel)
-        peak_ideal, _ = _busiest(ideal, profile, budget_tokens, window_s, ends, kernel)
+        peak_ideal = peak if ideal is cold else _busiest(ideal, profile, budget_tokens, window_s, ends, kernel)[0]
     return OfferedLoad(
         requests=len(requests), span_s=span, budget_tokens=budget_tokens,
         prompt_tokens_per_s=total / span_eff,
