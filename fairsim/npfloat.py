@@ -9,9 +9,9 @@ numpy (hypothesis, to the bit).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from itertools import compress, repeat
 from operator import eq
-from collections.abc import Sequence
 
 #: numpy's unrolled block of a pairwise sum (``PW_BLOCKSIZE`` in
 #: ``numpy/_core/src/umath/loops_utils.h.src``).

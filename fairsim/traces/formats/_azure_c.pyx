@@ -64,6 +64,8 @@ cdef inline object _round_ms(double x):
 def round_ms(double x) -> float:
     """``_round_ms`` for the tests (``tests/test_azure_compiled.py``): ``round(x, 3)``, 0 <= x."""
     return _round_ms(x)
+
+
 #: csv's default ``field_size_limit``: a longer line may hold a field ``csv`` refuses.
 cdef Py_ssize_t _CSV_FIELD_LIMIT = 131072
 cdef enum:
