@@ -337,7 +337,7 @@ def _bug(exc: BaseException, debug: bool) -> int:
     if debug:
         _print_traceback(exc)
     print(f"fairsim: internal error (a bug in fairsim, please report it): {type(exc).__name__}: {exc}"
-          + ("" if debug else "\n(rerun with fairsim --debug ... for the traceback)"), file=sys.stderr)
+          + ("" if debug else _DEBUG_HINT), file=sys.stderr)
     return 1
 
 

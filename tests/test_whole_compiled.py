@@ -142,6 +142,7 @@ def test_the_compiled_engines_data_attributes_are_declared_fields():
     assert type(engine_mod.Engine.__dict__["pool"]).__name__ == "getset_descriptor"
     profile = load_profile("a6000-llama3.1-8b-vllm-prior")
     rag = build_scenario("rag", profile, seed=5)
+
     def undeclared(engine):
         return {k for k in vars(engine) if not callable(getattr(engine_mod.Engine, k, None))}
 

@@ -164,20 +164,20 @@ def _both_works(requests: Sequence[Request], budget_tokens: int, profile: Profil
         return (cold,)
     if kernel is not None:
         hits = kernel.ideal_hits(ordered)
-        # No hit anywhere (a trace without prefix identity, Azure's): the ideal work is the cold
-        # work, list for list, and offered_load reads it once.
-        return cold, (work(hits) if any(hits) else cold)
-    seen: set[int] = set()
-    hits = [0.0] * n
-    for i, r in enumerate(ordered):
-        ids = r.block_hashes
-        hit = 0
-        for x in ids:
-            if x not in seen:
-                break
-            hit += 1
-        hits[i] = float(min(hit * r.hash_block_size, r.prompt_len - 1))
-        seen.update(ids[hit:] if hit else ids)  # its first ``hit`` ids are in already
+    else:
+        seen: set[int] = set()
+        hits = [0.0] * n
+        for i, r in enumerate(ordered):
+            ids = r.block_hashes
+            hit = 0
+            for x in ids:
+                if x not in seen:
+                    break
+                hit += 1
+            hits[i] = float(min(hit * r.hash_block_size, r.prompt_len - 1))
+            seen.update(ids[hit:] if hit else ids)  # its first ``hit`` ids are in already
+    # No hit anywhere (a trace without prefix identity, Azure's): the ideal work is the cold
+    # work, list for list, and offered_load reads it once.
     return cold, (work(hits) if any(hits) else cold)
 
 
