@@ -21,6 +21,7 @@ import dataclasses
 import json
 import math
 import sys
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,11 +166,18 @@ def clip_to_trace(windows: Sequence[Window], requests: Sequence[Request]) -> lis
     it (with a warning), so its load is over time the trace covers, not over empty seconds.
 
     Raises:
-        ValueError: A window that starts after the last arrival (it would hold no request).
+        ValueError: A window in which no request arrives (checked here, before any window is
+            simulated; ``iter_verdicts`` would stop at it after the windows before it).
     """
     if not requests:
         return list(windows)
-    last = max(r.arrival_time for r in requests)
+    arrivals = sorted(r.arrival_time for r in requests)
+    last = arrivals[-1]
+    for w in windows:
+        if bisect_left(arrivals, w.start_s) == bisect_left(arrivals, w.end_s):
+            raise ValueError(f"--windows {w.name}:{w.start_s:g}-{w.end_s:g}: window {w.name} "
+                             f"[{w.start_s:g}, {w.end_s:g}) trace s holds no request (the trace's "
+                             f"arrivals run from {arrivals[0]:g} to {last:g} trace s)")
     end = math.nextafter(last, math.inf)  # the last arrival inside the half-open window
     out = []
     for w in windows:

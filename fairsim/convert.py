@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 from fairsim.io import check_writable_file, path_arg
 from fairsim.traces import load_trace
@@ -32,6 +34,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="RAGPulse: convert part N (1-based, a week) of an IN whose time axis restarts")
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same path once resolved, or (both existing) the
+    same file by device and inode, as a hard link is."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     """Run ``fairsim convert``; returns the exit status.
 
@@ -42,7 +55,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     """
     if args.block_size is not None and args.block_size < 1:
         raise ValueError(f"--block-size {args.block_size}: need >= 1 token")
-    if args.output.resolve() == args.input.resolve() or args.output.resolve() == sidecar_path(args.input).resolve():
+    if _same_file(args.output, args.input) or _same_file(args.output, sidecar_path(args.input)):
         raise ValueError(f"convert: OUT {args.output} would overwrite IN")
     if not args.output.parent.is_dir():
         raise ValueError(f"convert: folder {args.output.parent} of OUT does not exist")

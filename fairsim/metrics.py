@@ -122,7 +122,7 @@ def ttft_summary(requests: pd.DataFrame) -> dict[str, float]:
         raise ValueError("no requests to summarise")
     missing = sum(1 for v in ttft if v != v)
     if missing:
-        raise ValueError(f"{missing} requests have no TTFT")
+        raise ValueError(f"{missing} request{' has' if missing == 1 else 's have'} no TTFT")
     p50, p90, p99 = percentiles(ttft, [50, 90, 99])
     mean, worst = _mean_max(ttft)
     return {

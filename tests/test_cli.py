@@ -68,7 +68,7 @@ class TestErrors:
                         'not json\n')
         code, out, err = run_cli(capsys, "run", "--trace", str(path), "--skip-bad", "--format", "json")
         assert code == 0 and json.loads(out)["fairway"]["requests"] == 1
-        assert "skipped 1 bad records" in err
+        assert "skipped 1 bad record of" in err
 
     def test_unknown_policy(self, capsys):
         code, _, err = run_cli(capsys, "run", "--policy", "nope")

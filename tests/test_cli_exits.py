@@ -218,14 +218,40 @@ class TestAcceptKeepsFinishedWindows:
         assert not (out / "requests-b-drr.parquet").exists()
         assert not any(p.name.endswith(".tmp") for p in out.iterdir())
 
-    def test_an_error_in_a_later_window(self, tmp_path, capsys):
+    def test_an_error_in_a_later_window(self, tmp_path, capsys, monkeypatch):
+        # The candidate (an own policy: FCFS that raises once it sees a request of window b's
+        # range, lines above 2,000) fails in window b's run: window a's verdict is kept.
+        from fairsim.cli import main
+
+        (tmp_path / "failslater.py").write_text(
+            "class FailsInB:\n"
+            "    name = 'fails-in-b'\n"
+            "    def order(self, waiting, now):\n"
+            "        if any(int(r.request_id.rsplit(':', 1)[1]) > 2000 for r in waiting):\n"
+            "            raise RuntimeError('a request of window b')\n"
+            "        return sorted(waiting, key=lambda r: (r.arrival_time, r.request_id))\n")
+        monkeypatch.syspath_prepend(str(tmp_path))
+        trace, out = _two_window_trace(tmp_path / "t.jsonl"), tmp_path / "out"
+        code = main(["accept", str(trace), "--policy", "failslater:FailsInB", "--windows", "a:0-10,b:10-100",
+                     "--out", str(out)])
+        cap = capsys.readouterr()
+        assert code == 1 and "a request of window b" in cap.err, cap.err
+        assert "fairsim: the output above holds the 1 of 2 windows that finished (a)" in cap.err, cap.err
+        data = json.loads((out / "accept.json").read_text())
+        assert data["partial"] is True and data["pass"] is None and data["unfinished_windows"] == ["b"]
+        assert [w["name"] for w in data["windows"]] == ["a"]
+        assert {name: s["requests"] for name, s in data["windows"][0]["stats"].items()} == \
+            {"fcfs": 2000, "lpm": 2000, "failslater:FailsInB": 2000}
+
+    def test_a_window_without_requests_is_refused_before_any_run(self, tmp_path, capsys):
         from fairsim.cli import main
 
         trace, out = _two_window_trace(tmp_path / "t.jsonl"), tmp_path / "out"
         code = main(["accept", str(trace), "--policy", "drr", "--windows", "a:0-10,b:200-300", "--out", str(out)])
         cap = capsys.readouterr()
-        assert code == 2 and "fairsim: error: window b [200, 300) trace s holds no request" in cap.err
-        _assert_partial(out, cap.out, cap.err)
+        assert code == 2 and ("fairsim: error: --windows b:200-300: window b [200, 300) trace s holds no "
+                              "request (the trace's arrivals run from 0 to 99.995 trace s)") in cap.err, cap.err
+        assert cap.out == "" and not (out.exists() and any(out.iterdir()))  # nothing simulated, nothing written
 
 
 def run_fairsim(*argv: str) -> subprocess.CompletedProcess:

@@ -105,3 +105,52 @@ class TestConvert:
         a, b = load_trace(src).requests, load_trace(out).requests
         assert [(r.prompt_len, r.block_hashes) for r in a[:2]] == [(r.prompt_len, r.block_hashes) for r in b[:2]]
         assert b[2].block_hashes == (3,)  # its full block, fresh: hits nothing, as without an identity
+
+    def test_a_refused_trace_leaves_an_earlier_out_as_it_was(self, tmp_path, capsys):
+        # A label named like a canonical field (Bailian's extra "session_id" on its 3rd record) is
+        # refused at its line before anything is written: the earlier OUT and its sidecar stand,
+        # and no temporary file is left.
+        good = tmp_path / "good.jsonl"
+        shutil.copy(DATA / "bailian.jsonl", good)
+        out = tmp_path / "prev.jsonl"
+        assert main(["convert", str(good), str(out)]) == 0
+        before = out.read_bytes(), (tmp_path / "prev.jsonl.meta.json").read_bytes()
+        lines = good.read_text().splitlines()
+        rec = json.loads(lines[2])
+        rec["session_id"] = "s1"
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text("\n".join([*lines[:2], json.dumps(rec), *lines[3:]]) + "\n")
+        capsys.readouterr()
+        assert main(["convert", str(bad), str(out)]) == 2
+        assert f"{bad}:3: field 'session_id': collides with a canonical field" in capsys.readouterr().err
+        assert (out.read_bytes(), (tmp_path / "prev.jsonl.meta.json").read_bytes()) == before
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl", "good.jsonl", "prev.jsonl",
+                                                              "prev.jsonl.meta.json"]
+
+    def test_refuses_a_hard_link_to_input(self, tmp_path, capsys):
+        src = tmp_path / "m.jsonl"
+        shutil.copy(DATA / "mooncake.jsonl", src)
+        before = src.read_bytes()
+        link = tmp_path / "hard.jsonl"
+        link.hardlink_to(src)
+        assert main(["convert", str(src), str(link)]) == 2
+        assert "would overwrite IN" in capsys.readouterr().err
+        assert src.read_bytes() == before
+
+    @pytest.mark.parametrize("out_name", ["out.jsonl", "out.jsonl.gz"])
+    def test_ids_outside_u64_become_fresh_ids_sharing_as_before(self, tmp_path, out_name):
+        # fairsim's Mooncake reader takes any integer id; the written ids are unsigned 64-bit,
+        # one fresh id per distinct id outside the range, so the same blocks are shared and the
+        # simulation is unchanged.
+        src = tmp_path / "odd.jsonl"
+        src.write_text("".join(json.dumps(r) + "\n" for r in [
+            {"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [-7, 2**70]},
+            {"timestamp": 5, "input_length": 1536, "output_length": 1, "hash_ids": [-7, 2**70, 4]},
+            {"timestamp": 9, "input_length": 1024, "output_length": 1, "hash_ids": [-8, 2**70]}]))
+        out = tmp_path / out_name
+        assert main(["convert", str(src), str(out)]) == 0
+        reread = load_trace(out)
+        ids = [list(r.block_hashes) for r in reread.requests]
+        assert ids == [[5, 6], [5, 6, 4], [7, 6]]  # fresh ids count up from the largest in range (4)
+        assert json.loads((tmp_path / f"{out_name}.meta.json").read_text())["remapped_hash_ids"] == 3
+        assert infinite_cache_hits(load_trace(src).requests, 512) == infinite_cache_hits(reread.requests, 512)

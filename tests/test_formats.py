@@ -349,7 +349,8 @@ class TestAzure:
 
     def test_rows_keep_the_file_lines_across_blank_lines(self, tmp_path):
         # A blank line is skipped but counted: a row's id and an error name its line in the file.
-        # A short row's missing count is None; a repeated column's last copy wins (csv.DictReader's rules).
+        # A short row's missing count is refused as missing; a repeated column's last copy wins
+        # (csv.DictReader's rules).
         p = tmp_path / "gaps.csv"
         p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens,ContextTokens\n"
                      "2023-11-16 18:17:03.9799600,4808,10,7\n\n"
@@ -357,7 +358,27 @@ class TestAzure:
         r = load_trace(p).requests
         assert [(x.request_id, x.prompt_len) for x in r] == [("gaps:2", 7), ("gaps:4", 9)]
         p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n\n2023-11-16 18:17:03.9799600,4808\n")
-        with pytest.raises(TraceFormatError, match=r"gaps.csv:3: field 'GeneratedTokens': must be an integer, got None"):
+        with pytest.raises(TraceFormatError, match=r"gaps.csv:3: field 'GeneratedTokens': missing \(the row has "
+                                                   r"fewer fields than the header\)"):
+            load_trace(p)
+
+    def test_a_row_longer_than_its_header_is_refused_at_its_line(self, tmp_path):
+        # "4,808" written with a thousands separator shifts the columns: the row is not read as
+        # if it had not (csv.DictReader would keep the extra field aside and read 4 tokens).
+        p = tmp_path / "long.csv"
+        p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                     "2023-11-16 18:17:03.9799600,4808,10\n"
+                     "2023-11-16 18:17:04.0319600,4,808,10\n")
+        with pytest.raises(TraceFormatError, match=r"long.csv:3: field '<row>': 4 fields where the header has 3"):
+            load_trace(p)
+        t = load_trace(p, skip_bad=True)
+        assert [(x.request_id, x.prompt_len) for x in t.requests] == [("long:2", 4808)]
+        assert [e.line for e in t.skipped] == [3]
+
+    def test_a_row_without_its_timestamp_is_refused_as_missing(self, tmp_path):
+        p = tmp_path / "order.csv"
+        p.write_text("ContextTokens,GeneratedTokens,TIMESTAMP\n12,3,2023-11-16 18:17:03.9799600\n12,3\n")
+        with pytest.raises(TraceFormatError, match=r"order.csv:3: field 'TIMESTAMP': missing"):
             load_trace(p)
 
     def test_iso_and_header_spelling(self, tmp_path):
@@ -402,7 +423,7 @@ class TestAzure:
             "field 'ContextTokens': 0: need >= 1",
             "field 'GeneratedTokens': negative: -1 (need >= 0)",
             "field 'TIMESTAMP': decreases: earlier than the previous row",
-            "field 'GeneratedTokens': must be an integer, got None"]
+            "field 'GeneratedTokens': missing (the row has fewer fields than the header)"]
         assert [(r.request_id, r.arrival_time, r.prompt_len, r.output_len, r.labels) for r in t.requests] == [
             ("c:6", 0.0, 20, 1, {"observed_output_length": 0})]
 
@@ -453,6 +474,19 @@ class TestErrors:
         assert (f"{p}:2: field '<gzip>': the gzip stream ends before its end-of-stream marker (the file was "
                 f"cut short); this line and any after it are lost") in capsys.readouterr().err
 
+    @pytest.mark.parametrize("keep", [2, 5, 12])
+    def test_a_gzip_cut_before_any_data_is_not_called_empty(self, tmp_path, capsys, keep):
+        # The magic alone, or part of the header: no line came out, but the file is not empty.
+        p = tmp_path / "t.jsonl.gz"
+        p.write_bytes((DATA / "dynamo_trace.jsonl.gz").read_bytes()[:keep])
+        assert main(["run", "--trace", str(p)]) == 2
+        assert capsys.readouterr().err == (f"fairsim: error: {p}: no requests in the trace: a gzip stream cut "
+                                           "short before its first line (the download stopped?)\n")
+        empty = tmp_path / "empty.jsonl"
+        empty.write_bytes(b"")
+        assert main(["run", "--trace", str(empty)]) == 2
+        assert capsys.readouterr().err == f"fairsim: error: {empty}: no requests in the trace: the file is empty\n"
+
     def test_a_gzip_cut_short_keeps_its_complete_lines_with_skip_bad(self, tmp_path, capsys):
         lines = [json.dumps({"timestamp": i * 1000, "input_length": 600, "output_length": 1,
                              "hash_ids": [i, i + 1000]}) for i in range(400)]
@@ -466,7 +500,7 @@ class TestErrors:
         assert main(["run", "--trace", str(p), "--skip-bad", "--format", "json"]) == 0
         out, err = capsys.readouterr()
         assert json.loads(out)["fairway"]["requests"] == at - 1  # every complete line, none made up
-        assert f"skipped 1 bad records of {p}; first: {p}:{at}: field '<gzip>'" in err
+        assert f"skipped 1 bad record of {p}; first: {p}:{at}: field '<gzip>'" in err
         trace = load_trace(p, skip_bad=True)
         assert [r.arrival_time for r in trace.requests] == [i * 1.0 for i in range(at - 1)]
 

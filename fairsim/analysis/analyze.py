@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fairsim.io import json_safe
+from fairsim.io import atomic_write_text, json_safe
 
 from fairsim.analysis.load import Window, busiest_windows, load_series
 from fairsim.analysis.order_reuse import DEFAULT_REUSE_THRESHOLD, OrderReuse
@@ -283,7 +283,7 @@ def format_text(an: Analysis) -> str:
         f"prefix cache by order ({an.order_reuse.source}): {an.order_reuse.describe()}",
         f"verdict: {an.verdict()}",
         f"prefix hit rate: infinite cache {an.curve.infinite_hit_rate:.3f}; LRU at "
-        f"{an.kv_blocks} blocks of {an.curve.block_size} tokens (run default) "
+        f"{an.kv_blocks:,} blocks of {an.curve.block_size:,} tokens (run default) "
         f"{an.curve.hit_rate(an.kv_blocks):.3f}",
         "busiest windows: " + format_windows(an.busiest, an.window_s, an.requests,
                                              "s" if an.time_scale == 1 else "trace s"),
@@ -307,7 +307,7 @@ def write_report(an: Analysis, out: Path) -> list[Path]:
         save(hit_curve_figure(an.curve, {"run default": an.kv_blocks}), out / "hit_curve.png"),
     ]
     summary = an.summary()
-    (out / "analysis.json").write_text(an.summary_json() + "\n")
+    atomic_write_text(out / "analysis.json", an.summary_json() + "\n")
     paths.append(out / "analysis.json")
     sp = an.spread
     curve_rows = "\n".join(f"| {r['capacity']} | {r['kv_blocks']:,} | {r['hit_rate']:.3f} |"
@@ -383,6 +383,6 @@ line ({load_line}. Busiest windows{busiest_of}:
 
 ![load](load.png)
 """
-    (out / "report.md").write_text(text)
+    atomic_write_text(out / "report.md", text)
     paths.append(out / "report.md")
     return paths

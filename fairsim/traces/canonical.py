@@ -18,17 +18,21 @@ requests.
 from __future__ import annotations
 
 import gzip
+import io
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import count
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from fairsim import __version__
+from fairsim.errors import TraceFormatError
+from fairsim.io import atomic_write, atomic_write_text
 from fairsim.traces.formats._common import OBSERVED_OUTPUT
 from fairsim.traces.formats.mooncake import sidecar_path
 from fairsim.traces.segments import segment_block_keys
 from fairsim.traces.trace import Trace
+from fairsim.types import Request
 
 CANONICAL_KEYS = ("timestamp", "input_length", "output_length", "hash_ids", "request_id",
                   "session_id", "after", "delay", "segments")
@@ -44,9 +48,10 @@ U64_MAX = 2**64 - 1
 
 
 def _fresh_ids(ids_of: list[list[int]]) -> Iterator[int]:
-    """Ids used by no request: counting up from the largest id used, and once that would pass
-    ``U64_MAX`` (a trace of u64 hashes, such as Dynamo's), the smallest ids not used."""
-    top = max((h for ids in ids_of for h in ids), default=-1)
+    """Ids used by no request: counting up from the largest id used in ``0..U64_MAX``, and once
+    that would pass ``U64_MAX`` (a trace of u64 hashes, such as Dynamo's), the smallest ids not
+    used."""
+    top = max((h for ids in ids_of for h in ids if 0 <= h <= U64_MAX), default=-1)
     yield from range(top + 1, U64_MAX + 1)
     used = {h for ids in ids_of for h in ids}
     yield from (k for k in count() if k not in used)
@@ -54,6 +59,12 @@ def _fresh_ids(ids_of: list[list[int]]) -> Iterator[int]:
 
 def write_canonical(trace: Trace, out: str | Path, *, block_size: int | None = None) -> dict[str, Any]:
     """Write ``trace`` to ``out`` (gzip when ``out`` ends with ``.gz``) and ``out.meta.json``.
+
+    Each file is written to a temporary file next to it and renamed into place, and the trace is
+    checked before either is written: a refused trace leaves an earlier ``out`` as it was. Hash
+    ids outside ``0..2**64-1`` (fairsim's readers take any integer; Dynamo's and AIPerf's need
+    unsigned 64-bit) are written as fresh ids, one per distinct id, so the same blocks are shared;
+    the sidecar's ``remapped_hash_ids`` counts them.
 
     Args:
         trace: Any loaded trace.
@@ -67,7 +78,10 @@ def write_canonical(trace: Trace, out: str | Path, *, block_size: int | None = N
 
     Raises:
         ValueError: Mixed hash block sizes, a ``block_size`` for a trace without segments that
-            differs from its hash block, a label named like a canonical field.
+            differs from its hash block.
+        TraceFormatError: A label named like a canonical field (a ``ValueError`` naming the
+            request where the trace does not record where it was read).
+        OutputError: A file cannot be written (``fairsim.io.atomic_write``).
     """
     out = Path(out)
     reqs = trace.requests
@@ -82,6 +96,10 @@ def write_canonical(trace: Trace, out: str | Path, *, block_size: int | None = N
         if block_size is not None and block_size != block:
             raise ValueError(f"--block-size {block_size}: only traces with exact segments (RAGPulse) "
                              f"can be written at another block; this one's hash block is {block}")
+    for r in reqs:  # before anything is written: a refused trace leaves OUT as it was
+        for key in r.labels:
+            if key in CANONICAL_KEYS:
+                _refuse_label(trace, r.request_id, key)
     small: dict[int, int] = {}
     ids_of = []
     for r in reqs:
@@ -91,33 +109,69 @@ def write_canonical(trace: Trace, out: str | Path, *, block_size: int | None = N
             ids = list(r.block_hashes)
         ids_of.append(ids)
     fresh = _fresh_ids(ids_of)
-    opener = gzip.open if out.name.endswith(".gz") else open
-    with opener(out, "wt", encoding="utf-8") as fh:
-        for r, ids in zip(reqs, ids_of):
-            need = -(-r.prompt_len // block)
-            extra = need - len(ids)
-            ids = ids + [next(fresh) for _ in range(extra)]
-            labels = dict(r.labels)
-            output = 0 if labels.pop(OBSERVED_OUTPUT, None) == 0 else r.output_len
-            row: dict[str, Any] = {"timestamp": _ms(r.arrival_time), "input_length": r.prompt_len,
-                                   "output_length": output, "hash_ids": ids, "request_id": r.request_id}
-            if r.session_id is not None:
-                row["session_id"] = r.session_id
-            if r.after is not None:
-                row["after"] = r.after
-                row["delay"] = _ms(r.delay_s)
-            if r.segments:
-                row["segments"] = [list(x) for x in r.segments]
-            for key, value in labels.items():
-                if key.startswith("_"):
-                    continue  # private generator bookkeeping (e.g. _hash_ids)
-                if key in CANONICAL_KEYS:
-                    raise ValueError(f"{trace.source}: label {key!r} collides with a canonical field")
-                row[key] = value
-            fh.write(json.dumps(row) + "\n")
+    remapped = _remap_outside_u64(ids_of, fresh)
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as raw:
+            # gzip's header names OUT, not the temporary file (GzipFile drops the ``.gz``)
+            binary = gzip.GzipFile(filename=out.name, mode="wb", fileobj=raw) if out.name.endswith(".gz") else raw
+            with io.TextIOWrapper(binary, encoding="utf-8", newline="\n") as fh:
+                _write_rows(fh, reqs, ids_of, block, fresh)
+
+    atomic_write(out, write)
     meta = {"canonical": "fairsim/mooncake-jsonl", "hash_block_size": block,
             "absolute_time": trace.absolute_time, "requests": len(reqs), "source": trace.source,
             "source_format": trace.format, "skipped_records": len(trace.skipped),
             "warnings": list(trace.warnings), "fairsim_version": __version__}
-    sidecar_path(out).write_text(json.dumps(meta, indent=2) + "\n")
+    if remapped:
+        meta["remapped_hash_ids"] = remapped
+    atomic_write_text(sidecar_path(out), json.dumps(meta, indent=2) + "\n")
     return meta
+
+
+def _refuse_label(trace: Trace, request_id: str, key: str) -> None:
+    """Raise for a label named like a canonical field, naming the record where it was read."""
+    why = (f"collides with a canonical field of the converted file ({', '.join(CANONICAL_KEYS)}); "
+           "rename it in the source")
+    where = trace.locations.get(request_id)
+    if where is not None:
+        raise TraceFormatError(trace.source, where, key, why)
+    raise ValueError(f"{trace.source}: request {request_id!r}: label {key!r} {why}")
+
+
+def _remap_outside_u64(ids_of: list[list[int]], fresh: Iterator[int]) -> int:
+    """Give every hash id outside ``0..U64_MAX`` (fairsim's readers take any integer) a fresh id,
+    the same one wherever it occurs, so the written ids are unsigned 64-bit and the requests share
+    exactly the blocks they shared. Returns how many distinct ids were remapped."""
+    new: dict[int, int] = {}
+    for ids in ids_of:
+        for i, h in enumerate(ids):
+            if not 0 <= h <= U64_MAX:
+                if h not in new:
+                    new[h] = next(fresh)
+                ids[i] = new[h]
+    return len(new)
+
+
+def _write_rows(fh: IO[str], reqs: Sequence[Request], ids_of: list[list[int]], block: int,
+                fresh: Iterator[int]) -> None:
+    """One JSON line per request (module docstring); partial last blocks get ids from ``fresh``."""
+    for r, ids in zip(reqs, ids_of):
+        need = -(-r.prompt_len // block)
+        extra = need - len(ids)
+        ids = ids + [next(fresh) for _ in range(extra)]
+        labels = dict(r.labels)
+        output = 0 if labels.pop(OBSERVED_OUTPUT, None) == 0 else r.output_len
+        row: dict[str, Any] = {"timestamp": _ms(r.arrival_time), "input_length": r.prompt_len,
+                               "output_length": output, "hash_ids": ids, "request_id": r.request_id}
+        if r.session_id is not None:
+            row["session_id"] = r.session_id
+        if r.after is not None:
+            row["after"] = r.after
+            row["delay"] = _ms(r.delay_s)
+        if r.segments:
+            row["segments"] = [list(x) for x in r.segments]
+        for key, value in labels.items():
+            if not key.startswith("_"):  # private generator bookkeeping (e.g. _hash_ids)
+                row[key] = value
+        fh.write(json.dumps(row) + "\n")

@@ -55,4 +55,5 @@ class Trace:
             return None
         reasons = "; ".join(str(e) for e in self.skipped[:first])
         more = f" (and {len(self.skipped) - first} more)" if len(self.skipped) > first else ""
-        return f"skipped {len(self.skipped)} bad records of {self.source}; first: {reasons}{more}"
+        n = len(self.skipped)
+        return f"skipped {n} bad record{'' if n == 1 else 's'} of {self.source}; first: {reasons}{more}"

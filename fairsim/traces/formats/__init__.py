@@ -18,7 +18,7 @@ from pathlib import Path
 
 from fairsim.traces.formats import azure, bailian, claude_code, dynamo, mooncake, ragpulse
 from fairsim.errors import TraceFormatError
-from fairsim.traces.formats._common import Head, read_head
+from fairsim.traces.formats._common import Head, open_binary, read_head
 from fairsim.traces.trace import Trace
 
 
@@ -77,7 +77,7 @@ def detect(path: str | Path) -> str:
     if head.is_dir:
         raise ValueError(_unknown_folder(Path(path)))
     if not head.data.strip():
-        raise ValueError(f"{path}: no requests in the trace (the file is empty)")
+        raise ValueError(f"{path}: no requests in the trace: {_why_no_data(Path(path))}")
     hint = _known_lookalike(head)
     if hint is not None:
         raise ValueError(f"{path}: {hint}")
@@ -85,6 +85,17 @@ def detect(path: str | Path) -> str:
         f"{path}: cannot tell the trace format of this file from its content; give "
         f"--trace-format (one of: {', '.join(FORMATS)}). Expected e.g. Mooncake JSONL lines "
         '{"timestamp": ms, "input_length": N, "output_length": N, "hash_ids": [...]}')
+
+
+def _why_no_data(path: Path) -> str:
+    """Why a file gave no data: empty (or blank), or a gzip stream cut short before any."""
+    try:
+        with open_binary(path) as fh:
+            while fh.read(1 << 16):
+                pass
+    except EOFError:
+        return "a gzip stream cut short before its first line (the download stopped?)"
+    return "the file is empty"
 
 
 def _folder_formats() -> str:

@@ -185,7 +185,7 @@ cdef inline bint _count(const unsigned char* p, Py_ssize_t n, long long* out) no
 
 
 def plain_requests(object body_lines, Py_ssize_t i_time, Py_ssize_t i_context, Py_ssize_t i_generated,
-                   str stem, object block, object max_requests, str observed_label):
+                   Py_ssize_t width, str stem, object block, object max_requests, str observed_label):
     """``(requests, locations)`` of a file whose body rows are all plain, else None.
 
     Args:
@@ -193,6 +193,7 @@ def plain_requests(object body_lines, Py_ssize_t i_time, Py_ssize_t i_context, P
             ``readline``), read at most once.
         i_time, i_context, i_generated: The columns' positions (``azure._positions``: the last of
             equal names).
+        width: The header's number of fields (a longer row is the Python path's error).
         stem: The file's stem (request ids are ``STEM:LINE``, the header being line 1).
         block: The nominal hash block (an int >= 1).
         max_requests: Stop after this many requests (``azure.read``'s), or None.
@@ -245,7 +246,7 @@ def plain_requests(object body_lines, Py_ssize_t i_time, Py_ssize_t i_context, P
                 start = i + 1
             elif c == 34 or c == 13 or c == 0 or c >= 128:  # a quote, a line break csv sees, NUL, non-ASCII
                 return None
-        if nfield <= top:  # a short row: the Python path names the missing field
+        if nfield <= top or nfield > width:  # a short or long row: the Python path reports it
             return None
         if not _stamp(p + t_at, t_len, &t) or not _count(p + c_at, c_len, &prompt) \
                 or not _count(p + g_at, g_len, &gen) or prompt < 1:

@@ -81,15 +81,20 @@ class _Stamps:
         return self._seconds + float("0." + (m[2] or "0"))
 
 
+MISSING_FIELD = "missing (the row has fewer fields than the header)"
+
+
 def _count(value: str | None, path: str, line: int, column: str) -> int:
     """A count column's text as an int (``int()``'s rules: spaces, a sign, underscores).
 
     Raises:
         TraceFormatError: Not an integer (or the field is missing).
     """
+    if value is None:
+        raise TraceFormatError(path, line, column, MISSING_FIELD)
     try:
-        return int(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        return int(value)
+    except ValueError:
         raise TraceFormatError(path, line, column, f"must be an integer, got {value!r}") from None
 
 
@@ -120,10 +125,11 @@ def _compiled_plain(kernel: Any, path: Path, block: Any,
             header = header[:-1] if header.endswith(b"\r") else header
             if not header.isascii() or any(c in header for c in (b'"', b"\r", b"\0")):
                 return None
-            where = _positions(header.decode("ascii").split(","))
+            fields = header.decode("ascii").split(",")
+            where = _positions(fields)
             if where is None:
                 return None
-            return kernel.plain_requests(fh, *where, path.stem, block, max_requests, OBSERVED_OUTPUT)
+            return kernel.plain_requests(fh, *where, len(fields), path.stem, block, max_requests, OBSERVED_OUTPUT)
     except (OSError, EOFError, zlib.error):
         return None
 
@@ -143,8 +149,9 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     (``tests/test_azure_compiled.py``). Any other file is read here.
 
     Raises:
-        TraceFormatError: A missing column (line 1), an unparsable timestamp or count (a byte
-            that is not UTF-8 makes its field unparsable), a ``ContextTokens`` below 1, a
+        TraceFormatError: A missing column (line 1), a row with more fields than the header
+            (field ``<row>``) or without one of the three, an unparsable timestamp or count (a
+            byte that is not UTF-8 makes its field unparsable), a ``ContextTokens`` below 1, a
             timestamp lower than the previous row's, a gzip stream cut short (field ``<gzip>``,
             at the first line lost; with ``skip_bad`` the rows before it are kept).
         OSError: A broken gzip stream.
@@ -177,8 +184,10 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
                 missing = [c for c in COLUMNS if c.lower() not in given]
                 raise TraceFormatError(name, 1, missing[0], f"missing column (header: {header or None})")
             # csv.DictReader's rules, by position (a dict per row cost more than the row's checks):
-            # the last of equal names wins, a short row's missing fields are None, empty rows are
-            # skipped. A row's line is the file's (``line_num``: blank lines counted).
+            # the last of equal names wins, a short row's missing fields are None (refused where
+            # read), empty rows are skipped; but a row longer than the header is refused, where
+            # DictReader would keep the rest aside. A row's line is the file's (``line_num``:
+            # blank lines counted).
             i_time, i_context, i_generated = where
             top = max(where)
             for row in reader:
@@ -190,8 +199,13 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
                 else:
                     stamp, context, generated = [row[i] if i < len(row) else None for i in where]
                 try:
+                    if len(row) > len(header):  # the values may have shifted: not read as if they had not
+                        raise TraceFormatError(name, line, "<row>", f"{len(row)} fields where the header has "
+                                               f"{len(header)} (a comma inside a value?)")
+                    if stamp is None:
+                        raise TraceFormatError(name, line, "TIMESTAMP", MISSING_FIELD)
                     try:
-                        t = stamp_seconds(stamp or "")
+                        t = stamp_seconds(stamp)
                     except ValueError:
                         raise TraceFormatError(name, line, "TIMESTAMP", f"cannot parse {stamp!r}") from None
                     prompt = _count(context, name, line, "ContextTokens")

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from fairsim.compiled import compiled_twin
 from fairsim.errors import TraceFormatError
+from fairsim.io import plural
 from fairsim.traces.formats._common import (
     Collector, Head, check_hash_count, iter_json_lines, need_ids, need_int,
     need_number, output_tokens)
@@ -166,9 +167,10 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         out.add(make_request(*head, hashes, block, *tail, ()), line)
     if gaps:
         out.warnings.append(
-            f"{path}: think time of {gaps} follow-up turns taken as the gap to the parent turn's "
+            f"{path}: think time of {plural(gaps, 'follow-up turn')} taken as the gap to the parent turn's "
             "arrival (an upper bound: the file does not record when the parent finished)")
     if orphans:
-        out.warnings.append(f"{path}: {orphans} turns name a parent_chat_id not in the file; "
+        out.warnings.append(f"{path}: {plural(orphans, 'turn')} {'names' if orphans == 1 else 'name'} a "
+                            "parent_chat_id not in the file; "
                             "each starts its own session")
     return out.finish(path.stem, NAME, block)

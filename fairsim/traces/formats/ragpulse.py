@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from fairsim.errors import TraceFormatError
+from fairsim.io import plural
 from fairsim.traces.segments import segment_block_keys
 from fairsim.traces.formats._common import (
     Collector, Head, iter_json_lines, need_int, need_number, output_tokens, read_head)
@@ -222,7 +223,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             "their segments are cut at input_length (the prompt as sent; identity kept for its tokens)")
     if gaps:
         out.warnings.append(
-            f"{trace_file}: think time of {gaps} follow-up turns taken as the gap to the previous "
+            f"{trace_file}: think time of {plural(gaps, 'follow-up turn')} taken as the gap to the previous "
             "turn's arrival (an upper bound: the file does not record when that turn finished)")
     return out.finish((folder.name if path.is_dir() else trace_file.stem) + label, NAME, block)
 
