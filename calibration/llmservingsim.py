@@ -67,7 +67,9 @@ class LLMServingSimSource:
                                               "time_stats.attn_prefill.median", "time_stats.attn_decode.median"))):
             path = self.folder / name
             if not path.is_file():
-                raise ValueError(f"{path}: missing (LLMServingSim tables folder needs layers.csv and attention.csv)")
+                raise ValueError(f"{path}: missing (LLMServingSim tables folder needs layers.csv and attention.csv"
+                                 + ("; the default is the shared copy beside this clone: give the folder with "
+                                    "--tables DIR)" if Path(folder) == TABLES else ")"))
             frame = pd.read_csv(path)
             missing = [c for c in cols if c not in frame.columns]
             if missing:

@@ -65,6 +65,18 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # noqa: D102 - argparse's hook; it must not return
         self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
 
+    def parse_args(self, args=None, namespace=None):  # noqa: D102 - argparse's, one change:
+        # an unknown option is the command's error (``fairsim run: error: unrecognized
+        # arguments: --bogus (fairsim run --help ...)``), not the top-level parser's.
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            owner: argparse.ArgumentParser = self
+            for action in self._actions:
+                if isinstance(action, argparse._SubParsersAction):
+                    owner = action.choices.get(getattr(namespace, action.dest, None), self)
+            owner.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace
+
 
 class _CoreParser(_Parser):
     def error(self, message: str):  # noqa: D102 - argparse's hook

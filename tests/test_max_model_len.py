@@ -71,6 +71,13 @@ def test_max_model_len_sets_the_limit_skip_long_drops_by(long_trace, capsys, tmp
     assert info["max_model_len"] == 100_000 and info["skipped_long"] == 2
 
 
+def test_a_prompt_over_max_model_len_names_the_limit_once(long_trace, capsys):
+    assert _run(long_trace, "--profile", LONG, "--max-model-len", "100000") == 2
+    err = capsys.readouterr().err
+    assert ("does not fit --max-model-len 100,000 (vLLM rejects a prompt of max_model_len tokens or more); "
+            "--skip-long drops such requests") in err, err
+
+
 def test_max_model_len_above_the_kv_cache_is_refused_as_vllm_does(long_trace, capsys):
     # h200-llama3.1-8b (the prior's memory figures, kept by the AIConfigurator profile): 931,921 KV tokens = 1,820 blocks of 512 (the trace's block) = 931,840 tokens.
     args = ["--profile", "h200-llama3.1-8b-vllm-aiconfigurator", "--skip-long"]

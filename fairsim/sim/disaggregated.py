@@ -502,7 +502,8 @@ def check_decode_fits(requests: Sequence[Request], block_size: int, decode_kv_bl
     if need > decode_kv_blocks:
         raise CapacityError(
             f"the decode side is too small for request {worst.request_id!r}: its prompt and output "
-            f"({worst.prompt_len} + {worst.output_len} - 1 tokens) need {need} KV blocks of {block_size} "
+            f"({worst.prompt_len:,} + {worst.output_len:,} tokens, of which the last generated one is never "
+            f"cached: {worst.prompt_len + worst.output_len - 1:,}) need {need} KV blocks of {block_size} "
             f"tokens, a decode instance holds {decode_kv_blocks}")
 
 

@@ -66,9 +66,10 @@ def drop_too_long(requests: Sequence[Request], max_model_len: int | None, source
             kept.append(r)
             continue
         if not skip_long:
+            size = "" if f"{max_model_len:,}" in limit_name else f"{max_model_len:,} tokens; "  # not twice
             raise PromptTooLongError(
                 f"{_where(r, source, locations)}: prompt of {r.prompt_len:,} tokens does not fit {limit_name} "
-                f"({max_model_len:,} tokens; vLLM rejects a prompt of max_model_len tokens or more); "
+                f"({size}vLLM rejects a prompt of max_model_len tokens or more); "
                 f"--skip-long drops such requests and counts them")
         dropped.append(r)
     return kept, dropped
