@@ -374,6 +374,9 @@ class TestAzure:
         t = load_trace(p, skip_bad=True)
         assert [(x.request_id, x.prompt_len) for x in t.requests] == [("long:2", 4808)]
         assert [e.line for e in t.skipped] == [3]
+        # A trailing comma (an empty extra field) shifts nothing: read as before.
+        p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4808,10,\n")
+        assert [(x.prompt_len, x.output_len) for x in load_trace(p).requests] == [(4808, 10)]
 
     def test_a_row_without_its_timestamp_is_refused_as_missing(self, tmp_path):
         p = tmp_path / "order.csv"

@@ -193,7 +193,8 @@ def plain_requests(object body_lines, Py_ssize_t i_time, Py_ssize_t i_context, P
             ``readline``), read at most once.
         i_time, i_context, i_generated: The columns' positions (``azure._positions``: the last of
             equal names).
-        width: The header's number of fields (a longer row is the Python path's error).
+        width: The header's number of fields (a value beyond them is the Python path's error;
+            empty extra fields, as a trailing comma makes, are ignored as there).
         stem: The file's stem (request ids are ``STEM:LINE``, the header being line 1).
         block: The nominal hash block (an int >= 1).
         max_requests: Stop after this many requests (``azure.read``'s), or None.
@@ -242,11 +243,13 @@ def plain_requests(object body_lines, Py_ssize_t i_time, Py_ssize_t i_context, P
                     c_at, c_len = start, i - start
                 if nfield == i_generated:
                     g_at, g_len = start, i - start
+                if nfield >= width and i > start:  # a value beyond the header's fields: the Python path's error
+                    return None
                 nfield += 1
                 start = i + 1
             elif c == 34 or c == 13 or c == 0 or c >= 128:  # a quote, a line break csv sees, NUL, non-ASCII
                 return None
-        if nfield <= top or nfield > width:  # a short or long row: the Python path reports it
+        if nfield <= top:  # a short row: the Python path names the missing field
             return None
         if not _stamp(p + t_at, t_len, &t) or not _count(p + c_at, c_len, &prompt) \
                 or not _count(p + g_at, g_len, &gen) or prompt < 1:

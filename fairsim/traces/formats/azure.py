@@ -149,8 +149,8 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     (``tests/test_azure_compiled.py``). Any other file is read here.
 
     Raises:
-        TraceFormatError: A missing column (line 1), a row with more fields than the header
-            (field ``<row>``) or without one of the three, an unparsable timestamp or count (a
+        TraceFormatError: A missing column (line 1), a row with a value beyond the header's
+            fields (field ``<row>``) or without one of the three, an unparsable timestamp or count (a
             byte that is not UTF-8 makes its field unparsable), a ``ContextTokens`` below 1, a
             timestamp lower than the previous row's, a gzip stream cut short (field ``<gzip>``,
             at the first line lost; with ``skip_bad`` the rows before it are kept).
@@ -185,8 +185,8 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
                 raise TraceFormatError(name, 1, missing[0], f"missing column (header: {header or None})")
             # csv.DictReader's rules, by position (a dict per row cost more than the row's checks):
             # the last of equal names wins, a short row's missing fields are None (refused where
-            # read), empty rows are skipped; but a row longer than the header is refused, where
-            # DictReader would keep the rest aside. A row's line is the file's (``line_num``:
+            # read), empty rows are skipped; but a row with a value beyond the header's fields is
+            # refused, where DictReader would keep the rest aside. A row's line is the file's (``line_num``:
             # blank lines counted).
             i_time, i_context, i_generated = where
             top = max(where)
@@ -199,7 +199,9 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
                 else:
                     stamp, context, generated = [row[i] if i < len(row) else None for i in where]
                 try:
-                    if len(row) > len(header):  # the values may have shifted: not read as if they had not
+                    if len(row) > len(header) and any(f.strip() for f in row[len(header):]):
+                        # the values may have shifted: not read as if they had not (empty extra
+                        # fields, as a trailing comma makes, are only empty)
                         raise TraceFormatError(name, line, "<row>", f"{len(row)} fields where the header has "
                                                f"{len(header)} (a comma inside a value?)")
                     if stamp is None:
