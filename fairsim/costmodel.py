@@ -628,7 +628,7 @@ def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> Profile:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise ProfileError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg} (reading it as a profile)") from exc
+        raise ProfileError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg} (column {exc.colno}; reading it as a profile)") from exc
     except UnicodeDecodeError as exc:
         raise ProfileError(f"{path}: not UTF-8 text (a binary file?): {exc.reason}") from exc
     except OSError as exc:

@@ -32,7 +32,7 @@ def read_policy_config(path: str | Path, option: str = "--policy-config") -> tup
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{where}: line {exc.lineno}: not valid JSON: {exc.msg}") from None
+        raise ValueError(f"{where}: line {exc.lineno}: not valid JSON: {exc.msg} (column {exc.colno})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{where}: expected a JSON object {{\"policy\": NAME, \"params\": {{...}}}}")
     unknown = sorted(set(data) - set(KEYS))

@@ -209,7 +209,7 @@ class TestBadTraces:
             '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}',
             '{"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": [2]}'])
         code, _, err = run_cli(capsys, "run", "--trace", path, "--profile", path)
-        assert code == 2 and err.strip() == f"fairsim: error: {path}:2: not valid JSON: Extra data (reading it as a profile)"
+        assert code == 2 and err.strip() == f"fairsim: error: {path}:2: not valid JSON: Extra data (column 1; reading it as a profile)"
 
     def test_arrivals_too_close_name_the_trace_not_the_default_time_scale(self, capsys, tmp_path):
         path = _trace(tmp_path / "t.jsonl", [

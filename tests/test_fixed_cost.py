@@ -19,7 +19,7 @@ from hypothesis import given, settings, strategies as st
 from fairsim.errors import TraceFormatError
 from fairsim.traces import load_trace, scale_time, window
 from fairsim.traces.formats import mooncake
-from fairsim.traces.formats._common import iter_json_lines
+from fairsim.traces.formats._common import iter_json_lines, json_where
 from fairsim.types import Request
 
 
@@ -43,7 +43,7 @@ def reference_json_lines(path: Path):
         try:
             rec = json.loads(text)
         except json.JSONDecodeError as exc:
-            yield line_no, f"error: {TraceFormatError(name, line_no, '<json>', f'not valid JSON: {exc.msg}')}"
+            yield line_no, f"error: {TraceFormatError(name, line_no, '<json>', f'not valid JSON: {exc.msg} ({json_where(exc, text)})')}"
             continue
         if isinstance(rec, dict):
             yield line_no, rec

@@ -32,7 +32,8 @@ class TestMooncakeLoader:
         assert r1.arrival_time == 1.5 and r1.request_id == "t:2"
 
     @pytest.mark.parametrize("line, field, why", [
-        ('{"timestamp": 0, "input_length": 10', "<json>", "not valid JSON"),
+        ('{"timestamp": 0, "input_length": 10', "<json>", "not valid JSON: Expecting ',' delimiter \\(the line ends early\\)"),
+        ('{"timestamp": 0 "input_length": 10}', "<json>", "not valid JSON: Expecting ',' delimiter \\(at character 17\\)"),
         (json.dumps({k: v for k, v in GOOD.items() if k != "input_length"}), "input_length", "missing"),
         (json.dumps({**GOOD, "output_length": -3}), "output_length", "negative"),
         (json.dumps({**GOOD, "input_length": -1100}), "input_length", "negative"),

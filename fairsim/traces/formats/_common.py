@@ -80,6 +80,14 @@ def open_binary(path: Path) -> IO[bytes]:
     return fh
 
 
+def json_where(exc: json.JSONDecodeError, line: str) -> str:
+    """Where in a one-record line ``json.loads`` stopped: ``at character N`` (1-based), or ``the
+    line ends early`` for a record cut short (a truncated download)."""
+    if exc.pos >= len(line.rstrip("\r\n")):
+        return "the line ends early"
+    return f"at character {exc.pos + 1}"
+
+
 def _read_upto(fh: IO[bytes], n: int) -> bytes:
     """Up to ``n`` bytes of ``fh``; a gzip stream cut short (``EOFError``) gives what came before
     the cut (``iter_json_lines`` reports the cut itself at its line)."""
@@ -234,7 +242,8 @@ def iter_json_lines(path: Path, split: Callable[[bytes], tuple[bytes, Any] | Non
                 try:
                     rec = json.loads(text)
                 except json.JSONDecodeError as exc:
-                    yield line_no, TraceFormatError(name, line_no, "<json>", f"not valid JSON: {exc.msg}")
+                    yield line_no, TraceFormatError(name, line_no, "<json>", f"not valid JSON: {exc.msg} "
+                                                    f"({json_where(exc, text)})")
                     continue
                 except (ValueError, RecursionError) as exc:  # beyond Python's int digits or nesting
                     yield line_no, TraceFormatError(name, line_no, "<json>", f"cannot be read: {exc}")
