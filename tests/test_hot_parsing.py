@@ -1,6 +1,8 @@
 """The Mooncake reader's per-line fast paths keep every check (they exist for speed only)."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fairsim.errors import TraceFormatError
 from fairsim.traces.formats._common import need_ids
@@ -25,3 +27,39 @@ def test_pick_matches_first_of():
     assert _pick({"x": 1}, ("delay", "delay_ms"), "t.jsonl", 2) is None
     with pytest.raises(TraceFormatError, match=r"t.jsonl:2: field 'delay_ms': given together with 'delay'"):
         _pick({"delay": 1, "delay_ms": 2}, ("delay", "delay_ms"), "t.jsonl", 2)
+
+
+_BOUNDS = [2**64 - 1, 2**64, -2**63, -2**63 - 1, 10**18, 10**19 - 1, 10**19, 10**20, 2**63, -10**18]
+
+
+def _orjson_safe_twin():
+    from tests.utils import compiled_twin_or_skip
+
+    return compiled_twin_or_skip("fairsim.traces.formats._mooncake_c").orjson_safe
+
+
+@pytest.mark.parametrize("line", [
+    b'{"ids": [18446744073709551615]}', b'{"ids": [18446744073709551616]}',   # u64 max, one past
+    b'{"a": -9223372036854775808}', b'{"a": -9223372036854775809}',           # int64 min, one past
+    b'{"a": 00000000000000000001}', b'{"a": -00000000000000000001}',          # leading zeros
+    b'{"a": 000000000000000000001}', b'{"a": 9999999999999999999}',          # 21-digit run; 19 nines
+    b'{"a": 99999999999999999999}', b'{"a": "x18446744073709551616"}',        # > u64; inside a string
+    b'{"a": 1.23456789012345678901234}', b'{"a": 1e-92233720368547758090}',    # float digits
+    b'', b'-', b'1234567890123456789-', b'{"ids": [1, 2, 3]}',
+])
+def test_compiled_orjson_safe_matches_the_reference(line):
+    from fairsim.traces.formats._common import _orjson_safe
+
+    assert _orjson_safe_twin()(line) is _orjson_safe(line)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(st.integers(-2**70, 2**70), st.sampled_from(_BOUNDS),
+                          st.integers(-2**70, 2**70).map(lambda v: f"0000{v}" if v >= 0 else f"-0000{-v}")),
+                max_size=6),
+       st.sampled_from([", ", ",", " x", "-", "e"]))
+def test_compiled_orjson_safe_matches_the_reference_on_runs_of_digits(values, sep):
+    from fairsim.traces.formats._common import _orjson_safe
+
+    line = ("[" + sep.join(str(v) for v in values) + "]").encode()
+    assert _orjson_safe_twin()(line) is _orjson_safe(line)

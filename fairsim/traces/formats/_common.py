@@ -20,6 +20,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import IO, Any
 
+from fairsim.compiled import compiled_twin
 from fairsim.errors import TraceFormatError
 from fairsim.traces.trace import Trace
 from fairsim.types import Request
@@ -169,6 +170,13 @@ def _orjson_safe(raw: bytes) -> bool:
     return True
 
 
+def orjson_safe_check() -> Callable[[bytes], bool]:
+    """``_orjson_safe``, or its compiled twin (``_mooncake_c.orjson_safe``: the same answers)
+    where it is built."""
+    kernel = compiled_twin("fairsim.traces.formats._mooncake_c")
+    return getattr(kernel, "orjson_safe", None) or _orjson_safe
+
+
 def iter_json_lines(path: Path, split: Callable[[bytes], tuple[bytes, Any] | None] | None = None,
                     field: str = "hash_ids") -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, decoded JSON object or TraceFormatError)`` for each record line.
@@ -200,7 +208,7 @@ def iter_json_lines(path: Path, split: Callable[[bytes], tuple[bytes, Any] | Non
     name = str(path)
     loads = orjson.loads
     fast_error = orjson.JSONDecodeError
-    digits, long_digits, safe = _DIGITS_TO_ZERO, _LONG_DIGITS, _orjson_safe
+    digits, long_digits, safe = _DIGITS_TO_ZERO, _LONG_DIGITS, orjson_safe_check()
     try:
         with open_binary(path) as fh:
             for line_no, raw in enumerate(fh, start=1):

@@ -462,3 +462,45 @@ def plain_requests(object lines_of_file, object loads, object safe, str stem, ob
         # no after, no segments, block >= 1, and at most L // block full blocks of ids.
         requests.append(req)
     return requests, locations, bs
+
+
+cdef const char* _U64_MAX_DIGITS = b"18446744073709551615"  # 2**64 - 1, 20 digits
+cdef const char* _INT64_MIN_DIGITS = b"9223372036854775808"  # -(-2**63), 19 digits
+
+
+def orjson_safe(bytes raw) -> bool:
+    """``_common._orjson_safe(raw)``, the same answer for every line: False when a run of 19+
+    digits (with a ``-`` right before it, negative) is an integer outside ``-2**63 .. 2**64 - 1``
+    or longer than 20 digits; else True.
+
+    One pass over the bytes, each run compared as digits (leading zeros dropped, then length,
+    then ``memcmp`` with the bound) instead of the reference's ``int()`` of each run: a Dynamo
+    request trace line holds hundreds of 19-20 digit u64 hashes, and the reference's check took
+    four times as long as ``orjson`` parsing the line. ``tests/test_hot_parsing.py`` compares it
+    with the reference.
+    """
+    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(raw)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(raw), i = 0, start, sig, length
+    cdef bint neg
+    while i < n:
+        if p[i] < 48 or p[i] > 57:  # not a digit
+            i += 1
+            continue
+        start = i
+        while i < n and 48 <= p[i] <= 57:
+            i += 1
+        if i - start < 19:
+            continue
+        if i - start > 20:  # the reference never int()s such a run
+            return False
+        neg = start > 0 and p[start - 1] == 45  # "-"
+        sig = start
+        while sig < i - 1 and p[sig] == 48:  # leading zeros: the value is the rest
+            sig += 1
+        length = i - sig
+        if neg:
+            if length > 19 or (length == 19 and memcmp(p + sig, _INT64_MIN_DIGITS, 19) > 0):
+                return False
+        elif length == 20 and memcmp(p + sig, _U64_MAX_DIGITS, 20) > 0:
+            return False
+    return True

@@ -205,7 +205,7 @@ def _compiled_plain(kernel: Any, path: Path, block: Any) -> tuple[list[Request],
     reads and reports as it always does."""
     try:
         with open_binary(path) as fh:
-            return kernel.plain_requests(fh, _loads, _orjson_safe, path.stem, block)
+            return kernel.plain_requests(fh, _loads, getattr(kernel, "orjson_safe", _orjson_safe), path.stem, block)
     except (OSError, EOFError, zlib.error):
         return None
 
