@@ -425,7 +425,8 @@ class TestAzure:
             "field 'GeneratedTokens': must be an integer, got 'y'",
             "field 'ContextTokens': 0: need >= 1",
             "field 'GeneratedTokens': negative: -1 (need >= 0)",
-            "field 'TIMESTAMP': decreases: earlier than the previous row",
+            "field 'TIMESTAMP': decreases: '2023-11-16 18:17:04.0' is earlier than the previous row's "
+            "'2023-11-16 18:17:04.5' (line 6)",
             "field 'GeneratedTokens': missing (the row has fewer fields than the header)"]
         assert [(r.request_id, r.arrival_time, r.prompt_len, r.output_len, r.labels) for r in t.requests] == [
             ("c:6", 0.0, 20, 1, {"observed_output_length": 0})]

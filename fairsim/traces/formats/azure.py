@@ -169,7 +169,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
                          hash_block_size=block, format=NAME, warnings=(), locations=locations)
     out = Collector(path, skip_bad)
     t0 = None
-    previous = None
+    previous = previous_stamp = previous_line = None
     stamp_seconds = _Stamps()
     import csv  # the Python path only (start-up of a run on another format)
 
@@ -218,11 +218,12 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
                     if gen < 1:  # 0 becomes 1 with the label, a negative count is refused
                         gen = output_tokens(gen, name, line, "GeneratedTokens", labels)
                     if previous is not None and t < previous:
-                        raise TraceFormatError(name, line, "TIMESTAMP", "decreases: earlier than the previous row")
+                        raise TraceFormatError(name, line, "TIMESTAMP", f"decreases: {stamp.strip()!r} is earlier than "
+                                               f"the previous row's {previous_stamp!r} (line {previous_line})")
                 except TraceFormatError as exc:
                     out.bad(exc)
                     continue
-                previous = t
+                previous, previous_stamp, previous_line = t, stamp.strip(), line
                 if t0 is None:
                     t0 = t
                 out.add(make_request(f"{stem}:{line}", round(max(0.0, t - t0), 3), prompt,
