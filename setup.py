@@ -33,7 +33,7 @@
   and the lanes' join/leave/stale dispatch (``fairsim/policies/_merge_c.pyx``), the same way:
   where it is not built, ``fairsim.policies.incremental``'s Python code runs (``merge_of``).
 - The modules in ``fairsim.compiled.WHOLE_MODULES`` (the engine's step loop, the arrivals, the
-  orders' Python bookkeeping) compiled whole from their own ``.py`` source, optional the same way,
+  orders' Python bookkeeping, the trace readers' per-record checks) compiled whole from their own ``.py`` source, optional the same way,
   with ``annotation_typing=False`` (a hint such as ``x: float`` does not convert a value) and
   ``-ffp-contract=off``, so the extension computes what the source does. Each gets a stamp file
   of the source it was built from (``fairsim.compiled.source_stamp``); where the source changed
