@@ -33,13 +33,14 @@
   and the lanes' join/leave/stale dispatch (``fairsim/policies/_merge_c.pyx``), the same way:
   where it is not built, ``fairsim.policies.incremental``'s Python code runs (``merge_of``).
 - The modules in ``fairsim.compiled.WHOLE_MODULES`` (the engine's step loop, the arrivals, the
-  orders' Python bookkeeping, the trace readers' per-record checks) compiled whole from their own ``.py`` source, optional the same way,
-  with ``annotation_typing=False`` (a hint such as ``x: float`` does not convert a value) and
-  ``-ffp-contract=off``, so the extension computes what the source does. Each gets a stamp file
-  of the source it was built from (``fairsim.compiled.source_stamp``); where the source changed
-  since, or ``FAIRSIM_PURE_PYTHON=1`` is set, fairsim imports the source
-  (``fairsim.compiled.SourceFinder``). Cython also reads ``fairsim/sim/engine.pxd`` beside the
-  engine's source: the compiled ``Engine`` is an extension type whose data attributes are C fields.
+  orders' Python bookkeeping, the trace readers' per-record checks) compiled whole from their
+  own ``.py`` source, optional the same way, with ``annotation_typing=False`` (a hint such as
+  ``x: float`` does not convert a value) and ``-ffp-contract=off``, so the extension computes
+  what the source does. Each gets a stamp file of the source it was built from
+  (``fairsim.compiled.source_stamp``); where the source changed since, or
+  ``FAIRSIM_PURE_PYTHON=1`` is set, fairsim imports the source (``fairsim.compiled.SourceFinder``).
+  Cython also reads ``fairsim/sim/engine.pxd`` beside the engine's source: the compiled
+  ``Engine`` is an extension type whose data attributes are C fields.
 - An editable install (``pip install -e .``) writes the packages' bytecode (``__pycache__``)
   once: a wheel install gets it from pip, and a machine that sets ``PYTHONDONTWRITEBYTECODE``
   otherwise compiles every module at every start (0.07 CPU-s of a 0.31 s start-up here).

@@ -150,10 +150,11 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
 
     Raises:
         TraceFormatError: A missing column (line 1), a row with a value beyond the header's
-            fields (field ``<row>``) or without one of the three, an unparsable timestamp or count (a
-            byte that is not UTF-8 makes its field unparsable), a ``ContextTokens`` below 1, a
-            timestamp lower than the previous row's, a gzip stream cut short (field ``<gzip>``,
-            at the first line lost; with ``skip_bad`` the rows before it are kept).
+            fields (field ``<row>``) or without one of the three, an unparsable timestamp or
+            count (a byte that is not UTF-8 makes its field unparsable), a ``ContextTokens``
+            below 1, a timestamp lower than the previous row's (both named), a gzip stream cut
+            short (field ``<gzip>``, at the first line lost; with ``skip_bad`` the rows before
+            it are kept).
         OSError: A broken gzip stream.
     """
     path = Path(path)
@@ -186,8 +187,8 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             # csv.DictReader's rules, by position (a dict per row cost more than the row's checks):
             # the last of equal names wins, a short row's missing fields are None (refused where
             # read), empty rows are skipped; but a row with a value beyond the header's fields is
-            # refused, where DictReader would keep the rest aside. A row's line is the file's (``line_num``:
-            # blank lines counted).
+            # refused, where DictReader would keep the rest aside. A row's line is the file's
+            # (``line_num``: blank lines counted).
             i_time, i_context, i_generated = where
             top = max(where)
             for row in reader:
