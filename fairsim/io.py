@@ -34,6 +34,11 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
+def plural_have(count: int, noun: str) -> str:
+    """``1 request has``, ``2 requests have``: a message's subject and verb."""
+    return f"{plural(count, noun)} {'has' if count == 1 else 'have'}"
+
+
 def file_stem(name: str) -> str:
     """``name`` (a policy name) as a portable file-name part: every character other than a letter,
     digit, ``.``, ``-`` or ``_`` becomes ``_`` (``mypol:Rev`` -> ``mypol_Rev``; ``:`` is not allowed

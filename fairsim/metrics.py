@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from fairsim import npfloat
+from fairsim.io import plural_have
 
 if TYPE_CHECKING:  # tables may be DataFrames or the engine's ``Columns``; pandas is not needed here
     import numpy as np
@@ -122,7 +123,7 @@ def ttft_summary(requests: pd.DataFrame) -> dict[str, float]:
         raise ValueError("no requests to summarise")
     missing = sum(1 for v in ttft if v != v)
     if missing:
-        raise ValueError(f"{missing} request{' has' if missing == 1 else 's have'} no TTFT")
+        raise ValueError(f"{plural_have(missing, 'request')} no TTFT")
     p50, p90, p99 = percentiles(ttft, [50, 90, 99])
     mean, worst = _mean_max(ttft)
     return {

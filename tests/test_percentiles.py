@@ -78,3 +78,16 @@ def test_does_not_import_numpy_ma():
             "print('numpy.ma' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_ttft_summary_names_the_requests_without_a_ttft_in_the_singular_and_plural():
+    import math
+
+    import pandas as pd
+
+    from fairsim.metrics import ttft_summary
+
+    with pytest.raises(ValueError, match="^1 request has no TTFT$"):
+        ttft_summary(pd.DataFrame({"ttft_s": [0.5, math.nan]}))
+    with pytest.raises(ValueError, match="^2 requests have no TTFT$"):
+        ttft_summary(pd.DataFrame({"ttft_s": [math.nan, 0.5, math.nan]}))

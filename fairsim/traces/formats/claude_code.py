@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from fairsim.errors import TraceFormatError
-from fairsim.io import plural
+from fairsim.io import plural, plural_have
 from fairsim.traces.formats._common import (
     Collector, Head, check_chained, full_block_ids, need_ids, need_int, need_number,
     open_binary, output_tokens)
@@ -150,7 +150,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         raise ValueError(f"{path}: files use different block_size values {sorted(blocks)}")
     if out.stats["short_hash_ids"]:
         out.warnings.append(
-            f"{path}: {_have(out.stats['short_hash_ids'], 'request')} fewer hash_ids than full "
+            f"{path}: {plural_have(out.stats['short_hash_ids'], 'request')} fewer hash_ids than full "
             f"{block_note(blocks)} blocks (or none); their remaining blocks count as unique")
     if out.stats["subagents_in_session_time"]:
         out.warnings.append(
@@ -159,18 +159,13 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             "session time (every t at or after the spawn), not from the spawn; read as session time")
     if gaps:
         out.warnings.append(
-            f"{path}: {_have(gaps, 'request')} neither think_time nor the previous api_time; their "
+            f"{path}: {plural_have(gaps, 'request')} neither think_time nor the previous api_time; their "
             "closed-loop delay is the gap between recorded start times (an upper bound)")
     sessions = len({r.session_id for r in out.requests})
     out.warnings.append(f"{path}: the format has no absolute time; arrival times are offsets from "
                         f"each session's start ({plural(sessions, 'session')})")
     block = blocks.pop() if blocks else (hash_block_size or DEFAULT_BLOCK)
     return out.finish(session_name(path) if path.is_file() else path.name, NAME, block, absolute_time=False)
-
-
-def _have(count: int, noun: str) -> str:
-    """``1 request has``, ``2 requests have``: a warning's subject and verb."""
-    return f"{plural(count, noun)} {'has' if count == 1 else 'have'}"
 
 
 def block_note(blocks: set[int]) -> str:
