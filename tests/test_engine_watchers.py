@@ -51,7 +51,7 @@ def _check(engine: Engine) -> int:
             h = live.snap.cached_len // bs
             assert live.watched == min(h + 1, live.max_hit_blocks)
         for key in live.keys[: live.watched]:
-            expected.setdefault(key, set()).add(id(live))
+            expected.setdefault(key, set()).add(live)
     assert {k: set(v) for k, v in engine._watchers.items()} == expected
     return checked
 
@@ -99,7 +99,7 @@ def test_hit_grows_one_key_at_a_time():
     engine = Engine([b], make_policy("suf", profile), profile,
                     EngineConfig(block_size=4, kv_blocks=16), fast_order=False)
     pool, live = engine.pool, engine._all[0]
-    engine._waiting[id(live)] = live
+    engine._waiting[live] = live
     engine._watch(live)
     assert live.watched == 0 and engine._watchers == {}
 
@@ -127,10 +127,10 @@ def test_hit_grows_one_key_at_a_time():
 def _check_lazy(engine: Engine) -> int:
     """Lazy hits (``LazyHits.key_changed``): the map keeps what can still matter to the order."""
     lazy, bs = engine._lazy, engine.block_size
-    waiting = {id(live) for live in engine._waiting.values()}
+    waiting = {live for live in engine._waiting.values()}
     checked = 0
     for live in engine._waiting.values():
-        lid = id(live)
+        lid = live
         if live.snap is not None:
             # A snapshot (start of a step: as of the cache then) watches its hit and next key.
             h = live.snap.cached_len // bs

@@ -69,7 +69,7 @@ def test_resolve_reads_the_journal_only_for_the_keys_that_decide_the_hit(monkeyp
     b = make_request("b", 0.0, 21, hashes=(1, 2, 7, 8, 9), block=4)
     engine = Engine([b], make_policy("fairway", PROFILE), PROFILE, EngineConfig(block_size=4, kv_blocks=16))
     lazy, pool, live = engine._lazy, engine.pool, engine._all[0]
-    engine._waiting[id(live)] = live
+    engine._waiting[live] = live
     for j in (0, 1):
         (block,) = pool.allocate(1)
         pool.cache(block, live.keys[j])

@@ -118,7 +118,7 @@ def test_group_turns_end_the_skip_at_each_condition():
     pool, inc = engine.pool, engine._inc
     b, c = engine._all[1], engine._all[2]
     for live, group in ((b, 3), (c, 0)):  # two waiting requests in two groups
-        engine._waiting[id(live)] = live
+        engine._waiting[live] = live
         engine.policy._group[live.req.request_id] = group  # as if seen with such a hit
         inc.add(engine._make_snapshot(live, 0, 0))
     assert inc.turn_groups() == [0, 3]

@@ -81,7 +81,7 @@ class _Side:
         self.held: set = set()
         for live in self.lives:
             live.released_s = live.req.arrival_time
-            engine._waiting[id(live)] = live
+            engine._waiting[live] = live
             engine._watch(live)
         self.resolve = engine._lazy.resolve if engine._watch_c is None else engine._watch_c.resolve
 
@@ -89,7 +89,7 @@ class _Side:
         e, lazy, pool = self.engine, self.engine._lazy, self.engine.pool
         kind = op[0]
         live = self.lives[op[1]] if kind not in ("cache", "release", "step") else None
-        waiting = live is not None and id(live) in e._waiting
+        waiting = live is not None and live in e._waiting
         if kind == "snapshot" and waiting:
             e._snapshot(live)
         elif kind == "rewatch" and waiting:
@@ -105,24 +105,24 @@ class _Side:
         elif kind == "invalidate" and waiting:
             live.snap = None
         elif kind == "bound" and waiting:
-            lazy.bounded.add(id(live))
+            lazy.bounded.add(live)
         elif kind == "resolve" and waiting and live.last_snap is not None:
             self.resolve(live.last_snap)
         elif kind == "step":  # a new ordering step: the order hears of the stale requests it holds
             lazy.start_step()
-        elif kind == "hold" and waiting and id(live) not in e._in_inc:  # the order takes it
+        elif kind == "hold" and waiting and live not in e._in_inc:  # the order takes it
             e._inc.add(e._snapshot(live))
-            e._in_inc.add(id(live))
+            e._in_inc.add(live)
         elif kind == "unwatch" and waiting:
-            del e._waiting[id(live)]
+            del e._waiting[live]
             e._unwatch(live)
-            if id(live) in e._in_inc:
-                e._in_inc.discard(id(live))
+            if live in e._in_inc:
+                e._in_inc.discard(live)
                 e._inc.remove(live.req.request_id)
 
     def state(self) -> tuple:
         e, lazy = self.engine, self.engine._lazy
-        index = {id(live): i for i, live in enumerate(self.lives)}
+        index = {live: i for i, live in enumerate(self.lives)}
         watchers = {key: [index[lid] for lid in bucket] for key, bucket in e._watchers.items()}
         for key, bucket in e._watchers.items():
             assert bucket and all(bucket[lid] is self.lives[index[lid]] for lid in bucket)
@@ -130,7 +130,7 @@ class _Side:
                   None if live.snap is None else live.snap[:6] + live.snap[7:],
                   live.snap is live.last_snap) for live in self.lives]
         return (watchers, lives, [index[k] for k in e._dirty], [index[k] for k in lazy.raised],
-                sorted(index[k] for k in lazy.bounded), [index[id(live)] for live in lazy.recheck],
+                sorted(index[k] for k in lazy.bounded), [index[live] for live in lazy.recheck],
                 sorted(index[k] for k in lazy.resolved), dict(lazy.journal or {}),
                 sorted(index[k] for k in e._in_inc))
 
@@ -154,7 +154,7 @@ def test_rewatch_by_hand():
     r = make_request("a", 0.0, 25, hashes=(1, 2, 3, 4, 5, 6), block=4)
     e = _engine([r], "fairway", EngineConfig(block_size=4, kv_blocks=8), True)
     live = e._all[0]
-    e._waiting[id(live)] = live
+    e._waiting[live] = live
     e._watch(live)
     e._rewatch(live, 0)
     assert (live.watched, live.next_key, set(e._watchers)) == (1, 1, {1})

@@ -189,7 +189,7 @@ def test_checked_order_is_the_reference_generator():
         live.snap = q if i != 2 else None  # (a request whose snapshot is not kept is accepted)
         snaps.append(q)
     engine._in_inc.clear()
-    engine._in_inc.update(id(live) for live in lives[:3])  # lives[3]: not held
+    engine._in_inc.update(lives[:3])  # lives[3]: not held
     s0, s1, s2, s3 = snaps
     stale = QueuedRequest("r0", 0.0, 10, 0, 10, 0, lives[0])  # lives[0].snap is s0
     contract = "PolicyContractError: policy 'fairway': incremental_order() yielded "
@@ -197,6 +197,8 @@ def test_checked_order_is_the_reference_generator():
         ([s0, s1, s2], 3, None), ([s2, s0, s1], 3, None), ([], 0, None),
         ([s0, s1, s0], 3, contract + "a duplicate entry 'r0'"),
         ([s0, "not a snapshot"], 3, contract + "a foreign or stale entry 'not a snapshot'"),
+        # (a handle that cannot be hashed is no waiting request's: foreign, not a TypeError)
+        ([s0, QueuedRequest("r9", 9.0, 10, 0, 10, 0, [lives[1]])], 3, contract + "a foreign or stale entry 'r9'"),
         ([s1, s3], 3, contract + "a foreign or stale entry 'r3'"),
         ([stale], 1, contract + "a foreign or stale entry 'r0'"),
         ([s0, s1], 3, contract + "2 of the 3 waiting requests"),
@@ -214,4 +216,4 @@ def test_checked_order_is_the_reference_generator():
             assert seen[0] == seen[1], (items, n)
             (got, got_error, ended), kept = seen[0]
             assert got_error == error and ended
-            assert kept == ({} if on_admitted is None else {id(q.handle): q for q in snaps if q.handle in got})
+            assert kept == ({} if on_admitted is None else {q.handle: q for q in snaps if q.handle in got})

@@ -5,7 +5,7 @@ from cpython.ref cimport PyObject
 The pure-Python methods are the reference: ``fairsim.sim.engine.Engine._rewatch``, ``_drop`` and
 ``_unwatch`` and ``_snapshot``, ``_make_snapshot`` and ``fairsim.sim.lazy_hits.LazyHits.key_changed``, ``resolve`` and
 ``start_step``. Each method here is one of them,
-statement for statement: the same entries added to and dropped from the map (``key -> {id(live):
+statement for statement: the same entries added to and dropped from the map (``key -> {live:
 live}``) in the same order, the same ``_Live`` fields set, the same requests put in the engine's
 ``_dirty`` and the lazy path's ``raised`` in the same order. ``tests/test_watch_compiled.py``
 compares the two on random operation sequences and engine runs (tables and map at every step).
@@ -243,12 +243,12 @@ cdef class CompiledWatch:
         if _get(live, PARTIAL):
             _set(live, PARTIAL, False)
             if old > w:
-                self._drop_range(id(live), keys, w, old)
+                self._drop_range(live, keys, w, old)
             _set(live, WATCHED, 0)
             old = 0
         if w == old:
             return 0
-        lid = id(live)
+        lid = live
         if w > old:
             watchers = self.watchers
             for i in range(old, w):
@@ -265,11 +265,11 @@ cdef class CompiledWatch:
 
     def drop(self, live, keys):
         """``Engine._drop``: stop watching ``keys`` (a sequence) for ``live``."""
-        self._drop_range(id(live), keys, 0, len(keys))
+        self._drop_range(live, keys, 0, len(keys))
 
     def unwatch(self, live):
         """``Engine._unwatch``."""
-        self._drop_range(id(live), _get(live, KEYS), 0, _get(live, WATCHED))
+        self._drop_range(live, _get(live, KEYS), 0, _get(live, WATCHED))
         _set(live, PARTIAL, False)
         _set(live, WATCHED, 0)
         _set(live, NEXT_KEY, self.no_key)
@@ -326,8 +326,8 @@ cdef class CompiledWatch:
         if self.recheck:  # (an empty one stays: it is the lazy path's ``recheck`` too)
             for live in self.recheck:
                 _set(live, SNAP, None)
-                dirty[id(live)] = live
-                raised[id(live)] = live
+                dirty[live] = live
+                raised[live] = live
             lazy.recheck = self.recheck = []
         journal = {}
         lazy.journal = self.journal = journal
@@ -369,7 +369,7 @@ cdef class CompiledWatch:
     cdef object _make_snapshot(self, live, h, computed):
         """``make_snapshot``'s body, called from C (``_snapshot_of``)."""
         cdef tuple kept
-        if id(live) in self.waiting and not self.unwatched:
+        if live in self.waiting and not self.unwatched:
             self._rewatch(live, h // self.block_size)
         old = _get(live, LAST_SNAP)
         released = _get(live, RELEASED)
@@ -401,7 +401,7 @@ cdef class CompiledWatch:
         cdef bint touched
         # (``q.handle`` by position for a snapshot of ``snapshot_class``: no property call)
         live = (<tuple>q)[6] if type(q) is self.snapshot_class else q.handle
-        key = id(live)
+        key = live
         snap = resolved.get(key)
         if snap is not None:
             return snap
@@ -442,7 +442,7 @@ cdef class CheckedOrder:
     snapshot's ``handle`` (a waiting ``_Live``) as it reads ``snaps``; raises the reference's
     ``PolicyContractError`` on an item that is not a held waiting request's snapshot of this
     step, on one read twice, or when ``snaps`` ends after other than ``n`` items; with the
-    engine's ``_on_admitted`` set, keeps each item in its ``_step_snaps`` (``id(live) -> q``).
+    engine's ``_on_admitted`` set, keeps each item in its ``_step_snaps`` (``live -> q``).
 
     Why: the engine reads it once per admission candidate (tens of thousands of times per
     trace); a generator frame resumed per item was a few percent of a Fairway run's
@@ -495,15 +495,20 @@ cdef class CheckedOrder:
             live = q.handle
         except AttributeError:  # not a snapshot: reported below as foreign
             live = None
-        key = id(live)
-        # held: id()s of live _Live objects, so a held key's ``live`` is a _Live (has ``snap``).
-        if key in seen or key not in self.held or (_get(live, SNAP) is not q and _get(live, SNAP) is not None):
+        cdef bint twice, foreign
+        try:
+            twice = live in seen
+            foreign = not twice and live not in self.held
+        except TypeError:  # an unhashable handle: no waiting request's
+            twice, foreign = False, True
+        # held: waiting _Live objects, so a held ``live`` is a _Live (has ``snap``).
+        if twice or foreign or (_get(live, SNAP) is not q and _get(live, SNAP) is not None):
             self.done = True
             raise PolicyContractError(
                 f"policy {self.engine.policy_name!r}: incremental_order() yielded "
-                f"{'a duplicate' if key in seen else 'a foreign or stale'} entry "
+                f"{'a duplicate' if twice else 'a foreign or stale'} entry "
                 f"{getattr(q, 'request_id', q)!r}")
-        seen.add(key)
+        seen.add(live)
         if self.keep is not None:
-            self.keep[key] = q
+            self.keep[live] = q
         return live

@@ -179,7 +179,7 @@ class DecodeFastEngine(Engine):
             for released, _, live in arrivals.pop_due(now):
                 live.released_s = released
                 live.arrival_prefill = self.prefill_tokens
-                waiting[id(live)] = live
+                waiting[live] = live
                 self._watch(live)
             running = self._running
             if member is not None and not (waiting or preempted_q or running):
@@ -558,7 +558,7 @@ class DecodeFastEngine(Engine):
         if self._on_admitted is not None and can_admit:
             for live in self._preempted:
                 live.snap = None
-                self._step_snaps[id(live)] = self._snapshot(live)
+                self._step_snaps[live] = self._snapshot(live)
         # Running requests in admission order: the due decoders' block growth and caching ...
         for live in due:
             c = live.dec_c0 + step - live.dec_step

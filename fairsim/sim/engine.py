@@ -417,13 +417,17 @@ class Engine:
             self._arrivals = member.arrivals
             if hook is not None and hasattr(hook, "attach"):
                 hook.attach(self.block_size, member.all_keys)
-        self._waiting: dict[int, _Live] = {}  # id(live) -> live, release order
+        # The engine's per-request maps and sets are keyed by the ``_Live`` object itself (its
+        # identity: ``_Live`` defines no ``__eq__``/``__hash__``), not by ``id(live)``: an id is a new
+        # int per call, and its low four bits are the same for every state (aligned addresses),
+        # so sets of ids probe colliding slots; an object's own hash is its address rotated.
+        self._waiting: dict[_Live, _Live] = {}  # release order
         self._preempted: deque[_Live] = deque()  # front of waiting, vLLM prepend order
         self._running: list[_Live] = []  # admission order
         self._steps = self._burst_c.StepLog() if self._burst_c is not None else StepLog()
         # Which waiting requests may hit each key: a cached or evicted key invalidates only their
         # snapshots, so a step rebuilds few snapshots instead of one per waiting request.
-        self._watchers: dict[Hashable, dict[int, _Live]] = {}
+        self._watchers: dict[Hashable, dict[_Live, _Live]] = {}
         self.pool.on_key_change = self._key_changed
         self.pool.watched = self._watchers  # only keys some waiting request may hit call back
         self._skips_misfits = bool(getattr(policy, "skips_misfits", False))
@@ -431,13 +435,13 @@ class Engine:
         # Prefill tokens scheduled in all steps so far (policy contract rule 5; HRRN reads it).
         self.prefill_tokens = 0
         self._on_prefill_tokens = getattr(policy, "on_prefill_tokens", None)
-        # Start-of-step snapshots, id(live) -> snapshot, handed to on_admitted (policy contract).
-        self._step_snaps: dict[int, QueuedRequest] = {}
+        # Start-of-step snapshots, live -> snapshot, handed to on_admitted (policy contract).
+        self._step_snaps: dict[_Live, QueuedRequest] = {}
         # Fast path: the policy's incremental order, fed with new and changed snapshots
         # (``_dirty``: waiting requests whose snapshot a cache event invalidated).
         self._inc = fast_path_of(policy, self.policy_name) if fast_order else None
-        self._in_inc: set[int] = set()  # id(live) of the waiting requests the fast path holds
-        self._dirty: dict[int, _Live] = {}
+        self._in_inc: set[_Live] = set()  # the waiting requests the fast path holds
+        self._dirty: dict[_Live, _Live] = {}
         # PEEK's protected set (fast path): counts the events that can change the first
         # max_num_seqs of the order or their prefix hits (an arrival, a watched key's change, an
         # order re-key, an admission, a preemption); ``_admit_waiting`` rebuilds the set only
@@ -445,13 +449,13 @@ class Engine:
         self._order_changes = 0
         self._protected_at = -1
         # Kept up to date instead of rebuilt, where the hook takes changes (``update_runs``) and
-        # the fast path says how its head changed (``head_changes``): id(live) -> (live, its hit keys) for the
-        # requests the set was built from, and the ids re-keyed since (their hits may differ).
+        # the fast path says how its head changed (``head_changes``): live -> (live, its hit keys) for the
+        # requests the set was built from, and the requests re-keyed since (their hits may differ).
         update = getattr(hook, "update_runs", None)
         self._protect_update = update if update is not None and hasattr(self._inc, "head_changes") else None
-        self._protect_runs: dict[int, tuple[_Live, Sequence[Hashable]]] | None = None
+        self._protect_runs: dict[_Live, tuple[_Live, Sequence[Hashable]]] | None = None
         self._front_runs: list[Sequence[Hashable]] = []  # the preempted front's hits at the last build
-        self._rekeyed: set[int] = set()
+        self._rekeyed: set[_Live] = set()
         #: Set by each ``_admit_waiting`` call: ``(request, its next key)`` when the first request
         #: it tried did not fit and nothing was admitted (the key after its prefix hit, ``NO_KEY``
         #: when the hit is at its cap), else None (``DecodeFastEngine`` skips later attempts).
@@ -581,7 +585,7 @@ class Engine:
                 for released, _, live in arrivals.pop_due(now):
                     live.released_s = released
                     live.arrival_prefill = self.prefill_tokens
-                    waiting[id(live)] = live
+                    waiting[live] = live
                     watch(live)
             if member is not None and not (running or waiting or preempted_q):
                 now = yield from member.idle(now)
@@ -750,7 +754,7 @@ class Engine:
                 # preempted.
                 for live in self._preempted:
                     live.snap = None
-                    self._step_snaps[id(live)] = self._snapshot(live)
+                    self._step_snaps[live] = self._snapshot(live)
         for live in running:
             computed = live.computed
             n = live.req.prompt_len + live.generated - computed
@@ -804,7 +808,7 @@ class Engine:
         snapshots = [self._snapshot(live) for live in self._waiting.values()]
         ordered = check_permutation(snapshots, self.policy.order(snapshots, now), self.policy_name)
         if self._on_admitted is not None:
-            self._step_snaps = {id(q.handle): q for q in snapshots}
+            self._step_snaps = {q.handle: q for q in snapshots}
         limit = getattr(self.policy, "admission_limit", None)
         if limit is not None:
             ordered = ordered[:limit]
@@ -834,7 +838,7 @@ class Engine:
                 new.append(waiting[key])
             for live in reversed(new):
                 inc.add(self._snapshot(live))
-                held.add(id(live))
+                held.add(live)
             if new:
                 self._order_changes += 1
         if self._on_admitted is not None:  # (read by _admit_waiting for on_admitted only)
@@ -848,7 +852,7 @@ class Engine:
 
         Runs once per item read (PEEK reads ``max_num_seqs`` items in every admitting step), so
         the lookups are bound once per order."""
-        seen: set[int] = set()
+        seen: set[_Live] = set()
         add = seen.add
         held = self._in_inc
         keep = self._step_snaps if self._on_admitted is not None else None
@@ -857,17 +861,21 @@ class Engine:
                 live = q.handle
             except AttributeError:  # not a snapshot: reported below as foreign
                 live = None
-            key = id(live)
-            # held: id()s of live _Live objects, so a held key's ``live`` has a ``snap``.
-            if key in seen or key not in held or live.snap is not q and live.snap is not None:
+            try:
+                twice = live in seen
+                foreign = not twice and live not in held
+            except TypeError:  # an unhashable handle: no waiting request's
+                twice, foreign = False, True
+            # held: waiting _Live objects, so a held ``live`` has a ``snap``.
+            if twice or foreign or live.snap is not q and live.snap is not None:
                 name = self.policy_name
                 raise PolicyContractError(
                     f"policy {name!r}: incremental_order() yielded "
-                    f"{'a duplicate' if key in seen else 'a foreign or stale'} entry "
+                    f"{'a duplicate' if twice else 'a foreign or stale'} entry "
                     f"{getattr(q, 'request_id', q)!r}")
-            add(key)
+            add(live)
             if keep is not None:
-                keep[key] = q
+                keep[live] = q
             yield live
         if len(seen) != n:
             name = self.policy_name
@@ -944,7 +952,7 @@ class Engine:
                 live.preempted = False
                 self._preempted.remove(live)
             else:
-                del self._waiting[id(live)]
+                del self._waiting[live]
                 self._unwatch(live)
                 left.append(live)
             running.append(live)
@@ -955,11 +963,11 @@ class Engine:
                 break
         if self._on_admitted is not None and admitted:
             snaps = self._step_snaps
-            self._on_admitted([snaps[id(live)] for live in admitted], now)
+            self._on_admitted([snaps[live] for live in admitted], now)
         if self._inc is not None:
             for live in left:
                 self._inc.remove(live.req.request_id)
-                self._in_inc.discard(id(live))
+                self._in_inc.discard(live)
 
     def _update_protected(self, front: list[_Live], k: int) -> None:
         """PEEK's protected set for the first ``max_num_seqs`` of the admission order: the
@@ -980,7 +988,7 @@ class Engine:
         entered, left = self._inc.head_changes(k)
         removed = self._front_runs  # the last build's list, replaced below
         for q in left:
-            removed.append(runs.pop(id(q.handle))[1])
+            removed.append(runs.pop(q.handle)[1])
         again = []
         for changed in (self._rekeyed, self._dirty) if self._dirty else (self._rekeyed,):
             for lid in changed:
@@ -992,7 +1000,7 @@ class Engine:
         added = list(self._front_runs)
         for live in chain(map(_handle_of, entered), again):
             run = live.keys[:pool.count_prefix(live.keys, live.max_hit_blocks)]
-            runs[id(live)] = (live, run)
+            runs[live] = (live, run)
             added.append(run)
         if first:
             self._protect(added)
@@ -1031,7 +1039,7 @@ class Engine:
         snapshot built is given again when nothing in it changed (snapshots are immutable): under
         overload a shared block that is evicted and cached again drops the snapshots of every
         request that shares it, mostly to the same hit."""
-        if id(live) in self._waiting and not self._unwatched:
+        if live in self._waiting and not self._unwatched:
             self._rewatch(live, h // self.block_size)
         old = live.last_snap
         if (old is not None and old.cached_len == h and old.num_computed_tokens == computed
@@ -1085,7 +1093,7 @@ class Engine:
         if w > old:
             watchers = self._watchers
             get = watchers.get
-            lid = id(live)
+            lid = live
             for key in live.keys[old:w]:
                 bucket = get(key)
                 if bucket is None:
@@ -1100,7 +1108,7 @@ class Engine:
         """Stop watching ``keys`` for ``live`` (where it is watched: a ``partial`` request is
         not on all of them); a key nobody watches leaves the map."""
         watchers = self._watchers
-        lid = id(live)
+        lid = live
         for key in keys:
             bucket = watchers.get(key)
             if bucket is not None and bucket.pop(lid, None) is not None and not bucket:

@@ -89,14 +89,14 @@ class LazyHits:
         # The pool writes the journal itself (BlockPool.journal): no Python call per changed key.
         self.pool.journal = self.journal
         self.recheck: list[Any] = []  # requests with a journal-built snapshot this step
-        self.resolved: dict[int, QueuedRequest] = {}  # id(live) -> this step's snapshot
-        # id(live) -> live: waiting requests whose hit may have risen since the last ordering
+        self.resolved: dict[Any, QueuedRequest] = {}  # live -> this step's snapshot
+        # live -> live: waiting requests whose hit may have risen since the last ordering
         # step (one with a snapshot, a key of it became hittable; a stale one, its next key
         # did); for the others it can only have fallen.
-        self.raised: dict[int, Any] = {}
-        # id(live) of the requests handed over as raised and not resolved since: the order keys
+        self.raised: dict[Any, Any] = {}
+        # The requests handed over as raised and not resolved since: the order keys
         # them by their largest possible hit already, so a key's next rise need not name them.
-        self.bounded: set[int] = set()
+        self.bounded: set[Any] = set()
         self._watchers = engine._watchers
         # The engine's callback, with the change's direction kept (lazy path only); compiled
         # where the engine runs the compiled watcher map (``compiled_watch_class``).
@@ -171,7 +171,7 @@ class LazyHits:
             # As of the last step's start, not of when it was read: a key may have become
             # hittable in between, unnamed if the request was bounded then.
             live.snap = None
-            dirty[id(live)] = raised[id(live)] = live
+            dirty[live] = raised[live] = live
         self.recheck = []
         # A new step before the order hears of the changes: it may read snapshots at once.
         self.journal = self.pool.journal = {}
@@ -194,7 +194,7 @@ class LazyHits:
     def resolve(self, q: QueuedRequest) -> QueuedRequest:
         """The snapshot of ``q``'s request as of the start of the current step (see the module)."""
         live = q.handle
-        key = id(live)
+        key = live
         snap = self.resolved.get(key)
         if snap is not None:
             return snap
