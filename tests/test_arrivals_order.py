@@ -4,11 +4,14 @@ the same requests at the same times in the same order as the heap it replaces.""
 from __future__ import annotations
 
 import math
+
+import pytest
 from collections import deque
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fairsim.errors import EngineInvariantError
 from fairsim.sim.arrivals import Arrivals, in_release_order
 from fairsim.types import Request
 
@@ -17,7 +20,7 @@ def _drain(arrivals, clock):
     out = []
     for now in clock:
         out.append([(t, req.request_id, item) for t, req, item in arrivals.pop_due(now)])
-    return out, len(arrivals), dict(arrivals.released_s)
+    return out, len(arrivals)
 
 
 def _entries(reqs):
@@ -63,3 +66,24 @@ def test_deque_releases_as_the_heap(times, clock):
     steps = [c / 2 for c in sorted(clock)] + [math.inf]
     assert _drain(fast, steps) == _drain(slow, steps)
     assert len(fast) == 0
+
+
+def test_finished_queues_followers_once_and_refuses_a_second_finish():
+    """Closed loop: a finish at 5 s queues the follower at 5 + 2 x 1.5 = 8 s; a second finish of
+    the same request would queue it again, so it is refused. Open loop keeps no record: a finish
+    queues nothing there, and only the count moves."""
+    first = Request("a", 0.0, 10)
+    follower = Request("b", 0.0, 10, after="a", delay_s=2.0)
+    closed = Arrivals([(first, 1), (follower, 2)], "closed", think_scale=1.5)
+    assert [(t, r.request_id) for t, r, _ in closed.pop_due(0.0)] == [(0.0, "a")]
+    assert len(closed) == 1 and closed.next_time() is None  # held for "a"
+    closed.finished("a", 5.0)
+    assert closed.next_time() == 8.0 and closed.finished_count == 1
+    with pytest.raises(EngineInvariantError, match="'a' finished twice"):
+        closed.finished("a", 6.0)
+    assert [(t, r.request_id, item) for t, r, item in closed.pop_due(8.0)] == [(8.0, "b", 2)]
+
+    opened = Arrivals([(first, 1)], "open")
+    opened.pop_due(0.0)
+    opened.finished("a", 5.0)
+    assert opened.finished_count == 1 and len(opened) == 0 and opened.next_time() is None

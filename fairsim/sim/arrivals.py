@@ -142,8 +142,12 @@ class Arrivals(Generic[T]):
         # closed loop: predecessor id -> [(request, item)] waiting for it to finish
         self._followers: dict[str, list[tuple[Request, T]]] = {}
         self._held = 0
-        self.released_s: dict[str, float] = {}
-        self.finished_s: dict[str, float] = {}
+        #: Requests ``finished`` so far (all modes).
+        self.finished_count = 0
+        #: Closed loop: the ids that finished (a second finish would queue a follower twice, so
+        #: ``finished`` refuses one). Open loop keeps none: a finish queues nothing there, and a
+        #: map over the whole trace cost a cache miss per request on long traces.
+        self._finished: set[str] | None = set() if replay == "closed" else None
         if replay == "closed":
             check_sessions(reqs)
         if replay == "open":
@@ -183,16 +187,23 @@ class Arrivals(Generic[T]):
         in_order = heap.__class__ is deque  # (class docstring: the same order as the heap's)
         while heap and heap[0][0] <= now:
             t, _, req, item = heap.popleft() if in_order else heapq.heappop(heap)
-            self.released_s[req.request_id] = t
             out.append((t, req, item))
         return out
 
     def finished(self, request_id: str, t: float) -> None:
         """Request ``request_id`` produced its last token at ``t`` (s): queue its followers at
-        ``t + delay_s * think_scale``. The one call an engine makes when a request finishes."""
-        if request_id in self.finished_s:
+        ``t + delay_s * think_scale``. The one call an engine makes when a request finishes.
+
+        Raises:
+            EngineInvariantError: Closed loop: ``request_id`` finished before.
+        """
+        self.finished_count += 1
+        done = self._finished
+        if done is None:  # open loop: nothing follows a request
+            return
+        if request_id in done:
             raise EngineInvariantError(f"request {request_id!r} finished twice")
-        self.finished_s[request_id] = t
+        done.add(request_id)
         for req, item in self._followers.pop(request_id, ()):
             self._held -= 1
             release = t + req.delay_s * self.think_scale
