@@ -57,8 +57,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
         raise ValueError(f"--block-size {args.block_size}: need >= 1 token")
     if _same_file(args.output, args.input) or _same_file(args.output, sidecar_path(args.input)):
         raise ValueError(f"convert: OUT {args.output} would overwrite IN")
-    if not args.output.parent.is_dir():
-        raise ValueError(f"convert: folder {args.output.parent} of OUT does not exist")
+    parent = args.output.parent
+    if not parent.is_dir():
+        why = "is not a folder" if parent.exists() else "does not exist"
+        raise ValueError(f"convert: {parent} (the folder of OUT {args.output}) {why}")
     check_writable_file(args.output, "convert: OUT")  # a folder, or not writable: before reading IN
     trace = load_trace(args.input, args.trace_format, skip_bad=args.skip_bad,
                        hash_block_size=args.hash_block_size, part=args.trace_part)

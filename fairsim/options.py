@@ -27,7 +27,7 @@ from operator import attrgetter
 from typing import Any
 
 from fairsim.costmodel import DEFAULT_PROFILE, Profile, load_profile
-from fairsim.io import count_arg, path_arg
+from fairsim.io import count_arg, path_arg, plural
 from fairsim.policies import make_policy, policy_names
 from fairsim.sim import EngineConfig, SimResult
 from fairsim.traces import Trace, load_trace, scale_time, window
@@ -339,7 +339,7 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
                                   limit_name, trace.locations)
     args.skipped_long = len(dropped)
     if dropped:
-        print(f"fairsim: --skip-long dropped {len(dropped)} requests with prompts of {limit:,} tokens or "
+        print(f"fairsim: --skip-long dropped {plural(len(dropped), 'request')} with prompts of {limit:,} tokens or "
               f"more ({limit_name}); first: {dropped[0].request_id!r}", file=sys.stderr)
         if not kept:
             raise ValueError(f"--skip-long: every request kept has a prompt of {limit:,} tokens or more")

@@ -86,6 +86,16 @@ class TestConvert:
         assert main(["convert", str(p), str(p)]) == 2
         assert "would overwrite IN" in capsys.readouterr().err
 
+    def test_names_a_missing_out_folder_and_a_file_in_its_place(self, tmp_path, capsys):
+        p = tmp_path / "t.jsonl"
+        shutil.copy(DATA / "mooncake.jsonl", p)
+        assert main(["convert", str(p), str(tmp_path / "nope" / "x.jsonl")]) == 2
+        assert "(the folder of OUT" in (err := capsys.readouterr().err) and err.rstrip().endswith("does not exist")
+        (tmp_path / "afile").write_text("")
+        assert main(["convert", str(p), str(tmp_path / "afile" / "x.jsonl")]) == 2
+        assert capsys.readouterr().err.rstrip().endswith(f"convert: {tmp_path / 'afile'} (the folder of OUT "
+                                                          f"{tmp_path / 'afile' / 'x.jsonl'}) is not a folder")
+
     def test_fresh_ids_stay_unsigned_64_bit(self, tmp_path):
         # Dynamo's u64 hashes can sit at the top of the range: the fresh ids of blocks without an
         # identity (partial last blocks, records without hash_ids) must stay <= 2**64 - 1, which

@@ -41,6 +41,11 @@ class Skipper(Oldest):
     skips_misfits = True
 
 
+class Typed(Oldest):
+    def __init__(self, max_wait_s: float = 30.0, strict=False, limit: "int" = None, tag="x"):
+        self.max_wait_s, self.strict, self.limit, self.tag = max_wait_s, strict, limit, tag
+
+
 class NoOrder:
     pass
 
@@ -167,6 +172,22 @@ class TestSimulator:
         assert code == 2 and "constructor refused {'scale': -1}: scale must be > 0" in err
         code, _, err = run_json(capsys, "run", "--policy", f"{team_module}:Oldest", "--param", "x=1")
         assert code == 2 and "accepted: none" in err
+
+    @pytest.mark.parametrize("param, needle", [
+        ("max_wait_s=abc", "--param max_wait_s='abc': policy '{m}:Typed' takes a number there (declared float)"),
+        ("max_wait_s=true", "--param max_wait_s=True: policy '{m}:Typed' takes a number there (declared float)"),
+        ("strict=1", "--param strict=1: policy '{m}:Typed' takes true or false there (default False)"),
+        ("limit=ten", "--param limit='ten': policy '{m}:Typed' takes a number there (declared int)"),
+    ])
+    def test_a_value_of_the_wrong_kind_exits_2_before_the_run(self, team_module, capsys, param, needle):
+        # Was: the class got the string, and order() raised TypeError mid-run (exit 1).
+        code, out, err = run_json(capsys, "run", "--policy", f"{team_module}:Typed", "--param", param)
+        assert code == 2 and needle.format(m=team_module) in err, err
+
+    @pytest.mark.parametrize("param", ["max_wait_s=5", "max_wait_s=2.5", "strict=true", "limit=3", "tag=7"])
+    def test_values_of_the_declared_kind_or_undeclared_run(self, team_module, capsys, param):
+        code, _, err = run_json(capsys, "run", "--policy", f"{team_module}:Typed", "--param", param)
+        assert code == 0, err
 
 
 class TestTeamCodeFails:

@@ -89,6 +89,11 @@ def make_user_policy(spec: str, profile: Any = None, /, **params: Any) -> Policy
     except TypeError as exc:
         raise ValueError(f"policy {spec!r}: bad parameters {params} ({exc}); accepted: "
                          f"{', '.join(user_params(cls)) or 'none'}") from None
+    for key, value in params.items():
+        wanted = _kind_of(sig.parameters[key]) if key in sig.parameters else None
+        if wanted is not None and not _is_kind(value, wanted):
+            raise ValueError(f"--param {key}={value!r}: policy {spec!r} takes {wanted} there "
+                             f"({_declared(sig.parameters[key])})")
     try:
         policy = cls(**kwargs)
     except (TypeError, ValueError) as exc:
@@ -105,6 +110,37 @@ def make_user_policy(spec: str, profile: Any = None, /, **params: Any) -> Policy
         except AttributeError:  # __slots__ without name: the tables use the spec anyway
             pass
     return policy
+
+
+_NUMBER, _BOOL = "a number", "true or false"
+_KINDS = {float: _NUMBER, int: _NUMBER, bool: _BOOL, "float": _NUMBER, "int": _NUMBER, "bool": _BOOL}
+
+
+def _kind_of(param: inspect.Parameter) -> str | None:
+    """What a constructor parameter declares it takes, by its annotation (``float``, ``int``,
+    ``bool``, or their names under ``from __future__ import annotations``) or else its default's
+    type: ``_NUMBER``, ``_BOOL``, or None when it declares neither (any value goes)."""
+    try:
+        kind = _KINDS.get(param.annotation)
+    except TypeError:  # an unhashable annotation: declares nothing we check
+        kind = None
+    if kind is None and param.default is not inspect.Parameter.empty:
+        kind = _KINDS.get(type(param.default))
+    return kind
+
+
+def _is_kind(value: Any, kind: str) -> bool:
+    """``value`` (as ``parse_params`` read it) is a ``kind``: a number that is not a bool, or a bool."""
+    if kind == _BOOL:
+        return isinstance(value, bool)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _declared(param: inspect.Parameter) -> str:
+    """How a parameter declared its kind, for the message: ``default 5.0`` or ``float``."""
+    if param.annotation is not inspect.Parameter.empty and param.annotation in _KINDS:
+        return f"declared {getattr(param.annotation, '__name__', param.annotation)}"
+    return f"default {param.default!r}"
 
 
 def check_callable_as(spec: str, policy: Any, method: str) -> None:

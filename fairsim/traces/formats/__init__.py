@@ -12,6 +12,7 @@ Adding a format: write ``fairsim/traces/formats/NAME.py`` with ``NAME``, ``sniff
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,7 +104,12 @@ def _folder_formats() -> str:
 
 
 def _unknown_folder(path: Path) -> str:
-    """Why a folder is no trace: only some formats read folders; name what its files are."""
+    """Why a folder is no trace: only some formats read folders; name what its files are (or
+    the trace a fairsim ``--out`` folder ran, from its ``run.json``)."""
+    ran = _results_of(path)
+    if ran is not None:
+        return (f"{path}: is a fairsim --out folder (results, not a trace); its run.json names the trace "
+                f"it ran: {ran}")
     looks: dict[str, str] = {}
     subfolders = [c for c in sorted(path.iterdir())[:64] if c.is_dir() and not c.name.startswith(".")]
     folders = [f"{c.name} ({f.name})" for c in subfolders for f in FORMATS.values()
@@ -125,6 +131,17 @@ def _unknown_folder(path: Path) -> str:
             f"file to --trace, or join them into one file in time order") if looks else ""
     return (f"{path}: a folder is read only as {_folder_formats()} (see the README's formats table), and "
             f"this one is neither{said}")
+
+
+def _results_of(path: Path) -> str | None:
+    """The ``trace`` that ``path/run.json`` names when ``path`` is a fairsim ``--out`` folder
+    (``fairsim.run.write_run_info``), else None."""
+    try:
+        info = json.loads((path / "run.json").read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    trace = info.get("trace") if isinstance(info, dict) else None
+    return trace if isinstance(trace, str) and isinstance(info.get("policies"), list) else None
 
 
 def _known_lookalike(head: Head) -> str | None:
@@ -194,7 +211,19 @@ def read_trace(path: str | Path, format: str = "auto", *, skip_bad: bool = False
     elif Path(path).is_dir() and not FORMATS[format].folders:
         raise ValueError(f"{path}: is a folder; --trace-format {format} reads one file (folders are read "
                          f"only as {_folder_formats()})")
-    return _read(FORMATS[format], path, skip_bad, hash_block_size, part)
+    try:
+        return _read(FORMATS[format], path, skip_bad, hash_block_size, part)
+    except TraceFormatError as exc:
+        head = read_head(Path(path))
+        if FORMATS[format].sniff(head):
+            raise  # the file is in the format asked for: the record itself is bad
+        fits = [f.name for f in FORMATS.values() if f.sniff(head)]
+        if not fits:
+            raise
+        # The format was named, and the content is another reader's: say which.
+        raise TraceFormatError(exc.path, exc.line, exc.field, (
+            f"{exc.reason} [read as {format}, as --trace-format asked; the content looks like "
+            f"{' or '.join(fits)}: give --trace-format {fits[0]} (or auto)]")) from None
 
 
 __all__ = ["FORMATS", "TraceFormat", "detect", "read_trace"]

@@ -183,7 +183,8 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             if where is None:
                 given = [str(f).strip().lower() for f in header]
                 missing = [c for c in COLUMNS if c.lower() not in given]
-                raise TraceFormatError(name, 1, missing[0], f"missing column (header: {header or None})")
+                shown = header[:6] + ["..."] if len(header) > 6 else header  # a JSON line splits into many
+                raise TraceFormatError(name, 1, missing[0], f"missing column (header: {shown or None})")
             # csv.DictReader's rules, by position (a dict per row cost more than the row's checks):
             # the last of equal names wins, a short row's missing fields are None (refused where
             # read), empty rows are skipped; but a row with a value beyond the header's fields is

@@ -39,6 +39,7 @@ Mapping onto ``Request``:
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ from fairsim.errors import TraceFormatError
 from fairsim.io import plural, plural_have
 from fairsim.traces.formats._common import (
     Collector, Head, check_chained, full_block_ids, need_ids, need_int, need_number,
-    open_binary, output_tokens)
+    open_binary, output_tokens, read_head)
 from fairsim.traces.trace import Trace
 from fairsim.types import Request
 
@@ -62,16 +63,31 @@ def session_name(file: Path) -> str:
     return Path(file.name.removesuffix(".gz")).stem
 
 
+#: ``"requests": [`` (a list; fairsim's own ``run.json`` has ``"requests": N``).
+_REQUESTS_LIST = re.compile(r'"requests"\s*:\s*\[')
+#: A folder is sniffed by at most this many of its ``*.json`` files (in name order).
+SNIFF_FILES = 16
+
+
 def sniff(head: Head) -> bool:
-    """A folder holding ``*.json`` session documents, or a JSON document with ``requests`` and
-    ``block_size`` / ``hash_id_scope`` near its start."""
+    """A folder holding ``*.json`` session documents (one among its first ``SNIFF_FILES`` is
+    one: a folder of other JSON, such as fairsim's own ``--out`` results, is not), or a JSON
+    document with ``requests`` and ``block_size`` / ``hash_id_scope`` near its start."""
     if head.is_dir:
-        return any(head.path.glob("*.json"))
+        files = sorted(p for p in head.path.glob("*.json") if not p.name.endswith(".meta.json"))
+        for path in files[:SNIFF_FILES]:
+            try:
+                if path.is_file() and sniff(read_head(path)):
+                    return True
+            except OSError:  # unreadable: not evidence either way
+                continue
+        return False
     rec = head.first_record
     if isinstance(rec, dict):
         return isinstance(rec.get("requests"), list) and ("block_size" in rec or "hash_id_scope" in rec)
-    text = head.text.lstrip()
-    return text.startswith("{") and '"requests"' in text and ('"block_size"' in text or '"hash_id_scope"' in text)
+    text = head.text.lstrip()  # a document longer than the head: its start, parsed as text
+    return (text.startswith("{") and _REQUESTS_LIST.search(text) is not None
+            and ('"block_size"' in text or '"hash_id_scope"' in text))
 
 
 class _Namespace:

@@ -1,0 +1,81 @@
+"""Regressions found by a new-user pass of the nineteenth session (each failed before its fix)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from fairsim.cli import main
+from fairsim.traces.formats import FORMATS, detect
+from fairsim.traces.formats._common import read_head
+
+DATA = Path(__file__).parent / "data" / "formats"
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_named_format_that_does_not_fit_names_the_one_that_does(tmp_path, capsys):
+    # Was: only the refused record's reason (an Azure CSV read as Mooncake: "not valid JSON").
+    csv = shutil.copy(DATA / "azure.csv", tmp_path / "a.csv")
+    code, _, err = run_cli(capsys, "run", "--trace", csv, "--trace-format", "mooncake")
+    assert code == 2 and f"{csv}:1: field '<json>': not valid JSON" in err
+    assert err.rstrip().endswith("[read as mooncake, as --trace-format asked; the content looks like azure: "
+                                 "give --trace-format azure (or auto)]")
+    jsonl = shutil.copy(DATA / "mooncake.jsonl", tmp_path / "m.jsonl")
+    code, _, err = run_cli(capsys, "run", "--trace", jsonl, "--trace-format", "azure")
+    assert code == 2 and f"{jsonl}:1: field 'TIMESTAMP': missing column (header: [" in err
+    assert "]) [read as azure, as --trace-format asked; the content looks like mooncake" in err
+
+
+def test_a_long_header_is_shown_cut(tmp_path, capsys):
+    wide = tmp_path / "w.csv"
+    wide.write_text(",".join(f"c{i}" for i in range(40)) + "\n1,2\n")
+    code, _, err = run_cli(capsys, "run", "--trace", wide, "--trace-format", "azure")
+    assert code == 2 and "missing column (header: ['c0', 'c1', 'c2', 'c3', 'c4', 'c5', '...'])" in err
+
+
+def test_a_bad_record_of_the_named_format_gets_no_hint(tmp_path, capsys):
+    bad = tmp_path / "m.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": -5, "output_length": 1, "hash_ids": []}\n')
+    code, _, err = run_cli(capsys, "run", "--trace", bad, "--trace-format", "mooncake")
+    assert code == 2 and f"{bad}:1: field 'input_length'" in err and "[read as" not in err
+
+
+def test_fairsim_results_are_no_claude_code_folder(tmp_path, capsys):
+    # Was: any folder with a *.json file sniffed as Claude Code, so a folder of --out results was
+    # offered as "trace folders", and reading one failed on run.json's "requests" (a count).
+    trace = shutil.copy(DATA / "mooncake.jsonl", tmp_path / "m.jsonl")
+    work = tmp_path / "work"
+    work.mkdir()
+    code, _, _ = run_cli(capsys, "run", "--trace", trace, "--policy", "fcfs", "--out", work / "res")
+    assert code == 0 and (work / "res" / "run.json").is_file()
+    assert not FORMATS["claude-code"].sniff(read_head(work / "res"))
+    code, _, err = run_cli(capsys, "run", "--trace", work / "res")
+    assert code == 2 and err.strip() == (f"fairsim: error: {work / 'res'}: is a fairsim --out folder (results, "
+                                         f"not a trace); its run.json names the trace it ran: {trace}")
+    code, _, err = run_cli(capsys, "run", "--trace", work)
+    assert code == 2 and "subfolders look like trace folders" not in err and "this one is neither" in err
+
+
+def test_a_claude_code_folder_is_still_one(tmp_path):
+    # A session folder with another JSON file first (in name order) is still found.
+    folder = tmp_path / "sessions"
+    shutil.copytree(DATA / "claude_code", folder)
+    (folder / "0-notes.json").write_text('{"note": "not a session"}\n')
+    assert detect(folder) == "claude-code"
+    for session in folder.glob("*.json"):
+        if session.name != "0-notes.json":
+            session.unlink()
+    assert not FORMATS["claude-code"].sniff(read_head(folder))
+
+
+def test_skip_long_counts_one_request_in_the_singular(tmp_path, capsys):
+    trace = tmp_path / "m.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 100, "output_length": 1, "hash_ids": []}\n'
+                     '{"timestamp": 5, "input_length": 900, "output_length": 1, "hash_ids": [1]}\n')
+    code, _, err = run_cli(capsys, "run", "--trace", trace, "--max-model-len", 800, "--skip-long")
+    assert code == 0 and "--skip-long dropped 1 request with prompts of 800 tokens or more" in err
