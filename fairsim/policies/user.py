@@ -116,14 +116,19 @@ _NUMBER, _BOOL = "a number", "true or false"
 _KINDS = {float: _NUMBER, int: _NUMBER, bool: _BOOL, "float": _NUMBER, "int": _NUMBER, "bool": _BOOL}
 
 
-def _kind_of(param: inspect.Parameter) -> str | None:
-    """What a constructor parameter declares it takes, by its annotation (``float``, ``int``,
-    ``bool``, or their names under ``from __future__ import annotations``) or else its default's
-    type: ``_NUMBER``, ``_BOOL``, or None when it declares neither (any value goes)."""
+def _annotated(param: inspect.Parameter) -> str | None:
+    """The kind a parameter's annotation names (``float``, ``int``, ``bool``, or their names
+    under ``from __future__ import annotations``), else None."""
     try:
-        kind = _KINDS.get(param.annotation)
+        return _KINDS.get(param.annotation)
     except TypeError:  # an unhashable annotation: declares nothing we check
-        kind = None
+        return None
+
+
+def _kind_of(param: inspect.Parameter) -> str | None:
+    """What a constructor parameter declares it takes, by its annotation or else its default's
+    type: ``_NUMBER``, ``_BOOL``, or None when it declares neither (any value goes)."""
+    kind = _annotated(param)
     if kind is None and param.default is not inspect.Parameter.empty:
         kind = _KINDS.get(type(param.default))
     return kind
@@ -138,7 +143,7 @@ def _is_kind(value: Any, kind: str) -> bool:
 
 def _declared(param: inspect.Parameter) -> str:
     """How a parameter declared its kind, for the message: ``default 5.0`` or ``float``."""
-    if param.annotation is not inspect.Parameter.empty and param.annotation in _KINDS:
+    if _annotated(param) is not None:
         return f"declared {getattr(param.annotation, '__name__', param.annotation)}"
     return f"default {param.default!r}"
 

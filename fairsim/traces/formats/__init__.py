@@ -214,7 +214,10 @@ def read_trace(path: str | Path, format: str = "auto", *, skip_bad: bool = False
     try:
         return _read(FORMATS[format], path, skip_bad, hash_block_size, part)
     except TraceFormatError as exc:
-        head = read_head(Path(path))
+        try:
+            head = read_head(Path(path))
+        except OSError:
+            raise exc from None
         if FORMATS[format].sniff(head):
             raise  # the file is in the format asked for: the record itself is bad
         fits = [f.name for f in FORMATS.values() if f.sniff(head)]
