@@ -22,6 +22,7 @@ with ``fairsim --debug``.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 from collections.abc import Sequence
@@ -62,6 +63,12 @@ class _Parser(argparse.ArgumentParser):
     contract in ``main``): ``fairsim CMD: error: MESSAGE (fairsim CMD --help lists the options)``,
     exit 2; argparse's own prints its whole usage block first."""
 
+    def __init__(self, *args, **kwargs):
+        # No abbreviated options: ``compare --policy fcfs`` was read as ``--policy-config fcfs``
+        # (a new user's report). Every sub-parser is made of this class, so each inherits it.
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # noqa: D102 - argparse's hook; it must not return
         self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
 
@@ -74,8 +81,19 @@ class _Parser(argparse.ArgumentParser):
             for action in self._actions:
                 if isinstance(action, argparse._SubParsersAction):
                     owner = action.choices.get(getattr(namespace, action.dest, None), self)
-            owner.error(f"unrecognized arguments: {' '.join(extras)}")
+            owner.error(f"unrecognized arguments: {' '.join(extras)}{_did_you_mean(owner, extras)}")
         return namespace
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    """``"; did you mean --policies?"`` for the first unknown option with a close known one."""
+    known = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
+    for extra in extras:
+        if extra.startswith("--"):
+            close = difflib.get_close_matches(extra.partition("=")[0], known, n=1, cutoff=0.75)
+            if close:
+                return f"; did you mean {close[0]}?"
+    return ""
 
 
 class _CoreParser(_Parser):

@@ -173,7 +173,9 @@ def describe_run(args: argparse.Namespace, *, needs: Needs = Needs.CAPACITY, pol
     params, slo, config = _check_options(args, live_block_size)  # 1. options
     _check_outputs(args, policies, policy_files)  # 2. outputs
     profile, config, source = _with_profile(args, config, profile)  # 3. profile
-    policy_params = check_policies(list(policies), profile, params, params_of)  # 4. policies
+    from_file = getattr(args, "config_policy", None)
+    from_file = None if from_file is None else (from_file, str(args.policy_config))
+    policy_params = check_policies(list(policies), profile, params, params_of, from_file)  # 4. policies
     desc = RunDescription(
         profile=profile, config=config, capacity_source=source, policies=tuple(policies), params=params,
         policy_params=policy_params, slo=slo, out=getattr(args, "out", None), plots=getattr(args, "plots", None),

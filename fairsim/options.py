@@ -31,6 +31,7 @@ from fairsim.io import count_arg, path_arg, plural
 from fairsim.policies import make_policy, policy_names
 from fairsim.sim import EngineConfig, SimResult
 from fairsim.traces import Trace, load_trace, scale_time, window
+from fairsim.traces.formats import prompt_field
 from fairsim.traces.sessions import detach_cut
 from fairsim.types import Request
 
@@ -336,7 +337,7 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
         raise ValueError("no requests left after --window-start/--window-end/--max-requests")
     limit, limit_name = model_len_limit(args, profile)
     kept, dropped = drop_too_long(kept, limit, trace.source, getattr(args, "skip_long", False),
-                                  limit_name, trace.locations)
+                                  limit_name, trace.locations, prompt_field(trace.format))
     args.skipped_long = len(dropped)
     if dropped:
         print(f"fairsim: --skip-long dropped {plural(len(dropped), 'request')} with prompts of {limit:,} tokens or "
@@ -604,10 +605,12 @@ def check_named_once(option: str, value: str, items: Sequence[Any], hint: str = 
 
 
 def check_policies(names: Sequence[str], profile: Profile, params: dict[str, Any],
-                   params_of: Callable[[str, dict[str, Any]], dict[str, Any]] = params_for) -> dict[str, dict[str, Any]]:
+                   params_of: Callable[[str, dict[str, Any]], dict[str, Any]] = params_for,
+                   from_file: tuple[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """Fail fast, before any long run, on a bad policy name or parameter: build each policy of
     ``names`` once with ``params_of(name, params)`` (default: its unscoped and its own
-    ``POLICY.KEY`` parameters).
+    ``POLICY.KEY`` parameters). ``from_file``: ``(policy, path)`` of a ``--policy-config``
+    whose parameters are among them; that policy's refusal names the file.
 
     Returns:
         Policy name -> the parameters it is built with.
@@ -626,6 +629,8 @@ def check_policies(names: Sequence[str], profile: Profile, params: dict[str, Any
             make_policy(name, profile, **own[name])
         except ValueError as exc:  # a value the policy refuses: name the option it came from
             message = str(exc)
+            if from_file is not None and from_file[0] == name:
+                raise ValueError(f"--policy-config {from_file[1]}: {message}") from None
             if own[name] and "--param" not in message and not message.startswith("policy "):
                 given = " ".join(f"{k}={v!r}" for k, v in own[name].items())
                 raise ValueError(f"--param ({given}) of policy {name!r}: {message}") from None

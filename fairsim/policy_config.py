@@ -84,6 +84,7 @@ def apply_policy_config(args: Any, command: str) -> None:
                              f"give one of them")
         args.policy = policy
     args.param = [*args.param, *(f"{policy}.{k}={json.dumps(v)}" for k, v in params.items())]
+    args.config_policy = policy  # so a parameter the policy refuses names the file (check_policies)
 
 
 #: ``--policy``'s default per command: a ``--policy`` at its default gives way to the file.

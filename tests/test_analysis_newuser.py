@@ -118,8 +118,13 @@ class TestBusiestWindowsPrinted:
         monkeypatch.setattr("fairsim.analysis.analyze.simulate", lambda *a, **k: pytest.fail("simulated"))
         assert main(["analyze", "--bin", "1e-9"]) == 2
         err = capsys.readouterr().err
-        assert err.startswith("fairsim: error: --bin 1e-09: 2.46e+11 bins over the trace's 246.339 s, more "
-                              "than 10,000,000; use a wider bin"), err
+        assert err.startswith("fairsim: error: --bin: bins of 1e-09 s make 2.46e+11 over the trace's 246.339 s, "
+                              "more than 10,000,000; use a wider bin or window"), err
+        # Was: a tiny --window-length named --bin, an option not given.
+        assert main(["analyze", "--window-length", "1e-9"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("fairsim: error: --window-length 1e-09 (the bin is a sixth of it): bins of "
+                              "1.66667e-10 s make 1.48e+12"), err
 
     def test_the_fcfs_sentence_says_when_it_matches_the_replay(self, tmp_path, capsys):
         assert main(["analyze", "--out", str(tmp_path / "rep")]) == 0

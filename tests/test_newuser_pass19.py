@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from fairsim.cli import main
 from fairsim.traces.formats import FORMATS, detect
 from fairsim.traces.formats._common import read_head
@@ -79,3 +81,46 @@ def test_skip_long_counts_one_request_in_the_singular(tmp_path, capsys):
                      '{"timestamp": 5, "input_length": 900, "output_length": 1, "hash_ids": [1]}\n')
     code, _, err = run_cli(capsys, "run", "--trace", trace, "--max-model-len", 800, "--skip-long")
     assert code == 0 and "--skip-long dropped 1 request with prompts of 800 tokens or more" in err
+
+
+WINDOW = Path(__file__).parents[1] / "fairsim" / "traces" / "data" / "conversation_window.jsonl"
+
+
+def test_an_option_is_never_read_as_the_start_of_another(capsys):
+    # Was: compare --policy fcfs was taken as --policy-config fcfs ("cannot read the file").
+    for argv, needle in ((["compare", "--policy", "fcfs"], "fairsim compare: error: unrecognized arguments: "
+                          "--policy fcfs; did you mean --policies?"),
+                         (["run", "--max-req", "5"], "fairsim run: error: unrecognized arguments: --max-req 5; "
+                          "did you mean --max-requests?")):
+        with pytest.raises(SystemExit) as exc:
+            main([*argv, "--trace", str(WINDOW)])
+        assert exc.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_accept_refuses_windows_whose_tables_would_share_a_file(capsys):
+    # Was: 'a b' and 'a_b' both wrote requests-a_b-*.parquet; the second overwrote the first.
+    code, _, err = run_cli(capsys, "accept", WINDOW, "--policy", "fairway", "--windows", "a b:0-60,a_b:100-160")
+    assert code == 2 and err.strip() == ("fairsim: error: --windows: windows 'a b' and 'a_b' would both write "
+                                         "requests-a_b-*.parquet; rename one of them")
+
+
+def test_a_policy_config_whose_parameters_are_refused_is_named(tmp_path, capsys):
+    # Was: "policy 'fairway': bad parameters ...", or "--param (...)" though no --param was given.
+    bad_key, bad_value = tmp_path / "k.json", tmp_path / "v.json"
+    bad_key.write_text('{"policy": "fairway", "params": {"bogus": 1}}\n')
+    bad_value.write_text('{"policy": "fairway", "params": {"fast_weight": NaN}}\n')
+    code, _, err = run_cli(capsys, "run", "--trace", WINDOW, "--policy-config", bad_key)
+    assert code == 2 and err.startswith(f"fairsim: error: --policy-config {bad_key}: policy 'fairway': "
+                                        "bad parameters {'bogus': 1}; accepted: fast_weight")
+    code, _, err = run_cli(capsys, "compare", "--trace", WINDOW, "--policy-config", bad_value)
+    assert code == 2 and err.strip() == (f"fairsim: error: --policy-config {bad_value}: Fairway "
+                                         "fast_weight=nan: need a finite number")
+
+
+def test_a_too_long_azure_prompt_names_its_column(tmp_path, capsys):
+    # Was: field 'input_length', a name the CSV does not have.
+    csv = tmp_path / "huge.csv"
+    csv.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,100,10\n"
+                   "2023-11-16 18:17:04.1,1000000000000,9\n")
+    code, _, err = run_cli(capsys, "run", "--trace", csv)
+    assert code == 2 and f"{csv}:3: field 'ContextTokens': prompt of 1,000,000,000,000 tokens does not fit" in err

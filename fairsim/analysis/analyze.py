@@ -221,11 +221,13 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
     span = max(t) - min(t)
     if window_s is None:
         window_s = min(60.0, span / 3) if span > 0 else 1.0
+    option = "--bin"
     if bin_s is None:
         bin_s = window_s / 6
+        option = f"--window-length {window_s:g} (the bin is a sixth of it)"
     if span / bin_s >= MAX_BINS:  # before the FCFS simulation: a bin count memory cannot hold
-        raise ValueError(f"--bin {bin_s:g}: {span / bin_s:.3g} bins over the trace's {span:.6g} s, more "
-                         f"than {MAX_BINS:,}; use a wider bin")
+        raise ValueError(f"{option}: bins of {bin_s:g} s make {span / bin_s:.3g} over the trace's "
+                         f"{span:.6g} s, more than {MAX_BINS:,}; use a wider bin or window")
     from fairsim.policies import make_policy
     from fairsim.traces import scale_time
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # imported where a frame is built: the CLI's parser reads thi
     import pandas as pd
 
 from fairsim.costmodel import Profile
+from fairsim.io import file_stem
 from fairsim.traces.offered import PrefillWork, busy_time, prefill_work
 from fairsim.types import Request
 
@@ -254,8 +255,8 @@ def detect_windows(requests: Sequence[Request], profile: Profile,
                      and not w.overlaps(spike) and not w.overlaps(burst)), None)
     if burst is None or calm is None:
         raise ValueError(f"no disjoint calm, burst and spike windows of {length_s:g} s (calm with "
-                         f">= {min_requests} requests) in a trace of {span:.0f} s; pass "
-                         f"--window-length or --windows NAME:START-END,...")
+                         f">= {min_requests} requests) in a trace of {span:.0f} s; pass a "
+                         f"--window-length at most a third of the span, or --windows NAME:START-END,...")
     return [Window("calm", calm.start_s, calm.end_s, calm.requests, calm.load),
             Window("burst", burst.start_s, burst.end_s, burst.requests, burst.load),
             Window("spike", spike.start_s, spike.end_s, spike.requests, spike.load)]
@@ -292,5 +293,9 @@ def parse_windows(spec: str) -> list[Window]:
                              f"(seconds of trace time), e.g. spike:300-360")
         if any(w.name == name for w in out):
             raise ValueError(f"--windows: window name {name!r} given twice")
+        same = next((w.name for w in out if file_stem(w.name) == file_stem(name)), None)
+        if same is not None:  # accept writes requests-WINDOW-POLICY.parquet: one would overwrite the other
+            raise ValueError(f"--windows: windows {same!r} and {name!r} would both write "
+                             f"requests-{file_stem(name)}-*.parquet; rename one of them")
         out.append(Window(name, start, end))
     return out

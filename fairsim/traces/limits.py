@@ -28,10 +28,11 @@ is given (underscore labels are not written to the per-request table). The forma
 locations in ``Trace.locations`` instead, so labels stay what the trace says."""
 
 
-def _where(request: Request, source: str, locations: Mapping[str, int | str] | None = None) -> str:
+def _where(request: Request, source: str, locations: Mapping[str, int | str] | None = None,
+           prompt_field: str = "input_length") -> str:
     line = (locations or {}).get(request.request_id, request.labels.get(LINE_LABEL))
     if isinstance(line, int) and not isinstance(line, bool):
-        return f"{record_where(source, line)}: field 'input_length'"
+        return f"{record_where(source, line)}: field {prompt_field!r}"
     if isinstance(line, str) and line:  # a JSON path (session documents)
         return f"{record_where(source, line)}: prompt length"
     return f"{source}: request {request.request_id!r}"
@@ -39,7 +40,8 @@ def _where(request: Request, source: str, locations: Mapping[str, int | str] | N
 
 def drop_too_long(requests: Sequence[Request], max_model_len: int | None, source: str,
                   skip_long: bool = False, limit_name: str = "max_model_len",
-                  locations: Mapping[str, int | str] | None = None) -> tuple[list[Request], list[Request]]:
+                  locations: Mapping[str, int | str] | None = None,
+                  prompt_field: str = "input_length") -> tuple[list[Request], list[Request]]:
     """Split ``requests`` into those vLLM accepts and those whose prompt is too long.
 
     Args:
@@ -49,6 +51,8 @@ def drop_too_long(requests: Sequence[Request], max_model_len: int | None, source
         skip_long: Drop too-long requests instead of raising.
         limit_name: How to name the limit in the message (e.g. "max_model_len 131072 of profile X").
         locations: ``Trace.locations`` (request id -> line or JSON path), to name the source.
+        prompt_field: The file's name of the prompt length (``input_length``; Azure's
+            ``ContextTokens``: ``fairsim.traces.formats.prompt_field``).
 
     Returns:
         ``(kept, dropped)``, both in the input order.
@@ -68,7 +72,7 @@ def drop_too_long(requests: Sequence[Request], max_model_len: int | None, source
         if not skip_long:
             size = "" if f"{max_model_len:,}" in limit_name else f"{max_model_len:,} tokens; "  # not twice
             raise PromptTooLongError(
-                f"{_where(r, source, locations)}: prompt of {r.prompt_len:,} tokens does not fit {limit_name} "
+                f"{_where(r, source, locations, prompt_field)}: prompt of {r.prompt_len:,} tokens does not fit {limit_name} "
                 f"({size}vLLM rejects a prompt of max_model_len tokens or more); "
                 f"--skip-long drops such requests and counts them")
         dropped.append(r)

@@ -36,6 +36,7 @@ class TraceFormat:
         folders: True when ``read`` takes a folder too.
         parts: True when ``read`` takes ``part``: the format's files may hold several time axes
             one after another (RAGPulse weeks), and ``part`` chooses one.
+        prompt_field: The file's name of a record's prompt length, for messages about it.
     """
 
     name: str
@@ -44,13 +45,15 @@ class TraceFormat:
     summary: str
     folders: bool = False
     parts: bool = False
+    prompt_field: str = "input_length"
 
 
 def _fmt(module, summary: str) -> TraceFormat:
     """The module's reader; ``READS_FOLDERS = True`` in a module that reads a folder too,
-    ``READS_PARTS = True`` in one whose ``read`` takes ``part``."""
+    ``READS_PARTS = True`` in one whose ``read`` takes ``part``, ``PROMPT_FIELD`` where its
+    records name the prompt length other than ``input_length``."""
     return TraceFormat(module.NAME, module.sniff, module.read, summary, getattr(module, "READS_FOLDERS", False),
-                       getattr(module, "READS_PARTS", False))
+                       getattr(module, "READS_PARTS", False), getattr(module, "PROMPT_FIELD", "input_length"))
 
 
 FORMATS: dict[str, TraceFormat] = {f.name: f for f in (
@@ -62,6 +65,13 @@ FORMATS: dict[str, TraceFormat] = {f.name: f for f in (
     _fmt(azure, "Azure CSV TIMESTAMP,ContextTokens,GeneratedTokens: no prefix identity"),
 )}
 """Registry, in detection order."""
+
+
+def prompt_field(format: str) -> str:
+    """The field that holds a record's prompt length in ``format``'s files (``input_length``
+    for a name not registered, such as a generated trace's)."""
+    fmt = FORMATS.get(format)
+    return "input_length" if fmt is None else fmt.prompt_field
 
 
 def detect(path: str | Path) -> str:
@@ -229,4 +239,4 @@ def read_trace(path: str | Path, format: str = "auto", *, skip_bad: bool = False
             f"{' or '.join(fits)}: give --trace-format {fits[0]} (or auto)]")) from None
 
 
-__all__ = ["FORMATS", "TraceFormat", "detect", "read_trace"]
+__all__ = ["FORMATS", "TraceFormat", "detect", "prompt_field", "read_trace"]

@@ -27,6 +27,8 @@ NAME = "azure"
 BLOCK = 512
 """Nominal hash block of the (empty) identity; only the default engine block follows from it."""
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+PROMPT_FIELD = "ContextTokens"
+"""The column of the prompt length (``fairsim.traces.formats.prompt_field``)."""
 
 
 def sniff(head: Head) -> bool:
