@@ -136,6 +136,14 @@ def test_same_seed_same_trials_and_a_larger_budget_continues(tmp_path, capsys):
     assert b["slot"].tolist() == list(range(6))
     cols = ["slot", "policy", "params", "median", "tail"]
     pd.testing.assert_frame_equal(a[cols], b[cols])
+    capsys.readouterr()
+    # A smaller N than the study holds reports the whole study, and says so (was: silently).
+    assert main([*args, "--trials", "4", "--out", str(tmp_path / "b"), "--format", "json"]) == 0
+    note = (f"--trials 4: the study in {tmp_path / 'b'} already holds 6 trials; all of them are reported "
+            f"(a larger N continues it; a new --out starts afresh)")
+    assert f"fairsim: note: {note}" in capsys.readouterr().err
+    saved = json.loads((tmp_path / "b" / "tune.json").read_text())
+    assert saved["trials_run_now"] == 0 and note in saved["notes"] and len(trials(tmp_path / "b")) == 6
 
 
 # ---- resume after kill -9 ---------------------------------------------------------------------

@@ -213,6 +213,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
         from fairsim.tune import search
 
         study = search.open_study(args.out, fingerprint)
+        held_already = len(search._done_slots(study))
+        if held_already > args.trials:  # the study is reported whole: say so, as it is not what N asked
+            note = (f"--trials {args.trials}: the study in {args.out} already holds {held_already} trials; "
+                    f"all of them are reported (a larger N continues it; a new --out starts afresh)")
+            notes.append(note)
+            print(f"fairsim: note: {note}", file=sys.stderr)
         workers = args.workers or min(args.batch, os.cpu_count() or 1)
         executor = (search.RayExecutor(args.address, workers) if args.executor == "ray"
                     else search.LocalExecutor(workers if args.batch > 1 else 1))
