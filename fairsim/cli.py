@@ -345,7 +345,7 @@ def _error_status(exc: Exception, debug: bool) -> int:
         return fail(f"error: {hint}", 2) if hint is not None else _bug(exc, debug)
     if isinstance(exc, MemoryError):
         return fail("error: out of memory (MemoryError); use a smaller input (--max-requests, "
-                    "--window-end) or KV cache (--kv-blocks/--kv-fraction)", 2)
+                    "--window-end), KV cache (--kv-blocks/--kv-fraction) or fleet (--instances)", 2)
     if isinstance(exc, BrokenPipeError):  # the reader of stdout left (`| head`): stop quietly, as `cat` does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no 2nd error at exit
         return 141  # 128 + SIGPIPE, the shell's status for a writer whose reader left

@@ -155,15 +155,18 @@ def check_deployment(values: dict[str, Any], term: Callable[[str, Any], str]) ->
             0`` on the command line, ``prefill_instances=0`` in a sweep spec.
 
     Raises:
-        ValueError: A count below 1; a bandwidth or byte count that is not a finite number > 0;
+        ValueError: A count below 1 or above ``MAX_INSTANCES``; a bandwidth or byte count that is not a finite number > 0;
             a ``decode_kv_blocks`` below 1 or above ``MAX_KV_BLOCKS`` (the simulator's limit).
     """
+    from fairsim.cli_fleet import MAX_INSTANCES
     from fairsim.sim.capacity import MAX_KV_BLOCKS
 
     for name in ("prefill_instances", "decode_instances"):
         value = values.get(name)
         if value is not None and value < 1:
             raise ValueError(f"{term(name, value)}: need at least 1 instance")
+        if value is not None and value > MAX_INSTANCES:
+            raise ValueError(f"{term(name, value)}: at most {MAX_INSTANCES:,} instances")
     for name in ("kv_link_gbps", "kv_bytes_per_token"):
         value = values.get(name)
         if value is not None and not (math.isfinite(value) and value > 0):

@@ -20,6 +20,10 @@ from fairsim.deployment_options import FLEET_HELP, add_fleet_options  # noqa: F4
 from fairsim.io import echo, plural
 from fairsim.types import Request
 
+#: The largest ``--instances``: 100,000 engines is beyond any deployment a trace describes, and
+#: each engine keeps its own block pool, queues and tables (a guard against a typo such as 1e9).
+MAX_INSTANCES = 100_000
+
 
 @dataclass(frozen=True)
 class FleetSpec:
@@ -52,7 +56,7 @@ def fleet_spec(args: argparse.Namespace) -> FleetSpec | None:
     ``--router``). Checks the options alone (``check_fleet_trace`` checks them against the trace).
 
     Raises:
-        ValueError: ``--instances`` below 1, ``--router-param`` without a router, or a router
+        ValueError: ``--instances`` below 1 or above ``MAX_INSTANCES``, ``--router-param`` without a router, or a router
             parameter the router does not take or refuses.
     """
     from fairsim.options import parse_router_params
@@ -63,6 +67,9 @@ def fleet_spec(args: argparse.Namespace) -> FleetSpec | None:
     items = getattr(args, "router_param", [])
     if n < 1:
         raise ValueError(f"--instances {n}: need at least 1 instance")
+    if n > MAX_INSTANCES:
+        raise ValueError(f"--instances {n}: at most {MAX_INSTANCES:,} (each engine holds its own KV cache, "
+                         f"queues and tables: a count beyond any real fleet only runs out of memory)")
     if n == 1 and router is None:
         if items:
             raise ValueError("--router-param needs --router (or --instances N > 1, which routes round-robin)")

@@ -124,3 +124,13 @@ def test_a_too_long_azure_prompt_names_its_column(tmp_path, capsys):
                    "2023-11-16 18:17:04.1,1000000000000,9\n")
     code, _, err = run_cli(capsys, "run", "--trace", csv)
     assert code == 2 and f"{csv}:3: field 'ContextTokens': prompt of 1,000,000,000,000 tokens does not fit" in err
+
+
+def test_a_fleet_beyond_any_deployment_is_refused_before_the_run(capsys):
+    # Was: --instances 1e9 ran out of memory (exit 2, naming --max-requests and the KV cache only).
+    code, out, err = run_cli(capsys, "run", "--trace", WINDOW, "--instances", "1000000000")
+    assert code == 2 and out == "" and err.strip() == (
+        "fairsim: error: --instances 1000000000: at most 100,000 (each engine holds its own KV cache, queues "
+        "and tables: a count beyond any real fleet only runs out of memory)")
+    code, _, err = run_cli(capsys, "run", "--trace", WINDOW, "--mode", "disaggregated", "--decode-instances", "100001")
+    assert code == 2 and "--decode-instances 100001: at most 100,000 instances" in err
