@@ -510,6 +510,10 @@ def shape_sessions(args: argparse.Namespace, trace: Trace) -> list[Request]:
     if not getattr(trace, "absolute_time", True) and args.session_rate is None:
         args.session_rate = DEFAULT_SESSION_RATE
     if args.session_rate is not None:
+        if getattr(trace, "absolute_time", True) and not any(r.after is not None for r in requests):
+            print(f"fairsim: note: --session-rate {args.session_rate:g}: no request of this trace follows "
+                  f"another, so each is a session of one turn, and every arrival is drawn anew (a Poisson "
+                  f"process of {args.session_rate:g}/s), not the trace's timestamps", file=sys.stderr)
         requests = place_sessions(requests, args.session_rate, args.seed)
     return requests
 

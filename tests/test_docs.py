@@ -159,3 +159,20 @@ def test_shipped_window_is_the_documented_cut_of_the_public_trace():
             record["timestamp"] -= 1_800_000
             rebuilt.append(json.dumps(record))
     assert WINDOW.read_text() == "\n".join(rebuilt) + "\n"
+
+
+def test_fleets_page_shows_the_disaggregated_capacity_errors_as_printed(capsys):
+    """docs/fleets.md's two 'side too small' examples are what those commands print (a new
+    user's report: the decode one had drifted from the message)."""
+    from fairsim.cli import main
+
+    text = (ROOT / "docs" / "fleets.md").read_text()
+    block = re.search(r"```console\n(\$ fairsim run [^\n]*--mode disaggregated[^\n]*\n.*?)\n```", text, re.S)
+    assert block is not None
+    lines = block.group(1).splitlines()
+    pairs = list(zip(lines[::2], lines[1::2]))
+    assert len(pairs) == 2 and all(c.startswith("$ fairsim ") for c, _ in pairs)
+    for command, shown in pairs:
+        argv = [str(ROOT / a) if a.startswith("fairsim/traces/") else a for a in shlex.split(command)[2:]]
+        assert main(argv) == 2
+        assert capsys.readouterr().err.strip() == shown

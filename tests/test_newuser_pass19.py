@@ -134,3 +134,11 @@ def test_a_fleet_beyond_any_deployment_is_refused_before_the_run(capsys):
         "and tables: a count beyond any real fleet only runs out of memory)")
     code, _, err = run_cli(capsys, "run", "--trace", WINDOW, "--mode", "disaggregated", "--decode-instances", "100001")
     assert code == 2 and "--decode-instances 100001: at most 100,000 instances" in err
+
+
+def test_session_rate_on_a_trace_without_sessions_says_it_redraws_every_arrival(capsys):
+    # Was: silent, though the span went from the trace's to the Poisson draws'.
+    code, _, err = run_cli(capsys, "run", "--trace", WINDOW, "--session-rate", "1", "--max-requests", "50",
+                           "--format", "json")
+    assert code == 0 and ("fairsim: note: --session-rate 1: no request of this trace follows another, so each "
+                          "is a session of one turn, and every arrival is drawn anew") in err

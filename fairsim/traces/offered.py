@@ -308,7 +308,7 @@ class OfferedLoad:
             f"{self.prompt_tokens_per_s:,.0f} prompt tokens/s "
             f"({self.ideal_uncached_tokens_per_s:,.0f} after ideal reuse) vs {cap} -> "
             f"load {self.load:.2f} (ideal reuse {self.ideal_load:.2f}); busiest {self.window_s:g} {u} "
-            f"window from {self.peak_start_s:.1f} {u}: load {self.peak_load:.2f} "
+            f"window from {self.peak_start_s + 0.0:.1f} {u}: load {self.peak_load:.2f} "  # (-0.0 shows as 0.0)
             f"(ideal reuse {self.peak_ideal_load:.2f}){short}"
         )
 
