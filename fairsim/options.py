@@ -397,6 +397,11 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
             f"{where}: the trace's {span:.6g} s of arrivals would span {span * args.time_scale:.3g} s, "
             f"under {MIN_SPAN_S:.0e} s, finer than any engine step; use {fix}")
     trace = add_mapping_warning(trace, requests, args.block_size)
+    shaped = session_rate_warning(args, trace)
+    if shaped is not None:  # said with the reader's warnings, once every check passed
+        import dataclasses
+
+        trace = dataclasses.replace(trace, warnings=(*trace.warnings, shaped))
     for warning in trace.warnings:
         print(f"fairsim: warning: {warning}", file=sys.stderr)
     return trace, requests
@@ -510,12 +515,20 @@ def shape_sessions(args: argparse.Namespace, trace: Trace) -> list[Request]:
     if not getattr(trace, "absolute_time", True) and args.session_rate is None:
         args.session_rate = DEFAULT_SESSION_RATE
     if args.session_rate is not None:
-        if getattr(trace, "absolute_time", True) and not any(r.after is not None for r in requests):
-            print(f"fairsim: note: --session-rate {args.session_rate:g}: no request of this trace follows "
-                  f"another, so each is a session of one turn, and every arrival is drawn anew (a Poisson "
-                  f"process of {args.session_rate:g}/s), not the trace's timestamps", file=sys.stderr)
         requests = place_sessions(requests, args.session_rate, args.seed)
     return requests
+
+
+def session_rate_warning(args: argparse.Namespace, trace: Trace) -> str | None:
+    """What ``--session-rate`` does to a trace with timestamps whose requests follow none (each
+    is a session of one turn, so every arrival is drawn anew), else None."""
+    if args.session_rate is None or not getattr(trace, "absolute_time", True):
+        return None
+    if any(r.after is not None for r in trace.requests):
+        return None
+    return (f"--session-rate {args.session_rate:g}: no request of this trace follows another, so each is a "
+            f"session of one turn, and every arrival is drawn anew (a Poisson process of "
+            f"{args.session_rate:g}/s), not the trace's timestamps")
 
 
 ENGINE_OPTIONS = {"budget_tokens": "--budget", "max_num_seqs": "--max-num-seqs", "block_size": "--block-size",

@@ -140,5 +140,5 @@ def test_session_rate_on_a_trace_without_sessions_says_it_redraws_every_arrival(
     # Was: silent, though the span went from the trace's to the Poisson draws'.
     code, _, err = run_cli(capsys, "run", "--trace", WINDOW, "--session-rate", "1", "--max-requests", "50",
                            "--format", "json")
-    assert code == 0 and ("fairsim: note: --session-rate 1: no request of this trace follows another, so each "
+    assert code == 0 and ("fairsim: warning: --session-rate 1: no request of this trace follows another, so each "
                           "is a session of one turn, and every arrival is drawn anew") in err
