@@ -155,8 +155,9 @@ def check_deployment(values: dict[str, Any], term: Callable[[str, Any], str]) ->
             0`` on the command line, ``prefill_instances=0`` in a sweep spec.
 
     Raises:
-        ValueError: A count below 1 or above ``MAX_INSTANCES``; a bandwidth or byte count that is not a finite number > 0;
-            a ``decode_kv_blocks`` below 1 or above ``MAX_KV_BLOCKS`` (the simulator's limit).
+        ValueError: A count below 1 or above ``MAX_INSTANCES``; a bandwidth or byte count that is
+            not a finite number > 0; a ``decode_kv_blocks`` below 1 or above ``MAX_KV_BLOCKS``
+            (the simulator's limit).
     """
     from fairsim.cli_fleet import MAX_INSTANCES
     from fairsim.sim.capacity import MAX_KV_BLOCKS

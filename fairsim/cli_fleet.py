@@ -56,8 +56,8 @@ def fleet_spec(args: argparse.Namespace) -> FleetSpec | None:
     ``--router``). Checks the options alone (``check_fleet_trace`` checks them against the trace).
 
     Raises:
-        ValueError: ``--instances`` below 1 or above ``MAX_INSTANCES``, ``--router-param`` without a router, or a router
-            parameter the router does not take or refuses.
+        ValueError: ``--instances`` below 1 or above ``MAX_INSTANCES``, ``--router-param``
+            without a router, or a router parameter the router does not take or refuses.
     """
     from fairsim.options import parse_router_params
     from fairsim.routers import DEFAULT_ROUTER, make_router

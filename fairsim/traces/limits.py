@@ -71,8 +71,9 @@ def drop_too_long(requests: Sequence[Request], max_model_len: int | None, source
             continue
         if not skip_long:
             size = "" if f"{max_model_len:,}" in limit_name else f"{max_model_len:,} tokens; "  # not twice
+            where = _where(r, source, locations, prompt_field)
             raise PromptTooLongError(
-                f"{_where(r, source, locations, prompt_field)}: prompt of {r.prompt_len:,} tokens does not fit {limit_name} "
+                f"{where}: prompt of {r.prompt_len:,} tokens does not fit {limit_name} "
                 f"({size}vLLM rejects a prompt of max_model_len tokens or more); "
                 f"--skip-long drops such requests and counts them")
         dropped.append(r)
