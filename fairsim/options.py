@@ -599,7 +599,8 @@ def resolve_policies(spec: str) -> list[str]:
     """
     names = policy_names(include_generic=False) if spec == "all" else [s.strip() for s in spec.split(",")]
     if not any(names):
-        raise ValueError("no policies given")
+        raise ValueError(f"--policies {spec!r}: no policies given; name them separated by commas, e.g. "
+                         f"fcfs,lpm, or all")
     if not all(names):  # "fcfs,,lpm" or "fcfs,": a name left out, or a comma too many
         raise ValueError(f"--policies {spec}: an empty name between commas; give names separated by "
                          f"single commas, e.g. fcfs,lpm")

@@ -142,3 +142,9 @@ def test_session_rate_on_a_trace_without_sessions_says_it_redraws_every_arrival(
                            "--format", "json")
     assert code == 0 and ("fairsim: warning: --session-rate 1: no request of this trace follows another, so each "
                           "is a session of one turn, and every arrival is drawn anew") in err
+
+
+def test_an_empty_policy_list_names_the_option(capsys):
+    code, out, err = run_cli(capsys, "compare", "--trace", WINDOW, "--policies", "")
+    assert code == 2 and out == "" and err.strip() == (
+        "fairsim: error: --policies '': no policies given; name them separated by commas, e.g. fcfs,lpm, or all")
