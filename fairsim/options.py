@@ -363,8 +363,9 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
     if args.replay == "closed":
         kept, detached = detach_cut(kept, requests)
         if detached:
-            print(f"fairsim: {detached} turns whose predecessor is outside the window (or dropped) are "
-                  f"sent at their own arrival times", file=sys.stderr)
+            sent = "is sent at its own arrival time" if detached == 1 else "are sent at their own arrival times"
+            print(f"fairsim: {plural(detached, 'turn')} whose predecessor is outside the window (or dropped) "
+                  f"{sent}", file=sys.stderr)
     target = getattr(args, "target_load", None)
     if target is not None:
         args.time_scale = target_time_scale(args, kept, profile)

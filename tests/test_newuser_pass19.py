@@ -148,3 +148,17 @@ def test_an_empty_policy_list_names_the_option(capsys):
     code, out, err = run_cli(capsys, "compare", "--trace", WINDOW, "--policies", "")
     assert code == 2 and out == "" and err.strip() == (
         "fairsim: error: --policies '': no policies given; name them separated by commas, e.g. fcfs,lpm, or all")
+
+
+def test_a_request_that_follows_itself_names_the_after_field(tmp_path, capsys):
+    # Was: field '<record>' (the Request's own refusal).
+    trace = tmp_path / "self.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "request_id": "a"}\n'
+                     '{"timestamp": 5, "input_length": 10, "output_length": 1, "request_id": "b", "after": "b"}\n')
+    code, _, err = run_cli(capsys, "run", "--trace", trace)
+    assert code == 2 and f"{trace}:2: field 'after': names the request itself ('b')" in err
+
+
+def test_wait_cap_says_how_to_give_no_cap(capsys):
+    code, _, err = run_cli(capsys, "run", "--trace", WINDOW, "--policy", "fairway-carry", "--param", "wait_cap=none")
+    assert code == 2 and "wait_cap='none': need a finite number >= 0, or null for no cap" in err

@@ -116,8 +116,8 @@ class TestCutSessions:
         assert [execute_safely(r)[0] for r in runs] == ["ok"] * 4
         err = capsys.readouterr().err  # the cut is reported once, with the window that cuts it
         assert ("fairsim: s.toml: traces[0] (time_scale=1.0, window=[5.0, None), max_requests=None): "
-                "1 turns whose predecessor is outside the window (or dropped) are sent at their own "
-                "arrival times") in err
+                "1 turn whose predecessor is outside the window (or dropped) is sent at its own "
+                "arrival time") in err
 
     def test_cut_window_keeps_two_requests(self, tmp_path):
         summary, tables = sweep_tables(tmp_path, self.SPEC)

@@ -71,7 +71,7 @@ class FairwayCarry(Fairway):
             raise ValueError(f"Fairway-carry fast_first={fast_first!r}: need true or false")
         if wait_cap is not None and (isinstance(wait_cap, bool) or not isinstance(wait_cap, (int, float))
                                      or not math.isfinite(wait_cap) or wait_cap < 0):
-            raise ValueError(f"Fairway-carry wait_cap={wait_cap!r}: need a finite number >= 0")
+            raise ValueError(f"Fairway-carry wait_cap={wait_cap!r}: need a finite number >= 0, or null for no cap")
         self.fast_first = fast_first
         self.wait_cap = None if wait_cap is None else float(wait_cap)
         self.oldest: str | None = None

@@ -170,6 +170,8 @@ def _parse(rec: dict[str, Any], path: str, line: int) -> _Row:
             value = str(value)
         ident.append(value)
     row.request_id, row.session_id, row.after = ident
+    if row.after is not None and row.after == row.request_id:  # (Request refuses it too, naming no field)
+        raise TraceFormatError(path, line, "after", f"names the request itself ({row.after!r})")
     row.segments = _segments(get("segments"), path, line, row.prompt_len)
     return row
 
