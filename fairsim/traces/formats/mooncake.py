@@ -130,7 +130,7 @@ def _parse(rec: dict[str, Any], path: str, line: int) -> _Row:
                 and (type(ts) is float and 0 <= ts < _INF or type(ts) is int and 0 <= ts < _INT_AS_FLOAT)
                 and type(ids) is list and set(map(type, ids)) <= _INT_ONLY
                 and (rid is None or type(rid) is str) and (sid is None or type(sid) is str)
-                and (after is None or type(after) is str)):
+                and (after is None or type(after) is str and after != rid)):  # (a self-link: named below)
             row.ts_ms = float(ts)
             row.delay_ms = None
             row.prompt_len = n
