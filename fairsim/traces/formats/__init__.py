@@ -202,18 +202,7 @@ def read_trace(path: str | Path, format: str = "auto", *, skip_bad: bool = False
     if part is not None and part < 1:
         raise ValueError(f"--trace-part {part}: need a part number >= 1")
     if format == "auto":
-        format = detect(path)
-        try:
-            return _read(FORMATS[format], path, skip_bad, hash_block_size, part)
-        except TraceFormatError as exc:
-            head = read_head(Path(path))
-            also = [f.name for f in FORMATS.values() if f.name != format and f.sniff(head)]
-            if not also:
-                raise
-            # The content fits more than one reader: say which one was used and how to choose.
-            raise TraceFormatError(exc.path, exc.line, exc.field, (
-                f"{exc.reason} [read as {format}, detected from the content; it also looks like "
-                f"{' or '.join(also)}: give --trace-format {also[0]} to read it so]")) from None
+        return _read_naming_others(detect(path), True, path, skip_bad, hash_block_size, part)
     elif format not in FORMATS:
         raise ValueError(f"--trace-format {format!r}: unknown; known: auto, {', '.join(FORMATS)}")
     elif not Path(path).exists():
@@ -221,6 +210,18 @@ def read_trace(path: str | Path, format: str = "auto", *, skip_bad: bool = False
     elif Path(path).is_dir() and not FORMATS[format].folders:
         raise ValueError(f"{path}: is a folder; --trace-format {format} reads one file (folders are read "
                          f"only as {_folder_formats()})")
+    return _read_naming_others(format, False, path, skip_bad, hash_block_size, part)
+
+
+def _read_naming_others(format: str, detected: bool, path: str | Path, skip_bad: bool,
+                        hash_block_size: int | None, part: int | None) -> Trace:
+    """``_read`` with reader ``format``; a refused record's error names the other readers the
+    content fits (``detected``: the format came from the content, which may fit several; else
+    it was named, and a file in that format has a bad record, not the wrong reader).
+
+    Raises:
+        TraceFormatError: As ``_read``, its reason extended where another reader fits.
+    """
     try:
         return _read(FORMATS[format], path, skip_bad, hash_block_size, part)
     except TraceFormatError as exc:
@@ -228,15 +229,16 @@ def read_trace(path: str | Path, format: str = "auto", *, skip_bad: bool = False
             head = read_head(Path(path))
         except OSError:
             raise exc from None
-        if FORMATS[format].sniff(head):
+        if not detected and FORMATS[format].sniff(head):
             raise  # the file is in the format asked for: the record itself is bad
-        fits = [f.name for f in FORMATS.values() if f.sniff(head)]
-        if not fits:
+        others = [f.name for f in FORMATS.values() if f.name != format and f.sniff(head)]
+        if not others:
             raise
-        # The format was named, and the content is another reader's: say which.
-        raise TraceFormatError(exc.path, exc.line, exc.field, (
-            f"{exc.reason} [read as {format}, as --trace-format asked; the content looks like "
-            f"{' or '.join(fits)}: give --trace-format {fits[0]} (or auto)]")) from None
+        said = (f"detected from the content; it also looks like {' or '.join(others)}: give --trace-format "
+                f"{others[0]} to read it so" if detected else
+                f"as --trace-format asked; the content looks like {' or '.join(others)}: give --trace-format "
+                f"{others[0]} (or auto)")
+        raise TraceFormatError(exc.path, exc.line, exc.field, f"{exc.reason} [read as {format}, {said}]") from None
 
 
 __all__ = ["FORMATS", "TraceFormat", "detect", "prompt_field", "read_trace"]
