@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fairsim import __version__
+from fairsim import __version__, interrupt
 from fairsim.costmodel import Profile
 from fairsim.deployment_options import one_engine
 from fairsim.gcpause import paused
@@ -185,9 +185,17 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
             summary["kv_tokens"] = result.kv_blocks * result.block_size
             summary["kv_blocks"] = result.kv_blocks
             summary["block_size"] = result.block_size
-            if args.out is not None:
-                write_tables(args.out, name, result, engine)
-            rows[name] = summary  # only once its tables are written
+            # A Ctrl-C from here until the row is kept is recorded and raised after it, so a policy
+            # whose tables are written is always among the finished ones (fairsim/interrupt.py).
+            raising, interrupt.RAISE = interrupt.RAISE, False
+            try:
+                if args.out is not None:
+                    write_tables(args.out, name, result, engine)
+                rows[name] = summary  # only once its tables are written
+            finally:
+                interrupt.RAISE = raising
+            if raising:
+                interrupt.check()
     except BaseException as exc:
         gc.unfreeze()  # paused(freeze=True) above, when no Engine.run unfroze it
         # Ctrl-C or an error in a later policy: keep what finished (printed; its tables are
