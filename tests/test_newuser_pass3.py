@@ -77,17 +77,23 @@ def test_param_scoped_to_a_user_class(tmp_path, monkeypatch, capsys):
 
 
 def test_detected_format_is_named(tmp_path, capsys):
-    # Was: a Mooncake file with chat_id labels was read as Bailian and nothing said so.
+    # Was: a Mooncake file with chat_id labels was read as Bailian and nothing said so; then
+    # (pass 3) refused, pointing at mooncake. Its 512-token id counts now make it Mooncake's
+    # (pass 20), and a file whose counts fit Bailian's 16 stays Bailian's.
     rows = [{"timestamp": 0, "input_length": 1100, "output_length": 20, "hash_ids": [0, 1, 2],
              "chat_id": 5, "parent_chat_id": -1},
             {"timestamp": 500, "input_length": 1300, "output_length": 10, "hash_ids": [0, 1, 3],
              "chat_id": 6, "parent_chat_id": -1}]
     trace = write_lines(tmp_path / "mc.jsonl", rows)
+    for named in ((), ("--trace-format", "mooncake")):
+        code, out, err = run_cli(capsys, "run", "--trace", trace, *named)
+        assert code == 0 and out.startswith("trace mc (mooncake format): offered load: 2 requests over 0.5 s")
+        assert "misreads" not in err
+    rows[0]["input_length"] = 40  # 3 ids: ceil(40 / 16), Bailian's 16-token blocks
+    trace = write_lines(tmp_path / "bl.jsonl", rows)
     code, _, err = run_cli(capsys, "run", "--trace", trace)
-    assert code == 2 and f"{trace}:1: field 'hash_ids': has 3 ids" in err
-    assert "[read as bailian, detected from the content; it also looks like mooncake: give --trace-format mooncake" in err
-    code, out, _ = run_cli(capsys, "run", "--trace", trace, "--trace-format", "mooncake")
-    assert code == 0 and out.startswith("trace mc (mooncake format): offered load: 2 requests over 0.5 s")
+    assert code == 2 and f"{trace}:2: field 'hash_ids': has 3 ids but 1300 tokens span 82 blocks of 16" in err
+    assert "mooncake" not in err
 
 
 def bailian_row(chat, parent, ts):

@@ -12,6 +12,7 @@ Adding a format: write ``fairsim/traces/formats/NAME.py`` with ``NAME``, ``sniff
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +38,9 @@ class TraceFormat:
         parts: True when ``read`` takes ``part``: the format's files may hold several time axes
             one after another (RAGPulse weeks), and ``part`` chooses one.
         prompt_field: The file's name of a record's prompt length, for messages about it.
+        supersedes: Formats whose sniff this format's files pass too, but which would misread
+            them (Bailian rows look like Mooncake's, with seconds for milliseconds): a file of
+            this format is never pointed at them, and reading it as one of them warns.
     """
 
     name: str
@@ -46,14 +50,17 @@ class TraceFormat:
     folders: bool = False
     parts: bool = False
     prompt_field: str = "input_length"
+    supersedes: tuple[str, ...] = ()
 
 
 def _fmt(module, summary: str) -> TraceFormat:
     """The module's reader; ``READS_FOLDERS = True`` in a module that reads a folder too,
     ``READS_PARTS = True`` in one whose ``read`` takes ``part``, ``PROMPT_FIELD`` where its
-    records name the prompt length other than ``input_length``."""
+    records name the prompt length other than ``input_length``, ``SUPERSEDES`` the formats it
+    supersedes (``TraceFormat.supersedes``)."""
     return TraceFormat(module.NAME, module.sniff, module.read, summary, getattr(module, "READS_FOLDERS", False),
-                       getattr(module, "READS_PARTS", False), getattr(module, "PROMPT_FIELD", "input_length"))
+                       getattr(module, "READS_PARTS", False), getattr(module, "PROMPT_FIELD", "input_length"),
+                       getattr(module, "SUPERSEDES", ()))
 
 
 FORMATS: dict[str, TraceFormat] = {f.name: f for f in (
@@ -223,15 +230,17 @@ def _read_naming_others(format: str, detected: bool, path: str | Path, skip_bad:
         TraceFormatError: As ``_read``, its reason extended where another reader fits.
     """
     try:
-        return _read(FORMATS[format], path, skip_bad, hash_block_size, part)
+        trace = _read(FORMATS[format], path, skip_bad, hash_block_size, part)
     except TraceFormatError as exc:
         try:
             head = read_head(Path(path))
         except OSError:
             raise exc from None
-        if not detected and FORMATS[format].sniff(head):
+        if not detected and FORMATS[format].sniff(head) and not _superseding(format, head):
             raise  # the file is in the format asked for: the record itself is bad
-        others = [f.name for f in FORMATS.values() if f.name != format and f.sniff(head)]
+        others = [f.name for f in FORMATS.values() if f.name != format and f.sniff(head)
+                  and f.name not in FORMATS[format].supersedes]
+        others.sort(key=lambda name: name not in _superseding(format, head))
         if not others:
             raise
         said = (f"detected from the content; it also looks like {' or '.join(others)}: give --trace-format "
@@ -239,6 +248,18 @@ def _read_naming_others(format: str, detected: bool, path: str | Path, skip_bad:
                 f"as --trace-format asked; the content looks like {' or '.join(others)}: give --trace-format "
                 f"{others[0]} (or auto)")
         raise TraceFormatError(exc.path, exc.line, exc.field, f"{exc.reason} [read as {format}, {said}]") from None
+    if not detected:
+        better = _superseding(format, read_head(Path(path)))
+        if better:
+            warning = (f"{path}: read as {format}, as --trace-format asked, but the content is {better[0]}'s "
+                       f"(which {format} misreads): give --trace-format {better[0]} (or auto)")
+            trace = dataclasses.replace(trace, warnings=(*trace.warnings, warning))
+    return trace
+
+
+def _superseding(format: str, head: Head) -> list[str]:
+    """The formats the content ``head`` fits that supersede ``format`` (``TraceFormat.supersedes``)."""
+    return [f.name for f in FORMATS.values() if format in f.supersedes and f.sniff(head)]
 
 
 __all__ = ["FORMATS", "TraceFormat", "detect", "prompt_field", "read_trace"]

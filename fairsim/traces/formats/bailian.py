@@ -28,10 +28,14 @@ from fairsim.io import plural
 from fairsim.traces.formats._common import (
     Collector, Head, check_hash_count, iter_json_lines, need_ids, need_int,
     need_number, output_tokens)
+from fairsim.traces.formats.mooncake import DEFAULT_BLOCK as MOONCAKE_BLOCK
 from fairsim.traces.fastreq import make_request
 from fairsim.traces.trace import Trace
 
 NAME = "bailian"
+#: Its rows pass Mooncake's sniff (``timestamp``, ``input_length``, ``hash_ids``) but are misread
+#: by it: seconds as milliseconds, 16-token ids as 512-token ones, sessions dropped.
+SUPERSEDES = ("mooncake",)
 COMPILED_MODULE = "fairsim.traces.formats._chain_c"
 """The optional extension with the compiled ``chain_ids`` (built at install by ``setup.py``)."""
 BLOCK = 16
@@ -40,9 +44,21 @@ _KNOWN = ("chat_id", "parent_chat_id", "timestamp", "input_length", "output_leng
 
 
 def sniff(head: Head) -> bool:
-    """A JSON object line with ``chat_id``, ``parent_chat_id`` and ``hash_ids``."""
+    """A JSON object line with ``chat_id``, ``parent_chat_id`` and ``hash_ids``, unless its id
+    count fits Mooncake's 512-token blocks and not Bailian's 16 (a Mooncake row whose labels are
+    named ``chat_id``: the Mooncake reader takes it)."""
     rec = head.first_record
-    return isinstance(rec, dict) and {"chat_id", "parent_chat_id", "hash_ids"} <= rec.keys()
+    if not (isinstance(rec, dict) and {"chat_id", "parent_chat_id", "hash_ids"} <= rec.keys()):
+        return False
+    n, ids = rec.get("input_length"), rec["hash_ids"]
+    if type(n) is not int or not isinstance(ids, list):
+        return True  # the reader names the field
+    return not (_fits(len(ids), n, MOONCAKE_BLOCK) and not _fits(len(ids), n, BLOCK))
+
+
+def _fits(n_ids: int, prompt_len: int, block: int) -> bool:
+    """``check_hash_count``'s rule, as a test: ``ceil`` or ``floor(prompt_len / block)`` ids."""
+    return n_ids in (-(-prompt_len // block), prompt_len // block)
 
 
 def _compact(ids: list[int]) -> Sequence[int]:

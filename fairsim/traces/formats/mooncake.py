@@ -10,7 +10,9 @@ refused with its reason: without the model's tokenizer it has no token count.
 
 Also read (TRACES.md): Dynamo's agentic rows ``session_id`` (rows of a session are its turns in
 order), ``delay`` / ``delay_ms`` (ms after the previous turn of the session *completes*, in place
-of or beside a ``timestamp``), ``request_id``; the aliases ``input_tokens``, ``output_tokens``,
+of or beside a ``timestamp``), ``request_id``; a file with no ``timestamp`` at all (optional in
+AIPerf's format) has no absolute time: sessions start as ``--session-rate`` draws them, and a row
+without a ``delay`` either is sent as its turn comes (delay 0, as AIPerf sends it); the aliases ``input_tokens``, ``output_tokens``,
 ``created_time`` (ms, like ``timestamp``); fairsim's canonical ``after`` (the request this one
 waits for), ``segments`` (exact content spans, written for RAGPulse traces) and the sidecar ``FILE.meta.json`` that ``fairsim convert`` writes (hash block size,
 whether time is absolute). Any other field becomes a label.
@@ -144,8 +146,6 @@ def _parse(rec: dict[str, Any], path: str, line: int) -> _Row:
     row.ts_ms = None if t is None else need_number(t[1], path, line, t[0], "ms")
     d = _pick(rec, _DELAY, path, line)
     row.delay_ms = None if d is None else need_number(d[1], path, line, d[0], "ms")
-    if row.ts_ms is None and row.delay_ms is None:
-        raise TraceFormatError(path, line, "timestamp", "missing (and no delay)")
     inp = _pick(rec, _INPUT, path, line)
     if inp is None:
         if "text_input" in rec:
@@ -314,6 +314,11 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             except TraceFormatError as exc:
                 out.bad(exc)
                 continue
+        if row.ts_ms is None and row.delay_ms is None and absolute:
+            # (With no timestamp anywhere, such a row is AIPerf's: sent as its turn comes, delay 0.)
+            out.bad(TraceFormatError(name, row.line, "timestamp", "missing (and no delay), where other records "
+                                     "give a timestamp"))
+            continue
         prev = last_of_session.get(row.session_id) if row.session_id is not None else None
         after = row.after if row.after is not None else (prev.request_id if prev else None)
         delay_s = 0.0

@@ -1,0 +1,77 @@
+"""What the twentieth session's format pass found: a Bailian file pointed at Mooncake, and
+Mooncake rows with no time at all (AIPerf's optional ``timestamp``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from fairsim.cli import main
+from fairsim.traces.formats import read_trace
+
+DATA = Path(__file__).parent / "data" / "formats"
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_a_bad_bailian_record_is_not_pointed_at_mooncake(tmp_path, capsys):
+    # Was: "... [read as bailian, detected from the content; it also looks like mooncake: give
+    # --trace-format mooncake to read it so]", and Mooncake reads seconds as milliseconds.
+    bad = write_jsonl(tmp_path / "b.jsonl", [
+        {"chat_id": 0, "parent_chat_id": 1, "timestamp": 0.5, "input_length": 40, "output_length": 5,
+         "type": "text", "turn": 1, "hash_ids": [1, 2, 3]},
+        {"chat_id": 1, "parent_chat_id": -1, "timestamp": 3.25, "input_length": 60, "output_length": 5,
+         "type": "text", "turn": 2, "hash_ids": [1, 2, 4, 5]}])
+    code, _, err = run_cli(capsys, "run", "--trace", bad)
+    assert code == 2
+    assert f"{bad}:1: field 'parent_chat_id'" in err and "a parent must come first" in err
+    assert "mooncake" not in err
+
+
+def test_a_bailian_file_read_as_mooncake_warns(tmp_path):
+    bl = shutil.copy(DATA / "bailian.jsonl", tmp_path / "bl.jsonl")
+    trace = read_trace(bl, "mooncake")
+    assert trace.format == "mooncake"
+    assert trace.warnings[-1] == (f"{bl}: read as mooncake, as --trace-format asked, but the content is "
+                                  "bailian's (which mooncake misreads): give --trace-format bailian (or auto)")
+    assert not any("misreads" in w for w in read_trace(bl, "bailian").warnings)
+    assert not any("misreads" in w for w in read_trace(bl).warnings)
+    mc = read_trace(DATA / "mooncake.jsonl", "mooncake")
+    assert not any("misreads" in w for w in mc.warnings)
+
+
+def test_mooncake_rows_with_no_time_are_aiperf_rows(tmp_path):
+    # Each row of a file with no timestamp anywhere: delay 0 where it gives none, sessions started
+    # by the replay (no absolute time). The same file with explicit delays 0 reads the same.
+    rows = [{"session_id": "a", "input_length": 1000, "output_length": 10, "hash_ids": [1, 2]},
+            {"session_id": "a", "delay": 500, "input_length": 1500, "output_length": 10, "hash_ids": [1, 2, 3]},
+            {"session_id": "a", "input_length": 1600, "output_length": 10, "hash_ids": [1, 2, 3, 4]},
+            {"input_length": 700, "output_length": 3, "hash_ids": [7, 8]}]
+    trace = read_trace(write_jsonl(tmp_path / "n.jsonl", rows))
+    assert not trace.absolute_time
+    assert [(q.request_id, q.arrival_time, q.delay_s, q.after) for q in trace.requests] == [
+        ("n:1", 0.0, 0.0, None), ("n:4", 0.0, 0.0, None), ("n:2", 0.5, 0.5, "n:1"), ("n:3", 0.5, 0.0, "n:2")]
+    explicit = [dict(r, delay=r.get("delay", 0)) for r in rows]
+    again = read_trace(write_jsonl(tmp_path / "n.jsonl", explicit))
+    assert [(q.arrival_time, q.delay_s, q.after, q.prompt_len) for q in again.requests] == [
+        (q.arrival_time, q.delay_s, q.after, q.prompt_len) for q in trace.requests]
+
+
+def test_a_row_with_no_time_among_timed_rows_is_refused(tmp_path, capsys):
+    f = write_jsonl(tmp_path / "m.jsonl", [
+        {"timestamp": 0, "input_length": 1000, "output_length": 10, "hash_ids": [1, 2]},
+        {"session_id": "a", "input_length": 1000, "output_length": 10, "hash_ids": [1, 2]}])
+    code, _, err = run_cli(capsys, "run", "--trace", f)
+    assert code == 2
+    assert err.strip() == (f"fairsim: error: {f}:2: field 'timestamp': missing (and no delay), where other "
+                           "records give a timestamp")
