@@ -39,6 +39,7 @@ import pandas as pd
 from fairsim import interrupt
 from fairsim.costmodel import Profile
 from fairsim.errors import EngineInvariantError
+from fairsim.sim.label_columns import label_columns
 from fairsim.live.engine import LiveConfig, live_scheduler, make_llm, shutdown_llm
 from fairsim.live.prompts import prompt_tokens
 from fairsim.sim.arrivals import Arrivals, resolve_replay
@@ -167,6 +168,7 @@ class _Driver:
     def table(self) -> pd.DataFrame:
         rows = []
         label_keys = sorted({k for r in self.requests for k in r.labels if not k.startswith("_")})
+        named = label_columns(label_keys)  # trace_NAME for a label named like a column (the simulator's)
         by_req = {req.request_id: vid for vid, req in self.by_vllm_id.items()}
         for r in self.requests:
             row = dict(self.rows[r.request_id])
@@ -178,12 +180,12 @@ class _Driver:
             row["session_id"] = r.session_id
             row["after"] = r.after
             row["released_s"] = self.released[r.request_id]
-            for k in label_keys:
-                row[k] = r.labels.get(k)
+            for k, column in named:
+                row[column] = r.labels.get(k)
             rows.append(row)
         cols = ["request_id", "arrival_s", "prompt_tokens", "cached_tokens", "first_scheduled_s",
                 "first_token_s", "ttft_s", "finish_s", "queue_delay_s", "first_scheduled_step",
-                "finish_step", "preemptions", "session_id", "after", "released_s"] + label_keys
+                "finish_step", "preemptions", "session_id", "after", "released_s"] + [c for _, c in named]
         cols += [c for c in ("output_tokens", "e2e_s", "tpot_s") if rows and c in rows[0]]
         return pd.DataFrame(rows, columns=cols)
 

@@ -77,6 +77,7 @@ from fairsim.sim.pool_choice import block_pool_kind, compiled_module, new_block_
 from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.lazy_hits import NO_KEY, LazyHits, compiled_watch_class
+from fairsim.sim.label_columns import label_columns
 from fairsim.sim.result import Columns, SimResult
 from fairsim.sim.steplog import STEP_COLUMNS, StepLog
 from fairsim.sim.keys import blocks_for, engine_block_keys, generated_block_keys
@@ -1223,9 +1224,10 @@ class Engine:
         if self.colocated:
             cols.update(decode_request_columns(lives, released))
         # Labels starting with "_" are private to generators (e.g. raw hash ids), not metrics.
+        # A label named like a result column is written as trace_NAME (fairsim/sim/label_columns.py).
         label_keys = sorted({k for d in labels if d for k in d if not k.startswith("_")})
-        for k in label_keys:
-            cols[k] = [r.labels.get(k) for r in reqs]
+        for k, column in label_columns(label_keys):
+            cols[column] = [r.labels.get(k) for r in reqs]
         return Columns(cols)
 
     def _step_table(self) -> Columns:
