@@ -552,6 +552,14 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
                 raise
             # The trace itself passed above: the tiling made it fail (e.g. arrivals beyond 1e9 s).
             raise ValueError(f"{exc} (in the trace tiled {args.tile} times by --tile {args.tile})") from None
+        if args.compare == "dynamo":  # (installed or not, as --replay closed above)
+            from fairsim.sim.arrivals import resolve_replay
+
+            if resolve_replay(requests, args.replay) == "closed":  # --replay's default with sessions
+                raise ValueError("--compare dynamo: the trace's requests follow others (sessions), so fairsim "
+                                 "replays it closed loop (--replay's default there), and Dynamo's replay has no "
+                                 "counterpart of that; give --replay open to compare the two on the trace's "
+                                 "arrival times")
         args.target_load = None  # resolved to args.time_scale: the children get that scale
         argv = run_argv(args)
         untiled.time_scale, untiled.target_load = args.time_scale, None

@@ -43,7 +43,7 @@ from fairsim.types import Request
 
 DYNAMO_VERSION = "1.6.1"
 DYNAMO_INSTALL = (f"pip install --no-deps ai-dynamo-runtime=={DYNAMO_VERSION} ai-dynamo=={DYNAMO_VERSION} && "
-                  f"pip install pydantic uvloop typing-extensions msgspec")
+                  f'pip install "pydantic>=2.10.6,<=2.13.5" uvloop typing-extensions msgspec')
 """The install recipe (docs/performance.md, "Dynamo as the peer")."""
 
 TRACE_NAME = "dynamo-trace.jsonl"

@@ -24,6 +24,13 @@ OPTIONAL: dict[str, tuple[str, str]] = {
 }
 
 
+#: Top-level modules of ``pyproject.toml``'s ``dependencies`` (``tests/test_deps.py`` keeps the two
+#: equal): one missing means fairsim was not installed for the interpreter that runs it (a venv
+#: made for another tool, e.g. Dynamo's), not a bug in fairsim.
+REQUIRED = frozenset({"simpy", "numpy", "scipy", "pandas", "pyarrow", "tqdm", "sortedcontainers",
+                      "matplotlib", "orjson"})
+
+
 class MissingDependencyError(ImportError):
     """An optional package a command needs is not installed.
 
@@ -33,8 +40,14 @@ class MissingDependencyError(ImportError):
 
 
 def missing_message(module: str) -> str | None:
-    """The install hint for top-level ``module``, or ``None`` when it is not an optional one."""
+    """The install hint for top-level ``module``, or ``None`` when it is neither one of fairsim's
+    dependencies nor an optional one."""
     top = module.partition(".")[0]
+    if top in REQUIRED:
+        import sys
+
+        return (f"{top} is not installed for {sys.executable}, and fairsim needs it: install fairsim in this "
+                f"environment (pip install -e . in its folder)")
     if top not in OPTIONAL:
         return None
     purpose, install = OPTIONAL[top]

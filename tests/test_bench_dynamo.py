@@ -94,6 +94,22 @@ def test_closed_loop_has_no_dynamo_counterpart(capsys):
     assert code == 2 and "--compare dynamo" in err and "--replay closed" in err
 
 
+def test_a_session_trace_closed_by_default_has_no_dynamo_counterpart(capsys, tmp_path, monkeypatch):
+    # Was: fairsim's rows replayed closed loop (the default with sessions) beside Dynamo's open
+    # loop, with "same arrivals" under the table (twentieth session's new-user pass).
+    monkeypatch.setattr(bench_dynamo, "dynamo_available", lambda: False)  # refused all the same
+    trace = tmp_path / "s.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 500 * i, "input_length": 600, "output_length": 4,
+                                         "hash_ids": [1, 2], "session_id": f"s{i % 2}"}) + "\n" for i in range(6)))
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs", "--trace", trace, "--compare", "dynamo",
+                          "--repeat", "1")
+    assert code == 2 and out == ""
+    assert err.strip().endswith("give --replay open to compare the two on the trace's arrival times")
+    code, out, _ = _cli(capsys, "bench", "--policies", "fcfs", "--trace", trace, "--compare", "dynamo",
+                        "--repeat", "1", "--replay", "open")
+    assert code == 0 and "fcfs " in out
+
+
 def test_dynamo_runs_on_the_same_requests_when_installed(capsys, tmp_path):
     pytest.importorskip("dynamo.replay", reason="Dynamo is not installed (docs/performance.md: the recipe)")
     code, out, _ = _cli(capsys, "bench", "--policies", "fcfs", "--max-requests", "40", "--compare", "dynamo",
