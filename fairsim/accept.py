@@ -209,7 +209,8 @@ def window_requests(requests: Sequence[Request], w: Window, warmup_s: float,
 def iter_verdicts(requests: Sequence[Request], windows: Sequence[Window], candidate: str,
                   run: Callable[[str, list[Request]], SimResult], warmup_s: float | None = None,
                   time_scale: float = 1.0,
-                  on_result: Callable[[Window, str, SimResult], None] | None = None) -> Iterator[WindowVerdict]:
+                  on_result: Callable[[Window, str, SimResult, set[str]], None] | None = None,
+                  ) -> Iterator[WindowVerdict]:
     """Simulate FCFS, LPM and ``candidate`` on every window and check the targets, yielding each
     window's verdict as soon as its runs are done (so an interrupted ``accept`` keeps them).
 
@@ -220,7 +221,8 @@ def iter_verdicts(requests: Sequence[Request], windows: Sequence[Window], candid
         run: ``run(policy, requests) -> SimResult`` (same engine and capacity for every call).
         warmup_s: Trace seconds replayed before each window; None = the window's own length.
         time_scale: Arrival-time multiplier applied after cutting.
-        on_result: Called with every result (for tables and figures).
+        on_result: Called with every result and the ids scored in its window (the rest are its
+            warm-up), for tables and figures.
 
     Raises:
         ValueError: A window with no request in it.
@@ -236,7 +238,7 @@ def iter_verdicts(requests: Sequence[Request], windows: Sequence[Window], candid
             res = run(name, sub)
             stats[name] = window_stats(res, scored)
             if on_result is not None:
-                on_result(w, name, res)
+                on_result(w, name, res, scored)
         c = stats[candidate]
         median, tail = ACCEPT_TARGETS
         yield WindowVerdict(
@@ -257,8 +259,8 @@ def format_verdicts(verdicts: Sequence[WindowVerdict]) -> str:
     for v in verdicts:
         w = v.window
         for name, s in v.stats.items():
-            rows.append([w.name, f"{w.start_s:g}-{w.end_s:g}", str(s["requests"]),
-                         "" if np.isnan(w.load) else f"{w.load:.2f}", name, f"{s['p50_s']:.3f}",
+            rows.append([w.name, f"{w.start_s:g}-{round(w.end_s, 9):g}", str(s["requests"]),  # (a cut end: +1 ulp)
+                         "n/a" if np.isnan(w.load) else f"{w.load:.2f}", name, f"{s['p50_s']:.3f}",
                          f"{s['p99_s']:.3f}", f"{s['max_s']:.3f}", f"{s['hit_rate']:.3f}",
                          "yes" if s["starved"] else "no"])
     checks = [["window", f"p50 <= {MEDIAN_FACTOR:g} x LPM", f"p99 <= {P99_FACTOR:g} x FCFS",
@@ -381,10 +383,13 @@ def cmd_accept(args: argparse.Namespace) -> int:
 
     results: dict[str, dict[str, SimResult]] = {}
 
-    def keep(w: Window, name: str, res: SimResult) -> None:
+    def keep(w: Window, name: str, res: SimResult, scored: set[str]) -> None:
         results.setdefault(w.name, {})[name] = res
-        if args.out is not None:
-            write_tables(args.out, f"{w.name}-{name}", res)
+        if args.out is not None:  # every request replayed; `scored`: in the window, not its warm-up
+            engine = {"profile": profile.name, "kv_tokens": kv_blocks * block_size, "kv_blocks": kv_blocks,
+                      "block_size": block_size, "window": w.name, "time_scale": scale}
+            write_tables(args.out, f"{w.name}-{name}", res, engine,
+                         scored=res.requests["request_id"].isin(scored).to_numpy())
 
     verdicts: list[WindowVerdict] = []
     try:
@@ -399,8 +404,9 @@ def cmd_accept(args: argparse.Namespace) -> int:
                 print_verdicts(payload, verdicts, args)
                 print(f"fairsim: the output above holds the {len(verdicts)} of {len(windows)} windows that "
                       f"finished ({', '.join(v.window.name for v in verdicts)})", file=sys.stderr)
-        if args.out is not None and verdicts:
-            write_accept_json(args.out, payload)
+        if args.out is not None:  # even with no window finished: pass null tells CI it did not run
+            with contextlib.suppress(OSError):  # an unusable --out: its own error is the one raised
+                write_accept_json(args.out, payload)
         raise
     ok = all(v.ok for v in verdicts)
     payload = accept_payload(verdicts, windows, trace, args, base, scale, block_size, kv_blocks)
@@ -443,9 +449,17 @@ def accept_payload(verdicts: Sequence[WindowVerdict], windows: Sequence[Window],
             "partial": partial, "unfinished_windows": [w.name for w in windows if w.name not in done],
             "targets": {"median_vs_lpm": MEDIAN_FACTOR, "p99_vs_fcfs": P99_FACTOR,
                         "starvation_max_vs_own_p99": STARVATION_FACTOR},
-            "windows": [{**dataclasses.asdict(v.window), "stats": v.stats, "median_ok": v.median_ok,
+            "windows": [{**_window_json(v.window), "stats": v.stats, "median_ok": v.median_ok,
                          "p99_ok": v.p99_ok, "starvation_ok": v.starvation_ok, "pass": v.ok}
                         for v in verdicts]}
+
+
+def _window_json(w: Window) -> dict[str, Any]:
+    """A window's fields for ``accept.json``: an undefined load (``with_load``'s NaN) is ``null``."""
+    out = dataclasses.asdict(w)
+    if not math.isfinite(out["load"]):
+        out["load"] = None
+    return out
 
 
 def write_accept_json(out: Path, payload: dict[str, Any]) -> None:

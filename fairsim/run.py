@@ -48,18 +48,21 @@ def run_one(name: str, requests: list[Request], profile: Profile, config: Engine
                         think_scale=think_scale, name=name)
 
 
-def write_tables(out: Path, name: str, result: SimResult, engine: dict[str, Any] | None = None) -> None:
+def write_tables(out: Path, name: str, result: SimResult, engine: dict[str, Any] | None = None,
+                 scored: Any = None) -> None:
     """Write ``requests-NAME.parquet`` and ``steps-NAME.parquet`` atomically (``fairsim.io``);
     ``NAME`` is the policy name through ``fairsim.io.file_stem`` (``mypol:Rev`` -> ``mypol_Rev``).
 
     ``engine`` (profile, KV capacity, block size) is stored as JSON in the Parquet schema
-    metadata under the key ``fairsim``.
+    metadata under the key ``fairsim``. ``scored`` (``accept``: one bool per request row) adds
+    the requests table's ``scored`` column.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     out.mkdir(parents=True, exist_ok=True)
-    for kind, frame in (("requests", result.requests), ("steps", result.steps)):
+    requests = result.requests if scored is None else result.requests.assign(scored=scored)
+    for kind, frame in (("requests", requests), ("steps", result.steps)):
         table = pa.Table.from_pandas(frame, preserve_index=False)
         if engine is not None:
             meta = dict(table.schema.metadata or {})

@@ -7,6 +7,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from fairsim.cli import main
 from fairsim.traces.formats import read_trace
 
@@ -75,3 +77,58 @@ def test_a_row_with_no_time_among_timed_rows_is_refused(tmp_path, capsys):
     assert code == 2
     assert err.strip() == (f"fairsim: error: {f}:2: field 'timestamp': missing (and no delay), where other "
                            "records give a timestamp")
+
+
+# -- accept (the twentieth session's first pass) ---------------------------------------------------
+def _one_request(tmp_path: Path) -> Path:
+    return write_jsonl(tmp_path / "one.jsonl", [
+        {"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}])
+
+
+def test_accept_window_at_one_instant_has_no_load(tmp_path, capsys):
+    # Was: load inf in the table, and Infinity (not JSON) in accept.json.
+    out = tmp_path / "acc"
+    code, printed, _ = run_cli(capsys, "accept", _one_request(tmp_path), "--policy", "fairway",
+                               "--windows", "a:0-60", "--out", out)
+    assert code == 0
+    row = next(line.split() for line in printed.splitlines() if line.startswith("a "))
+    assert row[:4] == ["a", "0-0", "1", "n/a"]
+    payload = json.loads((out / "accept.json").read_text(), parse_constant=lambda c: pytest.fail(c))
+    assert payload["windows"][0]["load"] is None and payload["pass"] is True
+
+
+def test_accept_writes_accept_json_when_the_first_window_fails(tmp_path, capsys, monkeypatch):
+    # Was: no accept.json at all, though CI reads its `pass` to tell a crash from a missed target.
+    (tmp_path / "boompol.py").write_text(
+        "from fairsim.policies.base import Policy\n"
+        "class Boom(Policy):\n"
+        "    name = 'boom'\n"
+        "    def order(self, waiting, now):\n"
+        "        raise RuntimeError('boom')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "acc"
+    code, _, err = run_cli(capsys, "accept", _one_request(tmp_path), "--policy", "boompol:Boom",
+                           "--windows", "a:0-60", "--out", out)
+    assert code == 1, err
+    assert "boom" in err
+    payload = json.loads((out / "accept.json").read_text())
+    assert payload["pass"] is None and payload["partial"] is True
+    assert payload["windows"] == [] and payload["unfinished_windows"] == ["a"]
+
+
+def test_accept_tables_mark_the_scored_requests(tmp_path, capsys):
+    # Was: the per-window tables held the warm-up's requests too, unmarked.
+    rows = [{"timestamp": 1000 * i, "input_length": 600, "output_length": 5, "hash_ids": [1, 2 + i]}
+            for i in range(10)]
+    out = tmp_path / "acc"
+    code, _, _ = run_cli(capsys, "accept", write_jsonl(tmp_path / "t.jsonl", rows), "--policy", "fairway",
+                         "--windows", "w:5-10", "--warmup", "3", "--out", out)
+    assert code == 0
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(out / "requests-w-fairway.parquet")
+    frame = table.to_pandas()
+    assert frame["request_id"].tolist() == [f"t:{i}" for i in range(3, 11)]  # lines 3..10: 2 s .. 9 s
+    assert frame["scored"].tolist() == [False] * 3 + [True] * 5
+    meta = json.loads(table.schema.metadata[b"fairsim"])
+    assert meta["window"] == "w" and meta["policy"] == "w-fairway" and meta["kv_blocks"] > 0

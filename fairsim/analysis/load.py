@@ -266,10 +266,14 @@ def with_load(requests: Sequence[Request], profile: Profile, w: Window, time_sca
               budget_tokens: int | None = None, colocated: bool = False) -> Window:
     """``w`` with its request count and offered load filled in: best-case busy seconds of the
     requests arriving in it over its length (module docstring), divided by ``time_scale``
-    (arrivals stretched by S arrive S times slower)."""
+    (arrivals stretched by S arrive S times slower). NaN for a window that spans no time (cut
+    at its one arrival instant by ``accept``'s ``clip_to_trace``): no load over no time."""
     sums = WorkSums(requests, profile, budget_tokens, colocated)
     lo, hi = sums.between(np.array([w.start_s]), np.array([w.end_s]))
-    load = float(sums.busy(lo, hi)[0]) / (w.end_s - w.start_s) / time_scale
+    if math.nextafter(w.start_s, math.inf) < w.end_s:
+        load = float(sums.busy(lo, hi)[0]) / (w.end_s - w.start_s) / time_scale
+    else:
+        load = math.nan
     return Window(w.name, w.start_s, w.end_s, int(hi[0] - lo[0]), load)
 
 

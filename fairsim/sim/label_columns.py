@@ -24,7 +24,7 @@ RESULT_REQUEST_COLUMNS = frozenset({
     "instance", "router_cached_tokens",
     "decode_instance", "prefill_done_s", "kv_alloc_s", "held_s", "decode_held", "transfer_tokens",
     "transfer_s", "kv_ready_s", "decode_cached_tokens", "decode_preemptions",
-    "policy", "window",
+    "policy", "window", "scored",
     "run_id", "scenario", "seed", "params", "engine", "kv_blocks", "block_size",
 })
 
