@@ -29,6 +29,12 @@ from fairsim.io import path_arg
 #: intercept is engine work (scheduling, input preparation, sampling) on top of a tiny model.
 DEFAULT_STEP_OVERHEAD_PROFILE = "cpu-tiny-llama-vllm-measured"
 
+#: Each source's own options (option, ``args`` attribute): one given with the other source is refused.
+SOURCE_OPTIONS = {"aiconfigurator": (("--system", "system"), ("--vllm-version", "vllm_version"),
+                                     ("--model", "model"), ("--tp", "tp")),
+                  "llmservingsim": (("--tables", "tables"), ("--step-overhead-s", "step_overhead_s"))}
+DEFAULT_MODEL = "meta-llama/Meta-Llama-3.1-8B"
+
 
 def add_profile_command(sub: Any) -> None:
     """Add ``profile build`` to the ``fairsim`` subparsers."""
@@ -41,9 +47,9 @@ def add_profile_command(sub: Any) -> None:
                    help="aiconfigurator: GPU system (h200_sxm, h100_sxm, a100_sxm, l40s, ...)")
     b.add_argument("--vllm-version", default=None,
                    help="aiconfigurator: vLLM version of the database (default: the system's current one)")
-    b.add_argument("--model", default="meta-llama/Meta-Llama-3.1-8B",
-                   help="aiconfigurator: model id with a config in the package")
-    b.add_argument("--tp", type=int, default=1, help="aiconfigurator: tensor parallel size")
+    b.add_argument("--model", default=None,
+                   help=f"aiconfigurator: model id with a config in the package (default {DEFAULT_MODEL})")
+    b.add_argument("--tp", type=int, default=None, help="aiconfigurator: tensor parallel size (default 1)")
     b.add_argument("--tables", type=path_arg, default=None,
                    help="llmservingsim: folder with layers.csv and attention.csv (default: the shared A6000 copy)")
     b.add_argument("--step-overhead-s", type=float, default=None,
@@ -58,7 +64,7 @@ def add_profile_command(sub: Any) -> None:
 
 
 def build_source_profile(source: str, *, name: str, budget: int = 2048, system: str | None = None,
-                         vllm_version: str | None = None, model: str = "meta-llama/Meta-Llama-3.1-8B", tp: int = 1,
+                         vllm_version: str | None = None, model: str = DEFAULT_MODEL, tp: int = 1,
                          tables: Path | None = None, step_overhead_s: float | None = None,
                          max_region_mape: float | None = None, idle_lengths: list[int] | None = None,
                          kv_capacity: Any = None, max_model_len: int | None = None,
@@ -144,12 +150,16 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from calibration.grid import save_built_profile
     from fairsim.io import check_writable_file
 
+    other = "llmservingsim" if args.source == "aiconfigurator" else "aiconfigurator"
+    for option, value in SOURCE_OPTIONS[other]:
+        if getattr(args, value) is not None:
+            raise ValueError(f"{option}: only used with --from {other} (this is --from {args.source})")
     check_writable_file(args.out, "--out")
     name = args.name or args.out.stem
     profile, fit, errors = build_source_profile(
         args.source, name=name, budget=args.budget, system=args.system, vllm_version=args.vllm_version,
-        model=args.model, tp=args.tp, tables=args.tables, step_overhead_s=args.step_overhead_s,
-        max_region_mape=args.max_region_mape)
+        model=DEFAULT_MODEL if args.model is None else args.model, tp=1 if args.tp is None else args.tp,
+        tables=args.tables, step_overhead_s=args.step_overhead_s, max_region_mape=args.max_region_mape)
     print_fit(profile, fit, errors)
     save_built_profile(profile, args.out)
     print(f"wrote {args.out}")

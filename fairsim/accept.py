@@ -339,6 +339,9 @@ def cmd_accept(args: argparse.Namespace) -> int:
     if args.warmup is not None and not args.warmup >= 0:
         raise ValueError(f"--warmup {args.warmup}: need >= 0 s")
     given = None if args.windows == "auto" else parse_windows(args.windows)
+    if given is not None and args.window_length is not None:
+        raise ValueError(f"--window-length {args.window_length:g}: it sizes --windows auto's windows; "
+                         f"--windows {args.windows} gives them")
 
     def own_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
         # The candidate takes every unscoped --param; FCFS and LPM only their POLICY.KEY ones.

@@ -132,3 +132,34 @@ def test_accept_tables_mark_the_scored_requests(tmp_path, capsys):
     assert frame["scored"].tolist() == [False] * 3 + [True] * 5
     meta = json.loads(table.schema.metadata[b"fairsim"])
     assert meta["window"] == "w" and meta["policy"] == "w-fairway" and meta["kv_blocks"] > 0
+
+
+# -- options that had no effect, or contradicted another ---------------------------------------------
+def test_options_without_effect_are_refused(tmp_path, capsys):
+    trace = write_jsonl(tmp_path / "t.jsonl", [
+        {"timestamp": 1000 * i, "input_length": 600, "output_length": 5, "hash_ids": [1, 2 + i]} for i in range(10)])
+    code, _, err = run_cli(capsys, "accept", trace, "--policy", "fairway", "--windows", "w:0-5",
+                           "--window-length", "30")
+    assert code == 2 and err.strip() == ("fairsim: error: --window-length 30: it sizes --windows auto's windows; "
+                                         "--windows w:0-5 gives them")
+    code, _, err = run_cli(capsys, "profile", "build", "--from", "llmservingsim", "--system", "h200_sxm",
+                           "--out", tmp_path / "p.json")
+    assert code == 2 and err.strip() == ("fairsim: error: --system: only used with --from aiconfigurator "
+                                         "(this is --from llmservingsim)")
+    code, _, err = run_cli(capsys, "profile", "build", "--from", "aiconfigurator", "--tables", tmp_path,
+                           "--out", tmp_path / "p.json")
+    assert code == 2 and "--tables: only used with --from llmservingsim" in err
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_tune_refuses_contradictions_before_any_trial(tmp_path, capsys):
+    pytest.importorskip("optuna")
+    trace = write_jsonl(tmp_path / "t.jsonl", [
+        {"timestamp": 1000 * i, "input_length": 600, "output_length": 5, "hash_ids": [1, 2 + i]} for i in range(10)])
+    base = ["tune", "--trace", trace, "--policies", "fairway", "--trials", "2", "--out", tmp_path / "o"]
+    code, _, err = run_cli(capsys, *base, "--train", "a:0-4", "--holdout", "b:5-9", "--folds", "3")
+    assert code == 2 and "--folds 3: --train and --holdout give the windows" in err
+    code, _, err = run_cli(capsys, *base, "--param", "fairway.fast_weight=2", "--space", "fairway.fast_weight=1:8")
+    assert code == 2 and err.strip() == ("fairsim: error: --space fairway.fast_weight: --param fixes "
+                                         "fairway.fast_weight, so it is not searched; give one of the two")
+    assert not (tmp_path / "o" / "trials.parquet").exists()

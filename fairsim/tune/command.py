@@ -33,8 +33,9 @@ def add_tune_command(sub: argparse._SubParsersAction, add_common: Callable, fmt:
     p.add_argument("--space", action="append", default=[], metavar="POLICY.KEY=RANGE",
                    help="search range of a parameter, replacing the policy's declared one: LOW:HIGH[:int][:log] "
                         "or A|B|C (repeatable)")
-    p.add_argument("--folds", type=int, default=4,
-                   help="cut the trace's span into N windows of equal length: 1st, 3rd, ... train, 2nd, 4th, ... held out")
+    p.add_argument("--folds", type=int, default=None,
+                   help="cut the trace's span into N windows of equal length: 1st, 3rd, ... train, 2nd, 4th, ... "
+                        "held out (default 4; not with --train/--holdout)")
     p.add_argument("--train", default=None, metavar="NAME:START-END,...",
                    help="training windows, trace seconds (with --holdout; replaces --folds)")
     p.add_argument("--holdout", default=None, metavar="NAME:START-END,...",
@@ -157,6 +158,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise ValueError(f"--warmup {args.warmup}: need a finite time >= 0 s")
     if (args.train is None) != (args.holdout is None):
         raise ValueError("--train and --holdout go together (or neither: --folds cuts the windows)")
+    if args.folds is not None and args.train is not None:
+        raise ValueError(f"--folds {args.folds}: --train and --holdout give the windows; --folds cuts them "
+                         f"only without those")
     # --mode disaggregated (args.mode becomes colocated: the decode side's shaping), else a fleet.
     disagg = disagg_spec(args)
     fleet = disagg or fleet_spec(args)
@@ -171,7 +175,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
     params = parse_params(args.param)
     check_policies(names, profile, params)
     fixed = {n: params_for(n, params) for n in names}
-    spaces, notes = build_spaces(names, parse_spaces(args.space, names), fixed, profile)
+    overrides = parse_spaces(args.space, names)
+    for name, keys in overrides.items():
+        both = sorted(set(keys) & set(fixed.get(name, {})))
+        if both:
+            raise ValueError(f"--space {name}.{both[0]}: --param fixes {name}.{both[0]}, so it is not searched; "
+                             f"give one of the two")
+    spaces, notes = build_spaces(names, overrides, fixed, profile)
     targets, no_starvation = parse_targets(args.targets)
     refs = list(dict.fromkeys([*(t.ref for t in targets if t.ref is not None), "fcfs"]))
     for ref in refs:
@@ -196,7 +206,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             raise ValueError(f"--holdout {args.holdout}: overlaps --train ({', '.join(overlap)}); held-out windows "
                              f"must not be scored in training")
     else:
-        train_w, held_w = ev.fold_windows(requests, args.folds)
+        train_w, held_w = ev.fold_windows(requests, 4 if args.folds is None else args.folds)
     train = ev.cut_windows(requests, train_w, args.warmup, scale, "--train" if args.train else "--folds")
     held = ev.cut_windows(requests, held_w, args.warmup, scale, "--holdout" if args.holdout else "--folds")
 
