@@ -213,15 +213,24 @@ def _check_options(args: argparse.Namespace,
     return params, slo, config
 
 
+#: The files each command writes in ``--out`` whatever its policies (a folder of one of these
+#: names is refused before any work; ``fairsim.io.check_writable_dir``).
+OUT_FILES = {"run": ("summary.json", "run.json"), "compare": ("summary.json", "run.json"),
+             "bench": ("bench.json",), "accept": ("accept.json",),
+             "analyze": ("analysis.json", "report.md", "load.png", "spread.png", "hit_curve.png")}
+
+
 def _check_outputs(args: argparse.Namespace, policies: Sequence[str], policy_files: bool) -> None:
     """Stage 2: ``--out`` and ``--plots`` created and test-written before any work."""
-    from fairsim.io import check_file_stems, check_writable_dir
+    from fairsim.io import check_file_stems, check_writable_dir, file_stem
 
     out, plots = getattr(args, "out", None), getattr(args, "plots", None)
     if out is not None:
+        files = list(OUT_FILES.get(getattr(args, "command", None), ()))
         if policy_files:
             check_file_stems(list(policies))
-        check_writable_dir(out)
+            files += [f"{kind}-{file_stem(p)}.parquet" for p in policies for kind in ("requests", "steps")]
+        check_writable_dir(out, files=files)
     if plots is not None:
         check_writable_dir(plots, "--plots")
 

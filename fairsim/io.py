@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,7 @@ def check_file_stems(names: list[str]) -> None:
         seen[stem] = name
 
 
-def check_writable_dir(path: str | Path, option: str = "--out") -> Path:
+def check_writable_dir(path: str | Path, option: str = "--out", files: Iterable[str] = ()) -> Path:
     """Make sure ``path`` is (or can become) a folder fairsim can write files in.
 
     Creates the folder (and its parents) if missing, then creates and removes a probe file in it,
@@ -71,13 +71,15 @@ def check_writable_dir(path: str | Path, option: str = "--out") -> Path:
     Args:
         path: The output folder.
         option: The option that named it, quoted in the message (e.g. ``"--out"``).
+        files: Names of the files the command will write there: one that exists as a folder
+            would fail only at the end, after the work, so it is refused here.
 
     Returns:
         ``path`` as a ``Path``.
 
     Raises:
         OutputError: ``path`` is empty, an existing non-folder, cannot be created, or is not
-            writable.
+            writable; or one of ``files`` is a folder there.
     """
     _not_empty(path, option)
     out = Path(path)
@@ -88,6 +90,9 @@ def check_writable_dir(path: str | Path, option: str = "--out") -> Path:
     except OSError as exc:
         raise OutputError(out, f"cannot create the folder: {exc.strerror or exc}", option) from exc
     _probe(out, option, out)
+    for name in files:
+        if (out / name).is_dir():
+            raise OutputError(out / name, f"is a folder, where {option} writes the file {name}", option)
     return out
 
 

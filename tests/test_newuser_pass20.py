@@ -163,3 +163,15 @@ def test_tune_refuses_contradictions_before_any_trial(tmp_path, capsys):
     assert code == 2 and err.strip() == ("fairsim: error: --space fairway.fast_weight: --param fixes "
                                          "fairway.fast_weight, so it is not searched; give one of the two")
     assert not (tmp_path / "o" / "trials.parquet").exists()
+
+
+@pytest.mark.parametrize("command, name", [
+    (("compare", "--policies", "fcfs,lpm"), "summary.json"), (("run", "--policy", "fcfs"), "run.json"),
+    (("run", "--policy", "mypol:Rev"), "steps-mypol_Rev.parquet"), (("bench", "--policies", "fcfs", "--repeat", "1"), "bench.json")])
+def test_a_folder_where_out_writes_a_file_is_refused_before_any_work(tmp_path, capsys, command, name):
+    # Was: every policy ran, then "cannot write: Is a directory" (and compare wrote no run.json).
+    (tmp_path / "o" / name).mkdir(parents=True)
+    code, out, err = run_cli(capsys, *command, "--max-requests", "20", "--out", tmp_path / "o")
+    assert code == 2 and out == ""
+    assert err.strip() == (f"fairsim: error: --out {tmp_path / 'o' / name}: is a folder, where --out writes "
+                           f"the file {name}")

@@ -167,7 +167,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     require("optuna")
     if args.executor == "ray":
         require("ray")
-    check_writable_dir(args.out)
+    check_writable_dir(args.out, files=(*REPORT_FILES, "closest-policy-config.json"))
     profile = load_profile(args.profile)
     if disagg is not None:
         disagg.link(profile)  # no bytes per token, or a link too slow: refused before any work
