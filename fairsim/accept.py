@@ -312,7 +312,7 @@ def add_accept_command(sub: argparse._SubParsersAction, add_common: Callable, fm
                    help="--engine vllm: model folder/name (default: the shipped tiny Llama, dummy weights)")
     p.add_argument("--load-format", default=None,
                    help="--engine vllm: vLLM load_format (default dummy for the tiny Llama, auto otherwise)")
-    add_common(p)
+    add_common(p, goodput=False)  # --slo refused: accept checks TTFT targets
     retitle(p, "--out", "folder for accept.json and requests-WINDOW-POLICY.parquet")
     retitle(p, "--format", "table for people, json for scripts (the verdicts)")
     retitle(p, "--param", "candidate policy parameter KEY=VALUE, or POLICY.KEY=VALUE for fcfs/lpm (repeatable)")

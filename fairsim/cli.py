@@ -135,7 +135,7 @@ def _add_bench(sub: argparse._SubParsersAction, fmt: type[argparse.HelpFormatter
                            formatter_class=fmt)
     bench.add_argument("--policies", default="fcfs,lpm,fairway",
                        help="comma-separated policy names, or 'all'")
-    add_common(bench, out_help="folder for bench.json (every policy's figures; partial ones on Ctrl-C)")
+    add_common(bench, out_help="folder for bench.json (every policy's figures; partial ones on Ctrl-C)", goodput=False)
     add_fleet_options(bench)
     add_disagg_options(bench)
     bench.add_argument("--compare", metavar="PATH",

@@ -99,8 +99,10 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 RUN_OUT_HELP = "folder for requests-POLICY.parquet, steps-POLICY.parquet, summary.json, run.json"
 
 
-def add_common(p: argparse.ArgumentParser, out_help: str = RUN_OUT_HELP) -> None:
-    """Options shared by every simulating command (``out_help``: what its ``--out`` holds)."""
+def add_common(p: argparse.ArgumentParser, out_help: str = RUN_OUT_HELP, goodput: bool = True) -> None:
+    """Options shared by every simulating command (``out_help``: what its ``--out`` holds;
+    ``goodput`` False: a command that measures no goodput, whose ``--slo`` is refused with its
+    reason, and not listed in its ``--help``)."""
     from fairsim.traces.formats import FORMATS
 
     p.add_argument("--trace", help="trace file or folder, any format of --trace-format "
@@ -147,7 +149,8 @@ def add_common(p: argparse.ArgumentParser, out_help: str = RUN_OUT_HELP) -> None
                    help="prefill-only: a request ends with its first token (the paper's node); "
                         "colocated: it decodes to the trace's output_length on the same engine")
     p.add_argument("--slo", default=None, metavar="ttft=S,tpot=S",
-                   help="colocated: goodput = requests meeting these TTFT/TPOT SLOs (seconds)")
+                   help="colocated: goodput = requests meeting these TTFT/TPOT SLOs (seconds)" if goodput
+                   else argparse.SUPPRESS)
     p.add_argument("--window-start", type=float, default=0.0,
                    help="window start, seconds of trace time (before --time-scale)")
     p.add_argument("--window-end", type=float, default=None,

@@ -51,7 +51,7 @@ def add_tune_command(sub: argparse._SubParsersAction, add_common: Callable, fmt:
     p.add_argument("--address", default=None, help="Ray cluster address (with --executor ray; default: a local Ray)")
     p.add_argument("--workers", type=int, default=None,
                    help="local processes, or CPUs of a Ray started here (default: --batch, at most the cores)")
-    add_common(p)
+    add_common(p, goodput=False)  # --slo refused: tune checks TTFT targets
     from fairsim.cli_disagg import add_disagg_options
     from fairsim.cli_fleet import add_fleet_options
 
