@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -152,6 +153,14 @@ def parse_report(stdout: str, expected: int) -> dict[str, Any]:
     if got["completed_requests"] != expected:
         raise ValueError(f"bench: --compare dynamo: the replay completed {got['completed_requests']:,} of the "
                          f"{expected:,} requests it was given")
+    bad = [k for k in ("wall_time_ms", "duration_ms", "median_ttft_ms", "p99_ttft_ms")
+           if not (math.isfinite(got[k]) and got[k] >= 0)]
+    if bad:  # (no peer figure is made up: a NaN or negative time is refused, not printed)
+        raise ValueError(f"bench: --compare dynamo: the replay's {', '.join(f'{k} {got[k]!r}' for k in bad)} "
+                         f"is not a time >= 0")
+    if got["median_ttft_ms"] > got["p99_ttft_ms"]:
+        raise ValueError(f"bench: --compare dynamo: the replay's median_ttft_ms {got['median_ttft_ms']!r} is above "
+                         f"its p99_ttft_ms {got['p99_ttft_ms']!r}")
     return {"requests": expected, "loop_s": got["wall_time_ms"] / 1000.0,
             "sim_time_s": got["duration_ms"] / 1000.0, "ttft_p50_s": got["median_ttft_ms"] / 1000.0,
             "ttft_p99_s": got["p99_ttft_ms"] / 1000.0,

@@ -70,6 +70,12 @@ def test_the_replays_summary_line_is_read_in_seconds():
     (json.dumps({"completed_requests": 3, "wall_time_ms": 1.0}), "lacks duration_ms, median_ttft_ms, p99_ttft_ms"),
     (json.dumps({"completed_requests": 2, "wall_time_ms": 1.0, "duration_ms": 1.0, "median_ttft_ms": 1.0,
                  "p99_ttft_ms": 1.0}), "completed 2 of the 3 requests"),
+    (json.dumps({"completed_requests": 3, "wall_time_ms": 1.0, "duration_ms": 1.0, "median_ttft_ms": -5,
+                 "p99_ttft_ms": 1.0}), r"median_ttft_ms -5 is not a time >= 0"),
+    ('{"completed_requests": 3, "wall_time_ms": 1.0, "duration_ms": 1.0, "median_ttft_ms": 1.0, "p99_ttft_ms": NaN}',
+     r"p99_ttft_ms nan is not a time >= 0"),
+    (json.dumps({"completed_requests": 3, "wall_time_ms": 1.0, "duration_ms": 1.0, "median_ttft_ms": 2.0,
+                 "p99_ttft_ms": 1.0}), r"median_ttft_ms 2.0 is above its p99_ttft_ms 1.0"),
 ])
 def test_a_replay_without_whole_figures_is_refused(text, says):
     with pytest.raises(ValueError, match=says):
