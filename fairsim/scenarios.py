@@ -75,12 +75,35 @@ def kv_capacity(requests: list[Request], fraction: float = 0.3, min_prompts: int
     return EngineConfig(kv_blocks=max(capacity_from_fraction(fraction, reusable), min_prompts * longest))
 
 
+#: Spec fields a scenario sets itself: ``seed`` from the sweep's seeds, ``shape`` from its rates.
+_OWN_FIELDS = ("seed", "shape")
+
+
 def _replace(spec: Any, params: dict[str, Any]) -> Any:
+    """``spec`` with ``params`` (a sweep's scenario ``params``): each a field of it, a number where
+    its default is one.
+
+    Raises:
+        ValueError: An unknown field (listing the known ones), ``seed`` or ``shape``, or a value
+            of the wrong kind (naming the field).
+    """
+    fields = [f.name for f in dataclasses.fields(spec) if f.name not in _OWN_FIELDS]
+    for key, value in params.items():
+        if key == "seed":
+            raise ValueError("bad scenario parameter seed: the sweep's seeds set it (the spec's `seeds`), not `params`")
+        if key not in fields:
+            raise ValueError(f"bad scenario parameter {key!r}: unknown; known: {', '.join(fields)}")
+        default = getattr(spec, key)
+        number = isinstance(default, (int, float)) and not isinstance(default, bool)
+        if number and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"bad scenario parameter {key}: {value!r} is not a number (its default is {default!r})")
+        if isinstance(default, int) and not isinstance(default, bool) and isinstance(value, float) \
+                and not value.is_integer():
+            raise ValueError(f"bad scenario parameter {key}: {value!r} is not a whole number (its default is {default!r})")
     try:
         return dataclasses.replace(spec, **params)
-    except TypeError as exc:
-        fields = ", ".join(f.name for f in dataclasses.fields(spec))
-        raise ValueError(f"bad scenario parameter in {sorted(params)}: {exc}; known: {fields}") from None
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"bad scenario parameter in {sorted(params)}: {exc}") from None
 
 
 def _sec_dynamic(which: int) -> Callable[..., Scenario]:

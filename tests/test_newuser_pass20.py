@@ -175,3 +175,18 @@ def test_a_folder_where_out_writes_a_file_is_refused_before_any_work(tmp_path, c
     assert code == 2 and out == ""
     assert err.strip() == (f"fairsim: error: --out {tmp_path / 'o' / name}: is a folder, where --out writes "
                            f"the file {name}")
+
+
+@pytest.mark.parametrize("params, says", [
+    ("seed = 5, num_requests = 50", "bad scenario parameter seed: the sweep's seeds set it (the spec's `seeds`), not `params`"),
+    ('zipf_s = "abc"', "bad scenario parameter zipf_s: 'abc' is not a number (its default is 1.1)"),
+    ("num_requests = 2.5", "bad scenario parameter num_requests: 2.5 is not a whole number (its default is 1200)"),
+    ("nosuch = 1", "bad scenario parameter 'nosuch': unknown; known: num_requests, rate_per_s, num_docs, zipf_s,")])
+def test_sweep_scenario_parameters_are_named_with_their_rule(tmp_path, capsys, params, says):
+    # Was: "build_scenario() got multiple values for argument 'seed'" (seed was listed as known),
+    # and "bad operand type for unary -: 'str'".
+    spec = tmp_path / "s.toml"
+    spec.write_text(f'[[scenarios]]\nname = "rag"\nparams = {{{params}}}\n[[policies]]\nname = "fcfs"\n')
+    code, _, err = run_cli(capsys, "sweep", spec, "--out", tmp_path / "o", "--dry-run")
+    assert code == 2 and f"{spec}: scenarios[0] (seed 0): {says}" in err
+    assert "seed," not in err.partition("known:")[2]

@@ -14,8 +14,9 @@ from collections.abc import Iterable
 #: The columns of a request table that fairsim writes in some mode: the engine's
 #: (``Engine._request_table``), a colocated run's decode columns (``decode_request_columns``), a
 #: fleet's (``fleet.FLEET_REQUEST_COLUMNS``), a disaggregated run's (``DisaggregatedFleet.
-#: _requests_table``), ``accept``'s and ``sweep``'s added ones (``tests/test_label_columns.py``
-#: checks each mode's table against it).
+#: _requests_table``), ``accept``'s ``scored`` and ``sweep``'s run columns (``tests/
+#: test_label_columns.py`` checks each mode's table against it). Not ``window``: the generated
+#: scenarios' own label (calm, burst, spike), which the figures and the sweep notebook read.
 RESULT_REQUEST_COLUMNS = frozenset({
     "request_id", "arrival_s", "prompt_tokens", "cached_tokens", "first_scheduled_s", "first_token_s",
     "ttft_s", "finish_s", "queue_delay_s", "first_scheduled_step", "finish_step", "preemptions",
@@ -24,7 +25,7 @@ RESULT_REQUEST_COLUMNS = frozenset({
     "instance", "router_cached_tokens",
     "decode_instance", "prefill_done_s", "kv_alloc_s", "held_s", "decode_held", "transfer_tokens",
     "transfer_s", "kv_ready_s", "decode_cached_tokens", "decode_preemptions",
-    "policy", "window", "scored",
+    "policy", "scored",
     "run_id", "scenario", "seed", "params", "engine", "kv_blocks", "block_size",
 })
 

@@ -22,6 +22,8 @@ def scenario_workload(name: str, params: dict[str, Any], seed: int,
     """
     from fairsim.scenarios import build_scenario
 
+    if "seed" in params:  # (build_scenario's own argument)
+        raise ValueError("bad scenario parameter seed: the sweep's seeds set it (the spec's `seeds`), not `params`")
     scenario = build_scenario(name, profile, seed, **params)
     return scenario.requests, scenario.engine
 
