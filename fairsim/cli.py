@@ -90,7 +90,11 @@ def _did_you_mean(parser: argparse.ArgumentParser, extras: list[str]) -> str:
     known = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
     for extra in extras:
         if extra.startswith("--"):
-            close = difflib.get_close_matches(extra.partition("=")[0], known, n=1, cutoff=0.75)
+            name = extra.partition("=")[0]
+            starting = sorted(o for o in known if o.startswith(name))  # an abbreviation: every option it starts
+            if 1 < len(starting) <= 4:
+                return f"; did you mean {', '.join(starting[:-1])} or {starting[-1]}?"
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
             if close:
                 return f"; did you mean {close[0]}?"
     return ""

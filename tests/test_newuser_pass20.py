@@ -190,3 +190,42 @@ def test_sweep_scenario_parameters_are_named_with_their_rule(tmp_path, capsys, p
     code, _, err = run_cli(capsys, "sweep", spec, "--out", tmp_path / "o", "--dry-run")
     assert code == 2 and f"{spec}: scenarios[0] (seed 0): {says}" in err
     assert "seed," not in err.partition("known:")[2]
+
+
+def test_sweep_on_ray_without_ray_exits_2_with_the_extra_even_dry(tmp_path, capsys, monkeypatch):
+    # Was: --dry-run exited 0, and a run said pip install 'fairsim[ray]' (the docs: -e ".[ray]").
+    import importlib.util
+
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else find(name, *a))
+    spec = tmp_path / "s.toml"
+    spec.write_text('[[scenarios]]\nname = "rag"\n[[policies]]\nname = "fcfs"\n')
+    for dry in (("--dry-run",), ()):
+        code, out, err = run_cli(capsys, "sweep", spec, "--out", tmp_path / "o", "--executor", "ray", *dry)
+        assert code == 2 and out == ""
+        assert 'install it with: pip install -e ".[ray]"' in err
+
+
+def test_tune_names_the_closest_as_such_and_an_instant_trace_span(tmp_path, capsys):
+    pytest.importorskip("optuna")
+    one = _one_request(tmp_path)
+    code, _, err = run_cli(capsys, "tune", "--trace", one, "--policies", "fairway", "--trials", "2",
+                           "--out", tmp_path / "o1")
+    # Was: "window w1 [0, 0) trace s holds no request", of a trace that holds one.
+    assert code == 2 and err.strip() == ("fairsim: error: --folds 4: every request of the trace arrives at 0 "
+                                         "trace s, so its span has no length to cut into windows; give --train "
+                                         "and --holdout windows")
+    trace = write_jsonl(tmp_path / "t.jsonl", [
+        {"timestamp": 1000 * i, "input_length": 600 + 50 * i, "output_length": 5, "hash_ids": [1, 2 + i]}
+        for i in range(12)])
+    code, out, err = run_cli(capsys, "tune", "--trace", trace, "--policies", "fairway", "--trials", "2",
+                             "--folds", "2", "--targets", "p50<=1e-9s", "--out", tmp_path / "o2")
+    assert code == 2 and "no trial of 2 meets the targets" in err
+    assert "closest (fairway, trial " in out and "chosen (" not in out
+
+
+def test_an_abbreviation_of_several_options_names_them_all(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--rep", "1"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "unrecognized arguments: --rep 1; did you mean --repeat or --replay?" in err

@@ -78,10 +78,9 @@ def run_sweep(spec: dict[str, Any] | SweepSpec, out: Path, executor: str = "loca
     """
     check_run_options(executor, workers, address)
     if executor == "ray":
-        try:
-            import ray  # noqa: F401  (checked before planning, not after)
-        except ImportError:
-            raise ImportError("the ray executor needs Ray: pip install 'fairsim[ray]'") from None
+        from fairsim.deps import require
+
+        require("ray")  # checked before planning, not after
     runs = expand(spec, source)
     raw = spec.raw if isinstance(spec, SweepSpec) else spec
     with SweepLock(out):
@@ -131,6 +130,10 @@ def _show(table: pd.DataFrame, cols: list[str]) -> str:
 def cmd_sweep(args: Any) -> int:
     """``fairsim sweep``: 0 when every run succeeded, 1 when some failed (listed on stderr)."""
     check_run_options(args.executor, args.workers, args.address)  # --dry-run too: the same command line
+    if args.executor == "ray":  # --dry-run too: it plans what this command line would run
+        from fairsim.deps import require
+
+        require("ray")
     source = str(args.spec)
     spec = parse_spec(load_spec(args.spec), source)
     out = args.out or Path(spec.out or f"results/sweep-{args.spec.stem}")

@@ -76,12 +76,12 @@ def run_ray(todo: Sequence[RunSpec], on_result: OnResult, address: str | None = 
     checks it: ``fairsim.sweep.runs.execute``).
 
     Raises:
-        ImportError: Ray is not installed (``pip install "fairsim[ray]"``).
+        ImportError: Ray is not installed (``fairsim.deps.require``'s message: ``pip install -e ".[ray]"``).
     """
-    try:
-        import ray
-    except ImportError:
-        raise ImportError("the ray executor needs Ray: pip install 'fairsim[ray]'") from None
+    from fairsim.deps import require
+
+    require("ray")
+    import ray
 
     started = False
     if not ray.is_initialized():

@@ -369,7 +369,8 @@ def _report(args, study, objective, sim, train, held, names, axes, notes, trace,
     if chosen is not None:
         c_train = score_from_attrs((chosen["median"], chosen["tail"]), study.trials[chosen["trial"]].user_attrs)
         c_held = objective.score(held, sim.stats(chosen["policy"], chosen["params"], held))
-        entries.insert(0, (f"chosen ({chosen['policy']}, trial {chosen['trial']})", c_train, c_held))
+        label = "chosen" if meets else "closest"  # (no trial meets the targets: the closest, not a choice)
+        entries.insert(0, (f"{label} ({chosen['policy']}, trial {chosen['trial']})", c_train, c_held))
         full = {**sim.fixed.get(chosen["policy"], {}), **chosen["params"]}
         payload["chosen"] = {"trial": chosen["trial"], "policy": chosen["policy"], "params": full,
                              **_scores(c_train, c_held)}

@@ -70,7 +70,11 @@ def fold_windows(requests: Sequence[Request], folds: int) -> tuple[list[Window],
     if not requests:
         raise ValueError("the trace holds no request after shaping")
     start = min(r.arrival_time for r in requests)
-    end = math.nextafter(max(r.arrival_time for r in requests), math.inf)  # the last arrival inside
+    last = max(r.arrival_time for r in requests)
+    if last == start:
+        raise ValueError(f"--folds {folds}: every request of the trace arrives at {start:g} trace s, so its span "
+                         f"has no length to cut into windows; give --train and --holdout windows")
+    end = math.nextafter(last, math.inf)  # the last arrival inside
     length = (end - start) / folds
     windows = [Window(f"w{i + 1}", start + i * length, end if i == folds - 1 else start + (i + 1) * length)
                for i in range(folds)]

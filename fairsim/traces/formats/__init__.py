@@ -146,7 +146,7 @@ def _unknown_folder(path: Path) -> str:
                 looks.setdefault(name, child.name)
     said = (f"; its files look like {', '.join(f'{k} (e.g. {v})' for k, v in looks.items())}: give one "
             f"file to --trace, or join them into one file in time order") if looks else ""
-    return (f"{path}: a folder is read only as {_folder_formats()} (see the README's formats table), and "
+    return (f"{path}: a folder is read only as {_folder_formats()} (see docs/traces.md's formats table), and "
             f"this one is neither{said}")
 
 
@@ -171,7 +171,7 @@ def _known_lookalike(head: Head) -> str | None:
             "sessionId" in rec or "uuid" in rec or "leafUuid" in rec):
         return ("looks like a Claude Code transcript (~/.claude/projects/*.jsonl), which records no "
                 "prefix identity; the claude-code format is the session documents with per-request "
-                "token counts and hash_ids (kv-cache-tester traces; the README's formats table)")
+                "token counts and hash_ids (kv-cache-tester traces; docs/traces.md's formats table)")
     return None
 
 
