@@ -8,6 +8,7 @@ Ray and YAML sweep specs need PyYAML; each lives in an extra of ``pyproject.toml
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 #: Top-level module -> (what it is for, how to install it).
 OPTIONAL: dict[str, tuple[str, str]] = {
@@ -44,8 +45,6 @@ def missing_message(module: str) -> str | None:
     dependencies nor an optional one."""
     top = module.partition(".")[0]
     if top in REQUIRED:
-        import sys
-
         return (f"{top} is not installed for {sys.executable}, and fairsim needs it: install fairsim in this "
                 f"environment (pip install -e . in its folder)")
     if top not in OPTIONAL:

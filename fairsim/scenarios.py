@@ -77,6 +77,7 @@ def kv_capacity(requests: list[Request], fraction: float = 0.3, min_prompts: int
 
 #: Spec fields a scenario sets itself: ``seed`` from the sweep's seeds, ``shape`` from its rates.
 _OWN_FIELDS = ("seed", "shape")
+SEED_IN_PARAMS = "bad scenario parameter seed: the sweep's seeds set it (the spec's `seeds`), not `params`"
 
 
 def _replace(spec: Any, params: dict[str, Any]) -> Any:
@@ -90,7 +91,7 @@ def _replace(spec: Any, params: dict[str, Any]) -> Any:
     fields = [f.name for f in dataclasses.fields(spec) if f.name not in _OWN_FIELDS]
     for key, value in params.items():
         if key == "seed":
-            raise ValueError("bad scenario parameter seed: the sweep's seeds set it (the spec's `seeds`), not `params`")
+            raise ValueError(SEED_IN_PARAMS)
         if key not in fields:
             raise ValueError(f"bad scenario parameter {key!r}: unknown; known: {', '.join(fields)}")
         default = getattr(spec, key)
@@ -99,7 +100,8 @@ def _replace(spec: Any, params: dict[str, Any]) -> Any:
             raise ValueError(f"bad scenario parameter {key}: {value!r} is not a number (its default is {default!r})")
         if isinstance(default, int) and not isinstance(default, bool) and isinstance(value, float) \
                 and not value.is_integer():
-            raise ValueError(f"bad scenario parameter {key}: {value!r} is not a whole number (its default is {default!r})")
+            raise ValueError(f"bad scenario parameter {key}: {value!r} is not a whole number "
+                             f"(its default is {default!r})")
     try:
         return dataclasses.replace(spec, **params)
     except (TypeError, ValueError) as exc:

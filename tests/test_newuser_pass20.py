@@ -167,7 +167,8 @@ def test_tune_refuses_contradictions_before_any_trial(tmp_path, capsys):
 
 @pytest.mark.parametrize("command, name", [
     (("compare", "--policies", "fcfs,lpm"), "summary.json"), (("run", "--policy", "fcfs"), "run.json"),
-    (("run", "--policy", "mypol:Rev"), "steps-mypol_Rev.parquet"), (("bench", "--policies", "fcfs", "--repeat", "1"), "bench.json")])
+    (("run", "--policy", "mypol:Rev"), "steps-mypol_Rev.parquet"),
+    (("bench", "--policies", "fcfs", "--repeat", "1"), "bench.json")])
 def test_a_folder_where_out_writes_a_file_is_refused_before_any_work(tmp_path, capsys, command, name):
     # Was: every policy ran, then "cannot write: Is a directory" (and compare wrote no run.json).
     (tmp_path / "o" / name).mkdir(parents=True)
@@ -178,7 +179,8 @@ def test_a_folder_where_out_writes_a_file_is_refused_before_any_work(tmp_path, c
 
 
 @pytest.mark.parametrize("params, says", [
-    ("seed = 5, num_requests = 50", "bad scenario parameter seed: the sweep's seeds set it (the spec's `seeds`), not `params`"),
+    ("seed = 5, num_requests = 50",
+     "bad scenario parameter seed: the sweep's seeds set it (the spec's `seeds`), not `params`"),
     ('zipf_s = "abc"', "bad scenario parameter zipf_s: 'abc' is not a number (its default is 1.1)"),
     ("num_requests = 2.5", "bad scenario parameter num_requests: 2.5 is not a whole number (its default is 1200)"),
     ("nosuch = 1", "bad scenario parameter 'nosuch': unknown; known: num_requests, rate_per_s, num_docs, zipf_s,")])

@@ -20,10 +20,10 @@ def scenario_workload(name: str, params: dict[str, Any], seed: int,
         ValueError: An unknown scenario or a bad parameter.
         FileNotFoundError: A real trace is missing.
     """
-    from fairsim.scenarios import build_scenario
+    from fairsim.scenarios import SEED_IN_PARAMS, build_scenario
 
     if "seed" in params:  # (build_scenario's own argument)
-        raise ValueError("bad scenario parameter seed: the sweep's seeds set it (the spec's `seeds`), not `params`")
+        raise ValueError(SEED_IN_PARAMS)
     scenario = build_scenario(name, profile, seed, **params)
     return scenario.requests, scenario.engine
 

@@ -12,8 +12,8 @@ Also read (TRACES.md): Dynamo's agentic rows ``session_id`` (rows of a session a
 order), ``delay`` / ``delay_ms`` (ms after the previous turn of the session *completes*, in place
 of or beside a ``timestamp``), ``request_id``; a file with no ``timestamp`` at all (optional in
 AIPerf's format) has no absolute time: sessions start as ``--session-rate`` draws them, and a row
-without a ``delay`` either is sent as its turn comes (delay 0, as AIPerf sends it); the aliases ``input_tokens``, ``output_tokens``,
-``created_time`` (ms, like ``timestamp``); fairsim's canonical ``after`` (the request this one
+without a ``delay`` either is sent as its turn comes (delay 0, as AIPerf sends it); the aliases
+``input_tokens``, ``output_tokens``, ``created_time`` (ms, like ``timestamp``); fairsim's canonical ``after`` (the request this one
 waits for), ``segments`` (exact content spans, written for RAGPulse traces) and the sidecar ``FILE.meta.json`` that ``fairsim convert`` writes (hash block size,
 whether time is absolute). Any other field becomes a label.
 
