@@ -207,6 +207,7 @@ LONG_CONTEXT_PROFILE, LONG_CONTEXT_TOKENS = "h200-qwen2.5-7b-1m-vllm-prior", 1_0
 """The shipped long-context prior and its max_model_len (``fairsim/profiles/build_long_context_prior.py``)."""
 
 MAX_MODEL_LEN_LIMIT = 2**31 - 1
+MIN_MODEL_LEN = 2  # a prompt must be shorter than max_model_len and leave one token to generate
 """Largest ``--max-model-len`` accepted, tokens: vLLM keeps token positions in int32."""
 
 
@@ -217,9 +218,18 @@ def check_max_model_len(tokens: int | None) -> None:
     Raises:
         ValueError: Naming the option and the bounds.
     """
-    if tokens is not None and not 2 <= tokens <= MAX_MODEL_LEN_LIMIT:
-        raise ValueError(f"--max-model-len {tokens}: need an integer number of tokens from 2 to "
+    if tokens is not None and not MIN_MODEL_LEN <= tokens <= MAX_MODEL_LEN_LIMIT:
+        raise ValueError(f"--max-model-len {tokens}: need an integer number of tokens from {MIN_MODEL_LEN} to "
                          f"{MAX_MODEL_LEN_LIMIT:,}")
+
+
+def warn(args: argparse.Namespace, message: str) -> None:
+    """Print ``fairsim: warning: MESSAGE`` on stderr and keep it for ``run.json``'s ``warnings``
+    (``args.run_warnings``, beside the trace reader's)."""
+    print(f"fairsim: warning: {message}", file=sys.stderr)
+    if getattr(args, "run_warnings", None) is None:
+        args.run_warnings = []
+    args.run_warnings.append(message)
 
 
 def model_len_limit(args: argparse.Namespace, profile: Profile) -> tuple[int | None, str]:
@@ -231,10 +241,10 @@ def model_len_limit(args: argparse.Namespace, profile: Profile) -> tuple[int | N
     if profile.max_model_len is not None and given > profile.max_model_len:
         hint = (f"; a long-context profile: {LONG_CONTEXT_PROFILE} ({LONG_CONTEXT_TOKENS:,} tokens)"
                 if profile.max_model_len < LONG_CONTEXT_TOKENS else "")
-        print(f"fairsim: warning: --max-model-len {given:,} is above the max_model_len of profile {profile.name} "
-              f"({profile.max_model_len:,} tokens; for a shipped profile, the model's documented context): "
-              f"vLLM refuses a length past the model's context unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, and "
-              f"the model's output past it is not guaranteed{hint}", file=sys.stderr)
+        warn(args, f"--max-model-len {given:,} is above the max_model_len of profile {profile.name} "
+             f"({profile.max_model_len:,} tokens; for a shipped profile, the model's documented context): "
+             f"vLLM refuses a length past the model's context unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, and "
+             f"the model's output past it is not guaranteed{hint}")
     return given, f"--max-model-len {given:,}"
 
 
@@ -251,11 +261,14 @@ def check_kv_holds_max_model_len(args: argparse.Namespace, block_size: int, kv_b
         return
     need = -(-tokens // block_size)
     if need > kv_blocks:
+        fits = kv_blocks * block_size
+        shorter = f"--max-model-len {fits:,} or less, or " if fits >= MIN_MODEL_LEN else ""
+        s = lambda n: "" if n == 1 else "s"  # noqa: E731
         raise ValueError(
-            f"--max-model-len {tokens:,}: one request of that length needs {need:,} KV blocks of {block_size} "
-            f"tokens, but the KV cache holds {kv_blocks:,} ({kv_blocks * block_size:,} tokens); vLLM refuses "
-            f"to start so. Use --max-model-len {kv_blocks * block_size:,} or less, or a larger cache "
-            f"(--kv-tokens, --kv-blocks, or a profile with more KV memory)")
+            f"--max-model-len {tokens:,}: one request of that length needs {need:,} KV block{s(need)} of "
+            f"{block_size} token{s(block_size)}, but the KV cache holds {kv_blocks:,} ({fits:,} token{s(fits)}); "
+            f"vLLM refuses to start so. Use {shorter}a larger cache (--kv-tokens, --kv-blocks, or a profile "
+            f"with more KV memory)")
 
 
 def read_trace(args: argparse.Namespace) -> Trace:
@@ -353,16 +366,16 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
         kept, capped = cap_outputs(kept, limit)
         if capped:
             given = "the profile's max_model_len" if getattr(args, "max_model_len", None) is None else "--max-model-len"
-            print(f"fairsim: warning: {len(capped)} requests ask for more output than {given} "
-                  f"({limit:,} tokens) leaves after their prompt; they decode to prompt + output = "
-                  f"{limit:,} tokens, as vLLM finishes them (length-capped); first: {capped[0].request_id!r}",
-                  file=sys.stderr)
+            n = len(capped)
+            warn(args, f"{plural(n, 'request')} ask{'s' if n == 1 else ''} for more output than {given} "
+                 f"({limit:,} tokens) leaves after the prompt: decoded to prompt + output = "
+                 f"{limit:,} tokens, as vLLM finishes them (length-capped); first: {capped[0].request_id!r}")
     if args.replay == "closed" and not any(r.after is not None for r in kept):
-        print("fairsim: warning: --replay closed: no request of this trace follows another, so every request "
-              "is sent at its own timestamp, as in open loop", file=sys.stderr)
+        warn(args, "--replay closed: no request of this trace follows another, so every request "
+             "is sent at its own timestamp, as in open loop")
     elif args.replay == "open" and args.think_scale != 1:
-        print(f"fairsim: warning: --think-scale {args.think_scale:g} has no effect in open loop (requests "
-              f"arrive at their timestamps); it scales the think times of --replay closed", file=sys.stderr)
+        warn(args, f"--think-scale {args.think_scale:g} has no effect in open loop (requests "
+             f"arrive at their timestamps); it scales the think times of --replay closed")
     if args.replay == "closed":
         kept, detached = detach_cut(kept, requests)
         if detached:
@@ -465,10 +478,10 @@ def warn_scale_moves_nothing(args: argparse.Namespace, requests: Sequence[Reques
     ids = {r.request_id for r in requests}
     starts = {r.arrival_time for r in requests if r.after is None or r.after not in ids}
     if len(starts) == 1:
-        print(f"fairsim: warning: --time-scale {args.time_scale:g} changes nothing here: in closed loop a turn "
-              f"is sent when the turn it follows finished plus its think time, and a time scale moves only "
-              f"the session starts, which all fall at one instant; use --think-scale (think/tool times), "
-              f"--session-rate (session starts) or --replay open", file=sys.stderr)
+        warn(args, f"--time-scale {args.time_scale:g} changes nothing here: in closed loop a turn "
+             f"is sent when the turn it follows finished plus its think time, and a time scale moves only "
+             f"the session starts, which all fall at one instant; use --think-scale (think/tool times), "
+             f"--session-rate (session starts) or --replay open")
 
 
 def _time_origin(args: argparse.Namespace, trace: Trace, request: Request, *fixes: str) -> tuple[str, str]:

@@ -295,7 +295,8 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
         "replay": args.replay, "think_scale": args.think_scale,
         "session_rate_per_s": args.session_rate, "fairsim_version": __version__,
         "trace_format": trace.format, "hash_block_size": trace.hash_block_size,
-        "absolute_time": trace.absolute_time, "warnings": list(trace.warnings),
+        "absolute_time": trace.absolute_time,
+        "warnings": [*trace.warnings, *(w for w in getattr(args, "run_warnings", None) or () if w not in trace.warnings)],
         "skipped_records": len(trace.skipped),
         "block_pool": block_pool_kind(),  # the engines' plain pool: "compiled" or "python"
         "bound_lines": bound_lines_kind(),  # the Fast lane's: "compiled" or "numpy"

@@ -242,7 +242,7 @@ class TestCli:
         assert main(argv + ["--mode", "colocated"]) == 0
         out, err = capsys.readouterr()
         assert json.loads(out)["fcfs"]["output_tokens"] == 400 + 7
-        assert "1 requests ask for more output than the profile's max_model_len (1,000 tokens)" in err
+        assert "1 request asks for more output than the profile's max_model_len (1,000 tokens)" in err
         assert "first: 't:1'" in err
         assert main(argv) == 0  # prefill-only: one token each, nothing to cap or say
         assert "max_model_len" not in capsys.readouterr().err

@@ -231,3 +231,70 @@ def test_an_abbreviation_of_several_options_names_them_all(capsys):
         main(["bench", "--rep", "1"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "unrecognized arguments: --rep 1; did you mean --repeat or --replay?" in err
+
+
+# -- the third pass: edge inputs ----------------------------------------------------------------------
+def test_a_broken_first_line_is_named_and_skippable(tmp_path, capsys):
+    # Was: "cannot tell the trace format of this file from its content", even with --skip-bad.
+    broken = '{"timestamp": 0, "input_length": 1000, "output_length": 1, "hash_ids": [1,2]\n'
+    good = "".join(json.dumps({"timestamp": 100 * i, "input_length": 600, "output_length": 2,
+                               "hash_ids": [1, 2 + i]}) + "\n" for i in range(1, 4))
+    alone = tmp_path / "alone.jsonl"
+    alone.write_text(broken)
+    code, _, err = run_cli(capsys, "run", "--trace", alone)
+    assert code == 2 and err.startswith(f"fairsim: error: {alone}: line 1 is not valid JSON (")
+    assert "give --trace-format (one of:" in err
+    first = tmp_path / "first.jsonl"
+    first.write_text(broken + good)
+    code, _, err = run_cli(capsys, "run", "--trace", first)
+    assert code == 2 and f"{first}:1: field '<json>': not valid JSON" in err
+    code, out, err = run_cli(capsys, "run", "--trace", first, "--skip-bad", "--format", "json")
+    assert code == 0 and json.loads(out)["fairway"]["requests"] == 3
+    import gzip
+
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(gzip.compress(good.encode())[:40])
+    code, _, err = run_cli(capsys, "run", "--trace", cut)
+    assert code == 2 and "line 1 is not valid JSON (" in err and "the gzip stream ends there, cut short" in err
+
+
+def test_fairway_weights_beyond_their_bounds_are_refused(capsys):
+    # Was: 4e304 / 1e304 accepted, the work charges overflowed and the merge changed silently.
+    code, _, err = run_cli(capsys, "run", "--max-requests", "20", "--param", "fast_weight=4e304",
+                           "--param", "fair_weight=1e304")
+    assert code == 2 and "Fairway fast_weight=4e+304: need a weight from 1e-100 to 1e+100" in err
+    runs = [run_cli(capsys, "run", "--max-requests", "60", "--format", "json", *p) for p in
+            ((), ("--param", "fast_weight=4e99", "--param", "fair_weight=1e99"))]
+    assert [json.loads(out)["fairway"]["ttft_p99_s"] for _, out, _ in runs] == [
+        json.loads(runs[0][1])["fairway"]["ttft_p99_s"]] * 2  # the ratio alone matters within the bounds
+
+
+def test_capacity_messages_at_the_edges(tmp_path, capsys):
+    azure = tmp_path / "a.csv"
+    azure.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                     "2023-11-16 18:15:46.6805900,4000,10\n2023-11-16 18:15:47.0,300,5\n")
+    code, _, err = run_cli(capsys, "run", "--trace", azure, "--kv-fraction", "1e6")
+    # Was: a 1-block cache, and "raise ... --kv-fraction" (0 x F is 0 whatever F).
+    assert code == 2 and err.strip() == ("fairsim: error: --kv-fraction 1e+06: the trace has no reusable content "
+                                         "(no block of 512 tokens appears in two requests), so a fraction of it "
+                                         "is no cache; size it with --kv-blocks or --kv-tokens (EngineConfig "
+                                         "kv_blocks/kv_tokens)")
+    one = write_jsonl(tmp_path / "one.jsonl", [{"timestamp": 0, "input_length": 1, "output_length": 1,
+                                                "hash_ids": []}])
+    code, _, err = run_cli(capsys, "run", "--trace", one, "--max-model-len", "2", "--kv-blocks", "1",
+                           "--block-size", "1")
+    # Was: "Use --max-model-len 1 or less", which is out of range.
+    assert code == 2 and "needs 2 KV blocks of 1 token, but the KV cache holds 1 (1 token)" in err
+    assert "Use a larger cache (--kv-tokens, --kv-blocks" in err
+
+
+def test_the_runs_warnings_reach_run_json(tmp_path, capsys):
+    trace = write_jsonl(tmp_path / "t.jsonl", [{"timestamp": 0, "input_length": 1000, "output_length": 5000,
+                                                 "hash_ids": [1, 2]}])
+    code, _, err = run_cli(capsys, "run", "--trace", trace, "--mode", "colocated", "--max-model-len", "2048",
+                           "--think-scale", "2", "--out", tmp_path / "o")
+    assert code == 0
+    warnings = json.loads((tmp_path / "o" / "run.json").read_text())["warnings"]
+    assert [w[:40] for w in warnings] == ["1 request asks for more output than --ma",
+                                          "--think-scale 2 has no effect in open lo"]
+    assert all(f"fairsim: warning: {w}" in err for w in warnings)

@@ -10,6 +10,10 @@ from fairsim.policies.base import arrival_key
 from fairsim.types import QueuedRequest
 from fairsim.policies.space import FloatRange
 
+#: Bounds of each Fairway weight: only their ratio matters, and within these the lanes' work
+#: charges (weight x tokens, summed over a run) stay finite and keep their digits (our own bound).
+WEIGHT_MIN, WEIGHT_MAX = 1e-100, 1e100
+
 
 class Fairway:
     """Two virtual lanes over one waiting queue, merged by per-lane work charges.
@@ -75,6 +79,11 @@ class Fairway:
                 f"Fairway weights must be > 0, got fast_weight={fast_weight}, "
                 f"fair_weight={fair_weight}"
             )
+        for key, value in (("fast_weight", fast_weight), ("fair_weight", fair_weight)):
+            if not WEIGHT_MIN <= value <= WEIGHT_MAX:
+                raise ValueError(f"Fairway {key}={value!r}: need a weight from {WEIGHT_MIN:g} to {WEIGHT_MAX:g} "
+                                 f"(only fast_weight / fair_weight matters; beyond these the lanes' work charges, "
+                                 f"weight x tokens summed over a run, overflow or lose their digits)")
         if not slo_floor > 0:
             raise ValueError(f"Fairway slo_floor must be > 0 s, got {slo_floor}")
         if slo_multiplier < 0:

@@ -61,6 +61,10 @@ def resolve_capacity(requests: Sequence[Request], config: EngineConfig) -> tuple
                                 + (f" (block_size={block_size})" if config.block_size is not None else ""))
     elif config.kv_fraction is not None:
         reusable = reusable_blocks(block_keys(r, block_size) for r in requests)
+        if reusable == 0 and requests:
+            raise CapacityError(f"kv_fraction={config.kv_fraction:g}: the trace has no reusable content (no block "
+                                f"of {block_size} tokens appears in two requests), so a fraction of it is no "
+                                f"cache; size it with --kv-blocks or --kv-tokens (EngineConfig kv_blocks/kv_tokens)")
         kv_blocks = capacity_from_fraction(config.kv_fraction, reusable)
     else:
         # Default sizing: 0.3 of the reusable content, but never below the longest prompt, so a

@@ -99,21 +99,50 @@ def detect(path: str | Path) -> str:
     hint = _known_lookalike(head)
     if hint is not None:
         raise ValueError(f"{path}: {hint}")
+    broken = _broken_first_record(head)
+    if broken is not None:
+        raise ValueError(f"{path}: {broken}; no other record in its first {len(head.data):,} bytes to tell the format "
+                         f"from: give --trace-format (one of: {', '.join(FORMATS)})")
     raise ValueError(
         f"{path}: cannot tell the trace format of this file from its content; give "
         f"--trace-format (one of: {', '.join(FORMATS)}). Expected e.g. Mooncake JSONL lines "
         '{"timestamp": ms, "input_length": N, "output_length": N, "hash_ids": [...]}')
 
 
+def _broken_first_record(head: Head) -> str | None:
+    """Why the head's first line is no record, where it is a JSON object that does not parse
+    (with the gzip stream's cut where that is why), else None."""
+    for number, raw in enumerate(head.data.splitlines(), 1):
+        if raw.strip():
+            if not raw.lstrip().startswith(b"{"):
+                return None
+            try:
+                json.loads(raw.decode("utf-8-sig"))
+                return None
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                why = f"line {number} is not valid JSON ({exc})"
+                if _cut_short(head.path):
+                    why += ": the gzip stream ends there, cut short (the download stopped?)"
+                return why
+    return None
+
+
 def _why_no_data(path: Path) -> str:
     """Why a file gave no data: empty (or blank), or a gzip stream cut short before any."""
+    if _cut_short(path):
+        return "a gzip stream cut short before its first line (the download stopped?)"
+    return "the file is empty"
+
+
+def _cut_short(path: Path) -> bool:
+    """True for a gzip stream that ends before its end-of-stream marker."""
     try:
         with open_binary(path) as fh:
             while fh.read(1 << 16):
                 pass
     except EOFError:
-        return "a gzip stream cut short before its first line (the download stopped?)"
-    return "the file is empty"
+        return True
+    return False
 
 
 def _folder_formats() -> str:

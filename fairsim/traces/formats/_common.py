@@ -53,7 +53,9 @@ class Head:
         data: The first ``HEAD_BYTES`` bytes, gunzipped when the file starts with the gzip magic,
             extended to the end of the first line when that is longer (up to
             ``FIRST_LINE_MAX``); empty for a folder.
-        first_record: The first non-blank line decoded as JSON, or None when it does not parse.
+        first_record: The first non-blank line decoded as JSON; where it is a broken JSON object
+            (a line starting ``{`` that does not parse), the next line of the head that is a JSON
+            object; None when neither is there.
     """
 
     path: Path
@@ -130,14 +132,22 @@ def read_head(path: Path) -> Head:
                 data += more
     except (OSError, zlib.error) as exc:
         raise OSError(f"{path}: cannot read (broken gzip stream?): {exc}") from None
-    first = None
+    first, seen = None, False
     for raw in data.splitlines():
         if raw.strip():
             try:
-                first = json.loads(raw.decode("utf-8-sig"))
+                record = json.loads(raw.decode("utf-8-sig"))
             except (UnicodeDecodeError, json.JSONDecodeError):
-                first = None
-            break
+                record = None
+            if not seen:
+                first, seen = record, True
+                if record is not None or not raw.lstrip().startswith(b"{"):
+                    break
+            elif isinstance(record, dict) and record:
+                # The first line is a broken record (cut short, a stray byte): the format is told
+                # from the next whole one, and its reader names the broken line (or --skip-bad).
+                first = record
+                break
     return Head(path, False, data, first)
 
 
