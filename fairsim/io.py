@@ -61,7 +61,12 @@ def check_file_stems(names: list[str]) -> None:
         seen[stem] = name
 
 
-def check_writable_dir(path: str | Path, option: str = "--out", files: Iterable[str] = ()) -> Path:
+#: The kinds of file fairsim writes in an output folder (``check_writable_dir``).
+OUTPUT_SUFFIXES = (".json", ".parquet", ".png", ".md", ".csv")
+
+
+def check_writable_dir(path: str | Path, option: str = "--out", files: Iterable[str] = (),
+                       folders: Iterable[str] = ()) -> Path:
     """Make sure ``path`` is (or can become) a folder fairsim can write files in.
 
     Creates the folder (and its parents) if missing, then creates and removes a probe file in it,
@@ -72,14 +77,17 @@ def check_writable_dir(path: str | Path, option: str = "--out", files: Iterable[
         path: The output folder.
         option: The option that named it, quoted in the message (e.g. ``"--out"``).
         files: Names of the files the command will write there: one that exists as a folder
-            would fail only at the end, after the work, so it is refused here.
+            would fail only at the end, after the work, so it is refused here (as is any folder
+            named like a file of ``OUTPUT_SUFFIXES``).
+        folders: Names of the folders it keeps there: one that exists as a file is refused.
 
     Returns:
         ``path`` as a ``Path``.
 
     Raises:
         OutputError: ``path`` is empty, an existing non-folder, cannot be created, or is not
-            writable; or one of ``files`` is a folder there.
+            writable; or one of ``files`` (or any name of ``OUTPUT_SUFFIXES``) is a folder
+            there, or one of ``folders`` a file.
     """
     _not_empty(path, option)
     out = Path(path)
@@ -93,6 +101,13 @@ def check_writable_dir(path: str | Path, option: str = "--out", files: Iterable[
     for name in files:
         if (out / name).is_dir():
             raise OutputError(out / name, f"is a folder, where {option} writes the file {name}", option)
+    for entry in out.iterdir():  # the names a command builds per window or figure, all of these kinds
+        if entry.suffix in OUTPUT_SUFFIXES and entry.is_dir():
+            raise OutputError(entry, f"is a folder with a file's name (fairsim writes its {', '.join(OUTPUT_SUFFIXES)} "
+                              f"files in {option}); move it away", option)
+    for name in folders:
+        if (out / name).exists() and not (out / name).is_dir():
+            raise OutputError(out / name, f"is a file, where {option} keeps the folder {name}", option)
     return out
 
 

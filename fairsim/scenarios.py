@@ -77,7 +77,8 @@ def kv_capacity(requests: list[Request], fraction: float = 0.3, min_prompts: int
 
 #: Spec fields a scenario sets itself: ``seed`` from the sweep's seeds, ``shape`` from its rates.
 _OWN_FIELDS = ("seed", "shape")
-SEED_IN_PARAMS = "bad scenario parameter seed: the sweep's seeds set it (the spec's `seeds`), not `params`"
+SEED_IN_PARAMS = ("bad scenario parameter seed: the sweep's seeds set it (the spec's `seeds`), not `params` "
+                  "or `grid`")
 
 
 def _replace(spec: Any, params: dict[str, Any]) -> Any:
@@ -94,14 +95,7 @@ def _replace(spec: Any, params: dict[str, Any]) -> Any:
             raise ValueError(SEED_IN_PARAMS)
         if key not in fields:
             raise ValueError(f"bad scenario parameter {key!r}: unknown; known: {', '.join(fields)}")
-        default = getattr(spec, key)
-        number = isinstance(default, (int, float)) and not isinstance(default, bool)
-        if number and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ValueError(f"bad scenario parameter {key}: {value!r} is not a number (its default is {default!r})")
-        if isinstance(default, int) and not isinstance(default, bool) and isinstance(value, float) \
-                and not value.is_integer():
-            raise ValueError(f"bad scenario parameter {key}: {value!r} is not a whole number "
-                             f"(its default is {default!r})")
+    params = {key: _of_kind(key, value, getattr(spec, key)) for key, value in params.items()}
     try:
         return dataclasses.replace(spec, **params)
     except (TypeError, ValueError) as exc:
@@ -215,7 +209,52 @@ def build_scenario(name: str, profile: Profile, seed: int = 0, **params: Any) ->
     except KeyError:
         known = ", ".join(scenario_names(include_sessions=True))
         raise ValueError(f"unknown scenario {name!r}; known: {known}") from None
+    params = _checked_builder_params(builder, params)
     try:
         return builder(profile, seed, **params)
     except TypeError as exc:
         raise ValueError(f"scenario {name!r}: bad parameters {params}: {exc}") from None
+
+
+def _checked_builder_params(builder: Callable[..., Scenario], params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` checked against the builder's own keywords (rates, durations, ``load``): each a
+    number where its default is one (a whole float given for an int becomes the int); ``profile``
+    and ``seed`` refused; an unknown key refused where the builder takes no spec fields.
+
+    Raises:
+        ValueError: Naming the key and its rule (``bad scenario parameter ...``).
+    """
+    import inspect
+
+    sig = inspect.signature(builder).parameters
+    own = {k: p.default for k, p in sig.items() if p.default is not inspect.Parameter.empty}
+    takes_spec = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.values())
+    out = dict(params)
+    for key, value in params.items():
+        if key in ("profile", "seed"):
+            raise ValueError(SEED_IN_PARAMS if key == "seed" else
+                             "bad scenario parameter profile: the sweep's engine profile sets it, not `params`")
+        if key in own:
+            out[key] = _of_kind(key, value, own[key])
+        elif not takes_spec:
+            raise ValueError(f"bad scenario parameter {key!r}: unknown; known: {', '.join(own)}")
+    return out
+
+
+def _of_kind(key: str, value: Any, default: Any) -> Any:
+    """``value`` for a parameter whose default is ``default``: a number where that is one (a
+    whole float for an int default becomes the int), else as given.
+
+    Raises:
+        ValueError: Not a number, or not whole for an int default.
+    """
+    if isinstance(default, bool) or not isinstance(default, (int, float)):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"bad scenario parameter {key}: {value!r} is not a number (its default is {default!r})")
+    if isinstance(default, int) and isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"bad scenario parameter {key}: {value!r} is not a whole number "
+                             f"(its default is {default!r})")
+        return int(value)
+    return value

@@ -43,7 +43,8 @@ def reference_json_lines(path: Path):
         try:
             rec = json.loads(text)
         except json.JSONDecodeError as exc:
-            yield line_no, f"error: {TraceFormatError(name, line_no, '<json>', f'not valid JSON: {exc.msg} ({json_where(exc, text)})')}"
+            msg = exc.msg.removesuffix(" at")  # ("Invalid control character at": its position went)
+            yield line_no, f"error: {TraceFormatError(name, line_no, '<json>', f'not valid JSON: {msg} ({json_where(exc, text)})')}"
             continue
         if isinstance(rec, dict):
             yield line_no, rec

@@ -298,3 +298,60 @@ def test_the_runs_warnings_reach_run_json(tmp_path, capsys):
     assert [w[:40] for w in warnings] == ["1 request asks for more output than --ma",
                                           "--think-scale 2 has no effect in open lo"]
     assert all(f"fairsim: warning: {w}" in err for w in warnings)
+
+
+# -- the fourth pass (this session's changes, seen from outside) ------------------------------------
+def test_a_stray_byte_before_the_first_record_is_named(tmp_path, capsys):
+    rows = "".join(json.dumps({"timestamp": 100 * i, "input_length": 600, "output_length": 2,
+                               "hash_ids": [1, 2 + i]}) + "\n" for i in range(3))
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("x" + rows)
+    code, _, err = run_cli(capsys, "run", "--trace", trace)
+    assert code == 2 and f"{trace}:1: field '<json>': not valid JSON: Expecting value (at character 1)" in err
+    code, out, _ = run_cli(capsys, "run", "--trace", trace, "--skip-bad", "--format", "json")
+    assert code == 0 and json.loads(out)["fairway"]["requests"] == 2
+
+
+def test_output_folders_in_the_way_are_refused_before_any_work(tmp_path, capsys):
+    (tmp_path / "p" / "queue_kv.png").mkdir(parents=True)
+    code, out, err = run_cli(capsys, "compare", "--max-requests", "20", "--policies", "fcfs",
+                             "--plots", tmp_path / "p")
+    assert code == 2 and out == ""
+    assert err.strip() == (f"fairsim: error: --plots {tmp_path / 'p' / 'queue_kv.png'}: is a folder with a file's "
+                           f"name (fairsim writes its .json, .parquet, .png, .md, .csv files in --plots); move it away")
+    spec = tmp_path / "s.toml"
+    spec.write_text('[[scenarios]]\nname = "rag"\nparams = {num_requests = 30}\n[[policies]]\nname = "fcfs"\n')
+    (tmp_path / "sw").mkdir()
+    (tmp_path / "sw" / "runs").write_text("")
+    code, _, err = run_cli(capsys, "sweep", spec, "--out", tmp_path / "sw", "--workers", "1", "--no-progress")
+    assert code == 2 and f"{tmp_path / 'sw' / 'runs'}: is a file, where --out keeps the folder runs" in err
+    assert not (tmp_path / "sw" / "spec.json").exists()
+
+
+@pytest.mark.parametrize("scenario, params, says", [
+    ("sec-steady", 'rate_per_s = "fast"',
+     "bad scenario parameter rate_per_s: 'fast' is not a number (its default is 1.0)"),
+    ("sec-steady", 'profile = "x"', "bad scenario parameter profile: the sweep's engine profile sets it, not `params`"),
+    ("mooncake-conversation", "bogus = 0",
+     "bad scenario parameter 'bogus': unknown; known: load, max_requests, window_step_s, max_prompt_tokens")])
+def test_a_builders_own_parameters_are_checked_too(tmp_path, capsys, scenario, params, says):
+    spec = tmp_path / "s.toml"
+    spec.write_text(f'[[scenarios]]\nname = "{scenario}"\nparams = {{{params}}}\n[[policies]]\nname = "fcfs"\n')
+    code, _, err = run_cli(capsys, "sweep", spec, "--out", tmp_path / "o", "--dry-run")
+    assert code == 2 and says in err
+
+
+def test_a_whole_float_for_an_int_parameter_is_the_int():
+    from fairsim.costmodel import DEFAULT_PROFILE, load_profile
+    from fairsim.scenarios import build_scenario
+
+    profile = load_profile(DEFAULT_PROFILE)
+    assert len(build_scenario("rag", profile, 0, num_requests=40.0).requests) == 40
+    with pytest.raises(ValueError, match=r"num_requests: 40.5 is not a whole number"):
+        build_scenario("rag", profile, 0, num_requests=40.5)
+
+
+def test_analyze_does_not_list_the_slo_it_refuses(capsys):
+    with pytest.raises(SystemExit):
+        main(["analyze", "--help"])
+    assert "--slo" not in capsys.readouterr().out

@@ -84,6 +84,11 @@ def run_sweep(spec: dict[str, Any] | SweepSpec, out: Path, executor: str = "loca
     runs = expand(spec, source)
     raw = spec.raw if isinstance(spec, SweepSpec) else spec
     with SweepLock(out):
+        from fairsim.io import check_writable_dir
+        from fairsim.sweep.runs import RUNS_DIR, STEPS_DIR
+
+        check_writable_dir(out, files=("spec.json", "summary.parquet", "summary.csv"),
+                           folders=(RUNS_DIR, STEPS_DIR, FAILED_DIR))  # before the first run
         atomic_text(json.dumps(raw, indent=2, sort_keys=True, default=str) + "\n", out / "spec.json")
         remove_partial_files(out)  # writes cut short by a kill; their runs are not done
         todo = [r for r in runs if status_of(out, r)[0] != "ok"]

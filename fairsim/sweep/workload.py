@@ -22,8 +22,10 @@ def scenario_workload(name: str, params: dict[str, Any], seed: int,
     """
     from fairsim.scenarios import SEED_IN_PARAMS, build_scenario
 
-    if "seed" in params:  # (build_scenario's own argument)
+    if "seed" in params:  # (build_scenario's own arguments)
         raise ValueError(SEED_IN_PARAMS)
+    if "profile" in params:
+        raise ValueError("bad scenario parameter profile: the sweep's engine profile sets it, not `params`")
     scenario = build_scenario(name, profile, seed, **params)
     return scenario.requests, scenario.engine
 

@@ -53,9 +53,9 @@ class Head:
         data: The first ``HEAD_BYTES`` bytes, gunzipped when the file starts with the gzip magic,
             extended to the end of the first line when that is longer (up to
             ``FIRST_LINE_MAX``); empty for a folder.
-        first_record: The first non-blank line decoded as JSON; where it is a broken JSON object
-            (a line starting ``{`` that does not parse), the next line of the head that is a JSON
-            object; None when neither is there.
+        first_record: The first non-blank line decoded as JSON; where it does not parse (a record
+            cut short, a stray byte), the next line of the head that is a JSON object; None when
+            neither is there (a CSV file's, whose readers sniff ``text``).
     """
 
     path: Path
@@ -141,7 +141,7 @@ def read_head(path: Path) -> Head:
                 record = None
             if not seen:
                 first, seen = record, True
-                if record is not None or not raw.lstrip().startswith(b"{"):
+                if record is not None or raw.strip() in (b"{", b"["):  # (a pretty-printed document's start)
                     break
             elif isinstance(record, dict) and record:
                 # The first line is a broken record (cut short, a stray byte): the format is told
@@ -260,7 +260,9 @@ def iter_json_lines(path: Path, split: Callable[[bytes], tuple[bytes, Any] | Non
                 try:
                     rec = json.loads(text)
                 except json.JSONDecodeError as exc:
-                    yield line_no, TraceFormatError(name, line_no, "<json>", f"not valid JSON: {exc.msg} "
+                    # (a message such as "Invalid control character at" ends where its position went)
+                    yield line_no, TraceFormatError(name, line_no, "<json>",
+                                                    f"not valid JSON: {exc.msg.removesuffix(' at')} "
                                                     f"({json_where(exc, text)})")
                     continue
                 except (ValueError, RecursionError) as exc:  # beyond Python's int digits or nesting

@@ -144,7 +144,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             out.bad(TraceFormatError(fname, 1, "<json>", f"not UTF-8 text: {exc.reason}"))
             continue
         except json.JSONDecodeError as exc:
-            out.bad(TraceFormatError(fname, exc.lineno, "<json>", f"not valid JSON: {exc.msg} (column {exc.colno})"))
+            out.bad(TraceFormatError(fname, exc.lineno, "<json>", f"not valid JSON: {exc.msg.removesuffix(' at')} (column {exc.colno})"))
             continue
         if not isinstance(doc, dict) or not isinstance(doc.get("requests"), list):
             out.bad(TraceFormatError(fname, "(top level)", "requests", "missing or not a list"))
