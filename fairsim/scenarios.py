@@ -77,8 +77,10 @@ def kv_capacity(requests: list[Request], fraction: float = 0.3, min_prompts: int
 
 #: Spec fields a scenario sets itself: ``seed`` from the sweep's seeds, ``shape`` from its rates.
 _OWN_FIELDS = ("seed", "shape")
+#: ``build_scenario``'s own arguments given among a sweep's ``params`` (``fairsim.sweep.workload``).
 SEED_IN_PARAMS = ("bad scenario parameter seed: the sweep's seeds set it (the spec's `seeds`), not `params` "
                   "or `grid`")
+PROFILE_IN_PARAMS = "bad scenario parameter profile: the sweep's engine profile sets it, not `params`"
 
 
 def _replace(spec: Any, params: dict[str, Any]) -> Any:
@@ -86,13 +88,11 @@ def _replace(spec: Any, params: dict[str, Any]) -> Any:
     its default is one.
 
     Raises:
-        ValueError: An unknown field (listing the known ones), ``seed`` or ``shape``, or a value
-            of the wrong kind (naming the field).
+        ValueError: An unknown field (listing the known ones; ``seed`` and ``shape`` are the
+            scenario's own), or a value of the wrong kind (naming the field).
     """
     fields = [f.name for f in dataclasses.fields(spec) if f.name not in _OWN_FIELDS]
-    for key, value in params.items():
-        if key == "seed":
-            raise ValueError(SEED_IN_PARAMS)
+    for key in params:
         if key not in fields:
             raise ValueError(f"bad scenario parameter {key!r}: unknown; known: {', '.join(fields)}")
     params = {key: _of_kind(key, value, getattr(spec, key)) for key, value in params.items()}
@@ -218,8 +218,8 @@ def build_scenario(name: str, profile: Profile, seed: int = 0, **params: Any) ->
 
 def _checked_builder_params(builder: Callable[..., Scenario], params: dict[str, Any]) -> dict[str, Any]:
     """``params`` checked against the builder's own keywords (rates, durations, ``load``): each a
-    number where its default is one (a whole float given for an int becomes the int); ``profile``
-    and ``seed`` refused; an unknown key refused where the builder takes no spec fields.
+    number where its default is one (a whole float given for an int becomes the int); an unknown
+    key refused where the builder takes no spec fields (the others go on to ``_replace``).
 
     Raises:
         ValueError: Naming the key and its rule (``bad scenario parameter ...``).
@@ -231,9 +231,6 @@ def _checked_builder_params(builder: Callable[..., Scenario], params: dict[str, 
     takes_spec = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.values())
     out = dict(params)
     for key, value in params.items():
-        if key in ("profile", "seed"):
-            raise ValueError(SEED_IN_PARAMS if key == "seed" else
-                             "bad scenario parameter profile: the sweep's engine profile sets it, not `params`")
         if key in own:
             out[key] = _of_kind(key, value, own[key])
         elif not takes_spec:

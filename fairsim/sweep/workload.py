@@ -20,12 +20,12 @@ def scenario_workload(name: str, params: dict[str, Any], seed: int,
         ValueError: An unknown scenario or a bad parameter.
         FileNotFoundError: A real trace is missing.
     """
-    from fairsim.scenarios import SEED_IN_PARAMS, build_scenario
+    from fairsim.scenarios import PROFILE_IN_PARAMS, SEED_IN_PARAMS, build_scenario
 
     if "seed" in params:  # (build_scenario's own arguments)
         raise ValueError(SEED_IN_PARAMS)
     if "profile" in params:
-        raise ValueError("bad scenario parameter profile: the sweep's engine profile sets it, not `params`")
+        raise ValueError(PROFILE_IN_PARAMS)
     scenario = build_scenario(name, profile, seed, **params)
     return scenario.requests, scenario.engine
 
