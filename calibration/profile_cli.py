@@ -29,10 +29,9 @@ from fairsim.io import path_arg
 #: intercept is engine work (scheduling, input preparation, sampling) on top of a tiny model.
 DEFAULT_STEP_OVERHEAD_PROFILE = "cpu-tiny-llama-vllm-measured"
 
-#: Each source's own options (option, ``args`` attribute): one given with the other source is refused.
-SOURCE_OPTIONS = {"aiconfigurator": (("--system", "system"), ("--vllm-version", "vllm_version"),
-                                     ("--model", "model"), ("--tp", "tp")),
-                  "llmservingsim": (("--tables", "tables"), ("--step-overhead-s", "step_overhead_s"))}
+#: Each source's own options: one given with the other source is refused.
+SOURCE_OPTIONS = {"aiconfigurator": ("--system", "--vllm-version", "--model", "--tp"),
+                  "llmservingsim": ("--tables", "--step-overhead-s")}
 DEFAULT_MODEL = "meta-llama/Meta-Llama-3.1-8B"
 
 
@@ -151,8 +150,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from fairsim.io import check_writable_file
 
     other = "llmservingsim" if args.source == "aiconfigurator" else "aiconfigurator"
-    for option, value in SOURCE_OPTIONS[other]:
-        if getattr(args, value) is not None:
+    for option in SOURCE_OPTIONS[other]:
+        if getattr(args, option[2:].replace("-", "_")) is not None:
             raise ValueError(f"{option}: only used with --from {other} (this is --from {args.source})")
     check_writable_file(args.out, "--out")
     name = args.name or args.out.stem

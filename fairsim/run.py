@@ -296,7 +296,7 @@ def write_run_info(out: Path, args: argparse.Namespace, trace: Trace, names: lis
         "session_rate_per_s": args.session_rate, "fairsim_version": __version__,
         "trace_format": trace.format, "hash_block_size": trace.hash_block_size,
         "absolute_time": trace.absolute_time,
-        "warnings": [*trace.warnings, *(w for w in getattr(args, "run_warnings", None) or () if w not in trace.warnings)],
+        "warnings": [*trace.warnings, *(getattr(args, "run_warnings", None) or ())],  # the reader's, then the run's
         "skipped_records": len(trace.skipped),
         "block_pool": block_pool_kind(),  # the engines' plain pool: "compiled" or "python"
         "bound_lines": bound_lines_kind(),  # the Fast lane's: "compiled" or "numpy"

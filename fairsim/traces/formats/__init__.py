@@ -265,11 +265,12 @@ def _read_naming_others(format: str, detected: bool, path: str | Path, skip_bad:
             head = read_head(Path(path))
         except OSError:
             raise exc from None
-        if not detected and FORMATS[format].sniff(head) and not _superseding(format, head):
+        better = _superseding(format, head)
+        if not detected and FORMATS[format].sniff(head) and not better:
             raise  # the file is in the format asked for: the record itself is bad
         others = [f.name for f in FORMATS.values() if f.name != format and f.sniff(head)
                   and f.name not in FORMATS[format].supersedes]
-        others.sort(key=lambda name: name not in _superseding(format, head))
+        others.sort(key=lambda name: name not in better)
         if not others:
             raise
         said = (f"detected from the content; it also looks like {' or '.join(others)}: give --trace-format "
@@ -277,7 +278,7 @@ def _read_naming_others(format: str, detected: bool, path: str | Path, skip_bad:
                 f"as --trace-format asked; the content looks like {' or '.join(others)}: give --trace-format "
                 f"{others[0]} (or auto)")
         raise TraceFormatError(exc.path, exc.line, exc.field, f"{exc.reason} [read as {format}, {said}]") from None
-    if not detected:
+    if not detected and any(format in f.supersedes for f in FORMATS.values()):  # (else no head to read)
         better = _superseding(format, read_head(Path(path)))
         if better:
             warning = (f"{path}: read as {format}, as --trace-format asked, but the content is {better[0]}'s "
