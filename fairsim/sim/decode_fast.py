@@ -140,6 +140,9 @@ class DecodeFastEngine(Engine):
         self._seq = 0  # registration counter: admission order among decoders
         self._m = 0  # registered decoders
         self._ctx = 0  # sum of their computed tokens at the current step's start
+        # Preemptions of a step that scheduled nothing, counted in the next reference step's row
+        # (``Engine._loop``'s ``carried``): with no request running the next step is one.
+        self._carried_preemptions = 0
         # Step table columns (the step number is the row number): start and duration in seconds,
         # then counts; typed arrays, so the table needs no per-value conversion at the end.
         self._cols: list[array] = [array("d"), array("d")] + [array("q") for _ in STEP_COLUMNS[3:]]
@@ -675,7 +678,11 @@ class DecodeFastEngine(Engine):
                 raise EngineInvariantError(
                     f"step {step} at {now:.6f} s scheduled nothing although {num_waiting} requests "
                     f"wait and {len(self._running)} run")
+            self._carried_preemptions += preempted
             return None
+        if self._carried_preemptions:
+            preempted += self._carried_preemptions
+            self._carried_preemptions = 0
         new_tokens, pair_sum, decodes, decode_ctx = _batch_sums(batch, 0, 0.0, 0, 0)
         self.prefill_tokens += new_tokens - decodes
         duration = self.profile.step_time_colocated(new_tokens, pair_sum, len(batch), decodes, decode_ctx)

@@ -577,6 +577,8 @@ class Engine:
         route_due = member.route_due if member is not None else None
         step = 0
         now = env.now if env is not None else 0.0
+        # Preemptions of a step that scheduled nothing (below), counted in the next step's row.
+        carried = 0
         while running or waiting or preempted_q or arrivals:
             if interrupt.REQUESTED:  # a Ctrl-C swallowed by a finaliser still stops the run
                 raise KeyboardInterrupt
@@ -616,7 +618,8 @@ class Engine:
             batch, preempted = schedule(now)
             if not batch:
                 # Colocated: every running request was preempted by its own growth (vLLM then runs
-                # a step with nothing scheduled and admits in the next one).
+                # a step with nothing scheduled and admits in the next one). It takes no time and
+                # gets no row: its preemptions go into the next step's, at the same clock.
                 if not preempted:
                     # A disaggregated prefill instance whose free blocks are pinned by finished
                     # prefills awaiting their KV transfer waits for a release, a decode instance
@@ -628,7 +631,11 @@ class Engine:
                     raise EngineInvariantError(
                         f"step {step} at {now:.6f} s scheduled nothing although {num_waiting} requests "
                         f"wait and {len(running)} run")
+                carried += preempted
                 continue
+            if carried:
+                preempted += carried
+                carried = 0
             new_tokens = 0
             pair_sum = 0.0
             decodes = 0

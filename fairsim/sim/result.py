@@ -116,7 +116,10 @@ class SimResult:
         steps: One row per engine step: ``step``, ``start_s``, ``duration_s``, ``tokens``,
             ``decode_tokens`` (of ``tokens``, one per decoding request), ``requests`` (batch size), ``waiting`` (queue length at step start), ``running`` (after
             admission), ``kv_blocks_used`` (``ref_cnt > 0``), ``kv_blocks_cached``, ``evictions``
-            (blocks evicted during the step), ``preemptions``.
+            (blocks evicted during the step), ``preemptions`` (running requests preempted by
+            the step's scheduling; a step that preempted every running request schedules
+            nothing, takes no time and has no row: its preemptions are in the next row, which
+            starts at the same clock).
         policy: Policy name.
         kv_blocks: KV capacity in blocks.
         block_size: Tokens per block.
