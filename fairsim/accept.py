@@ -299,7 +299,8 @@ def add_accept_command(sub: argparse._SubParsersAction, add_common: Callable, fm
                    help="'auto' (calm, burst, spike from the offered load) or "
                         "NAME:START-END,... in seconds of trace time")
     p.add_argument("--window-length", type=float, default=None,
-                   help="length of auto windows, trace seconds (default 60, or a third of a shorter trace)")
+                   help="length of auto windows, trace seconds (default 60, or a third of a shorter trace, "
+                        "or less where three disjoint windows need it)")
     p.add_argument("--warmup", type=float, default=None,
                    help="trace seconds replayed before each window, not scored (default: the window's length)")
     p.add_argument("--plots", type=path_arg, help="folder for the figures (per window and overall)")

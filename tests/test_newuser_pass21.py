@@ -37,3 +37,37 @@ def test_every_preemption_is_counted_in_the_steps_and_the_summary(tmp_path, caps
     assert int(steps["preemptions"].sum()) == total
     assert json.loads(out)["fcfs"]["preemptions"] == total
     assert json.loads((tmp_path / "summary.json").read_text())["fcfs"]["preemptions"] == total
+
+
+def _steady_with_a_cluster() -> list:
+    """One 100-token request a second over 150 s, and 60 more in [70, 80) s: the busiest
+    window of a third of the span sits mid-trace."""
+    from fairsim.types import Request
+
+    times = [float(t) for t in range(151)] + [70 + i / 6 for i in range(60)]
+    return [Request(f"r{i}", t, 100, (), 16, 1, {}) for i, t in enumerate(sorted(times))]
+
+
+def test_default_windows_of_a_short_trace_are_found_beside_a_mid_trace_spike():
+    # Was: "no disjoint calm, burst and spike windows of 50 s ... pass a --window-length at most a
+    # third of the span" - the length it had used. The default now tries shorter lengths.
+    from fairsim.analysis.load import detect_windows
+    from fairsim.costmodel import load_profile
+
+    requests = _steady_with_a_cluster()
+    calm, burst, spike = detect_windows(requests, load_profile())
+    assert [w.end_s - w.start_s for w in (calm, burst, spike)] == pytest.approx([150 / 4] * 3)
+    assert spike.start_s <= 70 and spike.end_s >= 80
+    assert not (calm.overlaps(burst) or calm.overlaps(spike) or burst.overlaps(spike))
+    with pytest.raises(ValueError, match=r"^no disjoint calm, burst and spike windows of 50 s \(calm with "
+                                         r">= 20 requests\) in a trace of 150 s; pass a shorter "
+                                         r"--window-length, or --windows NAME:START-END,\.\.\.$"):
+        detect_windows(requests, load_profile(), length_s=50)
+
+
+def test_accept_runs_on_a_trace_shorter_than_three_minutes(capsys):
+    code, out, err = run_cli(capsys, "accept", WINDOW, "--policy", "fairway", "--window-end", "150",
+                             "--target-load", "0.9", "--format", "json")
+    assert code == 0, err
+    windows = json.loads(out)["windows"]
+    assert [w["name"] for w in windows] == ["calm", "burst", "spike"]

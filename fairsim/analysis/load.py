@@ -31,6 +31,9 @@ DEFAULT_WINDOW_S = 60.0
 """Default window length, seconds: the paper's spike lasts 60 s (``calm_burst_spike``)."""
 MIN_WINDOW_REQUESTS = 20
 """A calm window needs at least this many requests, so its p99 is not just its maximum."""
+MIN_WINDOWS_PER_SPAN = 10
+"""The default window length of a trace shorter than three 60 s windows is tried down to this
+fraction of its span (``detect_windows``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +222,9 @@ def detect_windows(requests: Sequence[Request], profile: Profile,
         requests: The trace.
         profile: Cost model giving the capacity.
         length_s: Window length, seconds. Default ``DEFAULT_WINDOW_S``, or a third of the trace's
-            span when the trace is shorter than three such windows.
+            span when the trace is shorter than three such windows; where that finds no three
+            disjoint windows (the spike mid-trace), the longest of a quarter ... a tenth of the
+            span (``MIN_WINDOWS_PER_SPAN``) that does.
         min_requests: Fewest requests a calm window may hold.
         budget_tokens: Step token budget of the load, tokens (None: the profile's).
         colocated: Count decode work too.
@@ -228,8 +233,9 @@ def detect_windows(requests: Sequence[Request], profile: Profile,
         ``[calm, burst, spike]``, each with its request count and load.
 
     Raises:
-        ValueError: Fewer than ``3 * min_requests`` requests, a span of 0 s, or no three
-            disjoint windows that qualify (the message says to pass ``--windows``).
+        ValueError: Fewer than ``3 * min_requests`` requests, a span of 0 s, a ``length_s`` not
+            finite and > 0, or no three disjoint windows that qualify (the message says to pass
+            a shorter ``--window-length`` or ``--windows``).
     """
     if len(requests) < 3 * min_requests:
         raise ValueError(f"window detection needs at least {3 * min_requests} requests, the "
@@ -239,9 +245,29 @@ def detect_windows(requests: Sequence[Request], profile: Profile,
     if not span > 0:
         raise ValueError("all requests arrive at one instant: no windows to find; pass --windows")
     if length_s is None:
-        length_s = min(DEFAULT_WINDOW_S, span / 3)
-    if not (length_s > 0 and math.isfinite(length_s)):
-        raise ValueError(f"--window-length {length_s}: need > 0 s")
+        # The default: 60 s, or a third of a shorter trace; where the spike then sits mid-trace,
+        # the other two no longer fit beside it, so shorter lengths (a quarter ... a tenth of the
+        # span) are tried, longest first.
+        first = min(DEFAULT_WINDOW_S, span / 3)
+        lengths = [first] + [span / k for k in range(4, MIN_WINDOWS_PER_SPAN + 1) if span / k < first]
+    else:
+        if not (length_s > 0 and math.isfinite(length_s)):
+            raise ValueError(f"--window-length {length_s}: need > 0 s")
+        lengths = [length_s]
+    for length in lengths:
+        found = _three_windows(requests, profile, length, min_requests, budget_tokens, colocated)
+        if found is not None:
+            return found
+    tried = f"{lengths[0]:g} s" if len(lengths) == 1 else f"{lengths[0]:g} s down to {lengths[-1]:g} s"
+    raise ValueError(f"no disjoint calm, burst and spike windows of {tried} (calm with >= {min_requests} "
+                     f"requests) in a trace of {span:.0f} s; pass a shorter --window-length, or "
+                     f"--windows NAME:START-END,...")
+
+
+def _three_windows(requests: Sequence[Request], profile: Profile, length_s: float, min_requests: int,
+                   budget_tokens: int | None, colocated: bool) -> list[Window] | None:
+    """``detect_windows``' rule at one window length: ``[calm, burst, spike]``, or None where no
+    three disjoint windows qualify."""
     stats = _window_stats(requests, profile, length_s, _grid(requests, length_s), budget_tokens,
                           colocated)
     rows = [Window("", float(r.start_s), float(r.end_s), int(r.requests), float(r.load))
@@ -254,9 +280,7 @@ def detect_windows(requests: Sequence[Request], profile: Profile,
         calm = next((w for w in reversed(by_load) if w.requests >= min_requests
                      and not w.overlaps(spike) and not w.overlaps(burst)), None)
     if burst is None or calm is None:
-        raise ValueError(f"no disjoint calm, burst and spike windows of {length_s:g} s (calm with "
-                         f">= {min_requests} requests) in a trace of {span:.0f} s; pass a "
-                         f"--window-length at most a third of the span, or --windows NAME:START-END,...")
+        return None
     return [Window("calm", calm.start_s, calm.end_s, calm.requests, calm.load),
             Window("burst", burst.start_s, burst.end_s, burst.requests, burst.load),
             Window("spike", spike.start_s, spike.end_s, spike.requests, spike.load)]
