@@ -152,22 +152,28 @@ class PolicyError(RuntimeError):
     message with exit status 1 (the traceback, through the policy's code, with ``--debug``). The
     original exception is chained as ``__cause__``.
 
-    The message reads ``error in policy 'NAME' (CLASS): TYPE: message``.
+    The message reads ``error in policy 'NAME' (CLASS): TYPE: message``, then ``(at FILE, line
+    N)`` where the exception was raised in code outside fairsim and the standard library (the
+    team's module: ``fairsim.policies.failure.raised_at``).
 
     Attributes:
         policy: The policy's name (``--policy`` value or its ``name`` attribute).
         policy_class: The policy's class name.
+        where: ``"FILE, line N"`` of the innermost such frame, or None.
     """
 
-    def __init__(self, policy: str, policy_class: str, exc_type: str, message: str) -> None:
+    def __init__(self, policy: str, policy_class: str, exc_type: str, message: str,
+                 where: str | None = None) -> None:
         self.policy = policy
         self.policy_class = policy_class
         self.exc_type = exc_type
         self.message = message
-        super().__init__(f"error in policy {policy!r} ({policy_class}): {exc_type}: {message}")
+        self.where = where
+        at = f" (at {where})" if where else ""
+        super().__init__(f"error in policy {policy!r} ({policy_class}): {exc_type}: {message}{at}")
 
     def __reduce__(self):
-        return (type(self), (self.policy, self.policy_class, self.exc_type, self.message))
+        return (type(self), (self.policy, self.policy_class, self.exc_type, self.message, self.where))
 
 
 class StatusError(RuntimeError):

@@ -290,7 +290,8 @@ def test_a_failing_policy_keeps_the_ones_before_it(capsys, tmp_path, monkeypatch
     assert json.loads((tmp_path / "o" / "bench.json").read_text())["fcfs"]["requests"] == 60
     last = err.strip().splitlines()[-1]
     assert last == ("fairsim: bench: policy 'benchfailpol:Boom' (its fairsim run exited 1): "
-                    "error in policy 'benchfailpol:Boom' (Boom): ValueError: boom")
+                    f"error in policy 'benchfailpol:Boom' (Boom): ValueError: boom "
+                    f"(at {tmp_path / 'benchfailpol.py'}, line 6)")
 
 
 def test_tile_also_runs_the_trace_itself_and_gives_the_cost_ratio(capsys):

@@ -440,8 +440,9 @@ class TestInternalErrors:
     def test_error_inside_a_policy_names_the_policy(self, capsys, buggy):
         code, _, err = run_cli(capsys, "run", "--policy", "buggy", "--max-requests", "5")
         assert code == 1 and "Traceback" not in err and "bug in fairsim" not in err
-        assert ("fairsim: error in policy 'buggy' (Buggy): ZeroDivisionError: division by zero\n"
-                "(rerun with fairsim --debug ... for the traceback)") in err
+        # The line of Buggy.order's lambda, in this file: where the policy's own code raised.
+        assert (f"fairsim: error in policy 'buggy' (Buggy): ZeroDivisionError: division by zero "
+                f"(at {__file__}, line 424)\n(rerun with fairsim --debug ... for the traceback)") in err
 
     def test_debug_shows_the_traceback(self, capsys, buggy):
         code, _, err = run_cli(capsys, "--debug", "run", "--policy", "buggy", "--max-requests", "5")

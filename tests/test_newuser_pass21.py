@@ -71,3 +71,38 @@ def test_accept_runs_on_a_trace_shorter_than_three_minutes(capsys):
     assert code == 0, err
     windows = json.loads(out)["windows"]
     assert [w["name"] for w in windows] == ["calm", "burst", "spike"]
+
+
+def _write_policies(folder: Path) -> None:
+    (folder / "pass21pol.py").write_text(
+        "from fairsim.policies.fcfs import FCFS\n"
+        "class InitBug(FCFS):\n"
+        "    def __init__(self):\n"
+        "        self.n = len(5)\n"
+        "class Checked(FCFS):\n"
+        "    def __init__(self, scale: float = 1.0):\n"
+        "        if scale <= 0:\n"
+        "            raise ValueError('scale must be > 0')\n"
+        "        self.scale = scale\n")
+
+
+def test_a_constructor_bug_is_the_policys_error_and_says_where(tmp_path, capsys, monkeypatch):
+    # Was: "policy 'pass21pol:InitBug': constructor refused {}: object of type 'int' has no len()",
+    # exit 2, as if the (absent) --param values were bad.
+    _write_policies(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        code, _, err = run_cli(capsys, "run", "--policy", "pass21pol:InitBug", "--max-requests", "5")
+        assert code == 1
+        assert (f"fairsim: error in policy 'pass21pol:InitBug' (InitBug): TypeError: object of type 'int' "
+                f"has no len() (at {tmp_path / 'pass21pol.py'}, line 4)") in err
+        # A constructor's check of the values given stays bad input, and says where it refused.
+        code, _, err = run_cli(capsys, "run", "--policy", "pass21pol:Checked", "--param", "scale=-1",
+                               "--max-requests", "5")
+        assert code == 2
+        assert (f"policy 'pass21pol:Checked': constructor refused {{'scale': -1}}: scale must be > 0 "
+                f"(at {tmp_path / 'pass21pol.py'}, line 8)") in err
+    finally:
+        import sys
+
+        sys.modules.pop("pass21pol", None)

@@ -11,6 +11,8 @@ as they are.
 
 from __future__ import annotations
 
+import os
+import sysconfig
 from types import CodeType
 
 from fairsim.errors import EngineInvariantError, PolicyContractError, PolicyError
@@ -38,6 +40,32 @@ def _codes(policy: object, fast_path: object = None) -> set[CodeType]:
             if code is not None:
                 out.add(code)
     return out
+
+
+def _not_the_teams() -> tuple[str, ...]:
+    """Folders whose code is not a team's policy: fairsim's package and the standard library."""
+    paths = sysconfig.get_paths()
+    return tuple(os.path.join(os.path.realpath(d), "") for d in
+                 {os.path.dirname(os.path.dirname(os.path.abspath(__file__))), paths["stdlib"],
+                  paths["platstdlib"]})
+
+
+def raised_at(exc: BaseException) -> str | None:
+    """``"FILE, line N"`` of the innermost frame of ``exc``'s traceback whose file is outside
+    fairsim and the standard library (a team's policy module, or a library it called), or None
+    where there is none (a shipped policy's failure, or one raised in C)."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    skip = _not_the_teams()
+    for tb in reversed(frames):
+        filename = tb.tb_frame.f_code.co_filename
+        if filename.startswith("<") or os.path.realpath(filename).startswith(skip):
+            continue
+        return f"{filename}, line {tb.tb_lineno}"
+    return None
 
 
 def policy_name(policy: object) -> str:
@@ -73,7 +101,8 @@ def policy_failure(exc: BaseException, policy: object, name: str | None = None,
         while tb is not None:
             if tb.tb_frame.f_code in codes:
                 return (PolicyError(name if name is not None else policy_name(policy),
-                                    type(policy).__name__, type(cur).__name__, str(cur)), cur)
+                                    type(policy).__name__, type(cur).__name__, str(cur), raised_at(cur)),
+                        cur)
             tb = tb.tb_next
         cur = cur.__cause__ or cur.__context__
     return None

@@ -71,11 +71,12 @@ def make_user_policy(spec: str, profile: Any = None, /, **params: Any) -> Policy
 
     Raises:
         ValueError: Anything ``load_user_class`` refuses, parameters the constructor does not
-            take (listing those it does), a missing required parameter, a constructor that
-            raises ``ValueError``/``TypeError`` on the values given, or an ``order`` (or
-            ``on_admitted``) that cannot be called as ``order(waiting, now)``.
-        PolicyError: The constructor raised anything else (the policy's own code failed, exit
-            1 as for ``order()``; the original is its ``__cause__``).
+            take (listing those it does), a missing required parameter, a constructor given
+            ``params`` that raises ``ValueError``/``TypeError`` (on the values given), or an
+            ``order`` (or ``on_admitted``) that cannot be called as ``order(waiting, now)``.
+        PolicyError: The constructor raised anything else, or anything with no ``params``
+            given (the policy's own code failed, exit 1 as for ``order()``; the original is its
+            ``__cause__``). Both messages say where the team's code raised it.
     """
     cls = load_user_class(spec)
     sig = inspect.signature(cls)
@@ -96,12 +97,15 @@ def make_user_policy(spec: str, profile: Any = None, /, **params: Any) -> Policy
                              f"({_declared(sig.parameters[key])})")
     try:
         policy = cls(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"policy {spec!r}: constructor refused {params}: {exc}") from exc
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - the team's code failed: name it as such
         from fairsim.errors import PolicyError
+        from fairsim.policies.failure import raised_at
 
-        raise PolicyError(spec, cls.__name__, type(exc).__name__, str(exc)) from exc
+        where = raised_at(exc)
+        if params and isinstance(exc, (TypeError, ValueError)):  # (its check of the --param values)
+            at = f" (at {where})" if where else ""
+            raise ValueError(f"policy {spec!r}: constructor refused {params}: {exc}{at}") from exc
+        raise PolicyError(spec, cls.__name__, type(exc).__name__, str(exc), where) from exc
     for method in ("order", "on_admitted"):
         check_callable_as(spec, policy, method)
     if not isinstance(getattr(policy, "name", None), str):
