@@ -21,14 +21,17 @@ def read_policy_config(path: str | Path, option: str = "--policy-config") -> tup
     The policy and parameters are checked later by ``make_policy`` (as for ``--policy``/``--param``).
 
     Raises:
-        ValueError: The file cannot be read, is not JSON, is not an object with a string
+        ValueError: The file cannot be read, is not UTF-8 or not JSON, is not an object with a string
             ``policy`` and an object ``params``, or has another key (naming ``option`` and the file).
     """
     where = f"{option} {path}"
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ValueError(f"{where}: cannot read the file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{where}: not UTF-8 text (a binary file?): {exc.reason} at byte {exc.start}; "
+                         f"expected the JSON file fairsim tune writes") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

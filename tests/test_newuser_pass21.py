@@ -106,3 +106,13 @@ def test_a_constructor_bug_is_the_policys_error_and_says_where(tmp_path, capsys,
         import sys
 
         sys.modules.pop("pass21pol", None)
+
+
+def test_a_binary_policy_config_names_the_option_and_file(tmp_path, capsys):
+    # Was: "fairsim: error: 'utf-8' codec can't decode byte 0xff in position 0: ...".
+    config = tmp_path / "best.json"
+    config.write_bytes(b"\xff\xfe{}")
+    code, _, err = run_cli(capsys, "run", "--policy-config", config, "--max-requests", "5")
+    assert code == 2
+    assert err.strip() == (f"fairsim: error: --policy-config {config}: not UTF-8 text (a binary file?): invalid "
+                           f"start byte at byte 0; expected the JSON file fairsim tune writes")
