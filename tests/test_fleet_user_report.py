@@ -139,7 +139,7 @@ def test_fractional_bytes_per_token_print_the_value_used(capsys):
 
 @pytest.mark.parametrize("param, named", [
     ("prefix_weight", "--router-param 'prefix_weight': expected KEY=VALUE"),
-    ("prefix_weight=true", "--router-param prefix_weight=true (router 'llm-d'): need a finite number >= 0"),
+    ("prefix_weight=true", "--router-param prefix_weight=true (router 'llm-d'): need a finite number from 0 to 1e+06"),
 ])
 def test_router_param_errors_echo_what_was_written(capsys, param, named):
     code, out, err = cli(capsys, "run", "--policy", "fcfs", "--trace", WINDOW, "--instances", "2",

@@ -116,3 +116,17 @@ def test_a_binary_policy_config_names_the_option_and_file(tmp_path, capsys):
     assert code == 2
     assert err.strip() == (f"fairsim: error: --policy-config {config}: not UTF-8 text (a binary file?): invalid "
                            f"start byte at byte 0; expected the JSON file fairsim tune writes")
+
+
+@pytest.mark.parametrize(("param", "message"), [
+    # Was: accepted; 1e300 x blocks + load == 1e300 x blocks sent every request to instance 0.
+    ("overlap_weight=1e300", "--router-param overlap_weight=1e+300 (router 'dynamo-kv'): need a finite number "
+                             "from 0 to 1e+06 (only the weights' ratios matter)"),
+    # Was: "... overlap_weight=2 ...: need a finite number >= 0", hiding that "2" was read as text.
+    ('overlap_weight="2"', "--router-param overlap_weight=2 (router 'dynamo-kv'): need a finite number from 0 "
+                           "to 1e+06 (only the weights' ratios matter), got the string '2'"),
+])
+def test_router_weights_are_bounded_and_a_string_is_named(capsys, param, message):
+    code, _, err = run_cli(capsys, "run", "--trace", WINDOW, "--max-requests", "10", "--instances", "2",
+                           "--router", "dynamo-kv", "--router-param", param)
+    assert code == 2 and err.strip() == f"fairsim: error: {message}"

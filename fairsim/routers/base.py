@@ -195,13 +195,27 @@ def highest(values: Sequence[float]) -> int:
 
 
 def check_param(router: str, key: str, value: Any, ok: bool, need: str) -> None:
-    """Refuse a router parameter, naming the option: ``--router-param KEY=VALUE: need ...``."""
+    """Refuse a router parameter, naming the option: ``--router-param KEY=VALUE: need ...``
+    (a value read as a JSON string says so: ``"2"`` is not the number 2)."""
     if not ok:
         given = value if isinstance(value, str) else json.dumps(value)  # as written: true, not True
-        raise ValueError(f"--router-param {key}={given} (router {router!r}): need {need}")
+        got = f", got the string {value!r}" if isinstance(value, str) else ""
+        raise ValueError(f"--router-param {key}={given} (router {router!r}): need {need}{got}")
 
 
 def number(value: Any) -> bool:
     """A real number (not a bool), finite."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
         and abs(value) != float("inf")
+
+
+#: Largest router weight (``dynamo-kv``'s ``overlap_weight``, ``llm-d``'s weights; ours). Only a
+#: weight's ratio to the other terms matters, and from about 1e15 on the other terms are lost to
+#: rounding (``1e300 * blocks + load == 1e300 * blocks``): the router no longer weighs load at all.
+WEIGHT_MAX = 1e6
+WEIGHT_NEED = f"a finite number from 0 to {WEIGHT_MAX:g} (only the weights' ratios matter)"
+
+
+def weight(value: Any) -> bool:
+    """A router weight: a number from 0 to ``WEIGHT_MAX``."""
+    return number(value) and 0 <= value <= WEIGHT_MAX

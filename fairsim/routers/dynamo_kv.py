@@ -29,7 +29,8 @@ import math
 import random
 from collections.abc import Sequence
 
-from fairsim.routers.base import InstanceView, Router, RouteRequest, cached_prefixes, check_param, number
+from fairsim.routers.base import (WEIGHT_NEED, InstanceView, Router, RouteRequest, cached_prefixes, check_param,
+                                  number, weight)
 
 
 class DynamoKV(Router):
@@ -41,8 +42,7 @@ class DynamoKV(Router):
     def __init__(self, num_instances: int, *, overlap_weight: float = 1.0, temperature: float = 0.0,
                  **kw) -> None:
         super().__init__(num_instances, **kw)
-        check_param(self.name, "overlap_weight", overlap_weight, number(overlap_weight) and overlap_weight >= 0,
-                    "a finite number >= 0")
+        check_param(self.name, "overlap_weight", overlap_weight, weight(overlap_weight), WEIGHT_NEED)
         check_param(self.name, "temperature", temperature, number(temperature) and temperature >= 0,
                     "a finite number >= 0")
         self.overlap_weight = float(overlap_weight)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fairsim.routers.base import InstanceView, Router, RouteRequest, cached_prefixes, check_param, highest, number
+from fairsim.routers.base import (WEIGHT_NEED, InstanceView, Router, RouteRequest, cached_prefixes, check_param,
+                                  highest, weight)
 
 
 class LLMD(Router):
@@ -32,7 +33,7 @@ class LLMD(Router):
         super().__init__(num_instances, **kw)
         for key, value in (("prefix_weight", prefix_weight), ("queue_weight", queue_weight),
                            ("kv_weight", kv_weight)):
-            check_param(self.name, key, value, number(value) and value >= 0, "a finite number >= 0")
+            check_param(self.name, key, value, weight(value), WEIGHT_NEED)
         self.weights = (float(prefix_weight), float(queue_weight), float(kv_weight))
 
     def scores(self, req: RouteRequest, instances: Sequence[InstanceView]) -> list[float]:
