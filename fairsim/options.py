@@ -55,17 +55,22 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
     kept as written and resolved by ``params_for``.
 
     Raises:
-        ValueError: An item without ``=``.
+        ValueError: An item without ``=``, or a key given twice with different values (which
+            one was meant is not known).
     """
     out: dict[str, Any] = {}
+    written: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--param {item!r}: expected KEY=VALUE or POLICY.KEY=VALUE")
         try:
-            out[key] = json.loads(value)
+            parsed = json.loads(value)
         except json.JSONDecodeError:
-            out[key] = value
+            parsed = value
+        if key in out and (parsed != out[key] or type(parsed) is not type(out[key])):
+            raise ValueError(f"--param {key} given twice ({key}={written[key]}, then {key}={value}); give it once")
+        out[key], written[key] = parsed, value
     return out
 
 
@@ -294,7 +299,8 @@ def parse_router_params(items: Sequence[str]) -> dict[str, Any]:
     scoped by policy).
 
     Raises:
-        ValueError: An item without ``=``, named as ``--router-param``.
+        ValueError: An item without ``=``, or a key given twice with different values, named as
+            ``--router-param``.
     """
     try:
         return parse_params(items)

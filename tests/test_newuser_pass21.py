@@ -130,3 +130,19 @@ def test_router_weights_are_bounded_and_a_string_is_named(capsys, param, message
     code, _, err = run_cli(capsys, "run", "--trace", WINDOW, "--max-requests", "10", "--instances", "2",
                            "--router", "dynamo-kv", "--router-param", param)
     assert code == 2 and err.strip() == f"fairsim: error: {message}"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    # Was: the last value kept, silently.
+    (("--param", "fast_weight=8", "--param", "fast_weight=4"),
+     "--param fast_weight given twice (fast_weight=8, then fast_weight=4); give it once"),
+    (("--instances", "2", "--router", "dynamo-kv", "--router-param", "overlap_weight=1",
+      "--router-param", "overlap_weight=2"),
+     "--router-param overlap_weight given twice (overlap_weight=1, then overlap_weight=2); give it once"),
+])
+def test_a_parameter_given_twice_with_two_values_is_refused(capsys, argv, message):
+    code, _, err = run_cli(capsys, "run", "--trace", WINDOW, "--max-requests", "10", *argv)
+    assert code == 2 and err.strip() == f"fairsim: error: {message}"
+    same = [a.replace("=4", "=8").replace("=2", "=1") for a in argv]
+    code, _, err = run_cli(capsys, "run", "--trace", WINDOW, "--max-requests", "10", *same)
+    assert code == 0, err  # the same value twice says one thing
