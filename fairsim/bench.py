@@ -481,8 +481,8 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
                          "disaggregated is not supported (its prefill and decode engines split every request, "
                          "so no one engine runs the same work)")
     if vs_one and getattr(args, "instances", 1) < 2:
-        raise ValueError(f"--vs-one-engine: compares a fleet with one engine; give --instances N >= 2 "
-                         f"(got --instances {getattr(args, 'instances', 1)})")
+        raise ValueError("--vs-one-engine: compares a fleet with one engine; give --instances N >= 2 "
+                         "(a run has 1 instance unless --instances says more)")
     # --mode disaggregated: its options checked here (args.mode becomes colocated for the shaping
     # below; run_argv passes the mode on to the children as given).
     disagg = disagg_spec(args)

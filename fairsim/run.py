@@ -90,11 +90,11 @@ def format_table(rows: dict[str, dict[str, Any]]) -> str:
     header = ["policy"] + [c[1] for c in cols]
     show = {True: "yes", False: "no"}
 
-    def cell(value: Any, fmt: str) -> str:
+    def cell(value: Any, fmt: Any) -> str:
         # A figure that does not exist (None/NaN: e.g. TPOT when no request decoded twice) is n/a.
         if value is None or (isinstance(value, float) and value != value):
             return "n/a"
-        return fmt.format(value)
+        return fmt(value) if callable(fmt) else fmt.format(value)
 
     body = [[name] + [show[s[key]] if key == "starved" else cell(s[key], fmt)
                       for key, _, fmt in cols] for name, s in rows.items()]

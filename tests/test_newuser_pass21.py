@@ -146,3 +146,21 @@ def test_a_parameter_given_twice_with_two_values_is_refused(capsys, argv, messag
     same = [a.replace("=4", "=8").replace("=2", "=1") for a in argv]
     code, _, err = run_cli(capsys, "run", "--trace", WINDOW, "--max-requests", "10", *same)
     assert code == 0, err  # the same value twice says one thing
+
+
+def test_a_small_ratio_is_not_printed_as_zero():
+    # Was: suf's p50 over FCFS's, 5.6 s / 7,530 s, printed "0.00x".
+    from fairsim.ratios import ratio_text
+
+    assert [ratio_text(v) for v in (5.6 / 7530, 0.0123, 0.45, 1.0, 12.345, 0.0)] == [
+        "0.00074x", "0.01x", "0.45x", "1.00x", "12.35x", "0.00x"]
+
+
+def test_torchs_install_hint_needs_no_vllm():
+    # Was: "needed for the live vLLM commands; install it with: pip install -e .[live-cpu]" (vLLM).
+    from fairsim.deps import missing_message
+
+    assert missing_message("torch") == (
+        "torch is not installed (needed for the live vLLM commands and fairsim calibrate --backend torch); "
+        "install it with: pip install torch (all that calibrate --backend torch needs: no vLLM), or pip "
+        'install -e ".[live-cpu]" for the live vLLM commands')
