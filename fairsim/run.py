@@ -213,6 +213,11 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
             write_run_info(args.out, args, trace, list(rows), load, engine, load_what, delivered_loads, profile)
         raise
     print_rows(shown(), args.format, config.mode == "colocated")
+    # The tables' companions before the figures: a Ctrl-C or a failure while drawing leaves
+    # every result written.
+    if args.out is not None:
+        atomic_write_text(args.out / "summary.json", strict_json(shown()) + "\n")
+        write_run_info(args.out, args, trace, names, load, engine, load_what, delivered_loads, profile)
     if results:
         from fairsim.run_plots import write_run_plots
 
@@ -228,9 +233,6 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         if config.mode == "colocated" and not slo:
             print("fairsim: note: --plots drew no goodput.png: goodput needs --slo ttft=S,tpot=S",
                   file=sys.stderr)
-    if args.out is not None:
-        atomic_write_text(args.out / "summary.json", strict_json(shown()) + "\n")
-        write_run_info(args.out, args, trace, names, load, engine, load_what, delivered_loads, profile)
     return 0
 
 

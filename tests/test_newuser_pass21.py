@@ -164,3 +164,31 @@ def test_torchs_install_hint_needs_no_vllm():
         "torch is not installed (needed for the live vLLM commands and fairsim calibrate --backend torch); "
         "install it with: pip install torch (all that calibrate --backend torch needs: no vLLM), or pip "
         'install -e ".[live-cpu]" for the live vLLM commands')
+
+
+def test_a_ctrl_c_while_drawing_keeps_summary_and_run_json(tmp_path, capsys, monkeypatch):
+    # Was: the tables written, but neither summary.json nor run.json (written after the figures);
+    # over an earlier run's --out, that run's summary.json stood beside the new tables.
+    import fairsim.run_plots
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fairsim.run_plots, "write_run_plots", interrupted)
+    out = tmp_path / "o"
+    code, _, _ = run_cli(capsys, "compare", "--max-requests", "30", "--policies", "fcfs,lpm", "--out", out,
+                         "--plots", tmp_path / "p")
+    assert code == 130
+    assert set(json.loads((out / "summary.json").read_text())) == {"fcfs", "lpm"}
+    assert json.loads((out / "run.json").read_text())["policies"] == ["fcfs", "lpm"]
+
+
+def test_a_ctrl_c_while_drawing_keeps_analysis_json(tmp_path, capsys, monkeypatch):
+    import fairsim.analysis.figures
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fairsim.analysis.figures, "load_figure", interrupted)
+    code, _, _ = run_cli(capsys, "analyze", WINDOW, "--out", tmp_path / "a")
+    assert code == 130 and json.loads((tmp_path / "a" / "analysis.json").read_text())["requests"] > 0

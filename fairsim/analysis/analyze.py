@@ -303,14 +303,15 @@ def write_report(an: Analysis, out: Path) -> list[Path]:
     from fairsim.figures import save
 
     out.mkdir(parents=True, exist_ok=True)
+    # The figures last but the report (which links them): a Ctrl-C while drawing keeps the JSON.
+    atomic_write_text(out / "analysis.json", an.summary_json() + "\n")
     paths = [
         save(load_figure(an.series, an.bin_s, an.busiest), out / "load.png"),
         save(spread_figure(an.spread), out / "spread.png"),
         save(hit_curve_figure(an.curve, {"run default": an.kv_blocks}), out / "hit_curve.png"),
+        out / "analysis.json",
     ]
     summary = an.summary()
-    atomic_write_text(out / "analysis.json", an.summary_json() + "\n")
-    paths.append(out / "analysis.json")
     sp = an.spread
     curve_rows = "\n".join(f"| {r['capacity']} | {r['kv_blocks']:,} | {r['hit_rate']:.3f} |"
                            for r in an.curve_table())
