@@ -192,3 +192,18 @@ def test_a_ctrl_c_while_drawing_keeps_analysis_json(tmp_path, capsys, monkeypatc
     monkeypatch.setattr(fairsim.analysis.figures, "load_figure", interrupted)
     code, _, _ = run_cli(capsys, "analyze", WINDOW, "--out", tmp_path / "a")
     assert code == 130 and json.loads((tmp_path / "a" / "analysis.json").read_text())["requests"] > 0
+
+
+def test_an_earlier_runs_tables_in_out_are_named(tmp_path, capsys):
+    # Was: silent; 24 stale tables of an earlier compare sat beside the new summary.json.
+    out = tmp_path / "o"
+    code, _, _ = run_cli(capsys, "compare", "--max-requests", "20", "--policies", "fcfs,lpm,suf", "--out", out)
+    assert code == 0
+    code, _, err = run_cli(capsys, "compare", "--max-requests", "20", "--policies", "fcfs", "--out", out)
+    message = (f"--out {out} holds 4 tables this run does not write (requests-lpm.parquet, requests-suf.parquet, "
+               f"steps-lpm.parquet, steps-suf.parquet), from an earlier run: summary.json and run.json will "
+               f"describe this run only; give an empty folder to keep them apart")
+    assert code == 0 and f"fairsim: warning: {message}" in err
+    assert json.loads((out / "run.json").read_text())["warnings"] == [message]
+    code, _, err = run_cli(capsys, "run", "--max-requests", "20", "--policy", "fcfs", "--out", tmp_path / "new")
+    assert code == 0 and "warning" not in err
