@@ -207,3 +207,15 @@ def test_an_earlier_runs_tables_in_out_are_named(tmp_path, capsys):
     assert json.loads((out / "run.json").read_text())["warnings"] == [message]
     code, _, err = run_cli(capsys, "run", "--max-requests", "20", "--policy", "fcfs", "--out", tmp_path / "new")
     assert code == 0 and "warning" not in err
+
+
+def test_a_colocated_cache_too_small_for_an_output_does_not_point_at_prompts(tmp_path, capsys):
+    # Was: "... or keep a part of the trace without prompts over 51200 tokens", for a request whose
+    # 26,888-token prompt fits and whose 200,000-token output does not.
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"timestamp": 0, "input_length": 900, "output_length": 5000,
+                                 "hash_ids": [1, 2]}) + "\n")
+    code, _, err = run_cli(capsys, "run", "--trace", trace, "--mode", "colocated", "--kv-blocks", "4")
+    assert code == 2 and err.strip().endswith(
+        "or keep a part of the trace without requests whose prompt and output pass 2048 tokens together "
+        "(--window-start, --window-end or --max-requests), or cap outputs with --max-model-len")

@@ -88,14 +88,19 @@ def resolve_capacity(requests: Sequence[Request], config: EngineConfig) -> tuple
             f"(kv_tokens={total * block_size}) already never evicts")
     if worst is not None and blocks_for(worst.prompt_len + extra(worst), block_size) > kv_blocks:
         need = blocks_for(worst.prompt_len + extra(worst), block_size)
-        what = " for its prompt and output" if config.mode == "colocated" else ""
+        colocated = config.mode == "colocated"
+        what = " for its prompt and output" if colocated else ""
+        # Colocated, the output counts too: a part of the trace without long prompts may not help.
+        keep = (f"requests whose prompt and output pass {kv_blocks * block_size} tokens together "
+                f"(--window-start, --window-end or --max-requests), or cap outputs with --max-model-len"
+                if colocated else
+                f"prompts over {kv_blocks * block_size} tokens (--window-start, --window-end or --max-requests)")
         raise CapacityError(
             f"request {worst.request_id!r} needs {need} blocks of {block_size} tokens{what} "
             f"but the KV cache holds {kv_blocks}; raise the capacity "
             f"(--kv-tokens, --kv-blocks to at least {need}, or "
             f"--kv-fraction; EngineConfig kv_tokens/kv_blocks/kv_fraction), or keep a part of the "
-            f"trace without prompts over {kv_blocks * block_size} tokens (--window-start, "
-            f"--window-end or --max-requests)"
+            f"trace without {keep}"
         )
     return block_size, kv_blocks
 
