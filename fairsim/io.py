@@ -93,6 +93,8 @@ def check_writable_dir(path: str | Path, option: str = "--out", files: Iterable[
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise OutputError(out, "exists and is not a folder", option)
+    if out.is_symlink() and not out.exists():
+        raise OutputError(out, f"is a link to {os.readlink(out)}, which does not exist", option)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

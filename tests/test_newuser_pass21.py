@@ -219,3 +219,11 @@ def test_a_colocated_cache_too_small_for_an_output_does_not_point_at_prompts(tmp
     assert code == 2 and err.strip().endswith(
         "or keep a part of the trace without requests whose prompt and output pass 2048 tokens together "
         "(--window-start, --window-end or --max-requests), or cap outputs with --max-model-len")
+
+
+def test_a_dangling_link_as_out_is_named(tmp_path, capsys):
+    # Was: "cannot create the folder: File exists".
+    link = tmp_path / "o"
+    link.symlink_to(tmp_path / "gone")
+    code, _, err = run_cli(capsys, "run", "--max-requests", "5", "--out", link)
+    assert code == 2 and f"{link}: is a link to {tmp_path / 'gone'}, which does not exist" in err
