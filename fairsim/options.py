@@ -68,7 +68,7 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
             parsed = json.loads(value)
         except json.JSONDecodeError:
             parsed = value
-        if key in out and (parsed != out[key] or type(parsed) is not type(out[key])):
+        if key in out and value != written[key] and (parsed != out[key] or type(parsed) is not type(out[key])):
             raise ValueError(f"--param {key} given twice ({key}={written[key]}, then {key}={value}); give it once")
         out[key], written[key] = parsed, value
     return out

@@ -227,3 +227,35 @@ def test_a_dangling_link_as_out_is_named(tmp_path, capsys):
     link.symlink_to(tmp_path / "gone")
     code, _, err = run_cli(capsys, "run", "--max-requests", "5", "--out", link)
     assert code == 2 and f"{link}: is a link to {tmp_path / 'gone'}, which does not exist" in err
+
+
+def test_where_a_policy_raised_is_its_own_module_first(tmp_path, monkeypatch):
+    from fairsim.policies.failure import raised_at
+
+    (tmp_path / "pass21helper.py").write_text("def boom():\n    raise KeyError('k')\n")
+    (tmp_path / "pass21own.py").write_text(
+        "import pass21helper\nclass Own:\n    def order(self, waiting, now):\n        pass21helper.boom()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import pass21own
+
+    try:
+        try:
+            pass21own.Own().order([], 0.0)
+        except KeyError as exc:
+            err = exc
+        # The class's own module, then any other code that is neither fairsim nor the stdlib.
+        start = err.__traceback__.tb_next  # the policy's call, as policy_failure finds it
+        assert raised_at(err, pass21own.Own, start) == f"{tmp_path / 'pass21own.py'}, line 4"
+        assert raised_at(err, None, start) == f"{tmp_path / 'pass21helper.py'}, line 2"
+        # A shipped policy's class: no place outside fairsim to name.
+        from fairsim.policies.fcfs import FCFS
+
+        try:
+            FCFS().order(None, 0.0)
+        except TypeError as exc:
+            assert raised_at(exc, FCFS, exc.__traceback__.tb_next) is None
+    finally:
+        import sys
+
+        sys.modules.pop("pass21own", None)
+        sys.modules.pop("pass21helper", None)

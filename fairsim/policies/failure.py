@@ -12,8 +12,9 @@ as they are.
 from __future__ import annotations
 
 import os
+import sys
 import sysconfig
-from types import CodeType
+from types import CodeType, TracebackType
 
 from fairsim.errors import EngineInvariantError, PolicyContractError, PolicyError
 
@@ -50,16 +51,26 @@ def _not_the_teams() -> tuple[str, ...]:
                   paths["platstdlib"]})
 
 
-def raised_at(exc: BaseException) -> str | None:
-    """``"FILE, line N"`` of the innermost frame of ``exc``'s traceback whose file is outside
-    fairsim and the standard library (a team's policy module, or a library it called), or None
-    where there is none (a shipped policy's failure, or one raised in C)."""
+def raised_at(exc: BaseException, policy_class: type | None = None,
+              start: TracebackType | None = None) -> str | None:
+    """``"FILE, line N"`` where a policy's code raised ``exc``: the innermost frame of its
+    traceback (from ``start``, the policy's own call, on; default: the whole traceback) in the
+    module that defines ``policy_class``, else the innermost one outside fairsim and the standard
+    library (a helper module of the team's, or a library it called); None where there is neither
+    (a shipped policy's failure, or one raised in C)."""
     frames = []
-    tb = exc.__traceback__
+    tb = exc.__traceback__ if start is None else start
     while tb is not None:
         frames.append(tb)
         tb = tb.tb_next
     skip = _not_the_teams()
+    module = sys.modules.get(getattr(policy_class, "__module__", None) or "")
+    home = getattr(module, "__file__", None)
+    if home is not None and not os.path.realpath(home).startswith(skip):
+        home = os.path.realpath(home)
+        for tb in reversed(frames):
+            if os.path.realpath(tb.tb_frame.f_code.co_filename) == home:
+                return f"{tb.tb_frame.f_code.co_filename}, line {tb.tb_lineno}"
     for tb in reversed(frames):
         filename = tb.tb_frame.f_code.co_filename
         if filename.startswith("<") or os.path.realpath(filename).startswith(skip):
@@ -101,7 +112,8 @@ def policy_failure(exc: BaseException, policy: object, name: str | None = None,
         while tb is not None:
             if tb.tb_frame.f_code in codes:
                 return (PolicyError(name if name is not None else policy_name(policy),
-                                    type(policy).__name__, type(cur).__name__, str(cur), raised_at(cur)),
+                                    type(policy).__name__, type(cur).__name__, str(cur),
+                                    raised_at(cur, type(policy), tb)),
                         cur)
             tb = tb.tb_next
         cur = cur.__cause__ or cur.__context__

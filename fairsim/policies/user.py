@@ -101,7 +101,7 @@ def make_user_policy(spec: str, profile: Any = None, /, **params: Any) -> Policy
         from fairsim.errors import PolicyError
         from fairsim.policies.failure import raised_at
 
-        where = raised_at(exc)
+        where = raised_at(exc, cls)
         if params and isinstance(exc, (TypeError, ValueError)):  # (its check of the --param values)
             at = f" (at {where})" if where else ""
             raise ValueError(f"policy {spec!r}: constructor refused {params}: {exc}{at}") from exc
