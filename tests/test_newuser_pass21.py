@@ -259,3 +259,35 @@ def test_where_a_policy_raised_is_its_own_module_first(tmp_path, monkeypatch):
 
         sys.modules.pop("pass21own", None)
         sys.modules.pop("pass21helper", None)
+
+
+def test_softmax_pick_at_an_overflowing_scale_is_the_argmin():
+    # Was: NaN probabilities, and the last instance every time (5e-324 sent 40 of 40 there).
+    from fairsim.routers.dynamo_kv import softmax_pick
+
+    assert [softmax_pick([3.0, 1.0, 2.0], t, s) for t, s in ((5e-324, 0.99), (1e-300, 0.5))] == [1, 1]
+    # An ordinary temperature still samples by Dynamo's softmax: p ~ exp(-(x - min) / (spread T)).
+    assert [softmax_pick([0.0, 1.0], 1.0, s) for s in (0.7, 0.74)] == [0, 1]  # p0 = 1 / (1 + e^-1)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("--instances", "2", "--router", "dynamo-kv", "--router-param", "temperature=5e-324"),
+     "--router-param temperature=5e-324 (router 'dynamo-kv'): need 0 or a finite number >= 1e-06 (a smaller "
+     "one overflows the softmax's scale; 0 picks the lowest cost)"),
+    # Was: "internal error (a bug in fairsim): KeyError" - a refill below a token fell short.
+    (("--policy", "drr-dynamo", "--param", "quantum=1e-300"),
+     "DRR-Dynamo quantum=1e-300: need a finite number of tokens >= 1"),
+])
+def test_values_past_the_float_limits_are_refused(capsys, argv, message):
+    code, _, err = run_cli(capsys, "run", "--trace", WINDOW, "--max-requests", "20", *argv)
+    assert code == 2 and message in err, err
+
+
+def test_a_window_length_of_millions_of_windows_is_refused_before_any_work(capsys):
+    # Was: 21.5 GB and a kill at 1e-6; "out of memory ... use a smaller input" at 1e-9.
+    code, out, err = run_cli(capsys, "accept", WINDOW, "--policy", "fairway", "--window-end", "100",
+                             "--window-length", "1e-6")
+    assert code == 2 and out == ""
+    assert err.strip().startswith("fairsim: error: --window-length 1e-06: windows sliding by a tenth of it over "
+                                  "the trace's ") and err.strip().endswith(
+        "s are more than 1,000,000; use a longer window")

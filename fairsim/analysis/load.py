@@ -31,6 +31,9 @@ DEFAULT_WINDOW_S = 60.0
 """Default window length, seconds: the paper's spike lasts 60 s (``calm_burst_spike``)."""
 MIN_WINDOW_REQUESTS = 20
 """A calm window needs at least this many requests, so its p99 is not just its maximum."""
+MAX_WINDOWS = 1_000_000
+"""Most candidate windows ``detect_windows`` slides over a trace (each a few numpy values and a
+``Window``): a ``--window-length`` of a microsecond over minutes would need gigabytes."""
 MIN_WINDOWS_PER_SPAN = 10
 """The default window length of a trace shorter than three 60 s windows is tried down to this
 fraction of its span (``detect_windows``)."""
@@ -253,6 +256,9 @@ def detect_windows(requests: Sequence[Request], profile: Profile,
     else:
         if not (length_s > 0 and math.isfinite(length_s)):
             raise ValueError(f"--window-length {length_s}: need > 0 s")
+        if span / (length_s / 10) >= MAX_WINDOWS:  # windows slide by a tenth of their length
+            raise ValueError(f"--window-length {length_s:g}: windows sliding by a tenth of it over the trace's "
+                             f"{span:.6g} s are more than {MAX_WINDOWS:,}; use a longer window")
         lengths = [length_s]
     for length in lengths:
         found = _three_windows(requests, profile, length, min_requests, budget_tokens, colocated)

@@ -45,10 +45,10 @@ class DLPM:
     step's budget), the reset of idle clients, the client labels above.
 
     Args:
-        quantum: Tokens added to each backlogged client's deficit per refill (> 0).
+        quantum: Tokens added to each backlogged client's deficit per refill (>= 1, ``drr.MIN_QUANTUM``).
 
     Raises:
-        ValueError: ``quantum`` is not a finite number > 0.
+        ValueError: ``quantum`` is not a finite number >= 1.
     """
 
     name = "dlpm"

@@ -15,11 +15,19 @@ from fairsim.types import QueuedRequest
 from fairsim.policies.space import IntRange
 
 
+#: Smallest quantum, tokens. Below one token a refill of ``rounds x quantum`` (``rounds`` from a
+#: ceiling of ``(cost - deficit) / quantum``) can fall short of the cost in floating point, and
+#: DRR-Dynamo's "nobody could pay" step then finds no payer (1e-300 did); no class is served a
+#: fraction of a token anyway.
+MIN_QUANTUM = 1.0
+
+
 def check_quantum(owner: str, quantum: object) -> float:
-    """``quantum`` as a float, or ``ValueError`` naming ``owner`` if it is not a finite number > 0."""
+    """``quantum`` as a float, or ``ValueError`` naming ``owner`` if it is not a finite number of
+    at least ``MIN_QUANTUM`` tokens."""
     if isinstance(quantum, bool) or not isinstance(quantum, (int, float)) or not math.isfinite(quantum) \
-            or not quantum > 0:
-        raise ValueError(f"{owner} quantum={quantum!r}: need a finite number of tokens > 0")
+            or not quantum >= MIN_QUANTUM:
+        raise ValueError(f"{owner} quantum={quantum!r}: need a finite number of tokens >= {MIN_QUANTUM:g}")
     return float(quantum)
 
 
@@ -51,10 +59,10 @@ class DRR:
     skip of empty rounds): ``drr-dynamo``.
 
     Args:
-        quantum: Tokens added to a class's deficit per visit (> 0).
+        quantum: Tokens added to a class's deficit per visit (>= ``MIN_QUANTUM``).
 
     Raises:
-        ValueError: ``quantum`` is not a finite number > 0.
+        ValueError: ``quantum`` is not a finite number >= 1.
     """
 
     name = "drr"

@@ -56,10 +56,10 @@ class DRRDynamo:
     per-worker lanes and dispatchability checks have no meaning here).
 
     Args:
-        quantum: Tokens a class gains per round (> 0; Dynamo's per-class ``quantum``).
+        quantum: Tokens a class gains per round (>= 1, ``drr.MIN_QUANTUM``; Dynamo's per-class ``quantum``).
 
     Raises:
-        ValueError: ``quantum`` is not a finite number > 0.
+        ValueError: ``quantum`` is not a finite number >= 1.
     """
 
     name = "drr-dynamo"

@@ -33,6 +33,12 @@ from fairsim.routers.base import (WEIGHT_NEED, InstanceView, Router, RouteReques
                                   number, weight)
 
 
+#: Smallest temperature above 0. ``softmax_pick`` scales the logits by ``1 / (spread x T)``;
+#: near the float limit (5e-324) that overflows, the probabilities become NaN and every request
+#: went to the last instance. Below this the softmax is the argmin anyway (0 says so).
+MIN_TEMPERATURE = 1e-6
+
+
 class DynamoKV(Router):
     name = "dynamo-kv"
     needs = ("hashes",)
@@ -43,8 +49,10 @@ class DynamoKV(Router):
                  **kw) -> None:
         super().__init__(num_instances, **kw)
         check_param(self.name, "overlap_weight", overlap_weight, weight(overlap_weight), WEIGHT_NEED)
-        check_param(self.name, "temperature", temperature, number(temperature) and temperature >= 0,
-                    "a finite number >= 0")
+        check_param(self.name, "temperature", temperature,
+                    number(temperature) and (temperature == 0 or temperature >= MIN_TEMPERATURE),
+                    f"0 or a finite number >= {MIN_TEMPERATURE:g} (a smaller one overflows the softmax's "
+                    f"scale; 0 picks the lowest cost)")
         self.overlap_weight = float(overlap_weight)
         self.temperature = float(temperature)
         self._rng = random.Random(self.seed)
@@ -81,8 +89,12 @@ def softmax_pick(logits: Sequence[float], temperature: float, sample: float) -> 
         probs = [1.0] * len(logits)
     else:
         scale = -1.0 / ((hi - lo) * temperature)
-        probs = [math.exp(v * scale - lo * scale) for v in logits]
+        probs = [math.exp(v * scale - lo * scale) for v in logits] if math.isfinite(scale) else []
     total = sum(probs)
+    if not 0 < total < math.inf:
+        # A spread near 0 times a small temperature overflowed the scale (inf - inf is NaN): the
+        # softmax's limit there, the lowest logit (Dynamo's f64 would pick from NaNs).
+        return logits.index(lo)
     cum = 0.0
     for i, p in enumerate(probs):
         cum += p / total
