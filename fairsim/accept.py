@@ -324,7 +324,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from fairsim.description import describe_run, merge_trace_arg
-    from fairsim.options import params_for, pre_run_load, scoped_params
+    from fairsim.options import params_for, parse_params, pre_run_load, scoped_params
     from fairsim.run import run_one, write_tables
     from fairsim.traces import scale_time
 
@@ -371,19 +371,35 @@ def cmd_accept(args: argparse.Namespace) -> int:
               f"whatever the order. Use your engine's profile (fairsim calibrate) or --time-scale "
               f"to replay at a load the engine was sized for.", file=sys.stderr)
 
+    # A candidate named like a baseline (lpm, fcfs) with parameters the baseline does not take
+    # (unscoped --param, or --policy-config's) is another policy: it runs beside the default
+    # baseline as NAME-candidate, or its targets would compare it with itself.
+    candidate = args.policy
+    policy_of = {name: name for name in BASELINES}
+    params_of = {name: desc.policy_params[name] for name in BASELINES}
+    if candidate in BASELINES:
+        typed = scoped_params(candidate, parse_params(getattr(args, "param_typed", args.param)))
+        if typed != desc.policy_params[candidate]:
+            candidate = f"{args.policy}-candidate"
+            params_of[args.policy] = typed
+            print(f"accept: the candidate {args.policy} has parameters of its own "
+                  f"({', '.join(f'{k}={v!r}' for k, v in desc.policy_params[args.policy].items())}): it runs as "
+                  f"{candidate!r} beside the {args.policy} baseline", file=sys.stderr)
+    policy_of[candidate], params_of[candidate] = args.policy, desc.policy_params[args.policy]
+
     def run(name: str, sub: list[Request]) -> SimResult:
-        own = desc.policy_params[name]
+        own = params_of[name]
         if args.engine == "vllm":
             from fairsim.live.cli import _model_kwargs
             from fairsim.live.engine import LiveConfig
             from fairsim.live.replay import replay_realtime
 
-            live = LiveConfig(policy=name, params=own, profile=args.profile,
+            live = LiveConfig(policy=policy_of[name], params=own, profile=args.profile,
                               budget_tokens=args.budget, max_num_seqs=args.max_num_seqs,
                               block_size=block_size, kv_blocks=kv_blocks, scheduler=args.scheduler,
                               **_model_kwargs(args))
             return replay_realtime(sub, live, time_scale=1.0)  # already scaled
-        return run_one(name, sub, profile, config, own, replay=args.replay, think_scale=args.think_scale)
+        return run_one(policy_of[name], sub, profile, config, own, replay=args.replay, think_scale=args.think_scale)
 
     results: dict[str, dict[str, SimResult]] = {}
 
@@ -397,12 +413,12 @@ def cmd_accept(args: argparse.Namespace) -> int:
 
     verdicts: list[WindowVerdict] = []
     try:
-        for verdict in iter_verdicts(requests, windows, args.policy, run, args.warmup, scale, keep):
+        for verdict in iter_verdicts(requests, windows, candidate, run, args.warmup, scale, keep):
             verdicts.append(verdict)
     except BaseException as exc:
         # Ctrl-C or an error in a later window: keep what finished, as fairsim compare does (the
         # windows' rows printed, accept.json marked partial), then report as usual.
-        payload = accept_payload(verdicts, windows, trace, args, base, scale, block_size, kv_blocks)
+        payload = accept_payload(verdicts, windows, trace, args, base, scale, block_size, kv_blocks, candidate)
         if verdicts and not isinstance(exc, BrokenPipeError):
             with contextlib.suppress(OSError):  # stdout gone too: the files and the error remain
                 print_verdicts(payload, verdicts, args)
@@ -413,7 +429,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
                 write_accept_json(args.out, payload)
         raise
     ok = all(v.ok for v in verdicts)
-    payload = accept_payload(verdicts, windows, trace, args, base, scale, block_size, kv_blocks)
+    payload = accept_payload(verdicts, windows, trace, args, base, scale, block_size, kv_blocks, candidate)
     print_verdicts(payload, verdicts, args)
     if args.out is not None:
         write_accept_json(args.out, payload)
@@ -438,16 +454,20 @@ def cmd_accept(args: argparse.Namespace) -> int:
 
 def accept_payload(verdicts: Sequence[WindowVerdict], windows: Sequence[Window], trace: Any,
                    args: argparse.Namespace, base: EngineConfig, scale: float, block_size: int,
-                   kv_blocks: int) -> dict[str, Any]:
+                   kv_blocks: int, candidate: str | None = None) -> dict[str, Any]:
     """``accept.json``'s content: the run's settings and every finished window's verdict.
 
     ``partial`` is true when fewer windows finished than were planned (Ctrl-C, or an error in a
     later window); ``pass`` is then ``null`` (the verdict over every window is unknown) and
-    ``unfinished_windows`` names the windows left out.
+    ``unfinished_windows`` names the windows left out. ``candidate_row``: the candidate's key in
+    each window's ``stats`` (``candidate``, the policy, unless it is a baseline's name with
+    parameters of its own: ``NAME-candidate``).
     """
     partial = len(verdicts) < len(windows)
     done = {v.window.name for v in verdicts}
-    return {"trace": trace.source, "candidate": args.policy, "engine": args.engine, "mode": base.mode,
+    candidate = args.policy if candidate is None else candidate
+    return {"trace": trace.source, "candidate": args.policy, "candidate_row": candidate,
+            "engine": args.engine, "mode": base.mode,
             "time_scale": scale, "kv_blocks": kv_blocks, "block_size": block_size,
             "pass": None if partial else all(v.ok for v in verdicts),
             "partial": partial, "unfinished_windows": [w.name for w in windows if w.name not in done],

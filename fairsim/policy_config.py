@@ -86,6 +86,7 @@ def apply_policy_config(args: Any, command: str) -> None:
             raise ValueError(f"--policy {args.policy}: --policy-config {path} names policy {policy!r}; "
                              f"give one of them")
         args.policy = policy
+    args.param_typed = list(args.param)  # the command line's own (accept's baselines take only these)
     args.param = [*args.param, *(f"{policy}.{k}={json.dumps(v)}" for k, v in params.items())]
     args.config_policy = policy  # so a parameter the policy refuses names the file (check_policies)
 

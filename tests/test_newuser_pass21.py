@@ -291,3 +291,24 @@ def test_a_window_length_of_millions_of_windows_is_refused_before_any_work(capsy
     assert err.strip().startswith("fairsim: error: --window-length 1e-06: windows sliding by a tenth of it over "
                                   "the trace's ") and err.strip().endswith(
         "s are more than 1,000,000; use a longer window")
+
+
+def test_a_tuned_lpm_candidate_is_checked_against_the_default_lpm(tmp_path, capsys):
+    # Was: one lpm row, the tuned candidate's, and its median target 1.1 x its own p50.
+    common = ("accept", WINDOW, "--window-end", "120", "--windows", "a:30-60", "--format", "json")
+    code, out, _ = run_cli(capsys, *common, "--policy", "fcfs")
+    default_lpm = json.loads(out)["windows"][0]["stats"]["lpm"]
+    config = tmp_path / "best.json"
+    config.write_text(json.dumps({"policy": "lpm", "params": {"sglang_dedup": True, "sglang_sort_limit": True}}))
+    for given in (("--policy", "lpm", "--param", "sglang_dedup=true", "--param", "sglang_sort_limit=true"),
+                  ("--policy-config", config)):
+        code, out, err = run_cli(capsys, *common, *given)
+        payload = json.loads(out)
+        stats = payload["windows"][0]["stats"]
+        assert payload["candidate"] == "lpm" and payload["candidate_row"] == "lpm-candidate"
+        assert list(stats) == ["fcfs", "lpm", "lpm-candidate"] and stats["lpm"] == default_lpm
+        assert stats["lpm-candidate"]["p50_s"] != default_lpm["p50_s"]
+        assert "it runs as 'lpm-candidate' beside the lpm baseline" in err
+    # A baseline's own --param lpm.KEY goes to the baseline, and so to a candidate named lpm: one row.
+    code, out, _ = run_cli(capsys, *common, "--policy", "lpm", "--param", "lpm.sglang_dedup=true")
+    assert list(json.loads(out)["windows"][0]["stats"]) == ["fcfs", "lpm"]
