@@ -386,6 +386,12 @@ def cmd_accept(args: argparse.Namespace) -> int:
                   f"({', '.join(f'{k}={v!r}' for k, v in desc.policy_params[args.policy].items())}): it runs as "
                   f"{candidate!r} beside the {args.policy} baseline", file=sys.stderr)
     policy_of[candidate], params_of[candidate] = args.policy, desc.policy_params[args.policy]
+    if args.out is not None:
+        from fairsim.description import warn_earlier_tables
+        from fairsim.io import file_stem
+
+        warn_earlier_tables(args, args.out, {f"{kind}-{file_stem(f'{w.name}-{name}')}.parquet" for w in windows
+                                             for name in policy_of for kind in ("requests", "steps")}, "accept.json")
 
     def run(name: str, sub: list[Request]) -> SimResult:
         own = params_of[name]

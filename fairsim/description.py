@@ -230,16 +230,17 @@ def _check_outputs(args: argparse.Namespace, policies: Sequence[str], policy_fil
         if policy_files:
             check_file_stems(list(policies))
             files += [f"{kind}-{file_stem(p)}.parquet" for p in policies for kind in ("requests", "steps")]
-            _warn_earlier_tables(args, Path(out), set(files))
+            warn_earlier_tables(args, Path(out), set(files))
         check_writable_dir(out, files=files)
     if plots is not None:
         check_writable_dir(plots, "--plots")
 
 
-def _warn_earlier_tables(args: argparse.Namespace, out: Path, written: set[str]) -> None:
+def warn_earlier_tables(args: argparse.Namespace, out: Path, written: set[str],
+                        about: str = "summary.json and run.json") -> None:
     """Warn (``run.json``'s ``warnings`` too) when ``out`` holds policy tables this run does not
-    write: an earlier run's, left beside a ``summary.json`` and ``run.json`` that will describe
-    this run only (files of the same name are overwritten)."""
+    write (``written``: the names it does): an earlier run's, left beside the files named in
+    ``about``, which will describe this run only (files of the same name are overwritten)."""
     from fairsim.options import warn
 
     if not out.is_dir():
@@ -249,8 +250,8 @@ def _warn_earlier_tables(args: argparse.Namespace, out: Path, written: set[str])
     if earlier:
         shown = ", ".join(earlier[:4]) + (f" and {len(earlier) - 4} more" if len(earlier) > 4 else "")
         warn(args, f"--out {out} holds {len(earlier)} table{'s' if len(earlier) != 1 else ''} this run does "
-                   f"not write ({shown}), from an earlier run: summary.json and run.json will describe this "
-                   f"run only; give an empty folder to keep them apart")
+                   f"not write ({shown}), from an earlier run: {about} will describe this run only; give an "
+                   f"empty folder to keep them apart")
 
 
 def _with_profile(args: argparse.Namespace, config: EngineConfig,

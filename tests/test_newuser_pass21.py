@@ -312,3 +312,14 @@ def test_a_tuned_lpm_candidate_is_checked_against_the_default_lpm(tmp_path, caps
     # A baseline's own --param lpm.KEY goes to the baseline, and so to a candidate named lpm: one row.
     code, out, _ = run_cli(capsys, *common, "--policy", "lpm", "--param", "lpm.sglang_dedup=true")
     assert list(json.loads(out)["windows"][0]["stats"]) == ["fcfs", "lpm"]
+
+
+def test_accept_names_an_earlier_runs_tables_in_out(tmp_path, capsys):
+    out = tmp_path / "o"
+    common = ("accept", WINDOW, "--window-end", "60", "--policy", "fairway", "--out", out)
+    assert run_cli(capsys, *common, "--windows", "a:0-20,b:20-40")[0] in (0, 1)
+    code, _, err = run_cli(capsys, *common, "--windows", "a:0-20")
+    assert code in (0, 1)
+    assert (f"fairsim: warning: --out {out} holds 6 tables this run does not write (requests-b-fairway.parquet, "
+            f"requests-b-fcfs.parquet, requests-b-lpm.parquet, steps-b-fairway.parquet and 2 more), from an "
+            f"earlier run: accept.json will describe this run only; give an empty folder to keep them apart") in err
