@@ -68,10 +68,19 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
             parsed = json.loads(value)
         except json.JSONDecodeError:
             parsed = value
-        if key in out and value != written[key] and (parsed != out[key] or type(parsed) is not type(out[key])):
+        if key in out and value != written[key] and not _same_value(parsed, out[key]):
             raise ValueError(f"--param {key} given twice ({key}={written[key]}, then {key}={value}); give it once")
         out[key], written[key] = parsed, value
     return out
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Whether two ``--param`` values say one thing: equal numbers (``8`` and ``8.0``), else equal
+    values of one type (``true`` is not ``1``)."""
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+    if not numbers:
+        return type(a) is type(b) and a == b
+    return a == b
 
 
 def param_scope(key: str) -> str | None:

@@ -323,3 +323,23 @@ def test_accept_names_an_earlier_runs_tables_in_out(tmp_path, capsys):
     assert (f"fairsim: warning: --out {out} holds 6 tables this run does not write (requests-b-fairway.parquet, "
             f"requests-b-fcfs.parquet, requests-b-lpm.parquet, steps-b-fairway.parquet and 2 more), from an "
             f"earlier run: accept.json will describe this run only; give an empty folder to keep them apart") in err
+
+
+def test_a_policy_module_failing_at_import_says_where(tmp_path, capsys, monkeypatch):
+    # Was: "importing module 'pass21use' failed: RuntimeError: helper module blew up", no place.
+    (tmp_path / "pass21bad.py").write_text("x = 1\nraise RuntimeError('helper module blew up')\n")
+    (tmp_path / "pass21use.py").write_text("import pass21bad\n")
+    (tmp_path / "pass21attr.py").write_text("def __getattr__(name):\n    return {}['k']\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        code, _, err = run_cli(capsys, "run", "--policy", "pass21use:P", "--max-requests", "5")
+        assert code == 2 and ("policy 'pass21use:P': importing module 'pass21use' failed: RuntimeError: helper "
+                              f"module blew up (at {tmp_path / 'pass21bad.py'}, line 2)") in err
+        code, _, err = run_cli(capsys, "run", "--policy", "pass21attr:P", "--max-requests", "5")
+        assert code == 2 and ("policy 'pass21attr:P': reading 'P' from module 'pass21attr' failed: KeyError: 'k' "
+                              f"(at {tmp_path / 'pass21attr.py'}, line 2)") in err
+    finally:
+        import sys
+
+        for name in ("pass21bad", "pass21use", "pass21attr"):
+            sys.modules.pop(name, None)

@@ -42,18 +42,32 @@ def load_user_class(spec: str) -> type:
                          f"or put its folder on PYTHONPATH") from None
     except Exception as exc:  # noqa: BLE001 - the user's module failed while importing: say how
         raise ValueError(f"policy {spec!r}: importing module {module_name!r} failed: "
-                         f"{type(exc).__name__}: {exc}") from exc
+                         f"{type(exc).__name__}: {exc}{_at(exc)}") from exc
     obj = module
     for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"policy {spec!r}: module {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
+        try:
+            if not hasattr(obj, part):
+                raise ValueError(f"policy {spec!r}: module {module_name!r} has no attribute {attr!r}")
+            obj = getattr(obj, part)
+        except ValueError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a module __getattr__ of the team's failed
+            raise ValueError(f"policy {spec!r}: reading {attr!r} from module {module_name!r} failed: "
+                             f"{type(exc).__name__}: {exc}{_at(exc)}") from exc
     if not inspect.isclass(obj):
         raise ValueError(f"policy {spec!r}: {attr!r} is a {type(obj).__name__}, not a class")
     if not callable(getattr(obj, "order", None)):
         raise ValueError(f"policy {spec!r}: class {attr!r} is not a policy: it has no "
                          f"order(waiting, now) method (fairsim.policies.base.Policy)")
     return obj
+
+
+def _at(exc: BaseException) -> str:
+    """`` (at FILE, line N)`` where the team's code raised ``exc`` (``failure.raised_at``), or ""."""
+    from fairsim.policies.failure import raised_at
+
+    where = raised_at(exc)
+    return f" (at {where})" if where else ""
 
 
 def user_params(cls: type) -> list[str]:
@@ -103,8 +117,8 @@ def make_user_policy(spec: str, profile: Any = None, /, **params: Any) -> Policy
 
         where = raised_at(exc, cls)
         if params and isinstance(exc, (TypeError, ValueError)):  # (its check of the --param values)
-            at = f" (at {where})" if where else ""
-            raise ValueError(f"policy {spec!r}: constructor refused {params}: {exc}{at}") from exc
+            raise ValueError(f"policy {spec!r}: constructor refused {params}: {exc}"
+                             f"{f' (at {where})' if where else ''}") from exc
         raise PolicyError(spec, cls.__name__, type(exc).__name__, str(exc), where) from exc
     for method in ("order", "on_admitted"):
         check_callable_as(spec, policy, method)
