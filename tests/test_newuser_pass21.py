@@ -60,8 +60,9 @@ def test_default_windows_of_a_short_trace_are_found_beside_a_mid_trace_spike():
     assert spike.start_s <= 70 and spike.end_s >= 80
     assert not (calm.overlaps(burst) or calm.overlaps(spike) or burst.overlaps(spike))
     with pytest.raises(ValueError, match=r"^no disjoint calm, burst and spike windows of 50 s \(calm with "
-                                         r">= 20 requests\) in a trace of 150 s; pass a shorter "
-                                         r"--window-length, or --windows NAME:START-END,\.\.\.$"):
+                                         r">= 20 requests\) in a trace of 150 s; pass another "
+                                         r"--window-length \(shorter leaves room for three, longer holds "
+                                         r"more requests\), or --windows NAME:START-END,\.\.\.$"):
         detect_windows(requests, load_profile(), length_s=50)
 
 
@@ -71,6 +72,9 @@ def test_accept_runs_on_a_trace_shorter_than_three_minutes(capsys):
     assert code == 0, err
     windows = json.loads(out)["windows"]
     assert [w["name"] for w in windows] == ["calm", "burst", "spike"]
+    # (the window ends at the last arrival before 150 s, 149.999 s after the first)
+    assert ("accept: windows of 29.9998 trace s: three disjoint ones of 49.9997 s do not fit beside this "
+            "trace's busiest (--window-length sets the length)") in err
 
 
 def _write_policies(folder: Path) -> None:

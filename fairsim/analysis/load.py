@@ -266,8 +266,8 @@ def detect_windows(requests: Sequence[Request], profile: Profile,
             return found
     tried = f"{lengths[0]:g} s" if len(lengths) == 1 else f"{lengths[0]:g} s down to {lengths[-1]:g} s"
     raise ValueError(f"no disjoint calm, burst and spike windows of {tried} (calm with >= {min_requests} "
-                     f"requests) in a trace of {span:.0f} s; pass a shorter --window-length, or "
-                     f"--windows NAME:START-END,...")
+                     f"requests) in a trace of {span:.0f} s; pass another --window-length (shorter leaves "
+                     f"room for three, longer holds more requests), or --windows NAME:START-END,...")
 
 
 def _three_windows(requests: Sequence[Request], profile: Profile, length_s: float, min_requests: int,
