@@ -4,6 +4,7 @@ policies), each checked from the command line as a user meets it."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -347,3 +348,16 @@ def test_a_policy_module_failing_at_import_says_where(tmp_path, capsys, monkeypa
 
         for name in ("pass21bad", "pass21use", "pass21attr"):
             sys.modules.pop(name, None)
+
+
+def test_tunes_folds_are_the_windows_accept_replays():
+    # Was: bounds start + i x length, 42.00000000000001 and 63.000000000000014: the 20 requests
+    # arriving at 42.0 s went to w2 [21, 42.00000000000001), which tune printed as "21-42"; accept
+    # --windows w2:21-42 did not replay them (70 requests against tune's 90).
+    from fairsim.tune.evaluate import fold_windows
+    from fairsim.types import Request
+
+    requests = [Request(f"r{i}", float(t), 100, (), 16, 1, {}) for i, t in enumerate([0, 21, 42, 42, 63, 84])]
+    train, held = fold_windows(requests, 4)
+    assert [(w.start_s, w.end_s) for w in train + held] == [(0.0, 21.0), (42.0, 63.0), (21.0, 42.0),
+                                                            (63.0, math.nextafter(84.0, math.inf))]

@@ -431,10 +431,13 @@ def _scores(train: Any, held: Any) -> dict[str, Any]:
 
 
 def _print_report(args, payload, front, entries, axes, train, held, n_rows) -> None:
+    from fairsim.io import echo
     from fairsim.tune import report
 
     def names(ws: list) -> str:
-        return ", ".join(f"{w.window.name} {w.window.start_s:g}-{w.window.end_s:g} trace s ({len(w.scored)} req)" for w in ws)
+        # The bounds as they are (echo: no rounding), so accept --windows NAME:START-END replays them.
+        return ", ".join(f"{w.window.name} {echo(w.window.start_s)}-{echo(w.window.end_s)} trace s "
+                         f"({len(w.scored)} req)" for w in ws)
 
     if payload["fleet"] is not None:
         from fairsim.cli_fleet import describe_deployment

@@ -74,10 +74,11 @@ def fold_windows(requests: Sequence[Request], folds: int) -> tuple[list[Window],
     if last == start:
         raise ValueError(f"--folds {folds}: every request of the trace arrives at {start:g} trace s, so its span "
                          f"has no length to cut into windows; give --train and --holdout windows")
-    end = math.nextafter(last, math.inf)  # the last arrival inside
-    length = (end - start) / folds
-    windows = [Window(f"w{i + 1}", start + i * length, end if i == folds - 1 else start + (i + 1) * length)
-               for i in range(folds)]
+    # Bounds at i / folds of the span, each computed once from the ends (not start + i x length,
+    # which drifts: 42.00000000000001 put the requests arriving at 42 s into the earlier window,
+    # where accept --windows w2:21-42 does not); the last window ends just after the last arrival.
+    bounds = [start + (last - start) * i / folds for i in range(folds)] + [math.nextafter(last, math.inf)]
+    windows = [Window(f"w{i + 1}", bounds[i], bounds[i + 1]) for i in range(folds)]
     return windows[0::2], windows[1::2]
 
 
