@@ -361,3 +361,23 @@ def test_tunes_folds_are_the_windows_accept_replays():
     train, held = fold_windows(requests, 4)
     assert [(w.start_s, w.end_s) for w in train + held] == [(0.0, 21.0), (42.0, 63.0), (21.0, 42.0),
                                                             (63.0, math.nextafter(84.0, math.inf))]
+
+
+def test_a_malformed_search_space_of_a_team_class_is_named(tmp_path, capsys, monkeypatch):
+    # Was: "internal error (a bug in fairsim): AttributeError: 'tuple' object has no attribute 'check'".
+    (tmp_path / "pass21space.py").write_text(
+        "from fairsim.policies.fcfs import FCFS\n"
+        "class Rev(FCFS):\n"
+        "    search_space = {'w': (1.0, 8.0)}\n"
+        "    def __init__(self, w: float = 1.0):\n"
+        "        self.w = w\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        code, _, err = run_cli(capsys, "tune", "--max-requests", "60", "--policies", "pass21space:Rev",
+                               "--trials", "2", "--out", tmp_path / "t", "--workers", "1")
+        assert code == 2 and ("Rev.search_space['w'] is (1.0, 8.0): need a FloatRange, IntRange or Choice "
+                              "(fairsim/policies/space.py), e.g. FloatRange(1.0, 8.0)") in err
+    finally:
+        import sys
+
+        sys.modules.pop("pass21space", None)

@@ -114,8 +114,9 @@ def space_of(name: str, cls: type, accepted: list[str], fixed: dict[str, Any]) -
         fixed: Parameters its name fixes (left out of the space).
 
     Raises:
-        ValueError: A declared parameter the policy does not accept, or a bad range (the message
-            names the class and parameter: a bug in the declaration).
+        ValueError: A declaration that is not a dict of ranges, a declared parameter the policy
+            does not accept, or a bad range (the message names the class and parameter: a bug in
+            the declaration).
     """
     declared = declared_space(cls)
     if declared is None:
@@ -124,7 +125,13 @@ def space_of(name: str, cls: type, accepted: list[str], fixed: dict[str, Any]) -
         return {}, (f"policy {name!r} ({cls.__name__}) declares no {ATTRIBUTE}: tuned at its defaults "
                     f"(parameters {', '.join(accepted)} not searched; add a {ATTRIBUTE} class attribute, "
                     f"fairsim/policies/space.py)")
+    if not isinstance(declared, dict):
+        raise ValueError(f"{cls.__name__}.{ATTRIBUTE} is {declared!r}: need a dict of parameter -> FloatRange, "
+                         f"IntRange or Choice (fairsim/policies/space.py)")
     for key, rng in declared.items():
+        if not isinstance(rng, (FloatRange, IntRange, Choice)):
+            raise ValueError(f"{cls.__name__}.{ATTRIBUTE}[{key!r}] is {rng!r}: need a FloatRange, IntRange or "
+                             f"Choice (fairsim/policies/space.py), e.g. FloatRange(1.0, 8.0)")
         if key not in accepted:
             raise ValueError(f"{cls.__name__}.{ATTRIBUTE}: {key!r} is not a parameter of policy {name!r}; "
                              f"accepted: {', '.join(accepted) or 'none'}")
