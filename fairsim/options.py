@@ -475,15 +475,25 @@ def target_time_scale(args: argparse.Namespace, requests: Sequence[Request], pro
     if args.replay == "closed":
         from fairsim.traces.closedload import closed_loop_time_scale
 
-        scale = closed_loop_time_scale(requests, profile, args.budget, target, args.think_scale, colocated)
+        scale = _reachable(target, closed_loop_time_scale(requests, profile, args.budget, target, args.think_scale,
+                                                          colocated))
         print(f"fairsim: --target-load {target:g}: time scale {scale:.6g} (closed loop: it scales the session "
               f"starts so that the load offered is {target:g} if every turn finished the instant it was sent; "
               f"the load delivered is lower when turns wait; run and compare print it after each run)", file=sys.stderr)
         return scale
     from fairsim.traces.offered import time_scale_for_load
 
-    scale = time_scale_for_load(requests, profile, args.budget, target, colocated=colocated)
+    scale = _reachable(target, time_scale_for_load(requests, profile, args.budget, target, colocated=colocated))
     print(f"fairsim: --target-load {target:g}: time scale {scale:.6g}", file=sys.stderr)
+    return scale
+
+
+def _reachable(target: float, scale: float) -> float:
+    """``scale``, or ``ValueError`` naming ``--target-load`` where the time scale it needs left the
+    float range (a target of 5e-324 needs an infinite one; it was then refused as --time-scale inf)."""
+    if not 0 < scale < math.inf:
+        raise ValueError(f"--target-load {target:g}: the time scale it needs is {scale:g}, outside the float range; "
+                         f"give a larger --target-load")
     return scale
 
 

@@ -256,7 +256,7 @@ def detect_windows(requests: Sequence[Request], profile: Profile,
     else:
         if not (length_s > 0 and math.isfinite(length_s)):
             raise ValueError(f"--window-length {length_s}: need > 0 s")
-        if span / (length_s / 10) >= MAX_WINDOWS:  # windows slide by a tenth of their length
+        if span / length_s * 10 >= MAX_WINDOWS:  # windows slide by a tenth of their length (5e-324 / 10 is 0)
             raise ValueError(f"--window-length {length_s:g}: windows sliding by a tenth of it over the trace's "
                              f"{span:.6g} s are more than {MAX_WINDOWS:,}; use a longer window")
         lengths = [length_s]

@@ -13,6 +13,11 @@ from fairsim.policies.space import FloatRange
 #: Bounds of each Fairway weight: only their ratio matters, and within these the lanes' work
 #: charges (weight x tokens, summed over a run) stay finite and keep their digits (our own bound).
 WEIGHT_MIN, WEIGHT_MAX = 1e-100, 1e100
+#: Bounds of ``slo_floor`` (s) and of ``slo_multiplier`` (our own): a patience under a microsecond
+#: sends ``wait / SLO`` past the float range at a subnormal floor (the Fast lane's buckets took
+#: its logarithm of infinity), and one past 1e9 (a third of a century) makes Fairway-deadline's
+#: deadlines in nanoseconds infinite; neither is a patience a team would give.
+SLO_FLOOR_MIN_S, SLO_MAX = 1e-6, 1e9
 
 
 class Fairway:
@@ -37,8 +42,8 @@ class Fairway:
             idle engine (``Profile.idle_prefill_time``).
         fast_weight: Work charge multiplier of the Fast lane (> 0). Paper default 4.
         fair_weight: Work charge multiplier of the Fair lane (> 0). Paper default 1.
-        slo_multiplier: Patience multiplier on ``T_idle`` (>= 0). Paper default 3.
-        slo_floor: Minimum patience in seconds (> 0). Paper default 1.0.
+        slo_multiplier: Patience multiplier on ``T_idle`` (0 to ``SLO_MAX``). Paper default 3.
+        slo_floor: Minimum patience in seconds (``SLO_FLOOR_MIN_S`` to ``SLO_MAX``). Paper default 1.0.
         wait_mode: ``"relative"`` (wait / SLO, the paper) or ``"absolute"`` (SLO = ``slo_floor``
             for every request; ablation ``fairway-abswait``).
         fair_lane: False drops the Fair lane (Fast lane order only; ablation ``fairway-nofair``).
@@ -84,10 +89,10 @@ class Fairway:
                 raise ValueError(f"Fairway {key}={value!r}: need a weight from {WEIGHT_MIN:g} to {WEIGHT_MAX:g} "
                                  f"(only fast_weight / fair_weight matters; beyond these the lanes' work charges, "
                                  f"weight x tokens summed over a run, overflow or lose their digits)")
-        if not slo_floor > 0:
-            raise ValueError(f"Fairway slo_floor must be > 0 s, got {slo_floor}")
-        if slo_multiplier < 0:
-            raise ValueError(f"Fairway slo_multiplier must be >= 0, got {slo_multiplier}")
+        if not SLO_FLOOR_MIN_S <= slo_floor <= SLO_MAX:
+            raise ValueError(f"Fairway slo_floor must be from {SLO_FLOOR_MIN_S:g} to {SLO_MAX:g} s, got {slo_floor}")
+        if not 0 <= slo_multiplier <= SLO_MAX:
+            raise ValueError(f"Fairway slo_multiplier must be from 0 to {SLO_MAX:g}, got {slo_multiplier}")
         if wait_mode not in ("relative", "absolute"):
             raise ValueError(f"Fairway wait_mode must be 'relative' or 'absolute', got {wait_mode!r}")
         self.idle_prefill_time = idle_prefill_time

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 from fairsim.policies.base import arrival_key
@@ -15,6 +14,10 @@ EXTENDING = ("now", "now-slack", "growth")  # horizons re-read at every step
 LOOKAHEADS = ("none", "own", "queue")
 ESTIMATES = ("cold", "dedup")
 PATIENCES = ("slo", "deadline")
+#: Largest ``slack`` (our own bound): with an SLO up to ``fairway.SLO_MAX`` x ``T_idle``, slack x
+#: SLO x 1e9 (the deadlines are kept in nanoseconds, past 64 bits as Python ints) stays finite;
+#: 1e300 overflowed to infinity.
+SLACK_MAX = 1e100
 
 
 class FairwayDeadline(Fairway):
@@ -119,8 +122,9 @@ class FairwayDeadline(Fairway):
         if lookahead not in LOOKAHEADS:
             raise ValueError(f"Fairway-deadline lookahead={lookahead!r}: need one of {', '.join(LOOKAHEADS)}")
         if slack is not None and (isinstance(slack, bool) or not isinstance(slack, (int, float))
-                                  or not math.isfinite(slack) or slack < 1):
-            raise ValueError(f"Fairway-deadline slack={slack!r}: need a finite number >= 1")
+                                  or not 1 <= slack <= SLACK_MAX):
+            raise ValueError(f"Fairway-deadline slack={slack!r}: need a number from 1 to {SLACK_MAX:g} (beyond, "
+                             f"slack x SLO in nanoseconds leaves the float range)")
         if estimate not in ESTIMATES:
             raise ValueError(f"Fairway-deadline estimate={estimate!r}: need one of {', '.join(ESTIMATES)}")
         if patience not in PATIENCES:

@@ -34,6 +34,9 @@ class LLMD(Router):
         for key, value in (("prefix_weight", prefix_weight), ("queue_weight", queue_weight),
                            ("kv_weight", kv_weight)):
             check_param(self.name, key, value, weight(value), WEIGHT_NEED)
+        if not (prefix_weight or queue_weight or kv_weight):  # every score 0: instance 0 always wins the tie
+            raise ValueError("--router-param (router 'llm-d'): prefix_weight, queue_weight and kv_weight are all 0, "
+                             "so every instance scores 0 and the first takes every request; give one a weight > 0")
         self.weights = (float(prefix_weight), float(queue_weight), float(kv_weight))
 
     def scores(self, req: RouteRequest, instances: Sequence[InstanceView]) -> list[float]:
