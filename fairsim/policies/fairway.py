@@ -13,10 +13,10 @@ from fairsim.policies.space import FloatRange
 #: Bounds of each Fairway weight: only their ratio matters, and within these the lanes' work
 #: charges (weight x tokens, summed over a run) stay finite and keep their digits (our own bound).
 WEIGHT_MIN, WEIGHT_MAX = 1e-100, 1e100
-#: Bounds of ``slo_floor`` (s) and of ``slo_multiplier`` (our own): a patience under a microsecond
-#: sends ``wait / SLO`` past the float range at a subnormal floor (the Fast lane's buckets took
-#: its logarithm of infinity), and one past 1e9 (a third of a century) makes Fairway-deadline's
-#: deadlines in nanoseconds infinite; neither is a patience a team would give.
+#: Bounds of ``slo_floor`` (s) and of ``slo_multiplier`` (our own): a subnormal floor sent
+#: ``wait / SLO`` past the float range (the Fast lane's buckets took its logarithm of infinity),
+#: and 1e300 made Fairway-deadline's deadlines in nanoseconds infinite; patience under a
+#: microsecond or over 1e9 s (about 32 years) is none a team would give.
 SLO_FLOOR_MIN_S, SLO_MAX = 1e-6, 1e9
 
 
