@@ -357,10 +357,10 @@ def cmd_accept(args: argparse.Namespace) -> int:
     windows = (detect_windows(requests, profile, args.window_length, budget_tokens=base.budget_tokens,
                               colocated=colocated) if given is None else clip_to_trace(given, requests))
     if given is None and args.window_length is None:
-        from fairsim.analysis.load import DEFAULT_WINDOW_S
+        from fairsim.analysis.load import default_window_s
 
         t = [r.arrival_time for r in requests]
-        first, used = min(DEFAULT_WINDOW_S, (max(t) - min(t)) / 3), windows[0].end_s - windows[0].start_s
+        first, used = default_window_s(max(t) - min(t)), windows[0].end_s - windows[0].start_s
         if used < first * (1 - 1e-9):
             print(f"accept: windows of {used:.6g} trace s: three disjoint ones of {first:.6g} s do not fit beside "
                   f"this trace's busiest (--window-length sets the length)", file=sys.stderr)

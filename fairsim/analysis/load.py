@@ -210,6 +210,12 @@ def busiest_windows(requests: Sequence[Request], profile: Profile, length_s: flo
     return out
 
 
+def default_window_s(span_s: float) -> float:
+    """The first window length ``detect_windows`` tries by default, seconds: ``DEFAULT_WINDOW_S``,
+    or a third of a shorter span (three disjoint windows fit in it)."""
+    return min(DEFAULT_WINDOW_S, span_s / 3)
+
+
 def detect_windows(requests: Sequence[Request], profile: Profile,
                    length_s: float | None = None,
                    min_requests: int = MIN_WINDOW_REQUESTS, budget_tokens: int | None = None,
@@ -251,7 +257,7 @@ def detect_windows(requests: Sequence[Request], profile: Profile,
         # The default: 60 s, or a third of a shorter trace; where the spike then sits mid-trace,
         # the other two no longer fit beside it, so shorter lengths (a quarter ... a tenth of the
         # span) are tried, longest first.
-        first = min(DEFAULT_WINDOW_S, span / 3)
+        first = default_window_s(span)
         lengths = [first] + [span / k for k in range(4, MIN_WINDOWS_PER_SPAN + 1) if span / k < first]
     else:
         if not (length_s > 0 and math.isfinite(length_s)):

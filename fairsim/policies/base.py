@@ -85,6 +85,11 @@ from typing import Any, Protocol, runtime_checkable
 from fairsim.errors import PolicyContractError
 from fairsim.types import QueuedRequest
 
+#: Bounds of a policy weight whose scale cancels out (Fairway's lane weights, VTC's
+#: ``input_weight``; our own): within them the sums of weight x tokens over a run stay finite and
+#: keep their digits; beyond, they overflowed (1e305) and the order silently became another's.
+WEIGHT_MIN, WEIGHT_MAX = 1e-100, 1e100
+
 
 @runtime_checkable
 class Policy(Protocol):

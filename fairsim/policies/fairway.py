@@ -6,13 +6,10 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from fairsim.policies.base import arrival_key
+from fairsim.policies.base import WEIGHT_MAX, WEIGHT_MIN, arrival_key
 from fairsim.types import QueuedRequest
 from fairsim.policies.space import FloatRange
 
-#: Bounds of each Fairway weight: only their ratio matters, and within these the lanes' work
-#: charges (weight x tokens, summed over a run) stay finite and keep their digits (our own bound).
-WEIGHT_MIN, WEIGHT_MAX = 1e-100, 1e100
 #: Bounds of ``slo_floor`` (s) and of ``slo_multiplier`` (our own): a subnormal floor sent
 #: ``wait / SLO`` past the float range (the Fast lane's buckets took its logarithm of infinity),
 #: and 1e300 made Fairway-deadline's deadlines in nanoseconds infinite; patience under a

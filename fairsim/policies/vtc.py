@@ -5,15 +5,10 @@ from __future__ import annotations
 import heapq
 from collections.abc import Hashable, Sequence
 
-from fairsim.policies.base import arrival_key
+from fairsim.policies.base import WEIGHT_MAX, WEIGHT_MIN, arrival_key
 from fairsim.policies.clients import client_key
 from fairsim.types import QueuedRequest
 
-
-
-#: Bounds of ``input_weight`` (our own, as Fairway's weights): 1e305 x the tokens charged overflowed
-#: every counter to infinity, so all clients tied and the order became FCFS's, silently.
-INPUT_WEIGHT_MIN, INPUT_WEIGHT_MAX = 1e-100, 1e100
 
 class VTC:
     """Serve the backlogged client that has received the least service, counted in tokens.
@@ -39,8 +34,8 @@ class VTC:
     is work not done, as DLPM argues); output tokens are not charged; the client labels above.
 
     Args:
-        input_weight: Counter increment per uncached prompt token (``INPUT_WEIGHT_MIN`` to
-            ``INPUT_WEIGHT_MAX``; VTC's ``w_p``).
+        input_weight: Counter increment per uncached prompt token (``WEIGHT_MIN`` to
+            ``WEIGHT_MAX``; VTC's ``w_p``).
 
     Raises:
         ValueError: ``input_weight`` is not a number within those bounds.
@@ -54,10 +49,10 @@ class VTC:
 
     def __init__(self, input_weight: float = 1.0) -> None:
         if isinstance(input_weight, bool) or not isinstance(input_weight, (int, float)) \
-                or not INPUT_WEIGHT_MIN <= input_weight <= INPUT_WEIGHT_MAX:
-            raise ValueError(f"VTC input_weight={input_weight!r}: need a number from {INPUT_WEIGHT_MIN:g} to "
-                             f"{INPUT_WEIGHT_MAX:g} (it scales every counter alike; beyond, the counters "
-                             f"overflow and every client ties)")
+                or not WEIGHT_MIN <= input_weight <= WEIGHT_MAX:
+            raise ValueError(f"VTC input_weight={input_weight!r}: need a number from {WEIGHT_MIN:g} to "
+                             f"{WEIGHT_MAX:g} (it scales every counter alike; beyond, the counters "
+                             f"overflowed and every client tied: FCFS's order)")
         self.input_weight = float(input_weight)
         self.counter: dict[Hashable, float] = {}
         self._backlogged: set[Hashable] = set()
