@@ -57,12 +57,12 @@ import json
 import math
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fairsim.errors import ProfileError
 from fairsim.kvcapacity import KVCapacity, kv_capacity_from_dict
+from fairsim.record import field, record
 
 if TYPE_CHECKING:  # numpy is imported where arrays are made: not at every run's start-up
     import numpy as np
@@ -127,7 +127,7 @@ def interp(x: float, xp: Sequence[float], fp: Sequence[float]) -> float:
     return out
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Profile:
     """A fitted (or prior) cost model for one device, model and engine.
 

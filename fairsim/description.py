@@ -36,16 +36,15 @@ and exits 2. This module imports no command module.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import enum
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fairsim.costmodel import Profile
 from fairsim.options import check_policies, params_for
+from fairsim.record import record, replace as record_replace
 from fairsim.sim import EngineConfig
 from fairsim.traces import Trace
 from fairsim.types import Request
@@ -63,7 +62,7 @@ class Needs(enum.IntEnum):
     """And the KV capacity in blocks on the shaped requests (every command that simulates)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RunDescription:
     """What the options of one command resolve to (``describe_run``).
 
@@ -189,7 +188,7 @@ def describe_run(args: argparse.Namespace, *, needs: Needs = Needs.CAPACITY, pol
     if needs < Needs.CAPACITY:
         return desc
     block_size, kv_blocks = _capacity(args, desc, fit_longest_prompt)  # 6. capacity
-    return dataclasses.replace(desc, block_size=block_size, kv_blocks=kv_blocks)
+    return record_replace(desc, block_size=block_size, kv_blocks=kv_blocks)
 
 
 def _check_options(args: argparse.Namespace,
@@ -203,7 +202,7 @@ def _check_options(args: argparse.Namespace,
     config = engine_config(args)
     if live_block_size is not None and config.block_size is None:
         # vLLM's CPU backend wants a multiple of 32; the live engine's default, not the trace's.
-        config = dataclasses.replace(config, block_size=live_block_size)
+        config = record_replace(config, block_size=live_block_size)
     slo = parse_slo(getattr(args, "slo", None))
     if slo and config.mode != "colocated":
         raise ValueError("--slo needs --mode colocated or --mode disaggregated (prefill-only runs have no TPOT)")
@@ -274,7 +273,7 @@ def _with_trace(args: argparse.Namespace, desc: RunDescription, trace_time: bool
     else:
         trace, requests = load_requests(args, desc.profile)
         scale = args.time_scale
-    return dataclasses.replace(desc, trace=trace, requests=requests, scaled=not trace_time, time_scale=scale,
+    return record_replace(desc, trace=trace, requests=requests, scaled=not trace_time, time_scale=scale,
                                replay=args.replay, session_rate=args.session_rate)
 
 

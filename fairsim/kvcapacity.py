@@ -25,10 +25,10 @@ vLLM keeps one block of its pool as the "null" block; this one-block difference 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from fairsim.errors import ProfileError
+from fairsim.record import record
 
 GIB = 2**30
 """Bytes per GiB."""
@@ -64,7 +64,7 @@ def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: i
     return total // tensor_parallel
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class KVCapacity:
     """Memory figures of one engine (one GPU, or one rank under tensor parallelism).
 

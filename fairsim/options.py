@@ -29,6 +29,7 @@ from typing import Any
 from fairsim.costmodel import DEFAULT_PROFILE, Profile, load_profile
 from fairsim.io import count_arg, path_arg, plural
 from fairsim.policies import make_policy, policy_names
+from fairsim.record import replace as record_replace
 from fairsim.sim import EngineConfig, SimResult
 from fairsim.traces import Trace, load_trace, scale_time, window
 from fairsim.traces.formats import prompt_field
@@ -431,9 +432,8 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
     trace = add_mapping_warning(trace, requests, args.block_size)
     shaped = session_rate_warning(args, trace)
     if shaped is not None:  # said with the reader's warnings, once every check passed
-        import dataclasses
 
-        trace = dataclasses.replace(trace, warnings=(*trace.warnings, shaped))
+        trace = record_replace(trace, warnings=(*trace.warnings, shaped))
     for warning in trace.warnings:
         print(f"fairsim: warning: {warning}", file=sys.stderr)
     return trace, requests
@@ -530,12 +530,11 @@ def _time_origin(args: argparse.Namespace, trace: Trace, request: Request, *fixe
 def add_mapping_warning(trace: Trace, requests: list[Request], block_size: int | None) -> Trace:
     """``trace`` with the warning of ``fairsim.sim.keys.mapping_loss`` added when
     ``--block-size`` and the hash block neither divide the other."""
-    import dataclasses
 
     from fairsim.sim.keys import mapping_loss
 
     loss = mapping_loss(requests, block_size) if block_size else None
-    return dataclasses.replace(trace, warnings=trace.warnings + (loss,)) if loss else trace
+    return record_replace(trace, warnings=trace.warnings + (loss,)) if loss else trace
 
 
 def shape_sessions(args: argparse.Namespace, trace: Trace) -> list[Request]:

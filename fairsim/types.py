@@ -6,11 +6,12 @@ waiting request at the start of one scheduling step (DESIGN.md, "Core types").
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from fairsim.record import MISSING, field, record
 
-@dataclass(frozen=True, slots=True)
+
+@record(frozen=True, slots=True)
 class Request:
     """One request of a trace.
 
@@ -59,6 +60,27 @@ class Request:
     after: str | None = None
     delay_s: float = 0.0
     segments: tuple[tuple[int, int], ...] = ()
+
+    def __init__(self, request_id: str, arrival_time: float, prompt_len: int, block_hashes: tuple[int, ...] = (),
+                 hash_block_size: int = 512, output_len: int = 1, labels: dict[str, Any] = MISSING,
+                 session_id: str | None = None, after: str | None = None, delay_s: float = 0.0,
+                 segments: tuple[tuple[int, int], ...] = ()) -> None:
+        # Written out, as the dataclass decorator would generate it (the fields above, in order;
+        # ``labels`` a new dict when not given): readers build one request per record, and
+        # ``record``'s generic ``__init__`` takes twice as long (tests/test_record.py compares it).
+        set_field = object.__setattr__
+        set_field(self, "request_id", request_id)
+        set_field(self, "arrival_time", arrival_time)
+        set_field(self, "prompt_len", prompt_len)
+        set_field(self, "block_hashes", block_hashes)
+        set_field(self, "hash_block_size", hash_block_size)
+        set_field(self, "output_len", output_len)
+        set_field(self, "labels", {} if labels is MISSING else labels)
+        set_field(self, "session_id", session_id)
+        set_field(self, "after", after)
+        set_field(self, "delay_s", delay_s)
+        set_field(self, "segments", segments)
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         if self.prompt_len < 1:

@@ -7,7 +7,6 @@ policy's keyword parameters.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterator, Mapping
 from importlib import import_module
 from typing import Any
@@ -234,6 +233,8 @@ def accepted_params(name: str) -> list[str]:
     """Keyword parameters a user may pass to policy ``name`` (empty if none or unknown)."""
     if name not in _CLASSES:
         return []
+    import inspect  # (not at import: ``inspect`` costs a run's start-up about 4 %; record.py)
+
     cls = _CLASSES[name]
     out: list[str] = []
     for klass in cls.__mro__:  # a subclass passing **kwargs on (FairwayCarry) accepts its base's

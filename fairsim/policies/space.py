@@ -21,14 +21,15 @@ Pure module: no optuna import (``fairsim.tune`` turns a space into Optuna distri
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Union
+
+from fairsim.record import record
 
 #: Name of the class attribute holding a policy's search space.
 ATTRIBUTE = "search_space"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FloatRange:
     """A real parameter in ``[low, high]``; ``log``: searched on a log scale (both > 0)."""
 
@@ -44,7 +45,7 @@ class FloatRange:
         return f"{self.low:g}..{self.high:g}{' log' if self.log else ''}"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class IntRange:
     """An integer parameter in ``[low, high]`` (both included); ``log``: log scale (low >= 1)."""
 
@@ -62,7 +63,7 @@ class IntRange:
         return f"{self.low}..{self.high} int{' log' if self.log else ''}"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Choice:
     """A parameter taking one of ``values`` (JSON scalars: bool, number, string, null)."""
 

@@ -11,10 +11,12 @@ of a simulation or of the vLLM hook, with one ``ValueError`` naming what is wron
 from __future__ import annotations
 
 import importlib
-import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fairsim.policies.base import Policy
+
+if TYPE_CHECKING:
+    import inspect
 
 
 def is_user_spec(name: str) -> bool:
@@ -54,7 +56,7 @@ def load_user_class(spec: str) -> type:
         except Exception as exc:  # noqa: BLE001 - a module __getattr__ of the team's failed
             raise ValueError(f"policy {spec!r}: reading {attr!r} from module {module_name!r} failed: "
                              f"{type(exc).__name__}: {exc}{_at(exc)}") from exc
-    if not inspect.isclass(obj):
+    if not isinstance(obj, type):
         raise ValueError(f"policy {spec!r}: {attr!r} is a {type(obj).__name__}, not a class")
     if not callable(getattr(obj, "order", None)):
         raise ValueError(f"policy {spec!r}: class {attr!r} is not a policy: it has no "
@@ -72,6 +74,8 @@ def _at(exc: BaseException) -> str:
 
 def user_params(cls: type) -> list[str]:
     """Keyword parameters the class's constructor accepts (``profile`` excluded)."""
+    import inspect  # (not at import: a run that names no own class does without it)
+
     sig = inspect.signature(cls)
     return [p.name for p in sig.parameters.values() if p.name != "profile" and p.kind in
             (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
@@ -92,6 +96,8 @@ def make_user_policy(spec: str, profile: Any = None, /, **params: Any) -> Policy
             given (the policy's own code failed, exit 1 as for ``order()``; the original is its
             ``__cause__``). Both messages say where the team's code raised it.
     """
+    import inspect  # (not at import: a run that names no own class does without it)
+
     cls = load_user_class(spec)
     sig = inspect.signature(cls)
     kwargs = dict(params)
@@ -146,6 +152,8 @@ def _annotated(param: inspect.Parameter) -> str | None:
 def _kind_of(param: inspect.Parameter) -> str | None:
     """What a constructor parameter declares it takes, by its annotation or else its default's
     type: ``_NUMBER``, ``_BOOL``, or None when it declares neither (any value goes)."""
+    import inspect  # (not at import: a run that names no own class does without it)
+
     kind = _annotated(param)
     if kind is None and param.default is not inspect.Parameter.empty:
         kind = _KINDS.get(type(param.default))
@@ -171,6 +179,8 @@ def check_callable_as(spec: str, policy: Any, method: str) -> None:
     cannot be called with the engine's two positional arguments (``order(waiting, now)``,
     ``on_admitted(admitted, now)``: ``fairsim/policies/base.py``); a missing ``on_admitted`` is
     fine (it is optional), and a callable whose signature Python cannot read is taken as it is."""
+    import inspect  # (not at import: a run that names no own class does without it)
+
     call = f"{method}({'waiting' if method == 'order' else 'admitted'}, now)"
     fn = getattr(policy, method, None)
     if fn is None:

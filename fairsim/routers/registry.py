@@ -7,7 +7,6 @@ here. Modules are imported when their router is built, so listing names imports 
 from __future__ import annotations
 
 import importlib
-import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,6 +43,8 @@ def router_class(name: str) -> type[Router]:
 
 def router_params(name: str) -> dict[str, Any]:
     """The ``--router-param`` keys router ``name`` takes, with their defaults."""
+    import inspect  # (not at import: only a fleet needs it; fairsim/record.py says what it costs)
+
     sig = inspect.signature(router_class(name).__init__)
     return {p.name: p.default for p in sig.parameters.values()
             if p.kind is p.KEYWORD_ONLY and p.name not in ("seed", "kv_blocks")}

@@ -8,12 +8,12 @@ weights and KV bytes per token, ``fairsim.kvcapacity``); else 0.3 of the reusabl
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from fairsim.errors import CapacityError
+from fairsim.record import replace
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.keys import block_keys, blocks_for, capacity_from_fraction, reusable_blocks
 from fairsim.types import Request
@@ -128,7 +128,7 @@ def with_profile_capacity(config: EngineConfig, profile: Profile) -> tuple[Engin
     if tokens is None:
         return config, (f"profile {profile.name!r} has no kv_capacity, so {DEFAULT_KV_FRACTION:g} x "
                         f"the trace's reusable content (raised to the longest prompt)")
-    return dataclasses.replace(config, kv_tokens=tokens), f"profile kv_capacity {tokens:,} tokens"
+    return replace(config, kv_tokens=tokens), f"profile kv_capacity {tokens:,} tokens"
 
 
 def describe_capacity(profile_name: str, block_size: int, kv_blocks: int, source: str) -> str:

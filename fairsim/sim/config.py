@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+
+from fairsim.record import record
 
 MAX_STEP_TOKENS = 2**31 - 1
 """Most tokens of one step, and so the largest ``budget_tokens`` and ``max_num_seqs`` (tokens;
@@ -16,7 +17,7 @@ MODES = ("prefill-only", "colocated")
 deployment; DESIGN.md "Colocated mode")."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class EngineConfig:
     """Settings of the simulated chunked-prefill engine (vLLM v1 names where they exist).
 

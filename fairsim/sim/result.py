@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from fairsim.record import field, record
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -101,7 +102,7 @@ class Columns:
 _TABLES = ("requests", "steps", "token_gaps")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SimResult:
     """Output of one simulation.
 

@@ -6,10 +6,10 @@ generate_rag`` works as before): a ``fairsim run`` on a trace file needs none of
 time).
 """
 
-import dataclasses
 import importlib
 from pathlib import Path
 
+from fairsim.record import replace
 from fairsim.traces.formats import FORMATS, detect, read_trace
 from fairsim.traces.mooncake import load_mooncake
 from fairsim.traces.shaping import OfferedLoad, offered_load, scale_time, window
@@ -64,7 +64,7 @@ def load_trace(path: str | Path | None = None, format: str = "auto", *, skip_bad
         from fairsim.traces.rag import DEFAULT_RAG_PATH
 
         trace = load_mooncake(DEFAULT_RAG_PATH, skip_bad=skip_bad)
-        return dataclasses.replace(trace, name="rag-default")
+        return replace(trace, name="rag-default")
     return read_trace(path, format, skip_bad=skip_bad, hash_block_size=hash_block_size, part=part)
 
 

@@ -1,7 +1,8 @@
 """Building many ``Request`` objects fast: the trace readers and time shaping (a run's fixed cost).
 
-``Request`` is a frozen slotted dataclass; its generated ``__init__`` sets each field through
-``object.__setattr__`` and then runs ``__post_init__`` (the checks). ``make_request`` does the
+``Request`` is a frozen slotted record (``fairsim.record``, a dataclass to the standard library);
+its ``__init__`` sets each field through ``object.__setattr__`` and then runs ``__post_init__``
+(the checks). ``make_request`` does the
 same with the slots' own setters, at about half the cost, and runs the same ``__post_init__``, so
 the object, its validation and its error messages are those of ``Request(...)``. A trace read
 and a ``--time-scale`` each build one request per record.

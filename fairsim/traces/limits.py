@@ -13,11 +13,11 @@ that limit to the trace's ``output_length`` before a colocated simulation.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from operator import attrgetter
 
 from fairsim.errors import PromptTooLongError, record_where
+from fairsim.record import replace
 from fairsim.types import Request
 
 _prompt_len = attrgetter("prompt_len")
@@ -100,6 +100,6 @@ def cap_outputs(requests: Sequence[Request], max_model_len: int | None) -> tuple
         room = max_model_len - r.prompt_len
         if r.output_len > room >= 1:
             capped.append(r)
-            r = dataclasses.replace(r, output_len=room)
+            r = replace(r, output_len=room)
         out.append(r)
     return out, capped

@@ -40,7 +40,6 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
 from itertools import accumulate
 from operator import attrgetter
 from typing import TYPE_CHECKING
@@ -48,6 +47,7 @@ from typing import TYPE_CHECKING
 from fairsim.compiled import compiled_twin
 from fairsim.costmodel import Profile
 from fairsim.npfloat import float_sum
+from fairsim.record import field_names, record
 from fairsim.types import Request
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ MIN_LOAD_WINDOW_S = 1e-3
 shipped profiles) a window holds a fraction of a step's work and its "load" measures nothing."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class PrefillWork:
     """Per-request prefill work of a trace, in arrival order (arrays of shape ``(n,)``).
 
@@ -110,7 +110,7 @@ def prefill_work(requests: Sequence[Request], budget_tokens: int, ideal_reuse: b
     import numpy as np
 
     work = _both_works(requests, budget_tokens, profile, colocated, ideal_reuse)[-1]
-    return PrefillWork(**{f.name: np.asarray(getattr(work, f.name), dtype=np.float64) for f in fields(work)})
+    return PrefillWork(**{name: np.asarray(getattr(work, name), dtype=np.float64) for name in field_names(work)})
 
 
 def _both_works(requests: Sequence[Request], budget_tokens: int, profile: Profile | None, colocated: bool,
@@ -246,7 +246,7 @@ def _whole_sum(values: list[float]) -> float:
     return total if total < 2.0**52 else float_sum(values)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class OfferedLoad:
     """Prefill work a trace offers, next to the engine's best-case throughput at its budget.
 

@@ -11,10 +11,10 @@ sessions/s; ``../shared/design/TRACES.md``, "Claude Code session traces").
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 
+from fairsim.record import replace
 from fairsim.types import Request
 
 DEFAULT_SESSION_RATE = 0.1
@@ -90,7 +90,7 @@ def place_sessions(requests: Sequence[Request], rate: float, seed: int = 0) -> l
     out: list[Request] = []
     for group, start in zip(groups, starts):
         base = group[0].arrival_time
-        out.extend(dataclasses.replace(r, arrival_time=float(start) + (r.arrival_time - base))
+        out.extend(replace(r, arrival_time=float(start) + (r.arrival_time - base))
                    for r in group)
     out.sort(key=lambda r: (r.arrival_time, r.request_id))
     return out
@@ -113,7 +113,7 @@ def detach_cut(kept: Sequence[Request], full: Sequence[Request]) -> tuple[list[R
     detached = 0
     for r in kept:
         if r.after is not None and r.after not in kept_ids and r.after in full_ids:
-            out.append(dataclasses.replace(r, after=None, delay_s=0.0))
+            out.append(replace(r, after=None, delay_s=0.0))
             detached += 1
         else:
             out.append(r)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from fairsim.costmodel import Profile
+from fairsim.record import record
 from fairsim.traces.fastreq import with_arrival
 from fairsim.types import Request
 
@@ -52,7 +52,7 @@ def window(requests: Sequence[Request], start_s: float = 0.0, end_s: float | Non
     return out[:max_requests] if max_requests is not None else out
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class OfferedLoad:
     """What a trace asks of an engine, next to what the engine can give.
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 
 from fairsim.errors import TraceFormatError
+from fairsim.record import field, record
 from fairsim.types import Request
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Trace:
     """A list of requests plus where they came from.
 

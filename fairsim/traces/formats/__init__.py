@@ -12,19 +12,18 @@ Adding a format: write ``fairsim/traces/formats/NAME.py`` with ``NAME``, ``sniff
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
+from fairsim.record import record, replace as record_replace
 from fairsim.traces.formats import azure, bailian, claude_code, dynamo, mooncake, ragpulse
 from fairsim.errors import TraceFormatError
 from fairsim.traces.formats._common import Head, open_binary, read_head
 from fairsim.traces.trace import Trace
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TraceFormat:
     """One reader of the registry.
 
@@ -283,7 +282,7 @@ def _read_naming_others(format: str, detected: bool, path: str | Path, skip_bad:
         if better:
             warning = (f"{path}: read as {format}, as --trace-format asked, but the content is {better[0]}'s "
                        f"(which {format} misreads): give --trace-format {better[0]} (or auto)")
-            trace = dataclasses.replace(trace, warnings=(*trace.warnings, warning))
+            trace = record_replace(trace, warnings=(*trace.warnings, warning))
     return trace
 
 

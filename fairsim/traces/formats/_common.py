@@ -15,13 +15,13 @@ import re
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
 from typing import IO, Any
 
 from fairsim.compiled import compiled_twin
 from fairsim.errors import TraceFormatError
+from fairsim.record import field, record
 from fairsim.traces.trace import Trace
 from fairsim.types import Request
 
@@ -45,7 +45,7 @@ GZIP_CUT_SHORT = ("the gzip stream ends before its end-of-stream marker (the fil
 """The error of a gzip file cut short (a download that stopped), at the first line it loses."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Head:
     """What a format's ``sniff`` sees of a path.
 
@@ -436,7 +436,7 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
-@dataclass
+@record
 class Collector:
     """Collects one trace's requests and bad records, then runs the whole-trace checks.
 
