@@ -79,10 +79,11 @@ def test_budgets_past_c_integers_give_the_python_figures(budget, monkeypatch):
 
 def test_hand_computed_hits_and_windows():
     # a: blocks (1, 2); b shares block 1 and ends in a new one; c repeats a whole: its hit is
-    # capped at prompt_len - 1 tokens (vLLM computes the last token).
+    # the whole blocks within prompt_len - 1 tokens, one (vLLM computes the last token, and a hit
+    # is whole blocks: the engine's hit for c is 512 too).
     reqs = [Request("a", 0.0, 1024, (1, 2), 512, 1, {}), Request("b", 1.0, 1100, (1, 3), 512, 1, {}),
             Request("c", 1.5, 1024, (1, 2), 512, 1, {})]
-    assert KERNEL.ideal_hits(reqs) == [0.0, 512.0, 1023.0]
+    assert KERNEL.ideal_hits(reqs) == [0.0, 512.0, 512.0]
     # the first arrival at or after t + 1 s: 1.0 for 0.0, then 4.0 for 1.0 and 1.5, none for 4.0
     assert KERNEL.window_ends([0.0, 1.0, 1.5, 1.5, 4.0], 1.0) == [1, 4, 4, 4, 5]
     new, pairs, chunks = KERNEL.work_lists([1024.0, 1100.0], [0.0, 512.0], 512)
@@ -110,7 +111,7 @@ def _ideal_hits_reference(requests):
             if x not in seen:
                 break
             hit += 1
-        out.append(float(min(hit * r.hash_block_size, r.prompt_len - 1)))
+        out.append(float(min(hit, (r.prompt_len - 1) // r.hash_block_size) * r.hash_block_size))
         seen.update(r.block_hashes[hit:])
     return out
 

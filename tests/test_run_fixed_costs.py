@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from array import array
 from operator import itemgetter
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -85,7 +86,7 @@ def reference_prefill_work(requests, budget_tokens, ideal_reuse, profile=None, c
                 if x not in seen:
                     break
                 hit += 1
-            hits[i] = min(hit * r.hash_block_size, r.prompt_len - 1)
+            hits[i] = min(hit, (r.prompt_len - 1) // r.hash_block_size) * r.hash_block_size
             seen.update(r.block_hashes)
     new = lengths - hits
     decode_tokens = np.zeros(len(ordered), dtype=np.float64)
@@ -133,8 +134,12 @@ def test_offered_load_as_before(requests, budget, colocated, window_s):
     assert got.busy_s == busy(ref_cold) and got.ideal_busy_s == busy(ref_ideal)
     span = float(ref_cold.arrival_s[-1] - ref_cold.arrival_s[0])
     if span >= window_s:
-        assert (got.peak_load, got.peak_start_s) == _busiest(ref_cold, profile, budget, window_s)
-        assert got.peak_ideal_load == _busiest(ref_ideal, profile, budget, window_s)[0]
+        peak, start, first = _busiest(ref_cold, profile, budget, window_s)
+        assert (got.peak_load, got.peak_start_s) == (peak, start)
+        # The ideal-reuse load of that same window.
+        end = first + sum(1 for t in ref_cold.arrival_s[first:] if t < start + window_s)
+        assert got.peak_ideal_load == pytest.approx(busy(SimpleNamespace(
+            **{f: getattr(ref_ideal, f)[first:end] for f in PrefillWork.__slots__})) / window_s, rel=1e-12)
 
 
 def test_offered_load_hand_computed():

@@ -30,7 +30,8 @@ def columns(list ordered):
 
 def ideal_hits(list ordered):
     """Each request's ideal-reuse hit in tokens, as a float: the leading hash blocks seen in an
-    earlier request, times its hash block size, at most ``prompt_len - 1`` (``_both_works``).
+    earlier request that fit in ``prompt_len - 1`` tokens, times its hash block size
+    (``_both_works``).
 
     Where every id is a Python ``int`` in ``0 .. 8 x (ids so far) + 65536`` (the public traces'
     ids, and the Bailian reader's re-chained names) the ids seen are a byte per id, read and
@@ -90,9 +91,8 @@ cdef list _dense_walk(list ordered):
                 leading = False
                 seen[h] = 1
         # Python integers, as in the reference (any length; float() raises where it does)
-        tokens = hit * r.hash_block_size
-        cap = r.prompt_len - 1
-        out[i] = float(tokens if tokens < cap else cap)
+        cap = (r.prompt_len - 1) // r.hash_block_size  # whole blocks within L - 1 tokens
+        out[i] = float((hit if hit < cap else cap) * r.hash_block_size)
     return out
 
 
@@ -111,9 +111,8 @@ cdef list _walk(list ordered):
         while hit < m and ids[hit] in ids_seen:
             hit += 1
         # Python integers, as in the reference (any length; float() raises where it does)
-        tokens = hit * r.hash_block_size
-        cap = r.prompt_len - 1
-        out[i] = float(tokens if tokens < cap else cap)
+        cap = (r.prompt_len - 1) // r.hash_block_size  # whole blocks within L - 1 tokens
+        out[i] = float((hit if hit < cap else cap) * r.hash_block_size)
         for j in range(hit, m):  # its first ``hit`` ids are in already
             ids_seen.add(ids[j])
     return out

@@ -24,11 +24,12 @@ steps of request ``i`` (context ``L_i + g - 1`` at its ``g``-th decode)::
 The weight-read floor ``min_step_s`` is not counted (the bound stays a lower bound).
 
 - ``load = busy(all, h = 0) / span`` (no reuse), ``ideal_load`` the same with ``h_i`` the prefix an
-  infinite cache would hold (hash blocks seen earlier in the trace, at most ``L - 1`` tokens); the
-  real load with a finite cache lies between the two.
+  infinite cache would hold (the whole hash blocks seen earlier in the trace that fit in
+  ``L - 1`` tokens, as vLLM's prefix hits); the real load with a finite cache lies between the two.
 - The busiest window: ``max over t of busy(requests arriving in [t, t + W)) / W`` (``W`` =
   ``--load-window``, default 60 s, at least ``MIN_LOAD_WINDOW_S`` = 1 ms; the maximum is reached
-  at a window starting at an arrival). A trace whose span is shorter than ``W`` is its own busiest
+  at a window starting at an arrival), without reuse; its ideal-reuse load is that same window's.
+  A trace whose span is shorter than ``W`` is its own busiest
   window: its peak load is the mean load (its work over its span, not over ``W``, which would
   dilute it below the mean).
 - Load is inversely proportional to the time scale, so the scale that gives load ``X`` is
@@ -174,7 +175,9 @@ def _both_works(requests: Sequence[Request], budget_tokens: int, profile: Profil
                 if x not in seen:
                     break
                 hit += 1
-            hits[i] = float(min(hit * r.hash_block_size, r.prompt_len - 1))
+            # Whole blocks within L - 1 tokens: vLLM computes at least a prompt's last token,
+            # and a hit is whole blocks (``fairsim.sim.keys``; the engine's hits are the same).
+            hits[i] = float(min(hit, (r.prompt_len - 1) // r.hash_block_size) * r.hash_block_size)
             seen.update(ids[hit:] if hit else ids)  # its first ``hit`` ids are in already
     # No hit anywhere (a trace without prefix identity, Azure's): the ideal work is the cold
     # work, list for list, and offered_load reads it once.
@@ -206,9 +209,10 @@ def _window_ends(t: list[float], window_s: float, kernel: ModuleType | None = No
 
 
 def _busiest(work: PrefillWork, profile: Profile, budget: int, window_s: float,
-             ends: list[int] | None = None, kernel: ModuleType | None = None) -> tuple[float, float]:
-    """``(load, start_s)`` of the busiest ``window_s``-second window: the first window, starting
-    at an arrival, whose ``busy_time`` is the largest (numpy's ``argmax``: a NaN wins).
+             ends: list[int] | None = None, kernel: ModuleType | None = None) -> tuple[float, float, int]:
+    """``(load, start_s, i)`` of the busiest ``window_s``-second window: the first window, starting
+    at an arrival (``i``, its first request), whose ``busy_time`` is the largest (numpy's
+    ``argmax``: a NaN wins).
 
     The window sums are differences of running sums (``np.cumsum``'s, in order) at the
     arrivals ``[t, t + W)`` (``ends``: ``_window_ends``, computed here when not given).
@@ -220,7 +224,7 @@ def _busiest(work: PrefillWork, profile: Profile, budget: int, window_s: float,
         best, top = kernel.busiest(work.new_tokens, work.pairs, work.chunks, work.decode_tokens, work.decode_s,
                                    ends, profile.a_s, profile.b_s_per_token, profile.k_s_per_pair,
                                    profile.d_s_per_request, budget)
-        return top / window_s, t[best]
+        return top / window_s, t[best], best
     cn, cp, cc, cdt, cds = ([0.0, *accumulate(x)]
                             for x in (work.new_tokens, work.pairs, work.chunks, work.decode_tokens, work.decode_s))
     a, b, k, d = profile.a_s, profile.b_s_per_token, profile.k_s_per_pair, profile.d_s_per_request
@@ -235,7 +239,19 @@ def _busiest(work: PrefillWork, profile: Profile, budget: int, window_s: float,
         elif busy != busy:  # NaN: numpy's argmax stops at the first
             best, top = i, busy
             break
-    return top / window_s, t[best]
+    return top / window_s, t[best], best
+
+
+def _window_load(work: PrefillWork, profile: Profile, budget: int, window_s: float, i: int, e: int) -> float:
+    """The load of the window of requests ``[i, e)`` of ``work`` over ``window_s`` seconds, as
+    ``_busiest`` computes it for that window (the same running sums, so the same float)."""
+    cn, cp, cc, cdt, cds = ([0.0, *accumulate(x)]
+                            for x in (work.new_tokens, work.pairs, work.chunks, work.decode_tokens, work.decode_s))
+    new = cn[e] - cn[i]
+    busy = (profile.a_s * float(math.ceil((new + (cdt[e] - cdt[i])) / budget)) + profile.b_s_per_token * new
+            + profile.k_s_per_pair * (cp[e] - cp[i]) + profile.d_s_per_request * (cc[e] - cc[i])
+            + (cds[e] - cds[i]))
+    return busy / window_s
 
 
 def _whole_sum(values: list[float]) -> float:
@@ -263,8 +279,8 @@ class OfferedLoad:
         load: ``busy_s / span_s`` (no reuse); NaN when all requests arrive at one instant.
         ideal_load: ``ideal_busy_s / span_s`` (perfect reuse).
         window_s: Length of the busiest window, seconds.
-        peak_load, peak_ideal_load: Load of the busiest window (no reuse / ideal reuse); the
-            mean load when the trace is shorter than the window.
+        peak_load, peak_ideal_load: Load of the busiest window without reuse, and of the same
+            window with ideal reuse; the mean loads when the trace is shorter than the window.
         peak_start_s: Start of the busiest (no-reuse) window, seconds.
         colocated: True when decode work is counted (``--mode colocated``).
     """
@@ -367,8 +383,10 @@ def offered_load(requests: Sequence[Request], profile: Profile, budget_tokens: i
         peak, start, peak_ideal = busy_cold / span, cold.arrival_s[0], busy_ideal / span
     else:
         ends = _window_ends(cold.arrival_s, window_s, kernel)  # the same arrivals in both
-        peak, start = _busiest(cold, profile, budget_tokens, window_s, ends, kernel)
-        peak_ideal = peak if ideal is cold else _busiest(ideal, profile, budget_tokens, window_s, ends, kernel)[0]
+        peak, start, first = _busiest(cold, profile, budget_tokens, window_s, ends, kernel)
+        # The same window's ideal-reuse load (the line prints both after its start).
+        peak_ideal = peak if ideal is cold else _window_load(ideal, profile, budget_tokens, window_s, first,
+                                                             ends[first])
     return OfferedLoad(
         requests=len(requests), span_s=span, budget_tokens=budget_tokens,
         prompt_tokens_per_s=total / span_eff,
