@@ -337,7 +337,7 @@ def write_report(an: Analysis, out: Path) -> list[Path]:
 
 ## 1. Does ordering matter? (the paper's step 1)
 
-Work = uncached prompt tokens at admission; spread = upper / lower decile (nearest rank; with ten
+Work = uncached prompt tokens at admission; spread = upper / lower decile (nearest rank; with nine
 or fewer waiting: largest / smallest) of the work of the requests waiting at the same time,
 weighted by time. Source: {sp.source}.
 

@@ -6,7 +6,7 @@ a few times, ordering matters little. Here a request's *work* is its uncached pr
 admission, ``max(1, L - h)`` (the Fast lane's ``c`` and the work charge of POLICIES.md), and it is
 *queued* from its arrival until it is first scheduled. At each instant with at least two requests
 waiting, the *spread* is the upper decile of the queued work divided by its lower decile
-(nearest-rank deciles, so with ten or fewer waiting it is the largest over the smallest; with
+(nearest-rank deciles, so with nine or fewer waiting it is the largest over the smallest; with
 thousands waiting one outlier does not decide it). Its distribution is weighted by time (seconds
 with that queue).
 
@@ -56,7 +56,8 @@ class QueueSpread:
 
     @property
     def queued_share(self) -> float:
-        """Share of the span with at least two requests waiting."""
+        """Share of ``span_s`` (first arrival to last first-scheduling) with at least two requests
+        waiting."""
         tl = self.timeline
         return float(tl.loc[tl["waiting"] >= 2, "duration_s"].sum() / self.span_s) if self.span_s > 0 else 0.0
 
