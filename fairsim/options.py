@@ -417,8 +417,17 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
         check_release_times(requests, args.think_scale, MAX_ARRIVAL_S, trace.source, trace.locations)
     last = requests[-1].arrival_time if requests else 0.0
     if not last <= MAX_ARRIVAL_S:
-        where, fix = _time_origin(args, trace, kept[-1], "a larger --target-load", "a smaller --time-scale",
-                                  "a larger --session-rate", "a shorter window (--window-end)")
+        first = kept[0].arrival_time
+        own = ("a shorter window (--window-end)" if not first > 0 or not kept[-1].arrival_time - first <= MAX_ARRIVAL_S
+               # (epoch timestamps: a window's start is its time zero)
+               else f"--window-start {first:.17g}, which counts arrival times from the first one")
+        if kept[-1].arrival_time > MAX_ARRIVAL_S and args.session_rate is None:
+            # The trace's own times are past the limit: no option that scales them is to blame.
+            where, fix = _time_origin(argparse.Namespace(time_scale=1), trace, kept[-1], "", "", "", own)
+            last = kept[-1].arrival_time
+        else:
+            where, fix = _time_origin(args, trace, kept[-1], "a larger --target-load", "a smaller --time-scale",
+                                      "a larger --session-rate", own)
         raise ValueError(
             f"{where}: the last arrival is at {last:.6g} s, beyond "
             f"{MAX_ARRIVAL_S:.0e} s, where float64 time cannot resolve 1 us steps; use {fix}")
@@ -555,6 +564,7 @@ def shape_sessions(args: argparse.Namespace, trace: Trace) -> list[Request]:
     # Formats without absolute time (Claude Code sessions) give offsets from the session start.
     if not getattr(trace, "absolute_time", True) and args.session_rate is None:
         args.session_rate = DEFAULT_SESSION_RATE
+        args.session_rate_default = True  # (session_rate_warning says the starts are drawn)
     if args.session_rate is not None:
         requests = place_sessions(requests, args.session_rate, args.seed)
     return requests
@@ -562,7 +572,13 @@ def shape_sessions(args: argparse.Namespace, trace: Trace) -> list[Request]:
 
 def session_rate_warning(args: argparse.Namespace, trace: Trace) -> str | None:
     """What ``--session-rate`` does to a trace with timestamps whose requests follow none (each
-    is a session of one turn, so every arrival is drawn anew), else None."""
+    is a session of one turn, so every arrival is drawn anew), or where the trace has no
+    absolute times and the default rate placed its sessions; else None."""
+    if getattr(args, "session_rate_default", False):
+        return (f"{trace.source}: the trace records no absolute arrival times (a Mooncake file with no "
+                f"'timestamp' in any record, or sessions timed from their own start): sessions start as "
+                f"a Poisson process of {args.session_rate:g}/s (the default --session-rate), seed "
+                f"{args.seed}, drawn, not read from the trace")
     if args.session_rate is None or not getattr(trace, "absolute_time", True):
         return None
     if any(r.after is not None for r in trace.requests):

@@ -78,3 +78,77 @@ def test_the_printed_line_and_run_json_agree_on_the_window(tmp_path, capsys):
     assert f"busiest 15 s window from 20.0 s: load 0.03 (ideal reuse {ideal:.2f})" in out
     offered = json.loads((tmp_path / "out" / "run.json").read_text())["offered_load_figures"]
     assert offered["peak_start_s"] == 20.0 and offered["peak_ideal_load"] == pytest.approx(ideal, rel=1e-12)
+
+
+# -- the second pass: production exports -------------------------------------------------------
+
+def _mooncake(path, rows, key="timestamp"):
+    path.write_text("".join(json.dumps({key: t, "input_length": 100, "output_length": 1, "hash_ids": [i]}) + "\n"
+                            for i, t in enumerate(rows)))
+    return path
+
+
+def test_an_azure_column_named_twice_is_refused(tmp_path, capsys):
+    # Was: the last ContextTokens column (all 1s) was read silently: 100 prompt tokens, not 80,197.
+    trace = tmp_path / "dup.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens,contexttokens\n"
+                     "2023-11-16 18:15:46.6805900,374,44,1\n2023-11-16 18:15:50.9951690,396,109,1\n")
+    code, _, err = run_cli(capsys, "run", "--trace", trace, "--policy", "fcfs")
+    assert code == 2
+    assert f"{trace}:1: field 'ContextTokens': named twice in the header (columns 2 and 4)" in err
+
+
+def test_a_stale_sidecar_is_refused(tmp_path, capsys):
+    # Was: a sidecar left beside a file written again was taken for it without a check.
+    trace = _mooncake(tmp_path / "t.jsonl", [0, 1000, 2000])
+    (tmp_path / "t.jsonl.meta.json").write_text(json.dumps({"hash_block_size": 512, "requests": 100}))
+    code, _, err = run_cli(capsys, "run", "--trace", trace, "--policy", "fcfs")
+    assert code == 2 and "field 'requests': says 100 requests, but" in err and "holds 3 records" in err
+    # the count right, with a byte-order mark (as the traces may have): read
+    (tmp_path / "t.jsonl.meta.json").write_text("\ufeff" + json.dumps({"hash_block_size": 512, "requests": 3}),
+                                                encoding="utf-8")
+    assert run_cli(capsys, "run", "--trace", trace, "--policy", "fcfs")[0] == 0
+
+
+def test_drawn_session_starts_are_warned(tmp_path, capsys):
+    # Was: a time field named otherwise ("ts") left no timestamp, and every arrival was drawn
+    # (Poisson session starts) without a word on stderr or in run.json.
+    trace = _mooncake(tmp_path / "ts.jsonl", [0, 1000, 2000], key="ts")
+    code, _, err = run_cli(capsys, "run", "--trace", trace, "--policy", "fcfs", "--out", tmp_path / "out")
+    assert code == 0
+    assert "records no absolute arrival times" in err and "drawn, not read from the trace" in err
+    warnings = json.loads((tmp_path / "out" / "run.json").read_text())["warnings"]
+    assert any("records no absolute arrival times" in w for w in warnings)
+
+
+def test_epoch_timestamps_are_told_to_use_a_window_start(tmp_path, capsys):
+    trace = _mooncake(tmp_path / "epoch.jsonl", [1_700_000_000_000 + 1000 * i for i in range(4)])
+    code, _, err = run_cli(capsys, "run", "--trace", trace, "--policy", "fcfs")
+    assert code == 2 and "use --window-start 1700000000, which counts arrival times from the first one" in err
+    assert run_cli(capsys, "run", "--trace", trace, "--policy", "fcfs", "--window-start", "1700000000")[0] == 0
+
+
+def test_a_record_past_the_time_limit_is_named_under_any_time_scale(tmp_path, capsys):
+    # Was: "--time-scale 50.0: ... use a smaller --time-scale", which no scale could mend.
+    trace = _mooncake(tmp_path / "huge.jsonl", [0, 1000, 2000, 1e20])
+    code, _, err = run_cli(capsys, "run", "--trace", trace, "--policy", "fcfs", "--time-scale", "50")
+    assert code == 2 and f"{trace}:4: arrival time" in err and "at 1e+17 s" in err and "--time-scale" not in err
+
+
+def test_other_compressions_an_empty_path_and_azure_rows_as_json(tmp_path, capsys):
+    import lzma
+
+    plain = _mooncake(tmp_path / "t.jsonl", [0, 1000])
+    xz = tmp_path / "t.jsonl.xz"
+    xz.write_bytes(lzma.compress(plain.read_bytes()))
+    for extra in ((), ("--trace-format", "mooncake")):
+        code, _, err = run_cli(capsys, "run", "--trace", xz, "--policy", "fcfs", *extra)
+        assert code == 2 and f"{xz}: compressed with xz; fairsim reads plain text or gzip" in err
+    code, _, err = run_cli(capsys, "run", "--trace", "", "--policy", "fcfs")
+    assert code == 2 and "the trace path is empty" in err
+    # Azure's columns as JSON lines: not an Azure CSV (was: "missing column" naming it)
+    rows = tmp_path / "az.jsonl"
+    rows.write_text(json.dumps({"TIMESTAMP": "2023-11-16 18:15:46.6805900", "ContextTokens": 374,
+                                "GeneratedTokens": 44}) + "\n")
+    code, _, err = run_cli(capsys, "run", "--trace", rows, "--policy", "fcfs")
+    assert code == 2 and "cannot tell the trace format" in err

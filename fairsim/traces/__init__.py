@@ -55,8 +55,9 @@ def load_trace(path: str | Path | None = None, format: str = "auto", *, skip_bad
 
     Raises:
         TraceFormatError: A bad record (file, line or JSON path, field), unless ``skip_bad``.
-        ValueError: An unknown format or content no reader recognises.
+        ValueError: An unknown format or content no reader recognises, or an empty ``path``.
         FileNotFoundError: ``path`` does not exist.
+        OSError: ``path``, or a file in it, cannot be read (named).
     """
     if path is None:
         if part is not None:
@@ -65,7 +66,13 @@ def load_trace(path: str | Path | None = None, format: str = "auto", *, skip_bad
 
         trace = load_mooncake(DEFAULT_RAG_PATH, skip_bad=skip_bad)
         return replace(trace, name="rag-default")
-    return read_trace(path, format, skip_bad=skip_bad, hash_block_size=hash_block_size, part=part)
+    if str(path) == "":  # an empty shell variable, not the current folder
+        raise ValueError("the trace path is empty (--trace \"\")")
+    try:
+        return read_trace(path, format, skip_bad=skip_bad, hash_block_size=hash_block_size, part=part)
+    except PermissionError as exc:  # a folder (or a file in one) this user may not read
+        where = exc.filename if exc.filename is not None else path
+        raise OSError(f"{path}: cannot read{f' {where}' if str(where) != str(path) else ''}: permission denied") from None
 
 
 __all__ = [

@@ -78,11 +78,25 @@ def open_binary(path: Path) -> IO[bytes]:
     ``.gz`` that is not.
     """
     fh = path.open("rb")
-    magic = fh.read(2)
-    fh.seek(0)
-    if magic == GZIP_MAGIC:
+    try:
+        magic = fh.read(6)
+        fh.seek(0)
+    except io.UnsupportedOperation:  # a pipe (``<(cmd)``, a FIFO): readers read a file twice
+        fh.close()
+        raise OSError(f"{path}: a pipe or stream, which fairsim cannot read twice (the format's check "
+                      "reads its head first): write it to a file") from None
+    if magic[:2] == GZIP_MAGIC:
         return gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
+    for start, kind in _OTHER_COMPRESSION:
+        if magic.startswith(start):
+            fh.close()
+            raise OSError(f"{path}: compressed with {kind}; fairsim reads plain text or gzip: decompress it first")
     return fh
+
+
+#: Magic numbers of the compressions fairsim does not read (said so, rather than "not UTF-8").
+_OTHER_COMPRESSION = ((b"\xfd7zXZ\x00", "xz"), (b"BZh", "bzip2"), (b"\x28\xb5\x2f\xfd", "zstd"),
+                      (b"PK\x03\x04", "zip"))
 
 
 def json_where(exc: json.JSONDecodeError, line: str) -> str:
@@ -132,8 +146,12 @@ def read_head(path: Path) -> Head:
                 if not more:
                     break
                 data += more
-    except (OSError, zlib.error) as exc:
+    except PermissionError:
+        raise OSError(f"{path}: cannot read: permission denied") from None
+    except (gzip.BadGzipFile, zlib.error) as exc:
         raise OSError(f"{path}: cannot read (broken gzip stream?): {exc}") from None
+    except OSError as exc:
+        raise OSError(str(exc) if str(exc).startswith(f"{path}:") else f"{path}: cannot read: {exc}") from None
     first, seen = None, False
     for raw in data.splitlines():
         if raw.strip():

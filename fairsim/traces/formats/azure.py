@@ -32,9 +32,11 @@ PROMPT_FIELD = "ContextTokens"
 
 
 def sniff(head: Head) -> bool:
-    """The first line is a CSV header naming the three columns (any case)."""
+    """The first line is a CSV header naming the three columns (any case), not a JSON object
+    holding them (Azure rows written as JSON lines are no Azure CSV: the reader would look for a
+    header)."""
     first = head.text.splitlines()[0].lower() if head.data else ""
-    return all(c.lower() in first for c in COLUMNS)
+    return all(c.lower() in first for c in COLUMNS) and not first.lstrip().startswith("{")
 
 
 #: Date and time to the second (or minute), an optional fraction of any length, an optional zone.
@@ -102,12 +104,25 @@ def _count(value: str | None, path: str, line: int, column: str) -> int:
 
 def _positions(header: list[str]) -> list[int] | None:
     """The positions of ``COLUMNS`` in a header row (names matched without regard to case or
-    surrounding spaces; the last of equal names wins, as ``csv.DictReader``'s); None where one
-    is missing."""
+    surrounding spaces); None where one is missing or named twice (``_header_error`` says which)."""
     given = [str(f).strip().lower() for f in header]
-    if any(c.lower() not in given for c in COLUMNS):
+    if any(given.count(c.lower()) != 1 for c in COLUMNS):
         return None
-    return [max(i for i, f in enumerate(given) if f == c.lower()) for c in COLUMNS]
+    return [given.index(c.lower()) for c in COLUMNS]
+
+
+def _header_error(name: str, header: list[str]) -> TraceFormatError:
+    """The error of a header ``_positions`` refused: a column missing, or named twice (which of
+    the two holds the values cannot be told; ``csv.DictReader`` would keep the last silently)."""
+    given = [str(f).strip().lower() for f in header]
+    for c in COLUMNS:
+        at = [i + 1 for i, f in enumerate(given) if f == c.lower()]
+        if len(at) > 1:
+            return TraceFormatError(name, 1, c, f"named twice in the header (columns {at[0]} and {at[1]}): "
+                                                "keep one")
+    missing = [c for c in COLUMNS if c.lower() not in given]
+    shown = header[:6] + ["..."] if len(header) > 6 else header  # a JSON line splits into many
+    return TraceFormatError(name, 1, missing[0], f"missing column (header: {shown or None})")
 
 
 def _compiled_plain(kernel: Any, path: Path, block: Any,
@@ -183,12 +198,9 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             # The header as written may differ in case or spaces (" ContextTokens", "timestamp").
             where = _positions(header)
             if where is None:
-                given = [str(f).strip().lower() for f in header]
-                missing = [c for c in COLUMNS if c.lower() not in given]
-                shown = header[:6] + ["..."] if len(header) > 6 else header  # a JSON line splits into many
-                raise TraceFormatError(name, 1, missing[0], f"missing column (header: {shown or None})")
+                raise _header_error(name, header)
             # csv.DictReader's rules, by position (a dict per row cost more than the row's checks):
-            # the last of equal names wins, a short row's missing fields are None (refused where
+            # a short row's missing fields are None (refused where
             # read), empty rows are skipped; but a row with a value beyond the header's fields is
             # refused, where DictReader would keep the rest aside. A row's line is the file's
             # (``line_num``: blank lines counted).

@@ -79,14 +79,31 @@ def read_sidecar(path: Path) -> dict[str, Any]:
     if not side.is_file():
         return {}
     try:
-        meta = json.loads(side.read_text())
+        meta = json.loads(side.read_text(encoding="utf-8-sig"))  # (a byte-order mark, as the traces)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise TraceFormatError(str(side), 1, "<json>", f"not valid JSON: {exc}") from None
     if not isinstance(meta, dict):
         raise TraceFormatError(str(side), 1, "<json>", "expected a JSON object")
     if "hash_block_size" in meta:
         need_int(meta["hash_block_size"], str(side), 1, "hash_block_size", 1)
+    if "requests" in meta:
+        need_int(meta["requests"], str(side), 1, "requests", 0)
     return meta
+
+
+def check_sidecar_count(path: Path, meta: dict[str, Any], records: int) -> None:
+    """Refuse a sidecar whose ``requests`` is not the file's number of records: one left beside
+    a file written again since ``fairsim convert`` wrote both, whose block size and time origin
+    would then be taken for the new file's without a word.
+
+    Raises:
+        TraceFormatError: Naming the sidecar's ``requests`` field.
+    """
+    said = meta.get("requests")
+    if said is not None and said != records:
+        raise TraceFormatError(str(sidecar_path(path)), 1, "requests",
+                               f"says {said} requests, but {path} holds {records} records: a sidecar left from "
+                               f"another file? (fairsim convert writes both; remove it, or convert again)")
 
 
 class _Row:
@@ -251,13 +268,16 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         plain = _compiled_plain(kernel, path, hash_block_size or meta.get("hash_block_size"))
         if plain is not None:  # in arrival order, distinct ids, no labels, no after: nothing to check
             requests, locations, block = plain
+            check_sidecar_count(path, meta, len(requests))
             # every row has a timestamp: absolute time unless the sidecar says otherwise (or no row)
             return Trace(name=path.stem, source=name, requests=tuple(requests), skipped=(),
                          absolute_time=bool(meta.get("absolute_time", bool(requests))), hash_block_size=block,
                          format=NAME, warnings=(), locations=locations)
     rows: list[_Row] = []
     previous_ms = 0.0
+    records = 0
     for line, rec in iter_json_lines(path):
+        records += 1
         try:
             if isinstance(rec, TraceFormatError):
                 raise rec
@@ -273,6 +293,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             previous_ms = row.ts_ms
         rows.append(row)
 
+    check_sidecar_count(path, meta, records)
     block = hash_block_size or meta.get("hash_block_size")
     if block is None:
         block = DEFAULT_BLOCK
