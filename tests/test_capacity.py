@@ -142,9 +142,14 @@ class TestOfferedLoad:
 
     def test_ideal_reuse_by_hand(self):
         load = offered_load(TOY, toy_profile(), budget_tokens=100, window_s=30.0)
-        # r1 hits its first 50-token block, capped at L - 1 = 49 tokens: 1 new token,
-        # pairs (50^2 - 49^2)/2 = 49.5. Others as cold. Tokens 150 + 1 + 100 + 300 = 551.
-        busy = 0.01 * 6 + 0.001 * 551 + 1e-6 * (11_250 + 49.5 + 5_000 + 45_000) + 0.002 * 7
+        # r1's one 50-token block was r0's, but a hit is whole blocks within L - 1 = 49 tokens
+        # (vLLM computes the last token): none, so the ideal work is the cold work.
+        assert load.ideal_busy_s == pytest.approx(0.7365)
+        # A 60-token r1 hits that block: 10 new tokens on 50 cached, pairs (60^2 - 50^2)/2 = 550.
+        # Tokens 150 + 10 + 100 + 300 = 560 (6 steps); chunks 2 + 1 + 1 + 3.
+        longer = [TOY[0], req(1, 10.0, 60, (1,), 50), *TOY[2:]]
+        load = offered_load(longer, toy_profile(), budget_tokens=100, window_s=30.0)
+        busy = 0.01 * 6 + 0.001 * 560 + 1e-6 * (11_250 + 550 + 5_000 + 45_000) + 0.002 * 7
         assert load.ideal_busy_s == pytest.approx(busy)
 
     def test_busiest_window_by_hand(self):
