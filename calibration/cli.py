@@ -98,7 +98,8 @@ def check_grid(grid: Any, budget: int, block: int, args: argparse.Namespace) -> 
     """Refuse a grid or threshold that would fail (or fit nothing) only after measuring.
 
     Raises:
-        ValueError: An empty list, a value < 1 (context: < 0), new tokens above ``--budget``,
+        ValueError: An empty list, a value < 1 (context, mixed new tokens: < 0), new tokens above
+            ``--budget``, a decode grid that does not fit the budget,
             context not a multiple of the block size, more requests per step than new tokens
             everywhere, fewer than 5 grid points (4 fitted + 1 held out, ``fit_cost_model``), fewer
             than 2 ``--idle-lengths``, or a threshold that is not a finite fraction > 0. Each
@@ -119,6 +120,19 @@ def check_grid(grid: Any, budget: int, block: int, args: argparse.Namespace) -> 
         bad = [v for v in values if v < low]
         if bad:
             raise ValueError(f"{option} {bad[0]}: need integers >= {low}")
+    # The decode grid (empty --decodes: none): checked here too, not after the engine loaded.
+    for option, values, low in (("--decodes", grid.decodes, 1), ("--decode-contexts", grid.decode_contexts, 1),
+                                ("--mixed-new-tokens", grid.mixed_new_tokens, 0)):
+        if grid.decodes and not values:
+            raise ValueError(f"{option}: give at least one value (or an empty --decodes: no decode grid)")
+        bad = [v for v in values if v < low]
+        if bad:
+            raise ValueError(f"{option} {bad[0]}: need integers >= {low}")
+    if grid.decodes and max(grid.decodes) + 1 > budget:
+        raise ValueError(f"--decodes {max(grid.decodes)}: need decodes + 1 <= --budget {budget}")
+    if grid.decodes and grid.mixed_new_tokens and max(grid.mixed_new_tokens) + max(grid.decodes) > budget:
+        raise ValueError(f"--mixed-new-tokens {max(grid.mixed_new_tokens)}: need at most --budget {budget} "
+                         f"minus the largest --decodes {max(grid.decodes)}")
     over = [n for n in grid.new_tokens if n > budget]
     if over:
         raise ValueError(f"--new-tokens {over[0]}: above --budget {budget} (a step computes at most the budget)")
@@ -185,6 +199,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from fairsim.io import atomic_write_text, check_writable_file
     from fairsim.live.engine import LiveConfig, make_llm, shutdown_llm, vllm_version
 
+    if args.repeats < 1:  # (Grid refuses it too, without the option's name)
+        raise ValueError(f"--repeats {args.repeats}: need an integer >= 1")
     grid = Grid(args.new_tokens, args.context_tokens, args.requests_per_step, args.idle_lengths, args.repeats,
                 args.statistic, args.decodes, args.decode_contexts, args.mixed_new_tokens)
     on_gpu = _device().startswith("CPU") is False
@@ -222,6 +238,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     fit = fit_cost_model(samples)
     lengths = sorted(idle)
     seconds = monotone([idle[L] for L in lengths])
+    raised = [(L, idle[L], t) for L, t in zip(lengths, seconds) if t != idle[L]]
+    if raised:  # said, not only in the profile's metadata: these values were not measured
+        shown = ", ".join(f"{L}: {1e3 * m:.4g} -> {1e3 * t:.4g} ms" for L, m, t in raised)
+        print(f"fairsim: warning: T_idle measured lower at a longer prompt (timing noise), raised to the "
+              f"longest shorter one's so the table does not decrease: {shown}", file=sys.stderr)
     refused = fit.holdout_mape > args.max_mape or fit.holdout_worst > args.max_worst
     print(f"fit: a={fit.coefficients['a_s']:.4g} s, b={fit.coefficients['b_s_per_token']:.4g} s/token, "
           f"k={fit.coefficients['k_s_per_pair']:.4g} s/pair, d={fit.coefficients['d_s_per_request']:.4g} s/request, "
@@ -310,6 +331,8 @@ def cmd_calibrate_torch(args: argparse.Namespace) -> int:
     from fairsim.io import check_writable_file
     from fairsim.kvcapacity import GIB, KVCapacity
 
+    if args.repeats < 1:  # (Grid refuses it too, without the option's name)
+        raise ValueError(f"--repeats {args.repeats}: need an integer >= 1")
     grid = Grid(args.new_tokens, args.context_tokens, args.requests_per_step, args.idle_lengths, args.repeats,
                 args.statistic, args.decodes, args.decode_contexts, args.mixed_new_tokens)
     check_grid(grid, args.budget, 1, args)

@@ -152,3 +152,53 @@ def test_other_compressions_an_empty_path_and_azure_rows_as_json(tmp_path, capsy
                                 "GeneratedTokens": 44}) + "\n")
     code, _, err = run_cli(capsys, "run", "--trace", rows, "--policy", "fcfs")
     assert code == 2 and "cannot tell the trace format" in err
+
+
+# -- the third pass: the live path ---------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, message", [
+    # Was: accepted, and six empty "decode" steps went into the fit.
+    (["--decodes", "0"], "--decodes 0: need integers >= 1"),
+    (["--decode-contexts", "0"], "--decode-contexts 0: need integers >= 1"),
+    # Was: refused after the engine loaded, without the option's name.
+    (["--mixed-new-tokens", "-5"], "--mixed-new-tokens -5: need integers >= 0"),
+    (["--decodes", "2048"], "--decodes 2048: need decodes + 1 <= --budget 2048"),
+    (["--repeats", "0"], "--repeats 0: need an integer >= 1"),
+])
+def test_calibrate_checks_its_decode_grid_before_the_engine(tmp_path, capsys, argv, message):
+    code, _, err = run_cli(capsys, "calibrate", "--out", tmp_path / "p.json", *argv)
+    assert code == 2 and message in err
+
+
+def test_replay_record_path_is_checked_before_the_engine(tmp_path, capsys):
+    # Was: checked when the recorder opened, after vLLM started, as a bare [Errno 21].
+    code, _, err = run_cli(capsys, "replay", "--engine", "vllm", "--policy", "fcfs", "--record", tmp_path)
+    assert code == 2 and f"--record {tmp_path}: is a folder; give a file name" in err
+
+
+def test_hook_settings_name_params_and_record(tmp_path):
+    from fairsim.errors import OutputError
+    from fairsim.live.settings import read_settings
+
+    with pytest.raises(ValueError, match="fairsim setting 'params': need an object of policy parameters"):
+        read_settings({"fairsim": {"params": [1, 2]}})
+    with pytest.raises(OutputError, match="fairsim setting 'record' .*: is a folder"):
+        read_settings({"fairsim": {"record": str(tmp_path)}})
+
+
+def test_the_hook_logs_a_raising_policy_with_the_simulators_message():
+    pytest.importorskip("vllm")
+    from fairsim.live.scheduler import _failure_text
+
+    class Boom:
+        name = "mine:Boom"
+
+        def order(self, waiting, now):
+            raise RuntimeError("bad")
+
+    policy = Boom()
+    try:
+        policy.order([], 0.0)
+    except RuntimeError as exc:
+        text = _failure_text(exc, policy, "mine:Boom")
+    assert text.startswith("error in policy 'mine:Boom' (Boom): RuntimeError: bad")

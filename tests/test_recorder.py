@@ -48,6 +48,10 @@ def test_lines_in_arrival_order_and_loadable(tmp_path):
     del live["a"]
     rec.after_step(live)
     assert rec.in_memory == 0 and rec.written == 2
+    # Before close (an engine killed at shutdown never closes): no count in the sidecar, which
+    # would be 0 beside two lines, and the reader would refuse it as another file's.
+    assert "requests" not in json.loads((tmp_path / "rec.jsonl.meta.json").read_text())
+    assert len(load_trace(str(path)).requests) == 2
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["request_id"] for r in rows] == ["a", "b"]
     ra, rb = rows

@@ -133,6 +133,10 @@ def _check_first(args: argparse.Namespace) -> None:
         _check_profile_and_policies(args, names)
     if args.command != "replay" and getattr(args, "out", None) is not None:  # replay's: describe_run
         check_writable_dir(args.out)
+    if getattr(args, "record", None) is not None:  # before the engine starts, named
+        from fairsim.io import check_writable_file
+
+        check_writable_file(args.record, "--record")
     require("vllm")
 
 

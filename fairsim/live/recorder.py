@@ -74,7 +74,8 @@ class TraceRecorder:
     """Streams requests to a canonical trace file.
 
     Args:
-        path: The JSONL file (overwritten); its sidecar ``PATH.meta.json`` is written at once.
+        path: The JSONL file (overwritten); its sidecar ``PATH.meta.json`` is written at once, and
+            again with the request count at ``close``.
         block_size: The engine's hash block, tokens (vLLM ``Scheduler.hash_block_size``).
         clock: Seconds on the clock of ``Request.arrival_time`` (the hook's ``fairsim_clock``).
         source: Free text for the sidecar (engine, model, policy).
@@ -105,13 +106,18 @@ class TraceRecorder:
         self._fh = self.path.open("w", encoding="utf-8")
         self._write_sidecar()
 
-    def _write_sidecar(self) -> None:
+    def _write_sidecar(self, closed: bool = False) -> None:
         # Timestamps are arrivals on the engine clock from the first request (absolute trace time),
         # not offsets from a session start: replay them as they are, no Poisson session placement.
         meta = {"canonical": "fairsim/mooncake-jsonl", "hash_block_size": self.block_size,
-                "absolute_time": True, "requests": self.written, "source": self.source,
+                "absolute_time": True, "source": self.source,
                 "source_format": "fairsim record", "time_origin_unix_s": self._t0,
                 "reordered_timestamps": self.reordered, "fairsim_version": __version__}
+        if closed:
+            # The count only once it is final: an engine killed before ``close`` (vLLM ends a
+            # slow worker) leaves a sidecar without one, which the reader then does not check,
+            # rather than a count of 0 beside the lines written (read_sidecar refuses that).
+            meta["requests"] = self.written
         side = sidecar_path(self.path)
         tmp = side.with_name(side.name + ".tmp")
         tmp.write_text(json.dumps(meta, indent=2) + "\n")
@@ -229,4 +235,4 @@ class TraceRecorder:
             logger.info("fairsim record: %d requests still in flight at shutdown, not written", left)
         self._fh.close()
         self._fh = None
-        self._write_sidecar()
+        self._write_sidecar(closed=True)

@@ -210,8 +210,8 @@ class _PolicyMixin:
         if isinstance(exc, PolicyContractError):
             logger.error("fairsim: %s; the rest of the queue keeps vLLM's order for this step", exc)
         else:
-            logger.error("fairsim: policy %r failed; the rest of the queue keeps vLLM's order for this step",
-                         getattr(self.fairsim_policy, "name", "?"), exc_info=exc)
+            logger.error("fairsim: %s (the rest of the queue keeps vLLM's order for this step)",
+                         _failure_text(exc, self.fairsim_policy), exc_info=exc)
 
     def _fairsim_order_list(self, snaps: list[QueuedRequest], now: float) -> Any:
         """``order(snaps, now)``, or the last order when the policy is clock-free and nothing
@@ -431,10 +431,11 @@ class _PolicyMixin:
             logger.error("fairsim: %s; keeping vLLM's order for this step", exc)
             waiting.set_order(heads, plain_set, None)
             return time.perf_counter() - t0
-        except Exception:  # noqa: BLE001 - a policy bug must not stop serving
+        except Exception as exc:  # noqa: BLE001 - a policy bug must not stop serving
             self.fairsim_policy_errors += 1
             self._fairsim_last_order = None
-            logger.exception("fairsim: policy %r failed; keeping vLLM's order for this step", name)
+            logger.error("fairsim: %s (vLLM's order kept for this step)", _failure_text(exc, self.fairsim_policy, name),
+                         exc_info=exc)
             waiting.set_order(heads, plain_set, None)
             return time.perf_counter() - t0
         waiting.set_order(heads, plain_set, iter(list(map(_HANDLE, ordered))))
@@ -500,6 +501,18 @@ def _handles(order: Any, held: dict[str, QueuedRequest], name: str) -> Any:
                 f"of the snapshots it was given (foreign)")
         yield q.handle
 
+
+
+def _failure_text(exc: BaseException, policy: object, name: str | None = None) -> str:
+    """The simulator's message for a policy's error (``error in policy 'NAME' (CLASS): TYPE:
+    message (at FILE, line N)``, ``fairsim.policies.failure``), or, for an error not raised in
+    the policy's own code, ``policy 'NAME' failed: TYPE: message``."""
+    from fairsim.policies.failure import policy_failure, policy_name
+
+    wrapped = policy_failure(exc, policy, name)
+    if wrapped is not None:
+        return str(wrapped[0])
+    return f"policy {name or policy_name(policy)!r} failed: {type(exc).__name__}: {exc}"
 
 class PolicyScheduler(_PolicyMixin, Scheduler):
     """Synchronous vLLM scheduler whose waiting queue is ordered by a fairsim policy (CPU).

@@ -32,7 +32,8 @@ def read_settings(additional_config: Any) -> dict[str, Any]:
 
     Raises:
         ValueError: ``additional_config`` or its ``fairsim`` entry is not a dict, an unknown key,
-            or ``policy_config`` together with ``policy`` or ``params``, or a bad file.
+            ``params`` not a dict, a ``record`` path that cannot be written (named), or
+            ``policy_config`` together with ``policy`` or ``params``, or a bad file.
     """
     cfg = additional_config or {}
     if not isinstance(cfg, dict):
@@ -48,6 +49,14 @@ def read_settings(additional_config: Any) -> dict[str, Any]:
     record = settings.get("record")
     if record is not None and (not isinstance(record, str) or not record):
         raise ValueError(f"fairsim setting 'record': need a file path, got {record!r}")
+    if record is not None:
+        from fairsim.io import check_writable_file
+
+        check_writable_file(record, "fairsim setting 'record'")  # before the engine starts
+    params = settings.get("params")
+    if params is not None and not isinstance(params, dict):
+        raise ValueError(f"fairsim setting 'params': need an object of policy parameters "
+                         f"({{\"name\": value}}), got {params!r}")
     config = settings.get("policy_config")
     if config is not None:
         from fairsim.policy_config import read_policy_config
