@@ -88,6 +88,17 @@ def add_calibrate_command(sub: Any) -> None:
     p.add_argument("--out", type=path_arg, default=Path(DEFAULT_OUT), help="profile JSON to write")
 
 
+def _grid(args: argparse.Namespace) -> Any:
+    """The ``Grid`` of the options (``--repeats`` named when below 1: ``Grid`` refuses it without
+    the option's name; the rest is ``check_grid``'s)."""
+    from calibration.measure import Grid
+
+    if args.repeats < 1:
+        raise ValueError(f"--repeats {args.repeats}: need an integer >= 1")
+    return Grid(args.new_tokens, args.context_tokens, args.requests_per_step, args.idle_lengths, args.repeats,
+                args.statistic, args.decodes, args.decode_contexts, args.mixed_new_tokens)
+
+
 def raw_path(out: Path) -> Path:
     """Where a refused calibration writes its raw measurements: ``OUT`` with suffix ``.raw.json``
     (``my-profile.json`` -> ``my-profile.raw.json``)."""
@@ -192,17 +203,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.backend == "torch":
         return cmd_calibrate_torch(args)
     from calibration.fit import fit_cost_model
-    from calibration.measure import Grid, Profiler, measure, monotone
+    from calibration.measure import Profiler, measure, monotone
     from fairsim.costmodel import IDLE_TABLE_TOLERANCE, Profile, check_idle_consistency, save_profile
     from fairsim.deps import require
     from fairsim.errors import ProfileError
     from fairsim.io import atomic_write_text, check_writable_file
     from fairsim.live.engine import LiveConfig, make_llm, shutdown_llm, vllm_version
 
-    if args.repeats < 1:  # (Grid refuses it too, without the option's name)
-        raise ValueError(f"--repeats {args.repeats}: need an integer >= 1")
-    grid = Grid(args.new_tokens, args.context_tokens, args.requests_per_step, args.idle_lengths, args.repeats,
-                args.statistic, args.decodes, args.decode_contexts, args.mixed_new_tokens)
+    grid = _grid(args)
     on_gpu = _device().startswith("CPU") is False
     block = args.block_size or (16 if on_gpu else 128)
     check_grid(grid, args.budget, block, args)
@@ -242,7 +250,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if raised:  # said, not only in the profile's metadata: these values were not measured
         shown = ", ".join(f"{L}: {1e3 * m:.4g} -> {1e3 * t:.4g} ms" for L, m, t in raised)
         print(f"fairsim: warning: T_idle measured lower at a longer prompt (timing noise), raised to the "
-              f"longest shorter one's so the table does not decrease: {shown}", file=sys.stderr)
+              f"largest value at a shorter prompt so the table does not decrease: {shown}", file=sys.stderr)
     refused = fit.holdout_mape > args.max_mape or fit.holdout_worst > args.max_worst
     print(f"fit: a={fit.coefficients['a_s']:.4g} s, b={fit.coefficients['b_s_per_token']:.4g} s/token, "
           f"k={fit.coefficients['k_s_per_pair']:.4g} s/pair, d={fit.coefficients['d_s_per_request']:.4g} s/request, "
@@ -323,7 +331,6 @@ def cmd_calibrate_torch(args: argparse.Namespace) -> int:
     warning recorded in the profile (``calibration.grid.fit_profile``), not a refusal.
     """
     from calibration.grid import fit_profile, grid_points
-    from calibration.measure import Grid
     from calibration.profile_cli import print_fit
     from calibration.torch_backend import TINY_CONFIG, LlamaShape, TorchLlama, kv_bytes_per_token, weight_bytes
     from calibration.grid import save_built_profile
@@ -331,10 +338,7 @@ def cmd_calibrate_torch(args: argparse.Namespace) -> int:
     from fairsim.io import check_writable_file
     from fairsim.kvcapacity import GIB, KVCapacity
 
-    if args.repeats < 1:  # (Grid refuses it too, without the option's name)
-        raise ValueError(f"--repeats {args.repeats}: need an integer >= 1")
-    grid = Grid(args.new_tokens, args.context_tokens, args.requests_per_step, args.idle_lengths, args.repeats,
-                args.statistic, args.decodes, args.decode_contexts, args.mixed_new_tokens)
+    grid = _grid(args)
     check_grid(grid, args.budget, 1, args)
     if grid.decodes and max(grid.decodes) + max(grid.mixed_new_tokens, default=0) > args.budget:
         raise ValueError(f"--decodes/--mixed-new-tokens: a mixed step needs decodes + new tokens <= --budget {args.budget}")

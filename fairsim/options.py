@@ -441,7 +441,6 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
     trace = add_mapping_warning(trace, requests, args.block_size)
     shaped = session_rate_warning(args, trace)
     if shaped is not None:  # said with the reader's warnings, once every check passed
-
         trace = record_replace(trace, warnings=(*trace.warnings, shaped))
     for warning in trace.warnings:
         print(f"fairsim: warning: {warning}", file=sys.stderr)
@@ -539,7 +538,6 @@ def _time_origin(args: argparse.Namespace, trace: Trace, request: Request, *fixe
 def add_mapping_warning(trace: Trace, requests: list[Request], block_size: int | None) -> Trace:
     """``trace`` with the warning of ``fairsim.sim.keys.mapping_loss`` added when
     ``--block-size`` and the hash block neither divide the other."""
-
     from fairsim.sim.keys import mapping_loss
 
     loss = mapping_loss(requests, block_size) if block_size else None

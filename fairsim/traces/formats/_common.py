@@ -88,7 +88,7 @@ def open_binary(path: Path) -> IO[bytes]:
     if magic[:2] == GZIP_MAGIC:
         return gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
     for start, kind in _OTHER_COMPRESSION:
-        if magic.startswith(start):
+        if magic.startswith(start) and (kind != "bzip2" or magic[3:4].isdigit()):  # BZh1..BZh9
             fh.close()
             raise OSError(f"{path}: compressed with {kind}; fairsim reads plain text or gzip: decompress it first")
     return fh
