@@ -202,3 +202,12 @@ def test_the_hook_logs_a_raising_policy_with_the_simulators_message():
     except RuntimeError as exc:
         text = _failure_text(exc, policy, "mine:Boom")
     assert text.startswith("error in policy 'mine:Boom' (Boom): RuntimeError: bad")
+
+
+def test_the_hooks_unknown_policy_lists_what_the_hook_accepts():
+    # Was: the registry's list, Preble and PEEK included, which the hook refuses.
+    from fairsim.live.settings import build_policy
+
+    with pytest.raises(ValueError, match="unknown policy 'fairwy'; the vLLM hook accepts: fcfs, ") as info:
+        build_policy({"policy": "fairwy"})
+    assert "preble" not in str(info.value) and "peek" not in str(info.value) and "fairway-deadline" in str(info.value)

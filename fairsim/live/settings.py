@@ -81,6 +81,10 @@ def build_policy(settings: dict[str, Any]) -> Any:
     name = settings.get("policy", "fcfs")
     params = settings.get("params") or {}
     profile = load_profile(settings.get("profile") or DEFAULT_PROFILE)
+    if ":" not in str(name) and name not in policy_names():
+        # The hook's own list: the registry's would name Preble and PEEK, which it refuses.
+        raise ValueError(f"unknown policy {name!r}; the vLLM hook accepts: {', '.join(hook_policies())}, "
+                         f"or package.module:Class for your own class")
     policy = make_policy(name, profile, **params)
     for attr in UNSUPPORTED_CAPABILITIES:
         value = getattr(policy, attr, None)
