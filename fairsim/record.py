@@ -21,8 +21,11 @@ decorator"). ``record`` builds the same methods from closures, with no source te
 
 Such a class is a dataclass to the standard library: ``dataclasses.fields``, ``replace``,
 ``asdict`` and ``is_dataclass`` read its ``__dataclass_fields__`` and ``__dataclass_params__``,
-which are made at their first use by ``dataclasses.dataclass`` itself, on a copy of the class's
-field declarations (so the ``Field`` objects are the standard library's own). A run reads its
+and ``inspect.signature(cls)`` its ``__signature__``, which are made at their first use by
+``dataclasses.dataclass`` itself, on a copy of the class's field declarations (so the ``Field``
+objects are the standard library's own); a subclass (``@dataclass`` on it too) pickles with its
+own fields and has its own signature. A generated ``__init__`` read alone
+(``inspect.signature(cls.__init__)``) shows ``(self, *args, **kwargs)``. A run reads its
 records through ``field_names``, ``replace`` and ``values`` below and never imports
 ``dataclasses``. ``tests/test_record.py`` compares every record class with the dataclass of
 the same declarations: signature, repr, equality, hash, freezing, pickling and ``fields``.
@@ -221,8 +224,9 @@ def _process(cls: type, frozen: bool, slots: bool) -> type:
     cls.__dataclass_params__ = _StdlibView("__dataclass_params__")
     if "__init__" not in own:
         cls.__init__ = _make_init(cls, decls, frozen)
-        # ``inspect.signature(cls)`` (and ``help``) read it: the dataclass's, made at first use.
-        cls.__signature__ = _StdlibView("__signature__")
+    # ``inspect.signature(cls)`` (and ``help``) read it: the dataclass's, made at first use (a
+    # written-out ``__init__`` takes the same parameters: tests/test_record.py).
+    cls.__signature__ = _StdlibView("__signature__")
     if "__repr__" not in own:
         cls.__repr__ = _make_repr(cls, decls)
     if "__eq__" not in own:
@@ -368,43 +372,72 @@ def _make_frozen(cls: type, names: tuple[str, ...]) -> tuple[Any, Any]:
     return _named(cls, __setattr__, "__setattr__"), _named(cls, __delattr__, "__delattr__")
 
 
+def _all_fields(obj: Any) -> tuple[str, ...]:
+    """The field names of ``obj``'s class: the record's own, or a dataclass subclass's (its
+    fields and the record's, from ``dataclasses.fields``, which that subclass imported)."""
+    cls = type(obj)
+    if "__record_fields__" in cls.__dict__:
+        return tuple(f.name for f in cls.__record_fields__)
+    import dataclasses
+
+    return tuple(f.name for f in dataclasses.fields(obj))
+
+
 def _getstate(self: Any) -> list[Any]:
-    # A frozen slotted instance pickles as its field values (dataclass's ``_dataclass_getstate``).
-    return [getattr(self, f.name) for f in type(self).__record_fields__]
+    # A frozen slotted instance pickles as its field values (dataclass's ``_dataclass_getstate``),
+    # a subclass's fields included.
+    return [getattr(self, name) for name in _all_fields(self)]
 
 
 def _setstate(self: Any, state: list[Any]) -> None:
-    for f, value in zip(type(self).__record_fields__, state):
-        object.__setattr__(self, f.name, value)
+    for name, value in zip(_all_fields(self), state):
+        object.__setattr__(self, name, value)
 
 
 class _StdlibView:
-    """``__dataclass_fields__``, ``__dataclass_params__`` and (a generated ``__init__``'s)
-    ``__signature__`` of a record, made at the first read of one of them by
-    ``dataclasses.dataclass`` on a copy of the declarations, then stored on the class."""
+    """``__dataclass_fields__``, ``__dataclass_params__`` and ``__signature__`` of a record, made
+    at the first read of one of them by ``dataclasses.dataclass`` on a copy of the declarations
+    (``_shadow``). The first two are then stored on the class; the signature stays behind this
+    descriptor, as it is the record's alone: a subclass with an ``__init__`` of its own (a
+    dataclass subclass, say) gets ``None``, so ``inspect`` reads that ``__init__``."""
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self.signature: Any = None
 
     def __get__(self, obj: Any, owner: type) -> Any:
-        import dataclasses as dc
-
         for klass in owner.__mro__:
             if "__record_fields__" in klass.__dict__:
                 break
-        ns: dict[str, Any] = {"__module__": klass.__module__, "__qualname__": klass.__qualname__,
-                              "__annotations__": {}}
-        for f in klass.__record_fields__:
-            ns["__annotations__"][f.name] = f.type
-            ns[f.name] = dc.field(
-                default=dc.MISSING if f.default is MISSING else f.default,
-                default_factory=dc.MISSING if f.default_factory is MISSING else f.default_factory,
-                init=f.init, repr=f.repr, compare=f.compare, hash=f.hash)
-        shadow = dc.dataclass(frozen=klass.__record_frozen__)(type(klass.__name__, (), ns))
-        type.__setattr__(klass, "__dataclass_fields__", shadow.__dataclass_fields__)
-        type.__setattr__(klass, "__dataclass_params__", shadow.__dataclass_params__)
-        if isinstance(klass.__dict__.get("__signature__"), _StdlibView):
-            import inspect
+        if self.name == "__signature__":
+            if owner is not klass and owner.__init__ is not klass.__init__:
+                return None
+            if self.signature is None:
+                import inspect
 
-            type.__setattr__(klass, "__signature__", inspect.signature(shadow))
+                self.signature = inspect.signature(_shadow(klass))
+            return self.signature
+        _shadow(klass)
         return getattr(klass, self.name)
+
+
+def _shadow(klass: type) -> type:
+    """The dataclass of ``klass``'s declarations (made once), whose ``__dataclass_fields__`` and
+    ``__dataclass_params__`` become ``klass``'s."""
+    shadow = klass.__dict__.get("__record_shadow__")
+    if shadow is not None:
+        return shadow
+    import dataclasses as dc
+
+    ns: dict[str, Any] = {"__module__": klass.__module__, "__qualname__": klass.__qualname__, "__annotations__": {}}
+    for f in klass.__record_fields__:
+        ns["__annotations__"][f.name] = f.type
+        ns[f.name] = dc.field(
+            default=dc.MISSING if f.default is MISSING else f.default,
+            default_factory=dc.MISSING if f.default_factory is MISSING else f.default_factory,
+            init=f.init, repr=f.repr, compare=f.compare, hash=f.hash)
+    shadow = dc.dataclass(frozen=klass.__record_frozen__)(type(klass.__name__, (), ns))
+    type.__setattr__(klass, "__record_shadow__", shadow)
+    type.__setattr__(klass, "__dataclass_fields__", shadow.__dataclass_fields__)
+    type.__setattr__(klass, "__dataclass_params__", shadow.__dataclass_params__)
+    return shadow

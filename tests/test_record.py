@@ -212,3 +212,53 @@ def test_a_run_imports_neither_dataclasses_nor_inspect(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(trace)], cwd=REPO, capture_output=True, text=True,
                          check=True)
     assert "MODULES False False" in out.stdout, out.stderr[-2000:]
+
+
+@dataclasses.dataclass(frozen=True)
+class TaggedRequest(__import__("fairsim.types", fromlist=["Request"]).Request):
+    """A team's subclass of a slotted record (module level: pickle finds it by name)."""
+
+    tenant: str = "default"
+
+
+def test_a_dataclass_subclass_keeps_its_fields_and_signature():
+    # Was (a new-user pass): pickle, copy and deepcopy dropped the subclass's own fields (the
+    # record's state listed its own only), and inspect.signature showed the record's.
+    r = TaggedRequest("a", 0.0, 100, tenant="acme")
+    for twin in (pickle.loads(pickle.dumps(r)), copy.copy(r), copy.deepcopy(r)):
+        assert twin == r and twin.tenant == "acme"
+    assert list(inspect.signature(TaggedRequest).parameters)[-1] == "tenant"
+    from fairsim.policies.space import FloatRange
+    from fairsim.sim.config import EngineConfig
+
+    step = dataclasses.dataclass(frozen=True)(type("StepRange", (FloatRange,), {
+        "__annotations__": {"step": "float"}, "step": 0.1}))
+    assert str(inspect.signature(step)).startswith("(low: 'float', high: 'float', log: 'bool' = False, step")
+    assert str(inspect.signature(FloatRange)) == "(low: 'float', high: 'float', log: 'bool' = False) -> None"
+
+    class Small(EngineConfig):
+        def __init__(self, budget):
+            super().__init__(budget_tokens=budget)
+
+    assert str(inspect.signature(Small)) == "(budget)"
+    assert "labels: 'dict[str, Any]' = <factory>" in str(inspect.signature(__import__("fairsim.types").types.Request))
+
+
+def test_sim_result_replace_and_pickle():
+    # Was (a new-user pass, older than the records): replace(result, requests=...) kept the old
+    # table (the frame cache was a parameter, passed on), and a compiled run's result did not
+    # pickle (its step table read columns from the engine's step log).
+    from fairsim.cli import main  # noqa: F401 (the package's start-up, as a user's)
+    from fairsim.costmodel import load_profile
+    from fairsim.policies import make_policy
+    from fairsim.sim import EngineConfig, simulate
+    from fairsim.types import Request
+
+    reqs = [Request(f"r{i}", 0.1 * i, 300 + 10 * i, (), 512) for i in range(8)]
+    profile = load_profile()
+    result = simulate(reqs, make_policy("fcfs", profile), profile, EngineConfig(kv_blocks=64))
+    assert len(result.requests) == 8
+    head = dataclasses.replace(result, requests=result.requests.head(3))
+    assert len(head.requests) == 3 and len(result.requests) == 8
+    twin = pickle.loads(pickle.dumps(result))
+    assert twin.requests.equals(result.requests) and twin.steps.equals(result.steps)

@@ -91,6 +91,11 @@ class Columns:
         values = self._column(name)
         return values if type(values) is list else values.tolist()
 
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, list[Any]]]]:
+        # Pickled (a worker's result, a deepcopy) as its column lists: a ``from_log`` table's
+        # column reader is the engine's compiled step log, which does not pickle.
+        return (Columns, (self.columns,))
+
     def to_pandas(self) -> pd.DataFrame:
         """The table as a ``pandas.DataFrame`` (the same frame the column lists infer)."""
         import pandas as pd
@@ -145,7 +150,9 @@ class SimResult:
     block_size: int
     wall_time_s: float
     token_gaps: pd.DataFrame | Columns | None = None
-    _frames: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # The DataFrames built so far (``__getattribute__``): not a parameter, so ``replace`` gives a
+    # new result its own (it passed the old one's, whose frames then hid the new tables).
+    _frames: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __getattribute__(self, name: str) -> Any:
         # ``requests``/``steps``/``token_gaps`` read as DataFrames: the engine stores ``Columns``
