@@ -349,14 +349,14 @@ class TestAzure:
 
     def test_rows_keep_the_file_lines_across_blank_lines(self, tmp_path):
         # A blank line is skipped but counted: a row's id and an error name its line in the file.
-        # A short row's missing count is refused as missing; a repeated column's last copy wins
-        # (csv.DictReader's rules).
+        # A short row's missing count is refused as missing. (A repeated column, whose last copy
+        # csv.DictReader would keep, is refused: tests/test_newuser_pass22.py.)
         p = tmp_path / "gaps.csv"
-        p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens,ContextTokens\n"
+        p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens,Other\n"
                      "2023-11-16 18:17:03.9799600,4808,10,7\n\n"
                      "2023-11-16 18:17:04.0319600,3180,8,9\n")
         r = load_trace(p).requests
-        assert [(x.request_id, x.prompt_len) for x in r] == [("gaps:2", 7), ("gaps:4", 9)]
+        assert [(x.request_id, x.prompt_len) for x in r] == [("gaps:2", 4808), ("gaps:4", 3180)]
         p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n\n2023-11-16 18:17:03.9799600,4808\n")
         with pytest.raises(TraceFormatError, match=r"gaps.csv:3: field 'GeneratedTokens': missing \(the row has "
                                                    r"fewer fields than the header\)"):
