@@ -2,11 +2,11 @@
 
 ``dataclasses.dataclass`` writes each class's methods as source text and compiles it while the
 module imports: six ``exec`` calls a frozen class, and its ``__repr__``'s f-string parses every
-field's expression again (CPython 3.11). The 16 value classes a ``fairsim run`` imports cost about
-70 M instructions that way, and ``dataclasses`` imports ``inspect`` (with ``ast``, ``dis`` and
-``tokenize``), another 36 M: together about an eighth of a run on a light trace (the Azure
-traces, about 900 M instructions in all; docs/performance.md, "Start-up without the dataclass
-decorator"). ``record`` builds the same methods from closures, with no source text:
+field's expression again (CPython 3.11); and ``dataclasses`` imports ``inspect`` (with ``ast``,
+``dis`` and ``tokenize``). For the 16 value classes a ``fairsim run`` imports, that was about
+85 M instructions: 30 % of a 20-request run, 9 % of a run on an Azure trace (callgrind;
+docs/performance.md, "Start-up without the dataclass decorator"). ``record`` builds the same
+methods from closures, with no source text:
 
 * ``__init__`` with the dataclass's parameters (its fields with ``init=True``, in order, with
   their defaults and ``default_factory``), then the ``init=False`` fields, then
