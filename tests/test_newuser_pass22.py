@@ -211,3 +211,12 @@ def test_the_hooks_unknown_policy_lists_what_the_hook_accepts():
     with pytest.raises(ValueError, match="unknown policy 'fairwy'; the vLLM hook accepts: fcfs, ") as info:
         build_policy({"policy": "fairwy"})
     assert "preble" not in str(info.value) and "peek" not in str(info.value) and "fairway-deadline" in str(info.value)
+
+
+@pytest.mark.parametrize("fmt", ["azure", "mooncake", "auto"])
+def test_a_git_lfs_pointer_is_named_under_any_trace_format(tmp_path, capsys, fmt):
+    # Was: with --trace-format azure, "missing column (header: ['version https://git-lfs...'])".
+    pointer = tmp_path / "trace.csv"
+    pointer.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:0a1b\nsize 1234\n")
+    code, _, err = run_cli(capsys, "run", "--trace", pointer, "--trace-format", fmt, "--policy", "fcfs")
+    assert code == 2 and f"{pointer}: is a Git LFS pointer, not the trace itself" in err

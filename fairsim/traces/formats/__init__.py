@@ -264,6 +264,9 @@ def _read_naming_others(format: str, detected: bool, path: str | Path, skip_bad:
             head = read_head(Path(path))
         except OSError:
             raise exc from None
+        lookalike = None if detected else _known_lookalike(head)  # (detection named it already)
+        if lookalike is not None:  # a Git LFS pointer, a transcript: no record of it is the cause
+            raise ValueError(f"{path}: {lookalike}") from None
         better = _superseding(format, head)
         if not detected and FORMATS[format].sniff(head) and not better:
             raise  # the file is in the format asked for: the record itself is bad
