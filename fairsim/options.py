@@ -423,8 +423,7 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
                else f"--window-start {first:.17g}, which counts arrival times from the first one")
         if kept[-1].arrival_time > MAX_ARRIVAL_S and args.session_rate is None:
             # The trace's own times are past the limit: no option that scales them is to blame.
-            where, fix = _time_origin(argparse.Namespace(time_scale=1), trace, kept[-1], "", "", "", own)
-            last = kept[-1].arrival_time
+            where, fix, last = _record_origin(trace, kept[-1]), own, kept[-1].arrival_time
         else:
             where, fix = _time_origin(args, trace, kept[-1], "a larger --target-load", "a smaller --time-scale",
                                       "a larger --session-rate", own)
@@ -521,9 +520,6 @@ def _time_origin(args: argparse.Namespace, trace: Trace, request: Request, *fixe
     """What set the arrival times an error is about, and the matching remedy of ``fixes``
     (for ``--target-load``, ``--time-scale``, ``--session-rate``, the trace's own times): the
     option that scaled or placed them, else the record of ``request`` (file and line)."""
-    from fairsim.errors import record_where
-    from fairsim.traces.limits import LINE_LABEL
-
     target = getattr(args, "target_load", None)
     if target is not None:
         return f"--target-load {target:g} (time scale {args.time_scale:.6g})", fixes[0]
@@ -531,8 +527,16 @@ def _time_origin(args: argparse.Namespace, trace: Trace, request: Request, *fixe
         return f"--time-scale {args.time_scale}", fixes[1]
     if getattr(args, "session_rate", None) is not None:
         return f"--session-rate {args.session_rate:g} (the session starts it draws)", fixes[2]
+    return _record_origin(trace, request), fixes[3]
+
+
+def _record_origin(trace: Trace, request: Request) -> str:
+    """``FILE:LINE: arrival time of request 'ID'``: the record that set ``request``'s arrival."""
+    from fairsim.errors import record_where
+    from fairsim.traces.limits import LINE_LABEL
+
     line = trace.locations.get(request.request_id, request.labels.get(LINE_LABEL))
-    return f"{record_where(trace.source, line)}: arrival time of request {request.request_id!r}", fixes[3]
+    return f"{record_where(trace.source, line)}: arrival time of request {request.request_id!r}"
 
 
 def add_mapping_warning(trace: Trace, requests: list[Request], block_size: int | None) -> Trace:

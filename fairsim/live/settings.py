@@ -10,6 +10,7 @@ from typing import Any
 
 from fairsim.costmodel import DEFAULT_PROFILE, load_profile
 from fairsim.policies import make_policy, policy_names
+from fairsim.policies.user import is_user_spec
 
 #: Policy attributes that change more than the order; the hook refuses such policies.
 UNSUPPORTED_CAPABILITIES = ("skips_misfits", "admission_limit", "eviction_hook")
@@ -81,7 +82,7 @@ def build_policy(settings: dict[str, Any]) -> Any:
     name = settings.get("policy", "fcfs")
     params = settings.get("params") or {}
     profile = load_profile(settings.get("profile") or DEFAULT_PROFILE)
-    if ":" not in str(name) and name not in policy_names():
+    if not is_user_spec(name) and name not in policy_names():
         # The hook's own list: the registry's would name Preble and PEEK, which it refuses.
         raise ValueError(f"unknown policy {name!r}; the vLLM hook accepts: {', '.join(hook_policies())}, "
                          f"or package.module:Class for your own class")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from fairsim.policies.base import Policy
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (imported where used: a run that names no own class does without it)
     import inspect
 
 
@@ -74,7 +74,7 @@ def _at(exc: BaseException) -> str:
 
 def user_params(cls: type) -> list[str]:
     """Keyword parameters the class's constructor accepts (``profile`` excluded)."""
-    import inspect  # (not at import: a run that names no own class does without it)
+    import inspect
 
     sig = inspect.signature(cls)
     return [p.name for p in sig.parameters.values() if p.name != "profile" and p.kind in
@@ -96,7 +96,7 @@ def make_user_policy(spec: str, profile: Any = None, /, **params: Any) -> Policy
             given (the policy's own code failed, exit 1 as for ``order()``; the original is its
             ``__cause__``). Both messages say where the team's code raised it.
     """
-    import inspect  # (not at import: a run that names no own class does without it)
+    import inspect
 
     cls = load_user_class(spec)
     sig = inspect.signature(cls)
@@ -152,7 +152,7 @@ def _annotated(param: inspect.Parameter) -> str | None:
 def _kind_of(param: inspect.Parameter) -> str | None:
     """What a constructor parameter declares it takes, by its annotation or else its default's
     type: ``_NUMBER``, ``_BOOL``, or None when it declares neither (any value goes)."""
-    import inspect  # (not at import: a run that names no own class does without it)
+    import inspect
 
     kind = _annotated(param)
     if kind is None and param.default is not inspect.Parameter.empty:
@@ -179,7 +179,7 @@ def check_callable_as(spec: str, policy: Any, method: str) -> None:
     cannot be called with the engine's two positional arguments (``order(waiting, now)``,
     ``on_admitted(admitted, now)``: ``fairsim/policies/base.py``); a missing ``on_admitted`` is
     fine (it is optional), and a callable whose signature Python cannot read is taken as it is."""
-    import inspect  # (not at import: a run that names no own class does without it)
+    import inspect
 
     call = f"{method}({'waiting' if method == 'order' else 'admitted'}, now)"
     fn = getattr(policy, method, None)
