@@ -26,7 +26,7 @@ and ``inspect.signature(cls)`` its ``__signature__``, which are made at their fi
 objects are the standard library's own); a subclass (``@dataclass`` on it too) pickles with its
 own fields and has its own signature. A generated ``__init__`` read alone
 (``inspect.signature(cls.__init__)``) shows ``(self, *args, **kwargs)``. A run reads its
-records through ``field_names``, ``replace`` and ``values`` below and never imports
+records through ``field_names`` and ``replace`` below and never imports
 ``dataclasses``. ``tests/test_record.py`` compares every record class with the dataclass of
 the same declarations: signature, repr, equality, hash, freezing, pickling and ``fields``.
 
@@ -41,7 +41,7 @@ from __future__ import annotations
 from reprlib import recursive_repr
 from typing import Any, Callable
 
-__all__ = ["MISSING", "Field", "field", "field_names", "fields_of", "record", "replace", "values"]
+__all__ = ["MISSING", "Field", "field", "field_names", "fields_of", "record", "replace"]
 
 
 class _Missing:
@@ -132,12 +132,6 @@ def fields_of(cls_or_obj: Any) -> tuple[Field, ...]:
 def field_names(cls_or_obj: Any) -> tuple[str, ...]:
     """The names of a record's fields, in order (``[f.name for f in dataclasses.fields(x)]``)."""
     return tuple(f.name for f in fields_of(cls_or_obj))
-
-
-def values(obj: Any) -> dict[str, Any]:
-    """``{name: value}`` of every field of the record ``obj``, in order: a shallow
-    ``dataclasses.asdict`` (values are not copied or converted)."""
-    return {f.name: getattr(obj, f.name) for f in fields_of(obj)}
 
 
 def replace(obj: Any, /, **changes: Any) -> Any:
