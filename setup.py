@@ -39,8 +39,10 @@
   what the source does. Each gets a stamp file of the source it was built from
   (``fairsim.compiled.source_stamp``); where the source changed since, or
   ``FAIRSIM_PURE_PYTHON=1`` is set, fairsim imports the source (``fairsim.compiled.SourceFinder``).
-  Cython also reads ``fairsim/sim/engine.pxd`` beside the engine's source: the compiled
-  ``Engine`` is an extension type whose data attributes are C fields.
+  Cython also reads the ``.pxd`` beside a source (``fairsim/sim/engine.pxd``,
+  ``fairsim/policies/credit_fast.pxd``, ``credit.pxd``, ``drr_dynamo.pxd``, ``incremental.pxd``):
+  the compiled ``Engine`` and the kept orders they name are extension types whose data
+  attributes are C fields.
 - An editable install (``pip install -e .``) writes the packages' bytecode (``__pycache__``)
   once: a wheel install gets it from pip, and a machine that sets ``PYTHONDONTWRITEBYTECODE``
   otherwise compiles every module at every start (0.07 CPU-s of a 0.31 s start-up here).

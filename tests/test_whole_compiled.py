@@ -152,3 +152,41 @@ def test_the_compiled_engines_data_attributes_are_declared_fields():
         engine.run()
         assert not undeclared(engine), (name, "run", undeclared(engine))
     assert engine.pool is not None and engine.prefill_tokens > 0  # read from Python as before
+
+
+def test_the_compiled_orders_data_attributes_are_declared_fields():
+    """``credit_fast.pxd``, ``drr_dynamo.pxd``, ``credit.pxd`` and ``incremental.pxd`` declare every
+    data attribute of the kept orders they make extension types (VTC's, DRR's, DLPM's and
+    DRR-Dynamo's class queues, VTC's keys, the credit policies' replay log, FCFS's arrival order),
+    so their compiled methods read C fields: nothing is left in an instance's ``__dict__`` after
+    a run, with one class per request (no labels) and with shared classes (the RAG scenario's
+    documents). An attribute added to one of those classes without its declaration shows up
+    here."""
+    from fairsim.costmodel import load_profile
+    from fairsim.policies import credit_fast, make_policy
+    from fairsim.scenarios import build_scenario
+    from fairsim.sim import engine as engine_mod
+
+    if not credit_fast.__file__.endswith(SUFFIX):
+        pytest.skip("the orders are not compiled here")
+    assert type(credit_fast.VTCOrder.__dict__["_keys"]).__name__ == "getset_descriptor"
+    profile = load_profile("a6000-llama3.1-8b-vllm-prior")
+    rag = build_scenario("rag", profile, seed=5)
+    from fairsim.record import replace
+
+    unlabelled = [replace(r, labels={}) for r in rag.requests[:60]]
+    declared = ("ArrivalOrder", "ClassQueues", "VTCOrder", "DRROrder", "DLPMOrder", "DRRDynamoOrder",
+                "RunSortedKeys", "Replay")
+    for requests in (rag.requests[:60], unlabelled):
+        for name, kinds in (("vtc", {"VTCOrder", "RunSortedKeys"}), ("drr", {"DRROrder", "Replay"}),
+                            ("dlpm", {"DLPMOrder", "Replay"}), ("drr-dynamo", {"DRRDynamoOrder", "Replay"}),
+                            ("fcfs", {"ArrivalOrder"}), ("fairway", {"ArrivalOrder"})):
+            policy = make_policy(name, profile)
+            engine = engine_mod.Engine(requests, policy, profile, rag.engine)
+            engine.run()
+            inc = engine._inc
+            seen = [inc, *getattr(inc, "lanes", ()), getattr(inc, "_keys", None), getattr(policy, "_replay", None)]
+            found = {type(o).__name__: o for o in seen if type(o).__name__ in declared}
+            assert kinds <= set(found), (name, sorted(found))
+            for kind, obj in found.items():
+                assert vars(obj) == {}, (name, kind, sorted(vars(obj)))

@@ -375,7 +375,7 @@ class DRROrder(ClassQueues):
     def add(self, q: QueuedRequest) -> None:
         rid = q.request_id
         self._lo.pop(rid, None)  # a fresh snapshot: its charge is exact again
-        super().add(q)
+        ClassQueues.add(self, q)  # (not super(): a cpdef method in the compiled class has no __class__ cell)
         u = self.items[rid][0]
         if self.queues[u][0][1] == rid:  # the class's oldest: its charge is this snapshot's
             self._hc[u] = q.uncached_len
@@ -383,7 +383,7 @@ class DRROrder(ClassQueues):
     def remove(self, request_id: str) -> None:
         self._lo.pop(request_id, None)
         self._hc.pop(self.items[request_id][0], None)
-        super().remove(request_id)
+        ClassQueues.remove(self, request_id)
 
     def _link(self, u: Hashable) -> None:
         nxt, prv, first = self._nxt, self._prv, self._first

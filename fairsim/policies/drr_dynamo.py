@@ -226,16 +226,16 @@ class DRRDynamoOrder(ClassQueues):
         rid = q.request_id
         if rid not in self.items:
             self.unpriced.append(rid)
-            super().add(q)
+            ClassQueues.add(self, q)  # (not super(): a cpdef method in the compiled class has no __class__ cell)
             u = self.items[rid][0]
             if self.queues[u][0][1] == rid:
                 self.head_cost.pop(u, None)
         else:
-            super().add(q)
+            ClassQueues.add(self, q)
 
     def remove(self, request_id: str) -> None:
         self.head_cost.pop(self.items[request_id][0], None)
-        super().remove(request_id)
+        ClassQueues.remove(self, request_id)
         self.policy.cost.pop(request_id, None)
 
     def _sync(self) -> None:
