@@ -70,8 +70,10 @@ def run_argv(args: argparse.Namespace) -> list[str]:
 
     Every option of ``fairsim.options.add_common``, ``fairsim.cli_fleet.add_fleet_options`` and
     ``fairsim.cli_disagg.add_disagg_options`` whose value differs from its default is passed on
-    (``--time-scale`` as the scale in use, so a ``--target-load`` is resolved once; ``--mode
-    disaggregated`` as such, though ``disagg_spec`` has set ``args.mode`` to ``colocated``).
+    (``--time-scale`` and ``--target-load`` as ``args`` holds them: ``fairsim bench`` passes a
+    plain run's ``--target-load`` as given, and a tiled or one-engine run's resolved scale;
+    ``--mode disaggregated`` as such, though ``disagg_spec`` has set ``args.mode`` to
+    ``colocated``).
     """
     from fairsim.cli_disagg import add_disagg_options
     from fairsim.cli_fleet import add_fleet_options
@@ -560,8 +562,12 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
                                  "replays it closed loop (--replay's default there), and Dynamo's replay has no "
                                  "counterpart of that; give --replay open to compare the two on the trace's "
                                  "arrival times")
-        args.target_load = None  # resolved to args.time_scale: the children get that scale
+        args.target_load = None  # resolved to args.time_scale: the peer gets that scale
         argv = run_argv(args)
+        if args.tile == 1 and not vs_one and untiled.target_load is not None:
+            # A plain bench's children get --target-load as given, so each costs what the user's
+            # run does (it resolves the option to the same --time-scale itself).
+            argv = run_argv(untiled)
         untiled.time_scale, untiled.target_load = args.time_scale, None
         argv_base = run_argv(untiled)
         if vs_one:

@@ -411,11 +411,13 @@ def time_scale_for_load(requests: Sequence[Request], profile: Profile, budget_to
     """
     if not (target > 0 and math.isfinite(target)):
         raise ValueError(f"--target-load {target:g}: need a finite load > 0")
-    work = prefill_work(requests, budget_tokens, ideal_reuse=False, profile=profile, colocated=colocated)
-    span = float(work.arrival_s[-1] - work.arrival_s[0]) if len(work.arrival_s) else 0.0
+    # Without numpy (a run's start-up: importing it cost a --target-load run about 0.1 s and 15 MB):
+    # the same floats as prefill_work's arrays and their sums (offered_load's, fairsim.npfloat).
+    (work,) = _both_works(requests, budget_tokens, profile, colocated, ideal_reuse=False, kernel=compiled_kernel())
+    span = work.arrival_s[-1] - work.arrival_s[0] if work.arrival_s else 0.0
     if not span > 0:
         raise ValueError(f"--target-load {target:g}: the {len(work.arrival_s)} requests kept arrive at "
                          f"one instant, so no time scale changes their load")
-    busy = float(busy_time(profile, budget_tokens, work.new_tokens.sum(), work.pairs.sum(), work.chunks.sum(),
-                           work.decode_tokens.sum(), work.decode_s.sum()))
+    busy = busy_time(profile, budget_tokens, _whole_sum(work.new_tokens), _whole_sum(work.pairs),
+                     _whole_sum(work.chunks), _whole_sum(work.decode_tokens), float_sum(work.decode_s))
     return busy / span / target
