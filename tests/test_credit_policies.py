@@ -52,15 +52,36 @@ class TestDRR:
         # A2 (60) > 40 ended a's visit: the cursor is on b.
         assert p.cursor == {"pos": "b", "credited": False}
         d1 = q("D1", 10, "d", 4.0)
-        # b: 100 < 150, c: C1, d (new, end of ring): D1, a: 140 A2, b: 200 B1.
-        assert ids(p.order([a2, b1, c1, d1], 1.0)) == ["C1", "D1", "A2", "B1"]
-        p.on_admitted([c1, d1], 1.0)
-        # c and d emptied (deficits reset); the cursor is back on a, not yet credited.
-        assert p.deficit == {"a": 40.0, "b": 100.0, "c": 0.0, "d": 0.0}
-        assert p.cursor == {"pos": "a", "credited": False}
-        # a: 140, A2; b: 200, B1.
-        assert ids(p.order([a2, b1], 2.0)) == ["A2", "B1"]
-        assert p.ring == ["a", "b"] and p.deficit == {"a": 40.0, "b": 100.0}
+        # d (new) joins at the end of the round, before the cursor's b: ring a, d, b, c.
+        # b: 100 < 150, c: C1, a: 140 A2, d: D1, b: 200 B1.
+        assert ids(p.order([a2, b1, c1, d1], 1.0)) == ["C1", "A2", "D1", "B1"]
+        assert p.ring == ["a", "d", "b", "c"]
+        p.on_admitted([c1, a2], 1.0)
+        # c and a emptied (deficits reset); the cursor is on d, not yet credited.
+        assert p.deficit == {"a": 0.0, "b": 100.0, "c": 0.0}
+        assert p.cursor == {"pos": "d", "credited": False}
+        # a and c leave: ring d, b. d: +100, D1; b: 200, B1.
+        assert ids(p.order([d1, b1], 2.0)) == ["D1", "B1"]
+        assert p.ring == ["d", "b"] and p.deficit == {"b": 100.0}
+
+    def test_a_returning_client_joins_behind_those_waiting(self):
+        """DRR's active list: a client that gets a request (new, or back after its queue
+        emptied) is visited after every client already waiting in the round, whatever the
+        cursor's place in the ring (Shreedhar & Varghese: appended to the list's tail)."""
+        p = DRR(quantum=100)
+        a = [q("A1", 100, "a", 0.0), q("A2", 100, "a", 0.1), q("A3", 100, "a", 0.2)]
+        b1 = q("B1", 100, "b", 0.01)
+        c = [q("C1", 100, "c", 0.02), q("C2", 100, "c", 0.12), q("C3", 100, "c", 0.22)]
+        # Ring a, b, c (by oldest request); each visit serves one 100-token request.
+        assert ids(p.order([*a, b1, *c], 0.0)) == ["A1", "B1", "C1", "A2", "C2", "A3", "C3"]
+        p.on_admitted([a[0]], 0.0)
+        assert ids(p.order([*a[1:], b1, *c], 1.0)) == ["B1", "C1", "A2", "C2", "A3", "C3"]
+        p.on_admitted([b1], 1.0)  # b empties: it leaves; the cursor moves on to c
+        assert p.cursor["pos"] == "c"
+        b2 = q("B2", 100, "b", 1.5)
+        # Active list c, a (the cursor's c first); b comes back at its tail: C1 A2 B2 C2 A3 C3.
+        assert ids(p.order([*a[1:], b2, *c], 2.0)) == ["C1", "A2", "B2", "C2", "A3", "C3"]
+        assert p.ring == ["a", "b", "c"]
 
     def test_nothing_admitted_keeps_state(self):
         p = DRR(quantum=100)

@@ -849,17 +849,21 @@ def drr_sync(order):
     if new:
         if len(new) > 1:
             new.sort(key=lambda u: queues[u][0])
-        for u in new:  # DRROrder._link
+        pos = cursor["pos"]
+        for u in new:  # DRROrder._link(u, pos): before the cursor's class, the end of the round
             if first is None:
                 nxt[u] = u
                 prv[u] = u
                 first = u
             else:
-                last = prv[first]
+                at = first if pos is None else pos
+                last = prv[at]
                 nxt[last] = u
                 prv[u] = last
-                nxt[u] = first
-                prv[first] = u
+                nxt[u] = at
+                prv[at] = u
+                if pos is not None and at == first:
+                    first = u
     order._first = first
     emptied.clear()
     touched.clear()

@@ -40,7 +40,7 @@ cdef class DRROrder(ClassQueues):
     cdef public dict _nxt, _prv, _lo, _hc
     cpdef add(self, q)
     cpdef remove(self, request_id)
-    cpdef _link(self, u)
+    cpdef _link(self, u, before=*)
     cpdef _unlink(self, u)
 
 

@@ -301,8 +301,8 @@ class DRROrder(ClassQueues):
 
     ``iter_order`` applies ``DRR._update_ring``'s rules to the classes that changed since the
     last call (a class leaves when emptied by admissions or without waiting requests, new
-    classes join at the end by head arrival, the cursor moves to the next surviving class), then
-    returns a generator that runs ``DRR.order``'s visit loop on scratch overlays of the ring and
+    classes join at the end of the round, before the cursor, by head arrival; the cursor moves
+    to the next surviving class), then returns a generator that runs ``DRR.order``'s visit loop on scratch overlays of the ring and
     the deficits, logging into the policy's ``Replay`` exactly as the reference does, so
     ``DRR.on_admitted`` commits the same state. A round that serves nobody still costs O(ring)
     (the reference's skip of empty rounds), any other item O(log n).
@@ -385,17 +385,23 @@ class DRROrder(ClassQueues):
         self._hc.pop(self.items[request_id][0], None)
         ClassQueues.remove(self, request_id)
 
-    def _link(self, u: Hashable) -> None:
+    def _link(self, u: Hashable, before: Hashable | None = None) -> None:
+        """Link ``u`` into the ring just before ``before`` (the cursor's class: the end of the
+        round), or before the first class (the list's end) when ``before`` is None; joining
+        before the first class, ``u`` becomes the first (``DRR._update_ring``'s list)."""
         nxt, prv, first = self._nxt, self._prv, self._first
         if first is None:
             nxt[u] = prv[u] = u
             self._first = u
         else:
-            last = prv[first]
+            at = first if before is None else before
+            last = prv[at]
             nxt[last] = u
             prv[u] = last
-            nxt[u] = first
-            prv[first] = u
+            nxt[u] = at
+            prv[at] = u
+            if before is not None and at == first:
+                self._first = u
 
     def _unlink(self, u: Hashable) -> None:
         nxt, prv = self._nxt, self._prv
@@ -443,8 +449,9 @@ class DRROrder(ClassQueues):
         if new:
             if len(new) > 1:
                 new.sort(key=lambda u: queues[u][0])
+            pos = cursor["pos"]  # the joiners go at the end of the round, before the cursor's class
             for u in new:
-                self._link(u)
+                self._link(u, pos)
         emptied.clear()
         self.touched.clear()
         if cursor["pos"] is None and self._first is not None:

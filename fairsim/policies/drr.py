@@ -39,8 +39,9 @@ class DRR:
     - Classes: ``fairsim.policies.clients.client_key`` (tenant, else session, else prefix group,
       else the request itself); each class is a FIFO queue (``arrival_time``, then
       ``request_id``).
-    - Active classes form a ring; a class joins at the end when it gets a waiting request and
-      leaves (its deficit reset to 0) when it has none, as in DRR.
+    - Active classes form a ring; a class joins at the end of the round when it gets a waiting
+      request (just before the cursor's class: the last the cursor visits before it comes back,
+      DRR's tail of the active list) and leaves (its deficit reset to 0) when it has none.
     - The cursor visits the ring in order. A visit adds ``quantum`` tokens to the class's deficit,
       then serves its head while ``charge(head) <= deficit``, subtracting the charge; then the
       cursor moves on. ``charge = max(1, L - h)`` = ``uncached_len`` of the order-time snapshot
@@ -78,7 +79,9 @@ class DRR:
         self._replay = Replay()
 
     def _update_ring(self, classes: dict[Hashable, list[QueuedRequest]]) -> None:
-        """Drop classes with no waiting request (or emptied by admissions), append new ones."""
+        """Drop classes with no waiting request (or emptied by admissions); new ones join at the
+        end of the round, just before the cursor's class (DRR's tail of the active list: every
+        class already waiting is visited before them)."""
         ring, pos = self.ring, self.cursor["pos"]
         keep = [k for k in ring if k in classes and k not in self.emptied]
         if pos is not None and pos not in keep:
@@ -96,7 +99,9 @@ class DRR:
                 del self.deficit[k]
         present = set(keep)
         new = sorted((k for k in classes if k not in present), key=lambda k: arrival_key(classes[k][0]))
-        self.ring = keep + new
+        pos = self.cursor["pos"]
+        at = keep.index(pos) if pos is not None and new else len(keep)
+        self.ring = keep[:at] + new + keep[at:]
         self.emptied.clear()
         if self.cursor["pos"] is None and self.ring:
             self.cursor.update(pos=self.ring[0], credited=False)
