@@ -92,10 +92,18 @@ class TestLPMAging:
         d, e = make_queued("d", 200, 10, 3.0), make_queued("e", 201, 10, 3.5)
         assert ids(pol.order([d, a, e], 3.0)) == ["e", "a", "d"]  # 201 > 200 = 0 + 2 x 100 = 200 (a older)
 
-    @pytest.mark.parametrize("n", [-1, float("inf"), float("nan"), False, "x"])
+    @pytest.mark.parametrize("n", [-1, float("inf"), float("nan"), False, "x", 1e6 + 1, 1e20])
     def test_bad_aging(self, n):
         with pytest.raises(ValueError, match="aging_tokens_per_pass"):
             make_policy("lpm-aging", None, aging_tokens_per_pass=n)
+
+    def test_the_largest_rate_keeps_ties_by_hit(self):
+        """At the bound (1e6 tokens per pass) two requests first seen in the same pass still go
+        by their hits after a million passes (at 1e20 the hit rounded away: by arrival)."""
+        pol = make_policy("lpm-aging", None, aging_tokens_per_pass=1e6)
+        pol.waiting.passes = 10**6
+        a, b = make_queued("a", 0, 2048, 1.0), make_queued("b", 512, 2048, 1.0)
+        assert ids(pol.order([a, b], 2.0)) == ["b", "a"]
 
 
 class TestSJFAging:
@@ -109,6 +117,17 @@ class TestSJFAging:
         w = [make_queued("b", 0, 600, 9.0), make_queued("a", 0, 1000, 0.0), make_queued("c", 0, 520, 10.0)]
         pol = make_policy("sjf-aging")
         assert ids(pol.order(w, 10.0)) == ids(pol.order(w, 1e6))
+
+    @pytest.mark.parametrize("a", [-1, float("inf"), 1e6 + 1, 1e20])
+    def test_bad_aging(self, a):
+        with pytest.raises(ValueError, match="aging_tokens_per_s=.*from 0 to 1e\\+06"):
+            make_policy("sjf-aging", None, aging_tokens_per_s=a)
+
+    def test_the_largest_rate_keeps_ties_by_length(self):
+        """At the bound (1e6 tokens/s) two requests that arrived together near fairsim's 1e9 s
+        limit still go shortest first (at 1e20 the lengths rounded away: by id)."""
+        w = [make_queued("a1", 0, 2048, 9e8), make_queued("b1", 0, 512, 9e8)]
+        assert ids(make_policy("sjf-aging", None, aging_tokens_per_s=1e6).order(w, 9e8 + 1)) == ["b1", "a1"]
 
     def test_tie_by_arrival(self):
         # 100 + 50 x 2 = 200 = 150 + 50 x 1: equal aged lengths -> the earlier arrival.

@@ -63,9 +63,19 @@ class WaitingPasses:
             self.first.pop(q.request_id, None)
 
 
+#: Largest aging rate (tokens per pass, tokens per second). The keys add the aging term to token
+#: counts (``N x passes - h``, ``c + a x arrival_time``); at 1e6 and arrivals within fairsim's
+#: 1e9 s the term stays below 2**53, where a float still resolves one token, so two requests of
+#: the same age keep their order by tokens. Beyond it that order was silently lost (at 1e20 every
+#: such tie went by arrival). Ours.
+AGING_MAX = 1e6
+
+
 def _check_number(policy: str, key: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{policy} {key}={value!r}: need a finite number >= 0")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0 <= value <= AGING_MAX:
+        raise ValueError(f"{policy} {key}={value!r}: need a number from 0 to {AGING_MAX:g} (beyond, the "
+                         f"aging term rounds away the token counts it is added to)")
 
 
 def uncached_key(q: QueuedRequest) -> tuple[int, float, str]:
@@ -170,7 +180,7 @@ class LPMAging:
         aging_tokens_per_pass: ``N``, prefix tokens credited per pass waited (>= 0).
 
     Raises:
-        ValueError: ``aging_tokens_per_pass`` is not a finite number >= 0.
+        ValueError: ``aging_tokens_per_pass`` is not a number from 0 to ``AGING_MAX``.
     """
 
     name = "lpm-aging"
@@ -220,7 +230,7 @@ class SJFAging:
         aging_tokens_per_s: ``a``, uncached tokens forgiven per second waited (>= 0).
 
     Raises:
-        ValueError: ``aging_tokens_per_s`` is not a finite number >= 0.
+        ValueError: ``aging_tokens_per_s`` is not a number from 0 to ``AGING_MAX``.
     """
 
     name = "sjf-aging"
