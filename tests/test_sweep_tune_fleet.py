@@ -60,6 +60,7 @@ def test_sweep_over_instances_and_routers(tmp_path):
 
 @pytest.mark.parametrize("engine, message", [
     ({"instances": 0}, r"engine \(instances=0\): instances=0: need at least 1"),
+    ({"instances": 100_001}, r"instances=100001: at most 100,000"),  # as run's --instances (was: run)
     ({"router": "nope"}, "router 'nope': unknown router"),
     ({"instances": 2, "router_params": {"dynamo-kv": {"overlap": 1}}}, None),
     ({"router": "dynamo-kv", "router_params": {"dynamo-kv": {"overlap": 1}}},

@@ -146,6 +146,24 @@ def test_same_seed_same_trials_and_a_larger_budget_continues(tmp_path, capsys):
     assert saved["trials_run_now"] == 0 and note in saved["notes"] and len(trials(tmp_path / "b")) == 6
 
 
+def test_a_policy_whose_default_lies_outside_its_space_runs_at_its_defaults_first(tmp_path, capsys):
+    """SUF's default ``starvation_iterations=None`` (no guard) is outside its searched 1..4096: its
+    first trial stores the policy alone and runs the constructor's defaults (was: left out, so
+    the chosen setting could be worse than the "best untuned" policy tune itself reported)."""
+    out = tmp_path / "tune"
+    status = main(["tune", "--trace", str(WINDOW), "--target-load", "0.9", "--policies", "suf,lpm", "--trials", "2",
+                   "--search-seed", "3", "--out", str(out)])
+    assert status == 0, capsys.readouterr().err
+    t = trials(out)
+    assert t["policy"].tolist() == ["suf", "lpm"] and json.loads(t["params"][0]) == {}
+    report = json.loads((out / "tune.json").read_text())
+    assert report["best_untuned"]["policy"] == "suf"
+    # The trial at SUF's defaults is the untuned SUF: the same training scores.
+    assert report["best_untuned"]["train"]["median"] == pytest.approx(t["median"][0], rel=1e-12)
+    assert report["chosen"]["policy"] == "suf" and report["chosen"]["params"] == {}
+    assert report["chosen"]["train"]["median"] <= report["best_untuned"]["train"]["median"]
+
+
 # ---- resume after kill -9 ---------------------------------------------------------------------
 
 def _complete(db: Path) -> list[tuple]:

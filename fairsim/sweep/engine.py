@@ -143,7 +143,7 @@ def fleet_point(point: dict[str, Any]) -> dict[str, Any]:
     with ``mode = "disaggregated"`` is ``disagg_point``'s.
 
     Raises:
-        ValueError: ``instances`` below 1, an unknown router (in ``router`` or as a key of
+        ValueError: ``instances`` below 1 or above ``MAX_INSTANCES``, an unknown router (in ``router`` or as a key of
             ``router_params``), ``router_params`` without a fleet, or a parameter the router
             does not take or refuses (``fairsim.routers.make_router``); a ``DISAGG_KEYS`` key
             without ``mode = "disaggregated"``; as ``disagg_point``.
@@ -156,9 +156,13 @@ def fleet_point(point: dict[str, Any]) -> dict[str, Any]:
     if not any(k in point for k in FLEET_KEYS):
         return point
     out = {k: v for k, v in point.items() if k not in FLEET_KEYS}
+    from fairsim.cli_fleet import MAX_INSTANCES
+
     n = point.get("instances", 1)
     if n < 1:
         raise ValueError(f"instances={n}: need at least 1 instance")
+    if n > MAX_INSTANCES:  # as fairsim run's --instances
+        raise ValueError(f"instances={n}: at most {MAX_INSTANCES:,} (each engine holds its own KV cache)")
     _check_routers(point)
     out["instances"] = n
     if n == 1 and point.get("router") is None:

@@ -239,9 +239,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         return _report(args, study, objective, sim, train, held, names, axes, notes, trace, ran)
 
 
-def _defaults_in_space(names: list[str], spaces: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    """Each policy at its constructor defaults (the searched keys only), where they lie in its
-    space: the study's first trials."""
+def _defaults_in_space(names: list[str], spaces: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any] | None]]:
+    """Each policy at its constructor defaults, the study's first trials: ``(name, params)`` with
+    the searched keys' defaults where they all lie in its space, else ``(name, None)`` (the trial
+    runs the constructor's defaults, ``search.run_study``), so every policy's untuned setting is
+    a trial and the choice is never worse than it on the training windows."""
     import inspect
 
     from fairsim.policies.registry import _CLASSES
@@ -262,8 +264,7 @@ def _defaults_in_space(names: list[str], spaces: dict[str, dict[str, Any]]) -> l
         inside = all(v in r.values if isinstance(r, Choice) else
                      (v is not None and not isinstance(v, bool) and r.low <= v <= r.high)
                      for v, r in zip(params.values(), spaces[name].values()))
-        if inside:
-            out.append((name, params))
+        out.append((name, params if inside else None))
     return out
 
 

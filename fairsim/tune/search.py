@@ -95,8 +95,12 @@ def stale_reason(stored: dict[str, Any], now: dict[str, Any], changed: Sequence[
 
 
 def suggest(trial: Any, policies: Sequence[str], spaces: dict[str, dict[str, Range]]) -> tuple[str, dict[str, Any]]:
-    """Sample a policy and its parameters (Optuna names ``policy`` and ``POLICY.KEY``)."""
+    """Sample a policy and its parameters (Optuna names ``policy`` and ``POLICY.KEY``). A trial
+    enqueued with the user attribute ``defaults`` (``run_study``'s first slots, a policy whose
+    constructor defaults lie outside its space) gets its policy alone: ``{}``, its defaults."""
     policy = trial.suggest_categorical("policy", list(policies))
+    if trial.user_attrs.get("defaults"):
+        return policy, {}
     params: dict[str, Any] = {}
     for key, rng in spaces[policy].items():
         name = f"{policy}.{key}"
@@ -152,8 +156,10 @@ def run_study(study: Any, *, trials: int, batch: int, seed: int, policies: Seque
     ``(index, Result)`` for each item, in any order. ``on_done`` gets each finished trial's
     ``(policy, params)`` and result (progress bar). A result with an error is stored as a failed trial with its ``error``
     (its slot counts as done: the same parameters would fail again). The first slots run the
-    ``initial`` settings (each policy at its defaults), so the search starts from them and never
-    ends worse than the best of them on the training windows.
+    ``initial`` settings (each policy at its defaults: ``(policy, params)``, or ``(policy, None)``
+    where a default lies outside the policy's space, such as SUF's ``starvation_iterations=None``:
+    the trial then stores the policy alone and runs its constructor's defaults), so the search
+    starts from them and never ends worse than the best of them on the training windows.
     """
     optuna = _optuna()
     from optuna.trial import TrialState
@@ -175,8 +181,12 @@ def run_study(study: Any, *, trials: int, batch: int, seed: int, policies: Seque
         for slot in slots:
             if slot < len(initial) and slot not in present:
                 policy, params = initial[slot]
-                study.enqueue_trial({"policy": policy, **{f"{policy}.{k}": v for k, v in params.items()}},
-                                    user_attrs={"slot": slot, "asked": True}, skip_if_exists=False)
+                if params is None:  # its defaults outside its space: the policy alone (``suggest``)
+                    study.enqueue_trial({"policy": policy}, user_attrs={"slot": slot, "asked": True, "defaults": True},
+                                        skip_if_exists=False)
+                else:
+                    study.enqueue_trial({"policy": policy, **{f"{policy}.{k}": v for k, v in params.items()}},
+                                        user_attrs={"slot": slot, "asked": True}, skip_if_exists=False)
         asked = []
         # Interrupted (and initial) slots first: Optuna hands out enqueued (WAITING) trials before sampling,
         # and each carries its slot. Then the batch's other slots, each sampled afresh.
@@ -252,7 +262,8 @@ def _requeue_interrupted(study: Any) -> None:
             continue
         slot = t.user_attrs.get("slot")
         if slot is not None and slot not in waiting and t.user_attrs.get("asked"):
-            study.enqueue_trial(t.params, user_attrs={"slot": slot, "asked": True}, skip_if_exists=False)
+            attrs = {"slot": slot, "asked": True, **({"defaults": True} if t.user_attrs.get("defaults") else {})}
+            study.enqueue_trial(t.params, user_attrs=attrs, skip_if_exists=False)
         study.tell(t.number, state=TrialState.FAIL)
         # user attributes of a finished trial cannot be set; the failed trial without "error"
         # is an interrupted one (``_done_slots``).
