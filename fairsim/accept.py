@@ -423,7 +423,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
             engine = {"profile": profile.name, "kv_tokens": kv_blocks * block_size, "kv_blocks": kv_blocks,
                       "block_size": block_size, "window": w.name, "time_scale": scale}
             write_tables(args.out, f"{w.name}-{name}", res, engine,
-                         scored=res.requests["request_id"].isin(scored).to_numpy())
+                         scored=res.requests["request_id"].isin(scored).to_numpy(), policy=name)
 
     verdicts: list[WindowVerdict] = []
     try:

@@ -49,13 +49,14 @@ def run_one(name: str, requests: list[Request], profile: Profile, config: Engine
 
 
 def write_tables(out: Path, name: str, result: SimResult, engine: dict[str, Any] | None = None,
-                 scored: Any = None) -> None:
+                 scored: Any = None, policy: str | None = None) -> None:
     """Write ``requests-NAME.parquet`` and ``steps-NAME.parquet`` atomically (``fairsim.io``);
     ``NAME`` is the policy name through ``fairsim.io.file_stem`` (``mypol:Rev`` -> ``mypol_Rev``).
 
     ``engine`` (profile, KV capacity, block size) is stored as JSON in the Parquet schema
-    metadata under the key ``fairsim``. ``scored`` (``accept``: one bool per request row) adds
-    the requests table's ``scored`` column.
+    metadata under the key ``fairsim``, with ``policy`` (default ``name``; ``accept`` names its
+    files ``WINDOW-POLICY`` and gives the policy alone). ``scored`` (``accept``: one bool per
+    request row) adds the requests table's ``scored`` column.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -66,7 +67,7 @@ def write_tables(out: Path, name: str, result: SimResult, engine: dict[str, Any]
         table = pa.Table.from_pandas(frame, preserve_index=False)
         if engine is not None:
             meta = dict(table.schema.metadata or {})
-            meta[b"fairsim"] = json.dumps({"policy": name, **engine}).encode()
+            meta[b"fairsim"] = json.dumps({"policy": name if policy is None else policy, **engine}).encode()
             table = table.replace_schema_metadata(meta)
         atomic_write(out / f"{kind}-{file_stem(name)}.parquet", lambda tmp, table=table: pq.write_table(table, tmp))
 

@@ -131,7 +131,7 @@ def test_accept_tables_mark_the_scored_requests(tmp_path, capsys):
     assert frame["request_id"].tolist() == [f"t:{i}" for i in range(3, 11)]  # lines 3..10: 2 s .. 9 s
     assert frame["scored"].tolist() == [False] * 3 + [True] * 5
     meta = json.loads(table.schema.metadata[b"fairsim"])
-    assert meta["window"] == "w" and meta["policy"] == "w-fairway" and meta["kv_blocks"] > 0
+    assert meta["window"] == "w" and meta["policy"] == "fairway" and meta["kv_blocks"] > 0  # (was "w-fairway")
 
 
 # -- options that had no effect, or contradicted another ---------------------------------------------

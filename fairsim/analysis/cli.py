@@ -29,6 +29,8 @@ def add_analyze_command(sub: argparse._SubParsersAction, add_common: Callable, f
     p.add_argument("trace_path", metavar="TRACE", nargs="?",
                    help="trace file (same as --trace; default: the embedded RAG input)")
     add_common(p, goodput=False)  # --slo refused: analyze measures the trace
+    # Refused with a message if given (analyze runs FCFS and LPM at their defaults): not offered.
+    p._option_string_actions["--param"].help = argparse.SUPPRESS  # noqa: SLF001 (as retitle)
     retitle(p, "--out", "folder for report.md, analysis.json, load.png, spread.png, hit_curve.png")
     retitle(p, "--format", "table: a few lines for people; json: analysis.json on stdout")
     p.add_argument("--spread-threshold", type=float, default=DEFAULT_SPREAD_THRESHOLD,
