@@ -144,7 +144,14 @@ def test_resolved_twin_as_the_reference(n, changed, stop):
         return fresh.get(int(q.request_id[1:]), q)
 
     results = []
-    for make in (lambda items: ArrivalOrder._resolved(SimpleNamespace(items=items), resolve),
+    def reference(items):
+        # A real ArrivalOrder (compiled, an extension type: its methods read C fields, so an
+        # unbound call on another object would read the wrong memory).
+        order = ArrivalOrder()
+        order.items = items
+        return ArrivalOrder._resolved(order, resolve)
+
+    for make in (reference,
                  lambda items: twin.Resolved(items, resolve)):
         items = OrderedDict((q.request_id, q) for q in snaps)
         it = make(items)
