@@ -42,11 +42,11 @@ class SGLangCacheAware(Router):
         check_param(self.name, "cache_threshold", cache_threshold,
                     number(cache_threshold) and 0 <= cache_threshold <= 1, "a number in [0, 1]")
         check_param(self.name, "balance_abs_threshold", balance_abs_threshold,
-                    number(balance_abs_threshold) and balance_abs_threshold >= 0, "a number >= 0")
+                    number(balance_abs_threshold) and balance_abs_threshold >= 0, "a finite number >= 0")
         check_param(self.name, "balance_rel_threshold", balance_rel_threshold,
-                    number(balance_rel_threshold) and balance_rel_threshold >= 0, "a number >= 0")
+                    number(balance_rel_threshold) and balance_rel_threshold >= 0, "a finite number >= 0")
         check_param(self.name, "eviction_interval_s", eviction_interval_s,
-                    number(eviction_interval_s) and eviction_interval_s > 0, "seconds > 0")
+                    number(eviction_interval_s) and eviction_interval_s > 0, "finite seconds > 0")
         if max_tree_size is None:
             max_tree_size = max(1, self.kv_blocks)
         check_param(self.name, "max_tree_size", max_tree_size,
