@@ -137,3 +137,55 @@ def test_tuples_as_the_orders_key_them():
 def test_load_below_four_is_refused():
     with pytest.raises(ValueError, match="load must be >= 4"):
         SortedKeys(load=3)
+
+
+# -- the keys' comparison in C (``_lt``) against Python's ``<`` --------------------------------------
+_NAN = float("nan")
+_items = st.one_of(
+    st.integers(-3, 3), st.integers(-(2**70), 2**70),  # small ints, and ints beyond a C long
+    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.0, -0.0, 1.0, _NAN]),
+    st.text(max_size=3), st.sampled_from(["", "a", "é", "\U0001f600"]), st.booleans(), st.none())
+_keys = st.one_of(st.tuples(_items, _items, _items), st.lists(_items, max_size=4).map(tuple), _items)
+
+
+def _python_lt(a, b):
+    try:
+        return ("ok", a < b)
+    except TypeError as exc:
+        return ("TypeError", str(exc))
+
+
+def _twin_lt(a, b):
+    try:
+        return ("ok", _sorted_c.lt(a, b))
+    except TypeError as exc:
+        return ("TypeError", str(exc))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(a=_keys, b=_keys, share=st.booleans())
+def test_the_keys_compare_as_python_compares_them(a, b, share):
+    """``_lt`` (the bisects' comparison: exact int, float and str items compared in C) gives
+    Python's ``<`` on tuples of ints (small and beyond 64 bits), floats (NaN, infinities, -0.0),
+    strings, bools and None, tuples of any lengths, and plain values: the same result or the
+    same TypeError. ``share`` puts the same object (a NaN among them) at one position of both,
+    where Python takes it as equal to itself."""
+    if share and isinstance(a, tuple) and isinstance(b, tuple) and a and b:
+        b = (a[0], *b[1:])
+    assert _twin_lt(a, b) == _python_lt(a, b)
+    assert _twin_lt(b, a) == _python_lt(b, a)
+
+
+def test_the_keys_comparison_by_hand():
+    nan = float("nan")
+    lt = _sorted_c.lt
+    assert lt((0, 1.0, "r1"), (0, 1.0, "r2")) and not lt((0, 1.0, "r2"), (0, 1.0, "r1"))
+    assert lt((-512, 5.0, "x"), (0, 1.0, "a"))  # the first differing item decides
+    assert lt((1,), (1, 0)) and not lt((1, 0), (1,))  # equal up to the shorter: shorter first
+    n1, n2 = float("nan"), float("nan")
+    assert not lt((n1, 1), (n2, 2)) and not lt((n2, 2), (n1, 1))  # distinct NaNs: unordered
+    assert lt((nan, 1), (nan, 2))  # the same NaN object: equal to itself, the next item decides
+    assert not lt((0.0, "b"), (-0.0, "a")) and lt((-0.0, "a"), (0.0, "b"))  # -0.0 == 0.0
+    assert lt((2**70, 1), (2**71, 0)) and lt((True, 1), (2, 0))  # big ints, a bool: Python's
+    with pytest.raises(TypeError):
+        lt((1, "a"), (1, 2))

@@ -16,21 +16,86 @@ Why compiled: ``SortedList`` is pure Python; an add or remove runs some 3,000 in
 interpreted bookkeeping around its C-level ``bisect`` and ``list.insert``. LPM's, SJF's, SUF's,
 LOF's and KLPM's kept orders, DLPM's sorted client heads, VTC's keys and SGLang's kept order
 make one or two per waiting request and per re-key (about a tenth of an LPM run on the
-conversation trace). Here the bisects compare with ``PyObject_RichCompareBool``, as ``bisect``
-does, and the bookkeeping is C. ``tests/test_sorted_keys.py`` compares it with ``SortedList`` on
+conversation trace). Here the bisects compare as ``bisect`` does (``_lt``: Python's ``<``, with
+the orders' key tuples compared in C), and the bookkeeping is C. ``tests/test_sorted_keys.py`` compares it with ``SortedList`` on
 random operation sequences, with a small load so that sublists split and merge.
 """
 
+from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from cpython.object cimport PyObject_RichCompareBool, Py_LT
+from cpython.object cimport PyObject_RichCompareBool, Py_EQ, Py_LT
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.unicode cimport PyUnicode_Compare
 from itertools import chain, islice
 
+
+cdef extern from "Python.h":
+    long PyLong_AsLongAndOverflow(object obj, int *overflow) except? -1
+
+
+cdef int _lt(object a, object b) except -1:
+    """``a < b`` as Python decides it, with C comparisons for the orders' keys.
+
+    The keys are tuples of ints, floats and strings (``(-h, arrival_time, request_id)``, VTC's
+    ``(counter, arrival, id)`` ...), where Python's tuple comparison costs a few hundred
+    instructions: the first position whose items are not equal (``PyObject_RichCompareBool``
+    with ``Py_EQ``, which takes an object as equal to itself), then those items' ``<``; equal up
+    to the shorter length, the shorter is less. Here the same rule, each item pair of one exact
+    type compared in C: floats as doubles (NaN equal to nothing but itself, ``-0.0 == 0.0``, as
+    Python's), ints that fit a C long as longs, strings by ``PyUnicode_Compare`` (code point
+    order, Python's). Any other pair (a bool, a big int, an int against a float, a tuple
+    subclass, a non-tuple) goes to Python's own comparisons, so its result and errors are
+    Python's. ``tests/test_sorted_keys.py`` checks it against ``<`` (hypothesis)."""
+    cdef Py_ssize_t i, n, na, nb
+    cdef object x, y
+    cdef double dx, dy
+    cdef long lx, ly
+    cdef int ox = 0, oy = 0, c
+    if type(a) is not tuple or type(b) is not tuple:
+        return PyObject_RichCompareBool(a, b, Py_LT)
+    na = PyTuple_GET_SIZE(a)
+    nb = PyTuple_GET_SIZE(b)
+    n = na if na < nb else nb
+    for i in range(n):
+        x = <object>PyTuple_GET_ITEM(a, i)
+        y = <object>PyTuple_GET_ITEM(b, i)
+        if x is y:
+            continue
+        if type(x) is float and type(y) is float:
+            dx = PyFloat_AS_DOUBLE(x)
+            dy = PyFloat_AS_DOUBLE(y)
+            if dx == dy:
+                continue
+            return dx < dy
+        if type(x) is str and type(y) is str:
+            c = PyUnicode_Compare(x, y)
+            if c == 0:
+                continue
+            return c < 0
+        if type(x) is int and type(y) is int:
+            lx = PyLong_AsLongAndOverflow(x, &ox)
+            ly = PyLong_AsLongAndOverflow(y, &oy)
+            if ox == 0 and oy == 0:
+                if lx == ly:
+                    continue
+                return lx < ly
+        if PyObject_RichCompareBool(x, y, Py_EQ):
+            continue
+        return PyObject_RichCompareBool(x, y, Py_LT)
+    return na < nb
+
+
+def lt(a, b):
+    """``_lt(a, b)`` from Python (the tests)."""
+    return bool(_lt(a, b))
+
+
 cdef inline Py_ssize_t _bisect_right(list a, object x) except -1:
-    """``bisect.bisect_right(a, x)``: the same comparisons (``x < a[mid]``)."""
+    """``bisect.bisect_right(a, x)``: the same comparisons (``x < a[mid]``, ``_lt``)."""
     cdef Py_ssize_t lo = 0, hi = PyList_GET_SIZE(a), mid
     while lo < hi:
         mid = (lo + hi) >> 1
-        if PyObject_RichCompareBool(x, <object>PyList_GET_ITEM(a, mid), Py_LT):
+        if _lt(x, <object>PyList_GET_ITEM(a, mid)):
             hi = mid
         else:
             lo = mid + 1
@@ -38,11 +103,11 @@ cdef inline Py_ssize_t _bisect_right(list a, object x) except -1:
 
 
 cdef inline Py_ssize_t _bisect_left(list a, object x) except -1:
-    """``bisect.bisect_left(a, x)``: the same comparisons (``a[mid] < x``)."""
+    """``bisect.bisect_left(a, x)``: the same comparisons (``a[mid] < x``, ``_lt``)."""
     cdef Py_ssize_t lo = 0, hi = PyList_GET_SIZE(a), mid
     while lo < hi:
         mid = (lo + hi) >> 1
-        if PyObject_RichCompareBool(<object>PyList_GET_ITEM(a, mid), x, Py_LT):
+        if _lt(<object>PyList_GET_ITEM(a, mid), x):
             lo = mid + 1
         else:
             hi = mid
