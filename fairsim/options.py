@@ -164,8 +164,8 @@ def add_common(p: argparse.ArgumentParser, out_help: str = RUN_OUT_HELP, goodput
                    help="prefill-only: a request ends with its first token (the paper's node); "
                         "colocated: it decodes to the trace's output_length on the same engine")
     p.add_argument("--slo", default=None, metavar="ttft=S,tpot=S",
-                   help="colocated and disaggregated: goodput = requests meeting these TTFT/TPOT SLOs (seconds)" if goodput
-                   else argparse.SUPPRESS)
+                   help=("colocated and disaggregated: goodput = requests meeting these TTFT/TPOT SLOs "
+                         "(seconds)") if goodput else argparse.SUPPRESS)
     p.add_argument("--window-start", type=float, default=0.0,
                    help="window start, seconds of trace time (before --time-scale)")
     p.add_argument("--window-end", type=float, default=None,

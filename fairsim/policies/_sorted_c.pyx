@@ -17,8 +17,9 @@ interpreted bookkeeping around its C-level ``bisect`` and ``list.insert``. LPM's
 LOF's and KLPM's kept orders, DLPM's sorted client heads, VTC's keys and SGLang's kept order
 make one or two per waiting request and per re-key (about a tenth of an LPM run on the
 conversation trace). Here the bisects compare as ``bisect`` does (``_lt``: Python's ``<``, with
-the orders' key tuples compared in C), and the bookkeeping is C. ``tests/test_sorted_keys.py`` compares it with ``SortedList`` on
-random operation sequences, with a small load so that sublists split and merge.
+the orders' key tuples compared in C), and the bookkeeping is C. ``tests/test_sorted_keys.py``
+compares it with ``SortedList`` on random operation sequences, with a small load so that
+sublists split and merge.
 """
 
 from cpython.float cimport PyFloat_AS_DOUBLE

@@ -302,8 +302,8 @@ class DRROrder(ClassQueues):
     ``iter_order`` applies ``DRR._update_ring``'s rules to the classes that changed since the
     last call (a class leaves when emptied by admissions or without waiting requests, new
     classes join at the end of the round, before the cursor, by head arrival; the cursor moves
-    to the next surviving class), then returns a generator that runs ``DRR.order``'s visit loop on scratch overlays of the ring and
-    the deficits, logging into the policy's ``Replay`` exactly as the reference does, so
+    to the next surviving class), then returns a generator that runs ``DRR.order``'s visit loop
+    on scratch overlays of the ring and the deficits, logging into the policy's ``Replay`` exactly as the reference does, so
     ``DRR.on_admitted`` commits the same state. A round that serves nobody still costs O(ring)
     (the reference's skip of empty rounds), any other item O(log n).
     """

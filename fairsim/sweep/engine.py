@@ -143,10 +143,11 @@ def fleet_point(point: dict[str, Any]) -> dict[str, Any]:
     with ``mode = "disaggregated"`` is ``disagg_point``'s.
 
     Raises:
-        ValueError: ``instances`` below 1 or above ``MAX_INSTANCES``, an unknown router (in ``router`` or as a key of
-            ``router_params``), ``router_params`` without a fleet, or a parameter the router
-            does not take or refuses (``fairsim.routers.make_router``); a ``DISAGG_KEYS`` key
-            without ``mode = "disaggregated"``; as ``disagg_point``.
+        ValueError: ``instances`` below 1 or above ``fairsim.cli_fleet.MAX_INSTANCES``, an
+            unknown router (in ``router`` or as a key of ``router_params``), ``router_params``
+            without a fleet, or a parameter the router does not take or refuses
+            (``fairsim.routers.make_router``); a ``DISAGG_KEYS`` key without ``mode =
+            "disaggregated"``; as ``disagg_point``.
     """
     if point.get("mode") == "disaggregated":
         return disagg_point(point)
@@ -155,9 +156,9 @@ def fleet_point(point: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f'{given[0]} needs mode = "disaggregated"')
     if not any(k in point for k in FLEET_KEYS):
         return point
-    out = {k: v for k, v in point.items() if k not in FLEET_KEYS}
     from fairsim.cli_fleet import MAX_INSTANCES
 
+    out = {k: v for k, v in point.items() if k not in FLEET_KEYS}
     n = point.get("instances", 1)
     if n < 1:
         raise ValueError(f"instances={n}: need at least 1 instance")
