@@ -4,7 +4,7 @@
 ``SortedKeys`` is the subset of ``SortedList`` that the orders use (``add``, ``remove``,
 ``discard``, ``update``, ``in``, iteration, ``len``, indexing, ``islice``, ``irange``,
 ``clear``), with the
-same algorithm: the values in sublists of at most twice the load factor (1,000), each sorted,
+same algorithm: the values in sublists of at most twice the load factor (``LOAD``), each sorted,
 and the last value of each in ``_maxes``; ``add`` bisects right (an equal value goes after the
 ones already held), ``remove`` bisects left (the first equal value goes), sublists split above
 twice the load and merge with a neighbour at or below half of it, ``update`` re-chunks the
@@ -120,13 +120,21 @@ cdef inline Py_ssize_t _bisect(list a, object x, bint right) except -1:
     return _bisect_right(a, x) if right else _bisect_left(a, x)
 
 
+#: Default load factor. ``SortedList``'s 1,000 weighs its Python-level bookkeeping per sublist;
+#: here that bookkeeping is C, and what a sublist costs is the ``memmove`` of every insert and
+#: removal (a kept order's oldest key leaves from the front of the first sublist): at 256 an LPM
+#: run on the Azure conv trace ran 4.3 % fewer instructions, on the conversation trace 3.4 %
+#: (at 128 no fewer). The values, their order and every result do not depend on the load.
+LOAD = 256
+
+
 cdef class SortedKeys:
     """A sorted list of comparable values (duplicates allowed): ``SortedList``'s layout and rules.
 
     Args:
         iterable: Initial values (any order), or None.
-        load: Load factor (sublist size); ``SortedList``'s default 1,000. Tests pass a small
-            one to exercise splits and merges.
+        load: Load factor (sublist size); ``LOAD`` (256), where ``SortedList``'s is 1,000.
+            Tests pass a small one to exercise splits and merges.
 
     Raises:
         ValueError: ``load`` < 4 (``SortedList._reset``'s rule).
@@ -137,7 +145,7 @@ cdef class SortedKeys:
     cdef Py_ssize_t _len
     cdef Py_ssize_t _load
 
-    def __init__(self, iterable=None, Py_ssize_t load=1000):
+    def __init__(self, iterable=None, Py_ssize_t load=LOAD):
         if load < 4:
             raise ValueError(f"load must be >= 4, got {load}")
         self._lists = []
@@ -288,7 +296,7 @@ cdef class SortedKeys:
             IndexError: The position is out of range.
         """
         cdef list sub
-        cdef Py_ssize_t i
+        cdef Py_ssize_t i, k
         if isinstance(index, slice):
             return list(self)[index]
         i = index
@@ -296,10 +304,18 @@ cdef class SortedKeys:
             i += self._len
         if i < 0 or i >= self._len:
             raise IndexError("list index out of range")
-        for sub in self._lists:
-            if i < PyList_GET_SIZE(sub):
-                return <object>PyList_GET_ITEM(sub, i)
-            i -= PyList_GET_SIZE(sub)
+        if index < 0:  # from the end (``keys[-1]``: the last sublist)
+            i = self._len - 1 - i  # positions counted back from the last value
+            for k in range(PyList_GET_SIZE(self._lists) - 1, -1, -1):
+                sub = <list>PyList_GET_ITEM(self._lists, k)
+                if i < PyList_GET_SIZE(sub):
+                    return <object>PyList_GET_ITEM(sub, PyList_GET_SIZE(sub) - 1 - i)
+                i -= PyList_GET_SIZE(sub)
+        else:
+            for sub in self._lists:
+                if i < PyList_GET_SIZE(sub):
+                    return <object>PyList_GET_ITEM(sub, i)
+                i -= PyList_GET_SIZE(sub)
         raise IndexError("list index out of range")  # not reached: the lengths sum to _len
 
     def islice(self, start=None, stop=None, reverse=False):
