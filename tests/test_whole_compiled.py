@@ -157,7 +157,8 @@ def test_the_compiled_engines_data_attributes_are_declared_fields():
 def test_the_compiled_orders_data_attributes_are_declared_fields():
     """``credit_fast.pxd``, ``drr_dynamo.pxd``, ``credit.pxd`` and ``incremental.pxd`` declare every
     data attribute of the kept orders they make extension types (VTC's, DRR's, DLPM's and
-    DRR-Dynamo's class queues, VTC's keys, the credit policies' replay log, FCFS's arrival order),
+    DRR-Dynamo's class queues, VTC's keys, the credit policies' replay log, FCFS's arrival order,
+    LPM's sorted keys),
     so their compiled methods read C fields: nothing is left in an instance's ``__dict__`` after
     a run, with one class per request (no labels) and with shared classes (the RAG scenario's
     documents). An attribute added to one of those classes without its declaration shows up
@@ -176,11 +177,12 @@ def test_the_compiled_orders_data_attributes_are_declared_fields():
 
     unlabelled = [replace(r, labels={}) for r in rag.requests[:60]]
     declared = ("ArrivalOrder", "ClassQueues", "VTCOrder", "DRROrder", "DLPMOrder", "DRRDynamoOrder",
-                "RunSortedKeys", "Replay")
+                "RunSortedKeys", "Replay", "SortedKeyOrder")
     for requests in (rag.requests[:60], unlabelled):
         for name, kinds in (("vtc", {"VTCOrder", "RunSortedKeys"}), ("drr", {"DRROrder", "Replay"}),
                             ("dlpm", {"DLPMOrder", "Replay"}), ("drr-dynamo", {"DRRDynamoOrder", "Replay"}),
-                            ("fcfs", {"ArrivalOrder"}), ("fairway", {"ArrivalOrder"})):
+                            ("fcfs", {"ArrivalOrder"}), ("fairway", {"ArrivalOrder"}), ("lpm", {"SortedKeyOrder"}),
+                            ("klpm", {"ArrivalOrder", "SortedKeyOrder"})):
             policy = make_policy(name, profile)
             engine = engine_mod.Engine(requests, policy, profile, rag.engine)
             engine.run()

@@ -8,3 +8,14 @@
 cdef class ArrivalOrder:
     cdef dict __dict__
     cdef public object items, _last, _sorted, resolve, _resolved_twin
+
+
+# The kept order of LPM, k-LPM's longest lane, RAGCache, SUF, shortest-prefill-first, LOF and
+# DFS-weight (``key`` per snapshot, a sorted list of keys): one add and one remove per request.
+cdef class SortedKeyOrder:
+    cdef dict __dict__
+    cdef public object key, _keys, _head, _head_last
+    cdef public dict _by_id, _by_key, _entered
+    cdef public list _left
+    cpdef _note_new(self, key)
+    cpdef _note_gone(self, key)
