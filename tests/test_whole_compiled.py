@@ -158,7 +158,7 @@ def test_the_compiled_orders_data_attributes_are_declared_fields():
     """``credit_fast.pxd``, ``drr_dynamo.pxd``, ``credit.pxd`` and ``incremental.pxd`` declare every
     data attribute of the kept orders they make extension types (VTC's, DRR's, DLPM's and
     DRR-Dynamo's class queues, VTC's keys, the credit policies' replay log, FCFS's arrival order,
-    LPM's sorted keys),
+    LPM's sorted keys, LPM-aging's heap),
     so their compiled methods read C fields: nothing is left in an instance's ``__dict__`` after
     a run, with one class per request (no labels) and with shared classes (the RAG scenario's
     documents). An attribute added to one of those classes without its declaration shows up
@@ -177,12 +177,12 @@ def test_the_compiled_orders_data_attributes_are_declared_fields():
 
     unlabelled = [replace(r, labels={}) for r in rag.requests[:60]]
     declared = ("ArrivalOrder", "ClassQueues", "VTCOrder", "DRROrder", "DLPMOrder", "DRRDynamoOrder",
-                "RunSortedKeys", "Replay", "SortedKeyOrder")
+                "RunSortedKeys", "Replay", "SortedKeyOrder", "LazyKeyOrder")
     for requests in (rag.requests[:60], unlabelled):
         for name, kinds in (("vtc", {"VTCOrder", "RunSortedKeys"}), ("drr", {"DRROrder", "Replay"}),
                             ("dlpm", {"DLPMOrder", "Replay"}), ("drr-dynamo", {"DRRDynamoOrder", "Replay"}),
                             ("fcfs", {"ArrivalOrder"}), ("fairway", {"ArrivalOrder"}), ("lpm", {"SortedKeyOrder"}),
-                            ("klpm", {"ArrivalOrder", "SortedKeyOrder"})):
+                            ("klpm", {"ArrivalOrder", "SortedKeyOrder"}), ("lpm-aging", {"LazyKeyOrder"})):
             policy = make_policy(name, profile)
             engine = engine_mod.Engine(requests, policy, profile, rag.engine)
             engine.run()

@@ -19,3 +19,14 @@ cdef class SortedKeyOrder:
     cdef public list _left
     cpdef _note_new(self, key)
     cpdef _note_gone(self, key)
+
+
+# The lazy kept order of LPM-aging, SJF-aging and the other orders whose keys take lazy hits
+# (a heap of keys, stale ones re-keyed when read).
+cdef class LazyKeyOrder:
+    cdef dict __dict__
+    cdef public object key, resolve
+    cdef public list _heap, _taken
+    cdef public dict _by_id
+    cdef public set _stale
+    cpdef _compact(self)
