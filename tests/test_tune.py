@@ -144,6 +144,7 @@ def test_same_seed_same_trials_and_a_larger_budget_continues(tmp_path, capsys):
     assert f"fairsim: note: {note}" in capsys.readouterr().err
     saved = json.loads((tmp_path / "b" / "tune.json").read_text())
     assert saved["trials_run_now"] == 0 and note in saved["notes"] and len(trials(tmp_path / "b")) == 6
+    assert saved["trials"] == 4 and saved["trials_in_study"] == 6  # the N asked, and the trials reported
 
 
 def test_a_policy_whose_default_lies_outside_its_space_runs_at_its_defaults_first(tmp_path, capsys):

@@ -74,8 +74,9 @@ AGING_MAX = 1e6
 def _check_number(policy: str, key: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or not 0 <= value <= AGING_MAX:
-        raise ValueError(f"{policy} {key}={value!r}: need a number from 0 to {AGING_MAX:g} (beyond, the "
-                         f"aging term rounds away the token counts it is added to)")
+        why = (" (beyond, the aging term rounds away the token counts it is added to)"
+               if isinstance(value, (int, float)) and not isinstance(value, bool) and value > AGING_MAX else "")
+        raise ValueError(f"{policy} {key}={value!r}: need a number from 0 to {AGING_MAX:g}{why}")
 
 
 def uncached_key(q: QueuedRequest) -> tuple[int, float, str]:

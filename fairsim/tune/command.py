@@ -361,7 +361,7 @@ def _report(args, study, objective, sim, train, held, names, axes, notes, trace,
     payload: dict[str, Any] = {
         "trace": trace.source, "profile": sim.profile.name, "fleet": _fleet_json(sim.fleet, sim.profile),
         "policies": names, "targets": args.targets,
-        "axes": list(axes), "trials": args.trials, "trials_run_now": ran, "batch": args.batch, "search_seed": args.search_seed,
+        "axes": list(axes), "trials": args.trials, "trials_in_study": len(rows), "trials_run_now": ran, "batch": args.batch, "search_seed": args.search_seed,
         "executor": args.executor, "train_windows": [_window(w) for w in train],
         "holdout_windows": [_window(w) for w in held], "notes": notes, "meets_targets": meets,
         "front": [_row(r) for r in front],
