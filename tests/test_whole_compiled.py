@@ -158,13 +158,13 @@ def test_the_compiled_orders_data_attributes_are_declared_fields():
     """``credit_fast.pxd``, ``drr_dynamo.pxd``, ``credit.pxd`` and ``incremental.pxd`` declare every
     data attribute of the kept orders they make extension types (VTC's, DRR's, DLPM's and
     DRR-Dynamo's class queues, VTC's keys, the credit policies' replay log, FCFS's arrival order,
-    LPM's sorted keys, LPM-aging's heap),
-    so their compiled methods read C fields: nothing is left in an instance's ``__dict__`` after
-    a run, with one class per request (no labels) and with shared classes (the RAG scenario's
+    LPM's sorted keys, LPM-aging's heap), so their compiled methods read C fields: nothing is
+    left in an instance's ``__dict__`` after a run, with one class per request (no labels) and with shared classes (the RAG scenario's
     documents). An attribute added to one of those classes without its declaration shows up
     here."""
     from fairsim.costmodel import load_profile
     from fairsim.policies import credit_fast, make_policy
+    from fairsim.record import replace
     from fairsim.scenarios import build_scenario
     from fairsim.sim import engine as engine_mod
 
@@ -173,8 +173,6 @@ def test_the_compiled_orders_data_attributes_are_declared_fields():
     assert type(credit_fast.VTCOrder.__dict__["_keys"]).__name__ == "getset_descriptor"
     profile = load_profile("a6000-llama3.1-8b-vllm-prior")
     rag = build_scenario("rag", profile, seed=5)
-    from fairsim.record import replace
-
     unlabelled = [replace(r, labels={}) for r in rag.requests[:60]]
     declared = ("ArrivalOrder", "ClassQueues", "VTCOrder", "DRROrder", "DLPMOrder", "DRRDynamoOrder",
                 "RunSortedKeys", "Replay", "SortedKeyOrder", "LazyKeyOrder")
