@@ -15,11 +15,12 @@ reader then runs the reference. ``tests/test_chain_compiled.py`` compares the tw
 from cpython.array cimport array, clone
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.object cimport Py_SIZE
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport uint64_t
-from libc.stdlib cimport free, malloc
-from libc.string cimport memchr
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memchr, memcmp, memcpy
 
 
 cdef inline uint64_t _mix(long long parent, long long h) noexcept:
@@ -140,7 +141,7 @@ def chain_ids(list id_lists):
             order the reader names them.
     """
     cdef object ids, x, name_obj
-    cdef const long long[:] view
+    cdef const long long* view = NULL  # an array('q')'s items, read in place (no buffer acquired)
     cdef Py_ssize_t j, m, total = 0
     cdef long long h, low = 0, high = -1
     cdef int overflow
@@ -148,9 +149,10 @@ def chain_ids(list id_lists):
         if type(ids) is array:
             if (<array>ids).typecode != 'q':
                 return None
-            view = ids
-            total += view.shape[0]
-            for j in range(view.shape[0]):
+            view = (<array>ids).data.as_longlongs
+            m = Py_SIZE(ids)
+            total += m
+            for j in range(m):
                 if view[j] < low:
                     low = view[j]
                 if view[j] > high:
@@ -183,7 +185,7 @@ def chain_ids(list id_lists):
     for ids in id_lists:
         is_array = type(ids) is array
         if is_array:
-            view = ids
+            view = (<array>ids).data.as_longlongs
         m = len(ids)
         chained = PyTuple_New(m)
         parent = -1
@@ -294,3 +296,295 @@ def split_ids(bytes raw):
     ids = clone(_Q, count, False)
     _scan_ids(p, i + 1, n, ids.data.as_longlongs)
     return raw[:i] + b"[]" + raw[end + 1:], ids
+
+
+# -- A Bailian line read whole from its bytes ---------------------------------------------------
+
+cdef enum:
+    _R_CHAT = 0
+    _R_PARENT = 1
+    _R_TS = 2
+    _R_IN = 3
+    _R_OUT = 4
+    _R_IDS = 5
+    _R_TYPE = 6
+    _R_TURN = 7
+    _R_REQUIRED = 63  # the six fields ``bailian._KNOWN`` requires
+    _R_MAX_DIGITS = 18  # below 2**63: no C overflow
+
+
+cdef inline int _row_field(const unsigned char* p, Py_ssize_t start, Py_ssize_t length) noexcept:
+    """Which field of a plain Bailian row the key ``p[start:start + length]`` names, or -1."""
+    cdef const char* k = <const char*>p + start
+    if length == 7 and memcmp(k, b"chat_id", 7) == 0:
+        return _R_CHAT
+    if length == 14 and memcmp(k, b"parent_chat_id", 14) == 0:
+        return _R_PARENT
+    if length == 9 and memcmp(k, b"timestamp", 9) == 0:
+        return _R_TS
+    if length == 12 and memcmp(k, b"input_length", 12) == 0:
+        return _R_IN
+    if length == 13 and memcmp(k, b"output_length", 13) == 0:
+        return _R_OUT
+    if length == 8 and memcmp(k, b"hash_ids", 8) == 0:
+        return _R_IDS
+    if length == 4 and memcmp(k, b"type", 4) == 0:
+        return _R_TYPE
+    if length == 4 and memcmp(k, b"turn", 4) == 0:
+        return _R_TURN
+    return -1
+
+
+cdef inline Py_ssize_t _digits(const unsigned char* p, Py_ssize_t i, Py_ssize_t n, long long* value) noexcept:
+    """A JSON integer of 1 to 18 digits without a sign or a leading zero at ``p[i]``: the index
+    after it (``value`` set), or -1. What follows is checked by the caller."""
+    cdef Py_ssize_t start = i
+    cdef long long v = 0
+    while i < n and 48 <= p[i] <= 57:
+        v = v * 10 + (p[i] - 48)
+        i += 1
+    if i == start or i - start > _R_MAX_DIGITS or (p[start] == 48 and i - start > 1):
+        return -1
+    value[0] = v
+    return i
+
+
+cdef class RowScanner:
+    """``bailian.read``'s checks of one plain row, made on the line's bytes (no dict, no list).
+
+    A plain row is a JSON object with exactly ``chat_id``, ``parent_chat_id``, ``timestamp``,
+    ``input_length``, ``output_length`` and ``hash_ids``, and optionally ``type`` and ``turn``
+    (the public files' eight fields), each once, keys without escapes, in any order and spacing:
+    ``chat_id``, ``input_length``, ``output_length`` (both >= 1) and ``turn`` integers of 1-18
+    digits; ``parent_chat_id`` such an integer or ``-1``; ``timestamp`` such an integer or one
+    with a fraction (``digits.digits``, read by ``loads``, so its double is the JSON parser's);
+    ``type`` a string of printable ASCII without escapes; ``hash_ids`` such integers, as many as
+    ``check_hash_count`` takes for ``block``. Calling it on such a line returns what the reader's
+    checks return for it: ``(chat, parent, timestamp, prompt, output, ids, labels)``, the
+    timestamp a float (``need_number``'s), the ids an ``array('q')`` (``split_ids``'), the
+    labels ``{"type": ..., "turn": ...}`` with those present, in the line's order. Any other
+    line gives None and is read by the JSON parser and checked field by field, as before, so
+    every error and every unusual value is the reference's (``tests/test_chain_compiled.py``).
+
+    Args:
+        block: The hash block size (``check_hash_count``'s).
+        loads: ``orjson.loads`` (a timestamp with a fraction is read by it).
+    """
+    cdef long long block
+    cdef object loads
+    cdef long long* buf
+    cdef Py_ssize_t capacity
+    cdef bytes last_type_bytes  # the last ``type`` read, and its str: equal labels share one
+    cdef str last_type
+
+    def __cinit__(self, long long block, object loads):
+        if block < 1:
+            raise ValueError(f"block must be >= 1, got {block}")
+        self.block = block
+        self.loads = loads
+        self.buf = NULL
+        self.capacity = 0
+        self.last_type_bytes = None
+        self.last_type = None
+
+    def __dealloc__(self):
+        free(self.buf)
+
+    cdef int _reserve(self, Py_ssize_t need) except -1:
+        cdef long long* grown
+        cdef Py_ssize_t size
+        if need <= self.capacity:
+            return 0
+        size = 2 * self.capacity if 2 * self.capacity > need else need
+        if size < 256:
+            size = 256
+        grown = <long long*>realloc(self.buf, size * sizeof(long long))
+        if grown == NULL:
+            raise MemoryError()
+        self.buf = grown
+        self.capacity = size
+        return 0
+
+    def __call__(self, bytes raw):
+        cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(raw)
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(raw), i, start, count = 0, ts_start = 0, ts_end = 0
+        cdef Py_ssize_t type_start = 0, type_len = 0
+        cdef int seen = 0, f, first_label = -1
+        cdef long long v, values[8]
+        cdef bint ts_fraction = False
+        i = _skip_ws(p, 0, n)
+        if i >= n or p[i] != 123:  # {
+            return None
+        i += 1
+        while True:
+            i = _skip_ws(p, i, n)
+            if i >= n or p[i] != 34:  # "
+                return None
+            start = i + 1
+            i = start
+            while i < n and p[i] != 34:
+                if p[i] == 92 or p[i] < 32:  # an escape or a control byte
+                    return None
+                i += 1
+            if i >= n:
+                return None
+            f = _row_field(p, start, i - start)
+            if f < 0 or seen & (1 << f):
+                return None
+            seen |= 1 << f
+            i = _skip_ws(p, i + 1, n)
+            if i >= n or p[i] != 58:  # :
+                return None
+            i = _skip_ws(p, i + 1, n)
+            if f == _R_IDS:
+                if i >= n or p[i] != 91:  # [
+                    return None
+                i = _skip_ws(p, i + 1, n)
+                if i < n and p[i] == 93:  # ]
+                    i += 1
+                else:
+                    while True:
+                        i = _digits(p, i, n, &v)
+                        if i < 0:
+                            return None
+                        if count == self.capacity:
+                            self._reserve(count + 1)
+                        self.buf[count] = v
+                        count += 1
+                        i = _skip_ws(p, i, n)
+                        if i < n and p[i] == 44:  # ,
+                            i = _skip_ws(p, i + 1, n)
+                        elif i < n and p[i] == 93:
+                            i += 1
+                            break
+                        else:
+                            return None
+            elif f == _R_TYPE:
+                if i >= n or p[i] != 34:
+                    return None
+                i += 1
+                type_start = i
+                while i < n and p[i] != 34:
+                    if p[i] == 92 or p[i] < 32 or p[i] > 126:  # escapes and non-ASCII: the parser's
+                        return None
+                    i += 1
+                if i >= n:
+                    return None
+                type_len = i - type_start
+                i += 1
+                if first_label < 0:
+                    first_label = f
+            elif f == _R_PARENT and i + 1 < n and p[i] == 45 and p[i + 1] == 49:  # -1
+                i += 2
+                values[f] = -1
+                if i < n and 48 <= p[i] <= 57:  # -10 and beyond: the reader's message
+                    return None
+            else:
+                start = i
+                i = _digits(p, i, n, &values[f])
+                if i < 0:
+                    return None
+                if f == _R_TS and i < n and p[i] == 46:  # a fraction: the parser reads the number
+                    i += 1
+                    if i >= n or not 48 <= p[i] <= 57:
+                        return None
+                    while i < n and 48 <= p[i] <= 57:
+                        i += 1
+                    ts_fraction = True
+                    ts_start, ts_end = start, i
+                elif f == _R_TURN and first_label < 0:
+                    first_label = f
+            i = _skip_ws(p, i, n)
+            if i < n and p[i] == 44:
+                i += 1
+            elif i < n and p[i] == 125:  # }
+                i += 1
+                break
+            else:
+                return None
+        if seen & _R_REQUIRED != _R_REQUIRED or _skip_ws(p, i, n) != n:
+            return None
+        if values[_R_IN] < 1 or values[_R_OUT] < 1:  # (an output of 0 gets a label: the reader's)
+            return None
+        if count != values[_R_IN] // self.block and count != -(-values[_R_IN] // self.block):
+            return None
+        if ts_fraction:
+            ts = self.loads(raw[ts_start:ts_end])
+            if type(ts) is not float:
+                return None
+        else:
+            ts = <double>values[_R_TS]  # float(int): rounded to nearest, ties to even
+        cdef array ids = clone(_Q, count, False)
+        if count:
+            memcpy(ids.data.as_longlongs, self.buf, count * sizeof(long long))
+        cdef dict labels = {}
+        if seen & (1 << _R_TYPE) and first_label == _R_TYPE:
+            labels["type"] = self._type(p, type_start, type_len)
+        if seen & (1 << _R_TURN):
+            labels["turn"] = values[_R_TURN]
+        if seen & (1 << _R_TYPE) and first_label != _R_TYPE:
+            labels["type"] = self._type(p, type_start, type_len)
+        return (values[_R_CHAT], values[_R_PARENT], ts, values[_R_IN], values[_R_OUT], ids, labels)
+
+    cdef str _type(self, const unsigned char* p, Py_ssize_t start, Py_ssize_t length):
+        """The ``type`` string; the last one's object again where the bytes are equal."""
+        cdef bytes b = self.last_type_bytes
+        if b is not None and PyBytes_GET_SIZE(b) == length and memcmp(PyBytes_AS_STRING(b), p + start, length) == 0:
+            return self.last_type
+        b = (<const char*>p)[start:start + length]
+        self.last_type_bytes = b
+        self.last_type = b.decode("ascii")
+        return self.last_type
+
+
+# -- The requests, their fields written into their slots -----------------------------------------
+
+from fairsim.types import Request
+from fairsim.traces.formats._request_slots cimport RequestSlots, put_field, request_slots
+
+cdef RequestSlots _SLOTS = request_slots(Request)
+
+
+def requests_of(list accepted, list named, object block):
+    """``bailian.read``'s requests: for each ``(line, (request_id, arrival, prompt), (output,
+    labels, session, after, delay), ids)`` of ``accepted`` and its names in ``named``,
+    ``make_request(request_id, arrival, prompt, names, block, output, labels, session, after,
+    delay, ())``, its fields written into the new object's slots (``_request_slots``); or None
+    where ``Request``'s fields are not all plain slots (the reader then calls ``make_request``).
+
+    ``Request.__post_init__`` has nothing to refuse in what the reader accepted (its prompt and
+    output lengths >= 1, arrivals from the earliest, delays ``max(0.0, ...)``, ``after`` another
+    chat, at most ``prompt // block`` names, ``block`` >= 1), and is run only where a value is
+    outside those bounds (never, from the reader): so the objects and any error are
+    ``make_request``'s (``tests/test_chain_compiled.py``).
+    """
+    if not _SLOTS.direct or len(accepted) != len(named):
+        return None
+    cdef list out = []
+    cdef object new = object.__new__
+    cdef tuple row, head, tail
+    cdef object names, req
+    cdef Py_ssize_t i
+    for i in range(len(accepted)):
+        row = <tuple>accepted[i]
+        head = <tuple>row[1]
+        tail = <tuple>row[2]
+        names = named[i]
+        req = new(Request)
+        put_field(&_SLOTS, req, 0, head[0])
+        put_field(&_SLOTS, req, 1, head[1])
+        put_field(&_SLOTS, req, 2, head[2])
+        put_field(&_SLOTS, req, 3, names)
+        put_field(&_SLOTS, req, 4, block)
+        put_field(&_SLOTS, req, 5, tail[0])
+        put_field(&_SLOTS, req, 6, tail[1])
+        put_field(&_SLOTS, req, 7, tail[2])
+        put_field(&_SLOTS, req, 8, tail[3])
+        put_field(&_SLOTS, req, 9, tail[4])
+        put_field(&_SLOTS, req, 10, ())
+        if not (type(head[2]) is int and head[2] >= 1 and type(tail[0]) is int and tail[0] >= 1
+                and head[1] >= 0 and tail[4] >= 0 and type(block) is int and block >= 1
+                and len(names) * block <= head[2] and (tail[3] is None or tail[3] != head[0])):
+            req.__post_init__()  # (what make_request would raise)
+        out.append(req)
+    return out

@@ -212,7 +212,8 @@ def orjson_safe_check() -> Callable[[bytes], bool]:
 
 
 def iter_json_lines(path: Path, split: Callable[[bytes], tuple[bytes, Any] | None] | None = None,
-                    field: str = "hash_ids") -> Iterator[tuple[int, Any]]:
+                    field: str = "hash_ids",
+                    scan: Callable[[bytes], tuple[Any, ...] | None] | None = None) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, decoded JSON object or TraceFormatError)`` for each record line.
 
     Blank lines at the end of the file are accepted (RAGPulse files end with several); a blank
@@ -235,6 +236,10 @@ def iter_json_lines(path: Path, split: Callable[[bytes], tuple[bytes, Any] | Non
     array, ``values`` (e.g. an ``array('q')``) is put in its place; anything else (None, a
     ``rest`` that is not an object, a ``field`` that is not the placeholder) parses the line as
     above.
+
+    ``scan`` (a compiled reader of a format's common record, e.g. ``_chain_c.RowScanner``) may
+    take a whole line first: a tuple it returns is yielded in place of the record (what the
+    format's checks would make of it), after the blank-line check; None goes on as above.
     """
     import orjson  # here, not at import: a CSV trace never pays its start-up (~5 ms)
 
@@ -246,6 +251,14 @@ def iter_json_lines(path: Path, split: Callable[[bytes], tuple[bytes, Any] | Non
     try:
         with open_binary(path) as fh:
             for line_no, raw in enumerate(fh, start=1):
+                if scan is not None:
+                    rec = scan(raw)
+                    if rec is not None:
+                        if blank_line:
+                            yield blank_line, TraceFormatError(name, blank_line, "<json>", "empty line before more records")
+                            blank_line = 0
+                        yield line_no, rec
+                        continue
                 rec = None
                 got = split(raw) if split is not None else None
                 if got is not None:

@@ -116,10 +116,22 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     rows = []
     chat_line: dict[int, int] = {}
     kernel = compiled_twin(COMPILED_MODULE)
-    # Where built, each line's ids are read from its bytes into an array('q') (the kernel's
-    # split_ids): the ids need_ids and _compact would make from the parsed list.
-    for line, rec in iter_json_lines(path, None if kernel is None else kernel.split_ids):
+    # Where built, a plain row is checked on its bytes (the kernel's RowScanner: the tuple these
+    # checks make of it) and any other line's ids are read from its bytes into an array('q')
+    # (split_ids): the ids need_ids and _compact would make from the parsed list.
+    split = scan = None
+    if kernel is not None:
+        import orjson
+        split, scan = kernel.split_ids, kernel.RowScanner(block, orjson.loads)
+    for line, rec in iter_json_lines(path, split, scan=scan):
         try:
+            if type(rec) is tuple:  # a plain row, checked (RowScanner): only a duplicate to find
+                chat, parent, ts, prompt, output, ids, labels = rec
+                if chat in chat_line:
+                    raise TraceFormatError(name, line, "chat_id", f"{chat} duplicates line {chat_line[chat]}")
+                chat_line[chat] = line
+                rows.append((line, chat, parent, ts, prompt, output, ids, labels))
+                continue
             if isinstance(rec, TraceFormatError):
                 raise rec
             for key in _KNOWN:
@@ -179,8 +191,14 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         accepted.append((line, (str(chat), ts - t0, prompt), (output, labels, session, after, delay),
                          ids[: prompt // block]))  # the full blocks' ids (a partial block is never a hit)
     # The ids are named in the order of the requests built (arrival), as they were one by one.
-    for (line, head, tail, _), hashes in zip(accepted, chain_ids([a[3] for a in accepted])):
-        out.add(make_request(*head, hashes, block, *tail, ()), line)
+    named = chain_ids([a[3] for a in accepted])
+    made = None if kernel is None else kernel.requests_of(accepted, named, block)
+    if made is not None:  # (the same objects, their fields written into their slots)
+        out.requests.extend(made)
+        out.where.extend([a[0] for a in accepted])
+    else:
+        for (line, head, tail, _), hashes in zip(accepted, named):
+            out.add(make_request(*head, hashes, block, *tail, ()), line)
     if gaps:
         out.warnings.append(
             f"{path}: think time of {plural(gaps, 'follow-up turn')} taken as the gap to the parent turn's "
