@@ -30,7 +30,7 @@ eviction hooks (RAGCache's PGDSF) stay on ``HookedBlockPool``.
 
 from cpython cimport array
 import array
-from cpython.dict cimport PyDict_Contains
+from cpython.dict cimport PyDict_Contains, PyDict_SetDefault
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 
 from fairsim.sim.steplog import STEP_TYPECODES as _CODES
@@ -324,8 +324,8 @@ cdef class CompiledBlockPool:
                     cached[key] = first
                     self._drop_duplicate(b, key)
                 else:  # the key is no longer hittable
-                    if journal is not None and key not in journal:
-                        journal[key] = True
+                    if journal is not None:
+                        _journal(journal, key, True)
                     if notify is not None and _watched(watched, key):
                         notify(key)
         return evicted
@@ -367,8 +367,8 @@ cdef class CompiledBlockPool:
             if cached.setdefault(key, block_id) is not block_id:  # one lookup: set where absent
                 self._add_duplicate(b, key)  # another block with the same content: hits do not change
                 continue
-            if journal is not None and key not in journal:
-                journal[key] = False
+            if journal is not None:
+                _journal(journal, key, False)
             if notify is not None and _watched(watched, key):
                 notify(key)
         return 0
@@ -515,6 +515,16 @@ cdef class CompiledBlockPool:
         while b >= 0:
             yield b
             b = self._next[b]
+
+
+cdef inline int _journal(object journal, object key, object hittable) except -1:
+    """``if key not in journal: journal[key] = hittable`` (the first change of a key since the
+    journal was set is kept), in one lookup where the journal is a dict (``PyDict_SetDefault``)."""
+    if type(journal) is dict:
+        PyDict_SetDefault(journal, key, hittable)
+    elif key not in journal:
+        journal[key] = hittable
+    return 0
 
 
 cdef inline bint _watched(object watched, object key) except -1:
