@@ -24,7 +24,8 @@ from fairsim.costmodel import load_profile
 from fairsim.policies import make_policy
 from fairsim.sim import Engine, EngineConfig
 from fairsim.sim import engine as engine_module
-from fairsim.sim.lazy_hits import NO_KEY, compiled_watch_class
+from fairsim.sim.engine import _Live
+from fairsim.sim.lazy_hits import NO_KEY, compiled_watch_class, watching
 from tests.strategies import simulations
 from tests.utils import make_request
 
@@ -123,9 +124,13 @@ class _Side:
     def state(self) -> tuple:
         e, lazy = self.engine, self.engine._lazy
         index = {live: i for i, live in enumerate(self.lives)}
-        watchers = {key: [index[lid] for lid in bucket] for key, bucket in e._watchers.items()}
+        # Each bucket as its watchers in order, and whether it is a dict (a lone watcher is the
+        # bucket itself until a second comes: ``lazy_hits.watching``); the two agree on both.
+        watchers = {key: (type(bucket) is dict, [index[lid] for lid in watching(bucket)])
+                    for key, bucket in e._watchers.items()}
         for key, bucket in e._watchers.items():
-            assert bucket and all(bucket[lid] is self.lives[index[lid]] for lid in bucket)
+            assert bucket is not None and all(b is self.lives[index[lid]] for lid, b in watching(bucket).items())
+            assert type(bucket) is dict and len(bucket) > 0 or type(bucket) is _Live
         lives = [(live.watched, live.partial, "none" if live.next_key is NO_KEY else live.next_key,
                   None if live.snap is None else live.snap[:6] + live.snap[7:],
                   live.snap is live.last_snap) for live in self.lives]

@@ -5,8 +5,8 @@ from cpython.ref cimport PyObject
 The pure-Python methods are the reference: ``fairsim.sim.engine.Engine._rewatch``, ``_drop`` and
 ``_unwatch`` and ``_snapshot``, ``_make_snapshot`` and ``fairsim.sim.lazy_hits.LazyHits.key_changed``, ``resolve`` and
 ``start_step``. Each method here is one of them,
-statement for statement: the same entries added to and dropped from the map (``key -> {live:
-live}``) in the same order, the same ``_Live`` fields set, the same requests put in the engine's
+statement for statement: the same entries added to and dropped from the map (``key -> live``,
+or ``key -> {live: live}`` from a key's second watcher on: ``lazy_hits.watching``) in the same order, the same ``_Live`` fields set, the same requests put in the engine's
 ``_dirty`` and the lazy path's ``raised`` in the same order. ``tests/test_watch_compiled.py``
 compares the two on random operation sequences and engine runs (tables and map at every step).
 
@@ -150,8 +150,9 @@ cdef inline bint _names_any(dict journal, keys, Py_ssize_t m) except -1:
 
 
 cdef class CompiledWatch:
-    """The watcher map ``watchers`` (the engine's ``_watchers``, shared, not copied) and its
-    updates for one engine. ``no_key``: ``fairsim.sim.lazy_hits.NO_KEY``. ``attach_lazy`` binds
+    """The watcher map ``watchers`` (the engine's ``_watchers``, shared, not copied: a key's lone
+    watcher itself, or a dict of two or more, ``lazy_hits.watching``) and its updates for one
+    engine. ``no_key``: ``fairsim.sim.lazy_hits.NO_KEY``. ``attach_lazy`` binds
     the lazy path: its ``raised``, ``bounded``, ``resolved``, ``journal`` and ``recheck`` and the
     engine's ``_dirty`` are held here too (no attribute lookup per ``key_changed`` or ``resolve``
     call). In the lazy path only ``start_step`` replaces them (``LazyHits.start_step`` is this
@@ -218,7 +219,12 @@ cdef class CompiledWatch:
         for i in range(start, stop):
             key = keys[i]
             bucket = watchers.get(key)
-            if bucket is not None and (<dict>bucket).pop(lid, None) is not None and not bucket:
+            if bucket is None:
+                continue
+            if type(bucket) is dict:
+                if (<dict>bucket).pop(lid, None) is not None and not bucket:
+                    del watchers[key]
+            elif bucket is lid:
                 del watchers[key]
 
     def rewatch(self, live, Py_ssize_t hit_blocks):
@@ -255,9 +261,11 @@ cdef class CompiledWatch:
                 key = keys[i]
                 bucket = watchers.get(key)
                 if bucket is None:
-                    watchers[key] = {lid: live}
-                else:
+                    watchers[key] = live  # a lone watcher is the bucket (``lazy_hits.watching``)
+                elif type(bucket) is dict:
                     (<dict>bucket)[lid] = live
+                elif bucket is not live:
+                    watchers[key] = {bucket: bucket, lid: live}
         else:
             self._drop_range(lid, keys, w, old)
         _set(live, WATCHED, w)
@@ -277,7 +285,9 @@ cdef class CompiledWatch:
     def key_changed(self, key):
         """``LazyHits.key_changed`` (after ``attach_lazy``)."""
         cdef dict watchers = self.watchers
-        cdef dict bucket = watchers[key]
+        cdef object held = watchers[key]
+        # (a lone watcher: a dict of one, dropped below if it empties; ``lazy_hits.watching``)
+        cdef dict bucket = <dict>held if type(held) is dict else {held: held}
         cdef dict dirty = self.dirty
         cdef dict raised = self.raised
         cdef set bounded = self.bounded

@@ -76,7 +76,7 @@ from fairsim.policies.incremental import fast_path_of
 from fairsim.sim.pool_choice import block_pool_kind, compiled_module, new_block_pool
 from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.config import EngineConfig
-from fairsim.sim.lazy_hits import NO_KEY, LazyHits, compiled_watch_class
+from fairsim.sim.lazy_hits import NO_KEY, LazyHits, compiled_watch_class, watching
 from fairsim.sim.label_columns import label_columns
 from fairsim.sim.result import Columns, SimResult
 from fairsim.sim.steplog import STEP_COLUMNS, StepLog
@@ -428,7 +428,7 @@ class Engine:
         self._steps = self._burst_c.StepLog() if self._burst_c is not None else StepLog()
         # Which waiting requests may hit each key: a cached or evicted key invalidates only their
         # snapshots, so a step rebuilds few snapshots instead of one per waiting request.
-        self._watchers: dict[Hashable, dict[_Live, _Live]] = {}
+        self._watchers: dict[Hashable, _Live | dict[_Live, _Live]] = {}  # key -> its watchers (``watching``)
         self.pool.on_key_change = self._key_changed
         self.pool.watched = self._watchers  # only keys some waiting request may hit call back
         self._skips_misfits = bool(getattr(policy, "skips_misfits", False))
@@ -1105,9 +1105,11 @@ class Engine:
             for key in live.keys[old:w]:
                 bucket = get(key)
                 if bucket is None:
-                    watchers[key] = {lid: live}
-                else:
+                    watchers[key] = live  # a lone watcher is the bucket (``watching``)
+                elif type(bucket) is dict:
                     bucket[lid] = live
+                elif bucket is not live:
+                    watchers[key] = {bucket: bucket, lid: live}
         else:
             self._drop(live, live.keys[w:old])
         live.watched = w
@@ -1119,7 +1121,12 @@ class Engine:
         lid = live
         for key in keys:
             bucket = watchers.get(key)
-            if bucket is not None and bucket.pop(lid, None) is not None and not bucket:
+            if bucket is None:
+                continue
+            if type(bucket) is dict:
+                if bucket.pop(lid, None) is not None and not bucket:
+                    del watchers[key]
+            elif bucket is lid:
                 del watchers[key]
 
     def _unwatch(self, live: _Live) -> None:
@@ -1133,7 +1140,7 @@ class Engine:
         """A key some waiting request may hit changed hittability (``BlockPool.watched`` filters
         the others out): its watchers' snapshots are rebuilt at the next order. With lazy hits
         ``LazyHits.key_changed`` takes this callback instead (``fairsim.sim.lazy_hits``)."""
-        bucket = self._watchers[key]
+        bucket = watching(self._watchers[key])
         self._order_changes += 1
         for live in bucket.values():
             live.snap = None
