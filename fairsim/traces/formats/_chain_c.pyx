@@ -411,6 +411,8 @@ cdef class RowScanner:
         cdef Py_ssize_t type_start = 0, type_len = 0
         cdef int seen = 0, f, first_label = -1
         cdef long long v, values[8]
+        cdef long long* buf
+        cdef unsigned char c
         cdef bint ts_fraction = False
         i = _skip_ws(p, 0, n)
         if i >= n or p[i] != 123:  # {
@@ -443,17 +445,30 @@ cdef class RowScanner:
                 if i < n and p[i] == 93:  # ]
                     i += 1
                 else:
+                    # (``_digits`` and ``_skip_ws`` written out: this loop reads most of a line)
+                    buf = self.buf
                     while True:
-                        i = _digits(p, i, n, &v)
-                        if i < 0:
+                        start = i
+                        v = 0
+                        while i < n:
+                            c = p[i] - 48  # (wraps above 9 for any byte below '0')
+                            if c > 9:
+                                break
+                            v = v * 10 + c
+                            i += 1
+                        if i == start or i - start > _R_MAX_DIGITS or (p[start] == 48 and i - start > 1):
                             return None
                         if count == self.capacity:
                             self._reserve(count + 1)
-                        self.buf[count] = v
+                            buf = self.buf
+                        buf[count] = v
                         count += 1
-                        i = _skip_ws(p, i, n)
+                        while i < n and (p[i] == 32 or p[i] == 9 or p[i] == 10 or p[i] == 13):
+                            i += 1
                         if i < n and p[i] == 44:  # ,
-                            i = _skip_ws(p, i + 1, n)
+                            i += 1
+                            while i < n and (p[i] == 32 or p[i] == 9 or p[i] == 10 or p[i] == 13):
+                                i += 1
                         elif i < n and p[i] == 93:
                             i += 1
                             break
