@@ -286,11 +286,30 @@ cdef class CompiledWatch:
         """``LazyHits.key_changed`` (after ``attach_lazy``)."""
         cdef dict watchers = self.watchers
         cdef object held = watchers[key]
-        # (a lone watcher: a dict of one, dropped below if it empties; ``lazy_hits.watching``)
-        cdef dict bucket = <dict>held if type(held) is dict else {held: held}
         cdef dict dirty = self.dirty
         cdef dict raised = self.raised
         cdef set bounded = self.bounded
+        if type(held) is not dict:
+            # A lone watcher (``lazy_hits.watching``): the loops below for a bucket of one.
+            if self.is_cached(key):
+                if _get(held, SNAP) is not None:
+                    _set(held, SNAP, None)
+                    dirty[held] = held
+                    raised[held] = held
+                    return
+                if _get(held, NEXT_KEY) == key and held not in bounded:
+                    raised[held] = held
+                    return
+            elif _get(held, SNAP) is not None:
+                _set(held, SNAP, None)
+                dirty[held] = held
+                return
+            elif _get(held, NEXT_KEY) == key and held not in bounded:
+                return
+            _set(held, PARTIAL, True)  # dropped: the key no longer concerns it
+            del watchers[key]
+            return
+        cdef dict bucket = <dict>held
         cdef list drop = []
         if self.is_cached(key):
             for k, live in bucket.items():

@@ -1140,8 +1140,13 @@ class Engine:
         """A key some waiting request may hit changed hittability (``BlockPool.watched`` filters
         the others out): its watchers' snapshots are rebuilt at the next order. With lazy hits
         ``LazyHits.key_changed`` takes this callback instead (``fairsim.sim.lazy_hits``)."""
-        bucket = watching(self._watchers[key])
+        bucket = self._watchers[key]
         self._order_changes += 1
+        if type(bucket) is not dict:  # a lone watcher (``watching``)
+            bucket.snap = None
+            if self._inc is not None:
+                self._dirty[bucket] = bucket
+            return
         for live in bucket.values():
             live.snap = None
         if self._inc is not None:
