@@ -69,6 +69,18 @@ cdef extern from *:
 
 from fairsim._member_slots cimport slot_peek as _slot_peek, slot_put as _slot_put
 
+cdef extern from *:
+    """
+    /* An empty dict with room for n entries (CPython's BUILD_MAP call), where the interpreter
+       exports it; else an empty dict. Either is an empty dict: only its resizes differ. */
+    #if PY_VERSION_HEX < 0x030D0000
+    #define __fs_dict_presized(n) _PyDict_NewPresized(n)
+    #else
+    #define __fs_dict_presized(n) PyDict_New()
+    #endif
+    """
+    dict _dict_presized "__fs_dict_presized" (Py_ssize_t n)
+
 
 cdef enum:
     SNAP = 0
@@ -358,7 +370,9 @@ cdef class CompiledWatch:
                 dirty[live] = live
                 raised[live] = live
             lazy.recheck = self.recheck = []
-        journal = {}
+        # The new journal sized for as many entries as the last one took: a step writes a few
+        # hundred keys at 16-token blocks, and a dict grown from empty resized five times a step.
+        journal = _dict_presized(min(len(self.journal), 1 << 16) if type(self.journal) is dict else 0)
         lazy.journal = self.journal = journal
         lazy.pool.journal = journal
         lazy.resolved = self.resolved = {}
