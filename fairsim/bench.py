@@ -160,6 +160,23 @@ def child_argv(argv: list[str], name: str) -> list[str]:
     return out
 
 
+def child_interpreter() -> list[str]:
+    """How a policy's run is started: ``[python]``, with ``-P`` unless this fairsim's package
+    sits in the working folder.
+
+    ``python -m`` puts the working folder first on the module path, so a folder there named
+    ``fairsim`` that is not this package (a clone's top folder, seen from its parent) was imported
+    instead of an editable install's package (whose finder is consulted after the path), as a
+    namespace package, and every run failed. ``-P`` (Python 3.11) leaves the working folder out,
+    and the child finds the package where this process did (its install, or ``PYTHONPATH``,
+    which it inherits); where the package is the working folder's own (a checkout run without
+    installing), the working folder is that path."""
+    import fairsim
+
+    root = Path(fairsim.__file__).resolve().parent.parent
+    return [sys.executable] if root == Path.cwd().resolve() else [sys.executable, "-P"]
+
+
 def bench_policy(argv: list[str], name: str) -> dict[str, Any]:
     """One fresh ``fairsim run`` process for policy ``name``; its figures (module docstring).
 
@@ -169,7 +186,7 @@ def bench_policy(argv: list[str], name: str) -> dict[str, Any]:
     """
     from fairsim.errors import StatusError
 
-    cmd = [sys.executable, "-m", "fairsim", "run", *child_argv(argv, name), "--policy", name, "--format", "json"]
+    cmd = [*child_interpreter(), "-m", "fairsim", "run", *child_argv(argv, name), "--policy", name, "--format", "json"]
     wall, peak, code, out, err = _timed(cmd)
     if code != 0:
         lines = err.strip().splitlines()

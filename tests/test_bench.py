@@ -424,3 +424,48 @@ def test_ctrl_c_during_a_peer_run_prints_the_finished_policies_with_their_pairs(
     rows = json.loads(out)
     assert set(rows) == {"fcfs", "sched-sim"} and len(rows["fcfs"]["peer_pairs"]) == 1
     assert json.loads((tmp_path / "o" / "bench.json").read_text()) == rows
+
+
+_EDITABLE_FINDER = """\
+# What `pip install -e .` installs (setuptools' editable finder): a meta path finder consulted
+# after the module path, so a namespace folder named fairsim on the path is found first.
+import importlib.util, sys
+
+class _Finder:
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name == "fairsim":
+            return importlib.util.spec_from_file_location(name, {init!r}, submodule_search_locations=[{pkg!r}])
+        return None
+
+sys.meta_path.append(_Finder)
+"""
+
+
+def test_a_folder_named_fairsim_in_the_working_folder_does_not_shadow_the_package(capsys, tmp_path, monkeypatch):
+    # From a clone's parent folder, `python -m fairsim run` imported the clone's top folder (a
+    # namespace package without __version__) instead of an editable install's package, and every
+    # policy's run failed; the children now leave the working folder off their path (-P).
+    import subprocess
+
+    import fairsim
+    from fairsim.bench import child_interpreter
+
+    pkg = os.path.dirname(os.path.abspath(fairsim.__file__))
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_EDITABLE_FINDER.format(init=os.path.join(pkg, "__init__.py"), pkg=pkg))
+    work = tmp_path / "work"
+    (work / "fairsim").mkdir(parents=True)  # a clone's top folder, seen from its parent
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.chdir(work)
+    # The case itself: the working folder's fairsim shadows the install without -P, not with it.
+    plain = subprocess.run([sys.executable, "-m", "fairsim", "--version"], capture_output=True, text=True)
+    assert plain.returncode != 0 and "fairsim" in plain.stderr
+    assert child_interpreter() == [sys.executable, "-P"]
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs", "--max-requests", "20", "--repeat", "1",
+                          "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["fcfs"]["requests"] == 20
+    monkeypatch.chdir(os.path.dirname(pkg))  # a checkout run in place: its own folder is the package's
+    assert child_interpreter() == [sys.executable]
