@@ -300,6 +300,22 @@ class TestDynamo:
         with pytest.raises(TraceFormatError, match=r"d.jsonl:2: field 'request.replay.input_sequence_hashes': entry 1"):
             load_trace(p)
 
+    def test_an_end_before_the_arrival_is_refused(self, tmp_path):
+        # A completion before the arrival (a clock step, a broken row) would give the session's
+        # next turn a think time from a time the request had not yet arrived by.
+        rows = [json.loads(x) for x in gzip.open(DATA / "dynamo_trace.jsonl.gz", "rt")]
+        rows[2]["event_time_unix_ms"] = rows[2]["request"]["request_received_ms"] - 500
+        p = tmp_path / "d.jsonl"
+        p.write_text("".join(json.dumps(x) + "\n" for x in rows))
+        with pytest.raises(TraceFormatError, match=r"d.jsonl:3: field 'event_time_unix_ms': 1699999999500 ms is before "
+                                                   r"the request arrived \(request.request_received_ms 1700000000000 ms\)"):
+            load_trace(p)
+        t = load_trace(p, skip_bad=True)
+        assert [r.request_id for r in t.requests] == ["r2", "r3"] and len(t.skipped) == 1
+        rows[2]["event_time_unix_ms"] = rows[2]["request"]["request_received_ms"]  # at the arrival: taken
+        p.write_text("".join(json.dumps(x) + "\n" for x in rows))
+        assert len(load_trace(p).requests) == 3
+
 
 class TestNotATrace:
     """Inputs often mistaken for a trace get a message that says what they are."""

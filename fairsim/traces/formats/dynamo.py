@@ -125,6 +125,11 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             done_ms = _field(rec, req, "event_time_unix_ms")
             if done_ms is not None:
                 done_ms = need_number(done_ms, name, line, "event_time_unix_ms", "ms")
+                if done_ms < arrival_ms:  # (a later turn's think time would run from it)
+                    raise TraceFormatError(name, line, "event_time_unix_ms",
+                                           f"{done_ms:.15g} ms is before the request arrived "
+                                           f"(request.request_received_ms {arrival_ms:.15g} ms): a request_end "
+                                           "comes at or after its arrival")
             if done_ms is None and isinstance(req.get("total_time_ms"), (int, float)):
                 done_ms = arrival_ms + req["total_time_ms"]
             for key in _OBSERVED:
