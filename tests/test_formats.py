@@ -544,6 +544,20 @@ class TestErrors:
         with pytest.raises(TraceFormatError, match=rf"b.jsonl:2: field '{field}': {why}"):
             load_trace(p, "bailian")
 
+    def test_a_bailian_file_without_parent_chat_id_is_not_taken_for_mooncake(self, tmp_path, capsys):
+        # Its first record lacks parent_chat_id: detected by chat_id and hash_ids, it is refused
+        # naming the field, where the Mooncake reader took its seconds for milliseconds.
+        rec = json.loads((DATA / "bailian.jsonl").read_text().splitlines()[0])
+        del rec["parent_chat_id"]
+        p = tmp_path / "b.jsonl"
+        p.write_text(json.dumps(rec) + "\n")
+        assert main(["run", "--trace", str(p)]) == 2
+        assert f"{p}:1: field 'parent_chat_id': missing" in capsys.readouterr().err
+        # A Mooncake row with a chat_id label whose ids fit 512-token blocks stays Mooncake's
+        p.write_text(json.dumps({"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [1, 2],
+                                 "chat_id": 7}) + "\n")
+        assert load_trace(p).format == "mooncake"
+
     def test_skip_bad_reports_reasons_when_none_left(self, tmp_path, capsys):
         p = tmp_path / "bad.jsonl"
         p.write_text('{"timestamp": 0, "input_length": -1, "output_length": 1, "hash_ids": []}\n{broken\n')

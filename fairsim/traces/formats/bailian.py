@@ -44,11 +44,13 @@ _KNOWN = ("chat_id", "parent_chat_id", "timestamp", "input_length", "output_leng
 
 
 def sniff(head: Head) -> bool:
-    """A JSON object line with ``chat_id``, ``parent_chat_id`` and ``hash_ids``, unless its id
-    count fits Mooncake's 512-token blocks and not Bailian's 16 (a Mooncake row whose labels are
-    named ``chat_id``: the Mooncake reader takes it)."""
+    """A JSON object line with ``chat_id`` and ``hash_ids``, unless its id count fits Mooncake's
+    512-token blocks and not Bailian's 16 (a Mooncake row whose labels are named ``chat_id``: the
+    Mooncake reader takes it). ``parent_chat_id`` is not required here: a Bailian file without it
+    is this reader's to refuse, naming the field, where the Mooncake reader would take its
+    seconds for milliseconds and drop its sessions."""
     rec = head.first_record
-    if not (isinstance(rec, dict) and {"chat_id", "parent_chat_id", "hash_ids"} <= rec.keys()):
+    if not (isinstance(rec, dict) and {"chat_id", "hash_ids"} <= rec.keys()):
         return False
     n, ids = rec.get("input_length"), rec["hash_ids"]
     if type(n) is not int or not isinstance(ids, list):
