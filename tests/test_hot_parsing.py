@@ -63,3 +63,38 @@ def test_compiled_orjson_safe_matches_the_reference_on_runs_of_digits(values, se
 
     line = ("[" + sep.join(str(v) for v in values) + "]").encode()
     assert _orjson_safe_twin()(line) is _orjson_safe(line)
+
+
+def _reference_distinct(ids):
+    """True where need_ids returns ids unchanged (exact ints, here within 64 bits unsigned) and
+    check_chained passes them; else False."""
+    from fairsim.traces.formats._common import check_chained
+
+    if not all(type(x) is int and 0 <= x <= 2**64 - 1 for x in ids):
+        return False
+    try:
+        check_chained(need_ids(ids, "t", 1, "f"), "t", 1, "f")
+    except TraceFormatError:
+        return False
+    return True
+
+
+def test_distinct_u64_ids_by_hand():
+    from tests.utils import compiled_twin_or_skip
+
+    distinct = compiled_twin_or_skip("fairsim.traces.formats._mooncake_c").distinct_u64_ids
+    assert distinct([]) is True and distinct([0]) is True and distinct([2**64 - 1, 0, 2**63]) is True
+    assert distinct([5, 7, 5]) is False and distinct([2**64 - 1, 2**64 - 1]) is False
+    for other in ([1, True], [1, 2.0], [1, "2"], [-1, 2], [2**64], [1, -2**70], [None], [0, 0, 2**64]):
+        assert distinct(other) is False, other
+    assert distinct(list(range(5000))) is True and distinct(list(range(5000)) + [4999]) is False
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 40), st.sampled_from(_BOUNDS), st.integers(0, 2**64 - 1),
+                          st.sampled_from([True, 1.5, "7"])), max_size=300))
+def test_distinct_u64_ids_matches_the_readers_checks(ids):
+    from tests.utils import compiled_twin_or_skip
+
+    distinct = compiled_twin_or_skip("fairsim.traces.formats._mooncake_c").distinct_u64_ids
+    assert distinct(ids) is _reference_distinct(ids)

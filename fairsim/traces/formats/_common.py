@@ -248,6 +248,10 @@ def iter_json_lines(path: Path, split: Callable[[bytes], tuple[bytes, Any] | Non
     loads = orjson.loads
     fast_error = orjson.JSONDecodeError
     digits, long_digits, safe = _DIGITS_TO_ZERO, _LONG_DIGITS, orjson_safe_check()
+    # The compiled check is one pass over the bytes, True at once for a line without a run of
+    # 19+ digits: the translate-and-find test before it only spares the Python check that pass
+    # (a Dynamo row, whose every line has such runs, paid both).
+    whole = safe is not _orjson_safe
     try:
         with open_binary(path) as fh:
             for line_no, raw in enumerate(fh, start=1):
@@ -263,7 +267,7 @@ def iter_json_lines(path: Path, split: Callable[[bytes], tuple[bytes, Any] | Non
                 got = split(raw) if split is not None else None
                 if got is not None:
                     rest, values = got
-                    if long_digits not in rest.translate(digits) or safe(rest):
+                    if (safe(rest) if whole else long_digits not in rest.translate(digits) or safe(rest)):
                         try:
                             rec = loads(rest)
                         except fast_error:
@@ -272,7 +276,7 @@ def iter_json_lines(path: Path, split: Callable[[bytes], tuple[bytes, Any] | Non
                         rec[field] = values  # the placeholder: the array as read from the bytes
                     else:
                         rec = None
-                if rec is None and (long_digits not in raw.translate(digits) or safe(raw)):  # most lines: no 19-digit run
+                if rec is None and (safe(raw) if whole else long_digits not in raw.translate(digits) or safe(raw)):
                     try:
                         rec = loads(raw)
                     except fast_error:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from fairsim.compiled import compiled_twin
 from fairsim.errors import TraceFormatError
 from fairsim.traces.formats._common import (
     Collector, Head, check_chained, check_hash_count, full_block_ids, iter_json_lines, need_ids, need_int,
@@ -36,6 +37,8 @@ from fairsim.traces.trace import Trace
 from fairsim.types import Request
 
 NAME = "dynamo"
+COMPILED_MODULE = "fairsim.traces.formats._mooncake_c"
+"""The optional extension with ``distinct_u64_ids`` (built at install by ``setup.py``)."""
 DEFAULT_BLOCK = 16
 SCHEMA = "dynamo.request.trace.v1"
 _OBSERVED = ("cached_tokens", "ttft_ms", "total_time_ms", "queue_depth")
@@ -87,6 +90,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     rows = []
     blocks = set()
     others = 0  # JSON objects that are not request_end events
+    kernel = compiled_twin(COMPILED_MODULE)  # (its distinct_u64_ids)
     for line, rec in iter_json_lines(path):
         try:
             if isinstance(rec, TraceFormatError):
@@ -119,9 +123,14 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
                                            f"{block} contradicts --hash-block-size {hash_block_size}")
             ids: list[int] = []
             if "input_sequence_hashes" in replay:
-                ids = need_ids(replay["input_sequence_hashes"], name, line, "request.replay.input_sequence_hashes")
+                seq = replay["input_sequence_hashes"]
+                # Where built, one C pass tells a list of distinct 64-bit ints, which need_ids
+                # and check_chained take as it is; anything else gets their checks and messages.
+                plain = kernel is not None and type(seq) is list and kernel.distinct_u64_ids(seq)
+                ids = seq if plain else need_ids(seq, name, line, "request.replay.input_sequence_hashes")
                 check_hash_count(len(ids), prompt, block, name, line, "request.replay.input_sequence_hashes")
-                check_chained(ids, name, line, "request.replay.input_sequence_hashes")
+                if not plain:
+                    check_chained(ids, name, line, "request.replay.input_sequence_hashes")
             done_ms = _field(rec, req, "event_time_unix_ms")
             if done_ms is not None:
                 done_ms = need_number(done_ms, name, line, "event_time_unix_ms", "ms")
