@@ -8,6 +8,20 @@ inside those imports, ends as any other one: one line, exit 130, no traceback.
 import sys
 
 
+def shadowing_folder() -> str | None:
+    """The folder Python took for the package ``fairsim`` where that is a plain folder of the same
+    name (a namespace package: a clone's top folder seen from its parent, in the working folder
+    or on ``PYTHONPATH``) instead of this package, else None.
+
+    An editable install's finder is consulted after the module path, and its package's modules
+    still load through such a folder (this one among them), but ``fairsim`` itself is then the
+    folder: every command failed with an ``ImportError`` traceback."""
+    package = sys.modules.get("fairsim")
+    if package is None or getattr(package, "__file__", None) is not None:
+        return None
+    return ", ".join(str(p) for p in getattr(package, "__path__", ())) or "(unknown)"
+
+
 def program() -> int:
     """The ``fairsim`` program: ``fairsim.cli.main()`` with Ctrl-C handled from its first line.
 
@@ -21,6 +35,13 @@ def program() -> int:
     Returns:
         The exit status (``fairsim.cli.main``).
     """
+    shadow = shadowing_folder()
+    if shadow is not None:
+        sys.stderr.write(f"fairsim: the folder {shadow} (it has no __init__.py) was imported as the package "
+                         "'fairsim', ahead of the installed one, because it is on the module path (the working "
+                         "folder with `python -m fairsim`, or PYTHONPATH): run fairsim from another folder, or "
+                         "take that folder's parent off PYTHONPATH\n")
+        return 2
     from fairsim import interrupt  # standard-library imports only
     from fairsim.gcpause import paused  # standard-library imports only
 
