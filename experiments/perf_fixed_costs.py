@@ -14,22 +14,32 @@ import argparse
 import gc
 import os
 import statistics
+import sys
 import time
 
 from fairsim.compiled import PURE_PYTHON_ENV
 from fairsim.costmodel import DEFAULT_PROFILE, load_profile
+from fairsim.io import plural
 from fairsim.traces import load_trace
 from fairsim.traces.offered import offered_load
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="perf_fixed_costs", description=__doc__.splitlines()[0])
     parser.add_argument("--trace", required=True, help="a trace file (any format fairsim reads)")
-    parser.add_argument("--repeat", type=int, default=9, help="alternating pairs of calls (default 9)")
-    parser.add_argument("--budget", type=int, default=2048, help="step token budget (default 2048)")
-    args = parser.parse_args()
+    parser.add_argument("--repeat", type=int, default=9, help="alternating pairs of calls, 1-1000 (default 9)")
+    parser.add_argument("--budget", type=int, default=2048, help="step token budget, >= 1 (default 2048)")
+    args = parser.parse_args(argv)
+    # The project's error contract: one line naming the option or the file, exit 2.
+    if not 1 <= args.repeat <= 1000:
+        return _fail(f"--repeat {args.repeat}: need 1 to 1000")
+    if args.budget < 1:
+        return _fail(f"--budget {args.budget}: need >= 1 token per step")
     profile = load_profile(DEFAULT_PROFILE)
-    requests = load_trace(args.trace).requests
+    try:
+        requests = load_trace(args.trace).requests
+    except (ValueError, OSError) as exc:  # (TraceFormatError is a ValueError: file, line and field)
+        return _fail(str(exc))
     times: dict[tuple[str, str], list[float]] = {}
     gc.disable()
     for _ in range(args.repeat):
@@ -47,12 +57,18 @@ def main() -> None:
             times.setdefault(("read_trace", kind), []).append(t1 - t0)
             times.setdefault(("offered_load", kind), []).append(t2 - t1)
             gc.collect()
-    print(f"{len(requests):,} requests; median CPU ms of {args.repeat} calls each")
+    print(f"{len(requests):,} requests; median CPU ms of {plural(args.repeat, 'call')} each")
     print(f"{'part':<14}{'python':>10}{'compiled':>10}")
     for part in ("read_trace", "offered_load"):
         py, c = (statistics.median(times[(part, k)]) * 1000 for k in ("python", "compiled"))
         print(f"{part:<14}{py:>10.1f}{c:>10.1f}")
+    return 0
+
+
+def _fail(message: str) -> int:
+    print(f"perf_fixed_costs: error: {message}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

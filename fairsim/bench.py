@@ -513,6 +513,7 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     # engine whole requests), else one engine's: a cache too small is refused before any child.
     check_capacity = capacity_of if disagg is None else disagg.capacity
     peer, peer_name = None, None
+    dynamo_skipped = None  # the line that says the peer is skipped, printed once the trace passed
     if args.compare == "dynamo":
         from fairsim.bench_dynamo import dynamo_available, skip_line
 
@@ -522,7 +523,7 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
         if dynamo_available():
             peer, peer_name = "dynamo", "dynamo"
         else:
-            print(skip_line(), file=sys.stderr)
+            dynamo_skipped = skip_line()
     elif args.compare is not None:
         peer, peer_name = find_peer(args.compare), "sched-sim"
     # The options' own bounds before the tiling (seconds to minutes) and the children, which
@@ -579,6 +580,8 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
                                  "replays it closed loop (--replay's default there), and Dynamo's replay has no "
                                  "counterpart of that; give --replay open to compare the two on the trace's "
                                  "arrival times")
+            if dynamo_skipped is not None:  # (after the checks above, which hold installed or not)
+                print(dynamo_skipped, file=sys.stderr)
         args.target_load = None  # resolved to args.time_scale: the peer gets that scale
         argv = run_argv(args)
         if args.tile == 1 and not vs_one and untiled.target_load is not None:

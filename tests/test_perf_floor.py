@@ -28,3 +28,14 @@ def test_script_prints_the_ratio(tmp_path, capsys):
                             "--", "--policy", "fcfs"]) == 0
     line = capsys.readouterr().out
     assert line.startswith("floor ") and "x the floor" in line
+
+
+def test_perf_fixed_costs_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    from experiments import perf_fixed_costs
+
+    for argv, says in [(["--trace", str(tmp_path / "none.jsonl")], "none.jsonl"),
+                       (["--trace", str(tmp_path), "--repeat", "0"], "--repeat 0"),
+                       (["--trace", str(tmp_path), "--budget", "0"], "--budget 0")]:
+        assert perf_fixed_costs.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("perf_fixed_costs: error: ") and says in err and err.count("\n") == 1, err

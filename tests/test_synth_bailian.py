@@ -30,3 +30,21 @@ def test_same_seed_same_bytes_and_a_valid_bailian_file(tmp_path):
     r = follow[0]
     kid, par = req[str(r["chat_id"])], req[str(r["parent_chat_id"])]
     assert kid.block_hashes[:len(par.block_hashes)] == par.block_hashes and kid.after == par.request_id
+
+
+def test_bad_options_are_one_line_and_exit_2_with_nothing_written(tmp_path, capsys):
+    cases = [
+        (["--out", str(tmp_path)], "--out"),
+        (["--out", str(tmp_path / "no" / "b.jsonl")], "does not exist"),
+        (["--out", str(tmp_path / "b.jsonl"), "--rate", "inf"], "--rate inf"),
+        (["--out", str(tmp_path / "b.jsonl"), "--rate", "1e-300"], "--rate 1e-300"),
+        (["--out", str(tmp_path / "b.jsonl"), "--requests", "0"], "--requests 0"),
+    ]
+    for argv, says in cases:
+        assert synth_bailian.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("synth_bailian: error: ") and says in err and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
+    assert synth_bailian.main(["--out", str(tmp_path / "b.jsonl"), "--requests", "1"]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["b.jsonl"]  # (no .part left)
+    assert capsys.readouterr().out == f"wrote {tmp_path / 'b.jsonl'}: 1 request at 8/s (seed 2)\n"
