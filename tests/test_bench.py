@@ -469,3 +469,16 @@ def test_a_folder_named_fairsim_in_the_working_folder_does_not_shadow_the_packag
     assert json.loads(out)["fcfs"]["requests"] == 20
     monkeypatch.chdir(os.path.dirname(pkg))  # a checkout run in place: its own folder is the package's
     assert child_interpreter() == [sys.executable]
+
+
+def test_a_tiled_bench_says_the_readers_notes_once(capsys, tmp_path):
+    # A Bailian file's think times are taken as gaps (a reader's note); the tiled file, written
+    # in canonical form, cannot say it again, so bench says it before tiling, once.
+    from experiments import synth_bailian
+
+    path = tmp_path / "b.jsonl"
+    synth_bailian.write(str(path), 60, 8.0, 2)
+    code, _, err = _cli(capsys, "bench", "--policies", "fcfs", "--repeat", "1", "--tile", "2", "--trace", path,
+                        "--format", "json")
+    assert code == 0, err
+    assert err.count("think time of") == 1 and "taken as the gap to the parent turn's arrival" in err
