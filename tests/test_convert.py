@@ -2,11 +2,13 @@
 requests (fixtures and a hypothesis property)."""
 
 import json
+import math
 import shutil
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fairsim.cli import main
 from fairsim.traces import load_trace
@@ -164,3 +166,31 @@ class TestConvert:
         assert ids == [[5, 6], [5, 6, 4], [7, 6]]  # fresh ids count up from the largest in range (4)
         assert json.loads((tmp_path / f"{out_name}.meta.json").read_text())["remapped_hash_ids"] == 3
         assert infinite_cache_hits(load_trace(src).requests, 512) == infinite_cache_hits(reread.requests, 512)
+
+
+@settings(max_examples=3000)
+@given(st.one_of(st.floats(0, 2e9), st.integers(0, 10**9).map(lambda n: n / 1000), st.floats(0, 1e-3)))
+def test_ms_reads_back_as_the_seconds_to_the_bit_or_one_unit_off(seconds):
+    # The Mooncake reader takes ms / 1000.0: the written number gives the seconds back exactly
+    # where some double does, and never more than one unit in the last place off.
+    from fairsim.traces.canonical import _ms
+
+    written = json.loads(json.dumps(_ms(seconds)))
+    back = written / 1000.0
+    assert back == seconds or abs(back - seconds) <= math.ulp(seconds)
+    near = {seconds * 1000.0}
+    for step in (math.inf, -math.inf):
+        m = seconds * 1000.0
+        for _ in range(4):
+            m = math.nextafter(m, step)
+            near.add(m)
+    if any(m / 1000.0 == seconds for m in near):
+        assert back == seconds
+
+
+def test_ms_hand_computed():
+    from fairsim.traces.canonical import _ms
+
+    assert _ms(0.0) == 0 and type(_ms(0.0)) is int and _ms(1.5) == 1500 and type(_ms(1.5)) is int
+    assert _ms(0.001) == 1  # 0.001 * 1000.0 is 1.0
+    assert _ms(1.2345678) / 1000.0 == 1.2345678  # (round(..., 3) wrote 1234.568: 1.234568 s back)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 from collections.abc import Iterator, Sequence
 from itertools import count
 from pathlib import Path
@@ -39,8 +40,24 @@ CANONICAL_KEYS = ("timestamp", "input_length", "output_length", "hash_ids", "req
 
 
 def _ms(seconds: float) -> int | float:
-    ms = round(seconds * 1000.0, 3)
-    return int(ms) if ms == int(ms) else ms
+    """``seconds`` in milliseconds, as a number that reads back as ``seconds`` to the bit where
+    a double does: the Mooncake reader takes ``ms / 1000.0``, so the product's double or one of
+    its two neighbours on each side that divides back exactly (a few in a thousand values have
+    none, where the doubles near ``1000 x`` are twice as far apart as those near ``x``: the
+    product itself, one unit off). Written as an int where integral (``json`` writes the shortest
+    digits that read back as the double)."""
+    ms = seconds * 1000.0
+    if ms / 1000.0 != seconds and math.isfinite(ms):
+        up = down = ms
+        for _ in range(2):
+            up, down = math.nextafter(up, math.inf), math.nextafter(down, -math.inf)
+            if up / 1000.0 == seconds:
+                ms = up
+                break
+            if down / 1000.0 == seconds:
+                ms = down
+                break
+    return int(ms) if ms.is_integer() and abs(ms) < 2**53 else ms
 
 
 #: Hash ids are unsigned 64-bit integers in Dynamo's and AIPerf's readers (and vLLM's block hashes).
