@@ -313,25 +313,19 @@ cdef enum:
     _R_MAX_DIGITS = 18  # below 2**63: no C overflow
 
 
-cdef inline int _row_field(const unsigned char* p, Py_ssize_t start, Py_ssize_t length) noexcept:
+#: The plain row's keys, in the order of the codes above.
+cdef tuple _ROW_KEYS = (b"chat_id", b"parent_chat_id", b"timestamp", b"input_length", b"output_length",
+                        b"hash_ids", b"type", b"turn")
+
+
+cdef inline int _row_field(const unsigned char* p, Py_ssize_t start, Py_ssize_t length) except? -2:
     """Which field of a plain Bailian row the key ``p[start:start + length]`` names, or -1."""
-    cdef const char* k = <const char*>p + start
-    if length == 7 and memcmp(k, b"chat_id", 7) == 0:
-        return _R_CHAT
-    if length == 14 and memcmp(k, b"parent_chat_id", 14) == 0:
-        return _R_PARENT
-    if length == 9 and memcmp(k, b"timestamp", 9) == 0:
-        return _R_TS
-    if length == 12 and memcmp(k, b"input_length", 12) == 0:
-        return _R_IN
-    if length == 13 and memcmp(k, b"output_length", 13) == 0:
-        return _R_OUT
-    if length == 8 and memcmp(k, b"hash_ids", 8) == 0:
-        return _R_IDS
-    if length == 4 and memcmp(k, b"type", 4) == 0:
-        return _R_TYPE
-    if length == 4 and memcmp(k, b"turn", 4) == 0:
-        return _R_TURN
+    cdef int f
+    cdef bytes key
+    for f in range(8):
+        key = <bytes>_ROW_KEYS[f]
+        if PyBytes_GET_SIZE(key) == length and memcmp(PyBytes_AS_STRING(key), p + start, length) == 0:
+            return f
     return -1
 
 
