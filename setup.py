@@ -16,9 +16,10 @@
   ``Engine._request_table`` run their Python loops (``fairsim.sim.engine.compiled_lives``).
 - The optional compiled loops of the offered load (``fairsim/traces/_offered_c.pyx``), of the
   Mooncake and Azure readers' plain rows (``fairsim/traces/formats/_mooncake_c.pyx``,
-  ``_azure_c.pyx``) and of the Bailian reader's re-chained ids
-  (``fairsim/traces/formats/_chain_c.pyx``), the same way: where they
-  are not built, the Python loops run (``fairsim.compiled``).
+  ``_azure_c.pyx``; the Dynamo rows' 64-bit hashes checked there too) and of the Bailian
+  reader's plain rows and re-chained ids (``fairsim/traces/formats/_chain_c.pyx``; the two
+  JSON scanners share ``_json_bytes.pxd``), the same way: where they are not built, the Python
+  loops run (``fairsim.compiled``).
 - The optional compiled read loops of DRR, DRR-Dynamo and DLPM, DFS-weight's tree and PEEK's
   order (``fairsim/policies/_credit_c.pyx``), the same way: where it is not built, each order
   runs its Python code (``fairsim.policies.compiled_twins``).

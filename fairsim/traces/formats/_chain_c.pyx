@@ -22,6 +22,8 @@ from libc.stdint cimport uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memchr, memcmp, memcpy
 
+from fairsim.traces.formats._json_bytes cimport after_colon, object_key, skip_ws
+
 
 cdef inline uint64_t _mix(long long parent, long long h) noexcept:
     """splitmix64's finaliser over the pair (a well-spread slot for sequential ids)."""
@@ -217,11 +219,6 @@ cdef bytes _IDS_KEY = b'"hash_ids"'
 cdef array _Q = array("q")
 
 
-cdef inline Py_ssize_t _skip_ws(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) noexcept:
-    """The first position from ``i`` that is not JSON whitespace (space, tab, LF, CR)."""
-    while i < n and (p[i] == 32 or p[i] == 9 or p[i] == 10 or p[i] == 13):
-        i += 1
-    return i
 
 
 cdef Py_ssize_t _scan_ids(const unsigned char* p, Py_ssize_t i, Py_ssize_t n, long long* out) noexcept:
@@ -231,7 +228,7 @@ cdef Py_ssize_t _scan_ids(const unsigned char* p, Py_ssize_t i, Py_ssize_t n, lo
     is taken by the caller from a first pass (``split_ids``)."""
     cdef Py_ssize_t k = 0, start
     cdef long long v
-    i = _skip_ws(p, i, n)
+    i = skip_ws(p, i, n)
     if i < n and p[i] == 93:  # ]
         return i
     while True:
@@ -249,9 +246,9 @@ cdef Py_ssize_t _scan_ids(const unsigned char* p, Py_ssize_t i, Py_ssize_t n, lo
         if out != NULL:
             out[k] = v
         k += 1
-        i = _skip_ws(p, i, n)
+        i = skip_ws(p, i, n)
         if i < n and p[i] == 44:  # ,
-            i = _skip_ws(p, i + 1, n)
+            i = skip_ws(p, i + 1, n)
         elif i < n and p[i] == 93:
             return i
         else:
@@ -277,10 +274,10 @@ def split_ids(bytes raw):
     at = raw.find(_IDS_KEY)
     if at < 0 or raw.find(_IDS_KEY, at + 1) >= 0:
         return None
-    i = _skip_ws(p, at + 10, n)
+    i = skip_ws(p, at + 10, n)
     if i >= n or p[i] != 58:  # :
         return None
-    i = _skip_ws(p, i + 1, n)
+    i = skip_ws(p, i + 1, n)
     if i >= n or p[i] != 91:  # [
         return None
     end = _scan_ids(p, i + 1, n, NULL)
@@ -290,7 +287,7 @@ def split_ids(bytes raw):
     for j in range(i + 1, end):
         if p[j] == 44:
             count += 1
-    k = _skip_ws(p, i + 1, n)
+    k = skip_ws(p, i + 1, n)
     if k < end:
         count += 1
     ids = clone(_Q, count, False)
@@ -408,38 +405,29 @@ cdef class RowScanner:
         cdef long long* buf
         cdef unsigned char c
         cdef bint ts_fraction = False
-        i = _skip_ws(p, 0, n)
+        i = skip_ws(p, 0, n)
         if i >= n or p[i] != 123:  # {
             return None
         i += 1
         while True:
-            i = _skip_ws(p, i, n)
-            if i >= n or p[i] != 34:  # "
-                return None
-            start = i + 1
-            i = start
-            while i < n and p[i] != 34:
-                if p[i] == 92 or p[i] < 32:  # an escape or a control byte
-                    return None
-                i += 1
-            if i >= n:
+            i = object_key(p, i, n, &start)
+            if i < 0:
                 return None
             f = _row_field(p, start, i - start)
             if f < 0 or seen & (1 << f):
                 return None
             seen |= 1 << f
-            i = _skip_ws(p, i + 1, n)
-            if i >= n or p[i] != 58:  # :
+            i = after_colon(p, i, n)
+            if i < 0:
                 return None
-            i = _skip_ws(p, i + 1, n)
             if f == _R_IDS:
                 if i >= n or p[i] != 91:  # [
                     return None
-                i = _skip_ws(p, i + 1, n)
+                i = skip_ws(p, i + 1, n)
                 if i < n and p[i] == 93:  # ]
                     i += 1
                 else:
-                    # (``_digits`` and ``_skip_ws`` written out: this loop reads most of a line)
+                    # (``_digits`` and ``skip_ws`` written out: this loop reads most of a line)
                     buf = self.buf
                     while True:
                         start = i
@@ -503,7 +491,7 @@ cdef class RowScanner:
                     ts_start, ts_end = start, i
                 elif f == _R_TURN and first_label < 0:
                     first_label = f
-            i = _skip_ws(p, i, n)
+            i = skip_ws(p, i, n)
             if i < n and p[i] == 44:
                 i += 1
             elif i < n and p[i] == 125:  # }
@@ -511,7 +499,7 @@ cdef class RowScanner:
                 break
             else:
                 return None
-        if seen & _R_REQUIRED != _R_REQUIRED or _skip_ws(p, i, n) != n:
+        if seen & _R_REQUIRED != _R_REQUIRED or skip_ws(p, i, n) != n:
             return None
         if values[_R_IN] < 1 or values[_R_OUT] < 1:  # (an output of 0 gets a label: the reader's)
             return None

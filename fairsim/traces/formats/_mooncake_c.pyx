@@ -19,13 +19,15 @@ warns or skips exactly as before.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsUnsignedLongLong, PyLong_FromLongLong
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.math cimport isfinite
 from libc.stdlib cimport calloc, free, malloc, qsort, realloc
 from libc.string cimport memcmp, memset
+
+from fairsim.traces.formats._json_bytes cimport after_colon, object_key, skip_ws
 
 from fairsim.types import Request
 
@@ -70,11 +72,6 @@ cdef enum:
     _PAGE_MASK = _PAGE - 1
 
 
-cdef inline Py_ssize_t _skip_ws(const unsigned char* p, Py_ssize_t i, Py_ssize_t n) noexcept:
-    """The index of the first byte at or after ``i`` that is not JSON whitespace."""
-    while i < n and (p[i] == 32 or p[i] == 10 or p[i] == 13 or p[i] == 9):
-        i += 1
-    return i
 
 
 cdef inline Py_ssize_t _uint(const unsigned char* p, Py_ssize_t i, Py_ssize_t n, long long* value) noexcept:
@@ -164,30 +161,21 @@ cdef class _Scanner:
         cdef long long v
         self.count = 0
         self.rid_len = -1
-        i = _skip_ws(p, 0, n)
+        i = skip_ws(p, 0, n)
         if i >= n or p[i] != 123:  # '{'
             return False
         i += 1
         while True:
-            i = _skip_ws(p, i, n)
-            if i >= n or p[i] != 34:  # '"'
-                return False
-            start = i + 1
-            i = start
-            while i < n and p[i] != 34:
-                if p[i] == 92 or p[i] < 32:  # an escape or a control byte
-                    return False
-                i += 1
-            if i >= n:
+            i = object_key(p, i, n, &start)
+            if i < 0:
                 return False
             f = _field(p, start, i - start)
             if f < 0 or seen & (1 << f):
                 return False
             seen |= 1 << f
-            i = _skip_ws(p, i + 1, n)
-            if i >= n or p[i] != 58:  # ':'
+            i = after_colon(p, i, n)
+            if i < 0:
                 return False
-            i = _skip_ws(p, i + 1, n)
             if f == _F_RID:
                 # printable ASCII only: any escape, control or non-ASCII byte goes to orjson
                 if i >= n or p[i] != 34:
@@ -205,7 +193,7 @@ cdef class _Scanner:
             elif f == _F_IDS:
                 if i >= n or p[i] != 91:  # '['
                     return False
-                i = _skip_ws(p, i + 1, n)
+                i = skip_ws(p, i + 1, n)
                 if i < n and p[i] == 93:  # ']'
                     i += 1
                 else:
@@ -214,9 +202,9 @@ cdef class _Scanner:
                         if i < 0:
                             return False
                         self._push(v)
-                        i = _skip_ws(p, i, n)
+                        i = skip_ws(p, i, n)
                         if i < n and p[i] == 44:  # ','
-                            i = _skip_ws(p, i + 1, n)
+                            i = skip_ws(p, i + 1, n)
                         elif i < n and p[i] == 93:
                             i += 1
                             break
@@ -226,7 +214,7 @@ cdef class _Scanner:
                 i = _uint(p, i, n, &self.values[f])
                 if i < 0:
                     return False
-            i = _skip_ws(p, i, n)
+            i = skip_ws(p, i, n)
             if i < n and p[i] == 44:
                 i += 1
             elif i < n and p[i] == 125:  # '}'
@@ -234,7 +222,7 @@ cdef class _Scanner:
                 break
             else:
                 return False
-        return seen & _ALL_FIELDS == _ALL_FIELDS and _skip_ws(p, i, n) == n
+        return seen & _ALL_FIELDS == _ALL_FIELDS and skip_ws(p, i, n) == n
 
     cdef object request_id(self, bytes line):
         """The scanned line's ``request_id`` (a str), or None where it has none."""
