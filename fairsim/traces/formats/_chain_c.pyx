@@ -22,7 +22,7 @@ from libc.stdint cimport uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memchr, memcmp, memcpy
 
-from fairsim.traces.formats._json_bytes cimport after_colon, object_key, skip_ws
+from fairsim.traces.formats._json_bytes cimport after_colon, json_uint, object_key, skip_ws
 
 
 cdef inline uint64_t _mix(long long parent, long long h) noexcept:
@@ -219,29 +219,19 @@ cdef bytes _IDS_KEY = b'"hash_ids"'
 cdef array _Q = array("q")
 
 
-
-
 cdef Py_ssize_t _scan_ids(const unsigned char* p, Py_ssize_t i, Py_ssize_t n, long long* out) noexcept:
     """From just after a ``[``: JSON integers (``0`` or 1-18 digits without a leading zero)
     separated by commas, up to the ``]``; their values into ``out`` (when not NULL). Returns the
     position of the ``]``, -1 where the text is anything else, and the count in ``out``'s absence
     is taken by the caller from a first pass (``split_ids``)."""
-    cdef Py_ssize_t k = 0, start
+    cdef Py_ssize_t k = 0
     cdef long long v
     i = skip_ws(p, i, n)
     if i < n and p[i] == 93:  # ]
         return i
     while True:
-        if i >= n or not 48 <= p[i] <= 57:
-            return -1
-        start = i
-        v = 0
-        while i < n and 48 <= p[i] <= 57:
-            v = v * 10 + (p[i] - 48)
-            i += 1
-            if i - start > 18:
-                return -1
-        if p[start] == 48 and i - start > 1:  # a leading zero: not JSON
+        i = json_uint(p, i, n, &v)
+        if i < 0:
             return -1
         if out != NULL:
             out[k] = v
@@ -307,7 +297,6 @@ cdef enum:
     _R_TYPE = 6
     _R_TURN = 7
     _R_REQUIRED = 63  # the six fields ``bailian._KNOWN`` requires
-    _R_MAX_DIGITS = 18  # below 2**63: no C overflow
 
 
 #: The plain row's keys, in the order of the codes above.
@@ -324,20 +313,6 @@ cdef inline int _row_field(const unsigned char* p, Py_ssize_t start, Py_ssize_t 
         if PyBytes_GET_SIZE(key) == length and memcmp(PyBytes_AS_STRING(key), p + start, length) == 0:
             return f
     return -1
-
-
-cdef inline Py_ssize_t _digits(const unsigned char* p, Py_ssize_t i, Py_ssize_t n, long long* value) noexcept:
-    """A JSON integer of 1 to 18 digits without a sign or a leading zero at ``p[i]``: the index
-    after it (``value`` set), or -1. What follows is checked by the caller."""
-    cdef Py_ssize_t start = i
-    cdef long long v = 0
-    while i < n and 48 <= p[i] <= 57:
-        v = v * 10 + (p[i] - 48)
-        i += 1
-    if i == start or i - start > _R_MAX_DIGITS or (p[start] == 48 and i - start > 1):
-        return -1
-    value[0] = v
-    return i
 
 
 cdef class RowScanner:
@@ -402,8 +377,6 @@ cdef class RowScanner:
         cdef Py_ssize_t type_start = 0, type_len = 0
         cdef int seen = 0, f, first_label = -1
         cdef long long v, values[8]
-        cdef long long* buf
-        cdef unsigned char c
         cdef bint ts_fraction = False
         i = skip_ws(p, 0, n)
         if i >= n or p[i] != 123:  # {
@@ -427,30 +400,17 @@ cdef class RowScanner:
                 if i < n and p[i] == 93:  # ]
                     i += 1
                 else:
-                    # (``_digits`` and ``skip_ws`` written out: this loop reads most of a line)
-                    buf = self.buf
                     while True:
-                        start = i
-                        v = 0
-                        while i < n:
-                            c = p[i] - 48  # (wraps above 9 for any byte below '0')
-                            if c > 9:
-                                break
-                            v = v * 10 + c
-                            i += 1
-                        if i == start or i - start > _R_MAX_DIGITS or (p[start] == 48 and i - start > 1):
+                        i = json_uint(p, i, n, &v)
+                        if i < 0:
                             return None
                         if count == self.capacity:
                             self._reserve(count + 1)
-                            buf = self.buf
-                        buf[count] = v
+                        self.buf[count] = v
                         count += 1
-                        while i < n and (p[i] == 32 or p[i] == 9 or p[i] == 10 or p[i] == 13):
-                            i += 1
+                        i = skip_ws(p, i, n)
                         if i < n and p[i] == 44:  # ,
-                            i += 1
-                            while i < n and (p[i] == 32 or p[i] == 9 or p[i] == 10 or p[i] == 13):
-                                i += 1
+                            i = skip_ws(p, i + 1, n)
                         elif i < n and p[i] == 93:
                             i += 1
                             break
@@ -478,7 +438,7 @@ cdef class RowScanner:
                     return None
             else:
                 start = i
-                i = _digits(p, i, n, &values[f])
+                i = json_uint(p, i, n, &values[f])
                 if i < 0:
                     return None
                 if f == _R_TS and i < n and p[i] == 46:  # a fraction: the parser reads the number

@@ -32,3 +32,25 @@ cdef inline Py_ssize_t after_colon(const unsigned char* p, Py_ssize_t i, Py_ssiz
     if i >= n or p[i] != 58:  # :
         return -1
     return skip_ws(p, i + 1, n)
+
+
+cdef inline Py_ssize_t json_uint(const unsigned char* p, Py_ssize_t i, Py_ssize_t n, long long* value) noexcept:
+    """A JSON integer of 1 to 18 digits, unsigned, without a leading zero, at ``p[i]``: the index
+    after it (``value`` set), or -1 for anything else (a sign, a leading zero, 19 or more digits:
+    below 2**63, no C overflow). A fraction or an exponent after the digits is the caller's to
+    find: the readers take only whitespace, ``,``, ``]`` or ``}`` next."""
+    cdef Py_ssize_t start = i
+    cdef long long v = 0
+    cdef unsigned char c
+    while i < n:
+        c = p[i] - 48  # (wraps above 9 for any byte below '0')
+        if c > 9:
+            break
+        if i - start == 18:
+            return -1
+        v = v * 10 + c
+        i += 1
+    if i == start or (p[start] == 48 and i - start > 1):
+        return -1
+    value[0] = v
+    return i

@@ -27,7 +27,7 @@ from libc.math cimport isfinite
 from libc.stdlib cimport calloc, free, malloc, qsort, realloc
 from libc.string cimport memcmp, memset
 
-from fairsim.traces.formats._json_bytes cimport after_colon, object_key, skip_ws
+from fairsim.traces.formats._json_bytes cimport after_colon, json_uint, object_key, skip_ws
 
 from fairsim.types import Request
 
@@ -59,7 +59,6 @@ cdef enum:
     _F_IDS = 3
     _F_RID = 4  # optional: ``request_id``, a string of printable ASCII without escapes
     _ALL_FIELDS = 15  # the four required fields
-    _MAX_DIGITS = 18  # below 2**62 (_MAX_LEN): no C overflow, no 19-digit run to check
     # ``_Scanner.leading``'s table of shared ids holds an id below 4 per id scanned so far plus
     # 65,536 (a window's ids start above 0): at most 32 bytes per id scanned, an int's size. Its
     # pages of 8,192 slots (64 KiB) stay below glibc's mmap threshold (128 KiB): freeing one
@@ -70,23 +69,6 @@ cdef enum:
     _PAGE_BITS = 13
     _PAGE = 1 << _PAGE_BITS
     _PAGE_MASK = _PAGE - 1
-
-
-
-
-cdef inline Py_ssize_t _uint(const unsigned char* p, Py_ssize_t i, Py_ssize_t n, long long* value) noexcept:
-    """A JSON integer of 1 to 18 digits, unsigned, at ``p[i]``: the index after it, or -1 for
-    anything else (a sign, a leading zero, 19 or more digits). A fraction or an exponent after the
-    digits is found by the caller, which takes only whitespace, ``,``, ``]`` or ``}`` next."""
-    cdef Py_ssize_t start = i
-    cdef long long v = 0
-    while i < n and 48 <= p[i] <= 57:
-        v = v * 10 + (p[i] - 48)
-        i += 1
-    if i == start or i - start > _MAX_DIGITS or (p[start] == 48 and i - start > 1):
-        return -1
-    value[0] = v
-    return i
 
 
 cdef inline int _field(const unsigned char* p, Py_ssize_t start, Py_ssize_t length) noexcept:
@@ -198,7 +180,7 @@ cdef class _Scanner:
                     i += 1
                 else:
                     while True:
-                        i = _uint(p, i, n, &v)
+                        i = json_uint(p, i, n, &v)
                         if i < 0:
                             return False
                         self._push(v)
@@ -211,7 +193,7 @@ cdef class _Scanner:
                         else:
                             return False
             else:
-                i = _uint(p, i, n, &self.values[f])
+                i = json_uint(p, i, n, &self.values[f])
                 if i < 0:
                     return False
             i = skip_ws(p, i, n)
