@@ -298,53 +298,37 @@ cdef class CompiledWatch:
         """``LazyHits.key_changed`` (after ``attach_lazy``)."""
         cdef dict watchers = self.watchers
         cdef object held = watchers[key]
-        cdef dict dirty = self.dirty
-        cdef dict raised = self.raised
-        cdef set bounded = self.bounded
-        if type(held) is not dict:
-            # A lone watcher (``lazy_hits.watching``): the loops below for a bucket of one.
-            if self.is_cached(key):
-                if _get(held, SNAP) is not None:
-                    _set(held, SNAP, None)
-                    dirty[held] = held
-                    raised[held] = held
-                    return
-                if _get(held, NEXT_KEY) == key and held not in bounded:
-                    raised[held] = held
-                    return
-            elif _get(held, SNAP) is not None:
-                _set(held, SNAP, None)
-                dirty[held] = held
+        cdef bint cached = self.is_cached(key)
+        cdef list drop
+        if type(held) is not dict:  # a lone watcher (``lazy_hits.watching``): no dict of one made
+            if self._concerned(held, held, key, cached):
                 return
-            elif _get(held, NEXT_KEY) == key and held not in bounded:
-                return
-            _set(held, PARTIAL, True)  # dropped: the key no longer concerns it
+            _set(held, PARTIAL, True)
             del watchers[key]
             return
-        cdef dict bucket = <dict>held
-        cdef list drop = []
-        if self.is_cached(key):
-            for k, live in bucket.items():
-                if _get(live, SNAP) is not None:
-                    _set(live, SNAP, None)
-                    dirty[k] = live
-                    raised[k] = live
-                elif _get(live, NEXT_KEY) == key and k not in bounded:
-                    raised[k] = live
-                else:
-                    drop.append(k)
-        else:
-            for k, live in bucket.items():
-                if _get(live, SNAP) is not None:
-                    _set(live, SNAP, None)
-                    dirty[k] = live
-                elif _get(live, NEXT_KEY) != key or k in bounded:
-                    drop.append(k)
+        drop = [k for k, live in (<dict>held).items() if not self._concerned(k, live, key, cached)]
         if drop:
             for k in drop:
-                _set(bucket.pop(k), PARTIAL, True)
-            if not bucket:
+                _set((<dict>held).pop(k), PARTIAL, True)
+            if not held:
                 del watchers[key]
+
+    cdef bint _concerned(self, object k, object live, object key, bint cached) except -1:
+        """One watcher's part of ``key_changed``: a watcher with a snapshot is invalidated
+        (``dirty``; ``raised`` too where the key became hittable), a stale one whose next key
+        became hittable is raised unless ``bounded``; False where the key no longer concerns it
+        (the caller drops it from the key's watchers, flagged ``partial``)."""
+        if _get(live, SNAP) is not None:
+            _set(live, SNAP, None)
+            self.dirty[k] = live
+            if cached:
+                self.raised[k] = live
+            return True
+        if _get(live, NEXT_KEY) == key and k not in self.bounded:
+            if cached:
+                self.raised[k] = live
+            return True
+        return False
 
     def snapshot(self, live):
         """``Engine._snapshot``."""
