@@ -6,8 +6,9 @@ The pure-Python methods are the reference: ``fairsim.sim.engine.Engine._rewatch`
 ``_unwatch`` and ``_snapshot``, ``_make_snapshot`` and ``fairsim.sim.lazy_hits.LazyHits.key_changed``, ``resolve`` and
 ``start_step``. Each method here is one of them,
 statement for statement: the same entries added to and dropped from the map (``key -> live``,
-or ``key -> {live: live}`` from a key's second watcher on: ``lazy_hits.watching``) in the same order, the same ``_Live`` fields set, the same requests put in the engine's
-``_dirty`` and the lazy path's ``raised`` in the same order. ``tests/test_watch_compiled.py``
+or ``key -> {live: live}`` from a key's second watcher on: ``lazy_hits.watching``) in the same
+order, the same ``_Live`` fields set, the same requests put in the engine's ``_dirty`` and the
+lazy path's ``raised`` in the same order. ``tests/test_watch_compiled.py``
 compares the two on random operation sequences and engine runs (tables and map at every step).
 
 Why compiled: under overload these run tens of thousands of times per trace (Fairway on the

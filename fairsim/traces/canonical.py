@@ -42,9 +42,9 @@ CANONICAL_KEYS = ("timestamp", "input_length", "output_length", "hash_ids", "req
 def _ms(seconds: float) -> int | float:
     """``seconds`` in milliseconds, as a number that reads back as ``seconds`` to the bit where
     a double does: the Mooncake reader takes ``ms / 1000.0``, so the product's double or one of
-    its two neighbours on each side that divides back exactly (a few in a thousand values have
-    none, where the doubles near ``1000 x`` are twice as far apart as those near ``x``: the
-    product itself, one unit off). Written as an int where integral (``json`` writes the shortest
+    its two neighbours on each side that divides back exactly (about 2 values in 100 have none,
+    where the doubles near ``1000 x`` are further apart than those near ``x``: the product
+    itself, then one unit in the last place off). Written as an int where integral (``json`` writes the shortest
     digits that read back as the double)."""
     ms = seconds * 1000.0
     if ms / 1000.0 != seconds and math.isfinite(ms):
