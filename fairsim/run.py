@@ -17,6 +17,7 @@ from fairsim import __version__, interrupt
 from fairsim.costmodel import Profile
 from fairsim.deployment_options import one_engine
 from fairsim.gcpause import paused
+from fairsim.errors import OutputError
 from fairsim.io import atomic_write, atomic_write_text, file_stem, strict_json
 from fairsim.options import delivered_figures, delivered_of, parse_params, policy_params, pre_run_load, replay_line
 from fairsim.policies import make_policy
@@ -146,8 +147,12 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
     if baseline is not None:
         from fairsim.ratios import add_ratios
 
-    def shown() -> dict[str, dict[str, Any]]:
-        return rows if baseline is None else add_ratios(rows, baseline)
+    def shown(of: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+        of = rows if of is None else of
+        return of if baseline is None else add_ratios(of, baseline)
+    # A policy whose figures are computed but whose tables could not be written (a full disk):
+    # printed with the finished ones, not in summary.json or run.json (whose policies have tables).
+    unwritten: dict[str, dict[str, Any]] = {}
     results: dict[str, SimResult] = {}
     delivered_loads: dict[str, dict[str, Any]] = {}  # closed loop: per policy (run.json)
     try:  # from here on: the except below unfreezes (even a print to a closed stdout)
@@ -194,7 +199,11 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
             raising, interrupt.RAISE = interrupt.RAISE, False
             try:
                 if args.out is not None:
-                    write_tables(args.out, name, result, engine)
+                    try:
+                        write_tables(args.out, name, result, engine)
+                    except OutputError:
+                        unwritten[name] = summary
+                        raise
                 rows[name] = summary  # only once its tables are written
             finally:
                 interrupt.RAISE = raising
@@ -204,11 +213,14 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         gc.unfreeze()  # paused(freeze=True) above, when no Engine.run unfroze it
         # Ctrl-C or an error in a later policy: keep what finished (printed; its tables are
         # written, and summary.json and run.json list the finished policies), then report as usual.
-        if rows and not isinstance(exc, BrokenPipeError):
+        printed = {**rows, **unwritten}
+        if printed and not isinstance(exc, BrokenPipeError):
             with contextlib.suppress(OSError):  # stdout gone too: the files and the error remain
-                print_rows(shown(), args.format, config.mode == "colocated")
-                print(f"fairsim: the output above holds the {len(rows)} of {len(names)} policies that "
-                      f"finished ({', '.join(rows)})", file=sys.stderr)
+                print_rows(shown(printed), args.format, config.mode == "colocated")
+                lost = (f"; {', '.join(unwritten)}: its tables were not written (the error below), so it is "
+                        "not in summary.json or run.json" if unwritten and args.out is not None else "")
+                print(f"fairsim: the output above holds the {len(printed)} of {len(names)} policies that "
+                      f"finished ({', '.join(printed)}){lost}", file=sys.stderr)
         if args.out is not None and rows:
             atomic_write_text(args.out / "summary.json", strict_json(shown()) + "\n")
             write_run_info(args.out, args, trace, list(rows), load, engine, load_what, delivered_loads, profile)

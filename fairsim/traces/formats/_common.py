@@ -506,7 +506,9 @@ class Collector:
 
         Checks, each naming the file and both lines where two records are involved: duplicate
         ``request_id``; a label whose JSON type (number, string, bool, list, object) differs from
-        the first record that has it; an ``after`` naming no request of the trace. With
+        the first record that has it; an ``after`` naming no request of the trace, or one that
+        arrives after the request that follows it (a time reversal: the reader's links or the
+        file's ``after``; Bailian refuses its own the same way). With
         ``skip_bad`` the later record of a pair is skipped instead.
 
         Requests are then sorted by arrival time (stable: file order breaks ties).
@@ -541,11 +543,24 @@ class Collector:
             seen[req.request_id] = where
             keep.append((req, where))
         ids = {r.request_id for r, _ in keep}
+        # A turn follows a request that arrived at or before it (its recorded start cannot come
+        # before its predecessor's); only traces with links pay for the map.
+        arrivals = ({r.request_id: (r.arrival_time, w) for r, w in keep}
+                    if any(r.after is not None for r, _ in keep) else {})
         good = []
         for req, where in keep:
-            if req.after is not None and req.after not in ids:
+            if req.after is not None:
                 try:
-                    raise TraceFormatError(path, where, "after", f"names {req.after!r}, which is not a request of the trace")
+                    if req.after not in ids:
+                        raise TraceFormatError(path, where, "after",
+                                               f"names {req.after!r}, which is not a request of the trace")
+                    before_s, before_at = arrivals[req.after]
+                    if before_s > req.arrival_time:
+                        raise TraceFormatError(
+                            path, where, "after",
+                            f"this request (arrival {req.arrival_time:.6g} s) follows {req.after!r} "
+                            f"({_at(before_at)}), which arrives later ({before_s:.6g} s); a turn follows a "
+                            "request that started before it")
                 except TraceFormatError as exc:
                     self.bad(exc)
                     continue

@@ -83,9 +83,11 @@ def sniff(head: Head) -> bool:
                 continue
         return False
     rec = head.first_record
-    if isinstance(rec, dict):
-        return isinstance(rec.get("requests"), list) and ("block_size" in rec or "hash_id_scope" in rec)
-    text = head.text.lstrip()  # a document longer than the head: its start, parsed as text
+    if isinstance(rec, dict) and "requests" in rec:
+        return isinstance(rec["requests"], list) and ("block_size" in rec or "hash_id_scope" in rec)
+    # A document longer than the head, or one laid out over lines (``first_record`` is then a
+    # later line's object, such as one request of the list): its start, read as text.
+    text = head.text.lstrip()
     return (text.startswith("{") and _REQUESTS_LIST.search(text) is not None
             and ('"block_size"' in text or '"hash_id_scope"' in text))
 
@@ -271,6 +273,11 @@ def _session(out: Collector, names: _Namespace, ns: str, file: Path, items: list
             after, delay = join[0].request_id, arrival - join[1]
         elif prev is not None:
             p, p_api = prev
+            if arrival < p.arrival_time:  # (unsorted requests: not clock jitter, which the clamp below takes)
+                out.bad(TraceFormatError(fname, where, "t", f"starts at {arrival:.6g} s of the session, before the "
+                                         f"request it follows ({p.request_id}, at {p.arrival_time:.6g} s); a "
+                                         "session's requests are in time order"))
+                continue
             after = p.request_id
             if think is not None and prev is not parent:
                 delay = think  # the writer's own gap since this agent's previous response

@@ -30,6 +30,7 @@ from typing import Any
 
 from fairsim.compiled import compiled_twin
 from fairsim.errors import TraceFormatError
+from fairsim.io import plural_have
 from fairsim.traces.formats._common import (
     Collector, Head, check_chained, check_hash_count, full_block_ids, iter_json_lines, need_ids, need_int,
     need_number, output_tokens)
@@ -90,6 +91,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     rows = []
     blocks = set()
     others = 0  # JSON objects that are not request_end events
+    no_identity = 0  # request_end rows without replay hashes
     kernel = compiled_twin(COMPILED_MODULE)  # (its distinct_u64_ids)
     for line, rec in iter_json_lines(path):
         try:
@@ -157,6 +159,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             out.bad(exc)
             continue
         blocks.add(block)
+        no_identity += "input_sequence_hashes" not in replay
         rid = req.get("request_id")
         rows.append((arrival_ms, line, None if rid is None else str(rid), prompt, ids, block, output,
                      labels, None if session is None else str(session),
@@ -205,6 +208,10 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             last[session] = (req, done_ms)
         made.add(req.request_id)
         out.add(req, line)
+    if no_identity:
+        out.warnings.append(
+            f"{path}: {plural_have(no_identity, 'request')} no request.replay.input_sequence_hashes: they have no "
+            f"prefix identity, so none of their blocks is ever a cache hit (nothing is invented)")
     return out.finish(path.stem, NAME, block)
 
 
