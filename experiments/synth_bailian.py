@@ -16,15 +16,11 @@ per full 16-token block; fresh ids are consecutive integers, as the files' remap
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
-import os
 import random
 import sys
-from pathlib import Path
 
-from fairsim.io import plural
+from experiments import synth_cli
 
 
 def write(path: str, requests: int, rate: float, seed: int) -> None:
@@ -56,46 +52,8 @@ def write(path: str, requests: int, rate: float, seed: int) -> None:
             f.write(json.dumps(rec) + "\n")
 
 
-MAX_REQUESTS = 10_000_000
-MIN_RATE, MAX_RATE = 1e-3, 1e6
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="synth_bailian", description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=20000, help=f"requests, 1 to {MAX_REQUESTS:,} (default 20000)")
-    parser.add_argument("--rate", type=float, default=8.0, help="mean arrivals per second, 0.001 to 1e6 (default 8)")
-    parser.add_argument("--seed", type=int, default=2, help="random seed (default 2)")
-    parser.add_argument("--out", required=True, help="the JSONL file to write (its folder must exist)")
-    args = parser.parse_args(argv)
-    # The project's error contract: one line naming the option, exit 2, before any work.
-    if not 1 <= args.requests <= MAX_REQUESTS:
-        return _fail(f"--requests {args.requests}: need 1 to {MAX_REQUESTS:,}")
-    if not (math.isfinite(args.rate) and MIN_RATE <= args.rate <= MAX_RATE):
-        return _fail(f"--rate {args.rate:g}: need {MIN_RATE:g} to {MAX_RATE:g} arrivals per second")
-    out = Path(args.out)
-    if not args.out or out.is_dir():
-        return _fail(f"--out {args.out!r}: need a file name, not a folder")
-    if not out.parent.is_dir():
-        return _fail(f"--out {args.out}: the folder {out.parent} does not exist")
-    # Written beside it and renamed at the end: an error or a Ctrl-C leaves no half-written file.
-    part = out.with_name(out.name + ".part")
-    try:
-        write(str(part), args.requests, args.rate, args.seed)
-        os.replace(part, out)
-    except OSError as exc:
-        part.unlink(missing_ok=True)
-        return _fail(f"--out {args.out}: cannot write it: {exc.strerror or exc}")
-    except KeyboardInterrupt:
-        part.unlink(missing_ok=True)
-        print("synth_bailian: interrupted; nothing written", file=sys.stderr)
-        return 130
-    print(f"wrote {args.out}: {plural(args.requests, 'request')} at {args.rate:g}/s (seed {args.seed})")
-    return 0
-
-
-def _fail(message: str) -> int:
-    print(f"synth_bailian: error: {message}", file=sys.stderr)
-    return 2
+    return synth_cli.main("synth_bailian", __doc__.splitlines()[0], write, argv, requests=20000, rate=8.0, seed=2)
 
 
 if __name__ == "__main__":

@@ -135,7 +135,7 @@ def test_lazy_path_is_used_where_offered():
     # FCFS's arrival order offers lazy hits but is shown none (uses_prefix_hits = False:
     # Engine._hit_free), so it has no lazy path: nothing to resolve.
     for name, lazy in (("fairway", True), ("fairway-patience", True), ("fcfs", False), ("lpm", False),
-                       ("klpm4", False), ("peek", False)):
+                       ("klpm4", True), ("peek", False)):
         e = engine_mod.Engine(requests, make_policy(name, PROFILE), PROFILE, engine)
         assert (e._lazy is not None) is lazy, name
         assert engine_mod.Engine(requests, make_policy(name, PROFILE), PROFILE, engine,

@@ -189,3 +189,47 @@ def test_the_keys_comparison_by_hand():
     assert lt((2**70, 1), (2**71, 0)) and lt((True, 1), (2, 0))  # big ints, a bool: Python's
     with pytest.raises(TypeError):
         lt((1, "a"), (1, 2))
+
+
+# -- the heap functions: heapq's algorithm with the keys compared by _lt --------------------------
+# Keys as the orders make them: (number, float, str) tuples with many ties in the leading
+# positions; equal keys are distinct tuple objects, so the lists are compared by identity: the
+# same algorithm leaves the same objects in the same places, ties included.
+heap_key = st.tuples(st.integers(-3, 3), st.sampled_from([0.0, -0.0, 0.5, 1.0, float("nan")]),
+                     st.sampled_from(["a", "b", "é"]))
+heap_op = st.one_of(st.tuples(st.just("push"), heap_key), st.tuples(st.just("pop"), st.none()),
+                    st.tuples(st.just("heapify"), st.lists(heap_key, max_size=40)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(heap_op, max_size=120))
+def test_heap_functions_leave_heapqs_list(ops):
+    import heapq
+
+    ref: list = []
+    twin: list = []
+    for op, arg in ops:
+        if op == "push":
+            k = tuple(arg)  # (its own object, pushed on both)
+            heapq.heappush(ref, k)
+            _sorted_c.heappush(twin, k)
+        elif op == "pop":
+            if not ref:
+                with pytest.raises(IndexError):
+                    _sorted_c.heappop(twin)
+                continue
+            assert heapq.heappop(ref) is _sorted_c.heappop(twin)
+        else:
+            ref[:] = [tuple(k) for k in arg]
+            twin[:] = ref
+            heapq.heapify(ref)
+            _sorted_c.heapify(twin)
+        assert [id(k) for k in twin] == [id(k) for k in ref]
+
+
+def test_heap_pops_in_key_order_by_hand():
+    heap: list = []
+    for k in [(0, 2.0, "b"), (-1, 5.0, "a"), (0, 1.0, "c"), (-1, 5.0, "0")]:
+        _sorted_c.heappush(heap, k)
+    assert [_sorted_c.heappop(heap) for _ in range(4)] == [(-1, 5.0, "0"), (-1, 5.0, "a"), (0, 1.0, "c"),
+                                                           (0, 2.0, "b")]

@@ -180,7 +180,7 @@ def test_the_compiled_orders_data_attributes_are_declared_fields():
         for name, kinds in (("vtc", {"VTCOrder", "RunSortedKeys"}), ("drr", {"DRROrder", "Replay"}),
                             ("dlpm", {"DLPMOrder", "Replay"}), ("drr-dynamo", {"DRRDynamoOrder", "Replay"}),
                             ("fcfs", {"ArrivalOrder"}), ("fairway", {"ArrivalOrder"}), ("lpm", {"SortedKeyOrder"}),
-                            ("klpm", {"ArrivalOrder", "SortedKeyOrder"}), ("lpm-aging", {"LazyKeyOrder"})):
+                            ("klpm", {"ArrivalOrder", "LazyKeyOrder"}), ("lpm-aging", {"LazyKeyOrder"})):
             policy = make_policy(name, profile)
             engine = engine_mod.Engine(requests, policy, profile, rag.engine)
             engine.run()

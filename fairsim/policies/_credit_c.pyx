@@ -35,7 +35,7 @@ merge and the aging orders' lazy-key read were tried: 0.0 % and 0.3 % of the ins
 
 import math
 from bisect import bisect_left, insort
-from heapq import heapify, heappop, heappush
+from fairsim.policies._sorted_c cimport heapify, heappop, heappush  # heapq's, keys compared in C
 from itertools import islice
 
 

@@ -34,7 +34,7 @@ from libc.string cimport memmove
 from libc.math cimport INFINITY, fabs, floor, isfinite, log
 
 from bisect import bisect_left, bisect_right
-from heapq import heappop, heappush
+from fairsim.policies._sorted_c cimport heappop, heappush  # heapq's, keys compared in C
 
 #: ``fairsim.policies.fast_lane.EMPTY``: the intercept of an empty bucket.
 cdef double EMPTY = -1e300

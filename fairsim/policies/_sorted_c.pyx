@@ -120,6 +120,72 @@ cdef inline Py_ssize_t _bisect(list a, object x, bint right) except -1:
     return _bisect_right(a, x) if right else _bisect_left(a, x)
 
 
+# -- a binary heap of keys compared by ``_lt`` ----------------------------------------------------
+# ``heapq``'s push, pop and heapify, the same algorithm step for step (CPython's
+# ``Modules/_heapqmodule.c``: ``siftdown`` swaps a new item up past every parent it is less than;
+# ``siftup`` moves the smaller child up to a leaf, ties to the right child, then sifts down), so
+# the same calls leave the same list; the comparisons are ``_lt`` (Python's ``<``, the orders'
+# key tuples compared in C) where ``heapq`` asks ``PyObject_RichCompareBool`` (a tuple's generic
+# comparison). Lazy hits' kept orders (``LazyKeyOrder``, PEEK's heap) pop and push a few keys
+# per step; ``tests/test_sorted_keys.py`` compares every list with ``heapq``'s.
+
+cdef int _siftdown(list heap, Py_ssize_t startpos, Py_ssize_t pos) except -1:
+    cdef Py_ssize_t parentpos
+    newitem = <object>PyList_GET_ITEM(heap, pos)
+    while pos > startpos:
+        parentpos = (pos - 1) >> 1
+        parent = <object>PyList_GET_ITEM(heap, parentpos)
+        if not _lt(newitem, parent):
+            break
+        heap[pos] = parent
+        pos = parentpos
+    heap[pos] = newitem
+    return 0
+
+
+cdef int _siftup(list heap, Py_ssize_t pos) except -1:
+    cdef Py_ssize_t endpos = PyList_GET_SIZE(heap), startpos = pos, childpos
+    cdef Py_ssize_t limit = endpos >> 1
+    newitem = <object>PyList_GET_ITEM(heap, pos)
+    while pos < limit:
+        childpos = 2 * pos + 1
+        if childpos + 1 < endpos and not _lt(<object>PyList_GET_ITEM(heap, childpos),
+                                             <object>PyList_GET_ITEM(heap, childpos + 1)):
+            childpos += 1
+        heap[pos] = <object>PyList_GET_ITEM(heap, childpos)
+        pos = childpos
+    heap[pos] = newitem
+    return _siftdown(heap, startpos, pos)
+
+
+cpdef heappush(list heap, item):
+    """``heapq.heappush`` with ``_lt`` (the section's comment)."""
+    heap.append(item)
+    _siftdown(heap, 0, PyList_GET_SIZE(heap) - 1)
+
+
+cpdef heappop(list heap):
+    """``heapq.heappop`` with ``_lt``.
+
+    Raises:
+        IndexError: The heap is empty.
+    """
+    last = heap.pop()  # (IndexError on an empty heap, as heapq's)
+    if not heap:
+        return last
+    top = <object>PyList_GET_ITEM(heap, 0)
+    heap[0] = last
+    _siftup(heap, 0)
+    return top
+
+
+cpdef heapify(list heap):
+    """``heapq.heapify`` with ``_lt``."""
+    cdef Py_ssize_t i
+    for i in range((PyList_GET_SIZE(heap) >> 1) - 1, -1, -1):
+        _siftup(heap, i)
+
+
 #: Default load factor. ``SortedList``'s 1,000 weighs its Python-level bookkeeping per sublist;
 #: here that bookkeeping is C, and what a sublist costs is the ``memmove`` of every insert and
 #: removal (a kept order's oldest key leaves from the front of the first sublist): at 256 an LPM

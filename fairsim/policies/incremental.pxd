@@ -10,7 +10,7 @@ cdef class ArrivalOrder:
     cdef public object items, _last, _sorted, resolve, _resolved_twin
 
 
-# The kept order of LPM, k-LPM's longest lane, RAGCache, SUF, shortest-prefill-first, LOF and
+# The kept order of LPM, RAGCache, SUF, shortest-prefill-first, LOF and
 # DFS-weight (``key`` per snapshot, a sorted list of keys): one add and one remove per request.
 cdef class SortedKeyOrder:
     cdef dict __dict__
@@ -21,7 +21,7 @@ cdef class SortedKeyOrder:
     cpdef _note_gone(self, key)
 
 
-# The lazy kept order of LPM-aging, SJF-aging and the other orders whose keys take lazy hits
+# The lazy kept order of LPM-aging, SJF-aging, k-LPM's longest lane and the other orders whose keys take lazy hits
 # (a heap of keys, stale ones re-keyed when read).
 cdef class LazyKeyOrder:
     cdef dict __dict__

@@ -74,7 +74,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from heapq import heapify, heappop, heappush
 from itertools import chain
 from typing import Any, Protocol
 
@@ -82,7 +81,7 @@ from fairsim.compiled import compiled_twin
 from fairsim.errors import PolicyContractError
 from fairsim.policies.failure import policy_failure, policy_name
 from fairsim.policies.fast_lane import FastLane  # noqa: F401  (Fairway's Fast lane)
-from fairsim.policies.sorted_keys import SortedKeys
+from fairsim.policies.sorted_keys import SortedKeys, heapify, heappop, heappush
 from fairsim.policies.stale import resolve_stale
 from fairsim.types import QueuedRequest
 
@@ -422,8 +421,9 @@ class LazyKeyOrder:
     is resolved (``LazyHits.bounded``), so the blocks a conversation's running turn caches
     chunk by chunk do not rebuild its waiting next turn's snapshot at each chunk.
 
-    Held in a binary heap of keys (``heapq``, C-level) rather than a ``SortedList``: a step
-    reads a few items, and a heap push is a fraction of a sorted insertion. A key replaced or
+    Held in a binary heap of keys (``heapq``'s algorithm; where built, its compiled twin with the
+    key tuples compared in C: ``fairsim.policies.sorted_keys``) rather than a ``SortedList``: a
+    step reads a few items, and a heap push is a fraction of a sorted insertion. A key replaced or
     removed stays in the heap, dead (its request's stored key differs, or it left), and is
     dropped when it comes to the top; the heap is rebuilt from the live keys once the dead
     outnumber them; a key pushed again while a copy of it waits (re-keyed away and back) is
@@ -774,15 +774,24 @@ def fairway_carry_order(policy: Any, see_oldest: Callable[[QueuedRequest, float]
 
 
 def klpm_order(policy: Any) -> Lanes:
-    """The fast path of ``KLPM``: the oldest-first and longest-prefix lanes, picked by turns."""
+    """The fast path of ``KLPM``: the oldest-first and longest-prefix lanes, picked by turns.
+
+    Both lanes take lazy hits (``LazyLanes``; LPM's key ``-h`` only rises when a hit falls, so
+    the longest lane is a ``LazyKeyOrder``): k-LPM's oldest-request turns leave a longer backlog
+    than LPM's, and under overload with shared prefixes (agent templates) the eager lane re-keyed
+    every waiting request whose hit changed (docs/performance.md, "k-LPM's lanes lazy")."""
 
     def combine(now: float, oldest_lane: ArrivalOrder, longest_lane: SortedKeyOrder) -> Iterator[QueuedRequest]:
         return _klpm_picks(oldest_lane.iter_order(now), longest_lane.iter_order(now),
                            len(oldest_lane), policy.turn, policy.k)
 
-    lanes = Lanes(combine, ArrivalOrder(), SortedKeyOrder(longest_key))
-    # Its picks follow the two lanes and ``policy.turn``, which moves only at admissions.
-    lanes.moved_by = "snapshots"
+    lanes = LazyLanes(combine, ArrivalOrder(), LazyKeyOrder(longest_key))
+    # Its picks follow the two lanes and ``policy.turn``, which moves only at admissions. With
+    # lazy hits the sequence can move untold (``LazyKeyOrder.moved_by``), the first pick not:
+    # the oldest lane's first moves with membership only, the longest lane's as
+    # ``LazyKeyOrder``'s head (``falls_behind``).
+    lanes.head_moved_by = "snapshots"
+    lanes.falls_behind = True
     return lanes
 
 

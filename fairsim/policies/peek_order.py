@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator
-from heapq import heapify, heappop, heappush
+from fairsim.policies.sorted_keys import heapify, heappop, heappush
 from itertools import islice
 
 from fairsim.types import QueuedRequest
