@@ -19,7 +19,8 @@ and the live hook ``fairsim/live/scheduler.py`` both follow it):
    should advance per admission belongs in ``on_admitted``); policies that do (Preble's group
    pointer) need ``admission_limit`` and are simulator-only.
 2. **What ``order()`` may return.** A permutation of ``waiting``: the same snapshot objects,
-   each exactly once, nothing added or dropped (a list, or any iterable). Both engines check it
+   each exactly once, nothing added or dropped (a list, or any ordered iterable: a tuple, a
+   generator; not a set or a dict, whose order is not the policy's). Both engines check it
    with ``check_permutation``; a violation raises ``PolicyContractError`` with one message. The
    simulator stops the run with it; the hook logs it and keeps vLLM's order for that step.
 3. **When ``on_admitted(admitted, now)`` is called** (optional method). After the step's
@@ -79,7 +80,8 @@ Optional capabilities, discovered by attribute (``getattr``):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any, Protocol, runtime_checkable
 
 from fairsim.errors import PolicyContractError
@@ -136,16 +138,23 @@ def check_permutation(waiting: Sequence[QueuedRequest], ordered: Any, policy_nam
 
     Args:
         waiting: The snapshots given to ``order()``.
-        ordered: Its return value (a list or any iterable).
+        ordered: Its return value (a list, a tuple or an iterator; not a set or a mapping).
         policy_name: Named in the message.
 
     Returns:
         ``ordered`` as a list.
 
     Raises:
-        PolicyContractError: ``ordered`` is not iterable, or has a duplicate, a missing or a
-            foreign entry; the message names the policy and the first offending request ids.
+        PolicyContractError: ``ordered`` is not iterable, is a set or a mapping (no order of its
+            own: ``set``, ``frozenset``, ``dict``), or has a duplicate, a missing or a foreign
+            entry; the message names the policy and the first offending request ids.
     """
+    # A set or a dict iterates in an order that is not the policy's (a set's follows the objects'
+    # addresses): refused, where a list, a tuple or an iterator (a generator) keeps its order.
+    if type(ordered) is not list and isinstance(ordered, (AbstractSet, Mapping)):
+        raise PolicyContractError(
+            f"policy {policy_name!r}: order() returned a {type(ordered).__name__}, which has no "
+            f"order; return a list (or tuple) of the waiting requests")
     try:
         out = list(ordered)
     except TypeError:
