@@ -1,10 +1,11 @@
 """Tell an exception that escaped a policy's own code from a bug in the simulator.
 
 ``policy_failure`` walks the traceback of an exception raised during ``Engine.run``: when one of
-its frames runs the policy's ``order()``, ``on_admitted()`` or ``incremental_order()`` (the calls
-the engine makes into a policy; ``fairsim/policies/base.py``), or a method of a fast path whose
-class is not fairsim's (a team's own ``IncrementalOrder``), the exception came out of the policy
-and is wrapped in a ``PolicyError`` naming it. Broken contracts (``PolicyContractError``, raised
+its frames runs the policy's ``order()``, ``on_admitted()``, ``on_prefill_tokens()`` or
+``incremental_order()`` (the calls the engine makes into a policy; ``fairsim/policies/base.py``),
+or a method of a fast path or an eviction hook whose class is not fairsim's (a team's own
+``IncrementalOrder``, or ``eviction_hook`` with its ``select``), the exception came out of the
+policy and is wrapped in a ``PolicyError`` naming it. Broken contracts (``PolicyContractError``, raised
 by the engine's ``check_permutation`` after ``order()`` returned) and engine invariants are left
 as they are.
 """
@@ -18,7 +19,7 @@ from types import CodeType, TracebackType
 from fairsim.errors import EngineInvariantError, PolicyContractError, PolicyError
 
 #: The policy methods the engine calls; an exception raised through them is the policy's.
-POLICY_METHODS = ("order", "on_admitted", "incremental_order")
+POLICY_METHODS = ("order", "on_admitted", "on_prefill_tokens", "incremental_order")
 
 
 def _codes(policy: object, fast_path: object = None) -> set[CodeType]:
@@ -29,16 +30,18 @@ def _codes(policy: object, fast_path: object = None) -> set[CodeType]:
         code = getattr(fn, "__code__", None)
         if code is not None:
             out.add(code)
-    # A fast path of the team's own (its class defined outside fairsim): every method of it is
-    # the policy's code; fairsim's own fast paths are fairsim's, so their failures stay bugs.
-    for klass in type(fast_path).__mro__ if fast_path is not None else ():
-        if klass is object or klass.__module__.split(".")[0] == "fairsim":
-            continue
-        for fn in vars(klass).values():
-            fn = getattr(fn, "__func__", fn)
-            code = getattr(fn, "__code__", None)
-            if code is not None:
-                out.add(code)
+    # A fast path or an eviction hook of the team's own (its class defined outside fairsim):
+    # every method of it is the policy's code; fairsim's own are fairsim's, so their failures
+    # stay bugs.
+    for helper in (fast_path, getattr(policy, "eviction_hook", None)):
+        for klass in type(helper).__mro__ if helper is not None else ():
+            if klass is object or klass.__module__.split(".")[0] == "fairsim":
+                continue
+            for fn in vars(klass).values():
+                fn = getattr(fn, "__func__", fn)
+                code = getattr(fn, "__code__", None)
+                if code is not None:
+                    out.add(code)
     return out
 
 
@@ -90,9 +93,10 @@ def policy_failure(exc: BaseException, policy: object, name: str | None = None,
                    fast_path: object = None) -> tuple[PolicyError, BaseException] | None:
     """``(PolicyError, original)`` when ``exc`` or an exception it was raised from (``__cause__`` /
     ``__context__``: SimPy re-raises a process's exception as a copy caused by it) was raised
-    inside ``policy``'s ``order()``, ``on_admitted()`` or ``incremental_order()``, or inside a
-    method of ``fast_path`` (what ``incremental_order()`` returned) whose class is not fairsim's
-    (a frame of its traceback runs one of them); else ``None``. ``original`` is the exception the
+    inside ``policy``'s ``order()``, ``on_admitted()``, ``on_prefill_tokens()`` or
+    ``incremental_order()``, or inside a method of ``fast_path`` (what ``incremental_order()``
+    returned) or of the policy's ``eviction_hook`` whose class is not fairsim's (a frame of its
+    traceback runs one of them); else ``None``. ``original`` is the exception the
     policy raised, with its traceback. ``name``: the policy's name in the message (default
     ``policy_name(policy)``).
 

@@ -60,7 +60,6 @@ import numpy as np
 
 from fairsim.costmodel import Profile
 from fairsim.errors import CapacityError, EngineInvariantError
-from fairsim.gcpause import paused
 from fairsim.policies.base import Policy
 from fairsim.routers.base import Router
 from fairsim.sim.capacity import resolve_capacity
@@ -519,8 +518,7 @@ def simulate_disaggregated(requests: Sequence[Request], policies: Sequence[Polic
         As ``DisaggregatedFleet`` and ``fairsim.sim.simulate`` (a policy's failure is reported as
         there).
     """
-    with paused(freeze=True):
-        fleet = DisaggregatedFleet(requests, policies, router, decode_policies, profile, link, config,
+    return run_reporting_policy_failure(
+        lambda: DisaggregatedFleet(requests, policies, router, decode_policies, profile, link, config,
                                    decode_kv_blocks=decode_kv_blocks, replay=replay, think_scale=think_scale,
-                                   name=name, router_name=router_name)
-    return run_reporting_policy_failure(fleet)
+                                   name=name, router_name=router_name), policies, name)

@@ -402,24 +402,32 @@ def simulate_fleet(requests: Sequence[Request], policies: Sequence[Policy], rout
     Raises:
         As ``fairsim.sim.simulate`` (a policy's failure is reported as there).
     """
-    with paused(freeze=True):
-        fleet = Fleet(requests, policies, router, profile, config, progress, replay=replay,
+    return run_reporting_policy_failure(
+        lambda: Fleet(requests, policies, router, profile, config, progress, replay=replay,
                       think_scale=think_scale, fast_order=fast_order, name=name, router_name=router_name,
-                      fast_decode=fast_decode)
-    return run_reporting_policy_failure(fleet)
+                      fast_decode=fast_decode), policies, name)
 
 
-def run_reporting_policy_failure(fleet: Fleet) -> FleetResult:
-    """``fleet.run()``, with an exception raised inside an engine's ordering policy reported as a
-    lone engine reports it (``fairsim.policies.failure.policy_failure``: the policy named, its
-    traceback kept); any other exception propagates unchanged."""
+def run_reporting_policy_failure(build: Callable[[], Fleet], policies: Sequence[Policy],
+                                 name: str | None) -> FleetResult:
+    """``build()`` (with the collector paused) and then ``run()`` the fleet, with an exception
+    raised inside an engine's ordering policy reported as a lone engine reports it
+    (``fairsim.policies.failure.policy_failure``: the policy named, its traceback kept); building
+    included (the engines call a policy's eviction hook's ``bind()``/``attach()``), where the
+    policies are named ``name``, as the fleet names its engines. Any other exception propagates
+    unchanged."""
+    fleet = None
     try:
+        with paused(freeze=True):
+            fleet = build()
         return fleet.run()
     except (Exception, SystemExit) as exc:
         from fairsim.policies.failure import policy_failure
 
-        for engine in fleet.engines:
-            found = policy_failure(exc, engine.policy, engine.policy_name, engine._inc)
+        engines = ([(e.policy, e.policy_name, e._inc) for e in fleet.engines] if fleet is not None
+                   else [(policy, name, None) for policy in policies])
+        for policy, policy_name, fast_path in engines:
+            found = policy_failure(exc, policy, policy_name, fast_path)
             if found is not None:
                 raise found[0] from found[1]
         raise

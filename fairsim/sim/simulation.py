@@ -43,9 +43,10 @@ def simulate(
     see ``Engine``.
 
     Raises:
-        PolicyError: An exception escaped the policy's ``order()``/``on_admitted()``, its
-            ``incremental_order()`` or the methods of a fast path of its own (a class outside
-            fairsim) (``fairsim.policies.failure``; the original is its ``__cause__``).
+        PolicyError: An exception escaped the policy's ``order()``/``on_admitted()``/
+            ``on_prefill_tokens()``, its ``incremental_order()`` or the methods of a fast path or
+            an eviction hook of its own (a class outside fairsim) (``fairsim.policies.failure``;
+            the original is its ``__cause__``).
         PolicyContractError: The policy broke its contract (``fairsim/policies/base.py``).
     """
     cls = Engine
@@ -53,15 +54,16 @@ def simulate(
         from fairsim.sim.decode_fast import DecodeFastEngine as cls
     # Per-request state: long-lived, no garbage cycles; frozen until run() unfreezes at its end
     # (fairsim/gcpause.py).
-    with paused(freeze=True):
-        engine = cls(requests, policy, profile, config, progress, replay=replay,
-                     think_scale=think_scale, fast_order=fast_order, fast_chunks=fast_chunks, name=name)
-    try:
+    engine = None
+    try:  # (building the engine too: it calls a policy's eviction hook, bind() and attach())
+        with paused(freeze=True):
+            engine = cls(requests, policy, profile, config, progress, replay=replay,
+                         think_scale=think_scale, fast_order=fast_order, fast_chunks=fast_chunks, name=name)
         return engine.run()
     except (Exception, SystemExit) as exc:  # SystemExit: a policy's sys.exit() is its failure
         from fairsim.policies.failure import policy_failure
 
-        found = policy_failure(exc, policy, engine.policy_name, engine._inc)
+        found = policy_failure(exc, policy, name, getattr(engine, "_inc", None))
         if found is None:
             raise
         raise found[0] from found[1]
