@@ -39,7 +39,7 @@ def load_user_class(spec: str) -> type:
     except ModuleNotFoundError as exc:
         if exc.name is None or not (module_name == exc.name or module_name.startswith(exc.name + ".")):  # a dependency it imports
             raise ValueError(f"policy {spec!r}: importing module {module_name!r} failed: "
-                             f"ModuleNotFoundError: {exc}") from exc
+                             f"ModuleNotFoundError: {exc}{_at(exc)}") from exc
         raise ValueError(f"policy {spec!r}: module {module_name!r} not found ({exc}); install it "
                          f"or put its folder on PYTHONPATH") from None
     except Exception as exc:  # noqa: BLE001 - the user's module failed while importing: say how
@@ -90,8 +90,10 @@ def make_user_policy(spec: str, profile: Any = None, /, **params: Any) -> Policy
     Raises:
         ValueError: Anything ``load_user_class`` refuses, parameters the constructor does not
             take (listing those it does), a missing required parameter, a constructor given
-            ``params`` that raises ``ValueError``/``TypeError`` (on the values given), or an
-            ``order`` (or ``on_admitted``) that cannot be called as ``order(waiting, now)``.
+            ``params`` that raises ``ValueError``/``TypeError`` (on the values given), an
+            ``order`` (``on_admitted``, ``on_prefill_tokens``) that cannot be called as
+            ``order(waiting, now)`` (``on_admitted(admitted, now)``, ``on_prefill_tokens(total)``),
+            or an ``admission_limit`` that is neither None nor a whole number >= 1.
         PolicyError: The constructor raised anything else, or anything with no ``params``
             given (the policy's own code failed, exit 1 as for ``order()``; the original is its
             ``__cause__``). Both messages say where the team's code raised it.
@@ -126,8 +128,9 @@ def make_user_policy(spec: str, profile: Any = None, /, **params: Any) -> Policy
             raise ValueError(f"policy {spec!r}: constructor refused {params}: {exc}"
                              f"{f' (at {where})' if where else ''}") from exc
         raise PolicyError(spec, cls.__name__, type(exc).__name__, str(exc), where) from exc
-    for method in ("order", "on_admitted"):
+    for method in _CALLS:
         check_callable_as(spec, policy, method)
+    check_admission_limit(spec, policy)
     if not isinstance(getattr(policy, "name", None), str):
         try:
             policy.name = spec
@@ -136,22 +139,56 @@ def make_user_policy(spec: str, profile: Any = None, /, **params: Any) -> Policy
     return policy
 
 
-_NUMBER, _BOOL = "a number", "true or false"
+_NUMBER, _BOOL = "a finite number", "true or false"
 _KINDS = {float: _NUMBER, int: _NUMBER, bool: _BOOL, "float": _NUMBER, "int": _NUMBER, "bool": _BOOL}
+#: The kinds that also take ``null`` (``None``): an ``Optional[...]`` / ``X | None`` annotation,
+#: spelt ``null`` as for the shipped policies' optional parameters (``suf``'s
+#: ``starvation_iterations=null``).
+_OR_NULL = {kind: f"{kind} or null" for kind in (_NUMBER, _BOOL)}
 
 
 def _annotated(param: inspect.Parameter) -> str | None:
-    """The kind a parameter's annotation names (``float``, ``int``, ``bool``, or their names
-    under ``from __future__ import annotations``), else None."""
+    """The kind a parameter's annotation names (``float``, ``int``, ``bool``, any of them
+    ``Optional[...]`` or ``... | None``, also as strings under ``from __future__ import
+    annotations``), else None."""
+    import typing
+
+    ann = param.annotation
+    if isinstance(ann, str):
+        return _annotated_text(ann)
+    args = typing.get_args(ann)
+    if typing.get_origin(ann) is not None and type(None) in args:  # Optional[X], X | None
+        rest = [a for a in args if a is not type(None)]
+        kind = _KINDS.get(rest[0]) if len(rest) == 1 and isinstance(rest[0], type) else None
+        return _OR_NULL[kind] if kind is not None else None
     try:
-        return _KINDS.get(param.annotation)
+        return _KINDS.get(ann)
     except TypeError:  # an unhashable annotation: declares nothing we check
         return None
 
 
+def _annotated_text(text: str) -> str | None:
+    """``_annotated`` for an annotation kept as text: ``"int"``, ``"int | None"``,
+    ``"Optional[int]"`` (``typing.`` prefixes allowed), ``"Union[int, None]"``; else None (any
+    other text, e.g. ``"list[int] | None"``, declares nothing we check)."""
+    # (quotes: a quoted annotation under ``from __future__ import annotations`` is kept quoted)
+    text = text.replace(" ", "").replace("typing.", "").strip("'\"")
+    for prefix in ("Optional[", "Union["):
+        if text.startswith(prefix) and text.endswith("]"):
+            text = text[len(prefix):-1] + ("|None" if prefix == "Optional[" else "")
+            break
+    parts = [p for p in text.replace(",", "|").split("|") if p]
+    names = [p for p in parts if p != "None"]
+    if len(names) != 1:
+        return None
+    kind = _KINDS.get(names[0])
+    return _OR_NULL[kind] if kind is not None and len(parts) > 1 else kind
+
+
 def _kind_of(param: inspect.Parameter) -> str | None:
     """What a constructor parameter declares it takes, by its annotation or else its default's
-    type: ``_NUMBER``, ``_BOOL``, or None when it declares neither (any value goes)."""
+    type: ``_NUMBER``, ``_BOOL`` (or either ``_OR_NULL``), or None when it declares neither
+    (any value goes)."""
     import inspect
 
     kind = _annotated(param)
@@ -161,27 +198,41 @@ def _kind_of(param: inspect.Parameter) -> str | None:
 
 
 def _is_kind(value: Any, kind: str) -> bool:
-    """``value`` (as ``parse_params`` read it) is a ``kind``: a number that is not a bool, or a bool."""
-    if kind == _BOOL:
+    """``value`` (as ``parse_params`` read it) is a ``kind``: a finite number that is not a bool
+    (JSON reads ``1e400`` as infinity, and ``NaN``/``Infinity`` too), or a bool; ``None`` where
+    the kind takes null."""
+    import math
+
+    if value is None:
+        return kind in _OR_NULL.values()
+    if kind in (_BOOL, _OR_NULL[_BOOL]):
         return isinstance(value, bool)
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _declared(param: inspect.Parameter) -> str:
     """How a parameter declared its kind, for the message: ``default 5.0`` or ``float``."""
     if _annotated(param) is not None:
-        return f"declared {getattr(param.annotation, '__name__', param.annotation)}"
+        ann = param.annotation
+        return f"declared {ann.__name__ if isinstance(ann, type) else ann}"
     return f"default {param.default!r}"
 
 
+#: The methods the engines call on a policy, with the arguments they pass
+#: (``fairsim/policies/base.py``); all but ``order`` are optional.
+_CALLS = {"order": ("waiting", "now"), "on_admitted": ("admitted", "now"),
+          "on_prefill_tokens": ("total",)}
+
+
 def check_callable_as(spec: str, policy: Any, method: str) -> None:
-    """Refuse (``ValueError``) a ``method`` (``order`` or ``on_admitted``) of ``policy`` that
-    cannot be called with the engine's two positional arguments (``order(waiting, now)``,
-    ``on_admitted(admitted, now)``: ``fairsim/policies/base.py``); a missing ``on_admitted`` is
-    fine (it is optional), and a callable whose signature Python cannot read is taken as it is."""
+    """Refuse (``ValueError``) a ``method`` of ``policy`` (one of ``_CALLS``) that cannot be
+    called with the engine's positional arguments (``order(waiting, now)``, ``on_admitted(admitted,
+    now)``, ``on_prefill_tokens(total)``: ``fairsim/policies/base.py``); a missing optional one is
+    fine, and a callable whose signature Python cannot read is taken as it is."""
     import inspect
 
-    call = f"{method}({'waiting' if method == 'order' else 'admitted'}, now)"
+    names = _CALLS[method]
+    call = f"{method}({', '.join(names)})"
     fn = getattr(policy, method, None)
     if fn is None:
         return
@@ -193,7 +244,19 @@ def check_callable_as(spec: str, policy: Any, method: str) -> None:
     except (TypeError, ValueError):
         return
     try:
-        sig.bind([], 0.0)
+        sig.bind(*((0,) if method == "on_prefill_tokens" else ([], 0.0)))
     except TypeError as exc:
         raise ValueError(f"policy {spec!r}: {method}{sig} cannot be called as {call} "
                          f"({exc}; fairsim/policies/base.py)") from None
+
+
+def check_admission_limit(spec: str, policy: Any) -> None:
+    """Refuse (``ValueError``) an ``admission_limit`` that is neither ``None`` (no limit) nor a
+    whole number >= 1 (``fairsim/policies/base.py``): the engines slice the order with it, and 0
+    would admit nothing while requests wait. A policy's ``order()`` may change it later (Preble's)."""
+    limit = getattr(policy, "admission_limit", None)
+    if limit is None or (isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1):
+        return
+    raise ValueError(f"policy {spec!r}: admission_limit is {limit!r} ({type(limit).__name__}); "
+                     f"it must be None (no limit) or a whole number of requests >= 1 "
+                     f"(fairsim/policies/base.py)")
