@@ -233,3 +233,18 @@ def test_heap_pops_in_key_order_by_hand():
         _sorted_c.heappush(heap, k)
     assert [_sorted_c.heappop(heap) for _ in range(4)] == [(-1, 5.0, "0"), (-1, 5.0, "a"), (0, 1.0, "c"),
                                                            (0, 2.0, "b")]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 5000), st.integers(0, 5000), st.sampled_from([0, 1, 16, 512]), st.integers(0, 12),
+       st.integers(0, 3))
+def test_lpms_bound_key_is_the_key_of_the_bound_snapshot(prompt_len, cached, block_size, n_keys, computed):
+    # k-LPM's longest lane keys a raised request without building its bound snapshot.
+    from fairsim.policies.incremental import _bound, longest_bound_key, longest_key
+    from fairsim.types import QueuedRequest
+
+    cached = min(cached, prompt_len - 1)
+    keys = tuple(range(n_keys))
+    q = QueuedRequest("r1", 2.5, prompt_len, cached, max(1, prompt_len - cached - computed), computed, None,
+                      block_keys=keys, block_size=block_size)
+    assert longest_bound_key(q) == longest_key(_bound(q))

@@ -25,7 +25,7 @@ cdef class SortedKeyOrder:
 # (a heap of keys, stale ones re-keyed when read).
 cdef class LazyKeyOrder:
     cdef dict __dict__
-    cdef public object key, resolve
+    cdef public object key, bound_key, resolve
     cdef public list _heap, _taken
     cdef public dict _by_id
     cdef public set _stale

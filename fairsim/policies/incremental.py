@@ -444,8 +444,12 @@ class LazyKeyOrder:
     #: item, whose own changes are told (read by ``DecodeFastEngine``'s skip with lazy hits).
     falls_behind = True
 
-    def __init__(self, key: Callable[[QueuedRequest], tuple]) -> None:
+    def __init__(self, key: Callable[[QueuedRequest], tuple],
+                 bound_key: Callable[[QueuedRequest], tuple] | None = None) -> None:
         self.key = key
+        # ``key(_bound(q))``, or a function giving the same key without building the bound
+        # snapshot (``longest_bound_key``): it runs once per raised request.
+        self.bound_key = bound_key
         self._heap: list[tuple] = []
         self._by_id: dict[str, tuple[tuple, QueuedRequest]] = {}  # request_id -> (stored key, snapshot)
         self._taken: list[tuple] = []  # keys the last read took off the heap
@@ -484,17 +488,18 @@ class LazyKeyOrder:
     def stale(self, request_ids: list[str], raised: list[str] | None = None) -> None:
         """Lazy hits: these stored keys are lower bounds now (class docstring); those in
         ``raised`` (all for ``None``) may have risen, so their key is lowered to a bound: the key
-        at the largest hit the request can have (``_bound``), till a read resolves them."""
+        at the largest hit the request can have (``_bound``, or ``bound_key``), till a read
+        resolves them."""
         by_id = self._by_id
         stale = self._stale
         stale.update(request_ids)  # held ones (lazy hits names no other; ``_read`` checks anyway)
-        heap, key = self._heap, self.key
+        heap, key, bound_key = self._heap, self.key, self.bound_key
         for rid in (request_ids if raised is None else raised):
             held = by_id.get(rid)
             if held is not None:
                 k, q = held
                 stale.add(rid)
-                bound = key(_bound(q))
+                bound = key(_bound(q)) if bound_key is None else bound_key(q)
                 if bound < k:
                     by_id[rid] = (bound, q)
                     heappush(heap, bound)
@@ -785,7 +790,7 @@ def klpm_order(policy: Any) -> Lanes:
         return _klpm_picks(oldest_lane.iter_order(now), longest_lane.iter_order(now),
                            len(oldest_lane), policy.turn, policy.k)
 
-    lanes = LazyLanes(combine, ArrivalOrder(), LazyKeyOrder(longest_key))
+    lanes = LazyLanes(combine, ArrivalOrder(), LazyKeyOrder(longest_key, longest_bound_key))
     # Its picks follow the two lanes and ``policy.turn``, which moves only at admissions. With
     # lazy hits the sequence can move untold (``LazyKeyOrder.moved_by``), the first pick not:
     # the oldest lane's first moves with membership only, the longest lane's as
@@ -822,6 +827,19 @@ def _klpm_picks(oldest: Iterator[QueuedRequest], longest: Iterator[QueuedRequest
 def longest_key(q: QueuedRequest) -> tuple[int, float, str]:
     """LPM's key: longest cached prefix first, ties by arrival then ``request_id``."""
     return (-q.cached_len, q.arrival_time, q.request_id)
+
+
+def longest_bound_key(q: QueuedRequest) -> tuple[int, float, str]:
+    """``longest_key(_bound(q))``, without building the bound snapshot: the key at the largest
+    hit ``q``'s request can have (``_bound``: every full block but the last token's, or its own
+    hit where that is more or the snapshot carries no block keys)."""
+    h = q.cached_len
+    bs = q.block_size
+    if bs > 0 and q.block_keys:
+        most = min(len(q.block_keys), (q.prompt_len - 1) // bs) * bs
+        if most > h:
+            h = most
+    return (-h, q.arrival_time, q.request_id)
 
 
 class StaleArrivalOrder(ArrivalOrder):
