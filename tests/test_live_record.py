@@ -69,6 +69,7 @@ def test_replay_command_records(tmp_path, monkeypatch):
     trace = tmp_path / "t.jsonl"
     write_mooncake(Trace("t", "test", tuple(equivalence_trace(8, seed=2, rate_per_s=4.0))), trace)
     rec = tmp_path / "rec" / "recorded.jsonl"
+    out = tmp_path / "out"
     held = []
     make_llm = replay_mod.make_llm
     monkeypatch.setattr(replay_mod, "make_llm", lambda cfg: held.append(make_llm(cfg)) or held[-1])
@@ -76,13 +77,22 @@ def test_replay_command_records(tmp_path, monkeypatch):
     gc.disable()
     try:
         assert main(["replay", "--engine", "vllm", "--virtual", "--trace", str(trace), "--policy", "lpm",
-                     "--kv-blocks", "64", "--record", str(rec)]) == 0
+                     "--kv-blocks", "64", "--record", str(rec), "--out", str(out)]) == 0
     finally:
         gc.enable()
     recorded = load_trace(str(rec))
     assert len(recorded.requests) == 8
     assert json.loads((rec.parent / "recorded.jsonl.meta.json").read_text())["requests"] == 8
-    assert all("observed_ttft_ms" in r.labels for r in recorded.requests)
+    # On the virtual clock the recorded TTFT is the replay table's: the end of the step that
+    # produced the first token (its profile time included) minus the arrival, never 0.
+    import pandas as pd
+
+    table = pd.read_parquet(out / "requests-lpm.parquet").set_index("request_id")
+    observed = {r.request_id[:-9]: r.labels["observed_ttft_ms"] for r in recorded.requests}  # vLLM's "-suffix"
+    assert sorted(observed) == sorted(table.index)
+    for rid, ms in observed.items():
+        assert ms == pytest.approx(1000.0 * table.loc[rid, "ttft_s"], abs=1e-3), rid
+    assert min(observed.values()) > 0
 
 
 def test_accept_live_engine(tmp_path, capsys):

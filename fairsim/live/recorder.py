@@ -15,7 +15,9 @@ were added, to ``PATH`` in fairsim's canonical trace format (Mooncake-style JSON
   ``SamplingParams.extra_args["session_id"]`` (OpenAI server: ``"vllm_xargs"``);
 - observed columns (outputs of this engine, never inputs of a simulation):
   ``observed_cached_tokens`` (prefix hit at first admission), ``observed_first_scheduled_ms``
-  (same clock as ``timestamp``), ``observed_ttft_ms`` (first token after arrival) and
+  (same clock as ``timestamp``), ``observed_ttft_ms`` (end of the step that produced the first
+  token, minus the arrival: on the virtual clock of ``replay --virtual``, the replay table's
+  ``ttft_s``) and
   ``observed_finish`` (vLLM's finished status).
 
 Memory: the recorder holds the requests in flight, and those finished behind the oldest one
@@ -77,7 +79,10 @@ class TraceRecorder:
         path: The JSONL file (overwritten); its sidecar ``PATH.meta.json`` is written at once, and
             again with the request count at ``close``.
         block_size: The engine's hash block, tokens (vLLM ``Scheduler.hash_block_size``).
-        clock: Seconds on the clock of ``Request.arrival_time`` (the hook's ``fairsim_clock``).
+        clock: Seconds on the clock of ``Request.arrival_time`` when ``after_step`` is called: the
+            end of the step just run, so a first token is stamped with the end of the step that
+            produced it (the hook's ``fairsim_step_end_clock``, or its ``fairsim_clock``, which in
+            real time has passed the step by then).
         source: Free text for the sidecar (engine, model, policy).
 
     Raises:

@@ -148,22 +148,27 @@ class _Driver:
             return self.by_vllm_id[out.request_id], out.request_id
         return self.by_output_id[out.request_id]
 
-    def record_batch(self, step: int, start_s: float) -> tuple[int, int, float, int, int]:
-        """``(tokens, requests, pair_tokens, decodes, decode_context)`` of the last step;
-        remembers first-scheduled steps."""
+    def batch_sums(self, batch: Sequence[tuple[str, int, int]]) -> tuple[int, int, float, int, int]:
+        """``(tokens, requests, pair_tokens, decodes, decode_context)`` of ``batch`` (the hook's
+        ``fairsim_last_batch``)."""
         tokens = 0
         pairs = 0.0
         decodes = decode_ctx = 0
-        batch = self.sched.fairsim_last_batch
         for vid, n, ctx in batch:
             tokens += n
             pairs += n * (ctx + n / 2)
             if n == 1 and ctx >= self.by_vllm_id[vid].prompt_len:
                 decodes += 1
                 decode_ctx += ctx
+        return tokens, len(batch), pairs, decodes, decode_ctx
+
+    def record_batch(self, step: int, start_s: float) -> tuple[int, int, float, int, int]:
+        """``batch_sums`` of the last step; remembers first-scheduled steps."""
+        batch = self.sched.fairsim_last_batch
+        for vid, _, _ in batch:
             if vid not in self.first_step:
                 self.first_step[vid] = (step, start_s)
-        return tokens, len(batch), pairs, decodes, decode_ctx
+        return self.batch_sums(batch)
 
     def table(self) -> pd.DataFrame:
         rows = []
@@ -306,10 +311,21 @@ def replay_virtual(requests: Sequence[Request], config: LiveConfig, profile: Pro
     arrivals = Arrivals([(r, r) for r in requests], resolve_replay(requests, replay), think_scale)
     d = _Driver(requests, config, salt, colocated)
     first_token: dict[str, float] = {}
+
+    def step_time(batch: Sequence[tuple[str, int, int]]) -> float:
+        """The profile's time of a step that ran ``batch`` (the hook's ``fairsim_last_batch``)."""
+        if colocated:
+            tokens, nreq, pairs, decodes, decode_ctx = d.batch_sums(batch)
+            return profile.step_time_colocated(tokens, pairs, nreq, decodes, decode_ctx)
+        return profile.step_time((n, ctx) for _, n, ctx in batch)
+
     try:
         d.warm_up()
         vt = 0.0
         d.sched.fairsim_clock = lambda: vt
+        # The recorder stamps first tokens inside step() (update_from_output), before vt moves on:
+        # the end of the step is its start plus the profile's time of the batch just scheduled.
+        d.sched.fairsim_step_end_clock = lambda: vt + step_time(d.sched.fairsim_last_batch)
         step = 0
         while arrivals or d.engine.has_unfinished_requests():
             for released, req, _ in arrivals.pop_due(vt):
@@ -323,12 +339,8 @@ def replay_virtual(requests: Sequence[Request], config: LiveConfig, profile: Pro
             interrupt.check()
             num_waiting = len(d.sched.waiting)
             outputs = d.engine.step()
-            batch = d.sched.fairsim_last_batch
             tokens, nreq, pairs, decodes, decode_ctx = d.record_batch(step, vt)
-            if colocated:
-                duration = profile.step_time_colocated(tokens, pairs, nreq, decodes, decode_ctx)
-            else:
-                duration = profile.step_time((n, ctx) for _, n, ctx in batch)
+            duration = step_time(d.sched.fairsim_last_batch)
             done = [out for out in outputs if out.finished]
             d.step_rows.append((step, vt, duration, tokens, nreq, num_waiting,
                                 len(d.sched.running) + len(done), pairs, decodes, decode_ctx))

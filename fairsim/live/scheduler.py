@@ -92,6 +92,11 @@ class _PolicyMixin:
         fairsim_policy: The policy object.
         fairsim_clock: Zero-argument callable giving ``now`` in seconds on the clock of
             ``Request.arrival_time`` (default ``time.time``; the virtual-clock driver replaces it).
+        fairsim_step_end_clock: ``None`` (default), or a zero-argument callable giving the end of
+            the step being updated, on the same clock: the recorder's first-token time. ``None``
+            reads ``fairsim_clock`` in ``update_from_output``, which in real time is after the
+            model ran; the virtual-clock driver, whose clock advances only after ``step()``
+            returns, sets it to the step's start plus its profile time.
         fairsim_reorder_s: The hook's own time in each recent step with a waiting request,
             seconds (a bounded deque): ordering, the lazy reads of the order inside vLLM's
             ``schedule()``, and the admission feedback.
@@ -122,6 +127,7 @@ class _PolicyMixin:
         self._fairsim_settings = settings
         self.fairsim_policy = build_policy(settings)
         self.fairsim_clock: Callable[[], float] = time.time
+        self.fairsim_step_end_clock: Callable[[], float] | None = None
         self.fairsim_reorder_s: collections.deque[float] = collections.deque(maxlen=100_000)
         self.fairsim_policy_errors = 0
         self.fairsim_last_batch: list[tuple[str, int, int]] = []
@@ -153,7 +159,7 @@ class _PolicyMixin:
 
             self.fairsim_recorder = TraceRecorder(
                 settings["record"], getattr(self, "hash_block_size", None) or self.block_size,
-                lambda: self.fairsim_clock(),
+                lambda: (self.fairsim_step_end_clock or self.fairsim_clock)(),
                 source=f"vLLM {getattr(self.vllm_config.model_config, 'model', '?')}, policy {settings.get('policy', 'fcfs')}")
             logger.info("fairsim: recording every request to %s", settings["record"])
         logger.info("fairsim: ordering the waiting queue with policy %r",
