@@ -198,8 +198,36 @@ def _total_device_bytes() -> int | None:
         return None
 
 
+#: Options only one backend reads: ``(option, attribute, default)``. Given with the other backend
+#: (a value other than the default), they are refused rather than ignored.
+VLLM_ONLY = (("--model", "model", None), ("--load-format", "load_format", None), ("--dtype", "dtype", "auto"),
+             ("--block-size", "block_size", None), ("--max-worst", "max_worst", 0.5), ("--force", "force", False))
+TORCH_ONLY = (("--model-config", "model_config", None), ("--device", "device", None))
+
+
+def check_backend_options(args: argparse.Namespace) -> None:
+    """Refuse an option the chosen ``--backend`` does not read (given, i.e. not its default).
+
+    Raises:
+        ValueError: Naming the option and what that backend uses instead.
+    """
+    if args.backend == "torch":
+        for option, attr, default in VLLM_ONLY:
+            if getattr(args, attr) != default:
+                raise ValueError(f"{option}: a vLLM-backend option, which --backend torch does not use (it builds "
+                                 f"the model from --model-config on --device in plain PyTorch, in its own dtype: "
+                                 f"bf16 on a GPU, fp32 on a CPU; its fit is never refused, so it has no "
+                                 f"--max-worst or --force)")
+    else:
+        for option, attr, default in TORCH_ONLY:
+            if getattr(args, attr) != default:
+                raise ValueError(f"{option}: a --backend torch option, which the vLLM backend does not use "
+                                 f"(it serves --model with --load-format and --dtype)")
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Run the calibration; exit 0 when a profile was written, 3 when the fit was refused."""
+    check_backend_options(args)
     if args.backend == "torch":
         return cmd_calibrate_torch(args)
     from calibration.fit import fit_cost_model
