@@ -182,8 +182,9 @@ class StatusError(RuntimeError):
     ``fairsim.cli.main`` prints the message and exits with ``status``. Raised by ``fairsim bench``
     for a ``fairsim run`` child that failed (its own error lines and status: 2 bad input, 1 a
     policy's error or a broken contract), after the policies that finished are printed and
-    written; and by ``fairsim hook-overhead`` when a policy failed inside the hook (status 1), after
-    every row is printed.
+    written; by ``fairsim hook-overhead`` when a policy failed inside the hook (status 1), after
+    every row is printed; and by ``fairsim replay`` likewise, after its figures are printed and
+    its tables written.
 
     Attributes:
         status: The exit status to give.

@@ -46,8 +46,9 @@ def file_stem(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)
 
 
-def check_file_stems(names: list[str]) -> None:
-    """Refuse policy names whose ``file_stem`` coincide (their tables would overwrite each other).
+def check_file_stems(names: list[str], pattern: str = "requests-{}.parquet") -> None:
+    """Refuse policy names whose ``file_stem`` coincide (their tables would overwrite each other;
+    ``pattern``: the name of one such file, ``{}`` standing for the stem, for the message).
 
     Raises:
         ValueError: Two names with the same file stem, naming both.
@@ -57,7 +58,7 @@ def check_file_stems(names: list[str]) -> None:
         stem = file_stem(name)
         if stem in seen and seen[stem] != name:
             raise ValueError(f"--policies: {seen[stem]!r} and {name!r} would both write "
-                             f"requests-{stem}.parquet; rename one of the policies")
+                             f"{pattern.format(stem)}; rename one of the policies")
         seen[stem] = name
 
 

@@ -38,7 +38,9 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
     rep.add_argument("--record", type=path_arg, default=None,
                      help="the hook writes every request the engine sees to this trace file "
                           "(canonical JSONL + PATH.meta.json; fairsim/live/recorder.py)")
-    add_common(rep)
+    # --mode and --slo are refused with their reason (run_live_command): not offered in --help.
+    add_common(rep, goodput=False)
+    rep._option_string_actions["--mode"].help = argparse.SUPPRESS  # noqa: SLF001 (as analyze's --param)
     _engine_options(rep)
 
     eq = sub.add_parser("equivalence", help="compare simulator and vLLM decisions per request")
@@ -155,6 +157,10 @@ def _check_profile_and_policies(args: argparse.Namespace, names: list[str]) -> N
     if not all(names):
         raise ValueError(f"--policies {args.policies!r}: need comma-separated policy names")
     check_named_once("--policies", args.policies, names)
+    if getattr(args, "out", None) is not None:  # file names through file_stem: none may coincide
+        from fairsim.io import check_file_stems
+
+        check_file_stems(names, "equivalence-{}.csv" if args.command == "equivalence" else "requests-live-{}.parquet")
     for name in names:
         try:
             build_policy({"policy": name, "profile": args.profile})
@@ -208,6 +214,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
     desc = describe_run(args, policies=[args.policy], live_block_size=128, fit_longest_prompt=True)
     profile, trace, requests, block, kv_blocks = desc.profile, desc.trace, desc.requests, desc.block_size, desc.kv_blocks
     params = desc.policy_params[args.policy]
+    # The policy as the hook will build it, before the engine starts: one the hook refuses
+    # (Preble's admission, PEEK's eviction, PGDSF) is named now, as equivalence/fidelity do.
+    from fairsim.live.settings import build_policy
+
+    try:
+        build_policy({"policy": args.policy, "params": params, "profile": args.profile})
+    except ValueError as exc:
+        raise ValueError(f"--policy {args.policy}: {exc}") from None
     cfg = LiveConfig(policy=args.policy, params=params, profile=args.profile,
                      budget_tokens=args.budget, max_num_seqs=args.max_num_seqs, block_size=block,
                      kv_blocks=kv_blocks, scheduler=args.scheduler,
@@ -240,6 +254,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(strict_json(rows))
     else:
         print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in summary.items()))
+    if result.policy_errors:  # every table and figure above is written and printed first
+        from fairsim.errors import StatusError
+
+        raise StatusError(f"replay: policy {args.policy} failed in the hook in {result.policy_errors} of "
+                          f"{len(result.steps)} steps, where the hook kept vLLM's order, so these figures "
+                          f"measure that fallback, not the policy (its error is logged above)", 1)
     return 0
 
 
@@ -283,9 +303,9 @@ def cmd_equivalence(args: argparse.Namespace) -> int:
         if diff is not None:
             print(f"  first difference: {diff.to_dict()}")
         if args.out is not None:
-            from fairsim.io import atomic_to_csv
+            from fairsim.io import atomic_to_csv, file_stem
 
-            atomic_to_csv(eq.table, args.out / f"equivalence-{name}.csv")
+            atomic_to_csv(eq.table, args.out / f"equivalence-{file_stem(name)}.csv")
     return 0
 
 
