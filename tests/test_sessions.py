@@ -123,14 +123,24 @@ class TestSessionErrors:
             check_sessions([a, b, c, X])
 
     def test_a_cycle_in_a_file_names_the_file_and_line(self, tmp_path, capsys):
+        # At one timestamp (no link goes back in time): the cycle itself is named.
         path = tmp_path / "cyc.jsonl"
-        path.write_text("".join(json.dumps({"timestamp": i, "input_length": 10, "output_length": 1,
+        path.write_text("".join(json.dumps({"timestamp": 0, "input_length": 10, "output_length": 1,
                                             "hash_ids": [i], "request_id": rid, "after": after}) + "\n"
                                 for i, (rid, after) in enumerate([("a", "b"), ("b", "a")])))
         assert main(["run", "--trace", str(path)]) == 2
         assert capsys.readouterr().err.strip() == (
             f"fairsim: error: {path}:1: 'after' links form a cycle (each request waits for the next), so "
             f"none of them can be sent: a -> b -> a")
+        # At two timestamps the cycle has a link back in time, which the reader refuses first.
+        later = tmp_path / "later.jsonl"
+        later.write_text(path.read_text().replace('"timestamp": 0, "input_length": 10, "output_length": 1, '
+                                                  '"hash_ids": [1]', '"timestamp": 1, "input_length": 10, '
+                                                  '"output_length": 1, "hash_ids": [1]'))
+        assert main(["run", "--trace", str(later)]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"fairsim: error: {later}:1: field 'after': this request (arrival 0 s) follows 'b' (line 2), which "
+            "arrives later (0.001 s); a turn follows a request that started before it")
 
     def test_bad_think_scale(self):
         with pytest.raises(ValueError, match="think-scale -1"):
