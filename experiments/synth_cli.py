@@ -15,7 +15,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from fairsim.io import plural
+from fairsim.errors import OutputError
+from fairsim.io import file_target, plural
 
 MAX_REQUESTS = 10_000_000
 MIN_RATE, MAX_RATE = 1e-3, 1e6
@@ -45,9 +46,12 @@ def main(prog: str, description: str, write: Callable[[str, int, float, int], No
         return fail(f"--requests {args.requests}: need 1 to {MAX_REQUESTS:,}")
     if not (math.isfinite(args.rate) and MIN_RATE <= args.rate <= MAX_RATE):
         return fail(f"--rate {args.rate:g}: need {MIN_RATE:g} to {MAX_RATE:g} arrivals per second")
-    out = Path(args.out)
-    if not args.out or out.is_dir():
+    if not args.out or Path(args.out).is_dir():
         return fail(f"--out {args.out!r}: need a file name, not a folder")
+    try:
+        out = file_target(args.out, "--out")  # (a link: its target is written, the link kept)
+    except OutputError as exc:
+        return fail(str(exc))
     if not out.parent.is_dir():
         return fail(f"--out {args.out}: the folder {out.parent} does not exist")
     part = out.with_name(out.name + ".part")

@@ -114,18 +114,40 @@ def check_writable_dir(path: str | Path, option: str = "--out", files: Iterable[
     return out
 
 
+def file_target(path: str | Path, option: str | None = None) -> Path:
+    """The file to write for ``path``: ``path`` itself, or the file a link at ``path`` points to
+    (a write renames a new file into place, which would replace the link, not write through it).
+
+    Raises:
+        OutputError: ``path`` exists and is not a regular file (a device such as ``/dev/full``, a
+            pipe, a socket: a rename would replace it with a plain file), or is a link to nothing.
+    """
+    target = Path(path)
+    if target.is_symlink():
+        if not target.exists():
+            raise OutputError(target, f"is a link to {os.readlink(target)}, which does not exist", option)
+        target = Path(os.path.realpath(target))
+    if target.exists() and not target.is_file() and not target.is_dir():
+        raise OutputError(target, "is not a regular file (a device, a pipe or a socket), which a write "
+                          "would replace with a plain file; give a file name", option)
+    return target
+
+
 def check_writable_file(path: str | Path, option: str = "--out") -> Path:
     """Make sure a file can be written at ``path`` (atomically: the folder must be writable).
 
     Creates the parent folder if missing. An existing file is left alone (it is replaced only when
     the result is written).
 
+    Returns:
+        The file to write: ``path``, or the file a link at ``path`` points to (``file_target``).
+
     Raises:
-        OutputError: ``path`` is empty or a folder, its parent cannot be created or is not
-            writable, or an existing ``path`` is read-only.
+        OutputError: ``path`` is empty or a folder, not a regular file, a link to nothing, its
+            parent cannot be created or is not writable, or an existing ``path`` is read-only.
     """
     _not_empty(path, option)
-    target = Path(path)
+    target = file_target(path, option)
     if target.is_dir():
         raise OutputError(target, "is a folder; give a file name", option)
     parent = target.parent
@@ -207,15 +229,16 @@ def atomic_write(path: str | Path, write: Callable[[Path], Any]) -> Path:
         write: Writes the whole content to the path it is given.
 
     Returns:
-        ``path`` as a ``Path``.
+        The file written: ``path``, or the file a link at ``path`` points to.
 
     Raises:
-        OutputError: Creating, writing or renaming failed (the temporary file is removed; the
-            message names ``path`` and the reason).
+        OutputError: ``path`` is not a regular file or a link to one (``file_target``), or
+            creating, writing or renaming failed (the temporary file is removed; the message
+            names ``path`` and the reason).
     """
     import tempfile  # (as in _probe)
 
-    final = Path(path)
+    final = file_target(path)  # (through a link: the rename replaces its target, keeping the link)
     try:
         fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
     except OSError as exc:

@@ -123,3 +123,111 @@ def test_a_policy_whose_tables_cannot_be_written_is_still_printed(tmp_path, caps
     assert "the 2 of 3 policies that finished (fcfs, lpm); lpm: its tables were not written" in err
     assert "steps-lpm.parquet: cannot write" in err
     assert list(json.loads((out / "summary.json").read_text())) == ["fcfs"]
+
+
+# -- the third pass -----------------------------------------------------------------------------
+
+def test_special_files_are_refused_and_links_written_through(tmp_path, capsys):
+    # Was: a FIFO, a device or a link at OUT replaced by a plain file, "wrote ..." and exit 0.
+    import os
+
+    from experiments import synth_toolagent
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert synth_toolagent.main(["--requests", "3", "--out", str(fifo)]) == 2
+    assert "is not a regular file" in capsys.readouterr().err and fifo.is_fifo()
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n')
+    code, _, err = run_cli(capsys, "convert", src, fifo)
+    assert code == 2 and "is not a regular file" in err and fifo.is_fifo()
+    target = tmp_path / "target.jsonl"
+    target.write_text("old\n")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    assert synth_toolagent.main(["--requests", "3", "--out", str(link)]) == 0
+    assert link.is_symlink() and len(target.read_text().splitlines()) == 3
+    dangling = tmp_path / "dangling.jsonl"
+    dangling.symlink_to(tmp_path / "nowhere" / "x.jsonl")
+    code, _, err = run_cli(capsys, "convert", src, dangling)
+    assert code == 2 and "which does not exist" in err
+
+
+def test_skip_bad_drops_the_turns_that_follow_a_dropped_one(tmp_path, capsys):
+    # Was: b1 (after a later request) skipped, but b2 (after b1) kept, then refused by the run.
+    path = tmp_path / "t.jsonl"
+    rows = [(0, "a1", None), (1000, "b1", "a3"), (3000, "a3", None), (4000, "b2", "b1"), (5000, "c", None)]
+    path.write_text("".join(json.dumps({"timestamp": t, "input_length": 600, "output_length": 5, "hash_ids": [i, 99],
+                                        "request_id": rid, **({"after": a, "delay": 100} if a else {})}) + "\n"
+                            for i, (t, rid, a) in enumerate(rows)))
+    trace = read_trace(path, skip_bad=True)
+    assert [r.request_id for r in trace.requests] == ["a1", "a3", "c"]
+    assert [str(e).split(": field")[0] for e in trace.skipped] == [f"{path}:2", f"{path}:4"]
+
+
+def _policy_module(tmp_path, monkeypatch, name, body):
+    (tmp_path / f"{name}.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return f"{name}:P"
+
+
+def test_an_admission_limit_set_badly_in_order_is_the_policys_broken_contract(tmp_path, monkeypatch, capsys):
+    # Was: "internal error (a bug in fairsim)": EngineInvariantError or a slice TypeError.
+    spec = _policy_module(tmp_path, monkeypatch, "later_limit", (
+        "class P:\n"
+        "    admission_limit = None\n"
+        "    def order(self, waiting, now):\n"
+        "        self.admission_limit = 0\n"
+        "        return list(waiting)\n"))
+    code, _, err = run_cli(capsys, "run", "--policy", spec, "--max-requests", "20")
+    assert code == 1
+    assert "policy contract broken" in err and "admission_limit is 0 (int)" in err and "internal error" not in err
+
+
+@pytest.mark.parametrize("hook, says, status", [
+    ("Hook", "eviction_hook is the class Hook; give an instance", 2),
+    ("42", "eviction_hook 42 (int) has no select(pool, n) method", 2),
+    ("Bare()", "eviction_hook's select() cannot be called as select(pool, n)", 2),
+    ("NoList()", "eviction hook NoList.select(pool, ", 1),
+])
+def test_eviction_hook_mistakes_are_the_teams(tmp_path, monkeypatch, capsys, hook, says, status):
+    name = "hooky_" + "".join(c for c in hook if c.isalnum())  # (a module per case: imports are cached)
+    spec = _policy_module(tmp_path, monkeypatch, name, (
+        "class Hook:\n"
+        "    def select(self, pool, n):\n"
+        "        return list(pool.iter_free())[:n]\n"
+        "class Bare:\n"
+        "    def select(self):\n"
+        "        return []\n"
+        "class NoList:\n"
+        "    def select(self, pool, n):\n"
+        "        return None\n"
+        "class P:\n"
+        f"    eviction_hook = {hook}\n"
+        "    def order(self, waiting, now):\n"
+        "        return list(waiting)\n"))
+    code, _, err = run_cli(capsys, "run", "--policy", spec, "--max-requests", "60", "--kv-blocks", "20")
+    assert code == status and says in err and "internal error" not in err, err
+
+
+def test_a_property_that_raises_is_the_policys_error(tmp_path, monkeypatch, capsys):
+    spec = _policy_module(tmp_path, monkeypatch, "propraise", (
+        "class P:\n"
+        "    @property\n"
+        "    def admission_limit(self):\n"
+        "        raise RuntimeError('prop boom')\n"
+        "    def order(self, waiting, now):\n"
+        "        return list(waiting)\n"))
+    code, _, err = run_cli(capsys, "run", "--policy", spec, "--max-requests", "20")
+    assert code == 1 and "error in policy 'propraise:P' (P): RuntimeError: prop boom" in err
+    assert f"(at {tmp_path / 'propraise.py'}, line 4)" in err
+
+
+def test_a_pretty_printed_claude_code_document_with_requests_first_is_detected(tmp_path):
+    # Was: longer than the 64 KiB head, its block_size after the list: "line 1 is not valid JSON".
+    requests = [{"t": 2.0 * i, "in": 200 + i, "out": 10, "api_time": 1.0, "hash_ids": [1, 2, 3]} for i in range(600)]
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"requests": requests, "id": "x", "block_size": 64}, indent=2))
+    assert path.stat().st_size > 65536
+    assert detect(path) == "claude-code"
+    assert len(read_trace(path).requests) == 600

@@ -129,6 +129,22 @@ def _ids(items: Iterable[Any], limit: int = 3) -> str:
     return ", ".join(names[:limit]) + more
 
 
+def admission_limit_of(policy: Any, policy_name: str) -> int | None:
+    """The policy's ``admission_limit`` as the engines read it at each ordering step: ``None`` (no
+    limit) or a whole number >= 1 (a policy may change it in ``order()``, as Preble does).
+
+    Raises:
+        PolicyContractError: Any other value (a string, a float, 0 or less, a bool), which the
+            engines cannot slice the order with; the message names the policy and the value.
+    """
+    limit = getattr(policy, "admission_limit", None)
+    if limit is None or (isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1):
+        return limit
+    raise PolicyContractError(f"policy {policy_name!r}: admission_limit is {limit!r} "
+                              f"({type(limit).__name__}); it must be None (no limit) or a whole "
+                              f"number of requests >= 1 (fairsim/policies/base.py)")
+
+
 def check_permutation(waiting: Sequence[QueuedRequest], ordered: Any, policy_name: str) -> list[QueuedRequest]:
     """Check that ``ordered`` (what ``order(waiting, now)`` returned) is a permutation of ``waiting``.
 

@@ -131,6 +131,7 @@ def make_user_policy(spec: str, profile: Any = None, /, **params: Any) -> Policy
     for method in _CALLS:
         check_callable_as(spec, policy, method)
     check_admission_limit(spec, policy)
+    check_eviction_hook(spec, policy)
     if not isinstance(getattr(policy, "name", None), str):
         try:
             policy.name = spec
@@ -254,9 +255,53 @@ def check_admission_limit(spec: str, policy: Any) -> None:
     """Refuse (``ValueError``) an ``admission_limit`` that is neither ``None`` (no limit) nor a
     whole number >= 1 (``fairsim/policies/base.py``): the engines slice the order with it, and 0
     would admit nothing while requests wait. A policy's ``order()`` may change it later (Preble's)."""
-    limit = getattr(policy, "admission_limit", None)
+    limit = _attribute(spec, policy, "admission_limit")
     if limit is None or (isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1):
         return
     raise ValueError(f"policy {spec!r}: admission_limit is {limit!r} ({type(limit).__name__}); "
                      f"it must be None (no limit) or a whole number of requests >= 1 "
                      f"(fairsim/policies/base.py)")
+
+
+def check_eviction_hook(spec: str, policy: Any) -> None:
+    """Refuse (``ValueError``) an ``eviction_hook`` that is neither ``None`` nor an object whose
+    ``select`` can be called as ``select(pool, n)`` (``fairsim/policies/eviction.py``): a class
+    given for an instance (its ``select`` would take the pool for ``self``), an object without a
+    ``select``, or one whose signature cannot take the two arguments. Checked when the policy is
+    made, so a mistake is one line before any policy runs; a ``select`` whose signature Python
+    cannot read is taken as it is."""
+    import inspect
+
+    hook = _attribute(spec, policy, "eviction_hook")
+    if hook is None:
+        return
+    where = "(fairsim/policies/eviction.py)"
+    if isinstance(hook, type):
+        raise ValueError(f"policy {spec!r}: eviction_hook is the class {hook.__name__}; give an instance "
+                         f"({hook.__name__}(...)), whose select(pool, n) the block pool calls {where}")
+    select = getattr(hook, "select", None)
+    if not callable(select):
+        raise ValueError(f"policy {spec!r}: eviction_hook {hook!r} ({type(hook).__name__}) has no select(pool, n) "
+                         f"method; it must be None or an eviction hook {where}")
+    try:
+        sig = inspect.signature(select)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind(None, 1)
+    except TypeError as exc:
+        raise ValueError(f"policy {spec!r}: eviction_hook's select{sig} cannot be called as select(pool, n) "
+                         f"({exc}) {where}") from None
+
+
+def _attribute(spec: str, policy: Any, name: str) -> Any:
+    """``getattr(policy, name, None)``; a property of the team's that raises is the policy's
+    own failure (``PolicyError``, exit 1, naming where it raised), not fairsim's."""
+    try:
+        return getattr(policy, name, None)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the team's code failed: name it as such
+        from fairsim.errors import PolicyError
+        from fairsim.policies.failure import raised_at
+
+        raise PolicyError(spec, type(policy).__name__, type(exc).__name__, str(exc),
+                          raised_at(exc, type(policy))) from exc

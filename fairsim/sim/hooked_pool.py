@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
-from fairsim.errors import EngineInvariantError
+from fairsim.errors import EngineInvariantError, PolicyContractError
 from fairsim.sim.block_pool import BlockPool
 
 
@@ -68,6 +68,10 @@ class HookedBlockPool(BlockPool):
         if n <= 0:
             return []
         out = self.hook.select(self, n)
+        if not isinstance(out, (list, tuple)):  # (a team's hook: its mistake, named as such)
+            raise PolicyContractError(f"eviction hook {type(self.hook).__name__}.select(pool, {n}) returned "
+                                      f"{type(out).__name__}, not a list of {n} free block ids "
+                                      "(fairsim/policies/eviction.py)")
         if len(out) != n or len(set(out)) != n:
             raise EngineInvariantError(f"eviction hook selected {out} for {n} blocks: need {n} distinct blocks")
         for b in out:

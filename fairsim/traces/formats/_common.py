@@ -545,27 +545,36 @@ class Collector:
         ids = {r.request_id for r, _ in keep}
         # A turn follows a request that arrived at or before it (its recorded start cannot come
         # before its predecessor's); only traces with links pay for the map.
-        arrivals = ({r.request_id: (r.arrival_time, w) for r, w in keep}
-                    if any(r.after is not None for r, _ in keep) else {})
-        good = []
-        for req, where in keep:
-            if req.after is not None:
-                try:
-                    if req.after not in ids:
-                        raise TraceFormatError(path, where, "after",
-                                               f"names {req.after!r}, which is not a request of the trace")
-                    before_s, before_at = arrivals[req.after]
-                    if before_s > req.arrival_time:
-                        raise TraceFormatError(
-                            path, where, "after",
-                            f"this request (arrival {req.arrival_time:.6g} s) follows {req.after!r} "
-                            f"({_at(before_at)}), which arrives later ({before_s:.6g} s); a turn follows a "
-                            "request that started before it")
-                except TraceFormatError as exc:
-                    self.bad(exc)
-                    continue
-            good.append(req)
+        linked = any(r.after is not None for r, _ in keep)
+        arrivals = {r.request_id: (r.arrival_time, w) for r, w in keep} if linked else {}
+        while True:  # (a dropped request drops those that follow it, with --skip-bad: to a fixpoint)
+            good = []
+            dropped = False
+            for req, where in keep:
+                if req.after is not None:
+                    try:
+                        if req.after not in ids:
+                            raise TraceFormatError(path, where, "after",
+                                                   f"names {req.after!r}, which is not a request of the trace")
+                        before_s, before_at = arrivals[req.after]
+                        if before_s > req.arrival_time:
+                            raise TraceFormatError(
+                                path, where, "after",
+                                f"this request (arrival {req.arrival_time:.6g} s) follows {req.after!r} "
+                                f"({_at(before_at)}), which arrives later ({before_s:.6g} s); a turn follows a "
+                                "request that started before it")
+                    except TraceFormatError as exc:
+                        self.bad(exc)
+                        ids.discard(req.request_id)
+                        dropped = True
+                        continue
+                good.append((req, where))
+            if not dropped or not linked:
+                break
+            keep = good
+        for req, where in good:
             locations[req.request_id] = where
+        good = [req for req, _ in good]
         if sort:
             good.sort(key=attrgetter("arrival_time"))
         return Trace(name=name, source=path,

@@ -65,6 +65,8 @@ def session_name(file: Path) -> str:
 
 #: ``"requests": [`` (a list; fairsim's own ``run.json`` has ``"requests": N``).
 _REQUESTS_LIST = re.compile(r'"requests"\s*:\s*\[')
+_REQUESTS_FIRST = re.compile(r'\{\s*"requests"\s*:\s*\[\s*\{')
+_REQUEST_KEYS = tuple(re.compile(rf'"{key}"\s*:') for key in ("t", "in", "out"))
 #: A folder is sniffed by at most this many of its ``*.json`` files (in name order).
 SNIFF_FILES = 16
 
@@ -88,8 +90,13 @@ def sniff(head: Head) -> bool:
     # A document longer than the head, or one laid out over lines (``first_record`` is then a
     # later line's object, such as one request of the list): its start, read as text.
     text = head.text.lstrip()
-    return (text.startswith("{") and _REQUESTS_LIST.search(text) is not None
-            and ('"block_size"' in text or '"hash_id_scope"' in text))
+    if not text.startswith("{") or _REQUESTS_LIST.search(text) is None:
+        return False
+    if '"block_size"' in text or '"hash_id_scope"' in text:
+        return True
+    # ``requests`` first and longer than the head (the document's other keys after it, as
+    # ``json.dump`` of a dict built in that order writes them): its first request's own keys.
+    return _REQUESTS_FIRST.match(text) is not None and all(k.search(text) for k in _REQUEST_KEYS)
 
 
 class _Namespace:
