@@ -230,8 +230,6 @@ def check_callable_as(spec: str, policy: Any, method: str) -> None:
     called with the engine's positional arguments (``order(waiting, now)``, ``on_admitted(admitted,
     now)``, ``on_prefill_tokens(total)``: ``fairsim/policies/base.py``); a missing optional one is
     fine, and a callable whose signature Python cannot read is taken as it is."""
-    import inspect
-
     names = _CALLS[method]
     call = f"{method}({', '.join(names)})"
     fn = getattr(policy, method, None)
@@ -240,15 +238,8 @@ def check_callable_as(spec: str, policy: Any, method: str) -> None:
     if not callable(fn):
         raise ValueError(f"policy {spec!r}: {method} is a {type(fn).__name__}, not a method "
                          f"{call} (fairsim/policies/base.py)")
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return
-    try:
-        sig.bind(*((0,) if method == "on_prefill_tokens" else ([], 0.0)))
-    except TypeError as exc:
-        raise ValueError(f"policy {spec!r}: {method}{sig} cannot be called as {call} "
-                         f"({exc}; fairsim/policies/base.py)") from None
+    _refuse_unbindable(spec, fn, (0,) if method == "on_prefill_tokens" else ([], 0.0), method, call,
+                       "fairsim/policies/base.py")
 
 
 def check_admission_limit(spec: str, policy: Any) -> None:
@@ -270,8 +261,6 @@ def check_eviction_hook(spec: str, policy: Any) -> None:
     ``select``, or one whose signature cannot take the two arguments. Checked when the policy is
     made, so a mistake is one line before any policy runs; a ``select`` whose signature Python
     cannot read is taken as it is."""
-    import inspect
-
     hook = _attribute(spec, policy, "eviction_hook")
     if hook is None:
         return
@@ -283,15 +272,8 @@ def check_eviction_hook(spec: str, policy: Any) -> None:
     if not callable(select):
         raise ValueError(f"policy {spec!r}: eviction_hook {hook!r} ({type(hook).__name__}) has no select(pool, n) "
                          f"method; it must be None or an eviction hook {where}")
-    try:
-        sig = inspect.signature(select)
-    except (TypeError, ValueError):
-        return
-    try:
-        sig.bind(None, 1)
-    except TypeError as exc:
-        raise ValueError(f"policy {spec!r}: eviction_hook's select{sig} cannot be called as select(pool, n) "
-                         f"({exc}) {where}") from None
+    _refuse_unbindable(spec, select, (None, 1), "eviction_hook's select", "select(pool, n)",
+                       "fairsim/policies/eviction.py")
 
 
 def _attribute(spec: str, policy: Any, name: str) -> Any:
@@ -305,3 +287,19 @@ def _attribute(spec: str, policy: Any, name: str) -> Any:
 
         raise PolicyError(spec, type(policy).__name__, type(exc).__name__, str(exc),
                           raised_at(exc, type(policy))) from exc
+
+
+def _refuse_unbindable(spec: str, fn: Any, args: tuple, what: str, call: str, source: str) -> None:
+    """Refuse (``ValueError``) a callable that cannot take ``args`` as the engines pass them,
+    naming ``what`` with its signature and ``call``; one whose signature Python cannot read is
+    taken as it is."""
+    import inspect
+
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind(*args)
+    except TypeError as exc:
+        raise ValueError(f"policy {spec!r}: {what}{sig} cannot be called as {call} ({exc}; {source})") from None
