@@ -231,3 +231,14 @@ def test_a_pretty_printed_claude_code_document_with_requests_first_is_detected(t
     assert path.stat().st_size > 65536
     assert detect(path) == "claude-code"
     assert len(read_trace(path).requests) == 600
+
+
+@pytest.mark.parametrize("fmt", ["bailian", "dynamo"])
+def test_a_wrong_trace_format_names_the_format_the_content_fits(capsys, fmt):
+    # Was: Bailian's "field 'chat_id': missing" and Dynamo's "no request_end events" alone, where
+    # the other readers name the format the content fits (docs/traces.md).
+    code, _, err = run_cli(capsys, "run", "--trace", "fairsim/traces/data/conversation_window.jsonl",
+                           "--trace-format", fmt, "--policy", "fcfs")
+    assert code == 2
+    assert err.rstrip().endswith(f"[read as {fmt}, as --trace-format asked; the content looks like mooncake: give "
+                                 "--trace-format mooncake (or auto)]")

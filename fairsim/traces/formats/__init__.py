@@ -268,10 +268,13 @@ def _read_naming_others(format: str, detected: bool, path: str | Path, skip_bad:
         if lookalike is not None:  # a Git LFS pointer, a transcript: no record of it is the cause
             raise ValueError(f"{path}: {lookalike}") from None
         better = _superseding(format, head)
-        if not detected and FORMATS[format].sniff(head) and not better:
+        own = FORMATS[format].sniff(head)
+        if not detected and own and not better:
             raise  # the file is in the format asked for: the record itself is bad
+        # A format this one supersedes fits its files too (Bailian rows pass Mooncake's sniff):
+        # named only where the content is not this format's.
         others = [f.name for f in FORMATS.values() if f.name != format and f.sniff(head)
-                  and f.name not in FORMATS[format].supersedes]
+                  and (not own or f.name not in FORMATS[format].supersedes)]
         others.sort(key=lambda name: name not in better)
         if not others:
             raise
@@ -280,6 +283,20 @@ def _read_naming_others(format: str, detected: bool, path: str | Path, skip_bad:
                 f"as --trace-format asked; the content looks like {' or '.join(others)}: give --trace-format "
                 f"{others[0]} (or auto)")
         raise TraceFormatError(exc.path, exc.line, exc.field, f"{exc.reason} [read as {format}, {said}]") from None
+    except ValueError as exc:  # a whole-file refusal (no record to name): the same hint, when named
+        if detected:
+            raise
+        try:
+            head = read_head(Path(path))
+        except OSError:
+            raise exc from None
+        if FORMATS[format].sniff(head):
+            raise
+        others = [f.name for f in FORMATS.values() if f.name != format and f.sniff(head)]
+        if not others:
+            raise
+        raise ValueError(f"{exc} [read as {format}, as --trace-format asked; the content looks like "
+                         f"{' or '.join(others)}: give --trace-format {others[0]} (or auto)]") from None
     if not detected and any(format in f.supersedes for f in FORMATS.values()):  # (else no head to read)
         better = _superseding(format, read_head(Path(path)))
         if better:
