@@ -242,3 +242,15 @@ def test_a_wrong_trace_format_names_the_format_the_content_fits(capsys, fmt):
     assert code == 2
     assert err.rstrip().endswith(f"[read as {fmt}, as --trace-format asked; the content looks like mooncake: give "
                                  "--trace-format mooncake (or auto)]")
+
+
+def test_without_timestamps_a_row_placed_by_after_arrives_its_delay_after_that_request(tmp_path):
+    # Was: b2 (after b1, delay 250 ms, no session) arrived with b1, its delay left out of the
+    # open-loop arrival (closed loop released it right: finish(b1) + 0.25 s).
+    path = tmp_path / "notime.jsonl"
+    rows = [{"session_id": "s1", "request_id": "a1"}, {"session_id": "s1", "request_id": "a2", "delay": 500},
+            {"session_id": "s2", "request_id": "b1"}, {"request_id": "b2", "after": "b1", "delay": 250}]
+    path.write_text("".join(json.dumps({"input_length": 600, "output_length": 5, "hash_ids": [i, 7], **r}) + "\n"
+                            for i, r in enumerate(rows)))
+    got = {r.request_id: (r.arrival_time, r.after, r.delay_s) for r in read_trace(path).requests}
+    assert got == {"a1": (0.0, None, 0.0), "a2": (0.5, "a1", 0.5), "b1": (0.0, None, 0.0), "b2": (0.25, "b1", 0.25)}

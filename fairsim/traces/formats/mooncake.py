@@ -309,6 +309,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     absolute = bool(meta.get("absolute_time", any(r.ts_ms is not None for r in rows)))
 
     last_of_session: dict[str, Request] = {}
+    made: dict[str, Request] = {}  # (without timestamps only: the requests by id, for ``after``)
     gaps = 0
     no_identity = 0
     stem = path.stem
@@ -341,6 +342,10 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
                                      "give a timestamp"))
             continue
         prev = last_of_session.get(row.session_id) if row.session_id is not None else None
+        if row.after is not None and row.ts_ms is None and not absolute:
+            # No time anywhere: a row placed by its ``after`` arrives its delay after that request
+            # (one named further down the file is not known yet: placed as a first turn).
+            prev = made.get(row.after, prev)
         after = row.after if row.after is not None else (prev.request_id if prev else None)
         delay_s = 0.0
         if row.delay_ms is not None:
@@ -369,6 +374,8 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             continue
         if row.session_id is not None:
             last_of_session[row.session_id] = req
+        if not absolute:
+            made[req.request_id] = req
         add(req, row.line)
     if no_identity:
         out.warnings.append(
