@@ -148,7 +148,6 @@ def _check_profile_and_policies(args: argparse.Namespace, names: list[str]) -> N
     parameter, or a policy the hook refuses, is named before any engine starts."""
     from fairsim.options import check_named_once
     from fairsim.costmodel import load_profile
-    from fairsim.live.settings import build_policy
 
     try:
         load_profile(args.profile)
@@ -162,10 +161,22 @@ def _check_profile_and_policies(args: argparse.Namespace, names: list[str]) -> N
 
         check_file_stems(names, "equivalence-{}.csv" if args.command == "equivalence" else "requests-live-{}.parquet")
     for name in names:
-        try:
-            build_policy({"policy": name, "profile": args.profile})
-        except ValueError as exc:
-            raise ValueError(f"--policies {name}: {exc}") from None
+        check_hook_policy("--policies", name, args.profile)
+
+
+def check_hook_policy(option: str, name: str, profile: str, params: dict[str, Any] | None = None) -> None:
+    """Build policy ``name`` as the live hook will, before an engine starts: one the hook refuses
+    (Preble's admission, PEEK's eviction, PGDSF) or a bad parameter is named now.
+
+    Raises:
+        ValueError: Naming ``option`` and the policy, with the hook's reason.
+    """
+    from fairsim.live.settings import build_policy
+
+    try:
+        build_policy({"policy": name, "profile": profile, **({"params": params} if params is not None else {})})
+    except ValueError as exc:
+        raise ValueError(f"{option} {name}: {exc}") from None
 
 
 def _check_comparison(args: argparse.Namespace) -> None:
@@ -214,14 +225,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     desc = describe_run(args, policies=[args.policy], live_block_size=128, fit_longest_prompt=True)
     profile, trace, requests, block, kv_blocks = desc.profile, desc.trace, desc.requests, desc.block_size, desc.kv_blocks
     params = desc.policy_params[args.policy]
-    # The policy as the hook will build it, before the engine starts: one the hook refuses
-    # (Preble's admission, PEEK's eviction, PGDSF) is named now, as equivalence/fidelity do.
-    from fairsim.live.settings import build_policy
-
-    try:
-        build_policy({"policy": args.policy, "params": params, "profile": args.profile})
-    except ValueError as exc:
-        raise ValueError(f"--policy {args.policy}: {exc}") from None
+    check_hook_policy("--policy", args.policy, args.profile, params)  # before the engine starts
     cfg = LiveConfig(policy=args.policy, params=params, profile=args.profile,
                      budget_tokens=args.budget, max_num_seqs=args.max_num_seqs, block_size=block,
                      kv_blocks=kv_blocks, scheduler=args.scheduler,

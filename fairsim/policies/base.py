@@ -129,20 +129,29 @@ def _ids(items: Iterable[Any], limit: int = 3) -> str:
     return ", ".join(names[:limit]) + more
 
 
-def admission_limit_of(policy: Any, policy_name: str) -> int | None:
-    """The policy's ``admission_limit`` as the engines read it at each ordering step: ``None`` (no
-    limit) or a whole number >= 1 (a policy may change it in ``order()``, as Preble does).
+def valid_admission_limit(limit: Any) -> bool:
+    """Whether ``limit`` is an ``admission_limit`` the engines can take: ``None`` (no limit) or a
+    whole number >= 1 (not a bool)."""
+    return limit is None or (isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1)
+
+
+#: What ``admission_limit`` may be, for the messages that refuse another value.
+ADMISSION_LIMIT_RULE = "it must be None (no limit) or a whole number of requests >= 1 (fairsim/policies/base.py)"
+
+
+def checked_admission_limit(limit: Any, policy_name: str) -> int:
+    """``limit``, a policy's ``admission_limit`` read by an engine at an ordering step (not
+    ``None``: the engines ask only for a limit that is set; a policy may change it in ``order()``,
+    as Preble does).
 
     Raises:
-        PolicyContractError: Any other value (a string, a float, 0 or less, a bool), which the
-            engines cannot slice the order with; the message names the policy and the value.
+        PolicyContractError: Not a whole number >= 1 (a string, a float, 0 or less, a bool), which
+            the engines cannot slice the order with; the message names the policy and the value.
     """
-    limit = getattr(policy, "admission_limit", None)
-    if limit is None or (isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1):
+    if valid_admission_limit(limit):
         return limit
     raise PolicyContractError(f"policy {policy_name!r}: admission_limit is {limit!r} "
-                              f"({type(limit).__name__}); it must be None (no limit) or a whole "
-                              f"number of requests >= 1 (fairsim/policies/base.py)")
+                              f"({type(limit).__name__}); {ADMISSION_LIMIT_RULE}")
 
 
 def check_permutation(waiting: Sequence[QueuedRequest], ordered: Any, policy_name: str) -> list[QueuedRequest]:

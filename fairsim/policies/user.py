@@ -246,12 +246,12 @@ def check_admission_limit(spec: str, policy: Any) -> None:
     """Refuse (``ValueError``) an ``admission_limit`` that is neither ``None`` (no limit) nor a
     whole number >= 1 (``fairsim/policies/base.py``): the engines slice the order with it, and 0
     would admit nothing while requests wait. A policy's ``order()`` may change it later (Preble's)."""
+    from fairsim.policies.base import ADMISSION_LIMIT_RULE, valid_admission_limit
+
     limit = _attribute(spec, policy, "admission_limit")
-    if limit is None or (isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1):
-        return
-    raise ValueError(f"policy {spec!r}: admission_limit is {limit!r} ({type(limit).__name__}); "
-                     f"it must be None (no limit) or a whole number of requests >= 1 "
-                     f"(fairsim/policies/base.py)")
+    if not valid_admission_limit(limit):
+        raise ValueError(f"policy {spec!r}: admission_limit is {limit!r} ({type(limit).__name__}); "
+                         f"{ADMISSION_LIMIT_RULE}")
 
 
 def check_eviction_hook(spec: str, policy: Any) -> None:

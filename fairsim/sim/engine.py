@@ -68,7 +68,7 @@ from fairsim import interrupt
 from fairsim.compiled import PURE_PYTHON_ENV, compiled_twin
 from fairsim.costmodel import Profile
 from fairsim.errors import EngineInvariantError, PolicyContractError
-from fairsim.policies.base import Policy, admission_limit_of, check_permutation
+from fairsim.policies.base import Policy, check_permutation, checked_admission_limit
 from fairsim.policies.failure import policy_name
 from fairsim.sim.arrivals import Arrivals, resolve_replay
 from fairsim.policies.clients import client_of_request
@@ -817,9 +817,9 @@ class Engine:
         ordered = check_permutation(snapshots, self.policy.order(snapshots, now), self.policy_name)
         if self._on_admitted is not None:
             self._step_snaps = {q.handle: q for q in snapshots}
-        limit = admission_limit_of(self.policy, self.policy_name)
+        limit = getattr(self.policy, "admission_limit", None)
         if limit is not None:
-            ordered = ordered[:limit]
+            ordered = ordered[:checked_admission_limit(limit, self.policy_name)]
         return [q.handle for q in ordered]
 
     def _fast_order(self, now: float) -> Iterator[_Live]:
@@ -852,8 +852,8 @@ class Engine:
         if self._on_admitted is not None:  # (read by _admit_waiting for on_admitted only)
             self._step_snaps = {}
         ordered = self._checked(inc.iter_order(now), len(waiting))
-        limit = admission_limit_of(self.policy, self.policy_name)
-        return ordered if limit is None else islice(ordered, limit)
+        limit = getattr(self.policy, "admission_limit", None)
+        return ordered if limit is None else islice(ordered, checked_admission_limit(limit, self.policy_name))
 
     def _checked(self, snaps: Iterator[QueuedRequest], n: int) -> Iterator[_Live]:
         """Lazy ``check_permutation``: each item a waiting snapshot, none twice, ``n`` in all.

@@ -569,7 +569,7 @@ class Collector:
                         dropped = True
                         continue
                 good.append((req, where))
-            if not dropped or not linked:
+            if not dropped:
                 break
             keep = good
         for req, where in good:
