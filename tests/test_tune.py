@@ -270,6 +270,17 @@ def test_bad_input_exits_2_naming_the_option(tmp_path, capsys, extra, message):
     assert message in capsys.readouterr().err
 
 
+def test_a_float_range_for_an_int_parameter_names_the_int_flag(tmp_path, capsys):
+    # ShortFirst's limit is annotated int: 1:4 (floats) is refused before any trial, with the fix.
+    status = main(["tune", "--trace", str(WINDOW), "--policies", "tune_policies:ShortFirst",
+                   "--space", "tune_policies:ShortFirst.limit=1:4", "--out", str(tmp_path / "o")])
+    assert status == 2
+    assert ("--space: tune_policies:ShortFirst.limit=1.0 is refused: --param limit=1.0: policy "
+            "'tune_policies:ShortFirst' takes a whole number there (declared int); a whole-number "
+            "range is LOW:HIGH:int") in capsys.readouterr().err
+    assert not (tmp_path / "o" / "trials.parquet").exists()
+
+
 def test_tune_needs_out(capsys):
     assert main(["tune", "--policies", "fcfs"]) == 2
     assert "--out DIR" in capsys.readouterr().err

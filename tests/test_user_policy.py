@@ -177,7 +177,10 @@ class TestSimulator:
         ("max_wait_s=abc", "--param max_wait_s='abc': policy '{m}:Typed' takes a finite number there (declared float)"),
         ("max_wait_s=true", "--param max_wait_s=True: policy '{m}:Typed' takes a finite number there (declared float)"),
         ("strict=1", "--param strict=1: policy '{m}:Typed' takes true or false there (default False)"),
-        ("limit=ten", "--param limit='ten': policy '{m}:Typed' takes a finite number there (declared int)"),
+        ("limit=ten", "--param limit='ten': policy '{m}:Typed' takes a whole number there (declared int)"),
+        # Was: 2.5 reached a parameter annotated int.
+        ("limit=2.5", "--param limit=2.5: policy '{m}:Typed' takes a whole number there (declared int)"),
+        ("limit=3.0", "--param limit=3.0: policy '{m}:Typed' takes a whole number there (declared int)"),
     ])
     def test_a_value_of_the_wrong_kind_exits_2_before_the_run(self, team_module, capsys, param, needle):
         # Was: the class got the string, and order() raised TypeError mid-run (exit 1).

@@ -286,7 +286,7 @@ class TestParamKinds:
         assert code == 2
         assert error_line(err) == (
             f"fairsim: error: --param {param.replace('=abc', '=')}'abc': policy "
-            f"'team25.{module}:Typed' takes a finite number or null there (declared {declared})")
+            f"'team25.{module}:Typed' takes a whole number or null there (declared {declared})")
 
     def test_optional_bool_as_quoted_text(self, team, capsys):
         code, _, err = run(capsys, "--policy", "team25.typed_text:Typed", "--param", "flag=3")
@@ -306,3 +306,29 @@ class TestParamKinds:
 
         pol = make_policy(f"team25.{module}:Typed", **parse_params(params))
         assert {key: getattr(pol, key) for key in values} == values
+
+
+class TestWholeNumbers:
+    """A parameter annotated ``int`` takes whole numbers, as the shipped policies' integer
+    parameters do (``klpm``'s ``k=2.5`` is refused); a default of ``1`` only says a number."""
+
+    @pytest.mark.parametrize("param, shown, declared", [
+        ("k=2.5", "k=2.5", "typing.Optional[int]"), ("j=3.0", "j=3.0", "int | None"),
+    ])
+    def test_int_annotation_refuses_a_fraction(self, team, capsys, param, shown, declared):
+        # Was: 2.5 reached a parameter annotated Optional[int].
+        code, _, err = run(capsys, "--policy", "team25.typed:Typed", "--param", param)
+        assert code == 2
+        assert error_line(err) == (
+            f"fairsim: error: --param {shown}: policy 'team25.typed:Typed' takes a whole number "
+            f"or null there (declared {declared})")
+
+    def test_int_default_takes_a_fraction(self, team, capsys):
+        (team / "weighted.py").write_text(
+            "class Weighted:\n"
+            "    def __init__(self, alpha=1):\n"
+            "        self.alpha = alpha\n\n"
+            "    def order(self, waiting, now):\n"
+            "        return sorted(waiting, key=lambda q: q.arrival_time * self.alpha)\n")
+        code, _, err = run(capsys, "--policy", "team25.weighted:Weighted", "--param", "alpha=2.5")
+        assert code == 0, err

@@ -140,12 +140,17 @@ def make_user_policy(spec: str, profile: Any = None, /, **params: Any) -> Policy
     return policy
 
 
-_NUMBER, _BOOL = "a finite number", "true or false"
-_KINDS = {float: _NUMBER, int: _NUMBER, bool: _BOOL, "float": _NUMBER, "int": _NUMBER, "bool": _BOOL}
+_NUMBER, _WHOLE, _BOOL = "a finite number", "a whole number", "true or false"
+#: The kinds an annotation declares: ``int`` takes whole numbers only (``--param k=2.5`` would
+#: reach a count or an index as a float), as the shipped policies' integer parameters do.
+_KINDS = {float: _NUMBER, int: _WHOLE, bool: _BOOL, "float": _NUMBER, "int": _WHOLE, "bool": _BOOL}
+#: The kinds a default's type declares: a default of ``5`` says a number, not that ``2.5`` is
+#: wrong (``alpha=1`` is often meant as a weight).
+_DEFAULT_KINDS = {float: _NUMBER, int: _NUMBER, bool: _BOOL}
 #: The kinds that also take ``null`` (``None``): an ``Optional[...]`` / ``X | None`` annotation,
 #: spelt ``null`` as for the shipped policies' optional parameters (``suf``'s
 #: ``starvation_iterations=null``).
-_OR_NULL = {kind: f"{kind} or null" for kind in (_NUMBER, _BOOL)}
+_OR_NULL = {kind: f"{kind} or null" for kind in (_NUMBER, _WHOLE, _BOOL)}
 
 
 def _annotated(param: inspect.Parameter) -> str | None:
@@ -188,26 +193,28 @@ def _annotated_text(text: str) -> str | None:
 
 def _kind_of(param: inspect.Parameter) -> str | None:
     """What a constructor parameter declares it takes, by its annotation or else its default's
-    type: ``_NUMBER``, ``_BOOL`` (or either ``_OR_NULL``), or None when it declares neither
+    type: ``_NUMBER``, ``_WHOLE`` (annotated ``int`` only), ``_BOOL`` (or any ``_OR_NULL``), or None when it declares neither
     (any value goes)."""
     import inspect
 
     kind = _annotated(param)
     if kind is None and param.default is not inspect.Parameter.empty:
-        kind = _KINDS.get(type(param.default))
+        kind = _DEFAULT_KINDS.get(type(param.default))
     return kind
 
 
 def _is_kind(value: Any, kind: str) -> bool:
     """``value`` (as ``parse_params`` read it) is a ``kind``: a finite number that is not a bool
-    (JSON reads ``1e400`` as infinity, and ``NaN``/``Infinity`` too), or a bool; ``None`` where
-    the kind takes null."""
+    (JSON reads ``1e400`` as infinity, and ``NaN``/``Infinity`` too), an int that is not a bool
+    (``2.5`` and ``3.0`` are not), or a bool; ``None`` where the kind takes null."""
     import math
 
     if value is None:
         return kind in _OR_NULL.values()
     if kind in (_BOOL, _OR_NULL[_BOOL]):
         return isinstance(value, bool)
+    if kind in (_WHOLE, _OR_NULL[_WHOLE]):
+        return isinstance(value, int) and not isinstance(value, bool)
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 

@@ -120,7 +120,9 @@ def build_spaces(names: list[str], overrides: dict[str, dict[str, Any]], fixed: 
                     make_policy(name, profile, **{**fixed.get(name, {}), key: value})
                 except ValueError as exc:
                     where = "--space" if key in overrides.get(name, {}) else f"the search_space of policy {name!r}"
-                    raise ValueError(f"{where}: {name}.{key}={value!r} is refused: {exc}") from None
+                    hint = ("; a whole-number range is LOW:HIGH:int" if isinstance(value, float)
+                            and "takes a whole number" in str(exc) else "")
+                    raise ValueError(f"{where}: {name}.{key}={value!r} is refused: {exc}{hint}") from None
         spaces[name] = space
     return spaces, notes
 
