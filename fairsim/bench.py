@@ -544,11 +544,13 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
             # here, once and before the tiling; its notes are printed by the load below.
             trace = read_trace(args)
             with contextlib.redirect_stderr(io.StringIO()):
-                _, shaped = load_requests(argparse.Namespace(**vars(args)), profile, trace)
+                loaded, shaped = load_requests(argparse.Namespace(**vars(args)), profile, trace)
             # The reader's own notes (e.g. Bailian's think times taken as gaps) are not in the
-            # tiled file, whose load prints the rest: said here, once.
+            # tiled file, whose load prints the rest: said here, once (those the load kept: a
+            # closed-loop note is not said under --replay open).
             for warning in trace.warnings:
-                print(f"fairsim: warning: {warning}", file=sys.stderr)
+                if warning in loaded.warnings:
+                    print(f"fairsim: warning: {warning}", file=sys.stderr)
             check_capacity(shaped, config, args)
             # Cut first, then tile the part kept (the children then get the tiled file uncut).
             kept = window(list(trace.requests), args.window_start, args.window_end, args.max_requests)

@@ -441,6 +441,11 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
     shaped = session_rate_warning(args, trace)
     if shaped is not None:  # said with the reader's warnings, once every check passed
         trace = record_replace(trace, warnings=(*trace.warnings, shaped))
+    if args.replay == "open" and trace.warnings:  # (no think time is used in open loop)
+        from fairsim.traces.trace import ClosedLoopWarning
+
+        trace = record_replace(trace, warnings=tuple(w for w in trace.warnings
+                                                     if not isinstance(w, ClosedLoopWarning)))
     for warning in trace.warnings:
         print(f"fairsim: warning: {warning}", file=sys.stderr)
     return trace, requests

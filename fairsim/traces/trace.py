@@ -8,6 +8,15 @@ from fairsim.record import field, record
 from fairsim.types import Request
 
 
+class ClosedLoopWarning(str):
+    """A reader's warning that concerns closed-loop replay only: a think time it had to
+    approximate (the gap between recorded arrivals, an upper bound). Under ``--replay open``
+    requests arrive at their timestamps and no think time is used, so ``load_requests``
+    (``fairsim/options.py``) leaves such a warning out there; it is a plain ``str`` otherwise."""
+
+    __slots__ = ()
+
+
 @record(frozen=True)
 class Trace:
     """A list of requests plus where they came from.
@@ -26,7 +35,7 @@ class Trace:
         locations: ``request_id`` -> where the request was read (1-based line, or a JSON path
             such as ``s.json: requests[3]``), for checks made after loading (``max_model_len``).
         warnings: What the reader had to approximate or invent, one sentence each (printed on
-            stderr and written to ``run.json``).
+            stderr and written to ``run.json``); a ``ClosedLoopWarning`` only under closed loop.
     """
 
     name: str

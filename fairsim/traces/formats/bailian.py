@@ -30,7 +30,7 @@ from fairsim.traces.formats._common import (
     need_number, output_tokens)
 from fairsim.traces.formats.mooncake import DEFAULT_BLOCK as MOONCAKE_BLOCK
 from fairsim.traces.fastreq import make_request
-from fairsim.traces.trace import Trace
+from fairsim.traces.trace import ClosedLoopWarning, Trace
 
 NAME = "bailian"
 #: Its rows pass Mooncake's sniff (``timestamp``, ``input_length``, ``hash_ids``) but are misread
@@ -202,9 +202,9 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         for (line, head, tail, _), hashes in zip(accepted, named):
             out.add(make_request(*head, hashes, block, *tail, ()), line)
     if gaps:
-        out.warnings.append(
+        out.warnings.append(ClosedLoopWarning(
             f"{path}: think time of {plural(gaps, 'follow-up turn')} taken as the gap to the parent turn's "
-            "arrival (an upper bound: the file does not record when the parent finished)")
+            "arrival (an upper bound: the file does not record when the parent finished)"))
     if orphans:
         out.warnings.append(f"{path}: {plural(orphans, 'turn')} {'names' if orphans == 1 else 'name'} a "
                             "parent_chat_id not in the file; "

@@ -48,7 +48,7 @@ from fairsim.io import plural, plural_have
 from fairsim.traces.formats._common import (
     Collector, Head, check_chained, full_block_ids, need_ids, need_int, need_number,
     open_binary, output_tokens, read_head)
-from fairsim.traces.trace import Trace
+from fairsim.traces.trace import ClosedLoopWarning, Trace
 from fairsim.types import Request
 
 NAME = "claude-code"
@@ -183,9 +183,9 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             f"{'gives its' if out.stats['subagents_in_session_time'] == 1 else 'give their'} requests' t in "
             "session time (every t at or after the spawn), not from the spawn; read as session time")
     if gaps:
-        out.warnings.append(
+        out.warnings.append(ClosedLoopWarning(
             f"{path}: {plural_have(gaps, 'request')} neither think_time nor the previous api_time; their "
-            "closed-loop delay is the gap between recorded start times (an upper bound)")
+            "closed-loop delay is the gap between recorded start times (an upper bound)"))
     sessions = len({r.session_id for r in out.requests})
     out.warnings.append(f"{path}: the format has no absolute time; arrival times are offsets from "
                         f"each session's start ({plural(sessions, 'session')})")

@@ -36,7 +36,7 @@ from fairsim.traces.formats._common import (
     Collector, Head, _orjson_safe, check_chained, check_hash_count, first_of, iter_json_lines,
     need_ids, need_int, need_number, open_binary, output_tokens)
 from fairsim.traces.fastreq import make_request
-from fairsim.traces.trace import Trace
+from fairsim.traces.trace import ClosedLoopWarning, Trace
 from fairsim.types import Request
 
 NAME = "mooncake"
@@ -382,8 +382,8 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             f"{path}: {no_identity} records have no hash_ids: they have no prefix identity, so none of "
             f"their blocks is ever a cache hit (nothing is invented)")
     if gaps:
-        out.warnings.append(
+        out.warnings.append(ClosedLoopWarning(
             f"{path}: {gaps} session turns have a timestamp but no delay; their think time is taken "
             "as the gap to the previous turn's arrival (an upper bound: the file does not record "
-            "when that turn finished)")
+            "when that turn finished)"))
     return out.finish(path.stem, NAME, block, absolute_time=absolute)

@@ -41,7 +41,7 @@ from fairsim.io import plural
 from fairsim.traces.segments import segment_block_keys
 from fairsim.traces.formats._common import (
     Collector, Head, iter_json_lines, need_int, need_number, output_tokens, read_head)
-from fairsim.traces.trace import Trace
+from fairsim.traces.trace import ClosedLoopWarning, Trace
 from fairsim.types import Request
 
 NAME = "ragpulse"
@@ -222,9 +222,9 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             f"{trace_file}: the chunks of {cut} requests hold more tokens than their input_length; "
             "their segments are cut at input_length (the prompt as sent; identity kept for its tokens)")
     if gaps:
-        out.warnings.append(
+        out.warnings.append(ClosedLoopWarning(
             f"{trace_file}: think time of {plural(gaps, 'follow-up turn')} taken as the gap to the previous "
-            "turn's arrival (an upper bound: the file does not record when that turn finished)")
+            "turn's arrival (an upper bound: the file does not record when that turn finished)"))
     return out.finish((folder.name if path.is_dir() else trace_file.stem) + label, NAME, block)
 
 
