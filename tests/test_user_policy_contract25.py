@@ -187,6 +187,18 @@ class TestAdmissionLimitCheckedAtStart:
         assert code == 0, err
         assert rows["team25.pol:Limit2"]["requests"] == 150
 
+    def test_a_numpy_integer_runs_as_the_int(self, team, capsys):
+        # Was: admission_limit = numpy.int64(2) refused ("whole number"), though it is one.
+        (team / "np_lim.py").write_text("import numpy\nfrom team25.pol import Base\n\nclass L(Base):\n"
+                                        "    admission_limit = numpy.int64(2)\n")
+        code, rows, err = run(capsys, "--policy", "team25.np_lim:L")
+        assert code == 0, err
+        code, plain, err = run(capsys, "--policy", "team25.pol:Limit2")
+        assert code == 0, err
+        drop = ("wall_time_s", "policy", "name")
+        assert ({k: v for k, v in rows["team25.np_lim:L"].items() if k not in drop}
+                == {k: v for k, v in plain["team25.pol:Limit2"].items() if k not in drop})
+
 
 class TestOnPrefillTokens:
     def test_wrong_signature_refused_at_start(self, team, capsys):

@@ -80,6 +80,7 @@ Optional capabilities, discovered by attribute (``getattr``):
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any, Protocol, runtime_checkable
@@ -131,8 +132,16 @@ def _ids(items: Iterable[Any], limit: int = 3) -> str:
 
 def valid_admission_limit(limit: Any) -> bool:
     """Whether ``limit`` is an ``admission_limit`` the engines can take: ``None`` (no limit) or a
-    whole number >= 1 (not a bool)."""
-    return limit is None or (isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1)
+    whole number >= 1: an ``int`` or an integer type with ``__index__`` (numpy's ``int64``), not a
+    bool."""
+    if limit is None:
+        return True
+    if isinstance(limit, bool) or isinstance(limit, float):
+        return False
+    try:
+        return operator.index(limit) >= 1
+    except TypeError:
+        return False
 
 
 #: What ``admission_limit`` may be, for the messages that refuse another value.
@@ -149,7 +158,7 @@ def checked_admission_limit(limit: Any, policy_name: str) -> int:
             the engines cannot slice the order with; the message names the policy and the value.
     """
     if valid_admission_limit(limit):
-        return limit
+        return operator.index(limit)  # (a plain int: numpy's int64 is one too)
     raise PolicyContractError(f"policy {policy_name!r}: admission_limit is {limit!r} "
                               f"({type(limit).__name__}); {ADMISSION_LIMIT_RULE}")
 
