@@ -1,5 +1,6 @@
 # cython: language_level=3
 from cpython.ref cimport PyObject
+from cpython.dict cimport PyDict_SetDefault
 """``CompiledWatch``: the engine's watcher-map updates as a typed extension class.
 
 The pure-Python methods are the reference: ``fairsim.sim.engine.Engine._rewatch``, ``_drop`` and
@@ -272,12 +273,14 @@ cdef class CompiledWatch:
             watchers = self.watchers
             for i in range(old, w):
                 key = keys[i]
-                bucket = watchers.get(key)
-                if bucket is None:
-                    watchers[key] = live  # a lone watcher is the bucket (``lazy_hits.watching``)
-                elif type(bucket) is dict:
+                # ``watchers.get(key)``, and ``watchers[key] = live`` where it was absent (a lone
+                # watcher is the bucket: ``lazy_hits.watching``), in one lookup.
+                bucket = <object>PyDict_SetDefault(watchers, key, live)
+                if bucket is live:
+                    continue
+                if type(bucket) is dict:
                     (<dict>bucket)[lid] = live
-                elif bucket is not live:
+                else:
                     watchers[key] = {bucket: bucket, lid: live}
         else:
             self._drop_range(lid, keys, w, old)
