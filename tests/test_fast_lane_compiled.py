@@ -26,11 +26,14 @@ compiled = pytest.importorskip("fairsim.policies._fast_lane_c", reason="compiled
 
 
 def python_lane(slo, cap) -> FastLane:
-    """A lane on the compiled bound lines whose methods are all the Python reference's."""
+    """A lane on the compiled bound lines whose methods and buckets are all the Python
+    reference's (``_Bucket``: a plain sorted list; the compiled ``Bucket`` keeps its keys in
+    blocks that only the compiled methods change)."""
     lane = FastLane(slo, cap)
     for name in fast_lane.COMPILED_METHODS:
         del lane.__dict__[name]  # the compiled method bound over the class's
     lane._bucket_order = lane._bucket_order_py
+    lane._new_bucket = fast_lane._Bucket
     return lane
 
 
@@ -301,18 +304,19 @@ _FIRST = st.one_of(st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.5]), st.floats(-1e6,
 
 
 @settings(max_examples=60, deadline=None)
-@given(ops=st.lists(st.tuples(st.sampled_from(["put", "drop", "search", "assign", "behind"]),
+@given(ops=st.lists(st.tuples(st.sampled_from(["put", "drop", "search", "assign", "odd"]),
                               _FIRST, st.integers(0, 3), st.integers(0, 10**6)), max_size=80),
        exotic=st.sampled_from([None, 1, float("nan")]))
 def test_bucket_mirror_finds_bisect_places(ops, exotic):
     """A compiled bucket's search over its mirrored doubles gives ``bisect``'s index, ties on
     the first field included (compared as tuples), and its keys stay those ``insort`` and
-    ``del`` would leave; a key whose first field is not a float or is NaN, an assignment of the
-    keys, and a list changed behind the mirror's back fall back to (or rebuild from) the tuples."""
+    ``del`` would leave; a key whose first field is not a float or is NaN, and an assignment of
+    the keys, fall back to (or rebuild from) the tuples."""
     from bisect import bisect_left, bisect_right, insort
 
     b = compiled.Bucket(0, 0.0)
     ref: list[tuple] = []
+    nan = False
     for i, (op, first, arrival, n) in enumerate(ops):
         kt = (first, arrival, f"r{i}")
         if op == "put":
@@ -322,32 +326,69 @@ def test_bucket_mirror_finds_bisect_places(ops, exotic):
             j = n % len(ref)
             b.delete_at(j)
             del ref[j]
-        elif op == "search":
+        elif op == "search" and not nan:
             assert b.search(kt) == bisect_left(ref, kt) and b.search(kt, True) == bisect_right(ref, kt)
         elif op == "assign":
             ref = sorted(ref + [kt])
             b.keys = list(ref)
-        elif op == "behind" and exotic is not None and i % 7 == 0:
+        elif op == "odd" and exotic is not None and i % 7 == 0:
             kt = (exotic, arrival, f"x{i}")  # (an int or NaN first field: searched as tuples)
-            b.keys.append(kt)  # behind the mirror's back: the next search rebuilds it
-            ref.append(kt)
-            if exotic == 1:
-                ref.sort()
-                b.keys = list(ref)
-        assert b.keys == ref or any(k[0] != k[0] for k in ref)
-        if all(type(k[0]) is float for k in ref) and b.mirrored() is not None and len(b.mirrored()) == len(ref):
+            b.insert_key(kt)
+            insort(ref, kt)
+            nan = nan or exotic != exotic
+        assert b.keys == ref
+        if all(type(k[0]) is float for k in ref) and b.mirrored() is not None:
             assert b.mirrored() == [k[0] for k in ref]
+        assert sum(b.block_lengths()) == len(ref) and all(b.block_lengths())
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["put", "put", "put", "front", "drop", "search"]),
+                              st.sampled_from([0.0, 1.0, 2.0]), st.integers(0, 2), st.integers(0, 10**6)),
+                    min_size=1, max_size=40),
+       fill=st.integers(0, 3000))
+def test_bucket_blocks_split_and_empty_as_a_sorted_list(ops, fill):
+    """With thousands of keys (blocks of at most 1,024, split in halves and dropped when
+    emptied), insertions, deletions and searches, ties across blocks included (three first
+    fields only), give what ``insort``, ``del`` and ``bisect`` give on one list."""
+    from bisect import bisect_left, bisect_right, insort
+
+    b = compiled.Bucket(0, 0.0)
+    ref: list[tuple] = []
+    for i in range(fill):
+        kt = (float(i % 3), i % 5, f"f{i:05d}")
+        b.insert_key(kt)
+        insort(ref, kt)
+    for i, (op, first, arrival, n) in enumerate(ops):
+        kt = (first, arrival, f"r{n:07d}")
+        if op == "put":
+            b.insert_key(kt)
+            insort(ref, kt)
+        elif op == "front" and ref:
+            for _ in range(1 + n % 700):
+                if not ref:
+                    break
+                b.delete_at(0)
+                del ref[0]
+        elif op == "drop" and ref:
+            j = n % len(ref)
+            b.delete_at(j)
+            del ref[j]
+        else:
+            assert b.search(kt) == bisect_left(ref, kt) and b.search(kt, True) == bisect_right(ref, kt)
+    assert b.keys == ref
+    assert b.mirrored() == [k[0] for k in ref]
+    lengths = b.block_lengths()
+    assert sum(lengths) == len(ref) and all(0 < m <= 1024 for m in lengths)
 
 
 @settings(max_examples=80, deadline=None)
 @given(ops=st.lists(st.tuples(st.sampled_from(["put", "put", "front", "front", "drop", "search", "peek"]),
                               _FIRST, st.integers(0, 3), st.integers(0, 10**6)), max_size=200))
-def test_bucket_front_taken_off_by_its_start_index(ops):
-    """Front deletions move the bucket's start index (dead slots, dropped in bulk) instead of
-    shifting the list: with the keys read only through searches and the mirror in between
-    (neither drops the dead slots), every search gives ``bisect``'s index, the mirror is the
-    live keys' first fields, and the keys handed out at the end are what ``insort`` and ``del``
-    leave, also after runs of front deletions past the bulk drop and a bucket emptied."""
+def test_bucket_front_taken_off(ops):
+    """Runs of front deletions (admissions) between insertions and searches: every search gives
+    ``bisect``'s index, the mirror is the keys' first fields, and the keys handed out at the end
+    are what ``insort`` and ``del`` leave, also after a bucket is emptied."""
     from bisect import bisect_left, bisect_right, insort
 
     b = compiled.Bucket(0, 0.0)
@@ -376,9 +417,9 @@ def test_bucket_front_taken_off_by_its_start_index(ops):
     assert b.mirrored() == [k[0] for k in ref]
 
 
-def test_bucket_front_deletions_leave_no_dead_slot_in_the_keys():
-    """Hand-made: 40 keys, 30 taken from the front (the bulk drop runs at 16 dead slots of 32
-    or more), one new front: the keys are the 10 left after it, in order."""
+def test_bucket_front_deletions_leave_the_rest_in_order():
+    """Hand-made: 40 keys, 30 taken from the front, one new front: the keys are the 10 left
+    after it, in order."""
     b = compiled.Bucket(0, 0.0)
     keys = [(float(i), 0, f"r{i}") for i in range(40)]
     for kt in keys:

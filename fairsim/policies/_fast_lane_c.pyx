@@ -269,68 +269,86 @@ cdef class CompiledBoundLines:
 
 
 # -- the Fast lane's buckets and updates, typed -------------------------------------------------
+cdef enum:
+    _BLOCK_MAX = 1024  # keys per block of a ``Bucket``: a fuller one is split in two halves
+
+
 cdef class Bucket:
     """``fairsim.policies.fast_lane._Bucket`` as a C struct (the same attributes, the same
     meaning): the compiled reads and updates below read its fields without a lookup. A lane on
     the compiled lines makes its buckets of this class (``FastLane.__init__``).
 
-    It also mirrors the first field of every key (``-K``, a float) in a C array, in the keys'
-    order, so that the compiled updates find a key's place by a binary search over contiguous
-    doubles (``_search``) instead of ``bisect`` over the tuples: under deep overload a bucket
-    holds hundreds to thousands of keys, scattered in memory, and each of ``bisect``'s tuple
-    comparisons was a cache miss or two (the Fast lane's cost per request at 10x the trace
-    grew with them). Only the compiled functions below change the keys of a compiled lane's
-    buckets (each updating the mirror); assigning ``keys`` (``FastLane._to_buckets``) rebuilds
-    it, and a search that finds the mirror's length differing from the list's rebuilds it too.
+    Its keys are kept in blocks: a list of sorted lists of at most ``_BLOCK_MAX`` keys each, in
+    order (the concatenation is ``keys``, ascending). A policy whose requests share one slope
+    (``fairway-abswait``: one bucket for the whole queue) keeps tens of thousands of keys in one
+    bucket under overload; in one list every insertion and deletion moved its tail (on a
+    tool-and-agent trace 62 % of the run's instructions were ``memmove``), in blocks it moves at
+    most a block's. Index ``i`` (the ``bisect`` index into ``keys``) is found by walking the
+    blocks' lengths: a few blocks to a few hundred.
 
-    The front is taken off by moving a start index (``_head``), not by shifting the list: under
-    deep overload admissions take a bucket's front while newcomers join near its back, so
-    ``del keys[0]`` and the mirror's shift moved the whole bucket at every admission (at 5x the
-    trace: 242 M instructions of memmove and 2.7 M missed cache lines, growing with the queue).
-    The dead front slots (``None``) are dropped once they are half the list, and before ``keys``
-    is handed to Python, so a reader sees the live keys only.
+    Each block also mirrors the first field of its keys (``-K``, a float) in a C array, so that
+    the compiled updates find a key's place by a binary search over contiguous doubles
+    (``_search``) instead of ``bisect`` over the tuples: each of ``bisect``'s tuple comparisons
+    was a cache miss or two under deep overload. A key whose first field is not a float, or is
+    NaN, makes the bucket compare tuples from then on (``_exotic``) until ``keys`` is assigned.
+
+    Only the compiled functions below change a compiled lane's buckets; ``keys`` hands out a new
+    list (changing it changes nothing here) and assigning it rebuilds the blocks.
     """
 
-    cdef list _keys  # (-K, arrival_time, request_id), ascending (front first)
+    cdef list _blocks  # lists of keys (-K, arrival_time, request_id): each non-empty, ascending
+    cdef Py_ssize_t _n  # keys in all blocks
+    cdef Py_ssize_t _nb  # blocks (len(_blocks), kept in C for __dealloc__)
+    cdef double** _kv  # _kv[j][l]: float(_blocks[j][l][0]) (not read while _exotic)
+    cdef Py_ssize_t* _kcap  # doubles allocated at _kv[j]
+    cdef Py_ssize_t _bcap  # entries allocated at _kv and _kcap
+    cdef bint _exotic  # a key whose first field is not a float, or NaN: search the tuples instead
     cdef public tuple front  # keys[0], or None when empty
     cdef public double t0
     cdef public double s_hi
     cdef public Py_ssize_t slot
-    cdef double* _kv  # float(keys[j][0]) for j < _kn (``_mirror``)
-    cdef Py_ssize_t _kn  # keys mirrored
-    cdef Py_ssize_t _kcap  # doubles allocated at _kv
-    cdef bint _exotic  # a key whose first field is not a float, or NaN: search the tuples instead
-    cdef Py_ssize_t _head  # dead slots at the front of _keys and _kv: key j is _keys[_head + j]
 
     def __cinit__(self, *args, **kwargs):
+        self._blocks = []
+        self._n = 0
+        self._nb = 0
         self._kv = NULL
-        self._kn = 0
-        self._kcap = 0
+        self._kcap = NULL
+        self._bcap = 0
         self._exotic = False
-        self._head = 0
 
     def __init__(self, Py_ssize_t slot, double t0):
-        self._keys = []
         self.front = None
         self.t0 = t0
         self.s_hi = 0.0
         self.slot = slot
 
     def __dealloc__(self):
+        cdef Py_ssize_t j
+        if self._kv != NULL:
+            for j in range(self._nb):
+                PyMem_Free(self._kv[j])
         PyMem_Free(self._kv)
+        PyMem_Free(self._kcap)
 
     @property
     def keys(self):
-        """The keys ``(-K, arrival_time, request_id)``, ascending (front first): the list itself,
-        its dead front slots dropped first."""
-        self._compact()
-        return self._keys
+        """The keys ``(-K, arrival_time, request_id)``, ascending (front first): a new list."""
+        cdef list out = []
+        for block in self._blocks:
+            out.extend(<list>block)
+        return out
 
     @keys.setter
     def keys(self, list value):
-        self._keys = value
-        self._head = 0
-        self._mirror()
+        cdef Py_ssize_t j, n = len(value), nb, lo
+        self._clear()
+        self._exotic = False
+        nb = (n + _BLOCK_MAX // 2 - 1) // (_BLOCK_MAX // 2)
+        for j in range(nb):
+            lo = j * (_BLOCK_MAX // 2)
+            self._new_block(j, value[lo:lo + _BLOCK_MAX // 2])
+        self._n = n
 
     def search(self, tuple kt, bint right=False):
         """``_search`` (tests: the same index as ``bisect``)."""
@@ -346,122 +364,69 @@ cdef class Bucket:
 
     def mirrored(self):
         """The mirror's doubles, or ``None`` where a key is not a plain float (tests)."""
+        cdef Py_ssize_t j, l
         if self._exotic:
             return None
-        return [self._kv[j] for j in range(self._head, self._kn)]
+        return [self._kv[j][l] for j in range(len(self._blocks)) for l in range(len(<list>self._blocks[j]))]
 
-    cdef int _reserve(self, Py_ssize_t n) except -1:
-        cdef Py_ssize_t cap = self._kcap if self._kcap > 0 else 16
-        cdef double* kv
-        if n <= self._kcap:
-            return 0
-        while cap < n:
+    def block_lengths(self):
+        """The blocks' lengths, in order (tests)."""
+        return [len(<list>block) for block in self._blocks]
+
+    # -- blocks ----------------------------------------------------------------------------------
+    cdef int _clear(self) except -1:
+        cdef Py_ssize_t j
+        for j in range(self._nb):
+            PyMem_Free(self._kv[j])
+            self._kv[j] = NULL
+        self._blocks = []
+        self._n = self._nb = 0
+        return 0
+
+    cdef int _new_block(self, Py_ssize_t j, list keys) except -1:
+        """Insert ``keys`` (sorted, non-empty) as block ``j``, its mirror made from them."""
+        cdef Py_ssize_t nb = len(self._blocks), l, n = len(keys), cap = 16
+        cdef double** kv
+        cdef Py_ssize_t* kc
+        if nb + 1 > self._bcap:
+            self._bcap = 2 * self._bcap if self._bcap else 4
+            kv = <double**>PyMem_Realloc(self._kv, self._bcap * sizeof(double*))
+            if kv == NULL:
+                raise MemoryError()
+            self._kv = kv
+            kc = <Py_ssize_t*>PyMem_Realloc(self._kcap, self._bcap * sizeof(Py_ssize_t))
+            if kc == NULL:
+                raise MemoryError()
+            self._kcap = kc
+        while cap < n + 1:
             cap *= 2
-        kv = <double*>PyMem_Realloc(self._kv, cap * sizeof(double))
-        if kv == NULL:
+        cdef double* mirror = <double*>PyMem_Malloc(cap * sizeof(double))
+        if mirror == NULL:
             raise MemoryError()
-        self._kv = kv
-        self._kcap = cap
+        if j < nb:
+            memmove(&self._kv[j + 1], &self._kv[j], (nb - j) * sizeof(double*))
+            memmove(&self._kcap[j + 1], &self._kcap[j], (nb - j) * sizeof(Py_ssize_t))
+        self._kv[j] = mirror
+        self._kcap[j] = cap
+        self._blocks.insert(j, keys)
+        self._nb += 1
+        for l in range(n):
+            self._store(j, l, <tuple>keys[l])
         return 0
 
-    cdef int _mirror(self) except -1:
-        """Rebuild the mirror from ``keys`` (no dead slots after it)."""
-        if self._head:
-            del self._keys[:self._head]
-            self._head = 0
-        cdef list keys = self._keys
-        cdef Py_ssize_t j, n = len(keys)
-        cdef double x
-        self._reserve(n)
-        self._exotic = False
-        for j in range(n):
-            first = (<tuple>keys[j])[0]
-            if type(first) is not float:
-                self._exotic = True
-                x = 0.0
-            else:
-                x = first
-                if x != x:
-                    self._exotic = True
-            self._kv[j] = x
-        self._kn = n
+    cdef int _del_block(self, Py_ssize_t j) except -1:
+        """Drop block ``j`` (empty) and its mirror."""
+        cdef Py_ssize_t nb = len(self._blocks)
+        PyMem_Free(self._kv[j])
+        if j + 1 < nb:
+            memmove(&self._kv[j], &self._kv[j + 1], (nb - j - 1) * sizeof(double*))
+            memmove(&self._kcap[j], &self._kcap[j + 1], (nb - j - 1) * sizeof(Py_ssize_t))
+        del self._blocks[j]
+        self._nb -= 1
         return 0
 
-    cdef Py_ssize_t _search(self, tuple kt, bint right) except -1:
-        """``bisect_right(keys, kt)`` if ``right`` else ``bisect_left(keys, kt)``, the same
-        index: keys whose first field is below ``kt[0]`` sort before it and those above after
-        (a tuple compares by its first unequal field; floats compare as in Python), so only the
-        keys whose first field equals ``kt[0]`` (a tie, rare) are compared as tuples."""
-        cdef list keys = self._keys
-        cdef Py_ssize_t lo, hi, mid, n, h
-        cdef double x
-        cdef double* kv
-        first = kt[0]
-        if self._kn != len(keys):
-            self._mirror()
-        h = self._head
-        if self._exotic or type(first) is not float or first != first:
-            return (bisect_right(keys, kt, h) if right else bisect_left(keys, kt, h)) - h
-        x = first
-        kv = self._kv + h
-        n = self._kn - h
-        lo, hi = 0, n
-        while lo < hi:  # the first index whose value is >= x
-            mid = (lo + hi) >> 1
-            if kv[mid] < x:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo == n or kv[lo] != x:
-            return lo
-        hi = lo + 1
-        while hi < n and kv[hi] == x:
-            hi += 1
-        return (bisect_right(keys, kt, lo + h, hi + h) if right else bisect_left(keys, kt, lo + h, hi + h)) - h
-
-    cdef Py_ssize_t _len(self) noexcept:
-        """The number of keys (live slots)."""
-        return len(self._keys) - self._head
-
-    cdef tuple _at(self, Py_ssize_t i):
-        """``keys[i]``."""
-        return <tuple>self._keys[self._head + i]
-
-    cdef int _compact(self) except -1:
-        """Drop the dead front slots of ``_keys`` and of the mirror."""
-        cdef Py_ssize_t h = self._head
-        if h == 0:
-            return 0
-        del self._keys[:h]
-        self._head = 0
-        if self._kn >= h:
-            memmove(self._kv, &self._kv[h], (self._kn - h) * sizeof(double))
-            self._kn -= h
-        else:
-            self._mirror()
-        return 0
-
-    cdef int _put(self, Py_ssize_t i, tuple kt) except -1:
-        """Insert ``kt`` at index ``i`` of ``keys`` and of the mirror (a new front takes the
-        dead slot before the front, if any)."""
-        cdef Py_ssize_t p
-        if self._kn != len(self._keys):  # (keys changed behind the mirror's back)
-            self._keys.insert(self._head + i, kt)
-            return self._mirror()
-        if i == 0 and self._head > 0:
-            self._head -= 1
-            self._keys[self._head] = kt
-            return self._store(0, kt)
-        p = self._head + i
-        self._keys.insert(p, kt)
-        self._reserve(self._kn + 1)
-        if p < self._kn:
-            memmove(&self._kv[p + 1], &self._kv[p], (self._kn - p) * sizeof(double))
-        self._kn += 1
-        return self._store(i, kt)
-
-    cdef int _store(self, Py_ssize_t i, tuple kt) except -1:
-        """The mirror's entry ``i`` from ``kt`` (already at ``keys[i]``)."""
+    cdef int _store(self, Py_ssize_t j, Py_ssize_t l, tuple kt) except -1:
+        """The mirror's entry ``l`` of block ``j`` from ``kt`` (already its key ``l``)."""
         first = kt[0]
         cdef double x = 0.0
         if type(first) is not float:
@@ -470,28 +435,147 @@ cdef class Bucket:
             x = first
             if x != x:
                 self._exotic = True
-        self._kv[self._head + i] = x
+        self._kv[j][l] = x
         return 0
 
-    cdef int _drop(self, Py_ssize_t i) except -1:
-        """Delete index ``i`` of ``keys`` and of the mirror (the front: one more dead slot)."""
-        cdef Py_ssize_t p = self._head + i
-        if self._kn != len(self._keys):
-            del self._keys[p]
-            return self._mirror()
-        if i == 0:
-            self._keys[p] = None
-            self._head += 1
-            if self._head == self._kn:  # empty: no dead slots left either
-                self._keys.clear()
-                self._head = self._kn = 0
-            elif self._head >= 16 and 2 * self._head >= self._kn:
-                self._compact()
+    cdef inline Py_ssize_t _locate(self, Py_ssize_t* i) noexcept:
+        """The block holding index ``i[0]``, which becomes the index in that block (an index
+        equal to the keys' count is past the last block's last key)."""
+        cdef Py_ssize_t j = 0, nb = len(self._blocks), m
+        while j < nb - 1:
+            m = len(<list>self._blocks[j])
+            if i[0] < m:
+                break
+            i[0] -= m
+            j += 1
+        return j
+
+    cdef Py_ssize_t _len(self) noexcept:
+        """The number of keys."""
+        return self._n
+
+    cdef tuple _at(self, Py_ssize_t i):
+        """``keys[i]``."""
+        cdef Py_ssize_t j = self._locate(&i)
+        return <tuple>(<list>self._blocks[j])[i]
+
+    cdef inline int _cmp_at(self, Py_ssize_t i, tuple kt) except -2:
+        """The sign of ``keys[i]`` against ``kt`` (-1 below, 0 equal, 1 above): by the mirror's
+        double where the first fields differ, else by the tuples."""
+        cdef Py_ssize_t j = self._locate(&i)
+        cdef double x, y
+        first = kt[0]
+        key = (<list>self._blocks[j])[i]
+        if not self._exotic and type(first) is float:
+            x = first
+            y = self._kv[j][i]
+            if y < x:
+                return -1
+            if y > x:
+                return 1
+        if key < kt:
+            return -1
+        return 1 if kt < key else 0
+
+    cdef Py_ssize_t _search(self, tuple kt, bint right) except -1:
+        """``bisect_right(keys, kt)`` if ``right`` else ``bisect_left(keys, kt)``, the same
+        index: keys whose first field is below ``kt[0]`` sort before it and those above after
+        (a tuple compares by its first unequal field; floats compare as in Python), so only the
+        keys whose first field equals ``kt[0]`` (a tie, rare) are compared as tuples."""
+        cdef list blocks = self._blocks
+        cdef Py_ssize_t j, nb = len(blocks), m, off = 0, lo, hi, mid
+        cdef double x
+        cdef double* kv
+        cdef list block
+        first = kt[0]
+        if self._exotic or type(first) is not float or first != first:
+            for j in range(nb):  # the first block whose last key is not below kt (above: right)
+                block = <list>blocks[j]
+                last = block[len(block) - 1]
+                if (kt < last) if right else not (last < kt):
+                    return off + (bisect_right(block, kt) if right else bisect_left(block, kt))
+                off += len(block)
+            return off
+        x = first
+        for j in range(nb):  # the first block whose last first field is not below x
+            block = <list>blocks[j]
+            m = len(block)
+            kv = self._kv[j]
+            if kv[m - 1] < x:
+                off += m
+                continue
+            lo, hi = 0, m
+            while lo < hi:  # the first index whose value is >= x
+                mid = (lo + hi) >> 1
+                if kv[mid] < x:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if kv[lo] != x:
+                return off + lo
+            # A tie on the first field: from here, the keys equal in it are compared as tuples
+            # (the run may go on into the next blocks).
+            off += lo
+            while True:
+                while lo < m and kv[lo] == x and ((block[lo] <= kt) if right else (block[lo] < kt)):
+                    lo += 1
+                    off += 1
+                if lo < m or j + 1 == nb:
+                    return off
+                j += 1
+                block = <list>blocks[j]
+                m = len(block)
+                kv = self._kv[j]
+                lo = 0
+        return off
+
+    cdef int _put(self, Py_ssize_t i, tuple kt) except -1:
+        """Insert ``kt`` at index ``i`` of ``keys`` (a block past ``_BLOCK_MAX`` is split)."""
+        cdef Py_ssize_t j, m, half
+        cdef list block
+        cdef double* kv
+        if not self._blocks:
+            self._new_block(0, [kt])
+            self._n = 1
             return 0
-        del self._keys[p]
-        self._kn -= 1
-        if p < self._kn:
-            memmove(&self._kv[p], &self._kv[p + 1], (self._kn - p) * sizeof(double))
+        j = self._locate(&i)
+        block = <list>self._blocks[j]
+        m = len(block)
+        if m + 1 > self._kcap[j]:
+            kv = <double*>PyMem_Realloc(self._kv[j], 2 * self._kcap[j] * sizeof(double))
+            if kv == NULL:
+                raise MemoryError()
+            self._kv[j] = kv
+            self._kcap[j] *= 2
+        block.insert(i, kt)
+        kv = self._kv[j]
+        if i < m:
+            memmove(&kv[i + 1], &kv[i], (m - i) * sizeof(double))
+        self._store(j, i, kt)
+        self._n += 1
+        if m + 1 > _BLOCK_MAX:
+            half = (m + 1) // 2
+            self._new_block(j + 1, block[half:])
+            del block[half:]
+        return 0
+
+    cdef int _replace(self, Py_ssize_t i, tuple kt) except -1:
+        """``keys[i] = kt`` (its sorted place: the caller checked its neighbours)."""
+        cdef Py_ssize_t j = self._locate(&i)
+        (<list>self._blocks[j])[i] = kt
+        return self._store(j, i, kt)
+
+    cdef int _drop(self, Py_ssize_t i) except -1:
+        """Delete index ``i`` of ``keys`` (an emptied block is dropped)."""
+        cdef Py_ssize_t j = self._locate(&i)
+        cdef list block = <list>self._blocks[j]
+        cdef Py_ssize_t m = len(block)
+        del block[i]
+        self._n -= 1
+        if m == 1:
+            return self._del_block(j)
+        if i < m - 1:
+            memmove(&self._kv[j][i], &self._kv[j][i + 1], (m - 1 - i) * sizeof(double))
         return 0
 
 
@@ -617,28 +701,14 @@ cdef tuple _kt(lane, double hc, arr, double slo, rid, Bucket b):
 
 
 cdef inline bint _below(Bucket b, Py_ssize_t j, tuple kt) except -1:
-    """``keys[j] < kt``, by the mirror's double where the first fields differ (a tie, or a
-    mirror out of step with the list, compares the tuples)."""
-    cdef double x
-    first = kt[0]
-    if b._exotic or b._kn != len(b._keys) or type(first) is not float:
-        return b._at(j) < kt
-    x = first
-    if b._kv[b._head + j] != x:
-        return b._kv[b._head + j] < x
-    return b._at(j) < kt
+    """``keys[j] < kt``, by the mirror's double where the first fields differ (a tie compares
+    the tuples)."""
+    return b._cmp_at(j, kt) < 0
 
 
 cdef inline bint _above(Bucket b, Py_ssize_t j, tuple kt) except -1:
     """``kt < keys[j]``, as ``_below``."""
-    cdef double x
-    first = kt[0]
-    if b._exotic or b._kn != len(b._keys) or type(first) is not float:
-        return kt < b._at(j)
-    x = first
-    if b._kv[b._head + j] != x:
-        return x < b._kv[b._head + j]
-    return kt < b._at(j)
+    return b._cmp_at(j, kt) > 0
 
 
 cdef int _rekey_as(lane, list item, rid, hc) except -1:
@@ -652,8 +722,7 @@ cdef int _rekey_as(lane, list item, rid, hc) except -1:
     item[6] = kt
     i = 0 if old == b.front else b._search(old, False)
     if (i == 0 or _below(b, i - 1, kt)) and (i + 1 == b._len() or _above(b, i + 1, kt)):
-        b._keys[b._head + i] = kt
-        b._store(i, kt)
+        b._replace(i, kt)
         if i == 0:
             b.front = kt
             _sync_front(lane, b)
