@@ -474,6 +474,47 @@ class TestResume:
         assert len(said) == 1 and f"the finished runs are kept in {out}" in said[0], stderr
         assert "Traceback" not in stderr, stderr
 
+    def test_ctrl_c_while_summarising_says_no_summary(self, tmp_path, capsys, monkeypatch):
+        # A Ctrl-C after the last run, while the summary is read back and written, left no
+        # summary, yet the message said "(summary written)".
+        from fairsim.sweep import command
+
+        spec = tmp_path / "s.toml"
+        spec.write_text('scenarios = [{name = "rag", params = {num_requests = 60}}]\npolicies = ["fcfs", "lpm"]\n')
+        out = tmp_path / "out"
+
+        def interrupted(*_args, **_kwargs):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(command, "summarize_runs", interrupted)
+        assert main(["sweep", str(spec), "--out", str(out), "--workers", "1", "--no-progress"]) == 130
+        err = capsys.readouterr().err
+        assert f"the finished runs are kept in {out} (summary not written)" in err, err
+        assert not (out / "summary.parquet").exists() and not (out / "summary.csv").exists()
+        assert len(list((out / RUNS_DIR).glob("*.parquet"))) == 2  # both runs kept
+        monkeypatch.undo()
+        assert main(["sweep", str(spec), "--out", str(out), "--workers", "1", "--no-progress"]) == 0
+        assert pd.read_csv(out / "summary.csv")["status"].tolist() == ["ok", "ok"]
+
+    def test_ctrl_c_during_runs_writes_summary(self, tmp_path, capsys, monkeypatch):
+        from fairsim.sweep import command
+
+        spec = tmp_path / "s.toml"
+        spec.write_text('scenarios = [{name = "rag", params = {num_requests = 60}}]\npolicies = ["fcfs", "lpm"]\n')
+        out = tmp_path / "out"
+
+        def run_one_then_stop(todo, on_result, workers, progress):
+            from fairsim.sweep.executors import run_local
+
+            run_local(todo[:1], on_result, workers, progress)
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(command, "run_local", run_one_then_stop)
+        assert main(["sweep", str(spec), "--out", str(out), "--workers", "1", "--no-progress"]) == 130
+        err = capsys.readouterr().err
+        assert f"the finished runs are kept in {out} (summary written)" in err, err
+        assert pd.read_csv(out / "summary.csv")["status"].tolist() == ["ok", "not run"]
+
     def test_sigkill_parent_then_resume(self, tmp_path):
         spec_path = tmp_path / "slow.toml"
         spec_path.write_text(SLOW_SPEC)

@@ -53,8 +53,9 @@ def run_sweep(spec: dict[str, Any] | SweepSpec, out: Path, executor: str = "loca
     Every run is planned and validated before the folder is touched (``fairsim.sweep.plan``).
     The folder is locked for the whole sweep. A run that raises is recorded in
     ``OUT/failed/RUN_ID.json`` and the summary (``status = "failed"``, ``error``), and the
-    other runs go on; a later sweep retries it. On Ctrl-C the summary of the finished runs is
-    written before the interruption propagates.
+    other runs go on; a later sweep retries it. On Ctrl-C while runs go on the summary of the
+    finished runs is written before the interruption propagates (the ``KeyboardInterrupt`` then
+    has ``summary_written = True``; one landing while the summary is written has not).
 
     Args:
         spec: Spec dict (``load_spec``) or ``SweepSpec``.
@@ -111,13 +112,16 @@ def run_sweep(spec: dict[str, Any] | SweepSpec, out: Path, executor: str = "loca
                 run_ray(todo, on_result, address, workers, progress)
             elif todo:
                 run_local(todo, on_result, workers, progress)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:
             write_summary(out, summarize_runs(out, runs))
+            stop.summary_written = True  # (a second Ctrl-C while writing raises a new one, without it)
             raise
         if computed:
             log("computed: " + " ".join(computed))
         if failed:
             log("failed: " + " ".join(failed))
+        # A Ctrl-C here (every run finished, the summary being read back and written) leaves no
+        # summary of this sweep: the KeyboardInterrupt carries no ``summary_written``.
         summary = summarize_runs(out, runs)
         write_summary(out, summary)
     log(f"summary: {out / 'summary.parquet'} ({plural(len(summary), 'run')}, "
@@ -153,8 +157,12 @@ def cmd_sweep(args: Any) -> int:
     except ImportError as exc:  # --executor ray without Ray installed
         print(f"fairsim: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"fairsim: interrupted; the finished runs are kept in {out} (summary written); "
+    except KeyboardInterrupt as stop:
+        # Say whether the summary was written: an interrupt that lands while it is being written
+        # (after the last run, or a second Ctrl-C) leaves none for this sweep.
+        written = ("summary written" if getattr(stop, "summary_written", False)
+                   else "summary not written")
+        print(f"fairsim: interrupted; the finished runs are kept in {out} ({written}); "
               "run the same command to resume", file=sys.stderr)
         return 130
     if len(summary):
