@@ -404,6 +404,33 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
     elif args.replay == "closed" and args.time_scale != 1:
         warn_scale_moves_nothing(args, kept)
     requests = scale_time(kept, args.time_scale)
+    check_scaled_arrivals(args, trace, kept, requests)
+    trace = add_mapping_warning(trace, requests, args.block_size)
+    shaped = session_rate_warning(args, trace)
+    if shaped is not None:  # said with the reader's warnings, once every check passed
+        trace = record_replace(trace, warnings=(*trace.warnings, shaped))
+    if args.replay == "open" and trace.warnings:  # (no think time is used in open loop)
+        from fairsim.traces.trace import ClosedLoopWarning
+
+        trace = record_replace(trace, warnings=tuple(w for w in trace.warnings
+                                                     if not isinstance(w, ClosedLoopWarning)))
+    for warning in trace.warnings:
+        print(f"fairsim: warning: {warning}", file=sys.stderr)
+    return trace, requests
+
+
+def check_scaled_arrivals(args: argparse.Namespace, trace: Trace, kept: Sequence[Request],
+                          requests: Sequence[Request]) -> None:
+    """Refuse arrival times that ``args.time_scale`` (or ``--target-load``'s scale, or
+    ``--session-rate``'s starts) make unusable: ``requests`` are ``kept`` (trace time, sorted)
+    scaled. In closed loop the turns' earliest releases are checked too. ``load_requests`` calls
+    it on the run's requests; ``load_in_trace_time`` (accept, analyze, tune: arrivals scaled
+    after their windows are cut) on the whole trace at the scale it resolved.
+
+    Raises:
+        ValueError: A last arrival (or release) beyond ``MAX_ARRIVAL_S``, or a span of arrivals
+            squeezed under ``MIN_SPAN_S``, naming the option (or record) that set them.
+    """
     if args.replay == "closed":  # before the last-arrival check, to name the record and field
         from fairsim.sim.release import check_release_times
 
@@ -437,18 +464,6 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
         raise ValueError(
             f"{where}: the trace's {span:.6g} s of arrivals would span {span * args.time_scale:.3g} s, "
             f"under {MIN_SPAN_S:.0e} s, finer than any engine step; use {fix}")
-    trace = add_mapping_warning(trace, requests, args.block_size)
-    shaped = session_rate_warning(args, trace)
-    if shaped is not None:  # said with the reader's warnings, once every check passed
-        trace = record_replace(trace, warnings=(*trace.warnings, shaped))
-    if args.replay == "open" and trace.warnings:  # (no think time is used in open loop)
-        from fairsim.traces.trace import ClosedLoopWarning
-
-        trace = record_replace(trace, warnings=tuple(w for w in trace.warnings
-                                                     if not isinstance(w, ClosedLoopWarning)))
-    for warning in trace.warnings:
-        print(f"fairsim: warning: {warning}", file=sys.stderr)
-    return trace, requests
 
 
 def load_in_trace_time(args: argparse.Namespace, profile: Profile) -> tuple[Trace, list[Request], float]:
@@ -472,6 +487,8 @@ def load_in_trace_time(args: argparse.Namespace, profile: Profile) -> tuple[Trac
         scale = args.time_scale = target_time_scale(args, requests, profile)
     elif args.replay == "closed" and scale != 1:
         warn_scale_moves_nothing(args, requests)
+    if scale != 1:  # the windows and the FCFS simulation run at this scale: refused as fairsim run refuses it
+        check_scaled_arrivals(args, trace, requests, scale_time(requests, scale))
     return trace, requests, scale
 
 

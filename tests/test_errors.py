@@ -692,3 +692,27 @@ class TestCalibrateRefusal:
         assert code == 0, err
         assert json.loads(out.read_text())["idle_table_tolerance"] == 0.35
         load_profile(out)
+
+
+@pytest.mark.parametrize("command", [["analyze"], ["accept", "--policy", "fairway"],
+                                     ["tune", "--policies", "fcfs", "--trials", "1"]])
+@pytest.mark.parametrize("option, says", [
+    (["--time-scale", "1e-12"], "fairsim: error: --time-scale 1e-12: the trace's 399 s of arrivals would span "
+                                "3.99e-10 s, under 1e-06 s, finer than any engine step; use a larger --time-scale"),
+    (["--time-scale", "1e8"], "fairsim: error: --time-scale 100000000.0: the last arrival is at 3.99e+10 s, "
+                              "beyond 1e+09 s, where float64 time cannot resolve 1 us steps; use a smaller --time-scale"),
+    (["--target-load", "1e12"], "fairsim: error: --target-load 1e+12 (time scale 6.81682e-12): the trace's 399 s "
+                                "of arrivals would span 2.72e-09 s, under 1e-06 s"),
+])
+def test_trace_time_commands_refuse_scales_run_refuses(capsys, tmp_path, command, option, says):
+    # accept, analyze and tune cut windows in trace time and scale after; they took a time
+    # scale that squeezes the arrivals under 1 us or pushes them past 1e9 s, which run refuses.
+    window = ROOT / "fairsim" / "traces" / "data" / "conversation_window.jsonl"
+    argv = [*command, "--trace", str(window), *option]
+    if command[0] == "tune":
+        argv += ["--out", str(tmp_path / "tune")]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2 and says in err and "Traceback" not in err, err
+    assert "window" not in out and "busiest" not in out  # refused before any window or simulation
+    code, _, err = run_cli(capsys, "run", "--trace", str(window), *option)
+    assert code == 2 and says in err  # the same refusal as run's
