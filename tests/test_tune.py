@@ -263,6 +263,9 @@ def test_ray_executor_gives_the_same_trials_and_front_as_local(tmp_path):
     (["--train", "a:0-200", "--holdout", "b:100-300"], "overlaps --train (a/b)"),
     (["--trials", "0"], "--trials 0: need at least 1"),
     (["--folds", "1"], "--folds 1: need at least 2"),
+    # More folds than requests: refused before any window is built (1e8 of them took gigabytes).
+    (["--folds", "100000000"], "--folds 100000000: more windows than the trace's 1407 requests, so some would "
+                               "hold none; give at most 1407"),
 ])
 def test_bad_input_exits_2_naming_the_option(tmp_path, capsys, extra, message):
     status = main(["tune", "--trace", str(WINDOW), "--policies", "fairway", "--out", str(tmp_path / "o"), *extra])

@@ -63,12 +63,15 @@ def fold_windows(requests: Sequence[Request], folds: int) -> tuple[list[Window],
     every held-out window comes after a training one and neither sees the other's scores.
 
     Raises:
-        ValueError: ``folds`` below 2, or no requests.
+        ValueError: ``folds`` below 2 or above the number of requests, or no requests.
     """
     if folds < 2:
         raise ValueError(f"--folds {folds}: need at least 2 (one training and one held-out window)")
     if not requests:
         raise ValueError("the trace holds no request after shaping")
+    if folds > len(requests):  # (before the bounds: --folds 1e8 built gigabytes of windows)
+        raise ValueError(f"--folds {folds}: more windows than the trace's {len(requests)} requests, so some "
+                         f"would hold none; give at most {len(requests)} (or --train and --holdout windows)")
     start = min(r.arrival_time for r in requests)
     last = max(r.arrival_time for r in requests)
     if last == start:
