@@ -284,6 +284,40 @@ def test_a_float_range_for_an_int_parameter_names_the_int_flag(tmp_path, capsys)
     assert not (tmp_path / "o" / "trials.parquet").exists()
 
 
+def test_a_policy_that_fails_is_a_failed_trial_and_the_report_goes_on(tmp_path, capsys):
+    # A policy raising in order() (or breaking the contract) at its defaults: its trials are
+    # failed trials, yet the report then re-ran it untuned and died (exit 1, no tune.json); a
+    # broken contract even stopped the study at its trial.
+    out = tmp_path / "tune"
+    status = main(["tune", "--trace", str(WINDOW), "--policies",
+                   "fairway,tune_policies:Crashes,tune_policies:BreaksContract", "--trials", "3",
+                   "--targets", "p50<=2xfcfs", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert status == 0, err
+    t = trials(out).set_index("policy")
+    assert t.loc["tune_policies:Crashes", "error"].startswith(
+        "PolicyError: error in policy 'tune_policies:Crashes' (Crashes): RuntimeError: crashed on a long queue")
+    assert t.loc["tune_policies:BreaksContract", "error"].startswith(
+        "PolicyContractError: policy 'tune_policies:BreaksContract': order() must return a permutation")
+    assert pd.isna(t.loc["fairway", "error"]) and t.loc["fairway", "holds"]
+    report = json.loads((out / "tune.json").read_text())
+    assert report["best_untuned"]["policy"] == "fairway" and report["chosen"]["policy"] == "fairway"
+    assert [n.split(" at its defaults failed")[0] for n in report["notes"]] == [
+        "policy 'tune_policies:Crashes'", "policy 'tune_policies:BreaksContract'"]
+    assert json.loads((out / "policy-config.json").read_text())["policy"] == "fairway"
+
+
+def test_every_trial_failing_says_so(tmp_path, capsys):
+    out = tmp_path / "tune"
+    status = main(["tune", "--trace", str(WINDOW), "--policies", "tune_policies:Crashes", "--trials", "1",
+                   "--out", str(out)])
+    err = capsys.readouterr().err
+    assert status == 2 and ("no trial of 1 meets the targets on the training windows; every trial failed "
+                            "(trials.parquet's error; first: trial 0, tune_policies:Crashes: PolicyError:") in err
+    report = json.loads((out / "tune.json").read_text())
+    assert report["best_untuned"] is None and "chosen" not in report
+
+
 def test_tune_needs_out(capsys):
     assert main(["tune", "--policies", "fcfs"]) == 2
     assert "--out DIR" in capsys.readouterr().err

@@ -20,3 +20,23 @@ class Undeclared(ShortFirst):
     """ShortFirst without a search_space of its own: tune searches none of its parameters."""
 
     name = "undeclared"
+
+
+class Crashes:
+    """Raises once more than three requests wait (a team's policy with a bug)."""
+
+    search_space = {}
+
+    def order(self, waiting, now):
+        if len(waiting) > 3:
+            raise RuntimeError("crashed on a long queue")
+        return list(waiting)
+
+
+class BreaksContract:
+    """Returns its first waiting request twice (breaks the order contract)."""
+
+    search_space = {}
+
+    def order(self, waiting, now):
+        return list(waiting) + list(waiting)[:1]

@@ -354,12 +354,27 @@ def _report(args, study, objective, sim, train, held, names, axes, notes, trace,
         return (objective.score(train, sim.stats(policy, params, train)),
                 objective.score(held, sim.stats(policy, params, held)))
 
-    untuned = {name: both(name, {}) for name in names}
-    best_name = report.choose([{"trial": i, "policy": n, "params": {}, "median": s[0].median, "tail": s[0].tail,
-                                "holds": s[0].holds, "excess": s[0].excess, "error": None}
-                               for i, (n, s) in enumerate(untuned.items())])[0]["policy"]
+    from fairsim.errors import PolicyContractError, PolicyError
+
+    # A policy that fails at its defaults (its own error, or a broken contract) is a failed trial
+    # in the study; it is left out of the untuned comparison, with a note, and the report goes on.
+    untuned = {}
+    for name in names:
+        try:
+            untuned[name] = both(name, {})
+        except (PolicyError, PolicyContractError) as exc:
+            note = (f"policy {name!r} at its defaults failed ({type(exc).__name__}: {exc}); it is left out of "
+                    f"the best untuned policy")
+            notes.append(note)
+            print(f"fairsim: note: {note}", file=sys.stderr)
+    best = report.choose([{"trial": i, "policy": n, "params": {}, "median": s[0].median, "tail": s[0].tail,
+                           "holds": s[0].holds, "excess": s[0].excess, "error": None}
+                          for i, (n, s) in enumerate(untuned.items())])[0]
+    best_name = None if best is None else best["policy"]
     fairway = untuned.get("fairway") or both("fairway", {})
-    entries = [("default fairway", *fairway), (f"best untuned ({best_name})", *untuned[best_name])]
+    entries = [("default fairway", *fairway)]
+    if best_name is not None:
+        entries.append((f"best untuned ({best_name})", *untuned[best_name]))
     payload: dict[str, Any] = {
         "trace": trace.source, "profile": sim.profile.name, "fleet": _fleet_json(sim.fleet, sim.profile),
         "policies": names, "targets": args.targets,
@@ -368,7 +383,8 @@ def _report(args, study, objective, sim, train, held, names, axes, notes, trace,
         "executor": args.executor, "train_windows": [_window(w) for w in train],
         "holdout_windows": [_window(w) for w in held], "notes": notes, "meets_targets": meets,
         "front": [_row(r) for r in front],
-        "default_fairway": _scores(*fairway), "best_untuned": {"policy": best_name, **_scores(*untuned[best_name])},
+        "default_fairway": _scores(*fairway),
+        "best_untuned": None if best_name is None else {"policy": best_name, **_scores(*untuned[best_name])},
     }
     if chosen is not None:
         c_train = score_from_attrs((chosen["median"], chosen["tail"]), study.trials[chosen["trial"]].user_attrs)
@@ -381,8 +397,9 @@ def _report(args, study, objective, sim, train, held, names, axes, notes, trace,
         payload["held_out_gain"] = {
             "over_default_fairway": {"median": report.gain(fairway[1].median, c_held.median),
                                      "tail": report.gain(fairway[1].tail, c_held.tail)},
-            "over_best_untuned": {"median": report.gain(untuned[best_name][1].median, c_held.median),
-                                  "tail": report.gain(untuned[best_name][1].tail, c_held.tail)}}
+            "over_best_untuned": None if best_name is None else {
+                "median": report.gain(untuned[best_name][1].median, c_held.median),
+                "tail": report.gain(untuned[best_name][1].tail, c_held.tail)}}
         config_file = out / ("policy-config.json" if meets else "closest-policy-config.json")
         atomic_write_text(config_file, policy_config_text(chosen["policy"], full))
         payload["policy_config"] = str(config_file)
@@ -398,7 +415,9 @@ def _report(args, study, objective, sim, train, held, names, axes, notes, trace,
     else:
         _print_report(args, payload, front, entries, axes, train, held, len(rows))
     if not meets:
-        closest = "" if chosen is None else (
+        failed = [r for r in rows if r["error"] is not None]
+        closest = (f"; every trial failed (trials.parquet's error; first: trial {failed[0]['trial']}, "
+                   f"{failed[0]['policy']}: {failed[0]['error']})" if failed else "") if chosen is None else (
             f"; closest: trial {chosen['trial']}, {chosen['policy']} {report.show_params(chosen['params'])} "
             f"({', '.join(f'{k}: {v:.3f}' for k, v in payload['chosen']['train']['ratios'].items())}"
             f"{', worst max/p99 %.2f' % payload['chosen']['train']['starvation'] if objective.no_starvation else ''}), "
@@ -457,7 +476,9 @@ def _print_report(args, payload, front, entries, axes, train, held, n_rows) -> N
         g = payload["held_out_gain"]
         print(f"\n{'chosen' if payload['meets_targets'] else 'closest (targets not met)'}: {chosen['policy']} "
               f"{report.show_params(chosen['params'])} -> {payload['policy_config']}")
+        over_best = ("no untuned policy ran" if g["over_best_untuned"] is None else
+                     f"{axes[0]} x{g['over_best_untuned']['median']:.2f}, {axes[1]} x{g['over_best_untuned']['tail']:.2f}")
+        best = payload["best_untuned"]
         print(f"held-out gain over default fairway: {axes[0]} x{g['over_default_fairway']['median']:.2f}, "
-              f"{axes[1]} x{g['over_default_fairway']['tail']:.2f}; over the best untuned policy "
-              f"({payload['best_untuned']['policy']}): {axes[0]} x{g['over_best_untuned']['median']:.2f}, "
-              f"{axes[1]} x{g['over_best_untuned']['tail']:.2f} (x>1: lower, better)")
+              f"{axes[1]} x{g['over_default_fairway']['tail']:.2f}; over the best untuned policy"
+              f"{'' if best is None else ' (' + best['policy'] + ')'}: {over_best} (x>1: lower, better)")

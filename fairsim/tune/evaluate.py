@@ -217,12 +217,12 @@ class TrialEvaluator:
     objective: Objective
 
     def __call__(self, policy: str, params: dict[str, Any]) -> Any:
-        from fairsim.errors import PolicyError
+        from fairsim.errors import PolicyContractError, PolicyError
         from fairsim.tune.search import Result
 
         try:
             score = self.objective.score(self.windows, self.sim.stats(policy, params, self.windows))
-        except (ValueError, PolicyError) as exc:  # parameters the policy refuses, or its own error
+        except (ValueError, PolicyError, PolicyContractError) as exc:  # parameters refused, its own error, a broken contract
             return Result(None, {}, f"{type(exc).__name__}: {exc}")
         return Result((score.median, score.tail), score_attrs(score, self.objective))
 
