@@ -402,7 +402,7 @@ class TestLockAndDryRun:
         with SweepLock(out):
             assert main(["sweep", str(spec), "--out", str(out), "--no-progress"]) == 2
         err = capsys.readouterr().err
-        assert f"--out {out}: another sweep (pid {os.getpid()}) is running in this folder" in err
+        assert f"--out {out}: another fairsim sweep or tune (pid {os.getpid()}) is running in this folder" in err
         assert not (out / RUNS_DIR).exists()
         assert main(["sweep", str(spec), "--out", str(out), "--no-progress"]) == 0  # released
 

@@ -318,6 +318,18 @@ def test_every_trial_failing_says_so(tmp_path, capsys):
     assert report["best_untuned"] is None and "chosen" not in report
 
 
+def test_second_tune_in_a_folder_is_named_as_a_tune(tmp_path, capsys):
+    # The lock is sweep's: a second tune was told "another sweep (pid N) is running".
+    from fairsim.sweep.lock import SweepLock
+
+    out = tmp_path / "tune"
+    with SweepLock(out):
+        assert main(["tune", "--trace", str(WINDOW), "--policies", "fcfs", "--trials", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {out}: another fairsim sweep or tune (pid {os.getpid()}) is running in this folder" in err
+    assert not (out / "study.db").exists()
+
+
 def test_tune_needs_out(capsys):
     assert main(["tune", "--policies", "fcfs"]) == 2
     assert "--out DIR" in capsys.readouterr().err

@@ -43,7 +43,7 @@ class SweepLock:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
             raise SweepLockedError(
-                f"--out {self.out}: another sweep (pid {holder}) is running in this folder; "
+                f"--out {self.out}: another fairsim sweep or tune (pid {holder}) is running in this folder; "
                 "wait for it to finish or give another --out") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
