@@ -451,8 +451,10 @@ def cmd_accept(args: argparse.Namespace) -> int:
         from fairsim.figures import save, window_bars
         from fairsim.run_plots import write_run_plots
 
-        for wname, by_policy in results.items():
-            write_run_plots(args.plots, by_policy, prefix=f"{wname}-", title=wname)
+        from fairsim.io import file_stem
+
+        for wname, by_policy in results.items():  # (the window's name as in --out's tables: 'a/b' names no folder)
+            write_run_plots(args.plots, by_policy, prefix=f"{file_stem(wname)}-", title=wname)
         scored = []
         for v in verdicts:
             for name, res in results[v.window.name].items():

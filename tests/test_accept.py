@@ -220,3 +220,17 @@ def test_a_window_past_the_trace_end_is_cut_there(capsys):
     [w, v] = clip_to_trace([Window("calm", 0.0, 10000.0), Window("early", 0.0, 5.0)], reqs)
     assert (w.start_s, w.end_s) == (0.0, math.nextafter(30.0, math.inf)) and (v.start_s, v.end_s) == (0.0, 5.0)
     assert "the trace's last arrival is at 30 trace s; the window is cut there" in capsys.readouterr().err
+
+
+def test_window_names_in_plot_files_are_file_stems_as_in_out(tmp_path, capsys):
+    """--windows 'x/y:...' --plots P wrote P/x/y-ttft_cdf.png (a sub-folder; '../' left P), while
+    --out names its tables requests-x_y-POLICY.parquet."""
+    plots, out = tmp_path / "plots", tmp_path / "out"
+    code = main(["accept", "--policy", "fairway", "--max-requests", "200", "--windows", "x/y:0-20,../up:20-40",
+                 "--plots", str(plots), "--out", str(out)])
+    capsys.readouterr()
+    assert code in (0, 1)
+    assert sorted(p.name for p in plots.iterdir()) == sorted(
+        ["windows.png"] + [f"{w}-{f}.png" for w in ("x_y", ".._up") for f in ("ttft_cdf", "ttft_vs_arrival", "queue_kv")])
+    assert not (tmp_path / "up-ttft_cdf.png").exists()
+    assert (out / "requests-x_y-fairway.parquet").exists() and (out / "requests-.._up-lpm.parquet").exists()
