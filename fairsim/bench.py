@@ -401,11 +401,18 @@ def one_engine_args(args: argparse.Namespace, closed: bool) -> argparse.Namespac
     """``--vs-one-engine``: ``args`` (a fleet of ``N = args.instances`` engines, its time scale
     resolved) for one engine at the same per-engine load: no router, arrival times stretched N
     times (``--time-scale`` x N) and, where the trace replays closed loop, think times too
-    (``--think-scale`` x N)."""
+    (``--think-scale`` x N); a ``--seed`` that seeded only the fleet's sampling router is
+    dropped (the one engine has no router to seed)."""
+    from fairsim.options import router_samples
+
     n = args.instances
     one = argparse.Namespace(**vars(args))
     one.instances, one.router, one.router_param = 1, None, []
     one.time_scale, one.target_load = args.time_scale * n, None
+    if args.trace is not None and args.session_rate is None and router_samples(args):
+        # --seed seeded only the fleet's sampling router: the one engine has no router, and
+        # fairsim run refuses a seed that seeds nothing.
+        one.seed = 0
     if closed:
         one.think_scale = args.think_scale * n
     return one

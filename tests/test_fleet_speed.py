@@ -83,6 +83,37 @@ def test_vs_one_engine_in_closed_loop_stretches_think_times_too(capsys, monkeypa
     assert "vs 1 engine" in out and "think scale 3" in out
 
 
+def test_vs_one_engine_drops_a_seed_that_seeded_only_the_fleets_sampling_router(capsys, monkeypatch):
+    # --seed 5 seeds dynamo-kv's sampling (temperature > 0); the one engine has no router, and a
+    # fairsim run with a --trace and a seed that seeds nothing exits 2, so it must not get it.
+    calls = _fake_runs(monkeypatch, [(2, 1), (3, 2)])
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs", "--trace", "fairsim/traces/data/conversation_window.jsonl",
+                          "--max-requests", "40", "--instances", "2", "--router", "dynamo-kv", "--router-param",
+                          "temperature=0.5", "--seed", "5", "--vs-one-engine", "--repeat", "1")
+    assert code == 0, err
+    one, fleet = calls
+    assert _value(one, "--seed") is None and "--router" not in one and "--router-param" not in one
+    assert _value(fleet, "--seed") == "5" and _value(fleet, "--router-param") == "temperature=0.5"
+
+
+def test_vs_one_engine_with_a_sampling_router_and_a_seed_runs_for_real(capsys):
+    code, out, err = _cli(capsys, "bench", "--policies", "fcfs", "--trace", "fairsim/traces/data/conversation_window.jsonl",
+                          "--max-requests", "40", "--instances", "2", "--router", "dynamo-kv", "--router-param",
+                          "temperature=0.5", "--seed", "5", "--vs-one-engine", "--repeat", "1")
+    assert code == 0, err
+    assert "40 requests" in out and "vs 1 engine" in out
+
+
+def test_vs_one_engine_keeps_the_seed_of_the_generated_input(capsys, monkeypatch):
+    # Without --trace the seed chooses the generated RAG input: both runs need it.
+    calls = _fake_runs(monkeypatch, [(2, 1), (3, 2)])
+    code, _, err = _cli(capsys, "bench", "--policies", "fcfs", "--max-requests", "40", "--instances", "2",
+                        "--router", "dynamo-kv", "--router-param", "temperature=0.5", "--seed", "5",
+                        "--vs-one-engine", "--repeat", "1")
+    assert code == 0, err
+    assert [_value(argv, "--seed") for argv in calls] == ["5", "5"]
+
+
 @pytest.mark.parametrize("extra", [[], ["--instances", "1"], ["--instances", "1", "--router", "least-work"]])
 def test_vs_one_engine_needs_a_fleet(capsys, monkeypatch, extra):
     calls = _fake_runs(monkeypatch, [])
