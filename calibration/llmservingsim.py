@@ -42,6 +42,21 @@ DEFAULT_GRID = Grid(new_tokens=(1, 32, 64, 128, 256, 512, 1024, 2048), context_t
                     decode_contexts=(512, 1024, 2048, 8192, 32768), mixed_new_tokens=(0, 512))
 
 
+def _check_numbers(path: Path, frame: Any, columns: tuple[str, ...]) -> None:
+    """Refuse a cell of ``columns`` that is not a finite number >= 0, naming the file, its line
+    (the header is line 1) and the column."""
+    import pandas as pd
+
+    for col in columns:
+        values = pd.to_numeric(frame[col], errors="coerce")
+        bad = ~(np.isfinite(values.to_numpy(dtype=float)) & (values.to_numpy(dtype=float) >= 0))
+        if bad.any():
+            row = frame.index[bad][0]
+            cell = frame[col].loc[row]
+            got = repr(cell) if isinstance(cell, str) else "an empty cell" if pd.isna(cell) else str(cell)
+            raise ValueError(f"{path}:{int(row) + 2}: field {col!r}: need a finite number >= 0, got {got}")
+
+
 class OutOfRange(Exception):
     """A grid point the tables do not cover (left out of the fit)."""
 
@@ -53,8 +68,11 @@ class LLMServingSimSource:
         folder: Holds ``layers.csv`` and ``attention.csv``.
 
     Raises:
-        ValueError: A file is missing, or lacks a column this reader needs (the message names
-            the file and the column).
+        ValueError: A file is missing, is not a CSV table, has no rows, lacks a column this
+            reader needs, has a cell that is not a finite number >= 0 (or an ``is_prefill`` that
+            is not True/False) where one is read, lacks an operator a step needs, or has an
+            operator without a latency at an input size the others have (the message names the
+            file, and the line and column or the operator).
     """
 
     def __init__(self, folder: str | Path = TABLES) -> None:
@@ -70,19 +88,54 @@ class LLMServingSimSource:
                 raise ValueError(f"{path}: missing (LLMServingSim tables folder needs layers.csv and attention.csv"
                                  + ("; the default is the shared copy beside this clone: give the folder with "
                                     "--tables DIR)" if Path(folder) == TABLES else ")"))
-            frame = pd.read_csv(path)
+            try:
+                frame = pd.read_csv(path)
+            except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+                raise ValueError(f"{path}: not a CSV table LLMServingSim wrote: {exc}") from None
             missing = [c for c in cols if c not in frame.columns]
             if missing:
                 raise ValueError(f"{path}: no column {missing[0]!r}")
+            if frame.empty:
+                raise ValueError(f"{path}: no rows (a header alone); LLMServingSim's table has one row per "
+                                 f"measurement")
             frames[name] = frame
         layers = frames["layers.csv"]
+        _check_numbers(self.folder / "layers.csv", layers, ("input", "latency(ns)"))
+        layers = layers.assign(**{c: pd.to_numeric(layers[c]) for c in ("input", "latency(ns)")})
+        for op in ONCE_PER_STEP:
+            if not (layers["layer_name"] == op).any():
+                raise ValueError(f"{self.folder / 'layers.csv'}: no {op!r} rows in column 'layer_name' (a step "
+                                 f"needs {', '.join(ONCE_PER_STEP)} and the per-layer operators)")
+        if set(layers["layer_name"]) <= set(ONCE_PER_STEP):
+            raise ValueError(f"{self.folder / 'layers.csv'}: no per-layer operator rows (layer names other than "
+                             f"{', '.join(ONCE_PER_STEP)})")
         table = layers.pivot_table(index="input", columns="layer_name", values="latency(ns)", aggfunc="median") / 1e9
+        gaps = table.isna()
+        if gaps.to_numpy().any():
+            op = next(c for c in table.columns if gaps[c].any())
+            size = int(gaps.index[gaps[op].to_numpy()][0])
+            raise ValueError(f"{self.folder / 'layers.csv'}: operator {op!r} has no row at input {size}, which "
+                             f"other operators have; every operator needs a latency at every input size")
         self.max_tokens = int(table.index.max())
         per_layer = [c for c in table.columns if c not in ONCE_PER_STEP]
         self._ops = (table[per_layer].sum(axis=1) * LAYERS + table["embedding"] + table["final_layernorm"]).to_dict()
         self._lm_head = table["lm_head"].to_dict()
         self._attn_cold = table["attn"].to_dict()
         att = frames["attention.csv"]
+        _check_numbers(self.folder / "attention.csv", att, ("batch_size", "prefill_chunk_size", "kv_cache_size"))
+        flags = att["is_prefill"].map(lambda v: {"true": True, "false": False, "1": True, "0": False}.get(
+            str(v).strip().lower()))
+        if flags.isna().any():
+            row = int(flags.index[flags.isna().to_numpy()][0])
+            raise ValueError(f"{self.folder / 'attention.csv'}:{row + 2}: field 'is_prefill': need True or False, "
+                             f"got {att['is_prefill'].iloc[row]!r}")
+        att = att.assign(is_prefill=flags.astype(bool))
+        _check_numbers(self.folder / "attention.csv", att[att["is_prefill"]], ("time_stats.attn_prefill.median",))
+        _check_numbers(self.folder / "attention.csv", att[~att["is_prefill"]], ("time_stats.attn_decode.median",))
+        # (a cell of the other role's median column is not read: NaN there is harmless)
+        att = att.assign(**{c: pd.to_numeric(att[c], errors="coerce") for c in (
+            "batch_size", "prefill_chunk_size", "kv_cache_size", "time_stats.attn_prefill.median",
+            "time_stats.attn_decode.median")})
         pre = att[att["is_prefill"].astype(bool)]
         dec = att[~att["is_prefill"].astype(bool)]
         self._prefill = {int(n): (g["kv_cache_size"].to_numpy(float), g["time_stats.attn_prefill.median"].to_numpy(float) / 1e3)
@@ -107,6 +160,8 @@ class LLMServingSimSource:
         if decoding:
             return self._lookup(self._decode, decodes, k)
         if k == 0:
+            if n not in self._attn_cold:
+                raise OutOfRange(f"{n} new tokens not measured")
             return float(self._attn_cold[n])
         return self._lookup(self._prefill, n, n + k)
 
@@ -119,6 +174,8 @@ class LLMServingSimSource:
         total = sum(point.new_tokens)
         if total > self.max_tokens:
             raise OutOfRange(f"{total} tokens > {self.max_tokens}")
+        if total not in self._ops or len(point.new_tokens) not in self._lm_head:
+            raise OutOfRange(f"{total} tokens or {len(point.new_tokens)} requests not measured")
         decodes = sum(point.decoding)
         attention = 0.0
         seen_decode = False
@@ -135,7 +192,10 @@ class LLMServingSimSource:
         """``T_idle`` of a cold prompt that fits one step (s); None beyond (no measured long context)."""
         if length > min(budget, self.max_tokens):
             return None
-        return self.step_seconds(StepPoint("cold prefill", (length,), (0,), (False,)))
+        try:
+            return self.step_seconds(StepPoint("cold prefill", (length,), (0,), (False,)))
+        except OutOfRange:  # a length the tables skip: the fitted model's, as beyond them
+            return None
 
     def metadata(self) -> dict[str, Any]:
         """Provenance for the profile."""

@@ -122,6 +122,93 @@ class TestLLMServingSimComposition:
         assert f"{tmp_path}/layers.csv: missing" in capsys.readouterr().err
 
 
+def _shared_tables():
+    from calibration.llmservingsim import TABLES
+
+    if not (TABLES / "layers.csv").is_file():
+        pytest.skip("shared LLMServingSim tables not beside the repository")
+    return TABLES
+
+
+def _tables(tmp_path, layers=None, attention=None):
+    """A tables folder: the shared copy's files, with ``layers``/``attention`` (text) in their place."""
+    src = _shared_tables()
+    folder = tmp_path / "tables"
+    folder.mkdir()
+    for name, text in (("layers.csv", layers), ("attention.csv", attention)):
+        (folder / name).write_text((src / name).read_text() if text is None else text)
+    return folder
+
+
+def _lines(name):
+    return (_shared_tables() / name).read_text().splitlines(keepends=True)
+
+
+class TestLLMServingSimBadTables:
+    """A tables folder the reader cannot use: exit 2 naming the file (and line and field, or the
+    operator), never an internal error."""
+
+    @pytest.mark.parametrize("which, text, message", [
+        ("layers", "", "layers.csv: not a CSV table LLMServingSim wrote: No columns to parse from file"),
+        ("attention", "", "attention.csv: not a CSV table LLMServingSim wrote"),
+        ("layers", "layer_name,input,kv_cache,tp_size,latency(ns)\n", "layers.csv: no rows (a header alone)"),
+        ("layers", "layer_name,input,kv_cache,tp_size,latency(ns)\nembedding,1,0,1,2575\nqkv,1,0,1,abc\n",
+         "layers.csv:3: field 'latency(ns)': need a finite number >= 0, got 'abc'"),
+        ("layers", "layer_name,input,kv_cache,tp_size,latency(ns)\nembedding,1,0,1,-4\n",
+         "layers.csv:2: field 'latency(ns)': need a finite number >= 0, got -4"),
+        ("layers", "layer_name,input,kv_cache,tp_size,latency(ns)\nembedding,,0,1,5\n",
+         "layers.csv:2: field 'input': need a finite number >= 0, got an empty cell"),
+        ("layers", "layer_name,input,kv_cache,tp_size,latency(ns)\nembedding,1,0,1,5\nqkv,1,0,1,5\n",
+         "layers.csv: no 'final_layernorm' rows in column 'layer_name'"),
+    ])
+    def test_refused_naming_the_file(self, tmp_path, capsys, which, text, message):
+        folder = _tables(tmp_path, **{which: text})
+        code = main(["profile", "build", "--from", "llmservingsim", "--tables", str(folder),
+                     "--out", str(tmp_path / "p.json")])
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert f"fairsim: error: {folder}/{message}" in err and "internal error" not in err
+        assert not (tmp_path / "p.json").exists()
+
+    def test_an_operator_missing_at_one_size(self, tmp_path, capsys):
+        layers = [ln for ln in _lines("layers.csv") if not ln.startswith("lm_head,7,")]
+        folder = _tables(tmp_path, layers="".join(layers))
+        assert main(["profile", "build", "--from", "llmservingsim", "--tables", str(folder),
+                     "--out", str(tmp_path / "p.json")]) == 2
+        assert (f"{folder}/layers.csv: operator 'lm_head' has no row at input 7, which other operators have"
+                in capsys.readouterr().err)
+
+    def test_a_bad_is_prefill_flag(self, tmp_path, capsys):
+        att = _lines("attention.csv")
+        assert ",True," in att[3]
+        att[3] = att[3].replace(",True,", ",maybe,")
+        folder = _tables(tmp_path, attention="".join(att))
+        assert main(["profile", "build", "--from", "llmservingsim", "--tables", str(folder),
+                     "--out", str(tmp_path / "p.json")]) == 2
+        assert f"{folder}/attention.csv:4: field 'is_prefill': need True or False, got 'maybe'" in capsys.readouterr().err
+
+    def test_sizes_the_tables_skip_are_left_out_as_beyond_them(self, tmp_path, capsys):
+        # Every operator measured at 1 and the even sizes only: a grid point of 513 tokens (a
+        # decode beside a 512-token chunk) is not measured, so it is left out (it was a KeyError).
+        from calibration.llmservingsim import LLMServingSimSource, OutOfRange
+
+        header, *rows = _lines("layers.csv")
+        kept = [r for r in rows if int(r.split(",")[1]) % 2 == 0 or int(r.split(",")[1]) == 1]
+        folder = _tables(tmp_path, layers=header + "".join(kept))
+        src = LLMServingSimSource(folder)
+        with pytest.raises(OutOfRange):
+            src.step_seconds(StepPoint("mixed", (512, 1), (0, 2048), (False, True)))
+        assert src.idle_seconds(3, 2048) is None
+        full = LLMServingSimSource(_shared_tables())
+        cold = StepPoint("cold prefill", (512,), (0,), (False,))
+        assert src.step_seconds(cold) == full.step_seconds(cold)
+        assert main(["profile", "build", "--from", "llmservingsim", "--tables", str(folder),
+                     "--out", str(tmp_path / "p.json")]) == 0
+        meta = json.loads((tmp_path / "p.json").read_text())["metadata"]
+        assert meta["grid_points_left_out"] > 0
+        assert all(sum(p["new_tokens"]) % 2 == 0 or sum(p["new_tokens"]) == 1 for p in meta["points"])
+
+
 class TestAIConfigurator:
     """Against the installed database (``pip install fairsim[profiles]``)."""
 
