@@ -18,6 +18,7 @@ still written.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,14 @@ def build_source_profile(source: str, *, name: str, budget: int = 2048, system: 
         from calibration import llmservingsim as lss
         from fairsim.costmodel import load_profile
 
+        overhead_source = f"--step-overhead-s {step_overhead_s}"
+        if step_overhead_s is None:
+            step_overhead_s = load_profile(DEFAULT_STEP_OVERHEAD_PROFILE).a_s
+            overhead_source = (f"a_s of {DEFAULT_STEP_OVERHEAD_PROFILE}: fairsim calibrate's fit of a real vLLM 0.32 "
+                               f"engine (CPU backend, tiny model), its per-step intercept")
+        if not (math.isfinite(step_overhead_s) and step_overhead_s >= 0):
+            raise ValueError(f"--step-overhead-s {step_overhead_s}: need finite seconds >= 0")
+        extra = float(step_overhead_s)
         src = lss.LLMServingSimSource(tables or lss.TABLES)
         grid = lss.DEFAULT_GRID
         points, seconds, left_out = [], [], 0
@@ -112,14 +121,6 @@ def build_source_profile(source: str, *, name: str, budget: int = 2048, system: 
                 points.append(p)
             except lss.OutOfRange:
                 left_out += 1
-        overhead_source = f"--step-overhead-s {step_overhead_s}"
-        if step_overhead_s is None:
-            step_overhead_s = load_profile(DEFAULT_STEP_OVERHEAD_PROFILE).a_s
-            overhead_source = (f"a_s of {DEFAULT_STEP_OVERHEAD_PROFILE}: fairsim calibrate's fit of a real vLLM 0.32 "
-                               f"engine (CPU backend, tiny model), its per-step intercept")
-        if not step_overhead_s >= 0:
-            raise ValueError(f"--step-overhead-s {step_overhead_s}: need seconds >= 0")
-        extra = float(step_overhead_s)
     metadata = {**src.metadata(), "grid": grid.to_dict(), "grid_points_left_out": left_out,
                 "budget_tokens": budget, "command": "fairsim " + " ".join(sys.argv[1:])}
     if source == "llmservingsim":

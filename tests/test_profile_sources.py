@@ -209,6 +209,17 @@ class TestLLMServingSimBadTables:
         assert all(sum(p["new_tokens"]) % 2 == 0 or sum(p["new_tokens"]) == 1 for p in meta["points"])
 
 
+@pytest.mark.parametrize("value", ["inf", "nan", "-1"])
+def test_step_overhead_must_be_finite_seconds(tmp_path, capsys, value):
+    # Checked before the tables are read: an infinite overhead was taken, fitted, then refused as
+    # "profile 'fit': coefficient a_s=inf", naming no option.
+    code = main(["profile", "build", "--from", "llmservingsim", "--tables", str(tmp_path / "none"),
+                 "--step-overhead-s", value, "--out", str(tmp_path / "p.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"fairsim: error: --step-overhead-s {float(value)}: need finite seconds >= 0" in err
+    assert not (tmp_path / "p.json").exists()
+
+
 class TestAIConfigurator:
     """Against the installed database (``pip install fairsim[profiles]``)."""
 
