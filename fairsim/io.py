@@ -88,7 +88,7 @@ def check_writable_dir(path: str | Path, option: str = "--out", files: Iterable[
     Raises:
         OutputError: ``path`` is empty, an existing non-folder, cannot be created, or is not
             writable; or one of ``files`` (or any name of ``OUTPUT_SUFFIXES``) is a folder
-            there, or one of ``folders`` a file.
+            there, a device, a pipe, a socket or a link to nothing, or one of ``folders`` a file.
     """
     _not_empty(path, option)
     out = Path(path)
@@ -108,6 +108,10 @@ def check_writable_dir(path: str | Path, option: str = "--out", files: Iterable[
         if entry.suffix in OUTPUT_SUFFIXES and entry.is_dir():
             raise OutputError(entry, f"is a folder with a file's name (fairsim writes its {', '.join(OUTPUT_SUFFIXES)} "
                               f"files in {option}); move it away", option)
+        if entry.suffix in OUTPUT_SUFFIXES or entry.name in files:
+            # A device, a pipe or a socket, or a link to nothing, would fail only when the file is
+            # written, after the work: refused here (``file_target``, which the write uses).
+            file_target(entry, option)
     for name in folders:
         if (out / name).exists() and not (out / name).is_dir():
             raise OutputError(out / name, f"is a file, where {option} keeps the folder {name}", option)

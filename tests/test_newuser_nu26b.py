@@ -1,0 +1,77 @@
+"""What a new-user pass over fleets, disaggregated mode, profiles and bench found (session 26, B)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fairsim import bench
+from fairsim.cli import main
+
+WINDOW = "fairsim/traces/data/conversation_window.jsonl"
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# -- output files in --out/--plots that no write can replace: refused before any work -----------
+
+def _dangling(path):
+    path.symlink_to(path.parent / "nowhere" / path.name)
+
+
+def _fifo(path):
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize("make, said", [(_dangling, "is a link to"), (_fifo, "is not a regular file")])
+@pytest.mark.parametrize("deployment", [[], ["--instances", "2"], ["--mode", "disaggregated"]])
+def test_a_summary_json_no_write_can_replace_is_refused_before_the_run(tmp_path, capsys, make, said, deployment):
+    # Was: the run simulated, printed its table and wrote its Parquet tables, then failed on
+    # summary.json (exit 2 after the work).
+    out = tmp_path / "o"
+    out.mkdir()
+    make(out / "summary.json")
+    code, stdout, err = run_cli(capsys, "run", "--trace", WINDOW, "--max-requests", "20", "--policy", "fcfs",
+                                "--out", out, *deployment)
+    assert code == 2 and stdout == ""
+    assert f"fairsim: error: --out {out / 'summary.json'}: {said}" in err
+    assert sorted(p.name for p in out.iterdir()) == ["summary.json"]
+
+
+def test_a_plot_that_is_a_link_to_nothing_is_refused_before_the_run(tmp_path, capsys):
+    plots = tmp_path / "p"
+    plots.mkdir()
+    _dangling(plots / "ttft_cdf.png")
+    code, stdout, err = run_cli(capsys, "compare", "--trace", WINDOW, "--max-requests", "20", "--policies",
+                                "fcfs,lpm", "--plots", plots)
+    assert code == 2 and stdout == ""
+    assert f"fairsim: error: --plots {plots / 'ttft_cdf.png'}: is a link to" in err
+
+
+def test_bench_json_that_is_a_link_to_nothing_is_refused_before_any_child(tmp_path, capsys, monkeypatch):
+    calls = []
+    monkeypatch.setattr(bench, "bench_policy", lambda argv, name: calls.append(name))
+    out = tmp_path / "o"
+    out.mkdir()
+    _dangling(out / "bench.json")
+    code, stdout, err = run_cli(capsys, "bench", "--trace", WINDOW, "--max-requests", "20", "--policies", "fcfs",
+                                "--repeat", "1", "--out", out)
+    assert code == 2 and stdout == "" and calls == []
+    assert f"fairsim: error: --out {out / 'bench.json'}: is a link to" in err
+
+
+def test_a_link_to_a_file_is_still_written_through(tmp_path, capsys):
+    out = tmp_path / "o"
+    out.mkdir()
+    target = tmp_path / "kept-summary.json"
+    target.write_text("{}")
+    (out / "summary.json").symlink_to(target)
+    code, _, err = run_cli(capsys, "run", "--trace", WINDOW, "--max-requests", "20", "--policy", "fcfs",
+                           "--out", out)
+    assert code == 0, err
+    assert (out / "summary.json").is_symlink() and '"fcfs"' in target.read_text()
