@@ -85,7 +85,10 @@ class DisaggSpec:
         try:
             block_size, kv_blocks = capacity_of(requests, replace(config, mode=mode), args)
         except CapacityError as exc:
-            raise CapacityError(f"the prefill side is too small: {exc}") from None
+            # (a size above the simulator's limit is the other way round: too large)
+            side = ("the prefill side's KV cache" if "above the simulator's limit" in str(exc)
+                    else "the prefill side is too small")
+            raise CapacityError(f"{side}: {exc}") from None
         try:
             check_decode_fits(requests, block_size, self.decode_kv_blocks or kv_blocks)
         except CapacityError as exc:

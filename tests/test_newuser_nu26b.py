@@ -75,3 +75,25 @@ def test_a_link_to_a_file_is_still_written_through(tmp_path, capsys):
                            "--out", out)
     assert code == 0, err
     assert (out / "summary.json").is_symlink() and '"fcfs"' in target.read_text()
+
+
+# -- disaggregated: a prefill-side cache above the simulator's limit is not "too small" ----------
+
+@pytest.mark.parametrize("option, value, said", [
+    ("--kv-fraction", "1e9", "--kv-fraction 1000000000.0 gives 1e+09 blocks, which is above"),
+    ("--kv-blocks", "1e9", "--kv-blocks 1000000000 is above"),
+])
+def test_a_prefill_cache_above_the_limit_is_not_called_too_small(capsys, option, value, said):
+    code, _, err = run_cli(capsys, "run", "--trace", WINDOW, "--max-requests", "40", "--mode", "disaggregated",
+                           option, value)
+    assert code == 2
+    assert f"fairsim: error: the prefill side's KV cache: {said} the simulator's limit of 4194304 blocks" in err
+    assert "too small" not in err
+
+
+def test_a_prefill_cache_too_small_still_says_so(capsys):
+    code, _, err = run_cli(capsys, "run", "--trace", WINDOW, "--max-requests", "40", "--mode", "disaggregated",
+                           "--kv-blocks", "117")
+    assert code == 2
+    assert ("fairsim: error: the prefill side is too small: request 'conversation_window:37' needs 118 blocks of "
+            "512 tokens but the KV cache holds 117") in err
