@@ -528,7 +528,7 @@ def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> Profile:
             tolerance (``check_idle_consistency``). The message names ``source`` and the key.
     """
     version = _require(data, "schema_version", "", source)
-    if version != SCHEMA_VERSION:
+    if isinstance(version, bool) or version != SCHEMA_VERSION:  # (true == 1 in Python)
         raise ProfileError(f"{source}: schema_version={version!r}, this fairsim reads {SCHEMA_VERSION}")
     coeffs = _require(data, "coefficients", "", source)
     idle = _require(data, "idle_prefill", "", source)
@@ -574,6 +574,10 @@ def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> Profile:
         tolerance = _number(tolerance, "idle_table_tolerance", source, "fraction")
         if tolerance <= 0:
             raise ProfileError(f"{source}: 'idle_table_tolerance' must be > 0, got {tolerance!r}")
+    name = data.get("name", source)
+    if not isinstance(name, str) or not name.strip():
+        raise ProfileError(f"{source}: 'name' must be a non-empty string (the name printed and recorded for "
+                           f"runs on this profile), got {json.dumps(name)}")
     kind = _require(data, "kind", "", source)
     if kind not in ("prior", "measured"):
         raise ProfileError(f"{source}: 'kind' must be \"prior\" or \"measured\", got {json.dumps(kind)}")
@@ -585,7 +589,7 @@ def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> Profile:
         raise ProfileError(f"{source}: 'max_model_len' must be >= 1 token, got {max_model_len!r}")
     try:
         profile = Profile(
-            name=str(data.get("name", source)),
+            name=name,
             kind=kind,
             idle_prompt_tokens=tuple(lengths),
             idle_seconds=tuple(seconds),

@@ -97,6 +97,11 @@ class KVCapacity:
                                f"need a fraction in (0, 1]")
         if self.kv_bytes_per_token < 1:
             raise ProfileError(f"kv_capacity.kv_bytes_per_token={self.kv_bytes_per_token!r}: need >= 1")
+        if self.available_gib > 0 and not math.isfinite(self.available_gib * GIB):  # near float's limit
+            raise ProfileError(
+                f"kv_capacity: {self.device_memory_gib} GiB x {self.gpu_memory_utilization} - "
+                f"{self.weights_gib} GiB weights - {self.activation_reserve_gib} GiB reserve is beyond what a "
+                f"float holds in bytes; give the device's memory in GiB")
         if self.tokens < 1:
             raise ProfileError(
                 f"kv_capacity: {self.device_memory_gib} GiB x {self.gpu_memory_utilization} - "
@@ -112,7 +117,9 @@ class KVCapacity:
     def tokens(self) -> int:
         """KV capacity in tokens: ``floor(available bytes / kv_bytes_per_token)`` (module docstring)."""
         available = self.available_gib * GIB
-        return max(0, math.floor(available / self.kv_bytes_per_token + 1e-9))
+        if not available > 0:  # (also -inf: weights near float's limit)
+            return 0
+        return math.floor(available / self.kv_bytes_per_token + 1e-9)
 
     def to_dict(self) -> dict[str, Any]:
         """The profile JSON form (the keys of ``FIELDS``)."""

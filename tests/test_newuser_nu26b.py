@@ -97,3 +97,55 @@ def test_a_prefill_cache_too_small_still_says_so(capsys):
     assert code == 2
     assert ("fairsim: error: the prefill side is too small: request 'conversation_window:37' needs 118 blocks of "
             "512 tokens but the KV cache holds 117") in err
+
+
+# -- profile files: values the loader took or crashed on -----------------------------------------
+
+def _profile(tmp_path, change):
+    """The shipped A6000 prior's JSON with ``change`` applied, written to ``tmp_path/p.json``."""
+    import json
+    from pathlib import Path
+
+    import fairsim
+
+    data = json.loads((Path(fairsim.__file__).parent / "profiles" / "a6000-llama3.1-8b-vllm-prior.json").read_text())
+    change(data)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("change, said", [
+    # Was: "internal error (a bug in fairsim)": OverflowError (bytes beyond a float).
+    (lambda d: d["kv_capacity"].update(device_memory_gib=1e300),
+     "kv_capacity: 1e+300 GiB x 0.92 - 14.96 GiB weights - 1.0 GiB reserve is beyond what a float holds in bytes"),
+    (lambda d: d["kv_capacity"].update(weights_gib=1e300),
+     "kv_capacity: 48.0 GiB x 0.92 - 1e+300 GiB weights - 1.0 GiB reserve leaves no memory for the KV cache"),
+    # Were: taken, printed as "profile None", "profile {}", "profile True"; schema_version true as 1.
+    (lambda d: d.update(name=None), "'name' must be a non-empty string"),
+    (lambda d: d.update(name={}), "'name' must be a non-empty string"),
+    (lambda d: d.update(name=True), "'name' must be a non-empty string"),
+    (lambda d: d.update(name=" "), "'name' must be a non-empty string"),
+    (lambda d: d.update(schema_version=True), "schema_version=True, this fairsim reads 1"),
+])
+def test_a_bad_profile_value_is_refused_naming_the_file(tmp_path, capsys, change, said):
+    path = _profile(tmp_path, change)
+    code, stdout, err = run_cli(capsys, "run", "--trace", WINDOW, "--max-requests", "20", "--profile", path)
+    assert code == 2 and stdout == ""
+    assert f"fairsim: error: {path}: {said}" in err and "internal error" not in err
+
+
+def test_a_profile_without_a_name_is_named_by_its_path(tmp_path, capsys):
+    path = _profile(tmp_path, lambda d: d.pop("name"))
+    code, stdout, err = run_cli(capsys, "run", "--trace", WINDOW, "--max-requests", "20", "--profile", path)
+    assert code == 0, err
+    assert f"\nprofile {path}; KV cache 451 blocks" in stdout
+
+
+def test_a_huge_but_finite_device_is_the_simulators_limit(tmp_path, capsys):
+    from fairsim.costmodel import load_profile
+
+    path = _profile(tmp_path, lambda d: d["kv_capacity"].update(device_memory_gib=1e12))
+    assert load_profile(str(path)).kv_capacity.tokens == 7536639999869256
+    code, _, err = run_cli(capsys, "run", "--trace", WINDOW, "--max-requests", "20", "--profile", path)
+    assert code == 2 and "above the simulator's limit of 4194304 blocks" in err
