@@ -18,8 +18,8 @@ lines (``FastLane._sync``) and the bounds ``b`` of the last ``evaluate`` (read b
 Also here, each the typed twin of a Python reference that stays (same state, same floats or
 ints, same decisions; ``tests/test_fast_lane_compiled.py`` compares them bit for bit):
 
-- ``Bucket`` (``fast_lane._Bucket``'s fields as a C struct, plus a C array mirroring its keys'
-  first field, searched in place of ``bisect``) and the Fast lane's ``add``,
+- ``Bucket`` (``fast_lane._Bucket``'s fields as a C struct, its keys in blocks, each with a C
+  array mirroring its keys' first field, searched in place of ``bisect``) and the Fast lane's ``add``,
   ``remove``, ``stale``, ``settle`` and bucketed read ``bucket_order``
   (``FastLane.add``/``remove``/``stale``/``_settle``/``_bucket_order_py``), used by a lane on
   ``CompiledBoundLines`` (``FastLane.__init__``, ``FastLane._bucket_order``): the key and bound

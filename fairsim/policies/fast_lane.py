@@ -71,9 +71,11 @@ Compiled: a lane on the compiled bound lines also runs ``add``, ``remove``, ``st
 and its bucketed reads in ``fairsim/policies/_fast_lane_c.pyx`` (typed twins of the methods
 here, which stay the reference: same floats in the same operation order, same state;
 ``COMPILED_METHODS``, ``_compiled``, ``tests/test_fast_lane_compiled.py``) and makes its
-buckets of the C struct ``Bucket``, which also keeps each key's ``-K`` in a C array of doubles
-in the keys' order: the compiled updates find a key's place by a binary search over it
-(``bisect``'s index; tuples compared only on a tie), not over the scattered tuples.
+buckets of the C struct ``Bucket``: its keys in blocks of at most 1,024 (an insertion or a
+deletion moves at most a block: a policy whose requests share one slope keeps the whole queue in
+one bucket), each block with its keys' ``-K`` in a C array of doubles in the keys' order, so the
+compiled updates find a key's place by a binary search over it (``bisect``'s index; tuples
+compared only on a tie), not over the scattered tuples.
 """
 
 from __future__ import annotations
