@@ -7,6 +7,7 @@ clocks, kept first), compared through ``repr`` so that even a float's sign or la
 
 from __future__ import annotations
 
+import bisect
 import os
 import random
 import subprocess
@@ -342,6 +343,31 @@ def test_bucket_mirror_finds_bisect_places(ops, exotic):
         assert sum(b.block_lengths()) == len(ref) and all(b.block_lengths())
 
 
+def _bucket_op(b, ref: list, op: str, kt: tuple, n: int, run: int) -> None:
+    """Apply ``op`` to the compiled bucket ``b`` and to the sorted list ``ref`` alike: ``put`` a
+    key, take 1 to ``run`` keys off the ``front`` (admissions), ``drop`` the key at ``n``, or
+    check a ``search`` (``bisect``'s indexes) or the mirror (``peek``)."""
+    from bisect import bisect_left, bisect_right, insort
+
+    if op == "put":
+        b.insert_key(kt)
+        insort(ref, kt)
+    elif op == "front":
+        for _ in range(1 + n % run):
+            if not ref:
+                break
+            b.delete_at(0)
+            del ref[0]
+    elif op == "drop" and ref:
+        j = n % len(ref)
+        b.delete_at(j)
+        del ref[j]
+    elif op == "search":
+        assert b.search(kt) == bisect_left(ref, kt) and b.search(kt, True) == bisect_right(ref, kt)
+    elif op == "peek":
+        assert b.mirrored() == [k[0] for k in ref]
+
+
 @settings(max_examples=40, deadline=None)
 @given(ops=st.lists(st.tuples(st.sampled_from(["put", "put", "put", "front", "drop", "search"]),
                               st.sampled_from([0.0, 1.0, 2.0]), st.integers(0, 2), st.integers(0, 10**6)),
@@ -351,7 +377,7 @@ def test_bucket_blocks_split_and_empty_as_a_sorted_list(ops, fill):
     """With thousands of keys (blocks of at most 1,024, split in halves and dropped when
     emptied), insertions, deletions and searches, ties across blocks included (three first
     fields only), give what ``insort``, ``del`` and ``bisect`` give on one list."""
-    from bisect import bisect_left, bisect_right, insort
+    from bisect import insort
 
     b = compiled.Bucket(0, 0.0)
     ref: list[tuple] = []
@@ -360,26 +386,30 @@ def test_bucket_blocks_split_and_empty_as_a_sorted_list(ops, fill):
         b.insert_key(kt)
         insort(ref, kt)
     for i, (op, first, arrival, n) in enumerate(ops):
-        kt = (first, arrival, f"r{n:07d}")
-        if op == "put":
-            b.insert_key(kt)
-            insort(ref, kt)
-        elif op == "front" and ref:
-            for _ in range(1 + n % 700):
-                if not ref:
-                    break
-                b.delete_at(0)
-                del ref[0]
-        elif op == "drop" and ref:
-            j = n % len(ref)
-            b.delete_at(j)
-            del ref[j]
-        else:
-            assert b.search(kt) == bisect_left(ref, kt) and b.search(kt, True) == bisect_right(ref, kt)
+        _bucket_op(b, ref, op, (first, arrival, f"r{n:07d}"), n, 700)
     assert b.keys == ref
     assert b.mirrored() == [k[0] for k in ref]
     lengths = b.block_lengths()
     assert sum(lengths) == len(ref) and all(0 < m <= 1024 for m in lengths)
+
+
+def test_bucket_tie_run_across_blocks():
+    """Hand-made: 3,000 keys of one first field (a tie run over three blocks after the splits)
+    and one key below and above it: a search inside the run compares the tuples across block
+    boundaries and gives ``bisect``'s indexes; deleting the first block's keys drops the block."""
+    b = compiled.Bucket(0, 0.0)
+    keys = [(0.0, 0, f"r{i:05d}") for i in range(3000)] + [(-1.0, 0, "lo"), (1.0, 0, "hi")]
+    for kt in keys:
+        b.insert_key(kt)
+    ref = sorted(keys)
+    lengths = b.block_lengths()
+    assert len(lengths) >= 3 and sum(lengths) == 3002 and max(lengths) <= 1024
+    for probe in ((0.0, 0, "r01500x"), (0.0, 0, "r02999"), (0.0, 0, "r00000"), (0.0, -1, "z"), (0.0, 1, "")):
+        assert b.search(probe) == bisect.bisect_left(ref, probe)
+        assert b.search(probe, True) == bisect.bisect_right(ref, probe)
+    for _ in range(lengths[0]):
+        b.delete_at(0)
+    assert b.block_lengths() == lengths[1:] and b.keys == ref[lengths[0]:]
 
 
 @settings(max_examples=80, deadline=None)
@@ -389,29 +419,10 @@ def test_bucket_front_taken_off(ops):
     """Runs of front deletions (admissions) between insertions and searches: every search gives
     ``bisect``'s index, the mirror is the keys' first fields, and the keys handed out at the end
     are what ``insort`` and ``del`` leave, also after a bucket is emptied."""
-    from bisect import bisect_left, bisect_right, insort
-
     b = compiled.Bucket(0, 0.0)
     ref: list[tuple] = []
     for i, (op, first, arrival, n) in enumerate(ops):
-        kt = (first, arrival, f"r{i}")
-        if op == "put":
-            b.insert_key(kt)
-            insort(ref, kt)
-        elif op == "front" and ref:
-            for _ in range(1 + n % 20):  # a run of admissions from the front
-                if not ref:
-                    break
-                b.delete_at(0)
-                del ref[0]
-        elif op == "drop" and ref:
-            j = n % len(ref)
-            b.delete_at(j)
-            del ref[j]
-        elif op == "search":
-            assert b.search(kt) == bisect_left(ref, kt) and b.search(kt, True) == bisect_right(ref, kt)
-        elif op == "peek":
-            assert b.mirrored() == [k[0] for k in ref]
+        _bucket_op(b, ref, op, (first, arrival, f"r{i}"), n, 20)
     assert b.mirrored() == [k[0] for k in ref]
     assert b.keys == ref
     assert b.mirrored() == [k[0] for k in ref]
