@@ -33,7 +33,6 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.string cimport memmove
 from libc.math cimport INFINITY, fabs, floor, isfinite, log
 
-from bisect import bisect_left, bisect_right
 from fairsim.policies._sorted_c cimport heappop, heappush  # heapq's, keys compared in C
 
 #: ``fairsim.policies.fast_lane.EMPTY``: the intercept of an empty bucket.
@@ -489,13 +488,16 @@ cdef class Bucket:
         cdef list block
         first = kt[0]
         if self._exotic or type(first) is not float or first != first:
-            for j in range(nb):  # the first block whose last key is not below kt (above: right)
-                block = <list>blocks[j]
-                last = block[len(block) - 1]
-                if (kt < last) if right else not (last < kt):
-                    return off + (bisect_right(block, kt) if right else bisect_left(block, kt))
-                off += len(block)
-            return off
+            # ``bisect``'s own probes over the keys as one list (a NaN makes the comparisons no
+            # order, and then only the same probes give the same index as ``insort``).
+            lo, hi = 0, self._n
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if (kt < self._at(mid)) if right else not (self._at(mid) < kt):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            return lo
         x = first
         for j in range(nb):  # the first block whose last first field is not below x
             block = <list>blocks[j]
