@@ -69,14 +69,14 @@ def fold_windows(requests: Sequence[Request], folds: int) -> tuple[list[Window],
         raise ValueError(f"--folds {folds}: need at least 2 (one training and one held-out window)")
     if not requests:
         raise ValueError("the trace holds no request after shaping")
-    if folds > len(requests):  # (before the bounds: --folds 1e8 built gigabytes of windows)
-        raise ValueError(f"--folds {folds}: more windows than the trace's {len(requests)} requests, so some "
-                         f"would hold none; give at most {len(requests)} (or --train and --holdout windows)")
     start = min(r.arrival_time for r in requests)
     last = max(r.arrival_time for r in requests)
     if last == start:
         raise ValueError(f"--folds {folds}: every request of the trace arrives at {start:g} trace s, so its span "
                          f"has no length to cut into windows; give --train and --holdout windows")
+    if folds > len(requests):  # (before the bounds: --folds 1e8 built gigabytes of windows)
+        raise ValueError(f"--folds {folds}: more windows than the trace's {len(requests)} requests, so some "
+                         f"would hold none; give at most {len(requests)} (or --train and --holdout windows)")
     # Bounds at i / folds of the span, each computed once from the ends (not start + i x length,
     # which drifts: 42.00000000000001 put the requests arriving at 42 s into the earlier window,
     # where accept --windows w2:21-42 does not); the last window ends just after the last arrival.
