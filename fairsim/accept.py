@@ -316,6 +316,8 @@ def add_accept_command(sub: argparse._SubParsersAction, add_common: Callable, fm
     add_common(p, goodput=False)  # --slo refused: accept checks TTFT targets
     retitle(p, "--out", "folder for accept.json and requests-WINDOW-POLICY.parquet")
     retitle(p, "--format", "table for people, json for scripts (the verdicts)")
+    retitle(p, "--block-size", "tokens per KV block, any size (default: the trace's hash block; 128 with "
+                               "--engine vllm, as fairsim replay)")
     retitle(p, "--param", "candidate policy parameter KEY=VALUE, or POLICY.KEY=VALUE for fcfs/lpm (repeatable)")
 
 

@@ -41,6 +41,8 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
     # --mode and --slo are refused with their reason (run_live_command): not offered in --help.
     add_common(rep, goodput=False)
     rep._option_string_actions["--mode"].help = argparse.SUPPRESS  # noqa: SLF001 (as analyze's --param)
+    # the CPU backend's block (describe_run's live_block_size below), not the trace's hash block
+    rep._option_string_actions["--block-size"].help = "tokens per KV block (default 128)"  # noqa: SLF001
     _engine_options(rep)
 
     eq = sub.add_parser("equivalence", help="compare simulator and vLLM decisions per request")
