@@ -31,6 +31,11 @@ from fairsim.sim.config import MAX_STEP_TOKENS
 DEFAULT_OUT = "cpu-tiny-llama-vllm-measured.json"
 
 
+
+def _csv(values) -> str:
+    """A grid default as the comma-separated list the option takes (empty: ``''``)."""
+    return ",".join(str(v) for v in values) or "''"
+
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(v) for v in text.split(",") if v.strip())
 
@@ -53,35 +58,35 @@ def add_calibrate_command(sub: Any) -> None:
                    help="model folder or HF name (default: the shipped tiny Llama with dummy weights)")
     p.add_argument("--load-format", default=None,
                    help="vLLM load_format (default: dummy for the tiny Llama, else auto)")
-    p.add_argument("--dtype", default="auto", help="vLLM dtype")
+    p.add_argument("--dtype", default="auto", help="vLLM dtype (default auto)")
     p.add_argument("--budget", type=count_arg, default=2048,
-                   help="step token budget (max_num_batched_tokens)")
+                   help="step token budget (max_num_batched_tokens; default 2048)")
     p.add_argument("--block-size", type=int, default=None,
                    help="KV block size (default: 128 on CPU, 16 on GPU)")
     p.add_argument("--max-model-len", type=int, default=None,
                    help="default: longest grid prompt + 1")
     p.add_argument("--new-tokens", type=_ints, default=g.new_tokens,
-                   help="grid: new tokens per step, comma-separated")
+                   help=f"grid: new tokens per step, comma-separated (default {_csv(g.new_tokens)})")
     p.add_argument("--context-tokens", type=_ints, default=g.context_tokens,
-                   help="grid: cached context per request")
+                   help=f"grid: cached context per request (default {_csv(g.context_tokens)})")
     p.add_argument("--requests-per-step", type=_ints, default=g.requests_per_step,
-                   help="grid: requests per step")
+                   help=f"grid: requests per step (default {_csv(g.requests_per_step)})")
     p.add_argument("--idle-lengths", type=_ints, default=g.idle_lengths,
-                   help="T_idle prompt lengths")
+                   help=f"T_idle prompt lengths (default {_csv(g.idle_lengths)})")
     p.add_argument("--decodes", type=_ints, default=g.decodes,
-                   help="decode grid: decoding requests per step (empty: no decode grid)")
+                   help=f"decode grid: decoding requests per step (empty: no decode grid; default {_csv(g.decodes)})")
     p.add_argument("--decode-contexts", type=_ints, default=g.decode_contexts,
-                   help="decode grid: prompt tokens of each decoding request")
+                   help=f"decode grid: prompt tokens of each decoding request (default {_csv(g.decode_contexts)})")
     p.add_argument("--mixed-new-tokens", type=_ints, default=g.mixed_new_tokens,
-                   help="decode grid: cold prefill tokens added to a decode step (0 = decode only)")
+                   help=f"decode grid: cold prefill tokens added to a decode step (0 = decode only; default {_csv(g.mixed_new_tokens)})")
     p.add_argument("--repeats", type=int, default=g.repeats,
-                   help="measurements per point, interleaved over the grid")
+                   help=f"measurements per point, interleaved over the grid (default {g.repeats})")
     p.add_argument("--statistic", choices=("median", "min"), default="median",
-                   help="kept value of the repeats (min: intrinsic cost on a shared, noisy machine)")
+                   help="kept value of the repeats (min: intrinsic cost on a shared, noisy machine; default median)")
     p.add_argument("--max-mape", type=float, default=0.15,
-                   help="refuse a held-out MAPE above this (fraction)")
+                   help="refuse a held-out MAPE above this (fraction; default 0.15)")
     p.add_argument("--max-worst", type=float, default=0.5,
-                   help="refuse a held-out worst error above this (fraction)")
+                   help="refuse a held-out worst error above this (fraction; default 0.5)")
     p.add_argument("--force", action="store_true",
                    help="write the profile even if the fit is refused")
     p.add_argument("--name", default=None, help="profile name (default: the output file stem)")

@@ -55,7 +55,7 @@ def add_profile_command(sub: Any) -> None:
     b.add_argument("--step-overhead-s", type=float, default=None,
                    help=f"llmservingsim: engine work added to every step, seconds (default: a_s of "
                         f"{DEFAULT_STEP_OVERHEAD_PROFILE})")
-    b.add_argument("--budget", type=int, default=2048, help="step token budget (T_idle chunk size)")
+    b.add_argument("--budget", type=int, default=2048, help="step token budget (T_idle chunk size; default 2048)")
     b.add_argument("--max-region-mape", type=float, default=None,
                    help="warn (and record in the profile) when a grid region's fit MAPE exceeds this "
                         "fraction (default 0.15)")
