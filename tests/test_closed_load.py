@@ -156,3 +156,24 @@ def test_target_load_closed_loop_in_analyze_uses_the_bound(trace_file, capsys):
     captured = capsys.readouterr()
     assert "(closed loop: it scales the session starts" in captured.err
     assert "offered load, closed loop, at most" in captured.out and "load 0.05" in captured.out
+
+
+@pytest.mark.parametrize("scale, says", [
+    # A session start at exactly 1e9 s, its next turn 1 s later: the scale put it there.
+    ("1e10", "request 't:2' (think/tool delay 1 s, from the record's delay or time fields) would be "
+             "released closed loop at 1e+09 s or later (its session's first arrival, 1e+09 s, placed by "
+             "--time-scale 10000000000.0, plus the think/tool delays before it, 1 s), beyond 1e+09 s, where "
+             "float64 time cannot resolve 1 us steps; use a smaller --time-scale or smaller delays (or fix "
+             "the record)"),
+    # The session start itself past the limit: the option is named, not a turn's think time.
+    ("1e11", "fairsim: error: --time-scale 100000000000.0: the last arrival is at 2e+10 s, beyond 1e+09 s, "
+             "where float64 time cannot resolve 1 us steps; use a smaller --time-scale"),
+])
+def test_closed_loop_starts_pushed_out_of_range_name_time_scale(capsys, tmp_path, scale, says):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 100, "input_length": 10, "output_length": 1, "hash_ids": [1], "session_id": "a"}\n'
+                    '{"timestamp": 200, "input_length": 600, "output_length": 1, "hash_ids": [1, 2], '
+                    '"session_id": "a", "delay": 1000}\n')
+    code = main(["run", "--trace", str(path), "--time-scale", scale])
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and "Traceback" not in err, err

@@ -39,7 +39,8 @@ def earliest_releases(requests: Sequence[Request], think_scale: float) -> dict[s
 
 
 def check_release_times(requests: Sequence[Request], think_scale: float, limit_s: float, source: str,
-                        locations: Mapping[str, int | str] | None = None) -> None:
+                        locations: Mapping[str, int | str] | None = None,
+                        starts: tuple[str, str] | None = None) -> None:
     """Refuse a closed-loop trace whose earliest release of some turn is beyond ``limit_s``.
 
     Args:
@@ -48,6 +49,9 @@ def check_release_times(requests: Sequence[Request], think_scale: float, limit_s
         limit_s: Latest release time accepted, seconds.
         source: The trace file, named in the message.
         locations: ``Trace.locations`` (request id -> line or JSON path), to name the record.
+        starts: ``(option, remedy)`` where an option (``--time-scale``, ``--target-load``,
+            ``--session-rate``) placed the session starts: the message names it with its remedy
+            beside the delays' (a start near the limit is that option's doing, not the delay's).
 
     Raises:
         ValueError: The first follower turn (``after`` set; in trace order) whose bound is not
@@ -55,18 +59,25 @@ def check_release_times(requests: Sequence[Request], think_scale: float, limit_s
             message names its record and its delay (which the format derives from its own
             fields: ``delay``, ``t``, timestamps), and ``--think-scale`` when it is not 1.
     """
-    bounds = earliest_releases(requests, think_scale)
+    from fairsim.traces.sessions import chain_offsets
+
+    offsets = chain_offsets(requests, think_scale)
     for r in requests:
-        bound = bounds[r.request_id]
+        start, delays = offsets[r.request_id]
+        bound = start + delays
         if bound <= limit_s or r.after is None:  # a session root: the caller's arrival check
             continue
         where = record_where(source, (locations or {}).get(r.request_id))
         scaled = f" x --think-scale {think_scale:g}" if think_scale != 1 else ""
         shown = "overflows float64" if math.isinf(bound) else f"{bound:.6g} s"
         fix = "a smaller --think-scale" if think_scale != 1 else "smaller delays (or fix the record)"
+        placed = ""
+        if starts is not None:
+            placed = f", placed by {starts[0]}"
+            fix = f"{starts[1]} or {fix}"
         raise ValueError(
             f"{where}: request {r.request_id!r} (think/tool delay {r.delay_s:g} s{scaled}, from the "
             f"record's delay or time fields) "
-            f"would be released closed loop at {shown} or later (its session's first arrival plus "
-            f"the think/tool delays before it), beyond {limit_s:.0e} s, where float64 time cannot "
+            f"would be released closed loop at {shown} or later (its session's first arrival, "
+            f"{start:.6g} s{placed}, plus the think/tool delays before it, {delays:.6g} s), beyond {limit_s:.0e} s, where float64 time cannot "
             f"resolve 1 us steps; use {fix}")
