@@ -4,7 +4,10 @@ From the per-request and per-step tables of each policy (``SimResult``):
 
 - ``ttft_cdf.png``: TTFT CDF per policy (``fairsim.figures.ttft_cdf``);
 - ``ttft_vs_arrival.png``: each request's TTFT against its arrival time, one panel per policy
-  (where in the trace the slow requests are: a spike shows as a ramp);
+  (where in the trace the slow requests are: a spike shows as a ramp). The time is when the
+  request reached the engine, ``released_s`` where the table has it: its arrival in open loop, its
+  send time in closed loop (from which its TTFT is measured; a turn's recorded timestamp is not
+  when this replay sent it);
 - ``queue_kv.png``: waiting-queue length, KV blocks used (held by running requests) and KV
   blocks cached (holding a prefix hash, hittable) over simulated time, the capacity dashed. A
   long run (more than ``MAX_STEP_POINTS`` steps of one policy) is drawn per time bin instead of
@@ -15,7 +18,8 @@ colocated mode (the request table has ``tpot_s``) adds:
 
 - ``tpot_cdf.png``: TPOT CDF per policy (requests with two or more output tokens; vLLM's TPOT);
 - ``goodput.png`` (with an SLO): the share of requests meeting every SLO per policy (the table's
-  ``goodput`` column) and that share per arrival-time bin (where in the trace the misses are).
+  ``goodput`` column) and that share per arrival-time bin (where in the trace the misses are),
+  the arrival time being ``released_s`` as for ``ttft_vs_arrival.png``.
 """
 
 from __future__ import annotations
@@ -39,27 +43,48 @@ TIME_BINS = 200
 (at most)."""
 
 
+def _arrival_times(requests: pd.DataFrame) -> tuple[pd.Series, str]:
+    """When each request reached the engine, and the axis label: ``released_s`` (the send time in
+    closed loop, the arrival in open loop; TTFT is measured from it) where the table has it (a
+    missing value: ``arrival_s``), else ``arrival_s``."""
+    if "released_s" not in requests.columns:
+        return requests["arrival_s"].astype(np.float64), "arrival time (s)"
+    sent = requests["released_s"].astype(np.float64)
+    if "arrival_s" not in requests.columns:
+        return sent, "arrival time (s)"
+    arrival = requests["arrival_s"].astype(np.float64)
+    sent = sent.fillna(arrival)
+    if bool((sent != arrival).any()):
+        return sent, "arrival time (s; a closed-loop turn: when it was sent)"
+    return sent, "arrival time (s)"
+
+
 def ttft_vs_arrival(requests: pd.DataFrame, by: str = "policy",
                     title: str = "TTFT against arrival time") -> Figure:
-    """Scatter of ``ttft_s`` (log) against ``arrival_s``, one panel per value of ``by``.
+    """Scatter of ``ttft_s`` (log) against the arrival time, one panel per value of ``by``: the
+    ``released_s`` column where the table has it (``_arrival_times``), else ``arrival_s``.
 
     Raises:
         ValueError: A missing column.
     """
-    missing = [c for c in ("arrival_s", "ttft_s", by) if c not in requests.columns]
+    missing = [c for c in ("ttft_s", by) if c not in requests.columns]
+    if "arrival_s" not in requests.columns and "released_s" not in requests.columns:
+        missing.insert(0, "arrival_s")
     if missing:
         raise ValueError(f"ttft_vs_arrival: table lacks columns {missing}")
+    times, label = _arrival_times(requests)
     names = list(dict.fromkeys(requests[by]))
     fig, axes = plt.subplots(len(names), 1, figsize=(8, 2.2 * len(names) + 0.6), sharex=True,
                              sharey=True, squeeze=False)
+    t = times.to_numpy(dtype=np.float64)
     for ax, name in zip(axes[:, 0], names):
-        g = requests[requests[by] == name]
-        ax.scatter(g["arrival_s"], g["ttft_s"], s=3, alpha=0.5)
+        mine = (requests[by] == name).to_numpy()
+        ax.scatter(t[mine], requests["ttft_s"].to_numpy()[mine], s=3, alpha=0.5)
         ax.set_yscale("log")
         ax.set_ylabel("TTFT (s)")
         ax.set_title(str(name), fontsize=9, loc="left")
         ax.grid(alpha=0.3)
-    axes[-1, 0].set_xlabel("arrival time (s)")
+    axes[-1, 0].set_xlabel(label)
     fig.suptitle(title)
     fig.tight_layout()
     return fig
@@ -188,13 +213,16 @@ def goodput_figure(requests: pd.DataFrame, slo: dict[str, float], by: str = "pol
     """
     if not slo:
         raise ValueError("goodput_figure: goodput needs an SLO (--slo ttft=S,tpot=S)")
-    need = ["arrival_s", "ttft_s", by] + (["tpot_s"] if "tpot" in slo else [])
+    need = ["ttft_s", by] + (["tpot_s"] if "tpot" in slo else [])
     missing = [c for c in need if c not in requests.columns]
+    if "arrival_s" not in requests.columns and "released_s" not in requests.columns:
+        missing.insert(0, "arrival_s")
     if missing:
         raise ValueError(f"goodput_figure: table lacks columns {missing}")
     ok = meets_slo(requests, slo)
     names = list(dict.fromkeys(requests[by]))
-    t = requests["arrival_s"].to_numpy(dtype=np.float64)
+    times, label = _arrival_times(requests)
+    t = times.to_numpy(dtype=np.float64)
     n_bins = int(min(TIME_BINS, max(1, np.sqrt(len(requests) / max(1, len(names))))))
     edges = np.linspace(t.min(), t.max(), n_bins + 1) if t.max() > t.min() else np.array([t.min(), t.min() + 1])
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [1, 2.5]})
@@ -216,7 +244,7 @@ def goodput_figure(requests: pd.DataFrame, slo: dict[str, float], by: str = "pol
     slo_text = ", ".join(f"{k} <= {v:g} s" for k, v in slo.items())
     left.set_ylabel("share of requests meeting every SLO")
     left.set_title(f"whole run ({slo_text})", fontsize=9)
-    right.set_xlabel(f"arrival time (simulated s), {edges[1] - edges[0]:.3g} s bins")
+    right.set_xlabel(f"{label.replace('(s', '(simulated s', 1)}, {edges[1] - edges[0]:.3g} s bins")
     right.set_title("per arrival-time bin", fontsize=9)
     right.legend(fontsize=8)
     fig.suptitle(title)

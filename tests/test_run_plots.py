@@ -98,3 +98,22 @@ def test_long_queue_kv_is_aggregated():
     assert np.allclose(line.get_ydata()[:-1], 5.0, atol=0.03)
     short = queue_and_kv_cached(steps.iloc[:100])
     assert len(short.axes[0].lines[0].get_xdata()) == 101  # per step, and the idle end at 100 s
+
+
+def test_arrival_plots_place_closed_loop_turns_at_their_send_time():
+    # b follows a: recorded at 1 s, but sent at 5 s (a finished at 4 s, think time 1 s); TTFT is
+    # measured from 5 s, so both figures place b at 5 s, and say so.
+    reqs = pd.DataFrame({"policy": ["p", "p"], "arrival_s": [0.0, 1.0], "released_s": [0.0, 5.0],
+                         "ttft_s": [1.0, 3.0], "tpot_s": [0.05, 0.05]})
+    fig = ttft_vs_arrival(reqs)
+    assert fig.axes[0].collections[0].get_offsets()[:, 0].tolist() == [0.0, 5.0]
+    assert fig.axes[0].get_xlabel() == "arrival time (s; a closed-loop turn: when it was sent)"
+    fig = goodput_figure(reqs, {"ttft": 2.0})
+    right = fig.axes[1]
+    assert right.get_xlabel() == "arrival time (simulated s; a closed-loop turn: when it was sent), 5 s bins"
+    # one bin per request (sqrt(2) -> 1 bin: 0-5 s); the step line spans the send times
+    assert right.lines[0].get_xdata().tolist() == [0.0, 5.0]
+    # open loop (released_s = arrival_s): the plain label
+    fig = ttft_vs_arrival(reqs.assign(released_s=reqs["arrival_s"]))
+    assert fig.axes[0].collections[0].get_offsets()[:, 0].tolist() == [0.0, 1.0]
+    assert fig.axes[0].get_xlabel() == "arrival time (s)"
