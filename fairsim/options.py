@@ -387,8 +387,17 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
                  f"({limit:,} tokens) leaves after the prompt: decoded to prompt + output = "
                  f"{limit:,} tokens, as vLLM finishes them (length-capped); first: {capped[0].request_id!r}")
     if args.replay == "closed" and not any(r.after is not None for r in kept):
-        warn(args, "--replay closed: no request of this trace follows another, so every request "
-             "is sent at its own timestamp, as in open loop")
+        if any(r.after is not None for r in requests):  # linked turns, none of them kept
+            windowed = bool(args.window_start or args.window_end is not None or args.max_requests is not None)
+            cut = " and ".join(([] if args.skipped_long and not windowed
+                                else ["--window-start/--window-end/--max-requests"])
+                               + (["--skip-long"] if args.skipped_long else []))
+            warn(args, f"{'--replay closed' if getattr(args, 'replay_given', True) else 'closed-loop replay'}: "
+                 f"no request kept follows another (the turns that follow one were cut by {cut}), so "
+                 f"every request is sent at its own timestamp, as in open loop")
+        else:
+            warn(args, "--replay closed: no request of this trace follows another, so every request "
+                 "is sent at its own timestamp, as in open loop")
     elif args.replay == "open" and args.think_scale != 1:
         warn(args, f"--think-scale {args.think_scale:g} has no effect in open loop (requests "
              f"arrive at their timestamps); it scales the think times of --replay closed")
@@ -590,6 +599,8 @@ def shape_sessions(args: argparse.Namespace, trace: Trace) -> list[Request]:
     from fairsim.sim.arrivals import check_sessions, resolve_replay
     from fairsim.traces.sessions import DEFAULT_SESSION_RATE, place_sessions
 
+    if not hasattr(args, "replay_given"):  # (a second load of the same args, bench's, keeps the first answer)
+        args.replay_given = args.replay is not None
     args.replay = resolve_replay(trace.requests, args.replay)
     if args.replay == "closed":
         check_sessions(trace.requests, trace.source, trace.locations)  # named error before any long work

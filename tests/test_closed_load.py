@@ -177,3 +177,27 @@ def test_closed_loop_starts_pushed_out_of_range_name_time_scale(capsys, tmp_path
     code = main(["run", "--trace", str(path), "--time-scale", scale])
     err = capsys.readouterr().err
     assert code == 2 and says in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("options, says", [
+    # The replay is closed by default (the trace has links); --skip-long drops both followers.
+    (["--max-model-len", "1030", "--skip-long"],
+     "fairsim: warning: closed-loop replay: no request kept follows another (the turns that follow one were cut "
+     "by --skip-long), so every request is sent at its own timestamp, as in open loop"),
+    (["--max-requests", "2", "--replay", "closed"],
+     "fairsim: warning: --replay closed: no request kept follows another (the turns that follow one were cut by "
+     "--window-start/--window-end/--max-requests), so every request is sent at its own timestamp, as in open loop"),
+])
+def test_closed_loop_whose_links_were_all_cut_says_what_cut_them(capsys, tmp_path, options, says):
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        '{"timestamp": 0, "input_length": 1024, "output_length": 10, "hash_ids": [1, 2], "session_id": "a"}\n'
+        '{"timestamp": 100, "input_length": 600, "output_length": 5, "hash_ids": [7, 8], "session_id": "b"}\n'
+        '{"timestamp": 500, "input_length": 1536, "output_length": 10, "hash_ids": [1, 2, 3], "session_id": "a", '
+        '"delay": 2000}\n'
+        '{"timestamp": 900, "input_length": 1100, "output_length": 3, "hash_ids": [7, 8, 9], "session_id": "b", '
+        '"delay": 1000}\n')
+    code = main(["run", "--trace", str(path), "--mode", "colocated", "--policy", "fcfs", *options])
+    err = capsys.readouterr().err
+    assert code == 0 and says in err.splitlines(), err
+    assert "no request of this trace follows another" not in err
