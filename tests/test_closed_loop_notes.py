@@ -23,7 +23,7 @@ MOONCAKE = [
     {"timestamp": 2000, "input_length": 1536, "output_length": 5, "hash_ids": [1, 2, 3], "session_id": "s"},
 ]
 NOTES = {"bailian": "think time of 1 follow-up turn taken as the gap to the parent turn's arrival",
-         "mooncake": "1 session turns have a timestamp but no delay; their think time is taken as the gap"}
+         "mooncake": "1 session turn has a timestamp but no delay; their think time is taken as the gap"}
 
 
 def _write(path, rows):

@@ -31,6 +31,7 @@ from typing import Any
 
 from fairsim.compiled import compiled_twin
 from fairsim.errors import TraceFormatError
+from fairsim.io import plural_have
 from fairsim.traces.formats._common import (
     _INT_ONLY,
     Collector, Head, _orjson_safe, check_chained, check_hash_count, first_of, iter_json_lines,
@@ -383,7 +384,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             f"their blocks is ever a cache hit (nothing is invented)")
     if gaps:
         out.warnings.append(ClosedLoopWarning(
-            f"{path}: {gaps} session turns have a timestamp but no delay; their think time is taken "
+            f"{path}: {plural_have(gaps, 'session turn')} a timestamp but no delay; their think time is taken "
             "as the gap to the previous turn's arrival (an upper bound: the file does not record "
             "when that turn finished)"))
     return out.finish(path.stem, NAME, block, absolute_time=absolute)
