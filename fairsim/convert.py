@@ -57,6 +57,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
         raise ValueError(f"--block-size {args.block_size}: need >= 1 token")
     if _same_file(args.output, args.input) or _same_file(args.output, sidecar_path(args.input)):
         raise ValueError(f"convert: OUT {args.output} would overwrite IN")
+    if args.output.name.endswith(".meta.json"):  # (a trace there is later read as FILE's sidecar)
+        raise ValueError(f"convert: OUT {args.output} ends in .meta.json, the name of the sidecar that convert "
+                         f"writes beside a trace ({args.output.name[:-len('.meta.json')]}'s); choose another name")
     parent = args.output.parent
     if not parent.is_dir():
         why = "is not a folder" if parent.exists() else "does not exist"

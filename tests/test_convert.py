@@ -88,6 +88,28 @@ class TestConvert:
         assert main(["convert", str(p), str(p)]) == 2
         assert "would overwrite IN" in capsys.readouterr().err
 
+    def test_refuses_an_out_named_like_a_sidecar(self, tmp_path, capsys):
+        # Was: the trace was written there, and x.jsonl then failed to load, its "sidecar" being
+        # trace lines ("not valid JSON", without saying it was read as x.jsonl's sidecar).
+        p = tmp_path / "t.jsonl"
+        shutil.copy(DATA / "mooncake.jsonl", p)
+        out = tmp_path / "x.jsonl.meta.json"
+        assert main(["convert", str(p), str(out)]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"fairsim: error: convert: OUT {out} ends in .meta.json, the name of the sidecar that convert "
+            f"writes beside a trace (x.jsonl's); choose another name")
+        assert not out.exists()
+
+    def test_a_sidecar_that_is_not_one_is_named_as_read_as_one(self, tmp_path, capsys):
+        p = tmp_path / "x.jsonl"
+        shutil.copy(DATA / "mooncake.jsonl", p)
+        shutil.copy(DATA / "mooncake.jsonl", tmp_path / "x.jsonl.meta.json")  # trace lines, not a sidecar
+        assert main(["run", "--trace", str(p), "--max-requests", "3"]) == 2
+        err = capsys.readouterr().err
+        assert f"{p}.meta.json" in err and "not valid JSON" in err
+        assert ("(read as the sidecar of x.jsonl, the FILE.meta.json that fairsim convert writes beside FILE; "
+                "move it away or rename it if it is not x.jsonl's)") in err
+
     def test_names_a_missing_out_folder_and_a_file_in_its_place(self, tmp_path, capsys):
         p = tmp_path / "t.jsonl"
         shutil.copy(DATA / "mooncake.jsonl", p)

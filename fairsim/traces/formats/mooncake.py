@@ -69,6 +69,12 @@ def sidecar_path(path: Path) -> Path:
     return path.with_name(path.name + ".meta.json")
 
 
+#: Said where a sidecar cannot be read: a file that is not one (a trace converted to a name
+#: ending ``.meta.json``) is read as one only by its name.
+_AS_SIDECAR = (" (read as the sidecar of {0}, the FILE.meta.json that fairsim convert writes beside FILE; "
+               "move it away or rename it if it is not {0}'s)")
+
+
 def read_sidecar(path: Path) -> dict[str, Any]:
     """The sidecar's JSON object, or ``{}`` when there is none.
 
@@ -82,9 +88,9 @@ def read_sidecar(path: Path) -> dict[str, Any]:
     try:
         meta = json.loads(side.read_text(encoding="utf-8-sig"))  # (a byte-order mark, as the traces)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TraceFormatError(str(side), 1, "<json>", f"not valid JSON: {exc}") from None
+        raise TraceFormatError(str(side), 1, "<json>", f"not valid JSON: {exc}{_AS_SIDECAR.format(path.name)}") from None
     if not isinstance(meta, dict):
-        raise TraceFormatError(str(side), 1, "<json>", "expected a JSON object")
+        raise TraceFormatError(str(side), 1, "<json>", f"expected a JSON object{_AS_SIDECAR.format(path.name)}")
     if "hash_block_size" in meta:
         need_int(meta["hash_block_size"], str(side), 1, "hash_block_size", 1)
     if "requests" in meta:
