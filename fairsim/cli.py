@@ -31,7 +31,7 @@ from fairsim import __version__
 from fairsim.deps import MissingDependencyError, missing_message
 from fairsim.errors import PolicyContractError, PolicyError, StatusError
 from fairsim.gcpause import freeze_for_exit
-from fairsim.io import path_arg
+from fairsim.io import count_arg, path_arg
 from fairsim.deployment_options import add_disagg_options, add_fleet_options
 from fairsim.options import HelpFormatter, add_common, resolve_policies
 from fairsim.policies import policy_names
@@ -145,9 +145,9 @@ def _add_bench(sub: argparse._SubParsersAction, fmt: type[argparse.HelpFormatter
     bench.add_argument("--compare", metavar="PATH",
                        help="also run this peer simulator on the same requests: 'dynamo' (NVIDIA Dynamo's "
                             "offline replay) or sched-sim's executable")
-    bench.add_argument("--repeat", type=int, default=3,
+    bench.add_argument("--repeat", type=count_arg, default=3,
                        help="runs per policy; the median is kept (so one slow run does not move it)")
-    bench.add_argument("--tile", type=int, default=1, metavar="N",
+    bench.add_argument("--tile", type=count_arg, default=1, metavar="N",
                        help="concatenate N time-shifted copies of the trace")
     bench.add_argument("--vs-one-engine", action="store_true",
                        help="with --instances N: also run the same requests on one engine at the same per-engine "

@@ -63,6 +63,16 @@ def test_a_peer_file_that_is_not_executable_is_named(capsys, tmp_path):
     assert f"--compare {script}: the file is not executable" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("option, value, given", [("--repeat", "2e0", 2), ("--tile", "1e0", 1)])
+def test_bench_counts_take_the_exponent_form_as_other_counts(capsys, option, value, given):
+    # Was: "invalid int value: '2e0'", where --max-requests 2e3 and --budget 2e3 are taken.
+    assert getattr(build_parser().parse_args(["bench", option, value]), option[2:]) == given
+    with pytest.raises(SystemExit) as stop:
+        main(["bench", "--policies", "fcfs", option, "2.5"])
+    assert stop.value.code == 2
+    assert f"argument {option}: '2.5': need a whole number, e.g. 2048 or 2e3" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("option, message", [
     (["--time-scale", "0"], "--time-scale 0.0: need a finite factor > 0"),
     (["--budget", "0"], "--budget 0: need >= 1 token per step"),
