@@ -605,6 +605,17 @@ def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> Profile:
     return profile
 
 
+def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's dict, refusing a key given twice (``json`` keeps the last silently, so a
+    profile edited by hand could carry a figure nobody sees)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ProfileError(f"key {key!r} given twice in one object (json keeps the last without a word)")
+        out[key] = value
+    return out
+
+
 def builtin_profiles() -> list[str]:
     """Names of the profiles shipped with fairsim (file stems in ``fairsim/profiles/``)."""
     return sorted(p.stem for p in PROFILE_DIR.glob("*.json"))
@@ -625,14 +636,15 @@ def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> Profile:
     if not path.is_file():
         shipped = PROFILE_DIR / f"{text}.json"
         if not shipped.is_file():
-            raise ProfileError(
-                f"profile {text!r} is neither a file nor a shipped profile; shipped: {', '.join(builtin_profiles())}"
-            )
+            what = "is a folder, not a profile JSON file" if path.is_dir() else "is neither a file nor a shipped profile"
+            raise ProfileError(f"profile {text!r} {what}; shipped: {', '.join(builtin_profiles())}")
         path = shipped
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_no_repeated_keys)
     except json.JSONDecodeError as exc:
         raise ProfileError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg} (column {exc.colno}; reading it as a profile)") from exc
+    except ProfileError as exc:  # (_no_repeated_keys)
+        raise ProfileError(f"{path}: {exc}") from None
     except UnicodeDecodeError as exc:
         raise ProfileError(f"{path}: not UTF-8 text (a binary file?): {exc.reason}") from exc
     except OSError as exc:

@@ -167,3 +167,21 @@ def test_idle_time_is_interp_on_random_tables(data, points, float32):
     for n in data.draw(st.lists(st.integers(x[0], x[-1]), min_size=1, max_size=20)) + list(x):
         got = p._idle_time(n)
         assert got == interp(n, x, y) and type(got) is float
+
+
+def test_a_profile_with_a_key_given_twice_is_refused(tmp_path):
+    # Was: json kept the second "a_s" without a word, so the file said one figure and ran another.
+    text = (pytest.importorskip("fairsim.costmodel").PROFILE_DIR / "a6000-llama3.1-8b-vllm-prior.json").read_text()
+    data = json.loads(text)
+    twice = json.dumps(data, indent=1).replace('"coefficients": {', '"coefficients": {\n  "a_s": 5.0,', 1)
+    path = tmp_path / "p.json"
+    path.write_text(twice)
+    with pytest.raises(ProfileError) as err:
+        load_profile(path)
+    assert str(err.value) == f"{path}: key 'a_s' given twice in one object (json keeps the last without a word)"
+
+
+def test_a_folder_given_as_profile_is_named_as_one(tmp_path):
+    with pytest.raises(ProfileError) as err:
+        load_profile(tmp_path)
+    assert str(err.value).startswith(f"profile {str(tmp_path)!r} is a folder, not a profile JSON file; shipped: ")

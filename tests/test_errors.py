@@ -59,7 +59,7 @@ class TestBadOptions:
         (["--param", "fast_weight=[1]"], "fast_weight=[1]: need a finite number"),
         (["--param", "fast_weight=1e400"], "fast_weight=inf: need a finite number"),
         (["--param", "noequals"], "--param 'noequals': expected KEY=VALUE"),
-        (["--profile", "/"], "is neither a file nor a shipped profile"),
+        (["--profile", "/"], "profile '/' is a folder, not a profile JSON file; shipped: "),
         (["--out", "/dev/null/x"], "--out /dev/null/x"),
     ])
     def test_named_error(self, capsys, argv, message):
