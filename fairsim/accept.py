@@ -341,6 +341,10 @@ def cmd_accept(args: argparse.Namespace) -> int:
                          "an SLO is in run/compare (--mode colocated --slo ...)")
     if args.warmup is not None and not args.warmup >= 0:
         raise ValueError(f"--warmup {args.warmup}: need >= 0 s")
+    if args.engine == "vllm":  # (before the trace is read and any accept.json is written)
+        from fairsim.deps import require
+
+        require("vllm")
     given = None if args.windows == "auto" else parse_windows(args.windows)
     if given is not None and args.window_length is not None:
         raise ValueError(f"--window-length {args.window_length:g}: it sizes --windows auto's windows; "

@@ -234,3 +234,19 @@ def test_window_names_in_plot_files_are_file_stems_as_in_out(tmp_path, capsys):
         ["windows.png"] + [f"{w}-{f}.png" for w in ("x_y", ".._up") for f in ("ttft_cdf", "ttft_vs_arrival", "queue_kv")])
     assert not (tmp_path / "up-ttft_cdf.png").exists()
     assert (out / "requests-x_y-fairway.parquet").exists() and (out / "requests-.._up-lpm.parquet").exists()
+
+
+def test_engine_vllm_without_vllm_exits_2_before_any_work(tmp_path, capsys, monkeypatch):
+    # Was: the trace was read and the windows chosen, the missing package was reported inside
+    # the first window, and --out held an accept.json marked partial for a run that never started.
+    import importlib.util
+
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find(name, *a))
+    trace = no_reuse_trace(tmp_path / "t.jsonl")
+    out = tmp_path / "o"
+    code = main(["accept", str(trace), "--policy", "fairway", "--engine", "vllm", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert "vllm is not installed (needed for" in captured.err and "Traceback" not in captured.err
+    assert not (out / "accept.json").exists()
