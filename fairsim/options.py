@@ -443,23 +443,19 @@ def check_scaled_arrivals(args: argparse.Namespace, trace: Trace, kept: Sequence
     if args.replay == "closed":  # before the last-arrival check, to name the record and field
         from fairsim.sim.release import check_release_times
 
-        if args.session_rate is not None:  # the starts it drew, named before the turns' delays
-            last_start = max((r.arrival_time for r in requests if r.after is None), default=0.0)
-            if not last_start <= MAX_ARRIVAL_S:
-                where, fix = _time_origin(args, trace, kept[-1], "a larger --target-load",
-                                          "a smaller --time-scale", "a larger --session-rate", "")
-                raise ValueError(f"{where}: the last session starts at {last_start:.6g} s, beyond "
-                                 f"{MAX_ARRIVAL_S:.0e} s, where float64 time cannot resolve 1 us steps; use {fix}")
         last_start = max((r.arrival_time for r in requests if r.after is None), default=0.0)
-        if last_start <= MAX_ARRIVAL_S:  # else a session starts past the limit by itself: the
-            # last-arrival check below names what placed it (--time-scale, --target-load, the record),
-            # not a later turn's think time
-            starts = None
-            if getattr(args, "target_load", None) is not None or args.time_scale != 1 or args.session_rate is not None:
-                starts = _time_origin(args, trace, kept[-1], "a larger --target-load", "a smaller --time-scale",
-                                      "a larger --session-rate", "")
+        placed = getattr(args, "target_load", None) is not None or args.time_scale != 1 or args.session_rate is not None
+        starts = (_time_origin(args, trace, kept[-1], "a larger --target-load", "a smaller --time-scale",
+                               "a larger --session-rate", "") if placed else None)
+        if last_start <= MAX_ARRIVAL_S:
             check_release_times(requests, args.think_scale, MAX_ARRIVAL_S, trace.source, trace.locations,
                                 starts)
+        elif args.session_rate is not None:  # the starts it drew, named before the turns' delays
+            where, fix = starts
+            raise ValueError(f"{where}: the last session starts at {last_start:.6g} s, beyond "
+                             f"{MAX_ARRIVAL_S:.0e} s, where float64 time cannot resolve 1 us steps; use {fix}")
+        # (else a session starts past the limit by itself: the last-arrival check below names what
+        # placed it, --time-scale, --target-load or the record, not a later turn's think time)
     last = requests[-1].arrival_time if requests else 0.0
     if not last <= MAX_ARRIVAL_S:
         first = kept[0].arrival_time
