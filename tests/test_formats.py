@@ -28,6 +28,7 @@ FIXTURES = {
     "ragpulse/0_trace.jsonl": "ragpulse",
     "dynamo_trace.jsonl.gz": "dynamo",
     "azure.csv": "azure",
+    "burstgpt.csv": "burstgpt",
 }
 
 
@@ -326,7 +327,7 @@ class TestNotATrace:
         with pytest.raises(ValueError, match=r"a folder is read only as ragpulse or claude-code .* its files "
                                              r"look like mooncake \(e.g. a.jsonl\): give one file"):
             load_trace(tmp_path)
-        for fmt in ("mooncake", "azure", "bailian", "dynamo"):
+        for fmt in ("mooncake", "azure", "burstgpt", "bailian", "dynamo"):
             with pytest.raises(ValueError, match=rf"is a folder; --trace-format {fmt} reads one file"):
                 load_trace(tmp_path, format=fmt)
 
@@ -576,7 +577,8 @@ class TestCompareOnEveryFixture:
     """``fairsim compare --trace FILE --policies all`` runs with no other flag; every request ends."""
 
     @pytest.mark.parametrize("name", ["mooncake.jsonl", "mooncake_agentic.jsonl.gz", "bailian.jsonl",
-                                      "claude_code", "ragpulse", "dynamo_trace.jsonl.gz", "azure.csv"])
+                                      "claude_code", "ragpulse", "dynamo_trace.jsonl.gz", "azure.csv",
+                                      "burstgpt.csv"])
     def test_compare_all(self, name, capsys):
         n = len(load_trace(DATA / name))
         assert main(["compare", "--trace", str(DATA / name), "--policies", "all", "--format", "json"]) == 0
@@ -612,5 +614,5 @@ class TestCliOptions:
 
 def test_registry_contract():
     """Each registered reader has a name, a sniffer and a reader; names are unique."""
-    assert list(FORMATS) == ["dynamo", "ragpulse", "bailian", "claude-code", "mooncake", "azure"]
+    assert list(FORMATS) == ["dynamo", "ragpulse", "bailian", "claude-code", "mooncake", "azure", "burstgpt"]
     assert FORMATS["mooncake"].read is mooncake.read and FORMATS["claude-code"].sniff is claude_code.sniff

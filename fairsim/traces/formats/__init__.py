@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fairsim.record import record, replace as record_replace
-from fairsim.traces.formats import azure, bailian, claude_code, dynamo, mooncake, ragpulse
+from fairsim.traces.formats import azure, bailian, burstgpt, claude_code, dynamo, mooncake, ragpulse
 from fairsim.errors import TraceFormatError
 from fairsim.traces.formats._common import Head, open_binary, read_head
 from fairsim.traces.trace import Trace
@@ -69,6 +69,7 @@ FORMATS: dict[str, TraceFormat] = {f.name: f for f in (
     _fmt(claude_code, "Claude Code session JSON (a file or a folder): 64-token ids, sub-agents"),
     _fmt(mooncake, "Mooncake JSONL: timestamp ms, hash_ids (ceil or floor count), Dynamo agentic rows"),
     _fmt(azure, "Azure CSV TIMESTAMP,ContextTokens,GeneratedTokens: no prefix identity"),
+    _fmt(burstgpt, "BurstGPT CSV Timestamp,Model,Request tokens,Response tokens,...: no prefix identity"),
 )}
 """Registry, in detection order."""
 

@@ -191,7 +191,7 @@ def plain_requests(object body_lines, Py_ssize_t i_time, Py_ssize_t i_context, P
     Args:
         body_lines: The file's lines after the header, as bytes (``open_binary(path)`` after one
             ``readline``), read at most once.
-        i_time, i_context, i_generated: The columns' positions (``azure._positions``: the last of
+        i_time, i_context, i_generated: The columns' positions (``_csv.positions``: the last of
             equal names).
         width: The header's number of fields (a value beyond them is the Python path's error;
             empty extra fields, as a trailing comma makes, are ignored as there).

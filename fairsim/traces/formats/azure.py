@@ -10,7 +10,6 @@ is a cache miss (nothing is invented). Arrival times are rebased so the first re
 
 from __future__ import annotations
 
-import gzip
 import re
 import zlib
 from pathlib import Path
@@ -19,8 +18,8 @@ from typing import Any
 from fairsim.compiled import compiled_twin
 from fairsim.errors import TraceFormatError
 from fairsim.traces.fastreq import make_request
-from fairsim.traces.formats._common import (GZIP_CUT_SHORT, OBSERVED_OUTPUT, Collector, Head, open_binary,
-                                            output_tokens, text_lines)
+from fairsim.traces.formats._common import OBSERVED_OUTPUT, Collector, Head, open_binary, output_tokens
+from fairsim.traces.formats._csv import MISSING_FIELD, count, positions, rows
 from fairsim.traces.trace import Trace
 
 NAME = "azure"
@@ -85,46 +84,6 @@ class _Stamps:
         return self._seconds + float("0." + (m[2] or "0"))
 
 
-MISSING_FIELD = "missing (the row has fewer fields than the header)"
-
-
-def _count(value: str | None, path: str, line: int, column: str) -> int:
-    """A count column's text as an int (``int()``'s rules: spaces, a sign, underscores).
-
-    Raises:
-        TraceFormatError: Not an integer (or the field is missing).
-    """
-    if value is None:
-        raise TraceFormatError(path, line, column, MISSING_FIELD)
-    try:
-        return int(value)
-    except ValueError:
-        raise TraceFormatError(path, line, column, f"must be an integer, got {value!r}") from None
-
-
-def _positions(header: list[str]) -> list[int] | None:
-    """The positions of ``COLUMNS`` in a header row (names matched without regard to case or
-    surrounding spaces); None where one is missing or named twice (``_header_error`` says which)."""
-    given = [str(f).strip().lower() for f in header]
-    if any(given.count(c.lower()) != 1 for c in COLUMNS):
-        return None
-    return [given.index(c.lower()) for c in COLUMNS]
-
-
-def _header_error(name: str, header: list[str]) -> TraceFormatError:
-    """The error of a header ``_positions`` refused: a column missing, or named twice (which of
-    the two holds the values cannot be told; ``csv.DictReader`` would keep the last silently)."""
-    given = [str(f).strip().lower() for f in header]
-    for c in COLUMNS:
-        at = [i + 1 for i, f in enumerate(given) if f == c.lower()]
-        if len(at) > 1:
-            return TraceFormatError(name, 1, c, f"named twice in the header (columns {at[0]} and {at[1]}): "
-                                                "keep one")
-    missing = [c for c in COLUMNS if c.lower() not in given]
-    shown = header[:6] + ["..."] if len(header) > 6 else header  # a JSON line splits into many
-    return TraceFormatError(name, 1, missing[0], f"missing column (header: {shown or None})")
-
-
 def _compiled_plain(kernel: Any, path: Path, block: Any,
                     max_requests: int | None) -> tuple[list, dict[str, int]] | None:
     """``kernel.plain_requests`` over the file's body, or None: a header it does not take (a
@@ -143,7 +102,7 @@ def _compiled_plain(kernel: Any, path: Path, block: Any,
             if not header.isascii() or any(c in header for c in (b'"', b"\r", b"\0")):
                 return None
             fields = header.decode("ascii").split(",")
-            where = _positions(fields)
+            where = positions(fields, COLUMNS)
             if where is None:
                 return None
             return kernel.plain_requests(fh, *where, len(fields), path.stem, block, max_requests, OBSERVED_OUTPUT)
@@ -189,65 +148,32 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     t0 = None
     previous = previous_stamp = previous_line = None
     stamp_seconds = _Stamps()
-    import csv  # the Python path only (start-up of a run on another format)
-
-    with text_lines(path) as fh:
-        reader = csv.reader(fh)
+    for line, (stamp, context, generated), _ in rows(path, COLUMNS, out):
         try:
-            header = next(reader, [])
-            # The header as written may differ in case or spaces (" ContextTokens", "timestamp").
-            where = _positions(header)
-            if where is None:
-                raise _header_error(name, header)
-            # csv.DictReader's rules, by position (a dict per row cost more than the row's checks):
-            # a short row's missing fields are None (refused where
-            # read), empty rows are skipped; but a row with a value beyond the header's fields is
-            # refused, where DictReader would keep the rest aside. A row's line is the file's
-            # (``line_num``: blank lines counted).
-            i_time, i_context, i_generated = where
-            top = max(where)
-            for row in reader:
-                if not row:
-                    continue
-                line = reader.line_num
-                if len(row) > top:  # (a short row's missing fields are None, below)
-                    stamp, context, generated = row[i_time], row[i_context], row[i_generated]
-                else:
-                    stamp, context, generated = [row[i] if i < len(row) else None for i in where]
-                try:
-                    if len(row) > len(header) and any(f.strip() for f in row[len(header):]):
-                        # the values may have shifted: not read as if they had not (empty extra
-                        # fields, as a trailing comma makes, are only empty)
-                        raise TraceFormatError(name, line, "<row>", f"{len(row)} fields where the header has "
-                                               f"{len(header)} (a comma inside a value?)")
-                    if stamp is None:
-                        raise TraceFormatError(name, line, "TIMESTAMP", MISSING_FIELD)
-                    try:
-                        t = stamp_seconds(stamp)
-                    except ValueError:
-                        raise TraceFormatError(name, line, "TIMESTAMP", f"cannot parse {stamp!r}") from None
-                    prompt = _count(context, name, line, "ContextTokens")
-                    gen = _count(generated, name, line, "GeneratedTokens")
-                    if prompt < 1:
-                        raise TraceFormatError(name, line, "ContextTokens", f"{prompt}: need >= 1")
-                    labels: dict = {}
-                    if gen < 1:  # 0 becomes 1 with the label, a negative count is refused
-                        gen = output_tokens(gen, name, line, "GeneratedTokens", labels)
-                    if previous is not None and t < previous:
-                        raise TraceFormatError(name, line, "TIMESTAMP", f"decreases: {stamp.strip()!r} is earlier than "
-                                               f"the previous row's {previous_stamp!r} (line {previous_line})")
-                except TraceFormatError as exc:
-                    out.bad(exc)
-                    continue
-                previous, previous_stamp, previous_line = t, stamp.strip(), line
-                if t0 is None:
-                    t0 = t
-                out.add(make_request(f"{stem}:{line}", round(max(0.0, t - t0), 3), prompt,
-                                     (), block, gen, labels, None, None, 0.0, ()), line)
-                if max_requests is not None and len(out.requests) >= max_requests:
-                    break
-        except EOFError:  # a gzip file cut short (a download that stopped): the rows before it stand
-            out.bad(TraceFormatError(name, reader.line_num + 1, "<gzip>", GZIP_CUT_SHORT))
-        except (gzip.BadGzipFile, zlib.error) as exc:
-            raise OSError(f"{path}: broken gzip stream: {exc}") from None
+            if stamp is None:
+                raise TraceFormatError(name, line, "TIMESTAMP", MISSING_FIELD)
+            try:
+                t = stamp_seconds(stamp)
+            except ValueError:
+                raise TraceFormatError(name, line, "TIMESTAMP", f"cannot parse {stamp!r}") from None
+            prompt = count(context, name, line, "ContextTokens")
+            gen = count(generated, name, line, "GeneratedTokens")
+            if prompt < 1:
+                raise TraceFormatError(name, line, "ContextTokens", f"{prompt}: need >= 1")
+            labels: dict = {}
+            if gen < 1:  # 0 becomes 1 with the label, a negative count is refused
+                gen = output_tokens(gen, name, line, "GeneratedTokens", labels)
+            if previous is not None and t < previous:
+                raise TraceFormatError(name, line, "TIMESTAMP", f"decreases: {stamp.strip()!r} is earlier than "
+                                       f"the previous row's {previous_stamp!r} (line {previous_line})")
+        except TraceFormatError as exc:
+            out.bad(exc)
+            continue
+        previous, previous_stamp, previous_line = t, stamp.strip(), line
+        if t0 is None:
+            t0 = t
+        out.add(make_request(f"{stem}:{line}", round(max(0.0, t - t0), 3), prompt,
+                             (), block, gen, labels, None, None, 0.0, ()), line)
+        if max_requests is not None and len(out.requests) >= max_requests:
+            break
     return out.finish(stem, NAME, block)

@@ -1,0 +1,106 @@
+"""What the CSV readers (Azure, BurstGPT) share: the header's columns found by name, rows of the
+wrong shape refused by line, and counts parsed with ``int()``'s rules.
+
+A row's line is the file's (``csv.reader.line_num``: blank lines counted); a row with a value
+beyond the header's fields is refused (field ``<row>``: a comma inside a value, as in ``4,808``,
+would shift the columns), an empty one (a trailing comma) is only empty; a short row's missing
+fields are None, which the reader refuses where it reads them (``MISSING_FIELD``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from fairsim.errors import TraceFormatError
+from fairsim.traces.formats._common import GZIP_CUT_SHORT, Collector, text_lines
+
+MISSING_FIELD = "missing (the row has fewer fields than the header)"
+
+
+def count(value: str | None, path: str, line: int, column: str) -> int:
+    """A count column's text as an int (``int()``'s rules: spaces, a sign, underscores).
+
+    Raises:
+        TraceFormatError: Not an integer (or the field is missing).
+    """
+    if value is None:
+        raise TraceFormatError(path, line, column, MISSING_FIELD)
+    try:
+        return int(value)
+    except ValueError:
+        raise TraceFormatError(path, line, column, f"must be an integer, got {value!r}") from None
+
+
+def positions(header: Sequence[str], columns: Sequence[str]) -> list[int] | None:
+    """The positions of ``columns`` in a header row (names matched without regard to case or
+    surrounding spaces); None where one is missing or named twice (``header_error`` says which)."""
+    given = [str(f).strip().lower() for f in header]
+    if any(given.count(c.lower()) != 1 for c in columns):
+        return None
+    return [given.index(c.lower()) for c in columns]
+
+
+def header_error(name: str, header: Sequence[str], columns: Sequence[str]) -> TraceFormatError:
+    """The error of a header ``positions`` refused: a column missing, or named twice (which of
+    the two holds the values cannot be told; ``csv.DictReader`` would keep the last silently)."""
+    given = [str(f).strip().lower() for f in header]
+    for c in columns:
+        at = [i + 1 for i, f in enumerate(given) if f == c.lower()]
+        if len(at) > 1:
+            return TraceFormatError(name, 1, c, f"named twice in the header (columns {at[0]} and {at[1]}): "
+                                                "keep one")
+    missing = [c for c in columns if c.lower() not in given]
+    shown = list(header[:6]) + ["..."] if len(header) > 6 else list(header)  # a JSON line splits into many
+    return TraceFormatError(name, 1, missing[0], f"missing column (header: {shown or None})")
+
+
+def rows(path: Path, columns: Sequence[str], out: Collector,
+         optional: Callable[[list[str]], Sequence[int]] | None = None
+         ) -> Iterator[tuple[int, list[str | None], list[str | None]]]:
+    """The rows of a CSV file with a header naming ``columns``, as ``(line, values, extras)``:
+    ``values`` the row's fields of ``columns`` in their order, ``extras`` those at the positions
+    ``optional(header)`` gives (None where the row is short); ``optional`` may raise a
+    ``TraceFormatError`` about the header.
+
+    A row of the wrong shape goes to ``out.bad`` (module docstring) and is not yielded; so does a
+    gzip stream cut short (field ``<gzip>``, at the first line lost: the rows before it stand).
+
+    Raises:
+        TraceFormatError: A column of ``columns`` missing or named twice (line 1).
+        OSError: A broken gzip stream.
+    """
+    import csv  # here: a run on another format does not import it at start-up
+
+    name = str(path)
+    with text_lines(path) as fh:
+        reader = csv.reader(fh)
+        try:
+            header = next(reader, [])
+            # The header as written may differ in case or spaces (" ContextTokens", "timestamp").
+            where = positions(header, columns)
+            if where is None:
+                raise header_error(name, header, columns)
+            more = list(optional(header)) if optional is not None else []
+            top = max(where)
+            for row in reader:
+                if not row:
+                    continue
+                line = reader.line_num
+                if len(row) > len(header) and any(f.strip() for f in row[len(header):]):
+                    # the values may have shifted: not read as if they had not (empty extra fields,
+                    # as a trailing comma makes, are only empty)
+                    out.bad(TraceFormatError(name, line, "<row>", f"{len(row)} fields where the header has "
+                                             f"{len(header)} (a comma inside a value?)"))
+                    continue
+                if len(row) > top:
+                    values: list[str | None] = [row[i] for i in where]
+                else:
+                    values = [row[i] if i < len(row) else None for i in where]
+                yield line, values, [row[i] if i < len(row) else None for i in more]
+        except EOFError:  # a gzip file cut short (a download that stopped): the rows before it stand
+            out.bad(TraceFormatError(name, reader.line_num + 1, "<gzip>", GZIP_CUT_SHORT))
+        except (gzip.BadGzipFile, zlib.error) as exc:
+            raise OSError(f"{path}: broken gzip stream: {exc}") from None

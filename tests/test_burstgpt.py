@@ -1,0 +1,107 @@
+"""The BurstGPT reader (``fairsim.traces.formats.burstgpt``): the fixture's requests worked out
+by hand from the release's schema (HPMLL/BurstGPT ``README.md``), and the error contract."""
+
+import gzip
+import json
+
+import pytest
+
+from fairsim.cli import main
+from fairsim.errors import TraceFormatError
+from fairsim.traces import detect, load_trace
+from fairsim.traces.formats import FORMATS
+from tests.test_formats import DATA
+
+HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+
+
+def test_fixture_rows_by_hand():
+    t = load_trace(DATA / "burstgpt.csv")
+    assert (t.format, t.hash_block_size, t.skipped) == ("burstgpt", 512, ())
+    # Line 4 (44.5 s) arrives before line 3 (45 s): replayed in time order, with a warning.
+    assert [(r.request_id, r.arrival_time, r.prompt_len, r.output_len, r.block_hashes) for r in t.requests] == [
+        ("burstgpt:2", 5.0, 472, 18, ()), ("burstgpt:4", 44.5, 417, 276, ()),
+        ("burstgpt:3", 45.0, 1087, 1, ()), ("burstgpt:5", 118.0, 2048, 36, ())]
+    # A failed request (Response tokens 0) keeps the recorded 0; Total tokens is no label.
+    assert [r.labels for r in t.requests] == [
+        {"model": "ChatGPT", "log_type": "Conversation log"},
+        {"model": "GPT-4", "log_type": "API log"},
+        {"model": "ChatGPT", "log_type": "Conversation log", "observed_output_length": 0},
+        {"model": "GPT-4", "log_type": "Conversation log"}]
+    assert t.warnings == (f"{DATA / 'burstgpt.csv'}: 1 row(s) arrive before an earlier row; replayed in time order",)
+
+
+def test_detection_does_not_take_azure_or_the_reverse(tmp_path):
+    assert detect(DATA / "azure.csv") == "azure"
+    p = tmp_path / "b.csv.gz"
+    p.write_bytes(gzip.compress((DATA / "burstgpt.csv").read_bytes()))
+    assert detect(p) == "burstgpt" and len(load_trace(p)) == 4
+    assert FORMATS["burstgpt"].prompt_field == "Request tokens"
+
+
+def test_header_spelling_and_extra_columns(tmp_path):
+    # Column names in any case and spacing, in any order; a column the release announces
+    # (Session ID) is kept as a text label; Total tokens and an empty value are left out.
+    p = tmp_path / "x.csv"
+    p.write_text(" request TOKENS,timestamp,Response Tokens,Session ID,model\r\n"
+                 "10,0.25,3,s1,\r\n20,1,4,s2,GPT-4\r\n30,2,5,,GPT-4\r\n")
+    t = load_trace(p)
+    assert [(r.arrival_time, r.prompt_len, r.output_len, r.labels) for r in t.requests] == [
+        (0.25, 10, 3, {"session_id": "s1"}), (1.0, 20, 4, {"session_id": "s2", "model": "GPT-4"}),
+        (2.0, 30, 5, {"model": "GPT-4"})]
+    assert [r.session_id for r in t.requests] == [None, None, None]  # a label, not a session link
+
+
+@pytest.mark.parametrize("row, field, message", [
+    ("x,ChatGPT,10,1,11,API log", "Timestamp", "must be a number of seconds, got 'x'"),
+    ("nan,ChatGPT,10,1,11,API log", "Timestamp", "must be a finite number of seconds >= 0, got 'nan'"),
+    ("-1,ChatGPT,10,1,11,API log", "Timestamp", "must be a finite number of seconds >= 0, got '-1'"),
+    ("inf,ChatGPT,10,1,11,API log", "Timestamp", "must be a finite number of seconds >= 0, got 'inf'"),
+    ("1,ChatGPT,10.0,1,11,API log", "Request tokens", "must be an integer, got '10.0'"),
+    ("1,ChatGPT,0,1,1,API log", "Request tokens", "0: need >= 1"),
+    ("1,ChatGPT,10,-1,9,API log", "Response tokens", "negative: -1 (need >= 0)"),
+    ("1,ChatGPT,10", "Response tokens", "missing (the row has fewer fields than the header)"),
+    ("1,ChatGPT,1,087,1,1088,API log", "<row>", "7 fields where the header has 6"),
+])
+def test_bad_rows_name_line_and_field_and_skip(tmp_path, row, field, message):
+    p = tmp_path / "bad.csv"
+    p.write_text(HEADER + "0,ChatGPT,5,1,6,API log\n" + row + "\n")
+    with pytest.raises(TraceFormatError) as err:
+        load_trace(p)
+    assert (err.value.line, err.value.field) == (3, field) and message in str(err.value)
+    t = load_trace(p, skip_bad=True)
+    assert [r.request_id for r in t.requests] == ["bad:2"] and [e.line for e in t.skipped] == [3]
+
+
+def test_header_problems_at_line_1(tmp_path):
+    p = tmp_path / "h.csv"
+    p.write_text("Timestamp,Request tokens,Response tokens,Timestamp\n1,2,3,4\n")
+    with pytest.raises(TraceFormatError, match=r"h.csv:1: field 'Timestamp': named twice in the header "
+                                               r"\(columns 1 and 4\)"):
+        load_trace(p, format="burstgpt")
+    p.write_text("Timestamp,Request tokens,Response tokens,Log Type,log  type\n1,2,3,a,b\n")
+    with pytest.raises(TraceFormatError, match=r"h.csv:1: field 'log  type': gives the label 'log_type', as "
+                                               r"column 4 does: rename one"):
+        load_trace(p)
+    p.write_text("Timestamp,Request tokens\n1,2\n")
+    with pytest.raises(TraceFormatError, match=r"field 'Response tokens': missing column"):
+        load_trace(p, format="burstgpt")
+
+
+def test_cli_run_and_convert(tmp_path, capsys):
+    # One command on the file as downloaded: open loop, every request a miss (no identity).
+    assert main(["run", "--trace", str(DATA / "burstgpt.csv"), "--policy", "fcfs", "--format", "json"]) == 0
+    out = capsys.readouterr()
+    row = json.loads(out.out)["fcfs"]
+    assert (row["requests"], row["hit_rate"]) == (4, 0.0)
+    assert "burstgpt format" in out.err and "replayed in time order" in out.err
+    assert main(["run", "--trace", str(DATA / "burstgpt.csv"), "--trace-format", "burstgpt", "--policy", "fcfs",
+                 "--format", "json"]) == 0
+    capsys.readouterr()
+    # convert writes Mooncake rows (ms) with the labels; they read back as the same requests.
+    out_file = tmp_path / "b.jsonl"
+    assert main(["convert", str(DATA / "burstgpt.csv"), str(out_file)]) == 0
+    back = load_trace(out_file)
+    first = load_trace(DATA / "burstgpt.csv")
+    assert [(r.arrival_time, r.prompt_len, r.output_len) for r in back.requests] == [
+        (r.arrival_time, r.prompt_len, r.output_len) for r in first.requests]
