@@ -15,8 +15,8 @@
   (``fairsim/sim/_live_c.pyx``), the same way: where it is not built, ``make_lives`` and
   ``Engine._request_table`` run their Python loops (``fairsim.sim.engine.compiled_lives``).
 - The optional compiled loops of the offered load (``fairsim/traces/_offered_c.pyx``), of the
-  Mooncake and Azure readers' plain rows (``fairsim/traces/formats/_mooncake_c.pyx``,
-  ``_azure_c.pyx``; the Dynamo rows' 64-bit hashes checked there too) and of the Bailian
+  Mooncake and CSV (Azure, BurstGPT) readers' plain rows (``fairsim/traces/formats/_mooncake_c.pyx``,
+  ``_csv_c.pyx``; the Dynamo rows' 64-bit hashes checked there too) and of the Bailian
   reader's plain rows and re-chained ids (``fairsim/traces/formats/_chain_c.pyx``; the two
   JSON scanners share ``_json_bytes.pxd``), the same way: where they are not built, the Python
   loops run (``fairsim.compiled``).
@@ -142,7 +142,7 @@ extensions = cythonize([Extension("fairsim.sim._block_pool_c", ["fairsim/sim/_bl
                         Extension("fairsim.traces.formats._mooncake_c",
                                   ["fairsim/traces/formats/_mooncake_c.pyx"]),
                         Extension("fairsim.traces.formats._chain_c", ["fairsim/traces/formats/_chain_c.pyx"]),
-                        Extension("fairsim.traces.formats._azure_c", ["fairsim/traces/formats/_azure_c.pyx"]),
+                        Extension("fairsim.traces.formats._csv_c", ["fairsim/traces/formats/_csv_c.pyx"]),
                         Extension("fairsim.policies._credit_c", ["fairsim/policies/_credit_c.pyx"]),
                         Extension("fairsim.policies._sorted_c", ["fairsim/policies/_sorted_c.pyx"]),
                         Extension("fairsim.policies._deadline_c", ["fairsim/policies/_deadline_c.pyx"]),

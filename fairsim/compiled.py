@@ -85,8 +85,8 @@ WHOLE_MODULES = (
     "fairsim.policies.eviction",
     # The trace readers' per-record checks where a format has no typed twin: a Qwen-Bailian
     # trace of 20,000 short requests reads in about 180 ms instead of 280, a Dynamo trace of
-    # 10,000 requests (20,000 lines) in 1.7 s instead of 2.35. (Mooncake and Azure plain rows
-    # have their own, _mooncake_c and _azure_c; a Claude Code read is mostly JSON parsing. Each
+    # 10,000 requests (20,000 lines) in 1.7 s instead of 2.35. (Mooncake and CSV plain rows
+    # have their own, _mooncake_c and _csv_c; a Claude Code read is mostly JSON parsing. Each
     # module compiled costs an extension's load at every start.)
     "fairsim.traces.formats._common",
     "fairsim.traces.formats.bailian",

@@ -13,9 +13,13 @@ import gzip
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from fairsim.errors import TraceFormatError
-from fairsim.traces.formats._common import GZIP_CUT_SHORT, Collector, text_lines
+from fairsim.traces.formats._common import GZIP_CUT_SHORT, OBSERVED_OUTPUT, Collector, open_binary, text_lines
+
+COMPILED_MODULE = "fairsim.traces.formats._csv_c"
+"""The plain rows' compiled twin (built at install by ``setup.py``; ``compiled_plain``)."""
 
 MISSING_FIELD = "missing (the row has fewer fields than the header)"
 
@@ -55,6 +59,43 @@ def header_error(name: str, header: Sequence[str], columns: Sequence[str]) -> Tr
     missing = [c for c in columns if c.lower() not in given]
     shown = list(header[:6]) + ["..."] if len(header) > 6 else list(header)  # a JSON line splits into many
     return TraceFormatError(name, 1, missing[0], f"missing column (header: {shown or None})")
+
+
+def compiled_plain(kernel: Any, path: Path, columns: Sequence[str], block: Any, max_requests: int | None,
+                   labels: Callable[[list[str]], Sequence[int]] | None = None,
+                   label_names: Sequence[str] = (), **how: Any) -> tuple[list, dict[str, int]] | None:
+    """``kernel.plain_requests`` over the file's body, or None: a header it does not take (a
+    quote, a carriage return inside it, a byte outside ASCII, a missing column, a problem
+    ``labels`` raises), a row it does not take, or a file it cannot read to the end (a broken or
+    cut gzip stream), which the reader's Python path then reads and reports as it always does.
+
+    Args:
+        kernel: ``fairsim.traces.formats._csv_c``.
+        columns: The time, prompt and output columns.
+        labels: ``header -> positions`` of the columns kept as text labels; it fills
+            ``label_names`` (a list) with their names as it goes.
+        how: ``seconds``, ``rebase`` (``_csv_c.plain_requests``).
+    """
+    if type(block) is not int or block < 1:
+        return None  # Request refuses it: the Python path says so
+    try:
+        with open_binary(path) as fh:
+            header = fh.readline()
+            if header.startswith(b"\xef\xbb\xbf"):  # utf-8-sig: text_lines drops the byte-order mark
+                header = header[3:]
+            header = header[:-1] if header.endswith(b"\n") else header
+            header = header[:-1] if header.endswith(b"\r") else header
+            if not header.isascii() or any(c in header for c in (b'"', b"\r", b"\0")):
+                return None
+            fields = header.decode("ascii").split(",")
+            where = positions(fields, columns)
+            if where is None:
+                return None
+            label_at = () if labels is None else tuple(labels(fields))
+            return kernel.plain_requests(fh, *where, len(fields), path.stem, block, max_requests, OBSERVED_OUTPUT,
+                                         label_at=label_at, label_names=tuple(label_names), **how)
+    except (OSError, EOFError, zlib.error, TraceFormatError):
+        return None
 
 
 def rows(path: Path, columns: Sequence[str], out: Collector,

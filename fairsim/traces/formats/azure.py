@@ -11,15 +11,13 @@ is a cache miss (nothing is invented). Arrival times are rebased so the first re
 from __future__ import annotations
 
 import re
-import zlib
 from pathlib import Path
-from typing import Any
 
 from fairsim.compiled import compiled_twin
 from fairsim.errors import TraceFormatError
 from fairsim.traces.fastreq import make_request
-from fairsim.traces.formats._common import OBSERVED_OUTPUT, Collector, Head, open_binary, output_tokens
-from fairsim.traces.formats._csv import MISSING_FIELD, count, positions, rows
+from fairsim.traces.formats._common import Collector, Head, output_tokens
+from fairsim.traces.formats._csv import COMPILED_MODULE, MISSING_FIELD, compiled_plain, count, rows
 from fairsim.traces.trace import Trace
 
 NAME = "azure"
@@ -62,7 +60,7 @@ class _Stamps:
     again) and the fraction is added to them."""
 
     def __init__(self) -> None:
-        # Here, not at the top: only the Python path parses dates (``_azure_c`` reads plain files).
+        # Here, not at the top: only the Python path parses dates (``_csv_c`` reads plain files).
         from datetime import datetime, timezone
 
         self._datetime, self._utc = datetime, timezone.utc
@@ -84,32 +82,6 @@ class _Stamps:
         return self._seconds + float("0." + (m[2] or "0"))
 
 
-def _compiled_plain(kernel: Any, path: Path, block: Any,
-                    max_requests: int | None) -> tuple[list, dict[str, int]] | None:
-    """``kernel.plain_requests`` over the file's body, or None: a header it does not take (a
-    quote, a carriage return inside it, a byte outside ASCII, a missing column), a row it does
-    not take, or a file it cannot read to the end (a broken or cut gzip stream), which the Python
-    path then reads and reports as it always does."""
-    if type(block) is not int or block < 1:
-        return None  # Request refuses it: the Python path says so
-    try:
-        with open_binary(path) as fh:
-            header = fh.readline()
-            if header.startswith(b"\xef\xbb\xbf"):  # utf-8-sig: text_lines drops the byte-order mark
-                header = header[3:]
-            header = header[:-1] if header.endswith(b"\n") else header
-            header = header[:-1] if header.endswith(b"\r") else header
-            if not header.isascii() or any(c in header for c in (b'"', b"\r", b"\0")):
-                return None
-            fields = header.decode("ascii").split(",")
-            where = positions(fields, COLUMNS)
-            if where is None:
-                return None
-            return kernel.plain_requests(fh, *where, len(fields), path.stem, block, max_requests, OBSERVED_OUTPUT)
-    except (OSError, EOFError, zlib.error):
-        return None
-
-
 def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | None = None,
          max_requests: int | None = None) -> Trace:
     """Read an Azure CSV.
@@ -121,8 +93,8 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         max_requests: Stop after this many good rows (for quick windows of large files).
 
     A file of plain rows only (those of the public traces) is read by the compiled twin
-    (``fairsim/traces/formats/_azure_c.pyx``) where it is built: the same requests
-    (``tests/test_azure_compiled.py``). Any other file is read here.
+    (``fairsim/traces/formats/_csv_c.pyx``) where it is built: the same requests
+    (``tests/test_csv_compiled.py``). Any other file is read here.
 
     Raises:
         TraceFormatError: A missing column (line 1), a row with a value beyond the header's
@@ -137,9 +109,9 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     name = str(path)
     stem = path.stem
     block = hash_block_size or BLOCK
-    kernel = compiled_twin("fairsim.traces.formats._azure_c")
+    kernel = compiled_twin(COMPILED_MODULE)
     if kernel is not None:
-        plain = _compiled_plain(kernel, path, block, max_requests)
+        plain = compiled_plain(kernel, path, COLUMNS, block, max_requests)
         if plain is not None:  # in arrival order, distinct ids, no after, one label type: nothing to check
             requests, locations = plain
             return Trace(name=stem, source=name, requests=tuple(requests), skipped=(), absolute_time=True,

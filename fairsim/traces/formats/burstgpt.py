@@ -24,10 +24,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fairsim.compiled import compiled_twin
 from fairsim.errors import TraceFormatError
 from fairsim.traces.fastreq import make_request
 from fairsim.traces.formats._common import Collector, Head, output_tokens
-from fairsim.traces.formats._csv import MISSING_FIELD, count, rows
+from fairsim.traces.formats._csv import COMPILED_MODULE, MISSING_FIELD, compiled_plain, count, rows
 from fairsim.traces.trace import Trace
 
 NAME = "burstgpt"
@@ -70,9 +71,9 @@ class _Labels:
     """The header's columns kept as labels (module docstring): ``positions(header)`` for
     ``_csv.rows``, then ``names``, their label names in the same order."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, names: list[str] | None = None) -> None:
         self.path = path
-        self.names: list[str] = []
+        self.names: list[str] = [] if names is None else names
 
     def positions(self, header: list[str]) -> list[int]:
         """Raises ``TraceFormatError`` (line 1): two columns that give one label name."""
@@ -100,6 +101,10 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         skip_bad: Skip bad rows instead of raising.
         hash_block_size: Ignored except as the nominal block (the file has no identity).
 
+    A file of plain rows in time order (those of the release) is read by the compiled twin
+    (``fairsim/traces/formats/_csv_c.pyx``) where it is built: the same requests
+    (``tests/test_csv_compiled.py``). Any other file is read here.
+
     Returns:
         The ``Trace``: requests ``STEM:LINE`` (the header is line 1) in arrival order.
 
@@ -115,6 +120,15 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     name = str(path)
     stem = path.stem
     block = hash_block_size or BLOCK
+    kernel = compiled_twin(COMPILED_MODULE)
+    if kernel is not None:
+        names = []
+        plain = compiled_plain(kernel, path, COLUMNS, block, None, _Labels(name, names).positions, names,
+                               seconds=True, rebase=False)
+        if plain is not None:  # in arrival order, distinct ids, no after, text labels: nothing to check
+            requests, locations = plain
+            return Trace(name=stem, source=name, requests=tuple(requests), skipped=(), absolute_time=True,
+                         hash_block_size=block, format=NAME, warnings=(), locations=locations)
     out = Collector(path, skip_bad)
     kept = _Labels(name)
     names = kept.names  # (filled when the header is read)

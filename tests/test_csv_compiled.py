@@ -1,6 +1,7 @@
-"""The Azure reader's compiled plain rows (``fairsim/traces/formats/_azure_c.pyx``) against its
-Python path (the reference): on any file -- plain rows, rows it must hand back, bad rows -- the
-same trace (every request field, the skipped rows, the warnings) or the same error.
+"""The CSV readers' compiled plain rows (``fairsim/traces/formats/_csv_c.pyx``) against their
+Python paths (the references), Azure's and BurstGPT's: on any file -- plain rows, rows it must
+hand back, bad rows -- the same trace (every request field, the skipped rows, the warnings) or
+the same error.
 
 Skipped only where the twin is not in use (no C compiler, ``FAIRSIM_PURE_PYTHON=1``); with a
 compiler and no extension it fails, telling to reinstall (``tests.utils.compiled_twin_or_skip``).
@@ -17,11 +18,12 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fairsim.traces.formats import azure
+from fairsim.traces.formats import azure, burstgpt
+from fairsim.traces.formats._csv import compiled_plain
 from tests.utils import compiled_twin_or_skip, read_both_ways, read_outcome
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
-KERNEL = compiled_twin_or_skip("fairsim.traces.formats._azure_c")
+KERNEL = compiled_twin_or_skip("fairsim.traces.formats._csv_c")
 
 
 def outcome(path: Path, **kwargs):
@@ -34,7 +36,7 @@ def both(path: Path, **kwargs):
 
 
 def plain(path: Path, block=512, max_requests=None):
-    return azure._compiled_plain(KERNEL, path, block, max_requests)
+    return compiled_plain(KERNEL, path, azure.COLUMNS, block, max_requests)
 
 
 def test_plain_rows_hand_computed(tmp_path):
@@ -200,9 +202,11 @@ def test_bytes_that_are_not_utf8_fail_their_field_only(tmp_path):
     assert kept[0] == "trace" and [r[0] for r in kept[1]] == ["'t:2'"]
 
 
-#: Halves and their neighbours (where ``round`` decides), whole ms, and values up to past 2**32 ms.
+#: Halves and their neighbours (where ``round`` decides), whole ms, and values up to past 2**40 ms.
 ARRIVALS = st.one_of(
     st.floats(min_value=0.0, max_value=5e6, allow_nan=False, allow_infinity=False),
+    st.floats(min_value=4e6, max_value=2e9, allow_nan=False, allow_infinity=False),  # 2**32 and 2**40 ms
+    st.integers(4 * 10**9, 2 * 10**12).map(lambda ms: (ms + 0.5) / 1000),
     st.integers(0, 10**10).map(lambda ms: ms / 1000),
     st.integers(0, 10**10).map(lambda ms: (ms + 0.5) / 1000),
     st.tuples(st.integers(0, 10**9), st.sampled_from([-1, 1])).map(
@@ -223,4 +227,113 @@ def test_rounding_hand_computed():
     assert KERNEL.round_ms(0.0635) == round(0.0635, 3) == 0.064  # the double 0.0635 lies above 63.5 ms
     assert KERNEL.round_ms(1.2344999) == 1.234
     assert KERNEL.round_ms(0.0) == 0.0
-    assert KERNEL.round_ms(4294967.2965) == round(4294967.2965, 3)  # past 2**32 ms: round decides
+    assert KERNEL.round_ms(4294967.2965) == round(4294967.2965, 3)  # past 2**32 ms: a wider margin
+    assert KERNEL.round_ms(5000000.0625) == 5000000.062  # an exact tie past 2**32 ms: even
+    assert KERNEL.round_ms(1099511627.7765) == round(1099511627.7765, 3)  # past 2**40 ms: round decides
+
+
+# BurstGPT: the same kernel with seconds for the time, no rebasing, and text labels.
+
+def burst_plain(path: Path):
+    names: list[str] = []
+    return compiled_plain(KERNEL, path, burstgpt.COLUMNS, 512, None, burstgpt._Labels(str(path), names).positions,
+                          names, seconds=True, rebase=False)
+
+
+def burst_both(path: Path, **kwargs):
+    return read_both_ways(burstgpt.read, path, **kwargs)
+
+
+def test_burstgpt_plain_rows_hand_computed(tmp_path):
+    path = tmp_path / "b.csv"
+    path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                    "5,ChatGPT,472,18,490,Conversation log\n"
+                    "45.25,GPT-4,1087,0,1087,API log\n"
+                    "\n"
+                    "5000000.0005,,3,4,7,API log\n")
+    requests, locations = burst_plain(path)
+    assert locations == {"b:2": 2, "b:3": 3, "b:5": 5}
+    # Not rebased; past 2**32 ms (50 days) round() decides: 5,000,000.0005 s -> 5000000.0 or .001
+    assert [(r.request_id, r.arrival_time, r.prompt_len, r.output_len, r.labels) for r in requests] == [
+        ("b:2", 5.0, 472, 18, {"model": "ChatGPT", "log_type": "Conversation log"}),
+        ("b:3", 45.25, 1087, 1, {"model": "GPT-4", "log_type": "API log", "observed_output_length": 0}),
+        ("b:5", round(5000000.0005, 3), 3, 4, {"log_type": "API log"})]
+    # One str object per distinct label value (the Python path's are equal, not shared).
+    assert requests[0].labels["log_type"] is not requests[1].labels["log_type"]
+    assert requests[1].labels["log_type"] is requests[2].labels["log_type"]
+    compiled, reference = burst_both(path)
+    assert compiled == reference and compiled[0] == "trace"
+
+
+@pytest.mark.parametrize("body", [
+    "44,GPT-4,1,1,2,API log\n43,GPT-4,1,1,2,API log\n",  # out of time order: sorted, warned
+    "1e3,GPT-4,1,1,2,API log\n",  # an exponent
+    " 5,GPT-4,1,1,2,API log\n",  # a space
+    "5,GPT-4 ,1,1,2,API log\n",  # a label str.strip() changes
+    "5,GPT-4,1,1,2\n",  # a short row without its last label
+    "-5,GPT-4,1,1,2,API log\n", "nan,GPT-4,1,1,2,API log\n", "5..,GPT-4,1,1,2,API log\n",
+])
+def test_burstgpt_rows_it_does_not_take_hand_the_file_back(tmp_path, body):
+    path = tmp_path / "b.csv"
+    path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n" + body)
+    got = burst_plain(path)
+    compiled, reference = burst_both(path, skip_bad=True)
+    assert compiled == reference
+    if body.startswith("5,GPT-4,1,1,2\n"):
+        assert got is not None and got[0][0].labels == {"model": "GPT-4"}  # as the Python path: no label
+    else:
+        assert got is None
+
+
+def test_burstgpt_fixture_and_a_long_sorted_file_read_the_same(tmp_path):
+    compiled, reference = burst_both(Path(__file__).parent / "data" / "formats" / "burstgpt.csv")
+    assert compiled == reference and compiled[3] != ()  # the fixture has a row out of order: Python path
+    path = tmp_path / "long.csv"
+    rows = ["Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type"]
+    rows += [f"{i * 7 // 3}{'.5' if i % 4 == 1 else ''},{'GPT-4' if i % 3 else 'ChatGPT'},{1 + i % 900},{i % 7},0,"
+             f"{'API log' if i % 5 else 'Conversation log'}" for i in range(3000)]
+    path.write_text("\n".join(rows) + "\n")
+    assert burst_plain(path) is not None
+    compiled, reference = burst_both(path)
+    assert compiled == reference and len(compiled[1]) == 3000
+
+
+BURST_TIMES = st.one_of(st.integers(0, 10**7).map(str), st.sampled_from(
+    ["0", "5", "5.", ".5", "0.000", "110.5", "007", "1e3", "-1", "+5", " 5", "nan", "inf", "", ".", "5..5",
+     "9" * 30, "1" * 70, "1_0", "٥"]))
+
+
+@st.composite
+def burstgpt_files(draw):
+    header = draw(st.sampled_from([
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type",
+        "timestamp, request tokens ,Response Tokens", "Model,Timestamp,Request tokens,Response tokens,Session ID",
+        "Timestamp,Request tokens", "Timestamp,Request tokens,Response tokens,Model,model"]))
+    names = [f.strip().lower() for f in header.split(",")]
+    lines = [header]
+    t = 0.0
+    for _ in range(draw(st.integers(0, 8))):
+        kind = draw(st.sampled_from(["plain"] * 6 + ["time", "count", "odd"]))
+        t += draw(st.sampled_from([0.0, 0.25, 1.0, 90000.0, -2.0]))
+        fields = {"timestamp": (f"{max(t, 0):.3f}" if kind != "time" else draw(BURST_TIMES)),
+                  "request tokens": str(draw(st.integers(1, 5000))) if kind != "count" else draw(COUNTS),
+                  "response tokens": str(draw(st.integers(0, 900))) if kind != "count" else draw(COUNTS),
+                  "model": draw(st.sampled_from(["ChatGPT", "GPT-4", "", " x", "a b"])),
+                  "session id": draw(st.sampled_from(["s1", "", "7"]))}
+        row = ",".join(fields.get(n, "0") for n in names)
+        if kind == "odd":
+            row = draw(st.sampled_from([row + ",", row.split(",")[0], "", row + ",\x00", row + ",é",
+                                        '"' + row + '"']))
+        lines.append(row)
+    return "\n".join(lines) + draw(st.sampled_from(["", "\n"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(burstgpt_files(), st.booleans(), st.sampled_from(["plain", "gzip"]))
+def test_any_burstgpt_file_reads_as_the_python_path_reads_it(text, skip_bad, storage):
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "b.csv"
+        data = gzip.compress(text.encode()) if storage == "gzip" else text.encode()
+        path.write_bytes(data)
+        compiled, reference = burst_both(path, skip_bad=skip_bad)
+        assert compiled == reference

@@ -1,21 +1,24 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""The Azure reader's plain rows, typed: the compiled twin of ``azure.read``'s common path.
+"""The CSV readers' plain rows, typed: the compiled twin of ``azure.read``'s and
+``burstgpt.read``'s common path.
 
 A plain row is one line of the CSV's body without quotes, carriage returns inside the line,
-NUL or non-ASCII bytes, with at least the header's named columns, where the ``TIMESTAMP`` field
-is ``YYYY-MM-DD HH:MM[:SS][.digits][Z|+HH:MM|-HH:MM]`` (``T`` may replace the space) and each
-count is 1 to 18 ASCII digits (every row of the public 2023 and 2024 traces). For a file of
-plain rows only, ``plain_requests`` builds the same ``Request`` objects as ``azure.read`` (same
-fields, same order; ``tests/test_azure_compiled.py``) without ``csv``, the regular expression,
-``datetime`` and the per-row Python calls: the date-time is turned into POSIX seconds with integer
+NUL or non-ASCII bytes, with at least the header's named columns, where each count is 1 to 18
+ASCII digits and the time field is, for Azure, ``YYYY-MM-DD HH:MM[:SS][.digits][Z|+HH:MM|-HH:MM]``
+(``T`` may replace the space; every row of the public 2023 and 2024 traces), for BurstGPT
+(``seconds``) digits with at most one ``.`` (every row of the release), and each label field
+(``label_at``) has no white space at either end. For a file of plain rows only,
+``plain_requests`` builds the same ``Request`` objects as the reader's Python path (same fields,
+same order; ``tests/test_csv_compiled.py``) without ``csv``, the regular expression, ``datetime``
+and the per-row Python calls: an Azure date-time is turned into POSIX seconds with integer
 arithmetic (days from the civil date; exact, as ``datetime.timestamp()`` is for whole seconds)
-and the fraction is parsed by CPython's own ``float()`` routine (``PyOS_string_to_double``), so
-``t`` is ``azure.parse_time``'s to the bit.
+and its fraction, like a BurstGPT number, is parsed by CPython's own ``float()`` routine
+(``PyOS_string_to_double``), so ``t`` is the Python path's to the bit.
 
-At the first line it does not take -- a quote, a space around a field, a short row, a date or
-zone it does not check itself, a count that is not plain digits or below 1, a decreasing
-timestamp -- it returns None, and ``azure.read`` reads the whole file with its Python path (the
-reference), which raises, warns or skips exactly as before.
+At the first line it does not take -- a quote, a space around a field, a short row, a time it
+does not check itself, a count that is not plain digits or below 1, a decreasing timestamp -- it
+returns None, and the reader reads the whole file with its Python path (the reference), which
+raises, warns, sorts or skips exactly as before.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
@@ -47,22 +50,24 @@ cdef inline object _round_ms(double x):
 
     ``round(x, 3)`` is the double nearest to ``r / 1000``, where ``r`` is the integer nearest
     to the exact ``1000 * x`` (ties to even; CPython ``double_round``: ``_Py_dg_dtoa`` mode 3,
-    then ``_Py_dg_strtod``). Below ``2**32``, ``y = 1000 * x`` in doubles is within
-    ``2**-22`` (half an ulp) of the exact product, so where ``y`` is more than ``1e-6`` from a
-    half, ``rint(y)`` is that ``r``; ``r`` and ``1000.0`` are exact and IEEE division rounds
-    to nearest, so ``r / 1000.0`` is the double nearest ``r / 1000``. Near a half, or at
-    ``2**32`` and above (50 days), ``round`` itself decides."""
+    then ``_Py_dg_strtod``). ``y = 1000 * x`` in doubles is within half an ulp of the exact
+    product: ``2**-22`` below ``2**32`` (50 days in ms), ``2**-14`` below ``2**40`` (35 years).
+    So where ``y`` is more than that bound from a half (``1e-6``, ``1e-4``), ``rint(y)`` is that
+    ``r``; ``r`` and ``1000.0`` are exact and IEEE division rounds to nearest, so ``r / 1000.0``
+    is the double nearest ``r / 1000``. Near a half, or at ``2**40`` and above, ``round``
+    itself decides."""
     cdef double y = x * 1000.0
-    cdef double r
-    if y < 4294967296.0:
+    cdef double r, tolerance
+    if y < 1099511627776.0:
+        tolerance = 1e-6 if y < 4294967296.0 else 1e-4
         r = rint(y)
-        if fabs(fabs(y - r) - 0.5) > 1e-6:
+        if fabs(fabs(y - r) - 0.5) > tolerance:
             return r / 1000.0
     return _round(x, 3)
 
 
 def round_ms(double x) -> float:
-    """``_round_ms`` for the tests (``tests/test_azure_compiled.py``): ``round(x, 3)``, 0 <= x."""
+    """``_round_ms`` for the tests (``tests/test_csv_compiled.py``): ``round(x, 3)``, 0 <= x."""
     return _round_ms(x)
 
 
@@ -184,42 +189,88 @@ cdef inline bint _count(const unsigned char* p, Py_ssize_t n, long long* out) no
     return True
 
 
+cdef bint _seconds(const unsigned char* p, Py_ssize_t n, double* out) except -1:
+    """``float()`` of a field of ASCII digits with at most one ``.`` and at least one digit
+    (``5``, ``110.5``, ``.5``, ``5.``), into ``out``; False for anything else (a sign, a space,
+    an exponent, ``nan``: the Python path then reads the file)."""
+    cdef char buf[_MAX_FRACTION + 3]
+    cdef Py_ssize_t i, digits = 0, dots = 0
+    if n < 1 or n > _MAX_FRACTION:
+        return False
+    for i in range(n):
+        if 48 <= p[i] <= 57:
+            digits += 1
+        elif p[i] == 46:
+            dots += 1
+        else:
+            return False
+        buf[i] = p[i]
+    if digits == 0 or dots > 1:
+        return False
+    buf[n] = 0
+    out[0] = PyOS_string_to_double(buf, NULL, NULL)
+    return True
+
+
+cdef inline bint _space(unsigned char c) noexcept:
+    """``str.isspace`` for an ASCII byte (what ``str.strip()`` takes off)."""
+    return c == 32 or 9 <= c <= 13 or 28 <= c <= 31
+
+
+cdef enum:
+    _MAX_FIELDS = 64  # a wider header goes to the Python path
+
+
 def plain_requests(object body_lines, Py_ssize_t i_time, Py_ssize_t i_context, Py_ssize_t i_generated,
-                   Py_ssize_t width, str stem, object block, object max_requests, str observed_label):
+                   Py_ssize_t width, str stem, object block, object max_requests, str observed_label,
+                   bint seconds=False, bint rebase=True, tuple label_at=(), tuple label_names=()):
     """``(requests, locations)`` of a file whose body rows are all plain, else None.
 
     Args:
         body_lines: The file's lines after the header, as bytes (``open_binary(path)`` after one
             ``readline``), read at most once.
-        i_time, i_context, i_generated: The columns' positions (``_csv.positions``: the last of
-            equal names).
+        i_time, i_context, i_generated: The positions of the time, prompt and output columns
+            (``_csv.positions``).
         width: The header's number of fields (a value beyond them is the Python path's error;
             empty extra fields, as a trailing comma makes, are ignored as there).
         stem: The file's stem (request ids are ``STEM:LINE``, the header being line 1).
         block: The nominal hash block (an int >= 1).
         max_requests: Stop after this many requests (``azure.read``'s), or None.
-        observed_label: ``_common.OBSERVED_OUTPUT``: a ``GeneratedTokens`` of 0 becomes 1 with
+        observed_label: ``_common.OBSERVED_OUTPUT``: an output count of 0 becomes 1 with
             this label set to 0 (``output_tokens``).
+        seconds: The time field is a number of seconds (BurstGPT), not a date-time (Azure).
+        rebase: Arrivals from the first row's time (Azure), else the time itself (BurstGPT).
+        label_at, label_names: Columns kept as text labels, in header order, and their names; an
+            empty field gives none (``burstgpt.read``).
 
     Returns:
         The requests in file order (arrival order: the timestamps do not decrease, and the
-        rebased, rounded arrivals neither) and ``{request_id: line}`` (the ids are distinct, no
-        request has an ``after``, and the only label has one type: ``Collector.finish`` has
-        nothing to check or sort); or None (module docstring).
+        rounded arrivals neither) and ``{request_id: line}`` (the ids are distinct, no request
+        has an ``after``, and every label has one type: ``Collector.finish`` has nothing to
+        check or sort); or None (module docstring).
     """
     cdef list requests = []
-    cdef dict locations = {}, labels
-    cdef object raw, req, arrival
+    cdef dict locations = {}, labels, shared = {}
+    cdef object raw, req, arrival, value
     cdef const unsigned char* p
-    cdef Py_ssize_t n, i, line = 1, nfield, start
+    cdef Py_ssize_t n, i, j, line = 1, nfield, start, at, ln
     cdef Py_ssize_t top = max(i_time, i_context, i_generated)
-    cdef Py_ssize_t t_at = 0, t_len = 0, c_at = 0, c_len = 0, g_at = 0, g_len = 0
+    cdef Py_ssize_t nlabels = len(label_at)
+    cdef Py_ssize_t f_at[_MAX_FIELDS]
+    cdef Py_ssize_t f_len[_MAX_FIELDS]
+    cdef Py_ssize_t l_at[_MAX_FIELDS]
     cdef unsigned char c
     cdef long long prompt, gen
     cdef double t, t0 = 0.0, previous = 0.0
-    cdef bint first = True
+    cdef bint first = True, parsed
     cdef str rid
     cdef object new = object.__new__
+    if width > _MAX_FIELDS or nlabels != len(label_names) or nlabels > _MAX_FIELDS:
+        return None
+    for j in range(nlabels):
+        l_at[j] = label_at[j]
+        if not 0 <= l_at[j] < width:
+            return None
     for raw in body_lines:
         line += 1
         p = <const unsigned char*>PyBytes_AS_STRING(raw)
@@ -237,13 +288,9 @@ def plain_requests(object body_lines, Py_ssize_t i_time, Py_ssize_t i_context, P
         for i in range(n + 1):
             c = p[i] if i < n else 44  # the line's end closes its last field
             if c == 44:
-                if nfield == i_time:
-                    t_at, t_len = start, i - start
-                if nfield == i_context:
-                    c_at, c_len = start, i - start
-                if nfield == i_generated:
-                    g_at, g_len = start, i - start
-                if nfield >= width and i > start:  # a value beyond the header's fields: the Python path's error
+                if nfield < width:
+                    f_at[nfield], f_len[nfield] = start, i - start
+                elif i > start:  # a value beyond the header's fields: the Python path's error
                     return None
                 nfield += 1
                 start = i + 1
@@ -251,16 +298,30 @@ def plain_requests(object body_lines, Py_ssize_t i_time, Py_ssize_t i_context, P
                 return None
         if nfield <= top:  # a short row: the Python path names the missing field
             return None
-        if not _stamp(p + t_at, t_len, &t) or not _count(p + c_at, c_len, &prompt) \
-                or not _count(p + g_at, g_len, &gen) or prompt < 1:
+        if seconds:
+            parsed = _seconds(p + f_at[i_time], f_len[i_time], &t)
+        else:
+            parsed = _stamp(p + f_at[i_time], f_len[i_time], &t)
+        if not parsed or not _count(p + f_at[i_context], f_len[i_context], &prompt) \
+                or not _count(p + f_at[i_generated], f_len[i_generated], &gen) or prompt < 1:
             return None
         if not first and t < previous:
             return None
         previous = t
         if first:
-            t0 = t
+            t0 = t if rebase else 0.0
             first = False
         labels = {}
+        for j in range(nlabels):
+            if l_at[j] >= nfield:  # a short row's missing field: None, no label (as the Python path)
+                continue
+            at, ln = f_at[l_at[j]], f_len[l_at[j]]
+            if ln == 0:
+                continue
+            if _space(p[at]) or _space(p[at + ln - 1]):  # str.strip() would change it
+                return None
+            value = (<bytes>raw)[at:at + ln].decode("ascii")
+            labels[label_names[j]] = shared.setdefault(value, value)  # one str per distinct value
         if gen == 0:  # output_tokens: vLLM samples at least one token; the 0 is kept as a label
             labels[observed_label] = 0
             gen = 1
