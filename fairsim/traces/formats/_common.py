@@ -309,12 +309,65 @@ def iter_json_lines(path: Path, split: Callable[[bytes], tuple[bytes, Any] | Non
                 except (ValueError, RecursionError) as exc:  # beyond Python's int digits or nesting
                     yield line_no, TraceFormatError(name, line_no, "<json>", f"cannot be read: {exc}")
                     continue
-                yield line_no, (rec if isinstance(rec, dict) else TraceFormatError(
-                    name, line_no, "<json>", f"expected an object, got {type(rec).__name__}"))
+                if not isinstance(rec, dict):
+                    yield line_no, TraceFormatError(name, line_no, "<json>",
+                                                    f"expected an object, got {type(rec).__name__}")
+                    continue
+                bad = lone_surrogate(rec)
+                if bad is not None:
+                    yield line_no, TraceFormatError(name, line_no, bad, LONE_SURROGATE)
+                    continue
+                yield line_no, rec
     except EOFError:  # a gzip file cut short (a download that stopped): the lines before it stand
         yield line_no + 1, TraceFormatError(name, line_no + 1, "<gzip>", GZIP_CUT_SHORT)
     except (gzip.BadGzipFile, zlib.error) as exc:
         raise OSError(f"{path}: broken gzip stream: {exc}") from None
+
+
+def lone_surrogate(value: Any, path: str = "") -> str | None:
+    """The JSON path (``request_id``, ``extra.tags[1]``) of the first string in a decoded JSON
+    value, keys included, that holds a lone UTF-16 surrogate (a ``\\ud800`` escape without its
+    pair), else None.
+
+    ``json.loads`` takes such an escape, but the string is no Unicode text: it cannot be written
+    as UTF-8, so a request id, session id or label holding one would fail only when the tables
+    are written, after the simulation. (``orjson`` refuses such a line, so only the records read
+    by the standard library are walked.)
+    """
+    if isinstance(value, str):
+        return path if _has_surrogate(value) else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            at = f"{path}.{key}" if path else key
+            if _has_surrogate(key):
+                return at
+            if isinstance(item, (str, list, dict)):
+                found = lone_surrogate(item, at)
+                if found is not None:
+                    return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            if isinstance(item, (str, list, dict)):
+                found = lone_surrogate(item, f"{path}[{i}]")
+                if found is not None:
+                    return found
+    return None
+
+
+def _has_surrogate(text: str) -> bool:
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+"""A JSON escape of a UTF-16 surrogate (paired or not): a text without one has no lone surrogate."""
+LONE_SURROGATE = ("holds a lone UTF-16 surrogate escape (e.g. \\ud800 without its pair), which is "
+                  "no Unicode character and cannot be written out as UTF-8 text")
 
 
 def first_of(rec: dict[str, Any], names: Sequence[str], path: str | None = None,

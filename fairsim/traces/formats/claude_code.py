@@ -46,8 +46,8 @@ from typing import Any
 from fairsim.errors import TraceFormatError
 from fairsim.io import plural, plural_have
 from fairsim.traces.formats._common import (
-    Collector, Head, check_chained, full_block_ids, need_ids, need_int, need_number,
-    open_binary, output_tokens, read_head)
+    LONE_SURROGATE, SURROGATE_ESCAPE, Collector, Head, check_chained, full_block_ids, lone_surrogate,
+    need_ids, need_int, need_number, open_binary, output_tokens, read_head)
 from fairsim.traces.trace import ClosedLoopWarning, Trace
 from fairsim.types import Request
 
@@ -148,12 +148,18 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         fname = str(file)
         try:
             with open_binary(file) as fh:
-                doc = json.loads(fh.read().decode("utf-8-sig"))
+                text = fh.read().decode("utf-8-sig")
+            doc = json.loads(text)
         except UnicodeDecodeError as exc:
             out.bad(TraceFormatError(fname, 1, "<json>", f"not UTF-8 text: {exc.reason}"))
             continue
         except json.JSONDecodeError as exc:
             out.bad(TraceFormatError(fname, exc.lineno, "<json>", f"not valid JSON: {exc.msg.removesuffix(' at')} (column {exc.colno})"))
+            continue
+        bad = lone_surrogate(doc) if SURROGATE_ESCAPE.search(text) else None
+        if bad is not None:
+            where, dot, key = bad.rpartition(".")
+            out.bad(TraceFormatError(fname, where if dot else "(top level)", key, LONE_SURROGATE))
             continue
         if not isinstance(doc, dict) or not isinstance(doc.get("requests"), list):
             out.bad(TraceFormatError(fname, "(top level)", "requests", "missing or not a list"))
