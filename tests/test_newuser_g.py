@@ -73,3 +73,45 @@ def test_a_lone_surrogate_in_a_dynamo_row_is_refused(tmp_path):
     with pytest.raises(TraceFormatError) as err:
         read_trace(path)
     assert (err.value.line, err.value.field) == (1, "agent_context.session_id")
+
+
+def _dynamo_end(rid, received_ms, done_ms, session, parent=None, hashes=(11, 12, 13)):
+    ctx = {"session_id": session}
+    if parent is not None:
+        ctx["parent_session_id"] = parent
+    row = {"schema": "dynamo.request.trace.v1", "event_type": "request_end", "agent_context": ctx,
+           "request": {"request_id": rid, "input_tokens": 16 * len(hashes), "output_tokens": 5,
+                       "request_received_ms": received_ms,
+                       "replay": {"trace_block_size": 16, "input_length": 16 * len(hashes),
+                                  "input_sequence_hashes": list(hashes)}}}
+    if done_ms is not None:
+        row["event_time_unix_ms"] = done_ms
+    return row
+
+
+def _write_dynamo(path, rows):
+    path.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
+    return path
+
+
+def test_a_dynamo_turn_after_a_request_without_completion_time_warns(tmp_path):
+    # Was: the think time silently taken as the gap to the previous turn's arrival (0.7 s here
+    # instead of 0.2 s after the recorded completion), unlike every other reader, which warns.
+    path = _write_dynamo(tmp_path / "d.jsonl.gz", [
+        _dynamo_end("r1", 1_000, 1_500, "main"), _dynamo_end("r2", 2_000, None, "main"),
+        _dynamo_end("r3", 2_700, 3_000, "main")])
+    trace = read_trace(path)
+    by_id = {r.request_id: r for r in trace.requests}
+    assert by_id["r2"].delay_s == pytest.approx(0.5)  # after r1's recorded completion
+    assert by_id["r3"].delay_s == pytest.approx(0.7)  # r2 has none: the gap to its arrival
+    gaps = [w for w in trace.warnings if "no completion time" in w]
+    assert gaps == [f"{path}: 1 turn follows a request with no completion time (no event_time_unix_ms or "
+                    "request.total_time_ms): the think time is taken as the gap to that request's arrival "
+                    "(an upper bound)"]
+
+
+def test_a_dynamo_trace_with_every_completion_has_no_gap_warning(tmp_path):
+    path = _write_dynamo(tmp_path / "d.jsonl.gz", [
+        _dynamo_end("r1", 1_000, 1_500, "main"), _dynamo_end("r2", 2_000, 2_200, "main")])
+    assert read_trace(path).warnings == ()
+

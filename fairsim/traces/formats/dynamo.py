@@ -30,11 +30,11 @@ from typing import Any
 
 from fairsim.compiled import compiled_twin
 from fairsim.errors import TraceFormatError
-from fairsim.io import plural_have
+from fairsim.io import plural, plural_have
 from fairsim.traces.formats._common import (
     Collector, Head, check_chained, check_hash_count, full_block_ids, iter_json_lines, need_ids, need_int,
     need_number, output_tokens)
-from fairsim.traces.trace import Trace
+from fairsim.traces.trace import ClosedLoopWarning, Trace
 from fairsim.types import Request
 
 NAME = "dynamo"
@@ -178,6 +178,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     spawned: dict[str, list[str]] = {}  # session -> its sub-agent sessions spawned since its last turn
     made: set[str] = set()
     line_of: dict[str, int] = {}
+    gaps = 0
     for arrival_ms, line, rid, prompt, ids, _, output, labels, session, parent, done_ms in rows:
         if rid is not None and rid in line_of:  # before linking: a repeat would follow itself
             out.bad(TraceFormatError(name, line, "request.request_id", f"{rid!r} duplicates line {line_of[rid]}"))
@@ -200,6 +201,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             p, p_done = prev
             after = p.request_id
             p_done_s = (p_done - t0) / 1000.0 if p_done is not None else p.arrival_time
+            gaps += p_done is None
             delay = max(0.0, (arrival_ms - t0) / 1000.0 - p_done_s)
         req = Request(rid or f"{path.stem}:{line}", (arrival_ms - t0) / 1000.0, prompt,
                       full_block_ids(ids, prompt, block), block, output, labels, session_id=session,
@@ -208,6 +210,11 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             last[session] = (req, done_ms)
         made.add(req.request_id)
         out.add(req, line)
+    if gaps:
+        out.warnings.append(ClosedLoopWarning(
+            f"{path}: {plural(gaps, 'turn')} {'follows' if gaps == 1 else 'follow'} a request with no completion "
+            "time (no event_time_unix_ms or request.total_time_ms): the think time is taken as the gap to "
+            "that request's arrival (an upper bound)"))
     if no_identity:
         out.warnings.append(
             f"{path}: {plural_have(no_identity, 'request')} no request.replay.input_sequence_hashes: they have no "
