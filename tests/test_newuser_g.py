@@ -115,3 +115,21 @@ def test_a_dynamo_trace_with_every_completion_has_no_gap_warning(tmp_path):
         _dynamo_end("r1", 1_000, 1_500, "main"), _dynamo_end("r2", 2_000, 2_200, "main")])
     assert read_trace(path).warnings == ()
 
+
+@pytest.mark.parametrize("parent", ["nowhere", "sub"])
+def test_a_dynamo_sub_agent_whose_parent_has_no_earlier_turn_warns(tmp_path, parent):
+    # Was: "nowhere" (no such session) or "sub" (its own session) passed over without a word,
+    # the sub-agent replayed as an independent session; Bailian's reader says so for its turns.
+    path = _write_dynamo(tmp_path / "d.jsonl.gz", [
+        _dynamo_end("r1", 1_000, 1_500, "main"), _dynamo_end("r2", 1_600, 1_900, "sub", parent, (21, 22))])
+    trace = read_trace(path)
+    sub = next(r for r in trace.requests if r.request_id == "r2")
+    assert sub.after is None and sub.arrival_time == pytest.approx(0.6)
+    assert [w for w in trace.warnings if "parent_session_id" in w] == [
+        f"{path}: 1 sub-agent turn names an agent_context.parent_session_id with no turn arriving before it "
+        "(not in the file, later, or its own session); each starts on its own, at its recorded arrival"]
+    linked = _write_dynamo(tmp_path / "ok.jsonl.gz", [
+        _dynamo_end("r1", 1_000, 1_500, "main"), _dynamo_end("r2", 1_600, 1_900, "sub", "main", (21, 22))])
+    trace = read_trace(linked)
+    assert next(r for r in trace.requests if r.request_id == "r2").after == "r1"
+    assert trace.warnings == ()

@@ -178,7 +178,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     spawned: dict[str, list[str]] = {}  # session -> its sub-agent sessions spawned since its last turn
     made: set[str] = set()
     line_of: dict[str, int] = {}
-    gaps = 0
+    gaps = orphans = 0
     for arrival_ms, line, rid, prompt, ids, _, output, labels, session, parent, done_ms in rows:
         if rid is not None and rid in line_of:  # before linking: a repeat would follow itself
             out.bad(TraceFormatError(name, line, "request.request_id", f"{rid!r} duplicates line {line_of[rid]}"))
@@ -190,6 +190,8 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         if prev is None and parent is not None and parent in last:
             prev = last[parent]  # a sub-agent's first turn: it follows its parent's latest turn
             spawned.setdefault(parent, []).append(session)
+        elif prev is None and parent is not None:
+            orphans += 1  # its parent has no turn before it (not in the file, later, or itself)
         elif prev is not None:
             join = _join(spawned.pop(session, []), ends, made, arrival_ms)
         after, delay = None, 0.0
@@ -215,6 +217,11 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             f"{path}: {plural(gaps, 'turn')} {'follows' if gaps == 1 else 'follow'} a request with no completion "
             "time (no event_time_unix_ms or request.total_time_ms): the think time is taken as the gap to "
             "that request's arrival (an upper bound)"))
+    if orphans:
+        out.warnings.append(
+            f"{path}: {plural(orphans, 'sub-agent turn')} {'names' if orphans == 1 else 'name'} an "
+            "agent_context.parent_session_id with no turn arriving before it (not in the file, later, or its "
+            "own session); each starts on its own, at its recorded arrival")
     if no_identity:
         out.warnings.append(
             f"{path}: {plural_have(no_identity, 'request')} no request.replay.input_sequence_hashes: they have no "
