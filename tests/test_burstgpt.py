@@ -73,6 +73,18 @@ def test_bad_rows_name_line_and_field_and_skip(tmp_path, row, field, message):
     assert [r.request_id for r in t.requests] == ["bad:2"] and [e.line for e in t.skipped] == [3]
 
 
+def test_a_label_that_is_not_utf8_is_refused_at_its_line_and_column(tmp_path, capsys):
+    # Read on, it would fail only when the tables are written, after the simulation.
+    p = tmp_path / "l.csv"
+    p.write_bytes(HEADER.encode() + b"0,ChatGPT,5,1,6,API log\n1,GPT-\xe9,5,1,6,API log\n")
+    with pytest.raises(TraceFormatError) as err:
+        load_trace(p)
+    assert (err.value.line, err.value.field) == (3, "Model") and "not UTF-8 text" in str(err.value)
+    assert [r.request_id for r in load_trace(p, skip_bad=True).requests] == ["l:2"]
+    assert main(["run", "--trace", str(p), "--out", str(tmp_path / "o")]) == 2
+    assert "l.csv:3: field 'Model': not UTF-8 text" in capsys.readouterr().err
+
+
 def test_header_problems_at_line_1(tmp_path):
     p = tmp_path / "h.csv"
     p.write_text("Timestamp,Request tokens,Response tokens,Timestamp\n1,2,3,4\n")

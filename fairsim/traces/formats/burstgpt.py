@@ -74,6 +74,7 @@ class _Labels:
     def __init__(self, path: str, names: list[str] | None = None) -> None:
         self.path = path
         self.names: list[str] = [] if names is None else names
+        self.columns: list[str] = []  # the same columns as written
 
     def positions(self, header: list[str]) -> list[int]:
         """Raises ``TraceFormatError`` (line 1): two columns that give one label name."""
@@ -90,7 +91,18 @@ class _Labels:
             first[label] = i
             at.append(i)
             self.names.append(label)
+            self.columns.append(str(column).strip())
         return at
+
+
+def _not_utf8(text: str) -> bool:
+    """Whether ``text`` holds a byte that was not UTF-8 (``text_lines`` decodes one as a lone
+    surrogate, which the tables could not be written with)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | None = None) -> Trace:
@@ -112,7 +124,8 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         TraceFormatError: A missing column (line 1), a row with a value beyond the header's
             fields (field ``<row>``) or without one of the three, a timestamp that is not a
             finite number >= 0, a count that is not an integer, a ``Request tokens`` below 1 or
-            a negative ``Response tokens``, two label columns with one name; a gzip stream cut
+            a negative ``Response tokens``, two label columns with one name, a label's bytes that
+            are not UTF-8; a gzip stream cut
             short (field ``<gzip>``; with ``skip_bad`` the rows before it are kept).
         OSError: A broken gzip stream.
     """
@@ -141,8 +154,12 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             gen = count(response, name, line, "Response tokens")
             if prompt < 1:
                 raise TraceFormatError(name, line, "Request tokens", f"{prompt}: need >= 1")
-            labels: dict = {label: value.strip() for label, value in zip(names, extras)
-                            if value is not None and value.strip()}
+            labels: dict = {}
+            for label, column, value in zip(names, kept.columns, extras):
+                if value is not None and value.strip():
+                    if not value.isascii() and _not_utf8(value):
+                        raise TraceFormatError(name, line, column, f"not UTF-8 text: {value.strip()!r}")
+                    labels[label] = value.strip()
             if gen < 1:  # 0 (a failed request) becomes 1 with the label, a negative count is refused
                 gen = output_tokens(gen, name, line, "Response tokens", labels)
         except TraceFormatError as exc:
