@@ -319,6 +319,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     made: dict[str, Request] = {}  # (without timestamps only: the requests by id, for ``after``)
     gaps = 0
     no_identity = 0
+    lone_delays = 0  # delays on rows that follow no request (a session's first turn, a row of no session)
     stem = path.stem
     add = out.add
     # Equal lengths share one int object: a trace has a few thousand distinct prompt and output
@@ -354,6 +355,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             # (one named further down the file is not known yet: placed as a first turn).
             prev = made.get(row.after, prev)
         after = row.after if row.after is not None else (prev.request_id if prev else None)
+        lone_delays += after is None and row.delay_ms is not None
         delay_s = 0.0
         if row.delay_ms is not None:
             delay_s = row.delay_ms / 1000.0
@@ -388,6 +390,11 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         out.warnings.append(
             f"{path}: {no_identity} records have no hash_ids: they have no prefix identity, so none of "
             f"their blocks is ever a cache hit (nothing is invented)")
+    if lone_delays:
+        out.warnings.append(
+            f"{path}: {plural_have(lone_delays, 'record')} a delay but follow no turn (a session's first turn, or "
+            "a record without session_id): a delay counts from the turn a record follows, so theirs is not "
+            "used (the session starts at its timestamp, or as --session-rate places it)")
     if gaps:
         out.warnings.append(ClosedLoopWarning(
             f"{path}: {plural_have(gaps, 'session turn')} a timestamp but no delay; their think time is taken "

@@ -1,0 +1,30 @@
+"""Defects found in the twenty-seventh session's new-user passes, each with the case that showed it."""
+
+import json
+
+from fairsim.cli import main
+from fairsim.traces import load_trace
+
+
+def test_a_mooncake_delay_that_follows_no_turn_is_warned_not_dropped_silently(tmp_path, capsys):
+    # Session a's first turn and a record of no session give a delay: it counts from the turn a
+    # record follows, so it cannot be used; the later turn's 200 ms is its think time.
+    p = tmp_path / "d.jsonl"
+    rows = [{"session_id": "a", "delay": 500, "input_length": 100, "output_length": 5, "hash_ids": [1]},
+            {"session_id": "a", "delay": 200, "input_length": 700, "output_length": 5, "hash_ids": [1, 2]},
+            {"delay": 50, "input_length": 100, "output_length": 5, "hash_ids": [9]}]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    t = load_trace(p)
+    assert sorted((r.request_id, r.after, r.delay_s) for r in t.requests) == [
+        ("d:1", None, 0.5), ("d:2", "d:1", 0.2), ("d:3", None, 0.05)]
+    assert [str(w) for w in t.warnings if "follow no turn" in str(w)] == [
+        f"{p}: 2 records have a delay but follow no turn (a session's first turn, or a record without "
+        "session_id): a delay counts from the turn a record follows, so theirs is not used (the session "
+        "starts at its timestamp, or as --session-rate places it)"]
+    # Said under either replay (open loop places turns by their delays too).
+    for replay in ("open", "closed"):
+        assert main(["run", "--trace", str(p), "--policy", "fcfs", "--replay", replay, "--format", "json"]) == 0
+        assert "2 records have a delay but follow no turn" in capsys.readouterr().err
+    # A file whose turns all follow one: no such warning.
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows[:1] + rows[1:2]).replace('"delay": 500, ', ""))
+    assert not [w for w in load_trace(p).warnings if "follow no turn" in str(w)]
