@@ -7,6 +7,7 @@ policy's keyword parameters.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from importlib import import_module
 from typing import Any
@@ -192,11 +193,24 @@ def make_policy(name: str, profile: Any = None, /, **params: Any) -> Policy:
                          f"package.module:Class for your own class") from None
     try:
         return factory(profile, **params)
+    except OverflowError:  # a whole number beyond the float range (JSON reads 1 and 400 zeros as one)
+        huge = [k for k, v in params.items() if _beyond_float(v)]
+        if not huge:
+            raise
+        raise ValueError(f"--param {huge[0]}=<a whole number of {len(str(abs(params[huge[0]])))} digits>: "
+                         f"beyond the float range (±{sys.float_info.max:.3g}) in which policy {name!r} "
+                         f"reads it") from None
     except TypeError as exc:  # unknown keyword parameter
         accepted = accepted_params(name)
         raise ValueError(
             f"policy {name!r}: bad parameters {params}; accepted: {', '.join(accepted) or 'none'}"
         ) from exc
+
+
+def _beyond_float(value: Any) -> bool:
+    """``value`` is a whole number (not a bool) too large for a float: the shipped policies'
+    range checks convert it and raise ``OverflowError``."""
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max
 
 
 class _ClassByName(Mapping):

@@ -115,7 +115,9 @@ def make_user_policy(spec: str, profile: Any = None, /, **params: Any) -> Policy
     for key, value in params.items():
         wanted = _kind_of(sig.parameters[key]) if key in sig.parameters else None
         if wanted is not None and not _is_kind(value, wanted):
-            raise ValueError(f"--param {key}={value!r}: policy {spec!r} takes {wanted} there "
+            shown = (f"<a whole number of {len(str(abs(value)))} digits>" if isinstance(value, int)
+                     and not isinstance(value, bool) and len(str(abs(value))) > 40 else repr(value))
+            raise ValueError(f"--param {key}={shown}: policy {spec!r} takes {wanted} there "
                              f"({_declared(sig.parameters[key])})")
     try:
         policy = cls(**kwargs)
@@ -208,6 +210,7 @@ def _is_kind(value: Any, kind: str) -> bool:
     (JSON reads ``1e400`` as infinity, and ``NaN``/``Infinity`` too), an int that is not a bool
     (``2.5`` and ``3.0`` are not), or a bool; ``None`` where the kind takes null."""
     import math
+    import sys
 
     if value is None:
         return kind in _OR_NULL.values()
@@ -215,7 +218,11 @@ def _is_kind(value: Any, kind: str) -> bool:
         return isinstance(value, bool)
     if kind in (_WHOLE, _OR_NULL[_WHOLE]):
         return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    # (a whole number beyond the float range, JSON's reading of 1 and 400 zeros, is not finite
+    # either: math.isfinite would raise OverflowError on it)
+    return abs(value) <= sys.float_info.max if isinstance(value, int) else math.isfinite(value)
 
 
 def _declared(param: inspect.Parameter) -> str:

@@ -1,0 +1,61 @@
+"""What new-user pass H (choosing and configuring policies) found, each checked by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fairsim.cli import main
+
+# JSON reads a whole number of any length exactly: 1 followed by 400 zeros is no float.
+BIG = "1" + "0" * 400
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _policy_module(tmp_path, monkeypatch, name, body):
+    (tmp_path / f"{name}.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return f"{name}:P"
+
+
+@pytest.mark.parametrize("policy, key", [
+    ("fairway", "fast_weight"), ("fairway", "slo_floor"), ("drr", "quantum"),
+    ("lpm-aging", "aging_tokens_per_pass"), ("sjf-aging", "aging_tokens_per_s"),
+])
+def test_a_whole_number_beyond_the_float_range_is_bad_input(capsys, policy, key):
+    # Was: "internal error (a bug in fairsim)": OverflowError from the policy's range check, exit 1.
+    code, out, err = run_cli(capsys, "run", "--policy", policy, "--param", f"{key}={BIG}", "--max-requests", "5")
+    assert code == 2 and out == ""
+    assert err.strip().splitlines()[-1] == (
+        f"fairsim: error: --param {key}=<a whole number of 401 digits>: beyond the float range "
+        f"(±1.8e+308) in which policy {policy!r} reads it")
+
+
+def test_a_whole_number_beyond_the_float_range_for_a_users_float_parameter(tmp_path, monkeypatch, capsys):
+    spec = _policy_module(tmp_path, monkeypatch, "bigfloat", (
+        "class P:\n"
+        "    def __init__(self, w: float = 1.0):\n"
+        "        self.w = w\n"
+        "    def order(self, waiting, now):\n"
+        "        return list(waiting)\n"))
+    code, _, err = run_cli(capsys, "run", "--policy", spec, "--param", f"w={BIG}", "--max-requests", "5")
+    assert code == 2
+    assert err.strip().splitlines()[-1] == (
+        "fairsim: error: --param w=<a whole number of 401 digits>: policy 'bigfloat:P' takes a "
+        "finite number there (declared float)")
+
+
+def test_a_huge_whole_number_where_one_is_meant_still_runs(capsys):
+    # klpm's k is a count: k -> infinity is LPM, so a huge k stays accepted, as before.
+    code, out, _ = run_cli(capsys, "compare", "--policies", "lpm,klpm", "--param", f"klpm.k={BIG}",
+                           "--max-requests", "60", "--format", "json")
+    assert code == 0
+    rows = json.loads(out)
+    assert rows["klpm"]["ttft_p50_s"] == rows["lpm"]["ttft_p50_s"]
+    assert rows["klpm"]["ttft_max_s"] == rows["lpm"]["ttft_max_s"]
