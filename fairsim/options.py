@@ -69,6 +69,9 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
             parsed = json.loads(value)
         except json.JSONDecodeError:
             parsed = value
+        except ValueError:  # a whole number past Python's int digit limit (4,300 digits)
+            raise ValueError(f"--param {key}=<{len(value)} characters>: a whole number of more digits "
+                             f"than Python reads (at most {sys.get_int_max_str_digits():,})") from None
         if key in out and value != written[key] and not _same_value(parsed, out[key]):
             raise ValueError(f"--param {key} given twice ({key}={written[key]}, then {key}={value}); give it once")
         out[key], written[key] = parsed, value

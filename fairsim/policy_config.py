@@ -9,6 +9,7 @@ file serves ``fairsim run``, ``compare`` and ``accept`` (``--policy-config FILE`
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,9 @@ def read_policy_config(path: str | Path, option: str = "--policy-config") -> tup
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{where}: line {exc.lineno}: not valid JSON: {exc.msg} (column {exc.colno})") from None
+    except ValueError:  # a whole number past Python's int digit limit (4,300 digits)
+        raise ValueError(f"{where}: a whole number of more digits than Python reads (at most "
+                         f"{sys.get_int_max_str_digits():,})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{where}: expected a JSON object {{\"policy\": NAME, \"params\": {{...}}}}")
     unknown = sorted(set(data) - set(KEYS))

@@ -59,3 +59,21 @@ def test_a_huge_whole_number_where_one_is_meant_still_runs(capsys):
     rows = json.loads(out)
     assert rows["klpm"]["ttft_p50_s"] == rows["lpm"]["ttft_p50_s"]
     assert rows["klpm"]["ttft_max_s"] == rows["lpm"]["ttft_max_s"]
+
+
+def test_a_whole_number_past_pythons_digit_limit_names_the_option_or_file(tmp_path, capsys):
+    # Was: "fairsim: error: Exceeds the limit (4300 digits) for integer string conversion: ...;
+    # use sys.set_int_max_str_digits() to increase the limit", naming neither --param nor the file.
+    huge = "1" + "0" * 5000
+    code, _, err = run_cli(capsys, "run", "--policy", "klpm", "--param", f"k={huge}", "--max-requests", "5")
+    assert code == 2
+    assert err.strip().splitlines()[-1] == (
+        "fairsim: error: --param k=<5001 characters>: a whole number of more digits than Python reads "
+        "(at most 4,300)")
+    config = tmp_path / "pc.json"
+    config.write_text('{"policy": "klpm", "params": {"k": ' + huge + "}}")
+    code, _, err = run_cli(capsys, "run", "--policy-config", config, "--max-requests", "5")
+    assert code == 2
+    assert err.strip().splitlines()[-1] == (
+        f"fairsim: error: --policy-config {config}: a whole number of more digits than Python reads "
+        "(at most 4,300)")
