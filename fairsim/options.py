@@ -29,6 +29,7 @@ from typing import Any
 from fairsim.costmodel import DEFAULT_PROFILE, Profile, load_profile
 from fairsim.io import count_arg, path_arg, plural
 from fairsim.policies import make_policy, policy_names
+from fairsim.policies.user import param_text
 from fairsim.record import replace as record_replace
 from fairsim.sim import EngineConfig, SimResult
 from fairsim.traces import Trace, load_trace, scale_time, window
@@ -750,7 +751,7 @@ def check_policies(names: Sequence[str], profile: Profile, params: dict[str, Any
             if from_file is not None and from_file[0] == name:
                 raise ValueError(f"--policy-config {from_file[1]}: {message}") from None
             if own[name] and "--param" not in message and not message.startswith("policy "):
-                given = " ".join(f"{k}={v!r}" for k, v in own[name].items())
+                given = " ".join(f"{k}={param_text(v)}" for k, v in own[name].items())
                 raise ValueError(f"--param ({given}) of policy {name!r}: {message}") from None
             raise
     return own

@@ -77,3 +77,36 @@ def test_a_whole_number_past_pythons_digit_limit_names_the_option_or_file(tmp_pa
     assert err.strip().splitlines()[-1] == (
         f"fairsim: error: --policy-config {config}: a whole number of more digits than Python reads "
         "(at most 4,300)")
+
+
+@pytest.mark.parametrize("argv, says", [
+    # Was: "fixes fair_lane=False; to run fair_lane=False, use policy 'fairway' with --param", a
+    # spelling --param reads as the string 'False' and refuses.
+    (["--policy", "fairway-nofair", "--param", "fair_lane=true"],
+     "policy 'fairway-nofair' fixes fair_lane=false; to run fair_lane=true, use policy 'fairway' with --param"),
+    (["--policy", "lpm-sglang", "--param", "sglang_dedup=false"],
+     "policy 'lpm-sglang' fixes sglang_dedup=true; to run sglang_dedup=false, use policy 'lpm' with --param"),
+    # The value it fixes anyway: say so, rather than send the user to another policy for it.
+    (["--policy", "fairway-nofair", "--param", "fair_lane=false"],
+     "policy 'fairway-nofair' fixes fair_lane=false already; leave out --param fair_lane"),
+    (["--policy", "klpm4", "--param", "k=4"], "policy 'klpm4' fixes k=4 already; leave out --param k"),
+    (["--policy", "klpm", "--param", "k=true"], "--param (k=true) of policy 'klpm': "),
+    (["--policy", "fairway-carry", "--param", "wait_cap=true"], "--param (wait_cap=true) of policy 'fairway-carry': "),
+])
+def test_refusals_spell_values_as_param_reads_them(capsys, argv, says):
+    code, _, err = run_cli(capsys, "run", *argv, "--max-requests", "5")
+    assert code == 2
+    assert err.strip().splitlines()[-1].startswith(f"fairsim: error: {says}"), err
+
+
+def test_a_users_parameter_refusal_spells_true_as_typed(tmp_path, monkeypatch, capsys):
+    spec = _policy_module(tmp_path, monkeypatch, "intparam", (
+        "class P:\n"
+        "    def __init__(self, k: int = 3):\n"
+        "        self.k = k\n"
+        "    def order(self, waiting, now):\n"
+        "        return list(waiting)\n"))
+    code, _, err = run_cli(capsys, "run", "--policy", spec, "--param", "k=true", "--max-requests", "5")
+    assert code == 2
+    assert err.strip().splitlines()[-1] == (
+        "fairsim: error: --param k=true: policy 'intparam:P' takes a whole number there (declared int)")

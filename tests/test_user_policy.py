@@ -175,7 +175,7 @@ class TestSimulator:
 
     @pytest.mark.parametrize("param, needle", [
         ("max_wait_s=abc", "--param max_wait_s='abc': policy '{m}:Typed' takes a finite number there (declared float)"),
-        ("max_wait_s=true", "--param max_wait_s=True: policy '{m}:Typed' takes a finite number there (declared float)"),
+        ("max_wait_s=true", "--param max_wait_s=true: policy '{m}:Typed' takes a finite number there (declared float)"),
         ("strict=1", "--param strict=1: policy '{m}:Typed' takes true or false there (default False)"),
         ("limit=ten", "--param limit='ten': policy '{m}:Typed' takes a whole number there (declared int)"),
         # Was: 2.5 reached a parameter annotated int.

@@ -13,7 +13,7 @@ from importlib import import_module
 from typing import Any
 
 from fairsim.policies.base import Policy
-from fairsim.policies.user import is_user_spec, make_user_policy
+from fairsim.policies.user import is_user_spec, make_user_policy, param_text
 
 #: The module (in ``fairsim.policies``) of each policy class the registry builds. A class is
 #: imported when a policy that uses it is first built, not at start-up: a run builds one or a few
@@ -44,8 +44,11 @@ def _check_fixed(name: str, generic: str, fixed: dict[str, Any], params: dict[st
     """A named variant's defining parameters cannot be overridden (the name would then lie)."""
     clash = sorted(set(fixed) & set(params))
     if clash:
-        given = ", ".join(f"{k}={params[k]!r}" for k in clash)
-        raise ValueError(f"policy {name!r} fixes {', '.join(f'{k}={fixed[k]!r}' for k in clash)}; "
+        given = ", ".join(f"{k}={param_text(params[k])}" for k in clash)
+        if all(type(params[k]) is type(fixed[k]) and params[k] == fixed[k] for k in clash):
+            raise ValueError(f"policy {name!r} fixes {given} already; leave out "
+                             f"{', '.join(f'--param {k}' for k in clash)}")
+        raise ValueError(f"policy {name!r} fixes {', '.join(f'{k}={param_text(fixed[k])}' for k in clash)}; "
                          f"to run {given}, use policy {generic!r} with --param")
 
 

@@ -116,7 +116,7 @@ def make_user_policy(spec: str, profile: Any = None, /, **params: Any) -> Policy
         wanted = _kind_of(sig.parameters[key]) if key in sig.parameters else None
         if wanted is not None and not _is_kind(value, wanted):
             shown = (f"<a whole number of {len(str(abs(value)))} digits>" if isinstance(value, int)
-                     and not isinstance(value, bool) and len(str(abs(value))) > 40 else repr(value))
+                     and not isinstance(value, bool) and len(str(abs(value))) > 40 else param_text(value))
             raise ValueError(f"--param {key}={shown}: policy {spec!r} takes {wanted} there "
                              f"({_declared(sig.parameters[key])})")
     try:
@@ -140,6 +140,12 @@ def make_user_policy(spec: str, profile: Any = None, /, **params: Any) -> Policy
         except AttributeError:  # __slots__ without name: the tables use the spec anyway
             pass
     return policy
+
+
+def param_text(value: Any) -> str:
+    """A ``--param`` value as one types it, for messages: ``true``, ``false``, ``null`` (Python's
+    ``True``/``False``/``None`` would be read back as strings and refused), else its ``repr``."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else repr(value)
 
 
 _NUMBER, _WHOLE, _BOOL = "a finite number", "a whole number", "true or false"
