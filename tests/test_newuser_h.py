@@ -110,3 +110,22 @@ def test_a_users_parameter_refusal_spells_true_as_typed(tmp_path, monkeypatch, c
     assert code == 2
     assert err.strip().splitlines()[-1] == (
         "fairsim: error: --param k=true: policy 'intparam:P' takes a whole number there (declared int)")
+
+
+def test_an_async_order_is_a_broken_contract_without_a_never_awaited_warning(tmp_path, monkeypatch, capsys, recwarn):
+    # Was: the right message, followed on stderr by "fairsim/cli.py:296: RuntimeWarning: coroutine
+    # 'P.order' was never awaited" and a tracemalloc hint.
+    import gc
+    import warnings
+
+    spec = _policy_module(tmp_path, monkeypatch, "asyncorder", (
+        "class P:\n"
+        "    async def order(self, waiting, now):\n"
+        "        return list(waiting)\n"))
+    warnings.simplefilter("always")
+    code, _, err = run_cli(capsys, "run", "--policy", spec, "--max-requests", "5")
+    gc.collect()
+    assert code == 1
+    assert ("policy 'asyncorder:P': order() returned coroutine, not a list of the waiting requests "
+            "(order is an async def; the engines call it as a plain function)") in err
+    assert [str(w.message) for w in recwarn if issubclass(w.category, RuntimeWarning)] == []

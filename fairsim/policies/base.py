@@ -80,6 +80,7 @@ Optional capabilities, discovered by attribute (``getattr``):
 
 from __future__ import annotations
 
+import inspect
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -192,9 +193,13 @@ def check_permutation(waiting: Sequence[QueuedRequest], ordered: Any, policy_nam
     try:
         out = list(ordered)
     except TypeError:
+        hint = ""
+        if inspect.iscoroutine(ordered):  # an ``async def order``: close it, or Python warns
+            ordered.close()               # "never awaited" with a path into fairsim at exit
+            hint = " (order is an async def; the engines call it as a plain function)"
         raise PolicyContractError(
             f"policy {policy_name!r}: order() returned {type(ordered).__name__}, not a list of the "
-            f"waiting requests") from None
+            f"waiting requests{hint}") from None
     given = set(map(id, waiting))
     got = set(map(id, out))
     if len(out) == len(waiting) and got == given:
