@@ -129,3 +129,38 @@ def test_an_async_order_is_a_broken_contract_without_a_never_awaited_warning(tmp
     assert ("policy 'asyncorder:P': order() returned coroutine, not a list of the waiting requests "
             "(order is an async def; the engines call it as a plain function)") in err
     assert [str(w.message) for w in recwarn if issubclass(w.category, RuntimeWarning)] == []
+
+
+@pytest.mark.parametrize("body, says, status", [
+    # Was: exit 0, the popped request left out of that step's order unnoticed (the check compared
+    # the order with the list the policy had just shortened).
+    ("        if len(waiting) > 1:\n            waiting.pop()\n        return waiting\n",
+     "order() must return a permutation of the 3 waiting requests it was given, got 2 entries: missing 'rag-00003'", 1),
+    # Was: "internal error (a bug in fairsim)": EngineInvariantError, nothing scheduled.
+    ("        waiting.clear()\n        return waiting\n",
+     "order() must return a permutation of the 1 waiting requests it was given, got 0 entries: missing 'rag-00000'", 1),
+])
+def test_a_policy_that_shortens_the_list_it_was_given_breaks_the_contract(tmp_path, monkeypatch, capsys, body, says, status):
+    name = "shorten_" + ("pop" if "pop" in body else "clear")
+    spec = _policy_module(tmp_path, monkeypatch, name, "class P:\n    def order(self, waiting, now):\n" + body)
+    code, _, err = run_cli(capsys, "run", "--policy", spec, "--max-requests", "50")
+    assert code == status and "policy contract broken" in err and says in err, err
+
+
+def test_a_policy_that_sorts_the_list_it_was_given_in_place_still_runs(tmp_path, monkeypatch, capsys):
+    # Sorting in place and returning that list is a permutation: as before, the same results as
+    # returning a sorted copy.
+    in_place = _policy_module(tmp_path, monkeypatch, "inplace", (
+        "class P:\n    def order(self, waiting, now):\n"
+        "        waiting.sort(key=lambda r: (r.uncached_len, r.arrival_time, r.request_id))\n"
+        "        return waiting\n"))
+    copied = _policy_module(tmp_path, monkeypatch, "copied", (
+        "class P:\n    def order(self, waiting, now):\n"
+        "        return sorted(waiting, key=lambda r: (r.uncached_len, r.arrival_time, r.request_id))\n"))
+    code, out, _ = run_cli(capsys, "compare", "--policies", f"fcfs,{in_place},{copied}",
+                           "--max-requests", "200", "--format", "json")
+    assert code == 0
+    rows = json.loads(out)
+    assert rows[in_place]["ttft_p50_s"] == rows[copied]["ttft_p50_s"]
+    assert rows[in_place]["ttft_max_s"] == rows[copied]["ttft_max_s"]
+    assert rows[in_place]["ttft_p50_s"] < rows["fcfs"]["ttft_p50_s"]  # (the order did apply)

@@ -228,7 +228,7 @@ class _PolicyMixin:
                 and set(map(id, last)) == set(map(id, snaps))):
             self._fairsim_last_order = last
             return last
-        out = self.fairsim_policy.order(snaps, now)
+        out = self.fairsim_policy.order(list(snaps), now)  # (a copy: see Engine._order_waiting)
         if self._fairsim_clock_free:
             out = self._fairsim_last_order = list(out)
         return out

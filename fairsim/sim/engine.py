@@ -814,7 +814,9 @@ class Engine:
         if self._inc is not None:
             return self._fast_order(now)
         snapshots = [self._snapshot(live) for live in self._waiting.values()]
-        ordered = check_permutation(snapshots, self.policy.order(snapshots, now), self.policy_name)
+        # (the policy gets a copy: one that pops from or clears the list it was given would
+        # otherwise pass the check against that same list, dropping requests unnoticed)
+        ordered = check_permutation(snapshots, self.policy.order(list(snapshots), now), self.policy_name)
         if self._on_admitted is not None:
             self._step_snaps = {q.handle: q for q in snapshots}
         limit = getattr(self.policy, "admission_limit", None)
