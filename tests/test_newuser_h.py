@@ -164,3 +164,23 @@ def test_a_policy_that_sorts_the_list_it_was_given_in_place_still_runs(tmp_path,
     assert rows[in_place]["ttft_p50_s"] == rows[copied]["ttft_p50_s"]
     assert rows[in_place]["ttft_max_s"] == rows[copied]["ttft_max_s"]
     assert rows[in_place]["ttft_p50_s"] < rows["fcfs"]["ttft_p50_s"]  # (the order did apply)
+
+
+@pytest.mark.parametrize("body, says", [
+    # Was: "policy contract broken: order() returned generator, not a list of the waiting
+    # requests": the TypeError raised in the generator's body was taken for a wrong return type.
+    ("    def order(self, waiting, now):\n        yield from waiting\n        None + 1\n",
+     "error in policy '{spec}' (P): TypeError: unsupported operand type(s) for +: 'NoneType' and 'int' "
+     "(at {path}, line 4)"),
+    # Was: "internal error (a bug in fairsim, please report it): RuntimeError: iter boom".
+    ("    class It:\n        def __iter__(self):\n            raise RuntimeError('iter boom')\n"
+     "    def order(self, waiting, now):\n        return self.It()\n",
+     "error in policy '{spec}' (P): RuntimeError: iter boom (at {path}, line 4)"),
+])
+def test_an_error_raised_while_iterating_the_returned_order_is_the_policys(tmp_path, monkeypatch, capsys, body, says):
+    name = "iterfail_" + ("gen" if "yield" in body else "iter")
+    spec = _policy_module(tmp_path, monkeypatch, name, "class P:\n" + body)
+    code, _, err = run_cli(capsys, "run", "--policy", spec, "--max-requests", "20")
+    assert code == 1
+    assert f"fairsim: {says.format(spec=spec, path=tmp_path / (name + '.py'))}" in err, err
+    assert "internal error" not in err and "policy contract broken" not in err

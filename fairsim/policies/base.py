@@ -191,7 +191,7 @@ def check_permutation(waiting: Sequence[QueuedRequest], ordered: Any, policy_nam
             f"policy {policy_name!r}: order() returned a {type(ordered).__name__}, which has no "
             f"order; return a list (or tuple) of the waiting requests")
     try:
-        out = list(ordered)
+        iterator = iter(ordered)
     except TypeError:
         hint = ""
         if inspect.iscoroutine(ordered):  # an ``async def order``: close it, or Python warns
@@ -200,6 +200,9 @@ def check_permutation(waiting: Sequence[QueuedRequest], ordered: Any, policy_nam
         raise PolicyContractError(
             f"policy {policy_name!r}: order() returned {type(ordered).__name__}, not a list of the "
             f"waiting requests{hint}") from None
+    # (outside the try: a TypeError raised while iterating, in a generator order() or the
+    # policy's own iterator, is the policy's error, not a return of the wrong kind)
+    out = list(iterator)
     given = set(map(id, waiting))
     got = set(map(id, out))
     if len(out) == len(waiting) and got == given:

@@ -83,6 +83,17 @@ def raised_at(exc: BaseException, policy_class: type | None = None,
     return None
 
 
+def _teams_module_file(policy_class: type) -> str | None:
+    """The file of the module that defines ``policy_class`` where it is a team's (not fairsim's
+    nor the standard library's): code in it runs only when the policy calls it (the ``__iter__``
+    of an object ``order()`` returned, a helper class), so what it raises is the policy's."""
+    module = sys.modules.get(getattr(policy_class, "__module__", None) or "")
+    home = getattr(module, "__file__", None)
+    if home is None or os.path.realpath(home).startswith(_not_the_teams()):
+        return None
+    return os.path.realpath(home)
+
+
 def policy_name(policy: object) -> str:
     """The policy's ``name`` attribute, else its class name."""
     name = getattr(policy, "name", None)
@@ -106,6 +117,7 @@ def policy_failure(exc: BaseException, policy: object, name: str | None = None,
     (the CLI's out-of-memory advice applies) are never wrapped.
     """
     codes = _codes(policy, fast_path)
+    home = _teams_module_file(type(policy))
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
@@ -115,7 +127,8 @@ def policy_failure(exc: BaseException, policy: object, name: str | None = None,
             return None
         tb = cur.__traceback__
         while tb is not None:
-            if tb.tb_frame.f_code in codes:
+            code = tb.tb_frame.f_code
+            if code in codes or home is not None and os.path.realpath(code.co_filename) == home:
                 return (PolicyError(name if name is not None else policy_name(policy),
                                     type(policy).__name__, type(cur).__name__, str(cur),
                                     raised_at(cur, type(policy), tb)),
