@@ -28,3 +28,12 @@ def test_a_mooncake_delay_that_follows_no_turn_is_warned_not_dropped_silently(tm
     # A file whose turns all follow one: no such warning.
     p.write_text("".join(json.dumps(r) + "\n" for r in rows[:1] + rows[1:2]).replace('"delay": 500, ', ""))
     assert not [w for w in load_trace(p).warnings if "follow no turn" in str(w)]
+
+
+def test_a_user_policy_that_is_an_object_is_named_with_its_article(tmp_path, monkeypatch, capsys):
+    (tmp_path / "teamobj.py").write_text("inst = object()\nclass P:\n    order = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["run", "--policy", "teamobj:inst", "--format", "json"]) == 2
+    assert "'inst' is an object, not a class" in capsys.readouterr().err
+    assert main(["run", "--policy", "teamobj:P", "--format", "json"]) == 2
+    assert "is not a policy" in capsys.readouterr().err

@@ -156,7 +156,7 @@ class TestSimulator:
     @pytest.mark.parametrize("spec,needle", [
         ("nopkg_xyz.mod:Cls", "module 'nopkg_xyz.mod' not found"),
         ("teampol.orders:Missing", "has no attribute 'Missing'"),
-        ("teampol.orders:not_a_class", "is a int, not a class"),
+        ("teampol.orders:not_a_class", "is an int, not a class"),
         ("teampol.orders:NoOrder", "is not a policy: it has no order(waiting, now)"),
         ("teampol.broken:Cls", "importing module 'teampol.broken' failed: ModuleNotFoundError"),
         ("teampol.orders:", "expected package.module:Class"),

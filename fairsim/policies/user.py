@@ -57,7 +57,7 @@ def load_user_class(spec: str) -> type:
             raise ValueError(f"policy {spec!r}: reading {attr!r} from module {module_name!r} failed: "
                              f"{type(exc).__name__}: {exc}{_at(exc)}") from exc
     if not isinstance(obj, type):
-        raise ValueError(f"policy {spec!r}: {attr!r} is a {type(obj).__name__}, not a class")
+        raise ValueError(f"policy {spec!r}: {attr!r} is {_a(type(obj).__name__)}, not a class")
     if not callable(getattr(obj, "order", None)):
         raise ValueError(f"policy {spec!r}: class {attr!r} is not a policy: it has no "
                          f"order(waiting, now) method (fairsim.policies.base.Policy)")
@@ -140,6 +140,11 @@ def make_user_policy(spec: str, profile: Any = None, /, **params: Any) -> Policy
         except AttributeError:  # __slots__ without name: the tables use the spec anyway
             pass
     return policy
+
+
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article (``an object``, ``a float``), by its first letter."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 def param_text(value: Any) -> str:
@@ -256,7 +261,7 @@ def check_callable_as(spec: str, policy: Any, method: str) -> None:
     if fn is None:
         return
     if not callable(fn):
-        raise ValueError(f"policy {spec!r}: {method} is a {type(fn).__name__}, not a method "
+        raise ValueError(f"policy {spec!r}: {method} is {_a(type(fn).__name__)}, not a method "
                          f"{call} (fairsim/policies/base.py)")
     _refuse_unbindable(spec, fn, (0,) if method == "on_prefill_tokens" else ([], 0.0), method, call,
                        "fairsim/policies/base.py")
