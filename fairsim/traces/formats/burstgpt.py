@@ -125,8 +125,8 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             fields (field ``<row>``) or without one of the three, a timestamp that is not a
             finite number >= 0, a count that is not an integer, a ``Request tokens`` below 1 or
             a negative ``Response tokens``, two label columns with one name, a label's bytes that
-            are not UTF-8; a gzip stream cut
-            short (field ``<gzip>``; with ``skip_bad`` the rows before it are kept).
+            are not UTF-8; a gzip stream cut short (field ``<gzip>``; with ``skip_bad`` the rows
+            before it are kept).
         OSError: A broken gzip stream.
     """
     path = Path(path)
