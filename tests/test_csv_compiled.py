@@ -235,9 +235,8 @@ def test_rounding_hand_computed():
 # BurstGPT: the same kernel with seconds for the time, no rebasing, and text labels.
 
 def burst_plain(path: Path):
-    names: list[str] = []
-    return compiled_plain(KERNEL, path, burstgpt.COLUMNS, 512, None, burstgpt._Labels(str(path), names).positions,
-                          names, seconds=True, rebase=False)
+    return compiled_plain(KERNEL, path, burstgpt.COLUMNS, 512, None, burstgpt._Labels(str(path)).of,
+                          seconds=True, rebase=False)
 
 
 def burst_both(path: Path, **kwargs):
@@ -253,7 +252,7 @@ def test_burstgpt_plain_rows_hand_computed(tmp_path):
                     "5000000.0005,,3,4,7,API log\n")
     requests, locations = burst_plain(path)
     assert locations == {"b:2": 2, "b:3": 3, "b:5": 5}
-    # Not rebased; past 2**32 ms (50 days) round() decides: 5,000,000.0005 s -> 5000000.0 or .001
+    # Not rebased; 5,000,000.0005 s is about half a ms: round() decides (5000000.0 or .001)
     assert [(r.request_id, r.arrival_time, r.prompt_len, r.output_len, r.labels) for r in requests] == [
         ("b:2", 5.0, 472, 18, {"model": "ChatGPT", "log_type": "Conversation log"}),
         ("b:3", 45.25, 1087, 1, {"model": "GPT-4", "log_type": "API log", "observed_output_length": 0}),

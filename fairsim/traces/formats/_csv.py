@@ -15,8 +15,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from fairsim.compiled import compiled_twin
 from fairsim.errors import TraceFormatError
 from fairsim.traces.formats._common import GZIP_CUT_SHORT, OBSERVED_OUTPUT, Collector, open_binary, text_lines
+from fairsim.traces.trace import Trace
 
 COMPILED_MODULE = "fairsim.traces.formats._csv_c"
 """The plain rows' compiled twin (built at install by ``setup.py``; ``compiled_plain``)."""
@@ -61,9 +63,25 @@ def header_error(name: str, header: Sequence[str], columns: Sequence[str]) -> Tr
     return TraceFormatError(name, 1, missing[0], f"missing column (header: {shown or None})")
 
 
+def read_plain(path: Path, fmt: str, columns: Sequence[str], block: Any, max_requests: int | None = None,
+               labels: Callable[[list[str]], tuple[Sequence[int], Sequence[str]]] | None = None,
+               **how: Any) -> Trace | None:
+    """The reader's ``Trace`` of a file of plain rows, read by the compiled twin
+    (``compiled_plain``), or None: no twin built, or a file it hands back to the Python path.
+    Its requests are in arrival order with distinct ids, no ``after`` and text labels, so
+    ``Collector.finish`` has nothing to check or sort."""
+    kernel = compiled_twin(COMPILED_MODULE)
+    plain = None if kernel is None else compiled_plain(kernel, path, columns, block, max_requests, labels, **how)
+    if plain is None:
+        return None
+    requests, locations = plain
+    return Trace(name=path.stem, source=str(path), requests=tuple(requests), skipped=(), absolute_time=True,
+                 hash_block_size=block, format=fmt, warnings=(), locations=locations)
+
+
 def compiled_plain(kernel: Any, path: Path, columns: Sequence[str], block: Any, max_requests: int | None,
-                   labels: Callable[[list[str]], Sequence[int]] | None = None,
-                   label_names: Sequence[str] = (), **how: Any) -> tuple[list, dict[str, int]] | None:
+                   labels: Callable[[list[str]], tuple[Sequence[int], Sequence[str]]] | None = None,
+                   **how: Any) -> tuple[list, dict[str, int]] | None:
     """``kernel.plain_requests`` over the file's body, or None: a header it does not take (a
     quote, a carriage return inside it, a byte outside ASCII, a missing column, a problem
     ``labels`` raises), a row it does not take, or a file it cannot read to the end (a broken or
@@ -72,8 +90,7 @@ def compiled_plain(kernel: Any, path: Path, columns: Sequence[str], block: Any, 
     Args:
         kernel: ``fairsim.traces.formats._csv_c``.
         columns: The time, prompt and output columns.
-        labels: ``header -> positions`` of the columns kept as text labels; it fills
-            ``label_names`` (a list) with their names as it goes.
+        labels: ``header -> (positions, names)`` of the columns kept as text labels.
         how: ``seconds``, ``rebase`` (``_csv_c.plain_requests``).
     """
     if type(block) is not int or block < 1:
@@ -91,9 +108,9 @@ def compiled_plain(kernel: Any, path: Path, columns: Sequence[str], block: Any, 
             where = positions(fields, columns)
             if where is None:
                 return None
-            label_at = () if labels is None else tuple(labels(fields))
+            label_at, label_names = ((), ()) if labels is None else labels(fields)
             return kernel.plain_requests(fh, *where, len(fields), path.stem, block, max_requests, OBSERVED_OUTPUT,
-                                         label_at=label_at, label_names=tuple(label_names), **how)
+                                         label_at=tuple(label_at), label_names=tuple(label_names), **how)
     except (OSError, EOFError, zlib.error, TraceFormatError):
         return None
 

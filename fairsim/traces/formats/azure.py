@@ -13,11 +13,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fairsim.compiled import compiled_twin
 from fairsim.errors import TraceFormatError
 from fairsim.traces.fastreq import make_request
 from fairsim.traces.formats._common import Collector, Head, output_tokens
-from fairsim.traces.formats._csv import COMPILED_MODULE, MISSING_FIELD, compiled_plain, count, rows
+from fairsim.traces.formats._csv import MISSING_FIELD, count, read_plain, rows
 from fairsim.traces.trace import Trace
 
 NAME = "azure"
@@ -109,13 +108,9 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     name = str(path)
     stem = path.stem
     block = hash_block_size or BLOCK
-    kernel = compiled_twin(COMPILED_MODULE)
-    if kernel is not None:
-        plain = compiled_plain(kernel, path, COLUMNS, block, max_requests)
-        if plain is not None:  # in arrival order, distinct ids, no after, one label type: nothing to check
-            requests, locations = plain
-            return Trace(name=stem, source=name, requests=tuple(requests), skipped=(), absolute_time=True,
-                         hash_block_size=block, format=NAME, warnings=(), locations=locations)
+    plain = read_plain(path, NAME, COLUMNS, block, max_requests)
+    if plain is not None:
+        return plain
     out = Collector(path, skip_bad)
     t0 = None
     previous = previous_stamp = previous_line = None

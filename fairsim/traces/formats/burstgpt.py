@@ -24,11 +24,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fairsim.compiled import compiled_twin
 from fairsim.errors import TraceFormatError
 from fairsim.traces.fastreq import make_request
 from fairsim.traces.formats._common import Collector, Head, output_tokens
-from fairsim.traces.formats._csv import COMPILED_MODULE, MISSING_FIELD, compiled_plain, count, rows
+from fairsim.traces.formats._csv import MISSING_FIELD, count, read_plain, rows
 from fairsim.traces.trace import Trace
 
 NAME = "burstgpt"
@@ -71,10 +70,14 @@ class _Labels:
     """The header's columns kept as labels (module docstring): ``positions(header)`` for
     ``_csv.rows``, then ``names``, their label names in the same order."""
 
-    def __init__(self, path: str, names: list[str] | None = None) -> None:
+    def __init__(self, path: str) -> None:
         self.path = path
-        self.names: list[str] = [] if names is None else names
+        self.names: list[str] = []
         self.columns: list[str] = []  # the same columns as written
+
+    def of(self, header: list[str]) -> tuple[list[int], list[str]]:
+        """``(positions, names)`` (``_csv.read_plain``'s ``labels``)."""
+        return self.positions(header), self.names
 
     def positions(self, header: list[str]) -> list[int]:
         """Raises ``TraceFormatError`` (line 1): two columns that give one label name."""
@@ -133,15 +136,9 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     name = str(path)
     stem = path.stem
     block = hash_block_size or BLOCK
-    kernel = compiled_twin(COMPILED_MODULE)
-    if kernel is not None:
-        names = []
-        plain = compiled_plain(kernel, path, COLUMNS, block, None, _Labels(name, names).positions, names,
-                               seconds=True, rebase=False)
-        if plain is not None:  # in arrival order, distinct ids, no after, text labels: nothing to check
-            requests, locations = plain
-            return Trace(name=stem, source=name, requests=tuple(requests), skipped=(), absolute_time=True,
-                         hash_block_size=block, format=NAME, warnings=(), locations=locations)
+    plain = read_plain(path, NAME, COLUMNS, block, labels=_Labels(name).of, seconds=True, rebase=False)
+    if plain is not None:
+        return plain
     out = Collector(path, skip_bad)
     kept = _Labels(name)
     names = kept.names  # (filled when the header is read)
