@@ -61,7 +61,7 @@ def add_calibrate_command(sub: Any) -> None:
     p.add_argument("--dtype", default="auto", help="vLLM dtype (default auto)")
     p.add_argument("--budget", type=count_arg, default=2048,
                    help="step token budget (max_num_batched_tokens; default 2048)")
-    p.add_argument("--block-size", type=int, default=None,
+    p.add_argument("--block-size", type=count_arg, default=None,
                    help="KV block size (default: 128 on CPU, 16 on GPU)")
     p.add_argument("--max-model-len", type=int, default=None,
                    help="default: longest grid prompt + 1")
@@ -245,7 +245,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     grid = _grid(args)
     on_gpu = _device().startswith("CPU") is False
-    block = args.block_size or (16 if on_gpu else 128)
+    block = args.block_size if args.block_size is not None else (16 if on_gpu else 128)  # 0: refused
     check_grid(grid, args.budget, block, args)
     check_writable_file(args.out, "--out")
     check_writable_file(raw_path(args.out), "--out")
