@@ -35,3 +35,50 @@ def test_calibrate_block_size_is_a_count_option(capsys, tmp_path):
         main(["calibrate", "--block-size", "1.5", "--out", str(tmp_path / "p.json")])
     assert stop.value.code == 2
     assert "argument --block-size: '1.5': need a whole number, e.g. 2048 or 2e3" in capsys.readouterr().err
+
+
+needs_vllm = pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is None, reason="needs vLLM")
+
+
+class _StrictFieldError(Exception):
+    """What transformers raised for ``"hidden_size": "x"`` in a model's config.json (not a
+    ValueError: fairsim used to call it an internal error, exit 1)."""
+
+
+@needs_vllm
+@pytest.mark.parametrize("raised, model", [
+    (_StrictFieldError("Validation error for field 'hidden_size': expected int, got str"), "MODEL"),
+    (ValueError("No common block size for 100 (CPU_ATTN: [MultipleOf(32)])."), None),
+])
+def test_calibrate_engine_that_cannot_start_names_the_engine_options(capsys, tmp_path, monkeypatch, raised, model):
+    import vllm
+
+    def refuse(**kwargs):
+        raise raised
+
+    monkeypatch.setattr(vllm, "LLM", refuse)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    argv = ["calibrate", "--out", str(tmp_path / "p.json"), *(["--model", str(folder)] if model else [])]
+    code, out, err = _cli(capsys, *argv)
+    assert code == 2 and "internal error" not in err and "Traceback" not in err
+    shown = (f"--model {folder}, --load-format auto" if model else
+             f"--model {__import__('fairsim.live').live.TINY_LLAMA_DIR}, --load-format dummy")
+    assert (f"fairsim: error: vLLM could not start the engine ({shown}, --block-size 128, --dtype auto): "
+            f"{type(raised).__name__}: {raised}\n") in err
+    assert not (tmp_path / "p.json").exists() and not (tmp_path / "p.raw.json").exists()
+
+
+@needs_vllm
+def test_tiny_llama_failing_otherwise_is_still_a_bug(monkeypatch):
+    """The shipped model failing with anything but a ValueError/OSError is not the user's input."""
+    import vllm
+
+    from fairsim.live.engine import LiveConfig, make_llm
+
+    def broken(**kwargs):
+        raise AttributeError("'NoneType' object has no attribute 'x'")
+
+    monkeypatch.setattr(vllm, "LLM", broken)
+    with pytest.raises(AttributeError):
+        make_llm(LiveConfig())

@@ -99,7 +99,9 @@ def make_llm(config: LiveConfig = LiveConfig(), **overrides: Any) -> Any:
         The ``vllm.LLM``.
 
     Raises:
-        ValueError: From vLLM or the hook (bad policy, too small a cache, ...).
+        ValueError: From vLLM or the hook (bad policy, too small a cache, a model that cannot
+            load, ...), the engine settings named (``--model``, ``--load-format``,
+            ``--block-size``, ``--dtype``).
     """
     for key, value in ENGINE_ENV.items():
         os.environ.setdefault(key, value)
@@ -143,7 +145,21 @@ def make_llm(config: LiveConfig = LiveConfig(), **overrides: Any) -> Any:
         additional_config={"fairsim": settings},
     )
     kwargs.update(overrides)
-    return LLM(**kwargs)
+    try:
+        return LLM(**kwargs)
+    except Exception as exc:  # noqa: BLE001 - re-raised, named, below
+        # vLLM's own refusal (a model folder without a config, a config it cannot read, a dtype
+        # or block size it does not take) is the user's input, not a bug in fairsim: name the
+        # engine settings the command's options set. The shipped tiny Llama failing with
+        # anything but a ValueError/OSError is a bug, and stays one.
+        if not isinstance(exc, (ValueError, OSError)) and config.model == str(TINY_LLAMA_DIR):
+            raise
+        shown = [f"--model {kwargs['model']}", f"--load-format {kwargs['load_format']}",
+                 f"--block-size {kwargs['block_size']}"]
+        if "dtype" in kwargs:
+            shown.append(f"--dtype {kwargs['dtype']}")
+        raise ValueError(f"vLLM could not start the engine ({', '.join(shown)}): "
+                         f"{type(exc).__name__}: {exc}") from exc
 
 
 def shutdown_llm(llm: Any) -> None:
