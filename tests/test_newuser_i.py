@@ -82,3 +82,36 @@ def test_tiny_llama_failing_otherwise_is_still_a_bug(monkeypatch):
     monkeypatch.setattr(vllm, "LLM", broken)
     with pytest.raises(AttributeError):
         make_llm(LiveConfig())
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"policy": 5}, "fairsim setting 'policy': need a policy name, got 5"),
+    ({"policy": None}, "fairsim setting 'policy': need a policy name, got null"),
+    ({"policy": ""}, "fairsim setting 'policy': need a policy name, got \"\""),
+    ({"policy_config": 5}, "fairsim setting 'policy_config': need a file path, got 5"),
+    ({"profile": ""}, "fairsim setting 'profile': need a shipped profile name or a file path (null: the "
+                      "default), got \"\""),
+    ({"profile": ["cpu-tiny-llama-vllm-measured"]}, "fairsim setting 'profile': need a shipped profile name "
+                                                     "or a file path (null: the default), got "
+                                                     "[\"cpu-tiny-llama-vllm-measured\"]"),
+])
+def test_hook_settings_of_the_wrong_type_are_named(settings, message):
+    """Was: TypeError "argument of type 'int' is not iterable" (policy, policy_config), and an
+    empty profile silently became the default prior."""
+    from fairsim.live.settings import read_settings
+
+    with pytest.raises(ValueError) as refused:
+        read_settings({"fairsim": settings})
+    assert str(refused.value) == message
+
+
+def test_hook_settings_still_take_a_null_profile_and_a_path():
+    from pathlib import Path
+
+    from fairsim.live.settings import build_policy, read_settings
+    from fairsim.profiles import __path__ as shipped
+
+    assert type(build_policy(read_settings({"fairsim": {"policy": "lpm", "profile": None}}))).__name__ == "LPM"
+    path = Path(shipped[0]) / "cpu-tiny-llama-vllm-measured.json"
+    policy = build_policy(read_settings({"fairsim": {"policy": "fairway", "profile": path}}))
+    assert type(policy).__name__ == "Fairway"

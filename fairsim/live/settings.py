@@ -6,6 +6,8 @@ name, its parameters and the profile before they start an engine.
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
 
 from fairsim.costmodel import DEFAULT_PROFILE, load_profile
@@ -33,7 +35,8 @@ def read_settings(additional_config: Any) -> dict[str, Any]:
 
     Raises:
         ValueError: ``additional_config`` or its ``fairsim`` entry is not a dict, an unknown key,
-            ``params`` not a dict, a ``record`` path that cannot be written (named), or
+            ``policy``, ``profile`` or ``policy_config`` not a non-empty string (``profile``: or
+            null), ``params`` not a dict, a ``record`` path that cannot be written (named), or
             ``policy_config`` together with ``policy`` or ``params``, or a bad file.
     """
     cfg = additional_config or {}
@@ -47,6 +50,17 @@ def read_settings(additional_config: Any) -> dict[str, Any]:
     unknown = set(settings) - set(SETTINGS)
     if unknown:
         raise ValueError(f"unknown fairsim settings {sorted(unknown)}; known: {', '.join(SETTINGS)}")
+    for key, what in (("policy", "a policy name"), ("policy_config", "a file path"),
+                      ("profile", "a shipped profile name or a file path (null: the default)")):
+        if key not in settings or (key == "profile" and settings[key] is None):
+            continue
+        value = settings[key]
+        if not (isinstance(value, str) and value or key != "policy" and isinstance(value, os.PathLike)):
+            try:  # as the JSON of --additional-config spells it
+                shown = json.dumps(value)
+            except (TypeError, ValueError):
+                shown = repr(value)
+            raise ValueError(f"fairsim setting {key!r}: need {what}, got {shown}")
     record = settings.get("record")
     if record is not None and (not isinstance(record, str) or not record):
         raise ValueError(f"fairsim setting 'record': need a file path, got {record!r}")
