@@ -170,6 +170,22 @@ def check_grid(grid: Any, budget: int, block: int, args: argparse.Namespace) -> 
         if args.max_model_len < longest:
             raise ValueError(f"--max-model-len {args.max_model_len}: the grid needs {longest} tokens "
                              f"(longest context + new tokens, or longest idle length, + 1)")
+        decoding = grid_longest(grid, budget)  # vLLM: a decoding request holds what it generates too
+        if getattr(args, "backend", "vllm") == "vllm" and args.max_model_len < decoding:
+            raise ValueError(f"--max-model-len {args.max_model_len}: the decode grid needs {decoding} tokens "
+                             f"(--decode-contexts {max(grid.decode_contexts)} + the tokens its requests "
+                             f"generate while measured, + 1; an empty --decodes measures no decode steps)")
+
+
+def grid_longest(grid: Any, budget: int) -> int:
+    """The ``max_model_len`` the grid needs: its longest prompt + 1, and a decoding request's
+    prompt plus the tokens it generates while measured (``Profiler.decode_sample``'s
+    ``max_tokens``) + 1."""
+    longest = max(max(grid.context_tokens) + max(grid.new_tokens), max(grid.idle_lengths)) + 1
+    if grid.decodes:
+        r, c = max(grid.decodes), max(grid.decode_contexts)
+        longest = max(longest, c + -(-r * c // max(1, budget - r)) + 17)
+    return longest
 
 
 def _device() -> str:
@@ -250,10 +266,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     check_writable_file(args.out, "--out")
     check_writable_file(raw_path(args.out), "--out")
     require("vllm")
-    longest = max(max(grid.context_tokens) + max(grid.new_tokens), max(grid.idle_lengths)) + 1
-    if grid.decodes:  # a decoding request's prompt plus the tokens it generates while measured
-        r, c = max(grid.decodes), max(grid.decode_contexts)
-        longest = max(longest, c + -(-r * c // max(1, args.budget - r)) + 17)
+    longest = grid_longest(grid, args.budget)  # a decoding request's prompt plus what it generates
     kwargs: dict[str, Any] = {}
     if args.model:
         kwargs = {"model": args.model, "load_format": args.load_format or "auto"}

