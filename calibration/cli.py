@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fairsim.io import count_arg, path_arg
+from fairsim.io import count_arg, name_arg, path_arg
 from fairsim.sim.config import MAX_STEP_TOKENS
 
 DEFAULT_OUT = "cpu-tiny-llama-vllm-measured.json"
@@ -89,7 +89,7 @@ def add_calibrate_command(sub: Any) -> None:
                    help="refuse a held-out worst error above this (fraction; default 0.5)")
     p.add_argument("--force", action="store_true",
                    help="write the profile even if the fit is refused")
-    p.add_argument("--name", default=None, help="profile name (default: the output file stem)")
+    p.add_argument("--name", type=name_arg, default=None, help="profile name (default: the output file stem)")
     p.add_argument("--out", type=path_arg, default=Path(DEFAULT_OUT), help="profile JSON to write")
 
 

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fairsim.io import path_arg
+from fairsim.io import name_arg, path_arg
 
 #: Per-step engine work added to LLMServingSim's kernel-only steps (s): ``a_s`` of
 #: ``cpu-tiny-llama-vllm-measured``, fairsim's own fit of a real vLLM 0.32 engine, whose per-step
@@ -59,7 +59,7 @@ def add_profile_command(sub: Any) -> None:
     b.add_argument("--max-region-mape", type=float, default=None,
                    help="warn (and record in the profile) when a grid region's fit MAPE exceeds this "
                         "fraction (default 0.15)")
-    b.add_argument("--name", default=None, help="profile name (default: the output file stem)")
+    b.add_argument("--name", type=name_arg, default=None, help="profile name (default: the output file stem)")
     b.add_argument("--out", type=path_arg, required=True, help="profile JSON to write")
 
 

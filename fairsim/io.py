@@ -182,6 +182,21 @@ def path_arg(text: str) -> Path:
     return Path(text)
 
 
+def name_arg(text: str) -> str:
+    """``argparse`` type for a name option whose default is derived (``--name``: the output file's
+    stem): an empty or blank value is refused rather than read as "not given".
+
+    Raises:
+        argparse.ArgumentTypeError: The value is empty or blank (argparse: usage, exit 2).
+    """
+    import argparse
+
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"empty name {text!r} (an unset shell variable?); give a name, or "
+                                         "leave the option out for its default")
+    return text
+
+
 def count_arg(text: str) -> int:
     """``argparse`` type for a count option (tokens, blocks, requests): a whole number in digits
     (``2048``, ``1_000_000``) or in exponent form (``1e6``, ``2.5e3``), read exactly, so ``1e12``

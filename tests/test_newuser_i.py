@@ -171,3 +171,14 @@ def test_calibrate_torch_decode_grid_needs_only_its_contexts(capsys, tmp_path, m
                         "--decode-contexts", "8192", "--mixed-new-tokens", "0", "--max-model-len", "8193",
                         "--out", str(tmp_path / "p.json"))
     assert code == 2 and err == "fairsim: error: past the grid\n"
+
+
+@pytest.mark.parametrize("command", [["calibrate"], ["profile", "build", "--from", "llmservingsim"]])
+def test_an_empty_profile_name_is_refused_not_replaced_by_the_file_stem(capsys, tmp_path, command):
+    """Was: ``--name ''`` (an unset shell variable) silently named the profile after --out."""
+    with pytest.raises(SystemExit) as stop:
+        main([*command, "--name", "", "--out", str(tmp_path / "p.json")])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --name: empty name '' (an unset shell variable?); give a name, or leave the option out" in err
+    assert not (tmp_path / "p.json").exists()
