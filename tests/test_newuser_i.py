@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -128,7 +129,10 @@ def test_a_vllm_without_the_v1_engine_is_named_with_its_version_not_missing(tmp_
     fake = tmp_path / "old" / "vllm"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text('__version__ = "0.8.5"\n')
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "old")}
+    import fairsim
+
+    # the fake vLLM first; fairsim itself from where this test imports it (installed or not)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "old"), str(Path(fairsim.__file__).parents[1])])}
     done = subprocess.run([sys.executable, "-m", "fairsim", *command], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stdout == ""
