@@ -117,3 +117,26 @@ def test_cli_run_and_convert(tmp_path, capsys):
     first = load_trace(DATA / "burstgpt.csv")
     assert [(r.arrival_time, r.prompt_len, r.output_len) for r in back.requests] == [
         (r.arrival_time, r.prompt_len, r.output_len) for r in first.requests]
+
+
+@pytest.mark.parametrize("header, row", [
+    (HEADER, "1,ChatGPT,5,1,6,{}"), ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "2023-11-16 18:15:47,5,{}")])
+def test_a_field_over_csvs_limit_is_a_bad_row_not_an_internal_error(tmp_path, capsys, header, row):
+    # csv refuses a field over 131,072 characters (here an unclosed quote that swallows the rows
+    # after it): that row is named at the line it begins, and --skip-bad reads on after it.
+    first = "2023-11-16 18:15:46,5,1" if header.startswith("TIME") else "0,ChatGPT,5,1,6,API log"
+    last = "2023-11-16 18:15:48,7,1" if header.startswith("TIME") else "2,ChatGPT,7,1,8,API log"
+    p = tmp_path / "big.csv"
+    p.write_text(header + first + "\n" + row.format('"x') + "\n" + ("y" * 1000 + "\n") * 131 + last + "\n")
+    with pytest.raises(TraceFormatError) as err:
+        load_trace(p)
+    assert (err.value.line, err.value.field) == (3, "<row>")
+    assert "not a CSV row (lines 3 to 134: an unclosed quote?): field larger than field limit (131072)" in str(
+        err.value)
+    t = load_trace(p, skip_bad=True)
+    assert [r.request_id for r in t.requests] == ["big:2", "big:135"] and [e.line for e in t.skipped] == [3]
+    assert main(["run", "--trace", str(p), "--policy", "fcfs"]) == 2
+    assert "big.csv:3: field '<row>': not a CSV row" in capsys.readouterr().err
+    p.write_text(header.rstrip("\n") + ',"' + "z" * 140000 + "\n" + last + "\n")
+    with pytest.raises(TraceFormatError, match=r"big.csv:1: field '<header>': not a CSV header: field larger"):
+        load_trace(p)

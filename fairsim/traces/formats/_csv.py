@@ -3,7 +3,8 @@ wrong shape refused by line, and counts parsed with ``int()``'s rules.
 
 A row's line is the file's (``csv.reader.line_num``: blank lines counted); a row with a value
 beyond the header's fields is refused (field ``<row>``: a comma inside a value, as in ``4,808``,
-would shift the columns), an empty one (a trailing comma) is only empty; a short row's missing
+would shift the columns), an empty one (a trailing comma) is only empty; a row ``csv`` refuses (a field
+over its 131,072 characters: an unclosed quote) is refused at the line it begins (field ``<row>``); a short row's missing
 fields are None, which the reader refuses where it reads them (``MISSING_FIELD``).
 """
 
@@ -136,14 +137,30 @@ def rows(path: Path, columns: Sequence[str], out: Collector,
     with text_lines(path) as fh:
         reader = csv.reader(fh)
         try:
-            header = next(reader, [])
+            try:
+                header = next(reader, [])
+            except csv.Error as exc:  # the header itself: nothing can be read without it
+                raise TraceFormatError(name, reader.line_num, "<header>", f"not a CSV header: {exc}") from None
             # The header as written may differ in case or spaces (" ContextTokens", "timestamp").
             where = positions(header, columns)
             if where is None:
                 raise header_error(name, header, columns)
             more = list(optional(header)) if optional is not None else []
             top = max(where)
-            for row in reader:
+            while True:
+                begins = reader.line_num + 1
+                try:
+                    row = next(reader)
+                except StopIteration:
+                    break
+                except csv.Error as exc:
+                    # csv's own refusal (a field over its 131,072-character limit, e.g. an
+                    # unclosed quote swallowing the lines after it): named at the line the row
+                    # begins; it is bad, and csv reads on after it
+                    ends = reader.line_num
+                    span = f" (lines {begins} to {ends}: an unclosed quote?)" if ends > begins else ""
+                    out.bad(TraceFormatError(name, begins, "<row>", f"not a CSV row{span}: {exc}"))
+                    continue
                 if not row:
                     continue
                 line = reader.line_num
