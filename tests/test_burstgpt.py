@@ -140,3 +140,19 @@ def test_a_field_over_csvs_limit_is_a_bad_row_not_an_internal_error(tmp_path, ca
     p.write_text(header.rstrip("\n") + ',"' + "z" * 140000 + "\n" + last + "\n")
     with pytest.raises(TraceFormatError, match=r"big.csv:1: field '<header>': not a CSV header: field larger"):
         load_trace(p)
+
+
+def test_a_column_name_that_is_not_utf8_is_refused_at_line_1(tmp_path, capsys):
+    # It would name a label; read on, the run simulated and then failed writing its tables with a
+    # codec error naming no file.
+    p = tmp_path / "n.csv"
+    p.write_bytes(HEADER.rstrip("\n").encode() + b",Sessi\xf3n\n0,ChatGPT,5,1,6,API log,s1\n")
+    with pytest.raises(TraceFormatError) as err:
+        load_trace(p)
+    assert (err.value.line, err.value.field) == (1, "Sessi\\xf3n") and "not UTF-8 text" in str(err.value)
+    assert main(["run", "--trace", str(p), "--policy", "fcfs", "--out", str(tmp_path / "o")]) == 2
+    out = capsys.readouterr()
+    assert "n.csv:1: field 'Sessi\\xf3n': a column name that is not UTF-8 text" in out.err and out.out == ""
+    # A UTF-8 name outside ASCII is a label as any other.
+    p.write_bytes(HEADER.rstrip("\n").encode() + ",Sesión\n0,ChatGPT,5,1,6,API log,s1\n".encode())
+    assert load_trace(p).requests[0].labels == {"model": "ChatGPT", "log_type": "API log", "sesión": "s1"}

@@ -80,7 +80,8 @@ class _Labels:
         return self.positions(header), self.names
 
     def positions(self, header: list[str]) -> list[int]:
-        """Raises ``TraceFormatError`` (line 1): two columns that give one label name."""
+        """Raises ``TraceFormatError`` (line 1): two columns that give one label name, or a
+        column name that is not UTF-8."""
         skip = {c.lower() for c in COLUMNS + NOT_READ}
         at, first = [], {}
         for i, column in enumerate(header):
@@ -88,6 +89,10 @@ class _Labels:
             if not key or key in skip:
                 continue
             label = LABELS.get(key, "_".join(key.split()))
+            if not key.isascii() and _not_utf8(key):  # the label's name: the tables could not be written
+                shown = str(column).strip().encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                raise TraceFormatError(self.path, 1, shown, "a column name that is not UTF-8 text (it would "
+                                       "name a label): rename it")
             if label in first:
                 raise TraceFormatError(self.path, 1, str(column).strip(),
                                        f"gives the label {label!r}, as column {first[label] + 1} does: rename one")
@@ -127,9 +132,9 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         TraceFormatError: A missing column (line 1), a row with a value beyond the header's
             fields (field ``<row>``) or without one of the three, a timestamp that is not a
             finite number >= 0, a count that is not an integer, a ``Request tokens`` below 1 or
-            a negative ``Response tokens``, two label columns with one name, a label's bytes that
-            are not UTF-8; a gzip stream cut short (field ``<gzip>``; with ``skip_bad`` the rows
-            before it are kept).
+            a negative ``Response tokens``, two label columns with one name, a label's bytes (or
+            its column's name) that are not UTF-8; a gzip stream cut short (field ``<gzip>``; with
+            ``skip_bad`` the rows before it are kept).
         OSError: A broken gzip stream.
     """
     path = Path(path)
