@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from fairsim.errors import TraceFormatError
 from fairsim.traces.formats import azure, burstgpt
 from fairsim.traces.formats._csv import compiled_plain
 from tests.utils import compiled_twin_or_skip, read_both_ways, read_outcome
@@ -297,6 +298,20 @@ def test_burstgpt_fixture_and_a_long_sorted_file_read_the_same(tmp_path):
     assert compiled == reference and len(compiled[1]) == 3000
 
 
+def test_burstgpt_a_column_named_like_the_failed_request_label_is_refused_both_ways(tmp_path):
+    # The column would give the label observed_output_length, which the reader sets to 0 on a
+    # Response tokens of 0: the twin read such a file with text and 0 under one label (the run
+    # then failed writing its tables, an internal error) where the Python path refused line 3.
+    path = tmp_path / "b.csv"
+    path.write_text("Timestamp,Request tokens,Response tokens,Observed Output Length\n5,10,2,x\n6,10,0,y\n")
+    compiled, reference = burst_both(path)
+    assert compiled == reference and compiled[0] == "error"
+    with pytest.raises(TraceFormatError) as err:
+        burstgpt.read(path)
+    assert (err.value.line, err.value.field) == (1, "Observed Output Length")
+    assert "gives the label 'observed_output_length', which holds the Response tokens of 0" in str(err.value)
+
+
 BURST_TIMES = st.one_of(st.integers(0, 10**7).map(str), st.sampled_from(
     ["0", "5", "5.", ".5", "0.000", "110.5", "007", "1e3", "-1", "+5", " 5", "nan", "inf", "", ".", "5..5",
      "9" * 30, "1" * 70, "1_0", "٥"]))
@@ -307,7 +322,8 @@ def burstgpt_files(draw):
     header = draw(st.sampled_from([
         "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type",
         "timestamp, request tokens ,Response Tokens", "Model,Timestamp,Request tokens,Response tokens,Session ID",
-        "Timestamp,Request tokens", "Timestamp,Request tokens,Response tokens,Model,model"]))
+        "Timestamp,Request tokens", "Timestamp,Request tokens,Response tokens,Model,model",
+        "Timestamp,Request tokens,Response tokens,Observed output length"]))
     names = [f.strip().lower() for f in header.split(",")]
     lines = [header]
     t = 0.0
@@ -318,7 +334,8 @@ def burstgpt_files(draw):
                   "request tokens": str(draw(st.integers(1, 5000))) if kind != "count" else draw(COUNTS),
                   "response tokens": str(draw(st.integers(0, 900))) if kind != "count" else draw(COUNTS),
                   "model": draw(st.sampled_from(["ChatGPT", "GPT-4", "", " x", "a b"])),
-                  "session id": draw(st.sampled_from(["s1", "", "7"]))}
+                  "session id": draw(st.sampled_from(["s1", "", "7"])),
+                  "observed output length": draw(st.sampled_from(["x", "", "0"]))}
         row = ",".join(fields.get(n, "0") for n in names)
         if kind == "odd":
             row = draw(st.sampled_from([row + ",", row.split(",")[0], "", row + ",\x00", row + ",é",

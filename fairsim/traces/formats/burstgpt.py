@@ -26,7 +26,7 @@ from pathlib import Path
 
 from fairsim.errors import TraceFormatError
 from fairsim.traces.fastreq import make_request
-from fairsim.traces.formats._common import Collector, Head, output_tokens
+from fairsim.traces.formats._common import OBSERVED_OUTPUT, Collector, Head, output_tokens
 from fairsim.traces.formats._csv import MISSING_FIELD, count, read_plain, rows
 from fairsim.traces.trace import Trace
 
@@ -80,8 +80,9 @@ class _Labels:
         return self.positions(header), self.names
 
     def positions(self, header: list[str]) -> list[int]:
-        """Raises ``TraceFormatError`` (line 1): two columns that give one label name, or a
-        column name that is not UTF-8."""
+        """Raises ``TraceFormatError`` (line 1): two columns that give one label name, one that
+        gives ``observed_output_length`` (the reader's own label), or a column name that is not
+        UTF-8."""
         skip = {c.lower() for c in COLUMNS + NOT_READ}
         at, first = [], {}
         for i, column in enumerate(header):
@@ -93,6 +94,10 @@ class _Labels:
                 shown = str(column).strip().encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
                 raise TraceFormatError(self.path, 1, shown, "a column name that is not UTF-8 text (it would "
                                        "name a label): rename it")
+            if label == OBSERVED_OUTPUT:  # set by the reader on a failed request (Response tokens 0)
+                raise TraceFormatError(self.path, 1, str(column).strip(),
+                                       f"gives the label {label!r}, which holds the Response tokens of 0 "
+                                       "of a failed request: rename it")
             if label in first:
                 raise TraceFormatError(self.path, 1, str(column).strip(),
                                        f"gives the label {label!r}, as column {first[label] + 1} does: rename one")
