@@ -156,3 +156,19 @@ def test_a_column_name_that_is_not_utf8_is_refused_at_line_1(tmp_path, capsys):
     # A UTF-8 name outside ASCII is a label as any other.
     p.write_bytes(HEADER.rstrip("\n").encode() + ",Sesión\n0,ChatGPT,5,1,6,API log,s1\n".encode())
     assert load_trace(p).requests[0].labels == {"model": "ChatGPT", "log_type": "API log", "sesión": "s1"}
+
+
+@pytest.mark.parametrize("fmt", [None, "azure", "burstgpt"])
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_file_holding_only_a_byte_order_mark_is_bad_input(tmp_path, capsys, fmt, packed):
+    # Its head has bytes but no text: the CSV sniffers took line 0 of no lines (an internal error).
+    p = tmp_path / "bom.csv"
+    p.write_bytes(gzip.compress(b"\xef\xbb\xbf") if packed else b"\xef\xbb\xbf")
+    args = ["run", "--trace", str(p), "--policy", "fcfs"] + (["--trace-format", fmt] if fmt else [])
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    if fmt is None:
+        assert "bom.csv: cannot tell the trace format of this file from its content" in err
+    else:
+        column = {"azure": "TIMESTAMP", "burstgpt": "Timestamp"}[fmt]
+        assert f"bom.csv:1: field '{column}': missing column (header: None)" in err

@@ -41,6 +41,13 @@ def count(value: str | None, path: str, line: int, column: str) -> int:
         raise TraceFormatError(path, line, column, f"must be an integer, got {value!r}") from None
 
 
+def first_line(head: Any) -> str:
+    """The first line of a detection head's text, lower case; "" for none (an empty file, or one
+    holding only a byte-order mark, whose text is empty)."""
+    lines = head.text.splitlines() if head.data else []
+    return lines[0].lower() if lines else ""
+
+
 def positions(header: Sequence[str], columns: Sequence[str]) -> list[int] | None:
     """The positions of ``columns`` in a header row (names matched without regard to case or
     surrounding spaces); None where one is missing or named twice (``header_error`` says which)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from fairsim.errors import TraceFormatError
 from fairsim.traces.fastreq import make_request
 from fairsim.traces.formats._common import Collector, Head, output_tokens
-from fairsim.traces.formats._csv import MISSING_FIELD, count, read_plain, rows
+from fairsim.traces.formats._csv import MISSING_FIELD, count, first_line, read_plain, rows
 from fairsim.traces.trace import Trace
 
 NAME = "azure"
@@ -31,7 +31,7 @@ def sniff(head: Head) -> bool:
     """The first line is a CSV header naming the three columns (any case), not a JSON object
     holding them (Azure rows written as JSON lines are no Azure CSV: the reader would look for a
     header)."""
-    first = head.text.splitlines()[0].lower() if head.data else ""
+    first = first_line(head)
     return all(c.lower() in first for c in COLUMNS) and not first.lstrip().startswith("{")
 
 

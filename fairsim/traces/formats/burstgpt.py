@@ -27,7 +27,7 @@ from pathlib import Path
 from fairsim.errors import TraceFormatError
 from fairsim.traces.fastreq import make_request
 from fairsim.traces.formats._common import OBSERVED_OUTPUT, Collector, Head, output_tokens
-from fairsim.traces.formats._csv import MISSING_FIELD, count, read_plain, rows
+from fairsim.traces.formats._csv import MISSING_FIELD, count, first_line, read_plain, rows
 from fairsim.traces.trace import Trace
 
 NAME = "burstgpt"
@@ -45,7 +45,7 @@ LABELS = {"model": "model", "log type": "log_type"}
 def sniff(head: Head) -> bool:
     """The first line is a CSV header naming ``Timestamp``, ``Request tokens`` and ``Response
     tokens`` (any case), not a JSON object holding them."""
-    first = head.text.splitlines()[0].lower() if head.data else ""
+    first = first_line(head)
     return all(c.lower() in first for c in COLUMNS) and not first.lstrip().startswith("{")
 
 
