@@ -3,9 +3,10 @@ wrong shape refused by line, and counts parsed with ``int()``'s rules.
 
 A row's line is the file's (``csv.reader.line_num``: blank lines counted); a row with a value
 beyond the header's fields is refused (field ``<row>``: a comma inside a value, as in ``4,808``,
-would shift the columns), an empty one (a trailing comma) is only empty; a row ``csv`` refuses (a field
-over its 131,072 characters: an unclosed quote) is refused at the line it begins (field ``<row>``); a short row's missing
-fields are None, which the reader refuses where it reads them (``MISSING_FIELD``).
+would shift the columns), an empty one (a trailing comma) is only empty; a row ``csv``
+refuses (a field over its 131,072 characters: an unclosed quote) is refused at the line it
+begins (field ``<row>``); a short row's missing fields are None, which the reader refuses where
+it reads them (``MISSING_FIELD``).
 """
 
 from __future__ import annotations

@@ -62,7 +62,8 @@ def _seconds(text: str | None, path: str, line: int) -> float:
     except ValueError:
         raise TraceFormatError(path, line, "Timestamp", f"must be a number of seconds, got {text!r}") from None
     if not 0.0 <= t < float("inf"):  # (NaN fails too)
-        raise TraceFormatError(path, line, "Timestamp", f"must be a finite number of seconds >= 0, got {text.strip()!r}")
+        raise TraceFormatError(path, line, "Timestamp",
+                               f"must be a finite number of seconds >= 0, got {text.strip()!r}")
     return t
 
 
