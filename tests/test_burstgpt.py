@@ -41,13 +41,14 @@ def test_detection_does_not_take_azure_or_the_reverse(tmp_path):
 
 def test_header_spelling_and_extra_columns(tmp_path):
     # Column names in any case and spacing, in any order; a column the release announces
-    # (Session ID) is kept as a text label; Total tokens and an empty value are left out.
+    # (Session ID) is kept as a text label (trace_session_id: session_id is a field of fairsim's
+    # files); Total tokens and an empty value are left out.
     p = tmp_path / "x.csv"
     p.write_text(" request TOKENS,timestamp,Response Tokens,Session ID,model\r\n"
                  "10,0.25,3,s1,\r\n20,1,4,s2,GPT-4\r\n30,2,5,,GPT-4\r\n")
     t = load_trace(p)
     assert [(r.arrival_time, r.prompt_len, r.output_len, r.labels) for r in t.requests] == [
-        (0.25, 10, 3, {"session_id": "s1"}), (1.0, 20, 4, {"session_id": "s2", "model": "GPT-4"}),
+        (0.25, 10, 3, {"trace_session_id": "s1"}), (1.0, 20, 4, {"trace_session_id": "s2", "model": "GPT-4"}),
         (2.0, 30, 5, {"model": "GPT-4"})]
     assert [r.session_id for r in t.requests] == [None, None, None]  # a label, not a session link
 
@@ -172,3 +173,18 @@ def test_a_file_holding_only_a_byte_order_mark_is_bad_input(tmp_path, capsys, fm
     else:
         column = {"azure": "TIMESTAMP", "burstgpt": "Timestamp"}[fmt]
         assert f"bom.csv:1: field '{column}': missing column (header: None)" in err
+
+
+def test_a_label_named_like_a_canonical_field_is_prefixed_and_converts(tmp_path):
+    from fairsim.traces.canonical import CANONICAL_KEYS
+    from fairsim.traces.formats import burstgpt
+
+    assert burstgpt.CANONICAL_KEYS == frozenset(CANONICAL_KEYS)
+    p = tmp_path / "s.csv"
+    p.write_text(HEADER.strip() + ",Session ID,Delay\n5,ChatGPT,472,18,490,Conversation log,s1,3\n")
+    assert load_trace(p).requests[0].labels == {"model": "ChatGPT", "log_type": "Conversation log",
+                                                "trace_session_id": "s1", "trace_delay": "3"}
+    out = tmp_path / "s.jsonl"
+    assert main(["convert", str(p), str(out)]) == 0
+    back = load_trace(out).requests[0]
+    assert (back.session_id, back.labels["trace_session_id"], back.labels["trace_delay"]) == (None, "s1", "3")

@@ -14,7 +14,8 @@ case or surrounding spaces):
 - ``Model`` and ``Log Type`` (``Conversation log`` or ``API log``) become the labels ``model``
   and ``log_type``; ``Total tokens`` (request plus response) is not read; any other column
   (the authors announce ``Session ID`` and ``Elapsed time``) is kept as a text label named in
-  lower case with ``_`` for spaces.
+  lower case with ``_`` for spaces, ``trace_`` before a name fairsim's trace files use
+  (``Session ID``: ``trace_session_id``; a label, not a session link).
 
 There is **no prefix identity**: no request has hash blocks, so every request is a cache miss
 (nothing is invented), as in the Azure traces.
@@ -25,12 +26,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from fairsim.errors import TraceFormatError
+from fairsim.sim.label_columns import PREFIX
 from fairsim.traces.fastreq import make_request
 from fairsim.traces.formats._common import OBSERVED_OUTPUT, Collector, Head, output_tokens
 from fairsim.traces.formats._csv import MISSING_FIELD, count, first_line, read_plain, rows
 from fairsim.traces.trace import Trace
 
 NAME = "burstgpt"
+CANONICAL_KEYS = frozenset(("timestamp", "input_length", "output_length", "hash_ids", "request_id",
+                            "session_id", "after", "delay", "segments"))
+"""``fairsim.traces.canonical.CANONICAL_KEYS``: a label of one of these names is written
+``trace_NAME``, as the request table writes a label named like one of its columns, so that
+``fairsim convert`` can write it (``tests/test_burstgpt.py`` checks the two stay equal)."""
 BLOCK = 512
 """Nominal hash block of the (empty) identity; only the default engine block follows from it."""
 COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
@@ -91,6 +98,8 @@ class _Labels:
             if not key or key in skip:
                 continue
             label = LABELS.get(key, "_".join(key.split()))
+            if label in CANONICAL_KEYS:  # (a "Session ID" column): a field of fairsim's own trace files
+                label = PREFIX + label
             if not key.isascii() and _not_utf8(key):  # the label's name: the tables could not be written
                 shown = str(column).strip().encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
                 raise TraceFormatError(self.path, 1, shown, "a column name that is not UTF-8 text (it would "
