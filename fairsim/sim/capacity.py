@@ -126,8 +126,12 @@ def with_profile_capacity(config: EngineConfig, profile: Profile) -> tuple[Engin
         return config, f"kv_fraction {config.kv_fraction:g} of the trace's reusable content"
     tokens = profile.kv_capacity_tokens
     if tokens is None:
+        # Colocated (and a disaggregated run's engines, which run colocated) the default is raised
+        # to the largest prompt plus output (resolve_capacity's ``need``), not to the longest prompt.
+        held = ("the largest prompt and output of a request" if config.mode == "colocated"
+                else "the longest prompt")
         return config, (f"profile {profile.name!r} has no kv_capacity, so {DEFAULT_KV_FRACTION:g} x "
-                        f"the trace's reusable content (raised to the longest prompt)")
+                        f"the trace's reusable content (raised to {held})")
     return replace(config, kv_tokens=tokens), f"profile kv_capacity {tokens:,} tokens"
 
 
