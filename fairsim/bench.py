@@ -633,6 +633,10 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
                     stopped = exc
                     break
                 r = rows[name]
+                # The engine mode each run simulated: a colocated run decodes every output token,
+                # so its figures are not a prefill-only run's (args.mode is colocated for the
+                # shaping of a disaggregated deployment, which the row names as such).
+                r["mode"] = "disaggregated" if disagg is not None else getattr(args, "mode", "prefill-only")
                 if deployment is not None:
                     r["deployment"] = deployment
                 versus = f"; x {peer_name} {r[peer_ratio_key(peer_name)]:.2f}" if runner is not None else ""
@@ -731,6 +735,7 @@ def _print_table(args: argparse.Namespace, names: list[str], rows: dict[str, dic
     print(f"profile {first['profile']}; KV cache {first['kv_blocks']:,} blocks x {first['block_size']} "
           f"tokens = {first['kv_tokens']:,} tokens; {first['requests']:,} requests; time scale "
           f"{args.time_scale:g}" + (f"; trace x{args.tile}" if args.tile > 1 else "")
+          + ("; colocated (prefill and decode)" if first.get("mode") == "colocated" else "")
           + (f"; {describe_deployment(first['deployment'])}" if "deployment" in first else ""))
     vs_one = getattr(args, "vs_one_engine", False)
     tiled = args.tile > 1 and not vs_one  # with --vs-one-engine the tiled trace has no x1 runs

@@ -50,3 +50,28 @@ def test_the_default_kv_line_says_what_the_size_was_raised_to(tmp_path, capsys, 
     engine = json.loads((tmp_path / "o" / "run.json").read_text())["engine"]
     assert engine["kv_blocks"] == blocks
     assert phrase.rstrip(")") in engine["kv_capacity_source"]
+
+
+@pytest.mark.parametrize("opts, mode", [
+    ([], "prefill-only"),
+    (["--mode", "colocated"], "colocated"),
+    (["--mode", "colocated", "--instances", 2], "colocated"),
+    (["--mode", "disaggregated"], "disaggregated"),
+])
+def test_bench_records_the_engine_mode(tmp_path, capsys, opts, mode):
+    # Was: a colocated bench's header and bench.json rows did not say the mode, so they could not be
+    # told from a prefill-only bench's (whose runs simulate one output token per request), and a
+    # colocated fleet's row said only "deployment": {"mode": "fleet", ...}.
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
+                     '{"timestamp": 500, "input_length": 600, "output_length": 3, "hash_ids": [1, 3]}\n')
+    code, out, err = run_cli(capsys, "bench", "--trace", trace, "--policies", "fcfs", "--repeat", 1,
+                             "--out", tmp_path / "o", *opts)
+    assert code == 0, err
+    row = json.loads((tmp_path / "o" / "bench.json").read_text())["fcfs"]
+    assert row["mode"] == mode
+    header = out.splitlines()[0]
+    assert header.endswith("colocated (prefill and decode)") == (mode == "colocated" and "--instances" not in opts)
+    assert ("colocated (prefill and decode)" in header) == (mode == "colocated")
+    # Colocated, the runs decode: 5 + 3 output tokens take more steps than the two prefills.
+    assert row["requests"] == 2 and (row["steps"] == 2) == (mode == "prefill-only")
