@@ -285,8 +285,8 @@ def format_disaggregated(rows: dict[str, dict[str, Any]]) -> str:
     for name, s in rows.items():
         if s.get("mode") != "disaggregated":
             continue
-        notes.append(f"{name}: held p50/p99 {s['held_p50_s']:.3f}/{s['held_p99_s']:.3f} s ({s['held_requests']} "
-                     f"requests held), transfer p50/p99 {s['transfer_p50_s']:.4f}/{s['transfer_p99_s']:.4f} s, "
+        notes.append(f"{name}: held p50/p99 {s['held_p50_s']:.3f}/{s['held_p99_s']:.3f} s ({plural(s['held_requests'], 'request')} "
+                     f"held), transfer p50/p99 {s['transfer_p50_s']:.4f}/{s['transfer_p99_s']:.4f} s, "
                      f"load imbalance prefill {s['prefill_load_imbalance']:.3f}, decode "
                      f"{s['decode_load_imbalance']:.3f}")
         for r in s["by_instance"]:

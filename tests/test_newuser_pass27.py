@@ -37,3 +37,12 @@ def test_a_user_policy_that_is_an_object_is_named_with_its_article(tmp_path, mon
     assert "'inst' is an object, not a class" in capsys.readouterr().err
     assert main(["run", "--policy", "teamobj:P", "--format", "json"]) == 2
     assert "is not a policy" in capsys.readouterr().err
+
+
+def test_the_disaggregated_note_says_1_request_held():
+    from fairsim.cli_disagg import format_disaggregated
+
+    row = {"mode": "disaggregated", "held_p50_s": 0.5, "held_p99_s": 0.5, "transfer_p50_s": 0.01,
+           "transfer_p99_s": 0.01, "prefill_load_imbalance": 1.0, "decode_load_imbalance": 1.0, "by_instance": []}
+    assert "(1 request held)" in format_disaggregated({"fcfs": {**row, "held_requests": 1}})
+    assert "(742 requests held)" in format_disaggregated({"fcfs": {**row, "held_requests": 742}})
