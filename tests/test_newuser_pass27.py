@@ -43,6 +43,8 @@ def test_the_disaggregated_note_says_1_request_held():
     from fairsim.cli_disagg import format_disaggregated
 
     row = {"mode": "disaggregated", "held_p50_s": 0.5, "held_p99_s": 0.5, "transfer_p50_s": 0.01,
-           "transfer_p99_s": 0.01, "prefill_load_imbalance": 1.0, "decode_load_imbalance": 1.0, "by_instance": []}
+           "transfer_p99_s": 0.01, "prefill_load_imbalance": 1.0, "decode_load_imbalance": 1.0,
+           "by_instance": [{"role": "prefill", "instance": 0, "requests": 1, "busy_s": 0.2, "tokens": 100,
+                            "evictions": 0, "preemptions": 0, "held_max": 1}]}
     assert "(1 request held)" in format_disaggregated({"fcfs": {**row, "held_requests": 1}})
     assert "(742 requests held)" in format_disaggregated({"fcfs": {**row, "held_requests": 742}})
