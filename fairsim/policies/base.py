@@ -80,7 +80,6 @@ Optional capabilities, discovered by attribute (``getattr``):
 
 from __future__ import annotations
 
-import inspect
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -194,6 +193,8 @@ def check_permutation(waiting: Sequence[QueuedRequest], ordered: Any, policy_nam
         iterator = iter(ordered)
     except TypeError:
         hint = ""
+        import inspect  # (here: a run does not import it, tests/test_record.py)
+
         if inspect.iscoroutine(ordered):  # an ``async def order``: close it, or Python warns
             ordered.close()               # "never awaited" with a path into fairsim at exit
             hint = " (order is an async def; the engines call it as a plain function)"
