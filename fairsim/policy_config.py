@@ -16,6 +16,22 @@ from typing import Any
 KEYS = ("policy", "params")
 
 
+class _RepeatedKey(Exception):
+    """A key given twice in one JSON object of the file (its name in ``args[0]``)."""
+
+
+def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's dict, refusing a key given twice: ``json`` keeps the last silently, so
+    ``{"policy": "fairway", "policy": "lpm"}`` would run LPM with no word said (as profiles do,
+    ``fairsim.costmodel``)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _RepeatedKey(key)
+        out[key] = value
+    return out
+
+
 def read_policy_config(path: str | Path, option: str = "--policy-config") -> tuple[str, dict[str, Any]]:
     """``(policy name, params)`` from a policy-config file.
 
@@ -26,6 +42,9 @@ def read_policy_config(path: str | Path, option: str = "--policy-config") -> tup
             ``policy`` and an object ``params``, or has another key (naming ``option`` and the file).
     """
     where = f"{option} {path}"
+    if not str(path).strip():
+        raise ValueError(f"{option} {str(path)!r}: empty path (an unset shell variable?); give the file "
+                         "fairsim tune wrote (policy-config.json)")
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -34,7 +53,10 @@ def read_policy_config(path: str | Path, option: str = "--policy-config") -> tup
         raise ValueError(f"{where}: not UTF-8 text (a binary file?): {exc.reason} at byte {exc.start}; "
                          f"expected the JSON file fairsim tune writes") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_no_repeated_keys)
+    except _RepeatedKey as exc:
+        raise ValueError(f"{where}: key {exc.args[0]!r} given twice in one object (JSON keeps the last "
+                         f"without a word); give it once") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{where}: line {exc.lineno}: not valid JSON: {exc.msg} (column {exc.colno})") from None
     except ValueError:  # a whole number past Python's int digit limit (4,300 digits)
