@@ -27,7 +27,7 @@ from operator import attrgetter
 from typing import Any
 
 from fairsim.costmodel import DEFAULT_PROFILE, Profile, load_profile
-from fairsim.io import count_arg, path_arg, plural
+from fairsim.io import count_arg, name_arg, path_arg, plural
 from fairsim.policies import make_policy, policy_names
 from fairsim.policies.user import param_text
 from fairsim.record import replace as record_replace
@@ -135,7 +135,7 @@ def add_common(p: argparse.ArgumentParser, out_help: str = RUN_OUT_HELP, goodput
     p.add_argument("--trace-part", type=int, default=None, metavar="N",
                    help="RAGPulse: read part N (1-based) of a trace file whose time axis restarts (a week "
                         "each); such a file is refused without it, never overlaid")
-    p.add_argument("--profile", default=DEFAULT_PROFILE,
+    p.add_argument("--profile", type=name_arg, default=DEFAULT_PROFILE,
                    help="cost-model profile: shipped name or JSON path")
     p.add_argument("--budget", type=count_arg, default=2048,
                    help="step token budget, tokens (vLLM max_num_batched_tokens; 1 to 2^31-1)")

@@ -47,3 +47,14 @@ def test_a_policy_config_key_given_twice_is_refused(tmp_path, capsys):
     # The file tune writes still reads back as it was.
     path.write_text(json.dumps({"policy": "fairway", "params": {"fast_weight": 2}}))
     assert read_policy_config(path) == ("fairway", {"fast_weight": 2})
+
+
+@pytest.mark.parametrize("command", [["run"], ["analyze"], ["accept"], ["bench"], ["tune"]])
+def test_an_empty_profile_is_named_as_empty(capsys, command):
+    # Was: "profile '' is a folder, not a profile JSON file; shipped: ..." (Path("") is ".").
+    with pytest.raises(SystemExit) as stop:
+        main([*command, "--profile", ""])
+    out, err = capsys.readouterr()
+    assert stop.value.code == 2 and out == ""
+    assert "argument --profile: empty name ''" in err
+    assert "is a folder" not in err

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fairsim.io import count_arg, path_arg, strict_json
+from fairsim.io import count_arg, name_arg, path_arg, strict_json
 
 #: Commands added to the ``fairsim`` parser by ``add_live_commands``.
 LIVE_COMMANDS = ("replay", "equivalence", "fidelity", "hook-overhead")
@@ -55,7 +55,7 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
                          "of the RAG trace; --requests is then unused")
     eq.add_argument("--kv-blocks", type=int, default=48, help="usable KV blocks of 128 tokens")
     eq.add_argument("--seed", type=int, default=1)
-    eq.add_argument("--profile", default="a6000-llama3.1-8b-vllm-prior",
+    eq.add_argument("--profile", type=name_arg, default="a6000-llama3.1-8b-vllm-prior",
                     help="profile giving step times on the virtual clock")
     eq.add_argument("--out", type=path_arg, help="write equivalence-POLICY.csv tables here")
     eq.add_argument("--mode", choices=("prefill-only", "colocated"), default="prefill-only",
@@ -72,7 +72,7 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
     fid.add_argument("--rate", type=float, default=2.0, help="arrival rate, requests/s (wall time)")
     fid.add_argument("--kv-blocks", type=int, default=48)
     fid.add_argument("--seed", type=int, default=1)
-    fid.add_argument("--profile", default=CPU_PROFILE, help="profile of this engine (measured)")
+    fid.add_argument("--profile", type=name_arg, default=CPU_PROFILE, help="profile of this engine (measured)")
     fid.add_argument("--out", type=path_arg)
     fid.add_argument("--mode", choices=("prefill-only", "colocated"), default="prefill-only",
                      help="colocated: requests decode to their output length; TPOT is compared too")
@@ -83,7 +83,7 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
     ov.add_argument("--policies", default="fcfs,lpm,fairway",
                     help="comma-separated policy names, or all (every registered policy the hook accepts)")
     ov.add_argument("--sizes", default="10,100,1000", help="waiting-queue lengths")
-    ov.add_argument("--profile", default="a6000-llama3.1-8b-vllm-prior")
+    ov.add_argument("--profile", type=name_arg, default="a6000-llama3.1-8b-vllm-prior")
     ov.add_argument("--steps", type=int, default=20,
                     help="engine steps timed per policy and size (the median and p90 are over them)")
 
