@@ -450,9 +450,14 @@ def cmd_accept(args: argparse.Namespace) -> int:
         raise
     ok = all(v.ok for v in verdicts)
     payload = accept_payload(verdicts, windows, trace, args, base, scale, block_size, kv_blocks, candidate)
-    print_verdicts(payload, verdicts, args)
-    if args.out is not None:
-        write_accept_json(args.out, payload)
+    gone: BrokenPipeError | None = None
+    try:
+        print_verdicts(payload, verdicts, args)
+    except BrokenPipeError as exc:  # stdout's reader left (`| head`): every file is still written
+        gone = exc
+    finally:  # (a Ctrl-C while printing too)
+        if args.out is not None:
+            write_accept_json(args.out, payload)
     if args.plots is not None:
         from fairsim.figures import save, window_bars
         from fairsim.run_plots import write_run_plots
@@ -471,6 +476,8 @@ def cmd_accept(args: argparse.Namespace) -> int:
                 scored.append(r[keep_rows].assign(policy=name, window=v.window.name))
         save(window_bars(pd.concat(scored, ignore_index=True), title=f"TTFT per window ({args.policy})"),
              args.plots / "windows.png")
+    if gone is not None:
+        raise gone  # exit 141, quietly (fairsim.cli), once the files are written
     return 0 if ok else 1
 
 

@@ -225,12 +225,17 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
             atomic_write_text(args.out / "summary.json", strict_json(shown()) + "\n")
             write_run_info(args.out, args, trace, list(rows), load, engine, load_what, delivered_loads, profile)
         raise
-    print_rows(shown(), args.format, config.mode == "colocated")
-    # The tables' companions before the figures: a Ctrl-C or a failure while drawing leaves
-    # every result written.
-    if args.out is not None:
-        atomic_write_text(args.out / "summary.json", strict_json(shown()) + "\n")
-        write_run_info(args.out, args, trace, names, load, engine, load_what, delivered_loads, profile)
+    gone: BrokenPipeError | None = None
+    try:
+        print_rows(shown(), args.format, config.mode == "colocated")
+    except BrokenPipeError as exc:  # stdout's reader left (`| head`): every file is still written
+        gone = exc
+    finally:  # (a Ctrl-C while printing too)
+        # The tables' companions before the figures: a Ctrl-C or a failure while drawing leaves
+        # every result written.
+        if args.out is not None:
+            atomic_write_text(args.out / "summary.json", strict_json(shown()) + "\n")
+            write_run_info(args.out, args, trace, names, load, engine, load_what, delivered_loads, profile)
     if results:
         from fairsim.run_plots import write_run_plots
 
@@ -246,6 +251,8 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
         if config.mode == "colocated" and not slo:
             print("fairsim: note: --plots drew no goodput.png: goodput needs --slo ttft=S,tpot=S",
                   file=sys.stderr)
+    if gone is not None:
+        raise gone  # exit 141, quietly (fairsim.cli), once the files are written
     return 0
 
 

@@ -58,3 +58,52 @@ def test_an_empty_profile_is_named_as_empty(capsys, command):
     assert stop.value.code == 2 and out == ""
     assert "argument --profile: empty name ''" in err
     assert "is a folder" not in err
+
+
+def _with_stdout_closed(tmp_path, *argv):
+    """Run ``python -m fairsim ARGV`` whose stdout's reader leaves after the header lines (up to
+    the line starting ``replay:`` or ``trace``), as ``| head -3`` does, before the results print."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    trace = str(Path(TRACE).resolve())
+    proc = subprocess.Popen([sys.executable, "-m", "fairsim", *[trace if a == "TRACE" else str(a) for a in argv]],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, text=True)
+    for line in proc.stdout:
+        if line.startswith(("replay:", "trace ")):
+            break
+    proc.stdout.close()  # the reader leaves: the next write to stdout raises BrokenPipeError
+    err = proc.stderr.read()
+    proc.wait(timeout=300)
+    return proc.returncode, err
+
+
+def test_compare_into_a_closed_pipe_still_writes_summary_run_json_and_plots(tmp_path):
+    # Was: `fairsim compare --out o --plots p | head -1` wrote the tables, then the table's print
+    # failed and summary.json, run.json and every figure were lost (exit 141).
+    done = _with_stdout_closed(tmp_path, "compare", "--trace", "TRACE", "--policies", "fcfs,fairway",
+                               "--time-scale", "8", "--out", "o", "--plots", "p")
+    code, err = done
+    assert code == 141 and "Traceback" not in err
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert list(summary) == ["fcfs", "fairway"]
+    assert json.loads((tmp_path / "o" / "run.json").read_text())["policies"] == ["fcfs", "fairway"]
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["queue_kv.png", "ttft_cdf.png",
+                                                                  "ttft_vs_arrival.png"]
+    import pandas as pd
+    ttft = pd.read_parquet(tmp_path / "o" / "requests-fairway.parquet")["ttft_s"]
+    assert summary["fairway"]["requests"] == len(ttft) == 1407
+    assert summary["fairway"]["ttft_max_s"] == ttft.max()
+
+
+def test_accept_into_a_closed_pipe_still_writes_accept_json_and_plots(tmp_path):
+    # Was: `fairsim accept ... --out o | head -1` kept the tables but not accept.json (nor --plots).
+    done = _with_stdout_closed(tmp_path, "accept", "TRACE", "--policy", "fairway", "--target-load", "0.9",
+                               "--out", "o", "--plots", "p")
+    code, err = done
+    assert code == 141 and "Traceback" not in err
+    payload = json.loads((tmp_path / "o" / "accept.json").read_text())
+    assert payload["partial"] is False and payload["pass"] is True
+    assert [w["name"] for w in payload["windows"]] == ["calm", "burst", "spike"]
+    assert (tmp_path / "p" / "windows.png").is_file()
