@@ -107,3 +107,30 @@ def test_accept_into_a_closed_pipe_still_writes_accept_json_and_plots(tmp_path):
     assert payload["partial"] is False and payload["pass"] is True
     assert [w["name"] for w in payload["windows"]] == ["calm", "burst", "spike"]
     assert (tmp_path / "p" / "windows.png").is_file()
+
+
+def test_a_sweep_whose_stdout_reader_left_still_writes_its_summary(tmp_path):
+    # Was: `fairsim sweep spec.toml | head -1`: the "computed: ..." line raised BrokenPipeError
+    # after every run finished, so summary.parquet/.csv were never written (or, in a folder of an
+    # earlier sweep, stayed the old one, naming other run ids).
+    from pathlib import Path
+
+    import pandas as pd
+
+    from fairsim.sweep.command import run_sweep
+
+    lines = []
+
+    def log(line):  # the first line reaches the reader, which then leaves
+        if lines:
+            raise BrokenPipeError(32, "Broken pipe")
+        lines.append(line)
+
+    spec = {"traces": [{"path": str(Path(TRACE).resolve()), "max_requests": 60}], "policies": ["fcfs", "lpm"]}
+    with pytest.raises(BrokenPipeError):
+        run_sweep(spec, tmp_path / "s", workers=1, progress=False, log=log)
+    assert lines == ["sweep: 2 runs, 0 already done, 2 to run (local)"]
+    summary = pd.read_parquet(tmp_path / "s" / "summary.parquet")
+    assert list(summary["policy"]) == ["fcfs", "lpm"] and list(summary["status"]) == ["ok", "ok"]
+    assert (summary["requests"] == 60).all()
+    assert len(pd.read_csv(tmp_path / "s" / "summary.csv")) == 2

@@ -97,6 +97,16 @@ def run_sweep(spec: dict[str, Any] | SweepSpec, out: Path, executor: str = "loca
             f"({executor})")
         computed: list[str] = []
         failed: list[str] = []
+        gone: list[BrokenPipeError] = []  # stdout's reader left (`| head`) once runs had begun
+
+        def say(line: str) -> None:
+            """``log``, but a reader of stdout that left stops neither the runs nor the summary:
+            the BrokenPipeError is raised once the summary is written."""
+            if not gone:
+                try:
+                    log(line)
+                except BrokenPipeError as exc:
+                    gone.append(exc)
 
         def on_result(run: RunSpec, outcome: Outcome) -> None:
             if outcome[0] == "ok":
@@ -105,7 +115,7 @@ def run_sweep(spec: dict[str, Any] | SweepSpec, out: Path, executor: str = "loca
             else:
                 write_failure(out, run, outcome[1], outcome[2])
                 failed.append(run.run_id)
-                log(f"run {run.run_id} failed: {outcome[1]}")
+                say(f"run {run.run_id} failed: {outcome[1]}")
 
         try:
             if executor == "ray" and todo:
@@ -117,15 +127,17 @@ def run_sweep(spec: dict[str, Any] | SweepSpec, out: Path, executor: str = "loca
             stop.summary_written = True  # (a second Ctrl-C while writing raises a new one, without it)
             raise
         if computed:
-            log("computed: " + " ".join(computed))
+            say("computed: " + " ".join(computed))
         if failed:
-            log("failed: " + " ".join(failed))
+            say("failed: " + " ".join(failed))
         # A Ctrl-C here (every run finished, the summary being read back and written) leaves no
         # summary of this sweep: the KeyboardInterrupt carries no ``summary_written``.
         summary = summarize_runs(out, runs)
         write_summary(out, summary)
-    log(f"summary: {out / 'summary.parquet'} ({plural(len(summary), 'run')}, "
+    say(f"summary: {out / 'summary.parquet'} ({plural(len(summary), 'run')}, "
         f"{int((summary['status'] == 'failed').sum()) if len(summary) else 0} failed)")
+    if gone:
+        raise gone[0]  # exit 141, quietly (fairsim.cli), once every run and the summary are written
     return summary
 
 
