@@ -93,8 +93,13 @@ def test_header_problems_at_line_1(tmp_path):
                                                r"\(columns 1 and 4\)"):
         load_trace(p, format="burstgpt")
     p.write_text("Timestamp,Request tokens,Response tokens,Log Type,log  type\n1,2,3,a,b\n")
-    with pytest.raises(TraceFormatError, match=r"h.csv:1: field 'log  type': gives the label 'log_type', as "
-                                               r"column 4 does: rename one"):
+    with pytest.raises(TraceFormatError, match=r"h.csv:1: field 'log  type': column 5 gives the label 'log_type', "
+                                               r"as column 4 does: rename one"):
+        load_trace(p)
+    # A label column named twice names both positions, as a column the reader reads does.
+    p.write_text("Timestamp,Model,Request tokens,Response tokens,model\n1,a,2,3,b\n")
+    with pytest.raises(TraceFormatError, match=r"h.csv:1: field 'model': named twice in the header "
+                                               r"\(columns 2 and 5\): keep one"):
         load_trace(p)
     p.write_text("Timestamp,Request tokens\n1,2\n")
     with pytest.raises(TraceFormatError, match=r"field 'Response tokens': missing column"):

@@ -108,10 +108,15 @@ class _Labels:
                 raise TraceFormatError(self.path, 1, str(column).strip(),
                                        f"gives the label {label!r}, which holds the Response tokens of 0 "
                                        "of a failed request: rename it")
-            if label in first:
+            if label in first:  # both positions named, as for a column the reader reads (_csv.rows)
+                j, other = first[label]
+                if other == key:
+                    raise TraceFormatError(self.path, 1, str(column).strip(),
+                                           f"named twice in the header (columns {j + 1} and {i + 1}): keep one")
                 raise TraceFormatError(self.path, 1, str(column).strip(),
-                                       f"gives the label {label!r}, as column {first[label] + 1} does: rename one")
-            first[label] = i
+                                       f"column {i + 1} gives the label {label!r}, as column {j + 1} does: "
+                                       "rename one")
+            first[label] = (i, key)
             at.append(i)
             self.names.append(label)
             self.columns.append(str(column).strip())
