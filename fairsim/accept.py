@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from fairsim.analysis.load import Window, detect_windows, parse_windows, with_load
-from fairsim.io import path_arg
+from fairsim.io import file_arg, path_arg
 from fairsim.metrics import STARVATION_FACTOR
 from fairsim.sim import EngineConfig, SimResult
 from fairsim.types import Request
@@ -293,7 +293,7 @@ def add_accept_command(sub: argparse._SubParsersAction, add_common: Callable, fm
     p.add_argument("trace_path", metavar="TRACE", nargs="?",
                    help="trace file (same as --trace; default: the embedded RAG input)")
     p.add_argument("--policy", help=f"candidate policy: one of {', '.join(policy_names())} (or --policy-config)")
-    p.add_argument("--policy-config", type=path_arg, metavar="FILE",
+    p.add_argument("--policy-config", type=file_arg, metavar="FILE",
                    help="the candidate policy and its parameters as fairsim tune writes them")
     p.add_argument("--windows", default="auto",
                    help="'auto' (calm, burst, spike from the offered load) or "

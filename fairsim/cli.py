@@ -31,7 +31,7 @@ from fairsim import __version__
 from fairsim.deps import MissingDependencyError, missing_message
 from fairsim.errors import PolicyContractError, PolicyError, StatusError
 from fairsim.gcpause import freeze_for_exit
-from fairsim.io import count_arg, path_arg
+from fairsim.io import count_arg, file_arg, path_arg
 from fairsim.deployment_options import add_disagg_options, add_fleet_options
 from fairsim.options import HelpFormatter, add_common, resolve_policies
 from fairsim.policies import policy_names
@@ -109,7 +109,7 @@ def _add_run(sub: argparse._SubParsersAction, fmt: type[argparse.HelpFormatter])
     run = sub.add_parser("run", help="simulate one policy", formatter_class=fmt)
     run.add_argument("--policy", default="fairway",
                      help=f"one of: {', '.join(policy_names())}; or package.module:Class, a class of your own")
-    run.add_argument("--policy-config", type=path_arg, metavar="FILE", help=POLICY_CONFIG_HELP)
+    run.add_argument("--policy-config", type=file_arg, metavar="FILE", help=POLICY_CONFIG_HELP)
     add_common(run)
     add_fleet_options(run)
     add_disagg_options(run)
@@ -122,7 +122,7 @@ def _add_compare(sub: argparse._SubParsersAction, fmt: type[argparse.HelpFormatt
     cmp.add_argument("--policies", default="fcfs,lpm,fairway",
                      help="comma-separated policy names, or 'all' (every registered policy but the "
                           "generic klpm, which klpm4 covers)")
-    cmp.add_argument("--policy-config", type=path_arg, metavar="FILE",
+    cmp.add_argument("--policy-config", type=file_arg, metavar="FILE",
                      help="a policy and its parameters as fairsim tune writes them: the policy runs with "
                           "them (added to --policies if missing)")
     add_common(cmp)

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from fairsim.io import check_writable_file, path_arg
+from fairsim.io import check_writable_file, file_arg, path_arg
 from fairsim.traces import load_trace
 from fairsim.traces.canonical import write_canonical
 from fairsim.traces.formats import FORMATS
@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "Mooncake-style JSONL plus session fields and labels, with OUT.meta.json "
                     "recording the hash block size and the source.")
     p.add_argument("input", type=path_arg, metavar="IN", help="trace file or folder")
-    p.add_argument("output", type=path_arg, metavar="OUT", help="output .jsonl (gzip when it ends with .gz)")
+    p.add_argument("output", type=file_arg, metavar="OUT", help="output .jsonl (gzip when it ends with .gz)")
     p.add_argument("--trace-format", default="auto", choices=("auto", *FORMATS),
                    help="format of IN (default: auto, from the content)")
     p.add_argument("--hash-block-size", type=int, default=None, metavar="TOKENS",

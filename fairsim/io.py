@@ -182,6 +182,21 @@ def path_arg(text: str) -> Path:
     return Path(text)
 
 
+def file_arg(text: str) -> Path:
+    """``argparse`` type for an option that names a file (``--policy-config``, a sweep spec,
+    ``convert``'s ``OUT``, ``--record``): refuses an empty or blank value as ``path_arg`` does,
+    without its advice to give ``'.'``, a folder, which such an option refuses.
+
+    Raises:
+        argparse.ArgumentTypeError: The value is empty or blank (argparse: usage, exit 2).
+    """
+    import argparse
+
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"empty path {text!r} (an unset shell variable?); give a file name")
+    return Path(text)
+
+
 def name_arg(text: str) -> str:
     """``argparse`` type for a name option whose default is derived (``--name``: the output file's
     stem): an empty or blank value is refused rather than read as "not given".

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fairsim.io import count_arg, name_arg, path_arg, strict_json
+from fairsim.io import count_arg, file_arg, name_arg, path_arg, strict_json
 
 #: Commands added to the ``fairsim`` parser by ``add_live_commands``.
 LIVE_COMMANDS = ("replay", "equivalence", "fidelity", "hook-overhead")
@@ -35,7 +35,7 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
     rep.add_argument("--policy", default="fairway", help=f"one of: {', '.join(policy_names())}")
     rep.add_argument("--virtual", action="store_true",
                      help="virtual clock (decision-equivalence mode) instead of real time")
-    rep.add_argument("--record", type=path_arg, default=None,
+    rep.add_argument("--record", type=file_arg, default=None,
                      help="the hook writes every request the engine sees to this trace file "
                           "(canonical JSONL + PATH.meta.json; fairsim/live/recorder.py)")
     # --mode and --slo are refused with their reason (run_live_command): not offered in --help.

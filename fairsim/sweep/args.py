@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fairsim.io import path_arg
+from fairsim.io import file_arg, path_arg
 
 EXECUTORS = ("local", "ray")
 
@@ -13,7 +13,7 @@ EXECUTORS = ("local", "ray")
 def add_parser(sub: Any) -> None:
     """Register ``fairsim sweep`` on the CLI's subparsers."""
     p = sub.add_parser("sweep", help="run a grid of policies x parameters x seeds x scenarios/traces")
-    p.add_argument("spec", type=path_arg, help="sweep spec (.toml, .yaml or .yml)")
+    p.add_argument("spec", type=file_arg, help="sweep spec (.toml, .yaml or .yml)")
     p.add_argument("--out", type=path_arg, default=None,
                    help="output folder (default: the spec's 'out', else results/sweep-SPECNAME)")
     p.add_argument("--executor", choices=EXECUTORS, default="local",
