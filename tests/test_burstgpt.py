@@ -177,7 +177,7 @@ def test_a_file_holding_only_a_byte_order_mark_is_bad_input(tmp_path, capsys, fm
         assert "bom.csv: cannot tell the trace format of this file from its content" in err
     else:
         column = {"azure": "TIMESTAMP", "burstgpt": "Timestamp"}[fmt]
-        assert f"bom.csv:1: field '{column}': missing column (header: None)" in err
+        assert f"bom.csv:1: field '{column}': missing column (the file has no header line: it is empty)" in err
 
 
 def test_a_label_named_like_a_canonical_field_is_prefixed_and_converts(tmp_path):

@@ -68,8 +68,10 @@ def header_error(name: str, header: Sequence[str], columns: Sequence[str]) -> Tr
             return TraceFormatError(name, 1, c, f"named twice in the header (columns {at[0]} and {at[1]}): "
                                                 "keep one")
     missing = [c for c in columns if c.lower() not in given]
+    if not header:
+        return TraceFormatError(name, 1, missing[0], "missing column (the file has no header line: it is empty)")
     shown = list(header[:6]) + ["..."] if len(header) > 6 else list(header)  # a JSON line splits into many
-    return TraceFormatError(name, 1, missing[0], f"missing column (header: {shown or None})")
+    return TraceFormatError(name, 1, missing[0], f"missing column (header: {shown})")
 
 
 def read_plain(path: Path, fmt: str, columns: Sequence[str], block: Any, max_requests: int | None = None,
