@@ -492,7 +492,7 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
     from fairsim.description import Needs, describe_run
     from fairsim.errors import StatusError
     from fairsim.io import atomic_write_text, strict_json
-    from fairsim.cli_fleet import fleet_spec
+    from fairsim.cli_fleet import check_fleet_trace, fleet_spec
     from fairsim.options import capacity_of, load_requests, read_trace, router_samples
 
     if args.repeat < 1:
@@ -559,6 +559,7 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
                 if warning in loaded.warnings:
                     print(f"fairsim: warning: {warning}", file=sys.stderr)
             check_capacity(shaped, config, args)
+            check_fleet_trace(disagg or fleet, shaped, trace.source)  # a router that needs what the trace lacks
             # Cut first, then tile the part kept (the children then get the tiled file uncut).
             kept = window(list(trace.requests), args.window_start, args.window_end, args.max_requests)
             if not kept:
@@ -578,8 +579,10 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
         # --time-scale for every child (and the peer); a cache too small for the trace is
         # refused before any child.
         try:
-            requests = describe_run(args, needs=Needs.TRACE, policies=names, profile=profile).requests
+            described = describe_run(args, needs=Needs.TRACE, policies=names, profile=profile)
+            requests = described.requests
             check_capacity(requests, config, args)
+            check_fleet_trace(disagg or fleet, requests, described.trace.source)
         except ValueError as exc:
             if args.tile == 1:
                 raise

@@ -48,3 +48,18 @@ def test_the_disaggregated_note_says_1_request_held():
                             "evictions": 0, "preemptions": 0, "held_max": 1}]}
     assert "(1 request held)" in format_disaggregated({"fcfs": {**row, "held_requests": 1}})
     assert "(742 requests held)" in format_disaggregated({"fcfs": {**row, "held_requests": 742}})
+
+
+def test_bench_refuses_a_router_the_trace_cannot_serve_before_any_child(tmp_path, capsys):
+    # Was refused only when the first policy's own run started ("its fairsim run exited 2").
+    p = tmp_path / "ns.jsonl"
+    p.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
+                 '{"timestamp": 10, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n')
+    for tile in ([], ["--tile", "2"]):
+        assert main(["bench", "--trace", str(p), "--instances", "2", "--router", "session-affinity",
+                     "--policies", "fcfs", *tile]) == 2
+        err = capsys.readouterr().err
+        assert err.strip().splitlines()[-1] == (
+            f"fairsim: error: {p}: --router session-affinity needs sessions (a session_id per request) and the "
+            "trace has none; use a session trace or another router")
+        assert "bench: fcfs" not in err
