@@ -301,6 +301,17 @@ def _fingerprint(args, trace, profile, names, spaces, fixed, targets, no_starvat
     }
     if fleet is not None:
         setup["fleet"] = _fleet_json(fleet, profile)
+    from fairsim.sweep.plan import _policy_inputs
+
+    # A class of your own (``package.module:Class``): its source file's content, as a sweep's
+    # run id holds it, so editing the policy refuses the study instead of mixing trials of two
+    # versions of its code. Only when there is one, so a study of registered policies made
+    # before stays valid.
+    refs = [t.ref for t in targets if t.ref is not None]  # a reference policy may be one too
+    sources = {n: _policy_inputs(n) for n in dict.fromkeys([*names, *refs])}
+    sources = {n: sha for n, src in sources.items() for sha in src.values()}
+    if sources:
+        setup["policy_source_sha256"] = sources
     from fairsim.costmodel import PROFILE_DIR
 
     profile_file = Path(args.profile) if Path(args.profile).is_file() else PROFILE_DIR / f"{args.profile}.json"

@@ -7,7 +7,8 @@ the process died (``kill -9``) is marked failed (``interrupted``) and its parame
 again in the same slot, so no finished trial is repeated.
 
 **Staleness.** The study records a fingerprint (``FINGERPRINT_KEYS``): the trace's content
-(SHA-256), the profile file's content, fairsim's version and source digest, and the settings
+(SHA-256), the profile file's content, fairsim's version and source digest, a user policy
+class's source file (SHA-256), and the settings
 that change a trial's result (policies, search spaces, fixed parameters, targets, windows,
 engine and shaping options, seed, batch). A rerun with any of them changed is refused with the
 difference; a larger ``--trials`` continues the study.

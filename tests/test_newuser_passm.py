@@ -1,0 +1,60 @@
+"""What new-user pass M found in `fairsim tune` and `fairsim sweep`, each checked by hand."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from fairsim.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+WINDOW = ROOT / "fairsim" / "traces" / "data" / "conversation_window.jsonl"
+
+POLICY = '''
+from fairsim.policies.space import IntRange
+
+
+class Mine:
+    search_space = {"limit": IntRange(1, 8)}
+
+    def __init__(self, limit: int = 2):
+        self.limit = limit
+
+    def order(self, waiting, now):
+        return sorted(waiting, key=lambda r: r.arrival_time{reverse})
+'''
+
+
+def test_tune_refuses_a_study_whose_own_policy_class_was_edited(tmp_path, capsys, monkeypatch):
+    # Was: the edited module's trials were added to the study made with the old code (the
+    # fingerprint held fairsim's source, not the class's), so the front mixed two policies.
+    pytest.importorskip("optuna")
+    module = tmp_path / "passm_policy.py"
+    module.write_text(POLICY.replace("{reverse}", ""))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "tune"
+    args = ["tune", "--trace", str(WINDOW), "--max-requests", "120", "--policies", "fairway,passm_policy:Mine",
+            "--targets", "p50<=2xfcfs", "--folds", "2", "--out", str(out)]
+    assert main([*args, "--trials", "2"]) == 0
+    capsys.readouterr()
+    assert main([*args, "--trials", "3"]) == 0  # unchanged: the study continues
+    capsys.readouterr()
+    module.write_text(POLICY.replace("{reverse}", ", reverse=True"))
+    assert main([*args, "--trials", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "other settings (policy_source_sha256: was {\"passm_policy:Mine\": " in err
+    assert "delete" in err and "study.db" in err
+    assert json.loads((out / "tune.json").read_text())["trials_in_study"] == 3  # nothing lost
+    # A class used only as a target's reference counts too.
+    out2 = tmp_path / "tune2"
+    ref = ["tune", "--trace", str(WINDOW), "--max-requests", "120", "--policies", "fcfs", "--trials", "1",
+           "--targets", "p50<=9xpassm_policy:Mine", "--folds", "2", "--out", str(out2)]
+    assert main(ref) == 0
+    capsys.readouterr()
+    module.write_text(POLICY.replace("{reverse}", ""))
+    assert main(ref) == 2
+    assert "policy_source_sha256" in capsys.readouterr().err
+    sys.modules.pop("passm_policy", None)
