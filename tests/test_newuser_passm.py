@@ -58,3 +58,17 @@ def test_tune_refuses_a_study_whose_own_policy_class_was_edited(tmp_path, capsys
     assert main(ref) == 2
     assert "policy_source_sha256" in capsys.readouterr().err
     sys.modules.pop("passm_policy", None)
+
+
+def test_sweep_table_shows_a_parameter_set_on_some_runs_and_left_at_its_default_on_others(tmp_path, capsys):
+    # Was: the column was hidden (its missing values were not counted as a value), so the two
+    # fairway rows printed the same but for their hashes.
+    spec = tmp_path / "s.toml"
+    spec.write_text('[[scenarios]]\nname = "rag"\nparams = { num_requests = 40 }\n'
+                    '[[policies]]\nname = "fairway"\n'
+                    '[[policies]]\nname = "fairway"\nparams = { fast_weight = 8 }\n')
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--workers", "1", "--no-progress"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:1] == ["run_id"])
+    assert lines[header].split()[:3] == ["run_id", "policy", "policy.fast_weight"]
+    assert [line.split()[1:3] for line in lines[header + 1:header + 3]] == [["fairway", "-"], ["fairway", "8"]]

@@ -179,7 +179,7 @@ def cmd_sweep(args: Any) -> int:
         return 130
     if len(summary):
         varying = [c for c in parameter_columns(summary)
-                   if summary[c].astype(str).nunique() > 1 or c == "policy"]
+                   if summary[c].astype(str).nunique(dropna=False) > 1 or c == "policy"]
         metrics = [c for c in ("ttft_p50_s", "ttft_p99_s", "ttft_max_s", "hit_rate") if c in summary]
         print(_show(summary, ["run_id", *varying, "status", *metrics]))
     failed = summary[summary["status"] == "failed"] if len(summary) else summary
