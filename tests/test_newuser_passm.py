@@ -72,3 +72,24 @@ def test_sweep_table_shows_a_parameter_set_on_some_runs_and_left_at_its_default_
     header = next(i for i, line in enumerate(lines) if line.split()[:1] == ["run_id"])
     assert lines[header].split()[:3] == ["run_id", "policy", "policy.fast_weight"]
     assert [line.split()[1:3] for line in lines[header + 1:header + 3]] == [["fairway", "-"], ["fairway", "8"]]
+
+
+@pytest.mark.parametrize("engine, message", [
+    ("block_size = [256, 256]", "engine.block_size: [256, 256]: a value is listed twice"),
+    ("instances = 2\nrouter = \"dynamo-kv\"\nrouter_params = [{dynamo-kv = {overlap_weight = 1}}, "
+     "{dynamo-kv = {overlap_weight = 1}}]",
+     'engine.router_params: [{"dynamo-kv": {"overlap_weight": 1}}, {"dynamo-kv": {"overlap_weight": 1}}]: '
+     "a value is listed twice"),
+])
+def test_sweep_refuses_an_engine_value_listed_twice(tmp_path, capsys, engine, message):
+    # Was: accepted, and the repeated point silently run once ("1 run"), where a repeated seed,
+    # policy grid value or trace time_scale is refused.
+    spec = tmp_path / "s.toml"
+    spec.write_text('policies = ["fcfs"]\n[[scenarios]]\nname = "rag"\nparams = { num_requests = 40 }\n'
+                    f"[engine]\n{engine}\n")
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--dry-run"]) == 2
+    assert capsys.readouterr().err == f"fairsim: error: {spec}: {message}\n"
+    spec.write_text(spec.read_text().replace("[256, 256]", "[256, 512]").replace("overlap_weight = 1}}]",
+                                                                                  "overlap_weight = 4}}]"))
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"2 runs; 0 done in {tmp_path / 'o'}"
