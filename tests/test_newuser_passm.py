@@ -93,3 +93,20 @@ def test_sweep_refuses_an_engine_value_listed_twice(tmp_path, capsys, engine, me
                                                                                   "overlap_weight = 4}}]"))
     assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--dry-run"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"2 runs; 0 done in {tmp_path / 'o'}"
+
+
+@pytest.mark.parametrize("content, why", [(b"not a database at all\n" * 10, "file is not a database"),
+                                          (b"SQLite format 3\x00" + b"\x10\x00" + b"\x00" * 82, None)])
+def test_tune_names_a_study_db_that_is_not_a_database(tmp_path, capsys, content, why):
+    # Was: "fairsim: internal error (a bug in fairsim, please report it): DatabaseError: ...", exit 1.
+    pytest.importorskip("optuna")
+    out = tmp_path / "tune"
+    out.mkdir()
+    (out / "study.db").write_bytes(content)
+    assert main(["tune", "--trace", str(WINDOW), "--max-requests", "120", "--policies", "fcfs", "--trials", "1",
+                 "--folds", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fairsim: error: --out {out}: {out / 'study.db'} cannot be read as a study (")
+    assert why is None or f"({why})" in err
+    assert err.endswith(f"give another --out, or delete {out / 'study.db'} to start a new study\n")
+    assert (out / "study.db").read_bytes() == content  # left as it was

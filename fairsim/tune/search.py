@@ -65,8 +65,15 @@ def open_study(out: Path, fingerprint: dict[str, Any]) -> Any:
             message names what changed and how to start afresh).
     """
     optuna = _optuna()
-    study = optuna.create_study(storage=storage_url(out), study_name=STUDY_NAME, load_if_exists=True,
-                                directions=["minimize", "minimize"])
+    from sqlalchemy.exc import DatabaseError
+
+    try:
+        study = optuna.create_study(storage=storage_url(out), study_name=STUDY_NAME, load_if_exists=True,
+                                    directions=["minimize", "minimize"])
+    except DatabaseError as exc:  # a file that is no SQLite database (truncated, or another file)
+        why = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        raise ValueError(f"--out {out}: {out / STUDY_FILE} cannot be read as a study ({why}); give another "
+                         f"--out, or delete {out / STUDY_FILE} to start a new study") from None
     stored = study.user_attrs.get("fingerprint")
     if stored is None:
         study.set_user_attr("fingerprint", fingerprint)
