@@ -110,3 +110,24 @@ def test_tune_names_a_study_db_that_is_not_a_database(tmp_path, capsys, content,
     assert why is None or f"({why})" in err
     assert err.endswith(f"give another --out, or delete {out / 'study.db'} to start a new study\n")
     assert (out / "study.db").read_bytes() == content  # left as it was
+
+
+def test_tune_leaves_no_stale_policy_config_of_an_earlier_study(tmp_path, capsys):
+    # Was: with study.db deleted and the targets made unreachable, the rerun wrote
+    # closest-policy-config.json beside the earlier study's policy-config.json, which a team
+    # would deploy; and the other way round.
+    pytest.importorskip("optuna")
+    out = tmp_path / "tune"
+    base = ["tune", "--trace", str(WINDOW), "--max-requests", "120", "--policies", "fcfs", "--trials", "1",
+            "--folds", "2", "--out", str(out)]
+    assert main([*base, "--targets", "p50<=2xfcfs"]) == 0
+    assert json.loads((out / "policy-config.json").read_text()) == {"policy": "fcfs", "params": {}}
+    (out / "study.db").unlink()
+    assert main([*base, "--targets", "p50<=0.5xfcfs"]) == 2
+    assert not (out / "policy-config.json").exists()
+    assert json.loads((out / "closest-policy-config.json").read_text()) == {"policy": "fcfs", "params": {}}
+    assert json.loads((out / "tune.json").read_text())["policy_config"] == str(out / "closest-policy-config.json")
+    (out / "study.db").unlink()
+    assert main([*base, "--targets", "p50<=2xfcfs"]) == 0
+    assert (out / "policy-config.json").exists() and not (out / "closest-policy-config.json").exists()
+    capsys.readouterr()

@@ -397,6 +397,13 @@ def _report(args, study, objective, sim, train, held, names, axes, notes, trace,
         "default_fairway": _scores(*fairway),
         "best_untuned": None if best_name is None else {"policy": best_name, **_scores(*untuned[best_name])},
     }
+    # A config file of an earlier study in this folder (deleted study.db, other targets) must not
+    # outlive it: the folder holds this study's policy-config.json or closest-policy-config.json
+    # only, never a stale one to be deployed by mistake.
+    keep = None if chosen is None else ("policy-config.json" if meets else "closest-policy-config.json")
+    for name in ("policy-config.json", "closest-policy-config.json"):
+        if name != keep:
+            (out / name).unlink(missing_ok=True)
     if chosen is not None:
         c_train = score_from_attrs((chosen["median"], chosen["tail"]), study.trials[chosen["trial"]].user_attrs)
         c_held = objective.score(held, sim.stats(chosen["policy"], chosen["params"], held))
