@@ -131,3 +131,22 @@ def test_tune_leaves_no_stale_policy_config_of_an_earlier_study(tmp_path, capsys
     assert main([*base, "--targets", "p50<=2xfcfs"]) == 0
     assert (out / "policy-config.json").exists() and not (out / "closest-policy-config.json").exists()
     capsys.readouterr()
+
+
+def test_a_yaml_spec_with_a_key_given_twice_is_refused_naming_the_line(tmp_path, capsys):
+    # Was: PyYAML kept the last value, so 'seeds: [0, 1]' then 'seeds: [2]' ran seed 2 only,
+    # without a word (the same spec in TOML is refused).
+    pytest.importorskip("yaml")
+    spec = tmp_path / "s.yaml"
+    spec.write_text("seeds: [0, 1]\npolicies: [fcfs]\nseeds: [2]\nscenarios:\n  - name: rag\n"
+                    "    params: {num_requests: 40}\n")
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--dry-run"]) == 2
+    assert capsys.readouterr().err == (f"fairsim: error: {spec}:3: not valid YAML: key 'seeds' given twice "
+                                       "(first at line 1)\n")
+    spec.write_text("policies: [fcfs]\nscenarios:\n  - name: rag\n    params:\n      num_requests: 40\n"
+                    "      num_requests: 50\n")
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--dry-run"]) == 2
+    assert "s.yaml:6: not valid YAML: key 'num_requests' given twice (first at line 5)" in capsys.readouterr().err
+    spec.write_text("seeds: [0, 1]\npolicies: [fcfs]\nscenarios:\n  - name: rag\n    params: {num_requests: 40}\n")
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"2 runs; 0 done in {tmp_path / 'o'}"

@@ -148,7 +148,7 @@ def load_spec(path: str | Path) -> dict[str, Any]:
             raise SweepSpecError(f"{path}: YAML specs need PyYAML (pip install pyyaml), or "
                                  "write the spec in TOML") from None
         try:
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=_unique_keys_loader(yaml))
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
@@ -159,6 +159,31 @@ def load_spec(path: str | Path) -> dict[str, Any]:
         raise SweepSpecError(f"{path}: a sweep spec is a table of keys (out, seeds, scenarios, "
                              f"policies, ...), not a {type(data).__name__}")
     return data
+
+
+def _unique_keys_loader(yaml: Any) -> Any:
+    """PyYAML's safe loader refusing a key given twice in one mapping (PyYAML keeps the last
+    silently; TOML refuses it), so a spec's second ``policies:`` is not dropped without a word."""
+
+    class UniqueKeys(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if isinstance(node, yaml.MappingNode):
+                first: dict[Any, Any] = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: *base`` merges, not a key
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        earlier = first.setdefault(key, key_node)
+                    except TypeError:  # an unhashable key: PyYAML's own error follows
+                        continue
+                    if earlier is not key_node:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"key {key!r} given twice (first at line {earlier.start_mark.line + 1})",
+                            key_node.start_mark)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeys
 
 
 def _kind(value: Any) -> str:
