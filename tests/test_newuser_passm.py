@@ -150,3 +150,26 @@ def test_a_yaml_spec_with_a_key_given_twice_is_refused_naming_the_line(tmp_path,
     spec.write_text("seeds: [0, 1]\npolicies: [fcfs]\nscenarios:\n  - name: rag\n    params: {num_requests: 40}\n")
     assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--dry-run"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"2 runs; 0 done in {tmp_path / 'o'}"
+
+
+def test_tune_refuses_fewer_trials_than_policies(tmp_path, capsys):
+    # Was: --policies all --trials 3 ran fcfs, lpm and klpm4 at their defaults only, then
+    # reported "no trial of 3 meets the targets" (exit 2, closest-policy-config.json) while
+    # its own table showed default fairway and the best untuned policy meeting them.
+    pytest.importorskip("optuna")
+    base = ["tune", "--trace", str(WINDOW), "--max-requests", "120", "--policies", "fcfs,lpm,fairway",
+            "--folds", "2", "--out", str(tmp_path / "o")]
+    assert main([*base, "--trials", "2"]) == 2
+    assert capsys.readouterr().err == ("fairsim: error: --trials 2: fewer than the 3 policies searched, each of "
+                                       "which runs first at its defaults; give --trials 3 or more, or fewer "
+                                       "--policies\n")
+    assert not (tmp_path / "o" / "study.db").exists()
+    assert main([*base, "--trials", "3", "--format", "json"]) in (0, 2)
+    assert sorted(json.loads(capsys.readouterr().out)["policies"]) == ["fairway", "fcfs", "lpm"]
+    assert sorted(pd_read(tmp_path / "o" / "trials.parquet")["policy"]) == ["fairway", "fcfs", "lpm"]
+
+
+def pd_read(path):
+    import pandas as pd
+
+    return pd.read_parquet(path)

@@ -174,6 +174,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if disagg is not None:
         disagg.link(profile)  # no bytes per token, or a link too slow: refused before any work
     names = resolve_policies(args.policies)
+    if args.trials < len(names):
+        # The first trials are each policy at its defaults: with fewer, some policies never run and
+        # "no trial meets the targets" can be said where an untuned policy meets them.
+        raise ValueError(f"--trials {args.trials}: fewer than the {len(names)} policies searched, each of which "
+                         f"runs first at its defaults; give --trials {len(names)} or more, or fewer --policies")
     params = parse_params(args.param)
     check_policies(names, profile, params)
     fixed = {n: params_for(n, params) for n in names}
