@@ -60,9 +60,11 @@ def test_an_empty_profile_is_named_as_empty(capsys, command):
     assert "is a folder" not in err
 
 
-def _with_stdout_closed(tmp_path, *argv):
+def _with_stdout_closed(tmp_path, last_header, *argv):
     """Run ``python -m fairsim ARGV`` whose stdout's reader leaves after the header lines (up to
-    the line starting ``replay:`` or ``trace``), as ``| head -3`` does, before the results print."""
+    the line starting ``last_header``, the last one printed before the work), as ``| head -3``
+    does, before the results print. (Leaving at an earlier header line would race the next one:
+    a pipe closed before it makes that line fail, with nothing computed yet.)"""
     import subprocess
     import sys
     from pathlib import Path
@@ -71,7 +73,7 @@ def _with_stdout_closed(tmp_path, *argv):
     proc = subprocess.Popen([sys.executable, "-m", "fairsim", *[trace if a == "TRACE" else str(a) for a in argv]],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, text=True)
     for line in proc.stdout:
-        if line.startswith(("replay:", "trace ")):
+        if line.startswith(last_header):
             break
     proc.stdout.close()  # the reader leaves: the next write to stdout raises BrokenPipeError
     err = proc.stderr.read()
@@ -82,7 +84,7 @@ def _with_stdout_closed(tmp_path, *argv):
 def test_compare_into_a_closed_pipe_still_writes_summary_run_json_and_plots(tmp_path):
     # Was: `fairsim compare --out o --plots p | head -1` wrote the tables, then the table's print
     # failed and summary.json, run.json and every figure were lost (exit 141).
-    done = _with_stdout_closed(tmp_path, "compare", "--trace", "TRACE", "--policies", "fcfs,fairway",
+    done = _with_stdout_closed(tmp_path, "replay:", "compare", "--trace", "TRACE", "--policies", "fcfs,fairway",
                                "--time-scale", "8", "--out", "o", "--plots", "p")
     code, err = done
     assert code == 141 and "Traceback" not in err
@@ -99,7 +101,7 @@ def test_compare_into_a_closed_pipe_still_writes_summary_run_json_and_plots(tmp_
 
 def test_accept_into_a_closed_pipe_still_writes_accept_json_and_plots(tmp_path):
     # Was: `fairsim accept ... --out o | head -1` kept the tables but not accept.json (nor --plots).
-    done = _with_stdout_closed(tmp_path, "accept", "TRACE", "--policy", "fairway", "--target-load", "0.9",
+    done = _with_stdout_closed(tmp_path, "trace ", "accept", "TRACE", "--policy", "fairway", "--target-load", "0.9",
                                "--out", "o", "--plots", "p")
     code, err = done
     assert code == 141 and "Traceback" not in err
