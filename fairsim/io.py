@@ -167,6 +167,16 @@ def check_writable_file(path: str | Path, option: str = "--out") -> Path:
     return target
 
 
+def _not_blank(text: str, what: str, advice: str) -> str:
+    """``text``, or ``argparse.ArgumentTypeError`` where it is empty or blank (an unset shell
+    variable): ``empty WHAT 'TEXT' ...; ADVICE``."""
+    import argparse
+
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"empty {what} {text!r} (an unset shell variable?); {advice}")
+    return text
+
+
 def path_arg(text: str) -> Path:
     """``argparse`` type for a path option: refuses an empty or blank value, which ``Path("")``
     would turn into the working folder (an unset shell variable writing results there).
@@ -174,12 +184,7 @@ def path_arg(text: str) -> Path:
     Raises:
         argparse.ArgumentTypeError: The value is empty or blank (argparse: usage, exit 2).
     """
-    import argparse
-
-    if not text.strip():
-        raise argparse.ArgumentTypeError(f"empty path {text!r} (an unset shell variable?); give a "
-                                         "folder or file name, '.' for the working folder")
-    return Path(text)
+    return Path(_not_blank(text, "path", "give a folder or file name, '.' for the working folder"))
 
 
 def file_arg(text: str) -> Path:
@@ -190,11 +195,7 @@ def file_arg(text: str) -> Path:
     Raises:
         argparse.ArgumentTypeError: The value is empty or blank (argparse: usage, exit 2).
     """
-    import argparse
-
-    if not text.strip():
-        raise argparse.ArgumentTypeError(f"empty path {text!r} (an unset shell variable?); give a file name")
-    return Path(text)
+    return Path(_not_blank(text, "path", "give a file name"))
 
 
 def name_arg(text: str) -> str:
@@ -204,12 +205,7 @@ def name_arg(text: str) -> str:
     Raises:
         argparse.ArgumentTypeError: The value is empty or blank (argparse: usage, exit 2).
     """
-    import argparse
-
-    if not text.strip():
-        raise argparse.ArgumentTypeError(f"empty name {text!r} (an unset shell variable?); give a name, or "
-                                         "leave the option out for its default")
-    return text
+    return _not_blank(text, "name", "give a name, or leave the option out for its default")
 
 
 def count_arg(text: str) -> int:

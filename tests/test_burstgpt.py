@@ -181,10 +181,6 @@ def test_a_file_holding_only_a_byte_order_mark_is_bad_input(tmp_path, capsys, fm
 
 
 def test_a_label_named_like_a_canonical_field_is_prefixed_and_converts(tmp_path):
-    from fairsim.traces.canonical import CANONICAL_KEYS
-    from fairsim.traces.formats import burstgpt
-
-    assert burstgpt.CANONICAL_KEYS == frozenset(CANONICAL_KEYS)
     p = tmp_path / "s.csv"
     p.write_text(HEADER.strip() + ",Session ID,Delay\n5,ChatGPT,472,18,490,Conversation log,s1,3\n")
     assert load_trace(p).requests[0].labels == {"model": "ChatGPT", "log_type": "Conversation log",

@@ -200,9 +200,8 @@ def make_policy(name: str, profile: Any = None, /, **params: Any) -> Policy:
         huge = [k for k, v in params.items() if _beyond_float(v)]
         if not huge:
             raise
-        raise ValueError(f"--param {huge[0]}=<a whole number of {len(str(abs(params[huge[0]])))} digits>: "
-                         f"beyond the float range (±{sys.float_info.max:.3g}) in which policy {name!r} "
-                         f"reads it") from None
+        raise ValueError(f"--param {huge[0]}={param_text(params[huge[0]])}: beyond the float range "
+                         f"(±{sys.float_info.max:.3g}) in which policy {name!r} reads it") from None
     except TypeError as exc:  # unknown keyword parameter
         accepted = accepted_params(name)
         raise ValueError(

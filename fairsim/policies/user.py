@@ -115,9 +115,7 @@ def make_user_policy(spec: str, profile: Any = None, /, **params: Any) -> Policy
     for key, value in params.items():
         wanted = _kind_of(sig.parameters[key]) if key in sig.parameters else None
         if wanted is not None and not _is_kind(value, wanted):
-            shown = (f"<a whole number of {len(str(abs(value)))} digits>" if isinstance(value, int)
-                     and not isinstance(value, bool) and len(str(abs(value))) > 40 else param_text(value))
-            raise ValueError(f"--param {key}={shown}: policy {spec!r} takes {wanted} there "
+            raise ValueError(f"--param {key}={param_text(value)}: policy {spec!r} takes {wanted} there "
                              f"({_declared(sig.parameters[key])})")
     try:
         policy = cls(**kwargs)
@@ -149,8 +147,15 @@ def _a(noun: str) -> str:
 
 def param_text(value: Any) -> str:
     """A ``--param`` value as one types it, for messages: ``true``, ``false``, ``null`` (Python's
-    ``True``/``False``/``None`` would be read back as strings and refused), else its ``repr``."""
-    return "null" if value is None else str(value).lower() if isinstance(value, bool) else repr(value)
+    ``True``/``False``/``None`` would be read back as strings and refused), a whole number of more
+    than 40 digits by its length (``<a whole number of 401 digits>``), else its ``repr``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int) and len(digits := str(abs(value))) > 40:
+        return f"<a whole number of {len(digits)} digits>"
+    return repr(value)
 
 
 _NUMBER, _WHOLE, _BOOL = "a finite number", "a whole number", "true or false"

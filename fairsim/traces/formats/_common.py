@@ -335,11 +335,11 @@ def lone_surrogate(value: Any, path: str = "") -> str | None:
     by the standard library are walked.)
     """
     if isinstance(value, str):
-        return path if _has_surrogate(value) else None
+        return path if not_utf8(value) else None
     if isinstance(value, dict):
         for key, item in value.items():
             at = f"{path}.{key}" if path else key
-            if _has_surrogate(key):
+            if not_utf8(key):
                 return at
             if isinstance(item, (str, list, dict)):
                 found = lone_surrogate(item, at)
@@ -354,7 +354,10 @@ def lone_surrogate(value: Any, path: str = "") -> str | None:
     return None
 
 
-def _has_surrogate(text: str) -> bool:
+def not_utf8(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate (a ``\\ud800`` escape without its pair, or a byte
+    that was not UTF-8 read with ``surrogateescape``), which UTF-8 text, and so the tables,
+    cannot hold."""
     if text.isascii():
         return False
     try:

@@ -28,16 +28,11 @@ from pathlib import Path
 from fairsim.errors import TraceFormatError
 from fairsim.sim.label_columns import PREFIX
 from fairsim.traces.fastreq import make_request
-from fairsim.traces.formats._common import OBSERVED_OUTPUT, Collector, Head, output_tokens
+from fairsim.traces.formats._common import OBSERVED_OUTPUT, Collector, Head, not_utf8, output_tokens
 from fairsim.traces.formats._csv import MISSING_FIELD, count, first_line, read_plain, rows
 from fairsim.traces.trace import Trace
 
 NAME = "burstgpt"
-CANONICAL_KEYS = frozenset(("timestamp", "input_length", "output_length", "hash_ids", "request_id",
-                            "session_id", "after", "delay", "segments"))
-"""``fairsim.traces.canonical.CANONICAL_KEYS``: a label of one of these names is written
-``trace_NAME``, as the request table writes a label named like one of its columns, so that
-``fairsim convert`` can write it (``tests/test_burstgpt.py`` checks the two stay equal)."""
 BLOCK = 512
 """Nominal hash block of the (empty) identity; only the default engine block follows from it."""
 COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
@@ -91,6 +86,9 @@ class _Labels:
         """Raises ``TraceFormatError`` (line 1): two columns that give one label name, one that
         gives ``observed_output_length`` (the reader's own label), or a column name that is not
         UTF-8."""
+        # (here: canonical imports the Mooncake reader, which this package imports first)
+        from fairsim.traces.canonical import CANONICAL_KEYS
+
         skip = {c.lower() for c in COLUMNS + NOT_READ}
         at, first = [], {}
         for i, column in enumerate(header):
@@ -98,9 +96,11 @@ class _Labels:
             if not key or key in skip:
                 continue
             label = LABELS.get(key, "_".join(key.split()))
-            if label in CANONICAL_KEYS:  # (a "Session ID" column): a field of fairsim's own trace files
+            if label in CANONICAL_KEYS:
+                # A field of fairsim's own trace files (a "Session ID" column): trace_NAME, as the
+                # request table writes a label named like one of its columns, so convert can write it
                 label = PREFIX + label
-            if not key.isascii() and _not_utf8(key):  # the label's name: the tables could not be written
+            if not_utf8(key):  # the label's name: the tables could not be written
                 shown = str(column).strip().encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
                 raise TraceFormatError(self.path, 1, shown, "a column name that is not UTF-8 text (it would "
                                        "name a label): rename it")
@@ -121,16 +121,6 @@ class _Labels:
             self.names.append(label)
             self.columns.append(str(column).strip())
         return at
-
-
-def _not_utf8(text: str) -> bool:
-    """Whether ``text`` holds a byte that was not UTF-8 (``text_lines`` decodes one as a lone
-    surrogate, which the tables could not be written with)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | None = None) -> Trace:
@@ -179,7 +169,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             labels: dict = {}
             for label, column, value in zip(names, kept.columns, extras):
                 if value is not None and value.strip():
-                    if not value.isascii() and _not_utf8(value):
+                    if not_utf8(value):
                         raise TraceFormatError(name, line, column, f"not UTF-8 text: {value.strip()!r}")
                     labels[label] = value.strip()
             if gen < 1:  # 0 (a failed request) becomes 1 with the label, a negative count is refused
