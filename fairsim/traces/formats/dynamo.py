@@ -92,6 +92,7 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
     blocks = set()
     others = 0  # JSON objects that are not request_end events
     no_identity = 0  # request_end rows without replay hashes
+    schemas: dict[str, int] = {}  # other schema versions named by request_end rows: count
     kernel = compiled_twin(COMPILED_MODULE)  # (its distinct_u64_ids)
     for line, rec in iter_json_lines(path):
         try:
@@ -103,6 +104,9 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             req = _request(rec)
             if not isinstance(req, dict):
                 raise TraceFormatError(name, line, "request", "missing on a request_end event")
+            if rec.get("schema", SCHEMA) != SCHEMA:  # (a later version may move or rename fields)
+                key = str(rec["schema"])
+                schemas[key] = schemas.get(key, 0) + 1
             if "request_received_ms" not in req:
                 raise TraceFormatError(name, line, "request.request_received_ms", "missing")
             arrival_ms = need_number(req["request_received_ms"], name, line, "request.request_received_ms", "ms")
@@ -222,6 +226,11 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
             f"{path}: {plural(orphans, 'sub-agent turn')} {'names' if orphans == 1 else 'name'} an "
             "agent_context.parent_session_id with no turn arriving before it (not in the file, later, or its "
             "own session); each starts on its own, at its recorded arrival")
+    if schemas:
+        named = ", ".join(f"{k!r} ({plural(n, 'row')})" for k, n in sorted(schemas.items()))
+        out.warnings.append(
+            f"{path}: request_end rows name the schema {named}, not {SCHEMA!r}, the one fairsim "
+            f"reads: they were read with its fields (docs/traces.md); check that their fields mean the same")
     if no_identity:
         out.warnings.append(
             f"{path}: {plural_have(no_identity, 'request')} no request.replay.input_sequence_hashes: they have no "
