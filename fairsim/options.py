@@ -29,7 +29,7 @@ from typing import Any
 from fairsim.costmodel import DEFAULT_PROFILE, Profile, load_profile
 from fairsim.io import count_arg, name_arg, path_arg, plural
 from fairsim.policies import make_policy, policy_names
-from fairsim.policies.user import param_text
+from fairsim.policies.base import param_text
 from fairsim.record import replace as record_replace
 from fairsim.sim import EngineConfig, SimResult
 from fairsim.traces import Trace, load_trace, scale_time, window

@@ -5,7 +5,13 @@ from __future__ import annotations
 import gzip
 import json
 
+import pytest
+
+from fairsim.policies import make_policy
 from fairsim.traces import read_trace
+from tests.utils import constant_profile
+
+PROFILE = constant_profile()
 
 
 def _dynamo_row(rid, received_ms, schema="dynamo.request.trace.v1"):
@@ -39,3 +45,17 @@ def test_a_dynamo_trace_of_the_known_schema_or_none_has_no_schema_warning(tmp_pa
     path = tmp_path / "d.jsonl"
     path.write_text(json.dumps(_dynamo_row("a", 1_000)) + "\n" + json.dumps(_dynamo_row("b", 1_200, None)) + "\n")
     assert read_trace(path).warnings == ()
+
+
+@pytest.mark.parametrize("name, params, text", [
+    ("fairway", {"fast_weight": True}, "Fairway fast_weight=true: need a finite number"),
+    ("ragcache", {"pgdsf": None}, "RAGCache pgdsf=null: need true or false"),
+    ("lpm", {"sglang_dedup": 1}, "LPM sglang_dedup=1: need true or false"),
+    ("klpm", {"k": False}, "k-LPM k=false: need an integer >= 1"),
+    ("suf", {"starvation_iterations": True}, "suf starvation_iterations=true: need an integer >= 1"),
+])
+def test_shipped_policies_spell_values_as_param_takes_them(name, params, text):
+    # Was: "Fairway fast_weight=True: ...", Python's spelling, which --param reads as a string.
+    with pytest.raises(ValueError) as info:
+        make_policy(name, PROFILE, **params)
+    assert text in str(info.value)

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from fairsim.policies.space import FloatRange, IntRange
+from fairsim.policies.base import param_text
 from fairsim.types import QueuedRequest
 
 
@@ -76,7 +77,7 @@ def _check_number(policy: str, key: str, value: Any) -> None:
             or not 0 <= value <= AGING_MAX:
         why = (" (beyond, the aging term rounds away the token counts it is added to)"
                if isinstance(value, (int, float)) and not isinstance(value, bool) and value > AGING_MAX else "")
-        raise ValueError(f"{policy} {key}={value!r}: need a number from 0 to {AGING_MAX:g}{why}")
+        raise ValueError(f"{policy} {key}={param_text(value)}: need a number from 0 to {AGING_MAX:g}{why}")
 
 
 def uncached_key(q: QueuedRequest) -> tuple[int, float, str]:
@@ -118,7 +119,7 @@ class ShortestUncachedFirst:
     def __init__(self, starvation_iterations: int | None = None) -> None:
         k = starvation_iterations
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-            raise ValueError(f"suf starvation_iterations={k!r}: need an integer >= 1, or null for no guard")
+            raise ValueError(f"suf starvation_iterations={param_text(k)}: need an integer >= 1, or null for no guard")
         self.starvation_iterations = k
         self.waiting = WaitingPasses()
 

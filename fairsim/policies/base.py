@@ -163,6 +163,19 @@ def checked_admission_limit(limit: Any, policy_name: str) -> int:
                               f"({type(limit).__name__}); {ADMISSION_LIMIT_RULE}")
 
 
+def param_text(value: Any) -> str:
+    """A ``--param`` value as one types it, for messages: ``true``, ``false``, ``null`` (Python's
+    ``True``/``False``/``None`` would be read back as strings and refused), a whole number of more
+    than 40 digits by its length (``<a whole number of 401 digits>``), else its ``repr``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int) and len(digits := str(abs(value))) > 40:
+        return f"<a whole number of {len(digits)} digits>"
+    return repr(value)
+
+
 def check_permutation(waiting: Sequence[QueuedRequest], ordered: Any, policy_name: str) -> list[QueuedRequest]:
     """Check that ``ordered`` (what ``order(waiting, now)`` returned) is a permutation of ``waiting``.
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 
-from fairsim.policies.base import arrival_key
+from fairsim.policies.base import arrival_key, param_text
 from fairsim.policies.clients import client_key
 from fairsim.policies.credit import Replay
 from fairsim.types import QueuedRequest
@@ -27,7 +27,7 @@ def check_quantum(owner: str, quantum: object) -> float:
     at least ``MIN_QUANTUM`` tokens."""
     if isinstance(quantum, bool) or not isinstance(quantum, (int, float)) or not math.isfinite(quantum) \
             or not quantum >= MIN_QUANTUM:
-        raise ValueError(f"{owner} quantum={quantum!r}: need a finite number of tokens >= {MIN_QUANTUM:g}")
+        raise ValueError(f"{owner} quantum={param_text(quantum)}: need a finite number of tokens >= {MIN_QUANTUM:g}")
     return float(quantum)
 
 

@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from fairsim.policies.base import WEIGHT_MAX, WEIGHT_MIN, arrival_key
+from fairsim.policies.base import WEIGHT_MAX, WEIGHT_MIN, arrival_key, param_text
 from fairsim.types import QueuedRequest
 from fairsim.policies.space import FloatRange
 
@@ -73,9 +73,9 @@ class Fairway:
         for key, value in (("fast_weight", fast_weight), ("fair_weight", fair_weight),
                            ("slo_multiplier", slo_multiplier), ("slo_floor", slo_floor)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"Fairway {key}={value!r}: need a finite number")
+                raise ValueError(f"Fairway {key}={param_text(value)}: need a finite number")
         if not isinstance(fair_lane, bool):
-            raise ValueError(f"Fairway fair_lane={fair_lane!r}: need true or false")
+            raise ValueError(f"Fairway fair_lane={param_text(fair_lane)}: need true or false")
         if not fast_weight > 0 or not fair_weight > 0:
             raise ValueError(
                 f"Fairway weights must be > 0, got fast_weight={fast_weight}, "
@@ -83,7 +83,7 @@ class Fairway:
             )
         for key, value in (("fast_weight", fast_weight), ("fair_weight", fair_weight)):
             if not WEIGHT_MIN <= value <= WEIGHT_MAX:
-                raise ValueError(f"Fairway {key}={value!r}: need a weight from {WEIGHT_MIN:g} to {WEIGHT_MAX:g} "
+                raise ValueError(f"Fairway {key}={param_text(value)}: need a weight from {WEIGHT_MIN:g} to {WEIGHT_MAX:g} "
                                  f"(only fast_weight / fair_weight matters; beyond these the lanes' work charges, "
                                  f"weight x tokens summed over a run, overflow or lose their digits)")
         if not SLO_FLOOR_MIN_S <= slo_floor <= SLO_MAX:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from fairsim.policies.base import arrival_key
+from fairsim.policies.base import arrival_key, param_text
 from fairsim.policies.fairway import Fairway, charge_merge
 from fairsim.types import QueuedRequest
 
@@ -68,10 +68,10 @@ class FairwayCarry(Fairway):
         if not self.fair_lane:
             raise ValueError("Fairway-carry needs the Fair lane (fair_lane=true)")
         if not isinstance(fast_first, bool):
-            raise ValueError(f"Fairway-carry fast_first={fast_first!r}: need true or false")
+            raise ValueError(f"Fairway-carry fast_first={param_text(fast_first)}: need true or false")
         if wait_cap is not None and (isinstance(wait_cap, bool) or not isinstance(wait_cap, (int, float))
                                      or not math.isfinite(wait_cap) or wait_cap < 0):
-            raise ValueError(f"Fairway-carry wait_cap={wait_cap!r}: need a finite number >= 0, or null for no cap")
+            raise ValueError(f"Fairway-carry wait_cap={param_text(wait_cap)}: need a finite number >= 0, or null for no cap")
         self.fast_first = fast_first
         self.wait_cap = None if wait_cap is None else float(wait_cap)
         self.oldest: str | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from fairsim.policies.base import arrival_key
+from fairsim.policies.base import arrival_key, param_text
 from fairsim.policies.deadline_clock import NS, now_ns, to_ns
 from fairsim.policies.fairway import Fairway, charge_merge
 from fairsim.types import QueuedRequest
@@ -116,19 +116,19 @@ class FairwayDeadline(Fairway):
     ) -> None:
         super().__init__(idle_prefill_time, **fairway)  # type: ignore[arg-type]
         if horizon not in HORIZONS:
-            raise ValueError(f"Fairway-deadline horizon={horizon!r}: need one of {', '.join(HORIZONS)}")
+            raise ValueError(f"Fairway-deadline horizon={param_text(horizon)}: need one of {', '.join(HORIZONS)}")
         if not isinstance(fast_first, bool):
-            raise ValueError(f"Fairway-deadline fast_first={fast_first!r}: need true or false")
+            raise ValueError(f"Fairway-deadline fast_first={param_text(fast_first)}: need true or false")
         if lookahead not in LOOKAHEADS:
-            raise ValueError(f"Fairway-deadline lookahead={lookahead!r}: need one of {', '.join(LOOKAHEADS)}")
+            raise ValueError(f"Fairway-deadline lookahead={param_text(lookahead)}: need one of {', '.join(LOOKAHEADS)}")
         if slack is not None and (isinstance(slack, bool) or not isinstance(slack, (int, float))
                                   or not 1 <= slack <= SLACK_MAX):
-            raise ValueError(f"Fairway-deadline slack={slack!r}: need a number from 1 to {SLACK_MAX:g} (beyond, "
+            raise ValueError(f"Fairway-deadline slack={param_text(slack)}: need a number from 1 to {SLACK_MAX:g} (beyond, "
                              f"slack x SLO in nanoseconds leaves the float range)")
         if estimate not in ESTIMATES:
-            raise ValueError(f"Fairway-deadline estimate={estimate!r}: need one of {', '.join(ESTIMATES)}")
+            raise ValueError(f"Fairway-deadline estimate={param_text(estimate)}: need one of {', '.join(ESTIMATES)}")
         if patience not in PATIENCES:
-            raise ValueError(f"Fairway-deadline patience={patience!r}: need one of {', '.join(PATIENCES)}")
+            raise ValueError(f"Fairway-deadline patience={param_text(patience)}: need one of {', '.join(PATIENCES)}")
         self.estimate = estimate
         self.patience = patience
         self.horizon = horizon

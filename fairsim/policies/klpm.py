@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fairsim.policies.base import arrival_key
+from fairsim.policies.base import arrival_key, param_text
 from fairsim.types import QueuedRequest
 from fairsim.policies.space import IntRange
 
@@ -40,7 +40,7 @@ class KLPM:
 
     def __init__(self, k: int = 4) -> None:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k-LPM k={k!r}: need an integer >= 1 (k=1 is FCFS; the paper uses 4 or 8)")
+            raise ValueError(f"k-LPM k={param_text(k)}: need an integer >= 1 (k=1 is FCFS; the paper uses 4 or 8)")
         self.k = k
         self.turn = 0
 

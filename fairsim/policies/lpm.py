@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fairsim.policies.base import arrival_key
+from fairsim.policies.base import arrival_key, param_text
 from fairsim.types import QueuedRequest
 from fairsim.policies.space import Choice
 
@@ -54,7 +54,7 @@ class LPM:
     def __init__(self, *, sglang_sort_limit: bool = False, sglang_dedup: bool = False) -> None:
         for key, value in (("sglang_sort_limit", sglang_sort_limit), ("sglang_dedup", sglang_dedup)):
             if not isinstance(value, bool):
-                raise ValueError(f"LPM {key}={value!r}: need true or false")
+                raise ValueError(f"LPM {key}={param_text(value)}: need true or false")
         self.sglang_sort_limit = sglang_sort_limit
         self.sglang_dedup = sglang_dedup
         self._previous: dict[str, int] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from fairsim.policies.eviction import ProtectWaitingHits
+from fairsim.policies.base import param_text
 from fairsim.types import QueuedRequest
 from fairsim.policies.space import Choice
 
@@ -51,7 +52,7 @@ class PEEK:
         protect: bool = True,
     ) -> None:
         if not isinstance(protect, bool):
-            raise ValueError(f"PEEK protect={protect!r}: need true or false")
+            raise ValueError(f"PEEK protect={param_text(protect)}: need true or false")
         self.idle_prefill_time = idle_prefill_time
         self.prefill_time = prefill_time
         self.eviction_hook = ProtectWaitingHits() if protect else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fairsim.policies.base import param_text
 from fairsim.types import QueuedRequest
 from fairsim.policies.space import Choice
 
@@ -39,11 +40,11 @@ class RAGCache:
 
     def __init__(self, prefill_time=None, *, pgdsf: bool = False) -> None:
         if not isinstance(pgdsf, bool):
-            raise ValueError(f"RAGCache pgdsf={pgdsf!r}: need true or false")
+            raise ValueError(f"RAGCache pgdsf={param_text(pgdsf)}: need true or false")
         self.eviction_hook = None
         if pgdsf:
             if prefill_time is None:
-                raise ValueError("RAGCache pgdsf=True needs the profile's prefill_time; build it "
+                raise ValueError("RAGCache pgdsf=true needs the profile's prefill_time; build it "
                                  "with make_policy('ragcache', profile, pgdsf=True)")
             from fairsim.policies.eviction import PGDSFEviction
 

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator, Mapping
 from importlib import import_module
 from typing import Any
 
-from fairsim.policies.base import Policy
-from fairsim.policies.user import is_user_spec, make_user_policy, param_text
+from fairsim.policies.base import Policy, param_text
+from fairsim.policies.user import is_user_spec, make_user_policy
 
 #: The module (in ``fairsim.policies``) of each policy class the registry builds. A class is
 #: imported when a policy that uses it is first built, not at start-up: a run builds one or a few

@@ -25,7 +25,7 @@ from itertools import chain
 from typing import Any
 
 from fairsim.policies.space import Choice
-from fairsim.policies.base import arrival_key
+from fairsim.policies.base import arrival_key, param_text
 from fairsim.policies.compiled_twins import COMPILED_MODULE, compiled_module
 from fairsim.policies.sorted_keys import SortedKeys
 from fairsim.policies.stale import resolve_stale
@@ -267,7 +267,7 @@ class _KeptSort:
 def _check_bools(name: str, **switches: Any) -> None:
     for key, value in switches.items():
         if not isinstance(value, bool):
-            raise ValueError(f"{name} {key}={value!r}: need true or false")
+            raise ValueError(f"{name} {key}={param_text(value)}: need true or false")
 
 
 class HRRN(_KeptSort):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from fairsim.policies.base import Policy
+from fairsim.policies.base import Policy, param_text
 
 if TYPE_CHECKING:  # (imported where used: a run that names no own class does without it)
     import inspect
@@ -143,19 +143,6 @@ def make_user_policy(spec: str, profile: Any = None, /, **params: Any) -> Policy
 def _a(noun: str) -> str:
     """``noun`` with its indefinite article (``an object``, ``a float``), by its first letter."""
     return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
-
-
-def param_text(value: Any) -> str:
-    """A ``--param`` value as one types it, for messages: ``true``, ``false``, ``null`` (Python's
-    ``True``/``False``/``None`` would be read back as strings and refused), a whole number of more
-    than 40 digits by its length (``<a whole number of 401 digits>``), else its ``repr``."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, int) and len(digits := str(abs(value))) > 40:
-        return f"<a whole number of {len(digits)} digits>"
-    return repr(value)
 
 
 _NUMBER, _WHOLE, _BOOL = "a finite number", "a whole number", "true or false"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Hashable, Sequence
 
-from fairsim.policies.base import WEIGHT_MAX, WEIGHT_MIN, arrival_key
+from fairsim.policies.base import WEIGHT_MAX, WEIGHT_MIN, arrival_key, param_text
 from fairsim.policies.clients import client_key
 from fairsim.types import QueuedRequest
 
@@ -50,7 +50,7 @@ class VTC:
     def __init__(self, input_weight: float = 1.0) -> None:
         if isinstance(input_weight, bool) or not isinstance(input_weight, (int, float)) \
                 or not WEIGHT_MIN <= input_weight <= WEIGHT_MAX:
-            raise ValueError(f"VTC input_weight={input_weight!r}: need a number from {WEIGHT_MIN:g} to "
+            raise ValueError(f"VTC input_weight={param_text(input_weight)}: need a number from {WEIGHT_MIN:g} to "
                              f"{WEIGHT_MAX:g} (it scales every counter alike; beyond, the counters "
                              f"overflowed and every client tied: FCFS's order)")
         self.input_weight = float(input_weight)
