@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from fairsim.cli import main
 from fairsim.policies import make_policy
 from fairsim.traces import read_trace
 from tests.utils import constant_profile
@@ -59,3 +60,30 @@ def test_shipped_policies_spell_values_as_param_takes_them(name, params, text):
     with pytest.raises(ValueError) as info:
         make_policy(name, PROFILE, **params)
     assert text in str(info.value)
+
+
+@pytest.mark.parametrize("where, spec, message", [
+    ("policy grid", 'policies = [{name = "fairway", grid = {fast_weight = [4, 4.0]}}]\n',
+     "policies[0].grid.fast_weight: [4, 4.0]: a value is listed twice"),
+    ("policy grid", 'policies = [{name = "fairway", grid = {fast_weight = [2, 2]}}]\n',
+     "policies[0].grid.fast_weight: [2, 2]: a value is listed twice"),
+    ("engine", 'policies = ["fcfs"]\n[engine]\nkv_blocks = [100, 100.0]\n',
+     "engine.kv_blocks: [100, 100.0]: a value is listed twice"),
+])
+def test_sweep_refuses_a_grid_value_listed_twice_in_any_spelling(tmp_path, capsys, where, spec, message):
+    # Was: [4, 4.0] ran the same simulation twice under two run ids (the ids hash 4 and 4.0
+    # apart); [2, 2] was refused only as two entries giving the same run.
+    path = tmp_path / "s.toml"
+    head, _, engine = spec.partition("[engine]\n")
+    path.write_text(head + '[[scenarios]]\nname = "rag"\nparams = { num_requests = 40 }\n'
+                    + (f"[engine]\n{engine}" if engine else ""))
+    assert main(["sweep", str(path), "--out", str(tmp_path / "o"), "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip() == f"fairsim: error: {path}: {message}"
+
+
+def test_sweep_keeps_distinct_grid_values_that_only_look_alike(tmp_path, capsys):
+    path = tmp_path / "s.toml"
+    path.write_text('policies = [{name = "fairway", grid = {fast_weight = [4, 4.5, 40]}}]\n'
+                    '[[scenarios]]\nname = "rag"\nparams = { num_requests = 40 }\n')
+    assert main(["sweep", str(path), "--out", str(tmp_path / "o"), "--dry-run"]) == 0
+    assert "3 runs" in capsys.readouterr().out

@@ -130,10 +130,6 @@ def _check_engine(s: SweepSpec) -> list[dict[str, Any]]:
             why = check_value(key, fields[key], value)
             if why:
                 raise s.error(f"engine.{key}" + (f"[{i}]" if len(values) > 1 else ""), why)
-        # A value listed twice would be one run (the points are the same), not the grid asked for;
-        # refused as a repeated seed is, and as a policy grid's repeated value is.
-        if len({json.dumps(v, sort_keys=True) for v in values}) < len(values):
-            raise s.error(f"engine.{key}", f"{json.dumps(values)}: a value is listed twice")
     given = [k for k in CAPACITY_KEYS if k in s.engine]
     if len(given) > 1:
         raise s.error(f"engine.{given[1]}", f"give one KV capacity key of {', '.join(CAPACITY_KEYS)}, "
