@@ -753,8 +753,31 @@ def check_policies(names: Sequence[str], profile: Profile, params: dict[str, Any
             if own[name] and "--param" not in message and not message.startswith("policy "):
                 given = " ".join(f"{k}={param_text(v)}" for k, v in own[name].items())
                 raise ValueError(f"--param ({given}) of policy {name!r}: {message}") from None
+            loose = _loose_param(name, names, own[name], params, message)
+            if loose is not None:  # an unscoped --param meant for another of the policies run
+                k, other = loose
+                raise ValueError(f"{message}; --param {k}={param_text(params[k])} goes to every policy "
+                                 f"run: give it to one as --param {other}.{k}={param_text(params[k])}") from None
             raise
     return own
+
+
+def _loose_param(name: str, names: Sequence[str], given: dict[str, Any], params: dict[str, Any],
+                 message: str) -> tuple[str, str] | None:
+    """``(key, policy)``: an unscoped ``--param`` key that policy ``name`` refused as unknown (its
+    "bad parameters" message) and that ``policy``, another of those run (``names``), takes: the
+    one it was meant for. None if there is none."""
+    from fairsim.policies.registry import accepted_params
+
+    if not message.startswith(f"policy {name!r}: bad parameters"):
+        return None
+    accepted = accepted_params(name)
+    for k in given:
+        if k in params and param_scope(k) is None and k not in accepted:
+            for other in names:
+                if other != name and k in accepted_params(other):
+                    return k, other
+    return None
 
 
 def policy_params(name: str, params: dict[str, Any], added: str | None = None) -> dict[str, Any]:

@@ -87,3 +87,21 @@ def test_sweep_keeps_distinct_grid_values_that_only_look_alike(tmp_path, capsys)
                     '[[scenarios]]\nname = "rag"\nparams = { num_requests = 40 }\n')
     assert main(["sweep", str(path), "--out", str(tmp_path / "o"), "--dry-run"]) == 0
     assert "3 runs" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["compare", "tune"])
+def test_an_unscoped_param_another_policy_takes_is_named_with_its_scoped_spelling(tmp_path, capsys, command):
+    # Was: "policy 'lpm': bad parameters {'fast_weight': 8}; accepted: ...", leaving the user to
+    # find that an unscoped --param goes to every policy run, and how to scope it.
+    args = [command, "--param", "fast_weight=8", "--policies", "fairway,lpm", "--out", str(tmp_path / "o")]
+    assert main(args + (["--trials", "4"] if command == "tune" else [])) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "policy 'lpm': bad parameters {'fast_weight': 8}; accepted: sglang_sort_limit, sglang_dedup; "
+        "--param fast_weight=8 goes to every policy run: give it to one as --param fairway.fast_weight=8")
+
+
+def test_an_unscoped_param_no_policy_run_takes_gets_no_scoping_advice(capsys):
+    assert main(["compare", "--param", "bogus=8", "--policies", "fairway,lpm"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == ("fairsim: error: policy 'fairway': bad parameters {'bogus': 8}; "
+                                               "accepted: fast_weight, fair_weight, slo_multiplier, slo_floor, "
+                                               "wait_mode, fair_lane")
