@@ -91,8 +91,9 @@ def parse_targets(text: str, option: str = "--targets") -> tuple[list[Target], b
     ``accept`` (``ACCEPT_TARGETS`` and no starvation). A reference policy is checked by the caller.
 
     Raises:
-        ValueError: A malformed item, a factor that is not a finite number > 0, a statistic given
-            twice, or no target; the message names ``option`` and the item.
+        ValueError: A malformed item, a factor that is not a finite number > 0, a statistic or
+            ``no-starvation`` given twice (``accept`` holds both), or no target; the message
+            names ``option`` and the item.
     """
     import math
     import re
@@ -100,11 +101,13 @@ def parse_targets(text: str, option: str = "--targets") -> tuple[list[Target], b
     targets: list[Target] = []
     starvation = False
     for item in (s.strip() for s in text.split(",")):
-        if item == "accept":
-            targets += ACCEPT_TARGETS
-            starvation = True
-            continue
-        if item == "no-starvation":
+        if item in ("accept", "no-starvation"):
+            if starvation:  # (accept holds no-starvation too)
+                items = [s.strip() for s in text.split(",")]
+                raise ValueError(f"{option} {text}: " + ("accept given more than once" if items.count("accept") > 1
+                                 else "no-starvation given more than once" + (
+                                     " (accept includes it)" if "accept" in items else "")))
+            targets += ACCEPT_TARGETS if item == "accept" else []
             starvation = True
             continue
         m = re.fullmatch(r"(\w+)\s*<=\s*([0-9.eE+-]+)\s*(?:x\s*(\S+)|(s))", item)

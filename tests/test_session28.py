@@ -105,3 +105,24 @@ def test_an_unscoped_param_no_policy_run_takes_gets_no_scoping_advice(capsys):
     assert capsys.readouterr().err.strip().splitlines()[-1] == ("fairsim: error: policy 'fairway': bad parameters {'bogus': 8}; "
                                                "accepted: fast_weight, fair_weight, slo_multiplier, slo_floor, "
                                                "wait_mode, fair_lane")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("no-starvation,no-starvation", "--targets no-starvation,no-starvation: no-starvation given more than once"),
+    ("accept, no-starvation", "--targets accept, no-starvation: no-starvation given more than once (accept includes it)"),
+    ("accept,accept", "--targets accept,accept: accept given more than once"),
+])
+def test_targets_refuse_no_starvation_given_twice(text, message):
+    # Was: accepted, while a statistic given twice is refused.
+    from fairsim.accept import parse_targets
+
+    with pytest.raises(ValueError) as info:
+        parse_targets(text)
+    assert str(info.value) == message
+
+
+def test_targets_take_no_starvation_once_beside_statistics():
+    from fairsim.accept import parse_targets
+
+    targets, starvation = parse_targets("p50<=2s,no-starvation,p99<=1.5xfcfs")
+    assert starvation and [(t.stat, t.factor, t.ref) for t in targets] == [("p50_s", 2.0, None), ("p99_s", 1.5, "fcfs")]
