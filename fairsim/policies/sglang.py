@@ -12,7 +12,8 @@ Shared pieces (SGLang applies them to its cache-aware policies ``lpm``, ``hrrn``
 
 - In-batch de-prioritisation (``in_batch_group``, ``in_batch_deprioritized``): a request whose
   cached prefix is at most 32 tokens and that shares at least 32 prefix tokens with an earlier
-  waiting request that was not itself de-prioritised goes behind every request that was not.
+  checked request (one whose cached prefix is at most 32 tokens too) goes behind every request
+  that was not de-prioritised (SGLang's ``_compute_prefix_matches``).
 - SGLang's FCFS fallback above 128 waiting (``lpm``, ``hrrn``): the queue is not re-sorted; it
   keeps the previous step's order, new arrivals at the back (``KeptOrder`` is its fast path).
 """
