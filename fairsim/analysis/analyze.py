@@ -33,6 +33,7 @@ from fairsim.costmodel import Profile
 from fairsim.sim import EngineConfig, simulate
 from fairsim.sim.capacity import resolve_capacity
 from fairsim.sim.keys import block_keys, reusable_blocks
+from fairsim.sim.result import Columns
 from fairsim.types import Request
 
 OBSERVED_CACHED = "observed_cached_tokens"
@@ -237,27 +238,33 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
     scaled = scale_time(requests, time_scale)
     timing = "the trace's timing" if time_scale == 1.0 else f"arrivals x{time_scale:g}"
 
-    def replay_with(policy: str) -> pd.DataFrame:
+    def replay_with(policy: str) -> Columns:
+        # The request table as columns, not a DataFrame, and the run's other tables dropped: on
+        # a trace of a million requests each frame took gigabytes (a helper measured 6 GB).
         return simulate(scaled, make_policy(policy, profile), profile, cfg, replay=replay,
-                        think_scale=think_scale).requests
+                        think_scale=think_scale).columns("requests")
 
     res = replay_with("fcfs")
-    fcfs_hit = float(res["cached_tokens"].sum() / res["prompt_tokens"].sum())
+    prompt = res["prompt_tokens"]
+    cached = res["cached_tokens"]
+    fcfs_hit = float(cached.sum() / prompt.sum())
     if observed is not None:
         a, s, w, ids = observed
         spread = queue_spread(a, s, w, source="observed scheduling times", threshold=threshold, ids=ids)
     else:
-        work = np.maximum(1, res["prompt_tokens"] - res["cached_tokens"]).to_numpy(dtype=np.float64)
-        entry = res["released_s"] if "released_s" in res else res["arrival_s"]
-        entry = entry.fillna(res["arrival_s"]).to_numpy(dtype=np.float64)  # queue entry: the send time
-        spread = queue_spread(entry, res["first_scheduled_s"].to_numpy(), work,
-                              ids=res["request_id"].astype(str).tolist(),
+        work = np.maximum(1, prompt - cached).astype(np.float64)
+        arrival = np.array(res.as_list("arrival_s"), dtype=np.float64)
+        entry = np.array(res.as_list("released_s"), dtype=np.float64) if "released_s" in res else arrival
+        entry = np.where(np.isnan(entry), arrival, entry)  # queue entry: the send time
+        spread = queue_spread(entry, np.array(res.as_list("first_scheduled_s"), dtype=np.float64), work,
+                              ids=[str(i) for i in res.as_list("request_id")],
                               source=f"FCFS simulation at {timing}" if time_scale == 1.0 else
                               f"FCFS simulation, {timing}", threshold=threshold)
-    grouped = replay_with("lpm")
-    order_reuse = OrderReuse(kv_blocks=kv_blocks, prompt_tokens=int(res["prompt_tokens"].sum()),
-                             fcfs_cached_tokens=int(res["cached_tokens"].sum()),
-                             grouped_cached_tokens=int(grouped["cached_tokens"].sum()),
+    prompt_total, fcfs_cached = int(prompt.sum()), int(cached.sum())
+    del res, prompt, cached  # (before the LPM run: one table at a time)
+    grouped_cached = int(replay_with("lpm")["cached_tokens"].sum())
+    order_reuse = OrderReuse(kv_blocks=kv_blocks, prompt_tokens=prompt_total, fcfs_cached_tokens=fcfs_cached,
+                             grouped_cached_tokens=grouped_cached,
                              threshold=reuse_threshold, source=f"FCFS and LPM simulations at {timing}")
     curve = lru_hit_curve(requests, block_size)
     reusable = reusable_blocks(block_keys(r, block_size) for r in requests)

@@ -74,6 +74,10 @@ class Columns:
     def __len__(self) -> int:
         return self._rows
 
+    def __contains__(self, name: object) -> bool:
+        """Whether the table has column ``name`` (as ``name in frame`` for a DataFrame)."""
+        return name in self._names
+
     def __getitem__(self, name: str) -> Any:
         arr = self._arrays.get(name)
         if arr is None:
