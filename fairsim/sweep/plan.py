@@ -162,6 +162,17 @@ def _check_engine(s: SweepSpec) -> list[dict[str, Any]]:
             raise s.error(f"engine ({_point(point)})", str(exc)) from None
         if point not in points:  # router_params of other routers cut away: the same run once
             points.append(point)
+    # A table for a router no run uses would be dropped unseen (fairsim run refuses a --router-param
+    # its router does not take): refused, naming it.
+    used = sorted({point["router"] for point in points if point.get("router")})
+    tables = s.engine.get("router_params", [])
+    for i, table in enumerate(tables):
+        for name in table:
+            if name not in used:
+                raise s.error("engine.router_params" + (f"[{i}]" if len(tables) > 1 else ""),
+                              f"router_params.{name}: no run of this spec uses router {name!r} (its runs use "
+                              f"{', '.join(used) or 'no router'}), so these parameters would be ignored; add "
+                              f"{name!r} to engine.router or leave its table out")
     return points
 
 
