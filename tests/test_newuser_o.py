@@ -43,3 +43,19 @@ def test_sweep_keeps_router_params_of_a_router_some_run_uses(tmp_path, capsys):
                                  'router_params = [{dynamo-kv = {overlap_weight = 1}}, {dynamo-kv = {overlap_weight = 4}}]')
     assert main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--dry-run"]) == 0
     assert "6 runs; 0 done" in capsys.readouterr().out
+
+
+def test_run_json_keeps_the_fleet_beside_engine_as_commands_md_says(tmp_path):
+    # commands.md said a fleet "adds its keys" to run.json's `engine`; they are top-level keys.
+    import json
+    from pathlib import Path
+
+    out = tmp_path / "out"
+    assert main(["run", "--trace", TRACE, "--max-requests", "20", "--policy", "fcfs", "--instances", "2",
+                 "--router", "least-work", "--out", str(out)]) == 0
+    info = json.loads((out / "run.json").read_text())
+    assert (info["instances"], info["router"], info["router_params"]) == (2, "least-work", {})
+    assert not {"instances", "router", "router_params"} & set(info["engine"])
+    doc = Path(__file__).resolve().parents[1].joinpath("docs", "commands.md").read_text()
+    assert "deployment adds its keys)" not in doc
+    assert "beside it a fleet's `instances`, `router` and `router_params`" in doc
