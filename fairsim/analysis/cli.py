@@ -79,13 +79,21 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                  threshold=args.spread_threshold, window_s=args.window_length, bin_s=args.bin,
                  time_scale=scale, replay=args.replay, think_scale=args.think_scale,
                  reuse_threshold=args.reuse_threshold)
-    if args.format == "json":
-        print(an.summary_json())
-    else:
-        scaled = f" (time scale {scale:.6g})" if scale != 1 else ""
-        print(f"trace {trace.label}{scaled}: {offered}")
-        print(format_text(an))
-    if args.out is not None:
-        paths = write_report(an, Path(args.out))
-        print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    gone: BrokenPipeError | None = None
+    try:
+        if args.format == "json":
+            print(an.summary_json())
+        else:
+            scaled = f" (time scale {scale:.6g})" if scale != 1 else ""
+            print(f"trace {trace.label}{scaled}: {offered}")
+            print(format_text(an))
+        sys.stdout.flush()
+    except BrokenPipeError as exc:  # stdout's reader left (`| head`): the report is still written
+        gone = exc
+    finally:  # (a Ctrl-C while printing too: analysis.json before the figures, as write_report does)
+        if args.out is not None:
+            paths = write_report(an, Path(args.out))
+            print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    if gone is not None:
+        raise gone  # exit 141, quietly (fairsim.cli), once the files are written
     return 0
