@@ -45,3 +45,24 @@ def test_analyze_into_a_closed_pipe_still_writes_its_report(tmp_path, fmt):
     assert data["requests"] == 5 and data["infinite_hit_rate"] == 2048 / 5208
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [
         "analysis.json", "hit_curve.png", "load.png", "report.md", "spread.png"]
+
+
+def test_load_bins_count_an_arrival_at_a_bin_start_in_that_bin(tmp_path, capsys):
+    # Was: with --bin 0.1 the request at 0.3 s was counted in the bin 0.2-0.3 s (0.3 / 0.1 is
+    # 2.9999999999999996 in floating point): that bin showed 2 requests and load 2.76 (the peak
+    # bin load in analysis.json), the bin starting at 0.3 s none.
+    from fairsim.analysis.load import load_series
+    from fairsim.costmodel import load_profile
+    from fairsim.traces import load_trace
+
+    trace = write_rows(tmp_path / "t.jsonl", ROWS)
+    series = load_series(load_trace(str(trace)).requests, load_profile("a6000-llama3.1-8b-vllm-prior"),
+                         0.1, 2048)
+    assert series["requests"].tolist() == [1, 1, 1, 1, 1]
+    assert series["start_s"].round(9).tolist() == [0.0, 0.1, 0.2, 0.3, 0.4]
+    # the 1024-token requests at 0.2 s and 0.3 s each fill their own bin alike
+    assert series["load"][2] == series["load"][3] == series["load"][0]
+    assert main(["analyze", str(trace), "--bin", "0.1", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["peak_bin_load"] == series["load"].max() == series["load"][1]  # the 1536-token request
+    assert data["mean_load"] == series["load"].mean()

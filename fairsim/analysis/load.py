@@ -128,7 +128,11 @@ def load_series(requests: Sequence[Request], profile: Profile, bin_s: float,
     ideal = prefill_work(ordered, sums.budget, ideal_reuse=True).new_tokens
     t = sums.arrival_s
     t0 = float(t[0])
-    idx = np.floor((t - t0) / bin_s).astype(np.int64)
+    q = (t - t0) / bin_s
+    idx = np.floor(q).astype(np.int64)
+    # The division rounds (0.3 / 0.1 is 2.9999999999999996): an arrival at a bin's start, to
+    # rounding, is counted in that bin, not in the one before.
+    idx += np.isclose(q, idx + 1, rtol=1e-12, atol=0)
     n = int(idx[-1]) + 1
     count = np.bincount(idx, minlength=n)
     tokens = np.bincount(idx, weights=[r.prompt_len for r in ordered], minlength=n)
