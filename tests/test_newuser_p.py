@@ -66,3 +66,30 @@ def test_load_bins_count_an_arrival_at_a_bin_start_in_that_bin(tmp_path, capsys)
     data = json.loads(capsys.readouterr().out)
     assert data["peak_bin_load"] == series["load"].max() == series["load"][1]  # the 1536-token request
     assert data["mean_load"] == series["load"].mean()
+
+
+# Recorded scheduling: r2 queued 0.1-0.5 s, r3 0.2-0.4 s, r4 0.3-0.6 s (r1 never waits).
+OBSERVED = [dict(ROWS[0], observed_first_scheduled_ms=0, observed_cached_tokens=0),
+            dict(ROWS[1], input_length=2000, hash_ids=[1, 2, 3, 4], observed_first_scheduled_ms=500,
+                 observed_cached_tokens=512),
+            dict(ROWS[2], input_length=300, hash_ids=[9], observed_first_scheduled_ms=400,
+                 observed_cached_tokens=0),
+            dict(ROWS[3], input_length=5000, hash_ids=list(range(11, 21)), observed_first_scheduled_ms=600,
+                 observed_cached_tokens=0)]
+
+
+@pytest.mark.parametrize("start", ["0", "0.1"])
+def test_observed_spread_keeps_the_trace_clock_under_window_start(tmp_path, capsys, start):
+    # Was: with --window-start 0.1 the arrivals were rebased to the window's start but the
+    # observed scheduling times (trace clock) were not: r2 counted as queued 0.0-0.5 s, giving
+    # p50 16.7x over 66.7 % of the time instead of the recorded 4.96x over 60 %.
+    trace = write_rows(tmp_path / "obs.jsonl", OBSERVED)
+    assert main(["analyze", str(trace), "--window-start", start, "--format", "json"]) == 0
+    spread = json.loads(capsys.readouterr().out)["spread"]
+    assert spread["source"] == "observed scheduling times"
+    # queued together: 0.2-0.3 s {1488, 300} 4.96x; 0.3-0.4 s {1488, 300, 5000} 16.7x; 0.4-0.5 s
+    # {1488, 5000} 3.36x; span from the first arrival to the last scheduling
+    assert spread["queued_share"] == pytest.approx(0.3 / (0.6 if start == "0" else 0.5))
+    assert spread["spread_p50"] == pytest.approx(1488 / 300)
+    assert spread["spread_max"] == pytest.approx(5000 / 300)
+    assert spread["share_at_or_above_threshold"] == pytest.approx(2 / 3)

@@ -164,9 +164,11 @@ def vars_window(w: Window) -> dict[str, Any]:
             "load": w.load}
 
 
-def observed_spread_inputs(requests: list[Request]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]] | None:
+def observed_spread_inputs(requests: list[Request], clock_offset_s: float = 0.0,
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]] | None:
     """``(arrival_s, first_scheduled_s, work, request_ids)`` from the trace's observed fields, or None when any
-    request lacks them.
+    request lacks them. ``clock_offset_s``: seconds the arrivals were rebased by (``--window-start``),
+    taken off the observed scheduling times too, which are on the trace's own clock.
 
     Raises:
         ValueError: An observed field that is not a number, cached tokens outside ``0..prompt``,
@@ -184,7 +186,7 @@ def observed_spread_inputs(requests: list[Request]) -> tuple[np.ndarray, np.ndar
             raise ValueError(f"request {r.request_id!r}: field '{OBSERVED_CACHED}': {cached:g} is outside "
                              f"0..{r.prompt_len} (the prompt's tokens)")
         a.append(r.arrival_time)
-        s.append(sched / 1000.0)
+        s.append(sched / 1000.0 - clock_offset_s)
         w.append(max(1, r.prompt_len - int(cached)))
     return np.array(a), np.array(s), np.array(w, dtype=np.float64), [r.request_id for r in requests]
 
@@ -193,7 +195,8 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
             offered: str, *, threshold: float = DEFAULT_SPREAD_THRESHOLD,
             window_s: float | None = None, bin_s: float | None = None,
             time_scale: float = 1.0, replay: str | None = None,
-            think_scale: float = 1.0, reuse_threshold: float = DEFAULT_REUSE_THRESHOLD) -> Analysis:
+            think_scale: float = 1.0, reuse_threshold: float = DEFAULT_REUSE_THRESHOLD,
+            clock_offset_s: float = 0.0) -> Analysis:
     """Measure ``requests`` (already windowed, not time-scaled).
 
     Args:
@@ -213,6 +216,8 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
             (``fairsim.sim.Engine``). In a closed-loop replay a turn joins the waiting queue when
             it is released (its ``released_s``), not at its timestamp; the spread uses that time.
         reuse_threshold: Verdict threshold of the prefix-cache check (``order_reuse.py``).
+        clock_offset_s: Trace seconds the arrivals were rebased by (``--window-start``): the
+            observed scheduling times, on the trace's clock, are moved by as much.
 
     Raises:
         ValueError: Bad options or observed fields; ``CapacityError`` from capacity sizing.
@@ -232,7 +237,7 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
     from fairsim.policies import make_policy
     from fairsim.traces import scale_time
 
-    observed = observed_spread_inputs(requests) if time_scale == 1.0 else None
+    observed = observed_spread_inputs(requests, clock_offset_s) if time_scale == 1.0 else None
     cfg = EngineConfig(budget_tokens=config.budget_tokens, max_num_seqs=config.max_num_seqs,
                        block_size=block_size, kv_blocks=kv_blocks)
     scaled = scale_time(requests, time_scale)

@@ -78,7 +78,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     an = analyze(requests, profile, config, trace.name, offered,
                  threshold=args.spread_threshold, window_s=args.window_length, bin_s=args.bin,
                  time_scale=scale, replay=args.replay, think_scale=args.think_scale,
-                 reuse_threshold=args.reuse_threshold)
+                 reuse_threshold=args.reuse_threshold,
+                 clock_offset_s=args.window_start)  # the window's arrivals start at 0
     gone: BrokenPipeError | None = None
     try:
         if args.format == "json":
