@@ -93,3 +93,20 @@ def test_observed_spread_keeps_the_trace_clock_under_window_start(tmp_path, caps
     assert spread["spread_p50"] == pytest.approx(1488 / 300)
     assert spread["spread_max"] == pytest.approx(5000 / 300)
     assert spread["share_at_or_above_threshold"] == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("observed_first_scheduled_ms", 50,
+     "field 'observed_first_scheduled_ms': 50 ms is before the request's arrival, 100 ms on the trace's clock"),
+    ("observed_cached_tokens", 5000, "field 'observed_cached_tokens': 5000 is outside 0..2000 (the prompt's tokens)"),
+    ("observed_cached_tokens", float("inf"), "field 'observed_cached_tokens': need a number, got inf"),
+])
+def test_a_bad_observed_field_names_file_line_and_field(tmp_path, capsys, field, value, message):
+    # Was: "fairsim: error: request 'r1': first scheduled at 0.05 s, before its arrival 0.1 s" (no
+    # file, line or field), and "request 'r1': field ..." for the others.
+    rows = [dict(r, request_id=f"r{i}") for i, r in enumerate(OBSERVED)]
+    rows[1][field] = value
+    trace = write_rows(tmp_path / "obs.jsonl", rows)
+    assert main(["analyze", str(trace)]) == 2
+    err = capsys.readouterr().err
+    assert f"fairsim: error: {trace}:2: {message}\n" in err and "Traceback" not in err

@@ -153,8 +153,9 @@ def test_analyze_refuses_more_cached_than_the_prompt(tmp_path, capsys):
              "request_id": f"q{i}", "observed_cached_tokens": 1024, "observed_first_scheduled_ms": i * 100 + 500,
              "observed_ttft_ms": 600} for i in range(30)]
     rows[4]["observed_cached_tokens"] = 5000
-    code, _, err = run_cli(capsys, "analyze", write_lines(tmp_path / "r.jsonl", rows))
-    assert code == 2 and "request 'q4': field 'observed_cached_tokens': 5000 is outside 0..1100" in err
+    trace = write_lines(tmp_path / "r.jsonl", rows)
+    code, _, err = run_cli(capsys, "analyze", trace)
+    assert code == 2 and f"{trace}:5: field 'observed_cached_tokens': 5000 is outside 0..1100" in err
 
 
 @pytest.mark.parametrize("argv", [["run", "--out", ""], ["compare", "--plots", " "], ["convert", "x", ""],

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -165,15 +166,18 @@ def vars_window(w: Window) -> dict[str, Any]:
 
 
 def observed_spread_inputs(requests: list[Request], clock_offset_s: float = 0.0,
+                           where: Callable[[Request], str] | None = None,
                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]] | None:
     """``(arrival_s, first_scheduled_s, work, request_ids)`` from the trace's observed fields, or None when any
     request lacks them. ``clock_offset_s``: seconds the arrivals were rebased by (``--window-start``),
-    taken off the observed scheduling times too, which are on the trace's own clock.
+    taken off the observed scheduling times too, which are on the trace's own clock. ``where``:
+    how messages name a request's record (``FILE:LINE``; default ``request 'ID'``).
 
     Raises:
         ValueError: An observed field that is not a number, cached tokens outside ``0..prompt``,
-            or a request scheduled before it arrived, naming the request and field.
+            or a request scheduled before it arrived, naming the record and field.
     """
+    where = where or (lambda r: f"request {r.request_id!r}")
     if not all(OBSERVED_CACHED in r.labels and OBSERVED_SCHEDULED_MS in r.labels for r in requests):
         return None
     a, s, w = [], [], []
@@ -181,10 +185,13 @@ def observed_spread_inputs(requests: list[Request], clock_offset_s: float = 0.0,
         cached, sched = r.labels[OBSERVED_CACHED], r.labels[OBSERVED_SCHEDULED_MS]
         for name, v in ((OBSERVED_CACHED, cached), (OBSERVED_SCHEDULED_MS, sched)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
-                raise ValueError(f"request {r.request_id!r}: field '{name}': need a number, got {v!r}")
+                raise ValueError(f"{where(r)}: field '{name}': need a number, got {v!r}")
         if not 0 <= cached <= r.prompt_len:  # an engine cannot find more cached than it was sent
-            raise ValueError(f"request {r.request_id!r}: field '{OBSERVED_CACHED}': {cached:g} is outside "
+            raise ValueError(f"{where(r)}: field '{OBSERVED_CACHED}': {cached:g} is outside "
                              f"0..{r.prompt_len} (the prompt's tokens)")
+        if sched / 1000.0 - clock_offset_s < r.arrival_time - 1e-9:  # (queue_spread's tolerance)
+            raise ValueError(f"{where(r)}: field '{OBSERVED_SCHEDULED_MS}': {sched:g} ms is before the "
+                             f"request's arrival, {1000 * (r.arrival_time + clock_offset_s):g} ms on the trace's clock")
         a.append(r.arrival_time)
         s.append(sched / 1000.0 - clock_offset_s)
         w.append(max(1, r.prompt_len - int(cached)))
@@ -196,7 +203,7 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
             window_s: float | None = None, bin_s: float | None = None,
             time_scale: float = 1.0, replay: str | None = None,
             think_scale: float = 1.0, reuse_threshold: float = DEFAULT_REUSE_THRESHOLD,
-            clock_offset_s: float = 0.0) -> Analysis:
+            clock_offset_s: float = 0.0, where: Callable[[Request], str] | None = None) -> Analysis:
     """Measure ``requests`` (already windowed, not time-scaled).
 
     Args:
@@ -218,6 +225,7 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
         reuse_threshold: Verdict threshold of the prefix-cache check (``order_reuse.py``).
         clock_offset_s: Trace seconds the arrivals were rebased by (``--window-start``): the
             observed scheduling times, on the trace's clock, are moved by as much.
+        where: How a bad observed field's message names its record (``observed_spread_inputs``).
 
     Raises:
         ValueError: Bad options or observed fields; ``CapacityError`` from capacity sizing.
@@ -237,7 +245,7 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
     from fairsim.policies import make_policy
     from fairsim.traces import scale_time
 
-    observed = observed_spread_inputs(requests, clock_offset_s) if time_scale == 1.0 else None
+    observed = observed_spread_inputs(requests, clock_offset_s, where) if time_scale == 1.0 else None
     cfg = EngineConfig(budget_tokens=config.budget_tokens, max_num_seqs=config.max_num_seqs,
                        block_size=block_size, kv_blocks=kv_blocks)
     scaled = scale_time(requests, time_scale)

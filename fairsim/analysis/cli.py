@@ -48,6 +48,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     """Run ``fairsim analyze``; returns the exit status."""
     from fairsim.analysis.analyze import analyze, format_text, write_report
     from fairsim.description import describe_run, merge_trace_arg
+    from fairsim.errors import record_where
     from fairsim.options import pre_run_load
     from fairsim.traces import scale_time
 
@@ -79,7 +80,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                  threshold=args.spread_threshold, window_s=args.window_length, bin_s=args.bin,
                  time_scale=scale, replay=args.replay, think_scale=args.think_scale,
                  reuse_threshold=args.reuse_threshold,
-                 clock_offset_s=args.window_start)  # the window's arrivals start at 0
+                 clock_offset_s=args.window_start,  # the window's arrivals start at 0
+                 where=lambda r: record_where(trace.source, trace.locations.get(r.request_id))
+                 if r.request_id in trace.locations else f"{trace.source}: request {r.request_id!r}")
     gone: BrokenPipeError | None = None
     try:
         if args.format == "json":
