@@ -110,3 +110,16 @@ def test_a_bad_observed_field_names_file_line_and_field(tmp_path, capsys, field,
     assert main(["analyze", str(trace)]) == 2
     err = capsys.readouterr().err
     assert f"fairsim: error: {trace}:2: {message}\n" in err and "Traceback" not in err
+
+
+def test_a_trace_shorter_than_the_window_prints_its_own_span(tmp_path, capsys):
+    # Was: "busiest windows: 0-0 s load 1.77" (decimals of the 60 s length asked for) for the
+    # 0.4 s trace that is its own busiest window; report.md's row read "| busy1 | 0 | 0 |".
+    trace = write_rows(tmp_path / "t.jsonl", ROWS)
+    assert main(["analyze", str(trace), "--window-length", "60", "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == "busiest windows: 0.00-0.40 s load 1.77"
+    assert "| busy1 | 0.00 | 0.40 | 5 | 1.77 |" in (tmp_path / "o" / "report.md").read_text()
+    assert main(["analyze", str(trace)]) == 0  # the default: a third of the span, to a tenth of it
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "busiest windows: 0.00-0.13 s load 2.63, 0.20-0.33 s load 2.07, 0.40-0.53 s load 0.64")

@@ -149,13 +149,20 @@ def seconds_decimals(length_s: float) -> int:
     return int(min(9, max(0, 1 - np.floor(np.log10(length_s))))) if length_s > 0 else 3
 
 
+def window_decimals(windows: list[Window], length_s: float) -> int:
+    """``seconds_decimals`` of the windows as listed: of ``length_s``, or of the trace's span where
+    a trace shorter than ``length_s`` is its own busiest window (0.4 s under a 60 s length prints
+    ``0.00-0.40 s``, not ``0-0 s``)."""
+    return seconds_decimals(min([length_s, *(w.end_s - w.start_s for w in windows)]))
+
+
 def format_windows(windows: list[Window], length_s: float, requests: int, unit: str = "s") -> str:
     """``START-END s load X`` for each window (``n/a`` when there are none: every request arrives
     at one instant, so no window has a length to divide by); ``unit`` names the clock where two
     differ (``trace s`` under ``--time-scale``)."""
     if not windows:
         return f"n/a (all {requests} requests arrive at one instant)"
-    d = seconds_decimals(length_s)
+    d = window_decimals(windows, length_s)
     return ", ".join(f"{w.start_s:.{d}f}-{w.end_s:.{d}f} {unit} load {fmt_num(w.load, '.2f')}" for w in windows)
 
 
@@ -335,7 +342,7 @@ def write_report(an: Analysis, out: Path) -> list[Path]:
     sp = an.spread
     curve_rows = "\n".join(f"| {r['capacity']} | {r['kv_blocks']:,} | {r['hit_rate']:.3f} |"
                            for r in an.curve_table())
-    d = seconds_decimals(an.window_s)
+    d = window_decimals(an.busiest, an.window_s)
     win_rows = "\n".join(f"| {w.name} | {w.start_s:.{d}f} | {w.end_s:.{d}f} | {w.requests} | "
                          f"{fmt_num(w.load, '.2f')} |" for w in an.busiest) or \
         f"| n/a | | | {an.requests} | all requests arrive at one instant |"
