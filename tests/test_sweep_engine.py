@@ -67,6 +67,9 @@ class TestRunEngine:
 
 axes = st.dictionaries(st.sampled_from(["a", "b", "c", "d"]),
                        st.lists(st.integers(-5, 5), min_size=1, max_size=4), max_size=4)
+#: A spec's grid axes list each value once (parse_spec refuses a repeat).
+unique_axes = st.dictionaries(st.sampled_from(["a", "b", "c", "d"]),
+                              st.lists(st.integers(-5, 5), min_size=1, max_size=4, unique=True), max_size=4)
 
 
 class TestGrid:
@@ -81,7 +84,7 @@ class TestGrid:
         if all(len(set(v)) == len(v) for v in grid.values()):
             assert len({tuple(p.items()) for p in points}) == len(points)
 
-    @given(axes)
+    @given(unique_axes)
     def test_spec_axes(self, grid):
         spec = parse_spec({"scenarios": ["rag"], "policies": [{"name": "fairway", "grid": grid}]})
         assert spec.policies[0].grid == grid
