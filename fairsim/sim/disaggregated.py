@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from fairsim.costmodel import Profile
+from fairsim.gcpause import collect_before_run
 from fairsim.errors import CapacityError, EngineInvariantError
 from fairsim.policies.base import Policy
 from fairsim.routers.base import Router
@@ -518,6 +519,7 @@ def simulate_disaggregated(requests: Sequence[Request], policies: Sequence[Polic
         As ``DisaggregatedFleet`` and ``fairsim.sim.simulate`` (a policy's failure is reported as
         there).
     """
+    collect_before_run(len(requests))  # (earlier runs' state, fairsim/gcpause.py)
     return run_reporting_policy_failure(
         lambda: DisaggregatedFleet(requests, policies, router, decode_policies, profile, link, config,
                                    decode_kv_blocks=decode_kv_blocks, replay=replay, think_scale=think_scale,

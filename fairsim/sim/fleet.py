@@ -47,7 +47,7 @@ from simpy.core import URGENT
 
 from fairsim.costmodel import Profile
 from fairsim.errors import EngineInvariantError
-from fairsim.gcpause import paused
+from fairsim.gcpause import collect_before_run, paused
 from fairsim.policies.base import Policy
 from fairsim.routers.base import InstanceView, RouteRequest, Router
 from fairsim.sim.arrivals import Arrivals, resolve_replay
@@ -402,6 +402,7 @@ def simulate_fleet(requests: Sequence[Request], policies: Sequence[Policy], rout
     Raises:
         As ``fairsim.sim.simulate`` (a policy's failure is reported as there).
     """
+    collect_before_run(len(requests))  # (earlier runs' state, fairsim/gcpause.py)
     return run_reporting_policy_failure(
         lambda: Fleet(requests, policies, router, profile, config, progress, replay=replay,
                       think_scale=think_scale, fast_order=fast_order, name=name, router_name=router_name,

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fairsim.costmodel import Profile
-from fairsim.gcpause import paused
+from fairsim.gcpause import collect_before_run, paused
 from fairsim.policies.base import Policy
 from fairsim.sim.config import EngineConfig
 from fairsim.sim.engine import Engine
@@ -49,6 +49,7 @@ def simulate(
             the original is its ``__cause__``).
         PolicyContractError: The policy broke its contract (``fairsim/policies/base.py``).
     """
+    collect_before_run(len(requests))  # (earlier runs' state, in this process)
     cls = Engine
     if fast_decode and config.mode == "colocated":
         from fairsim.sim.decode_fast import DecodeFastEngine as cls
