@@ -153,3 +153,18 @@ def test_a_run_collects_earlier_runs_garbage_once_their_requests_pass_the_bound(
     simulate(requests, make_policy("fcfs", PROFILE), PROFILE, EngineConfig(kv_blocks=64))
     assert collected == [1] and gcpause._simulated == 40  # 80 >= 60: collected, then counted anew
     assert first() is None  # the first run's engine (which held its policy) was freed
+
+
+def test_analyze_under_session_rate_measures_the_spread_on_the_simulated_clock(tmp_path, capsys):
+    # Was: --session-rate drew new session starts but the spread still read the recorded
+    # scheduling times, on the recording's clock: two clocks compared, or the run stopped with
+    # "... is before the request's arrival".
+    rows = [{"timestamp": 100 * i, "input_length": 1024, "output_length": 10, "hash_ids": [i, 100 + i],
+             "session_id": f"s{i}", "observed_first_scheduled_ms": 100 * i + 50, "observed_cached_tokens": 0}
+            for i in range(6)]
+    trace = tmp_path / "obs.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["analyze", str(trace), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["spread"]["source"] == "observed scheduling times"
+    assert main(["analyze", str(trace), "--session-rate", "0.001", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["spread"]["source"] == "FCFS simulation at the trace's timing"

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fairsim.io import atomic_write_text, json_safe
+from fairsim.io import atomic_write_text, json_safe, plural
 
 from fairsim.analysis.load import Window, busiest_windows, load_series
 from fairsim.analysis.order_reuse import DEFAULT_REUSE_THRESHOLD, OrderReuse
@@ -161,7 +161,8 @@ def format_windows(windows: list[Window], length_s: float, requests: int, unit: 
     at one instant, so no window has a length to divide by); ``unit`` names the clock where two
     differ (``trace s`` under ``--time-scale``)."""
     if not windows:
-        return f"n/a (all {requests} requests arrive at one instant)"
+        return "n/a (the one request arrives alone)" if requests == 1 else \
+            f"n/a (all {requests} requests arrive at one instant)"
     d = window_decimals(windows, length_s)
     return ", ".join(f"{w.start_s:.{d}f}-{w.end_s:.{d}f} {unit} load {fmt_num(w.load, '.2f')}" for w in windows)
 
@@ -210,7 +211,8 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
             window_s: float | None = None, bin_s: float | None = None,
             time_scale: float = 1.0, replay: str | None = None,
             think_scale: float = 1.0, reuse_threshold: float = DEFAULT_REUSE_THRESHOLD,
-            clock_offset_s: float = 0.0, where: Callable[[Request], str] | None = None) -> Analysis:
+            clock_offset_s: float = 0.0, where: Callable[[Request], str] | None = None,
+            arrivals_redrawn: bool = False) -> Analysis:
     """Measure ``requests`` (already windowed, not time-scaled).
 
     Args:
@@ -233,6 +235,9 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
         clock_offset_s: Trace seconds the arrivals were rebased by (``--window-start``): the
             observed scheduling times, on the trace's clock, are moved by as much.
         where: How a bad observed field's message names its record (``observed_spread_inputs``).
+        arrivals_redrawn: The arrivals are not the trace's own (``--session-rate`` drew the
+            sessions' starts): the recorded scheduling times are then on another clock, so the
+            spread comes from the FCFS simulation, as under a time scale.
 
     Raises:
         ValueError: Bad options or observed fields; ``CapacityError`` from capacity sizing.
@@ -252,7 +257,8 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
     from fairsim.policies import make_policy
     from fairsim.traces import scale_time
 
-    observed = observed_spread_inputs(requests, clock_offset_s, where) if time_scale == 1.0 else None
+    observed = (observed_spread_inputs(requests, clock_offset_s, where)
+                if time_scale == 1.0 and not arrivals_redrawn else None)
     cfg = EngineConfig(budget_tokens=config.budget_tokens, max_num_seqs=config.max_num_seqs,
                        block_size=block_size, kv_blocks=kv_blocks)
     scaled = scale_time(requests, time_scale)
@@ -345,7 +351,7 @@ def write_report(an: Analysis, out: Path) -> list[Path]:
     d = window_decimals(an.busiest, an.window_s)
     win_rows = "\n".join(f"| {w.name} | {w.start_s:.{d}f} | {w.end_s:.{d}f} | {w.requests} | "
                          f"{fmt_num(w.load, '.2f')} |" for w in an.busiest) or \
-        f"| n/a | | | {an.requests} | all requests arrive at one instant |"
+        f"| n/a | | | {an.requests} | {'one request' if an.requests == 1 else 'all requests arrive at one instant'} |"
     fcfs = (f"The FCFS simulation ({'at the recorded load' if an.time_scale == 1 else f'arrivals x{an.time_scale:g}'}) "
             f"hit {an.fcfs_hit_rate:.3f} at "
             f"{an.kv_blocks:,} blocks" + (
@@ -360,7 +366,7 @@ def write_report(an: Analysis, out: Path) -> list[Path]:
         busiest_of = f" of {summary['window_s']:g} s of trace time"
     text = f"""# fairsim analyze: {an.trace}
 
-{an.requests} requests. {an.offered}.
+{plural(an.requests, 'request')}. {an.offered}.
 
 ## 1. Does ordering matter? (the paper's step 1)
 

@@ -81,6 +81,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                  time_scale=scale, replay=args.replay, think_scale=args.think_scale,
                  reuse_threshold=args.reuse_threshold,
                  clock_offset_s=args.window_start,  # the window's arrivals start at 0
+                 arrivals_redrawn=desc.session_rate is not None,
                  where=lambda r: record_where(trace.source, trace.locations.get(r.request_id))
                  if r.request_id in trace.locations else f"{trace.source}: request {r.request_id!r}")
     gone: BrokenPipeError | None = None

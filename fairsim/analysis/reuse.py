@@ -114,8 +114,9 @@ def lru_hit_curve(requests: Sequence[Request], block_size: int | None = None) ->
     """The LRU hit-rate curve of ``requests`` replayed one at a time in arrival order.
 
     Args:
-        requests: Requests; sorted by arrival time here (stable, so ties keep file order, as the
-            simulator's FCFS does).
+        requests: Requests; sorted by arrival time here (stable, so ties keep file order; the
+            simulator's FCFS breaks such ties by request id, docs/policies.md, so on a trace
+            with equal timestamps the two orders, and their hits, may differ slightly).
         block_size: Engine block ``B``, tokens. Default: the trace's hash block (all requests must
             share it). Keys follow ``fairsim.sim.keys.engine_block_keys`` (as the simulator).
 
