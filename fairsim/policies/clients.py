@@ -27,6 +27,17 @@ from typing import Any
 from fairsim.types import QueuedRequest, Request
 
 
+def _hashable(value: Any) -> Hashable:
+    """``value``, or for a JSON list or object (a trace label may be one, and neither can key a
+    dict) a tuple equal for equal contents: ``(list, items)`` or ``(dict, items sorted by key)``,
+    the type kept so that a list and an object never name one client."""
+    if isinstance(value, list):
+        return (list, tuple(map(_hashable, value)))
+    if isinstance(value, dict):
+        return (dict, tuple(sorted((k, _hashable(v)) for k, v in value.items())))
+    return value
+
+
 def client_of_request(req: Request, block_keys: Sequence[Hashable] = ()) -> Hashable | None:
     """The class label the simulator puts in ``QueuedRequest.client`` (order in the module doc).
 
@@ -37,17 +48,18 @@ def client_of_request(req: Request, block_keys: Sequence[Hashable] = ()) -> Hash
 
     Returns:
         ``("tenant", label)``, ``("session", id)``, ``("doc", doc_id)`` or ``None``; the tag keeps
-        a tenant named like a session id apart from it.
+        a tenant named like a session id apart from it. A label that is a JSON list or object
+        is made hashable (``_hashable``): equal values are one client.
     """
     labels = req.labels
     tenant = labels.get("tenant") if labels else None
     if tenant is not None:
-        return ("tenant", tenant)
+        return ("tenant", _hashable(tenant))
     if req.session_id is not None:
         return ("session", req.session_id)
     doc = labels.get("doc_id") if labels else None
     if doc is not None:
-        return ("doc", doc)
+        return ("doc", _hashable(doc))
     return None
 
 
