@@ -49,7 +49,7 @@ def add_calibrate_command(sub: Any) -> None:
                                          "measured profile")
     p.add_argument("--backend", choices=("vllm", "torch"), default="vllm",
                    help="vllm: a live vLLM engine; torch: a Llama built from --model-config with random weights "
-                        "in plain PyTorch (no vLLM; labelled torch-level, not vLLM)")
+                        "in plain PyTorch (no vLLM; labelled torch-level, not vLLM) (default: vllm)")
     p.add_argument("--model-config", type=path_arg, default=None,
                    help="torch: the model's config.json (default: the shipped tiny Llama)")
     p.add_argument("--device", choices=("cuda", "cpu"), default=None,
@@ -90,7 +90,8 @@ def add_calibrate_command(sub: Any) -> None:
     p.add_argument("--force", action="store_true",
                    help="write the profile even if the fit is refused")
     p.add_argument("--name", type=name_arg, default=None, help="profile name (default: the output file stem)")
-    p.add_argument("--out", type=path_arg, default=Path(DEFAULT_OUT), help="profile JSON to write")
+    p.add_argument("--out", type=path_arg, default=Path(DEFAULT_OUT),
+                   help=f"profile JSON to write (default: {DEFAULT_OUT}, in the working folder)")
 
 
 def _grid(args: argparse.Namespace) -> Any:

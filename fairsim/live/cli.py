@@ -28,9 +28,10 @@ def _engine_options(p: argparse.ArgumentParser) -> None:
 
 def add_live_commands(sub: Any, add_common: Any) -> None:
     """Add the live subcommands to the ``fairsim`` subparsers ``sub``."""
+    from fairsim.options import HelpFormatter  # --help shows each default, as run's does
     from fairsim.policies import policy_names
 
-    rep = sub.add_parser("replay", help="replay a trace against a live vLLM engine")
+    rep = sub.add_parser("replay", help="replay a trace against a live vLLM engine", formatter_class=HelpFormatter)
     rep.add_argument("--engine", choices=("vllm",), required=True, help="the live engine (vllm)")
     rep.add_argument("--policy", default="fairway", help=f"one of: {', '.join(policy_names())}")
     rep.add_argument("--virtual", action="store_true",
@@ -45,8 +46,9 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
     rep._option_string_actions["--block-size"].help = "tokens per KV block (default 128)"  # noqa: SLF001
     _engine_options(rep)
 
-    eq = sub.add_parser("equivalence", help="compare simulator and vLLM decisions per request")
-    eq.add_argument("--policies", default="fcfs,lpm,fairway")
+    eq = sub.add_parser("equivalence", help="compare simulator and vLLM decisions per request",
+                        formatter_class=HelpFormatter)
+    eq.add_argument("--policies", default="fcfs,lpm,fairway", help="comma-separated policies the hook accepts")
     eq.add_argument("--requests", type=int, default=200, help="requests in the generated trace")
     eq.add_argument("--rate", type=float, default=8.0,
                     help="arrival rate, requests/s (virtual time); with --sessions: session starts/s")
@@ -54,7 +56,7 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
                     help="N > 0: a closed-loop agent trace of N sessions (with sub-agents) instead "
                          "of the RAG trace; --requests is then unused")
     eq.add_argument("--kv-blocks", type=int, default=48, help="usable KV blocks of 128 tokens")
-    eq.add_argument("--seed", type=int, default=1)
+    eq.add_argument("--seed", type=int, default=1, help="seed of the generated trace")
     eq.add_argument("--profile", type=name_arg, default="a6000-llama3.1-8b-vllm-prior",
                     help="profile giving step times on the virtual clock")
     eq.add_argument("--out", type=path_arg, help="write equivalence-POLICY.csv tables here")
@@ -66,24 +68,27 @@ def add_live_commands(sub: Any, add_common: Any) -> None:
     eq.add_argument("--max-num-seqs", type=count_arg, default=16,
                     help="most running requests, both sides (1 to the 2048-token step budget, as vLLM requires)")
 
-    fid = sub.add_parser("fidelity", help="TTFT p50/p99 of the simulator vs a real-time vLLM replay")
-    fid.add_argument("--policies", default="fcfs,lpm,fairway")
-    fid.add_argument("--requests", type=int, default=60)
+    fid = sub.add_parser("fidelity", help="TTFT p50/p99 of the simulator vs a real-time vLLM replay",
+                         formatter_class=HelpFormatter)
+    fid.add_argument("--policies", default="fcfs,lpm,fairway", help="comma-separated policies the hook accepts")
+    fid.add_argument("--requests", type=int, default=60, help="requests in the generated trace")
     fid.add_argument("--rate", type=float, default=2.0, help="arrival rate, requests/s (wall time)")
-    fid.add_argument("--kv-blocks", type=int, default=48)
-    fid.add_argument("--seed", type=int, default=1)
+    fid.add_argument("--kv-blocks", type=int, default=48, help="usable KV blocks of 128 tokens")
+    fid.add_argument("--seed", type=int, default=1, help="seed of the generated trace")
     fid.add_argument("--profile", type=name_arg, default=CPU_PROFILE, help="profile of this engine (measured)")
-    fid.add_argument("--out", type=path_arg)
+    fid.add_argument("--out", type=path_arg, help="write the live and simulated tables and fidelity.json here")
     fid.add_argument("--mode", choices=("prefill-only", "colocated"), default="prefill-only",
                      help="colocated: requests decode to their output length; TPOT is compared too")
     fid.add_argument("--max-output", type=int, default=None,
                      help="colocated: output lengths drawn uniformly from 1..N tokens (default 64)")
 
-    ov = sub.add_parser("hook-overhead", help="time the hook's reordering next to the engine's step")
+    ov = sub.add_parser("hook-overhead", help="time the hook's reordering next to the engine's step",
+                        formatter_class=HelpFormatter)
     ov.add_argument("--policies", default="fcfs,lpm,fairway",
                     help="comma-separated policy names, or all (every registered policy the hook accepts)")
     ov.add_argument("--sizes", default="10,100,1000", help="waiting-queue lengths")
-    ov.add_argument("--profile", type=name_arg, default="a6000-llama3.1-8b-vllm-prior")
+    ov.add_argument("--profile", type=name_arg, default="a6000-llama3.1-8b-vllm-prior",
+                    help="profile giving the policies their T_idle")
     ov.add_argument("--steps", type=int, default=20,
                     help="engine steps timed per policy and size (the median and p90 are over them)")
 
