@@ -110,7 +110,9 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if action.default in (None, [], False) or "default" in text:
+        # identity, not ==: a default of 0 (``0 == False``) is shown; the word, not "defaults"
+        if action.default is None or action.default is False or action.default == [] \
+                or re.search(r"\bdefault\b", text):
             return text
         return super()._get_help_string(action)
 
