@@ -544,6 +544,7 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
         untiled = argparse.Namespace(**vars(args))  # the trace itself, for the ratio of --tile
         if args.tile > 1:
             from fairsim.traces import window
+            from fairsim.traces.shaping import nothing_in_window
             from fairsim.traces.canonical import write_canonical
 
             # The trace itself loaded and shaped as each untiled child will, so what a child
@@ -563,7 +564,7 @@ def cmd_bench(args: argparse.Namespace, names: list[str]) -> int:
             # Cut first, then tile the part kept (the children then get the tiled file uncut).
             kept = window(list(trace.requests), args.window_start, args.window_end, args.max_requests)
             if not kept:
-                raise ValueError("no requests left after --window-start/--window-end/--max-requests")
+                raise ValueError(nothing_in_window(trace.requests, args.window_start, args.window_end))
             if len(kept) * args.tile > MAX_TILED_REQUESTS:
                 raise ValueError(f"--tile {args.tile}: {len(kept):,} requests x {args.tile} copies is above "
                                  f"{MAX_TILED_REQUESTS:,} requests; use fewer copies or a shorter trace")

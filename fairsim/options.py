@@ -33,6 +33,7 @@ from fairsim.policies.base import param_text
 from fairsim.record import replace as record_replace
 from fairsim.sim import EngineConfig, SimResult
 from fairsim.traces import Trace, load_trace, scale_time, window
+from fairsim.traces.shaping import nothing_in_window
 from fairsim.traces.formats import prompt_field
 from fairsim.traces.sessions import detach_cut
 from fairsim.types import Request
@@ -372,7 +373,7 @@ def load_requests(args: argparse.Namespace, profile: Profile | None = None,
                          f"temperature=T, T > 0); none of them is used with this --trace")
     kept = window(requests, args.window_start, args.window_end, args.max_requests)
     if not kept:
-        raise ValueError("no requests left after --window-start/--window-end/--max-requests")
+        raise ValueError(nothing_in_window(requests, args.window_start, args.window_end))
     limit, limit_name = model_len_limit(args, profile)
     kept, dropped = drop_too_long(kept, limit, trace.source, getattr(args, "skip_long", False),
                                   limit_name, trace.locations, prompt_field(trace.format))

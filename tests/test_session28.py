@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 
@@ -168,3 +169,15 @@ def test_analyze_under_session_rate_measures_the_spread_on_the_simulated_clock(t
     assert json.loads(capsys.readouterr().out)["spread"]["source"] == "observed scheduling times"
     assert main(["analyze", str(trace), "--session-rate", "0.001", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["spread"]["source"] == "FCFS simulation at the trace's timing"
+
+
+@pytest.mark.parametrize("command", ["run", "bench"])
+def test_a_window_that_keeps_no_request_says_where_the_arrivals_lie(capsys, command):
+    # Was: "no requests left after --window-start/--window-end/--max-requests", without saying
+    # that the embedded trace's arrivals end at 399 s.
+    window = Path(__file__).resolve().parents[1] / "fairsim" / "traces" / "data" / "conversation_window.jsonl"
+    args = [command, "--trace", str(window), "--window-start", "500"]
+    assert main(args + (["--policies", "fcfs", "--tile", "2"] if command == "bench" else [])) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "fairsim: error: no requests left after --window-start/--window-end/--max-requests: --window-start 500 "
+        "keeps none of the trace's arrivals, which run from 0 s to 399 s")

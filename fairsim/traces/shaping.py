@@ -24,6 +24,17 @@ def scale_time(requests: Sequence[Request], factor: float) -> list[Request]:
     return [with_arrival(r, r.arrival_time * factor) for r in requests]
 
 
+def nothing_in_window(requests: Sequence[Request], start_s: float = 0.0, end_s: float | None = None) -> str:
+    """The message for a ``window`` that kept no request: the options, and where the trace's
+    arrivals lie (seconds, before any time scale), so the user sees which bound missed."""
+    text = "no requests left after --window-start/--window-end/--max-requests"
+    if not requests:
+        return text
+    first, last = min(r.arrival_time for r in requests), max(r.arrival_time for r in requests)
+    given = f"--window-start {start_s:g}" + (f" --window-end {end_s:g}" if end_s is not None else "")
+    return f"{text}: {given} keeps none of the trace's arrivals, which run from {first:g} s to {last:g} s"
+
+
 def window(requests: Sequence[Request], start_s: float = 0.0, end_s: float | None = None,
            max_requests: int | None = None) -> list[Request]:
     """Requests arriving in ``[start_s, end_s)`` (seconds), rebased so ``start_s`` becomes 0.
