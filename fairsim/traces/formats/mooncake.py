@@ -388,11 +388,12 @@ def read(path: str | Path, *, skip_bad: bool = False, hash_block_size: int | Non
         add(req, row.line)
     if no_identity:
         out.warnings.append(
-            f"{path}: {no_identity} records have no hash_ids: they have no prefix identity, so none of "
+            f"{path}: {plural_have(no_identity, 'record')} no hash_ids: no prefix identity, so none of "
             f"their blocks is ever a cache hit (nothing is invented)")
     if lone_delays:
+        follow = "follows" if lone_delays == 1 else "follow"
         out.warnings.append(
-            f"{path}: {plural_have(lone_delays, 'record')} a delay but follow no turn (a session's first turn, or "
+            f"{path}: {plural_have(lone_delays, 'record')} a delay but {follow} no turn (a session's first turn, or "
             "a record without session_id): a delay counts from the turn a record follows, so theirs is not "
             "used (the session starts at its timestamp, or as --session-rate places it)")
     if gaps:
