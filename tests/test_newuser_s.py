@@ -1,0 +1,32 @@
+"""fairsim tune as a new user reads docs/sweeps.md: defects found and fixed (helper S)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fairsim.cli import main
+from fairsim.policies.registry import policy_names
+
+pytest.importorskip("optuna")
+
+ROOT = Path(__file__).resolve().parents[1]
+WINDOW = ROOT / "fairsim" / "traces" / "data" / "conversation_window.jsonl"
+
+
+def test_tune_policies_all_searches_the_generic_klpm(tmp_path, capsys):
+    # --policies all (tune's default) must search klpm's k (1-64): klpm4/klpm8 fix it. compare's
+    # all leaves the generic klpm out as klpm4's twin; tune's left the only searchable k-LPM out.
+    assert len(policy_names()) == 27
+    assert main(["tune", "--trace", str(WINDOW), "--policies", "all", "--trials", "26",
+                 "--out", str(tmp_path / "t")]) == 2
+    assert "--trials 26: fewer than the 27 policies searched" in capsys.readouterr().err
+    out = tmp_path / "all"
+    main(["tune", "--trace", str(WINDOW), "--max-requests", "120", "--folds", "2", "--policies", "all",
+          "--trials", "27", "--out", str(out)])
+    assert json.loads((out / "tune.json").read_text())["policies"] == policy_names()
+    rows = pd.read_parquet(out / "trials.parquet")
+    assert json.loads(rows.loc[rows["policy"] == "klpm", "params"].iloc[0]) == {"k": 4}
