@@ -104,8 +104,13 @@ def apply_policy_config(args: Any, command: str) -> None:
             raise ValueError(f"--param {key}: --policy-config {path} sets {key.rpartition('.')[2]} of "
                              f"policy {policy!r}; give it in one place")
     if command == "compare":
-        names = [s.strip() for s in args.policies.split(",")] if args.policies != "all" else None
-        if names is not None and policy not in names:
+        # ``all`` leaves out the generic klpm (klpm4's twin) and a class of your own: the file's
+        # policy is added to it as to a list, else its parameters would go to a policy not run.
+        from fairsim.policies.registry import policy_names
+
+        names = policy_names(include_generic=False) if args.policies == "all" else \
+            [s.strip() for s in args.policies.split(",")]
+        if policy not in names:
             args.policies = ",".join([*names, policy])
     else:
         if getattr(args, "policy", None) not in (None, policy, _DEFAULT_POLICY.get(command)):

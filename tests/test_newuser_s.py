@@ -30,3 +30,18 @@ def test_tune_policies_all_searches_the_generic_klpm(tmp_path, capsys):
     assert json.loads((out / "tune.json").read_text())["policies"] == policy_names()
     rows = pd.read_parquet(out / "trials.parquet")
     assert json.loads(rows.loc[rows["policy"] == "klpm", "params"].iloc[0]) == {"k": 4}
+
+
+def test_compare_policies_all_runs_a_policy_config_whose_policy_all_leaves_out(tmp_path, capsys):
+    # compare --policies all leaves out the generic klpm (which tune searches and may choose): the
+    # file's policy is added to all as to a list, not refused ("not among those run") or, with no
+    # parameters, silently not run.
+    trace = ["--trace", str(WINDOW), "--max-requests", "60", "--format", "json"]
+    for params, k in (({"k": 9}, 9), ({}, 4)):
+        config = tmp_path / "klpm.json"
+        config.write_text(json.dumps({"policy": "klpm", "params": params}))
+        assert main(["compare", *trace, "--policies", "all", "--policy-config", str(config)]) == 0
+        rows = json.loads(capsys.readouterr().out)
+        assert list(rows) == [*policy_names(include_generic=False), "klpm"]
+    assert main(["compare", *trace, "--policies", "fcfs,klpm", "--policy-config", str(config)]) == 0
+    assert list(json.loads(capsys.readouterr().out)) == ["fcfs", "klpm"]
