@@ -107,8 +107,10 @@ class _CoreParser(_Parser):
 
 def _add_run(sub: argparse._SubParsersAction, fmt: type[argparse.HelpFormatter]) -> None:
     run = sub.add_parser("run", help="simulate one policy", formatter_class=fmt)
-    run.add_argument("--policy", default="fairway",
-                     help=f"one of: {', '.join(policy_names())}; or package.module:Class, a class of your own")
+    # No argparse default: a --policy given is told from none, so one naming another policy than
+    # --policy-config's is refused (fairsim.policy_config), even when it names fairway.
+    run.add_argument("--policy", help=f"one of: {', '.join(policy_names())}; or package.module:Class, a class "
+                                      f"of your own (default: fairway)")
     run.add_argument("--policy-config", type=file_arg, metavar="FILE", help=POLICY_CONFIG_HELP)
     add_common(run)
     add_fleet_options(run)
@@ -216,7 +218,7 @@ def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
         apply_policy_config(args, args.command)
     if args.command == "run":
-        return cmd_simulate(args, [args.policy])
+        return cmd_simulate(args, [args.policy or "fairway"])
     if args.command == "compare":
         from fairsim.ratios import with_baseline
 

@@ -113,7 +113,7 @@ def apply_policy_config(args: Any, command: str) -> None:
         if policy not in names:
             args.policies = ",".join([*names, policy])
     else:
-        if getattr(args, "policy", None) not in (None, policy, _DEFAULT_POLICY.get(command)):
+        if getattr(args, "policy", None) not in (None, policy):
             raise ValueError(f"--policy {args.policy}: --policy-config {path} names policy {policy!r}; "
                              f"give one of them")
         args.policy = policy
@@ -121,6 +121,3 @@ def apply_policy_config(args: Any, command: str) -> None:
     args.param = [*args.param, *(f"{policy}.{k}={json.dumps(v)}" for k, v in params.items())]
     args.config_policy = policy  # so a parameter the policy refuses names the file (check_policies)
 
-
-#: ``--policy``'s default per command: a ``--policy`` at its default gives way to the file.
-_DEFAULT_POLICY = {"run": "fairway"}

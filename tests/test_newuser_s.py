@@ -45,3 +45,18 @@ def test_compare_policies_all_runs_a_policy_config_whose_policy_all_leaves_out(t
         assert list(rows) == [*policy_names(include_generic=False), "klpm"]
     assert main(["compare", *trace, "--policies", "fcfs,klpm", "--policy-config", str(config)]) == 0
     assert list(json.loads(capsys.readouterr().out)) == ["fcfs", "klpm"]
+
+
+def test_run_policy_fairway_given_with_a_policy_config_naming_another_is_refused(tmp_path, capsys):
+    # run's --policy defaulted to fairway in the parser, so a --policy fairway typed beside a file
+    # naming lpm gave way to the file without a word; accept refused it. Now both refuse it.
+    config = tmp_path / "lpm.json"
+    config.write_text(json.dumps({"policy": "lpm", "params": {"sglang_dedup": True}}))
+    trace = ["--trace", str(WINDOW), "--max-requests", "30", "--format", "json"]
+    assert main(["run", *trace, "--policy", "fairway", "--policy-config", str(config)]) == 2
+    assert ("--policy fairway: --policy-config " + str(config) + " names policy 'lpm'; give one of them"
+            in capsys.readouterr().err)
+    assert main(["run", *trace, "--policy-config", str(config)]) == 0
+    assert list(json.loads(capsys.readouterr().out)) == ["lpm"]
+    assert main(["run", *trace]) == 0  # no --policy, no file: fairway, as before
+    assert list(json.loads(capsys.readouterr().out)) == ["fairway"]
