@@ -181,3 +181,14 @@ def test_a_window_that_keeps_no_request_says_where_the_arrivals_lie(capsys, comm
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "fairsim: error: no requests left after --window-start/--window-end/--max-requests: --window-start 500 "
         "keeps none of the trace's arrivals, which run from 0 s to 399 s")
+
+
+def test_tune_space_refuses_one_number_given_twice_in_two_spellings():
+    # Was: --space fairway.fast_weight=4|4.0 searched 4 and 4.0 as two choices (one simulation),
+    # where a sweep grid refuses them as one value listed twice.
+    from fairsim.policies.space import parse_range
+
+    with pytest.raises(ValueError) as info:
+        parse_range("4|4.0", "--space fairway.fast_weight")
+    assert str(info.value) == "--space fairway.fast_weight: a value given twice in [4, 4.0]"
+    assert parse_range("4|4.5|true|1", "--space x").values == (4, 4.5, True, 1)

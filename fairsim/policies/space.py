@@ -70,10 +70,14 @@ class Choice:
     values: tuple[Any, ...]
 
     def check(self, where: str) -> None:
-        """Raises ValueError (naming ``where``) for no values, repeats, or a non-scalar value."""
+        """Raises ValueError (naming ``where``) for no values, repeats (``4`` and ``4.0`` are one
+        value), or a non-scalar value."""
         if not self.values:
             raise ValueError(f"{where}: empty choice; give at least one value")
-        if len(set(map(repr, self.values))) != len(self.values):
+        # (4 and 4.0 are one value: one run of the policy; true and 1 are two)
+        same = {("number", float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else ("", repr(v))
+                for v in self.values}
+        if len(same) != len(self.values):
             raise ValueError(f"{where}: a value given twice in {list(self.values)}")
         for v in self.values:
             if v is not None and not isinstance(v, (bool, int, float, str)):
