@@ -192,3 +192,19 @@ def test_tune_space_refuses_one_number_given_twice_in_two_spellings():
         parse_range("4|4.0", "--space fairway.fast_weight")
     assert str(info.value) == "--space fairway.fast_weight: a value given twice in [4, 4.0]"
     assert parse_range("4|4.5|true|1", "--space x").values == (4, 4.5, True, 1)
+
+
+def test_an_interrupted_tune_says_how_to_resume(tmp_path, capsys, monkeypatch):
+    # Was: only "interrupted; results already written are kept", where sweep also says that the
+    # same command resumes; tune's study does resume (its trials are in study.db).
+    import fairsim.tune.search as search
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(search, "run_study", interrupted)
+    out = tmp_path / "t"
+    window = Path(__file__).resolve().parents[1] / "fairsim" / "traces" / "data" / "conversation_window.jsonl"
+    assert main(["tune", "--trace", str(window), "--policies", "fcfs,lpm", "--trials", "2", "--out", str(out)]) == 130
+    assert f"fairsim: the finished trials are kept in {out}; run the same command to resume" in \
+        capsys.readouterr().err

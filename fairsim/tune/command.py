@@ -245,10 +245,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
         workers = args.workers or min(args.batch, os.cpu_count() or 1)
         executor = (search.RayExecutor(args.address, workers) if args.executor == "ray"
                     else search.LocalExecutor(workers if args.batch > 1 else 1))
-        with executor, _progress(args.trials, len(search._done_slots(study)), axes) as on_done:
-            ran = search.run_study(study, trials=args.trials, batch=args.batch, seed=args.search_seed, policies=names,
-                                   spaces=spaces, evaluate=evaluate, executor=executor, on_done=on_done,
-                                   initial=_defaults_in_space(names, spaces))
+        try:
+            with executor, _progress(args.trials, len(search._done_slots(study)), axes) as on_done:
+                ran = search.run_study(study, trials=args.trials, batch=args.batch, seed=args.search_seed,
+                                       policies=names, spaces=spaces, evaluate=evaluate, executor=executor,
+                                       on_done=on_done, initial=_defaults_in_space(names, spaces))
+        except KeyboardInterrupt:  # (the trials finished are in the study: say how to go on, as sweep does)
+            print(f"fairsim: the finished trials are kept in {args.out}; run the same command to resume",
+                  file=sys.stderr)
+            raise
         return _report(args, study, objective, sim, train, held, names, axes, notes, trace, ran)
 
 
