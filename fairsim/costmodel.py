@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -469,6 +470,11 @@ def _number(value: Any, key: str, source: str, unit: str) -> float:
     """``value`` as a finite float >= 0, else ``ProfileError`` naming ``key``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ProfileError(f"{source}: '{key}' must be a number ({unit}), got {json.dumps(value)}")
+    try:
+        float(value)
+    except OverflowError:  # JSON integers are unbounded: one past a float's range
+        raise ProfileError(f"{source}: '{key}' must be a finite number >= 0 ({unit}), got a whole number "
+                           f"of {len(str(abs(value)))} digits") from None
     if not math.isfinite(value) or value < 0:
         raise ProfileError(f"{source}: '{key}' must be a finite number >= 0 ({unit}), got {value!r}")
     return float(value)
@@ -649,4 +655,7 @@ def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> Profile:
         raise ProfileError(f"{path}: not UTF-8 text (a binary file?): {exc.reason}") from exc
     except OSError as exc:
         raise ProfileError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except ValueError:  # a whole number past Python's int digit limit (4,300 digits)
+        raise ProfileError(f"{path}: a whole number of more digits than Python reads (at most "
+                           f"{sys.get_int_max_str_digits():,}; reading it as a profile)") from None
     return profile_from_dict(data, source=str(path))

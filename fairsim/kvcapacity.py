@@ -145,6 +145,11 @@ def kv_capacity_from_dict(data: Any, source: str) -> KVCapacity:
         value = data[name]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ProfileError(f"{source}: 'kv_capacity.{name}' must be a number, got {value!r}")
+        try:
+            float(value)
+        except OverflowError:  # JSON integers are unbounded: one past a float's range
+            raise ProfileError(f"{source}: 'kv_capacity.{name}' must be a finite number, got a whole number of "
+                               f"{len(str(abs(value)))} digits") from None
         if name == "kv_bytes_per_token":
             if not isinstance(value, int) and not float(value).is_integer():
                 raise ProfileError(f"{source}: 'kv_capacity.kv_bytes_per_token' must be an integer, got {value!r}")

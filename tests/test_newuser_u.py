@@ -1,0 +1,43 @@
+"""What newuser-u's pass over cost-model profiles found (loading, ``profile build``), each by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fairsim.cli import main
+from fairsim.costmodel import PROFILE_DIR, load_profile
+from fairsim.errors import ProfileError
+
+PRIOR = PROFILE_DIR / "a6000-llama3.1-8b-vllm-prior.json"
+
+
+def prior_text() -> str:
+    return json.dumps(json.loads(PRIOR.read_text()))
+
+
+@pytest.mark.parametrize("old,new,message", [
+    ('"a_s": 0.00567', '"a_s": 1' + "0" * 400,
+     "'coefficients.a_s' must be a finite number >= 0 (s), got a whole number of 401 digits"),
+    ('"device_memory_gib": 48.0', '"device_memory_gib": 1' + "0" * 400,
+     "'kv_capacity.device_memory_gib' must be a finite number, got a whole number of 401 digits"),
+    ('"kv_bytes_per_token": 131072', '"kv_bytes_per_token": 1' + "0" * 400,
+     "'kv_capacity.kv_bytes_per_token' must be a finite number, got a whole number of 401 digits"),
+    ('"a_s": 0.00567', '"a_s": 1' + "0" * 5000,
+     "a whole number of more digits than Python reads (at most 4,300; reading it as a profile)"),
+])
+def test_a_whole_number_past_a_float_is_named_not_an_internal_error(tmp_path, capsys, old, new, message):
+    # Was: a JSON integer past a float's range (10**400) ended in "internal error ... OverflowError"
+    # (exit 1); one of 5,001 digits printed Python's digit-limit message without naming the file.
+    path = tmp_path / "p.json"
+    text = prior_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+    with pytest.raises(ProfileError) as exc:
+        load_profile(path)
+    assert str(exc.value) == f"{path}: {message}"
+    assert main(["run", "--policy", "fcfs", "--profile", str(path), "--max-requests", "2"]) == 2
+    err = capsys.readouterr().err
+    assert f"fairsim: error: {path}: {message}" in err and "internal error" not in err
