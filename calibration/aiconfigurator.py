@@ -119,7 +119,7 @@ class AicSource:
         try:
             self.handle = EngineHandle.compile(self.model, self.system, BACKEND, backend_version=self.vllm_version,
                                                tp_size=self.tp)
-        except (ValueError, RuntimeError, KeyError) as exc:
+        except (ValueError, RuntimeError, KeyError, AssertionError) as exc:  # (the SDK asserts, e.g. heads % tp)
             raise ValueError(f"aiconfigurator-core cannot build {self.model} at --tp {self.tp} on {self.system} "
                              f"vLLM {self.vllm_version}: {exc}") from exc
 

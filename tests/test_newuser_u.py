@@ -41,3 +41,16 @@ def test_a_whole_number_past_a_float_is_named_not_an_internal_error(tmp_path, ca
     assert main(["run", "--policy", "fcfs", "--profile", str(path), "--max-requests", "2"]) == 2
     err = capsys.readouterr().err
     assert f"fairsim: error: {path}: {message}" in err and "internal error" not in err
+
+
+def test_aiconfigurator_tp_that_does_not_split_the_heads_exits_2(tmp_path, capsys):
+    # Was: --tp 3 on Llama-3.1-8B (32 attention heads) ended in "internal error ... AssertionError:
+    # num_heads 32 should be divisible by tp_size 3" (exit 1): the SDK checks with an assert.
+    pytest.importorskip("aiconfigurator_core")
+    out = tmp_path / "p.json"
+    assert main(["profile", "build", "--from", "aiconfigurator", "--system", "h200_sxm", "--tp", "3",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert ("fairsim: error: aiconfigurator-core cannot build meta-llama/Meta-Llama-3.1-8B at --tp 3 on h200_sxm "
+            "vLLM 0.24.0: num_heads 32 should be divisible by tp_size 3") in err
+    assert "internal error" not in err and not out.exists()
