@@ -73,6 +73,11 @@ DECODE_KEYS = ("e_s_per_decode_ctx_token", "f_s_per_decode", "min_step_s")
 """Optional coefficients of the colocated (decode) form; 0 when a profile omits them."""
 PROFILE_DIR = Path(__file__).parent / "profiles"
 DEFAULT_PROFILE = "a6000-llama3.1-8b-vllm-prior"
+MAX_TOKENS = 2**31 - 1
+"""Largest token count a profile may give (``idle_prefill.prompt_tokens``, ``budget_tokens``,
+``max_model_len``): vLLM keeps token positions and a step's token offsets in int32 (the bound of
+``--budget`` and ``--max-model-len``). Beyond it the loader's own check of the ``T_idle`` table
+(a step per chunk of each length) would run for hours instead of refusing."""
 
 IDLE_TABLE_TOLERANCE = 0.25
 """Largest accepted relative gap ``|T_idle(L) - prefill_time(L)| / prefill_time(L)`` at any table
@@ -563,6 +568,9 @@ def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> Profile:
         raise ProfileError(f"{source}: 'idle_prefill' needs >= 2 points and as many seconds as "
                            f"prompt_tokens, got {len(lengths)} lengths and {len(seconds)} seconds")
     for i in range(len(lengths)):
+        if lengths[i] > MAX_TOKENS:
+            raise ProfileError(f"{source}: 'idle_prefill.prompt_tokens[{i}]'={lengths[i]}: lengths must be at "
+                               f"most {MAX_TOKENS:,} tokens (vLLM keeps token positions in int32)")
         if lengths[i] < 1 or (i and lengths[i] <= lengths[i - 1]):
             raise ProfileError(f"{source}: 'idle_prefill.prompt_tokens[{i}]'={lengths[i]}: lengths must "
                                f"be >= 1 and strictly increasing")
@@ -572,6 +580,9 @@ def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> Profile:
     budget = data.get("budget_tokens", 2048)
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
         raise ProfileError(f"{source}: 'budget_tokens' must be an integer >= 1 (tokens), got {json.dumps(budget)}")
+    if budget > MAX_TOKENS:
+        raise ProfileError(f"{source}: 'budget_tokens' must be at most {MAX_TOKENS:,} tokens (vLLM's int32 step "
+                           f"offsets, the bound of --budget), got {budget}")
     metadata = data.get("metadata", {})
     if not isinstance(metadata, dict):
         raise ProfileError(f"{source}: 'metadata' must be a JSON object")
@@ -591,8 +602,8 @@ def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> Profile:
     max_model_len = data.get("max_model_len")
     if max_model_len is not None and (isinstance(max_model_len, bool) or not isinstance(max_model_len, int)):
         raise ProfileError(f"{source}: 'max_model_len' must be an integer number of tokens, got {max_model_len!r}")
-    if max_model_len is not None and max_model_len < 1:
-        raise ProfileError(f"{source}: 'max_model_len' must be >= 1 token, got {max_model_len!r}")
+    if max_model_len is not None and not 2 <= max_model_len <= MAX_TOKENS:  # (a prompt leaves one token)
+        raise ProfileError(f"{source}: 'max_model_len' must be from 2 to {MAX_TOKENS:,} tokens, got {max_model_len!r}")
     try:
         profile = Profile(
             name=name,

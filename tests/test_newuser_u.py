@@ -54,3 +54,43 @@ def test_aiconfigurator_tp_that_does_not_split_the_heads_exits_2(tmp_path, capsy
     assert ("fairsim: error: aiconfigurator-core cannot build meta-llama/Meta-Llama-3.1-8B at --tp 3 on h200_sxm "
             "vLLM 0.24.0: num_heads 32 should be divisible by tp_size 3") in err
     assert "internal error" not in err and not out.exists()
+
+
+def write_prior(path: Path, **changes) -> Path:
+    data = json.loads(PRIOR.read_text())
+    for key, change in changes.items():
+        change(data) if callable(change) else data.__setitem__(key, change)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def longer_table(data):
+    data["idle_prefill"]["prompt_tokens"].append(10**15)
+    data["idle_prefill"]["seconds"].append(1e9)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("changes,message", [
+    # Was: loading never ended (the T_idle check costed 5e11 chunks of 2,048 tokens one by one).
+    ({"table": longer_table},
+     "'idle_prefill.prompt_tokens[135]'=1000000000000000: lengths must be at most 2,147,483,647 tokens "
+     "(vLLM keeps token positions in int32)"),
+    # Was: accepted, as was 10**400.
+    ({"budget_tokens": 2**31},
+     "'budget_tokens' must be at most 2,147,483,647 tokens (vLLM's int32 step offsets, the bound of --budget), "
+     "got 2147483648"),
+    ({"max_model_len": 10**400}, "'max_model_len' must be from 2 to 2,147,483,647 tokens, got 1" + "0" * 400),
+    # Was: "'max_model_len' must be >= 1 token, got 0", while 1 is refused too (by another message).
+    ({"max_model_len": 0}, "'max_model_len' must be from 2 to 2,147,483,647 tokens, got 0"),
+    ({"max_model_len": 1}, "'max_model_len' must be from 2 to 2,147,483,647 tokens, got 1"),
+])
+def test_token_counts_of_a_profile_are_bounded(tmp_path, changes, message):
+    path = write_prior(tmp_path / "p.json", **changes)
+    with pytest.raises(ProfileError) as exc:
+        load_profile(path)
+    assert str(exc.value) == f"{path}: {message}"
+
+
+def test_token_counts_at_the_bound_load(tmp_path):
+    path = write_prior(tmp_path / "p.json", max_model_len=2**31 - 1)
+    assert load_profile(path).max_model_len == 2**31 - 1
