@@ -161,6 +161,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
         model=DEFAULT_MODEL if args.model is None else args.model, tp=1 if args.tp is None else args.tp,
         tables=args.tables, step_overhead_s=args.step_overhead_s, max_region_mape=args.max_region_mape)
     print_fit(profile, fit, errors)
+    meta = profile.metadata  # where the profile leaves the source's measurements, as metadata records it
+    if meta.get("grid_points_left_out"):
+        print(f"left out: {meta['grid_points_left_out']} grid points the source does not cover (the fit "
+              f"extrapolates to them)" + (f"; {meta['range_note']}" if meta.get("range_note") else ""))
+    if meta.get("idle_table_note"):
+        print(f"T_idle: {meta['idle_table_note']}")
     save_built_profile(profile, args.out)
     print(f"wrote {args.out}")
     return 0

@@ -94,3 +94,23 @@ def test_token_counts_of_a_profile_are_bounded(tmp_path, changes, message):
 def test_token_counts_at_the_bound_load(tmp_path):
     path = write_prior(tmp_path / "p.json", max_model_len=2**31 - 1)
     assert load_profile(path).max_model_len == 2**31 - 1
+
+
+def test_llmservingsim_build_says_where_it_leaves_the_tables(tmp_path, capsys):
+    # Was: the command printed the fit and its errors only; that 37 of the 148 grid points lie
+    # outside the tables (so the pair slope k is extrapolated past ~2k context) and that T_idle
+    # from 4,096 tokens on is the fitted model's were in the file's metadata alone.
+    from calibration.llmservingsim import TABLES
+
+    if not (TABLES / "layers.csv").is_file():
+        pytest.skip("LLMServingSim's tables are not beside this clone")
+    out = tmp_path / "p.json"
+    assert main(["profile", "build", "--from", "llmservingsim", "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    meta = json.loads(out.read_text())["metadata"]
+    assert meta["grid_points_left_out"] == 37 and len(meta["points"]) == 111
+    assert (f"left out: 37 grid points the source does not cover (the fit extrapolates to them); "
+            f"{meta['range_note']}") in lines
+    assert ("T_idle: T_idle from the source up to 4095 tokens; from 4096 tokens on the fitted model's chunked "
+            "cold prefill (the source has no such point)") in lines
+    assert lines[-1] == f"wrote {out}"
