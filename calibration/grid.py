@@ -186,9 +186,14 @@ def fit_profile(points: Sequence[StepPoint], seconds: Sequence[float], *, name: 
             table.append(model.prefill_time(L))
         else:
             table.append(t + extra_a_s * -(-L // budget_tokens))
-    if modelled:
-        meta["idle_table_note"] = (f"T_idle from the source up to {min(modelled) - 1} tokens; from {min(modelled)} "
-                                   f"tokens on the fitted model's chunked cold prefill (the source has no such point)")
+    sourced = [L for L in idle_lengths if L not in modelled]
+    if modelled and sourced:
+        meta["idle_table_note"] = (f"T_idle from the source at {len(sourced)} lengths up to {max(sourced)} tokens; "
+                                   f"the fitted model's chunked cold prefill at the {len(modelled)} it has no point "
+                                   f"for, from {min(modelled)} tokens")
+    elif modelled:
+        meta["idle_table_note"] = (f"T_idle is the fitted model's chunked cold prefill at all {len(modelled)} lengths "
+                                   f"(the source has no point for any of them)")
     for i in range(1, len(table)):  # a source's noise must not make T_idle decrease
         table[i] = max(table[i], table[i - 1])
     profile = Profile(name, "measured", a_s, c["b_s_per_token"], c["k_s_per_pair"], c["d_s_per_request"],

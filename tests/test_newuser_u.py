@@ -111,6 +111,24 @@ def test_llmservingsim_build_says_where_it_leaves_the_tables(tmp_path, capsys):
     assert meta["grid_points_left_out"] == 37 and len(meta["points"]) == 111
     assert (f"left out: 37 grid points the source does not cover (the fit extrapolates to them); "
             f"{meta['range_note']}") in lines
-    assert ("T_idle: T_idle from the source up to 4095 tokens; from 4096 tokens on the fitted model's chunked "
-            "cold prefill (the source has no such point)") in lines
+    assert ("T_idle: T_idle from the source at 8 lengths up to 2048 tokens; the fitted model's chunked cold "
+            "prefill at the 63 it has no point for, from 4096 tokens") in lines
     assert lines[-1] == f"wrote {out}"
+
+
+def test_idle_table_note_names_the_lengths_the_source_gave(tmp_path, capsys):
+    # Was: "T_idle from the source up to 15 tokens; from 16 tokens on the fitted model's ..." at
+    # --budget 1, where the source (one-step prompts only) gave no point of the table at all; and
+    # "up to 4095 tokens" at the default budget, where its longest point is 2,048 tokens.
+    from calibration.llmservingsim import TABLES
+
+    if not (TABLES / "layers.csv").is_file():
+        pytest.skip("LLMServingSim's tables are not beside this clone")
+    out = tmp_path / "p.json"
+    assert main(["profile", "build", "--from", "llmservingsim", "--budget", "1", "--out", str(out)]) == 0
+    note = json.loads(out.read_text())["metadata"]["idle_table_note"]
+    assert note == ("T_idle is the fitted model's chunked cold prefill at all 71 lengths (the source has no "
+                    "point for any of them)")
+    shipped = load_profile("a6000-llama3.1-8b-llmservingsim")
+    assert shipped.metadata["idle_table_note"].startswith("T_idle from the source at 8 lengths up to 2048 tokens")
+    assert shipped.idle_prompt_tokens[7] == 2048 and shipped.idle_prompt_tokens[8] == 4096
