@@ -220,10 +220,10 @@ def save_built_profile(profile: Any, path: Any, warn: Callable[[str], None] | No
     tolerance = None
     if worst > IDLE_TABLE_TOLERANCE:
         tolerance = math.ceil(worst * 20 + 1e-9) / 20
-        profile.metadata["idle_table_note"] = (
-            f"the T_idle table differs from the fitted coefficients by up to {100 * worst:.1f} % (more than "
-            f"{100 * IDLE_TABLE_TOLERANCE:.0f} %); written with idle_table_tolerance={tolerance}")
-        (warn or (lambda m: print(f"fairsim: warning: {m}", file=sys.stderr)))(
-            f"{profile.name}: {profile.metadata['idle_table_note']}")
+        note = (f"the T_idle table differs from the fitted coefficients by up to {100 * worst:.1f} % (more than "
+                f"{100 * IDLE_TABLE_TOLERANCE:.0f} %); written with idle_table_tolerance={tolerance}")
+        before = profile.metadata.get("idle_table_note")  # (fit_profile's: which points are the model's)
+        profile.metadata["idle_table_note"] = f"{before}; {note}" if before else note
+        (warn or (lambda m: print(f"fairsim: warning: {m}", file=sys.stderr)))(f"{profile.name}: {note}")
     save_profile(profile, path, idle_table_tolerance=tolerance)
     return tolerance

@@ -132,3 +132,21 @@ def test_idle_table_note_names_the_lengths_the_source_gave(tmp_path, capsys):
     shipped = load_profile("a6000-llama3.1-8b-llmservingsim")
     assert shipped.metadata["idle_table_note"].startswith("T_idle from the source at 8 lengths up to 2048 tokens")
     assert shipped.idle_prompt_tokens[7] == 2048 and shipped.idle_prompt_tokens[8] == 4096
+
+
+def test_a_widened_idle_tolerance_keeps_the_note_on_modelled_points(tmp_path):
+    # Was: save_built_profile replaced metadata.idle_table_note, so a built profile whose table
+    # needed a wider tolerance lost the note saying which T_idle points are the fitted model's.
+    from calibration.grid import save_built_profile
+    from fairsim.costmodel import Profile
+
+    note = "T_idle from the source at 1 lengths up to 100 tokens; the fitted model's chunked cold prefill at the 1"
+    p = Profile("p", "measured", 0.01, 1e-4, 0.0, 0.0, (100, 1000), (0.04, 0.22), 2048, {"idle_table_note": note})
+    warned = []
+    # cold prefill by the model: 0.02 s at 100 tokens (table 0.04: 100 % apart), 0.11 s at 1,000 (100 %)
+    assert save_built_profile(p, tmp_path / "p.json", warn=warned.append) == 1.05
+    meta = json.loads((tmp_path / "p.json").read_text())["metadata"]
+    wider = ("the T_idle table differs from the fitted coefficients by up to 100.0 % (more than 25 %); written "
+             "with idle_table_tolerance=1.05")
+    assert meta["idle_table_note"] == f"{note}; {wider}"
+    assert warned == [f"p: {wider}"]
