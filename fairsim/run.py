@@ -10,6 +10,7 @@ import contextlib
 import gc
 import json
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,14 +40,22 @@ def run_one(name: str, requests: list[Request], profile: Profile, config: Engine
         return fleet.run(name, requests, profile, config, params, replay=replay, think_scale=think_scale)
     policy = make_policy(name, profile, **params)
     # Errors name the policy as the user gave it (a team's class may call itself "fcfs").
-    if not show_progress or not sys.stderr.isatty():  # tqdm(disable=None) would not draw either
-        return simulate(requests, policy, profile, config, replay=replay, think_scale=think_scale, name=name)
+    with progress_bar(name, len(requests), show_progress) as progress:
+        return simulate(requests, policy, profile, config, progress=progress, replay=replay,
+                        think_scale=think_scale, name=name)
+
+
+@contextlib.contextmanager
+def progress_bar(name: str, total: int, show: bool = True) -> Iterator[Callable[[int], Any] | None]:
+    """``simulate``'s ``progress``: a bar of ``total`` requests labelled ``name``, drawn after 2 s,
+    on stderr when it is a terminal; ``None`` (no bar) otherwise or when not ``show``."""
+    if not show or not sys.stderr.isatty():  # tqdm(disable=None) would not draw either
+        yield None
+        return
     from tqdm import tqdm
 
-    with tqdm(total=len(requests), desc=name, unit="req", delay=2.0, leave=False,
-              disable=not show_progress or None) as bar:
-        return simulate(requests, policy, profile, config, progress=bar.update, replay=replay,
-                        think_scale=think_scale, name=name)
+    with tqdm(total=total, desc=name, unit="req", delay=2.0, leave=False) as bar:
+        yield bar.update
 
 
 def write_tables(out: Path, name: str, result: SimResult, engine: dict[str, Any] | None = None,

@@ -255,6 +255,7 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
         raise ValueError(f"{option}: bins of {bin_s:g} s make {span / bin_s:.3g} over the trace's "
                          f"{span:.6g} s, more than {MAX_BINS:,}; use a wider bin or window")
     from fairsim.policies import make_policy
+    from fairsim.run import progress_bar
     from fairsim.traces import scale_time
 
     observed = (observed_spread_inputs(requests, clock_offset_s, where)
@@ -267,8 +268,10 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
     def replay_with(policy: str) -> Columns:
         # The request table as columns, not a DataFrame, and the run's other tables dropped: on
         # a trace of a million requests each frame took gigabytes (a helper measured 6 GB).
-        return simulate(scaled, make_policy(policy, profile), profile, cfg, replay=replay,
-                        think_scale=think_scale).columns("requests")
+        # run's progress bar on a terminal: minutes go by on a trace of millions of requests.
+        with progress_bar(policy, len(scaled)) as progress:
+            return simulate(scaled, make_policy(policy, profile), profile, cfg, replay=replay,
+                            think_scale=think_scale, progress=progress).columns("requests")
 
     res = replay_with("fcfs")
     prompt = res["prompt_tokens"]
