@@ -149,7 +149,8 @@ def binned_step_function(t: np.ndarray, y: np.ndarray, edges: np.ndarray
     Returns:
         ``(mean, min, max)``, each shape (k,): the mean over the time the function is defined
         in the bin, min and max over the values it takes there (the last sample's included); NaN
-        in a bin wholly before the first sample or after the last.
+        in a bin wholly before the first sample or after the last. A NaN sample is undefined
+        until the next one (``analyze``'s spread with fewer than two waiting).
     """
     t = np.asarray(t, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -160,9 +161,9 @@ def binned_step_function(t: np.ndarray, y: np.ndarray, edges: np.ndarray
     start, length = cuts[:-1], np.diff(cuts)
     sample = np.searchsorted(t, start, side="right") - 1  # the sample holding at each piece's start
     piece_bin = np.minimum(np.searchsorted(edges, start, side="right") - 1, k - 1)
-    held = (sample >= 0) & (start < t[-1])  # pieces with a value and a length
-    seen = (sample >= 0) & (start <= t[-1])  # and the last sample's instant (drawn as a vertex)
     value = y[np.maximum(sample, 0)]
+    held = (sample >= 0) & (start < t[-1]) & ~np.isnan(value)  # pieces with a value and a length
+    seen = (sample >= 0) & (start <= t[-1])  # and the last sample's instant (drawn as a vertex)
     mean = np.full(k, np.nan)
     low = np.full(k, np.nan)
     high = np.full(k, np.nan)
