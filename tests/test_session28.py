@@ -208,3 +208,21 @@ def test_an_interrupted_tune_says_how_to_resume(tmp_path, capsys, monkeypatch):
     assert main(["tune", "--trace", str(window), "--policies", "fcfs,lpm", "--trials", "2", "--out", str(out)]) == 130
     assert f"fairsim: the finished trials are kept in {out}; run the same command to resume" in \
         capsys.readouterr().err
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_analyze_warns_of_a_simulated_backlog_only_when_it_simulates_the_spread(tmp_path, capsys, recorded):
+    # Was: the overload warning ("the FCFS queue grows ... the spread measures that backlog")
+    # also when the spread came from the recorded scheduling times, not from an FCFS run.
+    rows = [{"timestamp": 10 * i, "input_length": 8000, "output_length": 1, "hash_ids": list(range(16 * i, 16 * i + 16))}
+            for i in range(20)]
+    if recorded:
+        for i, r in enumerate(rows):
+            r.update(observed_first_scheduled_ms=10 * i + 5, observed_cached_tokens=0)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["analyze", str(trace), "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    source = json.loads(captured.out)["spread"]["source"]
+    assert source == ("observed scheduling times" if recorded else "FCFS simulation at the trace's timing")
+    assert ("the FCFS queue grows" in captured.err) is (not recorded)

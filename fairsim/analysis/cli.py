@@ -46,7 +46,7 @@ def add_analyze_command(sub: argparse._SubParsersAction, add_common: Callable, f
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Run ``fairsim analyze``; returns the exit status."""
-    from fairsim.analysis.analyze import analyze, format_text, write_report
+    from fairsim.analysis.analyze import OBSERVED_CACHED, OBSERVED_SCHEDULED_MS, analyze, format_text, write_report
     from fairsim.description import describe_run, merge_trace_arg
     from fairsim.errors import record_where
     from fairsim.options import pre_run_load
@@ -71,7 +71,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     profile, config, trace, requests, scale = desc.profile, desc.config, desc.trace, desc.requests, desc.time_scale
     load, load_what = pre_run_load(args, scale_time(requests, scale), profile)  # the figures of fairsim run
     offered = load.describe(load_what, "s" if scale == 1 else "simulated s")  # its windows are in trace s
-    if load.span_s > 0 and load.ideal_load > OVERLOAD:
+    # (a spread read from the recorded scheduling times is the recording's, not a simulated backlog)
+    recorded = scale == 1 and desc.session_rate is None and all(
+        OBSERVED_CACHED in r.labels and OBSERVED_SCHEDULED_MS in r.labels for r in requests)
+    if load.span_s > 0 and load.ideal_load > OVERLOAD and not recorded:
         print(f"fairsim: warning: offered load {load.ideal_load:.1f} x the cold capacity of profile "
               f"{args.profile} even after ideal prefix reuse: the FCFS queue grows through the "
               f"whole trace and the spread measures that backlog. Use your engine's profile "
