@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from fairsim.analysis.load import Window, detect_windows, parse_windows, with_load
-from fairsim.io import file_arg, path_arg
+from fairsim.io import file_arg, path_arg, print_then_write
 from fairsim.metrics import STARVATION_FACTOR
 from fairsim.sim import EngineConfig, SimResult
 from fairsim.types import Request
@@ -99,16 +99,15 @@ def parse_targets(text: str, option: str = "--targets") -> tuple[list[Target], b
     import re
 
     targets: list[Target] = []
-    starvation = False
+    starvation = None  # the item that asked for no starvation (accept holds it too)
     for item in (s.strip() for s in text.split(",")):
         if item in ("accept", "no-starvation"):
-            if starvation:  # (accept holds no-starvation too)
-                items = [s.strip() for s in text.split(",")]
-                raise ValueError(f"{option} {text}: " + ("accept given more than once" if items.count("accept") > 1
-                                 else "no-starvation given more than once" + (
-                                     " (accept includes it)" if "accept" in items else "")))
+            if starvation is not None:
+                twice = "accept" if item == starvation == "accept" else "no-starvation"
+                held = " (accept includes it)" if twice != "accept" and "accept" in (item, starvation) else ""
+                raise ValueError(f"{option} {text}: {twice} given more than once{held}")
             targets += ACCEPT_TARGETS if item == "accept" else []
-            starvation = True
+            starvation = item
             continue
         m = re.fullmatch(r"(\w+)\s*<=\s*([0-9.eE+-]+)\s*(?:x\s*(\S+)|(s))", item)
         if m is None or m.group(1) not in STATS:
@@ -124,9 +123,9 @@ def parse_targets(text: str, option: str = "--targets") -> tuple[list[Target], b
     twice = sorted({t.stat for t in targets if sum(u.stat == t.stat for u in targets) > 1})
     if twice:
         raise ValueError(f"{option} {text}: {', '.join(s.removesuffix('_s') for s in twice)} given more than once")
-    if not targets and not starvation:
+    if not targets and starvation is None:
         raise ValueError(f"{option} {text}: no target given")
-    return targets, starvation
+    return targets, starvation is not None
 
 
 @dataclass(frozen=True)
@@ -453,14 +452,11 @@ def cmd_accept(args: argparse.Namespace) -> int:
         raise
     ok = all(v.ok for v in verdicts)
     payload = accept_payload(verdicts, windows, trace, args, base, scale, block_size, kv_blocks, candidate)
-    gone: BrokenPipeError | None = None
-    try:
-        print_verdicts(payload, verdicts, args)
-    except BrokenPipeError as exc:  # stdout's reader left (`| head`): every file is still written
-        gone = exc
-    finally:  # (a Ctrl-C while printing too)
+    def write() -> None:
         if args.out is not None:
             write_accept_json(args.out, payload)
+
+    gone = print_then_write(lambda: print_verdicts(payload, verdicts, args), write)
     if args.plots is not None:
         from fairsim.figures import save, window_bars
         from fairsim.run_plots import write_run_plots

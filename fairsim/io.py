@@ -251,6 +251,23 @@ def _probe(folder: Path, option: str | None, named: Path) -> None:
     os.unlink(tmp)
 
 
+def print_then_write(show: Callable[[], Any], write: Callable[[], Any]) -> BrokenPipeError | None:
+    """Print a command's output (``show``), then write its files (``write``): they are written
+    even when stdout's reader left (``| head``) or a Ctrl-C lands while printing.
+
+    Returns:
+        The ``BrokenPipeError`` of a reader that left, for the caller to raise once its other
+        files (figures) are written too (exit 141, quietly: ``fairsim.cli``); else None.
+    """
+    try:
+        show()
+    except BrokenPipeError as exc:
+        return exc  # (after ``write``: ``finally`` runs first)
+    finally:
+        write()
+    return None
+
+
 def atomic_write(path: str | Path, write: Callable[[Path], Any]) -> Path:
     """Run ``write(tmp)`` on a temporary file next to ``path``, then rename it onto ``path``.
 

@@ -694,14 +694,16 @@ def capacity_of(requests: Sequence[Request], config: EngineConfig,
     return block_size, kv_blocks
 
 
-def resolve_policies(spec: str) -> list[str]:
-    """``"fcfs,lpm"`` -> names; ``"all"`` -> every registered policy.
+def resolve_policies(spec: str, include_generic: bool = False) -> list[str]:
+    """``"fcfs,lpm"`` -> names; ``"all"`` -> every registered policy (``include_generic``: with
+    the generic ``klpm``, which ``compare`` leaves out as ``klpm4``'s twin and ``tune`` searches,
+    its ``k`` being searchable).
 
     Raises:
         ValueError: No name, an empty one (``fcfs,``), or a name given twice (``--policies``
             names the option).
     """
-    names = policy_names(include_generic=False) if spec == "all" else [s.strip() for s in spec.split(",")]
+    names = policy_names(include_generic=include_generic) if spec == "all" else [s.strip() for s in spec.split(",")]
     if not any(names):
         raise ValueError(f"--policies {spec!r}: no policies given; name them separated by commas, e.g. "
                          f"fcfs,lpm, or all")

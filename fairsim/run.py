@@ -19,7 +19,7 @@ from fairsim.costmodel import Profile
 from fairsim.deployment_options import one_engine
 from fairsim.gcpause import paused
 from fairsim.errors import OutputError
-from fairsim.io import atomic_write, atomic_write_text, file_stem, strict_json
+from fairsim.io import atomic_write, atomic_write_text, file_stem, print_then_write, strict_json
 from fairsim.options import delivered_figures, delivered_of, parse_params, policy_params, pre_run_load, replay_line
 from fairsim.policies import make_policy
 from fairsim.sim import EngineConfig, SimResult, simulate
@@ -234,17 +234,14 @@ def cmd_simulate(args: argparse.Namespace, names: list[str]) -> int:
             atomic_write_text(args.out / "summary.json", strict_json(shown()) + "\n")
             write_run_info(args.out, args, trace, list(rows), load, engine, load_what, delivered_loads, profile)
         raise
-    gone: BrokenPipeError | None = None
-    try:
-        print_rows(shown(), args.format, config.mode == "colocated")
-    except BrokenPipeError as exc:  # stdout's reader left (`| head`): every file is still written
-        gone = exc
-    finally:  # (a Ctrl-C while printing too)
+    def write() -> None:
         # The tables' companions before the figures: a Ctrl-C or a failure while drawing leaves
         # every result written.
         if args.out is not None:
             atomic_write_text(args.out / "summary.json", strict_json(shown()) + "\n")
             write_run_info(args.out, args, trace, names, load, engine, load_what, delivered_loads, profile)
+
+    gone = print_then_write(lambda: print_rows(shown(), args.format, config.mode == "colocated"), write)
     if results:
         from fairsim.run_plots import write_run_plots
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,12 +173,22 @@ def vars_window(w: Window) -> dict[str, Any]:
             "load": w.load}
 
 
+def spread_from_recorded(requests: Sequence[Request], time_scale: float = 1.0,
+                         arrivals_redrawn: bool = False) -> bool:
+    """Whether the spread is read from the trace's recorded scheduling times: every request has
+    them, and its arrivals are the recording's (not time-scaled, not redrawn by
+    ``--session-rate``); else it comes from an FCFS simulation."""
+    return time_scale == 1.0 and not arrivals_redrawn and all(
+        OBSERVED_CACHED in r.labels and OBSERVED_SCHEDULED_MS in r.labels for r in requests)
+
+
 def observed_spread_inputs(requests: list[Request], clock_offset_s: float = 0.0,
                            where: Callable[[Request], str] | None = None,
-                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]] | None:
-    """``(arrival_s, first_scheduled_s, work, request_ids)`` from the trace's observed fields, or None when any
-    request lacks them. ``clock_offset_s``: seconds the arrivals were rebased by (``--window-start``),
-    taken off the observed scheduling times too, which are on the trace's own clock. ``where``:
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """``(arrival_s, first_scheduled_s, work, request_ids)`` from the trace's observed fields (every
+    request has them: ``spread_from_recorded``). ``clock_offset_s``: seconds the arrivals were
+    rebased by (``--window-start``), taken off the observed scheduling times too, which are on
+    the trace's own clock. ``where``:
     how messages name a request's record (``FILE:LINE``; default ``request 'ID'``).
 
     Raises:
@@ -186,8 +196,6 @@ def observed_spread_inputs(requests: list[Request], clock_offset_s: float = 0.0,
             or a request scheduled before it arrived, naming the record and field.
     """
     where = where or (lambda r: f"request {r.request_id!r}")
-    if not all(OBSERVED_CACHED in r.labels and OBSERVED_SCHEDULED_MS in r.labels for r in requests):
-        return None
     a, s, w = [], [], []
     for r in requests:
         cached, sched = r.labels[OBSERVED_CACHED], r.labels[OBSERVED_SCHEDULED_MS]
@@ -259,7 +267,7 @@ def analyze(requests: list[Request], profile: Profile, config: EngineConfig, tra
     from fairsim.traces import scale_time
 
     observed = (observed_spread_inputs(requests, clock_offset_s, where)
-                if time_scale == 1.0 and not arrivals_redrawn else None)
+                if spread_from_recorded(requests, time_scale, arrivals_redrawn) else None)
     cfg = EngineConfig(budget_tokens=config.budget_tokens, max_num_seqs=config.max_num_seqs,
                        block_size=block_size, kv_blocks=kv_blocks)
     scaled = scale_time(requests, time_scale)

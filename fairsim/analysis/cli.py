@@ -46,9 +46,10 @@ def add_analyze_command(sub: argparse._SubParsersAction, add_common: Callable, f
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Run ``fairsim analyze``; returns the exit status."""
-    from fairsim.analysis.analyze import OBSERVED_CACHED, OBSERVED_SCHEDULED_MS, analyze, format_text, write_report
+    from fairsim.analysis.analyze import analyze, format_text, spread_from_recorded, write_report
     from fairsim.description import describe_run, merge_trace_arg
     from fairsim.errors import record_where
+    from fairsim.io import print_then_write
     from fairsim.options import pre_run_load
     from fairsim.traces import scale_time
 
@@ -71,10 +72,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     profile, config, trace, requests, scale = desc.profile, desc.config, desc.trace, desc.requests, desc.time_scale
     load, load_what = pre_run_load(args, scale_time(requests, scale), profile)  # the figures of fairsim run
     offered = load.describe(load_what, "s" if scale == 1 else "simulated s")  # its windows are in trace s
+    redrawn = desc.session_rate is not None  # (--session-rate: the arrivals are not the recording's)
     # (a spread read from the recorded scheduling times is the recording's, not a simulated backlog)
-    recorded = scale == 1 and desc.session_rate is None and all(
-        OBSERVED_CACHED in r.labels and OBSERVED_SCHEDULED_MS in r.labels for r in requests)
-    if load.span_s > 0 and load.ideal_load > OVERLOAD and not recorded:
+    if load.span_s > 0 and load.ideal_load > OVERLOAD and not spread_from_recorded(requests, scale, redrawn):
         print(f"fairsim: warning: offered load {load.ideal_load:.1f} x the cold capacity of profile "
               f"{args.profile} even after ideal prefix reuse: the FCFS queue grows through the "
               f"whole trace and the spread measures that backlog. Use your engine's profile "
@@ -84,11 +84,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                  time_scale=scale, replay=args.replay, think_scale=args.think_scale,
                  reuse_threshold=args.reuse_threshold,
                  clock_offset_s=args.window_start,  # the window's arrivals start at 0
-                 arrivals_redrawn=desc.session_rate is not None,
+                 arrivals_redrawn=redrawn,
                  where=lambda r: record_where(trace.source, trace.locations.get(r.request_id))
                  if r.request_id in trace.locations else f"{trace.source}: request {r.request_id!r}")
-    gone: BrokenPipeError | None = None
-    try:
+    def show() -> None:
         if args.format == "json":
             print(an.summary_json())
         else:
@@ -96,12 +95,13 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             print(f"trace {trace.label}{scaled}: {offered}")
             print(format_text(an))
         sys.stdout.flush()
-    except BrokenPipeError as exc:  # stdout's reader left (`| head`): the report is still written
-        gone = exc
-    finally:  # (a Ctrl-C while printing too: analysis.json before the figures, as write_report does)
+
+    def write() -> None:  # (analysis.json before the figures, as write_report does)
         if args.out is not None:
             paths = write_report(an, Path(args.out))
             print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
+
+    gone = print_then_write(show, write)
     if gone is not None:
         raise gone  # exit 141, quietly (fairsim.cli), once the files are written
     return 0

@@ -20,6 +20,7 @@ Pure module: no optuna import (``fairsim.tune`` turns a space into Optuna distri
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Union
 
@@ -63,6 +64,22 @@ class IntRange:
         return f"{self.low}..{self.high} int{' log' if self.log else ''}"
 
 
+def same_value_key(value: Any) -> str:
+    """A key equal for two values that make one run: whole numbers read as floats at any depth
+    (``4`` and ``4.0`` one key), ``true`` and ``1`` two. For a JSON value (a ``Choice`` value, a
+    sweep grid's). A whole number beyond the float range keeps its digits."""
+    def same(v: Any) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2 ** 1000:
+            return float(v)
+        if isinstance(v, list):
+            return [same(x) for x in v]
+        if isinstance(v, dict):
+            return {k: same(x) for k, x in v.items()}
+        return v
+
+    return json.dumps(same(value), sort_keys=True)
+
+
 @record(frozen=True)
 class Choice:
     """A parameter taking one of ``values`` (JSON scalars: bool, number, string, null)."""
@@ -74,14 +91,11 @@ class Choice:
         value), or a non-scalar value."""
         if not self.values:
             raise ValueError(f"{where}: empty choice; give at least one value")
-        # (4 and 4.0 are one value: one run of the policy; true and 1 are two)
-        same = {("number", float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else ("", repr(v))
-                for v in self.values}
-        if len(same) != len(self.values):
-            raise ValueError(f"{where}: a value given twice in {list(self.values)}")
         for v in self.values:
             if v is not None and not isinstance(v, (bool, int, float, str)):
                 raise ValueError(f"{where}: choice values must be numbers, strings, true/false or null, got {v!r}")
+        if len(set(map(same_value_key, self.values))) != len(self.values):
+            raise ValueError(f"{where}: a value given twice in {list(self.values)}")
 
     def describe(self) -> str:
         return "|".join(_json_scalar(v) for v in self.values)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fairsim.errors import SweepSpecError
+from fairsim.policies.space import same_value_key
 
 TOP_KEYS = ("out", "name", "profile", "seeds", "scenarios", "traces", "policies", "engine")
 ENTRY_KEYS = ("name", "params", "grid")
@@ -196,18 +197,6 @@ def _kind(value: Any) -> str:
             list: "a list", dict: "a table"}.get(type(value), type(value).__name__)
 
 
-def _same_value(value: Any) -> Any:
-    """``value`` with its whole numbers as floats (bools kept), at any depth: two grid values
-    equal under it are the same point (``4`` and ``4.0``)."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2 ** 1000:
-        return float(value)
-    if isinstance(value, list):
-        return [_same_value(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _same_value(v) for k, v in value.items()}
-    return value
-
-
 class _Checker:
     def __init__(self, source: str) -> None:
         self.source = source
@@ -255,7 +244,7 @@ class _Checker:
                 raise self.fail(where, "empty list: a grid axis needs at least one value")
             # A value listed twice (4 and 4.0 included: one simulation) would be one point run
             # twice or once, not the grid asked for; refused as a repeated seed is.
-            if len({json.dumps(_same_value(v), sort_keys=True) for v in value}) < len(value):
+            if len(set(map(same_value_key, value))) < len(value):
                 raise self.fail(where, f"{json.dumps(value)}: a value is listed twice")
             return value
         return [value]

@@ -173,13 +173,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
     if disagg is not None:
         disagg.link(profile)  # no bytes per token, or a link too slow: refused before any work
-    names = resolve_policies(args.policies)
-    if args.policies == "all":
-        # The generic klpm is the one whose k is searched (klpm4 and klpm8 fix it): compare leaves
-        # it out of all as klpm4's twin, a search must not.
-        from fairsim.policies.registry import policy_names
-
-        names = policy_names()
+    # (all: with the generic klpm, the one whose k is searched; klpm4 and klpm8 fix it)
+    names = resolve_policies(args.policies, include_generic=True)
     if args.trials < len(names):
         # The first trials are each policy at its defaults: with fewer, some policies never run and
         # "no trial meets the targets" can be said where an untuned policy meets them.
